@@ -1,0 +1,39 @@
+#pragma once
+// Typed errors. Library code throws these; only each main() turns them into an exit status.
+
+#include <stdexcept>
+#include <string>
+
+namespace ddp {
+
+/// Exit statuses shared by both binaries (ninja's exit_status.h idea).
+enum ExitStatus : int {
+  kExitSuccess = 0,
+  kExitFailure = 1,
+  kExitUsage = 2,  ///< bad command line, config or input: nothing was run
+  kExitInterrupted = 130,
+};
+
+/// Something the user can fix (a bad flag, config value, missing or corrupt file).
+/// what() is one line that names the culprit and what was expected.
+class UserError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A config key or value that is wrong; what() starts with its YAML path.
+class ConfigError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+/// A data, checkpoint or other input file that is missing, truncated or malformed.
+class FileError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+/// Throws UserError(message) unless `condition` holds.
+void check_user(bool condition, const std::string& message);
+
+}  // namespace ddp

@@ -1,0 +1,26 @@
+#pragma once
+// Small string helpers shared by the launcher and the trainer.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddp {
+
+/// Levenshtein distance, for "did you mean ...?" hints.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+/// The candidate closest to `word`, if any is close enough to be a plausible typo.
+std::optional<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates);
+
+/// Splits on `sep`, keeping empty pieces.
+std::vector<std::string> split(std::string_view text, char sep);
+
+/// Parses a whole string as a base-10 integer; nullopt on any junk or overflow.
+std::optional<long long> parse_int(std::string_view text);
+
+/// Parses a whole string as a finite double; nullopt on junk.
+std::optional<double> parse_double(std::string_view text);
+
+}  // namespace ddp

@@ -1,0 +1,188 @@
+#include "ddp/launch/launch_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+#include "ddp/launch/machine.h"
+
+namespace ddp {
+namespace {
+
+constexpr const char* kUsage =
+    "ddprun [OPTIONS] CONFIG.yaml [--set key=value ...]\n"
+    "       ddprun [OPTIONS] -- PROGRAM [ARGS...]\n"
+    "Starts one worker per GPU or CPU slot with the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, ...),\n"
+    "hosts the rendezvous, relays output by rank, and stops every worker when one fails.\n"
+    "Options may be spelled with dashes or underscores (--nproc-per-node, --nproc_per_node).";
+
+// "--nproc-per-node,--nproc_per_node": torchrun accepts both spellings.
+std::string both_spellings(const std::string& dashed) {
+  std::string underscored = dashed;
+  std::replace(underscored.begin() + 2, underscored.end(), '-', '_');
+  return underscored == dashed ? dashed : dashed + "," + underscored;
+}
+
+int parse_positive(const std::string& option, const std::string& value) {
+  auto n = parse_int(value);
+  if (!n || *n < 1 || *n > 1 << 20)
+    throw UserError(option + ": expected a positive integer, got '" + value + "'");
+  return static_cast<int>(*n);
+}
+
+std::vector<int> parse_rank_list(const std::string& value) {
+  std::vector<int> ranks;
+  for (const auto& piece : split(value, ',')) {
+    auto n = parse_int(piece);
+    if (!n || *n < 0) throw UserError("--local-ranks-filter: expected local ranks like 0 or 0,2, got '" + value + "'");
+    ranks.push_back(static_cast<int>(*n));
+  }
+  return ranks;
+}
+
+void check_run_id(const std::string& id) {
+  bool ok = !id.empty() && std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+  if (!ok) throw UserError("--run-id: expected letters, digits, '-', '_' or '.', got '" + id + "'");
+}
+
+// CLI11's messages are generic; ours name the option and the fix.
+[[noreturn]] void rethrow_parse_error(const CLI::ParseError& e, const CLI::App& app) {
+  std::string message = e.what();
+  if (const auto* extras = dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    (void)extras;
+    for (const auto& option_name : app.remaining(true)) {
+      if (option_name.rfind("-", 0) != 0) continue;
+      std::vector<std::string> names;
+      for (const auto* option : app.get_options())
+        for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
+      std::string flag = option_name.substr(0, option_name.find('='));
+      auto hint = nearest(flag, names);
+      throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") +
+                      "; see ddprun --help");
+    }
+    throw UserError("unexpected argument(s) " + message.substr(message.find(':') + 1) +
+                    "; a program and its arguments go after --");
+  }
+  throw UserError(message + "; see ddprun --help");
+}
+
+}  // namespace
+
+int resolve_nproc(const std::string& spec) {
+  if (spec == "cpu") return available_cores();
+  if (spec == "gpu") {
+    int gpus = visible_gpu_count();
+    if (gpus == 0) throw UserError("--nproc-per-node gpu: no CUDA device is visible on this machine");
+    return gpus;
+  }
+  if (spec == "auto") {
+    int gpus = visible_gpu_count();
+    return gpus > 0 ? gpus : available_cores();
+  }
+  auto n = parse_int(spec);
+  if (!n || *n < 1 || *n > 4096)
+    throw UserError("--nproc-per-node: expected a positive count, auto, cpu or gpu, got '" + spec + "'");
+  return static_cast<int>(*n);
+}
+
+std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv) {
+  // Everything after the first `--` is the program, untouched by option parsing.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto separator = std::find(args.begin(), args.end(), "--");
+  std::vector<std::string> program(separator == args.end() ? separator : separator + 1, args.end());
+  args.erase(separator, args.end());
+
+  LaunchOptions options;
+  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = "29500", filter;
+  std::string config;
+  std::vector<std::string> overrides;
+
+  CLI::App app(kUsage, "ddprun");
+  app.get_formatter()->column_width(34);
+  app.add_option(both_spellings("--nproc-per-node"), nproc, "Workers on this node: N, auto, cpu or gpu (default 1)");
+  app.add_option("--nnodes", nnodes, "Number of nodes (default 1)");
+  app.add_option(both_spellings("--node-rank"), node_rank, "This node's rank, 0..nnodes-1 (default 0)");
+  app.add_option(both_spellings("--master-addr"), options.master_addr, "Address of node 0 (default 127.0.0.1)");
+  app.add_option(both_spellings("--master-port"), master_port,
+                 "Rendezvous port on node 0 (default 29500; 0 picks a free one)");
+  app.add_flag("--standalone", options.standalone, "One node: loopback and a free port");
+  app.add_option(both_spellings("--log-dir"), options.log_dir,
+                 "Also write each rank's stdout and stderr under DIR/RUN_ID/attempt_N/");
+  app.add_option(both_spellings("--local-ranks-filter"), filter,
+                 "Only these local ranks reach the console, e.g. 0 or 0,2 (logs keep all)");
+  app.add_option(both_spellings("--run-id"), options.run_id, "Run id (default: generated; node 0's across nodes)");
+  app.add_option(both_spellings("--rdzv-timeout"), options.rdzv_timeout_s,
+                 "Seconds to wait for the master and the other nodes (default 300)")
+      ->check(CLI::PositiveNumber);
+  app.add_option(both_spellings("--shutdown-grace"), options.shutdown_grace_s,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers (default 10)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("config", config, "Trainer config (YAML) to run with ddp-train");
+  app.add_option("--set", overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help() << "\nA config runs " << "ddp-train beside ddprun; see README.md for the environment.\n";
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    rethrow_parse_error(e, app);
+  }
+
+  options.nproc_per_node = resolve_nproc(nproc);
+  options.nnodes = parse_positive("--nnodes", nnodes);
+  auto rank = parse_int(node_rank);
+  if (!rank || *rank < 0 || *rank >= options.nnodes)
+    throw UserError("--node-rank: expected 0.." + std::to_string(options.nnodes - 1) + " for --nnodes " +
+                    std::to_string(options.nnodes) + ", got '" + node_rank + "'");
+  options.node_rank = static_cast<int>(*rank);
+  auto port = parse_int(master_port);
+  if (!port || *port < 0 || *port > 65535)
+    throw UserError("--master-port: expected a port 0..65535, got '" + master_port + "'");
+  options.master_port = static_cast<int>(*port);
+  if (!filter.empty()) options.local_ranks_filter = parse_rank_list(filter);
+  if (!options.run_id.empty()) check_run_id(options.run_id);
+
+  if (options.standalone) {
+    if (options.nnodes != 1) throw UserError("--standalone runs one node; drop --nnodes " + nnodes);
+    options.master_addr = "127.0.0.1";
+    options.master_port = 0;
+  }
+  if (options.master_port == 0 && options.nnodes > 1)
+    throw UserError("--master-port 0 picks a port only node 0 knows; give every node the same --master-port");
+
+  if (!config.empty() && !program.empty())
+    throw UserError("give either CONFIG.yaml or -- PROGRAM, not both");
+  if (!overrides.empty() && config.empty()) throw UserError("--set needs a CONFIG.yaml to override");
+  if (config.empty() && program.empty())
+    throw UserError("nothing to run: give CONFIG.yaml, or -- PROGRAM [ARGS...]; see ddprun --help");
+
+  if (!config.empty()) {
+    if (!std::filesystem::is_regular_file(config)) throw UserError("config file not found: " + config);
+    std::string trainer = executable_dir() + "/ddp-train";
+    if (find_executable(trainer).empty())
+      throw UserError("the trainer " + trainer + " is missing; build it (cmake --build build) or install it beside ddprun");
+    options.program = {trainer, config};
+    for (const auto& assignment : overrides) {
+      options.program.push_back("--set");
+      options.program.push_back(assignment);
+    }
+    options.runs_trainer = true;
+  } else {
+    if (find_executable(program[0]).empty())
+      throw UserError("program not found or not executable: " + program[0]);
+    options.program = program;
+  }
+  return options;
+}
+
+}  // namespace ddp

@@ -1,0 +1,36 @@
+#pragma once
+// What `ddprun` was asked to do, parsed from its command line.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+/// Every launcher option, with torchrun's defaults.
+struct LaunchOptions {
+  int nproc_per_node = 1;  ///< resolved from N | auto | cpu | gpu
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  ///< 0: pick a free port (node 0 only)
+  bool standalone = false;
+  std::string log_dir;                 ///< empty: no log files
+  std::optional<std::vector<int>> local_ranks_filter;  ///< unset: every local rank reaches the console
+  std::string run_id;                  ///< empty: generated (multi-node: node 0's)
+  double rdzv_timeout_s = 300;         ///< how long to wait for the master or the other nodes
+  double shutdown_grace_s = 10;        ///< SIGTERM → SIGKILL delay when stopping workers
+
+  /// The program each worker runs: ddp-train CONFIG --set ... by default, or what follows `--`.
+  std::vector<std::string> program;
+  bool runs_trainer = false;  ///< program is ddp-train on a config
+};
+
+/// Parses argv. Throws UserError (exit status 2) on any bad command line.
+/// `--help` prints usage and returns nullopt.
+std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv);
+
+/// `--nproc-per-node` as a count: N, gpu (the CUDA device count), cpu (cores), auto (gpu if any, else cpu).
+int resolve_nproc(const std::string& spec);
+
+}  // namespace ddp

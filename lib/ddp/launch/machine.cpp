@@ -1,0 +1,71 @@
+#include "ddp/launch/machine.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+
+#include "ddp/common/text.h"
+
+namespace ddp {
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int visible_gpu_count() {
+  namespace fs = std::filesystem;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    // CUDA stops at the first entry that is not a valid device (e.g. "-1" or "").
+    int count = 0;
+    for (const auto& entry : split(visible, ',')) {
+      if (entry.empty() || entry[0] == '-') break;
+      ++count;
+    }
+    if (count == 0) return 0;
+    // Without a driver there is nothing behind the names.
+    if (!fs::exists("/proc/driver/nvidia/gpus") && !fs::exists("/dev/nvidia0")) return 0;
+    return count;
+  }
+  std::error_code ec;
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)entry;
+    ++count;
+  }
+  if (count > 0) return count;
+  for (int i = 0; i < 64 && fs::exists("/dev/nvidia" + std::to_string(i)); ++i) ++count;
+  return count;
+}
+
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+std::string executable_dir() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : self.parent_path().string();
+}
+
+std::string find_executable(const std::string& name) {
+  auto executable = [](const std::string& path) {
+    return access(path.c_str(), X_OK) == 0 && !std::filesystem::is_directory(path);
+  };
+  if (name.find('/') != std::string::npos) return executable(name) ? name : "";
+  const char* path = std::getenv("PATH");
+  for (const auto& dir : split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (executable(candidate)) return candidate;
+  }
+  return "";
+}
+
+}  // namespace ddp

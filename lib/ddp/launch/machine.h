@@ -1,0 +1,24 @@
+#pragma once
+// Facts about this machine the launcher needs: cores, GPUs, host name, its own location.
+
+#include <string>
+
+namespace ddp {
+
+/// CPU cores this process may run on (its affinity mask).
+int available_cores();
+
+/// Visible CUDA devices, found without loading CUDA: CUDA_VISIBLE_DEVICES, else the driver's device list.
+int visible_gpu_count();
+
+/// This host's name.
+std::string host_name();
+
+/// The directory of the running executable (to find ddp-train beside ddprun).
+std::string executable_dir();
+
+/// `name` resolved like execvp would: itself when it contains '/', else the first match in PATH.
+/// Empty when there is no such executable.
+std::string find_executable(const std::string& name);
+
+}  // namespace ddp

@@ -1,0 +1,115 @@
+#include "ddp/launch/output_relay.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+// A line this long without a newline is emitted in pieces rather than held forever.
+constexpr std::size_t kMaxLine = 1 << 20;
+
+void write_all(int fd, const std::string& data) {
+  const char* p = data.data();
+  std::size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // console gone: keep supervising regardless
+    p += n;
+    left -= n;
+  }
+}
+
+int open_log(const std::string& path) {
+  if (path.empty()) return -1;
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+  if (fd < 0) throw UserError("cannot write log file " + path + ": " + strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+OutputRelay::~OutputRelay() { drain_and_close(); }
+
+void OutputRelay::add_worker(int worker, int stdout_fd, int stderr_fd, const RelayTarget& target) {
+  targets_[worker] = target;
+  int stdout_log = open_log(target.stdout_log);
+  int stderr_log = open_log(target.stderr_log);
+  for (int fd : {stdout_fd, stderr_fd}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  streams_[stdout_fd] = Stream{worker, false, stdout_log, {}};
+  streams_[stderr_fd] = Stream{worker, true, stderr_log, {}};
+}
+
+std::vector<int> OutputRelay::open_fds() const {
+  std::vector<int> fds;
+  for (const auto& [fd, stream] : streams_) fds.push_back(fd);
+  return fds;
+}
+
+void OutputRelay::on_readable(int fd) {
+  auto it = streams_.find(fd);
+  if (it == streams_.end()) return;
+  Stream& stream = it->second;
+  char buffer[65536];
+  while (true) {
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      close_stream(fd);
+      return;
+    }
+    if (stream.log_fd >= 0) write_all(stream.log_fd, std::string(buffer, n));
+    stream.partial.append(buffer, n);
+    std::size_t start = 0, newline;
+    while ((newline = stream.partial.find('\n', start)) != std::string::npos) {
+      emit(stream, stream.partial.substr(start, newline - start));
+      start = newline + 1;
+    }
+    stream.partial.erase(0, start);
+    if (stream.partial.size() >= kMaxLine) {
+      emit(stream, stream.partial);
+      stream.partial.clear();
+    }
+  }
+}
+
+void OutputRelay::emit(Stream& stream, const std::string& line) {
+  const RelayTarget& target = targets_[stream.worker];
+  if (stream.is_stderr) {
+    auto& tail = tails_[stream.worker];
+    tail.push_back(line);
+    if (tail.size() > kTailLines) tail.pop_front();
+  }
+  if (target.to_console) write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
+}
+
+void OutputRelay::close_stream(int fd) {
+  auto it = streams_.find(fd);
+  if (it == streams_.end()) return;
+  if (!it->second.partial.empty()) emit(it->second, it->second.partial);
+  if (it->second.log_fd >= 0) close(it->second.log_fd);
+  close(fd);
+  streams_.erase(it);
+}
+
+void OutputRelay::drain_and_close() {
+  for (int fd : open_fds()) {
+    on_readable(fd);  // non-blocking: takes what is there now
+    close_stream(fd);
+  }
+}
+
+std::vector<std::string> OutputRelay::stderr_tail(int worker) const {
+  auto it = tails_.find(worker);
+  if (it == tails_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+}  // namespace ddp

@@ -1,0 +1,60 @@
+#pragma once
+// Relays every worker's output to the console as whole lines behind a rank prefix, to per-rank
+// log files, and keeps each worker's last stderr lines for the failure summary.
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+/// How one worker's output is shown and kept.
+struct RelayTarget {
+  std::string prefix;        ///< e.g. "[rank 3] " or "[host:rank 3] "
+  bool to_console = true;    ///< --local-ranks-filter
+  std::string stdout_log;    ///< file path, empty: none
+  std::string stderr_log;
+};
+
+/// Single-threaded: one writer per console stream, so lines can never interleave mid-line.
+class OutputRelay {
+ public:
+  static constexpr std::size_t kTailLines = 20;
+
+  OutputRelay() = default;
+  ~OutputRelay();
+  OutputRelay(const OutputRelay&) = delete;
+  OutputRelay& operator=(const OutputRelay&) = delete;
+
+  /// Starts relaying a worker's pipes (made non-blocking here). Throws if a log file cannot be opened.
+  void add_worker(int worker, int stdout_fd, int stderr_fd, const RelayTarget& target);
+
+  /// The pipes still open, for poll().
+  std::vector<int> open_fds() const;
+
+  /// Reads what `fd` has now and emits its complete lines; closes it at end of file.
+  void on_readable(int fd);
+
+  /// Reads whatever every pipe holds without waiting, then closes them all, flushing partial lines.
+  void drain_and_close();
+
+  /// The last kTailLines stderr lines of a worker.
+  std::vector<std::string> stderr_tail(int worker) const;
+
+ private:
+  struct Stream {
+    int worker = 0;
+    bool is_stderr = false;
+    int log_fd = -1;
+    std::string partial;
+  };
+  void emit(Stream& stream, const std::string& line);
+  void close_stream(int fd);
+
+  std::map<int, Stream> streams_;  // by pipe fd
+  std::map<int, RelayTarget> targets_;
+  std::map<int, std::deque<std::string>> tails_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,91 @@
+#include "ddp/launch/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace ddp {
+namespace {
+
+void write_all(int fd, const char* text) {
+  size_t left = strlen(text);
+  while (left > 0) {
+    ssize_t n = write(fd, text, left);
+    if (n <= 0) return;
+    text += n;
+    left -= n;
+  }
+}
+
+}  // namespace
+
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+
+  // Everything the child touches is prepared before fork: the launcher has threads (the store),
+  // so between fork and exec the child may only make async-signal-safe calls.
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t parent = getpid();
+
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);  // the launcher died before prctl took effect
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+    int null_in = open("/dev/null", O_RDONLY);
+    dup2(null_in, 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    execvpe(args[0], args.data(), envp.data());
+    write_all(2, "ddprun: cannot execute ");
+    write_all(2, args[0]);
+    write_all(2, ": ");
+    write_all(2, strerror(errno));
+    write_all(2, "\n");
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so the group exists before we might signal it
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  return {pid, out_pipe[0], err_pipe[0]};
+}
+
+void signal_group(pid_t pid, int signal) {
+  if (pid > 0) kill(-pid, signal);
+}
+
+std::string signal_name(int signal) {
+  const char* abbreviation = sigabbrev_np(signal);
+  return abbreviation ? std::string("SIG") + abbreviation : "signal " + std::to_string(signal);
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")";
+  return "status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace ddp

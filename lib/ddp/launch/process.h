@@ -1,0 +1,34 @@
+#pragma once
+// Starting and signalling worker processes. Each worker leads its own process group, so a stop
+// reaches everything it started, and dies with the launcher (PR_SET_PDEATHSIG).
+
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace ddp {
+
+/// A started worker: its pid (also its process group id) and the read ends of its output pipes.
+struct SpawnedProcess {
+  pid_t pid = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+};
+
+/// Starts argv with exactly `environment`; stdin is /dev/null, stdout and stderr are pipes.
+/// An exec failure shows up as exit status 127 with the reason on the worker's stderr.
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
+
+/// Sends `signal` to the process group led by `pid`; a group that is already gone is fine.
+void signal_group(pid_t pid, int signal);
+
+/// "SIGTERM" for 15.
+std::string signal_name(int signal);
+
+/// "exit code 7", or "signal 9 (SIGKILL)" for a waitpid status.
+std::string describe_wait_status(int status);
+
+/// The launcher's exit code for a waitpid status: the exit code, or 128+N for signal N.
+int exit_code_of(int status);
+
+}  // namespace ddp

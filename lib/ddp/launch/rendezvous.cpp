@@ -1,0 +1,179 @@
+#include "ddp/launch/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <random>
+#include <thread>
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+#include "ddp/launch/machine.h"
+
+namespace ddp {
+namespace {
+
+// All launcher keys live under this prefix; workers use "/worker/attempt_N/" as torch elastic does.
+const std::string kPrefix = "ddprun/";
+
+std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::string text(const std::vector<uint8_t>& data) { return {data.begin(), data.end()}; }
+
+std::string endpoint(const RendezvousOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
+
+// c10d reports a busy port after logging through glog; probing first gives one clean message.
+bool port_in_use(int port) {
+  if (port == 0) return false;
+  for (int family : {AF_INET6, AF_INET}) {
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    int rc;
+    if (family == AF_INET6) {
+      sockaddr_in6 addr{};
+      addr.sin6_family = AF_INET6;
+      addr.sin6_addr = in6addr_any;
+      addr.sin6_port = htons(static_cast<uint16_t>(port));
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    } else {
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_ANY);
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    }
+    bool busy = rc != 0 && errno == EADDRINUSE;
+    close(fd);
+    if (busy) return true;
+    if (rc == 0) return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string generate_run_id() {
+  std::random_device device;
+  static const char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (int i = 0; i < 12; ++i) id += kHex[device() % 16];
+  return id;
+}
+
+Rendezvous::Rendezvous(const RendezvousOptions& options) : options_(options) {
+  bool host = options.node_rank == 0;
+  if (host && port_in_use(options.master_port))
+    throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
+                    " is already in use (another ddprun or torchrun?); choose another with --master-port, or "
+                    "--master-port 0 (or --standalone) for a free one");
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(options.master_port);
+  store_options.isServer = host;
+  store_options.waitWorkers = false;
+  store_options.timeout = options.timeout;
+  try {
+    store_ = std::make_shared<c10d::TCPStore>(options.master_addr, store_options);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    if (host && cause.find("in use") != std::string::npos)
+      throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
+                      " is already in use; choose another with --master-port, or --master-port 0");
+    if (host) throw UserError("cannot host the rendezvous at " + endpoint(options) + ": " + cause);
+    throw UserError("cannot reach the rendezvous at " + endpoint(options) + " within " +
+                    std::to_string(options.timeout.count() / 1000) +
+                    " s: is node 0's ddprun running there with the same --master-addr/--master-port? (" +
+                    cause.substr(0, cause.find('\n')) + ")");
+  }
+}
+
+Rendezvous::~Rendezvous() = default;
+
+int Rendezvous::port() const { return static_cast<c10d::TCPStore&>(*store_).getPort(); }
+
+WorldLayout Rendezvous::join() {
+  const auto& o = options_;
+  WorldLayout layout;
+  if (o.node_rank == 0) {
+    layout.run_id = o.run_id.empty() ? generate_run_id() : o.run_id;
+    store_->set(kPrefix + "run_id", bytes(layout.run_id));
+  }
+  // "host nproc nnodes pid": the pid tells two launchers on one host apart.
+  std::string me = host_name() + " " + std::to_string(o.local_world_size) + " " + std::to_string(o.nnodes) + " " +
+                   std::to_string(getpid());
+  std::string my_key = kPrefix + "node/" + std::to_string(o.node_rank);
+  std::string stored = text(store_->compareSet(my_key, {}, bytes(me)));
+  if (stored != me)
+    throw UserError("node rank " + std::to_string(o.node_rank) + " has already joined (" + stored +
+                    "); give each node its own --node-rank");
+  store_->set(my_key, bytes(me));  // compareSet does not wake waiters in c10d's TCPStore; set does
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < o.nnodes; ++r) keys.push_back(kPrefix + "node/" + std::to_string(r));
+  keys.push_back(kPrefix + "run_id");
+  try {
+    store_->wait(keys, o.timeout);
+  } catch (const std::exception&) {
+    std::string missing;
+    for (int r = 0; r < o.nnodes; ++r)
+      if (!store_->check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(o.timeout.count() / 1000) +
+                    " s waiting for node(s) " + missing + " of " + std::to_string(o.nnodes));
+  }
+  if (o.node_rank != 0) {
+    layout.run_id = text(store_->get(kPrefix + "run_id"));
+    if (!o.run_id.empty() && o.run_id != layout.run_id)
+      throw UserError("--run-id " + o.run_id + " differs from node 0's run id " + layout.run_id);
+  }
+  for (int r = 0; r < o.nnodes; ++r) {
+    auto fields = split(text(store_->get(keys[r])), ' ');
+    int nproc = static_cast<int>(parse_int(fields.at(1)).value_or(0));
+    int nnodes = static_cast<int>(parse_int(fields.at(2)).value_or(0));
+    if (nnodes != o.nnodes)
+      throw UserError("node " + std::to_string(r) + " (" + fields[0] + ") was started with --nnodes " +
+                      fields[2] + " but this node with --nnodes " + std::to_string(o.nnodes));
+    if (r < o.node_rank) layout.rank_offset += nproc;
+    layout.world_size += nproc;
+    layout.hosts.push_back(fields[0]);
+  }
+  return layout;
+}
+
+void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
+  std::string value = std::to_string(failure.exit_code) + " " + failure.description;
+  try {
+    store_->compareSet(kPrefix + "attempt_" + std::to_string(attempt) + "/failure", {}, bytes(value));
+  } catch (const std::exception&) {
+    // The store may already be gone; the other nodes then notice it themselves.
+  }
+}
+
+std::optional<RemoteFailure> Rendezvous::remote_failure(int attempt) {
+  std::string key = kPrefix + "attempt_" + std::to_string(attempt) + "/failure";
+  if (!store_->check({key})) return std::nullopt;
+  std::string value = text(store_->get(key));
+  auto space = value.find(' ');
+  RemoteFailure failure;
+  failure.exit_code = static_cast<int>(parse_int(value.substr(0, space)).value_or(1));
+  failure.description = space == std::string::npos ? value : value.substr(space + 1);
+  return failure;
+}
+
+void Rendezvous::finish(int attempt) {
+  std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/done/";
+  try {
+    store_->set(prefix + std::to_string(options_.node_rank), bytes("1"));
+    if (options_.node_rank != 0) return;
+    std::vector<std::string> keys;
+    for (int r = 1; r < options_.nnodes; ++r) keys.push_back(prefix + std::to_string(r));
+    if (!keys.empty()) store_->wait(keys, options_.timeout);
+  } catch (const std::exception&) {
+    // A node that never reports done has failed or vanished; its own launcher says so.
+  }
+}
+
+}  // namespace ddp

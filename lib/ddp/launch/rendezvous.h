@@ -1,0 +1,75 @@
+#pragma once
+// Static rendezvous over PyTorch's c10d TCPStore: node 0's launcher hosts the store, every launcher
+// registers its node, and all agree on the global rank layout before any worker starts.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class Store;
+}
+
+namespace ddp {
+
+/// Where to meet and who this node is.
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  ///< 0: node 0 binds a free port
+  int nnodes = 1;
+  int node_rank = 0;
+  int local_world_size = 1;
+  std::string run_id;  ///< empty: node 0 generates one, the others adopt it
+  std::chrono::milliseconds timeout{300000};
+};
+
+/// The agreed layout, the same on every node.
+struct WorldLayout {
+  int world_size = 0;
+  int rank_offset = 0;  ///< global rank of this node's local rank 0
+  std::string run_id;
+  std::vector<std::string> hosts;  ///< by node rank
+};
+
+/// A failure reported by some node, seen by all.
+struct RemoteFailure {
+  int exit_code = 1;
+  std::string description;  ///< e.g. "rank 3 on host-b: exit code 7"
+};
+
+/// Hosts (node 0) or joins the store and runs the node-level protocol on it.
+class Rendezvous {
+ public:
+  /// Binds or connects; throws UserError naming the address on a port in use or an unreachable master.
+  explicit Rendezvous(const RendezvousOptions& options);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  /// The port actually bound (differs from the requested one when that was 0).
+  int port() const;
+
+  /// Registers this node and waits for all of them; throws UserError on a time-out or a mismatch.
+  WorldLayout join();
+
+  /// Announces a failure of `attempt` to every node; the first report wins.
+  void report_failure(int attempt, const RemoteFailure& failure);
+
+  /// A failure reported by another node for `attempt`, if any. Throws if the store is gone.
+  std::optional<RemoteFailure> remote_failure(int attempt);
+
+  /// Marks this node finished with `attempt`; node 0 waits (bounded) for the rest so its store
+  /// outlives every client.
+  void finish(int attempt);
+
+ private:
+  RendezvousOptions options_;
+  std::shared_ptr<c10d::Store> store_;
+};
+
+/// Generates a short random run id.
+std::string generate_run_id();
+
+}  // namespace ddp

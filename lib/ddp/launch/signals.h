@@ -1,0 +1,26 @@
+#pragma once
+// Turns SIGINT, SIGTERM, SIGHUP and SIGCHLD into bytes on a pipe the monitor loop polls (the self-pipe trick).
+
+#include <vector>
+
+namespace ddp {
+
+/// Installs the handlers for its lifetime; one instance per process.
+class SignalPipe {
+ public:
+  SignalPipe();
+  ~SignalPipe();
+  SignalPipe(const SignalPipe&) = delete;
+  SignalPipe& operator=(const SignalPipe&) = delete;
+
+  /// Readable when a signal arrived.
+  int fd() const { return read_fd_; }
+
+  /// The signals received since the last call, in order.
+  std::vector<int> take();
+
+ private:
+  int read_fd_ = -1;
+};
+
+}  // namespace ddp

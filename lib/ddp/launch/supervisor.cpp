@@ -1,0 +1,293 @@
+#include "ddp/launch/supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/launch/machine.h"
+#include "ddp/launch/output_relay.h"
+#include "ddp/launch/process.h"
+#include "ddp/launch/rendezvous.h"
+#include "ddp/launch/signals.h"
+#include "ddp/launch/watchdog.h"
+#include "ddp/launch/worker_env.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often the monitor wakes without events, and how often it asks the store about other nodes.
+constexpr auto kMonitorTick = std::chrono::milliseconds(100);
+constexpr auto kRemoteCheckEvery = std::chrono::seconds(1);
+
+void say(const std::string& line) {
+  std::string text = "ddprun: " + line + "\n";
+  [[maybe_unused]] ssize_t n = write(2, text.data(), text.size());
+}
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  WorkerState state = WorkerState::kInit;
+  int status = 0;  // waitpid status once exited
+};
+
+/// The first thing that went wrong in an attempt; decides the summary and the exit status.
+struct Failure {
+  int exit_code = 1;
+  std::optional<int> worker;  // local index, when one of ours failed
+  std::string description;
+};
+
+/// One attempt: start the workers, watch them until all exit, stop the rest on the first failure.
+class Attempt {
+ public:
+  Attempt(const LaunchOptions& options, const WorldLayout& layout, Rendezvous& rendezvous, Watchdog& watchdog,
+          SignalPipe& signals, int attempt)
+      : options_(options), layout_(layout), rendezvous_(rendezvous), watchdog_(watchdog), signals_(signals),
+        attempt_(attempt) {}
+
+  /// Returns the attempt's exit status.
+  int run() {
+    start_workers();
+    monitor();
+    relay_.drain_and_close();
+    for (const auto& worker : workers_) {
+      signal_group(worker.pid, SIGKILL);  // anything a worker left behind in its group
+      watchdog_.forget(worker.pid);
+    }
+    if (interrupted_by_) return 128 + *interrupted_by_;
+    if (failure_) {
+      summarize();
+      return failure_->exit_code;
+    }
+    return 0;
+  }
+
+ private:
+  std::string log_path(int rank, const char* stream) const {
+    if (options_.log_dir.empty()) return "";
+    return attempt_dir() + "/rank_" + std::to_string(rank) + "." + stream;
+  }
+  std::string attempt_dir() const {
+    return options_.log_dir + "/" + layout_.run_id + "/attempt_" + std::to_string(attempt_);
+  }
+
+  void start_workers() {
+    if (!options_.log_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(attempt_dir(), ec);
+      if (ec) throw UserError("--log-dir: cannot create " + attempt_dir() + ": " + ec.message());
+    }
+    bool multi_node = options_.nnodes > 1;
+    std::string host = host_name();
+    auto base = current_environment();
+    for (int local = 0; local < options_.nproc_per_node; ++local) {
+      WorkerIdentity id;
+      id.local_rank = local;
+      id.rank = layout_.rank_offset + local;
+      id.world_size = layout_.world_size;
+      id.local_world_size = options_.nproc_per_node;
+      id.group_rank = options_.node_rank;
+      id.group_world_size = options_.nnodes;
+      id.master_addr = options_.master_addr;
+      id.master_port = rendezvous_.port();
+      id.run_id = layout_.run_id;
+      id.restart_count = attempt_;
+      auto variables = worker_variables(id);
+      if (!std::getenv("OMP_NUM_THREADS")) variables["OMP_NUM_THREADS"] = std::to_string(omp_threads());
+
+      RelayTarget target;
+      target.prefix = multi_node ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
+                                 : "[rank " + std::to_string(id.rank) + "] ";
+      const auto& filter = options_.local_ranks_filter;
+      target.to_console = !filter || std::count(filter->begin(), filter->end(), local) > 0;
+      target.stdout_log = log_path(id.rank, "stdout");
+      target.stderr_log = log_path(id.rank, "stderr");
+
+      SpawnedProcess process = spawn_process(options_.program, merge_environment(base, variables));
+      watchdog_.watch(process.pid);
+      relay_.add_worker(local, process.stdout_fd, process.stderr_fd, target);
+      workers_.push_back(Worker{local, id.rank, process.pid, WorkerState::kHealthy, 0});
+    }
+  }
+
+  int omp_threads() const { return std::max(1, available_cores() / options_.nproc_per_node); }
+
+  bool all_exited() const {
+    for (const auto& w : workers_)
+      if (w.state == WorkerState::kHealthy) return false;
+    return true;
+  }
+
+  void monitor() {
+    auto next_remote_check = Clock::now() + kRemoteCheckEvery;
+    while (!all_exited()) {
+      std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
+      for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
+      int ready = poll(fds.data(), fds.size(), static_cast<int>(kMonitorTick.count()));
+      if (ready > 0) {
+        for (std::size_t i = 1; i < fds.size(); ++i)
+          if (fds[i].revents) relay_.on_readable(fds[i].fd);
+        for (int sig : signals_.take())
+          if (sig != SIGCHLD) on_launcher_signal(sig);
+      }
+      reap();
+      if (options_.nnodes > 1 && !stopping() && Clock::now() >= next_remote_check) {
+        check_other_nodes();
+        next_remote_check = Clock::now() + kRemoteCheckEvery;
+      }
+      if (stop_deadline_ && Clock::now() >= *stop_deadline_) {
+        for (const auto& w : workers_)
+          if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
+        stop_deadline_.reset();
+      }
+    }
+  }
+
+  bool stopping() const { return failure_.has_value() || interrupted_by_.has_value(); }
+
+  void reap() {
+    for (auto& w : workers_) {
+      if (w.state != WorkerState::kHealthy) continue;
+      int status = 0;
+      pid_t done = waitpid(w.pid, &status, WNOHANG);
+      if (done != w.pid) continue;
+      w.status = status;
+      bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (ok) {
+        w.state = WorkerState::kSucceeded;
+      } else if (stopping()) {
+        w.state = WorkerState::kStopped;  // we stopped it
+      } else {
+        w.state = WorkerState::kFailed;
+        failure_ = Failure{exit_code_of(status), w.local_rank,
+                           "rank " + std::to_string(w.rank) + " on " + host_name() + ": " + describe_wait_status(status)};
+        if (options_.nnodes > 1) rendezvous_.report_failure(attempt_, {failure_->exit_code, failure_->description});
+        stop_all(SIGTERM);
+      }
+    }
+  }
+
+  void on_launcher_signal(int sig) {
+    if (interrupted_by_) {
+      // A second Ctrl-C: no more grace.
+      for (const auto& w : workers_)
+        if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
+      return;
+    }
+    interrupted_by_ = sig;
+    say("received " + signal_name(sig) + "; stopping " + std::to_string(healthy_count()) +
+        " worker(s)");
+    if (options_.nnodes > 1)
+      rendezvous_.report_failure(attempt_, {128 + sig, "node " + std::to_string(options_.node_rank) + " (" +
+                                                           host_name() + ") was interrupted"});
+    stop_all(sig);
+  }
+
+  void check_other_nodes() {
+    std::optional<RemoteFailure> remote;
+    try {
+      remote = rendezvous_.remote_failure(attempt_);
+    } catch (const std::exception& e) {
+      remote = RemoteFailure{1, "lost contact with the rendezvous at " + options_.master_addr + ":" +
+                                    std::to_string(options_.master_port) + " (node 0 gone?)"};
+    }
+    if (!remote) return;
+    failure_ = Failure{remote->exit_code, std::nullopt, remote->description};
+    say("stopping this node's workers: " + remote->description);
+    stop_all(SIGTERM);
+  }
+
+  int healthy_count() const {
+    int n = 0;
+    for (const auto& w : workers_) n += w.state == WorkerState::kHealthy;
+    return n;
+  }
+
+  /// Asks every live worker's group to stop; SIGKILL follows after the grace period.
+  void stop_all(int sig) {
+    for (const auto& w : workers_)
+      if (w.state == WorkerState::kHealthy) signal_group(w.pid, sig);
+    stop_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_s * 1000));
+  }
+
+  void summarize() const {
+    const Failure& f = *failure_;
+    if (!f.worker) {
+      say("failed: " + f.description);
+      return;
+    }
+    const Worker& w = workers_[*f.worker];
+    say("rank " + std::to_string(w.rank) + " failed first: " + describe_wait_status(w.status) + " (local rank " +
+        std::to_string(w.local_rank) + " on " + host_name() + ", pid " + std::to_string(w.pid) + ")");
+    auto tail = relay_.stderr_tail(w.local_rank);
+    if (tail.empty()) {
+      say("rank " + std::to_string(w.rank) + " wrote nothing to stderr");
+    } else {
+      say("last " + std::to_string(tail.size()) + " stderr line(s) of rank " + std::to_string(w.rank) + ":");
+      for (const auto& line : tail) say("  | " + line);
+    }
+    int stopped = 0;
+    for (const auto& other : workers_) stopped += other.state == WorkerState::kStopped;
+    if (stopped > 0) say("stopped the other " + std::to_string(stopped) + " worker(s) of this node");
+    if (options_.log_dir.empty())
+      say("full output: rerun with --log-dir DIR to keep each rank's stdout and stderr");
+    else
+      say("full logs: " + attempt_dir() + "/rank_" + std::to_string(w.rank) + ".{stdout,stderr}");
+  }
+
+  const LaunchOptions& options_;
+  const WorldLayout& layout_;
+  Rendezvous& rendezvous_;
+  Watchdog& watchdog_;
+  SignalPipe& signals_;
+  int attempt_;
+  OutputRelay relay_;
+  std::vector<Worker> workers_;
+  std::optional<Failure> failure_;
+  std::optional<int> interrupted_by_;
+  std::optional<Clock::time_point> stop_deadline_;
+};
+
+}  // namespace
+
+int run_launcher(const LaunchOptions& options) {
+  Watchdog watchdog;  // first: it is forked before the store starts threads
+
+  RendezvousOptions rdzv;
+  rdzv.master_addr = options.master_addr;
+  rdzv.master_port = options.master_port;
+  rdzv.nnodes = options.nnodes;
+  rdzv.node_rank = options.node_rank;
+  rdzv.local_world_size = options.nproc_per_node;
+  rdzv.run_id = options.run_id;
+  rdzv.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.rdzv_timeout_s * 1000));
+  Rendezvous rendezvous(rdzv);
+  WorldLayout layout = rendezvous.join();
+
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    int threads = std::max(1, available_cores() / options.nproc_per_node);
+    say("OMP_NUM_THREADS=" + std::to_string(threads) + " for each worker (" + std::to_string(available_cores()) +
+        " cores / " + std::to_string(options.nproc_per_node) + " workers); set it to override");
+  }
+
+  SignalPipe signals;
+  Attempt attempt(options, layout, rendezvous, watchdog, signals, 0);
+  int status = attempt.run();
+  rendezvous.finish(0);
+  return status;
+}
+
+}  // namespace ddp

@@ -1,0 +1,81 @@
+#include "ddp/launch/watchdog.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+namespace ddp {
+namespace {
+
+// Messages are fixed-size so a read never sees half of one: +pid watches, -pid forgets.
+struct Message {
+  int32_t group;
+};
+
+[[noreturn]] void watchdog_main(int read_fd) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
+  constexpr int kMax = 4096;
+  static pid_t groups[kMax];
+  int count = 0;
+  Message message;
+  while (true) {
+    ssize_t n = read(read_fd, &message, sizeof message);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != sizeof message) break;  // EOF: the launcher is gone, however it died
+    if (message.group > 0 && count < kMax) {
+      groups[count++] = message.group;
+    } else if (message.group < 0) {
+      for (int i = 0; i < count; ++i)
+        if (groups[i] == -message.group) groups[i] = groups[--count];
+    }
+  }
+  for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
+  _exit(0);
+}
+
+}  // namespace
+
+Watchdog::Watchdog() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("watchdog pipe: ") + strerror(errno));
+  pid_ = fork();
+  if (pid_ < 0) throw std::runtime_error(std::string("watchdog fork: ") + strerror(errno));
+  if (pid_ == 0) {
+    close(fds[1]);
+    // Only the read end stays open, so EOF means the launcher (the single writer) is gone.
+    // Nor does it hold the console: whoever reads the launcher's output sees EOF when the launcher exits.
+    int null_fd = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) dup2(null_fd, fd);
+    for (int fd = 3; fd < 1024; ++fd)
+      if (fd != fds[0]) close(fd);
+    watchdog_main(fds[0]);
+  }
+  close(fds[0]);
+  write_fd_ = fds[1];
+}
+
+Watchdog::~Watchdog() {
+  close(write_fd_);
+  int status;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void Watchdog::watch(pid_t group) {
+  Message message{static_cast<int32_t>(group)};
+  [[maybe_unused]] ssize_t n = write(write_fd_, &message, sizeof message);
+}
+
+void Watchdog::forget(pid_t group) {
+  Message message{static_cast<int32_t>(-group)};
+  [[maybe_unused]] ssize_t n = write(write_fd_, &message, sizeof message);
+}
+
+}  // namespace ddp

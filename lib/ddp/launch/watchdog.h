@@ -1,0 +1,30 @@
+#pragma once
+// A tiny helper process that outlives a SIGKILLed launcher just long enough to kill every worker
+// process group. PR_SET_PDEATHSIG only reaches a worker itself, not what the worker started.
+
+#include <sys/types.h>
+
+namespace ddp {
+
+/// Forks the watchdog; it kills the groups it was told about when the launcher's end of the pipe closes.
+class Watchdog {
+ public:
+  /// Must run before the launcher starts threads (the watchdog child is a plain fork).
+  Watchdog();
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  /// Tells the watchdog about a worker's process group.
+  void watch(pid_t group);
+  /// The group is gone (reaped and killed): forget it, so a reused id is never hit.
+  void forget(pid_t group);
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int write_fd_ = -1;
+};
+
+}  // namespace ddp

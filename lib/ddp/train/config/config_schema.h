@@ -1,0 +1,127 @@
+#pragma once
+// A declarative config schema: each key is bound to a struct member, so the YAML parser, `--set`
+// overrides, validation, the resolved-config dump and the docs all come from one declaration.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace YAML {
+class Node;
+}
+
+namespace ddp {
+
+/// Keys `section.key` bound to struct members; their values at declaration time are the defaults.
+///
+/// Scalars read as follows (the same in files and in `--set`): booleans are `true`/`false` only
+/// (never yes/no/on/off/1/0, which YAML 1.1 would read silently); integers are base-10; numbers are
+/// anything strtod reads as finite; strings take any scalar's text, but null (`key:` or `~`) is an
+/// error so a forgotten value is not read as "". Lists of integers are YAML sequences (`[256, 128]`).
+class ConfigSchema {
+ public:
+  /// A member the schema writes to.
+  using Target = std::variant<bool*, int64_t*, double*, std::string*, std::vector<int64_t>*>;
+
+  /// One declared key; its fluent checks run in validate(), after the file and all overrides.
+  class Field {
+   public:
+    /// value >= bound (each element, for lists).
+    Field& min(double bound);
+    /// value > bound (each element, for lists).
+    Field& greater_than(double bound);
+    /// value <= bound (each element, for lists).
+    Field& max(double bound);
+    /// value < bound (each element, for lists).
+    Field& less_than(double bound);
+    /// The string must be one of `allowed`.
+    Field& choices(std::vector<std::string> allowed);
+    /// The string or list must not be empty.
+    Field& non_empty();
+
+   private:
+    friend class ConfigSchema;
+    Field(std::string path, Target target, std::string doc);
+    bool is_number() const;
+    std::string range_text(bool markdown) const;
+    std::vector<std::string> problems() const;
+
+    std::string path_;
+    Target target_;
+    std::string doc_;
+    std::string default_text_;
+    std::optional<double> lower_;
+    bool lower_inclusive_ = true;
+    std::optional<double> upper_;
+    bool upper_inclusive_ = true;
+    std::vector<std::string> choices_;
+    bool non_empty_ = false;
+  };
+
+  ConfigSchema() = default;
+  ConfigSchema(const ConfigSchema&) = delete;
+  ConfigSchema& operator=(const ConfigSchema&) = delete;
+
+  /// Gives a section a one-line description for markdown(); sections also appear on first add().
+  void section(const std::string& name, const std::string& doc);
+
+  /// Declares `section.key` bound to `*field`; the current value is recorded as its default.
+  Field& add(const std::string& path, bool* field, const std::string& doc);
+  Field& add(const std::string& path, int64_t* field, const std::string& doc);
+  Field& add(const std::string& path, double* field, const std::string& doc);
+  Field& add(const std::string& path, std::string* field, const std::string& doc);
+  Field& add(const std::string& path, std::vector<int64_t>* field, const std::string& doc);
+
+  /// A check across keys, run by validate(); `check` returns "" when fine, else the problem,
+  /// which is reported as "path: problem".
+  void rule(const std::string& path, std::function<std::string()> check);
+
+  /// Writes every key present in `root` (a map of sections; null means all defaults).
+  /// Throws ConfigError on an unknown key, a duplicate key, or a value of the wrong type.
+  void load(const YAML::Node& root);
+
+  /// Applies one `--set section.key=value`; the value is read as YAML, so `[1, 2]` is a list and
+  /// an empty value is the empty string. Throws ConfigError like load().
+  void apply_override(std::string_view assignment);
+
+  /// Every range, choice and rule violation, one complete line each, in declaration order.
+  std::vector<std::string> problems() const;
+
+  /// Throws ConfigError with problems() joined by newlines, if there are any.
+  void validate() const;
+
+  /// The current values of every key, sections and keys in declaration order.
+  std::string to_yaml() const;
+
+  /// A reference table per section: key | type | default | meaning.
+  std::string markdown() const;
+
+ private:
+  struct Section {
+    std::string name;
+    std::string doc;
+    std::vector<std::string> keys;
+  };
+  struct Rule {
+    std::string path;
+    std::function<std::string()> check;
+  };
+
+  Field& add_field(const std::string& path, Target target, const std::string& doc);
+  Section* find_section(std::string_view name);
+  Field* find_field(std::string_view path);
+  void assign(const std::string& path, const YAML::Node& value);
+  void load_section(const Section& section, const YAML::Node& node);
+  std::string unknown_key(const std::string& path) const;
+
+  std::deque<Field> fields_;  // a deque: add() hands out references that must stay valid
+  std::vector<Section> sections_;
+  std::vector<Rule> rules_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// `data:` where samples come from and how they are normalised.
+struct DataConfig {
+  std::string dataset = "idx";  ///< idx (MNIST-format files) | synthetic
+  std::string path = "/usr/share/datasets/fashion-mnist";  ///< directory with train-/t10k- IDX files (raw or .gz)
+  double mean = 0.2860;  ///< normalisation: (pixel/255 - mean) / std
+  double std = 0.3530;
+  std::string eval_split = "test";  ///< test | train | none
+  int64_t synthetic_train_samples = 4096;
+  int64_t synthetic_test_samples = 1024;
+  int64_t workers = 1;   ///< background threads assembling batches
+  int64_t prefetch = 2;  ///< batches assembled ahead of the step
+};
+
+/// `sampler:` DistributedSampler's arguments.
+struct SamplerConfig {
+  bool shuffle = true;
+  int64_t seed = 0;
+  bool drop_last = false;
+};
+
+void declare_config(ConfigSchema& schema, DataConfig& config);
+void declare_config(ConfigSchema& schema, SamplerConfig& config);
+
+}  // namespace ddp

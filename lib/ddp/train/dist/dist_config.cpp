@@ -1,0 +1,18 @@
+#include "ddp/train/dist/dist_config.h"
+
+#include "ddp/train/config/config_schema.h"
+
+namespace ddp {
+
+void declare_config(ConfigSchema& schema, DistConfig& config) {
+  schema.section("dist", "The process group and gradient sync.");
+  schema.add("dist.backend", &config.backend, "process group backend; auto: nccl on GPUs, else gloo")
+      .choices({"auto", "gloo", "nccl"});
+  schema.add("dist.timeout_s", &config.timeout_s, "seconds a collective or the rendezvous may wait before it fails")
+      .greater_than(0);
+  schema.add("dist.bucket_cap_mb", &config.bucket_cap_mb, "gradient bucket size in MiB; the first bucket is ~1 MiB")
+      .greater_than(0);
+  schema.add("dist.overlap", &config.overlap, "all-reduce buckets during backward, as their gradients become ready");
+}
+
+}  // namespace ddp

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// `dist:` the process group and gradient sync.
+struct DistConfig {
+  std::string backend = "auto";  ///< auto | gloo | nccl
+  double timeout_s = 300;        ///< a collective or rendezvous that waits longer fails
+  double bucket_cap_mb = 25;     ///< gradient bucket size (the first bucket is ~1 MiB)
+  bool overlap = true;           ///< all-reduce buckets during backward
+};
+
+void declare_config(ConfigSchema& schema, DistConfig& config);
+
+}  // namespace ddp

@@ -1,0 +1,19 @@
+#include "ddp/train/model/model_config.h"
+
+#include "ddp/train/config/config_schema.h"
+
+namespace ddp {
+
+void declare_config(ConfigSchema& schema, ModelConfig& config) {
+  schema.section("model", "Which network, by registry name, and its parameters.");
+  schema.add("model.name", &config.name, "network from the model registry").choices({"convnet", "linear3", "mlp"});
+  schema.add("model.num_classes", &config.num_classes, "outputs of the last layer").min(2);
+  schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");
+  schema.add("model.relu", &config.relu, "convnet: ReLU after each conv");
+  schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1);
+  schema.rule("model.hidden", [&config]() -> std::string {
+    return config.name == "mlp" && config.hidden.empty() ? "must not be empty when model.name is mlp" : "";
+  });
+}
+
+}  // namespace ddp

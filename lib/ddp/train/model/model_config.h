@@ -1,0 +1,22 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// `model:` which network, by registry name, and its parameters.
+struct ModelConfig {
+  std::string name = "convnet";  ///< convnet | linear3 | mlp
+  int64_t num_classes = 10;
+  bool batchnorm = true;  ///< convnet: BatchNorm2d after each conv
+  bool relu = true;       ///< convnet: ReLU after each conv
+  std::vector<int64_t> hidden = {256, 128};  ///< mlp: hidden layer widths
+};
+
+void declare_config(ConfigSchema& schema, ModelConfig& config);
+
+}  // namespace ddp

@@ -1,0 +1,24 @@
+#pragma once
+// Model weights in the file format Python reads: `model.load_state_dict(torch.load(path))` works on
+// the result, so a model trained here can be evaluated or fine-tuned with plain PyTorch.
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp {
+
+/// Parameters and buffers under their dotted names, in the order Python's `module.state_dict()` has.
+std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch::nn::Module& module);
+
+/// Writes python_state_dict(model) as a torch.save-compatible dict; atomic; FileError naming `path`.
+void save_python_state_dict(const torch::nn::Module& model, const std::string& path);
+
+/// Loads a file save_python_state_dict (or Python's `torch.save(dict(sd), path)`) wrote into `model`;
+/// FileError listing every missing, unexpected or wrongly shaped key, leaving the model unchanged.
+void load_python_state_dict(torch::nn::Module& model, const std::string& path);
+
+}  // namespace ddp

@@ -1,0 +1,34 @@
+#include <catch2/catch.hpp>
+
+#include "ddp/common/text.h"
+
+using namespace ddp;
+
+TEST_CASE("edit_distance counts single-character edits") {
+  CHECK(edit_distance("", "") == 0);
+  CHECK(edit_distance("bach_size", "batch_size") == 1);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
+TEST_CASE("nearest suggests plausible typos only") {
+  std::vector<std::string> keys{"batch_size", "epochs", "max_steps"};
+  CHECK(nearest("bach_size", keys) == std::optional<std::string>("batch_size"));
+  CHECK(nearest("epoch", keys) == std::optional<std::string>("epochs"));
+  CHECK_FALSE(nearest("learning_rate", keys).has_value());
+}
+
+TEST_CASE("parse_int and parse_double reject junk") {
+  CHECK(parse_int("42") == 42);
+  CHECK(parse_int("-3") == -3);
+  CHECK_FALSE(parse_int("4x").has_value());
+  CHECK_FALSE(parse_int("").has_value());
+  CHECK_FALSE(parse_int("99999999999999999999").has_value());
+  CHECK(parse_double("0.5") == 0.5);
+  CHECK_FALSE(parse_double("fast").has_value());
+  CHECK_FALSE(parse_double("inf").has_value());
+}
+
+TEST_CASE("split keeps empty pieces") {
+  CHECK(split("a,,b", ',') == std::vector<std::string>{"a", "", "b"});
+  CHECK(split("", ',') == std::vector<std::string>{""});
+}

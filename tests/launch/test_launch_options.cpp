@@ -1,0 +1,94 @@
+#include <catch2/catch.hpp>
+
+#include "ddp/common/error.h"
+#include "ddp/launch/launch_options.h"
+#include "ddp/launch/worker_env.h"
+
+using namespace ddp;
+
+namespace {
+LaunchOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "ddprun");
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_launch_options(static_cast<int>(argv.size()), argv.data()).value();
+}
+}  // namespace
+
+TEST_CASE("options accept torchrun's spellings") {
+  auto dashed = parse({"--nproc-per-node", "3", "--master-port=1234", "--", "true"});
+  CHECK(dashed.nproc_per_node == 3);
+  CHECK(dashed.master_port == 1234);
+  CHECK(dashed.program == std::vector<std::string>{"true"});
+  auto underscored = parse({"--nproc_per_node=2", "--node_rank", "1", "--nnodes", "2", "--", "sh", "-c", "x"});
+  CHECK(underscored.nproc_per_node == 2);
+  CHECK(underscored.node_rank == 1);
+  CHECK(underscored.program == std::vector<std::string>{"sh", "-c", "x"});
+}
+
+TEST_CASE("program arguments after -- are left alone") {
+  auto options = parse({"--", "sh", "-c", "echo --nnodes", "--standalone"});
+  CHECK(options.program == std::vector<std::string>{"sh", "-c", "echo --nnodes", "--standalone"});
+  CHECK_FALSE(options.standalone);
+}
+
+TEST_CASE("--standalone means loopback and a free port") {
+  auto options = parse({"--standalone", "--master-addr", "10.0.0.1", "--", "true"});
+  CHECK(options.master_addr == "127.0.0.1");
+  CHECK(options.master_port == 0);
+}
+
+TEST_CASE("nproc-per-node cpu is the core count") {
+  CHECK(resolve_nproc("cpu") >= 1);
+  CHECK(resolve_nproc("auto") >= 1);
+  CHECK(resolve_nproc("7") == 7);
+}
+
+TEST_CASE("bad command lines are UserErrors with one clear message") {
+  using Catch::Contains;
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "0", "--", "true"}), Contains("--nproc-per-node") && Contains("'0'"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "abc", "--", "true"}), Contains("'abc'"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node=-3", "--", "true"}), Contains("'-3'"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "2", "--node-rank", "2", "--", "true"}), Contains("--node-rank"));
+  CHECK_THROWS_WITH(parse({"--master-port", "70000", "--", "true"}), Contains("--master-port"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-nod", "2", "--", "true"}),
+                    Contains("unknown option --nproc-per-nod") && Contains("--nproc-per-node"));
+  CHECK_THROWS_WITH(parse({}), Contains("nothing to run"));
+  CHECK_THROWS_WITH(parse({"/nonexistent/train.yaml"}), Contains("config file not found: /nonexistent/train.yaml"));
+  CHECK_THROWS_WITH(parse({"--", "/nonexistent/program"}), Contains("program not found"));
+  CHECK_THROWS_WITH(parse({"--local-ranks-filter", "0,x", "--", "true"}), Contains("--local-ranks-filter"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "2", "--master-port", "0", "--", "true"}), Contains("--master-port 0"));
+  CHECK_THROWS_WITH(parse({"--run-id", "a b", "--", "true"}), Contains("--run-id"));
+  CHECK_THROWS_AS(parse({"--set", "a=1", "--", "true"}), UserError);
+}
+
+TEST_CASE("worker variables follow torchrun's contract") {
+  WorkerIdentity id;
+  id.rank = 5;
+  id.local_rank = 1;
+  id.world_size = 8;
+  id.local_world_size = 4;
+  id.group_rank = 1;
+  id.group_world_size = 2;
+  id.master_addr = "node0";
+  id.master_port = 29500;
+  id.run_id = "abc";
+  id.restart_count = 2;
+  auto vars = worker_variables(id);
+  CHECK(vars.at("RANK") == "5");
+  CHECK(vars.at("LOCAL_RANK") == "1");
+  CHECK(vars.at("WORLD_SIZE") == "8");
+  CHECK(vars.at("LOCAL_WORLD_SIZE") == "4");
+  CHECK(vars.at("GROUP_RANK") == "1");
+  CHECK(vars.at("GROUP_WORLD_SIZE") == "2");
+  CHECK(vars.at("MASTER_ADDR") == "node0");
+  CHECK(vars.at("MASTER_PORT") == "29500");
+  CHECK(vars.at("DDPRUN_RUN_ID") == "abc");
+  CHECK(vars.at("DDPRUN_RESTART_COUNT") == "2");
+  CHECK(vars.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
+
+  auto env = merge_environment({"RANK=99", "HOME=/root"}, vars);
+  CHECK(std::count(env.begin(), env.end(), "RANK=5") == 1);
+  CHECK(std::count(env.begin(), env.end(), "RANK=99") == 0);
+  CHECK(std::count(env.begin(), env.end(), "HOME=/root") == 1);
+}

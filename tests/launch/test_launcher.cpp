@@ -1,0 +1,233 @@
+// Integration tests: the real ddprun binary, real worker processes, loopback rendezvous.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "ddp/launch/machine.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+std::string ddprun() { return bin("ddprun"); }
+
+// A unique `sleep` so a test can look for leftovers of exactly its own workers.
+std::string unique_sleep(int tag) { return "sleep 6" + std::to_string(tag) + ".25"; }
+
+CommandResult launch(const std::vector<std::string>& args, double timeout_s = 60) {
+  std::vector<std::string> argv{ddprun()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, std::chrono::duration<double>(timeout_s));
+}
+
+}  // namespace
+
+TEST_CASE("each rank sees its identity, for 1 to 4 ranks") {
+  for (int n = 1; n <= 4; ++n) {
+    auto r = launch({"--standalone", "--nproc-per-node", std::to_string(n), "--", "sh", "-c",
+                     "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $MASTER_ADDR "
+                     "${DDPRUN_RESTART_COUNT} ${#DDPRUN_RUN_ID}"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    for (int rank = 0; rank < n; ++rank) {
+      std::string expected = "[rank " + std::to_string(rank) + "] " + std::to_string(rank) + " " +
+                             std::to_string(rank) + " " + std::to_string(n) + " " + std::to_string(n) +
+                             " 0 1 127.0.0.1 0 12";
+      CHECK(count_lines(r.out, expected) == 1);
+    }
+  }
+}
+
+TEST_CASE("the must-show environment example prints 0 0 3, 1 1 3, 2 2 3") {
+  auto r = launch({"--nproc-per-node", "3", "--master-port", std::to_string(free_port()), "--", "sh", "-c",
+                   "echo $RANK $LOCAL_RANK $WORLD_SIZE"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 0] 0 0 3") == 1);
+  CHECK(count_lines(r.out, "[rank 1] 1 1 3") == 1);
+  CHECK(count_lines(r.out, "[rank 2] 2 2 3") == 1);
+}
+
+TEST_CASE("workers reach the store the launcher hosts at MASTER_PORT") {
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                   "exec 3<>/dev/tcp/$MASTER_ADDR/$MASTER_PORT 2>/dev/null && echo reached || "
+                   "(command -v bash >/dev/null && bash -c 'exec 3<>/dev/tcp/'$MASTER_ADDR'/'$MASTER_PORT && echo reached)"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 0] reached") == 1);
+}
+
+TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once; a user's value is kept") {
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c", "echo omp=$OMP_NUM_THREADS"});
+  int expected = std::max(1, ddp::available_cores() / 2);
+  CHECK(count_lines(r.out, "[rank 0] omp=" + std::to_string(expected)) == 1);
+  CHECK(r.err.find("OMP_NUM_THREADS=") != std::string::npos);
+  auto kept = run_shell("OMP_NUM_THREADS=3 " + ddprun() + " --standalone -- sh -c 'echo omp=$OMP_NUM_THREADS'");
+  CHECK(count_lines(kept.out, "[rank 0] omp=3") == 1);
+  CHECK(kept.err.find("OMP_NUM_THREADS=") == std::string::npos);
+}
+
+TEST_CASE("a failing rank stops the others fast and is named with its exit code") {
+  std::string sleeper = unique_sleep(1);
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                   "[ $RANK = 1 ] && { echo boom-1 >&2; echo boom-2 >&2; exit 7; }; " + sleeper});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 7);
+  CHECK(r.seconds < 5);
+  CHECK_THAT(r.err, Contains("rank 1 failed first: exit code 7"));
+  CHECK_THAT(r.err, Contains("  | boom-2"));
+  CHECK_THAT(r.err, Contains("stopped the other 1 worker(s)"));
+  CHECK(find_processes(sleeper).empty());
+}
+
+TEST_CASE("the must-show failure example exits 7 within 5 s and leaves no sleep behind") {
+  auto r = launch({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "sh", "-c",
+                   "[ $RANK = 1 ] && exit 7; sleep 60"});
+  CHECK(r.exit_code == 7);
+  CHECK(r.seconds < 5);
+  CHECK_THAT(r.err, Contains("rank 1 failed first: exit code 7"));
+}
+
+TEST_CASE("a rank killed by a signal gives 128+N and the signal's name") {
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                   "[ $RANK = 0 ] && kill -9 $$; " + unique_sleep(2)});
+  INFO(r.err);
+  CHECK(r.exit_code == 137);
+  CHECK_THAT(r.err, Contains("rank 0 failed first: signal 9 (SIGKILL)"));
+}
+
+TEST_CASE("output arrives as whole lines behind the rank prefix") {
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                   "if [ $RANK = 0 ]; then printf 'first-'; sleep 0.3; printf 'half\\n'; printf 'no-newline'; "
+                   "else i=0; while [ $i -lt 200 ]; do echo line-$i; i=$((i+1)); done; fi"});
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 0] first-half") == 1);
+  CHECK(count_lines(r.out, "[rank 0] no-newline") == 1);
+  CHECK(count_lines(r.out, "[rank 1] line-199") == 1);
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) CHECK((line.rfind("[rank 0] ", 0) == 0 || line.rfind("[rank 1] ", 0) == 0));
+}
+
+TEST_CASE("--local-ranks-filter limits the console; --log-dir keeps every rank's streams") {
+  TempDir dir;
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "1", "--log-dir", dir.path(),
+                   "--run-id", "myrun", "--", "sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 1] out-1") == 1);
+  CHECK(r.out.find("out-0") == std::string::npos);
+  CHECK(read_file(dir.file("myrun/attempt_0/rank_0.stdout")) == "out-0\n");
+  CHECK(read_file(dir.file("myrun/attempt_0/rank_0.stderr")) == "err-0\n");
+  CHECK(read_file(dir.file("myrun/attempt_0/rank_1.stdout")) == "out-1\n");
+}
+
+TEST_CASE("SIGTERM and SIGINT to ddprun stop every worker, with 143 and 130") {
+  for (auto [signal, status] : {std::pair{"TERM", 143}, std::pair{"INT", 130}}) {
+    TempDir dir;
+    std::string sleeper = unique_sleep(3);
+    auto r = run_shell(ddprun() + " --standalone --nproc-per-node 2 -- sh -c '" + sleeper + " & echo $! > " +
+                           dir.path() + "/pid.$RANK; wait' & L=$!; "
+                           "while [ ! -s " + dir.path() + "/pid.1 ] || [ ! -s " + dir.path() + "/pid.0 ]; do sleep 0.05; done; "
+                           "kill -" + signal + " $L; wait $L; echo status=$?",
+                       std::chrono::seconds(30));
+    INFO(r.out << r.err);
+    CHECK(count_lines(r.out, "status=" + std::to_string(status)) == 1);
+    CHECK_THAT(r.err, Contains(std::string("received SIG") + signal));
+    CHECK(find_processes(sleeper).empty());
+  }
+}
+
+TEST_CASE("a SIGKILLed launcher leaves no worker behind") {
+  TempDir dir;
+  std::string sleeper = unique_sleep(4);
+  auto r = run_shell(ddprun() + " --standalone --nproc-per-node 2 -- sh -c '" + sleeper + " & echo $! > " +
+                         dir.path() + "/pid.$RANK; wait' & L=$!; "
+                         "while [ ! -s " + dir.path() + "/pid.1 ] || [ ! -s " + dir.path() + "/pid.0 ]; do sleep 0.05; done; "
+                         "kill -KILL $L; sleep 1",
+                     std::chrono::seconds(30));
+  for (int i = 0; i < 50 && !find_processes(sleeper).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(find_processes(sleeper).empty());
+}
+
+TEST_CASE("two launchers with --nnodes 2 run ranks 0-3 once each") {
+  std::string port = std::to_string(free_port());
+  std::string common = " --nnodes 2 --nproc-per-node 2 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
+                       "'echo rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK local=$LOCAL_RANK'";
+  auto r = run_shell(ddprun() + " --node-rank 1" + common + " & B=$!; " + ddprun() + " --node-rank 0" + common +
+                         "; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  std::string host = ddp::host_name();
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string expected = "[" + host + ":rank " + std::to_string(rank) + "] rank=" + std::to_string(rank) +
+                           " world=4 group=" + std::to_string(rank / 2) + " local=" + std::to_string(rank % 2);
+    CHECK(count_lines(r.out, expected) == 1);
+  }
+}
+
+TEST_CASE("a failure on one node stops the other node too") {
+  std::string port = std::to_string(free_port());
+  std::string sleeper = unique_sleep(5);
+  std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
+                       "'[ $RANK = 1 ] && exit 5; " + sleeper + "'";
+  auto r = run_shell(ddprun() + " --node-rank 1" + common + " & B=$!; " + ddprun() + " --node-rank 0" + common +
+                         "; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=5,5") == 1);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.err, Contains("stopping this node's workers: rank 1"));
+  CHECK(find_processes(sleeper).empty());
+}
+
+TEST_CASE("a port in use is named at once") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  auto r = run_shell(ddprun() + " --master-port " + port + " -- sh -c 'touch " + dir.path() + "/up; sleep 5' & A=$!; "
+                         "while [ ! -e " + dir.path() + "/up ]; do sleep 0.05; done; " +
+                         ddprun() + " --master-port " + port + " -- true; echo second=$?; kill $A; wait $A",
+                     std::chrono::seconds(30));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "second=2") == 1);
+  CHECK_THAT(r.err, Contains("port " + port + " on 127.0.0.1 is already in use"));
+  CHECK_THAT(r.err, Contains("--master-port 0"));
+}
+
+TEST_CASE("an unreachable master times out with a message naming it") {
+  std::string port = std::to_string(free_port());
+  auto r = launch({"--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "2", "--", "true"}, 30);
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.seconds < 15);
+  CHECK_THAT(r.err, Contains("cannot reach the rendezvous at 127.0.0.1:" + port));
+}
+
+TEST_CASE("bad command lines exit 2 with one line") {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--nproc-per-node", "0", "--", "true"},
+           {"--nproc-per-node", "-3", "--", "true"},
+           {"--nproc-per-node", "abc", "--", "true"},
+           {"--bogus", "--", "true"},
+           {},
+           {"/no/such/config.yaml"},
+           {"--", "/no/such/program"}}) {
+    auto r = launch(args);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(count_lines(r.err, "") == 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.rfind("ddprun: error: ", 0) == 0);
+  }
+}
+
+TEST_CASE("--help exits 0 and lists every option") {
+  auto r = launch({"--help"});
+  CHECK(r.exit_code == 0);
+  for (const char* option : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                             "--standalone", "--log-dir", "--local-ranks-filter", "--run-id", "--set"})
+    CHECK_THAT(r.out, Contains(option));
+}
