@@ -1,2 +1,69 @@
-// placeholder until the trainer lands
-int main() { return 0; }
+// ddp-train: one data-parallel worker. Started by ddprun (which sets RANK, WORLD_SIZE, ...),
+// or by hand, one process per rank, as the PyTorch tutorials do.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "ddp/common/error.h"
+#include "ddp/train/config/train_config.h"
+#include "ddp/train/dist/dist_env.h"
+#include "ddp/train/loop/trainer.h"
+
+namespace {
+
+struct Arguments {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ddp::DistEnv env;
+  try {
+    env = ddp::dist_env_from_environment();
+    Arguments args;
+    CLI::App app("ddp-train: one data-parallel worker (see ddprun)", "ddp-train");
+    app.add_option("config", args.config, "Trainer config (YAML)")->required();
+    app.add_option("--set", args.overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_option("--rank", env.rank, "This process's rank (default $RANK or 0)");
+    app.add_option("--world-size", env.world_size, "Number of processes (default $WORLD_SIZE or 1)");
+    app.add_option("--master-addr", env.master_addr, "Rendezvous host (default $MASTER_ADDR or 127.0.0.1)");
+    app.add_option("--master-port", env.master_port, "Rendezvous port (default $MASTER_PORT or 29500)");
+    app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      std::cout << app.help();
+      return ddp::kExitSuccess;
+    } catch (const CLI::ParseError& e) {
+      throw ddp::UserError(std::string(e.what()) + "; see ddp-train --help");
+    }
+    if (app.count("--rank") && !app.count("--world-size") && !std::getenv("WORLD_SIZE"))
+      throw ddp::UserError("--rank needs --world-size");
+    ddp::validate(env);
+
+    ddp::TrainConfig config = ddp::load_train_config(args.config, args.overrides);
+    if (args.print_config) {
+      std::cout << ddp::to_yaml(config);
+      return ddp::kExitSuccess;
+    }
+    spdlog::set_pattern("[%H:%M:%S] %^%l%$: %v");
+    spdlog::set_level(env.rank == 0 ? spdlog::level::info : spdlog::level::warn);
+    ddp::Trainer trainer(std::move(config), env);
+    trainer.fit();
+    return ddp::kExitSuccess;
+  } catch (const ddp::UserError& e) {
+    std::fprintf(stderr, "ddp-train: rank %d: error: %s\n", env.rank, e.what());
+    return ddp::kExitUsage;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    std::fprintf(stderr, "ddp-train: rank %d: failed: %s\n", env.rank, what.substr(0, what.find("\nException raised")).c_str());
+    return ddp::kExitFailure;
+  }
+}

@@ -63,7 +63,6 @@ class ByteSource {
   ByteSource(const ByteSource&) = delete;
   ByteSource& operator=(const ByteSource&) = delete;
 
-  bool gzip() const { return gzip_; }
   /// Whether a gzip stream ended before its end-of-stream marker and checksum.
   bool gzip_truncated() const { return gzip_truncated_; }
 

@@ -26,7 +26,7 @@ void declare_config(ConfigSchema& schema, EvalConfig& config) {
   schema.section("eval", "Evaluation on the eval split (data.eval_split).");
   schema.add("eval.every_epochs", &config.every_epochs, "evaluate every this many epochs; 0: off").min(0);
   schema.add("eval.every_steps", &config.every_steps, "evaluate every this many optimizer steps; 0: off").min(0);
-  schema.add("eval.batch_size", &config.batch_size, "samples per rank per eval batch").min(1);
+  schema.add("eval.batch_size", &config.batch_size, "samples per eval batch").min(1);
   schema.add("eval.at_start", &config.at_start, "evaluate once before the first step");
 }
 

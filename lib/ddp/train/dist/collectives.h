@@ -1,0 +1,23 @@
+#pragma once
+// The few collectives the trainer needs besides gradient sync, over a Communicator.
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "ddp/train/dist/process_group.h"
+
+namespace ddp {
+
+/// Copies `root`'s values into `tensors` on every rank, one broadcast per dtype (coalesced).
+void broadcast_coalesced(CommBackend& group, const std::vector<torch::Tensor>& tensors, int root = 0);
+
+/// Sums `values` (float64) over all ranks, in place; returns it.
+torch::Tensor all_reduce_sum(CommBackend& group, torch::Tensor values);
+
+/// Fails on every rank unless every rank passed the same `text` (a config, a parameter list).
+/// The error names the first rank that differs from rank 0 and the first line that differs.
+void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text);
+
+}  // namespace ddp

@@ -1,0 +1,263 @@
+#include "ddp/train/loop/trainer.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/train/data/batch.h"
+#include "ddp/train/data/idx_reader.h"
+#include "ddp/train/data/synthetic_dataset.h"
+#include "ddp/train/dist/collectives.h"
+#include "ddp/train/model/python_state_dict.h"
+#include "ddp/train/optim/optimizer_factory.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// "name [shape]" per parameter and buffer: what must agree across ranks besides the config.
+std::string parameter_signature(const torch::nn::Module& model) {
+  std::ostringstream out;
+  for (const auto& item : model.named_parameters()) out << item.key() << " " << item.value().sizes() << "\n";
+  for (const auto& item : model.named_buffers()) out << item.key() << " " << item.value().sizes() << "\n";
+  return out.str();
+}
+
+std::string format_duration(double seconds) {
+  auto total = static_cast<int64_t>(seconds);
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(total / 3600),
+                static_cast<long long>(total / 60 % 60), static_cast<long long>(total % 60));
+  return text;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)), env_(env) {
+  output_dir_ = config_.run.output_dir.empty() ? "runs/" + config_.run.name : config_.run.output_dir;
+  comm_ = connect(env_, config_.dist);
+  bool is_root = comm_.rank == 0;
+  std::string resolved = to_yaml(config_);
+  check_identical_across_ranks(comm_, "config", resolved);
+  if (is_root) {
+    std::error_code ec;
+    std::filesystem::create_directories(output_dir_, ec);
+    if (ec) throw FileError("cannot create run.output_dir " + output_dir_ + ": " + ec.message());
+    write_file_atomically(output_dir_ + "/config.yaml", resolved);
+    spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved);
+    spdlog::info("world size {} ({} backend), per-rank batch {}, global batch {}", comm_.world_size, comm_.backend,
+                 config_.train.batch_size,
+                 config_.train.batch_size * config_.train.grad_accum_steps * comm_.world_size);
+    metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl");
+  }
+
+  load_data();
+  sampler_ = std::make_unique<DistributedSampler>(train_data_.size(), comm_.world_size, comm_.rank, config_.sampler);
+
+  torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
+  model_ = make_model(config_.model);
+  for (const auto& p : model_->parameters()) parameters_.push_back(p);
+  for (const auto& b : model_->buffers()) buffers_.push_back(b);
+  synchronise_replicas();
+  ReducerOptions reducer_options;
+  reducer_options.bucket_cap_mb = config_.dist.bucket_cap_mb;
+  reducer_ = std::make_unique<GradientReducer>(parameters_, comm_.group, reducer_options);
+
+  double lr = scaled_lr(config_.optim, comm_.world_size);
+  optimizer_ = make_optimizer(parameters_, config_.optim, lr);
+  int64_t epoch_steps = steps_per_epoch();
+  total_steps_ = config_.train.epochs * epoch_steps;
+  if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
+  schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps_);
+  checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_ + "/checkpoints");
+  resume();
+}
+
+void Trainer::load_data() {
+  const DataConfig& data = config_.data;
+  if (data.dataset == "synthetic") {
+    // Train and eval come from one seed, so they share class prototypes.
+    Dataset all = make_synthetic_dataset(data.synthetic_train_samples + data.synthetic_test_samples,
+                                         config_.model.num_classes, 1234);
+    auto split = [&](int64_t begin, int64_t end) {
+      return Dataset{all.images.slice(0, begin, end), all.labels.slice(0, begin, end), "synthetic"};
+    };
+    train_data_ = split(0, data.synthetic_train_samples);
+    if (data.eval_split == "test") eval_data_ = split(data.synthetic_train_samples, all.size());
+  } else {
+    train_data_ = load_idx_split(data.path, "train");
+    if (data.eval_split == "test") eval_data_ = load_idx_split(data.path, "test");
+  }
+  if (data.eval_split == "train") eval_data_ = train_data_;
+  int64_t max_label = train_data_.labels.max().item<int64_t>();
+  if (max_label >= config_.model.num_classes)
+    throw ConfigError("model.num_classes: " + std::to_string(config_.model.num_classes) + " is too few for " +
+                      train_data_.source + ", whose labels go up to " + std::to_string(max_label));
+}
+
+void Trainer::synchronise_replicas() {
+  // Shapes first: broadcasting into a different architecture would fail obscurely or hang.
+  check_identical_across_ranks(comm_, "model parameters", parameter_signature(*model_));
+  std::vector<torch::Tensor> state = parameters_;
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  broadcast_coalesced(*comm_.group, state, 0);
+}
+
+void Trainer::resume() {
+  // Rank 0 chooses, so every rank loads the same checkpoint even if one appears meanwhile.
+  std::string chosen;
+  if (comm_.rank == 0) {
+    auto found = checkpointer_->find_resume_point();
+    chosen = found ? found->manifest_path : "";
+    comm_.store->set("ddp/resume", std::vector<uint8_t>(chosen.begin(), chosen.end()));
+  } else {
+    auto value = comm_.store->get("ddp/resume");
+    chosen.assign(value.begin(), value.end());
+  }
+  if (chosen.empty()) return;
+  CheckpointInfo info;
+  info.manifest_path = chosen;
+  info.data_path = chosen.substr(0, chosen.size() - 5) + ".pt";
+  progress_ = checkpointer_->load(info, *model_, *optimizer_, comm_.world_size);
+  last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
+  if (comm_.rank == 0)
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", info.data_path, progress_.step, progress_.epoch,
+                 progress_.batch_in_epoch);
+}
+
+int64_t Trainer::steps_per_epoch() const {
+  return ceil_div(ceil_div(sampler_->num_samples(), config_.train.batch_size), config_.train.grad_accum_steps);
+}
+
+bool Trainer::done() const {
+  return progress_.epoch >= config_.train.epochs ||
+         (config_.train.max_steps > 0 && progress_.step >= config_.train.max_steps);
+}
+
+void Trainer::fit() {
+  fit_start_ = window_start_ = Clock::now();
+  fit_start_step_ = progress_.step;
+  model_->train();
+  if (config_.eval.at_start && progress_.step == 0 && eval_data_) run_eval();
+
+  while (!done()) {
+    sampler_->set_epoch(progress_.epoch);
+    torch::Tensor indices = sampler_->indices();
+    int64_t batches = ceil_div(indices.size(0), config_.train.batch_size);
+    while (progress_.batch_in_epoch < batches && !done()) {
+      int64_t micro = std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch);
+      train_step(indices, micro);
+      after_step();
+    }
+    if (progress_.batch_in_epoch >= batches) {
+      ++progress_.epoch;
+      progress_.batch_in_epoch = 0;
+      bool eval_now = config_.eval.every_epochs > 0 && progress_.epoch % config_.eval.every_epochs == 0;
+      if (eval_now && eval_data_ && last_eval_step_ != progress_.step) run_eval();
+      bool save_now = config_.checkpoint.every_epochs > 0 && progress_.epoch % config_.checkpoint.every_epochs == 0;
+      if (save_now && comm_.rank == 0) checkpointer_->save(*model_, *optimizer_, progress_, comm_.world_size);
+    }
+  }
+  if (eval_data_ && last_eval_step_ != progress_.step) run_eval();
+
+  if (comm_.rank == 0) {
+    save_python_state_dict(*model_, output_dir_ + "/model.pt");
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    double elapsed = seconds_since(fit_start_);
+    int64_t steps = progress_.step - fit_start_step_;
+    spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt; peak RSS of rank 0: {} MB",
+                 steps, elapsed, steps / std::max(elapsed, 1e-9), output_dir_, usage.ru_maxrss / 1024);
+  }
+  // Nobody leaves before every rank is done with collectives and rank 0 has written its files.
+  comm_.group->barrier()->wait();
+}
+
+void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batches) {
+  const int64_t batch_size = config_.train.batch_size;
+  const int64_t total = epoch_indices.size(0);
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    int64_t start = progress_.batch_in_epoch * batch_size;
+    Batch batch = gather_batch(train_data_, epoch_indices.slice(0, start, std::min(total, start + batch_size)),
+                               config_.data.mean, config_.data.std);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(batch.inputs), batch.targets);
+    // Micro-steps average, like one batch micro_batches times as large.
+    (loss / static_cast<double>(micro_batches)).backward();
+    window_loss_ += loss.item<double>();
+    window_batches_ += 1;
+    window_samples_ += batch.targets.size(0);
+    progress_.batch_in_epoch += 1;
+  }
+  // Communication only once per optimizer step, however many micro-steps it had.
+  reducer_->synchronize();
+  if (config_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(parameters_, config_.train.clip_grad_norm);
+  set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
+  optimizer_->step();
+  optimizer_->zero_grad();
+  // BatchNorm statistics follow rank 0's, as DDP's broadcast_buffers does.
+  if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(*comm_.group, buffers_, 0);
+  progress_.step += 1;
+}
+
+void Trainer::after_step() {
+  const auto& train = config_.train;
+  if (train.log_every > 0 && progress_.step % train.log_every == 0) log_progress();
+  if (config_.eval.every_steps > 0 && progress_.step % config_.eval.every_steps == 0 && eval_data_) run_eval();
+  if (config_.checkpoint.every_steps > 0 && progress_.step % config_.checkpoint.every_steps == 0 && comm_.rank == 0)
+    checkpointer_->save(*model_, *optimizer_, progress_, comm_.world_size);
+}
+
+void Trainer::log_progress() {
+  // Every rank reaches the same log steps, so this small all-reduce is matched everywhere.
+  auto sums = all_reduce_sum(*comm_.group, torch::tensor({window_loss_, static_cast<double>(window_batches_),
+                                                          static_cast<double>(window_samples_)},
+                                                         torch::kDouble));
+  double elapsed = std::max(seconds_since(window_start_), 1e-9);
+  double loss = sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
+  double samples_per_s = sums[2].item<double>() / elapsed;
+  double lr = schedule_->lr_at(progress_.step - 1);
+  if (comm_.rank == 0) {
+    double steps_done = static_cast<double>(progress_.step - fit_start_step_);
+    double eta = seconds_since(fit_start_) / std::max(1.0, steps_done) * (total_steps_ - progress_.step);
+    spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank) ETA {}",
+                 progress_.epoch, progress_.step, total_steps_, loss, lr, samples_per_s,
+                 samples_per_s / comm_.world_size, format_duration(eta));
+    metrics_->write({{"step", static_cast<double>(progress_.step)},
+                     {"epoch", static_cast<double>(progress_.epoch)},
+                     {"loss", loss},
+                     {"lr", lr},
+                     {"samples_per_s", samples_per_s},
+                     {"samples_per_s_per_rank", samples_per_s / comm_.world_size}});
+  }
+  window_loss_ = 0;
+  window_batches_ = 0;
+  window_samples_ = 0;
+  window_start_ = Clock::now();
+}
+
+void Trainer::run_eval() {
+  auto eval_start = Clock::now();
+  EvalResult result = evaluate(*model_, *eval_data_, config_.data.mean, config_.data.std, config_.eval.batch_size, comm_);
+  last_eval_step_ = progress_.step;
+  window_start_ += Clock::now() - eval_start;  // throughput counts training time only
+  if (comm_.rank != 0) return;
+  spdlog::info("eval at step {} (epoch {}): loss {:.4f} accuracy {:.4f} over {} samples", progress_.step,
+               progress_.epoch, result.loss, result.accuracy, result.samples);
+  metrics_->write({{"step", static_cast<double>(progress_.step)},
+                   {"epoch", static_cast<double>(progress_.epoch)},
+                   {"eval_loss", result.loss},
+                   {"eval_accuracy", result.accuracy},
+                   {"eval_samples", static_cast<double>(result.samples)}});
+}
+
+}  // namespace ddp
