@@ -32,7 +32,7 @@ TEST_CASE("program arguments after -- are left alone") {
   CHECK_FALSE(options.standalone);
 }
 
-TEST_CASE("--standalone means loopback and a free port") {
+TEST_CASE("standalone means loopback and a free port") {
   auto options = parse({"--standalone", "--master-addr", "10.0.0.1", "--", "true"});
   CHECK(options.master_addr == "127.0.0.1");
   CHECK(options.master_port == 0);

@@ -51,15 +51,14 @@ TEST_CASE("the must-show environment example prints 0 0 3, 1 1 3, 2 2 3") {
 }
 
 TEST_CASE("workers reach the store the launcher hosts at MASTER_PORT") {
-  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                   "exec 3<>/dev/tcp/$MASTER_ADDR/$MASTER_PORT 2>/dev/null && echo reached || "
-                   "(command -v bash >/dev/null && bash -c 'exec 3<>/dev/tcp/'$MASTER_ADDR'/'$MASTER_PORT && echo reached)"});
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "bash", "-c",
+                   "exec 3<>/dev/tcp/$MASTER_ADDR/$MASTER_PORT && echo reached"});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count_lines(r.out, "[rank 0] reached") == 1);
 }
 
-TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once; a user's value is kept") {
+TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once, a user's value is kept") {
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c", "echo omp=$OMP_NUM_THREADS"});
   int expected = std::max(1, ddp::available_cores() / 2);
   CHECK(count_lines(r.out, "[rank 0] omp=" + std::to_string(expected)) == 1);
@@ -111,7 +110,7 @@ TEST_CASE("output arrives as whole lines behind the rank prefix") {
   while (std::getline(lines, line)) CHECK((line.rfind("[rank 0] ", 0) == 0 || line.rfind("[rank 1] ", 0) == 0));
 }
 
-TEST_CASE("--local-ranks-filter limits the console; --log-dir keeps every rank's streams") {
+TEST_CASE("local-ranks-filter limits the console, log-dir keeps every rank's streams") {
   TempDir dir;
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "1", "--log-dir", dir.path(),
                    "--run-id", "myrun", "--", "sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
@@ -224,7 +223,7 @@ TEST_CASE("bad command lines exit 2 with one line") {
   }
 }
 
-TEST_CASE("--help exits 0 and lists every option") {
+TEST_CASE("help exits 0 and lists every option") {
   auto r = launch({"--help"});
   CHECK(r.exit_code == 0);
   for (const char* option : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",

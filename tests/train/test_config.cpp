@@ -145,7 +145,7 @@ TEST_CASE("cross-field rules", "[config]") {
   REQUIRE_THROWS_WITH(parse("data: {dataset: idx, path: \"\"}"), Contains("data.path: must not be empty"));
 }
 
-TEST_CASE("--set overrides use the same paths and messages", "[config]") {
+TEST_CASE("set overrides use the same paths and messages", "[config]") {
   TrainConfig config = parse("train: {epochs: 5}", {"train.epochs=3", "optim.lr = 0.5", "model.hidden=[512,64]",
                                                      "sampler.shuffle=false", "run.name=my run",
                                                      "run.output_dir=", "eval={batch_size: 10, at_start: false}"});

@@ -28,7 +28,10 @@ ModelConfig config(const std::string& name, int64_t num_classes = 10, bool batch
 
 std::string hidden_list(const std::vector<int64_t>& hidden) {
   std::string out;
-  for (int64_t width : hidden) out += (out.empty() ? "" : ",") + std::to_string(width);
+  for (int64_t width : hidden) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(width);
+  }
   return out;
 }
 

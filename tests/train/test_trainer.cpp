@@ -1,0 +1,200 @@
+// Integration tests of the trainer: real ddprun/ddp-train processes over loopback.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+using Weights = std::map<std::string, torch::Tensor>;
+
+Weights load_weights(const std::string& path) {
+  std::string bytes = read_file(path);
+  REQUIRE(!bytes.empty());
+  auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  Weights weights;
+  for (const auto& item : dict) weights[item.key().toStringRef()] = item.value().toTensor();
+  return weights;
+}
+
+double max_difference(const Weights& a, const Weights& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : a)
+    worst = std::max(worst, (tensor.to(torch::kDouble) - b.at(name).to(torch::kDouble)).abs().max().item<double>());
+  return worst;
+}
+
+bool bit_identical(const Weights& a, const Weights& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, tensor] : a)
+    if (!torch::equal(tensor, b.at(name))) return false;
+  return true;
+}
+
+std::string config(const std::string& name) { return std::string(DDP_SOURCE_DIR) + "/configs/" + name; }
+
+// Runs ddprun on a config with overrides; fails the test on a non-zero exit.
+CommandResult train(int nproc, const std::string& yaml, const std::vector<std::string>& sets, bool expect_ok = true) {
+  std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", std::to_string(nproc), config(yaml)};
+  for (const auto& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  auto r = run_command(argv, std::chrono::seconds(240), {"OMP_NUM_THREADS=1"});
+  if (expect_ok) {
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  return r;
+}
+
+// The synthetic MLP, small learning rate so 20 steps stay far from convergence.
+std::vector<std::string> mlp_sets(const std::string& dir, int batch, int accum = 1) {
+  return {"run.output_dir=" + dir,       "train.max_steps=20",   "train.batch_size=" + std::to_string(batch),
+          "train.grad_accum_steps=" + std::to_string(accum), "optim.lr=0.01", "data.eval_split=none",
+          "checkpoint.every_epochs=0",   "train.log_every=5"};
+}
+
+std::vector<std::map<std::string, double>> read_metrics(const std::string& path) {
+  std::vector<std::map<std::string, double>> records;
+  std::ifstream in(path);
+  std::string line;
+  std::regex field("\"([a-z_]+)\": ([-0-9.e+]+)");
+  while (std::getline(in, line)) {
+    std::map<std::string, double> record;
+    for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it)
+      record[(*it)[1]] = std::stod((*it)[2]);
+    records.push_back(record);
+  }
+  return records;
+}
+
+}  // namespace
+
+TEST_CASE("world 2 with batch b equals world 1 with batch 2b after 20 SGD steps", "[trainer]") {
+  TempDir dir;
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("w2"), 16));
+  train(1, "synthetic_mlp.yaml", mlp_sets(dir.file("w1"), 32));
+  train(1, "synthetic_mlp.yaml", mlp_sets(dir.file("w1_small"), 16));
+  auto w2 = load_weights(dir.file("w2/model.pt"));
+  CHECK(max_difference(w2, load_weights(dir.file("w1/model.pt"))) < 1e-5);
+  // The comparison can fail: a different global batch ends elsewhere.
+  CHECK(max_difference(w2, load_weights(dir.file("w1_small/model.pt"))) > 1e-4);
+}
+
+TEST_CASE("gradient accumulation: world 2, batch b, 2 micro-steps equals world 1 with batch 4b", "[trainer]") {
+  TempDir dir;
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("accum"), 8, 2));
+  train(1, "synthetic_mlp.yaml", mlp_sets(dir.file("w1"), 32));
+  CHECK(max_difference(load_weights(dir.file("accum/model.pt")), load_weights(dir.file("w1/model.pt"))) < 1e-5);
+}
+
+TEST_CASE("10 steps, stop, resume, 10 more equals 20 steps straight", "[trainer][checkpoint]") {
+  TempDir dir;
+  auto sets = [&](const std::string& out, int steps) {
+    auto s = mlp_sets(dir.file(out), 16);
+    s[1] = "train.max_steps=" + std::to_string(steps);
+    s.push_back("checkpoint.every_steps=10");
+    return s;
+  };
+  train(2, "synthetic_mlp.yaml", sets("straight", 20));
+  train(2, "synthetic_mlp.yaml", sets("resumed", 10));
+  CHECK(std::filesystem::exists(dir.file("resumed/checkpoints/step_0000000010.json")));
+  auto second = train(2, "synthetic_mlp.yaml", sets("resumed", 20));
+  CHECK_THAT(second.out, Contains("resumed from") && Contains("at step 10"));
+  CHECK(bit_identical(load_weights(dir.file("straight/model.pt")), load_weights(dir.file("resumed/model.pt"))));
+}
+
+TEST_CASE("ranks started by hand in reverse order train like ddprun's", "[trainer]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  auto sets = mlp_sets(dir.file("by_hand"), 16);
+  std::string overrides;
+  for (const auto& s : sets) overrides += " --set " + s;
+  std::string worker = "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + config("synthetic_mlp.yaml") + overrides +
+                       " --world-size 2 --master-port " + port;
+  auto r = run_shell(worker + " --rank 1 & B=$!; sleep 1; " + worker + " --rank 0; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("launched"), 16));
+  CHECK(bit_identical(load_weights(dir.file("by_hand/model.pt")), load_weights(dir.file("launched/model.pt"))));
+}
+
+TEST_CASE("a short 2-rank Fashion-MNIST run learns, and its model.pt gives the same accuracy in Python", "[trainer][slow]") {
+  TempDir dir;
+  train(2, "fashion_mnist_convnet.yaml",
+        {"run.output_dir=" + dir.file("w2"), "train.max_steps=150", "checkpoint.every_epochs=0", "train.log_every=50"});
+  auto metrics = read_metrics(dir.file("w2/metrics.jsonl"));
+  REQUIRE(metrics.size() >= 3);
+  const auto& first = metrics.front();
+  const auto& last = metrics.back();
+  CHECK(first.at("step") == 0);
+  CHECK(last.count("eval_accuracy") == 1);
+  CHECK(last.at("eval_accuracy") > 0.75);
+  CHECK(last.at("eval_accuracy") > first.at("eval_accuracy") + 0.4);
+  CHECK(metrics[1].count("samples_per_s") == 1);
+  CHECK(metrics[1].count("lr") == 1);
+  CHECK_THAT(read_file(dir.file("w2/config.yaml")), Contains("max_steps: 150"));
+
+  // Before training, the eval is the same on one rank as on two.
+  train(1, "fashion_mnist_convnet.yaml",
+        {"run.output_dir=" + dir.file("w1"), "train.max_steps=1", "checkpoint.every_epochs=0"});
+  auto single = read_metrics(dir.file("w1/metrics.jsonl"));
+  CHECK(single.front().at("eval_accuracy") == first.at("eval_accuracy"));
+  CHECK(single.front().at("eval_loss") == Approx(first.at("eval_loss")).epsilon(1e-6));
+
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/scripts/ddp_models.py", "eval",
+                             dir.file("w2/model.pt"), "convnet"},
+                            std::chrono::seconds(120));
+  INFO(python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+)")));
+  CHECK(std::stod(match[1]) == Approx(last.at("eval_accuracy")).margin(1e-4));
+}
+
+TEST_CASE("a config typo fails before any work, naming the key and the fix", "[trainer][errors]") {
+  TempDir dir;
+  write_file(dir.file("typo.yaml"), "train: {bach_size: 32}\nrun: {output_dir: " + dir.file("out") + "}\n");
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", dir.file("typo.yaml")});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("train.bach_size: unknown key (did you mean train.batch_size?)"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("out")));
+}
+
+TEST_CASE("a truncated data file is one clear error naming it", "[trainer][errors]") {
+  TempDir dir;
+  std::string source = "/usr/share/datasets/fashion-mnist/";
+  for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    std::filesystem::copy_file(source + name, dir.file(name));
+  std::string images = read_file(source + "train-images-idx3-ubyte.gz");
+  write_file(dir.file("train-images-idx3-ubyte.gz"), images.substr(0, images.size() / 2));
+  auto r = train(2, "fashion_mnist_convnet.yaml", {"data.path=" + dir.path(), "run.output_dir=" + dir.file("out")}, false);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("train-images-idx3-ubyte.gz") && Contains("truncated"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("out/model.pt")));
+}
+
+TEST_CASE("ranks with different configs fail together, naming the rank and the difference", "[trainer][errors]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string worker = bin("ddp-train") + " " + config("synthetic_mlp.yaml") + " --set run.output_dir=" + dir.path() +
+                       " --world-size 2 --master-port " + port;
+  auto r = run_shell(worker + " --rank 0 --set train.batch_size=32 & A=$!; " + worker +
+                         " --rank 1 --set train.batch_size=16; B=$?; wait $A; echo statuses=$?,$B",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=2,2") == 1);
+  CHECK_THAT(r.err, Contains("rank 1's config differs from rank 0's: '  batch_size: 32' vs '  batch_size: 16'"));
+}
