@@ -56,8 +56,8 @@ int main(int argc, char** argv) {
     spdlog::set_pattern("[%H:%M:%S] %^%l%$: %v");
     spdlog::set_level(env.rank == 0 ? spdlog::level::info : spdlog::level::warn);
     ddp::Trainer trainer(std::move(config), env);
-    trainer.fit();
-    return ddp::kExitSuccess;
+    int stopped_by = trainer.fit();
+    return stopped_by ? 128 + stopped_by : ddp::kExitSuccess;
   } catch (const ddp::UserError& e) {
     std::fprintf(stderr, "ddp-train: rank %d: error: %s\n", env.rank, e.what());
     return ddp::kExitUsage;

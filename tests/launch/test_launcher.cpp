@@ -230,3 +230,44 @@ TEST_CASE("help exits 0 and lists every option") {
                              "--standalone", "--log-dir", "--local-ranks-filter", "--run-id", "--set"})
     CHECK_THAT(r.out, Contains(option));
 }
+
+TEST_CASE("max-restarts restarts the whole group with a fresh attempt number and per-attempt logs") {
+  TempDir dir;
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", dir.path(), "--run-id",
+                   "r", "--", "sh", "-c",
+                   "echo attempt=$DDPRUN_RESTART_COUNT; [ $DDPRUN_RESTART_COUNT = 0 ] && [ $RANK = 1 ] && exit 3; "
+                   "[ $DDPRUN_RESTART_COUNT = 0 ] && sleep 30; exit 0"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.seconds < 15);
+  CHECK(count_lines(r.out, "[rank 1] attempt=0") == 1);
+  CHECK(count_lines(r.out, "[rank 1] attempt=1") == 1);
+  CHECK_THAT(r.err, Contains("restarting the workers (restart 1 of 1) after: rank 1 on") && Contains("exit code 3"));
+  CHECK(read_file(dir.file("r/attempt_0/rank_1.stdout")) == "attempt=0\n");
+  CHECK(read_file(dir.file("r/attempt_1/rank_1.stdout")) == "attempt=1\n");
+}
+
+TEST_CASE("max-restarts gives up after K restarts with the failure summary") {
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "--", "sh", "-c",
+                   "[ $RANK = 0 ] && exit 4; sleep 30"});
+  INFO(r.err);
+  CHECK(r.exit_code == 4);
+  CHECK(r.seconds < 15);
+  CHECK_THAT(r.err, Contains("restart 2 of 2") && Contains("giving up after 2 restart(s)"));
+  CHECK_THAT(r.err, Contains("rank 0 failed first: exit code 4"));
+}
+
+TEST_CASE("a worker whose heartbeat stops is named and the group stopped (stall-timeout)") {
+  // Rank 0 beats every 0.1 s; rank 1 beats once (step 7) and then hangs.
+  std::string beat = "printf '\\007\\000\\000\\000\\000\\000\\000\\000' >&$DDPRUN_HEARTBEAT_FD";
+  std::string sleeper = unique_sleep(6);
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--stall-timeout", "1.5", "--", "sh", "-c",
+                   "if [ $RANK = 1 ]; then " + beat + "; " + sleeper + "; else i=0; while [ $i -lt 300 ]; do " + beat +
+                       "; sleep 0.1; i=$((i+1)); done; fi"});
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.err, Contains("rank 1 on") && Contains("made no progress for") &&
+                        Contains("its last heartbeat was at step 7"));
+  CHECK(find_processes(sleeper).empty());
+}

@@ -123,6 +123,15 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option(both_spellings("--shutdown-grace"), options.shutdown_grace_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers (default 10)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option(both_spellings("--max-restarts"), options.max_restarts,
+                 "Restart the whole group up to K times after a failure (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(both_spellings("--monitor-interval"), options.monitor_interval_s,
+                 "Seconds between health checks of the workers (default 0.1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option(both_spellings("--stall-timeout"), options.stall_timeout_s,
+                 "Fail a worker whose heartbeat stops for this many seconds (default 0: off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("config", config, "Trainer config (YAML) to run with ddp-train");
   app.add_option("--set", overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
       ->expected(1)

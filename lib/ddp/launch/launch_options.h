@@ -20,6 +20,9 @@ struct LaunchOptions {
   std::string run_id;                  ///< empty: generated (multi-node: node 0's)
   double rdzv_timeout_s = 300;         ///< how long to wait for the master or the other nodes
   double shutdown_grace_s = 10;        ///< SIGTERM → SIGKILL delay when stopping workers
+  int max_restarts = 0;                ///< restarts of the whole group after a failure
+  double monitor_interval_s = 0.1;     ///< how often the monitor checks on workers without events
+  double stall_timeout_s = 0;          ///< 0: off; else a heartbeating worker silent this long has failed
 
   /// The program each worker runs: ddp-train CONFIG --set ... by default, or what follows `--`.
   std::vector<std::string> program;

@@ -26,9 +26,9 @@ void write_all(int fd, const char* text) {
 }  // namespace
 
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+  int out_pipe[2], err_pipe[2], beat_pipe[2];
+  for (int* fds : {out_pipe, err_pipe, beat_pipe})
+    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
 
   // Everything the child touches is prepared before fork: the launcher has threads (the store),
   // so between fork and exec the child may only make async-signal-safe calls.
@@ -39,20 +39,32 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
   envp.push_back(nullptr);
   pid_t parent = getpid();
 
+  // Signals stay blocked across fork until the child has dropped the launcher's handlers: a
+  // SIGTERM reaching the child before exec must not run them (they would report it as the launcher's).
+  sigset_t all, previous;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &previous);
   pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+  if (pid < 0) {
+    sigprocmask(SIG_SETMASK, &previous, nullptr);
+    throw std::runtime_error(std::string("fork: ") + strerror(errno));
+  }
   if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(137);  // the launcher died before prctl took effect
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);  // the launcher died before prctl took effect
     int null_in = open("/dev/null", O_RDONLY);
     dup2(null_in, 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
+    if (beat_pipe[1] == kHeartbeatFd)
+      fcntl(kHeartbeatFd, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+    else
+      dup2(beat_pipe[1], kHeartbeatFd);
     execvpe(args[0], args.data(), envp.data());
     write_all(2, "ddprun: cannot execute ");
     write_all(2, args[0]);
@@ -61,10 +73,13 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     write_all(2, "\n");
     _exit(127);
   }
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
   setpgid(pid, pid);  // also here, so the group exists before we might signal it
   close(out_pipe[1]);
   close(err_pipe[1]);
-  return {pid, out_pipe[0], err_pipe[0]};
+  close(beat_pipe[1]);
+  fcntl(beat_pipe[0], F_SETFL, fcntl(beat_pipe[0], F_GETFL) | O_NONBLOCK);
+  return {pid, out_pipe[0], err_pipe[0], beat_pipe[0]};
 }
 
 void signal_group(pid_t pid, int signal) {

@@ -13,10 +13,15 @@ struct SpawnedProcess {
   pid_t pid = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
+  int heartbeat_fd = -1;  ///< what the worker writes to its fd kHeartbeatFd
 };
 
-/// Starts argv with exactly `environment`; stdin is /dev/null, stdout and stderr are pipes.
-/// An exec failure shows up as exit status 127 with the reason on the worker's stderr.
+/// The worker's end of its heartbeat pipe (DDPRUN_HEARTBEAT_FD).
+constexpr int kHeartbeatFd = 3;
+
+/// Starts argv with exactly `environment`; stdin is /dev/null, stdout and stderr are pipes, and fd 3
+/// is the write end of a heartbeat pipe. An exec failure shows up as exit status 127 with the
+/// reason on the worker's stderr.
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
 
 /// Sends `signal` to the process group led by `pid`; a group that is already gone is fine.

@@ -144,7 +144,7 @@ WorldLayout Rendezvous::join() {
 }
 
 void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
-  std::string value = std::to_string(failure.exit_code) + " " + failure.description;
+  std::string value = std::to_string(failure.exit_code) + (failure.restartable ? " r " : " f ") + failure.description;
   try {
     store_->compareSet(kPrefix + "attempt_" + std::to_string(attempt) + "/failure", {}, bytes(value));
   } catch (const std::exception&) {
@@ -155,12 +155,27 @@ void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
 std::optional<RemoteFailure> Rendezvous::remote_failure(int attempt) {
   std::string key = kPrefix + "attempt_" + std::to_string(attempt) + "/failure";
   if (!store_->check({key})) return std::nullopt;
+  // "CODE r|f DESCRIPTION"
   std::string value = text(store_->get(key));
-  auto space = value.find(' ');
   RemoteFailure failure;
+  auto space = value.find(' ');
   failure.exit_code = static_cast<int>(parse_int(value.substr(0, space)).value_or(1));
-  failure.description = space == std::string::npos ? value : value.substr(space + 1);
+  failure.restartable = value.compare(space + 1, 1, "r") == 0;
+  failure.description = value.size() > space + 3 ? value.substr(space + 3) : value;
   return failure;
+}
+
+void Rendezvous::barrier_before(int attempt) {
+  std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/ready/";
+  store_->set(prefix + std::to_string(options_.node_rank), bytes("1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < options_.nnodes; ++r) keys.push_back(prefix + std::to_string(r));
+  try {
+    store_->wait(keys, options_.timeout);
+  } catch (const std::exception&) {
+    throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +
+                    std::to_string(options_.timeout.count() / 1000) + " s");
+  }
 }
 
 void Rendezvous::finish(int attempt) {

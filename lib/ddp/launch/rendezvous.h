@@ -37,6 +37,7 @@ struct WorldLayout {
 struct RemoteFailure {
   int exit_code = 1;
   std::string description;  ///< e.g. "rank 3 on host-b: exit code 7"
+  bool restartable = true;  ///< false when a node was interrupted: nobody restarts then
 };
 
 /// Hosts (node 0) or joins the store and runs the node-level protocol on it.
@@ -59,6 +60,9 @@ class Rendezvous {
 
   /// A failure reported by another node for `attempt`, if any. Throws if the store is gone.
   std::optional<RemoteFailure> remote_failure(int attempt);
+
+  /// Waits until every node is ready to start `attempt` (after a restart); UserError on a time-out.
+  void barrier_before(int attempt);
 
   /// Marks this node finished with `attempt`; node 0 waits (bounded) for the rest so its store
   /// outlives every client.

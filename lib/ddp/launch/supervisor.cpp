@@ -26,8 +26,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How often the monitor wakes without events, and how often it asks the store about other nodes.
-constexpr auto kMonitorTick = std::chrono::milliseconds(100);
+// How often the monitor asks the store about other nodes.
 constexpr auto kRemoteCheckEvery = std::chrono::seconds(1);
 
 void say(const std::string& line) {
@@ -41,6 +40,10 @@ struct Worker {
   pid_t pid = -1;
   WorkerState state = WorkerState::kInit;
   int status = 0;  // waitpid status once exited
+  int heartbeat_fd = -1;
+  int64_t beats = 0;  // heartbeats received; stall detection starts with the first
+  int64_t last_step = -1;
+  Clock::time_point last_beat;
 };
 
 /// The first thing that went wrong in an attempt; decides the summary and the exit status.
@@ -48,6 +51,14 @@ struct Failure {
   int exit_code = 1;
   std::optional<int> worker;  // local index, when one of ours failed
   std::string description;
+  bool restartable = true;
+};
+
+/// How an attempt ended.
+struct AttemptOutcome {
+  int status = 0;
+  bool restartable = false;  // a failure a restart may cure (not an interrupt)
+  std::string cause;
 };
 
 /// One attempt: start the workers, watch them until all exit, stop the rest on the first failure.
@@ -58,21 +69,21 @@ class Attempt {
       : options_(options), layout_(layout), rendezvous_(rendezvous), watchdog_(watchdog), signals_(signals),
         attempt_(attempt) {}
 
-  /// Returns the attempt's exit status.
-  int run() {
+  AttemptOutcome run() {
     start_workers();
     monitor();
     relay_.drain_and_close();
-    for (const auto& worker : workers_) {
+    for (auto& worker : workers_) {
       signal_group(worker.pid, SIGKILL);  // anything a worker left behind in its group
       watchdog_.forget(worker.pid);
+      close(worker.heartbeat_fd);
     }
-    if (interrupted_by_) return 128 + *interrupted_by_;
+    if (interrupted_by_) return {128 + *interrupted_by_, false, "interrupted by " + signal_name(*interrupted_by_)};
     if (failure_) {
       summarize();
-      return failure_->exit_code;
+      return {failure_->exit_code, failure_->restartable, failure_->description};
     }
-    return 0;
+    return {0, false, ""};
   }
 
  private:
@@ -105,7 +116,9 @@ class Attempt {
       id.master_port = rendezvous_.port();
       id.run_id = layout_.run_id;
       id.restart_count = attempt_;
+      id.max_restarts = options_.max_restarts;
       auto variables = worker_variables(id);
+      variables["DDPRUN_HEARTBEAT_FD"] = std::to_string(kHeartbeatFd);
       if (!std::getenv("OMP_NUM_THREADS")) variables["OMP_NUM_THREADS"] = std::to_string(omp_threads());
 
       RelayTarget target;
@@ -119,7 +132,13 @@ class Attempt {
       SpawnedProcess process = spawn_process(options_.program, merge_environment(base, variables));
       watchdog_.watch(process.pid);
       relay_.add_worker(local, process.stdout_fd, process.stderr_fd, target);
-      workers_.push_back(Worker{local, id.rank, process.pid, WorkerState::kHealthy, 0});
+      Worker worker;
+      worker.local_rank = local;
+      worker.rank = id.rank;
+      worker.pid = process.pid;
+      worker.state = WorkerState::kHealthy;
+      worker.heartbeat_fd = process.heartbeat_fd;
+      workers_.push_back(worker);
     }
   }
 
@@ -133,17 +152,20 @@ class Attempt {
 
   void monitor() {
     auto next_remote_check = Clock::now() + kRemoteCheckEvery;
+    const int tick_ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
     while (!all_exited()) {
       std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
       for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
-      int ready = poll(fds.data(), fds.size(), static_cast<int>(kMonitorTick.count()));
+      int ready = poll(fds.data(), fds.size(), tick_ms);
       if (ready > 0) {
         for (std::size_t i = 1; i < fds.size(); ++i)
           if (fds[i].revents) relay_.on_readable(fds[i].fd);
         for (int sig : signals_.take())
           if (sig != SIGCHLD) on_launcher_signal(sig);
       }
+      read_heartbeats();
       reap();
+      if (options_.stall_timeout_s > 0 && !stopping()) check_stalls();
       if (options_.nnodes > 1 && !stopping() && Clock::now() >= next_remote_check) {
         check_other_nodes();
         next_remote_check = Clock::now() + kRemoteCheckEvery;
@@ -154,6 +176,37 @@ class Attempt {
         stop_deadline_.reset();
       }
     }
+  }
+
+  void read_heartbeats() {
+    for (auto& w : workers_) {
+      int64_t steps[64];
+      ssize_t n;
+      while ((n = read(w.heartbeat_fd, steps, sizeof steps)) > 0) {
+        w.beats += n / static_cast<ssize_t>(sizeof(int64_t));
+        if (n >= static_cast<ssize_t>(sizeof(int64_t))) w.last_step = steps[n / sizeof(int64_t) - 1];
+        w.last_beat = Clock::now();
+      }
+    }
+  }
+
+  // The worker silent longest is the likeliest culprit: the others soon wait for it in a collective.
+  void check_stalls() {
+    const Worker* stalled = nullptr;
+    for (const auto& w : workers_)
+      if (w.state == WorkerState::kHealthy && w.beats > 0 && (!stalled || w.last_beat < stalled->last_beat))
+        stalled = &w;
+    if (!stalled) return;
+    double silent = std::chrono::duration<double>(Clock::now() - stalled->last_beat).count();
+    if (silent < options_.stall_timeout_s) return;
+    std::string what = "rank " + std::to_string(stalled->rank) + " on " + host_name() + " made no progress for " +
+                       std::to_string(static_cast<int>(silent)) + " s (--stall-timeout " +
+                       std::to_string(static_cast<int>(options_.stall_timeout_s)) + "; its last heartbeat was at step " +
+                       std::to_string(stalled->last_step) + ")";
+    say(what + "; stopping the group");
+    failure_ = Failure{1, std::nullopt, what, true};
+    if (options_.nnodes > 1) rendezvous_.report_failure(attempt_, {1, what, true});
+    stop_all(SIGTERM);
   }
 
   bool stopping() const { return failure_.has_value() || interrupted_by_.has_value(); }
@@ -173,8 +226,10 @@ class Attempt {
       } else {
         w.state = WorkerState::kFailed;
         failure_ = Failure{exit_code_of(status), w.local_rank,
-                           "rank " + std::to_string(w.rank) + " on " + host_name() + ": " + describe_wait_status(status)};
-        if (options_.nnodes > 1) rendezvous_.report_failure(attempt_, {failure_->exit_code, failure_->description});
+                           "rank " + std::to_string(w.rank) + " on " + host_name() + ": " + describe_wait_status(status),
+                           true};
+        if (options_.nnodes > 1)
+          rendezvous_.report_failure(attempt_, {failure_->exit_code, failure_->description, true});
         stop_all(SIGTERM);
       }
     }
@@ -191,8 +246,10 @@ class Attempt {
     say("received " + signal_name(sig) + "; stopping " + std::to_string(healthy_count()) +
         " worker(s)");
     if (options_.nnodes > 1)
-      rendezvous_.report_failure(attempt_, {128 + sig, "node " + std::to_string(options_.node_rank) + " (" +
-                                                           host_name() + ") was interrupted"});
+      rendezvous_.report_failure(attempt_, {128 + sig,
+                                            "node " + std::to_string(options_.node_rank) + " (" + host_name() +
+                                                ") was interrupted by " + signal_name(sig),
+                                            false});
     stop_all(sig);
   }
 
@@ -201,11 +258,13 @@ class Attempt {
     try {
       remote = rendezvous_.remote_failure(attempt_);
     } catch (const std::exception& e) {
-      remote = RemoteFailure{1, "lost contact with the rendezvous at " + options_.master_addr + ":" +
-                                    std::to_string(options_.master_port) + " (node 0 gone?)"};
+      remote = RemoteFailure{1,
+                             "lost contact with the rendezvous at " + options_.master_addr + ":" +
+                                 std::to_string(options_.master_port) + " (node 0 gone?)",
+                             false};
     }
     if (!remote) return;
-    failure_ = Failure{remote->exit_code, std::nullopt, remote->description};
+    failure_ = Failure{remote->exit_code, std::nullopt, remote->description, remote->restartable};
     say("stopping this node's workers: " + remote->description);
     stop_all(SIGTERM);
   }
@@ -284,10 +343,18 @@ int run_launcher(const LaunchOptions& options) {
   }
 
   SignalPipe signals;
-  Attempt attempt(options, layout, rendezvous, watchdog, signals, 0);
-  int status = attempt.run();
-  rendezvous.finish(0);
-  return status;
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > 0 && options.nnodes > 1) rendezvous.barrier_before(attempt);
+    AttemptOutcome outcome = Attempt(options, layout, rendezvous, watchdog, signals, attempt).run();
+    if (outcome.status == 0 || !outcome.restartable || attempt >= options.max_restarts) {
+      if (outcome.status != 0 && outcome.restartable && options.max_restarts > 0)
+        say("giving up after " + std::to_string(options.max_restarts) + " restart(s)");
+      rendezvous.finish(attempt);
+      return outcome.status;
+    }
+    say("restarting the workers (restart " + std::to_string(attempt + 1) + " of " +
+        std::to_string(options.max_restarts) + ") after: " + outcome.cause);
+  }
 }
 
 }  // namespace ddp

@@ -120,19 +120,26 @@ std::string verify_checkpoint(const CheckpointInfo& checkpoint) {
   } catch (const std::exception& e) {
     return "unreadable manifest " + checkpoint.manifest_path;
   }
-  if (!manifest["format_version"] || manifest["format_version"].as<int>() != Checkpointer::kFormatVersion)
-    return "unsupported format version in " + checkpoint.manifest_path;
+  uint64_t expected_bytes = 0;
+  uint32_t expected_crc = 0;
+  try {  // a damaged manifest is a problem to report, not an exception to escape find_resume_point()
+    if (!manifest["format_version"] || manifest["format_version"].as<int>() != Checkpointer::kFormatVersion)
+      return "unsupported format version in " + checkpoint.manifest_path;
+    expected_bytes = manifest["bytes"].as<uint64_t>();
+    expected_crc = manifest["crc32"].as<uint32_t>();
+  } catch (const YAML::Exception&) {
+    return "malformed manifest " + checkpoint.manifest_path + " (needs format_version, bytes and crc32)";
+  }
   std::string data;
   try {
     data = read_whole_file(checkpoint.data_path);
   } catch (const FileError& e) {
     return e.what();
   }
-  auto expected_bytes = manifest["bytes"].as<uint64_t>();
   if (data.size() != expected_bytes)
     return checkpoint.data_path + " is truncated or padded: " + std::to_string(data.size()) + " bytes, manifest says " +
            std::to_string(expected_bytes);
-  if (crc32_of(data) != manifest["crc32"].as<uint32_t>())
+  if (crc32_of(data) != expected_crc)
     return checkpoint.data_path + " is corrupt: CRC-32 does not match its manifest";
   return "";
 }

@@ -25,7 +25,7 @@ std::string first_difference(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-void broadcast_coalesced(CommBackend& group, const std::vector<torch::Tensor>& tensors, int root) {
+void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tensor>& tensors, int root) {
   std::map<c10::ScalarType, std::vector<torch::Tensor>> by_type;
   for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
   for (auto& [type, group_tensors] : by_type) {
@@ -34,7 +34,8 @@ void broadcast_coalesced(CommBackend& group, const std::vector<torch::Tensor>& t
     std::vector<torch::Tensor> flat{torch::cat(flat_views)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    group.broadcast(flat, options)->wait();
+    int64_t seq = comm.tracker->begin("broadcast");
+    comm.tracker->wait(comm.group->broadcast(flat, options), seq);
     int64_t offset = 0;
     torch::NoGradGuard no_grad;
     for (auto& t : group_tensors) {
@@ -44,10 +45,16 @@ void broadcast_coalesced(CommBackend& group, const std::vector<torch::Tensor>& t
   }
 }
 
-torch::Tensor all_reduce_sum(CommBackend& group, torch::Tensor values) {
+torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values) {
   std::vector<torch::Tensor> buffer{values};
-  group.allreduce(buffer)->wait();
+  int64_t seq = comm.tracker->begin("all_reduce");
+  comm.tracker->wait(comm.group->allreduce(buffer), seq);
   return values;
+}
+
+void barrier(const Communicator& comm) {
+  int64_t seq = comm.tracker->begin("barrier");
+  comm.tracker->wait(comm.group->barrier(), seq);
 }
 
 void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text) {
@@ -57,7 +64,8 @@ void check_identical_across_ranks(const Communicator& comm, const std::string& w
   std::vector<torch::Tensor> mine{torch::tensor({hash}, torch::kLong)};
   std::vector<std::vector<torch::Tensor>> all(1);
   for (int r = 0; r < comm.world_size; ++r) all[0].push_back(torch::zeros({1}, torch::kLong));
-  comm.group->allgather(all, mine)->wait();
+  int64_t seq = comm.tracker->begin("all_gather");
+  comm.tracker->wait(comm.group->allgather(all, mine), seq);
   int differing = -1;
   for (int r = 1; r < comm.world_size && differing < 0; ++r)
     if (all[0][r].item<int64_t>() != all[0][0].item<int64_t>()) differing = r;

@@ -9,9 +9,9 @@ namespace ddp {
 // matches collectives by their sequence, so a different order on one rank would pair unrelated
 // buffers (or hang). The parameter list is checked identical across ranks before training.
 
-GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<CommBackend> group,
+GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm,
                                  const ReducerOptions& options)
-    : parameters_(std::move(parameters)), group_(std::move(group)) {
+    : parameters_(std::move(parameters)), comm_(comm) {
   constexpr double kMiB = 1024.0 * 1024.0;
   Bucket current;
   int64_t current_bytes = 0;
@@ -31,10 +31,12 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, c10::int
   if (!current.parameters.empty()) buckets_.push_back(std::move(current));
 }
 
-void GradientReducer::synchronize() {
-  const double world = static_cast<double>(group_->getSize());
+double GradientReducer::synchronize(double control) {
+  if (buckets_.empty()) return control;
+  const double world = static_cast<double>(comm_.world_size);
   std::vector<std::vector<torch::Tensor>> flats(buckets_.size());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<int64_t> seqs;
   // See Note [Bucket order]: launch all buckets in order, then wait in the same order.
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     std::vector<torch::Tensor> pieces;
@@ -42,13 +44,16 @@ void GradientReducer::synchronize() {
       auto& p = parameters_[i];
       pieces.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}, p.options()));
     }
+    bool last = b + 1 == buckets_.size();
+    if (last) pieces.push_back(torch::full({1}, control * world, parameters_[0].options()));
     // Dividing while packing keeps the sum in range and costs no extra pass.
     flats[b] = {torch::cat(pieces).div_(world)};
-    works.push_back(group_->allreduce(flats[b]));
+    seqs.push_back(comm_.tracker->begin("gradient all_reduce"));
+    works.push_back(comm_.group->allreduce(flats[b]));
   }
   torch::NoGradGuard no_grad;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    works[b]->wait();
+    comm_.tracker->wait(works[b], seqs[b]);
     int64_t offset = 0;
     for (std::size_t i : buckets_[b].parameters) {
       auto& p = parameters_[i];
@@ -60,6 +65,7 @@ void GradientReducer::synchronize() {
       offset += p.numel();
     }
   }
+  return flats.back()[0][-1].item<double>();
 }
 
 std::vector<std::vector<std::size_t>> GradientReducer::bucket_layout() const {

@@ -18,12 +18,12 @@ struct ReducerOptions {
 /// Averages the gradients of `parameters` over all ranks, in buckets.
 class GradientReducer {
  public:
-  GradientReducer(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<CommBackend> group,
-                  const ReducerOptions& options);
+  GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm, const ReducerOptions& options);
 
   /// All-reduces every gradient and divides by the world size; call once backward of the last
-  /// micro-step is done. Parameters without a gradient contribute zeros.
-  void synchronize();
+  /// micro-step is done. Parameters without a gradient contribute zeros. `control` rides along in
+  /// the last bucket and comes back summed over ranks (the trainer's stop vote: no extra collective).
+  double synchronize(double control = 0);
 
   /// Parameter indices of each bucket, in launch order.
   std::vector<std::vector<std::size_t>> bucket_layout() const;
@@ -35,7 +35,7 @@ class GradientReducer {
   };
 
   std::vector<torch::Tensor> parameters_;
-  c10::intrusive_ptr<CommBackend> group_;
+  const Communicator& comm_;
   std::vector<Bucket> buckets_;
 };
 

@@ -78,6 +78,7 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
   // torch elastic's layout: a fresh key space per restart attempt.
   comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
                                                       tcp_store);
+  comm.tracker = std::make_shared<CollectiveTracker>(comm.store, env.rank, env.world_size);
   comm.backend = resolve_backend(config.backend);
   comm.rank = env.rank;
   comm.world_size = env.world_size;

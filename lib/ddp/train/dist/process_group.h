@@ -6,6 +6,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
 
+#include <memory>
+
+#include "ddp/train/dist/collective_tracker.h"
 #include "ddp/train/dist/dist_config.h"
 #include "ddp/train/dist/dist_env.h"
 
@@ -22,6 +25,7 @@ using CommBackend = c10d::ProcessGroup;
 struct Communicator {
   c10::intrusive_ptr<c10d::Store> store;  ///< prefixed per restart attempt
   c10::intrusive_ptr<CommBackend> group;
+  std::shared_ptr<CollectiveTracker> tracker;  ///< every collective goes through it
   std::string backend;  ///< "gloo" or "nccl"
   int rank = 0;
   int world_size = 1;

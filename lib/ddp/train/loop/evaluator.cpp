@@ -23,7 +23,7 @@ EvalResult evaluate(Model& model, const Dataset& data, double mean, double std, 
     }
   }
   model.train(was_training);
-  auto sums = all_reduce_sum(*comm.group, torch::tensor({loss_sum, correct, static_cast<double>(end - begin)},
+  auto sums = all_reduce_sum(comm, torch::tensor({loss_sum, correct, static_cast<double>(end - begin)},
                                                         torch::kDouble));
   EvalResult result;
   result.samples = static_cast<int64_t>(sums[2].item<double>());

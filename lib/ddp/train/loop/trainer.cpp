@@ -1,6 +1,7 @@
 #include "ddp/train/loop/trainer.h"
 
 #include <spdlog/spdlog.h>
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <cmath>
@@ -71,7 +72,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)), 
   synchronise_replicas();
   ReducerOptions reducer_options;
   reducer_options.bucket_cap_mb = config_.dist.bucket_cap_mb;
-  reducer_ = std::make_unique<GradientReducer>(parameters_, comm_.group, reducer_options);
+  reducer_ = std::make_unique<GradientReducer>(parameters_, comm_, reducer_options);
 
   double lr = scaled_lr(config_.optim, comm_.world_size);
   optimizer_ = make_optimizer(parameters_, config_.optim, lr);
@@ -110,7 +111,7 @@ void Trainer::synchronise_replicas() {
   check_identical_across_ranks(comm_, "model parameters", parameter_signature(*model_));
   std::vector<torch::Tensor> state = parameters_;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_coalesced(*comm_.group, state, 0);
+  broadcast_coalesced(comm_, state, 0);
 }
 
 void Trainer::resume() {
@@ -130,6 +131,7 @@ void Trainer::resume() {
   info.data_path = chosen.substr(0, chosen.size() - 5) + ".pt";
   progress_ = checkpointer_->load(info, *model_, *optimizer_, comm_.world_size);
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
+  last_saved_step_ = progress_.step;
   if (comm_.rank == 0)
     spdlog::info("resumed from {} at step {} (epoch {}, batch {})", info.data_path, progress_.step, progress_.epoch,
                  progress_.batch_in_epoch);
@@ -144,17 +146,19 @@ bool Trainer::done() const {
          (config_.train.max_steps > 0 && progress_.step >= config_.train.max_steps);
 }
 
-void Trainer::fit() {
+int Trainer::fit() {
+  install_stop_handlers();
+  heartbeat_.beat(progress_.step);
   fit_start_ = window_start_ = Clock::now();
   fit_start_step_ = progress_.step;
   model_->train();
   if (config_.eval.at_start && progress_.step == 0 && eval_data_) run_eval();
 
-  while (!done()) {
+  while (!done() && !stop_agreed_) {
     sampler_->set_epoch(progress_.epoch);
     torch::Tensor indices = sampler_->indices();
     int64_t batches = ceil_div(indices.size(0), config_.train.batch_size);
-    while (progress_.batch_in_epoch < batches && !done()) {
+    while (progress_.batch_in_epoch < batches && !done() && !stop_agreed_) {
       int64_t micro = std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch);
       train_step(indices, micro);
       after_step();
@@ -165,8 +169,17 @@ void Trainer::fit() {
       bool eval_now = config_.eval.every_epochs > 0 && progress_.epoch % config_.eval.every_epochs == 0;
       if (eval_now && eval_data_ && last_eval_step_ != progress_.step) run_eval();
       bool save_now = config_.checkpoint.every_epochs > 0 && progress_.epoch % config_.checkpoint.every_epochs == 0;
-      if (save_now && comm_.rank == 0) checkpointer_->save(*model_, *optimizer_, progress_, comm_.world_size);
+      if (save_now && last_saved_step_ != progress_.step) save_checkpoint();
     }
+  }
+  if (stop_agreed_) {
+    if (last_saved_step_ != progress_.step) save_checkpoint();
+    int sig = stop_signal() ? stop_signal() : SIGTERM;  // a rank that was not signalled follows the vote
+    if (comm_.rank == 0)
+      spdlog::warn("stopping at step {} as asked ({}); checkpoint saved, the same command resumes from it",
+                   progress_.step, sig == SIGINT ? "SIGINT" : "SIGTERM");
+    barrier(comm_);
+    return sig;
   }
   if (eval_data_ && last_eval_step_ != progress_.step) run_eval();
 
@@ -180,7 +193,13 @@ void Trainer::fit() {
                  steps, elapsed, steps / std::max(elapsed, 1e-9), output_dir_, usage.ru_maxrss / 1024);
   }
   // Nobody leaves before every rank is done with collectives and rank 0 has written its files.
-  comm_.group->barrier()->wait();
+  barrier(comm_);
+  return 0;
+}
+
+void Trainer::save_checkpoint() {
+  last_saved_step_ = progress_.step;
+  if (comm_.rank == 0) checkpointer_->save(*model_, *optimizer_, progress_, comm_.world_size);
 }
 
 void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batches) {
@@ -198,28 +217,30 @@ void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batch
     window_samples_ += batch.targets.size(0);
     progress_.batch_in_epoch += 1;
   }
-  // Communication only once per optimizer step, however many micro-steps it had.
-  reducer_->synchronize();
+  // Communication only once per optimizer step, however many micro-steps it had; the stop vote
+  // travels with the gradients so every rank stops after the same step.
+  stop_agreed_ = reducer_->synchronize(stop_signal() != 0 ? 1.0 : 0.0) > 0;
   if (config_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(parameters_, config_.train.clip_grad_norm);
   set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
   optimizer_->step();
   optimizer_->zero_grad();
   // BatchNorm statistics follow rank 0's, as DDP's broadcast_buffers does.
-  if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(*comm_.group, buffers_, 0);
+  if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(comm_, buffers_, 0);
   progress_.step += 1;
+  comm_.tracker->set_step(progress_.step);
+  heartbeat_.beat(progress_.step);
 }
 
 void Trainer::after_step() {
   const auto& train = config_.train;
   if (train.log_every > 0 && progress_.step % train.log_every == 0) log_progress();
   if (config_.eval.every_steps > 0 && progress_.step % config_.eval.every_steps == 0 && eval_data_) run_eval();
-  if (config_.checkpoint.every_steps > 0 && progress_.step % config_.checkpoint.every_steps == 0 && comm_.rank == 0)
-    checkpointer_->save(*model_, *optimizer_, progress_, comm_.world_size);
+  if (config_.checkpoint.every_steps > 0 && progress_.step % config_.checkpoint.every_steps == 0) save_checkpoint();
 }
 
 void Trainer::log_progress() {
   // Every rank reaches the same log steps, so this small all-reduce is matched everywhere.
-  auto sums = all_reduce_sum(*comm_.group, torch::tensor({window_loss_, static_cast<double>(window_batches_),
+  auto sums = all_reduce_sum(comm_, torch::tensor({window_loss_, static_cast<double>(window_batches_),
                                                           static_cast<double>(window_samples_)},
                                                          torch::kDouble));
   double elapsed = std::max(seconds_since(window_start_), 1e-9);
@@ -247,8 +268,10 @@ void Trainer::log_progress() {
 
 void Trainer::run_eval() {
   auto eval_start = Clock::now();
+  heartbeat_.beat(progress_.step);
   EvalResult result = evaluate(*model_, *eval_data_, config_.data.mean, config_.data.std, config_.eval.batch_size, comm_);
   last_eval_step_ = progress_.step;
+  heartbeat_.beat(progress_.step);
   window_start_ += Clock::now() - eval_start;  // throughput counts training time only
   if (comm_.rank != 0) return;
   spdlog::info("eval at step {} (epoch {}): loss {:.4f} accuracy {:.4f} over {} samples", progress_.step,

@@ -18,6 +18,7 @@
 #include "ddp/train/loop/evaluator.h"
 #include "ddp/train/loop/metrics_log.h"
 #include "ddp/train/loop/train_progress.h"
+#include "ddp/train/loop/worker_signals.h"
 #include "ddp/train/model/model_registry.h"
 #include "ddp/train/optim/lr_schedule.h"
 
@@ -30,8 +31,9 @@ class Trainer {
   Trainer(TrainConfig config, DistEnv env);
 
   /// Trains to the end (epochs or max_steps), evaluating, logging and checkpointing on the way,
-  /// then writes model.pt.
-  void fit();
+  /// then writes model.pt and returns 0. When SIGTERM or SIGINT reaches any rank, every rank stops
+  /// after the same step, rank 0 writes a checkpoint, and the signal number is returned.
+  int fit();
 
   const TrainProgress& progress() const { return progress_; }
   Model& model() { return *model_; }
@@ -45,6 +47,7 @@ class Trainer {
   void train_step(const torch::Tensor& epoch_indices, int64_t micro_batches);
   void after_step();
   void run_eval();
+  void save_checkpoint();
   void log_progress();
   bool done() const;
 
@@ -66,6 +69,9 @@ class Trainer {
   TrainProgress progress_;
   int64_t total_steps_ = 0;
   int64_t last_eval_step_ = -1;
+  int64_t last_saved_step_ = -1;
+  bool stop_agreed_ = false;  // some rank was asked to stop; all stop after this step
+  Heartbeat heartbeat_;
 
   // Log window: sums since the last log line.
   double window_loss_ = 0;

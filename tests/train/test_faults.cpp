@@ -1,0 +1,153 @@
+// Faults with real processes: killed workers, preemption, hangs, damaged checkpoints, full disks.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <regex>
+
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string config(const std::string& name) { return std::string(DDP_SOURCE_DIR) + "/configs/" + name; }
+
+std::string ddprun_command(int nproc, const std::string& yaml, const std::vector<std::string>& sets,
+                           const std::string& launcher_options = "") {
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " +
+                        std::to_string(nproc) + " " + launcher_options + " " + config(yaml);
+  for (const auto& s : sets) command += " --set '" + s + "'";
+  return command;
+}
+
+bool same_bytes(const std::string& a, const std::string& b) {
+  std::string x = read_file(a), y = read_file(b);
+  return !x.empty() && x == y;
+}
+
+// Shell: wait (bounded) until a file exists.
+std::string wait_for(const std::string& path) {
+  return "i=0; while [ ! -e " + path + " ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
+}
+
+std::vector<std::string> fast_convnet(const std::string& out) {
+  return {"run.output_dir=" + out, "train.max_steps=160", "checkpoint.every_steps=40", "checkpoint.every_epochs=0",
+          "data.eval_split=none",  "train.log_every=20"};
+}
+
+}  // namespace
+
+TEST_CASE("a worker SIGKILLed mid-epoch is restarted and the result is bit-identical", "[faults][slow]") {
+  TempDir dir;
+  auto straight = run_shell(ddprun_command(2, "fashion_mnist_convnet.yaml", fast_convnet(dir.file("straight"))),
+                            std::chrono::seconds(240));
+  REQUIRE(straight.exit_code == 0);
+
+  std::string out = dir.file("killed");
+  auto killed = run_shell(ddprun_command(2, "fashion_mnist_convnet.yaml", fast_convnet(out), "--max-restarts 1") +
+                              " & L=$!; " + wait_for(out + "/checkpoints/step_0000000080.json") +
+                              "pkill -KILL -n -f '[d]dp-train.*" + out + "'; wait $L; echo status=$?",
+                          std::chrono::seconds(240));
+  INFO(killed.out << killed.err);
+  CHECK(count_lines(killed.out, "status=0") == 1);
+  CHECK_THAT(killed.err, Contains("failed first: signal 9 (SIGKILL)"));
+  CHECK_THAT(killed.err, Contains("restarting the workers (restart 1 of 1)"));
+  CHECK_THAT(killed.out, Contains("resumed from"));
+  CHECK(same_bytes(dir.file("straight/model.pt"), out + "/model.pt"));
+}
+
+TEST_CASE("SIGTERM to the launcher checkpoints, exits 143, and the same command resumes", "[faults][slow]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  std::string command = ddprun_command(2, "fashion_mnist_convnet.yaml",
+                                       {"run.output_dir=" + out, "train.max_steps=200", "checkpoint.every_epochs=0",
+                                        "data.eval_split=none", "train.log_every=10"});
+  auto first = run_shell(command + " & L=$!; " + wait_for(out + "/metrics.jsonl") +
+                             "sleep 0.5; kill -TERM $L; wait $L; echo status=$?",
+                         std::chrono::seconds(120));
+  INFO(first.out << first.err);
+  CHECK(count_lines(first.out, "status=143") == 1);
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
+  std::smatch match;
+  REQUIRE(std::regex_search(first.out, match, std::regex("stopping at step ([0-9]+) as asked \\(SIGTERM\\)")));
+  std::string step = match[1];
+  char name[64];
+  std::snprintf(name, sizeof name, "/checkpoints/step_%010d.json", std::stoi(step));
+  CHECK(fs::exists(out + name));
+
+  auto second = run_shell(command, std::chrono::seconds(120));
+  INFO(second.out << second.err);
+  CHECK(second.exit_code == 0);
+  CHECK_THAT(second.out, Contains("at step " + step + " (epoch 0"));
+}
+
+TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, naming that rank", "[faults]") {
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", "--", bin("ddp-test-collective-worker"),
+                        "--skip-rank", "1", "--skip-at", "3", "--timeout", "3"},
+                       std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 15);
+  CHECK_THAT(r.err, Contains("all_reduce #3 at step 3 failed on rank 0 after 3 s: never arrived: rank 1"));
+
+  auto onward = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "3", "--", bin("ddp-test-collective-worker"),
+                             "--skip-rank", "2", "--skip-at", "2", "--timeout", "3", "--continue"},
+                            std::chrono::seconds(60));
+  INFO(onward.out << onward.err);
+  CHECK(onward.exit_code == 1);
+  CHECK_THAT(onward.err, Contains("never arrived: rank 2"));
+}
+
+TEST_CASE("a truncated newest checkpoint is reported and the previous one is used", "[faults][checkpoint]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  auto sets = [&](int steps) {
+    return std::vector<std::string>{"run.output_dir=" + out, "train.max_steps=" + std::to_string(steps),
+                                    "checkpoint.every_steps=20", "checkpoint.every_epochs=0", "checkpoint.keep_last=3",
+                                    "data.eval_split=none"};
+  };
+  REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(40))).exit_code == 0);
+  std::string newest = out + "/checkpoints/step_0000000040.pt";
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  auto resumed = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(60)));
+  INFO(resumed.out << resumed.err);
+  CHECK(resumed.exit_code == 0);
+  CHECK_THAT(resumed.out, Contains("skipping checkpoint " + newest) && Contains("truncated"));
+  CHECK_THAT(resumed.out, Contains("resumed from " + out + "/checkpoints/step_0000000020.pt at step 20"));
+}
+
+TEST_CASE("resuming with another world size is refused with the reason", "[faults][checkpoint]") {
+  TempDir dir;
+  std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=20", "checkpoint.every_steps=10",
+                                "data.eval_split=none"};
+  REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets)).exit_code == 0);
+  sets[1] = "train.max_steps=30";
+  auto r = run_shell(ddprun_command(1, "synthetic_mlp.yaml", sets));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("was written by a run of world size 2, this run has 1"));
+}
+
+TEST_CASE("a full disk fails the save clearly and keeps the previous checkpoint", "[faults][checkpoint]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  fs::create_directories(out + "/checkpoints");
+  // Writing the step-20 checkpoint goes to /dev/full: ENOSPC, as on a full disk.
+  fs::create_symlink("/dev/full", out + "/checkpoints/step_0000000020.pt.tmp");
+  std::vector<std::string> sets{"run.output_dir=" + out, "train.max_steps=30", "checkpoint.every_steps=10",
+                                "data.eval_split=none"};
+  auto r = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Contains("rank 0") && Contains("step_0000000020.pt") && Contains("No space left on device"));
+  CHECK_FALSE(fs::exists(out + "/checkpoints/step_0000000020.json"));
+  CHECK_FALSE(fs::exists(out + "/model.pt"));
+
+  auto again = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets));
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.out, Contains("step_0000000010.pt at step 10"));
+}
