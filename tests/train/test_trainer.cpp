@@ -7,6 +7,12 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <sstream>
 
 #include "support/subprocess.h"
 
@@ -197,4 +203,72 @@ TEST_CASE("ranks with different configs fail together, naming the rank and the d
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "statuses=2,2") == 1);
   CHECK_THAT(r.err, Contains("rank 1's config differs from rank 0's: '  batch_size: 32' vs '  batch_size: 16'"));
+}
+
+namespace {
+
+// Local addresses of the listening TCP sockets that `pids` hold, as hex from /proc/net/tcp{,6}.
+std::vector<std::string> listening_addresses(const std::vector<int>& pids) {
+  std::set<std::string> inodes;
+  for (int pid : pids) {
+    std::error_code ec;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      auto target = std::filesystem::read_symlink(fd.path(), ec).string();
+      if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<std::string> addresses;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(read_file(table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, skip, inode;
+      fields >> slot >> local >> remote >> state;
+      for (int i = 0; i < 5; ++i) fields >> skip;
+      fields >> inode;
+      if (state == "0A" && inodes.count(inode)) addresses.push_back(local.substr(0, local.find(':')));
+    }
+  }
+  return addresses;
+}
+
+bool is_loopback_hex(const std::string& hex) {
+  if (hex.size() == 8) return hex.substr(6, 2) == "7F";  // 127.x.x.x, little-endian
+  return hex == "00000000000000000000000001000000" ||                   // ::1
+         (hex.substr(0, 24) == "0000000000000000FFFF0000" && hex.substr(30, 2) == "7F");  // ::ffff:127.x
+}
+
+}  // namespace
+
+TEST_CASE("a single-node trainer run listens on loopback only", "[trainer][exposure]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                        config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out +
+                        " --set train.max_steps=100000 --set data.eval_split=none --set train.log_every=5";
+  auto r = run_shell(command + " > " + dir.file("log") + " 2>&1 & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; "
+                         "i=$((i+1)); done; pgrep -f '[d]dp-train.*" + out + "'; echo launcher $L",
+                     std::chrono::seconds(60));
+  std::vector<int> pids;
+  std::istringstream lines(r.out);
+  std::string word;
+  while (lines >> word)
+    if (word != "launcher") pids.push_back(std::stoi(word));
+  REQUIRE(pids.size() == 3);  // two workers and the launcher
+  // A control: this test's own socket on every interface must be seen and flagged.
+  int control = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  bind(control, reinterpret_cast<sockaddr*>(&any), sizeof any);
+  listen(control, 1);
+  pids.push_back(getpid());
+  auto addresses = listening_addresses(pids);
+  close(control);
+  kill(pids[2], SIGKILL);  // the launcher; its watchdog takes the workers down
+  REQUIRE(std::count(addresses.begin(), addresses.end(), "00000000") == 1);
+  int exposed = 0;
+  for (const auto& address : addresses) exposed += !is_loopback_hex(address);
+  CHECK(exposed == 1);  // the control, nothing of the run
 }

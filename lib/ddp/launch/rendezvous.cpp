@@ -7,6 +7,9 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -56,6 +59,19 @@ bool port_in_use(int port) {
 }
 
 }  // namespace
+
+PrivateStoreDir::PrivateStoreDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-store-XXXXXX";
+  if (!mkdtemp(pattern.data()))
+    throw UserError("cannot create a private store directory like " + pattern + ": " + std::strerror(errno));
+  path_ = pattern;
+}
+
+PrivateStoreDir::~PrivateStoreDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
 
 std::string generate_run_id() {
   std::random_device device;

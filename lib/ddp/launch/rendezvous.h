@@ -31,6 +31,8 @@ struct WorldLayout {
   int rank_offset = 0;  ///< global rank of this node's local rank 0
   std::string run_id;
   std::vector<std::string> hosts;  ///< by node rank
+  int master_port = 0;     ///< the store's port (TCP store only)
+  std::string store_path;  ///< the private FileStore directory (single-node trainer runs)
 };
 
 /// A failure reported by some node, seen by all.
@@ -71,6 +73,20 @@ class Rendezvous {
  private:
   RendezvousOptions options_;
   std::shared_ptr<c10d::Store> store_;
+};
+
+/// A directory only this user can enter, removed with everything in it when destroyed. Single-node
+/// ddp-train runs meet through c10d's FileStore in it, so nothing of the run listens on the network.
+class PrivateStoreDir {
+ public:
+  PrivateStoreDir();  ///< under $TMPDIR (default /tmp), mode 0700
+  ~PrivateStoreDir();
+  PrivateStoreDir(const PrivateStoreDir&) = delete;
+  PrivateStoreDir& operator=(const PrivateStoreDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 /// Generates a short random run id.

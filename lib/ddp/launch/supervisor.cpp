@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -64,7 +65,8 @@ struct AttemptOutcome {
 /// One attempt: start the workers, watch them until all exit, stop the rest on the first failure.
 class Attempt {
  public:
-  Attempt(const LaunchOptions& options, const WorldLayout& layout, Rendezvous& rendezvous, Watchdog& watchdog,
+  /// `rendezvous` is null for single-node runs that meet through a private FileStore.
+  Attempt(const LaunchOptions& options, const WorldLayout& layout, Rendezvous* rendezvous, Watchdog& watchdog,
           SignalPipe& signals, int attempt)
       : options_(options), layout_(layout), rendezvous_(rendezvous), watchdog_(watchdog), signals_(signals),
         attempt_(attempt) {}
@@ -101,7 +103,6 @@ class Attempt {
       std::filesystem::create_directories(attempt_dir(), ec);
       if (ec) throw UserError("--log-dir: cannot create " + attempt_dir() + ": " + ec.message());
     }
-    bool multi_node = options_.nnodes > 1;
     std::string host = host_name();
     auto base = current_environment();
     for (int local = 0; local < options_.nproc_per_node; ++local) {
@@ -113,7 +114,8 @@ class Attempt {
       id.group_rank = options_.node_rank;
       id.group_world_size = options_.nnodes;
       id.master_addr = options_.master_addr;
-      id.master_port = rendezvous_.port();
+      id.master_port = layout_.master_port;
+      id.store_path = layout_.store_path;
       id.run_id = layout_.run_id;
       id.restart_count = attempt_;
       id.max_restarts = options_.max_restarts;
@@ -122,7 +124,7 @@ class Attempt {
       if (!std::getenv("OMP_NUM_THREADS")) variables["OMP_NUM_THREADS"] = std::to_string(omp_threads());
 
       RelayTarget target;
-      target.prefix = multi_node ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
+      target.prefix = multi_node() ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
                                  : "[rank " + std::to_string(id.rank) + "] ";
       const auto& filter = options_.local_ranks_filter;
       target.to_console = !filter || std::count(filter->begin(), filter->end(), local) > 0;
@@ -166,7 +168,7 @@ class Attempt {
       read_heartbeats();
       reap();
       if (options_.stall_timeout_s > 0 && !stopping()) check_stalls();
-      if (options_.nnodes > 1 && !stopping() && Clock::now() >= next_remote_check) {
+      if (multi_node() && !stopping() && Clock::now() >= next_remote_check) {
         check_other_nodes();
         next_remote_check = Clock::now() + kRemoteCheckEvery;
       }
@@ -205,9 +207,12 @@ class Attempt {
                        std::to_string(stalled->last_step) + ")";
     say(what + "; stopping the group");
     failure_ = Failure{1, std::nullopt, what, true};
-    if (options_.nnodes > 1) rendezvous_.report_failure(attempt_, {1, what, true});
+    if (multi_node()) rendezvous_->report_failure(attempt_, {1, what, true});
     stop_all(SIGTERM);
   }
+
+  // Other nodes exist, to tell about failures and to hear from (they always share a TCP store).
+  bool multi_node() const { return options_.nnodes > 1; }
 
   bool stopping() const { return failure_.has_value() || interrupted_by_.has_value(); }
 
@@ -228,8 +233,8 @@ class Attempt {
         failure_ = Failure{exit_code_of(status), w.local_rank,
                            "rank " + std::to_string(w.rank) + " on " + host_name() + ": " + describe_wait_status(status),
                            true};
-        if (options_.nnodes > 1)
-          rendezvous_.report_failure(attempt_, {failure_->exit_code, failure_->description, true});
+        if (multi_node())
+          rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, true});
         stop_all(SIGTERM);
       }
     }
@@ -245,8 +250,8 @@ class Attempt {
     interrupted_by_ = sig;
     say("received " + signal_name(sig) + "; stopping " + std::to_string(healthy_count()) +
         " worker(s)");
-    if (options_.nnodes > 1)
-      rendezvous_.report_failure(attempt_, {128 + sig,
+    if (multi_node())
+      rendezvous_->report_failure(attempt_, {128 + sig,
                                             "node " + std::to_string(options_.node_rank) + " (" + host_name() +
                                                 ") was interrupted by " + signal_name(sig),
                                             false});
@@ -256,7 +261,7 @@ class Attempt {
   void check_other_nodes() {
     std::optional<RemoteFailure> remote;
     try {
-      remote = rendezvous_.remote_failure(attempt_);
+      remote = rendezvous_->remote_failure(attempt_);
     } catch (const std::exception& e) {
       remote = RemoteFailure{1,
                              "lost contact with the rendezvous at " + options_.master_addr + ":" +
@@ -309,7 +314,7 @@ class Attempt {
 
   const LaunchOptions& options_;
   const WorldLayout& layout_;
-  Rendezvous& rendezvous_;
+  Rendezvous* rendezvous_;
   Watchdog& watchdog_;
   SignalPipe& signals_;
   int attempt_;
@@ -325,16 +330,32 @@ class Attempt {
 int run_launcher(const LaunchOptions& options) {
   Watchdog watchdog;  // first: it is forked before the store starts threads
 
-  RendezvousOptions rdzv;
-  rdzv.master_addr = options.master_addr;
-  rdzv.master_port = options.master_port;
-  rdzv.nnodes = options.nnodes;
-  rdzv.node_rank = options.node_rank;
-  rdzv.local_world_size = options.nproc_per_node;
-  rdzv.run_id = options.run_id;
-  rdzv.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.rdzv_timeout_s * 1000));
-  Rendezvous rendezvous(rdzv);
-  WorldLayout layout = rendezvous.join();
+  // One node running ddp-train needs no network rendezvous: a private FileStore keeps the run
+  // off every interface. Several nodes, or any other program (torch's env:// expects
+  // MASTER_ADDR:MASTER_PORT), get node 0's TCPStore.
+  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<PrivateStoreDir> store_dir;
+  WorldLayout layout;
+  if (options.nnodes == 1 && options.runs_trainer) {
+    store_dir = std::make_unique<PrivateStoreDir>();
+    layout.world_size = options.nproc_per_node;
+    layout.run_id = options.run_id.empty() ? generate_run_id() : options.run_id;
+    layout.hosts = {host_name()};
+    layout.master_port = options.master_port;
+    layout.store_path = store_dir->path();
+  } else {
+    RendezvousOptions rdzv;
+    rdzv.master_addr = options.master_addr;
+    rdzv.master_port = options.master_port;
+    rdzv.nnodes = options.nnodes;
+    rdzv.node_rank = options.node_rank;
+    rdzv.local_world_size = options.nproc_per_node;
+    rdzv.run_id = options.run_id;
+    rdzv.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.rdzv_timeout_s * 1000));
+    rendezvous = std::make_unique<Rendezvous>(rdzv);
+    layout = rendezvous->join();
+    layout.master_port = rendezvous->port();
+  }
 
   if (!std::getenv("OMP_NUM_THREADS")) {
     int threads = std::max(1, available_cores() / options.nproc_per_node);
@@ -344,12 +365,12 @@ int run_launcher(const LaunchOptions& options) {
 
   SignalPipe signals;
   for (int attempt = 0;; ++attempt) {
-    if (attempt > 0 && options.nnodes > 1) rendezvous.barrier_before(attempt);
-    AttemptOutcome outcome = Attempt(options, layout, rendezvous, watchdog, signals, attempt).run();
+    if (attempt > 0 && rendezvous) rendezvous->barrier_before(attempt);
+    AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt).run();
     if (outcome.status == 0 || !outcome.restartable || attempt >= options.max_restarts) {
       if (outcome.status != 0 && outcome.restartable && options.max_restarts > 0)
         say("giving up after " + std::to_string(options.max_restarts) + " restart(s)");
-      rendezvous.finish(attempt);
+      if (rendezvous) rendezvous->finish(attempt);
       return outcome.status;
     }
     say("restarting the workers (restart " + std::to_string(attempt + 1) + " of " +

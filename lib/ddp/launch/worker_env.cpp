@@ -6,7 +6,7 @@ namespace ddp {
 
 std::map<std::string, std::string> worker_variables(const WorkerIdentity& id) {
   auto str = [](int value) { return std::to_string(value); };
-  return {
+  std::map<std::string, std::string> variables{
       {"RANK", str(id.rank)},
       {"LOCAL_RANK", str(id.local_rank)},
       {"WORLD_SIZE", str(id.world_size)},
@@ -27,6 +27,8 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id) {
       {"TORCHELASTIC_MAX_RESTARTS", str(id.max_restarts)},
       {"TORCHELASTIC_RUN_ID", id.run_id},
   };
+  if (!id.store_path.empty()) variables["DDPRUN_STORE_PATH"] = id.store_path;
+  return variables;
 }
 
 std::vector<std::string> merge_environment(const std::vector<std::string>& base,

@@ -20,6 +20,7 @@ struct WorkerIdentity {
   std::string run_id;
   int restart_count = 0;
   int max_restarts = 0;
+  std::string store_path;  ///< set: meet through a FileStore there instead of MASTER_ADDR:MASTER_PORT
 };
 
 /// The variables the launcher sets for a worker, by name.

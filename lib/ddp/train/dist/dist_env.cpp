@@ -25,13 +25,14 @@ DistEnv dist_env_from_environment() {
   env.rank = int_variable("RANK", 0);
   env.world_size = int_variable("WORLD_SIZE", 1);
   env.local_rank = int_variable("LOCAL_RANK", env.rank);
-  env.local_world_size = int_variable("LOCAL_WORLD_SIZE", env.world_size);
+  env.local_world_size = int_variable("LOCAL_WORLD_SIZE", 0);  // 0: unknown (started by hand)
   env.master_port = int_variable("MASTER_PORT", 29500);
   env.restart_count = int_variable("DDPRUN_RESTART_COUNT", int_variable("TORCHELASTIC_RESTART_COUNT", 0));
   if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
   if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE"))
     env.launcher_store = std::string(agent) == "True" || std::string(agent) == "1";
   if (const char* id = std::getenv("DDPRUN_RUN_ID")) env.run_id = id;
+  if (const char* path = std::getenv("DDPRUN_STORE_PATH")) env.store_path = path;
   return env;
 }
 
@@ -41,7 +42,8 @@ void validate(const DistEnv& env) {
              "rank " + std::to_string(env.rank) + " is out of range for world size " + std::to_string(env.world_size));
   check_user(env.master_port >= 0 && env.master_port <= 65535,
              "master port must be 0..65535, got " + std::to_string(env.master_port));
-  check_user(env.world_size == 1 || env.master_port > 0, "master port 0 cannot be shared by several ranks");
+  check_user(env.world_size == 1 || env.master_port > 0 || !env.store_path.empty(),
+             "master port 0 cannot be shared by several ranks");
 }
 
 }  // namespace ddp

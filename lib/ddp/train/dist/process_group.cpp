@@ -1,5 +1,6 @@
 #include "ddp/train/dist/process_group.h"
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -24,7 +25,7 @@ c10::intrusive_ptr<CommBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>&
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
-  } else if (is_loopback(env.master_addr)) {
+  } else if (env.local_world_size == env.world_size || is_loopback(env.master_addr)) {
     // One machine: keep the data connections on loopback, never on a public interface.
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   } else {
@@ -61,9 +62,15 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
   options.timeout = timeout;
   std::string endpoint = env.master_addr + ":" + std::to_string(env.master_port);
 
-  c10::intrusive_ptr<c10d::Store> tcp_store;
+  c10::intrusive_ptr<c10d::Store> base_store;
   try {
-    tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    if (!env.store_path.empty()) {
+      auto file = env.store_path + "/attempt_" + std::to_string(env.restart_count);
+      base_store = c10::make_intrusive<c10d::FileStore>(file, env.world_size);
+      base_store->setTimeout(timeout);
+    } else {
+      base_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    }
   } catch (const std::exception& e) {
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));
@@ -77,7 +84,7 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
   Communicator comm;
   // torch elastic's layout: a fresh key space per restart attempt.
   comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
-                                                      tcp_store);
+                                                      base_store);
   comm.tracker = std::make_shared<CollectiveTracker>(comm.store, env.rank, env.world_size);
   comm.backend = resolve_backend(config.backend);
   comm.rank = env.rank;
