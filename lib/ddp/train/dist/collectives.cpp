@@ -46,10 +46,10 @@ void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tens
 }
 
 torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values) {
-  std::vector<torch::Tensor> buffer{values};
+  std::vector<torch::Tensor> buffer{values.to(comm.device)};
   int64_t seq = comm.tracker->begin("all_reduce");
   comm.tracker->wait(comm.group->allreduce(buffer), seq);
-  return values;
+  return buffer[0].to(values.device());
 }
 
 void barrier(const Communicator& comm) {
@@ -61,9 +61,10 @@ void check_identical_across_ranks(const Communicator& comm, const std::string& w
   if (comm.world_size == 1) return;
   // Cheap common case: compare hashes with one all-gather; only a mismatch reads the texts.
   int64_t hash = static_cast<int64_t>(std::hash<std::string>{}(text) & 0x7fffffffffffffffULL);
-  std::vector<torch::Tensor> mine{torch::tensor({hash}, torch::kLong)};
+  auto on_device = torch::TensorOptions(torch::kLong).device(comm.device);
+  std::vector<torch::Tensor> mine{torch::tensor({hash}, on_device)};
   std::vector<std::vector<torch::Tensor>> all(1);
-  for (int r = 0; r < comm.world_size; ++r) all[0].push_back(torch::zeros({1}, torch::kLong));
+  for (int r = 0; r < comm.world_size; ++r) all[0].push_back(torch::zeros({1}, on_device));
   int64_t seq = comm.tracker->begin("all_gather");
   comm.tracker->wait(comm.group->allgather(all, mine), seq);
   int differing = -1;

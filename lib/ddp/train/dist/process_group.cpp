@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef DDP_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -91,6 +92,10 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
   comm.world_size = env.world_size;
 #ifdef DDP_WITH_CUDA
   if (comm.backend == "nccl") {
+    // One device per local rank; NCCL's own device guesses (barrier) follow the current device.
+    int device_index = std::max(0, env.local_rank) % static_cast<int>(torch::cuda::device_count());
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
+    comm.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout;
     comm.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(comm.store, env.rank, env.world_size, nccl_options);

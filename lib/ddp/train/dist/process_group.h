@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/types.h>
 #include <torch/version.h>
 
 #include <memory>
@@ -27,6 +28,7 @@ struct Communicator {
   c10::intrusive_ptr<CommBackend> group;
   std::shared_ptr<CollectiveTracker> tracker;  ///< every collective goes through it
   std::string backend;  ///< "gloo" or "nccl"
+  torch::Device device = torch::kCPU;  ///< where tensors must live for this backend (cuda:LOCAL_RANK for NCCL)
   int rank = 0;
   int world_size = 1;
 };

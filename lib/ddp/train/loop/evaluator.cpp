@@ -15,6 +15,8 @@ EvalResult evaluate(Model& model, const Dataset& data, double mean, double std, 
     for (int64_t start = begin; start < end; start += batch_size) {
       auto indices = torch::arange(start, std::min(end, start + batch_size), torch::kLong);
       Batch batch = gather_batch(data, indices, mean, std);
+      batch.inputs = batch.inputs.to(comm.device, /*non_blocking=*/true);
+      batch.targets = batch.targets.to(comm.device, /*non_blocking=*/true);
       auto logits = model.forward(batch.inputs);
       loss_sum += torch::nn::functional::cross_entropy(
                       logits, batch.targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))

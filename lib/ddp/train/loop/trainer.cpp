@@ -67,6 +67,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)), 
 
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   model_ = make_model(config_.model);
+  model_->to(comm_.device);
   for (const auto& p : model_->parameters()) parameters_.push_back(p);
   for (const auto& b : model_->buffers()) buffers_.push_back(b);
   synchronise_replicas();
@@ -209,7 +210,9 @@ void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batch
     int64_t start = progress_.batch_in_epoch * batch_size;
     Batch batch = gather_batch(train_data_, epoch_indices.slice(0, start, std::min(total, start + batch_size)),
                                config_.data.mean, config_.data.std);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(batch.inputs), batch.targets);
+    auto inputs = batch.inputs.to(comm_.device, /*non_blocking=*/true);
+    auto targets = batch.targets.to(comm_.device, /*non_blocking=*/true);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(inputs), targets);
     // Micro-steps average, like one batch micro_batches times as large.
     (loss / static_cast<double>(micro_batches)).backward();
     window_loss_ += loss.item<double>();
