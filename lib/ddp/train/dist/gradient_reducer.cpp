@@ -1,23 +1,29 @@
 #include "ddp/train/dist/gradient_reducer.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 namespace ddp {
 
 // Note [Bucket order]
 // Buckets hold parameters in reverse registration order, because backward produces the last
 // layer's gradients first; the first bucket is small so communication can start early. Every rank
-// builds the same buckets from the same parameter list and launches them in the same order: c10d
-// matches collectives by their sequence, so a different order on one rank would pair unrelated
-// buffers (or hang). The parameter list is checked identical across ranks before training.
+// builds the same buckets from the same parameter list and launches them strictly in bucket order
+// (a bucket that is ready early waits for the ones before it): c10d matches collectives by their
+// sequence, so a different order on one rank would pair unrelated buffers or hang. The parameter
+// list is checked identical across ranks before training.
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm,
                                  const ReducerOptions& options)
-    : parameters_(std::move(parameters)), comm_(comm) {
+    : parameters_(std::move(parameters)), comm_(comm), options_(options), bucket_of_(parameters_.size()) {
   constexpr double kMiB = 1024.0 * 1024.0;
   Bucket current;
   int64_t current_bytes = 0;
   double cap = options.first_bucket_mb;
   for (std::size_t i = parameters_.size(); i-- > 0;) {
     const auto& p = parameters_[i];
+    bucket_of_[i] = buckets_.size();
     current.parameters.push_back(i);
     current.numel += p.numel();
     current_bytes += p.numel() * static_cast<int64_t>(p.element_size());
@@ -29,35 +35,74 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Co
     }
   }
   if (!current.parameters.empty()) buckets_.push_back(std::move(current));
+
+  if (!options_.overlap) return;
+  // Fires after a gradient has been accumulated into param.grad (DDP's autograd_hook).
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          on_gradient_ready(i);
+          return outputs;
+        }));
+    grad_accumulators_.push_back(std::move(accumulator));
+  }
 }
 
-double GradientReducer::synchronize(double control) {
-  if (buckets_.empty()) return control;
-  const double world = static_cast<double>(comm_.world_size);
-  std::vector<std::vector<torch::Tensor>> flats(buckets_.size());
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<int64_t> seqs;
-  // See Note [Bucket order]: launch all buckets in order, then wait in the same order.
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    std::vector<torch::Tensor> pieces;
-    for (std::size_t i : buckets_[b].parameters) {
-      auto& p = parameters_[i];
-      pieces.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}, p.options()));
-    }
-    bool last = b + 1 == buckets_.size();
-    if (last) pieces.push_back(torch::full({1}, control * world, parameters_[0].options()));
-    // Dividing while packing keeps the sum in range and costs no extra pass.
-    flats[b] = {torch::cat(pieces).div_(world)};
-    seqs.push_back(comm_.tracker->begin("gradient all_reduce"));
-    works.push_back(comm_.group->allreduce(flats[b]));
+GradientReducer::~GradientReducer() = default;
+
+void GradientReducer::prepare(double control) {
+  armed_ = true;
+  control_ = control;
+  next_launch_ = 0;
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.parameters.size();
+    bucket.work.reset();
   }
+}
+
+void GradientReducer::on_gradient_ready(std::size_t parameter) {
+  if (!armed_) return;  // an accumulation micro-step: gradients only accumulate locally
+  Bucket& bucket = buckets_[bucket_of_[parameter]];
+  if (bucket.pending > 0 && --bucket.pending == 0) launch_ready_buckets(false);
+}
+
+void GradientReducer::launch_ready_buckets(bool all) {
+  // See Note [Bucket order].
+  while (next_launch_ < buckets_.size() && (all || buckets_[next_launch_].pending == 0)) {
+    launch(buckets_[next_launch_], next_launch_ + 1 == buckets_.size());
+    ++next_launch_;
+  }
+}
+
+void GradientReducer::launch(Bucket& bucket, bool last) {
+  if (next_launch_ == 0) first_launch_ = Clock::now();
+  const double world = static_cast<double>(comm_.world_size);
+  std::vector<torch::Tensor> pieces;
+  for (std::size_t i : bucket.parameters) {
+    auto& p = parameters_[i];
+    pieces.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}, p.options()));
+  }
+  if (last) pieces.push_back(torch::full({1}, control_ * world, parameters_[0].options()));
+  // Dividing while packing keeps the sum in range and costs no extra pass.
   torch::NoGradGuard no_grad;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    comm_.tracker->wait(works[b], seqs[b]);
+  bucket.flat = {torch::cat(pieces).div_(world)};
+  bucket.seq = comm_.tracker->begin("gradient all_reduce");
+  bucket.work = comm_.group->allreduce(bucket.flat);
+}
+
+double GradientReducer::finish() {
+  if (buckets_.empty()) return control_;
+  auto backward_done = Clock::now();
+  launch_ready_buckets(/*all=*/true);  // unused parameters, or overlap off
+  armed_ = false;
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    comm_.tracker->wait(bucket.work, bucket.seq);
     int64_t offset = 0;
-    for (std::size_t i : buckets_[b].parameters) {
+    for (std::size_t i : bucket.parameters) {
       auto& p = parameters_[i];
-      auto averaged = flats[b][0].narrow(0, offset, p.numel()).view_as(p);
+      auto averaged = bucket.flat[0].narrow(0, offset, p.numel()).view_as(p);
       if (p.grad().defined())
         p.mutable_grad().copy_(averaged);
       else
@@ -65,7 +110,10 @@ double GradientReducer::synchronize(double control) {
       offset += p.numel();
     }
   }
-  return flats.back()[0][-1].item<double>();
+  auto done = Clock::now();
+  timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
+  timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();
+  return buckets_.back().flat[0][-1].item<double>();
 }
 
 std::vector<std::vector<std::size_t>> GradientReducer::bucket_layout() const {

@@ -1,29 +1,58 @@
 #pragma once
-// Gradient sync: flashlight's Reducer idea (add / finalize) over c10d, with DDP's bucketing.
+// Gradient sync: flashlight's Reducer idea (prepare / finish) over c10d, with DDP's bucketing and
+// its overlap of communication with backward.
 
 #include <torch/torch.h>
 
+#include <chrono>
+#include <memory>
 #include <vector>
 
 #include "ddp/train/dist/process_group.h"
 
+namespace torch::autograd {
+struct Node;
+}
+
 namespace ddp {
 
-/// Bucket sizes, in MiB.
+/// Bucket sizes, in MiB, and whether buckets start during backward.
 struct ReducerOptions {
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;  ///< small, so the first all-reduce starts early
+  bool overlap = true;         ///< launch each bucket as soon as its gradients are ready
+};
+
+/// Time spent in gradient all-reduce in one step.
+struct ReducerTiming {
+  double total_ms = 0;    ///< from the first bucket's launch to the last one's completion
+  double exposed_ms = 0;  ///< of that, after backward ended: what the step waited for
 };
 
 /// Averages the gradients of `parameters` over all ranks, in buckets.
 class GradientReducer {
  public:
   GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm, const ReducerOptions& options);
+  ~GradientReducer();
 
-  /// All-reduces every gradient and divides by the world size; call once backward of the last
-  /// micro-step is done. Parameters without a gradient contribute zeros. `control` rides along in
-  /// the last bucket and comes back summed over ranks (the trainer's stop vote: no extra collective).
-  double synchronize(double control = 0);
+  /// Call before the backward of the last micro-step of an optimizer step: its gradients are the
+  /// ones to reduce. `control` rides along in the last bucket and comes back summed over ranks
+  /// (the trainer's stop vote: no extra collective).
+  void prepare(double control);
+
+  /// Call after that backward: launches what backward has not, waits for everything, writes the
+  /// averaged gradients back and returns the summed control value. Parameters without a gradient
+  /// contribute zeros.
+  double finish();
+
+  /// prepare(control) + finish(), for callers that do not overlap.
+  double synchronize(double control = 0) {
+    prepare(control);
+    return finish();
+  }
+
+  /// The last step's communication time.
+  const ReducerTiming& timing() const { return timing_; }
 
   /// Parameter indices of each bucket, in launch order.
   std::vector<std::vector<std::size_t>> bucket_layout() const;
@@ -32,11 +61,28 @@ class GradientReducer {
   struct Bucket {
     std::vector<std::size_t> parameters;
     int64_t numel = 0;
+    std::size_t pending = 0;  // gradients not yet ready this step
+    std::vector<torch::Tensor> flat;
+    c10::intrusive_ptr<c10d::Work> work;
+    int64_t seq = 0;
   };
+  using Clock = std::chrono::steady_clock;
+
+  void on_gradient_ready(std::size_t parameter);
+  void launch_ready_buckets(bool all);
+  void launch(Bucket& bucket, bool last);
 
   std::vector<torch::Tensor> parameters_;
   const Communicator& comm_;
+  ReducerOptions options_;
   std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // parameter → bucket
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive: they hold our hooks
+  bool armed_ = false;  // between prepare() and finish()
+  std::size_t next_launch_ = 0;
+  double control_ = 0;
+  Clock::time_point first_launch_;
+  ReducerTiming timing_;
 };
 
 }  // namespace ddp

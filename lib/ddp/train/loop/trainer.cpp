@@ -73,6 +73,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)), 
   synchronise_replicas();
   ReducerOptions reducer_options;
   reducer_options.bucket_cap_mb = config_.dist.bucket_cap_mb;
+  reducer_options.overlap = config_.dist.overlap;
   reducer_ = std::make_unique<GradientReducer>(parameters_, comm_, reducer_options);
 
   double lr = scaled_lr(config_.optim, comm_.world_size);
@@ -184,18 +185,32 @@ int Trainer::fit() {
   }
   if (eval_data_ && last_eval_step_ != progress_.step) run_eval();
 
+  report_peak_memory();
   if (comm_.rank == 0) {
     save_python_state_dict(*model_, output_dir_ + "/model.pt");
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
     double elapsed = seconds_since(fit_start_);
     int64_t steps = progress_.step - fit_start_step_;
-    spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt; peak RSS of rank 0: {} MB",
-                 steps, elapsed, steps / std::max(elapsed, 1e-9), output_dir_, usage.ru_maxrss / 1024);
+    spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt", steps, elapsed,
+                 steps / std::max(elapsed, 1e-9), output_dir_);
   }
   // Nobody leaves before every rank is done with collectives and rank 0 has written its files.
   barrier(comm_);
   return 0;
+}
+
+void Trainer::report_peak_memory() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto per_rank = torch::zeros({comm_.world_size}, torch::kDouble);
+  per_rank[comm_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
+  per_rank = all_reduce_sum(comm_, per_rank);
+  if (comm_.rank != 0) return;
+  std::string text;
+  for (int r = 0; r < comm_.world_size; ++r) text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+  spdlog::info("peak RSS per rank (MiB): {}", text);
+  metrics_->write({{"step", static_cast<double>(progress_.step)},
+                   {"peak_rss_mib_max", per_rank.max().item<double>()},
+                   {"peak_rss_mib_rank0", per_rank[0].item<double>()}});
 }
 
 void Trainer::save_checkpoint() {
@@ -207,6 +222,8 @@ void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batch
   const int64_t batch_size = config_.train.batch_size;
   const int64_t total = epoch_indices.size(0);
   for (int64_t m = 0; m < micro_batches; ++m) {
+    // Only the last micro-step's backward communicates (the buckets start during it).
+    if (m + 1 == micro_batches) reducer_->prepare(stop_signal() != 0 ? 1.0 : 0.0);
     int64_t start = progress_.batch_in_epoch * batch_size;
     Batch batch = gather_batch(train_data_, epoch_indices.slice(0, start, std::min(total, start + batch_size)),
                                config_.data.mean, config_.data.std);
@@ -220,9 +237,10 @@ void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batch
     window_samples_ += batch.targets.size(0);
     progress_.batch_in_epoch += 1;
   }
-  // Communication only once per optimizer step, however many micro-steps it had; the stop vote
-  // travels with the gradients so every rank stops after the same step.
-  stop_agreed_ = reducer_->synchronize(stop_signal() != 0 ? 1.0 : 0.0) > 0;
+  // The stop vote travelled with the gradients, so every rank stops after the same step.
+  stop_agreed_ = reducer_->finish() > 0;
+  window_allreduce_ms_ += reducer_->timing().total_ms;
+  window_exposed_ms_ += reducer_->timing().exposed_ms;
   if (config_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(parameters_, config_.train.clip_grad_norm);
   set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
   optimizer_->step();
@@ -230,6 +248,12 @@ void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batch
   // BatchNorm statistics follow rank 0's, as DDP's broadcast_buffers does.
   if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(comm_, buffers_, 0);
   progress_.step += 1;
+  window_steps_ += 1;
+  if (progress_.step == fit_start_step_ + 1 && comm_.rank == 0) {
+    // For the benchmark's "launch to first finished step".
+    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_->write({{"step", static_cast<double>(progress_.step)}, {"first_step_unix_s", now}});
+  }
   comm_.tracker->set_step(progress_.step);
   heartbeat_.beat(progress_.step);
 }
@@ -244,28 +268,39 @@ void Trainer::after_step() {
 void Trainer::log_progress() {
   // Every rank reaches the same log steps, so this small all-reduce is matched everywhere.
   auto sums = all_reduce_sum(comm_, torch::tensor({window_loss_, static_cast<double>(window_batches_),
-                                                          static_cast<double>(window_samples_)},
-                                                         torch::kDouble));
+                                                   static_cast<double>(window_samples_), window_allreduce_ms_,
+                                                   window_exposed_ms_, static_cast<double>(window_steps_)},
+                                                  torch::kDouble));
   double elapsed = std::max(seconds_since(window_start_), 1e-9);
   double loss = sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
   double samples_per_s = sums[2].item<double>() / elapsed;
   double lr = schedule_->lr_at(progress_.step - 1);
+  // Per step and rank: all-reduce time, and the part of it backward did not hide.
+  double rank_steps = std::max(1.0, sums[5].item<double>());
+  double allreduce_ms = sums[3].item<double>() / rank_steps;
+  double exposed_ms = sums[4].item<double>() / rank_steps;
   if (comm_.rank == 0) {
     double steps_done = static_cast<double>(progress_.step - fit_start_step_);
     double eta = seconds_since(fit_start_) / std::max(1.0, steps_done) * (total_steps_ - progress_.step);
-    spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank) ETA {}",
+    spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank) all-reduce {:.2f} ms "
+                 "({:.2f} ms exposed) ETA {}",
                  progress_.epoch, progress_.step, total_steps_, loss, lr, samples_per_s,
-                 samples_per_s / comm_.world_size, format_duration(eta));
+                 samples_per_s / comm_.world_size, allreduce_ms, exposed_ms, format_duration(eta));
     metrics_->write({{"step", static_cast<double>(progress_.step)},
                      {"epoch", static_cast<double>(progress_.epoch)},
                      {"loss", loss},
                      {"lr", lr},
                      {"samples_per_s", samples_per_s},
-                     {"samples_per_s_per_rank", samples_per_s / comm_.world_size}});
+                     {"samples_per_s_per_rank", samples_per_s / comm_.world_size},
+                     {"allreduce_ms", allreduce_ms},
+                     {"allreduce_exposed_ms", exposed_ms}});
   }
   window_loss_ = 0;
   window_batches_ = 0;
   window_samples_ = 0;
+  window_allreduce_ms_ = 0;
+  window_exposed_ms_ = 0;
+  window_steps_ = 0;
   window_start_ = Clock::now();
 }
 

@@ -48,6 +48,7 @@ class Trainer {
   void after_step();
   void run_eval();
   void save_checkpoint();
+  void report_peak_memory();
   void log_progress();
   bool done() const;
 
@@ -77,6 +78,9 @@ class Trainer {
   double window_loss_ = 0;
   int64_t window_batches_ = 0;
   int64_t window_samples_ = 0;
+  int64_t window_steps_ = 0;
+  double window_allreduce_ms_ = 0;
+  double window_exposed_ms_ = 0;
   std::chrono::steady_clock::time_point window_start_;
   std::chrono::steady_clock::time_point fit_start_;
   int64_t fit_start_step_ = 0;

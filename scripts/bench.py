@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""ddprun's benchmark: prints one markdown table (see docs/performance.md). Run it with scripts/bench.sh.
+
+Every training run uses one intra-op thread per rank (OMP_NUM_THREADS=1), Fashion-MNIST, batch 64
+per rank, no evaluation or checkpoints, and reports the mean samples/s of its log windows after the
+first (warm-up). The compute limit of world N is N independent single-rank runs started together:
+what N processes compute with no communication at all. Scaling efficiency = world-N samples/s ÷ that.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "bin")
+CONFIG = os.path.join(ROOT, "configs", "fashion_mnist_convnet.yaml")
+STEPS = int(os.environ.get("BENCH_STEPS", "150"))
+MODELS = {"convnet": [], "mlp": ["model.name=mlp", "model.hidden=[1024,1024]"]}
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def start_run(work, name, nproc, model, extra=()):
+    out = os.path.join(work, name)
+    sets = [f"run.output_dir={out}", f"train.max_steps={STEPS}", "train.log_every=25", "data.eval_split=none",
+            "checkpoint.every_epochs=0", "checkpoint.resume=never", *MODELS[model], *extra]
+    argv = [os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", str(nproc), CONFIG]
+    for s in sets:
+        argv += ["--set", s]
+    return out, time.time(), subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def finish_run(out, started, process):
+    _, err = process.communicate()
+    if process.returncode != 0:
+        sys.exit(f"bench: a run failed:\n{err.decode()[-2000:]}")
+    records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    logs = [r for r in records if "samples_per_s" in r][1:]  # the first window includes warm-up
+    first = next(r["first_step_unix_s"] for r in records if "first_step_unix_s" in r)
+    memory = next(r for r in records if "peak_rss_mib_max" in r)
+    mean = lambda key: sum(r[key] for r in logs) / len(logs)
+    return {"samples_per_s": mean("samples_per_s"), "allreduce_ms": mean("allreduce_ms"),
+            "exposed_ms": mean("allreduce_exposed_ms"), "first_step_s": first - started,
+            "rss_mib": memory["peak_rss_mib_max"]}
+
+
+def train(work, name, nproc, model, extra=()):
+    return finish_run(*start_run(work, name, nproc, model, extra))
+
+
+def compute_limit(work, model, n):
+    runs = [start_run(work, f"{model}-limit-{i}", 1, model) for i in range(n)]
+    return sum(finish_run(*run)["samples_per_s"] for run in runs)
+
+
+def torchrun(model, nproc):
+    """The Python recipe's samples/s, or None without python3-torch. Debian's torch 1.13 `torchrun`
+    fails at start under Python 3.11 (its redirect flags parse to None), so the ranks are started
+    the way torchrun would: one process each with RANK, WORLD_SIZE and MASTER_ADDR/PORT."""
+    python = "/usr/bin/python3"
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
+        return None
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = os.path.join(ROOT, "scripts", "bench_torch_ddp.py")
+    processes = []
+    for rank in range(nproc):
+        env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        processes.append(subprocess.Popen([python, script, "--model", model, "--steps", str(STEPS)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate() for p in processes]
+    if any(p.returncode != 0 for p in processes):
+        sys.exit("bench: the Python DDP recipe failed:\n" + "".join(err[-2000:] for _, err in outputs))
+    return float(outputs[0][0].split()[1])
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="ddprun-bench-")
+    try:
+        print(f"ddprun benchmark: {STEPS} steps per run, batch 64 per rank, 1 thread per rank, "
+              f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+        print("| model | world | samples/s | compute limit | efficiency | torchrun+DDP | vs torchrun "
+              "| all-reduce ms/step | exposed ms/step | hidden | launch→first step | peak RSS/rank |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for model in MODELS:
+            rows = [("1", train(work, f"{model}-w1", 1, model), None, None),
+                    ("2", train(work, f"{model}-w2", 2, model), compute_limit(work, model, 2), torchrun(model, 2)),
+                    ("2, overlap off", train(work, f"{model}-w2-sync", 2, model, ["dist.overlap=false"]), None, None)]
+            for world, r, limit, python in rows:
+                hidden = 1 - r["exposed_ms"] / r["allreduce_ms"] if r["allreduce_ms"] > 0 else 0
+                cells = [model, world, f"{r['samples_per_s']:.0f}",
+                         f"{limit:.0f}" if limit else "", f"{r['samples_per_s'] / limit:.2f}" if limit else "",
+                         f"{python:.0f}" if python else "", f"{r['samples_per_s'] / python:.2f}×" if python else "",
+                         f"{r['allreduce_ms']:.2f}" if world != "1" else "", f"{r['exposed_ms']:.2f}" if world != "1" else "",
+                         f"{hidden:.0%}" if world != "1" else "", f"{r['first_step_s']:.2f} s", f"{r['rss_mib']:.0f} MiB"]
+                print("| " + " | ".join(cells) + " |", flush=True)
+        print()
+        result = subprocess.run([os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
+                                 "--local-ranks-filter", "0", "--", os.path.join(BIN, "ddp-bench-allreduce")],
+                                env=ENV, capture_output=True, text=True)
+        print("\n".join(line.removeprefix("[rank 0] ") for line in result.stdout.splitlines()))
+        if result.returncode != 0:
+            sys.exit(f"bench: all-reduce benchmark failed:\n{result.stderr[-2000:]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The benchmark table: throughput and scaling efficiency against the compute limit, the
+# torchrun+DDP recipe side by side, all-reduce time hidden by overlap, start-up, memory, and a
+# Gloo all-reduce microbenchmark. docs/performance.md keeps the latest table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh >/dev/null
+if [ ! -f build/build.ninja ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-bench-allreduce >/dev/null
+exec /usr/bin/python3 scripts/bench.py
