@@ -1,6 +1,7 @@
 // Integration tests: the real ddprun binary, real worker processes, loopback rendezvous.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <thread>
 
 #include "ddp/launch/machine.h"
@@ -270,4 +271,21 @@ TEST_CASE("a worker whose heartbeat stops is named and the group stopped (stall-
   CHECK_THAT(r.err, Contains("rank 1 on") && Contains("made no progress for") &&
                         Contains("its last heartbeat was at step 7"));
   CHECK(find_processes(sleeper).empty());
+}
+
+TEST_CASE("an installed ddprun finds ddp-train and its store plugin") {
+  TempDir dir;
+  auto install = run_command({"cmake", "--install", std::string(DDP_BIN_DIR) + "/..", "--prefix", dir.path()});
+  INFO(install.out << install.err);
+  REQUIRE(install.exit_code == 0);
+  auto generic = run_command({dir.file("bin/ddprun"), "--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                              "echo $RANK"});
+  INFO(generic.err);
+  CHECK(generic.exit_code == 0);
+  CHECK(count_lines(generic.out, "[rank 1] 1") == 1);
+  auto trainer = run_command({dir.file("bin/ddprun"), "--standalone", std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml",
+                              "--set", "run.output_dir=" + dir.file("run"), "--set", "train.max_steps=2"});
+  INFO(trainer.err);
+  CHECK(trainer.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.file("run/model.pt")));
 }

@@ -5,8 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,9 +20,6 @@ namespace {
 
 // All launcher keys live under this prefix; workers use "/worker/attempt_N/" as torch elastic does.
 const std::string kPrefix = "ddprun/";
-
-std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
-std::string text(const std::vector<uint8_t>& data) { return {data.begin(), data.end()}; }
 
 std::string endpoint(const RendezvousOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
 
@@ -87,13 +82,15 @@ Rendezvous::Rendezvous(const RendezvousOptions& options) : options_(options) {
     throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
                     " is already in use (another ddprun or torchrun?); choose another with --master-port, or "
                     "--master-port 0 (or --standalone) for a free one");
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(options.master_port);
-  store_options.isServer = host;
-  store_options.waitWorkers = false;
+  KvStoreOptions store_options;
+  store_options.host = options.master_addr;
+  store_options.port = options.master_port;
+  store_options.is_server = host;
   store_options.timeout = options.timeout;
   try {
-    store_ = std::make_shared<c10d::TCPStore>(options.master_addr, store_options);
+    store_ = open_tcp_store(store_options);
+  } catch (const UserError&) {
+    throw;
   } catch (const std::exception& e) {
     std::string cause = e.what();
     if (host && cause.find("in use") != std::string::npos)
@@ -109,24 +106,24 @@ Rendezvous::Rendezvous(const RendezvousOptions& options) : options_(options) {
 
 Rendezvous::~Rendezvous() = default;
 
-int Rendezvous::port() const { return static_cast<c10d::TCPStore&>(*store_).getPort(); }
+int Rendezvous::port() const { return store_->port(); }
 
 WorldLayout Rendezvous::join() {
   const auto& o = options_;
   WorldLayout layout;
   if (o.node_rank == 0) {
     layout.run_id = o.run_id.empty() ? generate_run_id() : o.run_id;
-    store_->set(kPrefix + "run_id", bytes(layout.run_id));
+    store_->set(kPrefix + "run_id", layout.run_id);
   }
   // "host nproc nnodes pid": the pid tells two launchers on one host apart.
   std::string me = host_name() + " " + std::to_string(o.local_world_size) + " " + std::to_string(o.nnodes) + " " +
                    std::to_string(getpid());
   std::string my_key = kPrefix + "node/" + std::to_string(o.node_rank);
-  std::string stored = text(store_->compareSet(my_key, {}, bytes(me)));
+  std::string stored = store_->compare_set(my_key, "", me);
   if (stored != me)
     throw UserError("node rank " + std::to_string(o.node_rank) + " has already joined (" + stored +
                     "); give each node its own --node-rank");
-  store_->set(my_key, bytes(me));  // compareSet does not wake waiters in c10d's TCPStore; set does
+  store_->set(my_key, me);  // compareSet does not wake waiters in c10d's TCPStore; set does
 
   std::vector<std::string> keys;
   for (int r = 0; r < o.nnodes; ++r) keys.push_back(kPrefix + "node/" + std::to_string(r));
@@ -136,17 +133,17 @@ WorldLayout Rendezvous::join() {
   } catch (const std::exception&) {
     std::string missing;
     for (int r = 0; r < o.nnodes; ++r)
-      if (!store_->check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (!store_->check(keys[r])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(o.timeout.count() / 1000) +
                     " s waiting for node(s) " + missing + " of " + std::to_string(o.nnodes));
   }
   if (o.node_rank != 0) {
-    layout.run_id = text(store_->get(kPrefix + "run_id"));
+    layout.run_id = store_->get(kPrefix + "run_id");
     if (!o.run_id.empty() && o.run_id != layout.run_id)
       throw UserError("--run-id " + o.run_id + " differs from node 0's run id " + layout.run_id);
   }
   for (int r = 0; r < o.nnodes; ++r) {
-    auto fields = split(text(store_->get(keys[r])), ' ');
+    auto fields = split(store_->get(keys[r]), ' ');
     int nproc = static_cast<int>(parse_int(fields.at(1)).value_or(0));
     int nnodes = static_cast<int>(parse_int(fields.at(2)).value_or(0));
     if (nnodes != o.nnodes)
@@ -162,7 +159,7 @@ WorldLayout Rendezvous::join() {
 void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
   std::string value = std::to_string(failure.exit_code) + (failure.restartable ? " r " : " f ") + failure.description;
   try {
-    store_->compareSet(kPrefix + "attempt_" + std::to_string(attempt) + "/failure", {}, bytes(value));
+    store_->compare_set(kPrefix + "attempt_" + std::to_string(attempt) + "/failure", "", value);
   } catch (const std::exception&) {
     // The store may already be gone; the other nodes then notice it themselves.
   }
@@ -170,9 +167,9 @@ void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
 
 std::optional<RemoteFailure> Rendezvous::remote_failure(int attempt) {
   std::string key = kPrefix + "attempt_" + std::to_string(attempt) + "/failure";
-  if (!store_->check({key})) return std::nullopt;
+  if (!store_->check(key)) return std::nullopt;
   // "CODE r|f DESCRIPTION"
-  std::string value = text(store_->get(key));
+  std::string value = store_->get(key);
   RemoteFailure failure;
   auto space = value.find(' ');
   failure.exit_code = static_cast<int>(parse_int(value.substr(0, space)).value_or(1));
@@ -183,7 +180,7 @@ std::optional<RemoteFailure> Rendezvous::remote_failure(int attempt) {
 
 void Rendezvous::barrier_before(int attempt) {
   std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/ready/";
-  store_->set(prefix + std::to_string(options_.node_rank), bytes("1"));
+  store_->set(prefix + std::to_string(options_.node_rank), "1");
   std::vector<std::string> keys;
   for (int r = 0; r < options_.nnodes; ++r) keys.push_back(prefix + std::to_string(r));
   try {
@@ -197,7 +194,7 @@ void Rendezvous::barrier_before(int attempt) {
 void Rendezvous::finish(int attempt) {
   std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/done/";
   try {
-    store_->set(prefix + std::to_string(options_.node_rank), bytes("1"));
+    store_->set(prefix + std::to_string(options_.node_rank), "1");
     if (options_.node_rank != 0) return;
     std::vector<std::string> keys;
     for (int r = 1; r < options_.nnodes; ++r) keys.push_back(prefix + std::to_string(r));

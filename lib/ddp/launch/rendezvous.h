@@ -8,9 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace c10d {
-class Store;
-}
+#include "ddp/launch/kv_store.h"
 
 namespace ddp {
 
@@ -72,7 +70,7 @@ class Rendezvous {
 
  private:
   RendezvousOptions options_;
-  std::shared_ptr<c10d::Store> store_;
+  std::unique_ptr<KvStore> store_;
 };
 
 /// A directory only this user can enter, removed with everything in it when destroyed. Single-node

@@ -1,0 +1,43 @@
+#pragma once
+// The launcher's view of c10d's TCPStore. The store lives in a plugin (libddprun_tcpstore.so) that
+// is loaded only when a run needs it: LibTorch takes ~0.5 s and ~150 MB just to load, and a
+// single-node trainer run (a private FileStore) needs none of it.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+/// Where the store is and who hosts it.
+struct KvStoreOptions {
+  std::string host = "127.0.0.1";
+  int port = 29500;  ///< 0 with is_server: a free port
+  bool is_server = false;
+  std::chrono::milliseconds timeout{300000};
+};
+
+/// The key-value operations the launcher uses. Methods throw std::exception on store errors.
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  virtual std::string get(const std::string& key) = 0;
+  virtual bool check(const std::string& key) = 0;
+  /// Sets `desired` if the key holds `expected` ("" = absent); returns the value now stored.
+  virtual std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) = 0;
+  /// Waits until every key exists; throws after `timeout`.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  /// The port actually bound (or connected to).
+  virtual int port() const = 0;
+};
+
+/// Loads the plugin beside ddprun (or in ../lib/ddprun/) and opens a TCPStore: hosts it when
+/// is_server, else connects, retrying until the timeout. Throws std::runtime_error with c10d's reason.
+std::unique_ptr<KvStore> open_tcp_store(const KvStoreOptions& options);
+
+}  // namespace ddp
+
+/// The plugin's entry point: a new store, or null with the reason in `error`.
+extern "C" ddp::KvStore* ddprun_open_tcp_store(const ddp::KvStoreOptions* options, char* error, std::size_t error_size);
