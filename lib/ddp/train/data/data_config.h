@@ -16,6 +16,7 @@ struct DataConfig {
   std::string eval_split = "test";  ///< test | train | none
   int64_t synthetic_train_samples = 4096;
   int64_t synthetic_test_samples = 1024;
+  std::string cache_dir;  ///< decoded-dataset cache shared by a node's workers; "" = $XDG_CACHE_HOME/ddprun, "none" = off
   int64_t workers = 1;   ///< background threads assembling batches
   int64_t prefetch = 2;  ///< batches assembled ahead of the step
 };

@@ -28,7 +28,7 @@ struct TrainLoopConfig {
 struct EvalConfig {
   int64_t every_epochs = 1;  ///< 0: off
   int64_t every_steps = 0;   ///< 0: off
-  int64_t batch_size = 1000;
+  int64_t batch_size = 256;
   bool at_start = true;  ///< evaluate once before the first step
 };
 

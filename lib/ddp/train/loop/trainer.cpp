@@ -11,7 +11,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/train/data/batch.h"
-#include "ddp/train/data/idx_reader.h"
+#include "ddp/train/data/dataset_cache.h"
 #include "ddp/train/data/synthetic_dataset.h"
 #include "ddp/train/dist/collectives.h"
 #include "ddp/train/model/python_state_dict.h"
@@ -64,6 +64,13 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)), 
 
   load_data();
   sampler_ = std::make_unique<DistributedSampler>(train_data_.size(), comm_.world_size, comm_.rank, config_.sampler);
+  PrefetchOptions prefetch;
+  prefetch.mean = config_.data.mean;
+  prefetch.std = config_.data.std;
+  prefetch.workers = config_.data.workers;
+  prefetch.depth = config_.data.prefetch;
+  prefetch.pin_memory = comm_.device.is_cuda();
+  prefetcher_ = std::make_unique<BatchPrefetcher>(train_data_, prefetch);
 
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   model_ = make_model(config_.model);
@@ -98,8 +105,9 @@ void Trainer::load_data() {
     train_data_ = split(0, data.synthetic_train_samples);
     if (data.eval_split == "test") eval_data_ = split(data.synthetic_train_samples, all.size());
   } else {
-    train_data_ = load_idx_split(data.path, "train");
-    if (data.eval_split == "test") eval_data_ = load_idx_split(data.path, "test");
+    std::string cache = resolve_cache_dir(data.cache_dir);
+    train_data_ = load_idx_split_cached(data.path, "train", cache);
+    if (data.eval_split == "test") eval_data_ = load_idx_split_cached(data.path, "test", cache);
   }
   if (data.eval_split == "train") eval_data_ = train_data_;
   int64_t max_label = train_data_.labels.max().item<int64_t>();
@@ -160,9 +168,10 @@ int Trainer::fit() {
     sampler_->set_epoch(progress_.epoch);
     torch::Tensor indices = sampler_->indices();
     int64_t batches = ceil_div(indices.size(0), config_.train.batch_size);
+    prefetcher_->start(indices, config_.train.batch_size, progress_.batch_in_epoch);
     while (progress_.batch_in_epoch < batches && !done() && !stop_agreed_) {
       int64_t micro = std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch);
-      train_step(indices, micro);
+      train_step(micro);
       after_step();
     }
     if (progress_.batch_in_epoch >= batches) {
@@ -218,15 +227,11 @@ void Trainer::save_checkpoint() {
   if (comm_.rank == 0) checkpointer_->save(*model_, *optimizer_, progress_, comm_.world_size);
 }
 
-void Trainer::train_step(const torch::Tensor& epoch_indices, int64_t micro_batches) {
-  const int64_t batch_size = config_.train.batch_size;
-  const int64_t total = epoch_indices.size(0);
+void Trainer::train_step(int64_t micro_batches) {
   for (int64_t m = 0; m < micro_batches; ++m) {
     // Only the last micro-step's backward communicates (the buckets start during it).
     if (m + 1 == micro_batches) reducer_->prepare(stop_signal() != 0 ? 1.0 : 0.0);
-    int64_t start = progress_.batch_in_epoch * batch_size;
-    Batch batch = gather_batch(train_data_, epoch_indices.slice(0, start, std::min(total, start + batch_size)),
-                               config_.data.mean, config_.data.std);
+    Batch batch = prefetcher_->next();
     auto inputs = batch.inputs.to(comm_.device, /*non_blocking=*/true);
     auto targets = batch.targets.to(comm_.device, /*non_blocking=*/true);
     torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(inputs), targets);

@@ -10,6 +10,7 @@
 
 #include "ddp/train/checkpoint/checkpointer.h"
 #include "ddp/train/config/train_config.h"
+#include "ddp/train/data/batch_prefetcher.h"
 #include "ddp/train/data/dataset.h"
 #include "ddp/train/data/distributed_sampler.h"
 #include "ddp/train/dist/dist_env.h"
@@ -44,7 +45,7 @@ class Trainer {
   void resume();
   int64_t steps_per_epoch() const;
   /// Forward and backward of up to grad_accum_steps micro-batches, then one optimizer step.
-  void train_step(const torch::Tensor& epoch_indices, int64_t micro_batches);
+  void train_step(int64_t micro_batches);
   void after_step();
   void run_eval();
   void save_checkpoint();
@@ -59,6 +60,7 @@ class Trainer {
   Dataset train_data_;
   std::optional<Dataset> eval_data_;
   std::unique_ptr<DistributedSampler> sampler_;
+  std::unique_ptr<BatchPrefetcher> prefetcher_;  // after train_data_: it reads it
   std::shared_ptr<Model> model_;
   std::vector<torch::Tensor> parameters_;
   std::vector<torch::Tensor> buffers_;

@@ -1,0 +1,68 @@
+#include "ddp/train/data/batch_prefetcher.h"
+
+#include <stdexcept>
+
+namespace ddp {
+
+BatchPrefetcher::BatchPrefetcher(const Dataset& data, const PrefetchOptions& options)
+    : data_(data), options_(options) {
+  for (int64_t i = 0; i < std::max<int64_t>(1, options_.workers); ++i) threads_.emplace_back([this] { work(); });
+}
+
+BatchPrefetcher::~BatchPrefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (auto& thread : threads_) thread.join();
+}
+
+void BatchPrefetcher::start(torch::Tensor indices, int64_t batch_size, int64_t first_batch) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++generation_;
+    indices_ = std::move(indices);
+    batch_size_ = batch_size;
+    batches_ = (indices_.size(0) + batch_size - 1) / batch_size;
+    next_to_make_ = next_to_hand_out_ = first_batch;
+    ready_.clear();
+  }
+  changed_.notify_all();
+}
+
+Batch BatchPrefetcher::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (next_to_hand_out_ >= batches_) throw std::logic_error("BatchPrefetcher: the epoch has no more batches");
+  changed_.wait(lock, [&] { return ready_.count(next_to_hand_out_) > 0; });
+  Batch batch = std::move(ready_[next_to_hand_out_]);
+  ready_.erase(next_to_hand_out_++);
+  changed_.notify_all();  // room for one more
+  return batch;
+}
+
+void BatchPrefetcher::work() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] {
+      return stopping_ || (next_to_make_ < batches_ && next_to_make_ < next_to_hand_out_ + options_.depth);
+    });
+    if (stopping_) return;
+    int64_t b = next_to_make_++;
+    int64_t generation = generation_;
+    auto slice = indices_.slice(0, b * batch_size_, std::min(indices_.size(0), (b + 1) * batch_size_));
+    lock.unlock();
+    Batch batch = gather_batch(data_, slice, options_.mean, options_.std);
+    if (options_.pin_memory) {
+      batch.inputs = batch.inputs.pin_memory();
+      batch.targets = batch.targets.pin_memory();
+    }
+    lock.lock();
+    if (generation == generation_) {
+      ready_[b] = std::move(batch);
+      changed_.notify_all();
+    }
+  }
+}
+
+}  // namespace ddp
