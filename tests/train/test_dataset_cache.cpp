@@ -62,7 +62,7 @@ TEST_CASE("a changed source file gets a new cache entry", "[data][cache]") {
   CHECK(cache_files(cache.path()).size() == 2);
 }
 
-TEST_CASE("an unwritable cache falls back to memory; a broken source is still an error", "[data][cache]") {
+TEST_CASE("an unwritable cache falls back to memory, and a broken source is still an error", "[data][cache]") {
   TempDir dir;
   write_file(dir.file("a-file"), "x");
   CHECK(load_idx_split_cached(kFashion, "test", dir.file("a-file/cache")).size() == 10000);
