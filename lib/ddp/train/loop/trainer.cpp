@@ -250,8 +250,6 @@ void Trainer::train_step(int64_t micro_batches) {
   set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
   optimizer_->step();
   optimizer_->zero_grad();
-  // BatchNorm statistics follow rank 0's, as DDP's broadcast_buffers does.
-  if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(comm_, buffers_, 0);
   progress_.step += 1;
   window_steps_ += 1;
   if (progress_.step == fit_start_step_ + 1 && comm_.rank == 0) {
@@ -312,6 +310,11 @@ void Trainer::log_progress() {
 void Trainer::run_eval() {
   auto eval_start = Clock::now();
   heartbeat_.beat(progress_.step);
+  // Note [Lazy buffer broadcast]: DDP copies rank 0's buffers (BatchNorm running statistics) to
+  // every rank before each forward. In training mode nothing reads them, and rank 0's own never
+  // depend on the other ranks', so copying them only when they are read (here; rank 0 writes
+  // checkpoints and model.pt from its own) gives exactly DDP's values, without a collective per step.
+  if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(comm_, buffers_, 0);
   EvalResult result = evaluate(*model_, *eval_data_, config_.data.mean, config_.data.std, config_.eval.batch_size, comm_);
   last_eval_step_ = progress_.step;
   heartbeat_.beat(progress_.step);
