@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "ddp/common/error.h"
 #include "ddp/train/config/train_config.h"
@@ -23,6 +24,15 @@ struct Arguments {
 
 int main(int argc, char** argv) {
   ddp::DistEnv env;
+  // Outside the try: on an error the message comes first, and the process then leaves without
+  // destroying it (Gloo's teardown can wait a whole timeout for collectives that will never finish).
+  std::unique_ptr<ddp::Trainer> trainer;
+  auto fail = [&](int status, const char* kind, const std::string& what) {
+    std::fprintf(stderr, "ddp-train: rank %d: %s: %s\n", env.rank, kind, what.c_str());
+    std::fflush(stderr);
+    if (trainer) std::_Exit(status);
+    return status;
+  };
   try {
     env = ddp::dist_env_from_environment();
     Arguments args;
@@ -55,15 +65,13 @@ int main(int argc, char** argv) {
     }
     spdlog::set_pattern("[%H:%M:%S] %^%l%$: %v");
     spdlog::set_level(env.rank == 0 ? spdlog::level::info : spdlog::level::warn);
-    ddp::Trainer trainer(std::move(config), env);
-    int stopped_by = trainer.fit();
+    trainer = std::make_unique<ddp::Trainer>(std::move(config), env);
+    int stopped_by = trainer->fit();
     return stopped_by ? 128 + stopped_by : ddp::kExitSuccess;
   } catch (const ddp::UserError& e) {
-    std::fprintf(stderr, "ddp-train: rank %d: error: %s\n", env.rank, e.what());
-    return ddp::kExitUsage;
+    return fail(ddp::kExitUsage, "error", e.what());
   } catch (const std::exception& e) {
     std::string what = e.what();
-    std::fprintf(stderr, "ddp-train: rank %d: failed: %s\n", env.rank, what.substr(0, what.find("\nException raised")).c_str());
-    return ddp::kExitFailure;
+    return fail(ddp::kExitFailure, "failed", what.substr(0, what.find("\nException raised")));
   }
 }

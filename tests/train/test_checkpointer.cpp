@@ -306,7 +306,7 @@ TEST_CASE("resume=auto skips a torn or corrupt newest checkpoint and takes the p
   }
 }
 
-TEST_CASE("resume=never ignores checkpoints, resume=PATH takes exactly that one or fails naming it",
+TEST_CASE("resume=never refuses an earlier run's checkpoints, resume=PATH takes exactly that one or fails naming it",
           "[checkpoint]") {
   TempDir tmp;
   auto trainee = trained_trainee();
@@ -317,7 +317,13 @@ TEST_CASE("resume=never ignores checkpoints, resume=PATH takes exactly that one 
   }
   const std::string base = dir + "/step_0000000002";
 
-  SECTION("never") { CHECK(!Checkpointer(checkpoint_config(5, "never"), dir).find_resume_point().has_value()); }
+  SECTION("never refuses a folder that holds an earlier run's checkpoints, naming it") {
+    CHECK_THROWS_WITH(Checkpointer(checkpoint_config(5, "never"), dir).find_resume_point(),
+                      Catch::Contains("checkpoint.resume is never, but " + dir) &&
+                          Catch::Contains("step_0000000003.pt"));
+    TempDir empty;
+    CHECK(!Checkpointer(checkpoint_config(5, "never"), empty.path()).find_resume_point().has_value());
+  }
   SECTION("a path, with or without extension") {
     for (const std::string& given : {base, base + ".pt", base + ".json"}) {
       INFO(given);

@@ -259,7 +259,7 @@ TEST_CASE("bad weights files are FileErrors naming the file", "[model]") {
   const std::string unwritable = dir.file("no/such/dir/model.pt");
   CHECK_THROWS_AS(ddp::save_python_state_dict(*model, unwritable), ddp::FileError);
   CHECK_THROWS_WITH(ddp::save_python_state_dict(*model, unwritable),
-                    "cannot write model weights to " + unwritable + ": No such file or directory");
+                    "cannot write " + unwritable + ": open: No such file or directory");
 }
 
 TEST_CASE("ddp_models.py eval reports accuracy on the t10k set", "[model][python]") {

@@ -22,8 +22,11 @@ struct KvStoreOptions {
 class KvStore {
  public:
   virtual ~KvStore() = default;
+  /// Stores `value` under `key`, waking waiters.
   virtual void set(const std::string& key, const std::string& value) = 0;
+  /// The value of `key`, waiting (up to the store's timeout) until it exists.
   virtual std::string get(const std::string& key) = 0;
+  /// Whether `key` exists now.
   virtual bool check(const std::string& key) = 0;
   /// Sets `desired` if the key holds `expected` ("" = absent); returns the value now stored.
   virtual std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) = 0;

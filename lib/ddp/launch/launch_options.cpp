@@ -158,7 +158,13 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   if (!port || *port < 0 || *port > 65535)
     throw UserError("--master-port: expected a port 0..65535, got '" + master_port + "'");
   options.master_port = static_cast<int>(*port);
-  if (!filter.empty()) options.local_ranks_filter = parse_rank_list(filter);
+  if (!filter.empty()) {
+    options.local_ranks_filter = parse_rank_list(filter);
+    for (int local : *options.local_ranks_filter)
+      if (local >= options.nproc_per_node)
+        throw UserError("--local-ranks-filter: local rank " + std::to_string(local) + " does not exist with " +
+                        std::to_string(options.nproc_per_node) + " worker(s) per node");
+  }
   if (!options.run_id.empty()) check_run_id(options.run_id);
 
   if (options.standalone) {

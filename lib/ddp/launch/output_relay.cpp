@@ -57,7 +57,8 @@ void OutputRelay::on_readable(int fd) {
   if (it == streams_.end()) return;
   Stream& stream = it->second;
   char buffer[65536];
-  while (true) {
+  // A bounded amount per wake-up: a worker that writes without pause must not starve supervision.
+  for (int reads = 0; reads < 16; ++reads) {
     ssize_t n = read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;

@@ -57,7 +57,7 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(137);  // the launcher died before prctl took effect
-    int null_in = open("/dev/null", O_RDONLY);
+    int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
     dup2(null_in, 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);

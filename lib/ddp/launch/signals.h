@@ -8,6 +8,7 @@ namespace ddp {
 /// Installs the handlers for its lifetime; one instance per process.
 class SignalPipe {
  public:
+  /// Creates the pipe and installs the handlers.
   SignalPipe();
   ~SignalPipe();
   SignalPipe(const SignalPipe&) = delete;

@@ -72,7 +72,17 @@ class Attempt {
         attempt_(attempt) {}
 
   AttemptOutcome run() {
-    start_workers();
+    try {
+      start_workers();
+    } catch (...) {
+      for (const auto& w : workers_) {
+        signal_group(w.pid, SIGKILL);
+        waitpid(w.pid, nullptr, 0);
+        watchdog_.forget(w.pid);
+        close(w.heartbeat_fd);
+      }
+      throw;
+    }
     monitor();
     relay_.drain_and_close();
     for (auto& worker : workers_) {
@@ -133,14 +143,14 @@ class Attempt {
 
       SpawnedProcess process = spawn_process(options_.program, merge_environment(base, variables));
       watchdog_.watch(process.pid);
-      relay_.add_worker(local, process.stdout_fd, process.stderr_fd, target);
       Worker worker;
       worker.local_rank = local;
       worker.rank = id.rank;
       worker.pid = process.pid;
       worker.state = WorkerState::kHealthy;
       worker.heartbeat_fd = process.heartbeat_fd;
-      workers_.push_back(worker);
+      workers_.push_back(worker);  // first: if the relay throws, run() still stops this worker
+      relay_.add_worker(local, process.stdout_fd, process.stderr_fd, target);
     }
   }
 
@@ -230,11 +240,13 @@ class Attempt {
         w.state = WorkerState::kStopped;  // we stopped it
       } else {
         w.state = WorkerState::kFailed;
+        // Exit 2 is a config or usage error: the same again on every restart.
+        bool restartable = exit_code_of(status) != kExitUsage;
         failure_ = Failure{exit_code_of(status), w.local_rank,
                            "rank " + std::to_string(w.rank) + " on " + host_name() + ": " + describe_wait_status(status),
-                           true};
+                           restartable};
         if (multi_node())
-          rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, true});
+          rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, restartable});
         stop_all(SIGTERM);
       }
     }
@@ -366,6 +378,11 @@ int run_launcher(const LaunchOptions& options) {
   SignalPipe signals;
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0 && rendezvous) rendezvous->barrier_before(attempt);
+    for (int sig : signals.take())
+      if (sig != SIGCHLD) {
+        say("received " + signal_name(sig) + " between attempts; not restarting");
+        return 128 + sig;
+      }
     AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt).run();
     if (outcome.status == 0 || !outcome.restartable || attempt >= options.max_restarts) {
       if (outcome.status != 0 && outcome.restartable && options.max_restarts > 0)

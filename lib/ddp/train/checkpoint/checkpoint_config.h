@@ -15,6 +15,7 @@ struct CheckpointConfig {
   std::string resume = "auto";  ///< auto (newest complete one, if any) | never | PATH
 };
 
+/// Declares the `CheckpointConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, CheckpointConfig& config);
 
 }  // namespace ddp

@@ -84,6 +84,7 @@ void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Opti
 
   auto all = list();
   for (std::size_t i = static_cast<std::size_t>(config_.keep_last); i < all.size(); ++i) {
+    if (all[i].step == progress.step) continue;  // never the one just written
     fs::remove(all[i].manifest_path, ec);  // manifest first: a half-pruned checkpoint is never complete
     fs::remove(all[i].data_path, ec);
   }
@@ -145,7 +146,14 @@ std::string verify_checkpoint(const CheckpointInfo& checkpoint) {
 }
 
 std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
-  if (config_.resume == "never") return std::nullopt;
+  if (config_.resume == "never") {
+    // New checkpoints would be mixed with (and pruned against) an earlier run's.
+    auto earlier = list();
+    if (!earlier.empty())
+      throw FileError("checkpoint.resume is never, but " + directory_ + " holds checkpoints of an earlier run (newest: " +
+                      earlier.front().data_path + "); remove them or choose another run.output_dir");
+    return std::nullopt;
+  }
   if (config_.resume != "auto") {
     CheckpointInfo info;
     fs::path given(config_.resume);

@@ -26,6 +26,7 @@ class Checkpointer {
  public:
   static constexpr int kFormatVersion = 1;
 
+  /// Checkpoints live in `directory` (created on the first save).
   Checkpointer(const CheckpointConfig& config, std::string directory);
 
   /// Writes model, optimizer, progress and RNG state atomically, then prunes to keep_last.

@@ -34,7 +34,8 @@ void BatchPrefetcher::start(torch::Tensor indices, int64_t batch_size, int64_t f
 Batch BatchPrefetcher::next() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (next_to_hand_out_ >= batches_) throw std::logic_error("BatchPrefetcher: the epoch has no more batches");
-  changed_.wait(lock, [&] { return ready_.count(next_to_hand_out_) > 0; });
+  changed_.wait(lock, [&] { return error_ || ready_.count(next_to_hand_out_) > 0; });
+  if (error_) std::rethrow_exception(error_);
   Batch batch = std::move(ready_[next_to_hand_out_]);
   ready_.erase(next_to_hand_out_++);
   changed_.notify_all();  // room for one more
@@ -52,12 +53,23 @@ void BatchPrefetcher::work() {
     int64_t generation = generation_;
     auto slice = indices_.slice(0, b * batch_size_, std::min(indices_.size(0), (b + 1) * batch_size_));
     lock.unlock();
-    Batch batch = gather_batch(data_, slice, options_.mean, options_.std);
-    if (options_.pin_memory) {
-      batch.inputs = batch.inputs.pin_memory();
-      batch.targets = batch.targets.pin_memory();
+    Batch batch;
+    std::exception_ptr error;
+    try {
+      batch = gather_batch(data_, slice, options_.mean, options_.std);
+      if (options_.pin_memory) {
+        batch.inputs = batch.inputs.pin_memory();
+        batch.targets = batch.targets.pin_memory();
+      }
+    } catch (...) {
+      error = std::current_exception();
     }
     lock.lock();
+    if (error) {
+      error_ = error;
+      changed_.notify_all();
+      continue;
+    }
     if (generation == generation_) {
       ready_[b] = std::move(batch);
       changed_.notify_all();

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <condition_variable>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -26,6 +27,7 @@ struct PrefetchOptions {
 /// Produces the batches of one epoch's index order, `workers` threads at a time, at most `depth` ahead.
 class BatchPrefetcher {
  public:
+  /// Starts the threads; `data` must outlive the prefetcher.
   BatchPrefetcher(const Dataset& data, const PrefetchOptions& options);
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher&) = delete;
@@ -53,6 +55,7 @@ class BatchPrefetcher {
   int64_t next_to_make_ = 0;
   int64_t next_to_hand_out_ = 0;
   std::map<int64_t, Batch> ready_;
+  std::exception_ptr error_;  // a failed batch, rethrown by next()
   std::vector<std::thread> threads_;
 };
 

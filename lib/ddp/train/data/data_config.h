@@ -28,7 +28,9 @@ struct SamplerConfig {
   bool drop_last = false;
 };
 
+/// Declares the `DataConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, DataConfig& config);
+/// Declares the `SamplerConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, SamplerConfig& config);
 
 }  // namespace ddp

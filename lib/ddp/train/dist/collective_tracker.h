@@ -24,6 +24,7 @@ class CollectiveError : public std::runtime_error {
 /// Counts this rank's collectives and lets the others see the count.
 class CollectiveTracker {
  public:
+  /// Publishes this rank's progress to `store` from a background thread (when world_size > 1).
   CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size);
   ~CollectiveTracker();
   CollectiveTracker(const CollectiveTracker&) = delete;

@@ -15,6 +15,7 @@ struct DistConfig {
   bool overlap = true;           ///< all-reduce buckets during backward
 };
 
+/// Declares the `DistConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, DistConfig& config);
 
 }  // namespace ddp

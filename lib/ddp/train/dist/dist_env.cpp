@@ -38,7 +38,7 @@ DistEnv dist_env_from_environment() {
 
 void validate(const DistEnv& env) {
   check_user(env.world_size >= 1, "world size must be >= 1, got " + std::to_string(env.world_size));
-  check_user(env.rank < env.world_size,
+  check_user(env.rank >= 0 && env.rank < env.world_size,
              "rank " + std::to_string(env.rank) + " is out of range for world size " + std::to_string(env.world_size));
   check_user(env.master_port >= 0 && env.master_port <= 65535,
              "master port must be 0..65535, got " + std::to_string(env.master_port));

@@ -32,8 +32,12 @@ struct ReducerTiming {
 /// Averages the gradients of `parameters` over all ranks, in buckets.
 class GradientReducer {
  public:
+  /// Buckets `parameters` (see Note [Bucket order]) and, with overlap, hooks their gradient accumulators.
   GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm, const ReducerOptions& options);
   ~GradientReducer();
+  // The autograd hooks capture `this`.
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
 
   /// Call before the backward of the last micro-step of an optimizer step: its gradients are the
   /// ones to reduce. `control` rides along in the last bucket and comes back summed over ranks

@@ -32,8 +32,11 @@ struct EvalConfig {
   bool at_start = true;  ///< evaluate once before the first step
 };
 
+/// Declares the `RunConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, RunConfig& config);
+/// Declares the `TrainLoopConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, TrainLoopConfig& config);
+/// Declares the `EvalConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, EvalConfig& config);
 
 }  // namespace ddp

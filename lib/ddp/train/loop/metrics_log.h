@@ -20,6 +20,7 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
+  /// Appends one record as one line.
   void write(const MetricsRecord& record);
 
  private:

@@ -110,6 +110,14 @@ void Trainer::load_data() {
     if (data.eval_split == "test") eval_data_ = load_idx_split_cached(data.path, "test", cache);
   }
   if (data.eval_split == "train") eval_data_ = train_data_;
+  for (const Dataset* set : {&train_data_, eval_data_ ? &*eval_data_ : nullptr}) {
+    if (!set) continue;
+    if (set->size() == 0) throw FileError(set->source + " holds no samples (data.path)");
+    if (set->images.size(1) != kInputHeight || set->images.size(2) != kInputWidth)
+      throw FileError(set->source + " holds " + std::to_string(set->images.size(1)) + "x" +
+                      std::to_string(set->images.size(2)) + " images; the models take " + std::to_string(kInputHeight) +
+                      "x" + std::to_string(kInputWidth) + " (data.path)");
+  }
   int64_t max_label = train_data_.labels.max().item<int64_t>();
   if (max_label >= config_.model.num_classes)
     throw ConfigError("model.num_classes: " + std::to_string(config_.model.num_classes) + " is too few for " +

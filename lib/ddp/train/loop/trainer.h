@@ -30,6 +30,9 @@ class Trainer {
  public:
   /// Joins the process group, loads data, builds and synchronises the model, resumes if asked.
   Trainer(TrainConfig config, DistEnv env);
+  // Its reducer and prefetcher hold references into it.
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   /// Trains to the end (epochs or max_steps), evaluating, logging and checkpointing on the way,
   /// then writes model.pt and returns 0. When SIGTERM or SIGINT reaches any rank, every rank stops

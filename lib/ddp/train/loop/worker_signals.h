@@ -16,6 +16,7 @@ int stop_signal();
 /// Writes progress to DDPRUN_HEARTBEAT_FD, when the launcher gave one; never blocks.
 class Heartbeat {
  public:
+  /// Uses DDPRUN_HEARTBEAT_FD when set and open; otherwise beats go nowhere.
   Heartbeat();
   /// Reports that `step` is under way or done.
   void beat(int64_t step) const;

@@ -17,6 +17,7 @@ struct ModelConfig {
   std::vector<int64_t> hidden = {256, 128};  ///< mlp: hidden layer widths
 };
 
+/// Declares the `ModelConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, ModelConfig& config);
 
 }  // namespace ddp

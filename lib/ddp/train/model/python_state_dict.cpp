@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 
 namespace ddp {
@@ -28,46 +29,6 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
   for (const auto& item : module.named_buffers(/*recurse=*/false))
     if (item.value().defined()) out.emplace_back(prefix + item.key(), item.value());
   for (const auto& child : module.named_children()) collect(*child.value(), prefix + child.key() + ".", out);
-}
-
-[[noreturn]] void fail_write(const std::string& path, const std::string& tmp) {
-  std::string reason = std::strerror(errno);
-  ::unlink(tmp.c_str());
-  throw FileError("cannot write model weights to " + path + ": " + reason);
-}
-
-// Temporary name, fsync, rename: a reader sees the old file or the whole new one, never a torn one.
-void write_atomically(const std::string& path, const std::vector<char>& bytes) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_write(path, tmp);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int saved = errno;
-      ::close(fd);
-      errno = saved;
-      fail_write(path, tmp);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    int saved = errno;
-    ::close(fd);
-    errno = saved;
-    fail_write(path, tmp);
-  }
-  if (::close(fd) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) fail_write(path, tmp);
-  // Makes the rename itself durable. Best effort: some filesystems refuse fsync on a directory,
-  // and the data is already safely in place by then.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
 }
 
 std::vector<char> read_all(const std::string& path) {
@@ -131,7 +92,8 @@ void save_python_state_dict(const torch::nn::Module& model, const std::string& p
     // A clone of its own: a view would otherwise drag its whole storage into the file.
     dict.insert(name, tensor.detach().to(torch::kCPU).clone(torch::MemoryFormat::Contiguous));
   }
-  write_atomically(path, torch::pickle_save(c10::IValue(dict)));
+  auto bytes = torch::pickle_save(c10::IValue(dict));
+  write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 void load_python_state_dict(torch::nn::Module& model, const std::string& path) {

@@ -29,7 +29,9 @@ struct ScheduleConfig {
   double min_lr = 0;              ///< cosine: final lr
 };
 
+/// Declares the `OptimConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, OptimConfig& config);
+/// Declares the `ScheduleConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, ScheduleConfig& config);
 
 }  // namespace ddp
