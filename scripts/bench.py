@@ -17,7 +17,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "bin")
 CONFIG = os.path.join(ROOT, "configs", "fashion_mnist_convnet.yaml")
-STEPS = int(os.environ.get("BENCH_STEPS", "200"))
+STEPS = int(os.environ.get("BENCH_STEPS", "150"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))  # each row is the best of this many runs
 MODELS = {"convnet": [], "mlp": ["model.name=mlp", "model.hidden=[1024,1024]"]}
 ENV = dict(os.environ, OMP_NUM_THREADS="1")

@@ -49,7 +49,9 @@ int main(int argc, char** argv) {
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
-      std::cout << app.help();
+      // The key list comes from the same declarations the parser uses, so it cannot drift.
+      std::cout << app.help() << "\nConfig keys for --set, with their defaults (docs/config.md explains each):\n"
+                << ddp::to_yaml(ddp::TrainConfig{});
       return ddp::kExitSuccess;
     } catch (const CLI::ParseError& e) {
       throw ddp::UserError(std::string(e.what()) + "; see ddp-train --help");

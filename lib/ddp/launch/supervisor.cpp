@@ -35,6 +35,9 @@ void say(const std::string& line) {
   [[maybe_unused]] ssize_t n = write(2, text.data(), text.size());
 }
 
+// Intra-op threads per worker when the user did not choose: the cores, shared out.
+int threads_per_worker(int local_workers) { return std::max(1, available_cores() / local_workers); }
+
 struct Worker {
   int local_rank = 0;
   int rank = 0;
@@ -131,7 +134,8 @@ class Attempt {
       id.max_restarts = options_.max_restarts;
       auto variables = worker_variables(id);
       variables["DDPRUN_HEARTBEAT_FD"] = std::to_string(kHeartbeatFd);
-      if (!std::getenv("OMP_NUM_THREADS")) variables["OMP_NUM_THREADS"] = std::to_string(omp_threads());
+      if (!std::getenv("OMP_NUM_THREADS"))
+        variables["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(options_.nproc_per_node));
 
       RelayTarget target;
       target.prefix = multi_node() ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
@@ -153,8 +157,6 @@ class Attempt {
       relay_.add_worker(local, process.stdout_fd, process.stderr_fd, target);
     }
   }
-
-  int omp_threads() const { return std::max(1, available_cores() / options_.nproc_per_node); }
 
   bool all_exited() const {
     for (const auto& w : workers_)
@@ -370,7 +372,7 @@ int run_launcher(const LaunchOptions& options) {
   }
 
   if (!std::getenv("OMP_NUM_THREADS")) {
-    int threads = std::max(1, available_cores() / options.nproc_per_node);
+    int threads = threads_per_worker(options.nproc_per_node);
     say("OMP_NUM_THREADS=" + std::to_string(threads) + " for each worker (" + std::to_string(available_cores()) +
         " cores / " + std::to_string(options.nproc_per_node) + " workers); set it to override");
   }
