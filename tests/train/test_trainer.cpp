@@ -310,3 +310,32 @@ TEST_CASE("a single-node trainer run listens on loopback only", "[trainer][expos
   for (const auto& address : addresses) exposed += !is_loopback_hex(address);
   CHECK(exposed == 1);  // the control, nothing of the run
 }
+
+TEST_CASE("two nodes of one rank each train exactly like one node of two", "[trainer][multinode]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string overrides;
+  for (const auto& s : mlp_sets(dir.file("two_nodes"), 16)) overrides += " --set " + s;
+  std::string node = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --master-port " + port +
+                     " --rdzv-timeout 60 " + config("synthetic_mlp.yaml") + overrides + " --node-rank ";
+  auto r = run_shell(node + "1 & B=$!; " + node + "0; A=$?; wait $B; echo statuses=$A,$?", std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("one_node"), 16));
+  CHECK(bit_identical(load_weights(dir.file("two_nodes/model.pt")), load_weights(dir.file("one_node/model.pt"))));
+}
+
+TEST_CASE("a Python program using torch.distributed's env:// joins ddprun's store", "[trainer][python]") {
+  std::string script =
+      "import torch, torch.distributed as dist\n"
+      "dist.init_process_group('gloo')\n"
+      "t = torch.ones(1) * (dist.get_rank() + 1)\n"
+      "dist.all_reduce(t)\n"
+      "print('rank', dist.get_rank(), 'of', dist.get_world_size(), 'sum', int(t.item()))\n";
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", "--", "/usr/bin/python3", "-c", script},
+                       std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 0] rank 0 of 2 sum 3") == 1);
+  CHECK(count_lines(r.out, "[rank 1] rank 1 of 2 sum 3") == 1);
+}
