@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -197,8 +198,13 @@ void Rendezvous::finish(int attempt) {
     store_->set(prefix + std::to_string(options_.node_rank), "1");
     if (options_.node_rank != 0) return;
     std::vector<std::string> keys;
-    for (int r = 1; r < options_.nnodes; ++r) keys.push_back(prefix + std::to_string(r));
-    if (!keys.empty()) store_->wait(keys, options_.timeout);
+    for (int r = 1; r < options_.nnodes; ++r)
+      if (!store_->check(prefix + std::to_string(r))) keys.push_back(prefix + std::to_string(r));
+    if (keys.empty()) return;
+    // The store must outlive every other node's last use of it.
+    std::fprintf(stderr, "ddprun: waiting up to %lld s for %zu other node(s) to finish before closing the store\n",
+                 static_cast<long long>(options_.timeout.count() / 1000), keys.size());
+    store_->wait(keys, options_.timeout);
   } catch (const std::exception&) {
     // A node that never reports done has failed or vanished; its own launcher says so.
   }

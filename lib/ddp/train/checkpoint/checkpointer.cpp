@@ -96,9 +96,7 @@ std::vector<CheckpointInfo> Checkpointer::list() const {
   for (const auto& entry : fs::directory_iterator(directory_, ec)) {
     auto name = entry.path().filename().string();
     if (name.rfind("step_", 0) != 0 || entry.path().extension() != ".json") continue;
-    CheckpointInfo info;
-    info.manifest_path = entry.path().string();
-    info.data_path = (entry.path().parent_path() / entry.path().stem()).string() + ".pt";
+    CheckpointInfo info = checkpoint_at(entry.path().string());
     try {
       YAML::Node manifest = YAML::LoadFile(info.manifest_path);
       info.step = manifest["step"].as<int64_t>();
@@ -112,6 +110,15 @@ std::vector<CheckpointInfo> Checkpointer::list() const {
     return a.step != b.step ? a.step > b.step : a.manifest_path > b.manifest_path;
   });
   return found;
+}
+
+CheckpointInfo checkpoint_at(const std::string& path) {
+  fs::path stem(path);
+  if (stem.extension() == ".json" || stem.extension() == ".pt") stem.replace_extension();
+  CheckpointInfo info;
+  info.manifest_path = stem.string() + ".json";
+  info.data_path = stem.string() + ".pt";
+  return info;
 }
 
 std::string verify_checkpoint(const CheckpointInfo& checkpoint) {
@@ -155,11 +162,7 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
     return std::nullopt;
   }
   if (config_.resume != "auto") {
-    CheckpointInfo info;
-    fs::path given(config_.resume);
-    if (given.extension() == ".json" || given.extension() == ".pt") given.replace_extension();
-    info.manifest_path = given.string() + ".json";
-    info.data_path = given.string() + ".pt";
+    CheckpointInfo info = checkpoint_at(config_.resume);
     if (!fs::exists(info.manifest_path))
       throw FileError("checkpoint.resume: " + config_.resume + " has no manifest " + info.manifest_path);
     if (auto problem = verify_checkpoint(info); !problem.empty()) throw FileError("checkpoint.resume: " + problem);

@@ -53,6 +53,9 @@ class Checkpointer {
   std::string directory_;
 };
 
+/// The checkpoint a path names: its manifest (.json), its data file (.pt), or their common stem.
+CheckpointInfo checkpoint_at(const std::string& path);
+
 /// Verifies a checkpoint's data file against its manifest; returns the problem, or "" when it is sound.
 std::string verify_checkpoint(const CheckpointInfo& checkpoint);
 

@@ -144,9 +144,7 @@ void Trainer::resume() {
     chosen.assign(value.begin(), value.end());
   }
   if (chosen.empty()) return;
-  CheckpointInfo info;
-  info.manifest_path = chosen;
-  info.data_path = chosen.substr(0, chosen.size() - 5) + ".pt";
+  CheckpointInfo info = checkpoint_at(chosen);
   progress_ = checkpointer_->load(info, *model_, *optimizer_, comm_.world_size);
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   last_saved_step_ = progress_.step;

@@ -6,7 +6,7 @@ namespace ddp {
 
 void declare_config(ConfigSchema& schema, ModelConfig& config) {
   schema.section("model", "Which network, by registry name, and its parameters.");
-  schema.add("model.name", &config.name, "network from the model registry").choices({"convnet", "linear3", "mlp"});
+  schema.add("model.name", &config.name, "network from the model registry").choices(model_names());
   schema.add("model.num_classes", &config.num_classes, "outputs of the last layer").min(2);
   schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");
   schema.add("model.relu", &config.relu, "convnet: ReLU after each conv");

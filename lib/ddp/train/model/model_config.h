@@ -20,4 +20,7 @@ struct ModelConfig {
 /// Declares the `ModelConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, ModelConfig& config);
 
+/// Every registered model name, sorted (defined by the registry, so the config's choices follow it).
+std::vector<std::string> model_names();
+
 }  // namespace ddp

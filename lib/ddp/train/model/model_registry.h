@@ -41,7 +41,5 @@ using ModelFactories = std::map<std::string, ModelFactory>;
 /// Builds the model `config.name` names; ConfigError naming model.* on an unknown name or bad value.
 std::shared_ptr<Model> make_model(const ModelConfig& config);
 
-/// Every registered model name, sorted.
-std::vector<std::string> model_names();
 
 }  // namespace ddp
