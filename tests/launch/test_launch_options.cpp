@@ -57,6 +57,8 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   CHECK_THROWS_WITH(parse({"/nonexistent/train.yaml"}), Contains("config file not found: /nonexistent/train.yaml"));
   CHECK_THROWS_WITH(parse({"--", "/nonexistent/program"}), Contains("program not found"));
   CHECK_THROWS_WITH(parse({"--local-ranks-filter", "0,x", "--", "true"}), Contains("--local-ranks-filter"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "2", "--local-ranks-filter", "2", "--", "true"}),
+                    Contains("local rank 2 does not exist with 2 worker(s)"));
   CHECK_THROWS_WITH(parse({"--nnodes", "2", "--master-port", "0", "--", "true"}), Contains("--master-port 0"));
   CHECK_THROWS_WITH(parse({"--run-id", "a b", "--", "true"}), Contains("--run-id"));
   CHECK_THROWS_AS(parse({"--set", "a=1", "--", "true"}), UserError);

@@ -288,4 +288,19 @@ TEST_CASE("an installed ddprun finds ddp-train and its store plugin") {
   INFO(trainer.err);
   CHECK(trainer.exit_code == 0);
   CHECK(std::filesystem::exists(dir.file("run/model.pt")));
+
+  std::filesystem::rename(dir.file("lib/ddprun"), dir.file("lib/elsewhere"));
+  auto missing = run_command({dir.file("bin/ddprun"), "--standalone", "--", "true"});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains("cannot load ddprun's TCP store plugin") && Contains("reinstall ddprun"));
+}
+
+TEST_CASE("a worker's usage error (exit 2) is not restarted") {
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "--", "sh", "-c",
+                   "[ $RANK = 1 ] && exit 2; sleep 30"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.err, Contains("rank 1 failed first: exit code 2"));
+  CHECK(r.err.find("restarting") == std::string::npos);
 }

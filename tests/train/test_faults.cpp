@@ -151,3 +151,24 @@ TEST_CASE("a full disk fails the save clearly and keeps the previous checkpoint"
   CHECK(again.exit_code == 0);
   CHECK_THAT(again.out, Contains("step_0000000010.pt at step 10"));
 }
+
+TEST_CASE("images of the wrong size and ranks out of range are clear errors", "[faults][errors]") {
+  TempDir dir;
+  // A valid IDX pair of 4 images of 8x8: readable, but not what the models take.
+  std::string images("\x00\x00\x08\x03\x00\x00\x00\x04\x00\x00\x00\x08\x00\x00\x00\x08", 16);
+  images += std::string(4 * 8 * 8, '\x10');
+  std::string labels("\x00\x00\x08\x01\x00\x00\x00\x04", 8);
+  labels += std::string("\x00\x01\x02\x03", 4);
+  write_file(dir.file("train-images-idx3-ubyte"), images);
+  write_file(dir.file("train-labels-idx1-ubyte"), labels);
+  auto r = run_shell(ddprun_command(1, "synthetic_mlp.yaml",
+                                    {"data.dataset=idx", "data.path=" + dir.path(), "data.eval_split=none",
+                                     "data.cache_dir=none", "run.output_dir=" + dir.file("out")}));
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("holds 8x8 images; the models take 28x28 (data.path)"));
+
+  auto negative = run_command({bin("ddp-train"), config("synthetic_mlp.yaml"), "--rank=-1", "--world-size", "2"});
+  CHECK(negative.exit_code == 2);
+  CHECK_THAT(negative.err, Contains("rank -1 is out of range for world size 2"));
+}
