@@ -1,15 +1,18 @@
-// Gloo all-reduce microbenchmark over ddp-train's own process group: 1 KiB to 64 MiB, bus
-// bandwidth beside a memcpy of the same size. Run under ddprun: ddprun --nproc-per-node 2 -- ddp-bench-allreduce
+// All-reduce microbenchmark over ddp-train's own communicator, 1 KiB to 64 MiB: Gloo, and the
+// shared-memory all-reduce that gradients use on one node, with bus bandwidth beside a memcpy of
+// the same size. Run under ddprun: ddprun --nproc-per-node 2 -- ddp-bench-allreduce
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ddp/train/dist/collectives.h"
 #include "ddp/train/dist/dist_env.h"
 #include "ddp/train/dist/process_group.h"
+#include "ddp/train/dist/shm_allreduce.h"
 
 namespace {
 
@@ -51,26 +54,42 @@ double time_memcpy(std::size_t bytes, double budget_s) {
   return seconds_since(start) / n;
 }
 
+// printf's `format` of `value` as a string; empty when `show` is false.
+std::string cell(bool show, const char* format, double value) {
+  char text[32] = "";
+  if (show) std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+std::string format_size(std::size_t bytes) {
+  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes >> 10) + " KiB";
+}
+
 }  // namespace
 
 int main() {
   try {
     ddp::Communicator comm = ddp::connect(ddp::dist_env_from_environment(), ddp::DistConfig{});
     const double world = comm.world_size;
+    const bool shared = comm.shared_memory != nullptr;
     if (comm.rank == 0) {
-      std::printf("Gloo all-reduce, %d ranks, float32 (bus bandwidth = 2(n-1)/n x bytes / time)\n", comm.world_size);
-      std::printf("| size | time | bus bandwidth | memcpy | bus / memcpy |\n|---:|---:|---:|---:|---:|\n");
+      std::printf("All-reduce, %d ranks, float32; bus bandwidth = 2(n-1)/n x bytes / time; shared memory: %s\n\n",
+                  comm.world_size, shared ? "the gradients' all-reduce on one node" : "not available");
+      std::printf("| size | Gloo | shared memory | memcpy | Gloo bus bw | shm bus bw | Gloo / memcpy | shm / memcpy |\n");
+      std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (std::size_t bytes = 1024; bytes <= (64u << 20); bytes *= 4) {
       std::vector<torch::Tensor> buffer{torch::ones({static_cast<int64_t>(bytes / 4)})};
-      double t = time_collective(comm, [&] { comm.group->allreduce(buffer)->wait(); }, 0.4);
-      double bus = 2 * (world - 1) / world * bytes / t;
+      double gloo = time_collective(comm, [&] { comm.group->allreduce(buffer)->wait(); }, 0.4);
+      // As the gradient reducer calls it: queued to the communication thread, then waited for.
+      double shm = shared ? time_collective(comm, [&] { comm.shared_memory->sum_async(buffer[0])->wait(); }, 0.4) : 0;
       double copy = bytes / time_memcpy(bytes, 0.1);
+      auto bus = [&](double t) { return 2 * (world - 1) / world * bytes / t; };
       if (comm.rank == 0) {
-        const char* unit = bytes >= (1u << 20) ? "MiB" : "KiB";
-        double size = bytes >= (1u << 20) ? bytes / 1048576.0 : bytes / 1024.0;
-        std::printf("| %.0f %s | %.3f ms | %.2f GB/s | %.2f GB/s | %.2f |\n", size, unit, t * 1e3, bus / 1e9, copy / 1e9,
-                    bus / copy);
+        std::printf("| %s | %.3f ms | %s | %.2f GB/s | %.2f GB/s | %s | %.2f | %s |\n", format_size(bytes).c_str(),
+                    gloo * 1e3, cell(shared, "%.3f ms", shm * 1e3).c_str(), copy / 1e9, bus(gloo) / 1e9,
+                    cell(shared, "%.2f GB/s", bus(shm) / 1e9).c_str(), bus(gloo) / copy,
+                    cell(shared, "%.2f", bus(shm) / copy).c_str());
       }
     }
     return 0;

@@ -1,8 +1,11 @@
 // A worker for fault tests: five all-reduces over ddp-train's own communication layer, except that
 // the rank named by --skip-rank skips all-reduce number --skip-at and then hangs (or, with --continue, goes on).
+// With --shared-memory the all-reduces go through the gradients' shared-memory path, and grow
+// across several of its chunks.
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,10 +14,26 @@
 #include "ddp/train/dist/collectives.h"
 #include "ddp/train/dist/dist_env.h"
 #include "ddp/train/dist/process_group.h"
+#include "ddp/train/dist/shm_allreduce.h"
+
+namespace {
+
+// All-reduce number `i` on the shared-memory path, tracked as the gradient reducer does; returns the
+// sum if every element agrees, else NaN.
+double shared_memory_sum(const ddp::Communicator& comm, int i) {
+  if (!comm.shared_memory) throw std::runtime_error("no shared-memory all-reduce on a single-node run");
+  auto values = torch::ones({i * 40000 + 3});
+  int64_t seq = comm.tracker->begin("all_reduce");
+  comm.tracker->wait(comm.shared_memory->sum_async(values), seq);
+  double first = values[0].item<double>();
+  return (values == first).all().item<bool>() ? first : std::nan("");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int skip_rank = -1, skip_at = -1;
-  bool go_on = false;
+  bool go_on = false, shared_memory = false;
   double timeout_s = 3;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -22,6 +41,7 @@ int main(int argc, char** argv) {
     if (arg == "--skip-at") skip_at = std::atoi(argv[++i]);
     if (arg == "--timeout") timeout_s = std::atof(argv[++i]);
     if (arg == "--continue") go_on = true;
+    if (arg == "--shared-memory") shared_memory = true;
   }
   try {
     ddp::DistEnv env = ddp::dist_env_from_environment();
@@ -34,8 +54,9 @@ int main(int argc, char** argv) {
         if (!go_on) std::this_thread::sleep_for(std::chrono::seconds(60));
         continue;
       }
-      auto sum = ddp::all_reduce_sum(comm, torch::ones({4}, torch::kDouble));
-      std::printf("all-reduce %d: %g\n", i, sum[0].item<double>());
+      double sum = shared_memory ? shared_memory_sum(comm, i)
+                                 : ddp::all_reduce_sum(comm, torch::ones({4}, torch::kDouble))[0].item<double>();
+      std::printf("all-reduce %d: %g\n", i, sum);
     }
     return 0;
   } catch (const std::exception& e) {

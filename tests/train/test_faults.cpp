@@ -102,6 +102,26 @@ TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, nam
   CHECK_THAT(onward.err, Contains("never arrived: rank 2"));
 }
 
+TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that skips one is named", "[faults][shm]") {
+  auto worker = [](std::vector<std::string> extra) {
+    std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", "3", "--",
+                                  bin("ddp-test-collective-worker"), "--shared-memory", "--timeout", "3"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_command(argv, std::chrono::seconds(60));
+  };
+  auto fine = worker({});
+  INFO(fine.out << fine.err);
+  CHECK(fine.exit_code == 0);
+  for (int rank = 0; rank < 3; ++rank)  // 200003 ones (4 chunks) summed over 3 ranks, every element on every rank
+    CHECK(count_lines(fine.out, "[rank " + std::to_string(rank) + "] all-reduce 5: 3") == 1);
+
+  auto skipped = worker({"--skip-rank", "1", "--skip-at", "2"});
+  INFO(skipped.out << skipped.err);
+  CHECK(skipped.exit_code == 1);
+  CHECK(skipped.seconds < 15);
+  CHECK_THAT(skipped.err, Contains("all_reduce #2 at step 2 failed on rank 0 after 3 s: never arrived: rank 1"));
+}
+
 TEST_CASE("a truncated newest checkpoint is reported and the previous one is used", "[faults][checkpoint]") {
   TempDir dir;
   std::string out = dir.file("run");

@@ -13,6 +13,9 @@ void declare_config(ConfigSchema& schema, DistConfig& config) {
   schema.add("dist.bucket_cap_mb", &config.bucket_cap_mb, "gradient bucket size in MiB; the first bucket is ~1 MiB")
       .greater_than(0);
   schema.add("dist.overlap", &config.overlap, "all-reduce buckets during backward, as their gradients become ready");
+  schema.add("dist.shared_memory", &config.shared_memory,
+             "sum gradients through shared memory when every rank runs on this node on the CPU; false: "
+             "through the backend (Gloo over loopback)");
 }
 
 }  // namespace ddp

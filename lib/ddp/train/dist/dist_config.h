@@ -13,6 +13,7 @@ struct DistConfig {
   double timeout_s = 300;        ///< a collective or rendezvous that waits longer fails
   double bucket_cap_mb = 25;     ///< gradient bucket size (the first bucket is ~1 MiB)
   bool overlap = true;           ///< all-reduce buckets during backward
+  bool shared_memory = true;     ///< sum gradients through shared memory when every rank is on this node
 };
 
 /// Declares the `DistConfig` keys, bound to `config`, with their defaults, docs and ranges.

@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "ddp/train/dist/shm_allreduce.h"
+
 namespace ddp {
 
 // Note [Bucket order]
@@ -88,7 +90,8 @@ void GradientReducer::launch(Bucket& bucket, bool last) {
   torch::NoGradGuard no_grad;
   bucket.flat = {torch::cat(pieces).div_(world)};
   bucket.seq = comm_.tracker->begin("gradient all_reduce");
-  bucket.work = comm_.group->allreduce(bucket.flat);
+  bool shared = comm_.shared_memory && SharedMemoryAllReduce::supports(bucket.flat[0]);
+  bucket.work = shared ? comm_.shared_memory->sum_async(bucket.flat[0]) : comm_.group->allreduce(bucket.flat);
 }
 
 double GradientReducer::finish() {

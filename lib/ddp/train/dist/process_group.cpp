@@ -10,9 +10,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 
 #include "ddp/common/error.h"
+#include "ddp/train/dist/shm_allreduce.h"
 
 namespace ddp {
 namespace {
@@ -103,6 +106,12 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
   }
 #endif
   comm.group = make_gloo(comm.store, env, timeout);
+  if (config.shared_memory && env.world_size > 1 && env.local_world_size == env.world_size) {
+    std::string why_not;
+    comm.shared_memory = SharedMemoryAllReduce::connect(*comm.store, env.rank, env.world_size, timeout, why_not);
+    if (!comm.shared_memory && env.rank == 0)
+      spdlog::warn("gradients go through Gloo: no shared memory for the all-reduce ({})", why_not);
+  }
   return comm;
 }
 

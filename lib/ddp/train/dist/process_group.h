@@ -15,6 +15,8 @@
 
 namespace ddp {
 
+class SharedMemoryAllReduce;
+
 /// The class ProcessGroupGloo and ProcessGroupNCCL derive from: ProcessGroup in LibTorch 1.x, Backend in 2.x.
 #if TORCH_VERSION_MAJOR >= 2
 using CommBackend = c10d::Backend;
@@ -27,6 +29,8 @@ struct Communicator {
   c10::intrusive_ptr<c10d::Store> store;  ///< prefixed per restart attempt
   c10::intrusive_ptr<CommBackend> group;
   std::shared_ptr<CollectiveTracker> tracker;  ///< every collective goes through it
+  /// Gradient sums through shared memory, when every rank is on this node and on the CPU (else null).
+  std::shared_ptr<SharedMemoryAllReduce> shared_memory;
   std::string backend;  ///< "gloo" or "nccl"
   torch::Device device = torch::kCPU;  ///< where tensors must live for this backend (cuda:LOCAL_RANK for NCCL)
   int rank = 0;
