@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ddp/common/error.h"
+#include "ddp/common/malloc_tuning.h"
 #include "ddp/train/config/train_config.h"
 #include "ddp/train/dist/dist_env.h"
 #include "ddp/train/loop/trainer.h"
@@ -23,6 +24,7 @@ struct Arguments {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ddp::keep_freed_memory_for_reuse();
   ddp::DistEnv env;
   // Outside the try: on an error the message comes first, and the process then leaves without
   // destroying it (Gloo's teardown can wait a whole timeout for collectives that will never finish).

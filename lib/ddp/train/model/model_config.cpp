@@ -10,6 +10,9 @@ void declare_config(ConfigSchema& schema, ModelConfig& config) {
   schema.add("model.num_classes", &config.num_classes, "outputs of the last layer").min(2);
   schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");
   schema.add("model.relu", &config.relu, "convnet: ReLU after each conv");
+  schema.add("model.channels_last", &config.channels_last,
+             "convnet: channels-last (NHWC) memory format, whose CPU kernels are faster; same model and "
+             "weights, results equal up to float rounding");
   schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1);
   schema.rule("model.hidden", [&config]() -> std::string {
     return config.name == "mlp" && config.hidden.empty() ? "must not be empty when model.name is mlp" : "";

@@ -14,6 +14,7 @@ struct ModelConfig {
   int64_t num_classes = 10;
   bool batchnorm = true;  ///< convnet: BatchNorm2d after each conv
   bool relu = true;       ///< convnet: ReLU after each conv
+  bool channels_last = true;  ///< convnet: NHWC activations and conv weights (faster CPU kernels)
   std::vector<int64_t> hidden = {256, 128};  ///< mlp: hidden layer widths
 };
 
