@@ -12,7 +12,7 @@ Batch gather_batch(const Dataset& data, const torch::Tensor& indices, double mea
   }
   // One gather per tensor, then whole-batch arithmetic: a per-sample loop costs more than the step.
   Batch batch;
-  batch.inputs = data.images.index_select(0, indices).to(torch::kFloat).div_(255.0).sub_(mean).div_(std).unsqueeze(1);
+  batch.inputs = data.select_images(indices).to(torch::kFloat).div_(255.0).sub_(mean).div_(std).unsqueeze(1);
   batch.targets = data.labels.index_select(0, indices);
   return batch;
 }

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,31 +64,29 @@ std::string encode(const Dataset& data) {
   return bytes;
 }
 
-// Maps a cache file; nullopt when it is missing or does not hold what its header says.
-std::optional<Dataset> map_cache(const std::string& path, const std::string& source) {
+// Opens a cache file; nullopt when it is missing or does not hold what its header says. The
+// labels are read into memory; the images stay in the file (see image_file.h).
+std::optional<Dataset> open_cache(const std::string& path, const std::string& source) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   struct stat info {};
   fstat(fd, &info);
   Header header{};
   bool ok = static_cast<std::size_t>(info.st_size) >= sizeof header && pread(fd, &header, sizeof header, 0) == sizeof header &&
-            std::memcmp(header.magic, kMagic, sizeof kMagic) == 0 && header.count >= 0 &&
-            info.st_size == static_cast<off_t>(sizeof header + header.count * header.height * header.width +
-                                                header.count * sizeof(int64_t));
+            std::memcmp(header.magic, kMagic, sizeof kMagic) == 0 && header.count >= 0;
+  const int64_t labels_at = sizeof header + header.count * header.height * header.width;
+  const auto label_bytes = static_cast<ssize_t>(header.count * sizeof(int64_t));
+  ok = ok && info.st_size == static_cast<off_t>(labels_at + label_bytes);
+  Dataset data;
+  if (ok) {
+    data.labels = torch::empty({header.count}, torch::kLong);
+    ok = pread(fd, data.labels.data_ptr(), label_bytes, labels_at) == label_bytes;
+  }
   if (!ok) {
     close(fd);
     return std::nullopt;
   }
-  void* base = mmap(nullptr, info.st_size, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) return std::nullopt;
-  // Both tensors share the mapping; it is unmapped when the last of them is gone.
-  auto mapping = std::shared_ptr<void>(base, [size = info.st_size](void* p) { munmap(p, size); });
-  auto* bytes = static_cast<char*>(base) + sizeof header;
-  auto keep = [mapping](void*) {};
-  Dataset data;
-  data.images = torch::from_blob(bytes, {header.count, header.height, header.width}, keep, torch::kUInt8);
-  data.labels = torch::from_blob(bytes + header.count * header.height * header.width, {header.count}, keep, torch::kLong);
+  data.image_file = std::make_shared<ImageFile>(fd, path, sizeof header, header.count, header.height, header.width);
   data.source = source;
   return data;
 }
@@ -108,7 +105,7 @@ Dataset load_idx_split_cached(const std::string& dir, const std::string& split, 
   if (cache_dir.empty() || cache_dir == "none" || key.empty()) return load_idx_split(dir, split);
   std::string path = cache_dir + "/" + key;
   std::string source = dir + " (" + split + ")";
-  if (auto cached = map_cache(path, source)) return *cached;
+  if (auto cached = open_cache(path, source)) return *cached;
 
   std::error_code ec;
   fs::create_directories(cache_dir, ec);
@@ -117,13 +114,13 @@ Dataset load_idx_split_cached(const std::string& dir, const std::string& split, 
     spdlog::warn("data.cache_dir {} is not writable ({}); decoding {} in memory", cache_dir, std::strerror(errno), source);
     return load_idx_split(dir, split);
   }
-  // One worker of the node decodes; the others wait here and then map its result.
+  // One worker of the node decodes; the others wait here and then open its result.
   flock(lock, LOCK_EX);
-  std::optional<Dataset> result = map_cache(path, source);
+  std::optional<Dataset> result = open_cache(path, source);
   try {
     if (!result) {
       write_file_atomically(path, encode(load_idx_split(dir, split)));
-      result = map_cache(path, source);
+      result = open_cache(path, source);
     }
   } catch (const FileError& e) {
     if (std::string(e.what()).find(path) == std::string::npos) {  // the source is broken, not the cache

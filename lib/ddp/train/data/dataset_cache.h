@@ -1,7 +1,7 @@
 #pragma once
 // IDX datasets decoded once per node: the first worker decodes the (gzipped) files into a cache
-// file, and every worker maps that file read-only, so a node holds one copy in the page cache
-// instead of one per rank, and later runs skip decompression.
+// file, and every worker reads its images from that file on demand (image_file.h), so a node holds
+// one copy, in the page cache, instead of one per rank, and later runs skip decompression.
 
 #include <string>
 

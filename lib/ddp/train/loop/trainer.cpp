@@ -113,9 +113,10 @@ void Trainer::load_data() {
   for (const Dataset* set : {&train_data_, eval_data_ ? &*eval_data_ : nullptr}) {
     if (!set) continue;
     if (set->size() == 0) throw FileError(set->source + " holds no samples (data.path)");
-    if (set->images.size(1) != kInputHeight || set->images.size(2) != kInputWidth)
-      throw FileError(set->source + " holds " + std::to_string(set->images.size(1)) + "x" +
-                      std::to_string(set->images.size(2)) + " images; the models take " + std::to_string(kInputHeight) +
+    auto [height, width] = set->image_size();
+    if (height != kInputHeight || width != kInputWidth)
+      throw FileError(set->source + " holds " + std::to_string(height) + "x" + std::to_string(width) +
+                      " images; the models take " + std::to_string(kInputHeight) +
                       "x" + std::to_string(kInputWidth) + " (data.path)");
   }
   int64_t max_label = train_data_.labels.max().item<int64_t>();
