@@ -105,7 +105,11 @@ def main():
             rows = [("1", train(work, f"{model}-w1", 1, model), None, None),
                     ("2", train(work, f"{model}-w2", 2, model), compute_limit(work, model, 2), torchrun(model, 2)),
                     ("2, overlap off", train(work, f"{model}-w2-sync", 2, model, ["dist.overlap=false"]), None, None)]
-            if model == "convnet":  # what the per-node dataset cache saves at start-up
+            rows.append(("2, Gloo all-reduce", train(work, f"{model}-w2-gloo", 2, model, ["dist.shared_memory=false"]),
+                         None, None))
+            if model == "convnet":  # the NCHW layout the Python recipe uses; start-up without the dataset cache
+                rows.append(("2, channels-last off", train(work, "convnet-w2-nchw", 2, model, ["model.channels_last=false"]),
+                             None, None))
                 rows.append(("2, dataset cache off", train(work, "convnet-w2-nocache", 2, model, ["data.cache_dir=none"]),
                              None, None))
             for world, r, limit, python in rows:

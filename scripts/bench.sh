@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark table: throughput and scaling efficiency against the compute limit, the
-# torchrun+DDP recipe side by side, all-reduce time hidden by overlap, start-up, memory, and a
-# Gloo all-reduce microbenchmark. docs/performance.md keeps the latest table.
+# torchrun+DDP recipe side by side, all-reduce time hidden by overlap, start-up, memory, and an
+# all-reduce microbenchmark (Gloo, and the shared-memory path gradients take on one node). docs/performance.md keeps the latest table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null

@@ -16,6 +16,13 @@ namespace ddp {
 // sequence, so a different order on one rank would pair unrelated buffers or hang. The parameter
 // list is checked identical across ranks before training.
 
+// Note [Gradients as bucket views]
+// Each parameter's .grad is a view into its bucket's flat tensor (DDP's gradient_as_bucket_view),
+// with the parameter's own strides, so backward accumulates straight into the bucket and the
+// all-reduce runs in place: no copy into a bucket before it and none back after it. This holds as
+// long as nothing replaces the gradients; zero_grad() zeroes them in place, and re-points any
+// that were replaced anyway.
+
 GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm,
                                  const ReducerOptions& options)
     : parameters_(std::move(parameters)), comm_(comm), options_(options), bucket_of_(parameters_.size()) {
@@ -37,6 +44,23 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Co
     }
   }
   if (!current.parameters.empty()) buckets_.push_back(std::move(current));
+
+  gradient_views_.resize(parameters_.size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    const auto& first = parameters_[bucket.parameters.front()];
+    const int64_t control_words = b + 1 == buckets_.size() ? 1 : 0;
+    bucket.flat = {torch::zeros({bucket.numel + control_words}, first.options().requires_grad(false))};
+    int64_t offset = 0;
+    for (std::size_t i : bucket.parameters) {
+      const auto& p = parameters_[i];
+      auto slice = bucket.flat[0].narrow(0, offset, p.numel());
+      // Channels-last weights get channels-last gradients: the layout autograd produces for them.
+      gradient_views_[i] = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides()) : slice.view(p.sizes());
+      offset += p.numel();
+    }
+  }
+  zero_grad();
 
   if (!options_.overlap) return;
   // Fires after a gradient has been accumulated into param.grad (DDP's autograd_hook).
@@ -77,18 +101,30 @@ void GradientReducer::launch_ready_buckets(bool all) {
   }
 }
 
+void GradientReducer::zero_grad() {
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) bucket.flat[0].zero_();
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    auto& p = parameters_[i];
+    if (!p.grad().defined() || !p.grad().is_same(gradient_views_[i])) p.mutable_grad() = gradient_views_[i];
+  }
+}
+
 void GradientReducer::launch(Bucket& bucket, bool last) {
   if (next_launch_ == 0) first_launch_ = Clock::now();
   const double world = static_cast<double>(comm_.world_size);
-  std::vector<torch::Tensor> pieces;
+  torch::NoGradGuard no_grad;
   for (std::size_t i : bucket.parameters) {
     auto& p = parameters_[i];
-    pieces.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}, p.options()));
+    if (!p.grad().defined())
+      gradient_views_[i].zero_();  // dropped (see the Note): contributes zeros
+    else if (!p.grad().is_same(gradient_views_[i]))
+      gradient_views_[i].copy_(p.grad());  // replaced (see the Note)
   }
-  if (last) pieces.push_back(torch::full({1}, control_ * world, parameters_[0].options()));
-  // Dividing while packing keeps the sum in range and costs no extra pass.
-  torch::NoGradGuard no_grad;
-  bucket.flat = {torch::cat(pieces).div_(world)};
+  auto& flat = bucket.flat[0];
+  if (last) flat[-1].fill_(control_ * world);
+  if (comm_.world_size == 1) return;  // nothing to sum with: bucket.work stays empty
+  flat.div_(world);  // before summing, like DDP: keeps the sum in range
   bucket.seq = comm_.tracker->begin("gradient all_reduce");
   bool shared = comm_.shared_memory && SharedMemoryAllReduce::supports(bucket.flat[0]);
   bucket.work = shared ? comm_.shared_memory->sum_async(bucket.flat[0]) : comm_.group->allreduce(bucket.flat);
@@ -99,20 +135,10 @@ double GradientReducer::finish() {
   auto backward_done = Clock::now();
   launch_ready_buckets(/*all=*/true);  // unused parameters, or overlap off
   armed_ = false;
-  torch::NoGradGuard no_grad;
-  for (auto& bucket : buckets_) {
-    comm_.tracker->wait(bucket.work, bucket.seq);
-    int64_t offset = 0;
-    for (std::size_t i : bucket.parameters) {
-      auto& p = parameters_[i];
-      auto averaged = bucket.flat[0].narrow(0, offset, p.numel()).view_as(p);
-      if (p.grad().defined())
-        p.mutable_grad().copy_(averaged);
-      else
-        p.mutable_grad() = averaged.clone();
-      offset += p.numel();
-    }
-  }
+  for (auto& bucket : buckets_)
+    if (bucket.work) comm_.tracker->wait(bucket.work, bucket.seq);
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (!parameters_[i].grad().is_same(gradient_views_[i])) parameters_[i].mutable_grad() = gradient_views_[i];
   auto done = Clock::now();
   timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
   timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();

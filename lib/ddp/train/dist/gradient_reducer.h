@@ -29,10 +29,12 @@ struct ReducerTiming {
   double exposed_ms = 0;  ///< of that, after backward ended: what the step waited for
 };
 
-/// Averages the gradients of `parameters` over all ranks, in buckets.
+/// Averages the gradients of `parameters` over all ranks, in buckets. The gradients are views of
+/// the buckets (Note [Gradients as bucket views]).
 class GradientReducer {
  public:
-  /// Buckets `parameters` (see Note [Bucket order]) and, with overlap, hooks their gradient accumulators.
+  /// Buckets `parameters` (see Note [Bucket order]), points each one's gradient into its bucket,
+  /// and, with overlap, hooks their gradient accumulators.
   GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm, const ReducerOptions& options);
   ~GradientReducer();
   // The autograd hooks capture `this`.
@@ -44,10 +46,14 @@ class GradientReducer {
   /// (the trainer's stop vote: no extra collective).
   void prepare(double control);
 
-  /// Call after that backward: launches what backward has not, waits for everything, writes the
-  /// averaged gradients back and returns the summed control value. Parameters without a gradient
-  /// contribute zeros.
+  /// Call after that backward: launches what backward has not, waits for everything and returns
+  /// the summed control value; the gradients then hold the averages. Parameters that got no
+  /// gradient contribute zeros.
   double finish();
+
+  /// Zeroes the gradients in place, keeping them views of the buckets: use it instead of the
+  /// optimizer's zero_grad, which may detach or drop them.
+  void zero_grad();
 
   /// prepare(control) + finish(), for callers that do not overlap.
   double synchronize(double control = 0) {
@@ -66,7 +72,7 @@ class GradientReducer {
     std::vector<std::size_t> parameters;
     int64_t numel = 0;
     std::size_t pending = 0;  // gradients not yet ready this step
-    std::vector<torch::Tensor> flat;
+    std::vector<torch::Tensor> flat;  // one tensor: the bucket's gradients, then (last bucket) the control word
     c10::intrusive_ptr<c10d::Work> work;
     int64_t seq = 0;
   };
@@ -77,6 +83,7 @@ class GradientReducer {
   void launch(Bucket& bucket, bool last);
 
   std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> gradient_views_;  // parameter → its gradient's place in its bucket
   const Communicator& comm_;
   ReducerOptions options_;
   std::vector<Bucket> buckets_;

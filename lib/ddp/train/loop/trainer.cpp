@@ -256,7 +256,7 @@ void Trainer::train_step(int64_t micro_batches) {
   if (config_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(parameters_, config_.train.clip_grad_norm);
   set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
   optimizer_->step();
-  optimizer_->zero_grad();
+  reducer_->zero_grad();  // the gradients are views of the reducer's buckets
   progress_.step += 1;
   window_steps_ += 1;
   if (progress_.step == fit_start_step_ + 1 && comm_.rank == 0) {

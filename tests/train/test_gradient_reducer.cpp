@@ -1,0 +1,89 @@
+// The gradient reducer over a real communicator: two ranks as threads of this process, meeting
+// through a FileStore, summing through shared memory or through Gloo.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <thread>
+#include <vector>
+
+#include "ddp/train/dist/gradient_reducer.h"
+#include "ddp/train/dist/process_group.h"
+#include "support/subprocess.h"
+
+namespace {
+
+using Gradients = std::vector<torch::Tensor>;
+
+// Parameters 0..3: weight and bias of two layers; every rank starts from the same weights.
+torch::nn::Sequential make_model() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(6, 5), torch::nn::ReLU(), torch::nn::Linear(5, 3));
+}
+
+torch::Tensor loss_of(torch::nn::Sequential& model, int rank) {
+  return model->forward(torch::linspace(-1, 1, 24).reshape({4, 6}) * (rank + 1)).pow(2).sum();
+}
+
+// Rank `rank`'s own gradients, computed alone.
+Gradients gradients_alone(int rank) {
+  auto model = make_model();
+  loss_of(model, rank).backward();
+  Gradients grads;
+  for (const auto& p : model->parameters()) grads.push_back(p.grad());
+  return grads;
+}
+
+}  // namespace
+
+TEST_CASE("reduced gradients are the average, stay in the buckets, and survive being replaced or dropped",
+          "[dist][reducer]") {
+  // Replaced or dropped before backward, as other code might do: backward then fills a tensor of
+  // its own, which the reducer copies into the bucket, and finish() points the gradient back.
+  Gradients mine = gradients_alone(0), theirs = gradients_alone(1);
+  for (bool shared_memory : {true, false}) {
+    ddp::test::TempDir store;
+    std::vector<Gradients> result(2);
+    std::vector<double> vote(2);
+    std::vector<bool> in_buckets(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        ddp::DistEnv env;
+        env.rank = r;
+        env.world_size = env.local_world_size = 2;
+        env.store_path = store.path();
+        ddp::DistConfig config;
+        config.shared_memory = shared_memory;
+        ddp::Communicator comm = ddp::connect(env, config);
+        auto model = make_model();
+        auto parameters = model->parameters();
+        ddp::ReducerOptions options;
+        options.first_bucket_mb = 1e-5;  // bucket 0: parameter 3 alone; bucket 1: parameters 2, 1, 0
+        ddp::GradientReducer reducer(parameters, comm, options);
+        for (int step = 0; step < 2; ++step) {  // the second step shows zero_grad() at work
+          reducer.prepare(r == 1 ? 1.0 : 0.0);
+          if (step == 1 && r == 0) {
+            parameters[1].mutable_grad() = torch::zeros_like(parameters[1]);  // replaced
+            parameters[3].mutable_grad().reset();                            // dropped
+          }
+          loss_of(model, r).backward();
+          vote[r] = reducer.finish();
+          if (step == 0) reducer.zero_grad();
+        }
+        for (auto& p : parameters) result[r].push_back(p.grad().clone());
+        in_buckets[r] = parameters[0].grad().storage().is_alias_of(parameters[1].grad().storage()) &&
+                        parameters[0].grad().storage().is_alias_of(parameters[2].grad().storage());
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      INFO("shared memory " << shared_memory << ", rank " << r);
+      CHECK(in_buckets[r]);
+      CHECK(vote[r] == 1.0);  // rank 1's stop vote, summed
+      for (int i = 0; i < 4; ++i) {
+        CHECK(torch::allclose(result[r][i], (mine[i] + theirs[i]) / 2, 1e-6, 1e-7));
+        CHECK(torch::equal(result[r][i], result[1 - r][i]));
+      }
+    }
+  }
+}
