@@ -49,17 +49,20 @@ void on_every_rank(int world, const std::function<void(int)>& body) {
 TEST_CASE("shared-memory sums equal the rank-order sum bit for bit on every rank, at any size", "[dist][shm]") {
   for (int world : {2, 3, 5}) {
     Engines engines = connect_all(world);
-    // Sizes around the part alignment and the 64 Ki-float chunk, and several chunks.
+    // Sizes around the part alignment and the 64 Ki-float chunk, and several chunks; with and
+    // without dividing first (exact by multiplication for 2, by division for 3 and 5).
     for (int64_t n : {1, 15, 17, 1000, 65535, 65536, 65537, 3 * 65536 + 100}) {
-      std::vector<torch::Tensor> inputs, results;
-      for (int r = 0; r < world; ++r) inputs.push_back(torch::randn({n}, torch::TensorOptions().dtype(torch::kFloat)));
-      torch::Tensor expected = inputs[0].clone();
-      for (int r = 1; r < world; ++r) expected += inputs[r];
-      for (int r = 0; r < world; ++r) results.push_back(inputs[r].clone());
-      on_every_rank(world, [&](int r) { engines[r]->sum(results[r]); });
-      for (int r = 0; r < world; ++r) {
-        INFO("world " << world << ", " << n << " floats, rank " << r);
-        CHECK(torch::equal(results[r], expected));
+      for (float divisor : {1.0f, static_cast<float>(world)}) {
+        std::vector<torch::Tensor> inputs, results;
+        for (int r = 0; r < world; ++r) inputs.push_back(torch::randn({n}));
+        torch::Tensor expected = inputs[0] / divisor;
+        for (int r = 1; r < world; ++r) expected += inputs[r] / divisor;
+        for (int r = 0; r < world; ++r) results.push_back(inputs[r].clone());
+        on_every_rank(world, [&](int r) { engines[r]->sum(results[r], divisor); });
+        for (int r = 0; r < world; ++r) {
+          INFO("world " << world << ", " << n << " floats, divisor " << divisor << ", rank " << r);
+          CHECK(torch::equal(results[r], expected));
+        }
       }
     }
   }

@@ -124,10 +124,15 @@ void GradientReducer::launch(Bucket& bucket, bool last) {
   auto& flat = bucket.flat[0];
   if (last) flat[-1].fill_(control_ * world);
   if (comm_.world_size == 1) return;  // nothing to sum with: bucket.work stays empty
-  flat.div_(world);  // before summing, like DDP: keeps the sum in range
+  // Each rank's share is divided before summing, like DDP: it keeps the sum in range. The
+  // shared-memory path divides as it sums, saving a pass over the bucket.
   bucket.seq = comm_.tracker->begin("gradient all_reduce");
-  bool shared = comm_.shared_memory && SharedMemoryAllReduce::supports(bucket.flat[0]);
-  bucket.work = shared ? comm_.shared_memory->sum_async(bucket.flat[0]) : comm_.group->allreduce(bucket.flat);
+  if (comm_.shared_memory && SharedMemoryAllReduce::supports(flat)) {
+    bucket.work = comm_.shared_memory->sum_async(flat, static_cast<float>(world));
+  } else {
+    flat.div_(world);
+    bucket.work = comm_.group->allreduce(bucket.flat);
+  }
 }
 
 double GradientReducer::finish() {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <ctime>
@@ -19,8 +20,9 @@ namespace ddp {
 // Every rank owns a slot of one chunk in a segment all ranks map. A tensor is summed a chunk at a
 // time, each chunk split into world_size parts; rank r is the one that sums part r:
 //   1. rank r copies the parts the others sum (all but part r) into its slot;  barrier
-//   2. rank r adds part r of every slot, its own part from its tensor, in rank order, and writes
-//      the sum into its tensor and into its slot;                              barrier
+//   2. rank r adds part r of every slot, its own part from its tensor, in rank order (each value
+//      divided first, when asked: the gradients' average), and writes the sum into its tensor and
+//      into its slot;                                                          barrier
 //   3. rank r copies every other part's sum from its owner's slot into its tensor.
 // Each element is summed once, by one rank, in rank order: every rank gets the same bits, run
 // after run. There are two sets of slots, used by alternate chunks, so step 1 of a chunk cannot
@@ -45,23 +47,32 @@ void copy_floats(float* to, const float* from, int64_t count) {
   if (count > 0) std::memcpy(to, from, static_cast<std::size_t>(count) * sizeof(float));
 }
 
-// out[i] = in[0][i] + in[1][i] + ... in that order, written to both `out` and `publish`. `out` may be
-// one of the inputs: each block is read whole before it is written.
-void sum_in_rank_order(const std::vector<const float*>& in, float* out, float* publish, int64_t count) {
+// out[i] = in[0][i]/d + in[1][i]/d + ... in that order, written to both `out` and `publish`; `out`
+// may be one of the inputs, since each block is read whole before it is written. A power-of-two d
+// is applied as a multiplication by 1/d, which is exact, so equal to the division.
+template <bool kPowerOfTwo>
+void sum_in_rank_order(const std::vector<const float*>& in, float* out, float* publish, int64_t count, float d) {
   constexpr int64_t kBlock = 1024;
   alignas(64) float block[kBlock];
+  const float inverse = 1.0f / d;
+  auto scaled = [&](float x) { return kPowerOfTwo ? x * inverse : x / d; };
   for (int64_t start = 0; start < count; start += kBlock) {
     int64_t n = std::min(kBlock, count - start);
     const float* first = in[0] + start;
     const float* second = in[1] + start;
-    for (int64_t i = 0; i < n; ++i) block[i] = first[i] + second[i];
+    for (int64_t i = 0; i < n; ++i) block[i] = scaled(first[i]) + scaled(second[i]);
     for (std::size_t q = 2; q < in.size(); ++q) {
       const float* next = in[q] + start;
-      for (int64_t i = 0; i < n; ++i) block[i] += next[i];
+      for (int64_t i = 0; i < n; ++i) block[i] += scaled(next[i]);
     }
     copy_floats(out + start, block, n);
     copy_floats(publish + start, block, n);
   }
+}
+
+bool is_power_of_two(float d) {
+  int exponent = 0;
+  return d > 0 && std::frexp(d, &exponent) == 0.5f;
 }
 
 void cpu_relax() {
@@ -188,7 +199,7 @@ void SharedMemoryAllReduce::barrier() {
   h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void SharedMemoryAllReduce::sum_chunk(float* chunk, int64_t length) {
+void SharedMemoryAllReduce::sum_chunk(float* chunk, int64_t length, float divisor) {
   const int64_t set = chunks_done_++ % 2;
   const int64_t mine = part_begin(length, world_size_, rank_);
   const int64_t mine_end = part_begin(length, world_size_, rank_ + 1);
@@ -198,7 +209,10 @@ void SharedMemoryAllReduce::sum_chunk(float* chunk, int64_t length) {
   barrier();
   std::vector<const float*> in;
   for (int q = 0; q < world_size_; ++q) in.push_back((q == rank_ ? chunk : slot(set, q)) + mine);
-  sum_in_rank_order(in, chunk + mine, own_slot + mine, mine_end - mine);
+  if (is_power_of_two(divisor))
+    sum_in_rank_order<true>(in, chunk + mine, own_slot + mine, mine_end - mine, divisor);
+  else
+    sum_in_rank_order<false>(in, chunk + mine, own_slot + mine, mine_end - mine, divisor);
   barrier();
   for (int q = 0; q < world_size_; ++q) {
     if (q == rank_) continue;
@@ -207,26 +221,29 @@ void SharedMemoryAllReduce::sum_chunk(float* chunk, int64_t length) {
   }
 }
 
-void SharedMemoryAllReduce::sum(const torch::Tensor& tensor) {
+void SharedMemoryAllReduce::sum(const torch::Tensor& tensor, float divisor) {
   TORCH_CHECK(supports(tensor), "shared-memory all-reduce takes contiguous float32 CPU tensors");
   if (!broken_.empty()) throw std::runtime_error(broken_);
-  if (world_size_ == 1) return;
+  if (world_size_ == 1) {
+    if (divisor != 1) tensor.div_(divisor);
+    return;
+  }
   float* data = tensor.data_ptr<float>();
   const int64_t n = tensor.numel();
   try {
-    for (int64_t start = 0; start < n; start += kChunkFloats) sum_chunk(data + start, std::min(kChunkFloats, n - start));
+    for (int64_t start = 0; start < n; start += kChunkFloats) sum_chunk(data + start, std::min(kChunkFloats, n - start), divisor);
   } catch (const std::exception& e) {
     broken_ = e.what();
     throw;
   }
 }
 
-c10::intrusive_ptr<c10d::Work> SharedMemoryAllReduce::sum_async(torch::Tensor tensor) {
+c10::intrusive_ptr<c10d::Work> SharedMemoryAllReduce::sum_async(torch::Tensor tensor, float divisor) {
   auto work = c10::make_intrusive<SumWork>();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
-    queue_.emplace_back(std::move(tensor), work);
+    queue_.push_back({std::move(tensor), divisor, work});
   }
   wake_.notify_one();
   return work;
@@ -237,20 +254,20 @@ void SharedMemoryAllReduce::serve() {
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) {  // only while unwinding does anything wait here
-      for (auto& entry : queue_) entry.second->complete(std::make_exception_ptr(std::runtime_error("shut down")));
+      for (auto& entry : queue_) entry.work->complete(std::make_exception_ptr(std::runtime_error("shut down")));
       queue_.clear();
       return;
     }
-    auto [tensor, work] = std::move(queue_.front());
+    Queued next = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     std::exception_ptr error;
     try {
-      sum(tensor);
+      sum(next.tensor, next.divisor);
     } catch (...) {
       error = std::current_exception();
     }
-    work->complete(error);
+    next.work->complete(error);
   }
 }
 

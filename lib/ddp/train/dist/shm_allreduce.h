@@ -14,7 +14,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
 
 #include "ddp/train/dist/shared_segment.h"
 
@@ -34,22 +33,28 @@ class SharedMemoryAllReduce {
   /// Whether sum() takes `tensor`: float32, on the CPU, contiguous.
   static bool supports(const torch::Tensor& tensor);
 
-  /// Sums `tensor` over the ranks, in place, bit-identical on every rank. Every rank must call it
-  /// with the same sizes in the same order. Throws std::runtime_error after the time-out.
-  void sum(const torch::Tensor& tensor);
+  /// Replaces `tensor` by the sum over the ranks of tensor / divisor (each rank's values divided,
+  /// then summed in rank order), bit-identical on every rank. Every rank must call it with the
+  /// same sizes and divisor in the same order. Throws std::runtime_error after the time-out.
+  void sum(const torch::Tensor& tensor, float divisor = 1);
 
   /// sum() on this rank's communication thread, in call order; the Work completes when it is done.
-  c10::intrusive_ptr<c10d::Work> sum_async(torch::Tensor tensor);
+  c10::intrusive_ptr<c10d::Work> sum_async(torch::Tensor tensor, float divisor = 1);
 
  private:
   class SumWork;
   struct Header;
+  struct Queued {
+    torch::Tensor tensor;
+    float divisor;
+    c10::intrusive_ptr<SumWork> work;
+  };
 
   SharedMemoryAllReduce(SharedSegment segment, int rank, int world_size, std::chrono::milliseconds timeout);
   Header& header() const;
   float* slot(int64_t set, int rank) const;
   void barrier();
-  void sum_chunk(float* chunk, int64_t length);
+  void sum_chunk(float* chunk, int64_t length, float divisor);
   void serve();  // the communication thread
 
   SharedSegment segment_;
@@ -61,7 +66,7 @@ class SharedMemoryAllReduce {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::pair<torch::Tensor, c10::intrusive_ptr<SumWork>>> queue_;
+  std::deque<Queued> queue_;
   bool stopping_ = false;
   std::thread thread_;  // started by the first sum_async
 };

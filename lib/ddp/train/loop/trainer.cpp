@@ -100,7 +100,7 @@ void Trainer::load_data() {
     Dataset all = make_synthetic_dataset(data.synthetic_train_samples + data.synthetic_test_samples,
                                          config_.model.num_classes, 1234);
     auto split = [&](int64_t begin, int64_t end) {
-      return Dataset{all.images.slice(0, begin, end), all.labels.slice(0, begin, end), "synthetic"};
+      return Dataset{all.images.slice(0, begin, end), all.labels.slice(0, begin, end), "synthetic", nullptr};
     };
     train_data_ = split(0, data.synthetic_train_samples);
     if (data.eval_split == "test") eval_data_ = split(data.synthetic_train_samples, all.size());
