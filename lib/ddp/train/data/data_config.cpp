@@ -16,7 +16,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.add("data.synthetic_train_samples", &config.synthetic_train_samples, "synthetic: training samples").min(1);
   schema.add("data.synthetic_test_samples", &config.synthetic_test_samples, "synthetic: test samples").min(1);
   schema.add("data.cache_dir", &config.cache_dir,
-             "where IDX files are kept decoded, memory-mapped and shared by every worker of a node; "
+             "where IDX files are kept decoded, read on demand and shared by every worker of a node; "
              "empty: $XDG_CACHE_HOME/ddprun (or ~/.cache/ddprun); none: decode into each worker's memory");
   schema.add("data.workers", &config.workers, "background threads assembling batches").min(1);
   schema.add("data.prefetch", &config.prefetch, "batches assembled ahead of the step").min(1);
