@@ -87,3 +87,32 @@ TEST_CASE("reduced gradients are the average, stay in the buckets, and survive b
     }
   }
 }
+
+TEST_CASE("parameters of two dtypes get buckets of their own, summed by shared memory and by Gloo", "[dist][reducer]") {
+  ddp::test::TempDir store;
+  std::vector<Gradients> result(2);
+  std::vector<std::size_t> buckets(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ddp::DistEnv env;
+      env.rank = r;
+      env.world_size = env.local_world_size = 2;
+      env.store_path = store.path();
+      ddp::Communicator comm = ddp::connect(env, ddp::DistConfig{});
+      std::vector<torch::Tensor> parameters{torch::ones({3}, torch::kFloat).requires_grad_(),
+                                            torch::ones({2}, torch::kDouble).requires_grad_()};
+      ddp::GradientReducer reducer(parameters, comm, ddp::ReducerOptions{});
+      buckets[r] = reducer.bucket_layout().size();
+      reducer.prepare(0);
+      ((parameters[0] * (r + 1)).sum() + (parameters[1] * (10 * (r + 1))).sum()).backward();
+      reducer.finish();
+      for (auto& p : parameters) result[r].push_back(p.grad().clone());
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    CHECK(buckets[r] == 2);
+    CHECK(torch::equal(result[r][0], torch::full({3}, 1.5f)));  // (1 + 2) / 2
+    CHECK(torch::equal(result[r][1], torch::full({2}, 15.0, torch::kDouble)));  // (10 + 20) / 2
+  }
+}

@@ -30,16 +30,23 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Co
   Bucket current;
   int64_t current_bytes = 0;
   double cap = options.first_bucket_mb;
+  auto close_bucket = [&] {
+    buckets_.push_back(std::move(current));
+    current = Bucket{};
+    current_bytes = 0;
+  };
   for (std::size_t i = parameters_.size(); i-- > 0;) {
     const auto& p = parameters_[i];
+    if (!current.parameters.empty()) {  // a bucket is one tensor: one dtype on one device
+      const auto& previous = parameters_[current.parameters.back()];
+      if (previous.scalar_type() != p.scalar_type() || previous.device() != p.device()) close_bucket();
+    }
     bucket_of_[i] = buckets_.size();
     current.parameters.push_back(i);
     current.numel += p.numel();
     current_bytes += p.numel() * static_cast<int64_t>(p.element_size());
     if (current_bytes >= cap * kMiB) {
-      buckets_.push_back(std::move(current));
-      current = Bucket{};
-      current_bytes = 0;
+      close_bucket();
       cap = options.bucket_cap_mb;
     }
   }
