@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <regex>
 #include <thread>
 
 #include "ddp/launch/machine.h"
@@ -96,6 +97,19 @@ TEST_CASE("a rank killed by a signal gives 128+N and the signal's name") {
   INFO(r.err);
   CHECK(r.exit_code == 137);
   CHECK_THAT(r.err, Contains("rank 0 failed first: signal 9 (SIGKILL)"));
+}
+
+TEST_CASE("shared memory a worker leaves behind is removed when it exits, however it ends") {
+  // Named as ddp-train names its segments: /ddprun-<pid>-...; rank 0 exits, rank 1 is SIGKILLed.
+  auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                   "touch /dev/shm/ddprun-$$-left-behind && echo made $$; [ $RANK = 1 ] && kill -9 $$; exit 0"});
+  INFO(r.out << r.err);
+  std::regex made("made ([0-9]+)");
+  int seen = 0;
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), made), end; it != end; ++it, ++seen)
+    CHECK_FALSE(std::filesystem::exists("/dev/shm/ddprun-" + (*it)[1].str() + "-left-behind"));
+  CHECK(seen == 2);
+  CHECK(r.exit_code == 137);
 }
 
 TEST_CASE("output arrives as whole lines behind the rank prefix") {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "ddp/common/shared_memory_names.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/output_relay.h"
 #include "ddp/launch/process.h"
@@ -83,6 +84,7 @@ class Attempt {
         waitpid(w.pid, nullptr, 0);
         watchdog_.forget(w.pid);
         close(w.heartbeat_fd);
+        remove_shared_memory_of(w.pid);
       }
       throw;
     }
@@ -92,6 +94,7 @@ class Attempt {
       signal_group(worker.pid, SIGKILL);  // anything a worker left behind in its group
       watchdog_.forget(worker.pid);
       close(worker.heartbeat_fd);
+      remove_shared_memory_of(worker.pid);  // if it died before unlinking its segments
     }
     if (interrupted_by_) return {128 + *interrupted_by_, false, "interrupted by " + signal_name(*interrupted_by_)};
     if (failure_) {

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "ddp/common/shared_memory_names.h"
+
 namespace ddp {
 namespace {
 
@@ -32,8 +34,7 @@ void* map_fd(int fd, std::size_t bytes, const std::string& name) {
 SharedSegment SharedSegment::create(std::size_t bytes) {
   static std::atomic<unsigned> counter{0};
   std::random_device random;
-  std::string name = "/ddprun-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-                     std::to_string(random());
+  std::string name = shared_memory_prefix(::getpid()) + std::to_string(counter++) + "-" + std::to_string(random());
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) throw os_error("cannot create", name, errno);
   // posix_fallocate allocates the tmpfs pages now: ENOSPC here instead of SIGBUS on first touch.
