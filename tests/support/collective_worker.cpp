@@ -1,5 +1,6 @@
 // A worker for fault tests: five all-reduces over ddp-train's own communication layer, except that
-// the rank named by --skip-rank skips all-reduce number --skip-at and then hangs (or, with --continue, goes on).
+// the rank named by --skip-rank skips all-reduce number --skip-at and then hangs (or, with --continue,
+// goes on; with --exit, exits 0).
 // With --shared-memory the all-reduces go through the gradients' shared-memory path, and grow
 // across several of its chunks.
 #include <torch/torch.h>
@@ -33,7 +34,7 @@ double shared_memory_sum(const ddp::Communicator& comm, int i) {
 
 int main(int argc, char** argv) {
   int skip_rank = -1, skip_at = -1;
-  bool go_on = false, shared_memory = false;
+  bool go_on = false, exit_early = false, shared_memory = false;
   double timeout_s = 3;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     if (arg == "--skip-at") skip_at = std::atoi(argv[++i]);
     if (arg == "--timeout") timeout_s = std::atof(argv[++i]);
     if (arg == "--continue") go_on = true;
+    if (arg == "--exit") exit_early = true;
     if (arg == "--shared-memory") shared_memory = true;
   }
   try {
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i <= 5; ++i) {
       comm.tracker->set_step(i);
       if (env.rank == skip_rank && i == skip_at) {
+        if (exit_early) return 0;
         if (!go_on) std::this_thread::sleep_for(std::chrono::seconds(60));
         continue;
       }

@@ -3,6 +3,7 @@
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 
@@ -102,10 +103,11 @@ TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, nam
   CHECK_THAT(onward.err, Contains("never arrived: rank 2"));
 }
 
-TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that skips one is named", "[faults][shm]") {
+TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that skips one or leaves is named", "[faults][shm]") {
   auto worker = [](std::vector<std::string> extra) {
     std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", "3", "--",
-                                  bin("ddp-test-collective-worker"), "--shared-memory", "--timeout", "3"};
+                                  bin("ddp-test-collective-worker"), "--shared-memory"};
+    if (std::find(extra.begin(), extra.end(), "--timeout") == extra.end()) extra.insert(extra.end(), {"--timeout", "3"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     return run_command(argv, std::chrono::seconds(60));
   };
@@ -120,6 +122,13 @@ TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that s
   CHECK(skipped.exit_code == 1);
   CHECK(skipped.seconds < 15);
   CHECK_THAT(skipped.err, Contains("all_reduce #2 at step 2 failed on rank 0 after 3 s: never arrived: rank 1"));
+
+  // A rank that leaves early (exit 0) is named as soon as the others wait for it, not after the time-out.
+  auto left = worker({"--skip-rank", "1", "--skip-at", "2", "--exit", "--timeout", "60"});
+  INFO(left.out << left.err);
+  CHECK(left.exit_code == 1);
+  CHECK(left.seconds < 15);
+  CHECK_THAT(left.err, Contains("rank 1 exited while the others waited for it"));
 }
 
 TEST_CASE("a truncated newest checkpoint is reported and the previous one is used", "[faults][checkpoint]") {

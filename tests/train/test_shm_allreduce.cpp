@@ -93,6 +93,17 @@ TEST_CASE("a rank that never arrives fails the others after the time-out, and th
   CHECK_THROWS_WITH(engines[0]->sum(torch::ones({4}, torch::kDouble)), Contains("float32"));
 }
 
+TEST_CASE("a rank that exits is named at once, not after the time-out", "[dist][shm]") {
+  Engines engines = connect_all(3, std::chrono::seconds(60));
+  engines[2].reset();  // closes its descriptor: the kernel drops its lock, as when a process dies
+  auto values = torch::ones({100});
+  auto start = std::chrono::steady_clock::now();
+  std::thread rank1([&] { CHECK_THROWS_WITH(engines[1]->sum(values.clone()), Contains("rank 2 exited")); });
+  CHECK_THROWS_WITH(engines[0]->sum(values), Contains("rank 2 exited while the others waited for it"));
+  rank1.join();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
 TEST_CASE("when one rank cannot map the segment every rank gets nullptr and the reason", "[dist][shm]") {
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto set = [&](const std::string& key, const std::string& value) {

@@ -6,7 +6,7 @@
 
 namespace ddp {
 
-/// One mapping of a named shared-memory segment; unmapped on destruction.
+/// One mapping of a named shared-memory segment, with its open descriptor; both released on destruction.
 class SharedSegment {
  public:
   /// Creates a new segment of `bytes` (name unique to this process), reserves its memory so a full
@@ -25,14 +25,22 @@ class SharedSegment {
   /// mapped it, so nothing is left in /dev/shm however the run ends.
   void unlink();
 
+  /// Takes an exclusive lock on byte `slot` of the segment for as long as this object lives. The
+  /// kernel drops it when the process dies, so the others can tell (see is_locked). Throws
+  /// std::runtime_error if the lock cannot be had.
+  void lock_byte(int slot);
+  /// Whether some mapping still holds the lock on byte `slot`.
+  bool is_locked(int slot) const;
+
   void* data() const { return data_; }
-  std::size_t size() const { return size_; }
   const std::string& name() const { return name_; }
 
  private:
-  SharedSegment(std::string name, void* data, std::size_t size) : name_(std::move(name)), data_(data), size_(size) {}
+  SharedSegment(std::string name, int fd, std::size_t size) : name_(std::move(name)), fd_(fd), size_(size) {}
+  void map();
 
   std::string name_;
+  int fd_ = -1;
   void* data_ = nullptr;
   std::size_t size_ = 0;
   bool linked_ = false;

@@ -29,6 +29,9 @@ namespace ddp {
 // overwrite a slot another rank is still reading in step 3 of the previous chunk (everyone has
 // finished that step before passing the next chunk's first barrier). A chunk's slots fit in the
 // shared cache, so steps 1 to 3 mostly move data between caches, not through memory.
+// A barrier spins briefly, then sleeps on a futex. Every rank holds a lock on one byte of the
+// segment, which the kernel drops when the process dies: a sleeping rank looks at those locks
+// every 100 ms, so a rank that exited is named at once instead of after dist.timeout_s.
 
 namespace {
 
@@ -36,6 +39,7 @@ constexpr int64_t kChunkFloats = 64 * 1024;  // 256 KiB per slot
 constexpr int64_t kAlignFloats = 16;         // parts start on a cache line
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr int kSpinsBeforeSleep = 4096;      // ~20-50 µs of spinning, then a futex sleep
+constexpr std::chrono::milliseconds kLivenessCheckEvery{100};  // while asleep in a barrier
 
 int64_t part_begin(int64_t length, int world_size, int part) {
   int64_t per = (length + world_size - 1) / world_size;
@@ -128,6 +132,7 @@ std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::connect(c10d::Stor
       if (name.empty()) throw std::runtime_error("rank 0 could not create the segment");
       segment = SharedSegment::open(name, bytes);
     }
+    segment->lock_byte(rank);  // held until this process exits: see gone_rank()
   } catch (const std::exception& e) {
     error = e.what();
     if (rank == 0) set("shm_allreduce/name", "");
@@ -185,18 +190,29 @@ void SharedMemoryAllReduce::barrier() {
   // Either the last rank sees us in `sleepers` and wakes us, or we see its new generation.
   auto deadline = std::chrono::steady_clock::now() + timeout_;
   h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  auto fail = [&](const std::string& why) {
+    h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    throw std::runtime_error("shared-memory all-reduce: " + why);
+  };
   while (h.generation.load(std::memory_order_seq_cst) == generation) {
     auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::nanoseconds::zero()) {
-      h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
       std::ostringstream message;
-      message << "shared-memory all-reduce: the other ranks did not arrive within " << timeout_.count() / 1000.0
-              << " s";
-      throw std::runtime_error(message.str());
+      message << "the other ranks did not arrive within " << timeout_.count() / 1000.0 << " s";
+      fail(message.str());
     }
-    futex_wait(&h.generation, generation, std::min<std::chrono::nanoseconds>(left, std::chrono::seconds(1)));
+    futex_wait(&h.generation, generation, std::min<std::chrono::nanoseconds>(left, kLivenessCheckEvery));
+    // A rank that exited will never arrive; Gloo would see its socket close, so say it as fast.
+    if (int gone = gone_rank(); gone >= 0 && h.generation.load(std::memory_order_seq_cst) == generation)
+      fail("rank " + std::to_string(gone) + " exited while the others waited for it");
   }
   h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+int SharedMemoryAllReduce::gone_rank() const {
+  for (int q = 0; q < world_size_; ++q)
+    if (q != rank_ && !segment_.is_locked(q)) return q;
+  return -1;
 }
 
 void SharedMemoryAllReduce::sum_chunk(float* chunk, int64_t length, float divisor) {

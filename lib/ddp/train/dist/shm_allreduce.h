@@ -54,6 +54,8 @@ class SharedMemoryAllReduce {
   Header& header() const;
   float* slot(int64_t set, int rank) const;
   void barrier();
+  /// A rank whose process has exited (its byte lock on the segment is gone), or -1.
+  int gone_rank() const;
   void sum_chunk(float* chunk, int64_t length, float divisor);
   void serve();  // the communication thread
 
