@@ -35,7 +35,8 @@ class SharedMemoryAllReduce {
 
   /// Replaces `tensor` by the sum over the ranks of tensor / divisor (each rank's values divided,
   /// then summed in rank order), bit-identical on every rank. Every rank must call it with the
-  /// same sizes and divisor in the same order. Throws std::runtime_error after the time-out.
+  /// same sizes and divisor in the same order, and not while sum_async() work is pending. Throws
+  /// std::runtime_error after the time-out or when another rank has exited.
   void sum(const torch::Tensor& tensor, float divisor = 1);
 
   /// sum() on this rank's communication thread, in call order; the Work completes when it is done.
