@@ -34,6 +34,17 @@ Gradients gradients_alone(int rank) {
   return grads;
 }
 
+// Rank `rank` of two, meeting the other (a thread of this process) through a FileStore in `store_dir`.
+ddp::Communicator connect_rank(int rank, const std::string& store_dir, bool shared_memory) {
+  ddp::DistEnv env;
+  env.rank = rank;
+  env.world_size = env.local_world_size = 2;
+  env.store_path = store_dir;
+  ddp::DistConfig config;
+  config.shared_memory = shared_memory;
+  return ddp::connect(env, config);
+}
+
 }  // namespace
 
 TEST_CASE("reduced gradients are the average, stay in the buckets, and survive being replaced or dropped",
@@ -49,13 +60,7 @@ TEST_CASE("reduced gradients are the average, stay in the buckets, and survive b
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r)
       threads.emplace_back([&, r] {
-        ddp::DistEnv env;
-        env.rank = r;
-        env.world_size = env.local_world_size = 2;
-        env.store_path = store.path();
-        ddp::DistConfig config;
-        config.shared_memory = shared_memory;
-        ddp::Communicator comm = ddp::connect(env, config);
+        ddp::Communicator comm = connect_rank(r, store.path(), shared_memory);
         auto model = make_model();
         auto parameters = model->parameters();
         ddp::ReducerOptions options;
@@ -95,11 +100,7 @@ TEST_CASE("parameters of two dtypes get buckets of their own, summed by shared m
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
-      ddp::DistEnv env;
-      env.rank = r;
-      env.world_size = env.local_world_size = 2;
-      env.store_path = store.path();
-      ddp::Communicator comm = ddp::connect(env, ddp::DistConfig{});
+      ddp::Communicator comm = connect_rank(r, store.path(), /*shared_memory=*/true);
       std::vector<torch::Tensor> parameters{torch::ones({3}, torch::kFloat).requires_grad_(),
                                             torch::ones({2}, torch::kDouble).requires_grad_()};
       ddp::GradientReducer reducer(parameters, comm, ddp::ReducerOptions{});

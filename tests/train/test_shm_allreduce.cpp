@@ -126,3 +126,13 @@ TEST_CASE("a shared segment maps the same memory by name until it is unlinked", 
   CHECK_THROWS_WITH(ddp::SharedSegment::open(created.name(), 8192), Contains("No such file"));
   CHECK(std::strcmp(static_cast<const char*>(opened.data()), "hello") == 0);  // still mapped
 }
+
+TEST_CASE("a segment /dev/shm cannot hold, or a byte lock someone holds, is a clear error", "[dist][shm]") {
+  CHECK_THROWS_WITH(ddp::SharedSegment::create(std::size_t{1} << 50), Contains("cannot reserve") && Contains("/ddprun-"));
+  auto created = ddp::SharedSegment::create(8192);
+  auto opened = ddp::SharedSegment::open(created.name(), 8192);
+  created.lock_byte(0);
+  CHECK(opened.is_locked(0));
+  CHECK_FALSE(opened.is_locked(1));
+  CHECK_THROWS_WITH(opened.lock_byte(0), Contains("cannot lock a byte of shared memory " + created.name()));
+}

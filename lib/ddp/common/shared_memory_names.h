@@ -5,13 +5,14 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace ddp {
 
 /// "/ddprun-<pid>-": how every segment process `creator` makes is named.
 std::string shared_memory_prefix(pid_t creator);
 
-/// Unlinks what `creator` (an exited worker) left in /dev/shm; returns how many it removed.
-int remove_shared_memory_of(pid_t creator);
+/// Unlinks what `creators` (exited workers) left in /dev/shm; returns how many it removed.
+int remove_shared_memory_of(const std::vector<pid_t>& creators);
 
 }  // namespace ddp

@@ -84,8 +84,8 @@ class Attempt {
         waitpid(w.pid, nullptr, 0);
         watchdog_.forget(w.pid);
         close(w.heartbeat_fd);
-        remove_shared_memory_of(w.pid);
       }
+      remove_leftover_shared_memory();
       throw;
     }
     monitor();
@@ -94,8 +94,8 @@ class Attempt {
       signal_group(worker.pid, SIGKILL);  // anything a worker left behind in its group
       watchdog_.forget(worker.pid);
       close(worker.heartbeat_fd);
-      remove_shared_memory_of(worker.pid);  // if it died before unlinking its segments
     }
+    remove_leftover_shared_memory();
     if (interrupted_by_) return {128 + *interrupted_by_, false, "interrupted by " + signal_name(*interrupted_by_)};
     if (failure_) {
       summarize();
@@ -230,6 +230,13 @@ class Attempt {
   bool multi_node() const { return options_.nnodes > 1; }
 
   bool stopping() const { return failure_.has_value() || interrupted_by_.has_value(); }
+
+  // Segments a worker created but died before unlinking (see shared_memory_names.h).
+  void remove_leftover_shared_memory() const {
+    std::vector<pid_t> pids;
+    for (const auto& w : workers_) pids.push_back(w.pid);
+    remove_shared_memory_of(pids);
+  }
 
   void reap() {
     for (auto& w : workers_) {

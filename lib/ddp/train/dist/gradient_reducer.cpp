@@ -111,10 +111,12 @@ void GradientReducer::launch_ready_buckets(bool all) {
 void GradientReducer::zero_grad() {
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) bucket.flat[0].zero_();
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    auto& p = parameters_[i];
-    if (!p.grad().defined() || !p.grad().is_same(gradient_views_[i])) p.mutable_grad() = gradient_views_[i];
-  }
+  point_gradients_at_buckets();
+}
+
+void GradientReducer::point_gradients_at_buckets() {
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (!parameters_[i].grad().is_same(gradient_views_[i])) parameters_[i].mutable_grad() = gradient_views_[i];
 }
 
 void GradientReducer::launch(Bucket& bucket, bool last) {
@@ -149,8 +151,7 @@ double GradientReducer::finish() {
   armed_ = false;
   for (auto& bucket : buckets_)
     if (bucket.work) comm_.tracker->wait(bucket.work, bucket.seq);
-  for (std::size_t i = 0; i < parameters_.size(); ++i)
-    if (!parameters_[i].grad().is_same(gradient_views_[i])) parameters_[i].mutable_grad() = gradient_views_[i];
+  point_gradients_at_buckets();  // any that were replaced or dropped (their values were copied in)
   auto done = Clock::now();
   timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
   timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();

@@ -81,6 +81,7 @@ class GradientReducer {
   void on_gradient_ready(std::size_t parameter);
   void launch_ready_buckets(bool all);
   void launch(Bucket& bucket, bool last);
+  void point_gradients_at_buckets();  // re-points gradients that were replaced or dropped
 
   std::vector<torch::Tensor> parameters_;
   std::vector<torch::Tensor> gradient_views_;  // parameter → its gradient's place in its bucket
