@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python twins of ddprun's models (lib/ddp/train/model/*.cpp), with identical state_dict keys.
+"""The Python twins of ddprun's models (lib/ddp/model/*.cpp), with identical state_dict keys.
 
 ddp-train writes model.pt with save_python_state_dict(); this module loads it with plain PyTorch:
 

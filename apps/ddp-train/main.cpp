@@ -9,9 +9,10 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
-#include "ddp/train/config/train_config.h"
-#include "ddp/train/dist/dist_env.h"
-#include "ddp/train/loop/trainer.h"
+#include "ddp/common/worker_contract.h"
+#include "ddp/loop/train_config.h"
+#include "ddp/comm/dist_env.h"
+#include "ddp/loop/trainer.h"
 
 namespace {
 
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
     app.add_option("--rank", env.rank, "This process's rank (default $RANK or 0)");
     app.add_option("--world-size", env.world_size, "Number of processes (default $WORLD_SIZE or 1)");
     app.add_option("--master-addr", env.master_addr, "Rendezvous host (default $MASTER_ADDR or 127.0.0.1)");
-    app.add_option("--master-port", env.master_port, "Rendezvous port (default $MASTER_PORT or 29500)");
+    app.add_option("--master-port", env.master_port, "Rendezvous port (default $MASTER_PORT or " + std::to_string(ddp::kDefaultMasterPort) + ")");
     app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
     try {
       app.parse(argc, argv);

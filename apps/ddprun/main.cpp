@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "ddp/common/error.h"
+#include "ddp/common/worker_contract.h"
 #include "ddp/launch/launch_options.h"
 #include "ddp/launch/supervisor.h"
 

@@ -2,6 +2,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/launch/launch_options.h"
+#include "ddp/launch/machine.h"
 #include "ddp/launch/worker_env.h"
 
 using namespace ddp;
@@ -93,4 +94,30 @@ TEST_CASE("worker variables follow torchrun's contract") {
   CHECK(std::count(env.begin(), env.end(), "RANK=5") == 1);
   CHECK(std::count(env.begin(), env.end(), "RANK=99") == 0);
   CHECK(std::count(env.begin(), env.end(), "HOME=/root") == 1);
+}
+
+TEST_CASE("nproc-per-node N, gpu, cpu and auto against the machine's GPUs and cores") {
+  CHECK(resolve_nproc("3", 0, 2) == 3);
+  CHECK(resolve_nproc("cpu", 4, 2) == 2);
+  CHECK(resolve_nproc("gpu", 4, 2) == 4);
+  CHECK(resolve_nproc("auto", 4, 2) == 4);
+  CHECK(resolve_nproc("auto", 0, 2) == 2);
+  CHECK_THROWS_WITH(resolve_nproc("gpu", 0, 2), "--nproc-per-node gpu: no CUDA device is visible on this machine");
+  for (const char* bad : {"0", "-1", "gpus", "", "4097"})
+    CHECK_THROWS_WITH(resolve_nproc(bad, 1, 2), Catch::Contains("expected a positive count, auto, cpu or gpu"));
+}
+
+TEST_CASE("CUDA_VISIBLE_DEVICES counts devices as CUDA does") {
+  CHECK(count_visible_devices("0,1,2,3", 4) == 4);
+  CHECK(count_visible_devices("2,0", 4) == 2);
+  CHECK(count_visible_devices("3", 4) == 1);
+  CHECK(count_visible_devices("", 4) == 0);
+  CHECK(count_visible_devices("-1", 4) == 0);
+  CHECK(count_visible_devices("0,-1,1", 4) == 1);    // stops at the first invalid entry
+  CHECK(count_visible_devices("0,7,1", 4) == 1);     // 7 names no device on this machine
+  CHECK(count_visible_devices("0,,1", 4) == 1);
+  CHECK(count_visible_devices("0,x", 4) == 1);
+  CHECK(count_visible_devices("GPU-8a3c0f1e-8c4e-4f3a,MIG-1d2e", 2) == 2);
+  CHECK(count_visible_devices("0,1", 0) == 0);       // no driver: nothing behind the names
+  CHECK(count_visible_devices("0,1,2", 2) == 2);
 }

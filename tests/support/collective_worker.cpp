@@ -12,10 +12,10 @@
 #include <string>
 #include <thread>
 
-#include "ddp/train/dist/collectives.h"
-#include "ddp/train/dist/dist_env.h"
-#include "ddp/train/dist/process_group.h"
-#include "ddp/train/dist/shm_allreduce.h"
+#include "ddp/comm/collectives.h"
+#include "ddp/comm/dist_env.h"
+#include "ddp/comm/process_group.h"
+#include "ddp/comm/shm_allreduce.h"
 
 namespace {
 

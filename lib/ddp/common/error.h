@@ -6,14 +6,6 @@
 
 namespace ddp {
 
-/// Exit statuses shared by both binaries (ninja's exit_status.h idea).
-enum ExitStatus : int {
-  kExitSuccess = 0,
-  kExitFailure = 1,
-  kExitUsage = 2,  ///< bad command line, config or input: nothing was run
-  kExitInterrupted = 130,
-};
-
 /// Something the user can fix (a bad flag, config value, missing or corrupt file).
 /// what() is one line that names the culprit and what was expected.
 class UserError : public std::runtime_error {

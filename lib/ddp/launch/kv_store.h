@@ -12,10 +12,10 @@ namespace ddp {
 
 /// Where the store is and who hosts it.
 struct KvStoreOptions {
-  std::string host = "127.0.0.1";
-  int port = 29500;  ///< 0 with is_server: a free port
+  std::string host;
+  int port = 0;  ///< 0 with is_server: a free port
   bool is_server = false;
-  std::chrono::milliseconds timeout{300000};
+  std::chrono::milliseconds timeout{0};
 };
 
 /// The key-value operations the launcher uses. Methods throw std::exception on store errors.

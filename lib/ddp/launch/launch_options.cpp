@@ -10,6 +10,8 @@
 #include "ddp/common/text.h"
 #include "ddp/launch/machine.h"
 
+#include "ddp/common/worker_contract.h"
+
 namespace ddp {
 namespace {
 
@@ -74,17 +76,15 @@ void check_run_id(const std::string& id) {
 
 }  // namespace
 
-int resolve_nproc(const std::string& spec) {
-  if (spec == "cpu") return available_cores();
+int resolve_nproc(const std::string& spec) { return resolve_nproc(spec, visible_gpu_count(), available_cores()); }
+
+int resolve_nproc(const std::string& spec, int gpus, int cores) {
+  if (spec == "cpu") return cores;
   if (spec == "gpu") {
-    int gpus = visible_gpu_count();
     if (gpus == 0) throw UserError("--nproc-per-node gpu: no CUDA device is visible on this machine");
     return gpus;
   }
-  if (spec == "auto") {
-    int gpus = visible_gpu_count();
-    return gpus > 0 ? gpus : available_cores();
-  }
+  if (spec == "auto") return gpus > 0 ? gpus : cores;
   auto n = parse_int(spec);
   if (!n || *n < 1 || *n > 4096)
     throw UserError("--nproc-per-node: expected a positive count, auto, cpu or gpu, got '" + spec + "'");
@@ -99,7 +99,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   args.erase(separator, args.end());
 
   LaunchOptions options;
-  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = "29500", filter;
+  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = std::to_string(kDefaultMasterPort), filter;
   std::string config;
   std::vector<std::string> overrides;
 
@@ -110,7 +110,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option(both_spellings("--node-rank"), node_rank, "This node's rank, 0..nnodes-1 (default 0)");
   app.add_option(both_spellings("--master-addr"), options.master_addr, "Address of node 0 (default 127.0.0.1)");
   app.add_option(both_spellings("--master-port"), master_port,
-                 "Rendezvous port on node 0 (default 29500; 0 picks a free one)");
+                 "Rendezvous port on node 0 (default " + std::to_string(kDefaultMasterPort) + "; 0 picks a free one)");
   app.add_flag("--standalone", options.standalone, "One node: loopback and a free port");
   app.add_option(both_spellings("--log-dir"), options.log_dir,
                  "Also write each rank's stdout and stderr under DIR/RUN_ID/attempt_N/");

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/worker_contract.h"
+
 namespace ddp {
 
 /// Every launcher option, with torchrun's defaults.
@@ -13,7 +15,7 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;  ///< 0: pick a free port (node 0 only)
+  int master_port = kDefaultMasterPort;  ///< 0: pick a free port (node 0 only)
   bool standalone = false;
   std::string log_dir;                 ///< empty: no log files
   std::optional<std::vector<int>> local_ranks_filter;  ///< unset: every local rank reaches the console
@@ -33,7 +35,12 @@ struct LaunchOptions {
 /// `--help` prints usage and returns nullopt.
 std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv);
 
-/// `--nproc-per-node` as a count: N, gpu (the CUDA device count), cpu (cores), auto (gpu if any, else cpu).
+/// `--nproc-per-node` as a count on this machine: N, gpu (the visible CUDA devices), cpu (cores),
+/// auto (gpu if any, else cpu).
 int resolve_nproc(const std::string& spec);
+
+/// The same for a machine with `gpus` visible devices and `cores` cores. Throws UserError for
+/// `gpu` without devices or a spec that is none of these.
+int resolve_nproc(const std::string& spec, int gpus, int cores);
 
 }  // namespace ddp

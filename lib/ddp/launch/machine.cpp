@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -18,20 +19,11 @@ int available_cores() {
   return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-int visible_gpu_count() {
+namespace {
+
+// GPUs the driver lists, without loading CUDA.
+int driver_gpu_count() {
   namespace fs = std::filesystem;
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    // CUDA stops at the first entry that is not a valid device (e.g. "-1" or "").
-    int count = 0;
-    for (const auto& entry : split(visible, ',')) {
-      if (entry.empty() || entry[0] == '-') break;
-      ++count;
-    }
-    if (count == 0) return 0;
-    // Without a driver there is nothing behind the names.
-    if (!fs::exists("/proc/driver/nvidia/gpus") && !fs::exists("/dev/nvidia0")) return 0;
-    return count;
-  }
   std::error_code ec;
   int count = 0;
   for (const auto& entry : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
@@ -41,6 +33,28 @@ int visible_gpu_count() {
   if (count > 0) return count;
   for (int i = 0; i < 64 && fs::exists("/dev/nvidia" + std::to_string(i)); ++i) ++count;
   return count;
+}
+
+}  // namespace
+
+int count_visible_devices(const std::string& cuda_visible_devices, int driver_gpus) {
+  // CUDA reads the list up to the first entry that names no device: empty, negative, an index
+  // past the driver's devices, or neither an index nor a GPU-/MIG- UUID.
+  int count = 0;
+  for (const auto& entry : split(cuda_visible_devices, ',')) {
+    auto index = parse_int(entry);
+    bool uuid = entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0;
+    bool valid = index ? *index >= 0 && *index < driver_gpus : uuid;
+    if (!valid) break;
+    ++count;
+  }
+  return std::min(count, driver_gpus);
+}
+
+int visible_gpu_count() {
+  int driver_gpus = driver_gpu_count();
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return visible ? count_visible_devices(visible, driver_gpus) : driver_gpus;
 }
 
 std::string host_name() {

@@ -8,8 +8,13 @@ namespace ddp {
 /// CPU cores this process may run on (its affinity mask).
 int available_cores();
 
-/// Visible CUDA devices, found without loading CUDA: CUDA_VISIBLE_DEVICES, else the driver's device list.
+/// Visible CUDA devices, found without loading CUDA: the driver's device list, narrowed by
+/// CUDA_VISIBLE_DEVICES when it is set.
 int visible_gpu_count();
+
+/// The devices a CUDA_VISIBLE_DEVICES value makes visible on a machine whose driver lists
+/// `driver_gpus`, counted as CUDA counts them (up to the first entry that names no device).
+int count_visible_devices(const std::string& cuda_visible_devices, int driver_gpus);
 
 /// This host's name.
 std::string host_name();

@@ -61,10 +61,10 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     dup2(null_in, 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
-    if (beat_pipe[1] == kHeartbeatFd)
-      fcntl(kHeartbeatFd, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+    if (beat_pipe[1] == kWorkerHeartbeatFd)
+      fcntl(kWorkerHeartbeatFd, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
     else
-      dup2(beat_pipe[1], kHeartbeatFd);
+      dup2(beat_pipe[1], kWorkerHeartbeatFd);
     execvpe(args[0], args.data(), envp.data());
     write_all(2, "ddprun: cannot execute ");
     write_all(2, args[0]);

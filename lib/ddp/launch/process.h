@@ -13,11 +13,11 @@ struct SpawnedProcess {
   pid_t pid = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
-  int heartbeat_fd = -1;  ///< what the worker writes to its fd kHeartbeatFd
+  int heartbeat_fd = -1;  ///< what the worker writes to its fd kWorkerHeartbeatFd
 };
 
 /// The worker's end of its heartbeat pipe (DDPRUN_HEARTBEAT_FD).
-constexpr int kHeartbeatFd = 3;
+constexpr int kWorkerHeartbeatFd = 3;
 
 /// Starts argv with exactly `environment`; stdin is /dev/null, stdout and stderr are pipes, and fd 3
 /// is the write end of a heartbeat pipe. An exec failure shows up as exit status 127 with the

@@ -22,7 +22,7 @@ namespace {
 // All launcher keys live under this prefix; workers use "/worker/attempt_N/" as torch elastic does.
 const std::string kPrefix = "ddprun/";
 
-std::string endpoint(const RendezvousOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
+std::string endpoint(const LaunchOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
 
 // c10d reports a busy port after logging through glog; probing first gives one clean message.
 bool port_in_use(int port) {
@@ -77,7 +77,8 @@ std::string generate_run_id() {
   return id;
 }
 
-Rendezvous::Rendezvous(const RendezvousOptions& options) : options_(options) {
+Rendezvous::Rendezvous(const LaunchOptions& options)
+    : options_(options), timeout_(static_cast<int64_t>(options.rdzv_timeout_s * 1000)) {
   bool host = options.node_rank == 0;
   if (host && port_in_use(options.master_port))
     throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
@@ -87,7 +88,7 @@ Rendezvous::Rendezvous(const RendezvousOptions& options) : options_(options) {
   store_options.host = options.master_addr;
   store_options.port = options.master_port;
   store_options.is_server = host;
-  store_options.timeout = options.timeout;
+  store_options.timeout = timeout_;
   try {
     store_ = open_tcp_store(store_options);
   } catch (const UserError&) {
@@ -99,7 +100,7 @@ Rendezvous::Rendezvous(const RendezvousOptions& options) : options_(options) {
                       " is already in use; choose another with --master-port, or --master-port 0");
     if (host) throw UserError("cannot host the rendezvous at " + endpoint(options) + ": " + cause);
     throw UserError("cannot reach the rendezvous at " + endpoint(options) + " within " +
-                    std::to_string(options.timeout.count() / 1000) +
+                    std::to_string(timeout_.count() / 1000) +
                     " s: is node 0's ddprun running there with the same --master-addr/--master-port? (" +
                     cause.substr(0, cause.find('\n')) + ")");
   }
@@ -117,7 +118,7 @@ WorldLayout Rendezvous::join() {
     store_->set(kPrefix + "run_id", layout.run_id);
   }
   // "host nproc nnodes pid": the pid tells two launchers on one host apart.
-  std::string me = host_name() + " " + std::to_string(o.local_world_size) + " " + std::to_string(o.nnodes) + " " +
+  std::string me = host_name() + " " + std::to_string(o.nproc_per_node) + " " + std::to_string(o.nnodes) + " " +
                    std::to_string(getpid());
   std::string my_key = kPrefix + "node/" + std::to_string(o.node_rank);
   std::string stored = store_->compare_set(my_key, "", me);
@@ -130,12 +131,12 @@ WorldLayout Rendezvous::join() {
   for (int r = 0; r < o.nnodes; ++r) keys.push_back(kPrefix + "node/" + std::to_string(r));
   keys.push_back(kPrefix + "run_id");
   try {
-    store_->wait(keys, o.timeout);
+    store_->wait(keys, timeout_);
   } catch (const std::exception&) {
     std::string missing;
     for (int r = 0; r < o.nnodes; ++r)
       if (!store_->check(keys[r])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(o.timeout.count() / 1000) +
+    throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(timeout_.count() / 1000) +
                     " s waiting for node(s) " + missing + " of " + std::to_string(o.nnodes));
   }
   if (o.node_rank != 0) {
@@ -185,10 +186,10 @@ void Rendezvous::barrier_before(int attempt) {
   std::vector<std::string> keys;
   for (int r = 0; r < options_.nnodes; ++r) keys.push_back(prefix + std::to_string(r));
   try {
-    store_->wait(keys, options_.timeout);
+    store_->wait(keys, timeout_);
   } catch (const std::exception&) {
     throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +
-                    std::to_string(options_.timeout.count() / 1000) + " s");
+                    std::to_string(timeout_.count() / 1000) + " s");
   }
 }
 
@@ -203,8 +204,8 @@ void Rendezvous::finish(int attempt) {
     if (keys.empty()) return;
     // The store must outlive every other node's last use of it.
     std::fprintf(stderr, "ddprun: waiting up to %lld s for %zu other node(s) to finish before closing the store\n",
-                 static_cast<long long>(options_.timeout.count() / 1000), keys.size());
-    store_->wait(keys, options_.timeout);
+                 static_cast<long long>(timeout_.count() / 1000), keys.size());
+    store_->wait(keys, timeout_);
   } catch (const std::exception&) {
     // A node that never reports done has failed or vanished; its own launcher says so.
   }

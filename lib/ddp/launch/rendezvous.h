@@ -9,19 +9,9 @@
 #include <vector>
 
 #include "ddp/launch/kv_store.h"
+#include "ddp/launch/launch_options.h"
 
 namespace ddp {
-
-/// Where to meet and who this node is.
-struct RendezvousOptions {
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;  ///< 0: node 0 binds a free port
-  int nnodes = 1;
-  int node_rank = 0;
-  int local_world_size = 1;
-  std::string run_id;  ///< empty: node 0 generates one, the others adopt it
-  std::chrono::milliseconds timeout{300000};
-};
 
 /// The agreed layout, the same on every node.
 struct WorldLayout {
@@ -43,8 +33,9 @@ struct RemoteFailure {
 /// Hosts (node 0) or joins the store and runs the node-level protocol on it.
 class Rendezvous {
  public:
-  /// Binds or connects; throws UserError naming the address on a port in use or an unreachable master.
-  explicit Rendezvous(const RendezvousOptions& options);
+  /// Binds (node 0) or connects to --master-addr:--master-port, waiting up to --rdzv-timeout;
+  /// throws UserError naming the address on a port in use or an unreachable master.
+  explicit Rendezvous(const LaunchOptions& options);
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
@@ -69,7 +60,8 @@ class Rendezvous {
   void finish(int attempt);
 
  private:
-  RendezvousOptions options_;
+  LaunchOptions options_;
+  std::chrono::milliseconds timeout_;
   std::unique_ptr<KvStore> store_;
 };
 

@@ -15,6 +15,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/shared_memory_names.h"
+#include "ddp/common/worker_contract.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/output_relay.h"
 #include "ddp/launch/process.h"
@@ -22,6 +23,7 @@
 #include "ddp/launch/signals.h"
 #include "ddp/launch/watchdog.h"
 #include "ddp/launch/worker_env.h"
+#include "ddp/launch/worker_state.h"
 
 namespace ddp {
 namespace {
@@ -136,9 +138,9 @@ class Attempt {
       id.restart_count = attempt_;
       id.max_restarts = options_.max_restarts;
       auto variables = worker_variables(id);
-      variables["DDPRUN_HEARTBEAT_FD"] = std::to_string(kHeartbeatFd);
-      if (!std::getenv("OMP_NUM_THREADS"))
-        variables["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(options_.nproc_per_node));
+      variables[env::kHeartbeatFd] = std::to_string(kWorkerHeartbeatFd);
+      if (!std::getenv(env::kOmpNumThreads))
+        variables[env::kOmpNumThreads] = std::to_string(threads_per_worker(options_.nproc_per_node));
 
       RelayTarget target;
       target.prefix = multi_node() ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
@@ -197,11 +199,11 @@ class Attempt {
 
   void read_heartbeats() {
     for (auto& w : workers_) {
-      int64_t steps[64];
+      HeartbeatRecord steps[64];
       ssize_t n;
       while ((n = read(w.heartbeat_fd, steps, sizeof steps)) > 0) {
-        w.beats += n / static_cast<ssize_t>(sizeof(int64_t));
-        if (n >= static_cast<ssize_t>(sizeof(int64_t))) w.last_step = steps[n / sizeof(int64_t) - 1];
+        w.beats += n / static_cast<ssize_t>(sizeof(HeartbeatRecord));
+        if (n >= static_cast<ssize_t>(sizeof(HeartbeatRecord))) w.last_step = steps[n / sizeof(HeartbeatRecord) - 1];
         w.last_beat = Clock::now();
       }
     }
@@ -245,15 +247,9 @@ class Attempt {
       pid_t done = waitpid(w.pid, &status, WNOHANG);
       if (done != w.pid) continue;
       w.status = status;
-      bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (ok) {
-        w.state = WorkerState::kSucceeded;
-      } else if (stopping()) {
-        w.state = WorkerState::kStopped;  // we stopped it
-      } else {
-        w.state = WorkerState::kFailed;
-        // Exit 2 is a config or usage error: the same again on every restart.
-        bool restartable = exit_code_of(status) != kExitUsage;
+      w.state = state_after_exit(status, stopping());
+      if (w.state == WorkerState::kFailed) {
+        bool restartable = restartable_failure(status);
         failure_ = Failure{exit_code_of(status), w.local_rank,
                            "rank " + std::to_string(w.rank) + " on " + host_name() + ": " + describe_wait_status(status),
                            restartable};
@@ -368,20 +364,12 @@ int run_launcher(const LaunchOptions& options) {
     layout.master_port = options.master_port;
     layout.store_path = store_dir->path();
   } else {
-    RendezvousOptions rdzv;
-    rdzv.master_addr = options.master_addr;
-    rdzv.master_port = options.master_port;
-    rdzv.nnodes = options.nnodes;
-    rdzv.node_rank = options.node_rank;
-    rdzv.local_world_size = options.nproc_per_node;
-    rdzv.run_id = options.run_id;
-    rdzv.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.rdzv_timeout_s * 1000));
-    rendezvous = std::make_unique<Rendezvous>(rdzv);
+    rendezvous = std::make_unique<Rendezvous>(options);
     layout = rendezvous->join();
     layout.master_port = rendezvous->port();
   }
 
-  if (!std::getenv("OMP_NUM_THREADS")) {
+  if (!std::getenv(env::kOmpNumThreads)) {
     int threads = threads_per_worker(options.nproc_per_node);
     say("OMP_NUM_THREADS=" + std::to_string(threads) + " for each worker (" + std::to_string(available_cores()) +
         " cores / " + std::to_string(options.nproc_per_node) + " workers); set it to override");
@@ -396,8 +384,9 @@ int run_launcher(const LaunchOptions& options) {
         return 128 + sig;
       }
     AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt).run();
-    if (outcome.status == 0 || !outcome.restartable || attempt >= options.max_restarts) {
-      if (outcome.status != 0 && outcome.restartable && options.max_restarts > 0)
+    auto decision = decide_after_attempt(outcome.status, outcome.restartable, attempt, options.max_restarts);
+    if (decision != AttemptDecision::kRestart) {
+      if (decision == AttemptDecision::kGiveUp)
         say("giving up after " + std::to_string(options.max_restarts) + " restart(s)");
       if (rendezvous) rendezvous->finish(attempt);
       return outcome.status;

@@ -9,9 +9,6 @@
 
 namespace ddp {
 
-/// A worker's life: INIT → HEALTHY → SUCCEEDED | FAILED | STOPPED (torch elastic's states).
-enum class WorkerState { kInit, kHealthy, kSucceeded, kFailed, kStopped };
-
 /// Runs the whole launch and returns the launcher's exit status: 0 when every worker succeeded,
 /// the first failure's exit code (128+N for signal N), or 128+N when the launcher got signal N.
 /// Throws UserError for problems found before any worker starts.

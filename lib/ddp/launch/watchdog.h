@@ -20,8 +20,6 @@ class Watchdog {
   /// The group is gone (reaped and killed): forget it, so a reused id is never hit.
   void forget(pid_t group);
 
-  pid_t pid() const { return pid_; }
-
  private:
   pid_t pid_ = -1;
   int write_fd_ = -1;

@@ -1,5 +1,7 @@
 #include "ddp/launch/worker_env.h"
 
+#include "ddp/common/worker_contract.h"
+
 extern char** environ;
 
 namespace ddp {
@@ -7,27 +9,27 @@ namespace ddp {
 std::map<std::string, std::string> worker_variables(const WorkerIdentity& id) {
   auto str = [](int value) { return std::to_string(value); };
   std::map<std::string, std::string> variables{
-      {"RANK", str(id.rank)},
-      {"LOCAL_RANK", str(id.local_rank)},
-      {"WORLD_SIZE", str(id.world_size)},
-      {"LOCAL_WORLD_SIZE", str(id.local_world_size)},
-      {"GROUP_RANK", str(id.group_rank)},
-      {"GROUP_WORLD_SIZE", str(id.group_world_size)},
-      {"ROLE_RANK", str(id.rank)},
-      {"ROLE_WORLD_SIZE", str(id.world_size)},
-      {"MASTER_ADDR", id.master_addr},
-      {"MASTER_PORT", str(id.master_port)},
-      {"DDPRUN_RUN_ID", id.run_id},
-      {"DDPRUN_RESTART_COUNT", str(id.restart_count)},
-      {"DDPRUN_MAX_RESTARTS", str(id.max_restarts)},
+      {env::kRank, str(id.rank)},
+      {env::kLocalRank, str(id.local_rank)},
+      {env::kWorldSize, str(id.world_size)},
+      {env::kLocalWorldSize, str(id.local_world_size)},
+      {env::kGroupRank, str(id.group_rank)},
+      {env::kGroupWorldSize, str(id.group_world_size)},
+      {env::kRoleRank, str(id.rank)},
+      {env::kRoleWorldSize, str(id.world_size)},
+      {env::kMasterAddr, id.master_addr},
+      {env::kMasterPort, str(id.master_port)},
+      {env::kRunId, id.run_id},
+      {env::kRestartCount, str(id.restart_count)},
+      {env::kMaxRestarts, str(id.max_restarts)},
       // torch.distributed's env:// init then joins our store as a client under
       // "/worker/attempt_N/" instead of trying to bind MASTER_PORT itself.
-      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-      {"TORCHELASTIC_RESTART_COUNT", str(id.restart_count)},
-      {"TORCHELASTIC_MAX_RESTARTS", str(id.max_restarts)},
-      {"TORCHELASTIC_RUN_ID", id.run_id},
+      {env::kUseAgentStore, "True"},
+      {env::kElasticRestartCount, str(id.restart_count)},
+      {env::kElasticMaxRestarts, str(id.max_restarts)},
+      {env::kElasticRunId, id.run_id},
   };
-  if (!id.store_path.empty()) variables["DDPRUN_STORE_PATH"] = id.store_path;
+  if (!id.store_path.empty()) variables[env::kStorePath] = id.store_path;
   return variables;
 }
 

@@ -1,0 +1,232 @@
+#include "ddp/checkpoint/checkpointer.h"
+
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/model/python_state_dict.h"
+
+namespace ddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%010lld", static_cast<long long>(step));
+  return name;
+}
+
+uint32_t crc32_of(std::string_view data) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths; feed large buffers in pieces.
+  for (std::size_t offset = 0; offset < data.size(); offset += 1u << 30) {
+    std::size_t n = std::min<std::size_t>(1u << 30, data.size() - offset);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data() + offset), static_cast<uInt>(n));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+torch::Tensor scalar(int64_t value) { return torch::tensor({value}, torch::kLong); }
+
+int64_t read_scalar(torch::serialize::InputArchive& archive, const std::string& key, const std::string& path) {
+  torch::Tensor value;
+  if (!archive.try_read(key, value)) throw FileError(path + ": not a ddprun checkpoint (no '" + key + "')");
+  return value.item<int64_t>();
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory)
+    : config_(config), directory_(std::move(directory)) {}
+
+void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                        const TrainProgress& progress, int world_size) {
+  std::error_code ec;
+  fs::create_directories(directory_, ec);
+  if (ec) throw FileError("cannot create checkpoint directory " + directory_ + ": " + ec.message());
+
+  torch::serialize::OutputArchive archive;
+  archive.write("format_version", scalar(kFormatVersion));
+  archive.write("step", scalar(progress.step));
+  archive.write("epoch", scalar(progress.epoch));
+  archive.write("batch_in_epoch", scalar(progress.batch_in_epoch));
+  archive.write("world_size", scalar(world_size));
+  for (const auto& [name, tensor] : python_state_dict(model)) archive.write("model/" + name, tensor);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  std::string data = bytes.str();
+
+  std::string base = directory_ + "/" + step_name(progress.step);
+  write_file_atomically(base + ".pt", data);
+  YAML::Emitter manifest;
+  manifest << YAML::DoubleQuoted << YAML::Flow << YAML::BeginMap;
+  manifest << YAML::Key << "format_version" << YAML::Value << kFormatVersion;
+  manifest << YAML::Key << "step" << YAML::Value << progress.step;
+  manifest << YAML::Key << "epoch" << YAML::Value << progress.epoch;
+  manifest << YAML::Key << "world_size" << YAML::Value << world_size;
+  manifest << YAML::Key << "bytes" << YAML::Value << data.size();
+  manifest << YAML::Key << "crc32" << YAML::Value << crc32_of(data);
+  manifest << YAML::EndMap;
+  // The manifest is the commit marker: written last, so a crash before it leaves no checkpoint.
+  write_file_atomically(base + ".json", std::string(manifest.c_str()) + "\n");
+
+  auto all = list();
+  for (std::size_t i = static_cast<std::size_t>(config_.keep_last); i < all.size(); ++i) {
+    if (all[i].step == progress.step) continue;  // never the one just written
+    fs::remove(all[i].manifest_path, ec);  // manifest first: a half-pruned checkpoint is never complete
+    fs::remove(all[i].data_path, ec);
+  }
+}
+
+std::vector<CheckpointInfo> Checkpointer::list() const {
+  std::vector<CheckpointInfo> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
+    auto name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || entry.path().extension() != ".json") continue;
+    CheckpointInfo info = checkpoint_at(entry.path().string());
+    try {
+      YAML::Node manifest = YAML::LoadFile(info.manifest_path);
+      info.step = manifest["step"].as<int64_t>();
+      info.world_size = manifest["world_size"].as<int64_t>();
+    } catch (const std::exception&) {
+      info.step = -1;  // unreadable manifest: listed so verify can report it
+    }
+    found.push_back(info);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.step != b.step ? a.step > b.step : a.manifest_path > b.manifest_path;
+  });
+  return found;
+}
+
+CheckpointInfo checkpoint_at(const std::string& path) {
+  fs::path stem(path);
+  if (stem.extension() == ".json" || stem.extension() == ".pt") stem.replace_extension();
+  CheckpointInfo info;
+  info.manifest_path = stem.string() + ".json";
+  info.data_path = stem.string() + ".pt";
+  return info;
+}
+
+std::string verify_checkpoint(const CheckpointInfo& checkpoint) {
+  YAML::Node manifest;
+  try {
+    manifest = YAML::LoadFile(checkpoint.manifest_path);
+  } catch (const std::exception& e) {
+    return "unreadable manifest " + checkpoint.manifest_path;
+  }
+  uint64_t expected_bytes = 0;
+  uint32_t expected_crc = 0;
+  try {  // a damaged manifest is a problem to report, not an exception to escape find_resume_point()
+    if (!manifest["format_version"] || manifest["format_version"].as<int>() != Checkpointer::kFormatVersion)
+      return "unsupported format version in " + checkpoint.manifest_path;
+    expected_bytes = manifest["bytes"].as<uint64_t>();
+    expected_crc = manifest["crc32"].as<uint32_t>();
+  } catch (const YAML::Exception&) {
+    return "malformed manifest " + checkpoint.manifest_path + " (needs format_version, bytes and crc32)";
+  }
+  std::string data;
+  try {
+    data = read_whole_file(checkpoint.data_path);
+  } catch (const FileError& e) {
+    return e.what();
+  }
+  if (data.size() != expected_bytes)
+    return checkpoint.data_path + " is truncated or padded: " + std::to_string(data.size()) + " bytes, manifest says " +
+           std::to_string(expected_bytes);
+  if (crc32_of(data) != expected_crc)
+    return checkpoint.data_path + " is corrupt: CRC-32 does not match its manifest";
+  return "";
+}
+
+std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
+  if (config_.resume == "never") {
+    // New checkpoints would be mixed with (and pruned against) an earlier run's.
+    auto earlier = list();
+    if (!earlier.empty())
+      throw FileError("checkpoint.resume is never, but " + directory_ + " holds checkpoints of an earlier run (newest: " +
+                      earlier.front().data_path + "); remove them or choose another run.output_dir");
+    return std::nullopt;
+  }
+  if (config_.resume != "auto") {
+    CheckpointInfo info = checkpoint_at(config_.resume);
+    if (!fs::exists(info.manifest_path))
+      throw FileError("checkpoint.resume: " + config_.resume + " has no manifest " + info.manifest_path);
+    if (auto problem = verify_checkpoint(info); !problem.empty()) throw FileError("checkpoint.resume: " + problem);
+    return info;
+  }
+  for (const auto& candidate : list()) {
+    auto problem = verify_checkpoint(candidate);
+    if (problem.empty()) return candidate;
+    spdlog::warn("skipping checkpoint {}: {}; trying the previous one", candidate.data_path, problem);
+  }
+  return std::nullopt;
+}
+
+TrainProgress Checkpointer::load(const CheckpointInfo& checkpoint, torch::nn::Module& model,
+                                 torch::optim::Optimizer& optimizer, int world_size) const {
+  const std::string& path = checkpoint.data_path;
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& e) {
+    throw FileError(path + ": not a readable checkpoint");
+  }
+  int64_t saved_world = read_scalar(archive, "world_size", path);
+  if (saved_world != world_size)
+    throw FileError(path + " was written by a run of world size " + std::to_string(saved_world) + ", this run has " +
+                    std::to_string(world_size) + "; resume with the same number of workers, or start afresh with "
+                    "checkpoint.resume=never");
+  // Check every tensor before touching the model, so a mismatch leaves it as it was.
+  auto entries = python_state_dict(model);
+  std::vector<torch::Tensor> values;
+  std::string problems;
+  for (const auto& [name, tensor] : entries) {
+    torch::Tensor value;
+    if (!archive.try_read("model/" + name, value)) {
+      problems += " missing " + name + ";";
+    } else if (value.sizes() != tensor.sizes()) {
+      problems += " " + name + " has shape " + c10::str(value.sizes()) + " in the checkpoint, " +
+                  c10::str(tensor.sizes()) + " in the model;";
+    }
+    values.push_back(value);
+  }
+  if (!problems.empty())
+    throw FileError(path + " does not fit this model (was it written with another model config?):" + problems);
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(values[i]);
+  torch::serialize::InputArchive optimizer_archive;
+  if (!archive.try_read("optimizer", optimizer_archive)) throw FileError(path + ": no optimizer state");
+  try {
+    optimizer.load(optimizer_archive);
+  } catch (const c10::Error&) {
+    throw FileError(path + ": its optimizer state does not fit optim.name and the model of this run");
+  }
+  torch::Tensor rng;
+  if (archive.try_read("rng/cpu", rng)) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng);
+  }
+
+  TrainProgress progress;
+  progress.step = read_scalar(archive, "step", path);
+  progress.epoch = read_scalar(archive, "epoch", path);
+  progress.batch_in_epoch = read_scalar(archive, "batch_in_epoch", path);
+  return progress;
+}
+
+}  // namespace ddp

@@ -1,0 +1,120 @@
+#include "ddp/comm/collective_tracker.h"
+
+#include <sstream>
+
+#include "ddp/common/text.h"
+
+namespace ddp {
+namespace {
+
+constexpr auto kPublishEvery = std::chrono::milliseconds(200);
+
+std::string key_of(int rank) { return "ddp/collective/" + std::to_string(rank); }
+
+}  // namespace
+
+CollectiveTracker::CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size)
+    : store_(std::move(store)), rank_(rank), world_size_(world_size) {
+  if (world_size_ > 1) publisher_ = std::thread([this] { publish_loop(); });
+}
+
+CollectiveTracker::~CollectiveTracker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (!publisher_.joinable()) return;
+  publisher_.join();
+  // The last word, so a rank that waits on us after we exit sees how far we got.
+  std::string last = record();
+  try {
+    store_->set(key_of(rank_), std::vector<uint8_t>(last.begin(), last.end()));
+  } catch (const std::exception&) {
+  }
+}
+
+int64_t CollectiveTracker::begin(const char* op) {
+  op_.store(op);
+  return seq_.fetch_add(1) + 1;
+}
+
+std::string CollectiveTracker::record() const {
+  return std::to_string(seq_.load()) + " " + op_.load() + " " + std::to_string(step_.load());
+}
+
+// Off the hot path: the step never waits for the store.
+void CollectiveTracker::publish_loop() {
+  std::string published;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    std::string now = record();
+    if (now != published) {
+      try {
+        store_->set(key_of(rank_), std::vector<uint8_t>(now.begin(), now.end()));
+        published = now;
+      } catch (const std::exception&) {
+        // The store went away (launcher gone); the collective itself will report the failure.
+      }
+    }
+    wake_.wait_for(lock, kPublishEvery);
+  }
+}
+
+void CollectiveTracker::wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq) {
+  auto start = std::chrono::steady_clock::now();
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    cause = cause.substr(0, cause.find('\n'));
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::ostringstream message;
+    message << op_.load() << " #" << seq << " at step " << step_.load() << " failed on rank " << rank_ << " after "
+            << static_cast<int>(waited + 0.5) << " s: " << diagnose(seq, cause);
+    throw CollectiveError(message.str());
+  }
+}
+
+std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause) {
+  if (world_size_ == 1) return cause;
+  // Let every rank's latest count reach the store first.
+  std::this_thread::sleep_for(3 * kPublishEvery);
+  std::string my_op = op_.load();
+  std::vector<std::string> behind, different;
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    std::string text;
+    try {
+      if (store_->check({key_of(r)})) {
+        auto value = store_->get(key_of(r));
+        text.assign(value.begin(), value.end());
+      }
+    } catch (const std::exception&) {
+      return cause + " (the store is unreachable, so the other ranks' progress is unknown)";
+    }
+    auto fields = split(text, ' ');
+    int64_t their_seq = fields.size() == 3 ? parse_int(fields[0]).value_or(0) : 0;
+    std::string where = fields.size() == 3 ? "its last collective is " + fields[1] + " #" + fields[0] + " at step " +
+                                                 fields[2]
+                                           : "it started no collective";
+    if (their_seq < seq)
+      behind.push_back("rank " + std::to_string(r) + " (" + where + ")");
+    else if (their_seq == seq && fields[1] != my_op)
+      different.push_back("rank " + std::to_string(r) + " (" + where + ")");
+  }
+  std::string report;
+  if (!behind.empty()) {
+    report = "never arrived: ";
+    for (std::size_t i = 0; i < behind.size(); ++i) report += (i ? ", " : "") + behind[i];
+  }
+  if (!different.empty()) {
+    report += std::string(report.empty() ? "" : "; ") + "called a different collective: ";
+    for (std::size_t i = 0; i < different.size(); ++i) report += (i ? ", " : "") + different[i];
+    report += " (one rank skipped or added a collective)";
+  }
+  if (report.empty()) report = "every rank reached it";
+  return report + " [" + cause + "]";
+}
+
+}  // namespace ddp

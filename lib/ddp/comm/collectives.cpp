@@ -1,0 +1,84 @@
+#include "ddp/comm/collectives.h"
+
+#include <map>
+#include <sstream>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream left(a), right(b);
+  std::string l, r;
+  while (true) {
+    bool more_left = static_cast<bool>(std::getline(left, l));
+    bool more_right = static_cast<bool>(std::getline(right, r));
+    if (!more_left && !more_right) return "";
+    if (!more_left) l = "(nothing)";
+    if (!more_right) r = "(nothing)";
+    if (l != r) return "'" + l + "' vs '" + r + "'";
+  }
+}
+
+}  // namespace
+
+void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tensor>& tensors, int root) {
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_type;
+  for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
+  for (auto& [type, group_tensors] : by_type) {
+    std::vector<torch::Tensor> flat_views;
+    for (const auto& t : group_tensors) flat_views.push_back(t.detach().reshape(-1));
+    std::vector<torch::Tensor> flat{torch::cat(flat_views)};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    int64_t seq = comm.tracker->begin("broadcast");
+    comm.tracker->wait(comm.group->broadcast(flat, options), seq);
+    int64_t offset = 0;
+    torch::NoGradGuard no_grad;
+    for (auto& t : group_tensors) {
+      t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+}
+
+torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values) {
+  std::vector<torch::Tensor> buffer{values.to(comm.device)};
+  int64_t seq = comm.tracker->begin("all_reduce");
+  comm.tracker->wait(comm.group->allreduce(buffer), seq);
+  return buffer[0].to(values.device());
+}
+
+void barrier(const Communicator& comm) {
+  int64_t seq = comm.tracker->begin("barrier");
+  comm.tracker->wait(comm.group->barrier(), seq);
+}
+
+void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text) {
+  if (comm.world_size == 1) return;
+  // Cheap common case: compare hashes with one all-gather; only a mismatch reads the texts.
+  int64_t hash = static_cast<int64_t>(std::hash<std::string>{}(text) & 0x7fffffffffffffffULL);
+  auto on_device = torch::TensorOptions(torch::kLong).device(comm.device);
+  std::vector<torch::Tensor> mine{torch::tensor({hash}, on_device)};
+  std::vector<std::vector<torch::Tensor>> all(1);
+  for (int r = 0; r < comm.world_size; ++r) all[0].push_back(torch::zeros({1}, on_device));
+  int64_t seq = comm.tracker->begin("all_gather");
+  comm.tracker->wait(comm.group->allgather(all, mine), seq);
+  int differing = -1;
+  for (int r = 1; r < comm.world_size && differing < 0; ++r)
+    if (all[0][r].item<int64_t>() != all[0][0].item<int64_t>()) differing = r;
+  std::string key = "ddp/identical/" + what + "/";
+  comm.store->set(key + std::to_string(comm.rank), bytes(text));
+  if (differing < 0) return;
+  auto reference = comm.store->get(key + "0");
+  auto other = comm.store->get(key + std::to_string(differing));
+  throw UserError("rank " + std::to_string(differing) + "'s " + what + " differs from rank 0's: " +
+                  first_difference(std::string(reference.begin(), reference.end()),
+                                   std::string(other.begin(), other.end())) +
+                  "; start every rank with the same config and build");
+}
+
+}  // namespace ddp

@@ -1,0 +1,26 @@
+#pragma once
+// The few collectives the trainer needs besides gradient sync, over a Communicator.
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "ddp/comm/process_group.h"
+
+namespace ddp {
+
+/// Copies `root`'s values into `tensors` on every rank, one broadcast per dtype (coalesced).
+void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tensor>& tensors, int root = 0);
+
+/// Sums `values` (float64) over all ranks, in place; returns it.
+torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values);
+
+/// Waits until every rank has arrived.
+void barrier(const Communicator& comm);
+
+/// Fails on every rank unless every rank passed the same `text` (a config, a parameter list).
+/// The error names the first rank that differs from rank 0 and the first line that differs.
+void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text);
+
+}  // namespace ddp

@@ -1,0 +1,50 @@
+#include "ddp/comm/dist_env.h"
+
+#include <cstdlib>
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+#include "ddp/common/worker_contract.h"
+
+namespace ddp {
+namespace {
+
+int int_variable(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (!value) return fallback;
+  auto parsed = parse_int(value);
+  if (!parsed || *parsed < 0 || *parsed > 1 << 30)
+    throw UserError(std::string("environment variable ") + name + ": expected a non-negative integer, got '" + value +
+                    "'");
+  return static_cast<int>(*parsed);
+}
+
+}  // namespace
+
+DistEnv dist_env_from_environment() {
+  DistEnv env;
+  env.rank = int_variable(env::kRank, 0);
+  env.world_size = int_variable(env::kWorldSize, 1);
+  env.local_rank = int_variable(env::kLocalRank, env.rank);
+  env.local_world_size = int_variable(env::kLocalWorldSize, 0);  // 0: unknown (started by hand)
+  env.master_port = int_variable(env::kMasterPort, kDefaultMasterPort);
+  env.restart_count = int_variable(env::kRestartCount, int_variable(env::kElasticRestartCount, 0));
+  if (const char* addr = std::getenv(env::kMasterAddr)) env.master_addr = addr;
+  if (const char* agent = std::getenv(env::kUseAgentStore))
+    env.launcher_store = std::string(agent) == "True" || std::string(agent) == "1";
+  if (const char* id = std::getenv(env::kRunId)) env.run_id = id;
+  if (const char* path = std::getenv(env::kStorePath)) env.store_path = path;
+  return env;
+}
+
+void validate(const DistEnv& env) {
+  check_user(env.world_size >= 1, "world size must be >= 1, got " + std::to_string(env.world_size));
+  check_user(env.rank >= 0 && env.rank < env.world_size,
+             "rank " + std::to_string(env.rank) + " is out of range for world size " + std::to_string(env.world_size));
+  check_user(env.master_port >= 0 && env.master_port <= 65535,
+             "master port must be 0..65535, got " + std::to_string(env.master_port));
+  check_user(env.world_size == 1 || env.master_port > 0 || !env.store_path.empty(),
+             "master port 0 cannot be shared by several ranks");
+}
+
+}  // namespace ddp

@@ -1,0 +1,47 @@
+#pragma once
+// Joining the rendezvous and making the c10d process group (Gloo on CPU, NCCL on CUDA builds).
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/types.h>
+#include <torch/version.h>
+
+#include <memory>
+
+#include "ddp/comm/collective_tracker.h"
+#include "ddp/comm/dist_config.h"
+#include "ddp/comm/dist_env.h"
+
+namespace ddp {
+
+class SharedMemoryAllReduce;
+
+/// The class ProcessGroupGloo and ProcessGroupNCCL derive from: ProcessGroup in LibTorch 1.x, Backend in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using CommBackend = c10d::Backend;
+#else
+using CommBackend = c10d::ProcessGroup;
+#endif
+
+/// The communication handles of one worker.
+struct Communicator {
+  c10::intrusive_ptr<c10d::Store> store;  ///< prefixed per restart attempt
+  c10::intrusive_ptr<CommBackend> group;
+  std::shared_ptr<CollectiveTracker> tracker;  ///< every collective goes through it
+  /// Gradient sums through shared memory, when every rank is on this node and on the CPU (else null).
+  std::shared_ptr<SharedMemoryAllReduce> shared_memory;
+  std::string backend;  ///< "gloo" or "nccl"
+  torch::Device device = torch::kCPU;  ///< where tensors must live for this backend (cuda:LOCAL_RANK for NCCL)
+  int rank = 0;
+  int world_size = 1;
+};
+
+/// The backend `dist.backend` resolves to on this build and machine; UserError if it cannot be had.
+std::string resolve_backend(const std::string& requested);
+
+/// Connects to (or, as rank 0 started by hand, hosts) the TCP store and creates the process group.
+/// Throws UserError naming the master address on a time-out.
+Communicator connect(const DistEnv& env, const DistConfig& config);
+
+}  // namespace ddp

@@ -1,0 +1,86 @@
+#pragma once
+// The contract between the launcher and every worker it starts: the environment variables it sets,
+// the heartbeat it reads, the exit statuses both sides give meaning to. ddprun writes these and
+// ddp-train reads them; neither side spells a name of its own.
+
+#include <cstdint>
+
+namespace ddp {
+
+/// Exit statuses shared by both binaries (ninja's exit_status.h idea). A worker killed by signal N,
+/// or stopped by it after a checkpoint, exits 128+N, as shells report it.
+enum ExitStatus : int {
+  kExitSuccess = 0,
+  kExitFailure = 1,
+  kExitUsage = 2,  ///< bad command line, config or input: nothing was run, and a restart would repeat it
+};
+
+/// torchrun's default rendezvous port, for MASTER_PORT.
+inline constexpr int kDefaultMasterPort = 29500;
+
+/// The worker's heartbeat: after each step it writes the step number, one native int64 (8 bytes)
+/// per beat, to the pipe named by DDPRUN_HEARTBEAT_FD. A worker that never writes is not watched.
+using HeartbeatRecord = int64_t;
+
+/// Who reads a variable the launcher sets.
+enum class VariableReader {
+  kTrainer,      ///< ddp-train reads it
+  kTorchPython,  ///< for torch.distributed programs under `ddprun -- PROGRAM`; ddp-train ignores it
+};
+
+/// One variable of the contract.
+struct WorkerVariable {
+  const char* name;
+  VariableReader reader;
+};
+
+/// The names, each spelled once.
+namespace env {
+inline constexpr const char* kRank = "RANK";
+inline constexpr const char* kLocalRank = "LOCAL_RANK";
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kGroupRank = "GROUP_RANK";
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+inline constexpr const char* kRunId = "DDPRUN_RUN_ID";
+inline constexpr const char* kRestartCount = "DDPRUN_RESTART_COUNT";
+inline constexpr const char* kMaxRestarts = "DDPRUN_MAX_RESTARTS";
+inline constexpr const char* kStorePath = "DDPRUN_STORE_PATH";  ///< single node: a FileStore directory
+inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// torch elastic's own names, so torch.distributed's env:// joins the launcher's store.
+inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr const char* kElasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";
+}  // namespace env
+
+/// Every variable the launcher may set, and who reads it (a test holds both sides to this list).
+inline constexpr WorkerVariable kWorkerVariables[] = {
+    {env::kRank, VariableReader::kTrainer},
+    {env::kLocalRank, VariableReader::kTrainer},
+    {env::kWorldSize, VariableReader::kTrainer},
+    {env::kLocalWorldSize, VariableReader::kTrainer},
+    {env::kGroupRank, VariableReader::kTorchPython},
+    {env::kGroupWorldSize, VariableReader::kTorchPython},
+    {env::kRoleRank, VariableReader::kTorchPython},
+    {env::kRoleWorldSize, VariableReader::kTorchPython},
+    {env::kMasterAddr, VariableReader::kTrainer},
+    {env::kMasterPort, VariableReader::kTrainer},
+    {env::kRunId, VariableReader::kTrainer},
+    {env::kRestartCount, VariableReader::kTrainer},
+    {env::kMaxRestarts, VariableReader::kTorchPython},
+    {env::kStorePath, VariableReader::kTrainer},
+    {env::kHeartbeatFd, VariableReader::kTrainer},
+    {env::kOmpNumThreads, VariableReader::kTrainer},
+    {env::kUseAgentStore, VariableReader::kTrainer},
+    {env::kElasticRestartCount, VariableReader::kTrainer},
+    {env::kElasticMaxRestarts, VariableReader::kTorchPython},
+    {env::kElasticRunId, VariableReader::kTorchPython},
+};
+
+}  // namespace ddp

@@ -1,0 +1,502 @@
+#include "ddp/config/config_schema.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+
+namespace ddp {
+namespace {
+
+// Shortest text that reads back as exactly the same double, so to_yaml() round-trips.
+std::string format_double(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::string trim(std::string_view text) {
+  const char* space = " \t\r\n";
+  std::size_t begin = text.find_first_not_of(space);
+  if (begin == std::string_view::npos) return {};
+  std::size_t end = text.find_last_not_of(space);
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+std::optional<bool> read_bool_word(std::string_view text) {
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return std::nullopt;
+}
+
+// Base 10 with an optional sign; YAML allows a leading '+', from_chars does not.
+std::optional<long long> read_int_text(std::string_view text) {
+  if (text.size() > 1 && text[0] == '+' && text[1] != '-' && text[1] != '+') text.remove_prefix(1);
+  return parse_int(text);
+}
+
+bool is_digits(std::string_view text) {
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string double_quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escape[8];
+          std::snprintf(escape, sizeof(escape), "\\x%02x", static_cast<unsigned char>(c));
+          out += escape;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Plain where YAML reads it back as the same string; quoted where it would read as something else.
+std::string yaml_string(const std::string& text) {
+  static const std::set<std::string> kSpecialWords = {"null", "Null", "NULL", "~", "yes", "Yes", "YES",
+                                                      "no",   "No",   "NO",   "on", "On",  "ON",
+                                                      "off",  "Off",  "OFF",  "y",  "n",   "Y", "N"};
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_-./+").find(c) != std::string_view::npos;
+  };
+  bool plain = !text.empty() && !kSpecialWords.count(text) && !read_bool_word(text) && !parse_double(text) &&
+               !read_int_text(text) &&
+               (std::isalnum(static_cast<unsigned char>(text[0])) || text[0] == '_' || text[0] == '/') &&
+               std::all_of(text.begin(), text.end(), safe);
+  return plain ? text : double_quoted(text);
+}
+
+std::string format_target(const ConfigSchema::Target& target) {
+  if (auto* p = std::get_if<bool*>(&target)) return **p ? "true" : "false";
+  if (auto* p = std::get_if<int64_t*>(&target)) return std::to_string(**p);
+  if (auto* p = std::get_if<double*>(&target)) return format_double(**p);
+  if (auto* p = std::get_if<std::string*>(&target)) return yaml_string(**p);
+  std::vector<std::string> items;
+  for (int64_t item : *std::get<std::vector<int64_t>*>(target)) items.push_back(std::to_string(item));
+  return "[" + join(items, ", ") + "]";
+}
+
+std::string type_name(const ConfigSchema::Target& target) {
+  switch (target.index()) {
+    case 0: return "bool";
+    case 1: return "integer";
+    case 2: return "number";
+    case 3: return "string";
+    default: return "list of integers";
+  }
+}
+
+// How a value the user wrote is echoed in an error: numbers and booleans bare, other text quoted.
+std::string describe(const YAML::Node& node) {
+  if (node.IsNull()) return "null";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  const std::string& text = node.Scalar();
+  bool bare = node.Tag() != "!" && (parse_double(text) || read_int_text(text) || read_bool_word(text));
+  return bare ? text : double_quoted(text);
+}
+
+[[noreturn]] void type_error(const std::string& path, const std::string& expected, const YAML::Node& node,
+                             const std::string& note = "") {
+  throw ConfigError(path + ": expected " + expected + ", got " + describe(node) + note);
+}
+
+int64_t read_int(const std::string& path, const YAML::Node& node) {
+  if (node.IsScalar()) {
+    if (auto value = read_int_text(node.Scalar())) return *value;
+    if (is_digits(node.Scalar())) type_error(path, "an integer", node, " (out of range)");
+  }
+  type_error(path, "an integer", node);
+}
+
+double read_double(const std::string& path, const YAML::Node& node) {
+  if (node.IsScalar()) {
+    if (auto value = parse_double(node.Scalar())) return *value;
+  }
+  type_error(path, "a number", node);
+}
+
+bool read_bool(const std::string& path, const YAML::Node& node) {
+  if (node.IsScalar()) {
+    if (auto value = read_bool_word(node.Scalar())) return *value;
+  }
+  type_error(path, "true or false", node);
+}
+
+std::string read_string(const std::string& path, const YAML::Node& node) {
+  if (node.IsScalar()) return node.Scalar();
+  if (node.IsNull()) throw ConfigError(path + ": expected a string, got null (write \"\" for an empty string)");
+  type_error(path, "a string", node);
+}
+
+std::vector<int64_t> read_int_list(const std::string& path, const YAML::Node& node) {
+  if (!node.IsSequence()) type_error(path, "a list of integers like [256, 128]", node);
+  std::vector<int64_t> values;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    values.push_back(read_int(path + "[" + std::to_string(i) + "]", node[i]));
+  }
+  return values;
+}
+
+// Reads the whole value before writing, so a failed read leaves the member as it was.
+void write(const std::string& path, const ConfigSchema::Target& target, const YAML::Node& node) {
+  if (auto* p = std::get_if<bool*>(&target)) **p = read_bool(path, node);
+  else if (auto* p = std::get_if<int64_t*>(&target)) **p = read_int(path, node);
+  else if (auto* p = std::get_if<double*>(&target)) **p = read_double(path, node);
+  else if (auto* p = std::get_if<std::string*>(&target)) **p = read_string(path, node);
+  else *std::get<std::vector<int64_t>*>(target) = read_int_list(path, node);
+}
+
+// Calls fn(path, value) for each entry of a YAML map, rejecting duplicates (yaml-cpp keeps both).
+template <typename Fn>
+void for_each_entry(const YAML::Node& map, const std::string& prefix, Fn&& fn) {
+  std::set<std::string> seen;
+  for (const auto& entry : map) {
+    if (!entry.first.IsScalar()) {
+      throw ConfigError((prefix.empty() ? "config" : prefix) + ": keys must be names, got " + describe(entry.first));
+    }
+    const std::string& key = entry.first.Scalar();
+    std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (!seen.insert(key).second) throw ConfigError(path + ": duplicate key");
+    fn(path, entry.second);
+  }
+}
+
+std::string escape_cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+// --- Field ---
+
+ConfigSchema::Field::Field(std::string path, Target target, std::string doc)
+    : path_(std::move(path)), target_(target), doc_(std::move(doc)), default_text_(format_target(target)) {}
+
+bool ConfigSchema::Field::is_number() const {
+  return std::holds_alternative<int64_t*>(target_) || std::holds_alternative<double*>(target_) ||
+         std::holds_alternative<std::vector<int64_t>*>(target_);
+}
+
+ConfigSchema::Field& ConfigSchema::Field::min(double bound) {
+  if (!is_number()) throw std::logic_error(path_ + ": min() needs a number");
+  lower_ = bound;
+  lower_inclusive_ = true;
+  return *this;
+}
+
+ConfigSchema::Field& ConfigSchema::Field::greater_than(double bound) {
+  min(bound);
+  lower_inclusive_ = false;
+  return *this;
+}
+
+ConfigSchema::Field& ConfigSchema::Field::max(double bound) {
+  if (!is_number()) throw std::logic_error(path_ + ": max() needs a number");
+  upper_ = bound;
+  upper_inclusive_ = true;
+  return *this;
+}
+
+ConfigSchema::Field& ConfigSchema::Field::less_than(double bound) {
+  max(bound);
+  upper_inclusive_ = false;
+  return *this;
+}
+
+ConfigSchema::Field& ConfigSchema::Field::choices(std::vector<std::string> allowed) {
+  if (!std::holds_alternative<std::string*>(target_)) throw std::logic_error(path_ + ": choices() needs a string");
+  choices_ = std::move(allowed);
+  return *this;
+}
+
+ConfigSchema::Field& ConfigSchema::Field::non_empty() {
+  if (!std::holds_alternative<std::string*>(target_) && !std::holds_alternative<std::vector<int64_t>*>(target_)) {
+    throw std::logic_error(path_ + ": non_empty() needs a string or a list");
+  }
+  non_empty_ = true;
+  return *this;
+}
+
+std::string ConfigSchema::Field::range_text(bool markdown) const {
+  if (lower_ && upper_) {
+    return std::string("in ") + (lower_inclusive_ ? "[" : "(") + format_double(*lower_) + ", " +
+           format_double(*upper_) + (upper_inclusive_ ? "]" : ")");
+  }
+  if (lower_) return (lower_inclusive_ ? (markdown ? "≥ " : ">= ") : "> ") + format_double(*lower_);
+  if (upper_) return (upper_inclusive_ ? (markdown ? "≤ " : "<= ") : "< ") + format_double(*upper_);
+  return {};
+}
+
+std::vector<std::string> ConfigSchema::Field::problems() const {
+  std::vector<std::string> found;
+  auto check_range = [&](const std::string& where, double value, const std::string& text) {
+    bool ok = (!lower_ || (lower_inclusive_ ? value >= *lower_ : value > *lower_)) &&
+              (!upper_ || (upper_inclusive_ ? value <= *upper_ : value < *upper_));
+    if (!ok) found.push_back(where + ": must be " + range_text(false) + ", got " + text);
+  };
+  if (auto* p = std::get_if<int64_t*>(&target_)) {
+    check_range(path_, static_cast<double>(**p), std::to_string(**p));
+  } else if (auto* p = std::get_if<double*>(&target_)) {
+    check_range(path_, **p, format_double(**p));
+  } else if (auto* p = std::get_if<std::string*>(&target_)) {
+    if (non_empty_ && (*p)->empty()) {
+      found.push_back(path_ + ": must not be empty");
+    } else if (!choices_.empty() && std::find(choices_.begin(), choices_.end(), **p) == choices_.end()) {
+      found.push_back(path_ + ": must be one of " + join(choices_, ", ") + ", got " + double_quoted(**p));
+    }
+  } else if (auto* p = std::get_if<std::vector<int64_t>*>(&target_)) {
+    if (non_empty_ && (*p)->empty()) found.push_back(path_ + ": must not be empty");
+    for (std::size_t i = 0; i < (*p)->size(); ++i) {
+      int64_t item = (**p)[i];
+      check_range(path_ + "[" + std::to_string(i) + "]", static_cast<double>(item), std::to_string(item));
+    }
+  }
+  return found;
+}
+
+// --- declaration ---
+
+void ConfigSchema::section(const std::string& name, const std::string& doc) {
+  if (name.empty() || name.find('.') != std::string::npos) throw std::logic_error("bad config section name: " + name);
+  if (Section* existing = find_section(name)) {
+    existing->doc = doc;
+  } else {
+    sections_.push_back({name, doc, {}});
+  }
+}
+
+ConfigSchema::Field& ConfigSchema::add_field(const std::string& path, Target target, const std::string& doc) {
+  std::size_t dot = path.find('.');
+  // Exactly two levels keeps `--set` paths, YAML nesting and the docs' tables in step.
+  if (dot == 0 || dot == std::string::npos || dot + 1 == path.size() || path.find('.', dot + 1) != std::string::npos) {
+    throw std::logic_error("config key must be section.key: " + path);
+  }
+  if (find_field(path)) throw std::logic_error("config key declared twice: " + path);
+  std::string section_name = path.substr(0, dot);
+  if (!find_section(section_name)) section(section_name, "");
+  find_section(section_name)->keys.push_back(path.substr(dot + 1));
+  fields_.push_back(Field(path, target, doc));
+  return fields_.back();
+}
+
+ConfigSchema::Field& ConfigSchema::add(const std::string& path, bool* field, const std::string& doc) {
+  return add_field(path, field, doc);
+}
+ConfigSchema::Field& ConfigSchema::add(const std::string& path, int64_t* field, const std::string& doc) {
+  return add_field(path, field, doc);
+}
+ConfigSchema::Field& ConfigSchema::add(const std::string& path, double* field, const std::string& doc) {
+  return add_field(path, field, doc);
+}
+ConfigSchema::Field& ConfigSchema::add(const std::string& path, std::string* field, const std::string& doc) {
+  return add_field(path, field, doc);
+}
+ConfigSchema::Field& ConfigSchema::add(const std::string& path, std::vector<int64_t>* field, const std::string& doc) {
+  return add_field(path, field, doc);
+}
+
+void ConfigSchema::rule(const std::string& path, std::function<std::string()> check) {
+  rules_.push_back({path, std::move(check)});
+}
+
+ConfigSchema::Section* ConfigSchema::find_section(std::string_view name) {
+  for (auto& section : sections_) {
+    if (section.name == name) return &section;
+  }
+  return nullptr;
+}
+
+ConfigSchema::Field* ConfigSchema::find_field(std::string_view path) {
+  for (auto& field : fields_) {
+    if (field.path_ == path) return &field;
+  }
+  return nullptr;
+}
+
+// --- reading ---
+
+void ConfigSchema::load(const YAML::Node& root) {
+  if (!root.IsDefined() || root.IsNull()) return;
+  if (!root.IsMap()) throw ConfigError("config: expected a map of sections (run:, train:, ...), got " + describe(root));
+  for_each_entry(root, "", [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
+}
+
+void ConfigSchema::apply_override(std::string_view assignment) {
+  std::size_t eq = assignment.find('=');
+  std::string key = trim(assignment.substr(0, eq));
+  if (eq == std::string_view::npos || key.empty()) {
+    throw ConfigError("--set " + trim(assignment) + ": expected key=value");
+  }
+  std::string text = trim(assignment.substr(eq + 1));
+  YAML::Node value;
+  if (text.empty()) {
+    value = YAML::Node(std::string());  // `--set run.output_dir=` means "", not null
+  } else {
+    try {
+      value = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(key + ": cannot read " + double_quoted(text) + " as a YAML value: " + e.msg);
+    }
+  }
+  assign(key, value);
+}
+
+void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
+  if (Field* field = find_field(path)) {
+    write(path, field->target_, value);
+  } else if (Section* section = find_section(path)) {
+    load_section(*section, value);
+  } else {
+    throw ConfigError(unknown_key(path));
+  }
+}
+
+void ConfigSchema::load_section(const Section& section, const YAML::Node& node) {
+  if (node.IsNull()) return;  // `train:` with every key commented out
+  if (!node.IsMap()) throw ConfigError(section.name + ": expected a map of keys (a section), got " + describe(node));
+  for_each_entry(node, section.name, [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
+}
+
+std::string ConfigSchema::unknown_key(const std::string& path) const {
+  std::string message = path + ": unknown key";
+  std::vector<std::string> section_names, leaf_paths;
+  for (const auto& section : sections_) section_names.push_back(section.name);
+  for (const auto& field : fields_) leaf_paths.push_back(field.path_);
+
+  std::size_t dot = path.rfind('.');
+  std::string parent = dot == std::string::npos ? "" : path.substr(0, dot);
+  std::string last = dot == std::string::npos ? path : path.substr(dot + 1);
+  const Section* section = nullptr;
+  for (const auto& s : sections_) {
+    if (s.name == parent) section = &s;
+  }
+
+  for (const auto& leaf : leaf_paths) {
+    if (path.rfind(leaf + ".", 0) == 0) return message + " (" + leaf + " is a value, not a section)";
+  }
+
+  // A typo in the last component is the likeliest mistake; compare against siblings first.
+  std::optional<std::string> guess;
+  if (parent.empty()) {
+    guess = nearest(last, section_names);
+  } else if (section) {
+    if (auto key = nearest(last, section->keys)) guess = parent + "." + *key;
+  }
+  if (!guess) guess = nearest(path, leaf_paths);
+  if (guess) return message + " (did you mean " + *guess + "?)";
+
+  if (parent.empty()) {
+    // A key written at the top level that belongs in a section: `batch_size: 32`.
+    std::vector<std::string> homes;
+    for (const auto& leaf : leaf_paths) {
+      if (leaf.substr(leaf.find('.') + 1) == last) homes.push_back(leaf);
+    }
+    if (!homes.empty()) return message + " (did you mean " + join(homes, " or ") + "?)";
+  }
+  if (section) return message + " (valid keys of " + parent + ": " + join(section->keys, ", ") + ")";
+  return message + " (valid sections: " + join(section_names, ", ") + ")";
+}
+
+// --- checking and writing out ---
+
+std::vector<std::string> ConfigSchema::problems() const {
+  std::vector<std::string> found;
+  for (const auto& field : fields_) {
+    for (auto& problem : field.problems()) found.push_back(std::move(problem));
+  }
+  for (const auto& rule : rules_) {
+    std::string problem = rule.check();
+    if (!problem.empty()) found.push_back(rule.path + ": " + problem);
+  }
+  return found;
+}
+
+void ConfigSchema::validate() const {
+  std::vector<std::string> found = problems();
+  if (!found.empty()) throw ConfigError(join(found, "\n"));
+}
+
+std::string ConfigSchema::to_yaml() const {
+  std::ostringstream out;
+  for (const auto& section : sections_) {
+    if (section.keys.empty()) {
+      out << section.name << ": {}\n";
+      continue;
+    }
+    out << section.name << ":\n";
+    for (const auto& key : section.keys) {
+      const Field* field = nullptr;
+      for (const auto& f : fields_) {
+        if (f.path_ == section.name + "." + key) field = &f;
+      }
+      out << "  " << key << ": " << format_target(field->target_) << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::string ConfigSchema::markdown() const {
+  std::ostringstream out;
+  bool first = true;
+  for (const auto& section : sections_) {
+    if (!first) out << "\n";
+    first = false;
+    out << "### `" << section.name << "`\n\n";
+    if (!section.doc.empty()) out << section.doc << "\n\n";
+    out << "| key | type | default | meaning |\n|---|---|---|---|\n";
+    for (const auto& field : fields_) {
+      if (field.path_.rfind(section.name + ".", 0) != 0) continue;
+      std::vector<std::string> limits;
+      if (!field.choices_.empty()) {
+        std::vector<std::string> quoted;
+        for (const auto& choice : field.choices_) quoted.push_back("`" + choice + "`");
+        limits.push_back("one of " + join(quoted, ", "));
+      }
+      if (field.lower_ || field.upper_) {
+        std::string range = field.range_text(true);
+        limits.push_back(std::holds_alternative<std::vector<int64_t>*>(field.target_) ? "each " + range : range);
+      }
+      if (field.non_empty_) limits.push_back("not empty");
+      std::string meaning = field.doc_;
+      if (!limits.empty()) meaning += (meaning.empty() ? "" : " ") + ("(" + join(limits, "; ") + ")");
+      out << "| `" << field.path_.substr(section.name.size() + 1) << "` | " << type_name(field.target_) << " | `"
+          << escape_cell(field.default_text_) << "` | " << escape_cell(meaning) << " |\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace ddp

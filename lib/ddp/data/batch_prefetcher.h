@@ -1,0 +1,56 @@
+#pragma once
+// Batches made ahead of the step by background threads, handed out in order.
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ddp/data/batch.h"
+#include "ddp/data/data_config.h"
+
+namespace ddp {
+
+/// Produces the batches of one epoch's index order, data.workers threads at a time, at most
+/// data.prefetch ahead of the consumer.
+class BatchPrefetcher {
+ public:
+  /// Starts the threads; whatever `make` reads must outlive the prefetcher. `pin_memory`: hand
+  /// out page-locked batches, for non-blocking copies to a GPU.
+  BatchPrefetcher(BatchMaker make, const DataConfig& config, bool pin_memory);
+  ~BatchPrefetcher();
+  BatchPrefetcher(const BatchPrefetcher&) = delete;
+  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
+
+  /// Starts an epoch: batch b is indices[b·batch_size, (b+1)·batch_size), from `first_batch` on.
+  /// Drops whatever the previous epoch had prepared.
+  void start(torch::Tensor indices, int64_t batch_size, int64_t first_batch);
+
+  /// The next batch in order; waits if it is not ready yet.
+  Batch next();
+
+ private:
+  void work();
+
+  BatchMaker make_;
+  int64_t depth_;
+  bool pin_memory_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool stopping_ = false;
+  int64_t generation_ = 0;  // bumps on start(); work of an older epoch is discarded
+  torch::Tensor indices_;
+  int64_t batch_size_ = 1;
+  int64_t batches_ = 0;
+  int64_t next_to_make_ = 0;
+  int64_t next_to_hand_out_ = 0;
+  std::map<int64_t, Batch> ready_;
+  std::exception_ptr error_;  // a failed batch, rethrown by next()
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// `data:` where samples come from and how they are normalised.
+struct DataConfig {
+  std::string dataset = "idx";  ///< idx (MNIST-format files) | synthetic
+  std::string path = "/usr/share/datasets/fashion-mnist";  ///< directory with train-/t10k- IDX files (raw or .gz)
+  double mean = 0.2860;  ///< normalisation: (pixel/255 - mean) / std
+  double std = 0.3530;
+  std::string eval_split = "test";  ///< test | train | none
+  int64_t synthetic_train_samples = 4096;
+  int64_t synthetic_test_samples = 1024;
+  int64_t synthetic_seed = 1234;  ///< the synthetic samples (train and test share class prototypes)
+  std::string cache_dir;  ///< decoded-dataset cache shared by a node's workers; "" = $XDG_CACHE_HOME/ddprun, "none" = off
+  int64_t workers = 1;   ///< background threads assembling batches
+  int64_t prefetch = 2;  ///< batches assembled ahead of the step
+};
+
+/// `sampler:` DistributedSampler's arguments.
+struct SamplerConfig {
+  bool shuffle = true;
+  int64_t seed = 0;
+  bool drop_last = false;
+};
+
+/// Declares the `DataConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, DataConfig& config);
+/// Declares the `SamplerConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, SamplerConfig& config);
+
+}  // namespace ddp

@@ -1,0 +1,138 @@
+#include "ddp/data/dataset_cache.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/data/idx_reader.h"
+
+namespace ddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'A', 'C', 'H', '1'};
+
+// The cache file: magic, then int64 count, height, width, then uint8 images, then int64 labels.
+struct Header {
+  char magic[8];
+  int64_t count, height, width;
+};
+
+std::string source_file(const std::string& dir, const std::string& stem) {
+  for (const auto& name : {stem, stem + ".gz"})
+    if (fs::exists(dir + "/" + name)) return dir + "/" + name;
+  return "";
+}
+
+// Any change to a source file (path, size, mtime) gives a different cache file.
+std::string cache_key(const std::string& dir, const std::string& split) {
+  std::string prefix = split == "train" ? "train" : "t10k";
+  std::string identity;
+  for (const auto& stem : {prefix + "-images-idx3-ubyte", prefix + "-labels-idx1-ubyte"}) {
+    std::string path = source_file(dir, stem);
+    struct stat info {};
+    if (path.empty() || stat(path.c_str(), &info) != 0) return "";
+    identity += fs::absolute(path).string() + ":" + std::to_string(info.st_size) + ":" + std::to_string(info.st_mtime) + ";";
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(identity));
+  return split + "-" + hex + ".ddpcache";
+}
+
+std::string encode(const Dataset& data) {
+  Header header{};
+  std::memcpy(header.magic, kMagic, sizeof kMagic);
+  header.count = data.images.size(0);
+  header.height = data.images.size(1);
+  header.width = data.images.size(2);
+  auto images = data.images.contiguous();
+  auto labels = data.labels.to(torch::kLong).contiguous();
+  std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
+  bytes.append(static_cast<const char*>(images.data_ptr()), images.numel());
+  bytes.append(static_cast<const char*>(labels.data_ptr()), labels.numel() * sizeof(int64_t));
+  return bytes;
+}
+
+// Opens a cache file; nullopt when it is missing or does not hold what its header says. The
+// labels are read into memory; the images stay in the file (see image_file.h).
+std::optional<Dataset> open_cache(const std::string& path, const std::string& source) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat info {};
+  fstat(fd, &info);
+  Header header{};
+  bool ok = static_cast<std::size_t>(info.st_size) >= sizeof header && pread(fd, &header, sizeof header, 0) == sizeof header &&
+            std::memcmp(header.magic, kMagic, sizeof kMagic) == 0 && header.count >= 0;
+  const int64_t labels_at = sizeof header + header.count * header.height * header.width;
+  const auto label_bytes = static_cast<ssize_t>(header.count * sizeof(int64_t));
+  ok = ok && info.st_size == static_cast<off_t>(labels_at + label_bytes);
+  Dataset data;
+  if (ok) {
+    data.labels = torch::empty({header.count}, torch::kLong);
+    ok = pread(fd, data.labels.data_ptr(), label_bytes, labels_at) == label_bytes;
+  }
+  if (!ok) {
+    close(fd);
+    return std::nullopt;
+  }
+  data.image_file = std::make_shared<ImageFile>(fd, path, sizeof header, header.count, header.height, header.width);
+  data.source = source;
+  return data;
+}
+
+}  // namespace
+
+std::string resolve_cache_dir(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/ddprun";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/ddprun";
+  return "";
+}
+
+Dataset load_idx_split_cached(const std::string& dir, const std::string& split, const std::string& cache_dir) {
+  std::string key = cache_key(dir, split);
+  if (cache_dir.empty() || cache_dir == "none" || key.empty()) return load_idx_split(dir, split);
+  std::string path = cache_dir + "/" + key;
+  std::string source = dir + " (" + split + ")";
+  if (auto cached = open_cache(path, source)) return *cached;
+
+  std::error_code ec;
+  fs::create_directories(cache_dir, ec);
+  int lock = open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0) {
+    spdlog::warn("data.cache_dir {} is not writable ({}); decoding {} in memory", cache_dir, std::strerror(errno), source);
+    return load_idx_split(dir, split);
+  }
+  // One worker of the node decodes; the others wait here and then open its result.
+  flock(lock, LOCK_EX);
+  std::optional<Dataset> result = open_cache(path, source);
+  try {
+    if (!result) {
+      write_file_atomically(path, encode(load_idx_split(dir, split)));
+      result = open_cache(path, source);
+    }
+  } catch (const FileError& e) {
+    if (std::string(e.what()).find(path) == std::string::npos) {  // the source is broken, not the cache
+      flock(lock, LOCK_UN);
+      close(lock);
+      throw;
+    }
+    spdlog::warn("cannot write the dataset cache ({}); decoding {} in memory", e.what(), source);
+  }
+  flock(lock, LOCK_UN);
+  close(lock);
+  return result ? *result : load_idx_split(dir, split);
+}
+
+}  // namespace ddp

@@ -1,0 +1,273 @@
+#include "ddp/data/idx_reader.h"
+
+#include "ddp/common/error.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddp {
+namespace {
+
+constexpr int64_t kMaxDims = 8;
+constexpr size_t kChunk = 1 << 20;
+
+[[noreturn]] void fail(const std::string& path, const std::string& cause) { throw FileError(path + ": " + cause); }
+
+std::string hex_bytes(const unsigned char* bytes, size_t n) {
+  std::string out;
+  char buffer[4];
+  for (size_t i = 0; i < n; ++i) {
+    std::snprintf(buffer, sizeof buffer, "%02x", bytes[i]);
+    if (i > 0) out += ' ';
+    out += buffer;
+  }
+  return out;
+}
+
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+/// Bytes of a file, inflated on the fly when it is gzip, so a 47 MB image file is decompressed
+/// straight into the tensor instead of through an intermediate buffer.
+class ByteSource {
+ public:
+  explicit ByteSource(const std::string& path) : path_(path) {
+    std::error_code ignored;
+    if (std::filesystem::is_directory(path, ignored)) fail(path_, "cannot read: is a directory");
+    file_.reset(std::fopen(path.c_str(), "rb"));
+    if (!file_) fail(path_, std::string("cannot open: ") + std::strerror(errno));
+    unsigned char magic[2] = {0, 0};
+    size_t got = raw_read(magic, 2);
+    gzip_ = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    if (std::fseek(file_.get(), 0, SEEK_SET) != 0) fail(path_, std::string("cannot seek: ") + std::strerror(errno));
+    if (gzip_) {
+      if (inflateInit2(&stream_, 16 + MAX_WBITS) != Z_OK) fail(path_, "cannot initialise zlib");
+      input_.resize(kChunk);
+    }
+  }
+  ~ByteSource() {
+    if (gzip_) inflateEnd(&stream_);
+  }
+  ByteSource(const ByteSource&) = delete;
+  ByteSource& operator=(const ByteSource&) = delete;
+
+  /// Whether a gzip stream ended before its end-of-stream marker and checksum.
+  bool gzip_truncated() const { return gzip_truncated_; }
+
+  /// Reads up to n bytes; fewer only at the end of the data.
+  size_t read(void* dst, size_t n) {
+    return gzip_ ? inflate_read(static_cast<unsigned char*>(dst), n) : raw_read(dst, n);
+  }
+
+  /// Counts (and discards) whatever is left.
+  uint64_t drain() {
+    std::vector<unsigned char> scratch(kChunk);
+    uint64_t total = 0;
+    while (size_t got = read(scratch.data(), scratch.size())) total += got;
+    return total;
+  }
+
+ private:
+  size_t raw_read(void* dst, size_t n) {
+    size_t got = std::fread(dst, 1, n, file_.get());
+    if (got < n && std::ferror(file_.get())) fail(path_, std::string("read error: ") + std::strerror(errno));
+    return got;
+  }
+
+  size_t inflate_read(unsigned char* dst, size_t n) {
+    stream_.next_out = dst;
+    stream_.avail_out = static_cast<uInt>(n);
+    while (stream_.avail_out > 0 && !finished_) {
+      if (stream_.avail_in == 0) {
+        stream_.avail_in = static_cast<uInt>(raw_read(input_.data(), input_.size()));
+        stream_.next_in = input_.data();
+        if (stream_.avail_in == 0) {
+          gzip_truncated_ = true;
+          finished_ = true;
+          break;
+        }
+      }
+      int rc = inflate(&stream_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        end_of_member();
+      } else if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
+        fail(path_, std::string("corrupt gzip data: ") + (stream_.msg ? stream_.msg : "invalid stream"));
+      } else if (rc == Z_MEM_ERROR) {
+        fail(path_, "out of memory while decompressing");
+      }
+    }
+    return n - stream_.avail_out;
+  }
+
+  // gzip allows several members back to back (what `cat a.gz b.gz` makes); anything else after a
+  // member is garbage, which gzread would silently ignore.
+  void end_of_member() {
+    if (stream_.avail_in == 0) {
+      stream_.avail_in = static_cast<uInt>(raw_read(input_.data(), input_.size()));
+      stream_.next_in = input_.data();
+    }
+    if (stream_.avail_in == 0) {
+      finished_ = true;
+      return;
+    }
+    if (stream_.next_in[0] != 0x1f) {
+      uint64_t trailing = stream_.avail_in;
+      while (size_t got = raw_read(input_.data(), input_.size())) trailing += got;
+      fail(path_, "trailing garbage: " + std::to_string(trailing) + " bytes after the end of the gzip stream");
+    }
+    inflateReset(&stream_);
+  }
+
+  std::string path_;
+  FilePtr file_;
+  bool gzip_ = false;
+  bool gzip_truncated_ = false;
+  bool finished_ = false;
+  z_stream stream_{};
+  std::vector<unsigned char> input_;
+};
+
+std::string describe_shape(const std::vector<int64_t>& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+
+const char* type_name(unsigned char type) {
+  switch (type) {
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "short";
+    case 0x0C: return "int";
+    case 0x0D: return "float";
+    case 0x0E: return "double";
+    default: return nullptr;
+  }
+}
+
+std::string truncated_hint(const ByteSource& source) {
+  return source.gzip_truncated() ? " (the gzip stream ends early)" : "";
+}
+
+std::vector<int64_t> read_header(ByteSource& source, const std::string& path) {
+  unsigned char magic[4];
+  size_t got = source.read(magic, 4);
+  if (got == 0) fail(path, "not an IDX file: it is empty");
+  if (got < 4) fail(path, "not an IDX file: only " + std::to_string(got) + " bytes, shorter than the 4-byte magic");
+  if (magic[0] != 0 || magic[1] != 0) {
+    fail(path, "not an IDX file: bad magic bytes " + hex_bytes(magic, 4) + " (expected 00 00 <type> <ndim>)");
+  }
+  const char* name = type_name(magic[2]);
+  if (name == nullptr) fail(path, "not an IDX file: unknown element type 0x" + hex_bytes(magic + 2, 1));
+  if (magic[2] != 0x08) {
+    fail(path, "unsupported IDX element type 0x" + hex_bytes(magic + 2, 1) + " (" + name +
+                   "); only 0x08 (unsigned byte) is supported");
+  }
+  int64_t ndim = magic[3];
+  if (ndim < 1 || ndim > kMaxDims) {
+    fail(path, "not an IDX file: " + std::to_string(ndim) + " dimensions (expected 1 to " +
+                   std::to_string(kMaxDims) + ")");
+  }
+  std::vector<unsigned char> raw(4 * ndim);
+  got = source.read(raw.data(), raw.size());
+  if (got < raw.size()) {
+    fail(path, "truncated: header declares " + std::to_string(ndim) + " dimensions but ends after " +
+                   std::to_string(4 + got) + " bytes" + truncated_hint(source));
+  }
+  std::vector<int64_t> dims(ndim);
+  for (int64_t i = 0; i < ndim; ++i) {
+    const unsigned char* b = &raw[4 * i];
+    // Big-endian; the high bit set would be a negative size.
+    dims[i] = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | int64_t{b[3]};
+    if (b[0] & 0x80) fail(path, "bad IDX header: dimension " + std::to_string(i) + " is negative");
+  }
+  return dims;
+}
+
+}  // namespace
+
+torch::Tensor read_idx(const std::string& path) {
+  ByteSource source(path);
+  std::vector<int64_t> dims = read_header(source, path);
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(count, d, &count)) {
+      fail(path, "bad IDX header: dims " + describe_shape(dims) + " overflow");
+    }
+  }
+  torch::Tensor tensor = torch::empty(dims, torch::kUInt8);
+  auto* data = tensor.data_ptr<uint8_t>();
+  int64_t found = 0;
+  while (found < count) {
+    size_t want = static_cast<size_t>(std::min<int64_t>(count - found, int64_t{1} << 30));
+    size_t got = source.read(data + found, want);
+    found += static_cast<int64_t>(got);
+    if (got < want) break;
+  }
+  if (found < count) {
+    fail(path, "truncated: expected " + std::to_string(count) + " bytes of data, found " + std::to_string(found) +
+                   truncated_hint(source));
+  }
+  if (uint64_t trailing = source.drain()) {
+    fail(path, "trailing garbage: " + std::to_string(trailing) + " bytes after the " + std::to_string(count) +
+                   " bytes of data that the header " + describe_shape(dims) + " declares");
+  }
+  // The data can all be there with only the gzip checksum cut off; still a damaged file.
+  if (source.gzip_truncated()) fail(path, "truncated: the gzip stream ends before its end-of-stream trailer");
+  return tensor;
+}
+
+namespace {
+
+std::string find_split_file(const std::string& dir, const std::string& stem, const std::string& what) {
+  for (const std::string& name : {stem, stem + ".gz"}) {
+    std::string path = dir + "/" + name;
+    std::error_code ignored;
+    if (std::filesystem::is_regular_file(path, ignored)) return path;
+  }
+  fail(dir, "missing " + what + ": looked for " + stem + " and " + stem + ".gz");
+}
+
+std::string shape_of(const torch::Tensor& t) { return describe_shape(t.sizes().vec()); }
+
+}  // namespace
+
+Dataset load_idx_split(const std::string& dir, const std::string& split) {
+  if (split != "train" && split != "test") {
+    throw std::invalid_argument("load_idx_split: split must be \"train\" or \"test\", got \"" + split + "\"");
+  }
+  std::error_code ignored;
+  if (!std::filesystem::is_directory(dir, ignored)) {
+    fail(dir, "dataset directory does not exist (or is not a directory)");
+  }
+  const std::string prefix = split == "train" ? "train" : "t10k";
+  std::string images_path = find_split_file(dir, prefix + "-images-idx3-ubyte", split + " images");
+  std::string labels_path = find_split_file(dir, prefix + "-labels-idx1-ubyte", split + " labels");
+
+  Dataset data;
+  data.images = read_idx(images_path);
+  if (data.images.dim() != 3) fail(images_path, "expected 3-D images [N, H, W], got " + shape_of(data.images));
+  torch::Tensor labels = read_idx(labels_path);
+  if (labels.dim() != 1) fail(labels_path, "expected 1-D labels [N], got " + shape_of(labels));
+  if (labels.size(0) != data.images.size(0)) {
+    throw FileError(images_path + " has " + std::to_string(data.images.size(0)) + " images but " + labels_path +
+                    " has " + std::to_string(labels.size(0)) + " labels; the counts must agree");
+  }
+  data.labels = labels.to(torch::kLong);
+  data.source = dir + " (" + split + ")";
+  return data;
+}
+
+}  // namespace ddp

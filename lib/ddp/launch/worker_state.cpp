@@ -1,0 +1,24 @@
+#include "ddp/launch/worker_state.h"
+
+#include <sys/wait.h>
+
+#include "ddp/common/worker_contract.h"
+
+namespace ddp {
+
+WorkerState state_after_exit(int wait_status, bool group_stopping) {
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == kExitSuccess) return WorkerState::kSucceeded;
+  return group_stopping ? WorkerState::kStopped : WorkerState::kFailed;
+}
+
+bool restartable_failure(int wait_status) {
+  return !(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == kExitUsage);
+}
+
+AttemptDecision decide_after_attempt(int status, bool restartable, int attempt, int max_restarts) {
+  if (status == kExitSuccess || !restartable) return AttemptDecision::kFinish;
+  if (attempt < max_restarts) return AttemptDecision::kRestart;
+  return max_restarts > 0 ? AttemptDecision::kGiveUp : AttemptDecision::kFinish;
+}
+
+}  // namespace ddp

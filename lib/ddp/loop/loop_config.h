@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// `run:` naming and seeding of the run.
+struct RunConfig {
+  std::string name = "run";
+  std::string output_dir;  ///< empty: runs/<name>
+  int64_t seed = 0;        ///< model init and dropout (the sampler and synthetic data have seeds of their own)
+};
+
+/// `train:` the loop.
+struct TrainLoopConfig {
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  ///< 0: no limit; otherwise stop after this many optimizer steps
+  int64_t batch_size = 64;  ///< per rank, per micro-step
+  int64_t grad_accum_steps = 1;
+  double clip_grad_norm = 0;  ///< 0: off
+  int64_t log_every = 50;     ///< optimizer steps
+};
+
+/// `eval:` evaluation on the eval split.
+struct EvalConfig {
+  int64_t every_epochs = 1;  ///< 0: off
+  int64_t every_steps = 0;   ///< 0: off
+  int64_t batch_size = 256;
+  bool at_start = true;  ///< evaluate once before the first step
+};
+
+/// Declares the `RunConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, RunConfig& config);
+/// Declares the `TrainLoopConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, TrainLoopConfig& config);
+/// Declares the `EvalConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, EvalConfig& config);
+
+}  // namespace ddp

@@ -1,0 +1,82 @@
+#include "ddp/loop/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ddp/common/error.h"
+#include "ddp/config/config_schema.h"
+
+namespace ddp {
+namespace {
+
+// Section order here is the order of to_yaml() and of the docs.
+void declare_all(ConfigSchema& schema, TrainConfig& config) {
+  declare_config(schema, config.run);
+  declare_config(schema, config.dist);
+  declare_config(schema, config.data);
+  declare_config(schema, config.sampler);
+  declare_config(schema, config.model);
+  declare_config(schema, config.optim);
+  declare_config(schema, config.schedule);
+  declare_config(schema, config.train);
+  declare_config(schema, config.eval);
+  declare_config(schema, config.checkpoint);
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    // yaml-cpp counts lines and columns from 0; editors count from 1.
+    throw ConfigError(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                      ": invalid YAML: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source + ": invalid YAML: " + e.msg);
+  }
+}
+
+TrainConfig build(const YAML::Node& root, const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  ConfigSchema schema;
+  declare_all(schema, config);
+  schema.load(root);
+  for (const auto& assignment : overrides) schema.apply_override(assignment);
+  // Only now, so that an override can fix a bad value from the file.
+  schema.validate();
+  return config;
+}
+
+}  // namespace
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) throw ConfigError("config file not found: " + path);
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in || std::filesystem::is_directory(path, error)) throw ConfigError("cannot read config file: " + path);
+  return build(parse_yaml(text.str(), path), overrides);
+}
+
+TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides) {
+  return build(parse_yaml(yaml_text, "<config>"), overrides);
+}
+
+std::string to_yaml(const TrainConfig& config) {
+  TrainConfig copy = config;  // the schema binds non-const members
+  ConfigSchema schema;
+  declare_all(schema, copy);
+  return schema.to_yaml();
+}
+
+std::string config_reference_markdown() {
+  TrainConfig defaults;
+  ConfigSchema schema;
+  declare_all(schema, defaults);
+  return schema.markdown();
+}
+
+}  // namespace ddp

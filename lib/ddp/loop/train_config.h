@@ -1,0 +1,42 @@
+#pragma once
+// The whole trainer config: it only collects the parts' configs, each defined next to its owner.
+
+#include <string>
+#include <vector>
+
+#include "ddp/checkpoint/checkpoint_config.h"
+#include "ddp/data/data_config.h"
+#include "ddp/comm/dist_config.h"
+#include "ddp/loop/loop_config.h"
+#include "ddp/model/model_config.h"
+#include "ddp/optim/optim_config.h"
+
+namespace ddp {
+
+/// Everything `ddp-train CONFIG.yaml` reads.
+struct TrainConfig {
+  RunConfig run;
+  DistConfig dist;
+  DataConfig data;
+  SamplerConfig sampler;
+  ModelConfig model;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  TrainLoopConfig train;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+};
+
+/// Reads a YAML file, applies `--set key=value` overrides in order, validates. Throws ConfigError.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+
+/// The same from YAML text (tests).
+TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides);
+
+/// The resolved config as YAML, every key present (printed by rank 0 and saved in the run dir).
+std::string to_yaml(const TrainConfig& config);
+
+/// docs/config.md's reference table, made from the same declarations as the parser.
+std::string config_reference_markdown();
+
+}  // namespace ddp

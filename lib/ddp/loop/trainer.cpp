@@ -1,0 +1,307 @@
+#include "ddp/loop/trainer.h"
+
+#include <spdlog/spdlog.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/comm/collectives.h"
+#include "ddp/loop/evaluator.h"
+#include "ddp/model/python_state_dict.h"
+#include "ddp/optim/optimizer_factory.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// "name [shape]" per parameter and buffer: what must agree across ranks besides the config.
+std::string parameter_signature(const torch::nn::Module& model) {
+  std::ostringstream out;
+  for (const auto& item : model.named_parameters()) out << item.key() << " " << item.value().sizes() << "\n";
+  for (const auto& item : model.named_buffers()) out << item.key() << " " << item.value().sizes() << "\n";
+  return out.str();
+}
+
+std::string format_duration(double seconds) {
+  auto total = static_cast<int64_t>(seconds);
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(total / 3600),
+                static_cast<long long>(total / 60 % 60), static_cast<long long>(total % 60));
+  return text;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
+  output_dir_ = config_.run.output_dir.empty() ? "runs/" + config_.run.name : config_.run.output_dir;
+  comm_ = connect(env, config_.dist);
+  std::string resolved = to_yaml(config_);
+  check_identical_across_ranks(comm_, "config", resolved);
+  if (comm_.rank == 0) prepare_output_dir(resolved);
+
+  TaskContext context;
+  context.device = comm_.device;
+  // One rank sums with itself: the same layers and arithmetic at every world size.
+  context.model.cross_rank_sum = [this](const torch::Tensor& values) {
+    return comm_.world_size > 1 ? all_reduce_sum(comm_, values) : values;
+  };
+  torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
+  task_ = make_task(config_.data, config_.model, context);
+  for (const auto& p : task_->model().parameters()) parameters_.push_back(p);
+  for (const auto& b : task_->model().buffers()) buffers_.push_back(b);
+  synchronise_replicas();
+
+  sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), comm_.world_size, comm_.rank,
+                                                  config_.sampler);
+  prefetcher_ = std::make_unique<BatchPrefetcher>(
+      [task = task_.get()](const torch::Tensor& indices) { return task->make_batch(Split::kTrain, indices); },
+      config_.data, /*pin_memory=*/comm_.device.is_cuda());
+  // One side value: the stop vote, which travels with the gradients (no collective of its own).
+  reducer_ = std::make_unique<GradientReducer>(parameters_, comm_, config_.dist, /*side_values=*/1);
+  double lr = scaled_lr(config_.optim, comm_.world_size);
+  optimizer_ = make_optimizer(parameters_, config_.optim, lr);
+  total_steps_ = config_.train.epochs * steps_per_epoch();
+  if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
+  schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps_);
+  checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_ + "/checkpoints");
+  resume();
+}
+
+void Trainer::prepare_output_dir(const std::string& resolved_config) {
+  std::error_code ec;
+  std::filesystem::create_directories(output_dir_, ec);
+  if (ec) throw FileError("cannot create run.output_dir " + output_dir_ + ": " + ec.message());
+  write_file_atomically(output_dir_ + "/config.yaml", resolved_config);
+  spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
+  spdlog::info("world size {} ({} backend), per-rank batch {}, global batch {}", comm_.world_size, comm_.backend,
+               config_.train.batch_size, config_.train.batch_size * config_.train.grad_accum_steps * comm_.world_size);
+  metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl");
+}
+
+void Trainer::synchronise_replicas() {
+  // Shapes first: broadcasting into a different architecture would fail obscurely or hang.
+  check_identical_across_ranks(comm_, "model parameters", parameter_signature(task_->model()));
+  std::vector<torch::Tensor> state = parameters_;
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  broadcast_coalesced(comm_, state, 0);
+}
+
+void Trainer::resume() {
+  // Rank 0 chooses, so every rank loads the same checkpoint even if one appears meanwhile.
+  std::string chosen;
+  if (comm_.rank == 0) {
+    auto found = checkpointer_->find_resume_point();
+    chosen = found ? found->manifest_path : "";
+    comm_.store->set("ddp/resume", std::vector<uint8_t>(chosen.begin(), chosen.end()));
+  } else {
+    auto value = comm_.store->get("ddp/resume");
+    chosen.assign(value.begin(), value.end());
+  }
+  if (chosen.empty()) return;
+  CheckpointInfo info = checkpoint_at(chosen);
+  progress_ = checkpointer_->load(info, task_->model(), *optimizer_, comm_.world_size);
+  last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
+  last_saved_step_ = progress_.step;
+  if (comm_.rank == 0)
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", info.data_path, progress_.step, progress_.epoch,
+                 progress_.batch_in_epoch);
+}
+
+int64_t Trainer::steps_per_epoch() const {
+  return ceil_div(ceil_div(sampler_->num_samples(), config_.train.batch_size), config_.train.grad_accum_steps);
+}
+
+bool Trainer::done() const {
+  return progress_.epoch >= config_.train.epochs ||
+         (config_.train.max_steps > 0 && progress_.step >= config_.train.max_steps);
+}
+
+int Trainer::fit() {
+  install_stop_handlers();
+  heartbeat_.beat(progress_.step);
+  fit_start_ = window_.start = Clock::now();
+  fit_start_step_ = progress_.step;
+  task_->model().train();
+  bool has_eval = task_->size(Split::kEval) > 0;
+  if (config_.eval.at_start && progress_.step == 0 && has_eval) run_eval();
+
+  while (!done() && !stop_agreed_) {
+    sampler_->set_epoch(progress_.epoch);
+    torch::Tensor indices = sampler_->indices();
+    int64_t batches = ceil_div(indices.size(0), config_.train.batch_size);
+    prefetcher_->start(indices, config_.train.batch_size, progress_.batch_in_epoch);
+    while (progress_.batch_in_epoch < batches && !done() && !stop_agreed_) {
+      train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
+      after_step();
+    }
+    if (progress_.batch_in_epoch >= batches) end_epoch();
+  }
+  if (stop_agreed_) return stop_after_checkpoint();
+  if (has_eval && last_eval_step_ != progress_.step) run_eval();
+  finish();
+  return 0;
+}
+
+void Trainer::train_step(int64_t micro_batches) {
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    // Only the last micro-step's backward communicates (the buckets start during it); this
+    // rank's stop vote travels with it.
+    if (m + 1 == micro_batches) reducer_->prepare({stop_signal() != 0 ? 1.0 : 0.0});
+    Batch batch = prefetcher_->next().to(comm_.device);
+    torch::Tensor loss = task_->loss(batch);
+    // Micro-steps average, like one batch micro_batches times as large.
+    (loss / static_cast<double>(micro_batches)).backward();
+    window_.loss += loss.item<double>();
+    window_.batches += 1;
+    window_.samples += batch.size();
+    progress_.batch_in_epoch += 1;
+  }
+  // Every rank sees the same votes, so every rank stops after the same step.
+  stop_agreed_ = reducer_->finish()[0] > 0;
+  window_.allreduce_ms += reducer_->timing().total_ms;
+  window_.exposed_ms += reducer_->timing().exposed_ms;
+  if (config_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(parameters_, config_.train.clip_grad_norm);
+  set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
+  optimizer_->step();
+  reducer_->zero_grad();  // the gradients are views of the reducer's buckets
+  progress_.step += 1;
+  window_.steps += 1;
+  if (progress_.step == fit_start_step_ + 1 && comm_.rank == 0) {
+    // For the benchmark's "launch to first finished step".
+    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_->write({{"step", static_cast<double>(progress_.step)}, {"first_step_unix_s", now}});
+  }
+  comm_.tracker->set_step(progress_.step);
+  heartbeat_.beat(progress_.step);
+}
+
+void Trainer::after_step() {
+  int64_t step = progress_.step;
+  if (config_.train.log_every > 0 && step % config_.train.log_every == 0) log_progress();
+  if (config_.eval.every_steps > 0 && step % config_.eval.every_steps == 0 && task_->size(Split::kEval) > 0)
+    run_eval();
+  if (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) save_checkpoint();
+}
+
+void Trainer::end_epoch() {
+  ++progress_.epoch;
+  progress_.batch_in_epoch = 0;
+  bool eval_now = config_.eval.every_epochs > 0 && progress_.epoch % config_.eval.every_epochs == 0;
+  if (eval_now && task_->size(Split::kEval) > 0 && last_eval_step_ != progress_.step) run_eval();
+  bool save_now = config_.checkpoint.every_epochs > 0 && progress_.epoch % config_.checkpoint.every_epochs == 0;
+  if (save_now && last_saved_step_ != progress_.step) save_checkpoint();
+}
+
+int Trainer::stop_after_checkpoint() {
+  if (last_saved_step_ != progress_.step) save_checkpoint();
+  int sig = stop_signal() ? stop_signal() : SIGTERM;  // a rank that was not signalled follows the vote
+  if (comm_.rank == 0)
+    spdlog::warn("stopping at step {} as asked ({}); checkpoint saved, the same command resumes from it",
+                 progress_.step, sig == SIGINT ? "SIGINT" : "SIGTERM");
+  barrier(comm_);
+  return sig;
+}
+
+void Trainer::finish() {
+  report_peak_memory();
+  if (comm_.rank == 0) {
+    save_python_state_dict(task_->model(), output_dir_ + "/model.pt");
+    double elapsed = seconds_since(fit_start_);
+    int64_t steps = progress_.step - fit_start_step_;
+    spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt", steps, elapsed,
+                 steps / std::max(elapsed, 1e-9), output_dir_);
+  }
+  // Nobody leaves before every rank is done with collectives and rank 0 has written its files.
+  barrier(comm_);
+}
+
+void Trainer::report_peak_memory() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto per_rank = torch::zeros({comm_.world_size}, torch::kDouble);
+  per_rank[comm_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
+  per_rank = all_reduce_sum(comm_, per_rank);
+  if (comm_.rank != 0) return;
+  std::string text;
+  for (int r = 0; r < comm_.world_size; ++r) text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+  spdlog::info("peak RSS per rank (MiB): {}", text);
+  metrics_->write({{"step", static_cast<double>(progress_.step)},
+                   {"peak_rss_mib_max", per_rank.max().item<double>()},
+                   {"peak_rss_mib_rank0", per_rank[0].item<double>()}});
+}
+
+void Trainer::save_checkpoint() {
+  last_saved_step_ = progress_.step;
+  if (comm_.rank == 0) checkpointer_->save(task_->model(), *optimizer_, progress_, comm_.world_size);
+}
+
+void Trainer::log_progress() {
+  // Every rank reaches the same log steps, so this small all-reduce is matched everywhere.
+  const LogWindow& w = window_;
+  auto sums = all_reduce_sum(comm_, torch::tensor({w.loss, static_cast<double>(w.batches),
+                                                   static_cast<double>(w.samples), w.allreduce_ms, w.exposed_ms,
+                                                   static_cast<double>(w.steps)},
+                                                  torch::kDouble));
+  double elapsed = std::max(seconds_since(w.start), 1e-9);
+  double loss = sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
+  double samples_per_s = sums[2].item<double>() / elapsed;
+  double lr = schedule_->lr_at(progress_.step - 1);
+  // Per step and rank: all-reduce time, and the part of it backward did not hide.
+  double rank_steps = std::max(1.0, sums[5].item<double>());
+  double allreduce_ms = sums[3].item<double>() / rank_steps;
+  double exposed_ms = sums[4].item<double>() / rank_steps;
+  if (comm_.rank == 0) {
+    double steps_done = static_cast<double>(progress_.step - fit_start_step_);
+    double eta = seconds_since(fit_start_) / std::max(1.0, steps_done) * (total_steps_ - progress_.step);
+    spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank) all-reduce {:.2f} ms "
+                 "({:.2f} ms exposed) ETA {}",
+                 progress_.epoch, progress_.step, total_steps_, loss, lr, samples_per_s,
+                 samples_per_s / comm_.world_size, allreduce_ms, exposed_ms, format_duration(eta));
+    metrics_->write({{"step", static_cast<double>(progress_.step)},
+                     {"epoch", static_cast<double>(progress_.epoch)},
+                     {"loss", loss},
+                     {"lr", lr},
+                     {"samples_per_s", samples_per_s},
+                     {"samples_per_s_per_rank", samples_per_s / comm_.world_size},
+                     {"allreduce_ms", allreduce_ms},
+                     {"allreduce_exposed_ms", exposed_ms}});
+  }
+  window_ = LogWindow{};
+}
+
+void Trainer::run_eval() {
+  auto eval_start = Clock::now();
+  heartbeat_.beat(progress_.step);
+  // Note [Lazy buffer broadcast]: DDP copies rank 0's buffers (BatchNorm running statistics) to
+  // every rank before each forward. In training mode nothing reads them, and rank 0's own never
+  // depend on the other ranks', so copying them only when they are read (here; rank 0 writes
+  // checkpoints and model.pt from its own) gives exactly DDP's values, without a collective per step.
+  if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(comm_, buffers_, 0);
+  EvalResult result = evaluate(*task_, config_.eval, comm_);
+  last_eval_step_ = progress_.step;
+  heartbeat_.beat(progress_.step);
+  window_.start += Clock::now() - eval_start;  // throughput counts training time only
+  if (comm_.rank != 0) return;
+  std::string values;
+  MetricsRecord record{{"step", static_cast<double>(progress_.step)}, {"epoch", static_cast<double>(progress_.epoch)}};
+  for (const auto& [name, value] : result.metrics) {
+    values += fmt::format(" {} {:.4f}", name, value);
+    record.emplace_back("eval_" + name, value);
+  }
+  record.emplace_back("eval_samples", static_cast<double>(result.samples));
+  spdlog::info("eval at step {} (epoch {}):{} over {} samples", progress_.step, progress_.epoch, values,
+               result.samples);
+  metrics_->write(record);
+}
+
+}  // namespace ddp

@@ -1,0 +1,91 @@
+#pragma once
+// The loop: the schedule of steps, gradient sync, evaluation, checkpoints and signals, for any
+// task (ddp/task). What is trained, on what, with which loss, is the task's business.
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+
+#include "ddp/checkpoint/checkpointer.h"
+#include "ddp/checkpoint/train_progress.h"
+#include "ddp/comm/dist_env.h"
+#include "ddp/comm/gradient_reducer.h"
+#include "ddp/comm/process_group.h"
+#include "ddp/data/batch_prefetcher.h"
+#include "ddp/data/distributed_sampler.h"
+#include "ddp/loop/metrics_log.h"
+#include "ddp/loop/train_config.h"
+#include "ddp/loop/worker_signals.h"
+#include "ddp/optim/lr_schedule.h"
+#include "ddp/task/task.h"
+
+namespace ddp {
+
+/// One worker's whole run.
+class Trainer {
+ public:
+  /// Joins the process group, builds the task, synchronises the model, resumes if asked.
+  Trainer(TrainConfig config, DistEnv env);
+  // Its reducer and prefetcher hold references into it.
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Trains to the end (epochs or max_steps), evaluating, logging and checkpointing on the way,
+  /// then writes model.pt and returns 0. When SIGTERM or SIGINT reaches any rank, every rank stops
+  /// after the same step, rank 0 writes a checkpoint, and the signal number is returned.
+  int fit();
+
+ private:
+  /// Sums since the last log line.
+  struct LogWindow {
+    double loss = 0;
+    int64_t batches = 0;
+    int64_t samples = 0;
+    int64_t steps = 0;
+    double allreduce_ms = 0;
+    double exposed_ms = 0;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  };
+
+  void prepare_output_dir(const std::string& resolved_config);
+  void synchronise_replicas();
+  void resume();
+  int64_t steps_per_epoch() const;
+  bool done() const;
+  /// Forward and backward of up to grad_accum_steps micro-batches, then one optimizer step.
+  void train_step(int64_t micro_batches);
+  void after_step();
+  void end_epoch();
+  int stop_after_checkpoint();
+  void finish();
+  void run_eval();
+  void save_checkpoint();
+  void report_peak_memory();
+  void log_progress();
+
+  TrainConfig config_;
+  Communicator comm_;
+  std::string output_dir_;
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
+  std::unique_ptr<Task> task_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> buffers_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  std::unique_ptr<BatchPrefetcher> prefetcher_;  // after task_: its batches come from it
+  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  TrainProgress progress_;
+  int64_t total_steps_ = 0;
+  int64_t last_eval_step_ = -1;
+  int64_t last_saved_step_ = -1;
+  bool stop_agreed_ = false;  // some rank was asked to stop; all stop after this step
+  Heartbeat heartbeat_;
+  LogWindow window_;
+  std::chrono::steady_clock::time_point fit_start_;
+  int64_t fit_start_step_ = 0;
+};
+
+}  // namespace ddp

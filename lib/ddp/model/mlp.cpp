@@ -1,0 +1,45 @@
+// A multilayer perceptron: flatten, then Linear+ReLU per `hidden` width, then Linear to the classes.
+// All layers sit in one Sequential named `layers`, as in scripts/ddp_models.py's MLP, so the Linear
+// weights are layers.0.weight, layers.2.weight, ... (ReLUs take the odd indices) and the flatten,
+// which has no parameters, stays outside to keep those indices simple.
+
+#include <torch/nn.h>
+
+#include "ddp/common/error.h"
+#include "ddp/model/model_registry.h"
+
+namespace ddp {
+namespace {
+
+class Mlp : public Model {
+ public:
+  explicit Mlp(const ModelConfig& config) {
+    torch::nn::Sequential layers;
+    int64_t width = kInputSize;
+    for (int64_t hidden : config.hidden) {
+      layers->push_back(torch::nn::Linear(width, hidden));
+      layers->push_back(torch::nn::ReLU());
+      width = hidden;
+    }
+    layers->push_back(torch::nn::Linear(width, config.num_classes));
+    layers_ = register_module("layers", layers);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override { return layers_->forward(x.reshape({x.size(0), -1})); }
+
+ private:
+  torch::nn::Sequential layers_{nullptr};
+};
+
+}  // namespace
+
+/// Registers "mlp"; called from model_registry.cpp (Note [Model registration]).
+void register_mlp(ModelFactories& factories) {
+  factories.emplace("mlp", [](const ModelConfig& config, const ModelContext&) {
+    for (int64_t width : config.hidden)
+      if (width < 1) throw ConfigError("model.hidden: widths must be >= 1, got " + std::to_string(width));
+    return std::make_shared<Mlp>(config);
+  });
+}
+
+}  // namespace ddp

@@ -1,0 +1,25 @@
+#include "ddp/model/model_config.h"
+
+#include "ddp/config/config_schema.h"
+
+namespace ddp {
+
+void declare_config(ConfigSchema& schema, ModelConfig& config) {
+  schema.section("model", "Which network, by registry name, and its parameters.");
+  schema.add("model.name", &config.name, "network from the model registry").choices(model_names());
+  schema.add("model.num_classes", &config.num_classes, "outputs of the last layer").min(kMinClasses);
+  schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");
+  schema.add("model.sync_batchnorm", &config.sync_batchnorm,
+             "convnet: BatchNorm statistics over the global batch of all ranks, as torch.nn.SyncBatchNorm; "
+             "world N with batch b then trains as world 1 with batch N·b");
+  schema.add("model.relu", &config.relu, "convnet: ReLU after each max-pooling (the same as before it)");
+  schema.add("model.channels_last", &config.channels_last,
+             "convnet: channels-last (NHWC) memory format, whose CPU kernels are faster; same model and "
+             "weights, results equal up to float rounding");
+  schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1);
+  schema.rule("model.hidden", [&config]() -> std::string {
+    return config.name == "mlp" && config.hidden.empty() ? "must not be empty when model.name is mlp" : "";
+  });
+}
+
+}  // namespace ddp

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// The fewest outputs a classifier may have (the config's bound and the registry's check).
+inline constexpr int64_t kMinClasses = 2;
+
+/// `model:` which network, by registry name, and its parameters.
+struct ModelConfig {
+  std::string name = "convnet";  ///< convnet | linear3 | mlp
+  int64_t num_classes = 10;
+  bool batchnorm = true;  ///< convnet: BatchNorm2d after each conv
+  bool sync_batchnorm = false;  ///< convnet: batch statistics over all ranks (SyncBatchNorm)
+  bool relu = true;       ///< convnet: ReLU after each max-pooling
+  bool channels_last = true;  ///< convnet: NHWC activations and conv weights (faster CPU kernels)
+  std::vector<int64_t> hidden = {256, 128};  ///< mlp: hidden layer widths
+};
+
+/// Declares the `ModelConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, ModelConfig& config);
+
+/// Every registered model name, sorted (defined by the registry, so the config's choices follow it).
+std::vector<std::string> model_names();
+
+}  // namespace ddp

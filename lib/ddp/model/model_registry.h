@@ -1,0 +1,53 @@
+#pragma once
+// Models chosen by name. Each model lives in one .cpp that registers a factory; see
+// Note [Model registration] in model_registry.cpp for why the registry lists them.
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/model/model_config.h"
+
+namespace ddp {
+
+/// Input geometry every model takes: MNIST-format images, one channel of 28x28.
+constexpr int64_t kInputChannels = 1;
+/// Input image height in pixels.
+constexpr int64_t kInputHeight = 28;
+/// Input image width in pixels.
+constexpr int64_t kInputWidth = 28;
+/// Values per flattened input image.
+constexpr int64_t kInputSize = kInputChannels * kInputHeight * kInputWidth;
+
+/// A classifier: float [B, 1, 28, 28] in, logits [B, num_classes] out.
+class Model : public torch::nn::Module {
+ public:
+  /// Logits for a batch of images.
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+/// Sums a tensor over every rank and returns the sum (autograd need not see it). Layers that share
+/// statistics across ranks (SyncBatchNorm) take it; unset, the model is built for one process.
+using CrossRankSum = std::function<torch::Tensor(const torch::Tensor&)>;
+
+/// What a model gets from the run besides its config.
+struct ModelContext {
+  CrossRankSum cross_rank_sum;  ///< unset: models that need it fall back to per-process statistics
+};
+
+/// Builds a fresh model from its config.
+using ModelFactory = std::function<std::shared_ptr<Model>(const ModelConfig&, const ModelContext&)>;
+
+/// Name → factory; each model's register function adds itself here.
+using ModelFactories = std::map<std::string, ModelFactory>;
+
+/// Builds the model `config.name` names; ConfigError naming model.* on an unknown name or bad value.
+std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context = {});
+
+}  // namespace ddp

@@ -1,0 +1,133 @@
+#include "ddp/model/python_state_dict.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <torch/serialize.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+// Python's Module.state_dict() emits, per module, its own parameters, then its own buffers, then
+// recurses into children in registration order; None entries (a Linear without bias) are skipped.
+void collect(const torch::nn::Module& module, const std::string& prefix,
+             std::vector<std::pair<std::string, torch::Tensor>>& out) {
+  for (const auto& item : module.named_parameters(/*recurse=*/false))
+    if (item.value().defined()) out.emplace_back(prefix + item.key(), item.value());
+  for (const auto& item : module.named_buffers(/*recurse=*/false))
+    if (item.value().defined()) out.emplace_back(prefix + item.key(), item.value());
+  for (const auto& child : module.named_children()) collect(*child.value(), prefix + child.key() + ".", out);
+}
+
+std::vector<char> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError("cannot read model weights " + path + ": " + std::strerror(errno));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw FileError("cannot read model weights " + path + ": read error");
+  return bytes;
+}
+
+std::string shape(const torch::Tensor& tensor) {
+  std::ostringstream out;
+  out << tensor.sizes();
+  return out.str();
+}
+
+// One line stays readable when a whole different model was loaded: show the first few of each kind.
+std::string list(const std::vector<std::string>& items) {
+  constexpr std::size_t kShown = 8;
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > kShown) out += " (+" + std::to_string(items.size() - kShown) + " more)";
+  return out;
+}
+
+// Entries in file order, so messages list them as the file has them.
+std::vector<std::pair<std::string, torch::Tensor>> read_state_dict(const std::string& path) {
+  std::vector<char> bytes = read_all(path);
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    std::string reason = e.what();
+    reason = reason.substr(0, reason.find('\n'));  // c10::Error appends a backtrace
+    // LibTorch's unpickler cannot rebuild the OrderedDict that Python's state_dict() returns.
+    throw FileError(path + ": not a torch.save state dict (" + reason +
+                    "); from Python, save a plain dict: torch.save(dict(model.state_dict()), path)");
+  }
+  if (!value.isGenericDict()) throw FileError(path + ": not a state dict (holds a " + value.tagKind() + ")");
+  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString() || !entry.value().isTensor())
+      throw FileError(path + ": not a state dict (entries must map names to tensors)");
+    entries.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
+  }
+  return entries;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  collect(module, "", out);
+  return out;
+}
+
+void save_python_state_dict(const torch::nn::Module& model, const std::string& path) {
+  // c10::Dict keeps insertion order, and pickles as a Python dict in that order.
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& [name, tensor] : python_state_dict(model)) {
+    // A clone of its own: a view would otherwise drag its whole storage into the file.
+    dict.insert(name, tensor.detach().to(torch::kCPU).clone(torch::MemoryFormat::Contiguous));
+  }
+  auto bytes = torch::pickle_save(c10::IValue(dict));
+  write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
+}
+
+void load_python_state_dict(torch::nn::Module& model, const std::string& path) {
+  std::map<std::string, torch::Tensor> file;
+  std::vector<std::string> file_order;
+  for (auto& [name, tensor] : read_state_dict(path)) {
+    file_order.push_back(name);
+    file.emplace(name, tensor);
+  }
+  auto targets = python_state_dict(model);
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (const auto& [name, target] : targets) {
+    auto found = file.find(name);
+    if (found == file.end()) {
+      missing.push_back(name);
+    } else if (found->second.sizes() != target.sizes()) {
+      mismatched.push_back(name + " (file " + shape(found->second) + ", model " + shape(target) + ")");
+    }
+  }
+  std::set<std::string> known;
+  for (const auto& target : targets) known.insert(target.first);
+  for (const auto& name : file_order)
+    if (!known.count(name)) unexpected.push_back(name);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string message = path + ": state dict does not match the model:";
+    if (!missing.empty()) message += " missing keys " + list(missing) + ";";
+    if (!unexpected.empty()) message += " unexpected keys " + list(unexpected) + ";";
+    if (!mismatched.empty()) message += " wrong shapes " + list(mismatched) + ";";
+    message.pop_back();
+    throw FileError(message);
+  }
+  // Every key was checked first, so a bad file leaves the model untouched.
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) target.copy_(file.at(name));
+}
+
+}  // namespace ddp

@@ -1,0 +1,23 @@
+#include "ddp/optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ddp {
+
+LrSchedule::LrSchedule(const ScheduleConfig& config, double base_lr, int64_t total_steps)
+    : config_(config), base_lr_(base_lr), total_steps_(total_steps) {}
+
+double LrSchedule::lr_at(int64_t step) const {
+  if (step < config_.warmup_steps) return base_lr_ * static_cast<double>(step + 1) / config_.warmup_steps;
+  int64_t after = step - config_.warmup_steps;
+  if (config_.name == "step") return base_lr_ * std::pow(config_.gamma, static_cast<double>(after / config_.step_size));
+  if (config_.name == "cosine") {
+    int64_t span = std::max<int64_t>(1, total_steps_ - config_.warmup_steps);
+    double progress = std::min(1.0, static_cast<double>(after) / span);
+    return config_.min_lr + (base_lr_ - config_.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+  }
+  return base_lr_;
+}
+
+}  // namespace ddp

@@ -1,0 +1,23 @@
+#pragma once
+// The optimizer named by `optim.name`, with the learning rate scaled for the world size.
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "ddp/optim/optim_config.h"
+
+namespace ddp {
+
+/// optim.lr after optim.lr_scaling: unchanged, × world_size (linear) or × sqrt(world_size).
+double scaled_lr(const OptimConfig& config, int world_size);
+
+/// sgd (momentum, nesterov), adam or adamw over `parameters`, at learning rate `lr`.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& parameters,
+                                                        const OptimConfig& config, double lr);
+
+/// Sets every parameter group's learning rate.
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+}  // namespace ddp

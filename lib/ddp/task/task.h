@@ -1,0 +1,61 @@
+#pragma once
+// What the loop trains, without the loop knowing what it is. A task supplies the model, makes the
+// batches, and computes the loss and the eval metrics; the loop (ddp/loop) owns the rest: the
+// schedule of steps, gradient sync, evaluation, checkpoints and signals.
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/data/batch.h"
+#include "ddp/data/data_config.h"
+#include "ddp/model/model_config.h"
+#include "ddp/model/model_registry.h"
+
+namespace ddp {
+
+/// Which samples a batch comes from.
+enum class Split { kTrain, kEval };
+
+/// One kind of learning: image classification now; TorchScript modules and graphs next.
+class Task {
+ public:
+  virtual ~Task() = default;
+
+  /// The network being trained: its parameters, buffers, train()/eval() and state_dict.
+  virtual torch::nn::Module& model() = 0;
+
+  /// Samples in `split`: the sampler deals [0, size) out to the ranks. 0 when there is no eval split.
+  virtual int64_t size(Split split) const = 0;
+
+  /// The batch of samples `indices` (int64 [B]) of `split`, on the CPU. Called from the prefetch
+  /// threads, several at once.
+  virtual Batch make_batch(Split split, const torch::Tensor& indices) const = 0;
+
+  /// Forward and loss of a training batch already on the model's device: the mean over its samples.
+  virtual torch::Tensor loss(const Batch& batch) = 0;
+
+  /// The eval metrics, e.g. {"loss", "accuracy"}.
+  virtual std::vector<std::string> metric_names() const = 0;
+
+  /// An eval batch's per-sample metrics, summed over its samples: float64 [metric_names().size()].
+  /// The evaluator adds them up over batches and ranks and divides by the sample count, so the
+  /// result does not depend on the world size.
+  virtual torch::Tensor metric_sums(const Batch& batch) = 0;
+};
+
+/// What a task is built with besides the configs it reads.
+struct TaskContext {
+  torch::Device device = torch::kCPU;  ///< where the model and batches live
+  ModelContext model;                  ///< for layers that share statistics across ranks
+};
+
+/// The task the configs describe, its model initialised from the global RNG and moved to the
+/// device. Throws ConfigError or FileError naming the key or file at fault.
+std::unique_ptr<Task> make_task(const DataConfig& data, const ModelConfig& model, const TaskContext& context);
+
+}  // namespace ddp

@@ -1,0 +1,2 @@
+// Must not compile: checkpoints sit below the loop.
+#include "ddp/loop/loop_config.h"

@@ -1,0 +1,2 @@
+// Must not compile: data sits below the loop.
+#include "ddp/loop/loop_config.h"

@@ -1,0 +1,162 @@
+// The gradient reducer over a real communicator: two ranks as threads of this process, meeting
+// through a FileStore, summing through shared memory or through Gloo.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <thread>
+#include <vector>
+
+#include "ddp/comm/gradient_reducer.h"
+#include "ddp/comm/process_group.h"
+#include "support/subprocess.h"
+
+namespace {
+
+using Gradients = std::vector<torch::Tensor>;
+
+// Parameters 0..3: weight and bias of two layers; every rank starts from the same weights. It seeds
+// the global generator: call it from one thread at a time (the tests build the models before the
+// rank threads start).
+torch::nn::Sequential make_model() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(6, 5), torch::nn::ReLU(), torch::nn::Linear(5, 3));
+}
+
+torch::Tensor loss_of(torch::nn::Sequential& model, int rank) {
+  return model->forward(torch::linspace(-1, 1, 24).reshape({4, 6}) * (rank + 1)).pow(2).sum();
+}
+
+// Rank `rank`'s own gradients, computed alone.
+Gradients gradients_alone(int rank) {
+  auto model = make_model();
+  loss_of(model, rank).backward();
+  Gradients grads;
+  for (const auto& p : model->parameters()) grads.push_back(p.grad());
+  return grads;
+}
+
+// Rank `rank` of two, meeting the other (a thread of this process) through a FileStore in `store_dir`.
+ddp::Communicator connect_rank(int rank, const std::string& store_dir, bool shared_memory) {
+  ddp::DistEnv env;
+  env.rank = rank;
+  env.world_size = env.local_world_size = 2;
+  env.store_path = store_dir;
+  ddp::DistConfig config;
+  config.shared_memory = shared_memory;
+  return ddp::connect(env, config);
+}
+
+}  // namespace
+
+TEST_CASE("reduced gradients are the average, stay in the buckets, and survive being replaced or dropped",
+          "[dist][reducer]") {
+  // Replaced or dropped before backward, as other code might do: backward then fills a tensor of
+  // its own, which the reducer copies into the bucket, and finish() points the gradient back.
+  Gradients mine = gradients_alone(0), theirs = gradients_alone(1);
+  for (bool shared_memory : {true, false}) {
+    ddp::test::TempDir store;
+    std::vector<Gradients> result(2);
+    std::vector<std::vector<double>> side(2);
+    std::vector<bool> in_buckets(2);
+    std::vector<torch::nn::Sequential> models{make_model(), make_model()};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        ddp::Communicator comm = connect_rank(r, store.path(), shared_memory);
+        auto& model = models[r];
+        auto parameters = model->parameters();
+        ddp::DistConfig config;
+        config.first_bucket_mb = 1e-5;  // bucket 0: parameter 3 alone; bucket 1: parameters 2, 1, 0
+        ddp::GradientReducer reducer(parameters, comm, config, /*side_values=*/2);
+        for (int step = 0; step < 2; ++step) {  // the second step shows zero_grad() at work
+          reducer.prepare({r == 1 ? 1.0 : 0.0, 2.0 + r});
+          if (step == 1 && r == 0) {
+            parameters[1].mutable_grad() = torch::zeros_like(parameters[1]);  // replaced
+            parameters[3].mutable_grad().reset();                            // dropped
+          }
+          loss_of(model, r).backward();
+          side[r] = reducer.finish();
+          if (step == 0) reducer.zero_grad();
+        }
+        for (auto& p : parameters) result[r].push_back(p.grad().clone());
+        in_buckets[r] = parameters[0].grad().storage().is_alias_of(parameters[1].grad().storage()) &&
+                        parameters[0].grad().storage().is_alias_of(parameters[2].grad().storage());
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      INFO("shared memory " << shared_memory << ", rank " << r);
+      CHECK(in_buckets[r]);
+      CHECK(side[r] == std::vector<double>{1.0, 5.0});  // summed over the ranks
+      for (int i = 0; i < 4; ++i) {
+        CHECK(torch::allclose(result[r][i], (mine[i] + theirs[i]) / 2, 1e-6, 1e-7));
+        CHECK(torch::equal(result[r][i], result[1 - r][i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("parameters of two dtypes get buckets of their own, summed by shared memory and by Gloo", "[dist][reducer]") {
+  ddp::test::TempDir store;
+  std::vector<Gradients> result(2);
+  std::vector<std::size_t> buckets(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ddp::Communicator comm = connect_rank(r, store.path(), /*shared_memory=*/true);
+      std::vector<torch::Tensor> parameters{torch::ones({3}, torch::kFloat).requires_grad_(),
+                                            torch::ones({2}, torch::kDouble).requires_grad_()};
+      ddp::GradientReducer reducer(parameters, comm, ddp::DistConfig{});
+      buckets[r] = reducer.bucket_layout().size();
+      reducer.prepare();
+      ((parameters[0] * (r + 1)).sum() + (parameters[1] * (10 * (r + 1))).sum()).backward();
+      reducer.finish();
+      for (auto& p : parameters) result[r].push_back(p.grad().clone());
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    CHECK(buckets[r] == 2);
+    CHECK(torch::equal(result[r][0], torch::full({3}, 1.5f)));  // (1 + 2) / 2
+    CHECK(torch::equal(result[r][1], torch::full({2}, 15.0, torch::kDouble)));  // (10 + 20) / 2
+  }
+}
+
+TEST_CASE("gradient accumulation communicates only on the last micro-step", "[dist][reducer]") {
+  // Three micro-steps per optimizer step, prepare() before the last one only, as the trainer does:
+  // the collectives started are counted after each backward.
+  for (bool overlap : {true, false}) {
+    ddp::test::TempDir store;
+    std::vector<std::vector<int64_t>> started(2);
+    std::vector<std::size_t> buckets(2);
+    std::vector<Gradients> result(2);
+    std::vector<torch::nn::Sequential> models{make_model(), make_model()};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        ddp::Communicator comm = connect_rank(r, store.path(), /*shared_memory=*/false);
+        auto& model = models[r];
+        ddp::DistConfig config;
+        config.overlap = overlap;
+        config.first_bucket_mb = 1e-5;  // two buckets
+        ddp::GradientReducer reducer(model->parameters(), comm, config);
+        buckets[r] = reducer.bucket_layout().size();
+        for (int micro = 0; micro < 3; ++micro) {
+          int64_t before = comm.tracker->started();
+          if (micro == 2) reducer.prepare();
+          loss_of(model, r).backward();
+          if (micro == 2) reducer.finish();
+          started[r].push_back(comm.tracker->started() - before);
+        }
+        for (auto& p : model->parameters()) result[r].push_back(p.grad().clone());
+      });
+    for (auto& t : threads) t.join();
+    Gradients alone = gradients_alone(0), other = gradients_alone(1);
+    for (int r = 0; r < 2; ++r) {
+      INFO("overlap " << overlap << ", rank " << r);
+      REQUIRE(buckets[r] == 2);
+      CHECK(started[r] == std::vector<int64_t>{0, 0, 2});  // one all-reduce per bucket, at the end
+      for (int i = 0; i < 4; ++i)  // three micro-steps accumulated, then averaged over the ranks
+        CHECK(torch::allclose(result[r][i], (alone[i] + other[i]) * 1.5, 1e-5, 1e-6));
+    }
+  }
+}

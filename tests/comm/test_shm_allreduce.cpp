@@ -1,0 +1,138 @@
+// The shared-memory all-reduce and its segment; ranks are threads here (the process tests are in
+// test_faults.cpp and every single-node trainer test).
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "ddp/comm/shared_segment.h"
+#include "ddp/comm/shm_allreduce.h"
+
+using Catch::Contains;
+using ddp::SharedMemoryAllReduce;
+
+namespace {
+
+using Engines = std::vector<std::unique_ptr<SharedMemoryAllReduce>>;
+
+// Connects `world` ranks, one thread each, through one in-memory store.
+Engines connect_all(int world, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Engines engines(world);
+  std::vector<std::string> why_not(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] { engines[r] = SharedMemoryAllReduce::connect(*store, r, world, timeout, why_not[r]); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    INFO(why_not[r]);
+    REQUIRE(engines[r] != nullptr);
+  }
+  return engines;
+}
+
+// Runs `body(rank)` on one thread per rank.
+void on_every_rank(int world, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(body, r);
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
+TEST_CASE("shared-memory sums equal the rank-order sum bit for bit on every rank, at any size", "[dist][shm]") {
+  for (int world : {2, 3, 5}) {
+    Engines engines = connect_all(world);
+    // Sizes around the part alignment and the 64 Ki-float chunk, and several chunks; with and
+    // without dividing first (exact by multiplication for 2, by division for 3 and 5).
+    for (int64_t n : {1, 15, 17, 1000, 65535, 65536, 65537, 3 * 65536 + 100}) {
+      for (float divisor : {1.0f, static_cast<float>(world)}) {
+        std::vector<torch::Tensor> inputs, results;
+        for (int r = 0; r < world; ++r) inputs.push_back(torch::randn({n}));
+        torch::Tensor expected = inputs[0] / divisor;
+        for (int r = 1; r < world; ++r) expected += inputs[r] / divisor;
+        for (int r = 0; r < world; ++r) results.push_back(inputs[r].clone());
+        on_every_rank(world, [&](int r) { engines[r]->sum(results[r], divisor); });
+        for (int r = 0; r < world; ++r) {
+          INFO("world " << world << ", " << n << " floats, divisor " << divisor << ", rank " << r);
+          CHECK(torch::equal(results[r], expected));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sum_async runs queued sums in order on the communication thread", "[dist][shm]") {
+  Engines engines = connect_all(2);
+  std::vector<std::vector<torch::Tensor>> buffers(2);
+  on_every_rank(2, [&](int r) {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int i = 0; i < 6; ++i) {
+      buffers[r].push_back(torch::full({1000 * (i + 1)}, static_cast<float>(i + r)));
+      works.push_back(engines[r]->sum_async(buffers[r].back()));
+    }
+    for (auto& work : works) work->wait();
+  });
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 6; ++i) CHECK(torch::equal(buffers[r][i], torch::full({1000 * (i + 1)}, 2.0f * i + 1)));
+}
+
+TEST_CASE("a rank that never arrives fails the others after the time-out, and the engine stays failed", "[dist][shm]") {
+  Engines engines = connect_all(2, std::chrono::milliseconds(300));
+  auto values = torch::ones({100});
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(engines[0]->sum(values), Contains("the other ranks did not arrive within 0.3 s"));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(300));
+  CHECK_THROWS_WITH(engines[0]->sum_async(values)->wait(), Contains("did not arrive"));
+  CHECK_THROWS_WITH(engines[0]->sum(torch::ones({4}, torch::kDouble)), Contains("float32"));
+}
+
+TEST_CASE("a rank that exits is named at once, not after the time-out", "[dist][shm]") {
+  Engines engines = connect_all(3, std::chrono::seconds(60));
+  engines[2].reset();  // closes its descriptor: the kernel drops its lock, as when a process dies
+  auto values = torch::ones({100});
+  auto start = std::chrono::steady_clock::now();
+  std::thread rank1([&] { CHECK_THROWS_WITH(engines[1]->sum(values.clone()), Contains("rank 2 exited")); });
+  CHECK_THROWS_WITH(engines[0]->sum(values), Contains("rank 2 exited while the others waited for it"));
+  rank1.join();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("when one rank cannot map the segment every rank gets nullptr and the reason", "[dist][shm]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto set = [&](const std::string& key, const std::string& value) {
+    store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  };
+  set("shm_allreduce/name", "/ddprun-no-such-segment");  // as if rank 0 had made one
+  set("shm_allreduce/rank_0", "ok");
+  std::string why_not;
+  CHECK(SharedMemoryAllReduce::connect(*store, 1, 2, std::chrono::seconds(5), why_not) == nullptr);
+  CHECK_THAT(why_not, Contains("rank 1: cannot open shared memory /ddprun-no-such-segment"));
+}
+
+TEST_CASE("a shared segment maps the same memory by name until it is unlinked", "[dist][shm]") {
+  auto created = ddp::SharedSegment::create(8192);
+  auto opened = ddp::SharedSegment::open(created.name(), 8192);
+  std::memcpy(created.data(), "hello", 6);
+  CHECK(std::strcmp(static_cast<const char*>(opened.data()), "hello") == 0);
+  CHECK_THROWS_WITH(ddp::SharedSegment::open(created.name(), 16384), Contains("smaller than"));
+  created.unlink();
+  CHECK_THROWS_WITH(ddp::SharedSegment::open(created.name(), 8192), Contains("No such file"));
+  CHECK(std::strcmp(static_cast<const char*>(opened.data()), "hello") == 0);  // still mapped
+}
+
+TEST_CASE("a segment /dev/shm cannot hold, or a byte lock someone holds, is a clear error", "[dist][shm]") {
+  CHECK_THROWS_WITH(ddp::SharedSegment::create(std::size_t{1} << 50), Contains("cannot reserve") && Contains("/ddprun-"));
+  auto created = ddp::SharedSegment::create(8192);
+  auto opened = ddp::SharedSegment::open(created.name(), 8192);
+  created.lock_byte(0);
+  CHECK(opened.is_locked(0));
+  CHECK_FALSE(opened.is_locked(1));
+  CHECK_THROWS_WITH(opened.lock_byte(0), Contains("cannot lock a byte of shared memory " + created.name()));
+}

@@ -1,0 +1,40 @@
+#include <torch/torch.h>
+
+#include "ddp/data/batch_prefetcher.h"
+#include "ddp/data/synthetic_dataset.h"
+
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+using namespace ddp;
+
+TEST_CASE("prefetched batches equal direct gathering, in order, from any start", "[data][prefetch]") {
+  Dataset data = make_synthetic_dataset(1000, 10, 7);
+  for (int64_t workers : {1, 3}) {
+    DataConfig config;
+    config.workers = workers;
+    config.prefetch = 4;
+    BatchPrefetcher prefetcher([&](const torch::Tensor& indices) { return gather_batch(data, indices, 0.5, 0.25); },
+                               config, /*pin_memory=*/false);
+    for (int64_t first : {0, 5}) {
+      auto indices = torch::randperm(1000, torch::kLong);
+      prefetcher.start(indices, 64, first);
+      for (int64_t b = first; b < 16; ++b) {  // 16 batches, the last one partial (1000 = 15·64 + 40)
+        Batch got = prefetcher.next();
+        Batch want = gather_batch(data, indices.slice(0, b * 64, std::min<int64_t>(1000, (b + 1) * 64)), 0.5, 0.25);
+        INFO("workers " << workers << " first " << first << " batch " << b);
+        REQUIRE(got.inputs.size() == 1);
+        REQUIRE(torch::equal(got.inputs[0], want.inputs[0]));
+        REQUIRE(torch::equal(got.targets, want.targets));
+      }
+      CHECK_THROWS_AS(prefetcher.next(), std::logic_error);
+    }
+    // A new epoch mid-way drops what the old one had prepared.
+    auto first_order = torch::arange(1000, torch::kLong);
+    prefetcher.start(first_order, 100, 0);
+    prefetcher.next();
+    auto second_order = torch::arange(999, -1, -1, torch::kLong);
+    prefetcher.start(second_order, 100, 0);
+    CHECK(torch::equal(prefetcher.next().targets, data.labels.index_select(0, second_order.slice(0, 0, 100))));
+  }
+}

@@ -1,0 +1,90 @@
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "ddp/common/error.h"
+#include "ddp/data/dataset_cache.h"
+#include "ddp/data/idx_reader.h"
+#include "support/subprocess.h"
+
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+using namespace ddp;
+using namespace ddp::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFashion = "/usr/share/datasets/fashion-mnist";
+
+std::vector<fs::path> cache_files(const std::string& dir) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".ddpcache") files.push_back(entry.path());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("the dataset cache decodes once and reads the same data afterwards", "[data][cache]") {
+  TempDir cache;
+  Dataset reference = load_idx_split(kFashion, "test");
+  Dataset first = load_idx_split_cached(kFashion, "test", cache.path());
+  REQUIRE(cache_files(cache.path()).size() == 1);
+  auto written = fs::last_write_time(cache_files(cache.path())[0]);
+  Dataset second = load_idx_split_cached(kFashion, "test", cache.path());
+  CHECK(fs::last_write_time(cache_files(cache.path())[0]) == written);  // reused, not rewritten
+  for (const Dataset* d : {&first, &second}) {
+    REQUIRE(d->image_file);  // read from the file, not held in memory
+    CHECK(d->image_size() == std::make_pair<int64_t, int64_t>(28, 28));
+    CHECK(torch::equal(d->select_images(torch::arange(d->size())), reference.images));
+    auto some = torch::tensor({9999, 0, 17, 17}, torch::kLong);
+    CHECK(torch::equal(d->select_images(some), reference.images.index_select(0, some)));
+    CHECK(torch::equal(d->labels, reference.labels));
+  }
+}
+
+TEST_CASE("a damaged cache file is detected and rebuilt", "[data][cache]") {
+  TempDir cache;
+  load_idx_split_cached(kFashion, "test", cache.path());
+  auto file = cache_files(cache.path()).at(0);
+  fs::resize_file(file, fs::file_size(file) / 2);
+  Dataset rebuilt = load_idx_split_cached(kFashion, "test", cache.path());
+  CHECK(torch::equal(rebuilt.labels, load_idx_split(kFashion, "test").labels));
+  write_file(file.string(), "not a cache");
+  CHECK(load_idx_split_cached(kFashion, "test", cache.path()).size() == 10000);
+}
+
+TEST_CASE("a cache file cut short while in use is an error naming it, not a crash", "[data][cache]") {
+  TempDir cache;
+  Dataset data = load_idx_split_cached(kFashion, "test", cache.path());
+  auto file = cache_files(cache.path()).at(0);
+  fs::resize_file(file, 4096);  // a mapping would die of SIGBUS here
+  CHECK_THROWS_AS(data.select_images(torch::tensor({9000}, torch::kLong)), FileError);
+  CHECK_THROWS_WITH(data.select_images(torch::tensor({9000}, torch::kLong)),
+                    Catch::Contains(file.string()) && Catch::Contains("cut short"));
+  CHECK_THROWS_AS(data.select_images(torch::tensor({10000}, torch::kLong)), std::out_of_range);
+}
+
+TEST_CASE("a changed source file gets a new cache entry", "[data][cache]") {
+  TempDir data, cache;
+  for (const char* name : {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    fs::copy_file(kFashion + "/" + name, data.file(name));
+  load_idx_split_cached(data.path(), "test", cache.path());
+  fs::last_write_time(data.file("t10k-labels-idx1-ubyte.gz"), fs::file_time_type::clock::now() + std::chrono::hours(1));
+  load_idx_split_cached(data.path(), "test", cache.path());
+  CHECK(cache_files(cache.path()).size() == 2);
+}
+
+TEST_CASE("an unwritable cache falls back to memory, and a broken source is still an error", "[data][cache]") {
+  TempDir dir;
+  write_file(dir.file("a-file"), "x");
+  CHECK(load_idx_split_cached(kFashion, "test", dir.file("a-file/cache")).size() == 10000);
+  CHECK(load_idx_split_cached(kFashion, "test", "none").size() == 10000);
+
+  std::string labels = read_file(kFashion + "/t10k-labels-idx1-ubyte.gz");
+  fs::copy_file(kFashion + "/t10k-images-idx3-ubyte.gz", dir.file("t10k-images-idx3-ubyte.gz"));
+  write_file(dir.file("t10k-labels-idx1-ubyte.gz"), labels.substr(0, labels.size() / 2));
+  CHECK_THROWS_AS(load_idx_split_cached(dir.path(), "test", dir.file("cache")), FileError);
+}

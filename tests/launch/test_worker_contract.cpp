@@ -1,0 +1,38 @@
+// The launcher↔worker contract (ddp/common/worker_contract.h): every variable the launcher sets is
+// in it, and every variable in it is documented in the README. That the trainer reads its share is
+// tested in tests/comm/test_dist_env.cpp.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+
+#include "ddp/common/worker_contract.h"
+#include "ddp/launch/worker_env.h"
+#include "support/subprocess.h"
+
+using namespace ddp;
+
+TEST_CASE("every variable the launcher sets is in the contract", "[launch][contract]") {
+  std::set<std::string> contract;
+  for (const auto& variable : kWorkerVariables) contract.insert(variable.name);
+  WorkerIdentity id;
+  id.store_path = "/tmp/store";  // the single-node case sets one more
+  auto variables = worker_variables(id);
+  REQUIRE(variables.size() >= 17);
+  for (const auto& [name, value] : variables) {
+    INFO(name);
+    CHECK(contract.count(name) == 1);
+  }
+  // The two the supervisor adds itself.
+  CHECK(contract.count(env::kHeartbeatFd) == 1);
+  CHECK(contract.count(env::kOmpNumThreads) == 1);
+}
+
+TEST_CASE("every variable of the contract is documented in the README", "[launch][contract][docs]") {
+  std::string readme = test::read_file(std::string(DDP_SOURCE_DIR) + "/README.md");
+  REQUIRE(!readme.empty());
+  for (const auto& variable : kWorkerVariables) {
+    INFO(variable.name);
+    CHECK(readme.find("`" + std::string(variable.name)) != std::string::npos);
+  }
+}

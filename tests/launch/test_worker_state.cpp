@@ -1,0 +1,57 @@
+// The supervisor's state machine, without processes: each exit a worker can make, and each way an
+// attempt can end.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "ddp/launch/worker_state.h"
+
+using namespace ddp;
+
+namespace {
+
+// waitpid statuses, built the way the kernel reports them.
+int exited(int code) { return (code & 0xff) << 8; }
+int killed(int sig) { return sig & 0x7f; }
+
+}  // namespace
+
+TEST_CASE("the wait-status helpers build what waitpid reports", "[launch][state]") {
+  CHECK(WIFEXITED(exited(3)));
+  CHECK(WEXITSTATUS(exited(3)) == 3);
+  CHECK(WIFSIGNALED(killed(SIGKILL)));
+  CHECK(WTERMSIG(killed(SIGKILL)) == SIGKILL);
+}
+
+TEST_CASE("a healthy worker's exit moves it to SUCCEEDED, FAILED or STOPPED", "[launch][state]") {
+  CHECK(state_after_exit(exited(0), false) == WorkerState::kSucceeded);
+  CHECK(state_after_exit(exited(0), true) == WorkerState::kSucceeded);  // finished before the stop reached it
+  CHECK(state_after_exit(exited(1), false) == WorkerState::kFailed);
+  CHECK(state_after_exit(exited(2), false) == WorkerState::kFailed);
+  CHECK(state_after_exit(killed(SIGSEGV), false) == WorkerState::kFailed);
+  CHECK(state_after_exit(exited(143), false) == WorkerState::kFailed);  // stopped by someone else
+  // Once the group is being stopped, a worker that then dies was stopped, not failed.
+  CHECK(state_after_exit(exited(143), true) == WorkerState::kStopped);
+  CHECK(state_after_exit(killed(SIGKILL), true) == WorkerState::kStopped);
+  CHECK(state_after_exit(exited(1), true) == WorkerState::kStopped);
+}
+
+TEST_CASE("only a usage error is not worth a restart", "[launch][state]") {
+  CHECK_FALSE(restartable_failure(exited(2)));
+  CHECK(restartable_failure(exited(1)));
+  CHECK(restartable_failure(exited(3)));
+  CHECK(restartable_failure(killed(SIGKILL)));
+  CHECK(restartable_failure(killed(2)));  // SIGINT is signal 2, not exit status 2
+}
+
+TEST_CASE("after an attempt: finish, restart while restarts are left, then give up", "[launch][state]") {
+  CHECK(decide_after_attempt(0, false, 0, 3) == AttemptDecision::kFinish);
+  CHECK(decide_after_attempt(0, true, 0, 3) == AttemptDecision::kFinish);
+  CHECK(decide_after_attempt(2, false, 0, 3) == AttemptDecision::kFinish);    // usage error
+  CHECK(decide_after_attempt(130, false, 0, 3) == AttemptDecision::kFinish);  // interrupted
+  CHECK(decide_after_attempt(1, true, 0, 0) == AttemptDecision::kFinish);     // no restarts asked for
+  CHECK(decide_after_attempt(1, true, 0, 2) == AttemptDecision::kRestart);
+  CHECK(decide_after_attempt(137, true, 1, 2) == AttemptDecision::kRestart);
+  CHECK(decide_after_attempt(1, true, 2, 2) == AttemptDecision::kGiveUp);
+}

@@ -1,0 +1,243 @@
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "ddp/common/error.h"
+#include "ddp/loop/train_config.h"
+#include "support/subprocess.h"
+
+using Catch::Contains;
+using Catch::Equals;
+using ddp::ConfigError;
+using ddp::parse_train_config;
+using ddp::TrainConfig;
+
+namespace {
+
+TrainConfig parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return parse_train_config(yaml, overrides);
+}
+
+// docs/config.md is hand-written down to this line and generated after it.
+const std::string kDocsMarker =
+    "<!-- Everything below is config_reference_markdown(); regenerate it with "
+    "DDP_UPDATE_DOCS=1 build/bin/test_loop \"[docs]\" -->";
+
+}  // namespace
+
+TEST_CASE("an empty document gives the defaults", "[config]") {
+  for (const std::string text : {"", "# nothing set\n", "train:\n", "---\n"}) {
+    TrainConfig config = parse(text);
+    TrainConfig defaults;
+    CHECK(ddp::to_yaml(config) == ddp::to_yaml(defaults));
+    CHECK(config.train.batch_size == 64);
+    CHECK(config.optim.lr == 0.01);
+    CHECK(config.model.hidden == std::vector<int64_t>{256, 128});
+    CHECK(config.dist.backend == "auto");
+    CHECK(config.checkpoint.resume == "auto");
+    CHECK(config.run.output_dir.empty());
+  }
+}
+
+TEST_CASE("a full document sets every kind of value", "[config]") {
+  TrainConfig config = parse(R"(
+run: {name: exp1, output_dir: /tmp/exp1, seed: 7}
+dist: {backend: gloo, timeout_s: 60, bucket_cap_mb: 4.5, overlap: false}
+data: {dataset: synthetic, path: "", mean: 0.5, std: 0.25, eval_split: none,
+       synthetic_train_samples: 100, synthetic_test_samples: 10, workers: 2, prefetch: 4}
+sampler: {shuffle: false, seed: 3, drop_last: true}
+model:
+  name: mlp
+  num_classes: 10
+  batchnorm: false
+  relu: false
+  hidden: [512, 256, 64]
+optim: {name: adamw, lr: 3e-4, momentum: 0, weight_decay: 0.01, beta1: 0.8, beta2: 0.99, eps: 1e-6, lr_scaling: sqrt}
+schedule: {name: cosine, warmup_steps: 100, step_size: 10, gamma: 0.5, min_lr: 1e-5}
+train: {epochs: 3, max_steps: 500, batch_size: 32, grad_accum_steps: 4, clip_grad_norm: 1.0, log_every: 10}
+eval: {every_epochs: 0, every_steps: 100, batch_size: 256, at_start: false}
+checkpoint: {every_steps: 200, every_epochs: 0, keep_last: 5, resume: never}
+)");
+  CHECK(config.run.name == "exp1");
+  CHECK(config.run.output_dir == "/tmp/exp1");
+  CHECK(config.run.seed == 7);
+  CHECK(config.dist.backend == "gloo");
+  CHECK(config.dist.bucket_cap_mb == 4.5);
+  CHECK_FALSE(config.dist.overlap);
+  CHECK(config.data.dataset == "synthetic");
+  CHECK(config.data.path.empty());
+  CHECK(config.data.prefetch == 4);
+  CHECK(config.sampler.drop_last);
+  CHECK(config.model.hidden == std::vector<int64_t>{512, 256, 64});
+  CHECK(config.optim.name == "adamw");
+  CHECK(config.optim.lr == 3e-4);
+  CHECK(config.optim.eps == 1e-6);
+  CHECK(config.schedule.min_lr == 1e-5);
+  CHECK(config.train.grad_accum_steps == 4);
+  CHECK(config.train.clip_grad_norm == 1.0);
+  CHECK(config.eval.every_steps == 100);
+  CHECK_FALSE(config.eval.at_start);
+  CHECK(config.checkpoint.keep_last == 5);
+  CHECK(config.checkpoint.resume == "never");
+}
+
+TEST_CASE("unknown keys are errors with a hint", "[config]") {
+  REQUIRE_THROWS_AS(parse("train: {bach_size: 32}"), ConfigError);
+  REQUIRE_THROWS_WITH(parse("train: {bach_size: 32}"),
+                      Equals("train.bach_size: unknown key (did you mean train.batch_size?)"));
+  REQUIRE_THROWS_WITH(parse("trian: {epochs: 2}"), Equals("trian: unknown key (did you mean train?)"));
+  REQUIRE_THROWS_WITH(parse("batch_size: 32"),
+                      Equals("batch_size: unknown key (did you mean train.batch_size or eval.batch_size?)"));
+  REQUIRE_THROWS_WITH(parse("foo: {bar: 1}"), Contains("foo: unknown key (valid sections: run, dist, data, sampler"));
+  REQUIRE_THROWS_WITH(parse("train: {xyz: 1}"),
+                      Contains("train.xyz: unknown key (valid keys of train: epochs, max_steps, batch_size"));
+  REQUIRE_THROWS_WITH(parse("train: {epochs: 1, epochs: 2}"), Equals("train.epochs: duplicate key"));
+}
+
+TEST_CASE("sections must be maps and values must be scalars", "[config]") {
+  REQUIRE_THROWS_WITH(parse("train: 3"), Equals("train: expected a map of keys (a section), got 3"));
+  REQUIRE_THROWS_WITH(parse("train: [1, 2]"), Contains("train: expected a map of keys"));
+  REQUIRE_THROWS_WITH(parse("train: {batch_size: {a: 1}}"), Equals("train.batch_size: expected an integer, got a map"));
+  REQUIRE_THROWS_WITH(parse("- train"), Contains("config: expected a map of sections"));
+}
+
+TEST_CASE("wrong types name the path, the value and the expectation", "[config]") {
+  REQUIRE_THROWS_WITH(parse("optim: {lr: fast}"), Equals("optim.lr: expected a number, got \"fast\""));
+  REQUIRE_THROWS_WITH(parse("train: {batch_size: 3.5}"), Equals("train.batch_size: expected an integer, got 3.5"));
+  REQUIRE_THROWS_WITH(parse("train: {batch_size: 99999999999999999999}"), Contains("(out of range)"));
+  REQUIRE_THROWS_WITH(parse("train: {batch_size:}"), Equals("train.batch_size: expected an integer, got null"));
+  // Booleans are true/false only: YAML 1.1's yes/no and 1/0 are refused rather than guessed.
+  REQUIRE_THROWS_WITH(parse("sampler: {shuffle: yes}"), Equals("sampler.shuffle: expected true or false, got \"yes\""));
+  REQUIRE_THROWS_WITH(parse("sampler: {shuffle: 1}"), Equals("sampler.shuffle: expected true or false, got 1"));
+  REQUIRE_THROWS_WITH(parse("run: {name: [a, b]}"), Equals("run.name: expected a string, got a list"));
+  REQUIRE_THROWS_WITH(parse("run: {output_dir: }"), Contains("run.output_dir: expected a string, got null"));
+  REQUIRE_THROWS_WITH(parse("model: {hidden: 256}"), Contains("model.hidden: expected a list of integers"));
+  REQUIRE_THROWS_WITH(parse("model: {hidden: [256, x]}"), Equals("model.hidden[1]: expected an integer, got \"x\""));
+  CHECK(parse("sampler: {shuffle: False}").sampler.shuffle == false);
+  CHECK(parse("run: {name: 123}").run.name == "123");
+  CHECK(parse("train: {batch_size: +8}").train.batch_size == 8);
+}
+
+TEST_CASE("ranges and choices are checked", "[config]") {
+  REQUIRE_THROWS_WITH(parse("optim: {lr: -0.1}"), Equals("optim.lr: must be > 0, got -0.1"));
+  REQUIRE_THROWS_WITH(parse("train: {batch_size: 0}"), Equals("train.batch_size: must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(parse("optim: {momentum: 1}"), Equals("optim.momentum: must be in [0, 1), got 1"));
+  REQUIRE_THROWS_WITH(parse("model: {hidden: [8, 0]}"), Equals("model.hidden[1]: must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(parse("run: {name: \"\"}"), Equals("run.name: must not be empty"));
+  REQUIRE_THROWS_WITH(parse("dist: {backend: mpi}"),
+                      Equals("dist.backend: must be one of auto, gloo, nccl, got \"mpi\""));
+  // Every problem is reported, one complete line each.
+  REQUIRE_THROWS_WITH(parse("optim: {lr: 0}\ntrain: {epochs: 0}"),
+                      Equals("optim.lr: must be > 0, got 0\ntrain.epochs: must be >= 1, got 0"));
+}
+
+TEST_CASE("cross-field rules", "[config]") {
+  REQUIRE_THROWS_WITH(parse("optim: {nesterov: true, momentum: 0}"),
+                      Equals("optim.nesterov: needs optim.momentum > 0"));
+  REQUIRE_THROWS_WITH(parse("optim: {nesterov: true, name: adam}"), Contains("optim.nesterov: only sgd"));
+  REQUIRE_THROWS_WITH(parse("model: {name: mlp, hidden: []}"),
+                      Equals("model.hidden: must not be empty when model.name is mlp"));
+  CHECK(parse("model: {name: convnet, hidden: []}").model.hidden.empty());
+  REQUIRE_THROWS_WITH(parse("data: {dataset: idx, path: \"\"}"), Contains("data.path: must not be empty"));
+}
+
+TEST_CASE("set overrides use the same paths and messages", "[config]") {
+  TrainConfig config = parse("train: {epochs: 5}", {"train.epochs=3", "optim.lr = 0.5", "model.hidden=[512,64]",
+                                                     "sampler.shuffle=false", "run.name=my run",
+                                                     "run.output_dir=", "eval={batch_size: 10, at_start: false}"});
+  CHECK(config.train.epochs == 3);
+  CHECK(config.optim.lr == 0.5);
+  CHECK(config.model.hidden == std::vector<int64_t>{512, 64});
+  CHECK_FALSE(config.sampler.shuffle);
+  CHECK(config.run.name == "my run");
+  CHECK(config.run.output_dir.empty());
+  CHECK(config.eval.batch_size == 10);
+  CHECK_FALSE(config.eval.at_start);
+  CHECK(parse("", {"train.epochs=2", "train.epochs=4"}).train.epochs == 4);
+
+  REQUIRE_THROWS_WITH(parse("", {"train.bach_size=3"}),
+                      Equals("train.bach_size: unknown key (did you mean train.batch_size?)"));
+  REQUIRE_THROWS_WITH(parse("", {"foo.bar=1"}), Contains("foo.bar: unknown key (valid sections: run, dist"));
+  REQUIRE_THROWS_WITH(parse("", {"train.batch_size.x=1"}),
+                      Equals("train.batch_size.x: unknown key (train.batch_size is a value, not a section)"));
+  REQUIRE_THROWS_WITH(parse("", {"train.epochs"}), Equals("--set train.epochs: expected key=value"));
+  REQUIRE_THROWS_WITH(parse("", {"=3"}), Equals("--set =3: expected key=value"));
+  REQUIRE_THROWS_WITH(parse("", {"optim.lr=fast"}), Equals("optim.lr: expected a number, got \"fast\""));
+  REQUIRE_THROWS_WITH(parse("", {"model.hidden=[1,"}), Contains("model.hidden: cannot read \"[1,\" as a YAML value"));
+  REQUIRE_THROWS_WITH(parse("", {"dist.backend=mpi"}), Contains("dist.backend: must be one of"));
+}
+
+TEST_CASE("an override can fix a bad value from the file", "[config]") {
+  REQUIRE_THROWS_WITH(parse("optim: {lr: -1}"), Contains("optim.lr: must be > 0"));
+  CHECK(parse("optim: {lr: -1}", {"optim.lr=0.1"}).optim.lr == 0.1);
+}
+
+TEST_CASE("to_yaml writes every key and reads back the same", "[config]") {
+  TrainConfig config = parse(
+      "run: {name: \"yes\", output_dir: \"\"}\n"
+      "data: {path: \"/data/with space: and #hash\", mean: 0.1, std: 0.30000000000000004}\n"
+      "model: {hidden: []}\n"
+      "optim: {lr: 1e-8, name: adam}\n"
+      "checkpoint: {resume: \"123\"}\n");
+  std::string yaml = ddp::to_yaml(config);
+  TrainConfig again = parse(yaml);
+  CHECK(ddp::to_yaml(again) == yaml);
+  CHECK(again.run.name == "yes");
+  CHECK(again.data.path == "/data/with space: and #hash");
+  CHECK(again.data.std == 0.30000000000000004);
+  CHECK(again.optim.lr == 1e-8);
+  CHECK(again.model.hidden.empty());
+  CHECK(again.checkpoint.resume == "123");
+
+  YAML::Node root = YAML::Load(yaml);
+  CHECK(root.size() == 10);
+  CHECK(root["train"]["batch_size"].as<int64_t>() == 64);
+  CHECK(root["model"]["hidden"].IsSequence());
+  CHECK(yaml.rfind("run:\n  name: \"yes\"\n  output_dir: \"\"\n  seed: 0\ndist:\n", 0) == 0);
+}
+
+TEST_CASE("config files: missing, malformed, fine", "[config]") {
+  ddp::test::TempDir dir;
+  REQUIRE_THROWS_WITH(ddp::load_train_config(dir.file("absent.yaml"), {}),
+                      Equals("config file not found: " + dir.file("absent.yaml")));
+
+  std::string bad = dir.file("bad.yaml");
+  ddp::test::write_file(bad, "train:\n  epochs: 2\n  batch_size: [1, 2\n");
+  REQUIRE_THROWS_AS(ddp::load_train_config(bad, {}), ConfigError);
+  REQUIRE_THROWS_WITH(ddp::load_train_config(bad, {}), Contains(bad + ":4:") && Contains("invalid YAML"));
+
+  std::string good = dir.file("good.yaml");
+  ddp::test::write_file(good, "train:\n  epochs: 2\n");
+  TrainConfig config = ddp::load_train_config(good, {"train.batch_size=16"});
+  CHECK(config.train.epochs == 2);
+  CHECK(config.train.batch_size == 16);
+}
+
+TEST_CASE("docs/config.md holds the generated reference", "[config][docs]") {
+  std::string path = std::string(DDP_SOURCE_DIR) + "/docs/config.md";
+  std::string doc = ddp::test::read_file(path);
+  std::string reference = ddp::config_reference_markdown();
+  std::size_t marker = doc.find(kDocsMarker);
+  REQUIRE(marker != std::string::npos);
+  std::string expected = doc.substr(0, marker) + kDocsMarker + "\n\n" + reference;
+  const char* update = std::getenv("DDP_UPDATE_DOCS");
+  if (update && std::string(update) == "1" && doc != expected) {
+    ddp::test::write_file(path, expected);
+    doc = expected;
+  }
+  if (doc != expected) {
+    // Point at the first stale line rather than dumping both documents.
+    std::size_t at = 0;
+    while (at < doc.size() && at < expected.size() && doc[at] == expected[at]) ++at;
+    std::size_t line = 1 + std::count(expected.begin(), expected.begin() + at, '\n');
+    std::size_t begin = expected.rfind('\n', at == 0 ? 0 : at - 1);
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    FAIL("docs/config.md is out of date from line " << line << ", which should read:\n"
+         << expected.substr(begin, expected.find('\n', begin) - begin)
+         << "\nregenerate it with DDP_UPDATE_DOCS=1 build/bin/test_loop \"[docs]\"");
+  }
+  CHECK(doc.find(reference) != std::string::npos);
+}

@@ -1,0 +1,363 @@
+// Integration tests of the trainer: real ddprun/ddp-train processes over loopback.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <sstream>
+
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+using Weights = std::map<std::string, torch::Tensor>;
+
+Weights load_weights(const std::string& path) {
+  std::string bytes = read_file(path);
+  REQUIRE(!bytes.empty());
+  auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  Weights weights;
+  for (const auto& item : dict) weights[item.key().toStringRef()] = item.value().toTensor();
+  return weights;
+}
+
+double max_difference(const Weights& a, const Weights& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : a)
+    worst = std::max(worst, (tensor.to(torch::kDouble) - b.at(name).to(torch::kDouble)).abs().max().item<double>());
+  return worst;
+}
+
+bool bit_identical(const Weights& a, const Weights& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, tensor] : a)
+    if (!torch::equal(tensor, b.at(name))) return false;
+  return true;
+}
+
+std::string config(const std::string& name) { return std::string(DDP_SOURCE_DIR) + "/configs/" + name; }
+
+// Runs ddprun on a config with overrides; fails the test on a non-zero exit.
+CommandResult train(int nproc, const std::string& yaml, const std::vector<std::string>& sets, bool expect_ok = true) {
+  std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", std::to_string(nproc), config(yaml)};
+  for (const auto& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  auto r = run_command(argv, std::chrono::seconds(240), {"OMP_NUM_THREADS=1"});
+  if (expect_ok) {
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  return r;
+}
+
+// The synthetic MLP, small learning rate so 20 steps stay far from convergence.
+std::vector<std::string> mlp_sets(const std::string& dir, int batch, int accum = 1) {
+  return {"run.output_dir=" + dir,       "train.max_steps=20",   "train.batch_size=" + std::to_string(batch),
+          "train.grad_accum_steps=" + std::to_string(accum), "optim.lr=0.01", "data.eval_split=none",
+          "checkpoint.every_epochs=0",   "train.log_every=5"};
+}
+
+std::vector<std::map<std::string, double>> read_metrics(const std::string& path) {
+  std::vector<std::map<std::string, double>> records;
+  std::ifstream in(path);
+  std::string line;
+  std::regex field("\"([a-z_]+)\": ([-0-9.e+]+)");
+  while (std::getline(in, line)) {
+    std::map<std::string, double> record;
+    for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it)
+      record[(*it)[1]] = std::stod((*it)[2]);
+    records.push_back(record);
+  }
+  return records;
+}
+
+}  // namespace
+
+TEST_CASE("world 2 with batch b equals world 1 with batch 2b after 20 SGD steps", "[trainer]") {
+  TempDir dir;
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("w2"), 16));
+  train(1, "synthetic_mlp.yaml", mlp_sets(dir.file("w1"), 32));
+  train(1, "synthetic_mlp.yaml", mlp_sets(dir.file("w1_small"), 16));
+  auto w2 = load_weights(dir.file("w2/model.pt"));
+  CHECK(max_difference(w2, load_weights(dir.file("w1/model.pt"))) < 1e-5);
+  // The comparison can fail: a different global batch ends elsewhere.
+  CHECK(max_difference(w2, load_weights(dir.file("w1_small/model.pt"))) > 1e-4);
+}
+
+TEST_CASE("gradient accumulation: world 2, batch b, 2 micro-steps equals world 1 with batch 4b", "[trainer]") {
+  TempDir dir;
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("accum"), 8, 2));
+  train(1, "synthetic_mlp.yaml", mlp_sets(dir.file("w1"), 32));
+  CHECK(max_difference(load_weights(dir.file("accum/model.pt")), load_weights(dir.file("w1/model.pt"))) < 1e-5);
+}
+
+TEST_CASE("the ConvNet with SyncBatchNorm: world 2 with batch 32 equals world 1 with batch 64 after 30 SGD steps",
+          "[trainer][syncbn]") {
+  TempDir dir;
+  auto sets = [&](const std::string& out, int batch, bool sync) {
+    auto s = mlp_sets(dir.file(out), batch);
+    s.insert(s.end(), {"model.name=convnet", "model.batchnorm=true", "train.max_steps=30",
+                       std::string("model.sync_batchnorm=") + (sync ? "true" : "false")});
+    return s;
+  };
+  // The same config at both world sizes; only the per-rank batch differs.
+  train(2, "synthetic_mlp.yaml", sets("w2", 32, true));
+  train(1, "synthetic_mlp.yaml", sets("w1", 64, true));
+  train(1, "synthetic_mlp.yaml", sets("w1_plain", 64, false));
+  train(2, "synthetic_mlp.yaml", sets("w2_local", 32, false));
+  auto w1 = load_weights(dir.file("w1/model.pt"));
+  CHECK(max_difference(load_weights(dir.file("w2/model.pt")), w1) < 1e-5);  // running statistics included
+  // At world 1 it is BatchNorm, up to float rounding (BatchNorm's own running mean sums less exactly).
+  CHECK(max_difference(load_weights(dir.file("w1_plain/model.pt")), w1) < 1e-4);
+  // The comparison can fail: per-rank statistics of 32 samples end elsewhere.
+  CHECK(max_difference(load_weights(dir.file("w2_local/model.pt")), w1) > 1e-3);
+}
+
+TEST_CASE("overlapping all-reduce with backward gives the same weights as not overlapping", "[trainer]") {
+  TempDir dir;
+  // Small buckets, so several of them start during backward.
+  auto sets = [&](const std::string& out, const std::string& overlap) {
+    auto s = mlp_sets(dir.file(out), 16);
+    s.insert(s.end(), {"model.hidden=[256,256]", "dist.bucket_cap_mb=0.05", "dist.overlap=" + overlap});
+    return s;
+  };
+  train(2, "synthetic_mlp.yaml", sets("overlap", "true"));
+  train(2, "synthetic_mlp.yaml", sets("sync", "false"));
+  CHECK(max_difference(load_weights(dir.file("overlap/model.pt")), load_weights(dir.file("sync/model.pt"))) < 1e-6);
+  auto logs = read_metrics(dir.file("overlap/metrics.jsonl"));
+  double total = 0, exposed = 0;
+  for (const auto& record : logs)
+    if (record.count("allreduce_ms")) {
+      total += record.at("allreduce_ms");
+      exposed += record.at("allreduce_exposed_ms");
+    }
+  CHECK(total > 0);
+  CHECK(exposed < total);  // some of it ran while backward did
+}
+
+TEST_CASE("10 steps, stop, resume, 10 more equals 20 steps straight", "[trainer][checkpoint]") {
+  TempDir dir;
+  auto sets = [&](const std::string& out, int steps) {
+    auto s = mlp_sets(dir.file(out), 16);
+    s[1] = "train.max_steps=" + std::to_string(steps);
+    s.push_back("checkpoint.every_steps=10");
+    return s;
+  };
+  train(2, "synthetic_mlp.yaml", sets("straight", 20));
+  train(2, "synthetic_mlp.yaml", sets("resumed", 10));
+  CHECK(std::filesystem::exists(dir.file("resumed/checkpoints/step_0000000010.json")));
+  auto second = train(2, "synthetic_mlp.yaml", sets("resumed", 20));
+  CHECK_THAT(second.out, Contains("resumed from") && Contains("at step 10"));
+  CHECK(bit_identical(load_weights(dir.file("straight/model.pt")), load_weights(dir.file("resumed/model.pt"))));
+}
+
+TEST_CASE("ranks started by hand in reverse order train like ddprun's", "[trainer]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  auto sets = mlp_sets(dir.file("by_hand"), 16);
+  std::string overrides;
+  for (const auto& s : sets) overrides += " --set " + s;
+  std::string worker = "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + config("synthetic_mlp.yaml") + overrides +
+                       " --world-size 2 --master-port " + port;
+  auto r = run_shell(worker + " --rank 1 & B=$!; sleep 1; " + worker + " --rank 0; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("launched"), 16));
+  CHECK(bit_identical(load_weights(dir.file("by_hand/model.pt")), load_weights(dir.file("launched/model.pt"))));
+}
+
+TEST_CASE("a short 2-rank Fashion-MNIST run learns, and its model.pt gives the same accuracy in Python", "[trainer][slow]") {
+  TempDir dir;
+  train(2, "fashion_mnist_convnet.yaml",
+        {"run.output_dir=" + dir.file("w2"), "train.max_steps=150", "checkpoint.every_epochs=0", "train.log_every=50"});
+  auto metrics = read_metrics(dir.file("w2/metrics.jsonl"));
+  auto with = [&](const std::string& key) {
+    std::vector<std::map<std::string, double>> found;
+    for (const auto& record : metrics)
+      if (record.count(key)) found.push_back(record);
+    return found;
+  };
+  auto evals = with("eval_accuracy");
+  REQUIRE(evals.size() >= 2);
+  const auto& first = evals.front();
+  const auto& last = evals.back();
+  CHECK(first.at("step") == 0);
+  CHECK(last.at("step") == 150);
+  CHECK(last.at("eval_accuracy") > 0.75);
+  CHECK(last.at("eval_accuracy") > first.at("eval_accuracy") + 0.4);
+  auto logs = with("samples_per_s");
+  REQUIRE(logs.size() == 3);
+  for (const char* key : {"step", "epoch", "loss", "lr", "samples_per_s_per_rank", "allreduce_ms"})
+    CHECK(logs[0].count(key) == 1);
+  CHECK(with("peak_rss_mib_max").size() == 1);
+  CHECK_THAT(read_file(dir.file("w2/config.yaml")), Contains("max_steps: 150"));
+
+  // One rank with the same global batch: the same eval before training, and it learns as far.
+  train(1, "fashion_mnist_convnet.yaml",
+        {"run.output_dir=" + dir.file("w1"), "train.max_steps=150", "train.batch_size=128", "checkpoint.every_epochs=0",
+         "train.log_every=50"});
+  auto single = read_metrics(dir.file("w1/metrics.jsonl"));
+  REQUIRE(single.front().count("eval_accuracy") == 1);
+  CHECK(single.front().at("eval_accuracy") == first.at("eval_accuracy"));
+  CHECK(single.front().at("eval_loss") == Approx(first.at("eval_loss")).epsilon(1e-6));
+  double single_final = 0;
+  for (const auto& record : single)
+    if (record.count("eval_accuracy")) single_final = record.at("eval_accuracy");
+  CHECK(single_final == Approx(last.at("eval_accuracy")).margin(0.02));
+
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/scripts/ddp_models.py", "eval",
+                             dir.file("w2/model.pt"), "convnet"},
+                            std::chrono::seconds(120));
+  INFO(python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+)")));
+  CHECK(std::stod(match[1]) == Approx(last.at("eval_accuracy")).margin(1e-4));
+}
+
+TEST_CASE("a config typo fails before any work, naming the key and the fix", "[trainer][errors]") {
+  TempDir dir;
+  write_file(dir.file("typo.yaml"), "train: {bach_size: 32}\nrun: {output_dir: " + dir.file("out") + "}\n");
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", dir.file("typo.yaml")});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("train.bach_size: unknown key (did you mean train.batch_size?)"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("out")));
+}
+
+TEST_CASE("a truncated data file is one clear error naming it", "[trainer][errors]") {
+  TempDir dir;
+  std::string source = "/usr/share/datasets/fashion-mnist/";
+  for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    std::filesystem::copy_file(source + name, dir.file(name));
+  std::string images = read_file(source + "train-images-idx3-ubyte.gz");
+  write_file(dir.file("train-images-idx3-ubyte.gz"), images.substr(0, images.size() / 2));
+  auto r = train(2, "fashion_mnist_convnet.yaml", {"data.path=" + dir.path(), "run.output_dir=" + dir.file("out")}, false);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("train-images-idx3-ubyte.gz") && Contains("truncated"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("out/model.pt")));
+}
+
+TEST_CASE("ranks with different configs fail together, naming the rank and the difference", "[trainer][errors]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string worker = bin("ddp-train") + " " + config("synthetic_mlp.yaml") + " --set run.output_dir=" + dir.path() +
+                       " --world-size 2 --master-port " + port;
+  auto r = run_shell(worker + " --rank 0 --set train.batch_size=32 & A=$!; " + worker +
+                         " --rank 1 --set train.batch_size=16; B=$?; wait $A; echo statuses=$?,$B",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=2,2") == 1);
+  CHECK_THAT(r.err, Contains("rank 1's config differs from rank 0's: '  batch_size: 32' vs '  batch_size: 16'"));
+}
+
+namespace {
+
+// Local addresses of the listening TCP sockets that `pids` hold, as hex from /proc/net/tcp{,6}.
+std::vector<std::string> listening_addresses(const std::vector<int>& pids) {
+  std::set<std::string> inodes;
+  for (int pid : pids) {
+    std::error_code ec;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      auto target = std::filesystem::read_symlink(fd.path(), ec).string();
+      if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<std::string> addresses;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(read_file(table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, skip, inode;
+      fields >> slot >> local >> remote >> state;
+      for (int i = 0; i < 5; ++i) fields >> skip;
+      fields >> inode;
+      if (state == "0A" && inodes.count(inode)) addresses.push_back(local.substr(0, local.find(':')));
+    }
+  }
+  return addresses;
+}
+
+bool is_loopback_hex(const std::string& hex) {
+  if (hex.size() == 8) return hex.substr(6, 2) == "7F";  // 127.x.x.x, little-endian
+  return hex == "00000000000000000000000001000000" ||                   // ::1
+         (hex.substr(0, 24) == "0000000000000000FFFF0000" && hex.substr(30, 2) == "7F");  // ::ffff:127.x
+}
+
+}  // namespace
+
+TEST_CASE("a single-node trainer run listens on loopback only", "[trainer][exposure]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                        config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out +
+                        " --set train.max_steps=100000 --set data.eval_split=none --set train.log_every=5";
+  auto r = run_shell(command + " > " + dir.file("log") + " 2>&1 & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; "
+                         "i=$((i+1)); done; pgrep -f '[d]dp-train.*" + out + "'; echo launcher $L",
+                     std::chrono::seconds(60));
+  std::vector<int> pids;
+  std::istringstream lines(r.out);
+  std::string word;
+  while (lines >> word)
+    if (word != "launcher") pids.push_back(std::stoi(word));
+  REQUIRE(pids.size() == 3);  // two workers and the launcher
+  // A control: this test's own socket on every interface must be seen and flagged.
+  int control = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  bind(control, reinterpret_cast<sockaddr*>(&any), sizeof any);
+  listen(control, 1);
+  pids.push_back(getpid());
+  auto addresses = listening_addresses(pids);
+  close(control);
+  kill(pids[2], SIGKILL);  // the launcher; its watchdog takes the workers down
+  REQUIRE(std::count(addresses.begin(), addresses.end(), "00000000") == 1);
+  int exposed = 0;
+  for (const auto& address : addresses) exposed += !is_loopback_hex(address);
+  CHECK(exposed == 1);  // the control, nothing of the run
+}
+
+TEST_CASE("two nodes of one rank each train exactly like one node of two", "[trainer][multinode]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string overrides;
+  for (const auto& s : mlp_sets(dir.file("two_nodes"), 16)) overrides += " --set " + s;
+  std::string node = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --master-port " + port +
+                     " --rdzv-timeout 60 " + config("synthetic_mlp.yaml") + overrides + " --node-rank ";
+  auto r = run_shell(node + "1 & B=$!; " + node + "0; A=$?; wait $B; echo statuses=$A,$?", std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("one_node"), 16));
+  CHECK(bit_identical(load_weights(dir.file("two_nodes/model.pt")), load_weights(dir.file("one_node/model.pt"))));
+}
+
+TEST_CASE("a Python program using torch.distributed's env:// joins ddprun's store", "[trainer][python]") {
+  std::string script =
+      "import torch, torch.distributed as dist\n"
+      "dist.init_process_group('gloo')\n"
+      "t = torch.ones(1) * (dist.get_rank() + 1)\n"
+      "dist.all_reduce(t)\n"
+      "print('rank', dist.get_rank(), 'of', dist.get_world_size(), 'sum', int(t.item()))\n";
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", "--", "/usr/bin/python3", "-c", script},
+                       std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 0] rank 0 of 2 sum 3") == 1);
+  CHECK(count_lines(r.out, "[rank 1] rank 1 of 2 sum 3") == 1);
+}

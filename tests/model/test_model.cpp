@@ -1,0 +1,276 @@
+// Models: shapes, the registry's errors, and that the weights file is what PyTorch itself would
+// write for scripts/ddp_models.py's twin modules (same keys, shapes, order and forward).
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include "ddp/common/error.h"
+#include "ddp/model/model_registry.h"
+#include "ddp/model/python_state_dict.h"
+#include "support/subprocess.h"
+
+namespace {
+
+using ddp::ModelConfig;
+
+const std::string kPython = "/usr/bin/python3";
+const std::string kScript = std::string(DDP_SOURCE_DIR) + "/scripts/ddp_models.py";
+
+ModelConfig config(const std::string& name, int64_t num_classes = 10, bool batchnorm = true, bool relu = true,
+                   std::vector<int64_t> hidden = {256, 128}) {
+  return ModelConfig{.name = name, .num_classes = num_classes, .batchnorm = batchnorm, .relu = relu,
+                     .hidden = std::move(hidden)};
+}
+
+std::string hidden_list(const std::vector<int64_t>& hidden) {
+  std::string out;
+  for (int64_t width : hidden) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(width);
+  }
+  return out;
+}
+
+std::string describe(const ModelConfig& c) {
+  return c.name + " num_classes=" + std::to_string(c.num_classes) + " batchnorm=" + std::to_string(c.batchnorm) +
+         " relu=" + std::to_string(c.relu) + " hidden=" + hidden_list(c.hidden);
+}
+
+// The same model, as scripts/ddp_models.py's command-line options.
+std::vector<std::string> python_options(const ModelConfig& c) {
+  std::vector<std::string> args = {c.name, "--num-classes", std::to_string(c.num_classes), "--hidden",
+                                   hidden_list(c.hidden)};
+  if (!c.batchnorm) args.push_back("--no-batchnorm");
+  if (!c.relu) args.push_back("--no-relu");
+  return args;
+}
+
+ddp::test::CommandResult python(std::vector<std::string> args) {
+  args.insert(args.begin(), kPython);
+  auto result = ddp::test::run_command(args, std::chrono::seconds(120));
+  INFO("stderr: " << result.err);
+  REQUIRE(result.exit_code == 0);
+  return result;
+}
+
+std::string shape(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+// Nonzero running statistics, so a forward that ignored the saved buffers would show.
+void warm_up(ddp::Model& model) {
+  model.train();
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < 3; ++i) model.forward(torch::randn({8, 1, 28, 28}) * 2 + 0.5);
+  model.eval();
+}
+
+}  // namespace
+
+TEST_CASE("every model maps [B,1,28,28] to [B,num_classes]", "[model]") {
+  torch::manual_seed(0);
+  std::vector<ModelConfig> configs;
+  for (int64_t classes : {10, 3})
+    for (bool batchnorm : {true, false})
+      for (bool relu : {true, false}) configs.push_back(config("convnet", classes, batchnorm, relu));
+  configs.push_back(config("linear3"));
+  configs.push_back(config("linear3", 5));
+  configs.push_back(config("mlp"));
+  configs.push_back(config("mlp", 7, true, true, {}));
+  configs.push_back(config("mlp", 10, true, true, {32}));
+  for (const auto& c : configs) {
+    INFO(describe(c));
+    auto model = ddp::make_model(c);
+    for (int64_t batch : {1, 4}) {
+      model->eval();
+      auto logits = model->forward(torch::randn({batch, ddp::kInputChannels, ddp::kInputHeight, ddp::kInputWidth}));
+      CHECK(logits.sizes() == torch::IntArrayRef({batch, c.num_classes}));
+    }
+  }
+}
+
+TEST_CASE("the registry lists its models and names the fix for a wrong one", "[model]") {
+  CHECK(ddp::model_names() == std::vector<std::string>({"convnet", "linear3", "mlp"}));
+  CHECK_THROWS_AS(ddp::make_model(config("convnett")), ddp::ConfigError);
+  CHECK_THROWS_WITH(ddp::make_model(config("convnett")),
+                    "model.name: unknown model \"convnett\" (did you mean convnet?); "
+                    "available: convnet, linear3, mlp");
+  CHECK_THROWS_WITH(ddp::make_model(config("resnet152")),
+                    "model.name: unknown model \"resnet152\"; available: convnet, linear3, mlp");
+  CHECK_THROWS_WITH(ddp::make_model(config("linear3", 0)), "model.num_classes: must be >= 1, got 0");
+  CHECK_THROWS_AS(ddp::make_model(config("mlp", 10, true, true, {64, 0})), ddp::ConfigError);
+}
+
+TEST_CASE("state_dict keys and shapes equal the Python twin's", "[model][python]") {
+  for (const auto& c : {config("convnet"), config("convnet", 10, false, true), config("convnet", 3, true, false),
+                        config("linear3", 4), config("mlp"), config("mlp", 10, true, true, {})}) {
+    INFO(describe(c));
+    auto model = ddp::make_model(c);
+    std::string cpp;
+    for (const auto& [name, tensor] : ddp::python_state_dict(*model)) cpp += name + " " + shape(tensor) + "\n";
+    std::vector<std::string> args = {kScript, "keys"};
+    for (const auto& option : python_options(c)) args.push_back(option);
+    CHECK(cpp == python(args).out);
+  }
+}
+
+TEST_CASE("Python loads model.pt strictly and computes the same logits", "[model][python]") {
+  // Loads both files, runs the twin module, prints the key order and the largest difference.
+  const std::string check = R"(
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import ddp_models
+name, kwargs, model_pt, io_pt = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5]
+model = ddp_models.build(name, **kwargs)
+state = torch.load(model_pt)
+model.load_state_dict(state, strict=True)
+model.eval()
+io = torch.load(io_pt)
+with torch.no_grad():
+    out = model(io["input"])
+print("keys " + ",".join(state.keys()))
+print("maxdiff %.9f" % (out - io["output"]).abs().max().item())
+)";
+  torch::manual_seed(1);
+  ddp::test::TempDir dir;
+  for (const auto& c : {config("convnet"), config("convnet", 10, false, false), config("linear3", 6),
+                        config("mlp", 10, true, true, {64, 32})}) {
+    INFO(describe(c));
+    auto model = ddp::make_model(c);
+    warm_up(*model);
+    // arange keeps the input exact and reproducible; the cosine spreads it over both signs.
+    auto input = torch::cos(torch::arange(5 * ddp::kInputSize, torch::kFloat)).reshape({5, 1, 28, 28});
+    torch::Tensor output;
+    {
+      torch::NoGradGuard no_grad;
+      output = model->forward(input);
+    }
+    ddp::save_python_state_dict(*model, dir.file("model.pt"));
+    CHECK_FALSE(std::filesystem::exists(dir.file("model.pt.tmp")));
+    c10::Dict<std::string, torch::Tensor> io;
+    io.insert("input", input);
+    io.insert("output", output);
+    auto bytes = torch::pickle_save(c10::IValue(io));
+    ddp::test::write_file(dir.file("io.pt"), std::string(bytes.begin(), bytes.end()));
+
+    std::string kwargs = "{\"num_classes\": " + std::to_string(c.num_classes) +
+                         ", \"batchnorm\": " + (c.batchnorm ? "true" : "false") +
+                         ", \"relu\": " + (c.relu ? "true" : "false") + ", \"hidden\": [" + hidden_list(c.hidden) + "]}";
+    std::string out = python({"-c", check, std::string(DDP_SOURCE_DIR) + "/scripts", c.name, kwargs,
+                              dir.file("model.pt"), dir.file("io.pt")})
+                          .out;
+    std::string keys;
+    for (const auto& [name, tensor] : ddp::python_state_dict(*model)) keys += (keys.empty() ? "" : ",") + name;
+    INFO(out);
+    CHECK(out.find("keys " + keys + "\n") != std::string::npos);
+    std::smatch match;
+    REQUIRE(std::regex_search(out, match, std::regex("maxdiff ([0-9.e+-]+)")));
+    CHECK(std::stod(match[1]) < 1e-5);
+  }
+}
+
+TEST_CASE("weights saved from Python load in C++ when saved as a plain dict", "[model][python]") {
+  const std::string save = R"(
+import collections, sys, torch
+sys.path.insert(0, sys.argv[1])
+import ddp_models
+model = ddp_models.build("convnet")
+torch.save(dict(model.state_dict()), sys.argv[2])
+torch.save(model.state_dict(), sys.argv[3])
+print("%.9f" % model.fc.weight.double().sum().item())
+)";
+  ddp::test::TempDir dir;
+  std::string out = python({"-c", save, std::string(DDP_SOURCE_DIR) + "/scripts", dir.file("plain.pt"),
+                            dir.file("ordered.pt")})
+                        .out;
+  auto model = ddp::make_model(config("convnet"));
+  ddp::load_python_state_dict(*model, dir.file("plain.pt"));
+  auto fc_weight = ddp::python_state_dict(*model)[14];
+  REQUIRE(fc_weight.first == "fc.weight");
+  CHECK(fc_weight.second.to(torch::kDouble).sum().item<double>() == Approx(std::stod(out)).margin(1e-6));
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("ordered.pt")),
+                    Catch::Contains("torch.save(dict(model.state_dict()), path)"));
+}
+
+TEST_CASE("load_python_state_dict restores every parameter and buffer", "[model]") {
+  ddp::test::TempDir dir;
+  torch::manual_seed(2);
+  auto saved = ddp::make_model(config("convnet"));
+  warm_up(*saved);
+  ddp::save_python_state_dict(*saved, dir.file("model.pt"));
+
+  auto loaded = ddp::make_model(config("convnet"));
+  ddp::load_python_state_dict(*loaded, dir.file("model.pt"));
+  auto expected = ddp::python_state_dict(*saved);
+  auto actual = ddp::python_state_dict(*loaded);
+  REQUIRE(actual.size() == expected.size());
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    INFO(actual[i].first);
+    CHECK(actual[i].first == expected[i].first);
+    CHECK(torch::equal(actual[i].second, expected[i].second));
+  }
+  CHECK(actual.back().second.requires_grad());  // still trainable parameters, not replaced tensors
+}
+
+TEST_CASE("load_python_state_dict names what does not match and changes nothing", "[model]") {
+  ddp::test::TempDir dir;
+  const std::string path = dir.file("model.pt");
+  ddp::save_python_state_dict(*ddp::make_model(config("convnet")), path);
+
+  auto other = ddp::make_model(config("linear3"));
+  auto before = ddp::python_state_dict(*other)[0].second.clone();
+  CHECK_THROWS_AS(ddp::load_python_state_dict(*other, path), ddp::FileError);
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*other, path),
+                    Catch::StartsWith(path + ": state dict does not match the model: missing keys fc1.weight, "
+                                             "fc1.bias, fc2.weight, fc2.bias, fc3.weight, fc3.bias; unexpected keys ") &&
+                        Catch::Contains("layer1.0.weight") && Catch::Contains("(+"));
+  CHECK(torch::equal(ddp::python_state_dict(*other)[0].second, before));
+
+  auto three = ddp::make_model(config("convnet", 3));
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*three, path),
+                    path + ": state dict does not match the model: wrong shapes fc.weight (file [10, 1568], "
+                           "model [3, 1568]), fc.bias (file [10], model [3])");
+
+  auto no_batchnorm = ddp::make_model(config("convnet", 10, false));
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*no_batchnorm, path),
+                    path + ": state dict does not match the model: unexpected keys layer1.1.weight, "
+                           "layer1.1.bias, layer1.1.running_mean, layer1.1.running_var, "
+                           "layer1.1.num_batches_tracked, layer2.1.weight, layer2.1.bias, "
+                           "layer2.1.running_mean (+2 more)");
+}
+
+TEST_CASE("bad weights files are FileErrors naming the file", "[model]") {
+  ddp::test::TempDir dir;
+  auto model = ddp::make_model(config("linear3"));
+  CHECK_THROWS_AS(ddp::load_python_state_dict(*model, dir.file("absent.pt")), ddp::FileError);
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("absent.pt")), Catch::Contains(dir.file("absent.pt")));
+
+  ddp::test::write_file(dir.file("junk.pt"), "not a zip file at all");
+  CHECK_THROWS_AS(ddp::load_python_state_dict(*model, dir.file("junk.pt")), ddp::FileError);
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("junk.pt")),
+                    Catch::StartsWith(dir.file("junk.pt") + ": not a torch.save state dict"));
+
+  const std::string unwritable = dir.file("no/such/dir/model.pt");
+  CHECK_THROWS_AS(ddp::save_python_state_dict(*model, unwritable), ddp::FileError);
+  CHECK_THROWS_WITH(ddp::save_python_state_dict(*model, unwritable),
+                    "cannot write " + unwritable + ": open: No such file or directory");
+}
+
+TEST_CASE("ddp_models.py eval reports accuracy on the t10k set", "[model][python]") {
+  const std::string data = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::exists(data + "/t10k-images-idx3-ubyte.gz")) {
+    WARN("skipped: no Fashion-MNIST in " << data);
+    return;
+  }
+  ddp::test::TempDir dir;
+  torch::manual_seed(3);
+  ddp::save_python_state_dict(*ddp::make_model(config("linear3")), dir.file("model.pt"));
+  std::string out = python({kScript, "eval", dir.file("model.pt"), "linear3", "--data", data}).out;
+  CHECK(std::regex_match(out, std::regex("accuracy 0\\.[0-9]{4}\n")));
+}
