@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ddp/common/error.h"
+#include "ddp/config/config_schema.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
 #include "support/subprocess.h"
@@ -103,7 +104,14 @@ TEST_CASE("the registry lists its models and names the fix for a wrong one", "[m
                     "available: convnet, linear3, mlp");
   CHECK_THROWS_WITH(ddp::make_model(config("resnet152")),
                     "model.name: unknown model \"resnet152\"; available: convnet, linear3, mlp");
-  CHECK_THROWS_WITH(ddp::make_model(config("linear3", 0)), "model.num_classes: must be >= 1, got 0");
+  // The registry's bound is the schema's (kMinClasses), so no caller can build a degenerate head.
+  CHECK_THROWS_WITH(ddp::make_model(config("linear3", 0)), "model.num_classes: must be >= 2, got 0");
+  CHECK_THROWS_WITH(ddp::make_model(config("linear3", 1)), "model.num_classes: must be >= 2, got 1");
+  ddp::ModelConfig declared;
+  ddp::ConfigSchema schema;
+  ddp::declare_config(schema, declared);
+  schema.apply_override("model.num_classes=1");
+  CHECK(schema.problems() == std::vector<std::string>{"model.num_classes: must be >= 2, got 1"});
   CHECK_THROWS_AS(ddp::make_model(config("mlp", 10, true, true, {64, 0})), ddp::ConfigError);
 }
 
