@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_option("--rank", env.rank, "This process's rank (default $RANK or 0)");
     app.add_option("--world-size", env.world_size, "Number of processes (default $WORLD_SIZE or 1)");
-    app.add_option("--master-addr", env.master_addr, "Rendezvous host (default $MASTER_ADDR or 127.0.0.1)");
+    app.add_option("--master-addr", env.master_addr, "Rendezvous host (default $MASTER_ADDR or " + std::string(ddp::kDefaultMasterAddr) + ")");
     app.add_option("--master-port", env.master_port, "Rendezvous port (default $MASTER_PORT or " + std::to_string(ddp::kDefaultMasterPort) + ")");
     app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
     try {

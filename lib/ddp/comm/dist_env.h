@@ -13,7 +13,7 @@ struct DistEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 0;  ///< 0 when unknown (started by hand)
-  std::string master_addr = "127.0.0.1";
+  std::string master_addr = kDefaultMasterAddr;
   int master_port = kDefaultMasterPort;
   int restart_count = 0;
   /// The launcher hosts the store (TORCHELASTIC_USE_AGENT_STORE); otherwise rank 0 hosts it.

@@ -15,7 +15,8 @@ enum ExitStatus : int {
   kExitUsage = 2,  ///< bad command line, config or input: nothing was run, and a restart would repeat it
 };
 
-/// torchrun's default rendezvous port, for MASTER_PORT.
+/// torchrun's default rendezvous address and port, for MASTER_ADDR and MASTER_PORT.
+inline constexpr const char* kDefaultMasterAddr = "127.0.0.1";
 inline constexpr int kDefaultMasterPort = 29500;
 
 /// The worker's heartbeat: after each step it writes the step number, one native int64 (8 bytes)

@@ -108,7 +108,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option(both_spellings("--nproc-per-node"), nproc, "Workers on this node: N, auto, cpu or gpu (default 1)");
   app.add_option("--nnodes", nnodes, "Number of nodes (default 1)");
   app.add_option(both_spellings("--node-rank"), node_rank, "This node's rank, 0..nnodes-1 (default 0)");
-  app.add_option(both_spellings("--master-addr"), options.master_addr, "Address of node 0 (default 127.0.0.1)");
+  app.add_option(both_spellings("--master-addr"), options.master_addr, "Address of node 0 (default " + std::string(kDefaultMasterAddr) + ")");
   app.add_option(both_spellings("--master-port"), master_port,
                  "Rendezvous port on node 0 (default " + std::to_string(kDefaultMasterPort) + "; 0 picks a free one)");
   app.add_flag("--standalone", options.standalone, "One node: loopback and a free port");
@@ -169,7 +169,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
 
   if (options.standalone) {
     if (options.nnodes != 1) throw UserError("--standalone runs one node; drop --nnodes " + nnodes);
-    options.master_addr = "127.0.0.1";
+    options.master_addr = "127.0.0.1";  // loopback, whatever the default address
     options.master_port = 0;
   }
   if (options.master_port == 0 && options.nnodes > 1)

@@ -14,7 +14,7 @@ struct LaunchOptions {
   int nproc_per_node = 1;  ///< resolved from N | auto | cpu | gpu
   int nnodes = 1;
   int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
+  std::string master_addr = kDefaultMasterAddr;
   int master_port = kDefaultMasterPort;  ///< 0: pick a free port (node 0 only)
   bool standalone = false;
   std::string log_dir;                 ///< empty: no log files
