@@ -56,20 +56,20 @@ def train(work, name, nproc, model, extra=()):
     return best([finish_run(*start_run(work, f"{name}-{i}", nproc, model, extra)) for i in range(REPEATS)])
 
 
-def compute_limit(work, model, n):
+def compute_limit(work, model, n, extra=()):
     totals = []
     for repeat in range(REPEATS):
-        runs = [start_run(work, f"{model}-limit-{repeat}-{i}", 1, model) for i in range(n)]
+        runs = [start_run(work, f"{model}-limit-{repeat}-{i}-{len(extra)}", 1, model, extra) for i in range(n)]
         totals.append(sum(finish_run(*run)["samples_per_s"] for run in runs))
     return best(totals)
 
 
-def torchrun(model, nproc):
-    runs = [python_recipe(model, nproc) for _ in range(REPEATS)]
+def torchrun(model, nproc, scripted=None):
+    runs = [python_recipe(model, nproc, scripted) for _ in range(REPEATS)]
     return None if runs[0] is None else best(runs)
 
 
-def python_recipe(model, nproc):
+def python_recipe(model, nproc, scripted=None):
     """The Python recipe's samples/s, or None without python3-torch. Debian's torch 1.13 `torchrun`
     fails at start under Python 3.11 (its redirect flags parse to None), so the ranks are started
     the way torchrun would: one process each with RANK, WORLD_SIZE and MASTER_ADDR/PORT."""
@@ -85,7 +85,8 @@ def python_recipe(model, nproc):
     for rank in range(nproc):
         env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))
-        processes.append(subprocess.Popen([python, script, "--model", model, "--steps", str(STEPS)], env=env,
+        extra = ["--scripted", scripted] if scripted else []
+        processes.append(subprocess.Popen([python, script, "--model", model, "--steps", str(STEPS), *extra], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate() for p in processes]
     if any(p.returncode != 0 for p in processes):
@@ -107,6 +108,14 @@ def main():
                     ("2, overlap off", train(work, f"{model}-w2-sync", 2, model, ["dist.overlap=false"]), None, None)]
             rows.append(("2, Gloo all-reduce", train(work, f"{model}-w2-gloo", 2, model, ["dist.shared_memory=false"]),
                          None, None))
+            if model == "convnet":  # the same ConvNet as a TorchScript module, in ddprun and in Python DDP
+                scripted = os.path.join(work, "convnet_scripted.pt")
+                subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "ddp_models.py"), "script", scripted,
+                                "convnet"], check=True)
+                rows.append(("2, TorchScript module", train(work, "convnet-w2-script", 2, model,
+                                                            ["model.name=torchscript", f"model.path={scripted}"]),
+                             compute_limit(work, model, 2, ["model.name=torchscript", f"model.path={scripted}"]),
+                             torchrun(model, 2, scripted)))
             if model == "convnet":  # the NCHW layout the Python recipe uses; start-up without the dataset cache
                 rows.append(("2, channels-last off", train(work, "convnet-w2-nchw", 2, model, ["model.channels_last=false"]),
                              None, None))

@@ -29,6 +29,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--scripted", help="train this TorchScript module (torch.jit.load) instead of --model")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -42,7 +43,11 @@ def main():
 
     torch.manual_seed(0)
     hidden = [int(h) for h in args.hidden.split(",")]
-    model = DDP(build(args.model, hidden=hidden) if args.model == "mlp" else build(args.model))
+    if args.scripted:
+        module = torch.jit.load(args.scripted)
+    else:
+        module = build(args.model, hidden=hidden) if args.model == "mlp" else build(args.model)
+    model = DDP(module)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 

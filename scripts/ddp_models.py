@@ -5,9 +5,10 @@ ddp-train writes model.pt with save_python_state_dict(); this module loads it wi
 
     python3 scripts/ddp_models.py keys NAME [--num-classes N] [--hidden 256,128] [--no-batchnorm] [--no-relu]
     python3 scripts/ddp_models.py eval MODEL_PT NAME [model options] [--data DIR] [--mean M] [--std S]
+    python3 scripts/ddp_models.py script OUT_PT NAME [model options]
 
 `keys` prints "key shape" per state_dict entry; `eval` prints "accuracy 0.8912" on the Fashion-MNIST
-(or any MNIST-format) t10k files in DIR. Needs only torch and numpy: no torchvision, no downloads.
+(or any MNIST-format) t10k files in DIR; `script` saves torch.jit.script(model), for model.name: torchscript. Needs only torch and numpy: no torchvision, no downloads.
 """
 
 import argparse
@@ -152,10 +153,19 @@ def main(argv=None):
     ev.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ev.add_argument("--mean", type=float, default=0.2860)
     ev.add_argument("--std", type=float, default=0.3530)
+    sc = commands.add_parser("script", help="save the freshly initialised model as TorchScript")
+    sc.add_argument("out_pt")
+    model_options(sc)
+    sc.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.command == "script":
+        torch.manual_seed(args.seed)
 
     model = build(args.name, num_classes=args.num_classes, batchnorm=args.batchnorm, relu=args.relu,
                   hidden=args.hidden)
+    if args.command == "script":
+        torch.jit.script(model).save(args.out_pt)
+        return 0
     if args.command == "keys":
         for key, tensor in model.state_dict().items():
             print(key, list(tensor.shape))

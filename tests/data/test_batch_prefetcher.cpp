@@ -10,18 +10,19 @@ using namespace ddp;
 
 TEST_CASE("prefetched batches equal direct gathering, in order, from any start", "[data][prefetch]") {
   Dataset data = make_synthetic_dataset(1000, 10, 7);
+  Normalizer normalizer{255.0, 0.5, 0.25};
   for (int64_t workers : {1, 3}) {
     DataConfig config;
     config.workers = workers;
     config.prefetch = 4;
-    BatchPrefetcher prefetcher([&](const torch::Tensor& indices) { return gather_batch(data, indices, 0.5, 0.25); },
+    BatchPrefetcher prefetcher([&](const torch::Tensor& indices) { return gather_batch(data, indices, normalizer); },
                                config, /*pin_memory=*/false);
     for (int64_t first : {0, 5}) {
       auto indices = torch::randperm(1000, torch::kLong);
       prefetcher.start(indices, 64, first);
       for (int64_t b = first; b < 16; ++b) {  // 16 batches, the last one partial (1000 = 15·64 + 40)
         Batch got = prefetcher.next();
-        Batch want = gather_batch(data, indices.slice(0, b * 64, std::min<int64_t>(1000, (b + 1) * 64)), 0.5, 0.25);
+        Batch want = gather_batch(data, indices.slice(0, b * 64, std::min<int64_t>(1000, (b + 1) * 64)), normalizer);
         INFO("workers " << workers << " first " << first << " batch " << b);
         REQUIRE(got.inputs.size() == 1);
         REQUIRE(torch::equal(got.inputs[0], want.inputs[0]));

@@ -114,8 +114,8 @@ ddp::SamplerConfig sampler_config(bool shuffle, int64_t seed, bool drop_last) {
 TEST_CASE("read_idx reads the real Fashion-MNIST files, gzip and raw alike", "[data][idx]") {
   REQUIRE(std::filesystem::is_directory(kFashionDir));
   ddp::Dataset train = ddp::load_idx_split(kFashionDir, "train");
-  CHECK(train.images.sizes() == torch::IntArrayRef({60000, 28, 28}));
-  CHECK(train.images.scalar_type() == torch::kUInt8);
+  CHECK(train.features.sizes() == torch::IntArrayRef({60000, 1, 28, 28}));
+  CHECK(train.features.scalar_type() == torch::kUInt8);
   CHECK(train.labels.sizes() == torch::IntArrayRef({60000}));
   CHECK(train.labels.scalar_type() == torch::kLong);
   CHECK(train.size() == 60000);
@@ -123,10 +123,10 @@ TEST_CASE("read_idx reads the real Fashion-MNIST files, gzip and raw alike", "[d
   CHECK(train.labels.max().item<int64_t>() == 9);
   // Fashion-MNIST's training split has exactly 6,000 of each class.
   CHECK(torch::equal(train.labels.bincount(), torch::full({10}, 6000, torch::kLong)));
-  CHECK(train.images.max().item<int64_t>() == 255);
+  CHECK(train.features.max().item<int64_t>() == 255);
 
   ddp::Dataset test = ddp::load_idx_split(kFashionDir, "test");
-  CHECK(test.images.sizes() == torch::IntArrayRef({10000, 28, 28}));
+  CHECK(test.features.sizes() == torch::IntArrayRef({10000, 1, 28, 28}));
   CHECK(test.size() == 10000);
   CHECK(test.labels.max().item<int64_t>() == 9);
 
@@ -136,7 +136,7 @@ TEST_CASE("read_idx reads the real Fashion-MNIST files, gzip and raw alike", "[d
       gunzip_file(kFashionDir + "/" + name + ".gz", dir.file(name));
     }
     ddp::Dataset raw = ddp::load_idx_split(dir.path(), "train");
-    CHECK(torch::equal(raw.images, train.images));
+    CHECK(torch::equal(raw.features, train.features));
     CHECK(torch::equal(raw.labels, train.labels));
 
     // A raw file misnamed .gz and a gzip file without the suffix both still read.
@@ -287,17 +287,17 @@ TEST_CASE("the synthetic dataset is deterministic, balanced and learnable", "[da
   ddp::Dataset a = ddp::make_synthetic_dataset(2000, 10, 7);
   CHECK(torch::equal(torch::rand({4}), before));  // the global RNG is untouched
 
-  CHECK(a.images.sizes() == torch::IntArrayRef({2000, 28, 28}));
-  CHECK(a.images.scalar_type() == torch::kUInt8);
+  CHECK(a.features.sizes() == torch::IntArrayRef({2000, 1, 28, 28}));
+  CHECK(a.features.scalar_type() == torch::kUInt8);
   CHECK(a.labels.scalar_type() == torch::kLong);
   CHECK(torch::equal(a.labels.bincount(), torch::full({10}, 200, torch::kLong)));
   ddp::Dataset b = ddp::make_synthetic_dataset(2000, 10, 7);
-  CHECK(torch::equal(a.images, b.images));
+  CHECK(torch::equal(a.features, b.features));
   CHECK(torch::equal(a.labels, b.labels));
-  CHECK_FALSE(torch::equal(ddp::make_synthetic_dataset(2000, 10, 8).images, a.images));
+  CHECK_FALSE(torch::equal(ddp::make_synthetic_dataset(2000, 10, 8).features, a.features));
 
   // Nearest class mean, fitted on half and scored on the other half: learnable means near-perfect.
-  torch::Tensor x = a.images.reshape({2000, -1}).to(torch::kFloat);
+  torch::Tensor x = a.features.reshape({2000, -1}).to(torch::kFloat);
   torch::Tensor fit_x = x.narrow(0, 0, 1000), fit_y = a.labels.narrow(0, 0, 1000);
   torch::Tensor means = torch::zeros({10, 784});
   means.index_add_(0, fit_y, fit_x).div_(fit_y.bincount({}, 10).unsqueeze(1).to(torch::kFloat));
@@ -416,14 +416,15 @@ TEST_CASE("DistributedSampler matches PyTorch's index for index", "[data][sample
 TEST_CASE("gather_batch gathers and normalises", "[data][batch]") {
   torch::manual_seed(0);
   ddp::Dataset data;
-  data.images = torch::randint(0, 256, {20, 28, 28}, torch::kUInt8);
-  data.images[0].fill_(0);
-  data.images[1].fill_(255);
+  data.features = torch::randint(0, 256, {20, 1, 28, 28}, torch::kUInt8);
+  data.features[0].fill_(0);
+  data.features[1].fill_(255);
   data.labels = torch::arange(20, torch::kLong).remainder(10);
   const double mean = 0.2860, stddev = 0.3530;
+  const ddp::Normalizer normalizer{255.0, mean, stddev};
 
   torch::Tensor indices = torch::tensor({3, 0, 19, 3, 1}, torch::kLong);
-  ddp::Batch batch = ddp::gather_batch(data, indices, mean, stddev);
+  ddp::Batch batch = ddp::gather_batch(data, indices, normalizer);
   REQUIRE(batch.inputs.size() == 1);
   const torch::Tensor& images = batch.inputs[0];
   CHECK(batch.size() == 5);
@@ -434,10 +435,10 @@ TEST_CASE("gather_batch gathers and normalises", "[data][batch]") {
   CHECK(images[4].max().item<double>() == Approx((1 - mean) / stddev));
   for (int64_t i = 0; i < indices.size(0); ++i) {
     int64_t index = indices[i].item<int64_t>();
-    torch::Tensor expected = (data.images[index].to(torch::kDouble) / 255.0 - mean) / stddev;
+    torch::Tensor expected = (data.features[index][0].to(torch::kDouble) / 255.0 - mean) / stddev;
     CHECK(torch::allclose(images[i][0].to(torch::kDouble), expected, 1e-5, 1e-5));
   }
-  CHECK(ddp::gather_batch(data, torch::empty({0}, torch::kLong), mean, stddev).inputs[0].sizes() ==
+  CHECK(ddp::gather_batch(data, torch::empty({0}, torch::kLong), normalizer).inputs[0].sizes() ==
         torch::IntArrayRef({0, 1, 28, 28}));
 }
 

@@ -36,11 +36,11 @@ TEST_CASE("the dataset cache decodes once and reads the same data afterwards", "
   Dataset second = load_idx_split_cached(kFashion, "test", cache.path());
   CHECK(fs::last_write_time(cache_files(cache.path())[0]) == written);  // reused, not rewritten
   for (const Dataset* d : {&first, &second}) {
-    REQUIRE(d->image_file);  // read from the file, not held in memory
-    CHECK(d->image_size() == std::make_pair<int64_t, int64_t>(28, 28));
-    CHECK(torch::equal(d->select_images(torch::arange(d->size())), reference.images));
+    REQUIRE(d->feature_file);  // read from the file, not held in memory
+    CHECK(d->sample_shape() == std::vector<int64_t>{1, 28, 28});
+    CHECK(torch::equal(d->select(torch::arange(d->size())), reference.features));
     auto some = torch::tensor({9999, 0, 17, 17}, torch::kLong);
-    CHECK(torch::equal(d->select_images(some), reference.images.index_select(0, some)));
+    CHECK(torch::equal(d->select(some), reference.features.index_select(0, some)));
     CHECK(torch::equal(d->labels, reference.labels));
   }
 }
@@ -61,10 +61,10 @@ TEST_CASE("a cache file cut short while in use is an error naming it, not a cras
   Dataset data = load_idx_split_cached(kFashion, "test", cache.path());
   auto file = cache_files(cache.path()).at(0);
   fs::resize_file(file, 4096);  // a mapping would die of SIGBUS here
-  CHECK_THROWS_AS(data.select_images(torch::tensor({9000}, torch::kLong)), FileError);
-  CHECK_THROWS_WITH(data.select_images(torch::tensor({9000}, torch::kLong)),
+  CHECK_THROWS_AS(data.select(torch::tensor({9000}, torch::kLong)), FileError);
+  CHECK_THROWS_WITH(data.select(torch::tensor({9000}, torch::kLong)),
                     Catch::Contains(file.string()) && Catch::Contains("cut short"));
-  CHECK_THROWS_AS(data.select_images(torch::tensor({10000}, torch::kLong)), std::out_of_range);
+  CHECK_THROWS_AS(data.select(torch::tensor({10000}, torch::kLong)), std::out_of_range);
 }
 
 TEST_CASE("a changed source file gets a new cache entry", "[data][cache]") {

@@ -195,7 +195,7 @@ TEST_CASE("images of the wrong size and ranks out of range are clear errors", "[
                                      "data.cache_dir=none", "run.output_dir=" + dir.file("out")}));
   INFO(r.err);
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Contains("holds 8x8 images; the models take 28x28 (data.path)"));
+  CHECK_THAT(r.err, Contains("(train) holds samples of shape [1, 8, 8]; model.name mlp takes [1, 28, 28]"));
 
   auto negative = run_command({bin("ddp-train"), config("synthetic_mlp.yaml"), "--rank=-1", "--world-size", "2"});
   CHECK(negative.exit_code == 2);

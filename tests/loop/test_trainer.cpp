@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "support/subprocess.h"
+#include "support/weights.h"
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -22,15 +23,6 @@ using Catch::Contains;
 namespace {
 
 using Weights = std::map<std::string, torch::Tensor>;
-
-Weights load_weights(const std::string& path) {
-  std::string bytes = read_file(path);
-  REQUIRE(!bytes.empty());
-  auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
-  Weights weights;
-  for (const auto& item : dict) weights[item.key().toStringRef()] = item.value().toTensor();
-  return weights;
-}
 
 double max_difference(const Weights& a, const Weights& b) {
   REQUIRE(a.size() == b.size());

@@ -23,8 +23,13 @@ const std::string kScript = std::string(DDP_SOURCE_DIR) + "/scripts/ddp_models.p
 
 ModelConfig config(const std::string& name, int64_t num_classes = 10, bool batchnorm = true, bool relu = true,
                    std::vector<int64_t> hidden = {256, 128}) {
-  return ModelConfig{.name = name, .num_classes = num_classes, .batchnorm = batchnorm, .relu = relu,
-                     .hidden = std::move(hidden)};
+  ModelConfig config;
+  config.name = name;
+  config.num_classes = num_classes;
+  config.batchnorm = batchnorm;
+  config.relu = relu;
+  config.hidden = std::move(hidden);
+  return config;
 }
 
 std::string hidden_list(const std::vector<int64_t>& hidden) {
@@ -97,13 +102,13 @@ TEST_CASE("every model maps [B,1,28,28] to [B,num_classes]", "[model]") {
 }
 
 TEST_CASE("the registry lists its models and names the fix for a wrong one", "[model]") {
-  CHECK(ddp::model_names() == std::vector<std::string>({"convnet", "linear3", "mlp"}));
+  CHECK(ddp::model_names() == std::vector<std::string>({"convnet", "linear3", "mlp", "torchscript"}));
   CHECK_THROWS_AS(ddp::make_model(config("convnett")), ddp::ConfigError);
   CHECK_THROWS_WITH(ddp::make_model(config("convnett")),
                     "model.name: unknown model \"convnett\" (did you mean convnet?); "
-                    "available: convnet, linear3, mlp");
+                    "available: convnet, linear3, mlp, torchscript");
   CHECK_THROWS_WITH(ddp::make_model(config("resnet152")),
-                    "model.name: unknown model \"resnet152\"; available: convnet, linear3, mlp");
+                    "model.name: unknown model \"resnet152\"; available: convnet, linear3, mlp, torchscript");
   // The registry's bound is the schema's (kMinClasses), so no caller can build a degenerate head.
   CHECK_THROWS_WITH(ddp::make_model(config("linear3", 0)), "model.num_classes: must be >= 2, got 0");
   CHECK_THROWS_WITH(ddp::make_model(config("linear3", 1)), "model.num_classes: must be >= 2, got 1");

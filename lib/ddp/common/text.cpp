@@ -66,4 +66,10 @@ std::optional<double> parse_double(std::string_view text) {
   return value;
 }
 
+std::string format_shape(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 }  // namespace ddp

@@ -1,6 +1,7 @@
 #pragma once
 // Small string helpers shared by the launcher and the trainer.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,5 +23,8 @@ std::optional<long long> parse_int(std::string_view text);
 
 /// Parses a whole string as a finite double; nullopt on junk.
 std::optional<double> parse_double(std::string_view text);
+
+/// A tensor shape as Python prints a list: "[60000, 1, 28, 28]".
+std::string format_shape(const std::vector<int64_t>& shape);
 
 }  // namespace ddp

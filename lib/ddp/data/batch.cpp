@@ -6,13 +6,13 @@
 
 namespace ddp {
 
-Batch gather_batch(const Dataset& data, const torch::Tensor& indices, double mean, double std) {
+Batch gather_batch(const Dataset& data, const torch::Tensor& indices, const Normalizer& normalizer) {
   if (indices.dim() != 1) {
     throw std::invalid_argument("gather_batch: indices must be 1-D, got " + std::to_string(indices.dim()) + "-D");
   }
   // One gather per tensor, then whole-batch arithmetic: a per-sample loop costs more than the step.
   Batch batch;
-  batch.inputs = {data.select_images(indices).to(torch::kFloat).div_(255.0).sub_(mean).div_(std).unsqueeze(1)};
+  batch.inputs = {normalizer.apply(data.select(indices))};
   batch.targets = data.labels.index_select(0, indices);
   return batch;
 }

@@ -2,6 +2,7 @@
 // Turning sample indices into a model-ready batch, and splitting the eval set across ranks.
 
 #include "ddp/data/dataset.h"
+#include "ddp/data/normalizer.h"
 
 #include <torch/types.h>
 
@@ -29,9 +30,9 @@ struct Batch {
 /// threads at once.
 using BatchMaker = std::function<Batch(const torch::Tensor& indices)>;
 
-/// An image batch: gathers `indices` (int64 [B]) from `data` with one index_select per tensor and
-/// normalises the pixels, (x / 255 - mean) / std. inputs = {float [B, 1, H, W]}, targets int64 [B].
-Batch gather_batch(const Dataset& data, const torch::Tensor& indices, double mean, double std);
+/// A supervised batch: gathers `indices` (int64 [B]) from `data` with one gather per tensor and
+/// normalises the features. inputs = {float32 [B, sample_shape...]}, targets = the labels' rows.
+Batch gather_batch(const Dataset& data, const torch::Tensor& indices, const Normalizer& normalizer);
 
 /// This rank's contiguous slice [begin, end) of an eval set of `n` samples. Slices are disjoint,
 /// unpadded and cover everything, so sums all-reduced over ranks equal the single-process sums.

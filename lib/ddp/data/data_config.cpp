@@ -6,11 +6,29 @@ namespace ddp {
 
 void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.section("data", "Where samples come from and how they are normalised.");
-  schema.add("data.dataset", &config.dataset, "idx: MNIST-format IDX files under `path`; synthetic: generated samples")
-      .choices({"idx", "synthetic"});
-  schema.add("data.path", &config.path, "directory with the train-/t10k- IDX files (raw or .gz)");
-  schema.add("data.mean", &config.mean, "normalisation: (pixel/255 - mean) / std");
-  schema.add("data.std", &config.std, "normalisation divisor").greater_than(0);
+  schema.add("data.dataset", &config.dataset,
+             "idx: MNIST-format IDX files under `path`; synthetic: generated samples; npy: NumPy arrays "
+             "(`path` features, `labels` labels); csv: a table with a header row (`path`, `label_column`)")
+      .choices({"idx", "synthetic", "npy", "csv"});
+  schema.add("data.path", &config.path,
+             "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
+             "first dimension = samples); csv: the training table");
+  schema.add("data.labels", &config.labels, "npy: the training labels (.npy): int64/int32 classes or float32 targets");
+  schema.add("data.eval_path", &config.eval_path, "npy, csv: the test split's features or table");
+  schema.add("data.eval_labels", &config.eval_labels, "npy: the test split's labels (.npy)");
+  schema.add("data.eval_fraction", &config.eval_fraction,
+             "npy, csv: without eval_path, this share of `path` becomes the test split (a seeded random split)")
+      .min(0)
+      .less_than(1);
+  schema.add("data.split_seed", &config.split_seed, "seed of the eval_fraction split");
+  schema.add("data.label_column", &config.label_column, "csv: header name of the label column").non_empty();
+  schema.add("data.normalize", &config.normalize,
+             "fixed: (x - mean) / std with x = pixel/255 for uint8; global: one mean/std over the training "
+             "features; per_feature: a mean/std per feature position; none: as stored; auto: fixed for "
+             "idx/synthetic, global for npy/csv")
+      .choices({"auto", "fixed", "global", "per_feature", "none"});
+  schema.add("data.mean", &config.mean, "fixed normalisation: (x - mean) / std");
+  schema.add("data.std", &config.std, "fixed normalisation divisor").greater_than(0);
   schema.add("data.eval_split", &config.eval_split, "split that `eval:` runs on; none: no evaluation")
       .choices({"test", "train", "none"});
   schema.add("data.synthetic_train_samples", &config.synthetic_train_samples, "synthetic: training samples").min(1);
@@ -23,7 +41,23 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.add("data.workers", &config.workers, "background threads assembling batches").min(1);
   schema.add("data.prefetch", &config.prefetch, "batches assembled ahead of the step").min(1);
   schema.rule("data.path", [&config]() -> std::string {
-    return config.dataset == "idx" && config.path.empty() ? "must not be empty when data.dataset is idx" : "";
+    return config.dataset != "synthetic" && config.path.empty() ? "must not be empty when data.dataset is " + config.dataset : "";
+  });
+  schema.rule("data.labels", [&config]() -> std::string {
+    return config.dataset == "npy" && config.labels.empty() ? "must name the labels .npy when data.dataset is npy" : "";
+  });
+  schema.rule("data.eval_path", [&config]() -> std::string {
+    bool files = config.dataset == "npy" || config.dataset == "csv";
+    if (!files) return "";
+    if (!config.eval_path.empty() && config.eval_fraction > 0) return "set it or data.eval_fraction, not both";
+    if (config.eval_split == "test" && config.eval_path.empty() && config.eval_fraction == 0)
+      return "must name the test split (or set data.eval_fraction, or data.eval_split: none)";
+    return "";
+  });
+  schema.rule("data.eval_labels", [&config]() -> std::string {
+    return config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty()
+               ? "must name the labels .npy of data.eval_path"
+               : "";
   });
 }
 

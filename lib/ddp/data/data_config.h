@@ -9,9 +9,16 @@ class ConfigSchema;
 
 /// `data:` where samples come from and how they are normalised.
 struct DataConfig {
-  std::string dataset = "idx";  ///< idx (MNIST-format files) | synthetic
-  std::string path = "/usr/share/datasets/fashion-mnist";  ///< directory with train-/t10k- IDX files (raw or .gz)
-  double mean = 0.2860;  ///< normalisation: (pixel/255 - mean) / std
+  std::string dataset = "idx";  ///< idx (MNIST-format files) | synthetic | npy | csv
+  std::string path = "/usr/share/datasets/fashion-mnist";  ///< idx: directory; npy: features file; csv: table
+  std::string labels;       ///< npy: the labels file of `path`
+  std::string eval_path;    ///< npy, csv: the test split (features file or table)
+  std::string eval_labels;  ///< npy: the labels file of `eval_path`
+  double eval_fraction = 0;  ///< npy, csv: test split carved out of `path` instead (seeded by split_seed)
+  int64_t split_seed = 0;
+  std::string label_column = "label";  ///< csv: the header name of the labels
+  std::string normalize = "auto";  ///< auto | fixed | global | per_feature | none
+  double mean = 0.2860;  ///< fixed normalisation: (x - mean) / std, x = pixel/255 for uint8 features
   double std = 0.3530;
   std::string eval_split = "test";  ///< test | train | none
   int64_t synthetic_train_samples = 4096;

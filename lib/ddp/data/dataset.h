@@ -1,37 +1,46 @@
 #pragma once
-// An image classification dataset: labels in memory, images in memory or in the node's cache file.
+// A supervised dataset: labels in memory, features in memory or in a file read on demand.
 
 #include <torch/types.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
+#include <vector>
 
-#include "ddp/data/image_file.h"
+#include "ddp/data/sample_file.h"
 
 namespace ddp {
 
-/// Images and labels of one split, as raw pixels (normalised only when batched).
+/// Features and labels of one split, as stored (converted and normalised only when batched).
 struct Dataset {
-  torch::Tensor images;  ///< uint8 [N, H, W] in memory; undefined when `image_file` holds them
-  torch::Tensor labels;  ///< int64 [N]
-  std::string source;    ///< where the samples came from, for logs and errors
-  std::shared_ptr<const ImageFile> image_file;  ///< the images, read on demand (the dataset cache)
+  torch::Tensor features;  ///< [N, ...] of any dtype in memory; undefined when `feature_file` holds them
+  torch::Tensor labels;    ///< [N]: int64 class indices, or float targets ([N] or [N, ...])
+  std::string source;      ///< where the samples came from, for logs and errors
+  std::shared_ptr<const SampleFile> feature_file;  ///< the features, read on demand (dataset cache, NPY)
+  torch::Tensor file_rows;  ///< int64 [N]: which of `feature_file`'s samples these are; undefined: all, in order
 
   /// Number of samples (0 for an empty, default-constructed dataset).
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 
-  /// Height and width of the images.
-  std::pair<int64_t, int64_t> image_size() const {
-    return image_file ? std::make_pair(image_file->height(), image_file->width())
-                      : std::make_pair(images.size(1), images.size(2));
+  /// The shape of one sample's features, e.g. {1, 28, 28} for IDX images.
+  std::vector<int64_t> sample_shape() const {
+    if (feature_file) return feature_file->sample_shape();
+    auto sizes = features.sizes().vec();
+    return {sizes.begin() + 1, sizes.end()};
   }
 
-  /// Images `indices` (int64 [n]) as uint8 [n, H, W], from memory or from the file.
-  torch::Tensor select_images(const torch::Tensor& indices) const {
-    return image_file ? image_file->read(indices) : images.index_select(0, indices);
+  /// The features' element type as stored.
+  torch::ScalarType feature_dtype() const {
+    return feature_file ? feature_file->dtype() : features.scalar_type();
   }
+
+  /// Features `indices` (int64 [n]) as stored, [n, sample_shape()...], from memory or from the file.
+  torch::Tensor select(const torch::Tensor& indices) const;
+
+  /// The samples `rows` (int64 [n]), in that order, as a dataset of their own. File-backed features
+  /// stay in the file.
+  Dataset subset(const torch::Tensor& rows) const;
 };
 
 }  // namespace ddp

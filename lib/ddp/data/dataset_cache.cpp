@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'A', 'C', 'H', '1'};
 
-// The cache file: magic, then int64 count, height, width, then uint8 images, then int64 labels.
+// The cache file: magic, then int64 count, height, width, then uint8 images [count, 1, height,
+// width], then int64 labels.
 struct Header {
   char magic[8];
   int64_t count, height, width;
@@ -53,10 +54,10 @@ std::string cache_key(const std::string& dir, const std::string& split) {
 std::string encode(const Dataset& data) {
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
-  header.count = data.images.size(0);
-  header.height = data.images.size(1);
-  header.width = data.images.size(2);
-  auto images = data.images.contiguous();
+  header.count = data.features.size(0);
+  header.height = data.features.size(2);
+  header.width = data.features.size(3);
+  auto images = data.features.contiguous();
   auto labels = data.labels.to(torch::kLong).contiguous();
   std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
   bytes.append(static_cast<const char*>(images.data_ptr()), images.numel());
@@ -65,7 +66,7 @@ std::string encode(const Dataset& data) {
 }
 
 // Opens a cache file; nullopt when it is missing or does not hold what its header says. The
-// labels are read into memory; the images stay in the file (see image_file.h).
+// labels are read into memory; the images stay in the file (see sample_file.h).
 std::optional<Dataset> open_cache(const std::string& path, const std::string& source) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
@@ -86,7 +87,8 @@ std::optional<Dataset> open_cache(const std::string& path, const std::string& so
     close(fd);
     return std::nullopt;
   }
-  data.image_file = std::make_shared<ImageFile>(fd, path, sizeof header, header.count, header.height, header.width);
+  data.feature_file = std::make_shared<SampleFile>(fd, path, sizeof header, header.count,
+                                                   std::vector<int64_t>{1, header.height, header.width}, torch::kUInt8);
   data.source = source;
   return data;
 }

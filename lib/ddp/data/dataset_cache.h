@@ -1,6 +1,6 @@
 #pragma once
 // IDX datasets decoded once per node: the first worker decodes the (gzipped) files into a cache
-// file, and every worker reads its images from that file on demand (image_file.h), so a node holds
+// file, and every worker reads its images from that file on demand (sample_file.h), so a node holds
 // one copy, in the page cache, instead of one per rank, and later runs skip decompression.
 
 #include <string>

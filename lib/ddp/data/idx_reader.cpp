@@ -256,15 +256,16 @@ Dataset load_idx_split(const std::string& dir, const std::string& split) {
   std::string images_path = find_split_file(dir, prefix + "-images-idx3-ubyte", split + " images");
   std::string labels_path = find_split_file(dir, prefix + "-labels-idx1-ubyte", split + " labels");
 
-  Dataset data;
-  data.images = read_idx(images_path);
-  if (data.images.dim() != 3) fail(images_path, "expected 3-D images [N, H, W], got " + shape_of(data.images));
+  torch::Tensor images = read_idx(images_path);
+  if (images.dim() != 3) fail(images_path, "expected 3-D images [N, H, W], got " + shape_of(images));
   torch::Tensor labels = read_idx(labels_path);
   if (labels.dim() != 1) fail(labels_path, "expected 1-D labels [N], got " + shape_of(labels));
-  if (labels.size(0) != data.images.size(0)) {
-    throw FileError(images_path + " has " + std::to_string(data.images.size(0)) + " images but " + labels_path +
+  if (labels.size(0) != images.size(0)) {
+    throw FileError(images_path + " has " + std::to_string(images.size(0)) + " images but " + labels_path +
                     " has " + std::to_string(labels.size(0)) + " labels; the counts must agree");
   }
+  Dataset data;
+  data.features = images.unsqueeze(1);  // one channel: [N, 1, H, W]
   data.labels = labels.to(torch::kLong);
   data.source = dir + " (" + split + ")";
   return data;

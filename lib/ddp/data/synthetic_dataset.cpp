@@ -37,7 +37,7 @@ Dataset make_synthetic_dataset(int64_t samples, int64_t num_classes, uint64_t se
   torch::Tensor images = prototypes.index_select(0, labels).mul_(kContrast).add_(kFloor).add_(noise.mul_(kNoise));
 
   Dataset data;
-  data.images = images.round_().clamp_(0, 255).to(torch::kUInt8);
+  data.features = images.round_().clamp_(0, 255).to(torch::kUInt8).unsqueeze(1);
   data.labels = labels;
   data.source = "synthetic(samples=" + std::to_string(samples) + ", classes=" + std::to_string(num_classes) +
                 ", seed=" + std::to_string(seed) + ")";

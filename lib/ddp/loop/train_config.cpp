@@ -22,6 +22,7 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   declare_config(schema, config.optim);
   declare_config(schema, config.schedule);
   declare_config(schema, config.train);
+  declare_config(schema, config.loss);
   declare_config(schema, config.eval);
   declare_config(schema, config.checkpoint);
 }

@@ -10,6 +10,7 @@
 #include "ddp/loop/loop_config.h"
 #include "ddp/model/model_config.h"
 #include "ddp/optim/optim_config.h"
+#include "ddp/task/loss.h"
 
 namespace ddp {
 
@@ -23,6 +24,7 @@ struct TrainConfig {
   OptimConfig optim;
   ScheduleConfig schedule;
   TrainLoopConfig train;
+  LossConfig loss;  ///< declared under train: (train.loss, train.label_smoothing)
   EvalConfig eval;
   CheckpointConfig checkpoint;
 };

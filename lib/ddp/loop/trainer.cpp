@@ -12,7 +12,6 @@
 #include "ddp/common/error.h"
 #include "ddp/comm/collectives.h"
 #include "ddp/loop/evaluator.h"
-#include "ddp/model/python_state_dict.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -55,8 +54,9 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
   context.model.cross_rank_sum = [this](const torch::Tensor& values) {
     return comm_.world_size > 1 ? all_reduce_sum(comm_, values) : values;
   };
+  context.model.warn = comm_.rank == 0;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  task_ = make_task(config_.data, config_.model, context);
+  task_ = make_task(config_.data, config_.model, config_.loss, context);
   for (const auto& p : task_->model().parameters()) parameters_.push_back(p);
   for (const auto& b : task_->model().buffers()) buffers_.push_back(b);
   synchronise_replicas();
@@ -215,7 +215,7 @@ int Trainer::stop_after_checkpoint() {
 void Trainer::finish() {
   report_peak_memory();
   if (comm_.rank == 0) {
-    save_python_state_dict(task_->model(), output_dir_ + "/model.pt");
+    task_->save_model(output_dir_);
     double elapsed = seconds_since(fit_start_);
     int64_t steps = progress_.step - fit_start_step_;
     spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt", steps, elapsed,

@@ -7,7 +7,13 @@ namespace ddp {
 void declare_config(ConfigSchema& schema, ModelConfig& config) {
   schema.section("model", "Which network, by registry name, and its parameters.");
   schema.add("model.name", &config.name, "network from the model registry").choices(model_names());
-  schema.add("model.num_classes", &config.num_classes, "outputs of the last layer").min(kMinClasses);
+  schema.add("model.path", &config.path,
+             "torchscript: the module to train, as torch.jit.script(model).save(path) wrote it (a trained "
+             "model_scripted.pt too)");
+  schema.add("model.init_from", &config.init_from,
+             "start from these weights instead of a fresh initialisation: a state_dict file, as model.pt "
+             "or torch.save(model.state_dict(), path) writes it");
+  schema.add("model.num_classes", &config.num_classes, "built-in models: outputs of the last layer").min(kMinClasses);
   schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");
   schema.add("model.sync_batchnorm", &config.sync_batchnorm,
              "convnet: BatchNorm statistics over the global batch of all ranks, as torch.nn.SyncBatchNorm; "
@@ -17,6 +23,13 @@ void declare_config(ConfigSchema& schema, ModelConfig& config) {
              "convnet: channels-last (NHWC) memory format, whose CPU kernels are faster; same model and "
              "weights, results equal up to float rounding");
   schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1);
+  schema.rule("model.path", [&config]() -> std::string {
+    return config.name == "torchscript" && config.path.empty() ? "must name the module file when model.name is torchscript"
+                                                               : "";
+  });
+  schema.rule("model.sync_batchnorm", [&config]() -> std::string {
+    return config.name == "torchscript" && config.sync_batchnorm ? "is not available for TorchScript modules" : "";
+  });
   schema.rule("model.hidden", [&config]() -> std::string {
     return config.name == "mlp" && config.hidden.empty() ? "must not be empty when model.name is mlp" : "";
   });

@@ -13,7 +13,9 @@ inline constexpr int64_t kMinClasses = 2;
 
 /// `model:` which network, by registry name, and its parameters.
 struct ModelConfig {
-  std::string name = "convnet";  ///< convnet | linear3 | mlp
+  std::string name = "convnet";  ///< convnet | linear3 | mlp | torchscript
+  std::string path;       ///< torchscript: the module file torch.jit.script(model).save() wrote
+  std::string init_from;  ///< any model: start from these weights (a state_dict file such as model.pt)
   int64_t num_classes = 10;
   bool batchnorm = true;  ///< convnet: BatchNorm2d after each conv
   bool sync_batchnorm = false;  ///< convnet: batch statistics over all ranks (SyncBatchNorm)

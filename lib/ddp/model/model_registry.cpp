@@ -2,6 +2,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/model/python_state_dict.h"
 
 namespace ddp {
 
@@ -16,7 +17,8 @@ namespace ddp {
 #define DDP_MODELS(X) \
   X(convnet)          \
   X(linear3)          \
-  X(mlp)
+  X(mlp)              \
+  X(torchscript)
 
 #define DDP_DECLARE_REGISTER(name) void register_##name(ModelFactories& factories);
 DDP_MODELS(DDP_DECLARE_REGISTER)
@@ -52,10 +54,18 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
     throw ConfigError(message + "; available: " + join(names));
   }
   // Checked here as well as in ModelConfig's validation, so no caller can build a degenerate head.
-  if (config.num_classes < kMinClasses)
+  if (config.name != "torchscript" && config.num_classes < kMinClasses)
     throw ConfigError("model.num_classes: must be >= " + std::to_string(kMinClasses) + ", got " +
                       std::to_string(config.num_classes));
-  return found->second(config, context);
+  std::shared_ptr<Model> model = found->second(config, context);
+  if (!config.init_from.empty()) {
+    try {
+      load_python_state_dict(*model, config.init_from);
+    } catch (const FileError& e) {
+      throw FileError(std::string("model.init_from: ") + e.what());
+    }
+  }
+  return model;
 }
 
 std::vector<std::string> model_names() {

@@ -25,11 +25,20 @@ constexpr int64_t kInputWidth = 28;
 /// Values per flattened input image.
 constexpr int64_t kInputSize = kInputChannels * kInputHeight * kInputWidth;
 
-/// A classifier: float [B, 1, 28, 28] in, logits [B, num_classes] out.
+/// A network with one input and one output: the built-in classifiers take float [B, 1, 28, 28] and
+/// give logits [B, num_classes]; a TorchScript module takes and gives what it was written for.
 class Model : public torch::nn::Module {
  public:
-  /// Logits for a batch of images.
+  /// The output for a batch of inputs.
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+  /// The shape of one input sample the model is built for; empty when it does not say (TorchScript:
+  /// its first batch shows whether the data fits).
+  virtual std::vector<int64_t> input_shape() const { return {kInputChannels, kInputHeight, kInputWidth}; }
+
+  /// Writes the trained model in forms besides model.pt's state_dict into `output_dir`
+  /// (TorchScript: model_scripted.pt). Throws FileError.
+  virtual void save_extras(const std::string& output_dir) const { (void)output_dir; }
 };
 
 /// Sums a tensor over every rank and returns the sum (autograd need not see it). Layers that share
@@ -39,6 +48,7 @@ using CrossRankSum = std::function<torch::Tensor(const torch::Tensor&)>;
 /// What a model gets from the run besides its config.
 struct ModelContext {
   CrossRankSum cross_rank_sum;  ///< unset: models that need it fall back to per-process statistics
+  bool warn = true;  ///< warn about the model as it loads; false on every rank but 0, so it is said once
 };
 
 /// Builds a fresh model from its config.

@@ -1,12 +1,13 @@
 #include "ddp/task/task.h"
 
-#include "ddp/task/image_classification.h"
+#include "ddp/task/supervised_task.h"
 
 namespace ddp {
 
-std::unique_ptr<Task> make_task(const DataConfig& data, const ModelConfig& model, const TaskContext& context) {
-  // Every built-in model classifies images; other kinds of task are chosen here as they arrive.
-  return std::make_unique<ImageClassification>(data, model, context);
+std::unique_ptr<Task> make_task(const DataConfig& data, const ModelConfig& model, const LossConfig& loss,
+                                const TaskContext& context) {
+  // Every model so far learns one output per sample; other kinds of task are chosen here as they arrive.
+  return std::make_unique<SupervisedTask>(data, model, loss, context);
 }
 
 }  // namespace ddp

@@ -15,13 +15,14 @@
 #include "ddp/data/data_config.h"
 #include "ddp/model/model_config.h"
 #include "ddp/model/model_registry.h"
+#include "ddp/task/loss.h"
 
 namespace ddp {
 
 /// Which samples a batch comes from.
 enum class Split { kTrain, kEval };
 
-/// One kind of learning: image classification now; TorchScript modules and graphs next.
+/// One kind of learning: supervised learning of one output per sample now; graphs next.
 class Task {
  public:
   virtual ~Task() = default;
@@ -46,6 +47,10 @@ class Task {
   /// The evaluator adds them up over batches and ranks and divides by the sample count, so the
   /// result does not depend on the world size.
   virtual torch::Tensor metric_sums(const Batch& batch) = 0;
+
+  /// Writes the trained model into `output_dir`: model.pt, a state_dict Python's torch.load reads,
+  /// and whatever else the model has (TorchScript: model_scripted.pt). Throws FileError.
+  virtual void save_model(const std::string& output_dir) const = 0;
 };
 
 /// What a task is built with besides the configs it reads.
@@ -56,6 +61,7 @@ struct TaskContext {
 
 /// The task the configs describe, its model initialised from the global RNG and moved to the
 /// device. Throws ConfigError or FileError naming the key or file at fault.
-std::unique_ptr<Task> make_task(const DataConfig& data, const ModelConfig& model, const TaskContext& context);
+std::unique_ptr<Task> make_task(const DataConfig& data, const ModelConfig& model, const LossConfig& loss,
+                                const TaskContext& context);
 
 }  // namespace ddp

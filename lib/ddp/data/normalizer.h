@@ -1,0 +1,26 @@
+#pragma once
+// How stored features become model inputs: converted to float32, then shifted and scaled.
+
+#include <torch/types.h>
+
+#include "ddp/data/data_config.h"
+#include "ddp/data/dataset.h"
+
+namespace ddp {
+
+/// (x / divisor - mean) / std, with scalar or per-feature (broadcast over a sample) mean and std.
+struct Normalizer {
+  double divisor = 1;                        ///< 255 for fixed normalisation of uint8 pixels
+  double mean = 0, std = 1;                  ///< used when the tensors are undefined
+  torch::Tensor mean_per_feature, std_per_feature;  ///< float32 [sample_shape...]
+
+  /// Float32 model inputs from stored features [n, sample_shape...] of any dtype.
+  torch::Tensor apply(const torch::Tensor& stored) const;
+};
+
+/// The normalisation `data.normalize` asks for. global and per_feature statistics come from
+/// `train`'s features (the same on every rank: they read the same file); a feature with no spread
+/// is only shifted.
+Normalizer make_normalizer(const DataConfig& config, const Dataset& train);
+
+}  // namespace ddp

@@ -1,0 +1,159 @@
+#include "ddp/data/npy_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr std::size_t kMagicSize = 6;
+constexpr std::size_t kMaxHeader = 1 << 20;  // numpy writes a few hundred bytes; this bounds a bad length
+
+[[noreturn]] void fail(const std::string& path, const std::string& cause) {
+  throw FileError(path + ": " + cause);
+}
+
+// The text after `'key':` in the header dict, up to the end of its value.
+std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
+  auto at = header.find("'" + key + "'");
+  if (at == std::string::npos) fail(path, "the NPY header has no '" + key + "' (header: " + header + ")");
+  at = header.find(':', at);
+  if (at == std::string::npos) fail(path, "malformed NPY header: " + header);
+  auto start = header.find_first_not_of(' ', at + 1);
+  if (start == std::string::npos) fail(path, "malformed NPY header: " + header);
+  char open = header[start];
+  char close = open == '(' ? ')' : open == '[' ? ']' : open == '\'' ? '\'' : 0;
+  if (close) {
+    auto end = header.find(close, start + 1);
+    if (end == std::string::npos) fail(path, "malformed NPY header: " + header);
+    return header.substr(start, end - start + 1);
+  }
+  auto end = header.find_first_of(",}", start);
+  return header.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+torch::ScalarType dtype_of(const std::string& descr, const std::string& path) {
+  // descr is e.g. '<f4': byte order, kind, item size.
+  if (descr.size() < 4 || descr.front() != '\'' || descr.back() != '\'')
+    fail(path, "structured dtype " + descr + " is not supported (use a plain numeric array)");
+  std::string text = descr.substr(1, descr.size() - 2);
+  char order = text[0];
+  std::string kind = text.substr(1);
+  if (kind == "O" || kind.rfind("O", 0) == 0)
+    fail(path, "holds Python objects (object dtype, stored as pickles); save a numeric array instead");
+  if (order == '>') fail(path, "is big-endian (" + text + "); save it little-endian, e.g. arr.astype('<" + kind + "')");
+  if (order != '<' && order != '|' && order != '=') fail(path, "unknown byte order in dtype " + text);
+  if (kind == "f4") return torch::kFloat;
+  if (kind == "f8") return torch::kDouble;
+  if (kind == "u1") return torch::kUInt8;
+  if (kind == "i4") return torch::kInt;
+  if (kind == "i8") return torch::kLong;
+  fail(path, "dtype " + text + " is not supported (float32, float64, uint8, int32 or int64)");
+}
+
+std::vector<int64_t> shape_of(const std::string& tuple, const std::string& path) {
+  if (tuple.size() < 2 || tuple.front() != '(') fail(path, "malformed shape " + tuple + " in the NPY header");
+  std::vector<int64_t> shape;
+  std::string inner = tuple.substr(1, tuple.size() - 2);
+  std::size_t at = 0;
+  while (at < inner.size()) {
+    auto end = inner.find(',', at);
+    std::string item = inner.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) {
+      char* stop = nullptr;
+      errno = 0;
+      long long value = std::strtoll(item.c_str(), &stop, 10);
+      if (*stop != '\0' || errno != 0 || value < 0) fail(path, "malformed shape " + tuple + " in the NPY header");
+      shape.push_back(value);
+    }
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return shape;
+}
+
+struct OpenFile {
+  int fd;
+  NpyHeader header;
+};
+
+OpenFile open_npy(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
+  try {
+    struct stat info {};
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) fail(path, "is not a regular file");
+    std::string start(static_cast<std::size_t>(std::min<off_t>(info.st_size, kMaxHeader + 12)), '\0');
+    ssize_t got = ::pread(fd, start.data(), start.size(), 0);
+    if (got < 0) fail(path, std::string("cannot read (") + std::strerror(errno) + ")");
+    start.resize(static_cast<std::size_t>(got));
+    return {fd, parse_npy_header(start, info.st_size, path)};
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+}  // namespace
+
+NpyHeader parse_npy_header(const std::string& bytes, int64_t file_size, const std::string& path) {
+  if (bytes.size() < kMagicSize || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+    bool pickle = !bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80;
+    fail(path, pickle ? "is a Python pickle, not an NPY file (save arrays with np.save)"
+                      : "is not an NPY file (no \\x93NUMPY magic)");
+  }
+  if (bytes.size() < 10) fail(path, "is cut short inside its NPY header");
+  int major = static_cast<unsigned char>(bytes[6]);
+  std::size_t length_bytes = major == 1 ? 2 : (major == 2 || major == 3) ? 4 : 0;
+  if (length_bytes == 0) fail(path, "has NPY format version " + std::to_string(major) + " (1, 2 or 3 are read)");
+  if (bytes.size() < 8 + length_bytes) fail(path, "is cut short inside its NPY header");
+  uint64_t header_length = 0;
+  for (std::size_t i = 0; i < length_bytes; ++i)
+    header_length |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+  const uint64_t data_offset = 8 + length_bytes + header_length;
+  if (header_length > kMaxHeader || data_offset > bytes.size()) fail(path, "is cut short inside its NPY header");
+  std::string header = bytes.substr(8 + length_bytes, header_length);
+
+  NpyHeader result;
+  result.data_offset = static_cast<int64_t>(data_offset);
+  std::string fortran = dict_value(header, "fortran_order", path);
+  if (fortran.rfind("True", 0) == 0)
+    fail(path, "is in Fortran order; save it in C order (np.ascontiguousarray) so samples are contiguous");
+  result.dtype = dtype_of(dict_value(header, "descr", path), path);
+  result.shape = shape_of(dict_value(header, "shape", path), path);
+  if (result.shape.empty()) fail(path, "holds a 0-d array; the first dimension must count samples");
+
+  int64_t expected = static_cast<int64_t>(c10::elementSize(result.dtype));
+  for (int64_t extent : result.shape)
+    if (__builtin_mul_overflow(expected, extent, &expected)) fail(path, "claims an impossibly large shape");
+  int64_t actual = file_size - result.data_offset;
+  if (actual < expected)
+    fail(path, "is cut short: its header says " + std::to_string(expected) + " bytes of data, the file holds " +
+                   std::to_string(actual));
+  if (actual > expected)
+    fail(path, "has " + std::to_string(actual - expected) + " bytes after the array its header describes");
+  return result;
+}
+
+std::shared_ptr<SampleFile> open_npy_samples(const std::string& path) {
+  OpenFile file = open_npy(path);
+  const auto& shape = file.header.shape;
+  return std::make_shared<SampleFile>(file.fd, path, file.header.data_offset, shape[0],
+                                      std::vector<int64_t>(shape.begin() + 1, shape.end()), file.header.dtype);
+}
+
+torch::Tensor read_npy(const std::string& path) {
+  auto samples = open_npy_samples(path);
+  return samples->read(torch::arange(samples->count(), torch::kLong));
+}
+
+}  // namespace ddp

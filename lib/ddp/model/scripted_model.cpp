@@ -1,0 +1,170 @@
+// A TorchScript module (torch.jit.script(model).save(path) in Python) trained as a built-in model.
+//
+// Note [Mirrored parameters]
+// The loop, the reducer, the optimizer and the checkpointer all work on a torch::nn::Module. A
+// torch::jit::Module is not one, so ScriptedModel mirrors it: one plain nn::Module per submodule,
+// holding the very same tensors (not copies) under the same names. Every in-place change, by the
+// optimizer, the broadcast from rank 0, a checkpoint load or BatchNorm's running statistics, is then
+// seen by both, and the names are Python's state_dict names, so model.pt loads into the Python module.
+// Nothing may replace a tensor (assign a new one to an attribute) rather than change it in place.
+
+#include <torch/script.h>
+
+#include <spdlog/spdlog.h>
+
+#include <regex>
+#include <sstream>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/model/model_registry.h"
+
+namespace ddp {
+namespace {
+
+// The first line of a LibTorch error, without its backtrace.
+std::string first_line(const c10::Error& e) {
+  std::string text = e.what_without_backtrace();
+  return text.substr(0, text.find('\n'));
+}
+
+// The error a TorchScript interpreter reports, without the two tracebacks it puts before it: the
+// last line of the form "RuntimeError: ..." (else the first line).
+std::string interpreter_error(const std::exception& e) {
+  std::string text = e.what();
+  static const std::regex kErrorLine("[A-Za-z]*Error: ([^\n]*)");
+  std::string last;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kErrorLine); it != std::sregex_iterator(); ++it)
+    last = (*it)[1].str();
+  return last.empty() ? text.substr(0, text.find('\n')) : last;
+}
+
+std::string describe(const torch::Tensor& x) {
+  std::ostringstream out;
+  out << c10::toString(x.scalar_type()) << " " << x.sizes();
+  return out.str();
+}
+
+torch::jit::Module load_module(const std::string& path) {
+  try {
+    return torch::jit::load(path, torch::kCPU);
+  } catch (const c10::Error& e) {
+    std::string text = e.what_without_backtrace();
+    std::smatch found;
+    if (std::regex_search(text, found, std::regex("PyTorch file with version (\\d+)")))
+      throw FileError("model.path: " + path + " was saved by a newer PyTorch: its file format version is " +
+                      found[1].str() + ", this ddprun's LibTorch " + TORCH_VERSION + " reads up to " +
+                      std::to_string(caffe2::serialize::kMaxSupportedFileFormatVersion) +
+                      "; save it with the same PyTorch version, or build ddprun against a newer LibTorch");
+    if (text.find("Unknown builtin op") != std::string::npos || text.find("operator version") != std::string::npos)
+      throw FileError("model.path: " + path + " uses an operator LibTorch " + TORCH_VERSION +
+                      " does not have (was it saved by a newer PyTorch?): " + first_line(e));
+    throw FileError("model.path: cannot load " + path + " as TorchScript (" + first_line(e) +
+                    "); save the module with torch.jit.script(model).save(path)");
+  }
+}
+
+// Whether a graph, with its nested blocks, reads `self.training`, or runs an op whose behaviour
+// depends on the mode.
+void scan(const torch::jit::Block* block, bool& reads_training, bool& mode_ops) {
+  static const std::set<std::string> kModeOps = {"aten::dropout", "aten::dropout_", "aten::feature_dropout",
+                                                 "aten::alpha_dropout", "aten::batch_norm", "aten::instance_norm",
+                                                 "aten::rrelu"};
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::GetAttr && node->s(c10::attr::name) == "training") reads_training = true;
+    if (kModeOps.count(node->kind().toQualString())) mode_ops = true;
+    for (const torch::jit::Block* inner : node->blocks()) scan(inner, reads_training, mode_ops);
+  }
+}
+
+// A traced module fixed its train/eval behaviour when it was traced: its code never reads
+// `self.training`, and its submodules' inputs carry the tracer's names (argument_1, ...).
+bool looks_traced(const torch::jit::Module& module) {
+  bool reads_training = false, mode_ops = false, tracer_names = false;
+  for (const auto& sub : module.modules()) {
+    for (const auto& method : sub.get_methods()) {
+      scan(method.graph()->block(), reads_training, mode_ops);
+      for (const auto& argument : method.function().getSchema().arguments())
+        if (argument.name().rfind("argument_", 0) == 0) tracer_names = true;
+    }
+  }
+  return !reads_training && (mode_ops || tracer_names);
+}
+
+class ScriptedModel : public Model {
+ public:
+  ScriptedModel(const std::string& path, bool warn) : path_(path), module_(load_module(path)) {
+    std::vector<std::string> frozen;
+    mirror(module_, *this, "", frozen);
+    if (parameters().empty())
+      throw FileError("model.path: " + path_ + " has no parameters to train (a frozen or optimize_for_inference "
+                      "module keeps its weights as constants); save torch.jit.script(model) before freezing");
+    if (!warn) return;
+    if (!frozen.empty())
+      spdlog::warn("model.path: {} of {}'s {} parameters did not require grad (first: {}); ddprun trains them all",
+                   frozen.size(), path_, parameters().size(), frozen.front());
+    if (looks_traced(module_))
+      spdlog::warn("model.path: {} looks traced (torch.jit.trace): its train/eval behaviour (dropout, batch norm) "
+                   "was fixed when it was traced, so train() and eval() do not change it; save "
+                   "torch.jit.script(model) instead",
+                   path_);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    c10::IValue output;
+    try {
+      output = module_.forward({x});
+    } catch (const std::exception& e) {
+      throw UserError("model.path: " + path_ + " failed on a batch of " + describe(x) + ": " + interpreter_error(e));
+    }
+    if (!output.isTensor())
+      throw UserError("model.path: " + path_ + "'s forward returned " + output.tagKind() +
+                      "; ddprun needs it to return one tensor");
+    return output.toTensor();
+  }
+
+  void train(bool on) override {
+    torch::nn::Module::train(on);
+    module_.train(on);
+  }
+
+  std::vector<int64_t> input_shape() const override { return {}; }
+
+  void save_extras(const std::string& output_dir) const override {
+    std::ostringstream bytes;
+    module_.save(bytes);
+    write_file_atomically(output_dir + "/model_scripted.pt", bytes.str());
+  }
+
+ private:
+  // Note [Mirrored parameters]
+  static void mirror(const torch::jit::Module& from, torch::nn::Module& to, const std::string& prefix,
+                     std::vector<std::string>& frozen) {
+    for (const auto& parameter : from.named_parameters(/*recurse=*/false)) {
+      if (!parameter.value.requires_grad()) frozen.push_back(prefix + parameter.name);
+      to.register_parameter(parameter.name, parameter.value, /*requires_grad=*/true);
+    }
+    for (const auto& buffer : from.named_buffers(/*recurse=*/false))
+      if (buffer.value.defined()) to.register_buffer(buffer.name, buffer.value);
+    for (const auto& child : from.named_children()) {
+      auto mirrored = std::make_shared<torch::nn::Module>();
+      mirror(child.value, *mirrored, prefix + child.name + ".", frozen);
+      to.register_module(child.name, mirrored);
+    }
+  }
+
+  std::string path_;
+  mutable torch::jit::Module module_;  // save() is not const in every LibTorch version
+};
+
+}  // namespace
+
+/// Registers "torchscript"; called from model_registry.cpp (Note [Model registration]).
+void register_torchscript(ModelFactories& factories) {
+  factories.emplace("torchscript", [](const ModelConfig& config, const ModelContext& context) {
+    if (config.path.empty()) throw ConfigError("model.path: must name the module file when model.name is torchscript");
+    return std::make_shared<ScriptedModel>(config.path, context.warn);
+  });
+}
+
+}  // namespace ddp

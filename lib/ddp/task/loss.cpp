@@ -1,0 +1,93 @@
+#include "ddp/task/loss.h"
+
+#include <torch/nn/functional/loss.h>
+
+#include <sstream>
+
+#include "ddp/common/error.h"
+#include "ddp/config/config_schema.h"
+
+namespace ddp {
+namespace {
+
+namespace F = torch::nn::functional;
+
+std::string shape(const torch::Tensor& x) {
+  std::ostringstream out;
+  out << x.sizes();
+  return out.str();
+}
+
+// Per-sample means of an elementwise quantity [B, ...] → [B].
+torch::Tensor per_sample(const torch::Tensor& values) { return values.reshape({values.size(0), -1}).mean(1); }
+
+}  // namespace
+
+void declare_config(ConfigSchema& schema, LossConfig& config) {
+  schema.add("train.loss", &config.loss,
+             "cross_entropy: class logits [B, C] against int labels; mse: regression; bce_with_logits: "
+             "binary (or multi-label) logits against 0/1 targets")
+      .choices({"cross_entropy", "mse", "bce_with_logits"});
+  schema.add("train.label_smoothing", &config.label_smoothing, "cross_entropy: label smoothing, as PyTorch's")
+      .min(0)
+      .max(1);
+}
+
+torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::string& source) const {
+  if (!classes()) return labels.to(torch::kFloat);
+  if (labels.scalar_type() == torch::kLong) return labels;
+  if (labels.dim() != 1 || !labels.eq(labels.round()).all().item<bool>())
+    throw FileError(source + ": train.loss cross_entropy needs one whole-number class per sample; these labels are " +
+                    std::string(c10::toString(labels.scalar_type())) + " " + shape(labels) +
+                    " (use train.loss: mse for regression targets)");
+  return labels.to(torch::kLong);
+}
+
+void Loss::check_output(const torch::Tensor& output, const torch::Tensor& targets, int64_t max_class) const {
+  if (classes()) {
+    if (output.dim() != 2 || output.size(0) != targets.size(0) || output.size(1) <= max_class)
+      throw UserError("the model's output is " + shape(output) + " for targets " + shape(targets) +
+                      "; train.loss cross_entropy needs logits [" + std::to_string(targets.size(0)) + ", C] with C > " +
+                      std::to_string(max_class) + ", the largest label");
+    return;
+  }
+  if (output.size(0) != targets.size(0) || output.numel() != targets.numel())
+    throw UserError("the model's output is " + shape(output) + " for targets " + shape(targets) + "; train.loss " +
+                    config_.loss + " needs as many values per sample as the targets have");
+}
+
+torch::Tensor Loss::mean(const torch::Tensor& output, const torch::Tensor& targets) const {
+  if (classes())
+    return F::cross_entropy(output, targets, F::CrossEntropyFuncOptions().label_smoothing(config_.label_smoothing));
+  if (config_.loss == "mse") return F::mse_loss(output.reshape_as(targets), targets);
+  return F::binary_cross_entropy_with_logits(output.reshape_as(targets), targets);
+}
+
+std::vector<std::string> Loss::metric_names() const {
+  if (config_.loss == "mse") return {"mse", "mae"};
+  return {"loss", "accuracy"};
+}
+
+torch::Tensor Loss::metric_sums(const torch::Tensor& output, const torch::Tensor& targets) const {
+  torch::Tensor first, second;
+  if (classes()) {
+    first = F::cross_entropy(output, targets,
+                             F::CrossEntropyFuncOptions().reduction(torch::kSum).label_smoothing(config_.label_smoothing));
+    second = output.argmax(1).eq(targets).sum();
+  } else {
+    auto out = output.reshape_as(targets);
+    if (config_.loss == "mse") {
+      auto error = out - targets;
+      first = per_sample(error.square()).sum();
+      second = per_sample(error.abs()).sum();
+    } else {
+      first = per_sample(F::binary_cross_entropy_with_logits(out, targets, F::BinaryCrossEntropyWithLogitsFuncOptions()
+                                                                               .reduction(torch::kNone)))
+                  .sum();
+      second = per_sample(out.gt(0).eq(targets.gt(0.5)).to(torch::kFloat)).sum();
+    }
+  }
+  return torch::stack({first.to(torch::kDouble), second.to(torch::kDouble)});
+}
+
+}  // namespace ddp

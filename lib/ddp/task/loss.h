@@ -1,0 +1,49 @@
+#pragma once
+// The training objective, chosen by `train.loss`, and the eval metrics that follow from it.
+
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// `train.loss` and its options (declared in the train section; the task owns them).
+struct LossConfig {
+  std::string loss = "cross_entropy";  ///< cross_entropy | mse | bce_with_logits
+  double label_smoothing = 0;          ///< cross_entropy: as torch.nn.CrossEntropyLoss's
+};
+
+/// Declares the `LossConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, LossConfig& config);
+
+/// Loss and metrics over model outputs and targets, as torch.nn's losses compute them.
+class Loss {
+ public:
+  explicit Loss(const LossConfig& config) : config_(config) {}
+
+  /// Labels as this loss takes them: int64 class indices for cross_entropy (float labels must be
+  /// whole numbers, >= 0), float32 for mse and bce_with_logits. FileError naming `source`.
+  torch::Tensor prepare_targets(const torch::Tensor& labels, const std::string& source) const;
+
+  /// Checks that `output` fits `targets` (classification: [B, C] with C > `max_class`; otherwise as
+  /// many values per sample as the targets). UserError naming both shapes.
+  void check_output(const torch::Tensor& output, const torch::Tensor& targets, int64_t max_class) const;
+
+  /// The mean loss over the batch.
+  torch::Tensor mean(const torch::Tensor& output, const torch::Tensor& targets) const;
+
+  /// The eval metrics: loss and accuracy for classification, mse and mae for regression.
+  std::vector<std::string> metric_names() const;
+
+  /// Per-sample metrics summed over the batch, float64 [metric_names().size()].
+  torch::Tensor metric_sums(const torch::Tensor& output, const torch::Tensor& targets) const;
+
+ private:
+  bool classes() const { return config_.loss == "cross_entropy"; }
+  LossConfig config_;
+};
+
+}  // namespace ddp

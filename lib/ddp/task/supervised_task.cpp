@@ -1,0 +1,70 @@
+#include "ddp/task/supervised_task.h"
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+#include "ddp/data/dataset_splits.h"
+#include "ddp/model/python_state_dict.h"
+
+namespace ddp {
+
+SupervisedTask::SupervisedTask(const DataConfig& data, const ModelConfig& model, const LossConfig& loss,
+                               const TaskContext& context)
+    : loss_(loss) {
+  DatasetSplits splits = load_dataset_splits(data, model.num_classes);
+  train_ = std::move(splits.train);
+  eval_ = std::move(splits.eval);
+  train_.labels = loss_.prepare_targets(train_.labels, train_.source);
+  if (eval_) eval_->labels = loss_.prepare_targets(eval_->labels, eval_->source);
+  model_ = make_model(model, context.model);
+  max_class_ = check(train_, model);
+  if (eval_) max_class_ = std::max(max_class_, check(*eval_, model));
+  normalizer_ = make_normalizer(data, train_);
+  model_->to(context.device);
+}
+
+// At load, so that a bad eval split fails before training rather than after the first epoch.
+// Returns the largest class label (0 for float targets).
+int64_t SupervisedTask::check(const Dataset& set, const ModelConfig& model) const {
+  if (set.size() == 0) throw FileError(set.source + " holds no samples (data.path)");
+  std::vector<int64_t> wanted = model_->input_shape();
+  if (!wanted.empty() && set.sample_shape() != wanted)
+    throw FileError(set.source + " holds samples of shape " + format_shape(set.sample_shape()) + "; model.name " +
+                    model.name + " takes " + format_shape(wanted) + " (model.name: torchscript trains any shape)");
+  if (set.labels.scalar_type() != torch::kLong) return 0;
+  int64_t min_label = set.labels.min().item<int64_t>();
+  int64_t max_label = set.labels.max().item<int64_t>();
+  if (min_label < 0) throw FileError(set.source + " holds a negative label (" + std::to_string(min_label) + ")");
+  if (!wanted.empty() && max_label >= model.num_classes)
+    throw ConfigError("model.num_classes: " + std::to_string(model.num_classes) + " is too few for " + set.source +
+                      ", whose labels go up to " + std::to_string(max_label));
+  return max_label;
+}
+
+int64_t SupervisedTask::size(Split split) const {
+  if (split == Split::kTrain) return train_.size();
+  return eval_ ? eval_->size() : 0;
+}
+
+Batch SupervisedTask::make_batch(Split split, const torch::Tensor& indices) const {
+  return gather_batch(split == Split::kTrain ? train_ : *eval_, indices, normalizer_);
+}
+
+torch::Tensor SupervisedTask::forward(const Batch& batch) {
+  torch::Tensor output = model_->forward(batch.inputs[0]);
+  if (!output_checked_) {
+    loss_.check_output(output, batch.targets, max_class_);
+    output_checked_ = true;
+  }
+  return output;
+}
+
+torch::Tensor SupervisedTask::loss(const Batch& batch) { return loss_.mean(forward(batch), batch.targets); }
+
+torch::Tensor SupervisedTask::metric_sums(const Batch& batch) { return loss_.metric_sums(forward(batch), batch.targets); }
+
+void SupervisedTask::save_model(const std::string& output_dir) const {
+  save_python_state_dict(*model_, output_dir + "/model.pt");
+  model_->save_extras(output_dir);
+}
+
+}  // namespace ddp

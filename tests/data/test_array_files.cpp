@@ -1,0 +1,188 @@
+// NPY and CSV readers on files numpy wrote (tests/support/python_fixtures.py) and on broken copies.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+
+#include "ddp/common/error.h"
+#include "ddp/data/csv_reader.h"
+#include "ddp/data/data_config.h"
+#include "ddp/data/dataset_splits.h"
+#include "ddp/data/normalizer.h"
+#include "ddp/data/npy_reader.h"
+#include "support/python_fixtures.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+std::string fixture(const std::string& name) { return python_fixture(name); }
+
+// A copy of a fixture with `edit` applied to its bytes.
+std::string broken_copy(const TempDir& dir, const std::string& name, const std::function<void(std::string&)>& edit) {
+  std::string bytes = read_file(fixture(name));
+  edit(bytes);
+  std::string path = dir.file("broken_" + name);
+  write_file(path, bytes);
+  return path;
+}
+
+// The NPY header of `bytes` with `from` replaced by `to` (the same length, so the data stays aligned).
+void edit_header(std::string& bytes, const std::string& from, const std::string& to) {
+  auto at = bytes.find(from);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(at < 128);
+  REQUIRE(from.size() == to.size());
+  bytes.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("NPY files numpy wrote read back as the same arrays, from the file", "[data][npy]") {
+  auto labels = ddp::read_npy(fixture("train_y.npy"));
+  CHECK(labels.scalar_type() == torch::kLong);
+  CHECK(labels.sizes() == torch::IntArrayRef({1024}));
+  CHECK(torch::equal(ddp::read_npy(fixture("train_y32.npy")).to(torch::kLong), labels));
+
+  auto samples = ddp::open_npy_samples(fixture("train_x.npy"));
+  CHECK(samples->count() == 1024);
+  CHECK(samples->sample_shape() == std::vector<int64_t>{20});
+  auto x = ddp::read_npy(fixture("train_x.npy"));
+  auto x64 = ddp::read_npy(fixture("train_x64.npy"));
+  CHECK(x64.scalar_type() == torch::kDouble);
+  CHECK(torch::equal(x64.to(torch::kFloat), x));
+  auto some = torch::tensor({5, 0, 1023, 5}, torch::kLong);
+  CHECK(torch::equal(samples->read(some), x.index_select(0, some)));
+
+  auto images = ddp::open_npy_samples(fixture("images_u8.npy"));
+  CHECK(images->dtype() == torch::kUInt8);
+  CHECK(images->sample_shape() == std::vector<int64_t>({1, 28, 28}));
+
+  // The CSV numpy wrote from the same arrays holds the same numbers.
+  ddp::CsvTable table = ddp::read_csv(fixture("train.csv"), "label");
+  CHECK(table.feature_names.size() == 20);
+  CHECK(table.feature_names.front() == "f0");
+  CHECK(torch::allclose(table.features, x, 1e-6, 1e-6));
+  CHECK(torch::equal(table.labels.to(torch::kLong), labels));
+}
+
+TEST_CASE("broken NPY files are refused naming the file and the cause", "[data][npy]") {
+  TempDir dir;
+  auto refused = [](const std::string& path, const std::string& cause) {
+    INFO(path);
+    CHECK_THROWS_AS(ddp::open_npy_samples(path), ddp::FileError);
+    CHECK_THROWS_WITH(ddp::open_npy_samples(path), Contains(path) && Contains(cause));
+  };
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { b.resize(b.size() - 7); }), "is cut short");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { b += "xx"; }), "2 bytes after the array");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { b.resize(40); }), "cut short inside its NPY header");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { b[1] = 'X'; }), "is not an NPY file");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { edit_header(b, "'fortran_order': False", "'fortran_order': True "); }),
+          "Fortran order");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { edit_header(b, "'<f4'", "'>f4'"); }), "big-endian");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { edit_header(b, "'<f4'", "'|O8'"); }), "Python objects");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { edit_header(b, "'<f4'", "'<c8'"); }), "not supported");
+  refused(broken_copy(dir, "train_x.npy", [](std::string& b) { edit_header(b, "'shape': (1024, 20)", "'shape': (1024, 2x)"); }),
+          "malformed shape");
+  refused(broken_copy(dir, "mlp.pt", [](std::string&) {}), "is not an NPY file");
+  std::string pickle = dir.file("pickle.npy");
+  write_file(pickle, std::string("\x80\x04\x95", 3) + "rest of a pickle");
+  refused(pickle, "is a Python pickle");
+  refused(dir.file("missing.npy"), "cannot open");
+}
+
+TEST_CASE("broken CSV files name the line and column at fault", "[data][csv]") {
+  TempDir dir;
+  auto csv = [&](const std::string& text) {
+    std::string path = dir.file("t.csv");
+    write_file(path, text);
+    return path;
+  };
+  ddp::CsvTable ok = ddp::read_csv(csv("a, b,label\n1,2,0\n\n3,4.5,1\n"), "label");
+  CHECK(ok.features.sizes() == torch::IntArrayRef({2, 2}));
+  CHECK(ok.labels[1].item<double>() == 1);
+  CHECK(ok.features[1][1].item<float>() == 4.5f);
+
+  auto refused = [&](const std::string& text, const std::string& cause, const std::string& column = "label") {
+    std::string path = csv(text);
+    CHECK_THROWS_AS(ddp::read_csv(path, column), ddp::FileError);
+    CHECK_THROWS_WITH(ddp::read_csv(path, column), Contains(path) && Contains(cause));
+  };
+  refused("a,b,label\n1,2,0\n3,x,1\n", "t.csv:3: column 2 (\"b\"): \"x\" is not a finite number");
+  refused("a,b,label\n1,2,0\n3,,1\n", "t.csv:3: column 2 (\"b\"): empty cell");
+  refused("a,b,label\n1,2,nan\n", "t.csv:2: column 3 (\"label\"): \"nan\" is not a finite number");
+  refused("a,b,label\n1,2\n", "t.csv:2: 2 cells, but the header has 3");
+  refused("a,b,labl\n1,2,0\n", "no column \"label\" (data.label_column) in the header (did you mean labl?)");
+  refused("a,b,label\n", "has a header but no rows");
+  refused("", "is empty");
+  // numpy's own file, cut mid-row.
+  std::string cut = read_file(fixture("train.csv"));
+  refused(cut.substr(0, cut.size() / 2), "cells, but the header has 21");
+}
+
+TEST_CASE("data splits: counts must agree, NaN labels are refused, eval_fraction is a seeded split", "[data][npy]") {
+  TempDir dir;
+  ddp::DataConfig config;
+  config.dataset = "npy";
+  config.path = fixture("train_x.npy");
+  config.labels = fixture("test_y.npy");  // 512 labels for 1024 samples
+  config.eval_split = "none";
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10),
+                    Contains("train_x.npy holds 1024 samples") && Contains("test_y.npy holds 512 labels"));
+
+  std::string nan_labels = dir.file("nan.npy");
+  {
+    std::string bytes = read_file(fixture("train_target.npy"));
+    float nan = std::nanf("");
+    bytes.replace(bytes.size() - 4 * 10, 4, reinterpret_cast<const char*>(&nan), 4);  // sample 1014
+    write_file(nan_labels, bytes);
+  }
+  config.labels = nan_labels;
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10), Contains("nan.npy: label of sample 1014 is NaN"));
+
+  config.labels = fixture("train_y.npy");
+  config.eval_split = "test";
+  config.eval_fraction = 0.25;
+  config.split_seed = 3;
+  auto splits = ddp::load_dataset_splits(config, 10);
+  REQUIRE(splits.eval);
+  CHECK(splits.eval->size() == 256);
+  CHECK(splits.train.size() == 768);
+  CHECK(splits.train.feature_file);  // still read from the file, through a row map
+  auto again = ddp::load_dataset_splits(config, 10);
+  CHECK(torch::equal(again.eval->labels, splits.eval->labels));
+  // Train and eval partition the file: every sample's features appear exactly once.
+  auto all = torch::cat({splits.train.select(torch::arange(768)), splits.eval->select(torch::arange(256))});
+  auto x = ddp::read_npy(fixture("train_x.npy"));
+  CHECK(torch::equal(std::get<0>(all.sum(1).sort()), std::get<0>(x.sum(1).sort())));
+  config.split_seed = 4;
+  CHECK_FALSE(torch::equal(ddp::load_dataset_splits(config, 10).eval->labels, splits.eval->labels));
+}
+
+TEST_CASE("normalisation: fixed, global and per-feature statistics of the training features", "[data][npy]") {
+  ddp::DataConfig config;
+  config.dataset = "npy";
+  ddp::Dataset data;
+  data.features = torch::tensor({{1.0, 10.0}, {3.0, 10.0}, {5.0, 10.0}}, torch::kDouble);
+  data.labels = torch::zeros({3}, torch::kLong);
+  config.normalize = "per_feature";
+  auto per_feature = ddp::make_normalizer(config, data).apply(data.features);
+  CHECK(per_feature.scalar_type() == torch::kFloat);
+  CHECK(torch::allclose(per_feature.select(1, 0), torch::tensor({-1.2247449f, 0.f, 1.2247449f}), 1e-5, 1e-5));
+  CHECK(torch::equal(per_feature.select(1, 1), torch::zeros({3})));  // no spread: only shifted
+  config.normalize = "global";
+  auto global = ddp::make_normalizer(config, data).apply(data.features);
+  auto reference = (data.features - data.features.mean()) / data.features.std(/*unbiased=*/false);
+  CHECK(torch::allclose(global, reference.to(torch::kFloat), 1e-5, 1e-5));
+  config.normalize = "none";
+  CHECK(torch::equal(ddp::make_normalizer(config, data).apply(data.features), data.features.to(torch::kFloat)));
+  config.normalize = "auto";
+  config.dataset = "idx";
+  data.features = torch::full({1, 2}, 255, torch::kUInt8);
+  CHECK(ddp::make_normalizer(config, data).apply(data.features)[0][0].item<double>() ==
+        Approx((1 - config.mean) / config.std));
+}

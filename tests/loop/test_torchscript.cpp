@@ -1,0 +1,268 @@
+// TorchScript modules on NPY data, trained by real ddprun processes: world-size equivalence, the
+// trained module back in Python, weights carried between runs, exact resume after a SIGKILL, and
+// the load-time checks.
+#include <torch/script.h>
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "support/python_fixtures.h"
+#include "support/subprocess.h"
+#include "support/weights.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A config training `module` on the fixtures' NPY classification data.
+std::string write_config(const TempDir& dir, const std::string& module, const std::string& extra = "") {
+  std::string path = dir.file("config.yaml");
+  std::ofstream(path) << "run: {output_dir: " << dir.file("out") << "}\n"
+                      << "data: {dataset: npy, path: " << python_fixture("train_x.npy")
+                      << ", labels: " << python_fixture("train_y.npy") << ", eval_path: "
+                      << python_fixture("test_x.npy") << ", eval_labels: " << python_fixture("test_y.npy")
+                      << ", normalize: none}\n"
+                      << "model: {name: torchscript, path: " << python_fixture(module) << "}\n"
+                      << "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+                      << "train: {epochs: 2, batch_size: 32, log_every: 10}\n"
+                      << "checkpoint: {every_epochs: 0}\n"
+                      << extra;
+  return path;
+}
+
+CommandResult ddprun(int nproc, const std::string& config, const std::vector<std::string>& sets,
+                     const std::string& options = "") {
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " +
+                        std::to_string(nproc) + " " + options + " " + config;
+  for (const auto& s : sets) command += " --set '" + s + "'";
+  return run_shell(command, std::chrono::seconds(240));
+}
+
+using Weights = std::map<std::string, torch::Tensor>;
+
+// The last eval record's `key` in metrics.jsonl.
+double last_eval(const std::string& metrics, const std::string& key) {
+  std::ifstream in(metrics);
+  std::string line;
+  double value = -1;
+  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
+  std::smatch match;
+  while (std::getline(in, line))
+    if (std::regex_search(line, match, field)) value = std::stod(match[1]);
+  return value;
+}
+
+double first_eval(const std::string& metrics, const std::string& key) {
+  std::ifstream in(metrics);
+  std::string line;
+  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
+  std::smatch match;
+  while (std::getline(in, line))
+    if (std::regex_search(line, match, field)) return std::stod(match[1]);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("a scripted module at world 2 batch 32 matches world 1 batch 64 after 30 SGD steps", "[torchscript]") {
+  TempDir one, two;
+  auto sets = [](const TempDir& dir, int batch) {
+    return std::vector<std::string>{"run.output_dir=" + dir.file("out"), "train.max_steps=30",
+                                    "train.batch_size=" + std::to_string(batch), "data.eval_split=none",
+                                    "data.normalize=global"};
+  };
+  auto a = ddprun(1, write_config(one, "mlp.pt"), sets(one, 64));
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  auto b = ddprun(2, write_config(two, "mlp.pt"), sets(two, 32));
+  INFO(b.out << b.err);
+  REQUIRE(b.exit_code == 0);
+  Weights x = load_weights(one.file("out/model.pt")), y = load_weights(two.file("out/model.pt"));
+  REQUIRE(x.size() == 4);  // fc1.weight, fc1.bias, fc2.weight, fc2.bias: Python's names
+  REQUIRE(x.count("fc1.weight"));
+  double worst = 0;
+  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
+  CHECK(worst < 1e-5);
+  // 30 steps moved the weights: the comparison is not between two untouched initialisations.
+  auto start = torch::jit::load(python_fixture("mlp.pt")).attr("fc1").toModule().attr("weight").toTensor();
+  CHECK((x.at("fc1.weight") - start).abs().max().item<double>() > 1e-3);
+}
+
+TEST_CASE("with BatchNorm and dropout at world 2, Python's torch.jit.load of the result scores what ddprun reported",
+          "[torchscript][python]") {
+  TempDir dir;
+  auto r = ddprun(2, write_config(dir, "bn.pt"), {});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(fs::exists(dir.file("out/model_scripted.pt")));
+  double accuracy = last_eval(dir.file("out/metrics.jsonl"), "eval_accuracy");
+  double loss = last_eval(dir.file("out/metrics.jsonl"), "eval_loss");
+  REQUIRE(accuracy > 0.7);  // it learned
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_torchscript.py",
+                             dir.file("out/model_scripted.pt"), dir.file("out/model.pt"), python_fixture("test_x.npy"),
+                             python_fixture("test_y.npy")},
+                            std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+) loss ([0-9.]+)")));
+  CHECK(std::abs(std::stod(match[1]) - accuracy) <= 0.003);
+  // Rank 1 scored half the test set with its own copy of the running statistics: only if it held
+  // rank 0's (the buffer broadcast) does the loss over both halves equal Python's over rank 0's model.
+  CHECK(std::stod(match[2]) == Approx(loss).epsilon(1e-4));
+}
+
+TEST_CASE("weights carry over: model.init_from a state_dict, and model_scripted.pt as model.path", "[torchscript]") {
+  TempDir first, from_state, from_module;
+  auto r = ddprun(1, write_config(first, "mlp.pt"), {"train.epochs=1"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  double trained = last_eval(first.file("out/metrics.jsonl"), "eval_loss");
+  // Evaluated before their first step, the new runs start where the first one ended.
+  auto a = ddprun(1, write_config(from_state, "mlp.pt"),
+                  {"model.init_from=" + first.file("out/model.pt"), "eval.at_start=true", "train.max_steps=1"});
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  CHECK(first_eval(from_state.file("out/metrics.jsonl"), "eval_loss") == Approx(trained).epsilon(1e-6));
+  auto b = ddprun(1, write_config(from_module, "mlp.pt"),
+                  {"model.path=" + first.file("out/model_scripted.pt"), "eval.at_start=true", "train.max_steps=1"});
+  INFO(b.out << b.err);
+  REQUIRE(b.exit_code == 0);
+  CHECK(first_eval(from_module.file("out/metrics.jsonl"), "eval_loss") == Approx(trained).epsilon(1e-6));
+
+  auto wrong = ddprun(1, write_config(from_state, "regressor.pt"), {"model.init_from=" + first.file("out/model.pt")});
+  CHECK(wrong.exit_code == 2);
+  CHECK_THAT(wrong.err, Contains("model.init_from: " + first.file("out/model.pt")) &&
+                            Contains("wrong shapes fc2.weight (file [4, 32], model [1, 32])"));
+}
+
+TEST_CASE("a worker SIGKILLed mid-run resumes bit-identically with a TorchScript model on NPY data",
+          "[torchscript][faults][slow]") {
+  TempDir straight, killed;
+  auto sets = [](const TempDir& dir) {
+    return std::vector<std::string>{"run.output_dir=" + dir.file("out"), "train.epochs=200", "train.max_steps=1500",
+                                    "train.batch_size=16", "checkpoint.every_steps=100", "data.eval_split=none",
+                                    "train.log_every=100", "data.normalize=global"};
+  };
+  auto a = ddprun(2, write_config(straight, "bn.pt"), sets(straight));
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  std::string out = killed.file("out");
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " +
+                        write_config(killed, "bn.pt");
+  for (const auto& s : sets(killed)) command += " --set '" + s + "'";
+  auto b = run_shell(command + " & L=$!; i=0; while [ ! -e " + out +
+                         "/checkpoints/step_0000000200.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+                         "pkill -KILL -n -f '[d]dp-train.*" + killed.path() + "'; wait $L; echo status=$?",
+                     std::chrono::seconds(240));
+  INFO(b.out << b.err);
+  CHECK(count_lines(b.out, "status=0") == 1);
+  CHECK_THAT(b.err, Contains("signal 9 (SIGKILL)"));
+  CHECK_THAT(b.out, Contains("resumed from"));
+  std::string x = read_file(straight.file("out/model.pt")), y = read_file(out + "/model.pt");
+  CHECK((!x.empty() && x == y));
+  CHECK(read_file(straight.file("out/model_scripted.pt")).size() > 0);
+}
+
+TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
+  TempDir dir;
+  auto run = [&](const std::string& module, std::vector<std::string> sets = {}, int nproc = 1) {
+    sets.push_back("train.max_steps=2");
+    sets.push_back("data.eval_split=none");
+    return ddprun(nproc, write_config(dir, module), sets);
+  };
+  auto frozen = run("frozen.pt");
+  CHECK(frozen.exit_code == 2);
+  CHECK_THAT(frozen.err, Contains("frozen.pt has no parameters to train"));
+
+  auto newer = run("newer.pt");
+  CHECK(newer.exit_code == 2);
+  CHECK_THAT(newer.err, Contains("newer.pt was saved by a newer PyTorch: its file format version is 99, this ddprun's "
+                                 "LibTorch " TORCH_VERSION " reads up to 10"));
+
+  auto not_script = run("train_x.npy");
+  CHECK(not_script.exit_code == 2);
+  CHECK_THAT(not_script.err, Contains("cannot load " + python_fixture("train_x.npy") + " as TorchScript"));
+
+  auto nograd = run("nograd.pt", {}, 2);  // two ranks load it; the warning is said once
+  CHECK(nograd.exit_code == 0);
+  CHECK(std::regex_search(nograd.out + nograd.err, std::regex("1 of .*nograd.pt's 4 parameters did not require grad "
+                                                             "\\(first: fc1.weight\\); ddprun trains them all")));
+  std::string said = nograd.out + nograd.err;
+  CHECK(said.find("did not require grad") == said.rfind("did not require grad"));
+
+  auto traced = run("traced.pt");
+  CHECK(traced.exit_code == 0);
+  CHECK_THAT(traced.out + traced.err, Contains("traced.pt looks traced (torch.jit.trace)"));
+  auto scripted = run("bn.pt");
+  CHECK_THAT(scripted.out + scripted.err, !Contains("looks traced"));
+
+  auto tuple = run("tuple.pt");
+  CHECK(tuple.exit_code == 2);
+  CHECK_THAT(tuple.err, Contains("tuple.pt's forward returned Tuple; ddprun needs it to return one tensor"));
+
+  // The wrong data for the module: 28x28 images into a 20-feature MLP.
+  auto shape = run("mlp.pt", {"data.path=" + python_fixture("images_u8.npy"), "data.labels=" + python_fixture("labels_u8.npy")});
+  CHECK(shape.exit_code == 2);
+  CHECK_THAT(shape.err, Contains("mlp.pt failed on a batch of Float [32, 1, 28, 28]: "));
+  CHECK(count_lines(shape.err, "") <= 3);  // one message, not a backtrace
+  auto outputs = run("mlp.pt", {"data.labels=" + python_fixture("train_target.npy"), "train.loss=mse"});
+  CHECK(outputs.exit_code == 2);
+  CHECK_THAT(outputs.err, Contains("the model's output is [32, 4] for targets [32]; train.loss mse needs as many values"));
+}
+
+TEST_CASE("regression on NPY and classification on CSV train end to end", "[torchscript]") {
+  TempDir reg, csv;
+  auto r = ddprun(2, write_config(reg, "regressor.pt"),
+                  {"data.labels=" + python_fixture("train_target.npy"), "data.eval_labels=" + python_fixture("test_target.npy"),
+                   "train.loss=mse", "optim.lr=0.01", "eval.at_start=true"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  double mse = last_eval(reg.file("out/metrics.jsonl"), "eval_mse");
+  CHECK(mse >= 0);
+  CHECK(mse < 0.2 * first_eval(reg.file("out/metrics.jsonl"), "eval_mse"));  // it learned
+  CHECK(last_eval(reg.file("out/metrics.jsonl"), "eval_mae") > 0);
+
+  auto c = ddprun(2, write_config(csv, "mlp.pt"),
+                  {"data.dataset=csv", "data.path=" + python_fixture("train.csv"), "data.eval_path=",
+                   "data.eval_fraction=0.2", "data.labels="});
+  INFO(c.out << c.err);
+  REQUIRE(c.exit_code == 0);
+  CHECK(last_eval(csv.file("out/metrics.jsonl"), "eval_accuracy") > 0.7);
+}
+
+TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.91 at world 2, and Python agrees",
+          "[torchscript][example][slow]") {
+  TempDir dir;
+  auto made = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/examples/byo/make_byo.py",
+                           dir.file("byo")},
+                          std::chrono::seconds(120));
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  // As the README runs it: from the directory that holds byo/.
+  auto r = run_shell("cd " + dir.path() + " && OMP_NUM_THREADS=1 " + bin("ddprun") + " --nproc-per-node 2 " +
+                         std::string(DDP_SOURCE_DIR) + "/examples/byo/resnet.yaml --set run.output_dir=out",
+                     std::chrono::seconds(900));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  double accuracy = last_eval(dir.file("out/metrics.jsonl"), "eval_accuracy");
+  CHECK(accuracy >= 0.91);
+  auto python = run_shell("cd " + dir.path() + " && /usr/bin/python3 -c '"
+                          "import numpy as np, torch\n"
+                          "m = torch.jit.load(\"out/model_scripted.pt\").eval()\n"
+                          "x = (torch.from_numpy(np.load(\"byo/test_images.npy\")).float() / 255 - 0.2860) / 0.3530\n"
+                          "y = torch.from_numpy(np.load(\"byo/test_labels.npy\"))\n"
+                          "with torch.no_grad(): print(\"accuracy\", (m(x).argmax(1) == y).double().mean().item())'",
+                          std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+)")));
+  CHECK(std::abs(std::stod(match[1]) - accuracy) <= 0.003);
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Fixtures for the TorchScript and NPY/CSV tests, written by Python's own torch and numpy.
+
+    /usr/bin/python3 tests/support/python_fixtures.py OUT_DIR
+
+OUT_DIR gets NPY data (4 classes of 20 features; regression targets too), a CSV of the same, and
+modules saved the ways users save them: scripted (plain MLP, with BatchNorm and dropout, regression),
+and the ones ddprun must refuse or warn about (frozen, parameters without grad, traced, from a
+"newer" PyTorch, returning a tuple).
+"""
+
+import os
+import sys
+import zipfile
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class Mlp(nn.Module):
+    def __init__(self, inputs=20, hidden=32, outputs=4):
+        super().__init__()
+        self.fc1 = nn.Linear(inputs, hidden)
+        self.fc2 = nn.Linear(hidden, outputs)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class BnMlp(nn.Module):
+    def __init__(self, inputs=20, hidden=32, outputs=4):
+        super().__init__()
+        self.fc1 = nn.Linear(inputs, hidden)
+        self.bn = nn.BatchNorm1d(hidden)
+        self.drop = nn.Dropout(0.2)
+        self.fc2 = nn.Linear(hidden, outputs)
+
+    def forward(self, x):
+        return self.fc2(self.drop(torch.relu(self.bn(self.fc1(x)))))
+
+
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 4)
+
+    def forward(self, x):
+        return self.fc(x), x
+
+
+def data(out):
+    rng = np.random.default_rng(7)
+    teacher = rng.normal(size=(20, 4))
+    for split, n in (("train", 1024), ("test", 512)):
+        x = rng.normal(size=(n, 20)).astype(np.float32)
+        y = (x @ teacher).argmax(1).astype(np.int64)
+        np.save(f"{out}/{split}_x.npy", x)
+        np.save(f"{out}/{split}_y.npy", y)
+        np.save(f"{out}/{split}_y32.npy", y.astype(np.int32))
+        np.save(f"{out}/{split}_target.npy", (x @ teacher[:, 0]).astype(np.float32))
+        np.save(f"{out}/{split}_x64.npy", x.astype(np.float64))
+        header = ",".join([f"f{i}" for i in range(20)] + ["label"])
+        np.savetxt(f"{out}/{split}.csv", np.column_stack([x, y]), delimiter=",", header=header, comments="",
+                   fmt=["%.9g"] * 20 + ["%d"])
+    images = rng.integers(0, 256, size=(64, 1, 28, 28), dtype=np.uint8)
+    np.save(f"{out}/images_u8.npy", images)
+    np.save(f"{out}/labels_u8.npy", rng.integers(0, 10, size=64).astype(np.int64))
+
+
+def modules(out):
+    torch.manual_seed(0)
+    torch.jit.script(Mlp()).save(f"{out}/mlp.pt")
+    torch.jit.script(BnMlp()).save(f"{out}/bn.pt")
+    torch.jit.script(Mlp(outputs=1)).save(f"{out}/regressor.pt")
+    torch.jit.freeze(torch.jit.script(Mlp()).eval()).save(f"{out}/frozen.pt")
+    partly = Mlp()
+    partly.fc1.weight.requires_grad_(False)
+    torch.jit.script(partly).save(f"{out}/nograd.pt")
+    torch.jit.trace(BnMlp(), torch.randn(8, 20), check_trace=False).save(f"{out}/traced.pt")
+    torch.jit.script(Pair()).save(f"{out}/tuple.pt")
+    # A newer PyTorch's archive: the same module with a file format version this LibTorch lacks.
+    with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/newer.pt", "w") as dst:
+        for item in src.infolist():
+            payload = src.read(item.filename)
+            if item.filename.endswith("/version"):
+                payload = b"99\n"
+            dst.writestr(item, payload)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    data(out)
+    modules(out)

@@ -1,0 +1,70 @@
+// train.loss: each loss and its metrics against direct computations, and the shape checks.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include "ddp/common/error.h"
+#include "ddp/task/loss.h"
+
+using Catch::Contains;
+
+namespace {
+
+ddp::Loss loss(const std::string& name, double smoothing = 0) {
+  ddp::LossConfig config;
+  config.loss = name;
+  config.label_smoothing = smoothing;
+  return ddp::Loss(config);
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy: mean loss with label smoothing, summed loss and accuracy", "[task][loss]") {
+  auto ce = loss("cross_entropy", 0.1);
+  auto logits = torch::tensor({{2.0f, 0.0f, -1.0f}, {0.0f, 1.0f, 0.0f}, {0.5f, 0.2f, 3.0f}});
+  auto targets = torch::tensor({0, 2, 2}, torch::kLong);
+  // By hand: smoothed targets (1 - ε) one-hot + ε / C, against log-softmax.
+  auto smoothed = torch::one_hot(targets, 3).to(torch::kFloat) * 0.9 + 0.1 / 3;
+  auto by_hand = -(smoothed * torch::log_softmax(logits, 1)).sum(1);
+  CHECK(ce.mean(logits, targets).item<double>() == Approx(by_hand.mean().item<double>()).epsilon(1e-6));
+  auto sums = ce.metric_sums(logits, targets);
+  CHECK(ce.metric_names() == std::vector<std::string>{"loss", "accuracy"});
+  CHECK(sums[0].item<double>() == Approx(by_hand.sum().item<double>()).epsilon(1e-6));
+  CHECK(sums[1].item<double>() == 2);  // samples 0 and 2 right
+
+  CHECK(torch::equal(ce.prepare_targets(torch::tensor({1.0, 3.0}), "f"), torch::tensor({1, 3}, torch::kLong)));
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.5}), "labels.npy"),
+                    Contains("labels.npy: train.loss cross_entropy needs one whole-number class") &&
+                        Contains("use train.loss: mse"));
+  CHECK_NOTHROW(ce.check_output(logits, targets, 2));
+  CHECK_THROWS_AS(ce.check_output(logits, targets, 3), ddp::UserError);
+  CHECK_THROWS_WITH(ce.check_output(logits, targets, 3),
+                    "the model's output is [3, 3] for targets [3]; train.loss cross_entropy needs logits [3, C] "
+                    "with C > 3, the largest label");
+  CHECK_THROWS_WITH(ce.check_output(logits.reshape({9}), targets, 1), Contains("output is [9]"));
+}
+
+TEST_CASE("mse gives per-sample MSE and MAE, bce_with_logits a loss and accuracy per element", "[task][loss]") {
+  auto mse = loss("mse");
+  auto out = torch::tensor({{1.0f}, {2.0f}, {0.0f}});  // [B, 1] against [B] targets
+  auto targets = mse.prepare_targets(torch::tensor({1.5, 2.0, -2.0}), "t");
+  CHECK(targets.scalar_type() == torch::kFloat);
+  CHECK_NOTHROW(mse.check_output(out, targets, 0));
+  CHECK(mse.mean(out, targets).item<double>() == Approx((0.25 + 0 + 4) / 3));
+  CHECK(mse.metric_names() == std::vector<std::string>{"mse", "mae"});
+  auto sums = mse.metric_sums(out, targets);
+  CHECK(sums[0].item<double>() == Approx(4.25));
+  CHECK(sums[1].item<double>() == Approx(2.5));
+  CHECK_THROWS_WITH(mse.check_output(torch::zeros({3, 2}), targets, 0),
+                    "the model's output is [3, 2] for targets [3]; train.loss mse needs as many values per sample as "
+                    "the targets have");
+
+  auto bce = loss("bce_with_logits");
+  auto logits = torch::tensor({{2.0f, -1.0f}, {-3.0f, 0.5f}});
+  auto labels = bce.prepare_targets(torch::tensor({{1, 1}, {0, 0}}, torch::kLong), "t");
+  auto reference = torch::binary_cross_entropy_with_logits(logits, labels);
+  CHECK(bce.mean(logits, labels).item<double>() == Approx(reference.item<double>()));
+  auto bsums = bce.metric_sums(logits, labels);
+  CHECK(bsums[0].item<double>() == Approx(2 * reference.item<double>()));  // per-sample means, summed
+  CHECK(bsums[1].item<double>() == Approx(0.5 + 0.5));                   // one of two right in each sample
+}
