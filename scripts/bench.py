@@ -108,14 +108,14 @@ def main():
                     ("2, overlap off", train(work, f"{model}-w2-sync", 2, model, ["dist.overlap=false"]), None, None)]
             rows.append(("2, Gloo all-reduce", train(work, f"{model}-w2-gloo", 2, model, ["dist.shared_memory=false"]),
                          None, None))
-            if model == "convnet":  # the same ConvNet as a TorchScript module, in ddprun and in Python DDP
-                scripted = os.path.join(work, "convnet_scripted.pt")
-                subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "ddp_models.py"), "script", scripted,
-                                "convnet"], check=True)
-                rows.append(("2, TorchScript module", train(work, "convnet-w2-script", 2, model,
-                                                            ["model.name=torchscript", f"model.path={scripted}"]),
-                             compute_limit(work, model, 2, ["model.name=torchscript", f"model.path={scripted}"]),
-                             torchrun(model, 2, scripted)))
+            if model == "convnet":  # a ConvNet as a TorchScript module, trained by ddprun and by Python DDP
+                for label, flags in (("convnet.cpp's order", ["--pool-first"]), ("the tutorial's", [])):
+                    scripted = os.path.join(work, f"convnet_scripted{len(flags)}.pt")
+                    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "ddp_models.py"), "script",
+                                    scripted, "convnet", *flags], check=True)
+                    sets = ["model.name=torchscript", f"model.path={scripted}"]
+                    rows.append((f"2, TorchScript: {label}", train(work, f"convnet-w2-script{len(flags)}", 2, model, sets),
+                                 compute_limit(work, model, 2, sets), torchrun(model, 2, scripted)))
             if model == "convnet":  # the NCHW layout the Python recipe uses; start-up without the dataset cache
                 rows.append(("2, channels-last off", train(work, "convnet-w2-nchw", 2, model, ["model.channels_last=false"]),
                              None, None))

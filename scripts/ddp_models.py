@@ -28,16 +28,20 @@ INPUT_SIZE = 1 * 28 * 28  # MNIST-format images, as kInputSize in model_registry
 class ConvNet(nn.Module):
     """The DDP tutorials' ConvNet (C++: convnet.cpp)."""
 
-    def __init__(self, num_classes=10, batchnorm=True, relu=True):
+    def __init__(self, num_classes=10, batchnorm=True, relu=True, pool_first=False):
         super().__init__()
 
         def block(cin, cout):
             layers = [nn.Conv2d(cin, cout, kernel_size=5, stride=1, padding=2)]
             if batchnorm:
                 layers.append(nn.BatchNorm2d(cout))
-            if relu:
+            # pool_first: ReLU after max-pooling, as convnet.cpp computes it (the same values, a
+            # quarter of the ReLUs; state_dict keys do not move, since neither layer has parameters).
+            if relu and not pool_first:
                 layers.append(nn.ReLU())
             layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+            if relu and pool_first:
+                layers.append(nn.ReLU())
             return nn.Sequential(*layers)
 
         self.layer1 = block(1, 16)
@@ -83,10 +87,10 @@ class MLP(nn.Module):
         return self.layers(torch.flatten(x, 1))
 
 
-def build(name, num_classes=10, batchnorm=True, relu=True, hidden=(256, 128)):
+def build(name, num_classes=10, batchnorm=True, relu=True, hidden=(256, 128), pool_first=False):
     """The module ddprun's `model.name: NAME` builds, with the same parameters."""
     if name == "convnet":
-        return ConvNet(num_classes=num_classes, batchnorm=batchnorm, relu=relu)
+        return ConvNet(num_classes=num_classes, batchnorm=batchnorm, relu=relu, pool_first=pool_first)
     if name == "linear3":
         return Linear3(num_classes=num_classes)
     if name == "mlp":
@@ -157,12 +161,13 @@ def main(argv=None):
     sc.add_argument("out_pt")
     model_options(sc)
     sc.add_argument("--seed", type=int, default=0)
+    sc.add_argument("--pool-first", action="store_true", help="convnet: ReLU after pooling, as convnet.cpp")
     args = parser.parse_args(argv)
     if args.command == "script":
         torch.manual_seed(args.seed)
 
     model = build(args.name, num_classes=args.num_classes, batchnorm=args.batchnorm, relu=args.relu,
-                  hidden=args.hidden)
+                  hidden=args.hidden, pool_first=getattr(args, "pool_first", False))
     if args.command == "script":
         torch.jit.script(model).save(args.out_pt)
         return 0

@@ -16,11 +16,12 @@ struct ModelConfig {
   std::string name = "convnet";  ///< convnet | linear3 | mlp | torchscript
   std::string path;       ///< torchscript: the module file torch.jit.script(model).save() wrote
   std::string init_from;  ///< any model: start from these weights (a state_dict file such as model.pt)
+  bool jit_optimize = false;  ///< torchscript: TorchScript's profiling executor optimises the graph
   int64_t num_classes = 10;
   bool batchnorm = true;  ///< convnet: BatchNorm2d after each conv
   bool sync_batchnorm = false;  ///< convnet: batch statistics over all ranks (SyncBatchNorm)
   bool relu = true;       ///< convnet: ReLU after each max-pooling
-  bool channels_last = true;  ///< convnet: NHWC activations and conv weights (faster CPU kernels)
+  bool channels_last = true;  ///< convnet, torchscript: NHWC activations and 4-D weights (faster CPU kernels)
   std::vector<int64_t> hidden = {256, 128};  ///< mlp: hidden layer widths
 };
 
