@@ -9,6 +9,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
+#include "ddp/common/text.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/comm/dist_env.h"
@@ -75,8 +76,9 @@ int main(int argc, char** argv) {
     return stopped_by ? 128 + stopped_by : ddp::kExitSuccess;
   } catch (const ddp::UserError& e) {
     return fail(ddp::kExitUsage, "error", e.what());
+  } catch (const ddp::IoError& e) {
+    return fail(ddp::kExitIoError, "I/O error", e.what());
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    return fail(ddp::kExitFailure, "failed", what.substr(0, what.find("\nException raised")));
+    return fail(ddp::kExitFailure, "failed", ddp::without_backtrace(e.what()));
   }
 }

@@ -1,4 +1,6 @@
 // ddprun: launches one worker per GPU or CPU slot with the torchrun environment and supervises them.
+#include <fcntl.h>
+
 #include <cstdio>
 #include <exception>
 
@@ -8,6 +10,11 @@
 #include "ddp/launch/supervisor.h"
 
 int main(int argc, char** argv) {
+  // Descriptors 0-2 must be open before anything else opens one: a pipe or socket landing on a
+  // closed 0, 1 or 2 would later be overwritten as stdin, stdout or stderr (the kill watchdog's
+  // pipe was, when ddprun started with stdin closed).
+  for (int fd = 0; fd <= 2; ++fd)
+    if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd) return ddp::kExitFailure;
   try {
     auto options = ddp::parse_launch_options(argc, argv);
     if (!options) return ddp::kExitSuccess;
@@ -15,6 +22,9 @@ int main(int argc, char** argv) {
   } catch (const ddp::UserError& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     return ddp::kExitUsage;
+  } catch (const ddp::IoError& e) {
+    std::fprintf(stderr, "ddprun: I/O error: %s\n", e.what());
+    return ddp::kExitIoError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: internal error: %s\n", e.what());
     return ddp::kExitFailure;

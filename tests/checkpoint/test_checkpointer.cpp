@@ -2,6 +2,8 @@
 // torn, corrupt or foreign checkpoint is skipped or refused with a message naming it, never loaded.
 #include <torch/torch.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -142,25 +144,54 @@ void flip_middle_byte(const std::string& path) {
   write_file(path, bytes);
 }
 
-bool exists_even_as_dangling_link(const std::string& path) { return fs::exists(fs::symlink_status(path)); }
+// While alive, no file of this process may grow past `bytes`: a write beyond fails (EFBIG) as on a
+// full disk, and SIGXFSZ, which would kill the process, is ignored.
+class WriteLimit {
+ public:
+  explicit WriteLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &previous_);
+    signal_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{bytes, previous_.rlim_max};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~WriteLimit() {
+    setrlimit(RLIMIT_FSIZE, &previous_);
+    signal(SIGXFSZ, signal_);
+  }
 
-// `path + ".tmp"` made a link to /dev/full: the next atomic write of `path` fails as on a full disk.
-bool make_next_write_hit_full_disk(const std::string& path) {
-  if (!fs::exists("/dev/full")) return false;
-  fs::create_symlink("/dev/full", path + ".tmp");
-  return true;
+ private:
+  rlimit previous_{};
+  sighandler_t signal_;
+};
+
+// Whether a temporary of `path` (path.tmp.XXXXXX) exists, even as a dangling link.
+bool temporary_left(const std::string& path) {
+  fs::path target(path);
+  for (const auto& entry : fs::directory_iterator(target.parent_path()))
+    if (entry.path().filename().string().rfind(target.filename().string() + ".tmp", 0) == 0) return true;
+  return false;
 }
 
-// The message of the FileError `action` throws; fails the test when it throws nothing.
-template <typename Action>
-std::string file_error(Action&& action) {
+// The message of the error of type E `action` throws; fails the test when it throws nothing.
+template <typename E = FileError, typename Action>
+std::string error_of(Action&& action) {
   try {
     action();
-  } catch (const FileError& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  FAIL("expected a FileError, nothing was thrown");
+  FAIL("expected an error, nothing was thrown");
   return "";
+}
+
+template <typename Action>
+std::string file_error(Action&& action) {
+  return error_of<FileError>(std::forward<Action>(action));
+}
+
+template <typename Action>
+std::string io_error(Action&& action) {
+  return error_of<ddp::IoError>(std::forward<Action>(action));
 }
 
 }  // namespace
@@ -411,13 +442,14 @@ TEST_CASE("load refuses another world size, another model or a non-checkpoint, n
   }
 }
 
-TEST_CASE("a failed save throws FileError naming the path and leaves the previous checkpoint usable",
+TEST_CASE("a failed save throws IoError naming the path and leaves the previous checkpoint usable",
           "[checkpoint]") {
   TempDir tmp;
   auto trainee = trained_trainee();
   const std::string dir = tmp.file("checkpoints");
   Checkpointer checkpointer(checkpoint_config(2), dir);
   save_steps(checkpointer, trainee, {1});
+  const auto checkpoint_bytes = fs::file_size(info_for(dir, 1).data_path);
   auto previous_is_intact = [&] {
     CHECK(verify_checkpoint(info_for(dir, 1)).empty());
     auto found = checkpointer.find_resume_point();
@@ -438,8 +470,8 @@ TEST_CASE("a failed save throws FileError naming the path and leaves the previou
       ::unlink(probe.c_str());
       WARN("skipped the read-only directory check: this user (root?) can write to a 0555 directory");
     } else {
-      CHECK_THAT(file_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
-               Contains(dir));
+      CHECK_THAT(io_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+                 Contains(dir));
       previous_is_intact();
     }
   }
@@ -447,81 +479,107 @@ TEST_CASE("a failed save throws FileError naming the path and leaves the previou
     write_file(tmp.file("afile"), "a file, not a directory");
     const std::string impossible = tmp.file("afile/checkpoints");
     Checkpointer doomed(checkpoint_config(2), impossible);
-    CHECK_THAT(file_error([&] { doomed.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+    CHECK_THAT(io_error([&] { doomed.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
                Contains(impossible));
     previous_is_intact();
   }
-  SECTION("disk full while writing the data file") {
+  SECTION("no room for the data file") {
     const std::string data = info_for(dir, 2).data_path;
-    if (!make_next_write_hit_full_disk(data)) {
-      WARN("skipped: no /dev/full");
-      return;
+    {
+      WriteLimit full(checkpoint_bytes / 2);
+      CHECK_THAT(io_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+                 Contains(data) && Contains("File too large"));
     }
-    CHECK_THAT(file_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
-               Contains(data));
-    CHECK(!exists_even_as_dangling_link(data + ".tmp"));
+    CHECK(!temporary_left(data));
     CHECK(listed_steps(checkpointer) == std::vector<int64_t>{1});
     previous_is_intact();
   }
-  SECTION("disk full while writing the manifest: the new data file is not a checkpoint") {
+  SECTION("the manifest cannot be committed: the new data file is not a checkpoint") {
     const std::string manifest = info_for(dir, 2).manifest_path;
-    if (!make_next_write_hit_full_disk(manifest)) {
-      WARN("skipped: no /dev/full");
-      return;
-    }
-    CHECK_THAT(file_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+    fs::create_directory(manifest);  // a non-empty directory in the way of the rename
+    write_file(manifest + "/inside", "x");
+    CHECK_THAT(io_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
                Contains(manifest));
-    CHECK(!exists_even_as_dangling_link(manifest + ".tmp"));
-    CHECK(listed_steps(checkpointer) == std::vector<int64_t>{1});
+    CHECK(!temporary_left(manifest));
+    auto steps = listed_steps(checkpointer);  // the directory in the way is listed as unreadable (-1)
+    CHECK(std::find(steps.begin(), steps.end(), 2) == steps.end());
     previous_is_intact();
   }
 }
 
-TEST_CASE("write_file_atomically replaces a file whole, or leaves the old one and no .tmp", "[checkpoint]") {
+TEST_CASE("write_file_atomically replaces a file whole, or leaves the old one and no temporary", "[checkpoint]") {
   TempDir tmp;
   const std::string path = tmp.file("state.txt");
   write_file(path, "old contents");
 
-  SECTION("success") {
-    ddp::write_file_atomically(path, "new contents");
+  SECTION("success, with the mode asked for") {
+    ddp::write_file_atomically(path, "new contents", 0640);
     CHECK(read_file(path) == "new contents");
-    CHECK(!exists_even_as_dangling_link(path + ".tmp"));
+    CHECK(!temporary_left(path));
     CHECK(ddp::read_whole_file(path) == "new contents");
+    CHECK((fs::status(path).permissions() & fs::perms::all) ==
+          (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
   }
-  SECTION("a stale .tmp from a crash is overwritten") {
-    write_file(path + ".tmp", "a much longer stale temporary from an earlier crash");
+  SECTION("a symlink planted at the old temporary name is neither followed nor removed") {
+    const std::string victim = tmp.file("victim");
+    write_file(victim, "precious");
+    fs::create_symlink(victim, path + ".tmp");
     ddp::write_file_atomically(path, "new");
     CHECK(read_file(path) == "new");
-    CHECK(!exists_even_as_dangling_link(path + ".tmp"));
+    CHECK(read_file(victim) == "precious");
+    CHECK(fs::is_symlink(path + ".tmp"));
   }
-  SECTION("the write fails (disk full)") {
-    if (!make_next_write_hit_full_disk(path)) {
-      WARN("skipped: no /dev/full");
-      return;
+  SECTION("the write fails (no room)") {
+    {
+      WriteLimit full(4);
+      CHECK_THAT(io_error([&] { ddp::write_file_atomically(path, "new contents"); }),
+                 Contains(path) && Contains("write"));
     }
-    CHECK_THAT(file_error([&] { ddp::write_file_atomically(path, "new contents"); }),
-               Contains(path) && Contains("No space left"));
     CHECK(read_file(path) == "old contents");
-    CHECK(!exists_even_as_dangling_link(path + ".tmp"));
+    CHECK(!temporary_left(path));
   }
   SECTION("the rename fails (a directory is in the way)") {
     const std::string blocked = tmp.file("blocked");
     fs::create_directory(blocked);
     write_file(blocked + "/inside", "keeps the directory non-empty");
-    CHECK_THAT(file_error([&] { ddp::write_file_atomically(blocked, "new contents"); }),
-               Contains(blocked));
+    CHECK_THAT(io_error([&] { ddp::write_file_atomically(blocked, "new contents"); }), Contains(blocked));
     CHECK(fs::is_directory(blocked));
     CHECK(read_file(blocked + "/inside") == "keeps the directory non-empty");
-    CHECK(!exists_even_as_dangling_link(blocked + ".tmp"));
+    CHECK(!temporary_left(blocked));
   }
   SECTION("the open fails (no such directory)") {
     const std::string nowhere = tmp.file("missing/state.txt");
-    CHECK_THAT(file_error([&] { ddp::write_file_atomically(nowhere, "x"); }),
-               Contains(nowhere));
+    CHECK_THAT(io_error([&] { ddp::write_file_atomically(nowhere, "x"); }), Contains(nowhere));
     CHECK(!fs::exists(tmp.file("missing")));
   }
   SECTION("read_whole_file names a missing file") {
-    CHECK_THAT(file_error([&] { ddp::read_whole_file(tmp.file("absent")); }),
-               Contains(tmp.file("absent")));
+    CHECK_THAT(file_error([&] { ddp::read_whole_file(tmp.file("absent")); }), Contains(tmp.file("absent")));
   }
+  SECTION("open_for_append refuses a symlink, naming it") {
+    const std::string link = tmp.file("log");
+    fs::create_symlink(path, link);
+    CHECK_THAT(io_error([&] { ddp::open_for_append(link); }), Contains(link) && Contains("symbolic link"));
+    CHECK(read_file(path) == "old contents");
+  }
+}
+
+TEST_CASE("a save removes a data file no manifest commits and stray temporaries, and a garbage manifest is skipped",
+          "[checkpoint]") {
+  TempDir tmp;
+  auto trainee = trained_trainee();
+  const std::string dir = tmp.file("checkpoints");
+  Checkpointer checkpointer(checkpoint_config(5), dir);
+  save_steps(checkpointer, trainee, {1});
+  // A crash between data file and manifest at step 2, and one inside an atomic write.
+  write_file(info_for(dir, 2).data_path, "a data file whose manifest never came");
+  write_file(dir + "/step_0000000003.json.tmp.Ab12Cd", "half a manifest");
+  save_steps(checkpointer, trainee, {4});
+  CHECK_FALSE(fs::exists(info_for(dir, 2).data_path));
+  CHECK_FALSE(fs::exists(dir + "/step_0000000003.json.tmp.Ab12Cd"));
+  CHECK(verify_checkpoint(info_for(dir, 1)).empty());
+  // The newest manifest replaced by garbage: the one before it is the resume point.
+  write_file(info_for(dir, 4).manifest_path, "\x01\x02 not yaml: [");
+  auto found = checkpointer.find_resume_point();
+  REQUIRE(found.has_value());
+  CHECK(found->step == 1);
 }

@@ -32,3 +32,18 @@ TEST_CASE("split keeps empty pieces") {
   CHECK(split("a,,b", ',') == std::vector<std::string>{"a", "", "b"});
   CHECK(split("", ',') == std::vector<std::string>{""});
 }
+
+TEST_CASE("without_backtrace keeps the message and drops LibTorch's frames of every kind") {
+  CHECK(ddp::without_backtrace("bad thing\nException raised from f at x.cpp:3 (most recent call first):\nframe #0: a\n") ==
+        "bad thing");
+  CHECK(ddp::without_backtrace("DefaultCPUAllocator: can't allocate memory\nframe #0: c10::alloc\nframe #1: b") ==
+        "DefaultCPUAllocator: can't allocate memory");
+  CHECK(ddp::without_backtrace("Error in foo (most recent call first):\nframe #0: x") == "Error in foo");
+  CHECK(ddp::without_backtrace("plain message") == "plain message");
+}
+
+TEST_CASE("printable escapes control characters and bounds the length") {
+  CHECK(ddp::printable("rank 1 failed") == "rank 1 failed");
+  CHECK(ddp::printable("\x1b]2;owned\x07 ok\n") == "\\x1b]2;owned\\x07 ok\\x0a");
+  CHECK(ddp::printable(std::string(2000, 'a'), 10) == "aaaaaaaaaa...");
+}

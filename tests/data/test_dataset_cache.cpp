@@ -1,5 +1,7 @@
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "ddp/common/error.h"
@@ -75,6 +77,30 @@ TEST_CASE("a changed source file gets a new cache entry", "[data][cache]") {
   fs::last_write_time(data.file("t10k-labels-idx1-ubyte.gz"), fs::file_time_type::clock::now() + std::chrono::hours(1));
   load_idx_split_cached(data.path(), "test", cache.path());
   CHECK(cache_files(cache.path()).size() == 2);
+}
+
+TEST_CASE("a source rewritten with the same size and timestamp is not served stale, and the cache keeps its permissions",
+          "[data][cache]") {
+  TempDir data, cache;
+  // Raw (not gzipped) labels: the rewrite below keeps the size exactly.
+  Dataset original = load_idx_split(kFashion, "test");
+  std::string labels("\x00\x00\x08\x01\x00\x00\x27\x10", 8);
+  auto values = original.labels.to(torch::kUInt8).contiguous();
+  labels.append(static_cast<const char*>(values.data_ptr()), 10000);
+  fs::copy_file(kFashion + "/t10k-images-idx3-ubyte.gz", data.file("t10k-images-idx3-ubyte.gz"));
+  write_file(data.file("t10k-labels-idx1-ubyte"), labels);
+  REQUIRE(chmod(data.file("t10k-images-idx3-ubyte.gz").c_str(), 0640) == 0);
+  auto when = fs::last_write_time(data.file("t10k-labels-idx1-ubyte"));
+  Dataset first = load_idx_split_cached(data.path(), "test", cache.path());
+  REQUIRE(cache_files(cache.path()).size() == 1);
+  CHECK((fs::status(cache_files(cache.path())[0]).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+
+  labels[8] = static_cast<char>((labels[8] + 1) % 10);  // sample 0's label, same size
+  write_file(data.file("t10k-labels-idx1-ubyte"), labels);
+  fs::last_write_time(data.file("t10k-labels-idx1-ubyte"), when);  // the timestamp too, to the nanosecond
+  Dataset second = load_idx_split_cached(data.path(), "test", cache.path());
+  CHECK(second.labels[0].item<int64_t>() == (first.labels[0].item<int64_t>() + 1) % 10);
 }
 
 TEST_CASE("an unwritable cache falls back to memory, and a broken source is still an error", "[data][cache]") {

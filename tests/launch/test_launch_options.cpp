@@ -62,6 +62,16 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
                     Contains("local rank 2 does not exist with 2 worker(s)"));
   CHECK_THROWS_WITH(parse({"--nnodes", "2", "--master-port", "0", "--", "true"}), Contains("--master-port 0"));
   CHECK_THROWS_WITH(parse({"--run-id", "a b", "--", "true"}), Contains("--run-id"));
+  // A run id becomes a file name under --log-dir: nothing that leaves it (issue 12, item 13).
+  for (const char* escape : {"..", ".", ".hidden", "../x", "a/b"})
+    CHECK_THROWS_WITH(parse({"--run-id", escape, "--", "true"}), Contains("--run-id: expected a plain name"));
+  CHECK_NOTHROW(parse({"--run-id", "job.42", "--", "true"}));
+  // Durations and counts are bounded before any cast (issue 12, item 9): a week, a million restarts.
+  for (const char* option : {"--shutdown-grace", "--monitor-interval", "--rdzv-timeout", "--stall-timeout"})
+    CHECK_THROWS_WITH(parse({option, "1e10", "--", "true"}), Contains(option) && Contains("604800"));
+  CHECK_THROWS_WITH(parse({"--max-restarts", "99999999999", "--", "true"}), Contains("--max-restarts"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "9999999", "--", "true"}),
+                    Contains("--nnodes: expected an integer from 1 to 1048576, got '9999999'"));
   CHECK_THROWS_AS(parse({"--set", "a=1", "--", "true"}), UserError);
 }
 
@@ -104,7 +114,7 @@ TEST_CASE("nproc-per-node N, gpu, cpu and auto against the machine's GPUs and co
   CHECK(resolve_nproc("auto", 0, 2) == 2);
   CHECK_THROWS_WITH(resolve_nproc("gpu", 0, 2), "--nproc-per-node gpu: no CUDA device is visible on this machine");
   for (const char* bad : {"0", "-1", "gpus", "", "4097"})
-    CHECK_THROWS_WITH(resolve_nproc(bad, 1, 2), Catch::Contains("expected a positive count, auto, cpu or gpu"));
+    CHECK_THROWS_WITH(resolve_nproc(bad, 1, 2), Catch::Contains("expected a count from 1 to 4096, auto, cpu or gpu"));
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES counts devices as CUDA does") {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/loop/train_config.h"
 #include "support/subprocess.h"
 
@@ -122,16 +123,34 @@ TEST_CASE("wrong types name the path, the value and the expectation", "[config]"
 }
 
 TEST_CASE("ranges and choices are checked", "[config]") {
-  REQUIRE_THROWS_WITH(parse("optim: {lr: -0.1}"), Equals("optim.lr: must be > 0, got -0.1"));
-  REQUIRE_THROWS_WITH(parse("train: {batch_size: 0}"), Equals("train.batch_size: must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(parse("optim: {lr: -0.1}"), Equals("optim.lr: must be in (0, 1e+06], got -0.1"));
+  REQUIRE_THROWS_WITH(parse("train: {batch_size: 0}"), Equals("train.batch_size: must be in [1, 1e+07], got 0"));
   REQUIRE_THROWS_WITH(parse("optim: {momentum: 1}"), Equals("optim.momentum: must be in [0, 1), got 1"));
-  REQUIRE_THROWS_WITH(parse("model: {hidden: [8, 0]}"), Equals("model.hidden[1]: must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(parse("model: {hidden: [8, 0]}"), Equals("model.hidden[1]: must be in [1, 1e+06], got 0"));
   REQUIRE_THROWS_WITH(parse("run: {name: \"\"}"), Equals("run.name: must not be empty"));
   REQUIRE_THROWS_WITH(parse("dist: {backend: mpi}"),
                       Equals("dist.backend: must be one of auto, gloo, nccl, got \"mpi\""));
   // Every problem is reported, one complete line each.
   REQUIRE_THROWS_WITH(parse("optim: {lr: 0}\ntrain: {epochs: 0}"),
-                      Equals("optim.lr: must be > 0, got 0\ntrain.epochs: must be >= 1, got 0"));
+                      Equals("optim.lr: must be in (0, 1e+06], got 0\ntrain.epochs: must be in [1, 1e+06], got 0"));
+}
+
+TEST_CASE("every count and duration has an upper bound that names it (issue 12, item 9)", "[config]") {
+  REQUIRE_THROWS_WITH(parse("train: {batch_size: 9223372036854775807}"),
+                      Equals("train.batch_size: must be in [1, 1e+07], got 9223372036854775807"));
+  REQUIRE_THROWS_WITH(parse("train: {epochs: 9000000000000000000}"), Contains("train.epochs: must be in [1, 1e+06]"));
+  REQUIRE_THROWS_WITH(parse("dist: {timeout_s: 1e300}"), Contains("dist.timeout_s:") && Contains("604800"));
+  REQUIRE_THROWS_WITH(parse("data: {workers: 100000}"), Contains("data.workers: must be in [1, 256]"));
+  // Every numeric key but the seeds (any 64-bit value is a seed) has a finite upper bound.
+  for (const auto& line : ddp::split(ddp::config_reference_markdown(), '\n')) {
+    bool numeric = line.find("| integer |") != std::string::npos || line.find("| number |") != std::string::npos ||
+                   line.find("| list of integers |") != std::string::npos;
+    if (!numeric || line.find("seed` |") != std::string::npos) continue;
+    INFO(line);
+    bool bounded = line.find("in [") != std::string::npos || line.find("in (") != std::string::npos ||
+                   line.find("≤ ") != std::string::npos || line.find("(< ") != std::string::npos;
+    CHECK(bounded);
+  }
 }
 
 TEST_CASE("cross-field rules", "[config]") {
@@ -171,7 +190,7 @@ TEST_CASE("set overrides use the same paths and messages", "[config]") {
 }
 
 TEST_CASE("an override can fix a bad value from the file", "[config]") {
-  REQUIRE_THROWS_WITH(parse("optim: {lr: -1}"), Contains("optim.lr: must be > 0"));
+  REQUIRE_THROWS_WITH(parse("optim: {lr: -1}"), Contains("optim.lr: must be in (0, 1e+06]"));
   CHECK(parse("optim: {lr: -1}", {"optim.lr=0.1"}).optim.lr == 0.1);
 }
 

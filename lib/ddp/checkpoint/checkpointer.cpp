@@ -50,8 +50,9 @@ Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory
 void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                         const TrainProgress& progress, int world_size) {
   std::error_code ec;
-  fs::create_directories(directory_, ec);
-  if (ec) throw FileError("cannot create checkpoint directory " + directory_ + ": " + ec.message());
+  bool created = fs::create_directories(directory_, ec);
+  if (ec) throw IoError("cannot create checkpoint directory " + directory_ + ": " + ec.message());
+  if (created) fsync_directory(fs::path(directory_).parent_path().string());  // its entry must survive a crash
 
   torch::serialize::OutputArchive archive;
   archive.write("format_version", scalar(kFormatVersion));
@@ -82,11 +83,25 @@ void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Opti
   // The manifest is the commit marker: written last, so a crash before it leaves no checkpoint.
   write_file_atomically(base + ".json", std::string(manifest.c_str()) + "\n");
 
+  remove_leftovers(step_name(progress.step));
   auto all = list();
   for (std::size_t i = static_cast<std::size_t>(config_.keep_last); i < all.size(); ++i) {
     if (all[i].step == progress.step) continue;  // never the one just written
     fs::remove(all[i].manifest_path, ec);  // manifest first: a half-pruned checkpoint is never complete
     fs::remove(all[i].data_path, ec);
+  }
+}
+
+void Checkpointer::remove_leftovers(const std::string& current) const {
+  // A crash between a data file and its manifest leaves a data file no manifest commits, and one
+  // inside write_file_atomically a temporary: neither is a checkpoint, and nothing else removes them.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.rfind(current, 0) == 0) continue;
+    bool temporary = name.find(".tmp.") != std::string::npos;
+    bool orphan = entry.path().extension() == ".pt" && !fs::exists(fs::path(entry.path()).replace_extension(".json"));
+    if (temporary || orphan) fs::remove(entry.path(), ec);
   }
 }
 
@@ -168,7 +183,12 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
     if (auto problem = verify_checkpoint(info); !problem.empty()) throw FileError("checkpoint.resume: " + problem);
     return info;
   }
-  for (const auto& candidate : list()) {
+  auto candidates = list();
+  for (const auto& candidate : candidates)  // listed last, but it may have been the newest
+    if (candidate.step < 0)
+      spdlog::warn("ignoring {}: not a readable manifest (a damaged checkpoint)", candidate.manifest_path);
+  for (const auto& candidate : candidates) {
+    if (candidate.step < 0) continue;
     auto problem = verify_checkpoint(candidate);
     if (problem.empty()) return candidate;
     spdlog::warn("skipping checkpoint {}: {}; trying the previous one", candidate.data_path, problem);
@@ -178,10 +198,16 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
 
 TrainProgress Checkpointer::load(const CheckpointInfo& checkpoint, torch::nn::Module& model,
                                  torch::optim::Optimizer& optimizer, int world_size) const {
-  const std::string& path = checkpoint.data_path;
+  return load_checkpoint_bytes(read_whole_file(checkpoint.data_path), checkpoint.data_path, model, optimizer,
+                               world_size);
+}
+
+TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
+                                    torch::optim::Optimizer& optimizer, int world_size) {
+  const std::string& path = source;
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(path);
+    archive.load_from(bytes.data(), bytes.size());
   } catch (const c10::Error& e) {
     throw FileError(path + ": not a readable checkpoint");
   }

@@ -30,7 +30,7 @@ class Checkpointer {
   Checkpointer(const CheckpointConfig& config, std::string directory);
 
   /// Writes model, optimizer, progress and RNG state atomically, then prunes to keep_last.
-  /// Throws FileError (the previous checkpoints stay intact) when the disk is full or unwritable.
+  /// Throws IoError (the previous checkpoints stay intact) when the disk is full or unwritable.
   void save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
             const TrainProgress& progress, int world_size);
 
@@ -38,8 +38,8 @@ class Checkpointer {
   /// one is reported and skipped), never → none, a path → that one (FileError if it does not verify).
   std::optional<CheckpointInfo> find_resume_point() const;
 
-  /// Restores model, optimizer and RNG state; returns the progress. FileError if the checkpoint does
-  /// not fit this model or was written by another world size.
+  /// Restores model, optimizer and RNG state from the checkpoint's file; returns the progress.
+  /// FileError if the checkpoint does not fit this model or was written by another world size.
   TrainProgress load(const CheckpointInfo& checkpoint, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                      int world_size) const;
 
@@ -49,9 +49,18 @@ class Checkpointer {
   const std::string& directory() const { return directory_; }
 
  private:
+  /// Removes data files without a manifest and stray temporaries, except those of `current`.
+  void remove_leftovers(const std::string& current) const;
+
   CheckpointConfig config_;
   std::string directory_;
 };
+
+/// Checkpointer::load() from a checkpoint file's bytes, read elsewhere: rank 0 reads and verifies
+/// the file and broadcasts them, so no other rank needs it (node-local storage is enough).
+/// `source` names them in errors.
+TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
+                                    torch::optim::Optimizer& optimizer, int world_size);
 
 /// The checkpoint a path names: its manifest (.json), its data file (.pt), or their common stem.
 CheckpointInfo checkpoint_at(const std::string& path);

@@ -9,11 +9,14 @@ void declare_config(ConfigSchema& schema, DistConfig& config) {
   schema.add("dist.backend", &config.backend, "process group backend; auto: nccl on GPUs, else gloo")
       .choices({"auto", "gloo", "nccl"});
   schema.add("dist.timeout_s", &config.timeout_s, "seconds a collective or the rendezvous may wait before it fails")
-      .greater_than(0);
-  schema.add("dist.bucket_cap_mb", &config.bucket_cap_mb, "gradient bucket size in MiB").greater_than(0);
+      .greater_than(0)
+      .max(kMaxSeconds);
+  schema.add("dist.bucket_cap_mb", &config.bucket_cap_mb, "gradient bucket size in MiB").greater_than(0)
+      .max(4096);
   schema.add("dist.first_bucket_mb", &config.first_bucket_mb,
              "size of the first bucket in MiB: small, so its all-reduce starts early in backward")
-      .greater_than(0);
+      .greater_than(0)
+      .max(4096);
   schema.add("dist.overlap", &config.overlap, "all-reduce buckets during backward, as their gradients become ready");
   schema.add("dist.shared_memory", &config.shared_memory,
              "sum gradients through shared memory when every rank runs on this node on the CPU; false: "

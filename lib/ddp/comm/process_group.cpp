@@ -38,6 +38,22 @@ c10::intrusive_ptr<CommBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>&
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
 }
 
+// Ranks started by hand with different world sizes would otherwise meet in Gloo's address
+// exchange and fail there on a buffer size ("address.cc:45 136 vs 272"). Rank 0's is the reference.
+void check_world_size(c10d::Store& store, const DistEnv& env) {
+  const std::string key = "ddp/world_size";
+  std::string mine = std::to_string(env.world_size);
+  if (env.rank == 0) {
+    store.set(key, std::vector<uint8_t>(mine.begin(), mine.end()));
+    return;
+  }
+  auto value = store.get(key);
+  std::string theirs(value.begin(), value.end());
+  if (theirs != mine)
+    throw UserError("rank " + std::to_string(env.rank) + " was started with WORLD_SIZE " + mine + ", rank 0 with " +
+                    theirs + "; start every rank with the same world size (--world-size or $WORLD_SIZE)");
+}
+
 }  // namespace
 
 std::string resolve_backend(const std::string& requested) {
@@ -89,6 +105,7 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
   // torch elastic's layout: a fresh key space per restart attempt.
   comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
                                                       base_store);
+  check_world_size(*comm.store, env);
   comm.tracker = std::make_shared<CollectiveTracker>(comm.store, env.rank, env.world_size);
   comm.backend = resolve_backend(config.backend);
   comm.rank = env.rank;

@@ -1,6 +1,7 @@
 #include "ddp/common/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,15 +15,22 @@
 
 namespace ddp {
 
-void write_file_atomically(const std::string& path, std::string_view data) {
-  std::string temporary = path + ".tmp";
+void write_file_atomically(const std::string& path, std::string_view data, mode_t mode) {
+  std::string temporary = path + ".tmp.XXXXXX";
+  bool created = false;
   auto fail = [&](const char* what) {
     std::string cause = std::strerror(errno);
-    std::remove(temporary.c_str());
-    throw FileError("cannot write " + path + ": " + what + ": " + cause);
+    if (created) std::remove(temporary.c_str());
+    throw IoError("cannot write " + path + ": " + what + ": " + cause);
   };
-  int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // mkostemp: O_CREAT | O_EXCL under a fresh name, mode 0600 until the data is complete.
+  int fd = mkostemp(temporary.data(), O_CLOEXEC);
   if (fd < 0) fail("open");
+  created = true;
+  if (fchmod(fd, mode) != 0) {
+    close(fd);
+    fail("chmod");
+  }
   const char* p = data.data();
   std::size_t left = data.size();
   while (left > 0) {
@@ -43,12 +51,23 @@ void write_file_atomically(const std::string& path, std::string_view data) {
   if (close(fd) != 0) fail("close");
   if (std::rename(temporary.c_str(), path.c_str()) != 0) fail("rename");
   // The rename itself must reach the disk too, or a crash could bring the old name back.
-  std::string directory = std::filesystem::path(path).parent_path().string();
+  fsync_directory(std::filesystem::path(path).parent_path().string());
+}
+
+void fsync_directory(const std::string& directory) {
   int dir_fd = open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {
     fsync(dir_fd);
     close(dir_fd);
   }
+}
+
+int open_for_append(const std::string& path, bool truncate, mode_t mode) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (truncate ? O_TRUNC : 0), mode);
+  if (fd < 0)
+    throw IoError("cannot write " + path + ": " +
+                  (errno == ELOOP ? std::string("it is a symbolic link, which is not followed") : std::strerror(errno)));
+  return fd;
 }
 
 std::string read_whole_file(const std::string& path) {

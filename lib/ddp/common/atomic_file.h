@@ -1,14 +1,25 @@
 #pragma once
 // Writing a file so that readers see either the old state or the whole new file, never half of it.
 
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 
 namespace ddp {
 
-/// Writes `data` to `path + ".tmp"`, fsyncs it, renames it over `path` and fsyncs the directory.
-/// Throws FileError naming `path` and the cause (disk full, permission) and removes the temporary.
-void write_file_atomically(const std::string& path, std::string_view data);
+/// Writes `data` to a new, uniquely named temporary beside `path` (created with O_EXCL, so a
+/// planted file or symlink is never followed or overwritten), fsyncs it, gives it `mode`, renames
+/// it over `path` and fsyncs the directory. Throws IoError naming `path` and the cause (disk full,
+/// permission) and removes the temporary.
+void write_file_atomically(const std::string& path, std::string_view data, mode_t mode = 0644);
+
+/// Opens `path` for appending (created with `mode` if missing) without following a symlink at it;
+/// returns the descriptor (close-on-exec). Throws IoError naming `path`; a symlink is named as such.
+int open_for_append(const std::string& path, bool truncate = false, mode_t mode = 0644);
+
+/// Flushes a directory's entries (a new file or subdirectory) to the disk; best effort.
+void fsync_directory(const std::string& directory);
 
 /// Reads a whole file; FileError naming it when it cannot.
 std::string read_whole_file(const std::string& path);

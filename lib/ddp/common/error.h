@@ -25,6 +25,13 @@ class FileError : public UserError {
   using UserError::UserError;
 };
 
+/// An output that could not be written: disk full, an I/O error, a path that cannot be created.
+/// Not the user's input at fault, so not a UserError: a restart may well succeed once it is fixed.
+class IoError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Throws UserError(message) unless `condition` holds.
 void check_user(bool condition, const std::string& message);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace ddp {
@@ -70,6 +71,31 @@ std::string format_shape(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
+}
+
+std::string without_backtrace(const std::string& message) {
+  std::size_t cut = message.size();
+  for (const char* marker : {"\nException raised from ", "\nframe #", " (most recent call first):"})
+    cut = std::min(cut, message.find(marker));
+  std::string kept = message.substr(0, cut);
+  while (!kept.empty() && (kept.back() == '\n' || kept.back() == ' ')) kept.pop_back();
+  return kept;
+}
+
+std::string printable(std::string_view text, std::size_t limit) {
+  std::string out;
+  for (char c : text.substr(0, limit)) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  if (text.size() > limit) out += "...";
+  return out;
 }
 
 }  // namespace ddp

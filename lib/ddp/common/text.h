@@ -24,6 +24,14 @@ std::optional<long long> parse_int(std::string_view text);
 /// Parses a whole string as a finite double; nullopt on junk.
 std::optional<double> parse_double(std::string_view text);
 
+/// An error message without the C++ backtrace LibTorch appends ("Exception raised from ...",
+/// "frame #0: ...") or a TorchScript traceback before it: what to show a user.
+std::string without_backtrace(const std::string& message);
+
+/// `text` safe for a terminal: control characters (escape sequences, newlines) become \xNN, and at
+/// most `limit` bytes are kept. For text from outside, such as another node's failure report.
+std::string printable(std::string_view text, std::size_t limit = 1000);
+
 /// A tensor shape as Python prints a list: "[60000, 1, 28, 28]".
 std::string format_shape(const std::vector<int64_t>& shape);
 

@@ -13,6 +13,7 @@ enum ExitStatus : int {
   kExitSuccess = 0,
   kExitFailure = 1,
   kExitUsage = 2,  ///< bad command line, config or input: nothing was run, and a restart would repeat it
+  kExitIoError = 74,  ///< an output could not be written (disk full, I/O error): restartable (sysexits' EX_IOERR)
 };
 
 /// torchrun's default rendezvous address and port, for MASTER_ADDR and MASTER_PORT.
@@ -52,6 +53,8 @@ inline constexpr const char* kRestartCount = "DDPRUN_RESTART_COUNT";
 inline constexpr const char* kMaxRestarts = "DDPRUN_MAX_RESTARTS";
 inline constexpr const char* kStorePath = "DDPRUN_STORE_PATH";  ///< single node: a FileStore directory
 inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";
+/// Read by the launcher, never passed on to a worker: the job's secret for the store's control values.
+inline constexpr const char* kRdzvSecret = "DDPRUN_RDZV_SECRET";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 // torch elastic's own names, so torch.distributed's env:// joins the launcher's store.
 inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";

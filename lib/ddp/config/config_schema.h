@@ -11,6 +11,8 @@
 #include <variant>
 #include <vector>
 
+#include "ddp/common/limits.h"
+
 namespace YAML {
 class Node;
 }

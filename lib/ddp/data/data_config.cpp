@@ -27,19 +27,26 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
              "features; per_feature: a mean/std per feature position; none: as stored; auto: fixed for "
              "idx/synthetic, global for npy/csv")
       .choices({"auto", "fixed", "global", "per_feature", "none"});
-  schema.add("data.mean", &config.mean, "fixed normalisation: (x - mean) / std");
-  schema.add("data.std", &config.std, "fixed normalisation divisor").greater_than(0);
+  schema.add("data.mean", &config.mean, "fixed normalisation: (x - mean) / std")
+      .min(-1e12)
+      .max(1e12);
+  schema.add("data.std", &config.std, "fixed normalisation divisor").greater_than(0)
+      .max(1e12);
   schema.add("data.eval_split", &config.eval_split, "split that `eval:` runs on; none: no evaluation")
       .choices({"test", "train", "none"});
-  schema.add("data.synthetic_train_samples", &config.synthetic_train_samples, "synthetic: training samples").min(1);
-  schema.add("data.synthetic_test_samples", &config.synthetic_test_samples, "synthetic: test samples").min(1);
+  schema.add("data.synthetic_train_samples", &config.synthetic_train_samples, "synthetic: training samples").min(1)
+      .max(1e7);
+  schema.add("data.synthetic_test_samples", &config.synthetic_test_samples, "synthetic: test samples").min(1)
+      .max(1e7);
   schema.add("data.synthetic_seed", &config.synthetic_seed,
              "synthetic: seed of the samples (train and test come from it together, sharing class prototypes)");
   schema.add("data.cache_dir", &config.cache_dir,
              "where IDX files are kept decoded, read on demand and shared by every worker of a node; "
              "empty: $XDG_CACHE_HOME/ddprun (or ~/.cache/ddprun); none: decode into each worker's memory");
-  schema.add("data.workers", &config.workers, "background threads assembling batches").min(1);
-  schema.add("data.prefetch", &config.prefetch, "batches assembled ahead of the step").min(1);
+  schema.add("data.workers", &config.workers, "background threads assembling batches").min(1)
+      .max(256);
+  schema.add("data.prefetch", &config.prefetch, "batches assembled ahead of the step").min(1)
+      .max(1024);
   schema.rule("data.path", [&config]() -> std::string {
     return config.dataset != "synthetic" && config.path.empty() ? "must not be empty when data.dataset is " + config.dataset : "";
   });

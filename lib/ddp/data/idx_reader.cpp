@@ -2,9 +2,11 @@
 
 #include "ddp/common/error.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +22,7 @@ namespace {
 
 constexpr int64_t kMaxDims = 8;
 constexpr size_t kChunk = 1 << 20;
+constexpr int64_t kMaxDeflateRatio = 1032;  // deflate's limit: 258 bytes per 2-bit code, roughly
 
 [[noreturn]] void fail(const std::string& path, const std::string& cause) { throw FileError(path + ": " + cause); }
 
@@ -62,6 +65,18 @@ class ByteSource {
   }
   ByteSource(const ByteSource&) = delete;
   ByteSource& operator=(const ByteSource&) = delete;
+
+  /// The most data bytes the rest of the file can yield after `consumed` bytes: the file's size
+  /// raw, or deflate's best ratio (1032:1) times it when compressed.
+  int64_t max_payload(int64_t consumed) const {
+    struct stat info {};
+    if (fstat(fileno(file_.get()), &info) != 0) return INT64_MAX;
+    if (gzip_) return static_cast<int64_t>(info.st_size) * kMaxDeflateRatio;
+    return std::max<int64_t>(0, static_cast<int64_t>(info.st_size) - consumed);
+  }
+
+  /// Whether the file is gzip-compressed.
+  bool gzip() const { return gzip_; }
 
   /// Whether a gzip stream ended before its end-of-stream marker and checksum.
   bool gzip_truncated() const { return gzip_truncated_; }
@@ -207,6 +222,13 @@ torch::Tensor read_idx(const std::string& path) {
       fail(path, "bad IDX header: dims " + describe_shape(dims) + " overflow");
     }
   }
+  // Checked before allocating: a 1 KB file whose header claims 50M images must not cost 39 GB first.
+  int64_t header_bytes = 4 + 4 * static_cast<int64_t>(dims.size());
+  if (int64_t most = source.max_payload(header_bytes); count > most)
+    fail(path, source.gzip() ? "truncated: the header " + describe_shape(dims) + " declares " + std::to_string(count) +
+                                   " bytes of data, more than a gzip file of this size can hold"
+                             : "truncated: expected " + std::to_string(count) + " bytes of data, found " +
+                                   std::to_string(most));
   torch::Tensor tensor = torch::empty(dims, torch::kUInt8);
   auto* data = tensor.data_ptr<uint8_t>();
   int64_t found = 0;

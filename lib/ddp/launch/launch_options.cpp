@@ -3,10 +3,13 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "ddp/common/error.h"
+#include "ddp/common/limits.h"
 #include "ddp/common/text.h"
 #include "ddp/launch/machine.h"
 
@@ -32,7 +35,7 @@ std::string both_spellings(const std::string& dashed) {
 int parse_positive(const std::string& option, const std::string& value) {
   auto n = parse_int(value);
   if (!n || *n < 1 || *n > 1 << 20)
-    throw UserError(option + ": expected a positive integer, got '" + value + "'");
+    throw UserError(option + ": expected an integer from 1 to " + std::to_string(1 << 20) + ", got '" + value + "'");
   return static_cast<int>(*n);
 }
 
@@ -46,12 +49,6 @@ std::vector<int> parse_rank_list(const std::string& value) {
   return ranks;
 }
 
-void check_run_id(const std::string& id) {
-  bool ok = !id.empty() && std::all_of(id.begin(), id.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-  if (!ok) throw UserError("--run-id: expected letters, digits, '-', '_' or '.', got '" + id + "'");
-}
 
 // CLI11's messages are generic; ours name the option and the fix.
 [[noreturn]] void rethrow_parse_error(const CLI::ParseError& e, const CLI::App& app) {
@@ -74,7 +71,30 @@ void check_run_id(const std::string& id) {
   throw UserError(message + "; see ddprun --help");
 }
 
+// The job's secret: the file's first line, else $DDPRUN_RDZV_SECRET; "" when neither is given.
+std::string read_secret(const std::string& file) {
+  if (file.empty()) {
+    const char* value = std::getenv(env::kRdzvSecret);
+    return value ? value : "";
+  }
+  std::ifstream in(file);
+  std::string secret;
+  if (!in || !std::getline(in, secret) || secret.empty())
+    throw UserError("--rdzv-secret-file: cannot read a secret (a non-empty first line) from " + file);
+  return secret;
+}
+
 }  // namespace
+
+// A plain name: it becomes a file name under --log-dir, so "..", "." and a leading dot are refused.
+void check_run_id(const std::string& id) {
+  bool ok = !id.empty() && id.front() != '.' && std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+  if (!ok)
+    throw UserError("--run-id: expected a plain name (letters, digits, '-', '_' or '.', not starting with '.'), got '" +
+                    id + "'");
+}
 
 int resolve_nproc(const std::string& spec) { return resolve_nproc(spec, visible_gpu_count(), available_cores()); }
 
@@ -87,7 +107,7 @@ int resolve_nproc(const std::string& spec, int gpus, int cores) {
   if (spec == "auto") return gpus > 0 ? gpus : cores;
   auto n = parse_int(spec);
   if (!n || *n < 1 || *n > 4096)
-    throw UserError("--nproc-per-node: expected a positive count, auto, cpu or gpu, got '" + spec + "'");
+    throw UserError("--nproc-per-node: expected a count from 1 to 4096, auto, cpu or gpu, got '" + spec + "'");
   return static_cast<int>(*n);
 }
 
@@ -119,19 +139,28 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option(both_spellings("--run-id"), options.run_id, "Run id (default: generated; node 0's across nodes)");
   app.add_option(both_spellings("--rdzv-timeout"), options.rdzv_timeout_s,
                  "Seconds to wait for the master and the other nodes (default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.0, kMaxSeconds));
   app.add_option(both_spellings("--shutdown-grace"), options.shutdown_grace_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0.0, kMaxSeconds));
   app.add_option(both_spellings("--max-restarts"), options.max_restarts,
                  "Restart the whole group up to K times after a failure (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1000000));
   app.add_option(both_spellings("--monitor-interval"), options.monitor_interval_s,
                  "Seconds between health checks of the workers (default 0.1)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.0, kMaxSeconds));
   app.add_option(both_spellings("--stall-timeout"), options.stall_timeout_s,
                  "Fail a worker whose heartbeat stops for this many seconds (default 0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0.0, kMaxSeconds));
+  std::string secret_file;
+  app.add_option(both_spellings("--rdzv-secret-file"), secret_file,
+                 "File holding the job's secret, the same on every node: control messages in the rendezvous store "
+                 "are authenticated with it (default $" + std::string(env::kRdzvSecret) + ")");
   app.add_option("config", config, "Trainer config (YAML) to run with ddp-train");
   app.add_option("--set", overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
       ->expected(1)
@@ -147,6 +176,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     rethrow_parse_error(e, app);
   }
 
+  options.rdzv_secret = read_secret(secret_file);
   options.nproc_per_node = resolve_nproc(nproc);
   options.nnodes = parse_positive("--nnodes", nnodes);
   auto rank = parse_int(node_rank);

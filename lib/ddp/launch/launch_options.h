@@ -25,6 +25,7 @@ struct LaunchOptions {
   int max_restarts = 0;                ///< restarts of the whole group after a failure
   double monitor_interval_s = 0.1;     ///< how often the monitor checks on workers without events
   double stall_timeout_s = 0;          ///< 0: off; else a heartbeating worker silent this long has failed
+  std::string rdzv_secret;  ///< tags the store's control values ($DDPRUN_RDZV_SECRET or --rdzv-secret-file); empty: none
 
   /// The program each worker runs: ddp-train CONFIG --set ... by default, or what follows `--`.
   std::vector<std::string> program;
@@ -42,5 +43,9 @@ int resolve_nproc(const std::string& spec);
 /// The same for a machine with `gpus` visible devices and `cores` cores. Throws UserError for
 /// `gpu` without devices or a spec that is none of these.
 int resolve_nproc(const std::string& spec, int gpus, int cores);
+
+/// Throws UserError unless `id` is a plain name: letters, digits, '-', '_' and '.', not starting with
+/// '.' (it names a directory under --log-dir, so ".." must not).
+void check_run_id(const std::string& id);
 
 }  // namespace ddp

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 
 namespace ddp {
@@ -28,9 +29,14 @@ void write_all(int fd, const std::string& data) {
 
 int open_log(const std::string& path) {
   if (path.empty()) return -1;
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-  if (fd < 0) throw UserError("cannot write log file " + path + ": " + strerror(errno));
-  return fd;
+  return open_for_append(path, /*truncate=*/true);
+}
+
+// A line of a C++ backtrace as LibTorch prints them: "frame #3: ...", "Exception raised from ...".
+bool is_backtrace_line(const std::string& line) {
+  std::size_t start = line.find_first_not_of(' ');
+  if (start == std::string::npos) return false;
+  return line.compare(start, 7, "frame #") == 0 || line.compare(start, 22, "Exception raised from ") == 0;
 }
 
 }  // namespace
@@ -84,9 +90,13 @@ void OutputRelay::on_readable(int fd) {
 void OutputRelay::emit(Stream& stream, const std::string& line) {
   const RelayTarget& target = targets_[stream.worker];
   if (stream.is_stderr) {
-    auto& tail = tails_[stream.worker];
-    tail.push_back(line);
-    if (tail.size() > kTailLines) tail.pop_front();
+    // The summary shows what went wrong, not where in LibTorch: a backtrace's frames would push the
+    // message itself out of the last lines.
+    if (!is_backtrace_line(line)) {
+      auto& tail = tails_[stream.worker];
+      tail.push_back(line);
+      if (tail.size() > kTailLines) tail.pop_front();
+    }
   }
   if (target.to_console) write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
 }

@@ -3,12 +3,16 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace ddp {
 namespace {
@@ -23,12 +27,32 @@ void write_all(int fd, const char* text) {
   }
 }
 
+// Closes every descriptor above `last_std` except `keep`, between fork and exec (async-signal-safe:
+// close_range is one system call; without it, close over the whole table).
+void close_above(int last_std, int keep) {
+  unsigned first = static_cast<unsigned>(last_std) + 1;
+  unsigned kept = static_cast<unsigned>(keep);
+  bool done = (kept <= first || syscall(SYS_close_range, first, kept - 1, 0) == 0) &&
+              syscall(SYS_close_range, kept + 1, ~0U, 0) == 0;
+  if (done) return;
+  long limit = sysconf(_SC_OPEN_MAX);
+  for (long fd = first; fd < (limit > 0 ? limit : 65536); ++fd)
+    if (fd != keep) close(static_cast<int>(fd));
+}
+
 }  // namespace
 
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
   int out_pipe[2], err_pipe[2], beat_pipe[2];
-  for (int* fds : {out_pipe, err_pipe, beat_pipe})
-    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+  std::vector<int> opened;
+  for (int* fds : {out_pipe, err_pipe, beat_pipe}) {
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      std::string cause = strerror(errno);
+      for (int fd : opened) close(fd);  // the pipes made before this one
+      throw std::runtime_error("pipe: " + cause);
+    }
+    opened.insert(opened.end(), {fds[0], fds[1]});
+  }
 
   // Everything the child touches is prepared before fork: the launcher has threads (the store),
   // so between fork and exec the child may only make async-signal-safe calls.
@@ -65,11 +89,16 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
       fcntl(kWorkerHeartbeatFd, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
     else
       dup2(beat_pipe[1], kWorkerHeartbeatFd);
+    // Nothing else of the launcher's reaches the worker: not the store's internal pipes or sockets
+    // (which lack close-on-exec), not a descriptor its own parent leaked into it.
+    close_above(2, kWorkerHeartbeatFd);
     execvpe(args[0], args.data(), envp.data());
+    // strerror may allocate (it is not async-signal-safe); the static description does not.
+    const char* cause = strerrordesc_np(errno);
     write_all(2, "ddprun: cannot execute ");
     write_all(2, args[0]);
     write_all(2, ": ");
-    write_all(2, strerror(errno));
+    write_all(2, cause ? cause : "unknown error");
     write_all(2, "\n");
     _exit(127);
   }
@@ -80,6 +109,19 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
   close(beat_pipe[1]);
   fcntl(beat_pipe[0], F_SETFL, fcntl(beat_pipe[0], F_GETFL) | O_NONBLOCK);
   return {pid, out_pipe[0], err_pipe[0], beat_pipe[0]};
+}
+
+char process_state(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* file = std::fopen(path, "r");
+  if (!file) return '?';
+  char line[512] = {};
+  std::size_t n = std::fread(line, 1, sizeof line - 1, file);
+  std::fclose(file);
+  // "pid (comm) S ...": comm may hold spaces and parentheses, so the state follows the last ')'.
+  const char* close = std::strrchr(line, ')');
+  return close && close + 2 < line + n ? close[2] : '?';
 }
 
 void signal_group(pid_t pid, int signal) {

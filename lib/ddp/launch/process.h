@@ -24,6 +24,10 @@ constexpr int kWorkerHeartbeatFd = 3;
 /// reason on the worker's stderr.
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
 
+/// The kernel's state letter for a process (R running, S sleeping, T stopped, t traced, Z zombie,
+/// ...), from /proc/<pid>/stat; '?' when it cannot be read (the process is gone).
+char process_state(pid_t pid);
+
 /// Sends `signal` to the process group led by `pid`; a group that is already gone is fine.
 void signal_group(pid_t pid, int signal);
 

@@ -14,6 +14,9 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/common/worker_contract.h"
+#include "ddp/launch/hmac_sha256.h"
+#include "ddp/launch/launch_options.h"
 #include "ddp/launch/machine.h"
 
 namespace ddp {
@@ -84,6 +87,11 @@ Rendezvous::Rendezvous(const LaunchOptions& options)
     throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
                     " is already in use (another ddprun or torchrun?); choose another with --master-port, or "
                     "--master-port 0 (or --standalone) for a free one");
+  if (options.nnodes > 1 && options.rdzv_secret.empty() && host)
+    std::fprintf(stderr, "ddprun: warning: anyone who reaches port %d can read and write this job's rendezvous store, "
+                         "and stop the job; set %s (or --rdzv-secret-file) to the same secret on every node, and keep "
+                         "the port off untrusted networks (README: Trust and failure model)\n",
+                 options.master_port, env::kRdzvSecret);
   KvStoreOptions store_options;
   store_options.host = options.master_addr;
   store_options.port = options.master_port;
@@ -141,6 +149,7 @@ WorldLayout Rendezvous::join() {
   }
   if (o.node_rank != 0) {
     layout.run_id = store_->get(kPrefix + "run_id");
+    check_run_id(layout.run_id);  // it names this node's log directory too
     if (!o.run_id.empty() && o.run_id != layout.run_id)
       throw UserError("--run-id " + o.run_id + " differs from node 0's run id " + layout.run_id);
   }
@@ -149,19 +158,49 @@ WorldLayout Rendezvous::join() {
     int nproc = static_cast<int>(parse_int(fields.at(1)).value_or(0));
     int nnodes = static_cast<int>(parse_int(fields.at(2)).value_or(0));
     if (nnodes != o.nnodes)
-      throw UserError("node " + std::to_string(r) + " (" + fields[0] + ") was started with --nnodes " +
-                      fields[2] + " but this node with --nnodes " + std::to_string(o.nnodes));
+      throw UserError("node " + std::to_string(r) + " (" + printable(fields[0]) + ") was started with --nnodes " +
+                      printable(fields[2]) + " but this node with --nnodes " + std::to_string(o.nnodes));
     if (r < o.node_rank) layout.rank_offset += nproc;
     layout.world_size += nproc;
-    layout.hosts.push_back(fields[0]);
+    layout.hosts.push_back(printable(fields[0], 255));
   }
   return layout;
 }
 
+// Note [Control values]: the store's port admits anyone who reaches it, so a control value (a
+// failure report, which stops every node) counts only if it verifies: with the job's secret set,
+// it ends in kTagMarker + HMAC-SHA256(secret, key + "\n" + value), binding it to its key (no replay
+// under another attempt). Without a secret every value counts, as with torchrun, and a multi-node
+// run says so once.
+const std::string kTagMarker = " #hmac=";
+
+std::string Rendezvous::tagged(const std::string& key, const std::string& value) const {
+  if (options_.rdzv_secret.empty()) return value;
+  return value + kTagMarker + hmac_sha256_hex(options_.rdzv_secret, key + "\n" + value);
+}
+
+std::optional<std::string> Rendezvous::verified(const std::string& key, const std::string& stored) const {
+  if (options_.rdzv_secret.empty()) return stored;
+  auto at = stored.rfind(kTagMarker);
+  if (at != std::string::npos) {
+    std::string value = stored.substr(0, at);
+    if (constant_time_equal(stored.substr(at + kTagMarker.size()), hmac_sha256_hex(options_.rdzv_secret, key + "\n" + value)))
+      return value;
+  }
+  if (ignored_.insert(key).second)
+    std::fprintf(stderr, "ddprun: ignoring %s in the rendezvous store: it has no valid tag for this job's secret "
+                         "(written from outside the job?): %s\n", key.c_str(), printable(stored, 200).c_str());
+  return std::nullopt;
+}
+
 void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
-  std::string value = std::to_string(failure.exit_code) + (failure.restartable ? " r " : " f ") + failure.description;
+  std::string key = kPrefix + "attempt_" + std::to_string(attempt) + "/failure";
+  std::string value = tagged(key, std::to_string(failure.exit_code) + (failure.restartable ? " r " : " f ") +
+                                       failure.description);
   try {
-    store_->compare_set(kPrefix + "attempt_" + std::to_string(attempt) + "/failure", "", value);
+    // The first report wins, unless what is there does not verify (squatted by an outsider).
+    std::string current = store_->compare_set(key, "", value);
+    if (current != value && !verified(key, current)) store_->set(key, value);
   } catch (const std::exception&) {
     // The store may already be gone; the other nodes then notice it themselves.
   }
@@ -171,25 +210,32 @@ std::optional<RemoteFailure> Rendezvous::remote_failure(int attempt) {
   std::string key = kPrefix + "attempt_" + std::to_string(attempt) + "/failure";
   if (!store_->check(key)) return std::nullopt;
   // "CODE r|f DESCRIPTION"
-  std::string value = store_->get(key);
+  auto checked = verified(key, store_->get(key));
+  if (!checked) return std::nullopt;
+  const std::string& value = *checked;
   RemoteFailure failure;
   auto space = value.find(' ');
   failure.exit_code = static_cast<int>(parse_int(value.substr(0, space)).value_or(1));
   failure.restartable = value.compare(space + 1, 1, "r") == 0;
-  failure.description = value.size() > space + 3 ? value.substr(space + 3) : value;
+  // Anyone who reaches the store's port can write this: it reaches the terminal only as plain text.
+  failure.description = printable(value.size() > space + 3 ? value.substr(space + 3) : value);
   return failure;
 }
 
-void Rendezvous::barrier_before(int attempt) {
+bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interrupted) {
   std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/ready/";
   store_->set(prefix + std::to_string(options_.node_rank), "1");
-  std::vector<std::string> keys;
-  for (int r = 0; r < options_.nnodes; ++r) keys.push_back(prefix + std::to_string(r));
-  try {
-    store_->wait(keys, timeout_);
-  } catch (const std::exception&) {
-    throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +
-                    std::to_string(timeout_.count() / 1000) + " s");
+  // Polled rather than one blocking wait, so that a signal to the launcher is acted on at once.
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (true) {
+    bool all = true;
+    for (int r = 0; r < options_.nnodes && all; ++r) all = store_->check(prefix + std::to_string(r));
+    if (all) return true;
+    if (interrupted()) return false;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +
+                      std::to_string(timeout_.count() / 1000) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 

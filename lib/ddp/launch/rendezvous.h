@@ -3,8 +3,10 @@
 // registers its node, and all agree on the global rank layout before any worker starts.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,15 +54,22 @@ class Rendezvous {
   /// A failure reported by another node for `attempt`, if any. Throws if the store is gone.
   std::optional<RemoteFailure> remote_failure(int attempt);
 
-  /// Waits until every node is ready to start `attempt` (after a restart); UserError on a time-out.
-  void barrier_before(int attempt);
+  /// Waits until every node is ready to start `attempt` (after a restart): true then, false as soon
+  /// as `interrupted()` is (a signal to the launcher); UserError on a time-out.
+  bool barrier_before(int attempt, const std::function<bool()>& interrupted);
 
   /// Marks this node finished with `attempt`; node 0 waits (bounded) for the rest so its store
   /// outlives every client.
   void finish(int attempt);
 
  private:
+  /// `value` with its tag under the job's secret (Note [Control values]); unchanged without one.
+  std::string tagged(const std::string& key, const std::string& value) const;
+  /// The value of a stored control value that verifies; nullopt (said once per key) if it does not.
+  std::optional<std::string> verified(const std::string& key, const std::string& stored) const;
+
   LaunchOptions options_;
+  mutable std::set<std::string> ignored_;  // keys already reported as unverified
   std::chrono::milliseconds timeout_;
   std::unique_ptr<KvStore> store_;
 };

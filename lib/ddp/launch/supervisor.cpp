@@ -47,6 +47,7 @@ struct Worker {
   pid_t pid = -1;
   WorkerState state = WorkerState::kInit;
   int status = 0;  // waitpid status once exited
+  bool group_cleared = false;  // its process group was killed and forgotten when it was reaped
   int heartbeat_fd = -1;
   int64_t beats = 0;  // heartbeats received; stall detection starts with the first
   int64_t last_step = -1;
@@ -93,8 +94,10 @@ class Attempt {
     monitor();
     relay_.drain_and_close();
     for (auto& worker : workers_) {
-      signal_group(worker.pid, SIGKILL);  // anything a worker left behind in its group
-      watchdog_.forget(worker.pid);
+      if (!worker.group_cleared) {  // every worker was reaped by now; this is a safety net
+        signal_group(worker.pid, SIGKILL);
+        watchdog_.forget(worker.pid);
+      }
       close(worker.heartbeat_fd);
     }
     remove_leftover_shared_memory();
@@ -209,19 +212,43 @@ class Attempt {
     }
   }
 
-  // The worker silent longest is the likeliest culprit: the others soon wait for it in a collective.
+  // Note [Stalled rank]: when one rank stops, the others soon wait for it inside a collective, so
+  // their heartbeats stop at the same step and the longest-silent rank may be any of them. A
+  // process the kernel reports stopped (SIGSTOP, a debugger) or gone is the one that is stuck;
+  // only without one is the longest-silent rank named.
   void check_stalls() {
-    const Worker* stalled = nullptr;
+    const Worker* longest = nullptr;
     for (const auto& w : workers_)
-      if (w.state == WorkerState::kHealthy && w.beats > 0 && (!stalled || w.last_beat < stalled->last_beat))
-        stalled = &w;
-    if (!stalled) return;
-    double silent = std::chrono::duration<double>(Clock::now() - stalled->last_beat).count();
+      if (w.state == WorkerState::kHealthy && w.beats > 0 && (!longest || w.last_beat < longest->last_beat))
+        longest = &w;
+    if (!longest) return;
+    double silent = std::chrono::duration<double>(Clock::now() - longest->last_beat).count();
     if (silent < options_.stall_timeout_s) return;
-    std::string what = "rank " + std::to_string(stalled->rank) + " on " + host_name() + " made no progress for " +
+    const Worker* stuck = longest;
+    std::string how = "made no progress";
+    for (const auto& w : workers_) {
+      if (w.state != WorkerState::kHealthy) continue;
+      char state = process_state(w.pid);
+      if (state == 'T' || state == 't' || state == 'Z' || state == '?') {
+        stuck = &w;
+        how = state == 'T' || state == 't' ? "is stopped (process state " + std::string(1, state) + ": SIGSTOP or a debugger)"
+                                           : "is no longer running";
+        break;
+      }
+    }
+    std::string what = "rank " + std::to_string(stuck->rank) + " on " + host_name() + " " + how + " for " +
                        std::to_string(static_cast<int>(silent)) + " s (--stall-timeout " +
                        std::to_string(static_cast<int>(options_.stall_timeout_s)) + "; its last heartbeat was at step " +
-                       std::to_string(stalled->last_step) + ")";
+                       std::to_string(stuck->last_step) + ")";
+    // Where the others are: silent at the same step, they wait for it in a collective.
+    std::string others;
+    for (const auto& w : workers_) {
+      if (&w == stuck || w.state != WorkerState::kHealthy) continue;
+      double quiet = std::chrono::duration<double>(Clock::now() - w.last_beat).count();
+      others += (others.empty() ? "" : ", ") + std::string("rank ") + std::to_string(w.rank) + " at step " +
+                std::to_string(w.last_step) + " (" + std::to_string(static_cast<int>(quiet)) + " s ago)";
+    }
+    if (!others.empty()) what += "; the others' last heartbeats: " + others;
     say(what + "; stopping the group");
     failure_ = Failure{1, std::nullopt, what, true};
     if (multi_node()) rendezvous_->report_failure(attempt_, {1, what, true});
@@ -246,6 +273,11 @@ class Attempt {
       int status = 0;
       pid_t done = waitpid(w.pid, &status, WNOHANG);
       if (done != w.pid) continue;
+      // Now, while its group id cannot yet belong to anyone else: once the group is empty, the
+      // kernel may reuse the number, and a later kill(-pid) could hit a stranger's group.
+      signal_group(w.pid, SIGKILL);  // anything the worker left behind in its group
+      watchdog_.forget(w.pid);
+      w.group_cleared = true;
       w.status = status;
       w.state = state_after_exit(status, stopping());
       if (w.state == WorkerState::kFailed) {
@@ -275,7 +307,9 @@ class Attempt {
                                             "node " + std::to_string(options_.node_rank) + " (" + host_name() +
                                                 ") was interrupted by " + signal_name(sig),
                                             false});
-    stop_all(sig);
+    // A hangup (the terminal or ssh session gone) is a stop request, as SIGTERM: the workers
+    // checkpoint and leave, rather than die of SIGHUP's default action with their progress.
+    stop_all(sig == SIGHUP ? SIGTERM : sig);
   }
 
   void check_other_nodes() {
@@ -348,16 +382,18 @@ class Attempt {
 }  // namespace
 
 int run_launcher(const LaunchOptions& options) {
-  Watchdog watchdog;  // first: it is forked before the store starts threads
-
   // One node running ddp-train needs no network rendezvous: a private FileStore keeps the run
   // off every interface. Several nodes, or any other program (torch's env:// expects
   // MASTER_ADDR:MASTER_PORT), get node 0's TCPStore.
+  bool private_store = options.nnodes == 1 && options.runs_trainer;
+  // Its directory exists before the watchdog forks (mkdtemp starts no thread), so that the watchdog
+  // can remove it when a SIGKILL leaves nobody else to.
+  std::unique_ptr<PrivateStoreDir> store_dir = private_store ? std::make_unique<PrivateStoreDir>() : nullptr;
+  Watchdog watchdog(store_dir ? store_dir->path() : "");  // before the store starts threads
+
   std::unique_ptr<Rendezvous> rendezvous;
-  std::unique_ptr<PrivateStoreDir> store_dir;
   WorldLayout layout;
-  if (options.nnodes == 1 && options.runs_trainer) {
-    store_dir = std::make_unique<PrivateStoreDir>();
+  if (private_store) {
     layout.world_size = options.nproc_per_node;
     layout.run_id = options.run_id.empty() ? generate_run_id() : options.run_id;
     layout.hosts = {host_name()};
@@ -377,12 +413,17 @@ int run_launcher(const LaunchOptions& options) {
 
   SignalPipe signals;
   for (int attempt = 0;; ++attempt) {
-    if (attempt > 0 && rendezvous) rendezvous->barrier_before(attempt);
-    for (int sig : signals.take())
-      if (sig != SIGCHLD) {
-        say("received " + signal_name(sig) + " between attempts; not restarting");
-        return 128 + sig;
-      }
+    std::vector<int> received;  // between attempts: any signal but SIGCHLD ends the run
+    auto signalled = [&] {
+      for (int sig : signals.take())
+        if (sig != SIGCHLD) received.push_back(sig);
+      return !received.empty();
+    };
+    if (attempt > 0 && rendezvous) rendezvous->barrier_before(attempt, signalled);
+    if (signalled()) {
+      say("received " + signal_name(received.front()) + " between attempts; not restarting");
+      return 128 + received.front();
+    }
     AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt).run();
     auto decision = decide_after_attempt(outcome.status, outcome.restartable, attempt, options.max_restarts);
     if (decision != AttemptDecision::kRestart) {

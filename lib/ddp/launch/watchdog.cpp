@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace ddp {
@@ -19,7 +20,7 @@ struct Message {
   int32_t group;
 };
 
-[[noreturn]] void watchdog_main(int read_fd) {
+[[noreturn]] void watchdog_main(int read_fd, const std::string& orphaned_dir) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
   constexpr int kMax = 4096;
   static pid_t groups[kMax];
@@ -37,12 +38,17 @@ struct Message {
     }
   }
   for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
+  // After a normal exit the launcher removed it already; after a SIGKILL nobody else will.
+  if (!orphaned_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(orphaned_dir, ignored);
+  }
   _exit(0);
 }
 
 }  // namespace
 
-Watchdog::Watchdog() {
+Watchdog::Watchdog(std::string orphaned_dir) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("watchdog pipe: ") + strerror(errno));
   pid_ = fork();
@@ -55,7 +61,7 @@ Watchdog::Watchdog() {
     for (int fd = 0; fd < 3; ++fd) dup2(null_fd, fd);
     for (int fd = 3; fd < 1024; ++fd)
       if (fd != fds[0]) close(fd);
-    watchdog_main(fds[0]);
+    watchdog_main(fds[0], orphaned_dir);
   }
   close(fds[0]);
   write_fd_ = fds[1];

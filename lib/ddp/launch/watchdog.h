@@ -4,13 +4,16 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 namespace ddp {
 
-/// Forks the watchdog; it kills the groups it was told about when the launcher's end of the pipe closes.
+/// Forks the watchdog; it kills the groups it was told about when the launcher's end of the pipe
+/// closes, then removes `orphaned_dir` (the private store directory) if one was given.
 class Watchdog {
  public:
   /// Must run before the launcher starts threads (the watchdog child is a plain fork).
-  Watchdog();
+  explicit Watchdog(std::string orphaned_dir = "");
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;

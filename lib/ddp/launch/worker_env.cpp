@@ -38,7 +38,7 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& base,
   std::vector<std::string> merged;
   for (const auto& entry : base) {
     auto name = entry.substr(0, entry.find('='));
-    if (!variables.count(name)) merged.push_back(entry);
+    if (!variables.count(name) && name != env::kRdzvSecret) merged.push_back(entry);  // the secret stays here
   }
   for (const auto& [name, value] : variables) merged.push_back(name + "=" + value);
   return merged;

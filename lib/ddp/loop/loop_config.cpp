@@ -14,19 +14,28 @@ void declare_config(ConfigSchema& schema, RunConfig& config) {
 
 void declare_config(ConfigSchema& schema, TrainLoopConfig& config) {
   schema.section("train", "The loop.");
-  schema.add("train.epochs", &config.epochs, "passes over the training set").min(1);
-  schema.add("train.max_steps", &config.max_steps, "stop after this many optimizer steps; 0: no limit").min(0);
-  schema.add("train.batch_size", &config.batch_size, "samples per rank, per micro-step").min(1);
-  schema.add("train.grad_accum_steps", &config.grad_accum_steps, "micro-steps per optimizer step").min(1);
-  schema.add("train.clip_grad_norm", &config.clip_grad_norm, "clip the global gradient norm to this; 0: off").min(0);
-  schema.add("train.log_every", &config.log_every, "optimizer steps between log lines").min(1);
+  schema.add("train.epochs", &config.epochs, "passes over the training set").min(1)
+      .max(kMaxEpochs);
+  schema.add("train.max_steps", &config.max_steps, "stop after this many optimizer steps; 0: no limit").min(0)
+      .max(kMaxSteps);
+  schema.add("train.batch_size", &config.batch_size, "samples per rank, per micro-step").min(1)
+      .max(1e7);
+  schema.add("train.grad_accum_steps", &config.grad_accum_steps, "micro-steps per optimizer step").min(1)
+      .max(1e6);
+  schema.add("train.clip_grad_norm", &config.clip_grad_norm, "clip the global gradient norm to this; 0: off").min(0)
+      .max(1e12);
+  schema.add("train.log_every", &config.log_every, "optimizer steps between log lines").min(1)
+      .max(kMaxSteps);
 }
 
 void declare_config(ConfigSchema& schema, EvalConfig& config) {
   schema.section("eval", "Evaluation on the eval split (data.eval_split).");
-  schema.add("eval.every_epochs", &config.every_epochs, "evaluate every this many epochs; 0: off").min(0);
-  schema.add("eval.every_steps", &config.every_steps, "evaluate every this many optimizer steps; 0: off").min(0);
-  schema.add("eval.batch_size", &config.batch_size, "samples per eval batch").min(1);
+  schema.add("eval.every_epochs", &config.every_epochs, "evaluate every this many epochs; 0: off").min(0)
+      .max(kMaxEpochs);
+  schema.add("eval.every_steps", &config.every_steps, "evaluate every this many optimizer steps; 0: off").min(0)
+      .max(kMaxSteps);
+  schema.add("eval.batch_size", &config.batch_size, "samples per eval batch").min(1)
+      .max(1e7);
   schema.add("eval.at_start", &config.at_start, "evaluate once before the first step");
 }
 

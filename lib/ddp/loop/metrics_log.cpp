@@ -5,6 +5,7 @@
 #include <cstring>
 #include <spdlog/fmt/fmt.h>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 
 namespace ddp {
@@ -24,8 +25,8 @@ std::string to_json(const MetricsRecord& record) {
   return json + "}";
 }
 
-MetricsLog::MetricsLog(const std::string& path) : file_(std::fopen(path.c_str(), "a")) {
-  if (!file_) throw FileError("cannot write metrics to " + path + ": " + std::strerror(errno));
+MetricsLog::MetricsLog(const std::string& path) : file_(fdopen(open_for_append(path), "a")) {
+  if (!file_) throw IoError("cannot write metrics to " + path + ": " + std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() { std::fclose(file_); }

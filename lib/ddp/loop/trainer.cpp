@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -80,7 +81,8 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
 void Trainer::prepare_output_dir(const std::string& resolved_config) {
   std::error_code ec;
   std::filesystem::create_directories(output_dir_, ec);
-  if (ec) throw FileError("cannot create run.output_dir " + output_dir_ + ": " + ec.message());
+  if (ec) throw IoError("cannot create run.output_dir " + output_dir_ + ": " + ec.message());
+  output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
   write_file_atomically(output_dir_ + "/config.yaml", resolved_config);
   spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
   spdlog::info("world size {} ({} backend), per-rank batch {}, global batch {}", comm_.world_size, comm_.backend,
@@ -97,23 +99,36 @@ void Trainer::synchronise_replicas() {
 }
 
 void Trainer::resume() {
-  // Rank 0 chooses, so every rank loads the same checkpoint even if one appears meanwhile.
-  std::string chosen;
+  // Note [Resume from rank 0]: rank 0 alone chooses, reads and verifies the checkpoint, and
+  // broadcasts its bytes; every rank loads those. The ranks then resume from the same state even
+  // when their nodes hold different files at that path (node-local storage, a stale copy), and
+  // no rank but 0 needs the file at all.
+  std::string chosen, bytes;
   if (comm_.rank == 0) {
-    auto found = checkpointer_->find_resume_point();
-    chosen = found ? found->manifest_path : "";
-    comm_.store->set("ddp/resume", std::vector<uint8_t>(chosen.begin(), chosen.end()));
-  } else {
-    auto value = comm_.store->get("ddp/resume");
-    chosen.assign(value.begin(), value.end());
+    if (auto found = checkpointer_->find_resume_point()) {
+      chosen = checkpoint_at(found->manifest_path).data_path;
+      bytes = read_whole_file(chosen);
+    }
   }
-  if (chosen.empty()) return;
-  CheckpointInfo info = checkpoint_at(chosen);
-  progress_ = checkpointer_->load(info, task_->model(), *optimizer_, comm_.world_size);
+  // On the communication device: NCCL broadcasts only CUDA tensors.
+  auto length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong).to(comm_.device);
+  broadcast_coalesced(comm_, {length}, 0);
+  const int64_t size = length.item<int64_t>();
+  if (size == 0) return;
+  auto payload = torch::empty({size}, torch::kUInt8);
+  if (comm_.rank == 0) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
+  payload = payload.to(comm_.device);
+  broadcast_coalesced(comm_, {payload}, 0);
+  if (comm_.rank != 0) {
+    payload = payload.to(torch::kCPU);
+    bytes.assign(static_cast<const char*>(payload.data_ptr()), static_cast<std::size_t>(size));
+  }
+  std::string source = comm_.rank == 0 ? chosen : "rank 0's checkpoint";
+  progress_ = load_checkpoint_bytes(bytes, source, task_->model(), *optimizer_, comm_.world_size);
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   last_saved_step_ = progress_.step;
   if (comm_.rank == 0)
-    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", info.data_path, progress_.step, progress_.epoch,
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", chosen, progress_.step, progress_.epoch,
                  progress_.batch_in_epoch);
 }
 
@@ -207,7 +222,7 @@ int Trainer::stop_after_checkpoint() {
   int sig = stop_signal() ? stop_signal() : SIGTERM;  // a rank that was not signalled follows the vote
   if (comm_.rank == 0)
     spdlog::warn("stopping at step {} as asked ({}); checkpoint saved, the same command resumes from it",
-                 progress_.step, sig == SIGINT ? "SIGINT" : "SIGTERM");
+                 progress_.step, sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
   barrier(comm_);
   return sig;
 }

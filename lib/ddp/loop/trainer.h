@@ -14,6 +14,7 @@
 #include "ddp/comm/process_group.h"
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/distributed_sampler.h"
+#include "ddp/common/directory_lock.h"
 #include "ddp/loop/metrics_log.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/worker_signals.h"
@@ -67,6 +68,7 @@ class Trainer {
   TrainConfig config_;
   Communicator comm_;
   std::string output_dir_;
+  std::unique_ptr<DirectoryLock> output_lock_;  // rank 0 only: no second run in output_dir_
   std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
   std::unique_ptr<Task> task_;
   std::vector<torch::Tensor> parameters_;

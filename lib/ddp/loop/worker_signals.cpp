@@ -26,6 +26,7 @@ void install_stop_handlers() {
   action.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);  // a lost terminal: checkpoint and stop, as for SIGTERM
 }
 
 int stop_signal() { return g_stop_signal.load(); }

@@ -1,12 +1,12 @@
 #pragma once
-// What a worker hears from its launcher: SIGTERM/SIGINT asking it to stop (preemption), and the
+// What a worker hears from its launcher: SIGTERM/SIGINT/SIGHUP asking it to stop (preemption), and the
 // heartbeat pipe through which it shows it is making progress.
 
 #include <cstdint>
 
 namespace ddp {
 
-/// Turns SIGTERM and SIGINT into a request to stop after the current step (flag only; the trainer
+/// Turns SIGTERM, SIGINT and SIGHUP into a request to stop after the current step (flag only; the trainer
 /// agrees on it with the other ranks and checkpoints first).
 void install_stop_handlers();
 

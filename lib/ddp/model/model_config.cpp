@@ -16,7 +16,8 @@ void declare_config(ConfigSchema& schema, ModelConfig& config) {
   schema.add("model.init_from", &config.init_from,
              "start from these weights instead of a fresh initialisation: a state_dict file, as model.pt "
              "or torch.save(model.state_dict(), path) writes it");
-  schema.add("model.num_classes", &config.num_classes, "built-in models: outputs of the last layer").min(kMinClasses);
+  schema.add("model.num_classes", &config.num_classes, "built-in models: outputs of the last layer").min(kMinClasses)
+      .max(1e7);
   schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");
   schema.add("model.sync_batchnorm", &config.sync_batchnorm,
              "convnet: BatchNorm statistics over the global batch of all ranks, as torch.nn.SyncBatchNorm; "
@@ -25,7 +26,8 @@ void declare_config(ConfigSchema& schema, ModelConfig& config) {
   schema.add("model.channels_last", &config.channels_last,
              "convnet, torchscript: channels-last (NHWC) memory format for 4-D weights and inputs, whose CPU "
              "kernels are faster; same model and weights, results equal up to float rounding");
-  schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1);
+  schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1)
+      .max(1e6);
   schema.rule("model.path", [&config]() -> std::string {
     return config.name == "torchscript" && config.path.empty() ? "must name the module file when model.name is torchscript"
                                                                : "";

@@ -7,13 +7,16 @@ namespace ddp {
 void declare_config(ConfigSchema& schema, OptimConfig& config) {
   schema.section("optim", "The optimizer.");
   schema.add("optim.name", &config.name, "optimizer").choices({"sgd", "adam", "adamw"});
-  schema.add("optim.lr", &config.lr, "base learning rate, before lr_scaling").greater_than(0);
+  schema.add("optim.lr", &config.lr, "base learning rate, before lr_scaling").greater_than(0)
+      .max(1e6);
   schema.add("optim.momentum", &config.momentum, "sgd").min(0).less_than(1);
   schema.add("optim.nesterov", &config.nesterov, "sgd: Nesterov momentum (needs momentum > 0)");
-  schema.add("optim.weight_decay", &config.weight_decay, "weight decay; adamw decouples it from the gradient").min(0);
+  schema.add("optim.weight_decay", &config.weight_decay, "weight decay; adamw decouples it from the gradient").min(0)
+      .max(1e6);
   schema.add("optim.beta1", &config.beta1, "adam, adamw").min(0).less_than(1);
   schema.add("optim.beta2", &config.beta2, "adam, adamw").min(0).less_than(1);
-  schema.add("optim.eps", &config.eps, "adam, adamw").greater_than(0);
+  schema.add("optim.eps", &config.eps, "adam, adamw").greater_than(0)
+      .max(1);
   schema.add("optim.lr_scaling", &config.lr_scaling, "linear: lr × world_size; sqrt: lr × sqrt(world_size)")
       .choices({"none", "linear", "sqrt"});
   schema.rule("optim.nesterov", [&config]() -> std::string {
@@ -26,10 +29,14 @@ void declare_config(ConfigSchema& schema, OptimConfig& config) {
 void declare_config(ConfigSchema& schema, ScheduleConfig& config) {
   schema.section("schedule", "The learning-rate schedule, in optimizer steps.");
   schema.add("schedule.name", &config.name, "shape after warmup").choices({"constant", "step", "cosine"});
-  schema.add("schedule.warmup_steps", &config.warmup_steps, "linear ramp from 0 to lr over this many steps").min(0);
-  schema.add("schedule.step_size", &config.step_size, "step: multiply the lr by gamma every step_size steps").min(1);
-  schema.add("schedule.gamma", &config.gamma, "step: the factor").greater_than(0);
-  schema.add("schedule.min_lr", &config.min_lr, "cosine: the final lr").min(0);
+  schema.add("schedule.warmup_steps", &config.warmup_steps, "linear ramp from 0 to lr over this many steps").min(0)
+      .max(kMaxSteps);
+  schema.add("schedule.step_size", &config.step_size, "step: multiply the lr by gamma every step_size steps").min(1)
+      .max(kMaxSteps);
+  schema.add("schedule.gamma", &config.gamma, "step: the factor").greater_than(0)
+      .max(1e6);
+  schema.add("schedule.min_lr", &config.min_lr, "cosine: the final lr").min(0)
+      .max(1e6);
 }
 
 }  // namespace ddp

@@ -1,0 +1,190 @@
+// The launcher under a careless user and a hostile neighbour (issue 12): closed standard streams,
+// descriptors leaking into workers, SIGHUP, log files planted as symlinks.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "ddp/launch/machine.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace fs = std::filesystem;
+
+TEST_CASE("ddprun started with stdin and stdout closed still kills its workers when SIGKILLed", "[launch][hardening]") {
+  for (const char* closed : {"<&-", ">&-", "<&- >&-"}) {
+    TempDir dir;
+    std::string sleeper = "sleep 67.5" + std::to_string(std::string(closed).size());
+    auto r = run_shell("(" + bin("ddprun") + " --standalone --nproc-per-node 2 -- sh -c '" + sleeper + " & echo $! > " +
+                           dir.path() + "/pid.$RANK; wait' " + closed + " 2>/dev/null & L=$!; "
+                           "while [ ! -s " + dir.path() + "/pid.1 ] || [ ! -s " + dir.path() + "/pid.0 ]; do sleep 0.05; done; "
+                           "kill -KILL $L)",
+                       std::chrono::seconds(30));
+    INFO(closed << "\n" << r.out << r.err);
+    for (int i = 0; i < 50 && !find_processes(sleeper).empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHECK(find_processes(sleeper).empty());
+  }
+}
+
+TEST_CASE("a worker inherits stdin, stdout, stderr and the heartbeat pipe, nothing else", "[launch][hardening]") {
+  // With a program, the launcher hosts a TCPStore, whose pipes and sockets once leaked. The worker
+  // lists its open descriptors above 2 with shell builtins only, so it opens none of its own.
+  const std::string list_fds =
+      "i=3; while [ $i -lt 1024 ]; do [ -e /proc/$$/fd/$i ] && printf '%s ' $i; i=$((i+1)); done; echo end";
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", "--", "sh", "-c", list_fds},
+                       std::chrono::seconds(30));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 0] 3 end") == 1);  // 3: the heartbeat pipe
+  CHECK(count_lines(r.out, "[rank 1] 3 end") == 1);
+}
+
+TEST_CASE("SIGHUP to ddprun is a stop request: the workers checkpoint and stop, and ddprun exits 129", "[launch][hardening][slow]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                        std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
+                        " --set train.max_steps=100000 --set train.epochs=1000 --set checkpoint.every_epochs=0"
+                        " --set data.eval_split=none --set train.log_every=10";
+  auto first = run_shell(command + " & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; "
+                                   "i=$((i+1)); done; sleep 0.3; kill -HUP $L; wait $L; echo status=$?",
+                         std::chrono::seconds(120));
+  INFO(first.out << first.err);
+  CHECK(count_lines(first.out, "status=129") == 1);
+  CHECK_THAT(first.err, Contains("received SIGHUP"));
+  CHECK_THAT(first.out, Contains("as asked (SIGTERM); checkpoint saved"));
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
+  bool saved = false;
+  for (const auto& entry : fs::directory_iterator(out + "/checkpoints")) saved |= entry.path().extension() == ".json";
+  CHECK(saved);
+}
+
+TEST_CASE("log files planted as symlinks are refused, never followed", "[launch][hardening]") {
+  TempDir dir;
+  std::string victim = dir.file("victim.txt");
+  write_file(victim, "precious\n");
+  // --log-dir DIR writes DIR/<run id>/attempt_<n>/rank_<r>.stdout and .stderr: plant one.
+  fs::create_directories(dir.file("logs/planted/attempt_0"));
+  fs::create_symlink(victim, dir.file("logs/planted/attempt_0/rank_0.stdout"));
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "1", "--log-dir", dir.file("logs"), "--run-id",
+                        "planted", "--", "echo", "overwritten"},
+                       std::chrono::seconds(30));
+  INFO(r.out << r.err);
+  CHECK(read_file(victim) == "precious\n");
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Contains("rank_0.stdout") && Contains("symbolic link"));
+}
+
+TEST_CASE("a SIGKILLed ddprun leaves no private store directory behind", "[launch][hardening]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  auto r = run_shell("TMPDIR=" + dir.path() + " OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                         std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
+                         " --set train.max_steps=100000 --set train.epochs=1000 --set data.eval_split=none & L=$!; i=0; "
+                         "while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                         "ls -d " + dir.path() + "/ddprun-store-*; kill -KILL $L; wait $L; echo status=$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=137") == 1);
+  CHECK_THAT(r.out, Contains("/ddprun-store-"));  // it existed while the run did
+  bool left = true;
+  for (int i = 0; i < 50 && left; ++i) {
+    left = false;
+    for (const auto& entry : fs::directory_iterator(dir.path()))
+      left |= entry.path().filename().string().rfind("ddprun-store-", 0) == 0;
+    if (left) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK_FALSE(left);
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
+}
+
+TEST_CASE("the stall timeout names the rank that is stopped, not the one that waits for it", "[launch][hardening]") {
+  // Both ranks beat (step 7) every 0.1 s. Rank 0 then goes quiet first, as a rank waiting in a
+  // collective would; rank 1 is SIGSTOPped a moment later. The longest-silent rank is rank 0.
+  TempDir dir;
+  write_file(dir.file("worker.sh"),
+             "echo $$ > " + dir.path() + "/pid.$RANK\n"
+             "i=0\n"
+             "while [ $i -lt 300 ]; do\n"
+             "  [ $RANK = 0 ] && [ -e " + dir.path() + "/quiet ] && exec sleep 31.75\n"
+             "  printf '\\007\\000\\000\\000\\000\\000\\000\\000' >&$DDPRUN_HEARTBEAT_FD\n"
+             "  sleep 0.1; i=$((i+1))\n"
+             "done\n");
+  auto r = run_shell(bin("ddprun") + " --standalone --nproc-per-node 2 --stall-timeout 1.5 --shutdown-grace 1 -- sh " +
+                         dir.file("worker.sh") + " & L=$!; while [ ! -s " + dir.path() + "/pid.1 ]; do sleep 0.05; done; "
+                         "sleep 0.3; touch " + dir.path() + "/quiet; sleep 0.4; kill -STOP $(cat " + dir.path() +
+                         "/pid.1); wait $L; echo status=$?",
+                     std::chrono::seconds(30));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=1") == 1);
+  CHECK_THAT(r.err, Contains("rank 1 on") && Contains("is stopped (process state T: SIGSTOP or a debugger)") &&
+                        Contains("the others' last heartbeats: rank 0 at step 7"));
+  CHECK(find_processes("sleep 31.75").empty());
+}
+
+namespace {
+
+// Two one-worker nodes on this host, with `environment` on both; once both workers run, a Python
+// TCPStore client from outside the job sets the failure key of attempt 0 to a value with a terminal
+// escape sequence. The output ends with "statuses=A,B" (node 0's and node 1's exit codes).
+CommandResult two_nodes_with_forged_failure(const std::string& environment, const TempDir& dir) {
+  std::string port = std::to_string(free_port());
+  std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
+                       "'touch " + dir.path() + "/up.$RANK; env | grep -c DDPRUN_RDZV_SECRET; sleep 4'";
+  write_file(dir.file("forge.py"), "import sys, torch.distributed as d\n"
+                                   "s = d.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False)\n"
+                                   "s.set('ddprun/attempt_0/failure', sys.argv[2].encode('latin-1'))\n");
+  return run_shell(environment + " " + bin("ddprun") + " --node-rank 1" + common + " & B=$!; " + environment + " " +
+                       bin("ddprun") + " --node-rank 0" + common + " & A=$!; while [ ! -e " + dir.path() +
+                       "/up.0 ] || [ ! -e " + dir.path() + "/up.1 ]; do sleep 0.05; done; /usr/bin/python3 " +
+                       dir.file("forge.py") + " " + port + " \"$(printf '1 f \\033]2;owned\\007 forged')\"; wait $A; "
+                       "a=$?; wait $B; echo statuses=$a,$?",
+                   std::chrono::seconds(60));
+}
+
+}  // namespace
+
+TEST_CASE("with a job secret, a failure SET from outside the job does not stop it, and is shown escaped",
+          "[launch][hardening][hmac]") {
+  TempDir dir;
+  auto r = two_nodes_with_forged_failure("DDPRUN_RDZV_SECRET=s3cret", dir);
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);  // both nodes ran to the end
+  CHECK_THAT(r.err, Contains("ignoring ddprun/attempt_0/failure in the rendezvous store: it has no valid tag"));
+  CHECK_THAT(r.err, Contains("\\x1b]2;owned\\x07 forged"));
+  CHECK(r.err.find('\x1b') == std::string::npos);  // no raw escape sequence reached the terminal
+  CHECK_THAT(r.err, !Contains("anyone who reaches port"));
+  // The secret stays with the launchers: no worker sees it.
+  CHECK(count_lines(r.out, "[" + ddp::host_name() + ":rank 0] 0") == 1);
+  CHECK(count_lines(r.out, "[" + ddp::host_name() + ":rank 1] 0") == 1);
+}
+
+TEST_CASE("without a secret a multi-node run warns once, and what it prints from the store is escaped",
+          "[launch][hardening][hmac]") {
+  TempDir dir;
+  auto r = two_nodes_with_forged_failure("", dir);
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=0,0") == 0);  // an outsider could stop it: the documented risk
+  CHECK_THAT(r.err, Contains("anyone who reaches port"));
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK_THAT(r.err, Contains("\\x1b]2;owned\\x07 forged"));
+}
+
+TEST_CASE("the failure summary shows a worker's message, not the C++ backtrace after it", "[launch][hardening]") {
+  std::string frames;
+  for (int i = 0; i < 30; ++i) frames += "echo 'frame #" + std::to_string(i) + ": 0x7f00 in c10::something()' >&2; ";
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "1", "--", "sh", "-c",
+                        "echo 'the real message' >&2; echo 'Exception raised from f at x.cpp:1 (most recent call "
+                        "first):' >&2; " + frames + "exit 1"},
+                       std::chrono::seconds(30));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  auto summary = r.err.substr(r.err.find("failed first"));
+  CHECK_THAT(summary, Contains("| the real message"));
+  CHECK_THAT(summary, !Contains("| frame #"));
+}

@@ -1,0 +1,222 @@
+// The trainer against a broken disk, a second run and a hostile neighbour (issue 12): a full disk is
+// an I/O failure that is restarted, files planted as symlinks are never followed, an output
+// directory holds one run, and a lying IDX header costs nothing.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <regex>
+
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ddprun_command(int nproc, const std::vector<std::string>& sets, const std::string& options = "") {
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " +
+                        std::to_string(nproc) + " " + options + " " + std::string(DDP_SOURCE_DIR) +
+                        "/configs/synthetic_mlp.yaml";
+  for (const auto& s : sets) command += " --set '" + s + "'";
+  return command;
+}
+
+bool can_mount_tmpfs() { return run_shell("unshare -m sh -c 'mount -t tmpfs tmpfs /mnt'").exit_code == 0; }
+
+}  // namespace
+
+TEST_CASE("a full disk during a save is an I/O failure: exit 74, restarted, and resumable once there is room",
+          "[reliability][checkpoint]") {
+  if (!can_mount_tmpfs()) {
+    WARN("skipped: cannot mount a small tmpfs here (needs root and mount namespaces) to fill a disk");
+    return;
+  }
+  TempDir dir;
+  std::vector<std::string> sets{"train.max_steps=30", "checkpoint.every_steps=10", "checkpoint.every_epochs=0",
+                                "checkpoint.keep_last=1", "data.eval_split=none"};
+  // One checkpoint's size, from a run with room, sizes a disk that holds one checkpoint but not two.
+  auto sizing = sets;
+  sizing.push_back("run.output_dir=" + dir.file("sizing"));
+  REQUIRE(run_shell(ddprun_command(1, sizing)).exit_code == 0);
+  auto checkpoint_bytes = fs::file_size(dir.file("sizing/checkpoints/step_0000000030.pt"));
+  std::string out = dir.file("run");
+  fs::create_directories(out + "/checkpoints");
+  sets.push_back("run.output_dir=" + out);
+  auto kib = std::to_string(checkpoint_bytes * 3 / 2 / 1024 + 8);
+  auto r = run_shell("unshare -m sh -c 'mount -t tmpfs -o size=" + kib + "k tmpfs " + out + "/checkpoints; " +
+                         ddprun_command(1, sets, "--max-restarts 1") + "; echo status=$?; "
+                         "mount -o remount,size=64m " + out + "/checkpoints; " + ddprun_command(1, sets) +
+                         "; echo again=$?'",
+                     std::chrono::seconds(240));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=74") == 1);
+  CHECK_THAT(r.err, Contains("rank 0: I/O error: cannot write") && Contains("step_0000000020.pt") &&
+                        Contains("No space left on device"));
+  CHECK_THAT(r.err, Contains("restarting the workers (restart 1 of 1)"));
+  CHECK(count_lines(r.out, "again=0") == 1);
+  CHECK_THAT(r.out, Contains("step_0000000010.pt at step 10"));  // the checkpoint before the full disk
+}
+
+TEST_CASE("files planted as symlinks in the output directory are never followed", "[reliability][hardening]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  std::string victim = dir.file("victim.txt");
+  write_file(victim, "precious\n");
+  fs::create_directories(out + "/checkpoints");
+  // The temporaries of config.yaml, a checkpoint and model.pt, as they were named before.
+  for (const char* planted : {"/config.yaml.tmp", "/checkpoints/step_0000000010.pt.tmp", "/model.pt.tmp"})
+    fs::create_symlink(victim, out + planted);
+  std::vector<std::string> sets{"run.output_dir=" + out, "train.max_steps=10", "checkpoint.every_steps=10",
+                                "data.eval_split=none"};
+  auto r = run_shell(ddprun_command(1, sets));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(read_file(victim) == "precious\n");
+  CHECK(fs::is_regular_file(out + "/model.pt"));
+  // No temporary of ours is left behind.
+  for (const auto& entry : fs::recursive_directory_iterator(out))
+    CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+
+  // An append-only file planted as a symlink is refused, naming it.
+  std::string other = dir.file("other");
+  fs::create_directories(other);
+  fs::create_symlink(victim, other + "/metrics.jsonl");
+  sets[0] = "run.output_dir=" + other;
+  auto refused = run_shell(ddprun_command(1, sets));
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 74);
+  CHECK_THAT(refused.err, Contains("metrics.jsonl: it is a symbolic link, which is not followed"));
+  CHECK(read_file(victim) == "precious\n");
+}
+
+TEST_CASE("a second run in the same output directory is refused, naming the first", "[reliability]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  std::vector<std::string> sets{"run.output_dir=" + out, "train.max_steps=100000", "train.epochs=1000",
+                                "checkpoint.every_epochs=0", "data.eval_split=none", "train.log_every=10"};
+  auto r = run_shell(ddprun_command(2, sets) + " > " + dir.file("first.log") + " 2>&1 & L=$!; i=0; while [ ! -s " + out +
+                         "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; " +
+                         ddprun_command(1, sets) + "; echo second=$?; kill -TERM $L; wait $L; echo first=$?",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err << read_file(dir.file("first.log")));
+  CHECK(count_lines(r.out, "second=2") == 1);
+  CHECK(std::regex_search(r.err, std::regex("run.output_dir: " + out + " is in use by another run \\(pid [0-9]+ on ")));
+  CHECK(count_lines(r.out, "first=143") == 1);  // the first run was untouched, and stopped when asked
+  CHECK_THAT(read_file(dir.file("first.log")), Contains("checkpoint saved"));
+}
+
+TEST_CASE("an IDX header that claims 50M images in a 1 KB file fails at once, with the message only",
+          "[reliability][errors]") {
+  TempDir dir;
+  std::string images("\x00\x00\x08\x03\x02\xfa\xf0\x80\x00\x00\x00\x1c\x00\x00\x00\x1c", 16);  // 50,000,000 x 28 x 28
+  images += std::string(1024 - images.size(), '\x01');
+  std::string labels("\x00\x00\x08\x01\x02\xfa\xf0\x80", 8);
+  write_file(dir.file("train-images-idx3-ubyte"), images);
+  write_file(dir.file("train-labels-idx1-ubyte"), labels);
+  auto r = run_shell(ddprun_command(1, {"data.dataset=idx", "data.path=" + dir.path(), "data.eval_split=none",
+                                        "data.cache_dir=none", "run.output_dir=" + dir.file("out")}),
+                     std::chrono::seconds(60));
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.seconds < 20);
+  CHECK_THAT(r.err, Contains("train-images-idx3-ubyte: truncated: expected 39200000000 bytes of data, found 1008"));
+  CHECK_THAT(r.err, !Contains("frame #") && !Contains("Exception raised from"));
+
+  // Gzipped, the bound is deflate's best ratio: 1 KB cannot inflate to 39 GB.
+  std::string gz = dir.file("gz");
+  fs::create_directories(gz);
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"})
+    REQUIRE(run_shell("gzip -c " + dir.file(name) + " > " + gz + "/" + name + ".gz").exit_code == 0);
+  auto zipped = run_shell(ddprun_command(1, {"data.dataset=idx", "data.path=" + gz, "data.eval_split=none",
+                                             "data.cache_dir=none", "run.output_dir=" + dir.file("out2")}),
+                          std::chrono::seconds(60));
+  INFO(zipped.err);
+  CHECK(zipped.exit_code == 2);
+  CHECK_THAT(zipped.err, Contains("declares 39200000000 bytes of data, more than a gzip file of this size can hold"));
+}
+
+TEST_CASE("two nodes with node-local output directories resume bit-identically to a single-node run",
+          "[reliability][checkpoint][multinode]") {
+  if (!can_mount_tmpfs()) {
+    WARN("skipped: no mount namespaces here (unshare -m), so two nodes cannot see different directories at one path");
+    return;
+  }
+  TempDir dir;
+  const std::string config = std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml";
+  auto sets = [](const std::string& out, const std::string& extra = "") {
+    return " --set run.output_dir=" + out +
+           " --set train.max_steps=60 --set checkpoint.every_steps=20 --set checkpoint.every_epochs=0"
+           " --set checkpoint.keep_last=10 --set data.eval_split=none --set dist.shared_memory=false" + extra;
+  };
+  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun");
+  // The reference: one node, two ranks, uninterrupted (Gloo, as across nodes).
+  REQUIRE(run_shell(launch + " --standalone --nproc-per-node 2 " + config + sets(dir.file("ref"))).exit_code == 0);
+  // A stale run with another seed: its checkpoints sit on node 1 under the same names.
+  REQUIRE(run_shell(launch + " --standalone --nproc-per-node 2 " + config + sets(dir.file("stale"), " --set run.seed=7"))
+              .exit_code == 0);
+  // Node 0's directory holds the reference's step-20 checkpoint; node 1 sees the stale run's at that path.
+  std::string node0 = dir.file("node0"), node1 = dir.file("node1");
+  for (const auto& [target, source] : {std::pair{node0, dir.file("ref")}, std::pair{node1, dir.file("stale")}}) {
+    fs::create_directories(target + "/checkpoints");
+    for (const char* ext : {".pt", ".json"})
+      fs::copy_file(source + "/checkpoints/step_0000000020" + ext, target + "/checkpoints/step_0000000020" + ext);
+  }
+  std::string port = std::to_string(free_port());
+  std::string multi = " --nnodes 2 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port " + port +
+                      " --rdzv-timeout 30 " + config +
+                      sets(node0, " --set checkpoint.resume=" + node0 + "/checkpoints/step_0000000020.json");
+  auto r = run_shell("unshare -m sh -c 'mount --bind " + node1 + " " + node0 + " && exec env " + launch +
+                         " --node-rank 1" + multi + "' & B=$!; " + launch + " --node-rank 0" + multi +
+                         "; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(240));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK_THAT(r.out, Contains("at step 20"));
+  std::string reference = read_file(dir.file("ref/model.pt")), resumed = read_file(node0 + "/model.pt");
+  CHECK((!reference.empty() && reference == resumed));
+  CHECK(read_file(dir.file("stale/model.pt")) != reference);  // the stale run really differs
+}
+
+TEST_CASE("ranks started by hand with different world sizes are told what differs", "[reliability][errors]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string worker = "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
+                       "/configs/synthetic_mlp.yaml --set run.output_dir=" + dir.file("out") +
+                       " --set dist.timeout_s=5 --set data.eval_split=none --master-port " + port;
+  auto r = run_shell(worker + " --rank 1 --world-size 3 & B=$!; " + worker + " --rank 0 --world-size 2; A=$?; wait $B; "
+                         "echo statuses=$A,$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK_THAT(r.err, Contains("ddp-train: rank 1: error: rank 1 was started with WORLD_SIZE 3, rank 0 with 2; start "
+                             "every rank with the same world size"));
+  CHECK(r.out.find("statuses=0") == std::string::npos);
+  CHECK(r.seconds < 30);
+}
+
+TEST_CASE("eval labels out of range fail at load, before any training, naming the split", "[reliability][errors]") {
+  TempDir dir;
+  auto idx = [](uint8_t dims, std::vector<uint32_t> shape, uint8_t fill, const std::string& tail = "") {
+    std::string bytes("\x00\x00\x08", 3);
+    bytes += static_cast<char>(dims);
+    for (uint32_t d : shape)
+      for (int b = 3; b >= 0; --b) bytes += static_cast<char>((d >> (8 * b)) & 0xff);
+    uint64_t count = 1;
+    for (uint32_t d : shape) count *= d;
+    return bytes + (tail.empty() ? std::string(count, static_cast<char>(fill)) : tail);
+  };
+  write_file(dir.file("train-images-idx3-ubyte"), idx(3, {4, 28, 28}, 0x40));
+  write_file(dir.file("train-labels-idx1-ubyte"), idx(1, {4}, 0, std::string("\x00\x01\x02\x03", 4)));
+  write_file(dir.file("t10k-images-idx3-ubyte"), idx(3, {2, 28, 28}, 0x40));
+  write_file(dir.file("t10k-labels-idx1-ubyte"), idx(1, {2}, 0, std::string("\x01\x0c", 2)));  // 12: no such class
+  auto r = run_shell(ddprun_command(2, {"data.dataset=idx", "data.path=" + dir.path(), "data.cache_dir=none",
+                                        "run.output_dir=" + dir.file("out"), "model.num_classes=10"}),
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("model.num_classes: 10 is too few for " + dir.path() + " (test), whose labels go up to 12"));
+  CHECK_FALSE(fs::exists(dir.file("out/checkpoints")));
+  CHECK_THAT(r.err, Contains("ddp-train: rank 0: error:"));
+}
