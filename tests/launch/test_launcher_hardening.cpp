@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ddp/launch/machine.h"
+#include "support/leftovers.h"
 #include "support/subprocess.h"
 
 using namespace ddp::test;
@@ -62,6 +63,7 @@ TEST_CASE("SIGHUP to ddprun is a stop request: the workers checkpoint and stop, 
   bool saved = false;
   for (const auto& entry : fs::directory_iterator(out + "/checkpoints")) saved |= entry.path().extension() == ".json";
   CHECK(saved);
+  check_nothing_left(out);
 }
 
 TEST_CASE("log files planted as symlinks are refused, never followed", "[launch][hardening]") {
@@ -173,6 +175,7 @@ TEST_CASE("without a secret a multi-node run warns once, and what it prints from
   CHECK_THAT(r.err, Contains("anyone who reaches port"));
   CHECK(r.err.find('\x1b') == std::string::npos);
   CHECK_THAT(r.err, Contains("\\x1b]2;owned\\x07 forged"));
+  check_nothing_left(dir.path());
 }
 
 TEST_CASE("the failure summary shows a worker's message, not the C++ backtrace after it", "[launch][hardening]") {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "support/leftovers.h"
 #include "support/subprocess.h"
 
 using namespace ddp::test;
@@ -16,8 +17,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string ddprun_command(int nproc, const std::vector<std::string>& sets, const std::string& options = "") {
-  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " +
+// ddprun on the synthetic MLP; with `tmpdir`, its private store directory goes there (TMPDIR), so a
+// test can see that none is left behind.
+std::string ddprun_command(int nproc, const std::vector<std::string>& sets, const std::string& options = "",
+                           const std::string& tmpdir = "") {
+  std::string command = (tmpdir.empty() ? "" : "TMPDIR=" + tmpdir + " ") + "OMP_NUM_THREADS=1 " + bin("ddprun") +
+                        " --standalone --nproc-per-node " +
                         std::to_string(nproc) + " " + options + " " + std::string(DDP_SOURCE_DIR) +
                         "/configs/synthetic_mlp.yaml";
   for (const auto& s : sets) command += " --set '" + s + "'";
@@ -58,6 +63,7 @@ TEST_CASE("a full disk during a save is an I/O failure: exit 74, restarted, and 
   CHECK_THAT(r.err, Contains("restarting the workers (restart 1 of 1)"));
   CHECK(count_lines(r.out, "again=0") == 1);
   CHECK_THAT(r.out, Contains("step_0000000010.pt at step 10"));  // the checkpoint before the full disk
+  check_nothing_left(out);
 }
 
 TEST_CASE("files planted as symlinks in the output directory are never followed", "[reliability][hardening]") {
@@ -85,11 +91,13 @@ TEST_CASE("files planted as symlinks in the output directory are never followed"
   fs::create_directories(other);
   fs::create_symlink(victim, other + "/metrics.jsonl");
   sets[0] = "run.output_dir=" + other;
-  auto refused = run_shell(ddprun_command(1, sets));
+  fs::create_directories(dir.file("tmp"));
+  auto refused = run_shell(ddprun_command(1, sets, "", dir.file("tmp")));
   INFO(refused.out << refused.err);
   CHECK(refused.exit_code == 74);
   CHECK_THAT(refused.err, Contains("metrics.jsonl: it is a symbolic link, which is not followed"));
   CHECK(read_file(victim) == "precious\n");
+  check_nothing_left(other, dir.file("tmp"));
 }
 
 TEST_CASE("a second run in the same output directory is refused, naming the first", "[reliability]") {
@@ -106,6 +114,7 @@ TEST_CASE("a second run in the same output directory is refused, naming the firs
   CHECK(std::regex_search(r.err, std::regex("run.output_dir: " + out + " is in use by another run \\(pid [0-9]+ on ")));
   CHECK(count_lines(r.out, "first=143") == 1);  // the first run was untouched, and stopped when asked
   CHECK_THAT(read_file(dir.file("first.log")), Contains("checkpoint saved"));
+  check_nothing_left(out);
 }
 
 TEST_CASE("an IDX header that claims 50M images in a 1 KB file fails at once, with the message only",
@@ -136,6 +145,7 @@ TEST_CASE("an IDX header that claims 50M images in a 1 KB file fails at once, wi
   INFO(zipped.err);
   CHECK(zipped.exit_code == 2);
   CHECK_THAT(zipped.err, Contains("declares 39200000000 bytes of data, more than a gzip file of this size can hold"));
+  check_nothing_left(dir.path());
 }
 
 TEST_CASE("two nodes with node-local output directories resume bit-identically to a single-node run",
@@ -194,6 +204,7 @@ TEST_CASE("ranks started by hand with different world sizes are told what differ
                              "every rank with the same world size"));
   CHECK(r.out.find("statuses=0") == std::string::npos);
   CHECK(r.seconds < 30);
+  check_nothing_left(dir.path());
 }
 
 TEST_CASE("eval labels out of range fail at load, before any training, naming the split", "[reliability][errors]") {
@@ -219,4 +230,5 @@ TEST_CASE("eval labels out of range fail at load, before any training, naming th
   CHECK_THAT(r.err, Contains("model.num_classes: 10 is too few for " + dir.path() + " (test), whose labels go up to 12"));
   CHECK_FALSE(fs::exists(dir.file("out/checkpoints")));
   CHECK_THAT(r.err, Contains("ddp-train: rank 0: error:"));
+  check_nothing_left(dir.path());
 }
