@@ -102,7 +102,8 @@ TEST_CASE("a rank killed by a signal gives 128+N and the signal's name") {
 TEST_CASE("shared memory a worker leaves behind is removed when it exits, however it ends") {
   // Named as ddp-train names its segments: /ddprun-<pid>-...; rank 0 exits, rank 1 is SIGKILLed.
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                   "touch /dev/shm/ddprun-$$-left-behind && echo made $$; [ $RANK = 1 ] && kill -9 $$; exit 0"});
+                   "touch /dev/shm/ddprun-$$-left-behind && echo made $$; [ $RANK = 1 ] && sleep 0.5 && kill -9 $$; "
+                   "exit 0"});  // rank 1 dies after rank 0 is done, or the group stop could pre-empt rank 0
   INFO(r.out << r.err);
   std::regex made("made ([0-9]+)");
   int seen = 0;

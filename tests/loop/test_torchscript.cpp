@@ -147,9 +147,10 @@ TEST_CASE("a worker SIGKILLed mid-run resumes bit-identically with a TorchScript
           "[torchscript][faults][slow]") {
   TempDir straight, killed;
   auto sets = [](const TempDir& dir) {
-    return std::vector<std::string>{"run.output_dir=" + dir.file("out"), "train.epochs=200", "train.max_steps=1500",
-                                    "train.batch_size=16", "checkpoint.every_steps=100", "data.eval_split=none",
-                                    "train.log_every=100", "data.normalize=global"};
+    // keep_last: the checkpoint the kill waits for must not be pruned before the shell sees it.
+    return std::vector<std::string>{"run.output_dir=" + dir.file("out"), "train.epochs=200", "train.max_steps=4000",
+                                    "train.batch_size=16", "checkpoint.every_steps=100", "checkpoint.keep_last=100",
+                                    "data.eval_split=none", "train.log_every=100", "data.normalize=global"};
   };
   auto a = ddprun(2, write_config(straight, "bn.pt"), sets(straight));
   INFO(a.out << a.err);

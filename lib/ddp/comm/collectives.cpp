@@ -1,5 +1,6 @@
 #include "ddp/comm/collectives.h"
 
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -43,6 +44,20 @@ void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tens
       offset += t.numel();
     }
   }
+}
+
+void broadcast_bytes(const Communicator& comm, std::string& bytes, int root) {
+  auto length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong).to(comm.device);
+  broadcast_coalesced(comm, {length}, root);
+  const int64_t size = length.item<int64_t>();
+  auto payload = torch::empty({size}, torch::kUInt8);
+  if (comm.rank == root && size > 0) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
+  if (size > 0) {
+    payload = payload.to(comm.device);
+    broadcast_coalesced(comm, {payload}, root);
+    payload = payload.to(torch::kCPU);
+  }
+  if (comm.rank != root) bytes.assign(static_cast<const char*>(payload.data_ptr()), static_cast<std::size_t>(size));
 }
 
 torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values) {

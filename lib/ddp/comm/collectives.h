@@ -13,6 +13,10 @@ namespace ddp {
 /// Copies `root`'s values into `tensors` on every rank, one broadcast per dtype (coalesced).
 void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tensor>& tensors, int root = 0);
 
+/// Makes `bytes` on every rank what it is on `root` (a file's contents, say); the length travels
+/// first. Through tensors on the communication device, which NCCL needs.
+void broadcast_bytes(const Communicator& comm, std::string& bytes, int root = 0);
+
 /// Sums `values` (float64) over all ranks, in place; returns it.
 torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values);
 

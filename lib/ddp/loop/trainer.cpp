@@ -5,7 +5,6 @@
 #include <sys/resource.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -110,19 +109,8 @@ void Trainer::resume() {
       bytes = read_whole_file(chosen);
     }
   }
-  // On the communication device: NCCL broadcasts only CUDA tensors.
-  auto length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong).to(comm_.device);
-  broadcast_coalesced(comm_, {length}, 0);
-  const int64_t size = length.item<int64_t>();
-  if (size == 0) return;
-  auto payload = torch::empty({size}, torch::kUInt8);
-  if (comm_.rank == 0) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
-  payload = payload.to(comm_.device);
-  broadcast_coalesced(comm_, {payload}, 0);
-  if (comm_.rank != 0) {
-    payload = payload.to(torch::kCPU);
-    bytes.assign(static_cast<const char*>(payload.data_ptr()), static_cast<std::size_t>(size));
-  }
+  broadcast_bytes(comm_, bytes, 0);
+  if (bytes.empty()) return;
   std::string source = comm_.rank == 0 ? chosen : "rank 0's checkpoint";
   progress_ = load_checkpoint_bytes(bytes, source, task_->model(), *optimizer_, comm_.world_size);
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
