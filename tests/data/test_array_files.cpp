@@ -119,6 +119,7 @@ TEST_CASE("broken CSV files name the line and column at fault", "[data][csv]") {
   refused("a,b,labl\n1,2,0\n", "no column \"label\" (data.label_column) in the header (did you mean labl?)");
   refused("a,b,label\n", "has a header but no rows");
   refused("", "is empty");
+  CHECK_THROWS_WITH(ddp::read_csv(dir.file("absent.csv"), "label"), Contains("absent.csv: cannot open"));
   // numpy's own file, cut mid-row.
   std::string cut = read_file(fixture("train.csv"));
   refused(cut.substr(0, cut.size() / 2), "cells, but the header has 21");
@@ -161,6 +162,8 @@ TEST_CASE("data splits: counts must agree, NaN labels are refused, eval_fraction
   CHECK(torch::equal(std::get<0>(all.sum(1).sort()), std::get<0>(x.sum(1).sort())));
   config.split_seed = 4;
   CHECK_FALSE(torch::equal(ddp::load_dataset_splits(config, 10).eval->labels, splits.eval->labels));
+  config.eval_fraction = 0.0005;  // not one sample of 1024
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10), Contains("data.eval_fraction:") && Contains("empty split"));
 }
 
 TEST_CASE("normalisation: fixed, global and per-feature statistics of the training features", "[data][npy]") {

@@ -66,6 +66,8 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   for (const char* escape : {"..", ".", ".hidden", "../x", "a/b"})
     CHECK_THROWS_WITH(parse({"--run-id", escape, "--", "true"}), Contains("--run-id: expected a plain name"));
   CHECK_NOTHROW(parse({"--run-id", "job.42", "--", "true"}));
+  CHECK_THROWS_WITH(parse({"--rdzv-secret-file", "/nonexistent/secret", "--", "true"}),
+                    Contains("--rdzv-secret-file: cannot read a secret (a non-empty first line) from /nonexistent/secret"));
   // Durations and counts are bounded before any cast (issue 12, item 9): a week, a million restarts.
   for (const char* option : {"--shutdown-grace", "--monitor-interval", "--rdzv-timeout", "--stall-timeout"})
     CHECK_THROWS_WITH(parse({option, "1e10", "--", "true"}), Contains(option) && Contains("604800"));

@@ -135,6 +135,26 @@ TEST_CASE("ranges and choices are checked", "[config]") {
                       Equals("optim.lr: must be in (0, 1e+06], got 0\ntrain.epochs: must be in [1, 1e+06], got 0"));
 }
 
+TEST_CASE("npy, csv and torchscript configs name what is missing or contradictory", "[config]") {
+  REQUIRE_THROWS_WITH(parse("data: {dataset: npy, path: x.npy, eval_split: none}"),
+                      Equals("data.labels: must name the labels .npy when data.dataset is npy"));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: npy, path: x.npy, labels: y.npy}"),
+                      Equals("data.eval_path: must name the test split (or set data.eval_fraction, or "
+                             "data.eval_split: none)"));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: csv, path: t.csv, eval_path: e.csv, eval_fraction: 0.1}"),
+                      Equals("data.eval_path: set it or data.eval_fraction, not both"));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: npy, path: x.npy, labels: y.npy, eval_path: e.npy}"),
+                      Equals("data.eval_labels: must name the labels .npy of data.eval_path"));
+  REQUIRE_THROWS_WITH(parse("data: {eval_fraction: 1}"), Contains("data.eval_fraction: must be in [0, 1), got 1"));
+  REQUIRE_THROWS_WITH(parse("model: {name: torchscript}"),
+                      Equals("model.path: must name the module file when model.name is torchscript"));
+  REQUIRE_THROWS_WITH(parse("model: {name: torchscript, path: m.pt, sync_batchnorm: true}"),
+                      Equals("model.sync_batchnorm: is not available for TorchScript modules"));
+  REQUIRE_THROWS_WITH(parse("train: {loss: hinge}"), Contains("train.loss: must be one of cross_entropy, mse, "
+                                                              "bce_with_logits"));
+  CHECK_NOTHROW(parse("data: {dataset: csv, path: t.csv, eval_fraction: 0.2}\nmodel: {name: torchscript, path: m.pt}"));
+}
+
 TEST_CASE("every count and duration has an upper bound that names it (issue 12, item 9)", "[config]") {
   REQUIRE_THROWS_WITH(parse("train: {batch_size: 9223372036854775807}"),
                       Equals("train.batch_size: must be in [1, 1e+07], got 9223372036854775807"));

@@ -214,6 +214,12 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   CHECK(shape.exit_code == 2);
   CHECK_THAT(shape.err, Contains("mlp.pt failed on a batch of Float [32, 1, 28, 28]: "));
   CHECK(count_lines(shape.err, "") <= 3);  // one message, not a backtrace
+  auto negative = run("mlp.pt", {"data.labels=" + python_fixture("train_y_negative.npy")});
+  CHECK(negative.exit_code == 2);
+  CHECK_THAT(negative.err, Contains("train_y_negative.npy) holds a negative label (-1)"));
+  auto floats = run("mlp.pt", {"data.labels=" + python_fixture("train_target.npy")});
+  CHECK(floats.exit_code == 2);
+  CHECK_THAT(floats.err, Contains("train_target.npy): train.loss cross_entropy needs one whole-number class per sample"));
   auto outputs = run("mlp.pt", {"data.labels=" + python_fixture("train_target.npy"), "train.loss=mse"});
   CHECK(outputs.exit_code == 2);
   CHECK_THAT(outputs.err, Contains("the model's output is [32, 4] for targets [32]; train.loss mse needs as many values"));

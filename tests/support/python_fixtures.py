@@ -58,6 +58,7 @@ def data(out):
         np.save(f"{out}/{split}_x.npy", x)
         np.save(f"{out}/{split}_y.npy", y)
         np.save(f"{out}/{split}_y32.npy", y.astype(np.int32))
+        np.save(f"{out}/{split}_y_negative.npy", np.where(np.arange(n) == 5, -1, y).astype(np.int64))
         np.save(f"{out}/{split}_target.npy", (x @ teacher[:, 0]).astype(np.float32))
         np.save(f"{out}/{split}_x64.npy", x.astype(np.float64))
         header = ",".join([f"f{i}" for i in range(20)] + ["label"])

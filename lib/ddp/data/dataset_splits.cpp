@@ -25,7 +25,7 @@ torch::Tensor checked_labels(torch::Tensor labels, const std::string& source) {
 Dataset load_npy(const std::string& features_path, const std::string& labels_path) {
   Dataset data;
   data.feature_file = open_npy_samples(features_path);
-  data.source = features_path;
+  data.source = features_path + " (labels " + labels_path + ")";
   data.labels = checked_labels(read_npy(labels_path), labels_path);
   if (data.labels.size(0) != data.feature_file->count())
     throw FileError(features_path + " holds " + std::to_string(data.feature_file->count()) + " samples (shape [" +
