@@ -8,6 +8,7 @@ packages=(
   libopenblas0-openmp  # LibTorch's BLAS is Debian's libblas.so.3: without this, the slow reference one
   dataset-fashion-mnist
   python3-torch  # tests only: sampler parity and loading model.pt in Python
+  slurm-client   # tests only: scontrol, to check the Slurm host-list parser against
 )
 
 missing=()

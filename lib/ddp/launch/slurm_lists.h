@@ -1,0 +1,21 @@
+#pragma once
+// Slurm's compressed lists, as its environment variables hold them: host lists
+// (SLURM_JOB_NODELIST=node[01-04,07]) and count lists (SLURM_TASKS_PER_NODE=2(x3),1). Parsed here,
+// without running `scontrol show hostnames`, so that ddprun reads a job's layout in microseconds and
+// needs no Slurm binary at run time.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddp {
+
+/// The host names of a Slurm host list, in order: "a[1-2],b3" → a1, a2, b3. Ranges keep the lower
+/// bound's zero padding ("n[001-003]" → n001..n003); several bracket groups multiply out
+/// ("x[1-2]y[3-4]" → x1y3, x1y4, x2y3, x2y4). Throws UserError naming the list and the fault.
+std::vector<std::string> expand_hostlist(std::string_view list);
+
+/// The counts of a Slurm count list: "2(x3),1" → 2, 2, 2, 1. Throws UserError naming the list.
+std::vector<int> expand_counts(std::string_view list);
+
+}  // namespace ddp
