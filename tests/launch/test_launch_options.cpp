@@ -4,6 +4,7 @@
 #include "ddp/launch/launch_options.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/worker_env.h"
+#include "support/subprocess.h"
 
 using namespace ddp;
 
@@ -66,6 +67,11 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   for (const char* escape : {"..", ".", ".hidden", "../x", "a/b"})
     CHECK_THROWS_WITH(parse({"--run-id", escape, "--", "true"}), Contains("--run-id: expected a plain name"));
   CHECK_NOTHROW(parse({"--run-id", "job.42", "--", "true"}));
+  {
+    ddp::test::TempDir dir;
+    ddp::test::write_file(dir.file("secret"), "s3cret\r\n");  // written on Windows: the same secret
+    CHECK(parse({"--rdzv-secret-file", dir.file("secret"), "--", "true"}).rdzv_secret == "s3cret");
+  }
   CHECK_THROWS_WITH(parse({"--rdzv-secret-file", "/nonexistent/secret", "--", "true"}),
                     Contains("--rdzv-secret-file: cannot read a secret (a non-empty first line) from /nonexistent/secret"));
   // Durations and counts are bounded before any cast (issue 12, item 9): a week, a million restarts.

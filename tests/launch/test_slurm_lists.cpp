@@ -27,7 +27,8 @@ TEST_CASE("Slurm host lists expand as Slurm documents them", "[launch][slurm]") 
   CHECK(ddp::expand_hostlist("gpu[9-11]") == Strings{"gpu9", "gpu10", "gpu11"});
   CHECK(ddp::expand_hostlist("big[098-101]") == Strings{"big098", "big099", "big100", "big101"});
   CHECK(ddp::expand_hostlist("a,,b") == Strings{"a", "b"});  // as scontrol reads it
-  for (const char* bad : {"n[1-3", "n1-3]", "n[3-1]", "n[a-b]", "n[]", "", ",", "a[1-2]b", "n[0-99999999]"})
+  for (const char* bad : {"n[1-3", "n1-3]", "n[3-1]", "n[a-b]", "n[]", "", ",", "a[1-2]b", "n[0-99999999]",
+                          "a[0-4611686018427387903]b[1-4]", "n[0-9223372036854775807]"})
     CHECK_THROWS_AS(ddp::expand_hostlist(bad), ddp::UserError);
   CHECK_THROWS_WITH(ddp::expand_hostlist("n[3-1]"), "Slurm list \"n[3-1]\": the range 3-1 runs backwards");
 }

@@ -51,7 +51,7 @@ void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Opti
                         const TrainProgress& progress, int world_size) {
   std::error_code ec;
   bool created = fs::create_directories(directory_, ec);
-  if (ec) throw IoError("cannot create checkpoint directory " + directory_ + ": " + ec.message());
+  if (ec) throw_output_error("cannot create checkpoint directory " + directory_ + ": " + ec.message(), ec.value());
   if (created) fsync_directory(fs::path(directory_).parent_path().string());  // its entry must survive a crash
 
   torch::serialize::OutputArchive archive;

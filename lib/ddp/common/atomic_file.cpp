@@ -14,20 +14,36 @@
 #include "ddp/common/error.h"
 
 namespace ddp {
+namespace {
+
+// The umask, read without changing it (umask(2) can only set it, and other threads create files).
+mode_t process_umask() {
+  static const mode_t mask = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+    return static_cast<mode_t>(022);
+  }();
+  return mask;
+}
+
+}  // namespace
 
 void write_file_atomically(const std::string& path, std::string_view data, mode_t mode) {
   std::string temporary = path + ".tmp.XXXXXX";
   bool created = false;
   auto fail = [&](const char* what) {
-    std::string cause = std::strerror(errno);
+    int errnum = errno;
     if (created) std::remove(temporary.c_str());
-    throw IoError("cannot write " + path + ": " + what + ": " + cause);
+    throw_output_error("cannot write " + path + ": " + what + ": " + std::strerror(errnum), errnum);
   };
-  // mkostemp: O_CREAT | O_EXCL under a fresh name, mode 0600 until the data is complete.
+  // mkostemp: O_CREAT | O_EXCL under a fresh name, mode 0600; then the mode asked for, less the
+  // umask, as open(path, ..., mode) would have given.
   int fd = mkostemp(temporary.data(), O_CLOEXEC);
   if (fd < 0) fail("open");
   created = true;
-  if (fchmod(fd, mode) != 0) {
+  if (fchmod(fd, mode & ~process_umask()) != 0) {
     close(fd);
     fail("chmod");
   }
@@ -64,9 +80,13 @@ void fsync_directory(const std::string& directory) {
 
 int open_for_append(const std::string& path, bool truncate, mode_t mode) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (truncate ? O_TRUNC : 0), mode);
-  if (fd < 0)
-    throw IoError("cannot write " + path + ": " +
-                  (errno == ELOOP ? std::string("it is a symbolic link, which is not followed") : std::strerror(errno)));
+  if (fd < 0) {
+    int errnum = errno;
+    throw_output_error("cannot write " + path + ": " +
+                           (errnum == ELOOP ? std::string("it is a symbolic link, which is not followed")
+                                            : std::strerror(errnum)),
+                       errnum);
+  }
   return fd;
 }
 

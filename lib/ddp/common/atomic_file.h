@@ -10,12 +10,12 @@ namespace ddp {
 
 /// Writes `data` to a new, uniquely named temporary beside `path` (created with O_EXCL, so a
 /// planted file or symlink is never followed or overwritten), fsyncs it, gives it `mode`, renames
-/// it over `path` and fsyncs the directory. Throws IoError naming `path` and the cause (disk full,
-/// permission) and removes the temporary.
+/// it over `path` and fsyncs the directory. Throws IoError naming `path` and the cause (disk full),
+/// FileError for a permission problem (throw_output_error), and removes the temporary.
 void write_file_atomically(const std::string& path, std::string_view data, mode_t mode = 0644);
 
 /// Opens `path` for appending (created with `mode` if missing) without following a symlink at it;
-/// returns the descriptor (close-on-exec). Throws IoError naming `path`; a symlink is named as such.
+/// returns the descriptor (close-on-exec). Throws as write_file_atomically does; a symlink is named.
 int open_for_append(const std::string& path, bool truncate = false, mode_t mode = 0644);
 
 /// Flushes a directory's entries (a new file or subdirectory) to the disk; best effort.

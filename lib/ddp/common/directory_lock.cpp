@@ -15,7 +15,7 @@ namespace ddp {
 DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
   std::string path = dir + "/.ddprun.lock";
   fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError("cannot create " + path + ": " + std::strerror(errno));
+  if (fd_ < 0) throw_output_error("cannot create " + path + ": " + std::strerror(errno), errno);
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     char holder[256] = {};
     ssize_t n = pread(fd_, holder, sizeof holder - 1, 0);

@@ -11,7 +11,7 @@ namespace ddp {
 class DirectoryLock {
  public:
   /// Takes the lock, or throws UserError naming `what` (the config key), `dir` and the holder's pid
-  /// and host. IoError if the lock file cannot be created.
+  /// and host. IoError (FileError for permissions) if the lock file cannot be created.
   DirectoryLock(const std::string& dir, const std::string& what);
   ~DirectoryLock();
   DirectoryLock(const DirectoryLock&) = delete;

@@ -32,6 +32,11 @@ class IoError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Throws the error for an output that could not be written because of `errnum`: FileError (a
+/// usage error, not restarted) for permissions a restart would meet again (EACCES, EPERM, EROFS),
+/// IoError otherwise.
+[[noreturn]] void throw_output_error(const std::string& message, int errnum);
+
 /// Throws UserError(message) unless `condition` holds.
 void check_user(bool condition, const std::string& message);
 

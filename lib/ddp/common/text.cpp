@@ -74,6 +74,16 @@ std::string format_shape(const std::vector<int64_t>& shape) {
 }
 
 std::string without_backtrace(const std::string& message) {
+  // A TorchScript error puts its tracebacks first and the error itself last ("RuntimeError: ...").
+  if (message.find("Traceback of TorchScript") != std::string::npos) {
+    std::string last;
+    for (const auto& line : split(message, '\n'))
+      if (line.find("Error: ") != std::string::npos) last = line;
+    if (!last.empty()) {
+      last.erase(0, last.find_first_not_of(' '));
+      return last;
+    }
+  }
   std::size_t cut = message.size();
   for (const char* marker : {"\nException raised from ", "\nframe #", " (most recent call first):"})
     cut = std::min(cut, message.find(marker));

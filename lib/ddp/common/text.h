@@ -25,7 +25,7 @@ std::optional<long long> parse_int(std::string_view text);
 std::optional<double> parse_double(std::string_view text);
 
 /// An error message without the C++ backtrace LibTorch appends ("Exception raised from ...",
-/// "frame #0: ...") or a TorchScript traceback before it: what to show a user.
+/// "frame #0: ...") or, for a TorchScript error, only its last "...Error: ..." line: what to show a user.
 std::string without_backtrace(const std::string& message);
 
 /// `text` safe for a terminal: control characters (escape sequences, newlines) become \xNN, and at

@@ -16,6 +16,7 @@ namespace {
 torch::Tensor checked_labels(torch::Tensor labels, const std::string& source) {
   if (labels.scalar_type() == torch::kInt || labels.scalar_type() == torch::kLong || labels.scalar_type() == torch::kUInt8)
     return labels.to(torch::kLong);
+  if (labels.numel() == 0) return labels.to(torch::kFloat);  // "holds no samples" is said by the task
   auto nan = torch::isnan(labels).reshape({labels.size(0), -1}).any(1).nonzero();
   if (nan.numel() > 0)
     throw FileError(source + ": label of sample " + std::to_string(nan[0][0].item<int64_t>()) + " is NaN");

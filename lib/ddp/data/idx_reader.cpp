@@ -1,6 +1,7 @@
 #include "ddp/data/idx_reader.h"
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
@@ -154,12 +155,6 @@ class ByteSource {
   std::vector<unsigned char> input_;
 };
 
-std::string describe_shape(const std::vector<int64_t>& dims) {
-  std::string out = "[";
-  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
-  return out + "]";
-}
-
 const char* type_name(unsigned char type) {
   switch (type) {
     case 0x08: return "unsigned byte";
@@ -219,13 +214,13 @@ torch::Tensor read_idx(const std::string& path) {
   int64_t count = 1;
   for (int64_t d : dims) {
     if (__builtin_mul_overflow(count, d, &count)) {
-      fail(path, "bad IDX header: dims " + describe_shape(dims) + " overflow");
+      fail(path, "bad IDX header: dims " + format_shape(dims) + " overflow");
     }
   }
   // Checked before allocating: a 1 KB file whose header claims 50M images must not cost 39 GB first.
   int64_t header_bytes = 4 + 4 * static_cast<int64_t>(dims.size());
   if (int64_t most = source.max_payload(header_bytes); count > most)
-    fail(path, source.gzip() ? "truncated: the header " + describe_shape(dims) + " declares " + std::to_string(count) +
+    fail(path, source.gzip() ? "truncated: the header " + format_shape(dims) + " declares " + std::to_string(count) +
                                    " bytes of data, more than a gzip file of this size can hold"
                              : "truncated: expected " + std::to_string(count) + " bytes of data, found " +
                                    std::to_string(most));
@@ -244,7 +239,7 @@ torch::Tensor read_idx(const std::string& path) {
   }
   if (uint64_t trailing = source.drain()) {
     fail(path, "trailing garbage: " + std::to_string(trailing) + " bytes after the " + std::to_string(count) +
-                   " bytes of data that the header " + describe_shape(dims) + " declares");
+                   " bytes of data that the header " + format_shape(dims) + " declares");
   }
   // The data can all be there with only the gzip checksum cut off; still a damaged file.
   if (source.gzip_truncated()) fail(path, "truncated: the gzip stream ends before its end-of-stream trailer");
@@ -262,7 +257,7 @@ std::string find_split_file(const std::string& dir, const std::string& stem, con
   fail(dir, "missing " + what + ": looked for " + stem + " and " + stem + ".gz");
 }
 
-std::string shape_of(const torch::Tensor& t) { return describe_shape(t.sizes().vec()); }
+std::string shape_of(const torch::Tensor& t) { return format_shape(t.sizes().vec()); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 
 namespace ddp {
 namespace {
@@ -69,11 +70,9 @@ std::vector<int64_t> shape_of(const std::string& tuple, const std::string& path)
     item.erase(0, item.find_first_not_of(' '));
     item.erase(item.find_last_not_of(' ') + 1);
     if (!item.empty()) {
-      char* stop = nullptr;
-      errno = 0;
-      long long value = std::strtoll(item.c_str(), &stop, 10);
-      if (*stop != '\0' || errno != 0 || value < 0) fail(path, "malformed shape " + tuple + " in the NPY header");
-      shape.push_back(value);
+      auto value = parse_int(item);
+      if (!value || *value < 0) fail(path, "malformed shape " + tuple + " in the NPY header");
+      shape.push_back(*value);
     }
     if (end == std::string::npos) break;
     at = end + 1;

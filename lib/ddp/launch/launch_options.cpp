@@ -79,7 +79,9 @@ std::string read_secret(const std::string& file) {
   }
   std::ifstream in(file);
   std::string secret;
-  if (!in || !std::getline(in, secret) || secret.empty())
+  if (in && std::getline(in, secret))
+    secret.erase(secret.find_last_not_of(" \t\r") + 1);  // a file written on Windows must still match
+  if (secret.empty())
     throw UserError("--rdzv-secret-file: cannot read a secret (a non-empty first line) from " + file);
   return secret;
 }

@@ -70,8 +70,10 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
   sigprocmask(SIG_SETMASK, &all, &previous);
   pid_t pid = fork();
   if (pid < 0) {
+    std::string cause = strerror(errno);
     sigprocmask(SIG_SETMASK, &previous, nullptr);
-    throw std::runtime_error(std::string("fork: ") + strerror(errno));
+    for (int fd : opened) close(fd);
+    throw std::runtime_error("fork: " + cause);
   }
   if (pid == 0) {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);

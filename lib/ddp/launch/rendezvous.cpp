@@ -164,19 +164,20 @@ WorldLayout Rendezvous::join() {
     layout.world_size += nproc;
     layout.hosts.push_back(printable(fields[0], 255));
   }
+  run_id_ = layout.run_id;
   return layout;
 }
 
 // Note [Control values]: the store's port admits anyone who reaches it, so a control value (a
 // failure report, which stops every node) counts only if it verifies: with the job's secret set,
-// it ends in kTagMarker + HMAC-SHA256(secret, key + "\n" + value), binding it to its key (no replay
-// under another attempt). Without a secret every value counts, as with torchrun, and a multi-node
-// run says so once.
+// it ends in kTagMarker + HMAC-SHA256(secret, run id + "\n" + key + "\n" + value), binding it to this
+// run and key: a value read from an earlier job with the same secret, or from another attempt, does
+// not verify. Without a secret every value counts, as with torchrun, and a multi-node run says so once.
 const std::string kTagMarker = " #hmac=";
 
 std::string Rendezvous::tagged(const std::string& key, const std::string& value) const {
   if (options_.rdzv_secret.empty()) return value;
-  return value + kTagMarker + hmac_sha256_hex(options_.rdzv_secret, key + "\n" + value);
+  return value + kTagMarker + hmac_sha256_hex(options_.rdzv_secret, run_id_ + "\n" + key + "\n" + value);
 }
 
 std::optional<std::string> Rendezvous::verified(const std::string& key, const std::string& stored) const {
@@ -184,7 +185,8 @@ std::optional<std::string> Rendezvous::verified(const std::string& key, const st
   auto at = stored.rfind(kTagMarker);
   if (at != std::string::npos) {
     std::string value = stored.substr(0, at);
-    if (constant_time_equal(stored.substr(at + kTagMarker.size()), hmac_sha256_hex(options_.rdzv_secret, key + "\n" + value)))
+    std::string expected = hmac_sha256_hex(options_.rdzv_secret, run_id_ + "\n" + key + "\n" + value);
+    if (constant_time_equal(stored.substr(at + kTagMarker.size()), expected))
       return value;
   }
   if (ignored_.insert(key).second)

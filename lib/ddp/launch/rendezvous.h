@@ -69,6 +69,7 @@ class Rendezvous {
   std::optional<std::string> verified(const std::string& key, const std::string& stored) const;
 
   LaunchOptions options_;
+  std::string run_id_;  // node 0's, once joined: part of every tag
   mutable std::set<std::string> ignored_;  // keys already reported as unverified
   std::chrono::milliseconds timeout_;
   std::unique_ptr<KvStore> store_;

@@ -66,7 +66,9 @@ void expand_item(std::string_view list, const std::string& item, std::vector<std
     std::string high = dash == std::string::npos ? low : range.substr(dash + 1);
     int64_t from = parse_bound(list, low), to = parse_bound(list, high);
     if (to < from) fail(list, "the range " + range + " runs backwards");
-    if (static_cast<std::size_t>(to - from + 1) * tails.size() + out.size() > kMaxHosts)
+    // Bounded before multiplying, so that nothing here can overflow.
+    if (to - from >= static_cast<int64_t>(kMaxHosts) ||
+        static_cast<std::size_t>(to - from + 1) * tails.size() + out.size() > kMaxHosts)
       fail(list, "more than " + std::to_string(kMaxHosts) + " hosts");
     for (int64_t n = from; n <= to; ++n) {
       std::string number = std::to_string(n);

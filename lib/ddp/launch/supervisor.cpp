@@ -421,8 +421,15 @@ int run_launcher(const LaunchOptions& options) {
     };
     if (attempt > 0 && rendezvous) rendezvous->barrier_before(attempt, signalled);
     if (signalled()) {
-      say("received " + signal_name(received.front()) + " between attempts; not restarting");
-      return 128 + received.front();
+      int sig = received.front();
+      say("received " + signal_name(sig) + " between attempts; not restarting");
+      // The others may have passed the barrier already: without this they would wait for our ranks.
+      if (rendezvous)
+        rendezvous->report_failure(attempt, {128 + sig,
+                                             "node " + std::to_string(options.node_rank) + " (" + host_name() +
+                                                 ") was interrupted by " + signal_name(sig) + " between attempts",
+                                             false});
+      return 128 + sig;
     }
     AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt).run();
     auto decision = decide_after_attempt(outcome.status, outcome.restartable, attempt, options.max_restarts);

@@ -38,7 +38,8 @@ struct Message {
     }
   }
   for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
-  // After a normal exit the launcher removed it already; after a SIGKILL nobody else will.
+  // Whenever the launcher's end closes: at its normal exit (the PrivateStoreDir's destructor may
+  // find it gone) and, above all, after a SIGKILL, when nobody else would.
   if (!orphaned_dir.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(orphaned_dir, ignored);

@@ -1,5 +1,7 @@
 #include "ddp/loop/metrics_log.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -25,8 +27,14 @@ std::string to_json(const MetricsRecord& record) {
   return json + "}";
 }
 
-MetricsLog::MetricsLog(const std::string& path) : file_(fdopen(open_for_append(path), "a")) {
-  if (!file_) throw IoError("cannot write metrics to " + path + ": " + std::strerror(errno));
+MetricsLog::MetricsLog(const std::string& path) {
+  int fd = open_for_append(path);
+  file_ = fdopen(fd, "a");
+  if (!file_) {
+    std::string cause = std::strerror(errno);
+    close(fd);
+    throw IoError("cannot write metrics to " + path + ": " + cause);
+  }
 }
 
 MetricsLog::~MetricsLog() { std::fclose(file_); }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "ddp/common/atomic_file.h"
@@ -57,8 +58,13 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
   context.model.warn = comm_.rank == 0;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   task_ = make_task(config_.data, config_.model, config_.loss, context);
-  for (const auto& p : task_->model().parameters()) parameters_.push_back(p);
-  for (const auto& b : task_->model().buffers()) buffers_.push_back(b);
+  // Once each: a tensor registered under two names (tied weights) must get one gradient slot and
+  // one optimizer state; LibTorch's parameters(), unlike Python's, lists it twice.
+  std::set<const c10::TensorImpl*> seen;
+  for (const auto& p : task_->model().parameters())
+    if (seen.insert(p.unsafeGetTensorImpl()).second) parameters_.push_back(p);
+  for (const auto& b : task_->model().buffers())
+    if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back(b);
   synchronise_replicas();
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), comm_.world_size, comm_.rank,
@@ -80,7 +86,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
 void Trainer::prepare_output_dir(const std::string& resolved_config) {
   std::error_code ec;
   std::filesystem::create_directories(output_dir_, ec);
-  if (ec) throw IoError("cannot create run.output_dir " + output_dir_ + ": " + ec.message());
+  if (ec) throw_output_error("cannot create run.output_dir " + output_dir_ + ": " + ec.message(), ec.value());
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
   write_file_atomically(output_dir_ + "/config.yaml", resolved_config);
   spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
@@ -98,7 +104,7 @@ void Trainer::synchronise_replicas() {
 }
 
 void Trainer::resume() {
-  // Note [Resume from rank 0]: rank 0 alone chooses, reads and verifies the checkpoint, and
+  // Note [Resume from rank 0]: rank 0 alone chooses and verifies the checkpoint, reads it, and
   // broadcasts its bytes; every rank loads those. The ranks then resume from the same state even
   // when their nodes hold different files at that path (node-local storage, a stale copy), and
   // no rank but 0 needs the file at all.

@@ -18,32 +18,20 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/model/model_registry.h"
 
 namespace ddp {
 namespace {
 
 // The first line of a LibTorch error, without its backtrace.
-std::string first_line(const c10::Error& e) {
-  std::string text = e.what_without_backtrace();
+std::string first_line(const std::exception& e) {
+  std::string text = without_backtrace(e.what());
   return text.substr(0, text.find('\n'));
 }
 
-// The error a TorchScript interpreter reports, without the two tracebacks it puts before it: the
-// last line of the form "RuntimeError: ..." (else the first line).
-std::string interpreter_error(const std::exception& e) {
-  std::string text = e.what();
-  static const std::regex kErrorLine("[A-Za-z]*Error: ([^\n]*)");
-  std::string last;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), kErrorLine); it != std::sregex_iterator(); ++it)
-    last = (*it)[1].str();
-  return last.empty() ? text.substr(0, text.find('\n')) : last;
-}
-
 std::string describe(const torch::Tensor& x) {
-  std::ostringstream out;
-  out << c10::toString(x.scalar_type()) << " " << x.sizes();
-  return out.str();
+  return std::string(c10::toString(x.scalar_type())) + " " + format_shape(x.sizes().vec());
 }
 
 torch::jit::Module load_module(const std::string& path) {
@@ -63,8 +51,7 @@ torch::jit::Module load_module(const std::string& path) {
     throw FileError("model.path: cannot load " + path + " as TorchScript (" + first_line(e) +
                     "); save the module with torch.jit.script(model).save(path)");
   } catch (const std::exception& e) {  // the deserializer's own errors are not all c10::Errors
-    std::string text = e.what();
-    throw FileError("model.path: cannot load " + path + " as TorchScript (" + text.substr(0, text.find('\n')) +
+    throw FileError("model.path: cannot load " + path + " as TorchScript (" + first_line(e) +
                     "); save the module with torch.jit.script(model).save(path)");
   }
 }
@@ -132,7 +119,7 @@ class ScriptedModel : public Model {
     try {
       output = module_.forward({x});
     } catch (const std::exception& e) {
-      throw UserError("model.path: " + path_ + " failed on a batch of " + describe(x) + ": " + interpreter_error(e));
+      throw UserError("model.path: " + path_ + " failed on a batch of " + describe(x) + ": " + first_line(e));
     }
     if (!output.isTensor())
       throw UserError("model.path: " + path_ + "'s forward returned " + output.tagKind() +
@@ -171,8 +158,8 @@ class ScriptedModel : public Model {
   }
 
   std::string path_;
-  mutable torch::jit::Module module_;
-  bool channels_last_;  // save() is not const in every LibTorch version
+  mutable torch::jit::Module module_;  // save() is not const in every LibTorch version
+  bool channels_last_;
 };
 
 }  // namespace

@@ -2,9 +2,8 @@
 
 #include <torch/nn/functional/loss.h>
 
-#include <sstream>
-
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/config/config_schema.h"
 
 namespace ddp {
@@ -12,11 +11,7 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-std::string shape(const torch::Tensor& x) {
-  std::ostringstream out;
-  out << x.sizes();
-  return out.str();
-}
+std::string shape(const torch::Tensor& x) { return format_shape(x.sizes().vec()); }
 
 // Per-sample means of an elementwise quantity [B, ...] → [B].
 torch::Tensor per_sample(const torch::Tensor& values) { return values.reshape({values.size(0), -1}).mean(1); }
