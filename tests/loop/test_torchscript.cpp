@@ -273,3 +273,23 @@ TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.9
   REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+)")));
   CHECK(std::abs(std::stod(match[1]) - accuracy) <= 0.003);
 }
+
+TEST_CASE("one SGD step on a module with tied weights equals PyTorch's", "[torchscript][python]") {
+  // l1 and l2 share one weight: it must get one gradient (the sum of both uses) and one momentum
+  // buffer, as in Python, not two updates.
+  TempDir dir;
+  auto r = ddprun(1, write_config(dir, "tied.pt"),
+                  {"train.max_steps=1", "train.batch_size=32", "sampler.shuffle=false", "data.eval_split=none",
+                   "optim.momentum=0.9", "optim.weight_decay=0", "schedule.name=constant", "schedule.warmup_steps=0"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/sgd_step.py",
+                             python_fixture("tied.pt"), python_fixture("train_x.npy"), python_fixture("train_y.npy"),
+                             "32", "0.05", "0.9", dir.file("out/model.pt")},
+                            std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("max_diff ([-0-9.e]+)")));
+  CHECK(std::stod(match[1]) < 1e-6);
+}

@@ -40,6 +40,20 @@ class BnMlp(nn.Module):
         return self.fc2(self.drop(torch.relu(self.bn(self.fc1(x)))))
 
 
+class Tied(nn.Module):
+    """Two layers sharing one weight, as weight tying does."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(20, 20)
+        self.l2 = nn.Linear(20, 20)
+        self.l2.weight = self.l1.weight
+        self.out = nn.Linear(20, 4)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.l2(torch.relu(self.l1(x)))))
+
+
 class Pair(nn.Module):
     def __init__(self):
         super().__init__()
@@ -80,6 +94,7 @@ def modules(out):
     torch.jit.script(partly).save(f"{out}/nograd.pt")
     torch.jit.trace(BnMlp(), torch.randn(8, 20), check_trace=False).save(f"{out}/traced.pt")
     torch.jit.script(Pair()).save(f"{out}/tuple.pt")
+    torch.jit.script(Tied()).save(f"{out}/tied.pt")
     # A newer PyTorch's archive: the same module with a file format version this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/newer.pt", "w") as dst:
         for item in src.infolist():
