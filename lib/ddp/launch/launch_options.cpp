@@ -12,6 +12,7 @@
 #include "ddp/common/limits.h"
 #include "ddp/common/text.h"
 #include "ddp/launch/machine.h"
+#include "ddp/launch/slurm_env.h"
 
 #include "ddp/common/worker_contract.h"
 
@@ -163,6 +164,10 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option(both_spellings("--rdzv-secret-file"), secret_file,
                  "File holding the job's secret, the same on every node: control messages in the rendezvous store "
                  "are authenticated with it (default $" + std::string(env::kRdzvSecret) + ")");
+  bool no_slurm = false;
+  app.add_flag("--no-slurm", no_slurm,
+               "Inside a Slurm job, do not derive --nnodes, --node-rank, --master-addr, --master-port and "
+               "--run-id from its environment");
   app.add_option("config", config, "Trainer config (YAML) to run with ddp-train");
   app.add_option("--set", overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
       ->expected(1)
@@ -179,6 +184,22 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   }
 
   options.rdzv_secret = read_secret(secret_file);
+  // Mode A under Slurm: what the job step says fills in what the command line left out. Explicit
+  // options, then MASTER_ADDR / MASTER_PORT, win over it.
+  if (!no_slurm && !options.standalone) {
+    if (auto slurm = slurm_layout([](const char* name) { return std::getenv(name); })) {
+      auto given = [&](const char* option) { return app.count(option) > 0; };
+      if (!given("--nnodes")) nnodes = std::to_string(slurm->nnodes);
+      if (!given("--node-rank")) node_rank = std::to_string(slurm->node_rank);
+      if (!given("--master-addr"))
+        options.master_addr = std::getenv(env::kMasterAddr) ? std::getenv(env::kMasterAddr) : slurm->master_addr;
+      if (!given("--master-port"))
+        master_port = std::getenv(env::kMasterPort) ? std::getenv(env::kMasterPort) : std::to_string(slurm->master_port);
+      if (!given("--run-id")) options.run_id = slurm->run_id;
+      std::cerr << "ddprun: Slurm job step: " << slurm->sources
+                << "; explicit options and MASTER_ADDR/MASTER_PORT take precedence (--no-slurm: ignore Slurm)\n";
+    }
+  }
   options.nproc_per_node = resolve_nproc(nproc);
   options.nnodes = parse_positive("--nnodes", nnodes);
   auto rank = parse_int(node_rank);
