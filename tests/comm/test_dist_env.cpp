@@ -6,6 +6,7 @@
 
 #include "ddp/comm/dist_env.h"
 #include "ddp/common/error.h"
+#include "ddp/common/slurm_lists.h"
 #include "ddp/common/worker_contract.h"
 
 using namespace ddp;
@@ -51,4 +52,28 @@ TEST_CASE("without a launcher: one process, the default port, torch elastic's re
   CHECK(dist_env_from_environment().restart_count == 2);
   ScopedVariable bad(env::kRank, "x");
   CHECK_THROWS_WITH(dist_env_from_environment(), Catch::Contains("RANK: expected a non-negative integer, got 'x'"));
+}
+
+TEST_CASE("a Slurm task without RANK takes its identity from Slurm's variables (mode B)", "[comm][slurm]") {
+  ScopedVariable job("SLURM_JOB_ID", "31337"), step("SLURM_STEP_ID", "4"), procid("SLURM_PROCID", "5"),
+      ntasks("SLURM_NTASKS", "6"), localid("SLURM_LOCALID", "1"), node("SLURM_NODEID", "1"),
+      per_node("SLURM_STEP_TASKS_PER_NODE", "4,2"), list("SLURM_STEP_NODELIST", "cn[07-08]");
+  DistEnv task = dist_env_from_environment();
+  CHECK(task.rank == 5);
+  CHECK(task.world_size == 6);
+  CHECK(task.local_rank == 1);
+  CHECK(task.local_world_size == 2);  // node 1's share of "4,2"
+  CHECK(task.master_addr == "cn07");
+  CHECK(task.master_port == slurm_master_port(31337));
+  CHECK(task.run_id == "slurm-31337.4");
+  CHECK_FALSE(task.launcher_store);  // rank 0 hosts the store itself
+  {
+    ScopedVariable addr(env::kMasterAddr, "10.9.8.7"), port(env::kMasterPort, "4321");
+    DistEnv told = dist_env_from_environment();
+    CHECK(told.master_addr == "10.9.8.7");
+    CHECK(told.master_port == 4321);
+  }
+  // Under ddprun (RANK set), Slurm's variables are the launcher's business, not the worker's.
+  ScopedVariable rank(env::kRank, "0");
+  CHECK(dist_env_from_environment().world_size == 1);
 }

@@ -173,6 +173,25 @@ TEST_CASE("ranks started by hand in reverse order train like ddprun's", "[traine
   CHECK(bit_identical(load_weights(dir.file("by_hand/model.pt")), load_weights(dir.file("launched/model.pt"))));
 }
 
+TEST_CASE("Slurm tasks without a launcher (mode B) train like ddprun's ranks", "[trainer][slurm]") {
+  TempDir dir;
+  auto sets = mlp_sets(dir.file("tasks"), 16);
+  std::string overrides;
+  for (const auto& s : sets) overrides += " --set " + s;
+  // What srun --ntasks=2 --ntasks-per-node=2 sets for each task (MASTER_PORT: a port free here).
+  std::string slurm = "SLURM_JOB_ID=777 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_NODEID=0 SLURM_STEP_TASKS_PER_NODE=2 "
+                      "SLURM_STEP_NODELIST=localhost MASTER_PORT=" + std::to_string(free_port()) + " OMP_NUM_THREADS=1 ";
+  std::string task = bin("ddp-train") + " " + config("synthetic_mlp.yaml") + overrides;
+  auto r = run_shell(slurm + "SLURM_PROCID=1 SLURM_LOCALID=1 " + task + " & B=$!; " + slurm +
+                         "SLURM_PROCID=0 SLURM_LOCALID=0 " + task + "; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK_THAT(r.out, Contains("world size 2"));
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("launched"), 16));
+  CHECK(bit_identical(load_weights(dir.file("tasks/model.pt")), load_weights(dir.file("launched/model.pt"))));
+}
+
 TEST_CASE("a short 2-rank Fashion-MNIST run learns, and its model.pt gives the same accuracy in Python", "[trainer][slow]") {
   TempDir dir;
   train(2, "fashion_mnist_convnet.yaml",

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "ddp/common/error.h"
+#include "ddp/common/slurm_lists.h"
 #include "ddp/common/text.h"
 #include "ddp/common/worker_contract.h"
 
@@ -19,10 +20,39 @@ int int_variable(const char* name, int fallback) {
   return static_cast<int>(*parsed);
 }
 
+// Mode B of Slurm (`srun --ntasks-per-node=N ddp-train CONFIG`, no launcher): each task is a rank,
+// and the variables torchrun would set come from Slurm's. MASTER_ADDR / MASTER_PORT still win.
+void from_slurm_task(DistEnv& env) {
+  env.rank = int_variable("SLURM_PROCID", 0);
+  env.world_size = int_variable("SLURM_NTASKS", int_variable("SLURM_NPROCS", 1));
+  env.local_rank = int_variable("SLURM_LOCALID", 0);
+  const char* per_node = std::getenv("SLURM_STEP_TASKS_PER_NODE");
+  if (!per_node) per_node = std::getenv("SLURM_TASKS_PER_NODE");
+  if (per_node) {
+    auto counts = expand_counts(per_node);
+    auto node = static_cast<std::size_t>(int_variable("SLURM_NODEID", 0));
+    if (node < counts.size()) env.local_world_size = counts[node];
+  }
+  const char* list = std::getenv("SLURM_STEP_NODELIST");
+  if (!list) list = std::getenv("SLURM_JOB_NODELIST");
+  if (list) env.master_addr = expand_hostlist(list).front();
+  long long job = int_variable("SLURM_JOB_ID", 0);
+  env.master_port = slurm_master_port(job);
+  const char* step = std::getenv("SLURM_STEP_ID");
+  env.run_id = "slurm-" + std::to_string(job) + (step ? std::string(".") + step : "");
+  env.restart_count = int_variable("SLURM_RESTART_COUNT", 0);  // a requeued job starts again from 0 otherwise
+}
+
 }  // namespace
 
 DistEnv dist_env_from_environment() {
   DistEnv env;
+  if (!std::getenv(env::kRank) && std::getenv("SLURM_PROCID") && std::getenv("SLURM_JOB_ID")) {
+    from_slurm_task(env);
+    if (const char* addr = std::getenv(env::kMasterAddr)) env.master_addr = addr;
+    env.master_port = int_variable(env::kMasterPort, env.master_port);
+    return env;
+  }
   env.rank = int_variable(env::kRank, 0);
   env.world_size = int_variable(env::kWorldSize, 1);
   env.local_rank = int_variable(env::kLocalRank, env.rank);

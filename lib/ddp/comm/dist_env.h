@@ -24,7 +24,10 @@ struct DistEnv {
 };
 
 /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and ddprun's variables.
-/// Missing variables mean a single process. Throws UserError naming a malformed variable.
+/// Missing variables mean a single process. Without RANK, inside a Slurm task (SLURM_PROCID), the
+/// same from Slurm's: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the tasks of this node, the first
+/// host of the step's node list, the job's port (slurm_master_port). Throws UserError naming a
+/// malformed variable.
 DistEnv dist_env_from_environment();
 
 /// Checks ranges (rank < world_size, ...); throws UserError.

@@ -2,11 +2,9 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
-#include "ddp/launch/slurm_lists.h"
+#include "ddp/common/slurm_lists.h"
 
 namespace ddp {
-
-int slurm_master_port(long long job_id) { return 20000 + static_cast<int>(job_id % 10000); }
 
 std::optional<SlurmLayout> slurm_layout(const std::function<const char*(const char*)>& lookup) {
   const char* job = lookup("SLURM_JOB_ID");

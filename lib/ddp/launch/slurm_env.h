@@ -19,10 +19,6 @@ struct SlurmLayout {
   std::string sources;       ///< which variables gave what, for the one line ddprun prints
 };
 
-/// The rendezvous port of job `job_id`: 20000 + job_id % 10000. Every node of a job computes the
-/// same one, and jobs that share a node rarely collide (ids 10000 apart).
-int slurm_master_port(long long job_id);
-
 /// The layout from `lookup` (getenv, or a test's map); nullopt outside a Slurm job step (no
 /// SLURM_JOB_ID or SLURM_NODEID). Throws UserError naming the variable that is malformed.
 std::optional<SlurmLayout> slurm_layout(const std::function<const char*(const char*)>& lookup);

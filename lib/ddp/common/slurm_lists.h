@@ -18,4 +18,9 @@ std::vector<std::string> expand_hostlist(std::string_view list);
 /// The counts of a Slurm count list: "2(x3),1" → 2, 2, 2, 1. Throws UserError naming the list.
 std::vector<int> expand_counts(std::string_view list);
 
+/// The rendezvous port of Slurm job `job_id`, for ddprun (mode A) and ddp-train tasks (mode B)
+/// alike: 20000 + job_id % 10000. Every node of a job computes the same one, and jobs that share a
+/// node collide only when their ids are a multiple of 10000 apart.
+int slurm_master_port(long long job_id);
+
 }  // namespace ddp

@@ -1,4 +1,4 @@
-#include "ddp/launch/slurm_lists.h"
+#include "ddp/common/slurm_lists.h"
 
 #include <cstdint>
 
@@ -111,5 +111,7 @@ std::vector<int> expand_counts(std::string_view list) {
   }
   return counts;
 }
+
+int slurm_master_port(long long job_id) { return 20000 + static_cast<int>(job_id % 10000); }
 
 }  // namespace ddp

@@ -4,7 +4,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
-#include "ddp/launch/slurm_lists.h"
+#include "ddp/common/slurm_lists.h"
 #include "support/subprocess.h"
 
 using namespace ddp::test;
