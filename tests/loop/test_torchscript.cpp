@@ -188,6 +188,12 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   CHECK_THAT(newer.err, Contains("newer.pt was saved by a newer PyTorch: its file format version is 99, this ddprun's "
                                  "LibTorch " TORCH_VERSION " reads up to 10"));
 
+  auto unknown_op = run("unknown_op.pt");
+  CHECK(unknown_op.exit_code == 2);
+  CHECK_THAT(unknown_op.err, Contains("unknown_op.pt uses an operator LibTorch " TORCH_VERSION
+                                      " does not have (was it saved by a newer PyTorch?): Unknown builtin op: "
+                                      "aten::linear_from_the_future"));
+
   auto not_script = run("train_x.npy");
   CHECK(not_script.exit_code == 2);
   CHECK_THAT(not_script.err, Contains("cannot load " + python_fixture("train_x.npy") + " as TorchScript"));

@@ -95,6 +95,13 @@ def modules(out):
     torch.jit.trace(BnMlp(), torch.randn(8, 20), check_trace=False).save(f"{out}/traced.pt")
     torch.jit.script(Pair()).save(f"{out}/tuple.pt")
     torch.jit.script(Tied()).save(f"{out}/tied.pt")
+    # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
+    with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
+        for item in src.infolist():
+            payload = src.read(item.filename)
+            if item.filename.endswith("modules/linear.py"):
+                payload = payload.replace(b"torch.linear(", b"torch.linear_from_the_future(")
+            dst.writestr(item, payload)
     # A newer PyTorch's archive: the same module with a file format version this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/newer.pt", "w") as dst:
         for item in src.infolist():

@@ -24,9 +24,11 @@
 namespace ddp {
 namespace {
 
-// The first line of a LibTorch error, without its backtrace.
+// The first non-empty line of a LibTorch error, without its backtrace (TorchScript's compiler
+// starts its messages with a newline).
 std::string first_line(const std::exception& e) {
   std::string text = without_backtrace(e.what());
+  text.erase(0, text.find_first_not_of("\n "));
   return text.substr(0, text.find('\n'));
 }
 
@@ -37,8 +39,8 @@ std::string describe(const torch::Tensor& x) {
 torch::jit::Module load_module(const std::string& path) {
   try {
     return torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
-    std::string text = e.what_without_backtrace();
+  } catch (const std::exception& e) {  // c10::Error, or the TorchScript compiler's own ErrorReport
+    std::string text = e.what();
     std::smatch found;
     if (std::regex_search(text, found, std::regex("PyTorch file with version (\\d+)")))
       throw FileError("model.path: " + path + " was saved by a newer PyTorch: its file format version is " +
@@ -48,9 +50,6 @@ torch::jit::Module load_module(const std::string& path) {
     if (text.find("Unknown builtin op") != std::string::npos || text.find("operator version") != std::string::npos)
       throw FileError("model.path: " + path + " uses an operator LibTorch " + TORCH_VERSION +
                       " does not have (was it saved by a newer PyTorch?): " + first_line(e));
-    throw FileError("model.path: cannot load " + path + " as TorchScript (" + first_line(e) +
-                    "); save the module with torch.jit.script(model).save(path)");
-  } catch (const std::exception& e) {  // the deserializer's own errors are not all c10::Errors
     throw FileError("model.path: cannot load " + path + " as TorchScript (" + first_line(e) +
                     "); save the module with torch.jit.script(model).save(path)");
   }
