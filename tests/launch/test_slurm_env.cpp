@@ -36,8 +36,8 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
   CHECK(layout->master_addr == "gpu03");
   CHECK(layout->master_port == 20000 + 123456 % 10000);
   CHECK(layout->run_id == "slurm-123456.2");
-  CHECK_THAT(layout->sources, Contains("--nnodes 2 (SLURM_STEP_NUM_NODES)") &&
-                                  Contains("--master-addr gpu03 (first of SLURM_STEP_NODELIST)"));
+  CHECK(layout->sources.at("--nnodes") == "2 (SLURM_STEP_NUM_NODES)");
+  CHECK(layout->sources.at("--master-addr") == "gpu03 (first of SLURM_STEP_NODELIST)");
   auto batch = layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "3"},
                           {"SLURM_JOB_NODELIST", "a[1-2],b3"}});
   REQUIRE(batch.has_value());

@@ -19,8 +19,8 @@ void declare_config(ConfigSchema& schema, DistConfig& config) {
       .max(4096);
   schema.add("dist.overlap", &config.overlap, "all-reduce buckets during backward, as their gradients become ready");
   schema.add("dist.shared_memory", &config.shared_memory,
-             "sum gradients through shared memory when every rank runs on this node on the CPU; false: "
-             "through the backend (Gloo over loopback)");
+             "sum gradients through shared memory among the ranks of each node on the CPU (across nodes: "
+             "one Gloo leader per node); false: all through the backend (Gloo)");
 }
 
 }  // namespace ddp

@@ -14,7 +14,7 @@ struct DistConfig {
   double bucket_cap_mb = 25;     ///< gradient bucket size
   double first_bucket_mb = 1;    ///< small, so the first all-reduce starts early in backward
   bool overlap = true;           ///< all-reduce buckets during backward
-  bool shared_memory = true;     ///< sum gradients through shared memory when every rank is on this node
+  bool shared_memory = true;     ///< sum gradients through shared memory within each node
 };
 
 /// Declares the `DistConfig` keys, bound to `config`, with their defaults, docs and ranges.

@@ -26,6 +26,7 @@ void from_slurm_task(DistEnv& env) {
   env.rank = int_variable("SLURM_PROCID", 0);
   env.world_size = int_variable("SLURM_NTASKS", int_variable("SLURM_NPROCS", 1));
   env.local_rank = int_variable("SLURM_LOCALID", 0);
+  env.node_rank = int_variable("SLURM_NODEID", 0);
   const char* per_node = std::getenv("SLURM_STEP_TASKS_PER_NODE");
   if (!per_node) per_node = std::getenv("SLURM_TASKS_PER_NODE");
   if (per_node) {
@@ -57,6 +58,7 @@ DistEnv dist_env_from_environment() {
   env.world_size = int_variable(env::kWorldSize, 1);
   env.local_rank = int_variable(env::kLocalRank, env.rank);
   env.local_world_size = int_variable(env::kLocalWorldSize, 0);  // 0: unknown (started by hand)
+  env.node_rank = std::getenv(env::kGroupRank) ? int_variable(env::kGroupRank, 0) : -1;
   env.master_port = int_variable(env::kMasterPort, kDefaultMasterPort);
   env.restart_count = int_variable(env::kRestartCount, int_variable(env::kElasticRestartCount, 0));
   if (const char* addr = std::getenv(env::kMasterAddr)) env.master_addr = addr;

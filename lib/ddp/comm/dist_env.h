@@ -13,6 +13,7 @@ struct DistEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 0;  ///< 0 when unknown (started by hand)
+  int node_rank = -1;        ///< GROUP_RANK (ddprun), SLURM_NODEID (Slurm tasks); -1 when unknown
   std::string master_addr = kDefaultMasterAddr;
   int master_port = kDefaultMasterPort;
   int restart_count = 0;

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <functional>
 
 #include "ddp/common/error.h"
 #include "ddp/comm/shm_allreduce.h"
@@ -24,18 +25,76 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
-c10::intrusive_ptr<CommBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
+std::shared_ptr<gloo::transport::Device> gloo_device(const DistEnv& env) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"))
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  // One machine: keep the data connections on loopback, never on a public interface.
+  if (env.local_world_size == env.world_size || is_loopback(env.master_addr))
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  // Under Slurm the node's own name: it is the hostname on most clusters, and where several nodes
+  // share a host (containers, our local test cluster) it is still this node's address.
+  if (const char* node = std::getenv("SLURMD_NODENAME"); node && *node) {
+    try {
+      return c10d::ProcessGroupGloo::createDeviceForHostname(node);
+    } catch (const std::exception&) {
+      // Not resolvable here: the hostname's address, as PyTorch does.
+    }
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<CommBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                          const std::shared_ptr<gloo::transport::Device>& device,
                                           std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
-  } else if (env.local_world_size == env.world_size || is_loopback(env.master_addr)) {
-    // One machine: keep the data connections on loopback, never on a public interface.
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  } else {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  options->devices.push_back(device);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+// Every rank's answer to `yes`, and-ed over the world: a choice of transport must be the same everywhere.
+bool everyone(CommBackend& group, bool yes) {
+  std::vector<torch::Tensor> flag{torch::tensor({yes ? 1 : 0}, torch::kInt32)};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MIN;
+  group.allreduce(flag, options)->wait();
+  return flag[0].item<int>() == 1;
+}
+
+// Gradients through shared memory: on one node among all ranks; across nodes per node, joined by a
+// Gloo group of the nodes' leaders (Note [Hierarchical all-reduce]). Null where not every rank can.
+std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator& comm, const DistEnv& env,
+                                                             const std::shared_ptr<gloo::transport::Device>& device,
+                                                             std::chrono::milliseconds timeout) {
+  std::string why_not;
+  if (env.local_world_size == env.world_size) {
+    auto engine = SharedMemoryAllReduce::connect(*comm.store, env.rank, env.world_size, timeout, why_not);
+    if (!engine && env.rank == 0)
+      spdlog::warn("gradients go through Gloo: no shared memory for the all-reduce ({})", why_not);
+    return engine;
   }
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+  // Nodes of equal size, ranks numbered node by node: what ddprun and Slurm's block distribution give.
+  int local = env.local_world_size;
+  bool blocked = local > 1 && env.node_rank >= 0 && env.world_size % local == 0 &&
+                 env.rank == env.node_rank * local + env.local_rank;
+  if (!everyone(*comm.group, blocked)) return nullptr;
+  auto node_store = c10::make_intrusive<c10d::PrefixStore>("node_" + std::to_string(env.node_rank), comm.store);
+  std::shared_ptr<SharedMemoryAllReduce> engine =
+      SharedMemoryAllReduce::connect(*node_store, env.local_rank, local, timeout, why_not);
+  if (!everyone(*comm.group, engine != nullptr)) {
+    if (env.rank == 0) spdlog::warn("gradients go through Gloo: some node has no shared memory for the all-reduce");
+    return nullptr;
+  }
+  std::function<void(const torch::Tensor&)> leaders_sum;
+  if (env.local_rank == 0) {
+    auto leaders_store = c10::make_intrusive<c10d::PrefixStore>("leaders", comm.store);
+    auto leaders = make_gloo(leaders_store, env.node_rank, env.world_size / local, device, timeout);
+    leaders_sum = [leaders](const torch::Tensor& tensor) {
+      std::vector<torch::Tensor> tensors{tensor};
+      leaders->allreduce(tensors)->wait();
+    };
+  }
+  engine->span_nodes(std::move(leaders_sum));
+  return engine;
 }
 
 // Ranks started by hand with different world sizes would otherwise meet in Gloo's address
@@ -122,13 +181,10 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
     return comm;
   }
 #endif
-  comm.group = make_gloo(comm.store, env, timeout);
-  if (config.shared_memory && env.world_size > 1 && env.local_world_size == env.world_size) {
-    std::string why_not;
-    comm.shared_memory = SharedMemoryAllReduce::connect(*comm.store, env.rank, env.world_size, timeout, why_not);
-    if (!comm.shared_memory && env.rank == 0)
-      spdlog::warn("gradients go through Gloo: no shared memory for the all-reduce ({})", why_not);
-  }
+  auto device = gloo_device(env);
+  comm.group = make_gloo(comm.store, env.rank, env.world_size, device, timeout);
+  if (config.shared_memory && env.world_size > 1 && env.local_world_size > 1)
+    comm.shared_memory = connect_shared_memory(comm, env, device, timeout);
   return comm;
 }
 

@@ -29,7 +29,8 @@ struct Communicator {
   c10::intrusive_ptr<c10d::Store> store;  ///< prefixed per restart attempt
   c10::intrusive_ptr<CommBackend> group;
   std::shared_ptr<CollectiveTracker> tracker;  ///< every collective goes through it
-  /// Gradient sums through shared memory, when every rank is on this node and on the CPU (else null).
+  /// Gradient sums through shared memory on the CPU: among every rank when all are on this node, or
+  /// per node with leaders across nodes (Note [Hierarchical all-reduce]); null when not every rank can.
   std::shared_ptr<SharedMemoryAllReduce> shared_memory;
   std::string backend;  ///< "gloo" or "nccl"
   torch::Device device = torch::kCPU;  ///< where tensors must live for this backend (cuda:LOCAL_RANK for NCCL)

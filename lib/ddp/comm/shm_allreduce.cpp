@@ -33,6 +33,16 @@ namespace ddp {
 // segment, which the kernel drops when the process dies: a sleeping rank looks at those locks
 // every 100 ms, so a rank that exited is named at once instead of after dist.timeout_s.
 
+// Note [Hierarchical all-reduce]
+// Across nodes, shared memory within each node and Gloo between one leader per node (local rank 0):
+//   1. the node's ranks sum in shared memory, each value divided first (the reduce to the leader;
+//      every rank of the node has the node's sum after it, the leader's is the one that counts);
+//   2. the leaders sum the node sums over Gloo, which leaves the same bits on each leader;
+//   3. the others zero their tensor and the node sums once more, undivided: leader + 0 + 0 ... is
+//      the leader's value exactly (a -0 becomes +0, on every rank alike), the broadcast back.
+// So every rank of every node holds the same bits, and only one rank per node crosses the network:
+// Gloo among all ranks would move local_world_size times the bytes between nodes.
+
 namespace {
 
 constexpr int64_t kChunkFloats = 64 * 1024;  // 256 KiB per slot
@@ -237,17 +247,32 @@ void SharedMemoryAllReduce::sum_chunk(float* chunk, int64_t length, float diviso
   }
 }
 
-void SharedMemoryAllReduce::sum(const torch::Tensor& tensor, float divisor) {
-  TORCH_CHECK(supports(tensor), "shared-memory all-reduce takes contiguous float32 CPU tensors");
-  if (!broken_.empty()) throw std::runtime_error(broken_);
+void SharedMemoryAllReduce::span_nodes(std::function<void(const torch::Tensor&)> leaders_sum) {
+  spans_nodes_ = true;
+  leaders_sum_ = std::move(leaders_sum);
+}
+
+void SharedMemoryAllReduce::sum_on_node(const torch::Tensor& tensor, float divisor) {
   if (world_size_ == 1) {
     if (divisor != 1) tensor.div_(divisor);
     return;
   }
   float* data = tensor.data_ptr<float>();
   const int64_t n = tensor.numel();
+  for (int64_t start = 0; start < n; start += kChunkFloats) sum_chunk(data + start, std::min(kChunkFloats, n - start), divisor);
+}
+
+void SharedMemoryAllReduce::sum(const torch::Tensor& tensor, float divisor) {
+  TORCH_CHECK(supports(tensor), "shared-memory all-reduce takes contiguous float32 CPU tensors");
+  if (!broken_.empty()) throw std::runtime_error(broken_);
   try {
-    for (int64_t start = 0; start < n; start += kChunkFloats) sum_chunk(data + start, std::min(kChunkFloats, n - start), divisor);
+    sum_on_node(tensor, divisor);
+    if (!spans_nodes_) return;
+    if (leaders_sum_)
+      leaders_sum_(tensor);
+    else
+      tensor.zero_();
+    sum_on_node(tensor, 1);  // the leader's value to every rank of the node
   } catch (const std::exception& e) {
     broken_ = e.what();
     throw;

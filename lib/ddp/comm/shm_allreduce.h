@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,7 +20,8 @@
 
 namespace ddp {
 
-/// Sums float32 CPU tensors over all ranks, which must all run on this node. See Note [Shared-memory all-reduce].
+/// Sums float32 CPU tensors over the ranks of this node (Note [Shared-memory all-reduce]), and over
+/// several nodes through their leaders when asked (Note [Hierarchical all-reduce]).
 class SharedMemoryAllReduce {
  public:
   /// Sets the segment up through `store`: rank 0 creates it, the others map it. Returns the same
@@ -38,6 +40,11 @@ class SharedMemoryAllReduce {
   /// same sizes and divisor in the same order, and not while sum_async() work is pending. Throws
   /// std::runtime_error after the time-out or when another rank has exited.
   void sum(const torch::Tensor& tensor, float divisor = 1);
+
+  /// Makes every sum span several nodes (Note [Hierarchical all-reduce]): this engine then joins the
+  /// ranks of one node, and `leaders_sum`, given on each node's local rank 0 only (null elsewhere),
+  /// sums a tensor in place over those leaders, the same on each.
+  void span_nodes(std::function<void(const torch::Tensor&)> leaders_sum);
 
   /// sum() on this rank's communication thread, in call order; the Work completes when it is done.
   c10::intrusive_ptr<c10d::Work> sum_async(torch::Tensor tensor, float divisor = 1);
@@ -58,6 +65,7 @@ class SharedMemoryAllReduce {
   /// A rank whose process has exited (its byte lock on the segment is gone), or -1.
   int gone_rank() const;
   void sum_chunk(float* chunk, int64_t length, float divisor);
+  void sum_on_node(const torch::Tensor& tensor, float divisor);
   void serve();  // the communication thread
 
   SharedSegment segment_;
@@ -66,6 +74,8 @@ class SharedMemoryAllReduce {
   std::chrono::milliseconds timeout_;
   int64_t chunks_done_ = 0;  // the same on every rank: picks the slot set
   std::string broken_;       // set after a failure: the segment's state is unknown from then on
+  bool spans_nodes_ = false;
+  std::function<void(const torch::Tensor&)> leaders_sum_;  // on a node's leader, when spanning nodes
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <tuple>
 
 #include "ddp/common/error.h"
 #include "ddp/common/limits.h"
@@ -87,6 +89,27 @@ std::string read_secret(const std::string& file) {
   return secret;
 }
 
+// torchrun's --rdzv-endpoint: HOST, HOST:PORT or [IPv6]:PORT; the port defaults to torchrun's 29400.
+std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) {
+  std::string host = endpoint, port = "29400";
+  if (!endpoint.empty() && endpoint.front() == '[') {
+    auto close = endpoint.find(']');
+    if (close == std::string::npos) throw UserError("--rdzv-endpoint: no ']' in '" + endpoint + "'");
+    host = endpoint.substr(1, close - 1);
+    if (close + 1 < endpoint.size()) {
+      if (endpoint[close + 1] != ':') throw UserError("--rdzv-endpoint: expected [ADDRESS]:PORT, got '" + endpoint + "'");
+      port = endpoint.substr(close + 2);
+    }
+  } else if (auto colon = endpoint.rfind(':'); colon != std::string::npos) {
+    if (endpoint.find(':') != colon)
+      throw UserError("--rdzv-endpoint: write an IPv6 address as [ADDRESS]:PORT, got '" + endpoint + "'");
+    host = endpoint.substr(0, colon);
+    port = endpoint.substr(colon + 1);
+  }
+  if (host.empty()) throw UserError("--rdzv-endpoint: expected HOST[:PORT], got '" + endpoint + "'");
+  return {host, port};
+}
+
 }  // namespace
 
 // A plain name: it becomes a file name under --log-dir, so "..", "." and a leading dot are refused.
@@ -164,6 +187,15 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option(both_spellings("--rdzv-secret-file"), secret_file,
                  "File holding the job's secret, the same on every node: control messages in the rendezvous store "
                  "are authenticated with it (default $" + std::string(env::kRdzvSecret) + ")");
+  // torchrun's rendezvous spellings, so that its job scripts run with ddprun in its place.
+  std::string rdzv_backend = "static", rdzv_endpoint, rdzv_id;
+  app.add_option(both_spellings("--rdzv-backend"), rdzv_backend,
+                 "static: node ranks from --node-rank (default); c10d: in order of arrival, as torchrun's")
+      ->check(CLI::IsMember({"static", "c10d"}));
+  app.add_option(both_spellings("--rdzv-endpoint"), rdzv_endpoint,
+                 "HOST[:PORT] of the rendezvous store (torchrun's spelling of --master-addr/--master-port; port "
+                 "default 29400)");
+  app.add_option(both_spellings("--rdzv-id"), rdzv_id, "torchrun's spelling of --run-id");
   bool no_slurm = false;
   app.add_flag("--no-slurm", no_slurm,
                "Inside a Slurm job, do not derive --nnodes, --node-rank, --master-addr, --master-port and "
@@ -184,25 +216,49 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   }
 
   options.rdzv_secret = read_secret(secret_file);
+  auto given = [&](const char* option) { return app.count(option) > 0; };
+  if (!rdzv_endpoint.empty()) {
+    if (given("--master-addr") || given("--master-port"))
+      throw UserError("give either --rdzv-endpoint or --master-addr/--master-port, not both");
+    std::tie(options.master_addr, master_port) = split_endpoint(rdzv_endpoint);
+  }
+  if (!rdzv_id.empty()) {
+    if (given("--run-id") && options.run_id != rdzv_id)
+      throw UserError("--rdzv-id " + rdzv_id + " and --run-id " + options.run_id + " differ; give one");
+    options.run_id = rdzv_id;
+  }
+  bool endpoint_given = !rdzv_endpoint.empty() || given("--master-addr");
+  bool port_given = !rdzv_endpoint.empty() || given("--master-port");
+  bool run_id_given = !options.run_id.empty();
+  options.node_rank_by_arrival = rdzv_backend == "c10d" && !given("--node-rank");
   // Mode A under Slurm: what the job step says fills in what the command line left out. Explicit
   // options, then MASTER_ADDR / MASTER_PORT, win over it.
   if (!no_slurm && !options.standalone) {
     if (auto slurm = slurm_layout([](const char* name) { return std::getenv(name); })) {
-      auto given = [&](const char* option) { return app.count(option) > 0; };
-      if (!given("--nnodes")) nnodes = std::to_string(slurm->nnodes);
-      if (!given("--node-rank")) node_rank = std::to_string(slurm->node_rank);
-      if (!given("--master-addr"))
-        options.master_addr = std::getenv(env::kMasterAddr) ? std::getenv(env::kMasterAddr) : slurm->master_addr;
-      if (!given("--master-port"))
-        master_port = std::getenv(env::kMasterPort) ? std::getenv(env::kMasterPort) : std::to_string(slurm->master_port);
-      if (!given("--run-id")) options.run_id = slurm->run_id;
-      std::cerr << "ddprun: Slurm job step: " << slurm->sources
+      // Only what this command line left open is taken, and the line says exactly that.
+      std::string derived;
+      auto take = [&](const char* option, bool open, const std::function<void()>& apply) {
+        if (!open) return;
+        apply();
+        derived += (derived.empty() ? "" : ", ") + std::string(option) + " " + slurm->sources.at(option);
+      };
+      take("--nnodes", !given("--nnodes"), [&] { nnodes = std::to_string(slurm->nnodes); });
+      take("--node-rank", !given("--node-rank") && !options.node_rank_by_arrival,
+           [&] { node_rank = std::to_string(slurm->node_rank); });
+      take("--master-addr", !endpoint_given && !std::getenv(env::kMasterAddr),
+           [&] { options.master_addr = slurm->master_addr; });
+      take("--master-port", !port_given && !std::getenv(env::kMasterPort),
+           [&] { master_port = std::to_string(slurm->master_port); });
+      take("--run-id", !run_id_given, [&] { options.run_id = slurm->run_id; });
+      if (!endpoint_given && std::getenv(env::kMasterAddr)) options.master_addr = std::getenv(env::kMasterAddr);
+      if (!port_given && std::getenv(env::kMasterPort)) master_port = std::getenv(env::kMasterPort);
+      std::cerr << "ddprun: Slurm job step: " << (derived.empty() ? "nothing derived" : derived)
                 << "; explicit options and MASTER_ADDR/MASTER_PORT take precedence (--no-slurm: ignore Slurm)\n";
     }
   }
   options.nproc_per_node = resolve_nproc(nproc);
   options.nnodes = parse_positive("--nnodes", nnodes);
-  auto rank = parse_int(node_rank);
+  auto rank = parse_int(options.node_rank_by_arrival ? "0" : node_rank);
   if (!rank || *rank < 0 || *rank >= options.nnodes)
     throw UserError("--node-rank: expected 0.." + std::to_string(options.nnodes - 1) + " for --nnodes " +
                     std::to_string(options.nnodes) + ", got '" + node_rank + "'");
@@ -225,6 +281,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     options.master_addr = "127.0.0.1";  // loopback, whatever the default address
     options.master_port = 0;
   }
+  if (options.standalone || options.nnodes == 1) options.node_rank_by_arrival = false;
   if (options.master_port == 0 && options.nnodes > 1)
     throw UserError("--master-port 0 picks a port only node 0 knows; give every node the same --master-port");
 

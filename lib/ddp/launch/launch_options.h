@@ -14,6 +14,9 @@ struct LaunchOptions {
   int nproc_per_node = 1;  ///< resolved from N | auto | cpu | gpu
   int nnodes = 1;
   int node_rank = 0;
+  /// --rdzv-backend c10d without --node-rank: the launcher that hosts the store is node 0, the others
+  /// take 1, 2, ... in order of arrival (torchrun's c10d rendezvous); node_rank is then set by join.
+  bool node_rank_by_arrival = false;
   std::string master_addr = kDefaultMasterAddr;
   int master_port = kDefaultMasterPort;  ///< 0: pick a free port (node 0 only)
   bool standalone = false;

@@ -58,6 +58,9 @@ int visible_gpu_count() {
 }
 
 std::string host_name() {
+  // Several Slurm nodes may share one hostname (containers, or tests' local clusters); the node
+  // name is what the job's own output and `squeue` call them.
+  if (const char* node = std::getenv("SLURMD_NODENAME"); node && *node) return printable(node, 64);
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof name - 1) != 0) return "localhost";
   return name;

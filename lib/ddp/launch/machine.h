@@ -16,7 +16,7 @@ int visible_gpu_count();
 /// `driver_gpus`, counted as CUDA counts them (up to the first entry that names no device).
 int count_visible_devices(const std::string& cuda_visible_devices, int driver_gpus);
 
-/// This host's name.
+/// This node's name: $SLURMD_NODENAME inside a Slurm job, else the hostname.
 std::string host_name();
 
 /// The directory of the running executable (to find ddp-train beside ddprun).

@@ -1,6 +1,7 @@
 #include "ddp/launch/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,6 +58,23 @@ bool port_in_use(int port) {
   return false;
 }
 
+// Whether `host` names an address of this machine: one a socket can bind to.
+bool is_local_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool local = false;
+  for (addrinfo* a = found; a && !local; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    local = bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0 as resolved: any free one
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return local;
+}
+
 }  // namespace
 
 PrivateStoreDir::PrivateStoreDir() {
@@ -82,35 +100,56 @@ std::string generate_run_id() {
 
 Rendezvous::Rendezvous(const LaunchOptions& options)
     : options_(options), timeout_(static_cast<int64_t>(options.rdzv_timeout_s * 1000)) {
-  bool host = options.node_rank == 0;
-  if (host && port_in_use(options.master_port))
+  // Note [Who hosts the store]: with static node ranks, node 0. By arrival (c10d), a launcher on the
+  // endpoint's host whose bind succeeds, which then is node 0: on several launchers sharing that
+  // address the first to bind wins, and the others, like every launcher elsewhere, connect.
+  bool host = options.node_rank_by_arrival
+                  ? is_local_address(options.master_addr) && !port_in_use(options.master_port)
+                  : options.node_rank == 0;
+  if (host && !options.node_rank_by_arrival && port_in_use(options.master_port))
     throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
                     " is already in use (another ddprun or torchrun?); choose another with --master-port, or "
                     "--master-port 0 (or --standalone) for a free one");
+  try {
+    store_ = open_store(host);
+  } catch (const std::exception& e) {
+    // Lost the race to bind (Note [Who hosts the store]): another launcher here hosts it.
+    if (!(host && options.node_rank_by_arrival && std::string(e.what()).find("in use") != std::string::npos)) throw;
+    host = false;
+    store_ = open_store(host);
+  }
+  hosts_store_ = host;
   if (options.nnodes > 1 && options.rdzv_secret.empty() && host)
     std::fprintf(stderr, "ddprun: warning: anyone who reaches port %d can read and write this job's rendezvous store, "
                          "and stop the job; set %s (or --rdzv-secret-file) to the same secret on every node, and keep "
                          "the port off untrusted networks (README: Trust and failure model)\n",
                  options.master_port, env::kRdzvSecret);
+}
+
+std::unique_ptr<KvStore> Rendezvous::open_store(bool host) {
+  const auto& options = options_;
   KvStoreOptions store_options;
   store_options.host = options.master_addr;
   store_options.port = options.master_port;
   store_options.is_server = host;
   store_options.timeout = timeout_;
   try {
-    store_ = open_tcp_store(store_options);
+    return open_tcp_store(store_options);
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
     std::string cause = e.what();
+    if (host && options.node_rank_by_arrival && cause.find("in use") != std::string::npos) throw;
     if (host && cause.find("in use") != std::string::npos)
       throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
                       " is already in use; choose another with --master-port, or --master-port 0");
     if (host) throw UserError("cannot host the rendezvous at " + endpoint(options) + ": " + cause);
+    std::string who = options.node_rank_by_arrival
+                          ? "is a ddprun running on the host of --rdzv-endpoint, with the same port?"
+                          : "is node 0's ddprun running there with the same --master-addr/--master-port?";
     throw UserError("cannot reach the rendezvous at " + endpoint(options) + " within " +
-                    std::to_string(timeout_.count() / 1000) +
-                    " s: is node 0's ddprun running there with the same --master-addr/--master-port? (" +
-                    cause.substr(0, cause.find('\n')) + ")");
+                    std::to_string(timeout_.count() / 1000) + " s: " + who + " (" + cause.substr(0, cause.find('\n')) +
+                    ")");
   }
 }
 
@@ -121,19 +160,28 @@ int Rendezvous::port() const { return store_->port(); }
 WorldLayout Rendezvous::join() {
   const auto& o = options_;
   WorldLayout layout;
-  if (o.node_rank == 0) {
+  if (o.node_rank_by_arrival) options_.node_rank = hosts_store_ ? 0 : -1;  // -1: the first free rank from 1
+  if (options_.node_rank == 0) {
     layout.run_id = o.run_id.empty() ? generate_run_id() : o.run_id;
     store_->set(kPrefix + "run_id", layout.run_id);
   }
   // "host nproc nnodes pid": the pid tells two launchers on one host apart.
   std::string me = host_name() + " " + std::to_string(o.nproc_per_node) + " " + std::to_string(o.nnodes) + " " +
                    std::to_string(getpid());
-  std::string my_key = kPrefix + "node/" + std::to_string(o.node_rank);
+  if (options_.node_rank < 0) {
+    for (int r = 1; r < o.nnodes && options_.node_rank < 0; ++r)
+      if (store_->compare_set(kPrefix + "node/" + std::to_string(r), "", me) == me) options_.node_rank = r;
+    if (options_.node_rank < 0)
+      throw UserError("all " + std::to_string(o.nnodes) + " node ranks at " + endpoint(o) +
+                      " are taken: more launchers than --nnodes joined this rendezvous");
+  }
+  std::string my_key = kPrefix + "node/" + std::to_string(options_.node_rank);
   std::string stored = store_->compare_set(my_key, "", me);
   if (stored != me)
-    throw UserError("node rank " + std::to_string(o.node_rank) + " has already joined (" + stored +
+    throw UserError("node rank " + std::to_string(options_.node_rank) + " has already joined (" + stored +
                     "); give each node its own --node-rank");
   store_->set(my_key, me);  // compareSet does not wake waiters in c10d's TCPStore; set does
+  layout.node_rank = options_.node_rank;
 
   std::vector<std::string> keys;
   for (int r = 0; r < o.nnodes; ++r) keys.push_back(kPrefix + "node/" + std::to_string(r));
@@ -147,7 +195,7 @@ WorldLayout Rendezvous::join() {
     throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(timeout_.count() / 1000) +
                     " s waiting for node(s) " + missing + " of " + std::to_string(o.nnodes));
   }
-  if (o.node_rank != 0) {
+  if (options_.node_rank != 0) {
     layout.run_id = store_->get(kPrefix + "run_id");
     check_run_id(layout.run_id);  // it names this node's log directory too
     if (!o.run_id.empty() && o.run_id != layout.run_id)
@@ -160,7 +208,7 @@ WorldLayout Rendezvous::join() {
     if (nnodes != o.nnodes)
       throw UserError("node " + std::to_string(r) + " (" + printable(fields[0]) + ") was started with --nnodes " +
                       printable(fields[2]) + " but this node with --nnodes " + std::to_string(o.nnodes));
-    if (r < o.node_rank) layout.rank_offset += nproc;
+    if (r < options_.node_rank) layout.rank_offset += nproc;
     layout.world_size += nproc;
     layout.hosts.push_back(printable(fields[0], 255));
   }

@@ -18,6 +18,7 @@ namespace ddp {
 /// The agreed layout, the same on every node.
 struct WorldLayout {
   int world_size = 0;
+  int node_rank = 0;    ///< this node's: --node-rank, or as assigned on arrival
   int rank_offset = 0;  ///< global rank of this node's local rank 0
   std::string run_id;
   std::vector<std::string> hosts;  ///< by node rank
@@ -32,7 +33,7 @@ struct RemoteFailure {
   bool restartable = true;  ///< false when a node was interrupted: nobody restarts then
 };
 
-/// Hosts (node 0) or joins the store and runs the node-level protocol on it.
+/// Hosts (node 0) or joins the store and runs the node-level protocol on it. See Note [Who hosts the store].
 class Rendezvous {
  public:
   /// Binds (node 0) or connects to --master-addr:--master-port, waiting up to --rdzv-timeout;
@@ -45,7 +46,8 @@ class Rendezvous {
   /// The port actually bound (differs from the requested one when that was 0).
   int port() const;
 
-  /// Registers this node and waits for all of them; throws UserError on a time-out or a mismatch.
+  /// Registers this node (taking a node rank by arrival if asked) and waits for all of them; throws
+  /// UserError on a time-out or a mismatch.
   WorldLayout join();
 
   /// Announces a failure of `attempt` to every node; the first report wins.
@@ -63,12 +65,16 @@ class Rendezvous {
   void finish(int attempt);
 
  private:
+  /// Hosts or connects to the store; UserError naming the endpoint, except that a lost race to bind
+  /// (by arrival) is rethrown as is.
+  std::unique_ptr<KvStore> open_store(bool host);
   /// `value` with its tag under the job's secret (Note [Control values]); unchanged without one.
   std::string tagged(const std::string& key, const std::string& value) const;
   /// The value of a stored control value that verifies; nullopt (said once per key) if it does not.
   std::optional<std::string> verified(const std::string& key, const std::string& stored) const;
 
-  LaunchOptions options_;
+  LaunchOptions options_;  // node_rank: as agreed once joined
+  bool hosts_store_ = false;
   std::string run_id_;  // node 0's, once joined: part of every tag
   mutable std::set<std::string> ignored_;  // keys already reported as unverified
   std::chrono::milliseconds timeout_;

@@ -28,10 +28,12 @@ std::optional<SlurmLayout> slurm_layout(const std::function<const char*(const ch
   layout.master_port = slurm_master_port(job_id);
   const char* step = lookup("SLURM_STEP_ID");
   layout.run_id = "slurm-" + std::to_string(job_id) + (step ? "." + printable(step, 20) : "");
-  layout.sources = "--nnodes " + std::to_string(layout.nnodes) + " (" + nodes_name + "), --node-rank " +
-                   std::to_string(layout.node_rank) + " (SLURM_NODEID), --master-addr " + layout.master_addr +
-                   " (first of " + list_name + "), --master-port " + std::to_string(layout.master_port) +
-                   " (20000 + SLURM_JOB_ID % 10000), --run-id " + layout.run_id;
+  layout.sources = {
+      {"--nnodes", std::to_string(layout.nnodes) + " (" + nodes_name + ")"},
+      {"--node-rank", std::to_string(layout.node_rank) + " (SLURM_NODEID)"},
+      {"--master-addr", layout.master_addr + " (first of " + list_name + ")"},
+      {"--master-port", std::to_string(layout.master_port) + " (20000 + SLURM_JOB_ID % 10000)"},
+      {"--run-id", layout.run_id + " (SLURM_JOB_ID.SLURM_STEP_ID)"}};
   return layout;
 }
 

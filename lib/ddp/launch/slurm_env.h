@@ -4,6 +4,7 @@
 // so that a job script needs no arithmetic of its own.
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -16,7 +17,8 @@ struct SlurmLayout {
   std::string master_addr;   ///< the first host of SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST
   int master_port = 0;       ///< slurm_master_port(SLURM_JOB_ID)
   std::string run_id;        ///< "slurm-JOB.STEP"
-  std::string sources;       ///< which variables gave what, for the one line ddprun prints
+  /// Option → "VALUE (VARIABLE)": which variables gave what, for the one line ddprun prints.
+  std::map<std::string, std::string> sources;
 };
 
 /// The layout from `lookup` (getenv, or a test's map); nullopt outside a Slurm job step (no

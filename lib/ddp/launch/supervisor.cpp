@@ -381,7 +381,8 @@ class Attempt {
 
 }  // namespace
 
-int run_launcher(const LaunchOptions& options) {
+int run_launcher(const LaunchOptions& requested) {
+  LaunchOptions options = requested;  // node_rank: as the rendezvous agreed
   // One node running ddp-train needs no network rendezvous: a private FileStore keeps the run
   // off every interface. Several nodes, or any other program (torch's env:// expects
   // MASTER_ADDR:MASTER_PORT), get node 0's TCPStore.
@@ -403,6 +404,10 @@ int run_launcher(const LaunchOptions& options) {
     rendezvous = std::make_unique<Rendezvous>(options);
     layout = rendezvous->join();
     layout.master_port = rendezvous->port();
+    if (options.node_rank_by_arrival)
+      say("node rank " + std::to_string(layout.node_rank) + " of " + std::to_string(options.nnodes) +
+          " (by arrival at " + options.master_addr + ":" + std::to_string(layout.master_port) + ")");
+    options.node_rank = layout.node_rank;
   }
 
   if (!std::getenv(env::kOmpNumThreads)) {

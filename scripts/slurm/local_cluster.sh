@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# A real Slurm cluster on this host, for tests and for trying the sbatch scripts: one slurmctld and
+# NODES slurmd daemons (n1, n2, ...), each its own node with its own loopback address (127.0.0.2,
+# 127.0.0.3, ...), and a munged of its own. Needs root.
+#
+#   scripts/slurm/local_cluster.sh start [DIR]   # then: export SLURM_CONF=DIR/slurm.conf
+#   scripts/slurm/local_cluster.sh stop [DIR]    # stops every daemon it started
+#
+# DIR defaults to /tmp/ddprun-slurm. Environment: NODES (default 2, at most 9), PORT_BASE (default
+# 17000: slurmctld on PORT_BASE, node i's slurmd on PORT_BASE + i), CPUS per node (default 4).
+#
+# Node names must resolve to their addresses for the jobs (ddprun meets at the first node of the job),
+# but this script does not touch /etc/hosts: every slurmd starts in a mount namespace of its own where
+# DIR/hosts is bind-mounted over /etc/hosts, and its jobs inherit that view.
+set -euo pipefail
+
+action=${1:-}
+dir=${2:-/tmp/ddprun-slurm}
+nodes=${NODES:-2}
+port_base=${PORT_BASE:-17000}
+cpus=${CPUS:-4}
+
+say() { echo "local_cluster: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+install_slurm() {
+  local missing=()
+  for package in munge slurmctld slurmd slurm-client; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Pids recorded in DIR/pids, one per line, of every daemon this script started.
+stop_cluster() {
+  [ -f "$dir/pids" ] || { say "nothing to stop in $dir"; return 0; }
+  local pids
+  pids=$(cat "$dir/pids")
+  # shellcheck disable=SC2086
+  kill $pids 2>/dev/null || true
+  for _ in $(seq 50); do
+    local alive=0
+    for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  kill -9 $pids 2>/dev/null || true
+  # Job steps a killed slurmd left behind (slurmstepd and what it runs) belong to this cluster too.
+  pkill -9 -f "slurmstepd: \[" 2>/dev/null || true
+  rm -f "$dir/pids"
+  say "stopped"
+}
+
+start_cluster() {
+  [ "$(id -u)" -eq 0 ] || die "needs root (slurmd runs jobs as their users, munged as munge)"
+  [ "$nodes" -ge 1 ] && [ "$nodes" -le 9 ] || die "NODES must be 1..9, got $nodes"
+  install_slurm
+  [ -f "$dir/pids" ] && stop_cluster
+  rm -rf "$dir"
+  mkdir -p "$dir"/{state,log,munge}
+  : >"$dir/pids"
+  local host
+  host=$(hostname -s)
+
+  # munged of our own, on a socket of our own, run as the munge user as it insists.
+  chown munge:munge "$dir/munge"
+  chmod 0700 "$dir/munge"
+  [ -r /etc/munge/munge.key ] || die "no /etc/munge/munge.key (reinstall the munge package)"
+  local socket="$dir/munge/munge.socket"
+  runuser -u munge -- /usr/sbin/munged --socket="$socket" --pid-file="$dir/munge/munged.pid" \
+    --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed" --force
+  for _ in $(seq 50); do [ -s "$dir/munge/munged.pid" ] && [ -S "$socket" ] && break; sleep 0.1; done
+  [ -s "$dir/munge/munged.pid" ] || die "munged did not start: $(tail -3 "$dir/munge/munged.log" 2>/dev/null)"
+  cat "$dir/munge/munged.pid" >>"$dir/pids"
+
+  {
+    cat /etc/hosts
+    for i in $(seq "$nodes"); do echo "127.0.0.$((i + 1)) n$i"; done
+  } >"$dir/hosts"
+
+  local conf="$dir/slurm.conf"
+  cat >"$conf" <<EOF
+ClusterName=ddprun-local
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$port_base
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$socket
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool-%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+JobRequeue=1
+KillWait=5
+MinJobAge=300
+SlurmdTimeout=30
+InactiveLimit=0
+EOF
+  for i in $(seq "$nodes"); do
+    echo "NodeName=n$i NodeAddr=127.0.0.$((i + 1)) NodeHostname=$host Port=$((port_base + i)) CPUs=$cpus State=UNKNOWN" >>"$conf"
+  done
+  echo "PartitionName=debug Nodes=n[1-$nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$conf"
+
+  export SLURM_CONF="$conf"
+  /usr/sbin/slurmctld -f "$conf" -i || die "slurmctld did not start: $(tail -5 "$dir/log/slurmctld.log" 2>/dev/null)"
+  for _ in $(seq 50); do [ -s "$dir/slurmctld.pid" ] && break; sleep 0.1; done
+  cat "$dir/slurmctld.pid" >>"$dir/pids"
+  for i in $(seq "$nodes"); do
+    unshare --mount --propagation private -- sh -c \
+      "mount --bind '$dir/hosts' /etc/hosts && exec /usr/sbin/slurmd -f '$conf' -N n$i" ||
+      die "slurmd n$i did not start: $(tail -5 "$dir/log/slurmd-n$i.log" 2>/dev/null)"
+  done
+  for i in $(seq "$nodes"); do
+    for _ in $(seq 50); do [ -s "$dir/slurmd-n$i.pid" ] && break; sleep 0.1; done
+    cat "$dir/slurmd-n$i.pid" >>"$dir/pids"
+  done
+
+  # Ready when every node is idle.
+  for _ in $(seq 300); do
+    if [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" -eq "$nodes" ]; then
+      say "$nodes node(s) idle; export SLURM_CONF=$conf"
+      return 0
+    fi
+    sleep 0.1
+  done
+  say "nodes did not become idle within 30 s: $(sinfo -N 2>&1 | tr '\n' ' ')"
+  stop_cluster
+  exit 1
+}
+
+case "$action" in
+  start) start_cluster ;;
+  stop) stop_cluster ;;
+  *) die "usage: $0 start|stop [DIR]" ;;
+esac
