@@ -9,6 +9,7 @@ packages=(
   dataset-fashion-mnist
   python3-torch  # tests only: sampler parity and loading model.pt in Python
   slurm-client   # tests only: scontrol, to check the Slurm host-list parser against
+  slurmctld slurmd munge  # tests only: a real local cluster (scripts/slurm/local_cluster.sh)
 )
 
 missing=()

@@ -50,9 +50,15 @@ stop_cluster() {
   done
   # shellcheck disable=SC2086
   kill -9 $pids 2>/dev/null || true
-  # Job steps a killed slurmd left behind (slurmstepd and what it runs) belong to this cluster too.
-  pkill -9 -f "slurmstepd: \[" 2>/dev/null || true
-  rm -f "$dir/pids"
+  # What the nodes' jobs left (slurmstepd and the programs it ran) lives in the nodes' mount namespaces.
+  if [ -f "$dir/namespaces" ]; then
+    for proc in /proc/[0-9]*; do
+      ns=$(readlink "$proc/ns/mnt" 2>/dev/null) || continue
+      grep -qxF "$ns" "$dir/namespaces" && kill -9 "${proc#/proc/}" 2>/dev/null
+    done
+  fi
+  [ -f "$dir/munge_dir" ] && rm -rf "$(cat "$dir/munge_dir")"
+  rm -f "$dir/pids" "$dir/namespaces" "$dir/munge_dir"
   say "stopped"
 }
 
@@ -62,21 +68,24 @@ start_cluster() {
   install_slurm
   [ -f "$dir/pids" ] && stop_cluster
   rm -rf "$dir"
-  mkdir -p "$dir"/{state,log,munge}
+  mkdir -p "$dir"/{state,log}
   : >"$dir/pids"
   local host
   host=$(hostname -s)
 
-  # munged of our own, on a socket of our own, run as the munge user as it insists.
-  chown munge:munge "$dir/munge"
-  chmod 0700 "$dir/munge"
+  # munged of our own, on a socket of our own, run as the munge user as it insists. Its directory is
+  # outside DIR, which may sit in a directory only root can enter.
   [ -r /etc/munge/munge.key ] || die "no /etc/munge/munge.key (reinstall the munge package)"
-  local socket="$dir/munge/munge.socket"
-  runuser -u munge -- /usr/sbin/munged --socket="$socket" --pid-file="$dir/munge/munged.pid" \
-    --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed" --force
-  for _ in $(seq 50); do [ -s "$dir/munge/munged.pid" ] && [ -S "$socket" ] && break; sleep 0.1; done
-  [ -s "$dir/munge/munged.pid" ] || die "munged did not start: $(tail -3 "$dir/munge/munged.log" 2>/dev/null)"
-  cat "$dir/munge/munged.pid" >>"$dir/pids"
+  local munge
+  munge=$(mktemp -d /tmp/ddprun-munge-XXXXXX)
+  echo "$munge" >"$dir/munge_dir"
+  chown munge:munge "$munge"
+  local socket="$munge/munge.socket"
+  runuser -u munge -- /usr/sbin/munged --socket="$socket" --pid-file="$munge/munged.pid" \
+    --log-file="$munge/munged.log" --seed-file="$munge/munged.seed" --force
+  for _ in $(seq 50); do [ -s "$munge/munged.pid" ] && [ -S "$socket" ] && break; sleep 0.1; done
+  [ -s "$munge/munged.pid" ] || die "munged did not start: $(tail -3 "$munge/munged.log" 2>/dev/null)"
+  cat "$munge/munged.pid" >>"$dir/pids"
 
   {
     cat /etc/hosts
@@ -131,6 +140,7 @@ EOF
   for i in $(seq "$nodes"); do
     for _ in $(seq 50); do [ -s "$dir/slurmd-n$i.pid" ] && break; sleep 0.1; done
     cat "$dir/slurmd-n$i.pid" >>"$dir/pids"
+    readlink "/proc/$(cat "$dir/slurmd-n$i.pid")/ns/mnt" >>"$dir/namespaces"
   done
 
   # Ready when every node is idle.

@@ -252,7 +252,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       take("--run-id", !run_id_given, [&] { options.run_id = slurm->run_id; });
       if (!endpoint_given && std::getenv(env::kMasterAddr)) options.master_addr = std::getenv(env::kMasterAddr);
       if (!port_given && std::getenv(env::kMasterPort)) master_port = std::getenv(env::kMasterPort);
-      std::cerr << "ddprun: Slurm job step: " << (derived.empty() ? "nothing derived" : derived)
+      std::cerr << "ddprun: Slurm job step: " << (derived.empty() ? "nothing derived (the command line gives it all)" : derived)
                 << "; explicit options and MASTER_ADDR/MASTER_PORT take precedence (--no-slurm: ignore Slurm)\n";
     }
   }

@@ -1,6 +1,7 @@
 #include "ddp/launch/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -58,6 +59,31 @@ bool port_in_use(int port) {
   return false;
 }
 
+// Standard error sent to /dev/null while it lives (if `active`). The launcher has no other thread
+// writing then: its output relays and monitor start after the rendezvous.
+class QuietStderr {
+ public:
+  explicit QuietStderr(bool active) {
+    if (!active) return;
+    std::fflush(stderr);
+    saved_ = dup(STDERR_FILENO);
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved_ >= 0 && null >= 0) dup2(null, STDERR_FILENO);
+    if (null >= 0) close(null);
+  }
+  ~QuietStderr() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    dup2(saved_, STDERR_FILENO);
+    close(saved_);
+  }
+  QuietStderr(const QuietStderr&) = delete;
+  QuietStderr& operator=(const QuietStderr&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
 // Whether `host` names an address of this machine: one a socket can bind to.
 bool is_local_address(const std::string& host) {
   addrinfo hints{};
@@ -111,6 +137,9 @@ Rendezvous::Rendezvous(const LaunchOptions& options)
                     " is already in use (another ddprun or torchrun?); choose another with --master-port, or "
                     "--master-port 0 (or --standalone) for a free one");
   try {
+    // A lost race is expected here, and c10d logs it (bind failures, "failed to listen") before
+    // throwing: those lines would read as an error in a run that works.
+    QuietStderr quiet(host && options.node_rank_by_arrival);
     store_ = open_store(host);
   } catch (const std::exception& e) {
     // Lost the race to bind (Note [Who hosts the store]): another launcher here hosts it.

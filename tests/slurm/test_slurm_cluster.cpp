@@ -1,0 +1,217 @@
+// ddprun under a real Slurm: scripts/slurm/local_cluster.sh starts slurmctld and two slurmd nodes
+// (n1 on 127.0.0.2, n2 on 127.0.0.3) on this host, and jobs go through sbatch, srun and scancel.
+// Each test starts its own cluster (about a second) and stops it; ctest runs them one at a time.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+const std::string kScripts = std::string(DDP_SOURCE_DIR) + "/scripts/slurm/";
+
+std::string config(const std::string& name) { return std::string(DDP_SOURCE_DIR) + "/configs/" + name; }
+
+bool same_bytes(const std::string& a, const std::string& b) {
+  std::string x = read_file(a), y = read_file(b);
+  return !x.empty() && x == y;
+}
+
+// The cluster of one test, in a directory of its own; stopped (every daemon and job) on destruction.
+class LocalCluster {
+ public:
+  LocalCluster() {
+    if (geteuid() != 0) {
+      why_not_ = "not root (slurmd and munged need it)";
+      return;
+    }
+    auto started = std::chrono::steady_clock::now();
+    auto r = run_shell("NODES=2 PORT_BASE=17100 " + kScripts + "local_cluster.sh start " + dir_.path() + "/cluster",
+                       std::chrono::seconds(300));
+    start_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (r.exit_code != 0) why_not_ = "local_cluster.sh start failed: " + r.err;
+  }
+  ~LocalCluster() { stop(); }
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  /// Empty when the cluster is up; else why not, for the skip message.
+  const std::string& why_not() const { return why_not_; }
+  double start_seconds() const { return start_seconds_; }
+  std::string file(const std::string& name) const { return dir_.file(name); }
+  std::string cluster_dir() const { return dir_.path() + "/cluster"; }
+
+  /// Runs `script` with SLURM_CONF pointing at this cluster.
+  CommandResult shell(const std::string& script, int timeout_s = 300) const {
+    return run_shell("export SLURM_CONF=" + cluster_dir() + "/slurm.conf; " + script, std::chrono::seconds(timeout_s));
+  }
+
+  CommandResult stop() {
+    if (stopped_ || !why_not_.empty()) return {};
+    stopped_ = true;
+    return run_shell(kScripts + "local_cluster.sh stop " + cluster_dir(), std::chrono::seconds(60));
+  }
+
+ private:
+  TempDir dir_;
+  std::string why_not_;
+  double start_seconds_ = 0;
+  bool stopped_ = false;
+};
+
+#define SKIP_WITHOUT(cluster)                                    \
+  if (!(cluster).why_not().empty()) {                            \
+    WARN("skipped: no local Slurm cluster: " << (cluster).why_not()); \
+    return;                                                      \
+  }
+
+// Shell: waits until job $1 has left the queue, then prints its state line.
+const std::string kWaitJob =
+    "wait_job() { i=0; while squeue -h -j \"$1\" 2>/dev/null | grep -q . && [ $i -lt 1200 ]; do sleep 0.25; "
+    "i=$((i+1)); done; scontrol show job \"$1\" | grep -o 'JobState=[A-Z_]*\\|Restarts=[0-9]*\\|ExitCode=[0-9:]*' "
+    "| tr '\\n' ' '; echo; }; ";
+
+// The reference: two ddprun launchers started by hand, --nnodes 2, on this host's loopback.
+std::string by_hand(const std::string& out, const std::string& yaml, const std::string& sets) {
+  std::string port = std::to_string(free_port());
+  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --nproc-per-node 2 --master-port " + port +
+                       " " + config(yaml) + " --set run.output_dir=" + out + " " + sets;
+  auto r = run_shell(launch + " --node-rank 1 >/dev/null 2>&1 & " + launch + " --node-rank 0 >/dev/null 2>&1; wait",
+                     std::chrono::seconds(300));
+  return r.exit_code == 0 ? out + "/model.pt" : "";
+}
+
+// The pid of the ddp-train process with RANK=`rank` writing to `out` (empty if none).
+std::string rank_pid(const std::string& out, int rank) {
+  return "$(for p in $(pgrep -f '[d]dp-train.*" + out + "'); do tr '\\0' '\\n' </proc/$p/environ | grep -qx RANK=" +
+         std::to_string(rank) + " && echo $p; done)";
+}
+
+const std::string kShort = "--set train.max_steps=200 --set checkpoint.every_epochs=0 --set data.eval_split=none "
+                           "--set train.log_every=20";
+
+}  // namespace
+
+TEST_CASE("the local cluster starts with two idle nodes within a minute and stop leaves no daemon", "[slurm]") {
+  LocalCluster cluster;
+  SKIP_WITHOUT(cluster);
+  CHECK(cluster.start_seconds() < 60);
+  auto nodes = cluster.shell("sinfo -h -N -o '%N %t'");
+  CHECK(nodes.out == "n1 idle\nn2 idle\n");
+  auto hosts = cluster.shell("srun -N2 -l sh -c 'echo $SLURMD_NODENAME $(getent hosts $SLURMD_NODENAME)' | sort");
+  CHECK(hosts.out == "0: n1 127.0.0.2 n1\n1: n2 127.0.0.3 n2\n");
+  std::string pids = read_file(cluster.cluster_dir() + "/pids");
+  CHECK(std::count(pids.begin(), pids.end(), '\n') == 4);  // munged, slurmctld, 2 × slurmd
+
+  auto started = std::chrono::steady_clock::now();
+  auto stop = cluster.stop();
+  double stop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO(stop.err);
+  CHECK(stop.exit_code == 0);
+  CHECK(cluster.start_seconds() + stop_seconds < 60);
+  std::istringstream lines(pids);
+  for (std::string pid; std::getline(lines, pid);) CHECK_FALSE(process_alive(std::stoi(pid)));
+  // "[/]": the pattern must not match the shell that runs pgrep.
+  CHECK(run_shell("pgrep -af '[/]" + cluster.cluster_dir().substr(1) + "'").out.empty());
+}
+
+TEST_CASE("sbatch mode A, srun mode B and a torchrun-style line train at world 4, bit-identical to launchers by hand",
+          "[slurm]") {
+  LocalCluster cluster;
+  SKIP_WITHOUT(cluster);
+  std::string reference = by_hand(cluster.file("hand"), "fashion_mnist_linear3.yaml", "");
+  REQUIRE(!reference.empty());
+
+  // Must-show 1: sbatch --wait, one ddprun per node.
+  auto a = cluster.shell("sbatch --wait --nodes=2 --output=" + cluster.file("a.out") +
+                         " --export=ALL,DDPRUN=" + bin("ddprun") + ",NPROC_PER_NODE=2 " + kScripts +
+                         "train_multinode.sbatch " + config("fashion_mnist_linear3.yaml") +
+                         " --set run.output_dir=" + cluster.file("a"));
+  std::string a_out = read_file(cluster.file("a.out"));
+  INFO(a.err << a_out);
+  CHECK(a.exit_code == 0);
+  CHECK_THAT(a_out, Contains("ddprun: Slurm job step: --nnodes 2 (SLURM_STEP_NUM_NODES), --node-rank 1 (SLURM_NODEID), "
+                             "--master-addr n1 (first of SLURM_STEP_NODELIST)"));
+  CHECK_THAT(a_out, Contains("[n1:rank 0]") && Contains("world size 4"));
+  CHECK(same_bytes(reference, cluster.file("a/model.pt")));
+
+  // Must-show 2: one Slurm task per rank, no launcher.
+  auto b = cluster.shell("sbatch --wait --nodes=2 --ntasks-per-node=2 --output=" + cluster.file("b.out") +
+                         " --export=ALL,DDP_TRAIN=" + bin("ddp-train") + " " + kScripts + "train_tasks.sbatch " +
+                         config("fashion_mnist_linear3.yaml") + " --set run.output_dir=" + cluster.file("b"));
+  std::string b_out = read_file(cluster.file("b.out"));
+  INFO(b.err << b_out);
+  CHECK(b.exit_code == 0);
+  CHECK_THAT(b_out, Contains("0: ") && Contains("world size 4"));
+  CHECK(same_bytes(reference, cluster.file("b/model.pt")));
+
+  // Must-show 6: torchrun's line with ddprun in its place; node ranks by arrival.
+  auto c = cluster.shell("srun -N2 --ntasks-per-node=1 " + bin("ddprun") +
+                             " --nnodes 2 --nproc_per_node 2 --rdzv_id J --rdzv_backend c10d --rdzv_endpoint n1:" +
+                             std::to_string(free_port()) + " " + config("fashion_mnist_linear3.yaml") +
+                             " --set run.output_dir=" + cluster.file("c"));
+  INFO(c.err);
+  CHECK(c.exit_code == 0);
+  CHECK_THAT(c.err, Contains("ddprun: node rank 0 of 2 (by arrival at n1:") && Contains("ddprun: node rank 1 of 2"));
+  CHECK_THAT(c.err, !Contains("failed to bind"));  // the lost race to host the store is not an error
+  CHECK(same_bytes(reference, cluster.file("c/model.pt")));
+}
+
+TEST_CASE("scancel --signal=TERM mid-run, then a requeue, ends bit-identical to an uninterrupted run", "[slurm]") {
+  LocalCluster cluster;
+  SKIP_WITHOUT(cluster);
+  std::string reference = by_hand(cluster.file("straight"), "fashion_mnist_convnet.yaml", kShort);
+  REQUIRE(!reference.empty());
+
+  std::string out = cluster.file("run");
+  auto r = cluster.shell(
+      kWaitJob + "job=$(sbatch --parsable --nodes=2 --output=" + cluster.file("job.out") + " --export=ALL,DDPRUN=" +
+      bin("ddprun") + ",NPROC_PER_NODE=2 " + kScripts + "train_multinode.sbatch " +
+      config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out + " " + kShort + ") || exit 1; " +
+      "i=0; while ! grep -q 'step 20/200' " + cluster.file("job.out") + " 2>/dev/null && [ $i -lt 2400 ]; do " +
+      "sleep 0.05; i=$((i+1)); done; scancel --signal=TERM $job; echo first: $(wait_job $job); " +
+      // Slurm holds a requeued job for 120 s before it may start again; StartTime=now lifts that.
+      "scontrol requeue $job && scontrol update JobId=$job StartTime=now; echo second: $(wait_job $job)");
+  std::string log = read_file(cluster.file("job.out"));
+  INFO(r.out << r.err << log);
+  CHECK_THAT(r.out, Contains("first: JobState=FAILED Restarts=0 ExitCode=143:0"));
+  CHECK_THAT(r.out, Contains("second: JobState=COMPLETED Restarts=1 ExitCode=0:0"));
+  std::smatch match;
+  REQUIRE(std::regex_search(log, match, std::regex("stopping at step ([0-9]+) as asked \\(SIGTERM\\)")));
+  CHECK(std::stoi(match[1]) < 200);
+  CHECK_THAT(log, Contains("(restart 1)") && Contains("ddprun exited with status 143") &&
+                      Contains("ddprun exited with status 0") && Contains("resumed from"));
+  CHECK(same_bytes(reference, out + "/model.pt"));
+}
+
+TEST_CASE("a rank that fails on the second node fails the job, named with its host and exit code, leaving no worker",
+          "[slurm]") {
+  LocalCluster cluster;
+  SKIP_WITHOUT(cluster);
+  std::string out = cluster.file("run");
+  auto r = cluster.shell(
+      kWaitJob + "job=$(sbatch --parsable --nodes=2 --output=" + cluster.file("job.out") + " --export=ALL,DDPRUN=" +
+      bin("ddprun") + ",NPROC_PER_NODE=2 " + kScripts + "train_multinode.sbatch " +
+      config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out + " " + kShort + ") || exit 1; " +
+      "i=0; while ! grep -q 'step 20/200' " + cluster.file("job.out") + " 2>/dev/null && [ $i -lt 2400 ]; do " +
+      "sleep 0.05; i=$((i+1)); done; pid=" + rank_pid(out, 3) + "; echo killing rank 3: $pid; kill -KILL $pid; " +
+      "echo job: $(wait_job $job); sleep 1; echo left: $(pgrep -f '[d]dp-train.*" + out + "' | wc -l)");
+  std::string log = read_file(cluster.file("job.out"));
+  INFO(r.out << r.err << log);
+  CHECK_THAT(r.out, Contains("job: JobState=FAILED Restarts=0 ExitCode=137:0"));
+  CHECK_THAT(log, Contains("ddprun: rank 3 failed first: signal 9 (SIGKILL) (local rank 1 on n2, pid"));
+  CHECK_THAT(log, Contains("ddprun: failed: rank 3 on n2: signal 9 (SIGKILL)"));  // said on node 0 too
+  CHECK_THAT(log, Contains("ddprun exited with status 137"));
+  CHECK_THAT(r.out, Contains("left: 0"));
+}
