@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""ddprun's benchmark: prints one markdown table (see docs/performance.md). Run it with scripts/bench.sh.
+"""ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
+BENCH_ONLY=multinode runs only the multi-node table.
 
 Every training run uses one intra-op thread per rank (OMP_NUM_THREADS=1), Fashion-MNIST, batch 64
 per rank, no evaluation or checkpoints, and reports the mean samples/s of its log windows after the
@@ -23,20 +24,35 @@ MODELS = {"convnet": [], "mlp": ["model.name=mlp", "model.hidden=[1024,1024]"]}
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def start_run(work, name, nproc, model, extra=()):
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_run(work, name, nproc, model, extra=(), nodes=1):
+    """One run; with nodes > 1, that many launchers on this host (--nnodes), nproc ranks each."""
     out = os.path.join(work, name)
     sets = [f"run.output_dir={out}", f"train.max_steps={STEPS}", "train.log_every=25", "data.eval_split=none",
             "checkpoint.every_epochs=0", "checkpoint.resume=never", *MODELS[model], *extra]
-    argv = [os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", str(nproc), CONFIG]
-    for s in sets:
-        argv += ["--set", s]
-    return out, time.time(), subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    launchers = [["--standalone"]] if nodes == 1 else \
+        [["--nnodes", str(nodes), "--node-rank", str(n), "--master-port", str(port)] for port in [free_port()]
+         for n in range(nodes)]
+    processes = []
+    for launcher in launchers:
+        argv = [os.path.join(BIN, "ddprun"), *launcher, "--nproc-per-node", str(nproc), CONFIG]
+        for s in sets:
+            argv += ["--set", s]
+        processes.append(subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    return out, time.time(), processes
 
 
-def finish_run(out, started, process):
-    _, err = process.communicate()
-    if process.returncode != 0:
-        sys.exit(f"bench: a run failed:\n{err.decode()[-2000:]}")
+def finish_run(out, started, processes):
+    for process in processes:
+        _, err = process.communicate()
+        if process.returncode != 0:
+            sys.exit(f"bench: a run failed:\n{err.decode()[-2000:]}")
     records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     logs = [r for r in records if "samples_per_s" in r][1:]  # the first window includes warm-up
     first = next(r["first_step_unix_s"] for r in records if "first_step_unix_s" in r)
@@ -52,8 +68,8 @@ def best(results, key="samples_per_s"):
     return max(results, key=lambda r: r[key] if isinstance(r, dict) else r)
 
 
-def train(work, name, nproc, model, extra=()):
-    return best([finish_run(*start_run(work, f"{name}-{i}", nproc, model, extra)) for i in range(REPEATS)])
+def train(work, name, nproc, model, extra=(), nodes=1):
+    return best([finish_run(*start_run(work, f"{name}-{i}", nproc, model, extra, nodes)) for i in range(REPEATS)])
 
 
 def compute_limit(work, model, n, extra=()):
@@ -76,10 +92,7 @@ def python_recipe(model, nproc, scripted=None):
     python = "/usr/bin/python3"
     if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
         return None
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     script = os.path.join(ROOT, "scripts", "bench_torch_ddp.py")
     processes = []
     for rank in range(nproc):
@@ -94,8 +107,32 @@ def python_recipe(model, nproc, scripted=None):
     return float(outputs[0][0].split()[1])
 
 
+def multinode(work):
+    """Gradients across nodes, 2 nodes × 2 ranks as two launchers on this host: shared memory within
+    each node and Gloo between the nodes' leaders (hierarchical), against Gloo among all 4 ranks (flat)."""
+    print("| model | 2 nodes × 2 ranks | samples/s | all-reduce ms/step | vs flat | torchrun+DDP (flat Gloo, world 4) "
+          "| vs torchrun |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for model in MODELS:
+        flat = train(work, f"{model}-2x2-flat", 2, model, ["dist.shared_memory=false"], nodes=2)
+        hierarchical = train(work, f"{model}-2x2-hier", 2, model, [], nodes=2)
+        python = torchrun(model, 4)
+        for label, r in (("hierarchical", hierarchical), ("flat Gloo", flat)):
+            cells = [model, label, f"{r['samples_per_s']:.0f}", f"{r['allreduce_ms']:.2f}",
+                     f"{r['samples_per_s'] / flat['samples_per_s']:.2f}×", f"{python:.0f}" if python else "",
+                     f"{r['samples_per_s'] / python:.2f}×" if python else ""]
+            print("| " + " | ".join(cells) + " |", flush=True)
+    print()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
+    if os.environ.get("BENCH_ONLY") == "multinode":
+        try:
+            multinode(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         print(f"ddprun benchmark: {STEPS} steps per run, best of {REPEATS} runs, batch 64 per rank, 1 thread per rank, "
               f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
@@ -130,6 +167,7 @@ def main():
                          f"{hidden:.0%}" if world != "1" else "", f"{r['first_step_s']:.2f} s", f"{r['rss_mib']:.0f} MiB"]
                 print("| " + " | ".join(cells) + " |", flush=True)
         print()
+        multinode(work)
         result = subprocess.run([os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
                                  "--local-ranks-filter", "0", "--", os.path.join(BIN, "ddp-bench-allreduce")],
                                 env=ENV, capture_output=True, text=True)

@@ -139,3 +139,39 @@ TEST_CASE("CUDA_VISIBLE_DEVICES counts devices as CUDA does") {
   CHECK(count_visible_devices("0,1", 0) == 0);       // no driver: nothing behind the names
   CHECK(count_visible_devices("0,1,2", 2) == 2);
 }
+
+TEST_CASE("torchrun's rendezvous spellings set the endpoint, the run id and node ranks by arrival") {
+  auto c10d = parse({"--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "head:29600", "--rdzv_id", "J7",
+                     "--", "true"});
+  CHECK(c10d.master_addr == "head");
+  CHECK(c10d.master_port == 29600);
+  CHECK(c10d.run_id == "J7");
+  CHECK(c10d.node_rank_by_arrival);
+  auto default_port = parse({"--nnodes", "2", "--rdzv-backend=c10d", "--rdzv-endpoint=head", "--", "true"});
+  CHECK(default_port.master_port == 29400);  // torchrun's
+  auto ipv6 = parse({"--nnodes", "2", "--rdzv-endpoint", "[::1]:29601", "--node-rank", "1", "--", "true"});
+  CHECK(ipv6.master_addr == "::1");
+  CHECK(ipv6.master_port == 29601);
+  CHECK_FALSE(ipv6.node_rank_by_arrival);  // static (the default backend): --node-rank
+  auto ranked = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--node-rank", "1", "--rdzv-endpoint", "h:1", "--",
+                       "true"});
+  CHECK_FALSE(ranked.node_rank_by_arrival);
+  CHECK(ranked.node_rank == 1);
+  CHECK_FALSE(parse({"--rdzv-backend", "c10d", "--", "true"}).node_rank_by_arrival);  // one node: nothing to order
+
+  auto error = [](std::vector<std::string> args) {
+    try {
+      parse(std::move(args));
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(error({"--rdzv-backend", "etcd", "--", "true"}), Catch::Contains("--rdzv-backend") &&
+                                                                 Catch::Contains("etcd"));
+  CHECK_THAT(error({"--rdzv-endpoint", "h:1", "--master-addr", "h", "--", "true"}),
+             Catch::Contains("either --rdzv-endpoint or --master-addr/--master-port"));
+  CHECK_THAT(error({"--rdzv-id", "a", "--run-id", "b", "--", "true"}), Catch::Contains("--rdzv-id a and --run-id b differ"));
+  CHECK_THAT(error({"--rdzv-endpoint", "::1:5", "--", "true"}), Catch::Contains("[ADDRESS]:PORT"));
+  CHECK_THAT(error({"--rdzv-endpoint", "h:x", "--", "true"}), Catch::Contains("--master-port: expected a port"));
+}

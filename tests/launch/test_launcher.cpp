@@ -184,6 +184,30 @@ TEST_CASE("two launchers with --nnodes 2 run ranks 0-3 once each") {
   }
 }
 
+TEST_CASE("with --rdzv-backend c10d and no node ranks, three launchers take 0, 1 and 2 by arrival, once each") {
+  // torchrun's line; every launcher here owns the endpoint's address, so the first to bind hosts.
+  std::string common = " --nnodes 3 --nproc_per_node 1 --rdzv_backend c10d --rdzv_id arrival --rdzv_endpoint "
+                       "127.0.0.1:" + std::to_string(free_port()) + " --rdzv-timeout 30 -- sh -c "
+                       "'echo rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK run=$DDPRUN_RUN_ID'";
+  auto r = run_shell(ddprun() + common + " & B=$!; " + ddprun() + common + " & C=$!; " + ddprun() + common +
+                         "; A=$?; wait $B; b=$?; wait $C; echo statuses=$A,$b,$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=0,0,0") == 1);
+  auto occurrences = [](const std::string& text, const std::string& needle) {
+    int n = 0;
+    for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string r_ = std::to_string(rank);
+    CHECK(count_lines(r.out, "[" + ddp::host_name() + ":rank " + r_ + "] rank=" + r_ + " world=3 group=" + r_ +
+                                 " run=arrival") == 1);
+    CHECK(occurrences(r.err, "ddprun: node rank " + r_ + " of 3 (by arrival at 127.0.0.1:") == 1);
+  }
+  CHECK_THAT(r.err, !Contains("failed to bind") && !Contains("in use"));
+}
+
 TEST_CASE("a failure on one node stops the other node too") {
   std::string port = std::to_string(free_port());
   std::string sleeper = unique_sleep(5);
