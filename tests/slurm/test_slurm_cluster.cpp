@@ -168,31 +168,39 @@ TEST_CASE("sbatch mode A, srun mode B and a torchrun-style line train at world 4
   CHECK(same_bytes(reference, cluster.file("c/model.pt")));
 }
 
-TEST_CASE("scancel --signal=TERM mid-run, then a requeue, ends bit-identical to an uninterrupted run", "[slurm]") {
+TEST_CASE("scancel --signal=TERM mid-run, then a requeue, ends bit-identical to an uninterrupted run, in both modes",
+          "[slurm]") {
   LocalCluster cluster;
   SKIP_WITHOUT(cluster);
   std::string reference = by_hand(cluster.file("straight"), "fashion_mnist_convnet.yaml", kShort);
   REQUIRE(!reference.empty());
 
-  std::string out = cluster.file("run");
-  auto r = cluster.shell(
-      kWaitJob + "job=$(sbatch --parsable --nodes=2 --output=" + cluster.file("job.out") + " --export=ALL,DDPRUN=" +
-      bin("ddprun") + ",NPROC_PER_NODE=2 " + kScripts + "train_multinode.sbatch " +
-      config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out + " " + kShort + ") || exit 1; " +
-      "i=0; while ! grep -q 'step 20/200' " + cluster.file("job.out") + " 2>/dev/null && [ $i -lt 2400 ]; do " +
-      "sleep 0.05; i=$((i+1)); done; scancel --signal=TERM $job; echo first: $(wait_job $job); " +
-      // Slurm holds a requeued job for 120 s before it may start again; StartTime=now lifts that.
-      "scontrol requeue $job && scontrol update JobId=$job StartTime=now; echo second: $(wait_job $job)");
-  std::string log = read_file(cluster.file("job.out"));
-  INFO(r.out << r.err << log);
-  CHECK_THAT(r.out, Contains("first: JobState=FAILED Restarts=0 ExitCode=143:0"));
-  CHECK_THAT(r.out, Contains("second: JobState=COMPLETED Restarts=1 ExitCode=0:0"));
-  std::smatch match;
-  REQUIRE(std::regex_search(log, match, std::regex("stopping at step ([0-9]+) as asked \\(SIGTERM\\)")));
-  CHECK(std::stoi(match[1]) < 200);
-  CHECK_THAT(log, Contains("(restart 1)") && Contains("ddprun exited with status 143") &&
-                      Contains("ddprun exited with status 0") && Contains("resumed from"));
-  CHECK(same_bytes(reference, out + "/model.pt"));
+  struct Mode {
+    std::string name, script, options, program;
+  };
+  for (const Mode& mode : {Mode{"A", "train_multinode.sbatch", "--nodes=2", "ddprun"},
+                           Mode{"B", "train_tasks.sbatch", "--nodes=2 --ntasks-per-node=2", "ddp-train"}}) {
+    std::string out = cluster.file("run" + mode.name), job_out = cluster.file("job" + mode.name + ".out");
+    auto r = cluster.shell(
+        kWaitJob + "job=$(sbatch --parsable " + mode.options + " --output=" + job_out +
+        " --export=ALL,DDPRUN=" + bin("ddprun") + ",NPROC_PER_NODE=2,DDP_TRAIN=" + bin("ddp-train") + " " + kScripts +
+        mode.script + " " + config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out + " " + kShort +
+        ") || exit 1; i=0; while ! grep -q 'step 20/200' " + job_out + " 2>/dev/null && [ $i -lt 2400 ]; do " +
+        "sleep 0.05; i=$((i+1)); done; scancel --signal=TERM $job; echo first: $(wait_job $job); " +
+        // Slurm holds a requeued job for 120 s before it may start again; StartTime=now lifts that.
+        "scontrol requeue $job && scontrol update JobId=$job StartTime=now; echo second: $(wait_job $job)");
+    std::string log = read_file(job_out);
+    INFO("mode " << mode.name << "\n" << r.out << r.err << log);
+    CHECK_THAT(r.out, Contains("first: JobState=FAILED Restarts=0 ExitCode=143:0"));
+    CHECK_THAT(r.out, Contains("second: JobState=COMPLETED Restarts=1 ExitCode=0:0"));
+    std::smatch match;
+    REQUIRE(std::regex_search(log, match, std::regex("stopping at step ([0-9]+) as asked \\(SIGTERM\\)")));
+    CHECK(std::stoi(match[1]) < 200);
+    CHECK_THAT(log, Contains("(restart 1)") && Contains(mode.program + " exited with status 143") &&
+                        Contains(mode.program + " exited with status 0") &&
+                        Contains("resumed from " + out + "/checkpoints/step_"));
+    CHECK(same_bytes(reference, out + "/model.pt"));
+  }
 }
 
 TEST_CASE("a rank that fails on the second node fails the job, named with its host and exit code, leaving no worker",
