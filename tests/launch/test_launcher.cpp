@@ -208,6 +208,19 @@ TEST_CASE("with --rdzv-backend c10d and no node ranks, three launchers take 0, 1
   CHECK_THAT(r.err, !Contains("failed to bind") && !Contains("in use"));
 }
 
+TEST_CASE("a launcher beyond --nnodes by arrival is refused with one line, and the others run on") {
+  std::string common = " --nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(free_port()) +
+                       " --rdzv-timeout 30 -- sh -c 'sleep 2; echo rank=$RANK'";
+  auto r = run_shell(ddprun() + common + " & A=$!; " + ddprun() + common + " & B=$!; sleep 1; " + ddprun() + common +
+                         "; echo third=$?; wait $A; a=$?; wait $B; echo others=$a,$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "third=2") == 1);
+  CHECK(count_lines(r.out, "others=0,0") == 1);
+  CHECK_THAT(r.err, Contains("all 2 node ranks at 127.0.0.1:") &&
+                        Contains("are taken: more launchers than --nnodes joined this rendezvous"));
+}
+
 TEST_CASE("a failure on one node stops the other node too") {
   std::string port = std::to_string(free_port());
   std::string sleeper = unique_sleep(5);
