@@ -10,6 +10,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
 #include "ddp/common/text.h"
+#include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/comm/dist_env.h"
@@ -50,8 +51,12 @@ int main(int argc, char** argv) {
     app.add_option("--master-addr", env.master_addr, "Rendezvous host (default $MASTER_ADDR or " + std::string(ddp::kDefaultMasterAddr) + ")");
     app.add_option("--master-port", env.master_port, "Rendezvous port (default $MASTER_PORT or " + std::to_string(ddp::kDefaultMasterPort) + ")");
     app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
+    app.set_version_flag("--version", ddp::version_line(), "Print the versions this binary was built with");
     try {
       app.parse(argc, argv);
+    } catch (const CLI::CallForVersion&) {
+      std::cout << ddp::version_line() << "\n";
+      return ddp::kExitSuccess;
     } catch (const CLI::CallForHelp& e) {
       // The key list comes from the same declarations the parser uses, so it cannot drift.
       std::cout << app.help() << "\nConfig keys for --set, with their defaults (docs/config.md explains each):\n"

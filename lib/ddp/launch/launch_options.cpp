@@ -13,6 +13,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/limits.h"
 #include "ddp/common/text.h"
+#include "ddp/common/version.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/slurm_env.h"
 
@@ -205,9 +206,14 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
+  app.set_version_flag("--version", version_line(), "Print ddprun's and LibTorch's versions, and whether CUDA and "
+                                                    "NCCL are built in");
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
+  } catch (const CLI::CallForVersion&) {
+    std::cout << version_line() << "\n";
+    return std::nullopt;
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help() << "\nA config runs " << "ddp-train beside ddprun; see README.md for the environment.\n";
     return std::nullopt;

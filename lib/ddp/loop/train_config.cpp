@@ -25,6 +25,8 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   declare_config(schema, config.loss);
   declare_config(schema, config.eval);
   declare_config(schema, config.checkpoint);
+  declare_config(schema, config.logging);
+  declare_config(schema, config.monitor);
 }
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {

@@ -8,6 +8,8 @@
 #include "ddp/data/data_config.h"
 #include "ddp/comm/dist_config.h"
 #include "ddp/loop/loop_config.h"
+#include "ddp/loop/system_monitor.h"
+#include "ddp/record/record_config.h"
 #include "ddp/model/model_config.h"
 #include "ddp/optim/optim_config.h"
 #include "ddp/task/loss.h"
@@ -27,6 +29,8 @@ struct TrainConfig {
   LossConfig loss;  ///< declared under train: (train.loss, train.label_smoothing)
   EvalConfig eval;
   CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  MonitorConfig monitor;
 };
 
 /// Reads a YAML file, applies `--set key=value` overrides in order, validates. Throws ConfigError.

@@ -5,15 +5,21 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <filesystem>
 #include <set>
 #include <sstream>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/comm/collectives.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/optim/optimizer_factory.h"
+#include "ddp/record/run_report.h"
+#include "ddp/common/version.h"
 
 namespace ddp {
 namespace {
@@ -30,6 +36,17 @@ std::string parameter_signature(const torch::nn::Module& model) {
   for (const auto& item : model.named_parameters()) out << item.key() << " " << item.value().sizes() << "\n";
   for (const auto& item : model.named_buffers()) out << item.key() << " " << item.value().sizes() << "\n";
   return out.str();
+}
+
+// DDPRUN_TEST_STEP_DELAY=RANK:MS slows that rank by MS per step: the straggler the monitor's tests need.
+double test_step_delay_ms(int rank) {
+  const char* value = std::getenv("DDPRUN_TEST_STEP_DELAY");
+  if (!value) return 0;
+  int which = -1;
+  double ms = 0;
+  if (std::sscanf(value, "%d:%lf", &which, &ms) != 2 || ms < 0 || ms > 60000)
+    throw UserError(std::string("DDPRUN_TEST_STEP_DELAY: expected RANK:MS, got '") + value + "'");
+  return which == rank ? ms : 0;
 }
 
 std::string format_duration(double seconds) {
@@ -72,8 +89,11 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       [task = task_.get()](const torch::Tensor& indices) { return task->make_batch(Split::kTrain, indices); },
       config_.data, /*pin_memory=*/comm_.device.is_cuda());
-  // One side value: the stop vote, which travels with the gradients (no collective of its own).
-  reducer_ = std::make_unique<GradientReducer>(parameters_, comm_, config_.dist, /*side_values=*/1);
+  // Side values travel with the gradients (no collective of their own): the stop vote, then the
+  // monitor's numbers (Note [Monitor values]).
+  monitor_ = std::make_unique<SystemMonitor>(config_.monitor, comm_.rank, comm_.world_size);
+  reducer_ = std::make_unique<GradientReducer>(parameters_, comm_, config_.dist, 1 + monitor_->side_values());
+  test_step_delay_ms_ = test_step_delay_ms(comm_.rank);
   double lr = scaled_lr(config_.optim, comm_.world_size);
   optimizer_ = make_optimizer(parameters_, config_.optim, lr);
   total_steps_ = config_.train.epochs * steps_per_epoch();
@@ -88,11 +108,16 @@ void Trainer::prepare_output_dir(const std::string& resolved_config) {
   std::filesystem::create_directories(output_dir_, ec);
   if (ec) throw_output_error("cannot create run.output_dir " + output_dir_ + ": " + ec.message(), ec.value());
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
-  write_file_atomically(output_dir_ + "/config.yaml", resolved_config);
+  write_file_atomically(output_dir_ + "/config.yaml", "# " + version_line() + "\n" + resolved_config);
   spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
   spdlog::info("world size {} ({} backend), per-rank batch {}, global batch {}", comm_.world_size, comm_.backend,
                config_.train.batch_size, config_.train.batch_size * config_.train.grad_accum_steps * comm_.world_size);
-  metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl");
+  metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl",
+                                         config_.logging.tensorboard ? output_dir_ + "/tb" : "");
+  // Indented: TensorBoard's text tab renders markdown, and this keeps the YAML as it is.
+  std::string indented;
+  for (const auto& line : split(version_line() + "\n\n" + resolved_config, '\n')) indented += "    " + line + "\n";
+  metrics_->write_text("config", 0, indented);
 }
 
 void Trainer::synchronise_replicas() {
@@ -162,11 +187,23 @@ int Trainer::fit() {
 }
 
 void Trainer::train_step(int64_t micro_batches) {
+  auto step_start = Clock::now();
+  double data_wait_ms = 0;
+  if (test_step_delay_ms_ > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(test_step_delay_ms_));
   for (int64_t m = 0; m < micro_batches; ++m) {
     // Only the last micro-step's backward communicates (the buckets start during it); this
-    // rank's stop vote travels with it.
-    if (m + 1 == micro_batches) reducer_->prepare({stop_signal() != 0 ? 1.0 : 0.0});
-    Batch batch = prefetcher_->next().to(comm_.device);
+    // rank's stop vote and its monitor numbers travel with it.
+    if (m + 1 == micro_batches) {
+      std::vector<double> side{stop_signal() != 0 ? 1.0 : 0.0};
+      auto mine = monitor_->local_values(last_data_wait_ms_, last_busy_ms_);
+      side.insert(side.end(), mine.begin(), mine.end());
+      reducer_->prepare(side);
+    }
+    auto wait_start = Clock::now();
+    Batch next = prefetcher_->next();
+    data_wait_ms += seconds_since(wait_start) * 1000;
+    Batch batch = next.to(comm_.device);
     torch::Tensor loss = task_->loss(batch);
     // Micro-steps average, like one batch micro_batches times as large.
     (loss / static_cast<double>(micro_batches)).backward();
@@ -176,7 +213,9 @@ void Trainer::train_step(int64_t micro_batches) {
     progress_.batch_in_epoch += 1;
   }
   // Every rank sees the same votes, so every rank stops after the same step.
-  stop_agreed_ = reducer_->finish()[0] > 0;
+  std::vector<double> side = reducer_->finish();
+  stop_agreed_ = side[0] > 0;
+  monitor_->add(side, 1);
   window_.allreduce_ms += reducer_->timing().total_ms;
   window_.exposed_ms += reducer_->timing().exposed_ms;
   if (config_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(parameters_, config_.train.clip_grad_norm);
@@ -192,6 +231,10 @@ void Trainer::train_step(int64_t micro_batches) {
   }
   comm_.tracker->set_step(progress_.step);
   heartbeat_.beat(progress_.step);
+  last_data_wait_ms_ = data_wait_ms;
+  last_busy_ms_ = std::max(0.0, seconds_since(step_start) * 1000 - data_wait_ms - reducer_->timing().exposed_ms);
+  if (comm_.rank == 0)
+    if (auto record = monitor_->record_if_due(progress_.step)) metrics_->write(*record);
 }
 
 void Trainer::after_step() {
@@ -217,6 +260,7 @@ int Trainer::stop_after_checkpoint() {
   if (comm_.rank == 0)
     spdlog::warn("stopping at step {} as asked ({}); checkpoint saved, the same command resumes from it",
                  progress_.step, sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
+  write_report(128 + sig);
   barrier(comm_);
   return sig;
 }
@@ -230,6 +274,7 @@ void Trainer::finish() {
     spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt", steps, elapsed,
                  steps / std::max(elapsed, 1e-9), output_dir_);
   }
+  write_report(0);
   // Nobody leaves before every rank is done with collectives and rank 0 has written its files.
   barrier(comm_);
 }
@@ -242,11 +287,26 @@ void Trainer::report_peak_memory() {
   per_rank = all_reduce_sum(comm_, per_rank);
   if (comm_.rank != 0) return;
   std::string text;
-  for (int r = 0; r < comm_.world_size; ++r) text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+  MetricsRecord record{{"step", static_cast<double>(progress_.step)},
+                       {"peak_rss_mib_max", per_rank.max().item<double>()}};
+  for (int r = 0; r < comm_.world_size; ++r) {
+    text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+    record.emplace_back("peak_rss_mib_rank" + std::to_string(r), per_rank[r].item<double>());
+  }
   spdlog::info("peak RSS per rank (MiB): {}", text);
-  metrics_->write({{"step", static_cast<double>(progress_.step)},
-                   {"peak_rss_mib_max", per_rank.max().item<double>()},
-                   {"peak_rss_mib_rank0", per_rank[0].item<double>()}});
+  metrics_->write(record);
+}
+
+void Trainer::write_report(std::optional<int> exit_status) {
+  if (comm_.rank != 0) return;
+  if (exit_status)
+    metrics_->write({{"step", static_cast<double>(progress_.step)}, {"exit_status", static_cast<double>(*exit_status)}});
+  if (!config_.logging.report) return;
+  try {
+    write_run_report(output_dir_ + "/report.html", {output_dir_});
+  } catch (const std::exception& e) {
+    spdlog::warn("no report.html: {}", e.what());  // the run's own files are what matter
+  }
 }
 
 void Trainer::save_checkpoint() {
@@ -311,6 +371,7 @@ void Trainer::run_eval() {
   spdlog::info("eval at step {} (epoch {}):{} over {} samples", progress_.step, progress_.epoch, values,
                result.samples);
   metrics_->write(record);
+  write_report(std::nullopt);
 }
 
 }  // namespace ddp

@@ -15,7 +15,8 @@
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/distributed_sampler.h"
 #include "ddp/common/directory_lock.h"
-#include "ddp/loop/metrics_log.h"
+#include "ddp/record/metrics_log.h"
+#include "ddp/loop/system_monitor.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/worker_signals.h"
 #include "ddp/optim/lr_schedule.h"
@@ -64,6 +65,8 @@ class Trainer {
   void save_checkpoint();
   void report_peak_memory();
   void log_progress();
+  /// Rank 0: the record of how the run ended, and the report (logging.report) made from the run's files.
+  void write_report(std::optional<int> exit_status);
 
   TrainConfig config_;
   Communicator comm_;
@@ -75,7 +78,8 @@ class Trainer {
   std::vector<torch::Tensor> buffers_;
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // after task_: its batches come from it
-  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<SystemMonitor> monitor_;
+  std::unique_ptr<GradientReducer> reducer_;  // after monitor_: carries its side values
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<Checkpointer> checkpointer_;
@@ -86,6 +90,9 @@ class Trainer {
   bool stop_agreed_ = false;  // some rank was asked to stop; all stop after this step
   Heartbeat heartbeat_;
   LogWindow window_;
+  double last_data_wait_ms_ = 0;  // this rank's previous step, for the monitor
+  double last_busy_ms_ = 0;
+  double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
   std::chrono::steady_clock::time_point fit_start_;
   int64_t fit_start_step_ = 0;
 };

@@ -1,0 +1,186 @@
+#include "ddp/loop/system_monitor.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "ddp/common/limits.h"
+#include "ddp/config/config_schema.h"
+
+namespace ddp {
+
+// Note [Monitor values]
+// Every rank measures its own step: the time it waited for batches, and the time it was busy (the
+// step less that wait and less the all-reduce time backward did not hide, which is waiting for the
+// other ranks). Its sampling thread adds CPU use and RSS every monitor.every_s. These four numbers
+// go into the rank's own slots of the side values the gradient reducer carries in its last bucket;
+// the sum over ranks then holds every rank's numbers, on every rank, with no collective of its own.
+// They describe the step before (a side value is set before the step's backward). A straggler is
+// the rank that is busy longer than the others: they wait for it in the all-reduce, which does not
+// count as busy, so it stands out however long everyone's steps look from outside.
+
+namespace {
+
+constexpr int kValuesPerRank = 4;
+constexpr double kStarvedShare = 0.2;     // of a step spent waiting for data
+constexpr double kStragglerRatio = 1.2;   // busy time against the others' median
+constexpr int kStragglerWindows = 2;      // consistently: in this many windows in a row
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+double rss_mib() {
+  long pages = 0, resident = 0;
+  if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(statm);
+  }
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  auto at = values.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(values.size() - 1) + 0.5);
+  std::nth_element(values.begin(), at, values.end());
+  return *at;
+}
+
+}  // namespace
+
+void declare_config(ConfigSchema& schema, MonitorConfig& config) {
+  schema.section("monitor", "Each rank's CPU, memory, data wait and compute time, recorded by rank 0.");
+  schema.add("monitor.every_s", &config.every_s,
+             "seconds between monitor records (metrics.jsonl, TensorBoard, one log line, warnings for starved "
+             "input and stragglers); 0: off")
+      .min(0)
+      .max(kMaxSeconds);
+}
+
+std::optional<std::pair<int, double>> find_straggler(const std::vector<double>& busy_ms_per_rank, double ratio) {
+  if (busy_ms_per_rank.size() < 2) return std::nullopt;
+  auto slowest = std::max_element(busy_ms_per_rank.begin(), busy_ms_per_rank.end());
+  std::vector<double> others;
+  for (auto it = busy_ms_per_rank.begin(); it != busy_ms_per_rank.end(); ++it)
+    if (it != slowest) others.push_back(*it);
+  double typical = quantile(others, 0.5);
+  if (typical <= 0 || *slowest < ratio * typical) return std::nullopt;
+  return std::make_pair(static_cast<int>(slowest - busy_ms_per_rank.begin()), *slowest / typical);
+}
+
+SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_size)
+    : every_s_(config.every_s), rank_(rank), world_size_(world_size), window_(world_size) {
+  if (!enabled()) return;
+  rss_mib_ = rss_mib();
+  thread_ = std::thread([this] { sample_loop(); });
+}
+
+SystemMonitor::~SystemMonitor() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void SystemMonitor::sample_loop() {
+  auto wall = std::chrono::steady_clock::now();
+  double cpu = cpu_seconds();
+  std::unique_lock<std::mutex> lock(mutex_);
+  // The first sample comes soon, so that a short run's first record has one.
+  auto interval = std::chrono::duration<double>(std::min(every_s_, 0.5));
+  while (!wake_.wait_for(lock, interval, [&] { return stopping_; })) {
+    interval = std::chrono::duration<double>(every_s_);
+    auto now = std::chrono::steady_clock::now();
+    double cpu_now = cpu_seconds();
+    double elapsed = std::chrono::duration<double>(now - wall).count();
+    cpu_percent_ = elapsed > 0 ? 100.0 * (cpu_now - cpu) / elapsed : 0;
+    rss_mib_ = rss_mib();
+    wall = now;
+    cpu = cpu_now;
+  }
+}
+
+int SystemMonitor::side_values() const { return enabled() ? kValuesPerRank * world_size_ : 0; }
+
+std::vector<double> SystemMonitor::local_values(double data_wait_ms, double busy_ms) const {
+  std::vector<double> values(static_cast<std::size_t>(side_values()), 0.0);
+  if (values.empty()) return values;
+  auto at = static_cast<std::size_t>(rank_ * kValuesPerRank);
+  values[at] = cpu_percent_;
+  values[at + 1] = rss_mib_;
+  values[at + 2] = data_wait_ms;
+  values[at + 3] = busy_ms;
+  return values;
+}
+
+void SystemMonitor::add(const std::vector<double>& summed, std::size_t offset) {
+  if (!enabled() || rank_ != 0) return;
+  for (int r = 0; r < world_size_; ++r) {
+    const double* v = summed.data() + offset + static_cast<std::size_t>(r * kValuesPerRank);
+    window_[static_cast<std::size_t>(r)].push_back({v[0], v[1], v[2], v[3]});
+  }
+}
+
+std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
+  if (!enabled() || rank_ != 0 || window_[0].empty()) return std::nullopt;
+  auto now = std::chrono::steady_clock::now();
+  if (std::chrono::duration<double>(now - last_record_).count() < every_s_) return std::nullopt;
+  last_record_ = now;
+
+  MetricsRecord record{{"step", static_cast<double>(step)}};
+  std::string cpu_text, rss_text, wait_text, busy_text;
+  std::vector<double> busy_medians;
+  for (int r = 0; r < world_size_; ++r) {
+    auto& steps = window_[static_cast<std::size_t>(r)];
+    std::vector<double> busy, wait;
+    for (const auto& s : steps) {
+      busy.push_back(s.busy_ms);
+      wait.push_back(s.data_wait_ms);
+    }
+    const RankSample& last = steps.back();
+    double wait_ms = quantile(wait, 0.5), busy_p50 = quantile(busy, 0.5);
+    busy_medians.push_back(busy_p50);
+    std::string suffix = "_rank" + std::to_string(r);
+    record.emplace_back("sys_cpu_percent" + suffix, last.cpu_percent);
+    record.emplace_back("sys_rss_mib" + suffix, last.rss_mib);
+    record.emplace_back("sys_data_wait_ms" + suffix, wait_ms);
+    record.emplace_back("sys_step_busy_ms_p10" + suffix, quantile(busy, 0.1));
+    record.emplace_back("sys_step_busy_ms_p50" + suffix, busy_p50);
+    record.emplace_back("sys_step_busy_ms_p90" + suffix, quantile(busy, 0.9));
+    std::string sep = r ? " " : "";
+    cpu_text += sep + fmt::format("{:.0f}%", last.cpu_percent);
+    rss_text += sep + fmt::format("{:.0f}", last.rss_mib);
+    wait_text += sep + fmt::format("{:.2f}", wait_ms);
+    busy_text += sep + fmt::format("{:.1f}", busy_p50);
+    if (wait_ms > kStarvedShare * (wait_ms + busy_p50))
+      spdlog::warn("starved input: rank {} waits for data {:.0f}% of its step ({:.1f} of {:.1f} ms); raise "
+                   "data.workers or data.prefetch",
+                   r, 100 * wait_ms / (wait_ms + busy_p50), wait_ms, wait_ms + busy_p50);
+    steps.clear();
+  }
+  spdlog::info("monitor at step {}: CPU {} | RSS MiB {} | data wait ms/step {} | compute ms/step {} (by rank)", step,
+               cpu_text, rss_text, wait_text, busy_text);
+
+  auto straggler = find_straggler(busy_medians, kStragglerRatio);
+  slow_windows_ = straggler && straggler->first == last_straggler_ ? slow_windows_ + 1 : straggler ? 1 : 0;
+  last_straggler_ = straggler ? straggler->first : -1;
+  if (straggler && slow_windows_ % (6 * kStragglerWindows) == kStragglerWindows) {
+    std::vector<double> others = busy_medians;
+    others.erase(others.begin() + straggler->first);
+    spdlog::warn("straggler: rank {} computes {:.1f}x as long per step as the others ({:.1f} ms against {:.1f} ms), "
+                 "and every rank waits for it in the all-reduce",
+                 straggler->first, straggler->second, busy_medians[static_cast<std::size_t>(straggler->first)],
+                 quantile(others, 0.5));
+  }
+  return record;
+}
+
+}  // namespace ddp

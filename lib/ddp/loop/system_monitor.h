@@ -1,0 +1,83 @@
+#pragma once
+// The system monitor: each rank's CPU use, memory, time waiting for data and time computing, seen
+// by rank 0 every step at no cost of its own (the numbers travel with the gradients), recorded
+// every monitor.every_s, with warnings for starved input and for a straggler.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/record/metrics_log.h"
+
+namespace ddp {
+
+class ConfigSchema;
+
+/// `monitor:`.
+struct MonitorConfig {
+  double every_s = 5;  ///< 0: off
+};
+
+/// Declares the `MonitorConfig` keys, bound to `config`, with their defaults, docs and ranges.
+void declare_config(ConfigSchema& schema, MonitorConfig& config);
+
+/// One rank's numbers for one step (see Note [Monitor values]).
+struct RankSample {
+  double cpu_percent = 0;   ///< of one core, since the sampler's previous sample
+  double rss_mib = 0;
+  double data_wait_ms = 0;  ///< the step waited this long for its batches
+  double busy_ms = 0;       ///< the step's time less the data wait and the all-reduce wait
+};
+
+/// Every rank's numbers, and what rank 0 makes of them.
+class SystemMonitor {
+ public:
+  /// Starts this rank's sampling thread (CPU and RSS every config.every_s) unless the monitor is off.
+  SystemMonitor(const MonitorConfig& config, int rank, int world_size);
+  ~SystemMonitor();
+  SystemMonitor(const SystemMonitor&) = delete;
+  SystemMonitor& operator=(const SystemMonitor&) = delete;
+
+  bool enabled() const { return every_s_ > 0; }
+  /// How many side values the gradient reducer must carry for it: 4 per rank, or none when off.
+  int side_values() const;
+
+  /// This rank's side values: its last step's numbers in its own slots, zeros in the others'.
+  std::vector<double> local_values(double data_wait_ms, double busy_ms) const;
+
+  /// Rank 0: takes every rank's numbers from the summed side values (`summed` from `offset` on).
+  void add(const std::vector<double>& summed, std::size_t offset);
+
+  /// Rank 0: when monitor.every_s has passed since the last one, a metrics record of the window
+  /// (and its log line and warnings, said here); else nullopt.
+  std::optional<MetricsRecord> record_if_due(int64_t step);
+
+ private:
+  void sample_loop();
+
+  double every_s_;
+  int rank_;
+  int world_size_;
+  std::atomic<double> cpu_percent_{0};
+  std::atomic<double> rss_mib_{0};
+  std::vector<std::vector<RankSample>> window_;  // rank 0: per rank, the steps since the last record
+  std::chrono::steady_clock::time_point last_record_ = std::chrono::steady_clock::now();
+  int slow_windows_ = 0;     // consecutive windows with the same straggler
+  int last_straggler_ = -1;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+/// The rank whose median busy time is at least `ratio` × the median of the others' (nullopt if none),
+/// with that factor.
+std::optional<std::pair<int, double>> find_straggler(const std::vector<double>& busy_ms_per_rank, double ratio);
+
+}  // namespace ddp

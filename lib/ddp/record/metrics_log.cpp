@@ -1,0 +1,78 @@
+#include "ddp/record/metrics_log.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <spdlog/fmt/fmt.h>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/record/event_file.h"
+
+namespace ddp {
+
+std::string to_json(const MetricsRecord& record) {
+  std::string json = "{";
+  for (const auto& [name, value] : record) {
+    if (json.size() > 1) json += ", ";
+    json += "\"" + name + "\": ";
+    if (!std::isfinite(value))
+      json += "null";
+    else if (value == std::floor(value) && std::fabs(value) < 1e15)
+      json += fmt::format("{}", static_cast<long long>(value));
+    else
+      json += fmt::format("{}", value);
+  }
+  return json + "}";
+}
+
+std::optional<std::string> tensorboard_tag(const std::string& key) {
+  auto ends_with = [&](const std::string& suffix) {
+    return key.size() >= suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (key == "step" || ends_with("_unix_s")) return std::nullopt;
+  static const std::pair<const char*, const char*> kGroups[] = {
+      {"eval_", "eval/"}, {"sys_", "system/"}, {"peak_rss_", "memory/"}, {"allreduce_", "comm/"}, {"exit_", "run/"}};
+  for (const auto& [prefix, group] : kGroups)
+    if (key.rfind(prefix, 0) == 0)
+      return std::string(group) + (std::string(prefix) == "eval_" || std::string(prefix) == "sys_"
+                                       ? key.substr(std::strlen(prefix))
+                                       : key);
+  return "train/" + key;
+}
+
+MetricsLog::MetricsLog(const std::string& path, const std::string& tensorboard_dir) {
+  int fd = open_for_append(path);
+  file_ = fdopen(fd, "a");
+  if (!file_) {
+    std::string cause = std::strerror(errno);
+    close(fd);
+    throw IoError("cannot write metrics to " + path + ": " + cause);
+  }
+  if (!tensorboard_dir.empty()) events_ = std::make_unique<EventFileWriter>(tensorboard_dir);
+}
+
+MetricsLog::~MetricsLog() { std::fclose(file_); }
+
+void MetricsLog::write(const MetricsRecord& record) {
+  std::string line = to_json(record) + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+  if (!events_) return;
+  int64_t step = 0;
+  for (const auto& [name, value] : record)
+    if (name == "step") step = static_cast<int64_t>(value);
+  for (const auto& [name, value] : record)
+    if (auto tag = tensorboard_tag(name); tag && std::isfinite(value)) events_->add_scalar(*tag, step, value);
+  events_->flush();
+}
+
+void MetricsLog::write_text(const std::string& tag, int64_t step, const std::string& text) {
+  if (!events_) return;
+  events_->add_text(tag, step, text);
+  events_->flush();
+}
+
+}  // namespace ddp

@@ -1,0 +1,33 @@
+#pragma once
+// Reading a run back: metrics.jsonl's records, its config and how it ended, for the report.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/record/metrics_log.h"
+
+namespace ddp {
+
+/// One run's files, as the report reads them.
+struct RunRecords {
+  std::string name;  ///< the directory's last component
+  std::vector<MetricsRecord> records;
+  int skipped_lines = 0;  ///< lines that are no record (a line cut short by a crash)
+  std::string config;     ///< config.yaml's text ("" if missing)
+
+  /// The values of `key` by step, in file order (records without it are left out).
+  std::vector<std::pair<double, double>> series(const std::string& key) const;
+  /// The last value of `key`, if any record has it.
+  std::optional<double> last(const std::string& key) const;
+  /// The keys that occur, each once, in order of first occurrence.
+  std::vector<std::string> keys() const;
+};
+
+/// The record of one metrics.jsonl line; nullopt if it is not a flat JSON object of numbers (and nulls).
+std::optional<MetricsRecord> parse_metrics_line(const std::string& line);
+
+/// Reads DIR/metrics.jsonl and DIR/config.yaml; UserError naming the file when there are no metrics.
+RunRecords read_run(const std::string& dir);
+
+}  // namespace ddp

@@ -1,0 +1,194 @@
+#include "ddp/record/run_report.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <functional>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/version.h"
+#include "ddp/record/svg_chart.h"
+
+namespace ddp {
+namespace {
+
+constexpr const char* kStyle = R"(
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #f6f6f4; }
+h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 24px 0 8px; }
+.meta { color: #666; margin-bottom: 16px; }
+table { border-collapse: collapse; background: #fff; } td, th { padding: 4px 10px; border: 1px solid #ddd; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+svg.chart { background: #fff; border: 1px solid #ddd; }
+svg .title { font-weight: 600; font-size: 14px; } svg .tick, svg .legend { font-size: 11px; fill: #444; }
+svg .axis { font-size: 12px; fill: #444; } svg .frame { fill: none; stroke: #bbb; } svg .empty { fill: #999; }
+pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow: auto; max-height: 400px; }
+.failed { color: #b00; font-weight: 600; } .ok { color: #070; font-weight: 600; }
+)";
+
+std::string exit_text(const RunRecords& run) {
+  auto status = run.last("exit_status");
+  if (!status) return R"(<span class="failed">no exit recorded</span> (still running, or the run failed))";
+  int code = static_cast<int>(*status);
+  if (code == 0) return R"(<span class="ok">finished</span> (exit 0))";
+  if (code > 128) return fmt::format(R"(<span class="failed">stopped by signal {}</span> (exit {}); a checkpoint was saved)",
+                                     code - 128, code);
+  return fmt::format(R"(<span class="failed">exit {}</span>)", code);
+}
+
+std::string cell(std::optional<double> value, const char* format = "{:.4g}") {
+  return value ? fmt::format(fmt::runtime(format), *value) : "";
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+int ranks_in(const RunRecords& run) {
+  int ranks = 0;
+  while (!run.series("sys_rss_mib_rank" + std::to_string(ranks)).empty() ||
+         !run.series("peak_rss_mib_rank" + std::to_string(ranks)).empty())
+    ++ranks;
+  return ranks;
+}
+
+// With one run, a colour per series; with several, a colour per run (and the series told apart by
+// dashes or labels).
+std::string color_for(std::size_t run, std::size_t series, std::size_t runs) {
+  return chart_color(runs == 1 ? series : run);
+}
+
+std::string label_for(const RunRecords& run, const std::string& what, std::size_t runs) {
+  return runs == 1 ? what : run.name + (what.empty() ? "" : " " + what);
+}
+
+// A chart of one key per run, or of several keys (solid, then dashed).
+std::string chart_of(const std::vector<RunRecords>& runs, const std::string& title, const std::string& y_label,
+                     const std::vector<std::pair<std::string, std::string>>& keys_and_labels) {
+  std::vector<ChartSeries> series;
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    for (std::size_t k = 0; k < keys_and_labels.size(); ++k) {
+      const auto& [key, label] = keys_and_labels[k];
+      series.push_back({label_for(runs[r], label, runs.size()), color_for(r, k, runs.size()),
+                        runs.size() > 1 && k > 0, runs[r].series(key)});
+    }
+  return svg_line_chart(title, "step", y_label, series);
+}
+
+// One line per rank (one run), or per run and rank.
+std::string per_rank_chart(const std::vector<RunRecords>& runs, const std::string& title, const std::string& y_label,
+                           const std::string& key_prefix) {
+  std::vector<ChartSeries> series;
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    for (int rank = 0, ranks = ranks_in(runs[r]); rank < ranks; ++rank)
+      series.push_back({label_for(runs[r], "rank " + std::to_string(rank), runs.size()),
+                        color_for(r, static_cast<std::size_t>(rank), runs.size()), runs.size() > 1 && rank > 0,
+                        runs[r].series(key_prefix + std::to_string(rank))});
+  return svg_line_chart(title, "step", y_label, series);
+}
+
+// The all-reduce time that backward did not hide (exposed), and what it did (hidden).
+std::string allreduce_chart(const std::vector<RunRecords>& runs) {
+  std::vector<ChartSeries> series;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    auto total = runs[r].series("allreduce_ms"), exposed = runs[r].series("allreduce_exposed_ms");
+    std::vector<std::pair<double, double>> hidden;
+    for (std::size_t i = 0; i < std::min(total.size(), exposed.size()); ++i)
+      hidden.emplace_back(total[i].first, std::max(0.0, total[i].second - exposed[i].second));
+    series.push_back({label_for(runs[r], "exposed", runs.size()), color_for(r, 0, runs.size()), false, exposed});
+    series.push_back({label_for(runs[r], "hidden by backward", runs.size()), color_for(r, 1, runs.size()), true, hidden});
+  }
+  return svg_line_chart("All-reduce per step", "step", "ms", series);
+}
+
+// Per rank: the median over the run of each monitor window's 10th, 50th and 90th percentile.
+std::string step_time_chart(const std::vector<RunRecords>& runs) {
+  std::vector<ChartBox> boxes;
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    for (int rank = 0, ranks = ranks_in(runs[r]); rank < ranks; ++rank) {
+      auto values = [&](const char* q) {
+        std::vector<double> v;
+        for (const auto& [step, value] : runs[r].series(fmt::format("sys_step_busy_ms_{}_rank{}", q, rank)))
+          v.push_back(value);
+        return v;
+      };
+      auto p10 = values("p10"), p50 = values("p50"), p90 = values("p90");
+      if (p50.empty()) continue;
+      boxes.push_back({label_for(runs[r], "rank " + std::to_string(rank), runs.size()),
+                       color_for(r, static_cast<std::size_t>(rank), runs.size()), median(p10), median(p50),
+                       median(p90)});
+    }
+  return svg_box_chart("Compute time per step, by rank (10th-90th percentile, median)", "ms", boxes);
+}
+
+std::string eval_keys_chart(const std::vector<RunRecords>& runs) {
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (const auto& run : runs)
+    for (const auto& key : run.keys())
+      if (key.rfind("eval_", 0) == 0 && key != "eval_loss" && key != "eval_samples" &&
+          std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; }) == keys.end())
+        keys.emplace_back(key, key.substr(5));
+  return chart_of(runs, "Evaluation", keys.size() == 1 ? keys[0].second : "value", keys);
+}
+
+std::string summary_table(const std::vector<RunRecords>& runs) {
+  std::string out = "<table><tr><th>run</th><th>steps</th><th>last train loss</th><th>last eval loss</th>"
+                    "<th>last eval accuracy</th><th>samples/s (median)</th><th>peak RSS/rank (MiB)</th><th>ended</th></tr>";
+  for (const auto& run : runs) {
+    std::vector<double> throughput;
+    for (const auto& [step, v] : run.series("samples_per_s")) throughput.push_back(v);
+    out += "<tr><td>" + html_escape(run.name) + "</td><td>" + cell(run.last("step"), "{:.0f}") + "</td><td>" +
+           cell(run.last("loss")) + "</td><td>" + cell(run.last("eval_loss")) + "</td><td>" +
+           cell(run.last("eval_accuracy")) + "</td><td>" +
+           (throughput.empty() ? std::string() : fmt::format("{:.0f}", median(throughput))) + "</td><td>" +
+           cell(run.last("peak_rss_mib_max"), "{:.0f}") + "</td><td>" + exit_text(run) +
+           (run.skipped_lines ? fmt::format(" ({} unreadable line(s) skipped)", run.skipped_lines) : "") + "</td></tr>";
+  }
+  return out + "</table>";
+}
+
+}  // namespace
+
+std::string render_report(const std::vector<RunRecords>& runs) {
+  std::string names;
+  for (const auto& run : runs) names += (names.empty() ? "" : ", ") + run.name;
+  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ddprun report: " +
+                     html_escape(names) + "</title><style>" + kStyle + "</style></head><body>\n";
+  html += "<h1>ddprun report: " + html_escape(names) + "</h1>\n<div class=\"meta\">written " + when + " by " +
+          html_escape(version_line()) + "</div>\n";
+  html += summary_table(runs);
+  html += "\n<h2>Training</h2><div class=\"charts\">";
+  html += chart_of(runs, "Loss", "loss", {{"loss", "train"}, {"eval_loss", "eval"}});
+  html += eval_keys_chart(runs);
+  html += chart_of(runs, "Throughput", "samples/s", {{"samples_per_s", "samples/s"}});
+  html += chart_of(runs, "Learning rate", "lr", {{"lr", "lr"}});
+  html += "</div>\n<h2>Communication and ranks</h2><div class=\"charts\">";
+  html += allreduce_chart(runs);
+  html += step_time_chart(runs);
+  html += per_rank_chart(runs, "Data wait per step, by rank", "ms", "sys_data_wait_ms_rank");
+  html += "</div>\n<h2>System monitor</h2><div class=\"charts\">";
+  html += per_rank_chart(runs, "CPU, by rank", "% of one core", "sys_cpu_percent_rank");
+  html += per_rank_chart(runs, "Resident memory, by rank", "MiB", "sys_rss_mib_rank");
+  html += "</div>\n<h2>Config</h2>";
+  for (const auto& run : runs)
+    html += "<details" + std::string(runs.size() == 1 ? " open" : "") + "><summary>" + html_escape(run.name) +
+            "</summary><pre>" + html_escape(run.config.empty() ? "(no config.yaml)" : run.config) + "</pre></details>";
+  return html + "\n</body></html>\n";
+}
+
+void write_run_report(const std::string& path, const std::vector<std::string>& run_dirs) {
+  std::vector<RunRecords> runs;
+  for (const auto& dir : run_dirs) runs.push_back(read_run(dir));
+  write_file_atomically(path, render_report(runs));
+}
+
+}  // namespace ddp

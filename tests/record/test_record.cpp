@@ -1,0 +1,149 @@
+// What a run leaves to look at: TensorBoard event files (read back by an independent reader),
+// metrics.jsonl parsing, the report's charts, and ddp-report.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ddp/common/error.h"
+#include "ddp/record/crc32c.h"
+#include "ddp/record/event_file.h"
+#include "ddp/record/metrics_log.h"
+#include "ddp/record/metrics_reader.h"
+#include "ddp/record/run_report.h"
+#include "support/subprocess.h"
+
+using namespace ddp;
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+const std::string kReader = std::string(DDP_SOURCE_DIR) + "/tests/support/read_tfevents.py";
+
+bool has_protobuf() { return run_shell("/usr/bin/python3 -c 'import google.protobuf'").exit_code == 0; }
+
+std::string only_event_file(const std::string& dir) {
+  std::string found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) found = entry.path().string();
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("CRC-32C matches the standard check value and TFRecord's mask", "[record]") {
+  CHECK(crc32c("123456789", 9) == 0xe3069283u);  // the catalogue's check value for CRC-32C
+  CHECK(crc32c("", 0) == 0u);
+  uint32_t crc = crc32c("a", 1);
+  CHECK(masked_crc32c("a", 1) == ((crc >> 15 | crc << 17) + 0xa282ead8u));
+}
+
+TEST_CASE("an event file is read back by an independent reader: every CRC valid, every value as written",
+          "[record][tensorboard]") {
+  if (!has_protobuf()) {
+    WARN("skipped: no python3-protobuf for the independent reader (scripts/setup.sh installs it)");
+    return;
+  }
+  TempDir dir;
+  {
+    EventFileWriter events(dir.file("tb"));
+    events.add_scalar("train/loss", 7, 0.25);
+    events.add_scalar("eval/accuracy", 1ll << 40, 0.875);
+    events.add_text("config", 0, "run:\n  name: \"x\" <&>");
+    events.flush();
+  }
+  std::string file = only_event_file(dir.file("tb"));
+  CHECK_THAT(file, Contains("/events.out.tfevents."));
+  auto r = run_command({"/usr/bin/python3", kReader, file});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains(R"("step": 0, "file_version": "brain.Event:2")"));
+  CHECK_THAT(r.out, Contains(R"("step": 7, "scalars": [{"tag": "train/loss", "value": 0.25}])"));
+  CHECK_THAT(r.out, Contains(R"("step": 1099511627776, "scalars": [{"tag": "eval/accuracy", "value": 0.875}])"));
+  CHECK_THAT(r.out, Contains(R"("tag": "config", "plugin": "text", "dtype": 7, "text": "run:\n  name: \"x\" <&>")"));
+
+  // One flipped bit anywhere is found, and named by its record.
+  std::string bytes = read_file(file);
+  bytes[bytes.size() - 10] ^= 0x01;
+  write_file(file, bytes);
+  auto damaged = run_command({"/usr/bin/python3", kReader, file});
+  CHECK(damaged.exit_code == 1);
+  CHECK_THAT(damaged.err, Contains("record 3: bad data CRC"));
+}
+
+TEST_CASE("metrics keys map to TensorBoard tags by group, and the step is no series", "[record][tensorboard]") {
+  CHECK(tensorboard_tag("loss") == "train/loss");
+  CHECK(tensorboard_tag("eval_accuracy") == "eval/accuracy");
+  CHECK(tensorboard_tag("allreduce_exposed_ms") == "comm/allreduce_exposed_ms");
+  CHECK(tensorboard_tag("peak_rss_mib_rank1") == "memory/peak_rss_mib_rank1");
+  CHECK(tensorboard_tag("sys_cpu_percent_rank0") == "system/cpu_percent_rank0");
+  CHECK(tensorboard_tag("exit_status") == "run/exit_status");
+  CHECK_FALSE(tensorboard_tag("step"));
+  CHECK_FALSE(tensorboard_tag("first_step_unix_s"));
+}
+
+TEST_CASE("metrics.jsonl lines parse back, and a line cut short or not JSON is refused", "[record]") {
+  auto record = parse_metrics_line(R"({"step": 3, "loss": 0.5, "x": null, "big": 1e+20})");
+  REQUIRE(record);
+  REQUIRE(record->size() == 4);
+  CHECK((*record)[0] == std::make_pair(std::string("step"), 3.0));
+  CHECK((*record)[1].second == 0.5);
+  CHECK(std::isnan((*record)[2].second));
+  CHECK((*record)[3].second == 1e20);
+  CHECK(parse_metrics_line(to_json(*record)));  // to_json's own output
+  for (const char* bad : {R"({"step": 3, "loss": 0.)", R"({"step" 3})", R"(["step", 3])", R"({"a": "text"})",
+                          R"({"a": 1} trailing)", ""})
+    CHECK_FALSE(parse_metrics_line(bad));
+}
+
+TEST_CASE("the report draws each series as a polyline, overlays runs, and says how each ended", "[record][report]") {
+  TempDir dir;
+  for (const char* name : {"a", "b"}) {
+    std::filesystem::create_directories(dir.file(name));
+    MetricsLog log(dir.file(std::string(name) + "/metrics.jsonl"), "");
+    for (int step = 10; step <= 30; step += 10)
+      log.write({{"step", step}, {"loss", 1.0 / step}, {"samples_per_s", 100.0 * step}, {"allreduce_ms", 2},
+                 {"allreduce_exposed_ms", 0.5}});
+    log.write({{"step", 30}, {"eval_loss", 0.1}, {"eval_accuracy", 0.9}});
+    log.write({{"step", 30}, {"sys_cpu_percent_rank0", 90}, {"sys_rss_mib_rank0", 100}, {"sys_data_wait_ms_rank0", 0.1},
+               {"sys_step_busy_ms_p10_rank0", 1}, {"sys_step_busy_ms_p50_rank0", 2}, {"sys_step_busy_ms_p90_rank0", 3}});
+    if (std::string(name) == "a") log.write({{"step", 30}, {"exit_status", 0}});
+  }
+  std::ofstream(dir.file("b/metrics.jsonl"), std::ios::app) << "{\"step\": 40, \"loss\"";  // a crash mid-line
+
+  std::vector<RunRecords> runs{read_run(dir.file("a")), read_run(dir.file("b"))};
+  CHECK(runs[1].skipped_lines == 1);
+  CHECK(runs[0].series("loss").size() == 3);
+  std::string html = render_report(runs);
+  CHECK_THAT(html, Contains("ddprun report: a, b"));
+  CHECK_THAT(html, Contains("finished</span> (exit 0)") && Contains("no exit recorded") &&
+                       Contains("1 unreadable line(s) skipped"));
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (auto at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1)) ++n;
+    return n;
+  };
+  // Loss (train, eval), eval accuracy, throughput, all-reduce (exposed, hidden), data wait, CPU,
+  // RSS: 9 lines per run; the learning rate has no data, so "no data" once.
+  CHECK(count("<polyline class=\"series\"") == 18);
+  CHECK(count("class=\"box\"") == 2);
+  CHECK(count(">no data<") == 1);
+  CHECK_THAT(html, !Contains("<script"));
+  CHECK_THAT(html, !Contains("http://") && !Contains("https://"));
+}
+
+TEST_CASE("ddp-report writes one page for several runs, and names a directory that holds none", "[record][report]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("run"));
+  MetricsLog(dir.file("run/metrics.jsonl"), "").write({{"step", 1}, {"loss", 2}});
+  auto ok = run_command({bin("ddp-report"), dir.file("run"), dir.file("run"), "-o", dir.file("both.html")});
+  INFO(ok.out << ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.out, Contains("wrote " + dir.file("both.html") + " (2 run(s))"));
+  CHECK_THAT(read_file(dir.file("both.html")), Contains("ddprun report: run, run"));
+  auto missing = run_command({bin("ddp-report"), dir.file("nothing"), "-o", dir.file("x.html")});
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err == "ddp-report: error: no run in " + dir.file("nothing") + ": cannot read " +
+                           dir.file("nothing") + "/metrics.jsonl\n");
+  CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
+}
