@@ -10,6 +10,8 @@ packages=(
   python3-torch  # tests only: sampler parity and loading model.pt in Python
   slurm-client   # tests only: scontrol, to check the Slurm host-list parser against
   slurmctld slurmd munge  # tests only: a real local cluster (scripts/slurm/local_cluster.sh)
+  chromium       # tests only: the run report rendered in a real (headless) browser
+  python3-protobuf  # tests only: an independent reader of the TensorBoard event files
 )
 
 missing=()

@@ -4,7 +4,8 @@ CRC-32C checked here in pure Python, the Event messages parsed by Google's proto
 (Debian's python3-protobuf) from descriptors with TensorBoard's field numbers
 (tensorboard/compat/proto/event.proto, summary.proto, tensor.proto).
 
-    read_tfevents.py FILE   prints one JSON object per event; exits 1 naming the first bad record
+    read_tfevents.py FILE             prints one JSON object per event; exits 1 naming the first bad record
+    read_tfevents.py --scalars FILE   prints "STEP TAG VALUE" per scalar instead (VALUE: Python's repr)
 """
 import json
 import struct
@@ -61,7 +62,7 @@ def message_classes():
     return get(pool.FindMessageTypeByName("tb.Event"))
 
 
-def main(path):
+def main(path, scalars_only=False):
     Event = message_classes()
     data = open(path, "rb").read()
     at, index = 0, 0
@@ -91,10 +92,17 @@ def main(path):
                      "text": b"".join(value.tensor.string_val).decode()})
             else:
                 out.setdefault("scalars", []).append({"tag": value.tag, "value": value.simple_value})
-        print(json.dumps(out))
+        if scalars_only:
+            for scalar in out.get("scalars", []):
+                print(out["step"], scalar["tag"], repr(scalar["value"]))
+        else:
+            print(json.dumps(out))
         at += 16 + length
         index += 1
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--scalars":
+        main(sys.argv[2], scalars_only=True)
+    else:
+        main(sys.argv[1])

@@ -1,0 +1,178 @@
+// Watching a run: the quick start's TensorBoard events against its metrics.jsonl, its report in a
+// real browser, the monitor naming a straggler, and a resumed run adding an event file.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "ddp/common/version.h"
+#include "ddp/record/metrics_log.h"
+#include "ddp/record/metrics_reader.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSupport = std::string(DDP_SOURCE_DIR) + "/tests/support/";
+
+// The quick start (scripts/quickstart.sh: the ConvNet at world 2), shortened.
+std::string quickstart(const std::string& out, const std::string& extra = "") {
+  return "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node=2 " + std::string(DDP_SOURCE_DIR) +
+         "/configs/fashion_mnist_convnet.yaml --set run.output_dir=" + out +
+         " --set train.max_steps=60 --set train.log_every=10 --set eval.every_steps=30 --set eval.at_start=false"
+         " --set monitor.every_s=0.3 " + extra;
+}
+
+std::vector<std::string> event_files(const std::string& out) {
+  std::vector<std::string> files;
+  if (fs::is_directory(out + "/tb"))
+    for (const auto& entry : fs::directory_iterator(out + "/tb")) files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool has(const char* command) { return run_shell(std::string("command -v ") + command + " >/dev/null").exit_code == 0; }
+
+}  // namespace
+
+TEST_CASE("the quick start's TensorBoard events hold every metrics.jsonl value, each record's CRC valid",
+          "[watch][tensorboard]") {
+  if (run_shell("/usr/bin/python3 -c 'import google.protobuf'").exit_code != 0) {
+    WARN("skipped: no python3-protobuf for the independent reader (scripts/setup.sh installs it)");
+    return;
+  }
+  TempDir dir;
+  std::string out = dir.file("run");
+  auto run = run_shell(quickstart(out), std::chrono::seconds(240));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  auto files = event_files(out);
+  REQUIRE(files.size() == 1);
+  auto scalars = run_command({"/usr/bin/python3", kSupport + "read_tfevents.py", "--scalars", files[0]});
+  INFO(scalars.err);
+  REQUIRE(scalars.exit_code == 0);  // every length and data CRC verified
+
+  // "STEP TAG" → values, as the independent reader saw them.
+  std::map<std::string, std::vector<double>> events;
+  std::istringstream lines(scalars.out);
+  for (std::string step, tag, value; lines >> step >> tag >> value;) events[step + " " + tag].push_back(std::stod(value));
+  auto metrics = ddp::read_run(out);
+  int compared = 0;
+  for (const auto& record : metrics.records) {
+    std::string step;
+    for (const auto& [name, value] : record)
+      if (name == "step") step = std::to_string(static_cast<long long>(value));
+    for (const auto& [name, value] : record) {
+      auto tag = ddp::tensorboard_tag(name);
+      if (!tag) continue;
+      INFO("step " << step << " " << name);
+      auto& seen = events[step + " " + *tag];
+      auto match = std::find(seen.begin(), seen.end(), static_cast<double>(static_cast<float>(value)));
+      CHECK(match != seen.end());
+      if (match != seen.end()) seen.erase(match), ++compared;
+    }
+  }
+  // Train loss and lr at 6 log steps, eval at 2, the monitor's, peak RSS, the exit status...
+  CHECK(compared > 60);
+  for (const char* tag : {"train/loss", "train/lr", "train/samples_per_s", "comm/allreduce_ms",
+                          "comm/allreduce_exposed_ms", "eval/loss", "eval/accuracy", "memory/peak_rss_mib_rank1",
+                          "system/cpu_percent_rank1", "system/data_wait_ms_rank0", "run/exit_status"})
+    CHECK_THAT(scalars.out, Contains(std::string(" ") + tag + " "));
+
+  auto all = run_command({"/usr/bin/python3", kSupport + "read_tfevents.py", files[0]});
+  CHECK_THAT(all.out, Contains(R"("tag": "config", "plugin": "text", "dtype": 7, "text": "    )" + ddp::version_line()));
+  CHECK_THAT(read_file(out + "/config.yaml"), Contains("# " + ddp::version_line() + "\nrun:\n"));
+}
+
+TEST_CASE("the quick start's report renders in headless Chromium with curves and no console message",
+          "[watch][report]") {
+  if (!has("chromium")) {
+    WARN("skipped: no chromium here (Debian's chromium; scripts/setup.sh installs it)");
+    return;
+  }
+  TempDir dir;
+  std::string out = dir.file("run");
+  auto run = run_shell(quickstart(out), std::chrono::seconds(240));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(fs::exists(out + "/report.html"));
+  std::string html = read_file(out + "/report.html");
+  CHECK_THAT(html, Contains("finished</span> (exit 0)"));
+
+  // The console check can fail: a page with an error is caught by the same command.
+  auto shoot = [&](const std::string& page, const std::string& png) {
+    return run_shell("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                     "--enable-logging=stderr --v=0 --window-size=1400,2400 --screenshot=" + png + " file://" + page +
+                     " 2>&1 | grep -i 'CONSOLE' ; true",
+                     std::chrono::seconds(150));
+  };
+  write_file(dir.file("broken.html"), "<html><body><script>undefined_function();</script></body></html>");
+  CHECK_THAT(shoot(dir.file("broken.html"), dir.file("broken.png")).out, Contains("undefined_function"));
+
+  auto shot = shoot(out + "/report.html", dir.file("report.png"));
+  CHECK(shot.out.empty());  // no console line at all
+  REQUIRE(fs::exists(dir.file("report.png")));
+  // The curves' colours (the first two of the palette), counted in the screenshot: a blank plot
+  // area has none. Loss, evaluation, throughput, learning rate, all-reduce, per-rank charts.
+  auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", dir.file("report.png"), "1f77b4", "ff7f0e"},
+                            std::chrono::seconds(120));
+  INFO(pixels.out << pixels.err);
+  REQUIRE(pixels.exit_code == 0);
+  std::smatch blue, orange;
+  REQUIRE(std::regex_search(pixels.out, blue, std::regex("1f77b4 ([0-9]+)")));
+  REQUIRE(std::regex_search(pixels.out, orange, std::regex("ff7f0e ([0-9]+)")));
+  CHECK(std::stoi(blue[1]) > 3000);
+  CHECK(std::stoi(orange[1]) > 1000);
+  if (const char* keep = std::getenv("DDP_KEEP_SCREENSHOT")) fs::copy_file(dir.file("report.png"), keep,
+                                                                         fs::copy_options::overwrite_existing);
+}
+
+TEST_CASE("the monitor names a rank slowed down as the straggler, and names none when all are even", "[watch]") {
+  TempDir dir;
+  auto slowed = run_shell("DDPRUN_TEST_STEP_DELAY=1:60 " + quickstart(dir.file("slow")), std::chrono::seconds(240));
+  INFO(slowed.out << slowed.err);
+  CHECK(slowed.exit_code == 0);
+  CHECK_THAT(slowed.out, Contains("warning: straggler: rank 1 computes"));
+  CHECK_THAT(slowed.out, Contains("and every rank waits for it in the all-reduce"));
+  CHECK_THAT(slowed.out, Contains("info: monitor at step"));
+
+  auto even = run_shell(quickstart(dir.file("even")), std::chrono::seconds(240));
+  INFO(even.out << even.err);
+  CHECK(even.exit_code == 0);
+  CHECK_THAT(even.out, Contains("info: monitor at step") && !Contains("straggler"));
+
+  auto bad = run_shell("DDPRUN_TEST_STEP_DELAY=x " + quickstart(dir.file("bad")), std::chrono::seconds(60));
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("DDPRUN_TEST_STEP_DELAY: expected RANK:MS, got 'x'"));
+}
+
+TEST_CASE("a resumed run adds an event file of its own, and monitor.every_s=0 and logging off write none",
+          "[watch][tensorboard]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  REQUIRE(run_shell(quickstart(out, "--set train.max_steps=30 --set checkpoint.every_steps=30"),
+                    std::chrono::seconds(240)).exit_code == 0);
+  auto second = run_shell(quickstart(out, "--set checkpoint.every_steps=30"), std::chrono::seconds(240));
+  INFO(second.out << second.err);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.out, Contains("resumed from"));
+  CHECK(event_files(out).size() == 2);
+
+  std::string quiet = dir.file("quiet");
+  auto off = run_shell(quickstart(quiet, "--set logging.tensorboard=false --set logging.report=false "
+                                         "--set monitor.every_s=0"),
+                       std::chrono::seconds(240));
+  INFO(off.out << off.err);
+  CHECK(off.exit_code == 0);
+  CHECK(event_files(quiet).empty());
+  CHECK_FALSE(fs::exists(quiet + "/report.html"));
+  CHECK_THAT(off.out, !Contains("monitor at step"));
+}
