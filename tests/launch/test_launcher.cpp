@@ -356,3 +356,28 @@ TEST_CASE("a worker's usage error (exit 2) is not restarted") {
   CHECK_THAT(r.err, Contains("rank 1 failed first: exit code 2"));
   CHECK(r.err.find("restarting") == std::string::npos);
 }
+
+TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and never reach the log files") {
+  if (run_shell("command -v script >/dev/null").exit_code != 0) {
+    WARN("skipped: no script(1) (util-linux) to give ddprun a terminal");
+    return;
+  }
+  TempDir dir;
+  // Progress, a plain line (which must clear and redraw it), more progress.
+  write_file(dir.file("worker.sh"), "echo progress=${DDPRUN_PROGRESS:-none}; [ \"$RANK\" = 0 ] || exit 0\n"
+                                    "printf '\\rstep 1\\n'; echo plain; printf '\\rstep 2\\n'\n");
+  std::string worker = " --log-dir " + dir.path() + " --run-id tty -- sh " + dir.file("worker.sh");
+  auto tty = run_shell("script -q -c \"" + ddprun() + " --nproc-per-node 1" + worker + "\" /dev/null",
+                       std::chrono::seconds(60));
+  INFO(tty.out << tty.err);
+  CHECK(tty.exit_code == 0);
+  CHECK_THAT(tty.out, Contains("[rank 0] progress=1"));
+  CHECK_THAT(tty.out, Contains("\r\x1b[K[rank 0] step 1\r\x1b[K[rank 0] plain\r\n[rank 0] step 1"));
+  CHECK_THAT(tty.out, Contains("\r\x1b[K[rank 0] step 2\r\x1b[K"));  // cleared at the end
+  std::string log = read_file(dir.file("tty/attempt_0/rank_0.stdout"));
+  CHECK(log == "progress=1\nplain\n");
+
+  // Not a terminal: no progress for anyone.
+  auto piped = run_shell(ddprun() + " --nproc-per-node 1" + worker, std::chrono::seconds(60));
+  CHECK_THAT(piped.out, Contains("[rank 0] progress=none"));
+}

@@ -53,6 +53,9 @@ inline constexpr const char* kRestartCount = "DDPRUN_RESTART_COUNT";
 inline constexpr const char* kMaxRestarts = "DDPRUN_MAX_RESTARTS";
 inline constexpr const char* kStorePath = "DDPRUN_STORE_PATH";  ///< single node: a FileStore directory
 inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";
+/// "1" when the launcher's console is a terminal: the worker may send progress lines, which start
+/// with '\r', and the launcher redraws them in place (never in log files).
+inline constexpr const char* kProgress = "DDPRUN_PROGRESS";
 /// Read by the launcher, never passed on to a worker: the job's secret for the store's control values.
 inline constexpr const char* kRdzvSecret = "DDPRUN_RDZV_SECRET";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
@@ -80,6 +83,7 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kMaxRestarts, VariableReader::kTorchPython},
     {env::kStorePath, VariableReader::kTrainer},
     {env::kHeartbeatFd, VariableReader::kTrainer},
+    {env::kProgress, VariableReader::kTrainer},
     {env::kOmpNumThreads, VariableReader::kTrainer},
     {env::kUseAgentStore, VariableReader::kTrainer},
     {env::kElasticRestartCount, VariableReader::kTrainer},

@@ -72,23 +72,32 @@ void OutputRelay::on_readable(int fd) {
       close_stream(fd);
       return;
     }
-    if (stream.log_fd >= 0) write_all(stream.log_fd, std::string(buffer, n));
     stream.partial.append(buffer, n);
     std::size_t start = 0, newline;
     while ((newline = stream.partial.find('\n', start)) != std::string::npos) {
-      emit(stream, stream.partial.substr(start, newline - start));
+      emit(stream, stream.partial.substr(start, newline - start), true);
       start = newline + 1;
     }
     stream.partial.erase(0, start);
     if (stream.partial.size() >= kMaxLine) {
-      emit(stream, stream.partial);
+      emit(stream, stream.partial, false);
       stream.partial.clear();
     }
   }
 }
 
-void OutputRelay::emit(Stream& stream, const std::string& line) {
+void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
   const RelayTarget& target = targets_[stream.worker];
+  // Note [Progress lines]: a line that starts with '\r' is a worker's progress (DDPRUN_PROGRESS,
+  // given only when the console is a terminal). It is drawn in place of the previous one, taken
+  // off the screen before any other line and drawn again after it, and never reaches a log file.
+  if (!line.empty() && line[0] == '\r') {
+    if (!target.to_console) return;
+    progress_ = target.prefix + line.substr(1);
+    write_all(1, "\r\x1b[K" + progress_);
+    return;
+  }
+  if (stream.log_fd >= 0) write_all(stream.log_fd, ended ? line + "\n" : line);
   if (stream.is_stderr) {
     // The summary shows what went wrong, not where in LibTorch: a backtrace's frames would push the
     // message itself out of the last lines.
@@ -98,13 +107,16 @@ void OutputRelay::emit(Stream& stream, const std::string& line) {
       if (tail.size() > kTailLines) tail.pop_front();
     }
   }
-  if (target.to_console) write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
+  if (!target.to_console) return;
+  if (!progress_.empty()) write_all(1, "\r\x1b[K");
+  write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
+  if (!progress_.empty()) write_all(1, progress_);
 }
 
 void OutputRelay::close_stream(int fd) {
   auto it = streams_.find(fd);
   if (it == streams_.end()) return;
-  if (!it->second.partial.empty()) emit(it->second, it->second.partial);
+  if (!it->second.partial.empty()) emit(it->second, it->second.partial, false);
   if (it->second.log_fd >= 0) close(it->second.log_fd);
   close(fd);
   streams_.erase(it);
@@ -115,6 +127,8 @@ void OutputRelay::drain_and_close() {
     on_readable(fd);  // non-blocking: takes what is there now
     close_stream(fd);
   }
+  if (!progress_.empty()) write_all(1, "\r\x1b[K");  // the shell's prompt starts on a clean line
+  progress_.clear();
 }
 
 std::vector<std::string> OutputRelay::stderr_tail(int worker) const {

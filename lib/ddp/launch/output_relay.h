@@ -49,12 +49,14 @@ class OutputRelay {
     int log_fd = -1;
     std::string partial;
   };
-  void emit(Stream& stream, const std::string& line);
+  /// One line (`ended`: it had its newline) to the console and the log; see Note [Progress lines].
+  void emit(Stream& stream, const std::string& line, bool ended);
   void close_stream(int fd);
 
   std::map<int, Stream> streams_;  // by pipe fd
   std::map<int, RelayTarget> targets_;
   std::map<int, std::deque<std::string>> tails_;
+  std::string progress_;  // the progress line on screen now, prefix included ("" if none)
 };
 
 }  // namespace ddp

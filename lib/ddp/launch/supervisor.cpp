@@ -142,14 +142,16 @@ class Attempt {
       id.max_restarts = options_.max_restarts;
       auto variables = worker_variables(id);
       variables[env::kHeartbeatFd] = std::to_string(kWorkerHeartbeatFd);
+      const auto& filter = options_.local_ranks_filter;
+      bool to_console = !filter || std::count(filter->begin(), filter->end(), local) > 0;
+      if (to_console && isatty(STDOUT_FILENO)) variables[env::kProgress] = "1";
       if (!std::getenv(env::kOmpNumThreads))
         variables[env::kOmpNumThreads] = std::to_string(threads_per_worker(options_.nproc_per_node));
 
       RelayTarget target;
       target.prefix = multi_node() ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
                                  : "[rank " + std::to_string(id.rank) + "] ";
-      const auto& filter = options_.local_ranks_filter;
-      target.to_console = !filter || std::count(filter->begin(), filter->end(), local) > 0;
+      target.to_console = to_console;
       target.stdout_log = log_path(id.rank, "stdout");
       target.stderr_log = log_path(id.rank, "stderr");
 

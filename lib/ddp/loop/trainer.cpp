@@ -15,6 +15,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/common/worker_contract.h"
 #include "ddp/comm/collectives.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/optim/optimizer_factory.h"
@@ -94,6 +95,8 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
   monitor_ = std::make_unique<SystemMonitor>(config_.monitor, comm_.rank, comm_.world_size);
   reducer_ = std::make_unique<GradientReducer>(parameters_, comm_, config_.dist, 1 + monitor_->side_values());
   test_step_delay_ms_ = test_step_delay_ms(comm_.rank);
+  const char* progress = std::getenv(env::kProgress);
+  progress_line_ = comm_.rank == 0 && progress && std::string(progress) == "1";
   double lr = scaled_lr(config_.optim, comm_.world_size);
   optimizer_ = make_optimizer(parameters_, config_.optim, lr);
   total_steps_ = config_.train.epochs * steps_per_epoch();
@@ -239,6 +242,7 @@ void Trainer::train_step(int64_t micro_batches) {
 
 void Trainer::after_step() {
   int64_t step = progress_.step;
+  if (progress_line_) show_progress_line();
   if (config_.train.log_every > 0 && step % config_.train.log_every == 0) log_progress();
   if (config_.eval.every_steps > 0 && step % config_.eval.every_steps == 0 && task_->size(Split::kEval) > 0)
     run_eval();
@@ -346,6 +350,19 @@ void Trainer::log_progress() {
                      {"allreduce_exposed_ms", exposed_ms}});
   }
   window_ = LogWindow{};
+}
+
+void Trainer::show_progress_line() {
+  auto now = Clock::now();
+  if (now - last_progress_line_ < std::chrono::milliseconds(250)) return;
+  last_progress_line_ = now;
+  double elapsed = std::max(seconds_since(window_.start), 1e-9);
+  double steps_done = static_cast<double>(progress_.step - fit_start_step_);
+  double eta = seconds_since(fit_start_) / std::max(1.0, steps_done) * static_cast<double>(total_steps_ - progress_.step);
+  std::string line = fmt::format("\repoch {} step {}/{} | {:.0f} samples/s | ETA {}\n", progress_.epoch, progress_.step,
+                                 total_steps_, window_.samples * comm_.world_size / elapsed, format_duration(eta));
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
 }
 
 void Trainer::run_eval() {

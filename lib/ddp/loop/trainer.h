@@ -65,6 +65,8 @@ class Trainer {
   void save_checkpoint();
   void report_peak_memory();
   void log_progress();
+  /// The live progress line (Note [Progress lines] in output_relay.cpp), at most 4 times a second.
+  void show_progress_line();
   /// Rank 0: the record of how the run ended, and the report (logging.report) made from the run's files.
   void write_report(std::optional<int> exit_status);
 
@@ -92,7 +94,9 @@ class Trainer {
   LogWindow window_;
   double last_data_wait_ms_ = 0;  // this rank's previous step, for the monitor
   double last_busy_ms_ = 0;
-  double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
+  double test_step_delay_ms_ = 0;
+  bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
+  std::chrono::steady_clock::time_point last_progress_line_;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
   std::chrono::steady_clock::time_point fit_start_;
   int64_t fit_start_step_ = 0;
 };
