@@ -29,8 +29,9 @@ TEST_CASE("dist_env_from_environment reads the contract's variables", "[comm][co
   ScopedVariable rank(env::kRank, "3"), world(env::kWorldSize, "4"), local(env::kLocalRank, "1"),
       local_world(env::kLocalWorldSize, "2"), addr(env::kMasterAddr, "10.1.2.3"), port(env::kMasterPort, "1234"),
       restart(env::kRestartCount, "5"), agent(env::kUseAgentStore, "True"), id(env::kRunId, "job7"),
-      store(env::kStorePath, "/tmp/s");
+      store(env::kStorePath, "/tmp/s"), group(env::kGroupRank, "1");
   DistEnv read = dist_env_from_environment();
+  CHECK(read.node_rank == 1);
   CHECK(read.rank == 3);
   CHECK(read.world_size == 4);
   CHECK(read.local_rank == 1);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "ddp/common/version.h"
+#include "ddp/loop/gpu_sampler.h"
 #include "ddp/record/metrics_log.h"
 #include "ddp/record/metrics_reader.h"
 #include "support/subprocess.h"
@@ -175,4 +176,38 @@ TEST_CASE("a resumed run adds an event file of its own, and monitor.every_s=0 an
   CHECK(event_files(quiet).empty());
   CHECK_FALSE(fs::exists(quiet + "/report.html"));
   CHECK_THAT(off.out, !Contains("monitor at step"));
+}
+
+TEST_CASE("on a terminal rank 0 shows a live progress line; logs and metrics keep the plain lines", "[watch]") {
+  if (!has("script")) {
+    WARN("skipped: no script(1) (util-linux) to give ddprun a terminal");
+    return;
+  }
+  TempDir dir;
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node=2 --log-dir " + dir.file("logs") +
+            " --run-id tty " + std::string(DDP_SOURCE_DIR) + "/configs/fashion_mnist_convnet.yaml --set run.output_dir=" +
+            dir.file("run") + " --set train.max_steps=60 --set train.log_every=20 --set eval.at_start=false";
+  auto tty = run_shell("script -q -c '" + command + "' /dev/null", std::chrono::seconds(240));
+  INFO(tty.out << tty.err);
+  CHECK(tty.exit_code == 0);
+  std::smatch match;
+  CHECK(std::regex_search(tty.out, match, std::regex("\r\x1b\[K\[rank 0\] epoch 0 step [0-9]+/60 \| [0-9]+ samples/s \| ETA 0:00:[0-9]{2}")));
+  CHECK_THAT(read_file(dir.file("logs/tty/attempt_0/rank_0.stdout")), !Contains("\r") && Contains("step 60/60"));
+  auto piped = run_shell(command + " --set run.output_dir=" + dir.file("piped"), std::chrono::seconds(240));
+  CHECK_THAT(piped.out, !Contains("samples/s | ETA"));
+}
+
+TEST_CASE("NVML is opened at run time: without the driver's library there is no GPU sampler, and no error",
+          "[watch]") {
+  auto sampler = ddp::GpuSampler::open(0);
+  bool driver = run_shell("ldconfig -p | grep -q libnvidia-ml.so.1").exit_code == 0;
+  if (!driver) {
+    CHECK(sampler == nullptr);
+    return;
+  }
+  WARN("libnvidia-ml.so.1 is here: checking a real reading");
+  REQUIRE(sampler != nullptr);
+  auto reading = sampler->sample();
+  REQUIRE(reading);
+  CHECK(reading->memory_total_mib > 0);
 }

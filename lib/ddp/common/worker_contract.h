@@ -72,7 +72,7 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kLocalRank, VariableReader::kTrainer},
     {env::kWorldSize, VariableReader::kTrainer},
     {env::kLocalWorldSize, VariableReader::kTrainer},
-    {env::kGroupRank, VariableReader::kTorchPython},
+    {env::kGroupRank, VariableReader::kTrainer},  // the node, for the hierarchical all-reduce
     {env::kGroupWorldSize, VariableReader::kTorchPython},
     {env::kRoleRank, VariableReader::kTorchPython},
     {env::kRoleWorldSize, VariableReader::kTorchPython},

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "ddp/common/limits.h"
 #include "ddp/config/config_schema.h"
@@ -24,7 +25,13 @@ namespace ddp {
 
 namespace {
 
+// CPU, RSS, data wait, busy; then, on CUDA builds, the GPU's five (-1: unknown). The same on every
+// rank, since every rank runs the same binary.
+#ifdef DDP_WITH_CUDA
+constexpr int kValuesPerRank = 9;
+#else
 constexpr int kValuesPerRank = 4;
+#endif
 constexpr double kStarvedShare = 0.2;     // of a step spent waiting for data
 constexpr double kStragglerRatio = 1.2;   // busy time against the others' median
 constexpr int kStragglerWindows = 2;      // consistently: in this many windows in a row
@@ -42,6 +49,22 @@ double rss_mib() {
     std::fclose(statm);
   }
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+// CUDA_VISIBLE_DEVICES renumbers the devices CUDA sees; NVML numbers all of them.
+int nvml_index(int cuda_index) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!visible) return cuda_index;
+  std::vector<int> indices;
+  for (const char* p = visible; *p;) {
+    char* end = nullptr;
+    long value = std::strtol(p, &end, 10);
+    if (end == p) return cuda_index;  // UUIDs: leave the index as it is
+    indices.push_back(static_cast<int>(value));
+    p = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return cuda_index;
+  }
+  return cuda_index < static_cast<int>(indices.size()) ? indices[static_cast<std::size_t>(cuda_index)] : cuda_index;
 }
 
 double quantile(std::vector<double> values, double q) {
@@ -73,10 +96,15 @@ std::optional<std::pair<int, double>> find_straggler(const std::vector<double>& 
   return std::make_pair(static_cast<int>(slowest - busy_ms_per_rank.begin()), *slowest / typical);
 }
 
-SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_size)
+SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index)
     : every_s_(config.every_s), rank_(rank), world_size_(world_size), window_(world_size) {
   if (!enabled()) return;
   rss_mib_ = rss_mib();
+#ifdef DDP_WITH_CUDA
+  if (gpu_index >= 0) gpu_ = GpuSampler::open(nvml_index(gpu_index));
+#else
+  (void)gpu_index;
+#endif
   thread_ = std::thread([this] { sample_loop(); });
 }
 
@@ -103,6 +131,11 @@ void SystemMonitor::sample_loop() {
     double elapsed = std::chrono::duration<double>(now - wall).count();
     cpu_percent_ = elapsed > 0 ? 100.0 * (cpu_now - cpu) / elapsed : 0;
     rss_mib_ = rss_mib();
+    if (gpu_) {
+      auto reading = gpu_->sample();
+      std::lock_guard<std::mutex> guard(gpu_mutex_);
+      gpu_sample_ = reading;
+    }
     wall = now;
     cpu = cpu_now;
   }
@@ -118,6 +151,19 @@ std::vector<double> SystemMonitor::local_values(double data_wait_ms, double busy
   values[at + 1] = rss_mib_;
   values[at + 2] = data_wait_ms;
   values[at + 3] = busy_ms;
+  if (kValuesPerRank > 4) {
+    std::optional<GpuSample> gpu;
+    {
+      std::lock_guard<std::mutex> guard(gpu_mutex_);
+      gpu = gpu_sample_;
+    }
+    double unknown = -1;
+    values[at + 4] = gpu ? gpu->utilization_percent : unknown;
+    values[at + 5] = gpu ? gpu->memory_used_mib : unknown;
+    values[at + 6] = gpu ? gpu->memory_total_mib : unknown;
+    values[at + 7] = gpu ? gpu->temperature_c : unknown;
+    values[at + 8] = gpu ? gpu->power_w : unknown;
+  }
   return values;
 }
 
@@ -125,7 +171,9 @@ void SystemMonitor::add(const std::vector<double>& summed, std::size_t offset) {
   if (!enabled() || rank_ != 0) return;
   for (int r = 0; r < world_size_; ++r) {
     const double* v = summed.data() + offset + static_cast<std::size_t>(r * kValuesPerRank);
-    window_[static_cast<std::size_t>(r)].push_back({v[0], v[1], v[2], v[3]});
+    RankSample sample{v[0], v[1], v[2], v[3], std::nullopt};
+    if (kValuesPerRank > 4 && v[4] >= 0) sample.gpu = GpuSample{v[4], v[5], v[6], v[7], v[8]};
+    window_[static_cast<std::size_t>(r)].push_back(sample);
   }
 }
 
@@ -136,7 +184,7 @@ std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
   last_record_ = now;
 
   MetricsRecord record{{"step", static_cast<double>(step)}};
-  std::string cpu_text, rss_text, wait_text, busy_text;
+  std::string cpu_text, rss_text, wait_text, busy_text, gpu_text;
   std::vector<double> busy_medians;
   for (int r = 0; r < world_size_; ++r) {
     auto& steps = window_[static_cast<std::size_t>(r)];
@@ -156,6 +204,16 @@ std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
     record.emplace_back("sys_step_busy_ms_p50" + suffix, busy_p50);
     record.emplace_back("sys_step_busy_ms_p90" + suffix, quantile(busy, 0.9));
     std::string sep = r ? " " : "";
+    if (last.gpu) {
+      record.emplace_back("sys_gpu_util_percent" + suffix, last.gpu->utilization_percent);
+      record.emplace_back("sys_gpu_memory_used_mib" + suffix, last.gpu->memory_used_mib);
+      record.emplace_back("sys_gpu_memory_total_mib" + suffix, last.gpu->memory_total_mib);
+      record.emplace_back("sys_gpu_temperature_c" + suffix, last.gpu->temperature_c);
+      record.emplace_back("sys_gpu_power_w" + suffix, last.gpu->power_w);
+      gpu_text += sep + fmt::format("{:.0f}% {:.0f}/{:.0f} MiB {:.0f}C {:.0f}W", last.gpu->utilization_percent,
+                                    last.gpu->memory_used_mib, last.gpu->memory_total_mib, last.gpu->temperature_c,
+                                    last.gpu->power_w);
+    }
     cpu_text += sep + fmt::format("{:.0f}%", last.cpu_percent);
     rss_text += sep + fmt::format("{:.0f}", last.rss_mib);
     wait_text += sep + fmt::format("{:.2f}", wait_ms);
@@ -166,8 +224,8 @@ std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
                    r, 100 * wait_ms / (wait_ms + busy_p50), wait_ms, wait_ms + busy_p50);
     steps.clear();
   }
-  spdlog::info("monitor at step {}: CPU {} | RSS MiB {} | data wait ms/step {} | compute ms/step {} (by rank)", step,
-               cpu_text, rss_text, wait_text, busy_text);
+  spdlog::info("monitor at step {}: CPU {} | RSS MiB {} | data wait ms/step {} | compute ms/step {}{} (by rank)", step,
+               cpu_text, rss_text, wait_text, busy_text, gpu_text.empty() ? "" : " | GPU " + gpu_text);
 
   auto straggler = find_straggler(busy_medians, kStragglerRatio);
   slow_windows_ = straggler && straggler->first == last_straggler_ ? slow_windows_ + 1 : straggler ? 1 : 0;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/loop/gpu_sampler.h"
 #include "ddp/record/metrics_log.h"
 
 namespace ddp {
@@ -33,13 +34,15 @@ struct RankSample {
   double rss_mib = 0;
   double data_wait_ms = 0;  ///< the step waited this long for its batches
   double busy_ms = 0;       ///< the step's time less the data wait and the all-reduce wait
+  std::optional<GpuSample> gpu;  ///< CUDA builds, where NVML answers
 };
 
 /// Every rank's numbers, and what rank 0 makes of them.
 class SystemMonitor {
  public:
-  /// Starts this rank's sampling thread (CPU and RSS every config.every_s) unless the monitor is off.
-  SystemMonitor(const MonitorConfig& config, int rank, int world_size);
+  /// Starts this rank's sampling thread (CPU and RSS every config.every_s; on CUDA builds, CUDA
+  /// device `gpu_index` through NVML unless it is -1) unless the monitor is off.
+  SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index);
   ~SystemMonitor();
   SystemMonitor(const SystemMonitor&) = delete;
   SystemMonitor& operator=(const SystemMonitor&) = delete;
@@ -66,6 +69,9 @@ class SystemMonitor {
   int world_size_;
   std::atomic<double> cpu_percent_{0};
   std::atomic<double> rss_mib_{0};
+  std::unique_ptr<GpuSampler> gpu_;
+  mutable std::mutex gpu_mutex_;
+  std::optional<GpuSample> gpu_sample_;
   std::vector<std::vector<RankSample>> window_;  // rank 0: per rank, the steps since the last record
   std::chrono::steady_clock::time_point last_record_ = std::chrono::steady_clock::now();
   int slow_windows_ = 0;     // consecutive windows with the same straggler

@@ -92,7 +92,8 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
       config_.data, /*pin_memory=*/comm_.device.is_cuda());
   // Side values travel with the gradients (no collective of their own): the stop vote, then the
   // monitor's numbers (Note [Monitor values]).
-  monitor_ = std::make_unique<SystemMonitor>(config_.monitor, comm_.rank, comm_.world_size);
+  monitor_ = std::make_unique<SystemMonitor>(config_.monitor, comm_.rank, comm_.world_size,
+                                             comm_.device.is_cuda() ? comm_.device.index() : -1);
   reducer_ = std::make_unique<GradientReducer>(parameters_, comm_, config_.dist, 1 + monitor_->side_values());
   test_step_delay_ms_ = test_step_delay_ms(comm_.rank);
   const char* progress = std::getenv(env::kProgress);
