@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode runs only the multi-node table.
+BENCH_ONLY=multinode or BENCH_ONLY=monitor runs only that table.
 
 Every training run uses one intra-op thread per rank (OMP_NUM_THREADS=1), Fashion-MNIST, batch 64
 per rank, no evaluation or checkpoints, and reports the mean samples/s of its log windows after the
@@ -125,11 +125,30 @@ def multinode(work):
     print()
 
 
+def monitor_cost(work):
+    """The system monitor's cost: world 2 with monitor.every_s at its default (5 s) and at its most
+    frequent sensible setting (0.5 s), against the monitor off, runs interleaved."""
+    print("| model | world | monitor | samples/s | vs off |")
+    print("|---|---:|---|---:|---:|")
+    for model in MODELS:
+        runs = {label: [] for label in ("off", "every 5 s", "every 0.5 s")}
+        for i in range(REPEATS):  # interleaved, so that drift on a shared machine hits all three alike
+            for label, every in (("off", "0"), ("every 5 s", "5"), ("every 0.5 s", "0.5")):
+                runs[label].append(finish_run(*start_run(work, f"{model}-mon-{every}-{i}", 2, model,
+                                                         [f"monitor.every_s={every}"])))
+        off = best(runs["off"])["samples_per_s"]
+        for label, results in runs.items():
+            r = best(results)["samples_per_s"]
+            print(f"| {model} | 2 | {label} | {r:.0f} | {r / off:.3f} |", flush=True)
+    print()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
-    if os.environ.get("BENCH_ONLY") == "multinode":
+    only = {"multinode": multinode, "monitor": monitor_cost}.get(os.environ.get("BENCH_ONLY", ""))
+    if only:
         try:
-            multinode(work)
+            only(work)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return
@@ -168,6 +187,7 @@ def main():
                 print("| " + " | ".join(cells) + " |", flush=True)
         print()
         multinode(work)
+        monitor_cost(work)
         result = subprocess.run([os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
                                  "--local-ranks-filter", "0", "--", os.path.join(BIN, "ddp-bench-allreduce")],
                                 env=ENV, capture_output=True, text=True)
