@@ -1,0 +1,106 @@
+// The system monitor's judgement, fed every rank's numbers as the side values would bring them:
+// its record, its log line, and the warnings for starved input and for a straggler.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+#include <thread>
+
+#include "ddp/loop/system_monitor.h"
+
+using Catch::Contains;
+
+namespace {
+
+// What spdlog's default logger says while it lives.
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// The summed side values of one step: per rank (data wait ms, busy ms); CPU 50%, RSS 100 MiB.
+std::vector<double> step_values(ddp::SystemMonitor& monitor, const std::vector<std::pair<double, double>>& per_rank) {
+  std::vector<double> summed(1 + static_cast<std::size_t>(monitor.side_values()), 0.0);
+  std::size_t per = static_cast<std::size_t>(monitor.side_values()) / per_rank.size();
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    summed[1 + r * per] = 50;
+    summed[1 + r * per + 1] = 100;
+    summed[1 + r * per + 2] = per_rank[r].first;
+    summed[1 + r * per + 3] = per_rank[r].second;
+  }
+  return summed;
+}
+
+std::optional<ddp::MetricsRecord> window(ddp::SystemMonitor& monitor, const std::vector<std::pair<double, double>>& per_rank,
+                                         int64_t step) {
+  for (int i = 0; i < 5; ++i) monitor.add(step_values(monitor, per_rank), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  return monitor.record_if_due(step);
+}
+
+double value_of(const ddp::MetricsRecord& record, const std::string& key) {
+  for (const auto& [name, value] : record)
+    if (name == key) return value;
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("a straggler is found against the median of the others, at 1.2x and beyond", "[monitor]") {
+  CHECK_FALSE(ddp::find_straggler({10}, 1.2));
+  CHECK_FALSE(ddp::find_straggler({10, 11.9}, 1.2));
+  CHECK(ddp::find_straggler({10, 12}, 1.2) == std::make_pair(1, 1.2));
+  CHECK(ddp::find_straggler({10, 30, 11, 9}, 1.2) == std::make_pair(1, 3.0));
+  CHECK_FALSE(ddp::find_straggler({0, 0}, 1.2));
+}
+
+TEST_CASE("the monitor records every rank, warns of starved input at once and of a straggler seen twice",
+          "[monitor]") {
+  CapturedLog log;
+  ddp::MonitorConfig config;
+  config.every_s = 0.01;
+  ddp::SystemMonitor monitor(config, /*rank=*/0, /*world_size=*/3, /*gpu_index=*/-1);
+  REQUIRE(monitor.side_values() >= 12);
+
+  auto even = window(monitor, {{0.1, 10}, {0.1, 10.5}, {0.1, 9.5}}, 10);
+  REQUIRE(even);
+  CHECK(value_of(*even, "sys_step_busy_ms_p50_rank1") == 10.5);
+  CHECK(value_of(*even, "sys_rss_mib_rank2") == 100);
+  CHECK(value_of(*even, "sys_cpu_percent_rank0") == 50);
+  CHECK_THAT(log.text(), Contains("monitor at step 10: CPU 50% 50% 50% | RSS MiB 100 100 100 | data wait ms/step "
+                                  "0.10 0.10 0.10 | compute ms/step 10.0 10.5 9.5 (by rank)"));
+  CHECK_THAT(log.text(), !Contains("warning"));
+
+  // Rank 2 waits 5 ms for data in a 15 ms step: a third of it.
+  window(monitor, {{0.1, 10}, {0.1, 10}, {5, 10}}, 20);
+  CHECK_THAT(log.text(), Contains("starved input: rank 2 waits for data 33% of its step (5.0 of 15.0 ms)"));
+
+  // Rank 1 computes twice as long: named in the second window in a row, not in the first.
+  window(monitor, {{0.1, 10}, {0.1, 20}, {0.1, 10}}, 30);
+  CHECK_THAT(log.text(), !Contains("straggler"));
+  window(monitor, {{0.1, 10}, {0.1, 20}, {0.1, 10}}, 40);
+  CHECK_THAT(log.text(), Contains("straggler: rank 1 computes 2.0x as long per step as the others (20.0 ms against "
+                                  "10.0 ms)"));
+}
+
+TEST_CASE("with the monitor off there are no side values, no thread and no records", "[monitor]") {
+  ddp::MonitorConfig off;
+  off.every_s = 0;
+  ddp::SystemMonitor monitor(off, 0, 2, -1);
+  CHECK(monitor.side_values() == 0);
+  CHECK(monitor.local_values(1, 2).empty());
+  monitor.add({0.0}, 1);
+  CHECK_FALSE(monitor.record_if_due(5));
+}
