@@ -100,7 +100,9 @@ SlurmctldPort=$port_base
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$socket
+# cred_expire: how long a killed job's credential stays revoked, which is also how long Slurm holds a
+# requeued job before it may start again (default 120 s; the tests requeue).
+AuthInfo=socket=$socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool-%n

@@ -178,7 +178,7 @@ TEST_CASE("a resumed run adds an event file of its own, and monitor.every_s=0 an
   CHECK_THAT(off.out, !Contains("monitor at step"));
 }
 
-TEST_CASE("on a terminal rank 0 shows a live progress line; logs and metrics keep the plain lines", "[watch]") {
+TEST_CASE("on a terminal rank 0 shows a live progress line, and logs and metrics keep the plain lines", "[watch]") {
   if (!has("script")) {
     WARN("skipped: no script(1) (util-linux) to give ddprun a terminal");
     return;
