@@ -9,7 +9,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.add("data.dataset", &config.dataset,
              "idx: MNIST-format IDX files under `path`; synthetic: generated samples; npy: NumPy arrays "
              "(`path` features, `labels` labels); csv: a table with a header row (`path`, `label_column`)")
-      .choices({"idx", "synthetic", "npy", "csv"});
+      .choices({"idx", "synthetic", "npy", "csv", "graph"});
   schema.add("data.path", &config.path,
              "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
              "first dimension = samples); csv: the training table");
@@ -32,8 +32,8 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
       .max(1e12);
   schema.add("data.std", &config.std, "fixed normalisation divisor").greater_than(0)
       .max(1e12);
-  schema.add("data.eval_split", &config.eval_split, "split that `eval:` runs on; none: no evaluation")
-      .choices({"test", "train", "none"});
+  schema.add("data.eval_split", &config.eval_split, "split that `eval:` runs on (val: graphs only); none: no evaluation")
+      .choices({"test", "train", "val", "none"});
   schema.add("data.synthetic_train_samples", &config.synthetic_train_samples, "synthetic: training samples").min(1)
       .max(1e7);
   schema.add("data.synthetic_test_samples", &config.synthetic_test_samples, "synthetic: test samples").min(1)
@@ -49,6 +49,9 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
       .max(1024);
   schema.rule("data.path", [&config]() -> std::string {
     return config.dataset != "synthetic" && config.path.empty() ? "must not be empty when data.dataset is " + config.dataset : "";
+  });
+  schema.rule("data.eval_split", [&config]() -> std::string {
+    return config.eval_split == "val" && config.dataset != "graph" ? "val is a graph's split (data.dataset: graph)" : "";
   });
   schema.rule("data.labels", [&config]() -> std::string {
     return config.dataset == "npy" && config.labels.empty() ? "must name the labels .npy when data.dataset is npy" : "";
@@ -72,6 +75,10 @@ void declare_config(ConfigSchema& schema, SamplerConfig& config) {
   schema.section("sampler", "DistributedSampler's arguments: how the samples are shared among ranks.");
   schema.add("sampler.shuffle", &config.shuffle, "a new sample order each epoch");
   schema.add("sampler.seed", &config.seed, "seed of the shuffle (the same on every rank)");
+  schema.add("sampler.fanouts", &config.fanouts,
+             "graph: neighbours sampled per node at each hop from the seed nodes (PyG's num_neighbors); -1: all")
+      .min(-1)
+      .max(1e6);
   schema.add("sampler.drop_last", &config.drop_last,
              "drop the samples that do not divide evenly among ranks, rather than repeat some to fill up");
 }

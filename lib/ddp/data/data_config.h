@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ddp {
 
@@ -9,7 +10,7 @@ class ConfigSchema;
 
 /// `data:` where samples come from and how they are normalised.
 struct DataConfig {
-  std::string dataset = "idx";  ///< idx (MNIST-format files) | synthetic | npy | csv
+  std::string dataset = "idx";  ///< idx (MNIST-format files) | synthetic | npy | csv | graph
   std::string path = "/usr/share/datasets/fashion-mnist";  ///< idx: directory; npy: features file; csv: table
   std::string labels;       ///< npy: the labels file of `path`
   std::string eval_path;    ///< npy, csv: the test split (features file or table)
@@ -20,7 +21,7 @@ struct DataConfig {
   std::string normalize = "auto";  ///< auto | fixed | global | per_feature | none
   double mean = 0.2860;  ///< fixed normalisation: (x - mean) / std, x = pixel/255 for uint8 features
   double std = 0.3530;
-  std::string eval_split = "test";  ///< test | train | none
+  std::string eval_split = "test";  ///< test | train | val (graph) | none
   int64_t synthetic_train_samples = 4096;
   int64_t synthetic_test_samples = 1024;
   int64_t synthetic_seed = 1234;  ///< the synthetic samples (train and test share class prototypes)
@@ -34,6 +35,7 @@ struct SamplerConfig {
   bool shuffle = true;
   int64_t seed = 0;
   bool drop_last = false;
+  std::vector<int64_t> fanouts = {25, 10};  ///< graph: neighbours per node at each hop from the seeds; -1: all
 };
 
 /// Declares the `DataConfig` keys, bound to `config`, with their defaults, docs and ranges.

@@ -75,7 +75,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
   };
   context.model.warn = comm_.rank == 0;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  task_ = make_task(config_.data, config_.model, config_.loss, context);
+  task_ = make_task(config_.data, config_.sampler, config_.model, config_.loss, context);
   // Once each: a tensor registered under two names (tied weights) must get one gradient slot and
   // one optimizer state; LibTorch's parameters(), unlike Python's, lists it twice.
   std::set<const c10::TensorImpl*> seen;
@@ -175,6 +175,7 @@ int Trainer::fit() {
 
   while (!done() && !stop_agreed_) {
     sampler_->set_epoch(progress_.epoch);
+    task_->set_epoch(progress_.epoch);
     torch::Tensor indices = sampler_->indices();
     int64_t batches = ceil_div(indices.size(0), config_.train.batch_size);
     prefetcher_->start(indices, config_.train.batch_size, progress_.batch_in_epoch);

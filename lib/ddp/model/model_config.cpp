@@ -6,7 +6,11 @@ namespace ddp {
 
 void declare_config(ConfigSchema& schema, ModelConfig& config) {
   schema.section("model", "Which network, by registry name, and its parameters.");
-  schema.add("model.name", &config.name, "network from the model registry").choices(model_names());
+  // graphsage is no single-input Model: the graph task builds it (ddp/task/graph_task.h).
+  std::vector<std::string> names = model_names();
+  names.push_back("graphsage");
+  schema.add("model.name", &config.name, "network from the model registry, or graphsage (data.dataset: graph)")
+      .choices(names);
   schema.add("model.path", &config.path,
              "torchscript: the module to train, as torch.jit.script(model).save(path) wrote it (a trained "
              "model_scripted.pt too)");
@@ -26,8 +30,12 @@ void declare_config(ConfigSchema& schema, ModelConfig& config) {
   schema.add("model.channels_last", &config.channels_last,
              "convnet, torchscript: channels-last (NHWC) memory format for 4-D weights and inputs, whose CPU "
              "kernels are faster; same model and weights, results equal up to float rounding");
-  schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1)
+  schema.add("model.hidden", &config.hidden, "mlp, graphsage: hidden layer widths, input side first").min(1)
       .max(1e6);
+  schema.add("model.aggregation", &config.aggregation, "graphsage: how a node combines its neighbours' features")
+      .choices({"mean", "max", "sum"});
+  schema.add("model.normalize", &config.normalize, "graphsage: L2-normalise each layer's output");
+  schema.add("model.dropout", &config.dropout, "graphsage: dropout between layers").min(0).max(1);
   schema.rule("model.path", [&config]() -> std::string {
     return config.name == "torchscript" && config.path.empty() ? "must name the module file when model.name is torchscript"
                                                                : "";

@@ -13,7 +13,7 @@ inline constexpr int64_t kMinClasses = 2;
 
 /// `model:` which network, by registry name, and its parameters.
 struct ModelConfig {
-  std::string name = "convnet";  ///< convnet | linear3 | mlp | torchscript
+  std::string name = "convnet";  ///< convnet | linear3 | mlp | torchscript | graphsage
   std::string path;       ///< torchscript: the module file torch.jit.script(model).save() wrote
   std::string init_from;  ///< any model: start from these weights (a state_dict file such as model.pt)
   bool jit_optimize = false;  ///< torchscript: TorchScript's profiling executor optimises the graph
@@ -22,7 +22,10 @@ struct ModelConfig {
   bool sync_batchnorm = false;  ///< convnet: batch statistics over all ranks (SyncBatchNorm)
   bool relu = true;       ///< convnet: ReLU after each max-pooling
   bool channels_last = true;  ///< convnet, torchscript: NHWC activations and 4-D weights (faster CPU kernels)
-  std::vector<int64_t> hidden = {256, 128};  ///< mlp: hidden layer widths
+  std::vector<int64_t> hidden = {256, 128};  ///< mlp, graphsage: hidden layer widths
+  std::string aggregation = "mean";  ///< graphsage: mean | max | sum of the neighbours' features
+  bool normalize = false;            ///< graphsage: L2-normalise each layer's output
+  double dropout = 0;                ///< graphsage: between layers
 };
 
 /// Declares the `ModelConfig` keys, bound to `config`, with their defaults, docs and ranges.

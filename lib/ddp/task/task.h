@@ -30,6 +30,10 @@ class Task {
   /// The network being trained: its parameters, buffers, train()/eval() and state_dict.
   virtual torch::nn::Module& model() = 0;
 
+  /// The epoch the coming training batches belong to (graph sampling draws per epoch). The loop
+  /// calls it before it starts an epoch's batches, none of the previous epoch's being in flight.
+  virtual void set_epoch(int64_t epoch) { (void)epoch; }
+
   /// Samples in `split`: the sampler deals [0, size) out to the ranks. 0 when there is no eval split.
   virtual int64_t size(Split split) const = 0;
 
@@ -61,7 +65,7 @@ struct TaskContext {
 
 /// The task the configs describe, its model initialised from the global RNG and moved to the
 /// device. Throws ConfigError or FileError naming the key or file at fault.
-std::unique_ptr<Task> make_task(const DataConfig& data, const ModelConfig& model, const LossConfig& loss,
-                                const TaskContext& context);
+std::unique_ptr<Task> make_task(const DataConfig& data, const SamplerConfig& sampler, const ModelConfig& model,
+                                const LossConfig& loss, const TaskContext& context);
 
 }  // namespace ddp

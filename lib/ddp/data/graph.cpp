@@ -1,0 +1,117 @@
+#include "ddp/data/graph.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+#include "ddp/data/npy_reader.h"
+
+namespace ddp {
+namespace {
+
+bool exists(const std::string& path) { return std::filesystem::is_regular_file(path); }
+
+torch::Tensor read_edges_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw FileError("cannot read " + path);
+  std::vector<int64_t> values;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    auto fields = split(line, ',');
+    auto a = fields.size() == 2 ? parse_int(fields[0]) : std::nullopt;
+    auto b = fields.size() == 2 ? parse_int(fields[1]) : std::nullopt;
+    if (!a || !b) {
+      if (number == 1) continue;  // a header such as "src,dst"
+      throw FileError(path + ":" + std::to_string(number) + ": expected two node ids \"src,dst\", got '" +
+                      printable(line, 80) + "'");
+    }
+    values.push_back(*a);
+    values.push_back(*b);
+  }
+  return torch::tensor(values, torch::kInt64).view({-1, 2}).t().contiguous();
+}
+
+// A split as node ids: NAME_idx.npy (ids) or NAME_mask.npy (one flag per node); empty if neither.
+torch::Tensor read_split(const std::string& dir, const std::string& name, int64_t num_nodes) {
+  std::string ids_path = dir + "/" + name + "_idx.npy", mask_path = dir + "/" + name + "_mask.npy";
+  if (exists(ids_path)) {
+    auto ids = read_npy(ids_path);
+    if (ids.dim() != 1 || !c10::isIntegralType(ids.scalar_type(), false))
+      throw FileError(ids_path + ": expected a 1-D array of integer node ids");
+    ids = ids.to(torch::kInt64);
+    if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= num_nodes))
+      throw FileError(ids_path + ": node ids must be in [0, " + std::to_string(num_nodes) + "), found " +
+                      std::to_string(ids.min().item<int64_t>()) + ".." + std::to_string(ids.max().item<int64_t>()));
+    return ids;
+  }
+  if (exists(mask_path)) {
+    auto mask = read_npy(mask_path);
+    if (mask.dim() != 1 || mask.size(0) != num_nodes)
+      throw FileError(mask_path + ": expected one flag per node (" + std::to_string(num_nodes) + "), got shape " +
+                      format_shape(mask.sizes().vec()));
+    return mask.ne(0).nonzero().view(-1);
+  }
+  return torch::empty({0}, torch::kInt64);
+}
+
+}  // namespace
+
+int64_t Graph::num_classes() const { return labels.numel() == 0 ? 0 : labels.max().item<int64_t>() + 1; }
+
+void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst, const std::string& source) {
+  int64_t n = graph.num_nodes();
+  for (const auto& [ids, what] : {std::pair{src, "source"}, std::pair{dst, "destination"}})
+    if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= n))
+      throw FileError(source + ": an edge's " + what + " node is out of range: ids must be in [0, " +
+                      std::to_string(n) + "), found " + std::to_string(ids.min().item<int64_t>()) + ".." +
+                      std::to_string(ids.max().item<int64_t>()));
+  // A stable sort by destination keeps each node's neighbours in file order.
+  auto order = std::get<1>(dst.sort(/*stable=*/true));
+  graph.indices = src.index_select(0, order).contiguous();
+  auto counts = torch::bincount(dst, {}, n);
+  graph.indptr = torch::cat({torch::zeros({1}, torch::kInt64), counts.cumsum(0)}).contiguous();
+}
+
+Graph load_graph_directory(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) throw FileError("data.path: no graph directory " + dir);
+  Graph graph;
+  std::string features_path = dir + "/features.npy", labels_path = dir + "/labels.npy";
+  graph.features = read_npy(features_path);
+  if (graph.features.dim() != 2 || !graph.features.is_floating_point())
+    throw FileError(features_path + ": expected a float array [nodes, features], got " +
+                    format_shape(graph.features.sizes().vec()) + " of " + std::string(c10::toString(graph.features.scalar_type())));
+  graph.features = graph.features.to(torch::kFloat32).contiguous();
+  int64_t n = graph.num_nodes();
+  graph.labels = read_npy(labels_path);
+  if (graph.labels.dim() != 1 || graph.labels.size(0) != n || !c10::isIntegralType(graph.labels.scalar_type(), false))
+    throw FileError(labels_path + ": expected one integer label per node (" + std::to_string(n) + "), got " +
+                    format_shape(graph.labels.sizes().vec()));
+  graph.labels = graph.labels.to(torch::kInt64);
+  if (graph.labels.numel() > 0 && graph.labels.min().item<int64_t>() < 0)
+    throw FileError(labels_path + ": labels must be >= 0");
+
+  std::string edges_npy = dir + "/edge_index.npy", edges_csv = dir + "/edges.csv";
+  torch::Tensor edges;
+  std::string source;
+  if (exists(edges_npy)) {
+    edges = read_npy(source = edges_npy);
+    if (edges.dim() != 2 || edges.size(0) != 2 || !c10::isIntegralType(edges.scalar_type(), false))
+      throw FileError(edges_npy + ": expected integer node ids [2, edges], got " + format_shape(edges.sizes().vec()));
+    edges = edges.to(torch::kInt64);
+  } else if (exists(edges_csv)) {
+    edges = read_edges_csv(source = edges_csv);
+  } else {
+    throw FileError("data.path: " + dir + " has no edges (edge_index.npy or edges.csv)");
+  }
+  build_csr(graph, edges[0].contiguous(), edges[1].contiguous(), source);
+  graph.train = read_split(dir, "train", n);
+  graph.val = read_split(dir, "val", n);
+  graph.test = read_split(dir, "test", n);
+  if (graph.train.numel() == 0) throw FileError("data.path: " + dir + " has no training nodes (train_idx.npy or train_mask.npy)");
+  return graph;
+}
+
+}  // namespace ddp

@@ -1,0 +1,45 @@
+#pragma once
+// Node classification on a graph with GraphSAGE: a sample is a node; a batch is its seed nodes'
+// sampled neighbourhood (ddp/data/neighbor_sampler.h) and their labels.
+
+#include <atomic>
+#include <memory>
+
+#include "ddp/data/graph.h"
+#include "ddp/model/graphsage.h"
+#include "ddp/task/task.h"
+
+namespace ddp {
+
+/// `model.name: graphsage` on `data.dataset: graph`.
+class GraphTask : public Task {
+ public:
+  /// Loads the graph directory (data.path), builds the model from the global RNG. ConfigError or
+  /// FileError naming the key or file at fault.
+  GraphTask(const DataConfig& data, const SamplerConfig& sampler, const ModelConfig& model, const LossConfig& loss,
+            const TaskContext& context);
+
+  torch::nn::Module& model() override { return *model_; }
+  int64_t size(Split split) const override;
+  void set_epoch(int64_t epoch) override { epoch_ = epoch; }
+  /// inputs = {features of the input nodes [N, F], then per layer: src [E], dst [E], num_dst []};
+  /// targets = the seeds' labels.
+  Batch make_batch(Split split, const torch::Tensor& indices) const override;
+  torch::Tensor loss(const Batch& batch) override;
+  std::vector<std::string> metric_names() const override { return loss_.metric_names(); }
+  torch::Tensor metric_sums(const Batch& batch) override;
+  void save_model(const std::string& output_dir) const override;
+
+ private:
+  torch::Tensor forward(const Batch& batch);
+
+  Graph graph_;
+  torch::Tensor eval_nodes_;
+  std::vector<int64_t> fanouts_;
+  int64_t sampler_seed_;
+  std::atomic<int64_t> epoch_{0};
+  Loss loss_;
+  GraphSage model_{nullptr};
+};
+
+}  // namespace ddp
