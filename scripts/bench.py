@@ -44,15 +44,21 @@ def start_run(work, name, nproc, model, extra=(), nodes=1):
         argv = [os.path.join(BIN, "ddprun"), *launcher, "--nproc-per-node", str(nproc), CONFIG]
         for s in sets:
             argv += ["--set", s]
-        processes.append(subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        # stderr to a file, not a pipe: launchers waited for one after another must not block on a full pipe.
+        err = tempfile.TemporaryFile()
+        processes.append((subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=err), err))
     return out, time.time(), processes
 
 
 def finish_run(out, started, processes):
-    for process in processes:
-        _, err = process.communicate()
-        if process.returncode != 0:
-            sys.exit(f"bench: a run failed:\n{err.decode()[-2000:]}")
+    failed = None
+    for process, err in processes:
+        process.wait()
+        if process.returncode != 0 and failed is None:
+            err.seek(0)
+            failed = err.read().decode()[-2000:]
+    if failed is not None:
+        sys.exit(f"bench: a run failed:\n{failed}")
     records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     logs = [r for r in records if "samples_per_s" in r][1:]  # the first window includes warm-up
     first = next(r["first_step_unix_s"] for r in records if "first_step_unix_s" in r)

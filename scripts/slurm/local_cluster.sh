@@ -21,7 +21,32 @@ port_base=${PORT_BASE:-17000}
 cpus=${CPUS:-4}
 
 say() { echo "local_cluster: $*" >&2; }
-die() { say "$*"; exit 1; }
+# Once daemons are starting, a failure stops those that did (starting=1).
+die() {
+  say "$*"
+  if [ "${starting:-0}" = 1 ]; then starting=0; stop_cluster; fi
+  exit 1
+}
+
+# A pid of ours only while it still runs one of the programs this script starts: a pid recorded
+# long ago may belong to something else now.
+ours() {
+  local command
+  [ -r "/proc/$1/cmdline" ] || return 1
+  command=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  case "$command" in
+    */munged\ *|*/slurmctld\ *|*/slurmd\ *) [[ "$command" == *"$dir"* || "$command" == *ddprun-munge* ]] ;;
+    *) return 1 ;;
+  esac
+}
+
+# DIR must be ours to wipe: a directory (not a link) that root owns, or nothing yet.
+check_dir() {
+  [ ! -L "$dir" ] || die "$dir is a symbolic link; give a directory of your own"
+  if [ -e "$dir" ]; then
+    [ -d "$dir" ] && [ "$(stat -c %u "$dir")" = "$(id -u)" ] || die "$dir exists and is not a directory of this user's"
+  fi
+}
 
 install_slurm() {
   local missing=()
@@ -38,10 +63,10 @@ install_slurm() {
 # Pids recorded in DIR/pids, one per line, of every daemon this script started.
 stop_cluster() {
   [ -f "$dir/pids" ] || { say "nothing to stop in $dir"; return 0; }
-  local pids
-  pids=$(cat "$dir/pids")
+  local pids="" pid
+  for pid in $(cat "$dir/pids"); do ours "$pid" && pids="$pids $pid"; done
   # shellcheck disable=SC2086
-  kill $pids 2>/dev/null || true
+  [ -z "$pids" ] || kill $pids 2>/dev/null || true
   for _ in $(seq 50); do
     local alive=0
     for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
@@ -49,15 +74,22 @@ stop_cluster() {
     sleep 0.1
   done
   # shellcheck disable=SC2086
-  kill -9 $pids 2>/dev/null || true
+  [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
   # What the nodes' jobs left (slurmstepd and the programs it ran) lives in the nodes' mount namespaces.
+  # Never this shell's own namespace, whatever the file says.
   if [ -f "$dir/namespaces" ]; then
+    local own ns
+    own=$(readlink /proc/self/ns/mnt)
     for proc in /proc/[0-9]*; do
       ns=$(readlink "$proc/ns/mnt" 2>/dev/null) || continue
-      grep -qxF "$ns" "$dir/namespaces" && kill -9 "${proc#/proc/}" 2>/dev/null
+      [ "$ns" != "$own" ] && grep -qxF "$ns" "$dir/namespaces" && { kill -9 "${proc#/proc/}" 2>/dev/null || true; }
     done
   fi
-  [ -f "$dir/munge_dir" ] && rm -rf "$(cat "$dir/munge_dir")"
+  if [ -f "$dir/munge_dir" ]; then
+    local munge
+    munge=$(cat "$dir/munge_dir")
+    case "$munge" in /tmp/ddprun-munge-??????) rm -rf "$munge" ;; esac
+  fi
   rm -f "$dir/pids" "$dir/namespaces" "$dir/munge_dir"
   say "stopped"
 }
@@ -66,10 +98,13 @@ start_cluster() {
   [ "$(id -u)" -eq 0 ] || die "needs root (slurmd runs jobs as their users, munged as munge)"
   [ "$nodes" -ge 1 ] && [ "$nodes" -le 9 ] || die "NODES must be 1..9, got $nodes"
   install_slurm
+  check_dir
   [ -f "$dir/pids" ] && stop_cluster
   rm -rf "$dir"
   mkdir -p "$dir"/{state,log}
   : >"$dir/pids"
+  starting=1
+  trap 'die "start failed at line $LINENO"' ERR
   local host
   host=$(hostname -s)
 
@@ -133,6 +168,7 @@ EOF
   export SLURM_CONF="$conf"
   /usr/sbin/slurmctld -f "$conf" -i || die "slurmctld did not start: $(tail -5 "$dir/log/slurmctld.log" 2>/dev/null)"
   for _ in $(seq 50); do [ -s "$dir/slurmctld.pid" ] && break; sleep 0.1; done
+  [ -s "$dir/slurmctld.pid" ] || die "slurmctld wrote no pid file: $(tail -5 "$dir/log/slurmctld.log" 2>/dev/null)"
   cat "$dir/slurmctld.pid" >>"$dir/pids"
   for i in $(seq "$nodes"); do
     unshare --mount --propagation private -- sh -c \
@@ -141,21 +177,26 @@ EOF
   done
   for i in $(seq "$nodes"); do
     for _ in $(seq 50); do [ -s "$dir/slurmd-n$i.pid" ] && break; sleep 0.1; done
+    [ -s "$dir/slurmd-n$i.pid" ] || die "slurmd n$i wrote no pid file: $(tail -5 "$dir/log/slurmd-n$i.log" 2>/dev/null)"
     cat "$dir/slurmd-n$i.pid" >>"$dir/pids"
     readlink "/proc/$(cat "$dir/slurmd-n$i.pid")/ns/mnt" >>"$dir/namespaces"
   done
 
-  # Ready when every node is idle.
-  for _ in $(seq 300); do
-    if [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" -eq "$nodes" ]; then
+  # Ready when every node is idle; a daemon that died says why in its log.
+  local deadline=$((SECONDS + 30)) pid
+  while [ $SECONDS -lt $deadline ]; do
+    for pid in $(cat "$dir/pids"); do
+      kill -0 "$pid" 2>/dev/null || die "a daemon (pid $pid) exited: $(tail -n 2 "$dir"/log/*.log 2>/dev/null | tr '\n' ' ')"
+    done
+    if [ "$(timeout 5 sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle' || true)" -eq "$nodes" ]; then
+      starting=0
+      trap - ERR
       say "$nodes node(s) idle; export SLURM_CONF=$conf"
       return 0
     fi
     sleep 0.1
   done
-  say "nodes did not become idle within 30 s: $(sinfo -N 2>&1 | tr '\n' ' ')"
-  stop_cluster
-  exit 1
+  die "nodes did not become idle within 30 s: $(sinfo -N 2>&1 | tr '\n' ' ')"
 }
 
 case "$action" in

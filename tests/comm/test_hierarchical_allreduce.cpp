@@ -94,3 +94,26 @@ TEST_CASE("ranks not numbered node by node make every rank fall back to Gloo, no
   for (auto& t : threads) t.join();
   CHECK(engaged == std::vector<int>(kWorld, 0));
 }
+
+TEST_CASE("nodes of different sizes (2 ranks and 1) agree on Gloo alone, with no rank left in a vote", "[dist][shm]") {
+  ddp::test::TempDir store;
+  std::vector<int> engaged(3, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      ddp::DistEnv env;
+      env.rank = r;
+      env.world_size = 3;
+      env.local_world_size = r < 2 ? 2 : 1;
+      env.local_rank = r < 2 ? r : 0;
+      env.node_rank = r < 2 ? 0 : 1;
+      env.store_path = store.path();
+      auto comm = ddp::connect(env, ddp::DistConfig{});
+      engaged[r] = comm.shared_memory != nullptr;
+      std::vector<torch::Tensor> one{torch::ones({3})};
+      comm.group->allreduce(one)->wait();  // the first collective after the vote: matched everywhere
+      if (one[0][0].item<float>() != 3) engaged[r] = 2;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(engaged == std::vector<int>(3, 0));
+}

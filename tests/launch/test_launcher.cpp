@@ -364,8 +364,11 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
   }
   TempDir dir;
   // Progress, a plain line (which must clear and redraw it), more progress.
+  // A line that starts with '\r' but not with the marker is output like any other (tqdm's).
   write_file(dir.file("worker.sh"), "echo progress=${DDPRUN_PROGRESS:-none}; [ \"$RANK\" = 0 ] || exit 0\n"
-                                    "printf '\\rstep 1\\n'; echo plain; printf '\\rstep 2\\n'\n");
+                                    "m=$(printf '\\r\\033[ddprun-progress]')\n"
+                                    "printf '%sstep 1\\n' \"$m\"; echo plain; printf '\\r 10%%\\n'; "
+                                    "printf '%sstep 2\\n' \"$m\"\n");
   std::string worker = " --log-dir " + dir.path() + " --run-id tty -- sh " + dir.file("worker.sh");
   auto tty = run_shell("script -q -c \"" + ddprun() + " --nproc-per-node 1" + worker + "\" /dev/null",
                        std::chrono::seconds(60));
@@ -375,7 +378,7 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
   CHECK_THAT(tty.out, Contains("\r\x1b[K[rank 0] step 1\r\x1b[K[rank 0] plain\r\n[rank 0] step 1"));
   CHECK_THAT(tty.out, Contains("\r\x1b[K[rank 0] step 2\r\x1b[K"));  // cleared at the end
   std::string log = read_file(dir.file("tty/attempt_0/rank_0.stdout"));
-  CHECK(log == "progress=1\nplain\n");
+  CHECK(log == "progress=1\nplain\n\r 10%\n");
 
   // Not a terminal: no progress for anyone.
   auto piped = run_shell(ddprun() + " --nproc-per-node 1" + worker, std::chrono::seconds(60));

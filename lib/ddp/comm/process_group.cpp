@@ -73,15 +73,24 @@ std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator&
     return engine;
   }
   // Nodes of equal size, ranks numbered node by node: what ddprun and Slurm's block distribution give.
+  // Every rank takes part in this vote, whatever its own node looks like, or the ranks would not
+  // agree on the collectives that follow.
   int local = env.local_world_size;
   bool blocked = local > 1 && env.node_rank >= 0 && env.world_size % local == 0 &&
                  env.rank == env.node_rank * local + env.local_rank;
-  if (!everyone(*comm.group, blocked)) return nullptr;
+  if (!everyone(*comm.group, blocked)) {
+    if (env.rank == 0 && local > 1)
+      spdlog::info("gradients go through Gloo alone: shared memory within nodes needs nodes of equal size with ranks "
+                   "numbered node by node");
+    return nullptr;
+  }
   auto node_store = c10::make_intrusive<c10d::PrefixStore>("node_" + std::to_string(env.node_rank), comm.store);
   std::shared_ptr<SharedMemoryAllReduce> engine =
       SharedMemoryAllReduce::connect(*node_store, env.local_rank, local, timeout, why_not);
   if (!everyone(*comm.group, engine != nullptr)) {
-    if (env.rank == 0) spdlog::warn("gradients go through Gloo: some node has no shared memory for the all-reduce");
+    if (env.rank == 0)
+      spdlog::warn("gradients go through Gloo: some node has no shared memory for the all-reduce{}",
+                   engine ? "" : " (" + why_not + ")");
     return nullptr;
   }
   std::function<void(const torch::Tensor&)> leaders_sum;
@@ -183,8 +192,7 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
 #endif
   auto device = gloo_device(env);
   comm.group = make_gloo(comm.store, env.rank, env.world_size, device, timeout);
-  if (config.shared_memory && env.world_size > 1 && env.local_world_size > 1)
-    comm.shared_memory = connect_shared_memory(comm, env, device, timeout);
+  if (config.shared_memory && env.world_size > 1) comm.shared_memory = connect_shared_memory(comm, env, device, timeout);
   return comm;
 }
 

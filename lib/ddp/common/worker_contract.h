@@ -53,8 +53,8 @@ inline constexpr const char* kRestartCount = "DDPRUN_RESTART_COUNT";
 inline constexpr const char* kMaxRestarts = "DDPRUN_MAX_RESTARTS";
 inline constexpr const char* kStorePath = "DDPRUN_STORE_PATH";  ///< single node: a FileStore directory
 inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";
-/// "1" when the launcher's console is a terminal: the worker may send progress lines, which start
-/// with '\r', and the launcher redraws them in place (never in log files).
+/// "1" when the launcher's console is a terminal: the worker may then write progress lines to its
+/// stdout, each starting with kProgressMarker, which the launcher redraws in place (never in logs).
 inline constexpr const char* kProgress = "DDPRUN_PROGRESS";
 /// Read by the launcher, never passed on to a worker: the job's secret for the store's control values.
 inline constexpr const char* kRdzvSecret = "DDPRUN_RDZV_SECRET";
@@ -65,6 +65,10 @@ inline constexpr const char* kElasticRestartCount = "TORCHELASTIC_RESTART_COUNT"
 inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";
 }  // namespace env
+
+/// What starts a progress line (see env::kProgress): a carriage return, then a tag no ordinary
+/// output starts with (tqdm's own "\r 10%|..." is output like any other).
+inline constexpr const char* kProgressMarker = "\r\x1b[ddprun-progress]";
 
 /// Every variable the launcher may set, and who reads it (a test holds both sides to this list).
 inline constexpr WorkerVariable kWorkerVariables[] = {

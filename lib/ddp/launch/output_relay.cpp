@@ -1,6 +1,7 @@
 #include "ddp/launch/output_relay.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +9,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/worker_contract.h"
 
 namespace ddp {
 namespace {
@@ -39,7 +41,23 @@ bool is_backtrace_line(const std::string& line) {
   return line.compare(start, 7, "frame #") == 0 || line.compare(start, 22, "Exception raised from ") == 0;
 }
 
+// Whether a progress line is on the terminal now: one per process, as the terminal is.
+bool progress_on_screen = false;
+
+// The terminal's width, for cutting a progress line that would wrap (a wrapped line cannot be
+// redrawn in place); 0 when unknown.
+std::size_t terminal_columns() {
+  winsize size{};
+  return ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 ? size.ws_col : 0;
+}
+
 }  // namespace
+
+void clear_progress_line() {
+  if (!progress_on_screen) return;
+  write_all(1, "\r\x1b[K");
+  progress_on_screen = false;
+}
 
 OutputRelay::~OutputRelay() { drain_and_close(); }
 
@@ -88,13 +106,19 @@ void OutputRelay::on_readable(int fd) {
 
 void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
   const RelayTarget& target = targets_[stream.worker];
-  // Note [Progress lines]: a line that starts with '\r' is a worker's progress (DDPRUN_PROGRESS,
-  // given only when the console is a terminal). It is drawn in place of the previous one, taken
-  // off the screen before any other line and drawn again after it, and never reaches a log file.
-  if (!line.empty() && line[0] == '\r') {
+  // Note [Progress lines]: a worker given DDPRUN_PROGRESS (only when the console is a terminal) may
+  // write progress lines to stdout, starting with kProgressMarker. Each is drawn in place of the
+  // previous one, cut to the terminal's width, taken off the screen before any other line and
+  // drawn again after it, and never reaches a log file.
+  static const std::string marker = kProgressMarker;
+  if (target.progress && !stream.is_stderr && line.compare(0, marker.size(), marker) == 0) {
     if (!target.to_console) return;
-    progress_ = target.prefix + line.substr(1);
+    progress_ = target.prefix + line.substr(marker.size());
+    if (std::size_t columns = terminal_columns(); columns > 1 && progress_.size() >= columns)
+      progress_.resize(columns - 1);
     write_all(1, "\r\x1b[K" + progress_);
+    progress_on_screen = true;
+    progress_worker_ = stream.worker;
     return;
   }
   if (stream.log_fd >= 0) write_all(stream.log_fd, ended ? line + "\n" : line);
@@ -108,9 +132,12 @@ void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
     }
   }
   if (!target.to_console) return;
-  if (!progress_.empty()) write_all(1, "\r\x1b[K");
+  clear_progress_line();
   write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
-  if (!progress_.empty()) write_all(1, progress_);
+  if (!progress_.empty()) {
+    write_all(1, progress_);
+    progress_on_screen = true;
+  }
 }
 
 void OutputRelay::close_stream(int fd) {
@@ -118,6 +145,10 @@ void OutputRelay::close_stream(int fd) {
   if (it == streams_.end()) return;
   if (!it->second.partial.empty()) emit(it->second, it->second.partial, false);
   if (it->second.log_fd >= 0) close(it->second.log_fd);
+  if (!it->second.is_stderr && it->second.worker == progress_worker_) {
+    clear_progress_line();  // its worker is gone: its last ETA must not linger
+    progress_.clear();
+  }
   close(fd);
   streams_.erase(it);
 }
@@ -127,7 +158,7 @@ void OutputRelay::drain_and_close() {
     on_readable(fd);  // non-blocking: takes what is there now
     close_stream(fd);
   }
-  if (!progress_.empty()) write_all(1, "\r\x1b[K");  // the shell's prompt starts on a clean line
+  clear_progress_line();  // the shell's prompt starts on a clean line
   progress_.clear();
 }
 

@@ -15,7 +15,12 @@ struct RelayTarget {
   bool to_console = true;    ///< --local-ranks-filter
   std::string stdout_log;    ///< file path, empty: none
   std::string stderr_log;
+  bool progress = false;     ///< given DDPRUN_PROGRESS: its stdout lines that start with kProgressMarker are progress
 };
+
+/// Takes the progress line (Note [Progress lines]) off the terminal before the launcher writes a
+/// message of its own; it comes back with the next progress update.
+void clear_progress_line();
 
 /// Single-threaded: one writer per console stream, so lines can never interleave mid-line.
 class OutputRelay {
@@ -56,7 +61,8 @@ class OutputRelay {
   std::map<int, Stream> streams_;  // by pipe fd
   std::map<int, RelayTarget> targets_;
   std::map<int, std::deque<std::string>> tails_;
-  std::string progress_;  // the progress line on screen now, prefix included ("" if none)
+  std::string progress_;  // the last progress line, prefix included ("" if none)
+  int progress_worker_ = -1;
 };
 
 }  // namespace ddp

@@ -34,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kRemoteCheckEvery = std::chrono::seconds(1);
 
 void say(const std::string& line) {
+  clear_progress_line();
   std::string text = "ddprun: " + line + "\n";
   [[maybe_unused]] ssize_t n = write(2, text.data(), text.size());
 }
@@ -144,7 +145,8 @@ class Attempt {
       variables[env::kHeartbeatFd] = std::to_string(kWorkerHeartbeatFd);
       const auto& filter = options_.local_ranks_filter;
       bool to_console = !filter || std::count(filter->begin(), filter->end(), local) > 0;
-      if (to_console && isatty(STDOUT_FILENO)) variables[env::kProgress] = "1";
+      bool progress = to_console && isatty(STDOUT_FILENO);
+      if (progress) variables[env::kProgress] = "1";
       if (!std::getenv(env::kOmpNumThreads))
         variables[env::kOmpNumThreads] = std::to_string(threads_per_worker(options_.nproc_per_node));
 
@@ -152,6 +154,7 @@ class Attempt {
       target.prefix = multi_node() ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
                                  : "[rank " + std::to_string(id.rank) + "] ";
       target.to_console = to_console;
+      target.progress = progress;
       target.stdout_log = log_path(id.rank, "stdout");
       target.stderr_log = log_path(id.rank, "stderr");
 

@@ -51,22 +51,6 @@ double rss_mib() {
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
-// CUDA_VISIBLE_DEVICES renumbers the devices CUDA sees; NVML numbers all of them.
-int nvml_index(int cuda_index) {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (!visible) return cuda_index;
-  std::vector<int> indices;
-  for (const char* p = visible; *p;) {
-    char* end = nullptr;
-    long value = std::strtol(p, &end, 10);
-    if (end == p) return cuda_index;  // UUIDs: leave the index as it is
-    indices.push_back(static_cast<int>(value));
-    p = *end == ',' ? end + 1 : end;
-    if (*end && *end != ',') return cuda_index;
-  }
-  return cuda_index < static_cast<int>(indices.size()) ? indices[static_cast<std::size_t>(cuda_index)] : cuda_index;
-}
-
 double quantile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   auto at = values.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(values.size() - 1) + 0.5);
@@ -101,7 +85,7 @@ SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_si
   if (!enabled()) return;
   rss_mib_ = rss_mib();
 #ifdef DDP_WITH_CUDA
-  if (gpu_index >= 0) gpu_ = GpuSampler::open(nvml_index(gpu_index));
+  if (gpu_index >= 0) gpu_ = GpuSampler::open_cuda_device(gpu_index);
 #else
   (void)gpu_index;
 #endif
@@ -172,7 +156,7 @@ void SystemMonitor::add(const std::vector<double>& summed, std::size_t offset) {
   for (int r = 0; r < world_size_; ++r) {
     const double* v = summed.data() + offset + static_cast<std::size_t>(r * kValuesPerRank);
     RankSample sample{v[0], v[1], v[2], v[3], std::nullopt};
-    if (kValuesPerRank > 4 && v[4] >= 0) sample.gpu = GpuSample{v[4], v[5], v[6], v[7], v[8]};
+    if (kValuesPerRank > 4 && (v[4] >= 0 || v[5] >= 0)) sample.gpu = GpuSample{v[4], v[5], v[6], v[7], v[8]};
     window_[static_cast<std::size_t>(r)].push_back(sample);
   }
 }
@@ -205,11 +189,13 @@ std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
     record.emplace_back("sys_step_busy_ms_p90" + suffix, quantile(busy, 0.9));
     std::string sep = r ? " " : "";
     if (last.gpu) {
-      record.emplace_back("sys_gpu_util_percent" + suffix, last.gpu->utilization_percent);
-      record.emplace_back("sys_gpu_memory_used_mib" + suffix, last.gpu->memory_used_mib);
-      record.emplace_back("sys_gpu_memory_total_mib" + suffix, last.gpu->memory_total_mib);
-      record.emplace_back("sys_gpu_temperature_c" + suffix, last.gpu->temperature_c);
-      record.emplace_back("sys_gpu_power_w" + suffix, last.gpu->power_w);
+      const GpuSample& g = *last.gpu;
+      for (const auto& [name, value] : {std::pair{"sys_gpu_util_percent", g.utilization_percent},
+                                        std::pair{"sys_gpu_memory_used_mib", g.memory_used_mib},
+                                        std::pair{"sys_gpu_memory_total_mib", g.memory_total_mib},
+                                        std::pair{"sys_gpu_temperature_c", g.temperature_c},
+                                        std::pair{"sys_gpu_power_w", g.power_w}})
+        if (value >= 0) record.emplace_back(name + suffix, value);
       gpu_text += sep + fmt::format("{:.0f}% {:.0f}/{:.0f} MiB {:.0f}C {:.0f}W", last.gpu->utilization_percent,
                                     last.gpu->memory_used_mib, last.gpu->memory_total_mib, last.gpu->temperature_c,
                                     last.gpu->power_w);

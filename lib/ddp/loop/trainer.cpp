@@ -361,7 +361,7 @@ void Trainer::show_progress_line() {
   double elapsed = std::max(seconds_since(window_.start), 1e-9);
   double steps_done = static_cast<double>(progress_.step - fit_start_step_);
   double eta = seconds_since(fit_start_) / std::max(1.0, steps_done) * static_cast<double>(total_steps_ - progress_.step);
-  std::string line = fmt::format("\repoch {} step {}/{} | {:.0f} samples/s | ETA {}\n", progress_.epoch, progress_.step,
+  std::string line = fmt::format("{}epoch {} step {}/{} | {:.0f} samples/s | ETA {}\n", kProgressMarker, progress_.epoch, progress_.step,
                                  total_steps_, window_.samples * comm_.world_size / elapsed, format_duration(eta));
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);

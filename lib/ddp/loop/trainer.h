@@ -94,9 +94,9 @@ class Trainer {
   LogWindow window_;
   double last_data_wait_ms_ = 0;  // this rank's previous step, for the monitor
   double last_busy_ms_ = 0;
-  double test_step_delay_ms_ = 0;
+  double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
   bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
-  std::chrono::steady_clock::time_point last_progress_line_;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
+  std::chrono::steady_clock::time_point last_progress_line_;
   std::chrono::steady_clock::time_point fit_start_;
   int64_t fit_start_step_ = 0;
 };

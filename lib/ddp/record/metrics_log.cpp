@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
@@ -51,7 +52,12 @@ MetricsLog::MetricsLog(const std::string& path, const std::string& tensorboard_d
     close(fd);
     throw IoError("cannot write metrics to " + path + ": " + cause);
   }
-  if (!tensorboard_dir.empty()) events_ = std::make_unique<EventFileWriter>(tensorboard_dir);
+  try {
+    if (!tensorboard_dir.empty()) events_ = std::make_unique<EventFileWriter>(tensorboard_dir);
+  } catch (...) {
+    std::fclose(file_);
+    throw;
+  }
 }
 
 MetricsLog::~MetricsLog() { std::fclose(file_); }
@@ -64,15 +70,27 @@ void MetricsLog::write(const MetricsRecord& record) {
   int64_t step = 0;
   for (const auto& [name, value] : record)
     if (name == "step") step = static_cast<int64_t>(value);
-  for (const auto& [name, value] : record)
-    if (auto tag = tensorboard_tag(name); tag && std::isfinite(value)) events_->add_scalar(*tag, step, value);
-  events_->flush();
+  write_events([&] {
+    for (const auto& [name, value] : record)
+      if (auto tag = tensorboard_tag(name); tag && std::isfinite(value)) events_->add_scalar(*tag, step, value);
+  });
 }
 
 void MetricsLog::write_text(const std::string& tag, int64_t step, const std::string& text) {
   if (!events_) return;
-  events_->add_text(tag, step, text);
-  events_->flush();
+  write_events([&] { events_->add_text(tag, step, text); });
+}
+
+void MetricsLog::write_events(const std::function<void()>& write) {
+  // Rank 0 alone writes events: a failure here must not take it out of a run the others go on
+  // with. It is said once, and the run goes on without TensorBoard; metrics.jsonl stays complete.
+  try {
+    write();
+    events_->flush();
+  } catch (const std::exception& e) {
+    spdlog::warn("TensorBoard events stop here: {}", e.what());
+    events_.reset();
+  }
 }
 
 }  // namespace ddp

@@ -3,6 +3,7 @@
 // numbers as TensorBoard scalars.
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,8 @@ class MetricsLog {
   void write_text(const std::string& tag, int64_t step, const std::string& text);
 
  private:
+  void write_events(const std::function<void()>& write);
+
   std::FILE* file_ = nullptr;
   std::unique_ptr<EventFileWriter> events_;
 };

@@ -58,21 +58,26 @@ std::optional<MetricsRecord> parse_metrics_line(const std::string& line) {
   return i == line.size() ? std::optional<MetricsRecord>(record) : std::nullopt;
 }
 
-std::vector<std::pair<double, double>> RunRecords::series(const std::string& key) const {
-  std::vector<std::pair<double, double>> points;
-  for (const auto& record : records) {
-    std::optional<double> step, value;
-    for (const auto& [name, v] : record) {
-      if (name == "step") step = v;
-      if (name == key) value = v;
+const std::vector<std::pair<double, double>>& RunRecords::series(const std::string& key) const {
+  if (indexed_records_ != records.size()) {
+    series_.clear();
+    for (const auto& record : records) {
+      std::optional<double> step;
+      for (const auto& [name, v] : record)
+        if (name == "step") step = v;
+      if (!step) continue;
+      for (const auto& [name, v] : record)
+        if (name != "step" && std::isfinite(v)) series_[name].emplace_back(*step, v);
     }
-    if (step && value && std::isfinite(*value)) points.emplace_back(*step, *value);
+    indexed_records_ = records.size();
   }
-  return points;
+  static const std::vector<std::pair<double, double>> kNone;
+  auto it = series_.find(key);
+  return it == series_.end() ? kNone : it->second;
 }
 
 std::optional<double> RunRecords::last(const std::string& key) const {
-  auto points = series(key);
+  const auto& points = series(key);
   if (points.empty()) return std::nullopt;
   return points.back().second;
 }

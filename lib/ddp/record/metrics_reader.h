@@ -1,6 +1,7 @@
 #pragma once
 // Reading a run back: metrics.jsonl's records, its config and how it ended, for the report.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,11 +18,17 @@ struct RunRecords {
   std::string config;     ///< config.yaml's text ("" if missing)
 
   /// The values of `key` by step, in file order (records without it are left out).
-  std::vector<std::pair<double, double>> series(const std::string& key) const;
+  const std::vector<std::pair<double, double>>& series(const std::string& key) const;
   /// The last value of `key`, if any record has it.
   std::optional<double> last(const std::string& key) const;
   /// The keys that occur, each once, in order of first occurrence.
   std::vector<std::string> keys() const;
+
+ private:
+  // Every key's series, made on the first call of series() from all records: the report asks for
+  // dozens of keys, and must not scan every record for each (rank 0 writes it while the others wait).
+  mutable std::map<std::string, std::vector<std::pair<double, double>>> series_;
+  mutable std::size_t indexed_records_ = 0;
 };
 
 /// The record of one metrics.jsonl line; nullopt if it is not a flat JSON object of numbers (and nulls).
