@@ -69,7 +69,7 @@ void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst,
                       std::to_string(n) + "), found " + std::to_string(ids.min().item<int64_t>()) + ".." +
                       std::to_string(ids.max().item<int64_t>()));
   // A stable sort by destination keeps each node's neighbours in file order.
-  auto order = std::get<1>(dst.sort(/*stable=*/true));
+  auto order = std::get<1>(dst.sort(/*stable=*/c10::optional<bool>(true), /*dim=*/0, /*descending=*/false));
   graph.indices = src.index_select(0, order).contiguous();
   auto counts = torch::bincount(dst, {}, n);
   graph.indptr = torch::cat({torch::zeros({1}, torch::kInt64), counts.cumsum(0)}).contiguous();

@@ -54,9 +54,10 @@ torch::ScalarType dtype_of(const std::string& descr, const std::string& path) {
   if (kind == "f4") return torch::kFloat;
   if (kind == "f8") return torch::kDouble;
   if (kind == "u1") return torch::kUInt8;
+  if (kind == "b1") return torch::kBool;  // masks, as numpy saves bool arrays
   if (kind == "i4") return torch::kInt;
   if (kind == "i8") return torch::kLong;
-  fail(path, "dtype " + text + " is not supported (float32, float64, uint8, int32 or int64)");
+  fail(path, "dtype " + text + " is not supported (float32, float64, uint8, bool, int32 or int64)");
 }
 
 std::vector<int64_t> shape_of(const std::string& tuple, const std::string& path) {

@@ -16,7 +16,7 @@ namespace ddp {
 
 /// What an .npy file holds and where its data starts.
 struct NpyHeader {
-  torch::ScalarType dtype;     ///< float32 | float64 | uint8 | int32 | int64
+  torch::ScalarType dtype;     ///< float32 | float64 | uint8 | bool | int32 | int64
   std::vector<int64_t> shape;  ///< the array's shape; shape[0] counts samples
   int64_t data_offset = 0;     ///< bytes before the first element
 };
