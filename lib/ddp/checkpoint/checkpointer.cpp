@@ -48,7 +48,8 @@ Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory
     : config_(config), directory_(std::move(directory)) {}
 
 void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                        const TrainProgress& progress, int world_size) {
+                        const TrainProgress& progress, int world_size,
+                        const std::vector<torch::Tensor>& rank_rng) {
   std::error_code ec;
   bool created = fs::create_directories(directory_, ec);
   if (ec) throw_output_error("cannot create checkpoint directory " + directory_ + ": " + ec.message(), ec.value());
@@ -65,6 +66,7 @@ void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Opti
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
   archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+  for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
   std::ostringstream bytes;
   archive.save_to(bytes);
   std::string data = bytes.str();
@@ -203,7 +205,7 @@ TrainProgress Checkpointer::load(const CheckpointInfo& checkpoint, torch::nn::Mo
 }
 
 TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
-                                    torch::optim::Optimizer& optimizer, int world_size) {
+                                    torch::optim::Optimizer& optimizer, int world_size, int rank) {
   const std::string& path = source;
   torch::serialize::InputArchive archive;
   try {
@@ -242,7 +244,7 @@ TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string&
     throw FileError(path + ": its optimizer state does not fit optim.name and the model of this run");
   }
   torch::Tensor rng;
-  if (archive.try_read("rng/cpu", rng)) {
+  if (archive.try_read("rng/cpu_rank" + std::to_string(rank), rng) || archive.try_read("rng/cpu", rng)) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);

@@ -30,9 +30,11 @@ class Checkpointer {
   Checkpointer(const CheckpointConfig& config, std::string directory);
 
   /// Writes model, optimizer, progress and RNG state atomically, then prunes to keep_last.
-  /// Throws IoError (the previous checkpoints stay intact) when the disk is full or unwritable.
+  /// `rank_rng`: every rank's CPU generator state, by rank (ranks draw different amounts, e.g.
+  /// dropout on batches of different sizes); empty: this process's alone. Throws IoError (the
+  /// previous checkpoints stay intact) when the disk is full or unwritable.
   void save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-            const TrainProgress& progress, int world_size);
+            const TrainProgress& progress, int world_size, const std::vector<torch::Tensor>& rank_rng = {});
 
   /// The checkpoint `checkpoint.resume` selects: auto → the newest one that verifies (a corrupt newer
   /// one is reported and skipped), never → none, a path → that one (FileError if it does not verify).
@@ -59,8 +61,9 @@ class Checkpointer {
 /// Checkpointer::load() from a checkpoint file's bytes, read elsewhere: rank 0 reads and verifies
 /// the file and broadcasts them, so no other rank needs it (node-local storage is enough).
 /// `source` names them in errors.
+/// `rank` restores its own generator state where the checkpoint has one per rank.
 TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
-                                    torch::optim::Optimizer& optimizer, int world_size);
+                                    torch::optim::Optimizer& optimizer, int world_size, int rank = 0);
 
 /// The checkpoint a path names: its manifest (.json), its data file (.pt), or their common stem.
 CheckpointInfo checkpoint_at(const std::string& path);

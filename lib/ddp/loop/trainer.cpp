@@ -147,7 +147,7 @@ void Trainer::resume() {
   broadcast_bytes(comm_, bytes, 0);
   if (bytes.empty()) return;
   std::string source = comm_.rank == 0 ? chosen : "rank 0's checkpoint";
-  progress_ = load_checkpoint_bytes(bytes, source, task_->model(), *optimizer_, comm_.world_size);
+  progress_ = load_checkpoint_bytes(bytes, source, task_->model(), *optimizer_, comm_.world_size, comm_.rank);
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   last_saved_step_ = progress_.step;
   if (comm_.rank == 0)
@@ -317,7 +317,16 @@ void Trainer::write_report(std::optional<int> exit_status) {
 
 void Trainer::save_checkpoint() {
   last_saved_step_ = progress_.step;
-  if (comm_.rank == 0) checkpointer_->save(task_->model(), *optimizer_, progress_, comm_.world_size);
+  // Every rank's generator: ranks draw different amounts (dropout on batches of different sizes),
+  // and each must resume from its own state for the run to continue exactly.
+  torch::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
+  auto all = torch::zeros({comm_.world_size, mine.numel()}, torch::kDouble);
+  all[comm_.rank].copy_(mine.to(torch::kDouble));
+  all = all_reduce_sum(comm_, all);
+  if (comm_.rank != 0) return;
+  std::vector<torch::Tensor> rank_rng;
+  for (int r = 0; r < comm_.world_size; ++r) rank_rng.push_back(all[r].to(mine.scalar_type()).contiguous());
+  checkpointer_->save(task_->model(), *optimizer_, progress_, comm_.world_size, rank_rng);
 }
 
 void Trainer::log_progress() {
