@@ -12,7 +12,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
       .choices({"idx", "synthetic", "npy", "csv", "graph"});
   schema.add("data.path", &config.path,
              "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
-             "first dimension = samples); csv: the training table");
+             "first dimension = samples); csv: the training table; graph: a graph directory (README: Graphs)");
   schema.add("data.labels", &config.labels, "npy: the training labels (.npy): int64/int32 classes or float32 targets");
   schema.add("data.eval_path", &config.eval_path, "npy, csv: the test split's features or table");
   schema.add("data.eval_labels", &config.eval_labels, "npy: the test split's labels (.npy)");
