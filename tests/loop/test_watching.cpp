@@ -40,6 +40,15 @@ std::vector<std::string> event_files(const std::string& out) {
   return files;
 }
 
+// Runs the shortened quick start into DIR/run and returns that directory; fails the test if it fails.
+std::string trained_quickstart(const TempDir& dir) {
+  std::string out = dir.file("run");
+  auto run = run_shell(quickstart(out), std::chrono::seconds(240));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  return out;
+}
+
 bool has(const char* command) { return run_shell(std::string("command -v ") + command + " >/dev/null").exit_code == 0; }
 
 }  // namespace
@@ -51,10 +60,7 @@ TEST_CASE("the quick start's TensorBoard events hold every metrics.jsonl value, 
     return;
   }
   TempDir dir;
-  std::string out = dir.file("run");
-  auto run = run_shell(quickstart(out), std::chrono::seconds(240));
-  INFO(run.out << run.err);
-  REQUIRE(run.exit_code == 0);
+  std::string out = trained_quickstart(dir);
   auto files = event_files(out);
   REQUIRE(files.size() == 1);
   auto scalars = run_command({"/usr/bin/python3", kSupport + "read_tfevents.py", "--scalars", files[0]});
@@ -100,10 +106,7 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
     return;
   }
   TempDir dir;
-  std::string out = dir.file("run");
-  auto run = run_shell(quickstart(out), std::chrono::seconds(240));
-  INFO(run.out << run.err);
-  REQUIRE(run.exit_code == 0);
+  std::string out = trained_quickstart(dir);
   REQUIRE(fs::exists(out + "/report.html"));
   std::string html = read_file(out + "/report.html");
   CHECK_THAT(html, Contains("finished</span> (exit 0)"));
