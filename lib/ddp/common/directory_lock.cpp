@@ -1,11 +1,12 @@
 #include "ddp/common/directory_lock.h"
 
+#include "ddp/common/hostname.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstring>
 
 #include "ddp/common/error.h"
@@ -25,9 +26,7 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
     throw UserError(what + ": " + dir + " is in use by another run (" + (text.empty() ? "unknown holder" : text) +
                     "); give this run its own " + what + ", or wait until that one ends");
   }
-  char host[HOST_NAME_MAX + 1] = {};
-  gethostname(host, sizeof host - 1);
-  std::string holder = "pid " + std::to_string(getpid()) + " on " + host + "\n";
+  std::string holder = "pid " + std::to_string(getpid()) + " on " + hostname() + "\n";
   if (ftruncate(fd_, 0) != 0 || pwrite(fd_, holder.data(), holder.size(), 0) < 0) {
     // The lock holds without its note; only a refused run's message is poorer.
   }

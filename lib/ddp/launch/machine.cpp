@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <filesystem>
 
+#include "ddp/common/hostname.h"
 #include "ddp/common/text.h"
 
 namespace ddp {
@@ -61,9 +61,7 @@ std::string host_name() {
   // Several Slurm nodes may share one hostname (containers, or tests' local clusters); the node
   // name is what the job's own output and `squeue` call them.
   if (const char* node = std::getenv("SLURMD_NODENAME"); node && *node) return printable(node, 64);
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
+  return hostname();
 }
 
 std::string executable_dir() {

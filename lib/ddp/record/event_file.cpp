@@ -4,12 +4,12 @@
 
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstring>
 #include <filesystem>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/hostname.h"
 #include "ddp/record/crc32c.h"
 
 namespace ddp {
@@ -67,12 +67,6 @@ std::string summary_event(int64_t step, const std::string& value) {
   return event(step, what);
 }
 
-std::string host() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
-}
-
 }  // namespace
 
 std::string tfrecord(const std::string& data) {
@@ -90,7 +84,7 @@ EventFileWriter::EventFileWriter(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw_output_error("cannot create the TensorBoard directory " + dir + ": " + ec.message(), ec.value());
   auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-  path_ = dir + "/events.out.tfevents." + std::to_string(seconds.count()) + "." + host() + "." +
+  path_ = dir + "/events.out.tfevents." + std::to_string(seconds.count()) + "." + hostname() + "." +
           std::to_string(getpid());
   int fd = open_for_append(path_, /*truncate=*/true);
   file_ = fdopen(fd, "w");
