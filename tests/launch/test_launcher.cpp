@@ -221,6 +221,17 @@ TEST_CASE("a launcher beyond --nnodes by arrival is refused with one line, and t
                         Contains("are taken: more launchers than --nnodes joined this rendezvous"));
 }
 
+TEST_CASE("by arrival, an endpoint no launcher can host is named with what to check") {
+  // 192.0.2.1 (TEST-NET-1) is no address of this machine: every launcher connects, none hosts.
+  auto r = run_shell(ddprun() + " --nnodes 2 --rdzv-backend c10d --rdzv-endpoint 192.0.2.1:" +
+                         std::to_string(free_port()) + " --rdzv-timeout 2 -- true",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("cannot reach the rendezvous at 192.0.2.1:") &&
+                        Contains("is a ddprun running on the host of --rdzv-endpoint, with the same port?"));
+}
+
 TEST_CASE("a failure on one node stops the other node too") {
   std::string port = std::to_string(free_port());
   std::string sleeper = unique_sleep(5);

@@ -121,9 +121,22 @@ TEST_CASE("graph configs that cannot work are refused with one line naming the k
   auto dataset = run_shell(graph_run(1, graph, dir.file("b"), "--set data.dataset=idx --set data.eval_split=test"));
   CHECK(dataset.exit_code == 2);
   CHECK_THAT(dataset.err, Contains("model.name: graphsage trains on a graph (data.dataset: graph)"));
-  auto val = run_shell(graph_run(1, graph, dir.file("c"), "--set model.name=mlp"));
+  auto mlp = run_shell(graph_run(1, graph, dir.file("c"), "--set model.name=mlp"));
+  CHECK(mlp.exit_code == 2);
+  CHECK_THAT(mlp.err, Contains("data.dataset: a graph trains with model.name: graphsage, not mlp"));
+  auto val = run_shell(graph_run(1, graph, dir.file("d"), "--set data.dataset=idx"));
   CHECK(val.exit_code == 2);
-  CHECK_THAT(val.err, Contains("data.dataset: a graph trains with model.name: graphsage, not mlp"));
+  CHECK_THAT(val.err, Contains("data.eval_split: val is a graph's split (data.dataset: graph)"));
+  auto loss = run_shell(graph_run(1, graph, dir.file("e"), "--set train.loss=mse"));
+  CHECK(loss.exit_code == 2);
+  CHECK_THAT(loss.err, Contains("train.loss: graphsage classifies nodes (cross_entropy), got mse"));
+  auto classes = run_shell(graph_run(1, graph, dir.file("f"), "--set model.num_classes=2"));
+  CHECK(classes.exit_code == 2);
+  CHECK_THAT(classes.err, Contains("model.num_classes: 2 is too few for " + graph + ", whose labels go up to 2"));
+  std::filesystem::remove(graph + "/test_idx.npy");
+  auto no_test = run_shell(graph_run(1, graph, dir.file("g"), "--set data.eval_split=test"));
+  CHECK(no_test.exit_code == 2);
+  CHECK_THAT(no_test.err, Contains("data.eval_split: " + graph + " has no test nodes (test_idx.npy or test_mask.npy)"));
 }
 
 TEST_CASE("the Fashion-MNIST kNN graph: GraphSAGE beats the same network without neighbours, and Python agrees",

@@ -120,6 +120,12 @@ TEST_CASE("the local cluster starts with two idle nodes within a minute and stop
   INFO(stop.err);
   CHECK(stop.exit_code == 0);
   CHECK(cluster.start_seconds() + stop_seconds < 60);
+  // A directory it would wipe must be its own: a link is refused before anything starts.
+  auto link = run_shell("ln -s /tmp " + cluster.file("link") + " && " + kScripts + "local_cluster.sh start " +
+                        cluster.file("link"));
+  CHECK(link.exit_code == 1);
+  CHECK_THAT(link.err, Contains(cluster.file("link") + " is a symbolic link; give a directory of your own"));
+
   std::istringstream lines(pids);
   for (std::string pid; std::getline(lines, pid);) CHECK_FALSE(process_alive(std::stoi(pid)));
   // "[/]": the pattern must not match the shell that runs pgrep.
