@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode or BENCH_ONLY=monitor runs only that table.
+BENCH_ONLY=multinode, BENCH_ONLY=monitor or BENCH_ONLY=graph runs only that table.
 
 Every training run uses one intra-op thread per rank (OMP_NUM_THREADS=1), Fashion-MNIST, batch 64
 per rank, no evaluation or checkpoints, and reports the mean samples/s of its log windows after the
@@ -31,17 +31,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_run(work, name, nproc, model, extra=(), nodes=1):
+def start_run(work, name, nproc, model, extra=(), nodes=1, config=CONFIG, steps=STEPS, log_every=25):
     """One run; with nodes > 1, that many launchers on this host (--nnodes), nproc ranks each."""
     out = os.path.join(work, name)
-    sets = [f"run.output_dir={out}", f"train.max_steps={STEPS}", "train.log_every=25", "data.eval_split=none",
-            "checkpoint.every_epochs=0", "checkpoint.resume=never", *MODELS[model], *extra]
+    sets = [f"run.output_dir={out}", f"train.max_steps={steps}", f"train.log_every={log_every}", "data.eval_split=none",
+            "checkpoint.every_epochs=0", "checkpoint.resume=never", *MODELS.get(model, []), *extra]
     launchers = [["--standalone"]] if nodes == 1 else \
         [["--nnodes", str(nodes), "--node-rank", str(n), "--master-port", str(port)] for port in [free_port()]
          for n in range(nodes)]
     processes = []
     for launcher in launchers:
-        argv = [os.path.join(BIN, "ddprun"), *launcher, "--nproc-per-node", str(nproc), CONFIG]
+        argv = [os.path.join(BIN, "ddprun"), *launcher, "--nproc-per-node", str(nproc), config]
         for s in sets:
             argv += ["--set", s]
         # stderr to a file, not a pipe: launchers waited for one after another must not block on a full pipe.
@@ -66,7 +66,8 @@ def finish_run(out, started, processes):
     mean = lambda key: sum(r[key] for r in logs) / len(logs)
     return {"samples_per_s": mean("samples_per_s"), "allreduce_ms": mean("allreduce_ms"),
             "exposed_ms": mean("allreduce_exposed_ms"), "first_step_s": first - started,
-            "rss_mib": memory["peak_rss_mib_max"]}
+            "rss_mib": memory["peak_rss_mib_max"],
+            "sampled_edges_per_s": mean("sampled_edges_per_s") if "sampled_edges_per_s" in logs[0] else 0}
 
 
 def best(results, key="samples_per_s"):
@@ -149,9 +150,79 @@ def monitor_cost(work):
     print()
 
 
+GRAPH = os.path.join(ROOT, "data", "reddit_like")
+GRAPH_CONFIG = os.path.join(ROOT, "configs", "graphsage_reddit.yaml")
+GRAPH_STEPS = int(os.environ.get("BENCH_GRAPH_STEPS", "40"))
+
+
+def graph_reference(nproc):
+    """scripts/bench_graphsage_reference.py's JSON at world `nproc`, its ranks started as torchrun would."""
+    port, processes = free_port(), []
+    out = tempfile.NamedTemporaryFile(suffix=".json")
+    for rank in range(nproc):
+        env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        argv = ["/usr/bin/python3", os.path.join(ROOT, "scripts", "bench_graphsage_reference.py"), "--data", GRAPH,
+                "--fanouts", "25", "10", "--batch-size", "1024", "--hidden", "256", "--split", "chunk",
+                "--steps", str(GRAPH_STEPS // 2), "--warmup", "3", "--json", out.name]
+        processes.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    errors = [p.communicate()[1] for p in processes]
+    if any(p.returncode != 0 for p in processes):
+        sys.exit("bench: the Python GraphSAGE reference failed:\n" + "".join(e[-2000:] for e in errors))
+    return json.load(open(out.name))
+
+
+def graph(work):
+    """GraphSAGE as PyG's multi-GPU example trains it (fanouts [25, 10], 1024 seeds per rank, hidden 256,
+    chunk split) on a graph of Reddit's size, against the pure-PyTorch reference; then accuracy on the
+    Fashion-MNIST kNN graph with and without neighbours."""
+    if not os.path.exists(os.path.join(GRAPH, "reddit_graph.npz")):
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "make_reddit_like.py"), GRAPH], check=True)
+    cache = os.path.join(work, "graph-cache")
+    run = lambda name, nproc, extra=(): finish_run(*start_run(
+        work, name, nproc, None, [f"data.path={GRAPH}", f"data.cache_dir={cache}", *extra], config=GRAPH_CONFIG,
+        steps=GRAPH_STEPS, log_every=10))
+    cold = run("graph-cold", 2)  # converts the graph into the node's cache before its first step
+    ours = {n: best([run(f"graph-w{n}-{i}", n) for i in range(REPEATS)]) for n in (1, 2)}
+    python = {n: best([graph_reference(n) for _ in range(REPEATS)], "seed_nodes_per_s") for n in (1, 2)}
+    print(f"GraphSAGE, Reddit-sized graph (232,965 nodes, 114.6M edges, 602 features), fanouts [25, 10], 1024 seeds "
+          f"per rank, {GRAPH_STEPS} steps, best of {REPEATS}, 1 thread per rank, {os.cpu_count()} cores\n")
+    print("| system | world | seed nodes/s | sampled edges/s | vs Python | time to first step | peak RSS/rank |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for n in (1, 2):
+        r, p = ours[n], python[n]
+        print(f"| ddprun | {n} | {r['samples_per_s']:.0f} | {r['sampled_edges_per_s']:.0f} "
+              f"| {r['samples_per_s'] / p['seed_nodes_per_s']:.2f}× | {r['first_step_s']:.1f} s | {r['rss_mib']:.0f} MiB |")
+    print(f"| ddprun, graph cache cold | 2 | {cold['samples_per_s']:.0f} | {cold['sampled_edges_per_s']:.0f} | "
+          f"| {cold['first_step_s']:.1f} s | {cold['rss_mib']:.0f} MiB |")
+    for n in (1, 2):
+        p = python[n]
+        print(f"| Python reference | {n} | {p['seed_nodes_per_s']:.0f} | {p['sampled_edges_per_s']:.0f} | 1.00× "
+              f"| {p['first_step_s']:.1f} s | {max(p['peak_rss_mib']):.0f} MiB |")
+    print()
+    knn = os.path.join(ROOT, "data", "fashion_knn")
+    if not os.path.exists(os.path.join(knn, "edge_index.npy")):
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "make_fashion_knn.py"), knn], check=True)
+    print("| Fashion-MNIST 10-NN graph, world 2, 5 epochs | test accuracy |")
+    print("|---|---:|")
+    for label, extra in (("GraphSAGE, fanouts [25, 10]", []), ("the same network without neighbours (an MLP)",
+                                                                  ["sampler.fanouts=[0,0]"])):
+        out = os.path.join(work, f"knn-{len(extra)}")
+        argv = [os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
+                os.path.join(ROOT, "configs", "graphsage_fashion_knn.yaml")]
+        for s in [f"data.path={knn}", f"run.output_dir={out}", "data.eval_split=test", "eval.at_start=false",
+                  "checkpoint.every_epochs=0", *extra]:
+            argv += ["--set", s]
+        subprocess.run(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+        accuracy = [r["eval_accuracy"] for r in records if "eval_accuracy" in r][-1]
+        print(f"| {label} | {accuracy:.4f} |", flush=True)
+    print()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
-    only = {"multinode": multinode, "monitor": monitor_cost}.get(os.environ.get("BENCH_ONLY", ""))
+    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
             only(work)
@@ -194,6 +265,7 @@ def main():
         print()
         multinode(work)
         monitor_cost(work)
+        graph(work)
         result = subprocess.run([os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
                                  "--local-ranks-filter", "0", "--", os.path.join(BIN, "ddp-bench-allreduce")],
                                 env=ENV, capture_output=True, text=True)

@@ -12,20 +12,30 @@ packages=(
   slurmctld slurmd munge  # tests only: a real local cluster (scripts/slurm/local_cluster.sh)
   chromium       # tests only: the run report rendered in a real (headless) browser
   python3-protobuf  # tests only: an independent reader of the TensorBoard event files
+  python3-scipy  # tests and the bench only: PyG's Reddit files (scipy.sparse.save_npz) written for real
 )
+# Downloaded, not installed: its data (the political-blogs graph, scripts/make_polblogs.py), for the tests.
+graph_tool_debs=/var/cache/ddprun
 
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-if [ ${#missing[@]} -eq 0 ]; then
+have_graph_tool() { compgen -G "$graph_tool_debs/python3-graph-tool_*.deb" >/dev/null; }
+if [ ${#missing[@]} -eq 0 ] && have_graph_tool; then
   echo "setup: all ${#packages[@]} packages present"
   exit 0
 fi
 
-echo "setup: installing ${missing[*]}"
+echo "setup: installing ${missing[*]:-nothing new}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+if ! have_graph_tool; then
+  $sudo mkdir -p "$graph_tool_debs"
+  (cd "$graph_tool_debs" && $sudo apt-get download -q python3-graph-tool)
+fi

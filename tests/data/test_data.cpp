@@ -369,6 +369,31 @@ TEST_CASE("DistributedSampler ranks cover the dataset and epochs reshuffle", "[d
   CHECK(torch::equal(sampler.indices(), epoch0));
 }
 
+TEST_CASE("sampler.split chunk gives rank r the r-th contiguous chunk of n // world, shuffled within it", "[data][sampler]") {
+  // PyG's example: train_idx.split(train_idx.size(0) // world_size)[rank], the remainder dropped.
+  auto config = sampler_config(true, 5, false);
+  config.split = "chunk";
+  for (int64_t replicas : {1, 2, 3}) {
+    CAPTURE(replicas);
+    std::set<int64_t> seen;
+    for (int64_t rank = 0; rank < replicas; ++rank) {
+      ddp::DistributedSampler sampler(31, replicas, rank, config);
+      const int64_t chunk = 31 / replicas;
+      CHECK(sampler.num_samples() == chunk);
+      auto epoch0 = sampler.indices();
+      sampler.set_epoch(1);
+      auto epoch1 = sampler.indices();
+      CHECK_FALSE(torch::equal(epoch0, epoch1));  // reshuffled each epoch ...
+      auto sorted = std::get<0>(epoch1.sort());
+      CHECK(torch::equal(sorted, torch::arange(rank * chunk, (rank + 1) * chunk, torch::kLong)));  // ... within its chunk
+      for (int64_t i = 0; i < chunk; ++i) seen.insert(epoch0[i].item<int64_t>());
+    }
+    CHECK(static_cast<int64_t>(seen.size()) == (31 / replicas) * replicas);
+  }
+  config.shuffle = false;
+  CHECK(torch::equal(ddp::DistributedSampler(31, 3, 2, config).indices(), torch::arange(20, 30, torch::kLong)));
+}
+
 TEST_CASE("DistributedSampler rejects bad arguments", "[data][sampler]") {
   ddp::SamplerConfig config;
   CHECK_THROWS_AS(ddp::DistributedSampler(10, 2, 2, config), std::invalid_argument);

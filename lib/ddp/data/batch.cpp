@@ -21,6 +21,7 @@ Batch Batch::to(const torch::Device& device) const {
   Batch moved;
   for (const auto& input : inputs) moved.inputs.push_back(input.to(device, /*non_blocking=*/true));
   moved.targets = targets.to(device, /*non_blocking=*/true);
+  moved.sampled_edges = sampled_edges;
   return moved;
 }
 
@@ -28,6 +29,7 @@ Batch Batch::pinned() const {
   Batch pinned;
   for (const auto& input : inputs) pinned.inputs.push_back(input.pin_memory());
   pinned.targets = targets.pin_memory();
+  pinned.sampled_edges = sampled_edges;
   return pinned;
 }
 

@@ -17,6 +17,7 @@ namespace ddp {
 struct Batch {
   std::vector<torch::Tensor> inputs;  ///< the model's arguments, in order
   torch::Tensor targets;              ///< one row per sample
+  int64_t sampled_edges = 0;          ///< graphs: the edges of the batch's sampled blocks
 
   /// Samples in the batch.
   int64_t size() const { return targets.size(0); }

@@ -41,7 +41,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.add("data.synthetic_seed", &config.synthetic_seed,
              "synthetic: seed of the samples (train and test come from it together, sharing class prototypes)");
   schema.add("data.cache_dir", &config.cache_dir,
-             "where IDX files are kept decoded, read on demand and shared by every worker of a node; "
+             "where IDX files and graphs are kept decoded, read on demand and shared by every worker of a node; "
              "empty: $XDG_CACHE_HOME/ddprun (or ~/.cache/ddprun); none: decode into each worker's memory");
   schema.add("data.workers", &config.workers, "background threads assembling batches").min(1)
       .max(256);
@@ -81,6 +81,11 @@ void declare_config(ConfigSchema& schema, SamplerConfig& config) {
       .max(1e6);
   schema.add("sampler.drop_last", &config.drop_last,
              "drop the samples that do not divide evenly among ranks, rather than repeat some to fill up");
+  schema.add("sampler.split", &config.split,
+             "distributed: DistributedSampler's strided shares of one shuffle; chunk: rank r trains on the r-th of "
+             "world equal contiguous chunks (PyG's train_idx.split(n // world)[r], the remainder dropped), shuffled "
+             "within it")
+      .choices({"distributed", "chunk"});
 }
 
 }  // namespace ddp

@@ -36,6 +36,7 @@ struct SamplerConfig {
   int64_t seed = 0;
   bool drop_last = false;
   std::vector<int64_t> fanouts = {25, 10};  ///< graph: neighbours per node at each hop from the seeds; -1: all
+  std::string split = "distributed";        ///< distributed | chunk
 };
 
 /// Declares the `DataConfig` keys, bound to `config`, with their defaults, docs and ranges.

@@ -6,11 +6,9 @@
 #include <string>
 
 #include "ddp/data/dataset.h"
+#include "ddp/data/node_cache.h"
 
 namespace ddp {
-
-/// The cache directory `data.cache_dir` names ("" → $XDG_CACHE_HOME/ddprun or ~/.cache/ddprun).
-std::string resolve_cache_dir(const std::string& configured);
 
 /// load_idx_split(dir, split) through the cache in `cache_dir`: a cache file is keyed by the
 /// source files' paths, sizes and modification times, written atomically under a lock, and

@@ -22,7 +22,9 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replica
   }
   // PyTorch: ceil((N - R) / R) when dropping a ragged tail, else ceil(N / R). For N < R the first is
   // ceil of a value in (-1, 0), i.e. 0: every rank gets nothing.
-  if (config_.drop_last && dataset_size % num_replicas != 0) {
+  if (config_.split == "chunk") {
+    num_samples_ = dataset_size / num_replicas;
+  } else if (config_.drop_last && dataset_size % num_replicas != 0) {
     num_samples_ = dataset_size < num_replicas ? 0 : (dataset_size - num_replicas + num_replicas - 1) / num_replicas;
   } else {
     num_samples_ = (dataset_size + num_replicas - 1) / num_replicas;
@@ -30,6 +32,13 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replica
 }
 
 torch::Tensor DistributedSampler::indices() const {
+  if (config_.split == "chunk") {
+    // PyG's example: a fixed contiguous chunk per rank, which its loader shuffles each epoch.
+    auto chunk = torch::arange(rank_ * num_samples_, (rank_ + 1) * num_samples_, torch::kLong);
+    if (!config_.shuffle) return chunk;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(config_.seed + epoch_));
+    return chunk.index_select(0, torch::randperm(num_samples_, gen, torch::kLong));
+  }
   torch::Tensor order;
   if (config_.shuffle) {
     // Python's Generator.manual_seed reinterprets a negative seed as uint64; so does this cast.

@@ -12,6 +12,8 @@ namespace ddp {
 /// Splits [0, dataset_size) into `num_replicas` equal shards, one per rank, reshuffled each epoch
 /// from seed + epoch. Without drop_last the shards are padded by repeating the first indices, so
 /// every rank runs the same number of steps (a rank that ran fewer would hang the all-reduce).
+/// With split "chunk", rank r takes the r-th of num_replicas contiguous chunks of N / num_replicas
+/// (PyG's `train_idx.split(N // world)[rank]`), shuffled within itself each epoch.
 class DistributedSampler {
  public:
   /// Throws std::invalid_argument unless dataset_size >= 1, num_replicas >= 1, 0 <= rank < num_replicas.

@@ -1,11 +1,13 @@
 #include "ddp/data/graph.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/data/npy_reader.h"
+#include "ddp/data/reddit_graph.h"
 
 namespace ddp {
 namespace {
@@ -61,6 +63,21 @@ torch::Tensor read_split(const std::string& dir, const std::string& name, int64_
 
 int64_t Graph::num_classes() const { return labels.numel() == 0 ? 0 : labels.max().item<int64_t>() + 1; }
 
+void Graph::read_indices(int64_t begin, int64_t n, int64_t* out) const {
+  if (index_file) return index_file->read_range(begin, n, out);
+  std::copy_n(indices.data_ptr<int64_t>() + begin, n, out);
+}
+
+void Graph::read_feature_rows(int64_t first, int64_t n, float* out) const {
+  if (feature_file) return feature_file->read_range(first, n, out);
+  const int64_t width = features.size(1);
+  std::copy_n(features.data_ptr<float>() + first * width, n * width, out);
+}
+
+torch::Tensor Graph::feature_rows(const torch::Tensor& nodes) const {
+  return feature_file ? feature_file->read(nodes) : features.index_select(0, nodes);
+}
+
 void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst, const std::string& source) {
   int64_t n = graph.num_nodes();
   for (const auto& [ids, what] : {std::pair{src, "source"}, std::pair{dst, "destination"}})
@@ -68,9 +85,14 @@ void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst,
       throw FileError(source + ": an edge's " + what + " node is out of range: ids must be in [0, " +
                       std::to_string(n) + "), found " + std::to_string(ids.min().item<int64_t>()) + ".." +
                       std::to_string(ids.max().item<int64_t>()));
-  // A stable sort by destination keeps each node's neighbours in file order.
-  auto order = std::get<1>(dst.sort(/*stable=*/c10::optional<bool>(true), /*dim=*/0, /*descending=*/false));
-  graph.indices = src.index_select(0, order).contiguous();
+  // A stable sort by destination keeps each node's neighbours in file order (edges already in that
+  // order, as Reddit's after coalescing, skip the sort).
+  if (dst.numel() < 2 || (dst.slice(0, 1) >= dst.slice(0, 0, -1)).all().item<bool>()) {
+    graph.indices = src.contiguous();
+  } else {
+    auto order = std::get<1>(dst.sort(/*stable=*/c10::optional<bool>(true), /*dim=*/0, /*descending=*/false));
+    graph.indices = src.index_select(0, order).contiguous();
+  }
   auto counts = torch::bincount(dst, {}, n);
   graph.indptr = torch::cat({torch::zeros({1}, torch::kInt64), counts.cumsum(0)}).contiguous();
 }
@@ -112,6 +134,10 @@ Graph load_graph_directory(const std::string& dir) {
   graph.test = read_split(dir, "test", n);
   if (graph.train.numel() == 0) throw FileError("data.path: " + dir + " has no training nodes (train_idx.npy or train_mask.npy)");
   return graph;
+}
+
+Graph load_graph(const std::string& path) {
+  return is_reddit_directory(path) ? load_reddit_graph(path) : load_graph_directory(path);
 }
 
 }  // namespace ddp

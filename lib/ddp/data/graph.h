@@ -1,26 +1,39 @@
 #pragma once
 // A graph for node classification: in-neighbours in CSR, float32 node features, labels and the
-// train/val/test node splits. Read from a directory of plain files (see load_graph_directory).
+// train/val/test node splits. Read from a directory of plain files (load_graph_directory) or PyG's
+// Reddit files (reddit_graph.h); held once per node through the graph cache (graph_cache.h).
 
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "ddp/data/sample_file.h"
 
 namespace ddp {
 
 /// Node v's in-neighbours (the sources of the edges into v) are indices[indptr[v] .. indptr[v+1]).
+/// The big arrays, indices and features, are in memory or, from the graph cache, read on demand
+/// from the node's one copy in the page cache (sample_file.h).
 struct Graph {
   torch::Tensor indptr;    ///< int64 [N + 1]
-  torch::Tensor indices;   ///< int64 [E]
-  torch::Tensor features;  ///< float32 [N, F]
+  torch::Tensor indices;   ///< int64 [E]; undefined when `index_file` holds them
+  torch::Tensor features;  ///< float32 [N, F]; undefined when `feature_file` holds them
   torch::Tensor labels;    ///< int64 [N]
   torch::Tensor train, val, test;  ///< int64 node ids (each possibly empty)
+  std::shared_ptr<const SampleFile> index_file, feature_file;
 
-  int64_t num_nodes() const { return features.size(0); }
-  int64_t num_edges() const { return indices.size(0); }
-  int64_t num_features() const { return features.size(1); }
+  int64_t num_nodes() const { return indptr.defined() ? indptr.numel() - 1 : features.size(0); }
+  int64_t num_edges() const { return index_file ? index_file->count() : indices.size(0); }
+  int64_t num_features() const { return feature_file ? feature_file->sample_shape()[0] : features.size(1); }
   int64_t num_classes() const;
+  /// The neighbour ids at CSR positions [begin, begin + n), into `out`.
+  void read_indices(int64_t begin, int64_t n, int64_t* out) const;
+  /// The features of nodes [first, first + n) into `out` (n * F floats).
+  void read_feature_rows(int64_t first, int64_t n, float* out) const;
+  /// The features of `nodes` (int64 [n]) as float32 [n, F].
+  torch::Tensor feature_rows(const torch::Tensor& nodes) const;
 };
 
 /// CSR by destination from the edge list src → dst (int64 [E] each) of a graph of `num_nodes`
@@ -36,5 +49,8 @@ void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst,
 /// Throws FileError naming the file and the cause: missing, malformed, sizes that disagree, ids out
 /// of range.
 Graph load_graph_directory(const std::string& dir);
+
+/// `path` read as PyG's Reddit files if it holds reddit_data.npz, else as a graph directory.
+Graph load_graph(const std::string& path);
 
 }  // namespace ddp

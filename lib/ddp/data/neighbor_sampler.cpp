@@ -42,9 +42,13 @@ uint64_t below(uint64_t& state, uint64_t bound) {
 std::vector<int64_t> sample_neighbors(const Graph& graph, int64_t node, int64_t fanout, int64_t hop,
                                       const SampleKey& key) {
   const int64_t* indptr = graph.indptr.data_ptr<int64_t>();
-  const int64_t* indices = graph.indices.data_ptr<int64_t>();
   int64_t begin = indptr[node], degree = indptr[node + 1] - begin;
-  if (fanout < 0 || fanout >= degree) return {indices + begin, indices + begin + degree};
+  std::vector<int64_t> neighbours;
+  if (fanout < 0 || fanout >= degree) {
+    neighbours.resize(static_cast<std::size_t>(degree));
+    graph.read_indices(begin, degree, neighbours.data());
+    return neighbours;
+  }
   // Floyd: a uniform k-subset of positions [0, degree) in k draws.
   uint64_t state = stream_of(key, node, hop);
   std::vector<int64_t> positions;
@@ -55,9 +59,16 @@ std::vector<int64_t> sample_neighbors(const Graph& graph, int64_t node, int64_t 
     positions.push_back(taken ? j : t);
   }
   std::sort(positions.begin(), positions.end());  // the neighbours in CSR order, whatever the draws
-  std::vector<int64_t> neighbours;
-  neighbours.reserve(positions.size());
-  for (int64_t p : positions) neighbours.push_back(indices[begin + p]);
+  neighbours.resize(positions.size());
+  // From the graph cache a read costs about what copying 10 KB does: a list is read whole unless it
+  // is a hub's, whose drawn positions are read one by one.
+  if (degree <= 1024 * fanout) {
+    std::vector<int64_t> all(static_cast<std::size_t>(degree));
+    graph.read_indices(begin, degree, all.data());
+    for (std::size_t i = 0; i < positions.size(); ++i) neighbours[i] = all[static_cast<std::size_t>(positions[i])];
+  } else {
+    for (std::size_t i = 0; i < positions.size(); ++i) graph.read_indices(begin + positions[i], 1, &neighbours[i]);
+  }
   return neighbours;
 }
 

@@ -41,4 +41,20 @@ torch::Tensor SampleFile::read(const torch::Tensor& indices) const {
   return samples;
 }
 
+void SampleFile::read_range(int64_t first, int64_t n, void* out) const {
+  if (first < 0 || n < 0 || first + n > count_)
+    throw std::out_of_range("samples [" + std::to_string(first) + ", " + std::to_string(first + n) + ") outside [0, " +
+                            std::to_string(count_) + ")");
+  auto* bytes = static_cast<char*>(out);
+  const int64_t total = n * sample_bytes_;
+  for (int64_t done = 0; done < total;) {
+    ssize_t got = ::pread(fd_, bytes + done, static_cast<std::size_t>(total - done), offset_ + first * sample_bytes_ + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      throw FileError(path_ + ": cannot read samples " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                      " (" + (got < 0 ? std::strerror(errno) : "the file was cut short while in use") + ")");
+    done += got;
+  }
+}
+
 }  // namespace ddp

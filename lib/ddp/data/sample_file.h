@@ -27,6 +27,8 @@ class SampleFile {
   /// Samples `indices` (int64 [n], each in [0, count)) as [n, sample_shape...] of dtype(). Throws
   /// FileError naming the file if it was cut short after opening.
   torch::Tensor read(const torch::Tensor& indices) const;
+  /// Samples [first, first + n) into `out` (n * sample bytes), in one read. Throws as read() does.
+  void read_range(int64_t first, int64_t n, void* out) const;
 
  private:
   int fd_;

@@ -37,6 +37,9 @@ void declare_config(ConfigSchema& schema, EvalConfig& config) {
   schema.add("eval.batch_size", &config.batch_size, "samples per eval batch").min(1)
       .max(1e7);
   schema.add("eval.at_start", &config.at_start, "evaluate once before the first step");
+  schema.add("eval.full_neighbourhood", &config.full_neighbourhood,
+             "graphs: evaluate with every neighbour at every hop, by layer-wise inference over all nodes (as PyG's "
+             "inference), rather than with sampler.fanouts");
 }
 
 }  // namespace ddp

@@ -30,6 +30,7 @@ struct EvalConfig {
   int64_t every_steps = 0;   ///< 0: off
   int64_t batch_size = 256;
   bool at_start = true;  ///< evaluate once before the first step
+  bool full_neighbourhood = false;  ///< graphs: layer-wise inference over every neighbour, not sampler.fanouts
 };
 
 /// Declares the `RunConfig` keys, bound to `config`, with their defaults, docs and ranges.

@@ -74,6 +74,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
     return comm_.world_size > 1 ? all_reduce_sum(comm_, values) : values;
   };
   context.model.warn = comm_.rank == 0;
+  context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   task_ = make_task(config_.data, config_.sampler, config_.model, config_.loss, context);
   // Once each: a tensor registered under two names (tied weights) must get one gradient slot and
@@ -215,6 +216,7 @@ void Trainer::train_step(int64_t micro_batches) {
     window_.loss += loss.item<double>();
     window_.batches += 1;
     window_.samples += batch.size();
+    window_.sampled_edges += batch.sampled_edges;
     progress_.batch_in_epoch += 1;
   }
   // Every rank sees the same votes, so every rank stops after the same step.
@@ -334,7 +336,7 @@ void Trainer::log_progress() {
   const LogWindow& w = window_;
   auto sums = all_reduce_sum(comm_, torch::tensor({w.loss, static_cast<double>(w.batches),
                                                    static_cast<double>(w.samples), w.allreduce_ms, w.exposed_ms,
-                                                   static_cast<double>(w.steps)},
+                                                   static_cast<double>(w.steps), static_cast<double>(w.sampled_edges)},
                                                   torch::kDouble));
   double elapsed = std::max(seconds_since(w.start), 1e-9);
   double loss = sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
@@ -344,21 +346,25 @@ void Trainer::log_progress() {
   double rank_steps = std::max(1.0, sums[5].item<double>());
   double allreduce_ms = sums[3].item<double>() / rank_steps;
   double exposed_ms = sums[4].item<double>() / rank_steps;
+  double edges_per_s = sums[6].item<double>() / elapsed;
   if (comm_.rank == 0) {
     double steps_done = static_cast<double>(progress_.step - fit_start_step_);
     double eta = seconds_since(fit_start_) / std::max(1.0, steps_done) * (total_steps_ - progress_.step);
-    spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank) all-reduce {:.2f} ms "
+    std::string edges = edges_per_s > 0 ? fmt::format(" sampled edges/s {:.0f}", edges_per_s) : "";
+    spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} all-reduce {:.2f} ms "
                  "({:.2f} ms exposed) ETA {}",
                  progress_.epoch, progress_.step, total_steps_, loss, lr, samples_per_s,
-                 samples_per_s / comm_.world_size, allreduce_ms, exposed_ms, format_duration(eta));
-    metrics_->write({{"step", static_cast<double>(progress_.step)},
-                     {"epoch", static_cast<double>(progress_.epoch)},
-                     {"loss", loss},
-                     {"lr", lr},
-                     {"samples_per_s", samples_per_s},
-                     {"samples_per_s_per_rank", samples_per_s / comm_.world_size},
-                     {"allreduce_ms", allreduce_ms},
-                     {"allreduce_exposed_ms", exposed_ms}});
+                 samples_per_s / comm_.world_size, edges, allreduce_ms, exposed_ms, format_duration(eta));
+    MetricsRecord record{{"step", static_cast<double>(progress_.step)},
+                                                        {"epoch", static_cast<double>(progress_.epoch)},
+                                                        {"loss", loss},
+                                                        {"lr", lr},
+                                                        {"samples_per_s", samples_per_s},
+                                                        {"samples_per_s_per_rank", samples_per_s / comm_.world_size},
+                                                        {"allreduce_ms", allreduce_ms},
+                                                        {"allreduce_exposed_ms", exposed_ms}};
+    if (edges_per_s > 0) record.emplace_back("sampled_edges_per_s", edges_per_s);
+    metrics_->write(record);
   }
   window_ = LogWindow{};
 }

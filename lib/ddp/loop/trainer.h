@@ -44,6 +44,7 @@ class Trainer {
     double loss = 0;
     int64_t batches = 0;
     int64_t samples = 0;
+    int64_t sampled_edges = 0;
     int64_t steps = 0;
     double allreduce_ms = 0;
     double exposed_ms = 0;

@@ -14,21 +14,37 @@ SageConvImpl::SageConvImpl(int64_t in, int64_t out, std::string aggregation, boo
   lin_r = register_module("lin_r", torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
 }
 
-torch::Tensor SageConvImpl::forward(const torch::Tensor& x, const BlockEdges& block) {
-  auto messages = x.index_select(0, block.src);
-  auto aggregated = torch::zeros({block.num_dst, x.size(1)}, x.options());
-  if (aggregation_ == "max") {
-    // A node without neighbours gets zeros, as PyG's max aggregation gives.
-    auto index = block.dst.unsqueeze(1).expand_as(messages);
-    aggregated = aggregated.scatter_reduce(0, index, messages, "amax", /*include_self=*/false);
-  } else {
-    aggregated.index_add_(0, block.dst, messages);
-    if (aggregation_ == "mean") {
-      auto counts = torch::zeros({block.num_dst}, x.options()).index_add_(0, block.dst, torch::ones_like(block.dst, x.options()));
-      aggregated = aggregated / counts.clamp_min(1).unsqueeze(1);
-    }
+torch::Tensor aggregate_messages(const torch::Tensor& messages, const torch::Tensor& dst, int64_t num_dst,
+                                 const std::string& aggregation) {
+  auto aggregated = torch::zeros({num_dst, messages.size(1)}, messages.options());
+  if (aggregation == "max") {
+    auto index = dst.unsqueeze(1).expand_as(messages);
+    return aggregated.scatter_reduce(0, index, messages, "amax", /*include_self=*/false);
   }
-  auto out = lin_l(aggregated) + lin_r(x.narrow(0, 0, block.num_dst));
+  aggregated.index_add_(0, dst, messages);
+  if (aggregation == "mean") {
+    auto counts = torch::zeros({num_dst}, messages.options()).index_add_(0, dst, torch::ones_like(dst, messages.options()));
+    aggregated = aggregated / counts.clamp_min(1).unsqueeze(1);
+  }
+  return aggregated;
+}
+
+torch::Tensor SageConvImpl::forward(const torch::Tensor& x, const BlockEdges& block) {
+  auto aggregated = aggregate_messages(x.index_select(0, block.src), block.dst, block.num_dst, aggregation_);
+  return combine(aggregated, x.narrow(0, 0, block.num_dst));
+}
+
+torch::Tensor SageConvImpl::combine(const torch::Tensor& aggregated, const torch::Tensor& self) {
+  // One buffer for both products (addmm keeps its inputs for backward, not its output): on a
+  // Reddit-sized batch each [26k, 256] activation is 27 MB of every rank's memory.
+  auto out = torch::addmm(lin_l->bias, aggregated, lin_l->weight.t());
+  out.addmm_(self, lin_r->weight.t());
+  if (normalize_) out = F::normalize(out, F::NormalizeFuncOptions().p(2).dim(-1));
+  return out;
+}
+
+torch::Tensor SageConvImpl::combine_projected(const torch::Tensor& projected, const torch::Tensor& self) {
+  auto out = projected + lin_l->bias + lin_r(self);
   if (normalize_) out = F::normalize(out, F::NormalizeFuncOptions().p(2).dim(-1));
   return out;
 }
@@ -45,14 +61,23 @@ GraphSageImpl::GraphSageImpl(const GraphSageOptions& options) : dropout_(options
 torch::Tensor GraphSageImpl::forward(torch::Tensor x, const std::vector<BlockEdges>& blocks) {
   TORCH_CHECK(static_cast<int64_t>(blocks.size()) == layers(), "GraphSAGE: ", layers(), " layers but ", blocks.size(),
               " blocks (sampler.fanouts needs one fanout per layer)");
-  for (int64_t i = 0; i < layers(); ++i) {
-    x = convs_[static_cast<std::size_t>(i)]->as<SageConv>()->forward(x, blocks[static_cast<std::size_t>(i)]);
-    if (i + 1 < layers()) {
-      x = torch::relu(x);
-      x = F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
-    }
-  }
+  for (int64_t i = 0; i < layers(); ++i) x = activate(conv(i).forward(x, blocks[static_cast<std::size_t>(i)]), i);
   return x;
+}
+
+torch::Tensor GraphSageImpl::forward_aggregated(const torch::Tensor& self, const torch::Tensor& aggregated,
+                                                const std::vector<BlockEdges>& blocks) {
+  TORCH_CHECK(static_cast<int64_t>(blocks.size()) + 1 == layers(), "GraphSAGE: ", layers(), " layers but ",
+              blocks.size() + 1, " blocks (sampler.fanouts needs one fanout per layer)");
+  auto x = activate(conv(0).combine(aggregated, self), 0);
+  for (int64_t i = 1; i < layers(); ++i) x = activate(conv(i).forward(x, blocks[static_cast<std::size_t>(i - 1)]), i);
+  return x;
+}
+
+torch::Tensor GraphSageImpl::activate(torch::Tensor x, int64_t i) {
+  if (i + 1 == layers()) return x;
+  x = torch::relu_(x);  // in place: nothing else keeps the layer's output
+  return F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
 }  // namespace ddp

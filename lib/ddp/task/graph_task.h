@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "ddp/data/graph.h"
+#include "ddp/data/neighbor_sampler.h"
 #include "ddp/model/graphsage.h"
 #include "ddp/task/task.h"
 
@@ -22,8 +23,10 @@ class GraphTask : public Task {
   torch::nn::Module& model() override { return *model_; }
   int64_t size(Split split) const override;
   void set_epoch(int64_t epoch) override { epoch_ = epoch; }
-  /// inputs = {features of the input nodes [N, F], then per layer: src [E], dst [E], num_dst []};
-  /// targets = the seeds' labels.
+  /// inputs = {the first layer's output nodes' features [D, F] and their neighbours' aggregated
+  /// [D, F], then per later layer: src [E], dst [E], num_dst []}; targets = the seeds' labels. See
+  /// Note [First layer in the pipeline]. With eval.full_neighbourhood, an eval batch is {node ids,
+  /// src, dst, num_dst}: the last layer's block over every neighbour (Note [Layer-wise inference]).
   Batch make_batch(Split split, const torch::Tensor& indices) const override;
   torch::Tensor loss(const Batch& batch) override;
   std::vector<std::string> metric_names() const override { return loss_.metric_names(); }
@@ -32,14 +35,20 @@ class GraphTask : public Task {
 
  private:
   torch::Tensor forward(const Batch& batch);
+  torch::Tensor aggregate_first_layer(const SampledSubgraph& subgraph) const;
+  torch::Tensor feature_range(int64_t first, int64_t last) const;
+  torch::Tensor last_layer_inputs();
 
   Graph graph_;
   torch::Tensor eval_nodes_;
   std::vector<int64_t> fanouts_;
   int64_t sampler_seed_;
+  std::string aggregation_;
+  bool full_neighbourhood_eval_;
   std::atomic<int64_t> epoch_{0};
   Loss loss_;
   GraphSage model_{nullptr};
+  torch::Tensor last_layer_inputs_;  ///< every node's, for layer-wise inference; undefined once a step changed the model
 };
 
 }  // namespace ddp

@@ -61,6 +61,7 @@ class Task {
 struct TaskContext {
   torch::Device device = torch::kCPU;  ///< where the model and batches live
   ModelContext model;                  ///< for layers that share statistics across ranks
+  bool full_neighbourhood_eval = false; ///< graphs: evaluate over every neighbour (eval.full_neighbourhood)
 };
 
 /// The task the configs describe, its model initialised from the global RNG and moved to the

@@ -1,0 +1,99 @@
+#include "ddp/data/node_cache.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A hash of up to three 64 KiB samples of the file (its start, middle and end): a rewrite that
+// kept the size and the timestamps still changes it.
+std::size_t sampled_hash(const std::string& path, off_t size) {
+  constexpr off_t kSample = 64 << 10;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::string bytes;
+  for (off_t at : {off_t{0}, std::max<off_t>(0, size / 2 - kSample / 2), std::max<off_t>(0, size - kSample)}) {
+    std::string chunk(static_cast<std::size_t>(std::min(kSample, size)), '\0');
+    ssize_t got = pread(fd, chunk.data(), chunk.size(), at);
+    bytes += chunk.substr(0, got > 0 ? static_cast<std::size_t>(got) : 0);
+  }
+  close(fd);
+  return std::hash<std::string>{}(bytes);
+}
+
+}  // namespace
+
+std::string resolve_cache_dir(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/ddprun";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/ddprun";
+  return "";
+}
+
+std::string cache_file_name(const std::string& stem, const std::vector<std::string>& sources, const std::string& extension) {
+  std::string identity;
+  for (const auto& path : sources) {
+    struct stat info {};
+    if (path.empty() || stat(path.c_str(), &info) != 0) return "";
+    identity += fs::absolute(path).string() + ":" + std::to_string(info.st_ino) + ":" + std::to_string(info.st_size) +
+                ":" + std::to_string(info.st_mtim.tv_sec) + "." + std::to_string(info.st_mtim.tv_nsec) + ":" +
+                std::to_string(sampled_hash(path, info.st_size)) + ";";
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(identity));
+  return stem + "-" + hex + "." + extension;
+}
+
+mode_t cache_file_mode(const std::string& source) {
+  struct stat info {};
+  if (source.empty() || stat(source.c_str(), &info) != 0) return 0600;
+  return (info.st_mode & 0444) | S_IWUSR;
+}
+
+bool open_or_build_cache(const std::string& path, const std::function<bool()>& open_cache,
+                         const std::function<std::string()>& build, mode_t mode, const std::string& what) {
+  if (open_cache()) return true;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  int lock = open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (lock < 0) {
+    spdlog::warn("data.cache_dir {} is not writable ({}); reading {} into memory", fs::path(path).parent_path().string(),
+                 std::strerror(errno), what);
+    return false;
+  }
+  // One worker of the node builds; the others wait here and then open its result.
+  flock(lock, LOCK_EX);
+  bool opened = open_cache();
+  try {
+    if (!opened) {
+      write_file_atomically(path, build(), mode);
+      opened = open_cache();
+    }
+  } catch (const IoError& e) {  // the cache cannot be written; a broken source (FileError) goes on up
+    spdlog::warn("cannot write the dataset cache ({}); reading {} into memory", e.what(), what);
+  } catch (...) {
+    flock(lock, LOCK_UN);
+    close(lock);
+    throw;
+  }
+  flock(lock, LOCK_UN);
+  close(lock);
+  return opened;
+}
+
+}  // namespace ddp

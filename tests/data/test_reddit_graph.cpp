@@ -1,0 +1,172 @@
+// PyG's Reddit files and the .npz reader, on files that numpy and scipy write (np.savez,
+// np.savez_compressed, scipy.sparse.save_npz as COO and CSR) and on broken ones; and the graph
+// cache: one file per node, read on demand, giving what the source gives.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ddp/common/error.h"
+#include "ddp/data/graph_cache.h"
+#include "ddp/data/neighbor_sampler.h"
+#include "ddp/data/npz_reader.h"
+#include "ddp/data/reddit_graph.h"
+#include "support/subprocess.h"
+
+using namespace ddp;
+using Catch::Contains;
+
+namespace {
+
+// Writes a small Reddit-layout graph with numpy and scipy into `dir`; `variant` picks how it is
+// written or broken. Returns false (and says why) when Debian's python3-scipy is missing.
+bool write_reddit(const std::string& dir, const std::string& variant) {
+  static const char* kScript = R"(
+import os, sys
+import numpy as np, scipy.sparse as sp
+out, variant = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
+rng = np.random.default_rng(3)
+n = 50
+feature = rng.standard_normal((n, 6)).astype(np.float32)
+label = rng.integers(0, 4, n)
+node_types = np.array([1, 1, 2, 3, 1] * 10)
+row = rng.integers(0, n, 400).astype(np.int32)
+col = rng.integers(0, n, 400).astype(np.int32)
+row[:3], col[:3] = 7, 9   # a repeated edge, merged as PyG's coalesce does
+plain_label = label
+if variant == "sizes": label = label[:40]
+if variant == "types": node_types[5] = 4
+save = np.savez_compressed if variant in ("compressed", "csr") else np.savez
+data = dict(feature=feature, label=label, node_types=node_types)
+if variant == "missing": del data["node_types"]
+save(f"{out}/reddit_data.npz", **data)
+coo = sp.coo_matrix((np.ones(400), (row, col)), shape=(n, n))
+if variant == "range":  # scipy refuses such a matrix, so write the members save_npz would
+  bad = row.copy(); bad[10] = n
+  np.savez(f"{out}/reddit_graph.npz", row=bad, col=col, data=np.ones(400), format=np.array(b"coo"), shape=np.array((n, n)))
+elif variant == "csr": sp.save_npz(f"{out}/reddit_graph.npz", sp.csr_matrix((np.ones(400), (row, col)), shape=(n, n)))
+else: sp.save_npz(f"{out}/reddit_graph.npz", coo, compressed=(variant == "compressed"))
+# The same graph as a plain directory, for comparison.
+keys = np.unique(col.astype(np.int64) * n + row)
+np.save(f"{out}/edge_index.npy", np.stack([keys % n, keys // n]))
+np.save(f"{out}/features.npy", feature); np.save(f"{out}/labels.npy", plain_label)
+for name, t in (("train", 1), ("val", 2), ("test", 3)): np.save(f"{out}/{name}_idx.npy", np.nonzero(node_types == t)[0])
+)";
+  auto r = test::run_command({"/usr/bin/python3", "-c", kScript, dir, variant}, std::chrono::seconds(60));
+  if (r.exit_code != 0 && r.err.find("No module named 'scipy'") != std::string::npos) {
+    WARN("skipped: /usr/bin/python3 has no scipy (Debian's python3-scipy; scripts/setup.sh installs it)");
+    return false;
+  }
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  return true;
+}
+
+// The same graph from the Reddit files and from the plain directory beside them.
+void check_same_graph(const Graph& reddit, const std::string& dir) {
+  std::filesystem::copy(dir, dir + "_plain");
+  for (const auto& name : {"reddit_data.npz", "reddit_graph.npz"}) std::filesystem::remove(dir + "_plain/" + name);
+  Graph plain = load_graph_directory(dir + "_plain");
+  CHECK(reddit.num_nodes() == 50);
+  CHECK(torch::equal(reddit.indptr, plain.indptr));
+  CHECK(torch::equal(reddit.indices, plain.indices));
+  CHECK(torch::equal(reddit.features, plain.features));
+  CHECK(torch::equal(reddit.labels, plain.labels));
+  CHECK(torch::equal(reddit.train, plain.train));
+  CHECK(torch::equal(reddit.val, plain.val));
+  CHECK(torch::equal(reddit.test, plain.test));
+}
+
+}  // namespace
+
+TEST_CASE("PyG's Reddit files load as numpy and scipy write them: savez, savez_compressed, COO and CSR", "[graph][data][python]") {
+  for (const auto& variant : {"plain", "compressed", "csr"}) {
+    INFO(variant);
+    test::TempDir dir;
+    std::string d = dir.file(variant);
+    if (!write_reddit(d, variant)) return;
+    REQUIRE(is_reddit_directory(d));
+    Graph g = load_graph(d);
+    CHECK(g.num_edges() < 400);  // the repeats merged
+    check_same_graph(g, d);
+  }
+}
+
+TEST_CASE("broken Reddit files are named with their cause", "[graph][data][python]") {
+  auto refused = [](const std::string& variant, const std::string& cause) {
+    INFO(variant);
+    test::TempDir dir;
+    std::string d = dir.file(variant);
+    if (!write_reddit(d, variant)) return;
+    CHECK_THROWS_AS(load_reddit_graph(d), FileError);
+    CHECK_THROWS_WITH(load_reddit_graph(d), Contains(cause));
+  };
+  refused("missing", "reddit_data.npz: has no array 'node_types' (it holds: feature, label)");
+  refused("sizes", "reddit_data.npz: 'label' has 40 entries, 'feature' 50 nodes");
+  refused("types", "reddit_data.npz: 'node_types' must be 1 (train), 2 (val) or 3 (test), found 1..4");
+  refused("range", "reddit_graph.npz: an edge's node is out of range: ids must be in [0, 50), found 0..50");
+}
+
+TEST_CASE("an npz cut short, corrupted, or not a zip is an error naming the file", "[graph][data][python]") {
+  test::TempDir dir;
+  std::string d = dir.file("r");
+  if (!write_reddit(d, "plain")) return;
+  std::string good;
+  {
+    std::ifstream in(d + "/reddit_data.npz", std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& bytes) {
+    std::ofstream(d + "/reddit_data.npz", std::ios::binary | std::ios::trunc) << bytes;
+  };
+  write(good.substr(0, good.size() / 2));
+  CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz: is not an .npz file (no zip directory; cut short"));
+  // A byte of the stored features flipped: the member's CRC-32 no longer matches.
+  std::string flipped = good;
+  flipped[flipped.find("\x93NUMPY") + 200] ^= 0x40;
+  write(flipped);
+  CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz (member feature.npy): is corrupt (CRC-32 mismatch)"));
+  write("just text, no zip here");
+  CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz: is not an .npz file"));
+  // A deflated member whose compressed bytes are damaged.
+  std::string c = dir.file("c");
+  if (!write_reddit(c, "compressed")) return;
+  std::string packed;
+  {
+    std::ifstream in(c + "/reddit_graph.npz", std::ios::binary);
+    packed.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (std::size_t i = 60; i < 160; ++i) packed[i] = static_cast<char>(0xff);
+  std::ofstream(c + "/reddit_graph.npz", std::ios::binary | std::ios::trunc) << packed;
+  CHECK_THROWS_AS(load_reddit_graph(c), FileError);
+  CHECK_THROWS_WITH(load_reddit_graph(c), Contains("reddit_graph.npz"));
+}
+
+TEST_CASE("the graph cache is written once and gives the source's graph, read on demand", "[graph][data][python]") {
+  test::TempDir dir;
+  std::string d = dir.file("r"), cache = dir.file("cache");
+  if (!write_reddit(d, "compressed")) return;
+  Graph memory = load_graph(d);
+  Graph cached = load_graph_cached(d, cache);
+  REQUIRE(cached.feature_file);  // read from the cache file, not held in memory
+  REQUIRE(cached.index_file);
+  CHECK_FALSE(cached.features.defined());
+  auto files = std::distance(std::filesystem::directory_iterator(cache), {});
+  Graph again = load_graph_cached(d, cache);  // opens the same file
+  CHECK(std::distance(std::filesystem::directory_iterator(cache), {}) == files);
+  for (const Graph* g : {&cached, &again}) {
+    CHECK(torch::equal(g->indptr, memory.indptr));
+    CHECK(torch::equal(g->labels, memory.labels));
+    CHECK(torch::equal(g->train, memory.train));
+    auto all = torch::arange(memory.num_nodes(), torch::kInt64);
+    CHECK(torch::equal(g->feature_rows(all), memory.features));
+    auto seeds = torch::tensor({0, 4, 7, 9}, torch::kInt64);
+    auto a = sample_subgraph(*g, seeds, {3, 2}, {5, 1}), b = sample_subgraph(memory, seeds, {3, 2}, {5, 1});
+    CHECK(torch::equal(a.nodes, b.nodes));
+    CHECK(torch::equal(a.blocks[0].src, b.blocks[0].src));
+  }
+  CHECK(load_graph_cached(d, "none").features.defined());  // no cache: in memory
+}
