@@ -24,9 +24,10 @@ namespace {
 // written or broken. Returns false (and says why) when Debian's python3-scipy is missing.
 bool write_reddit(const std::string& dir, const std::string& variant) {
   static const char* kScript = R"(
-import os, sys
+import os, sys, zipfile
 import numpy as np, scipy.sparse as sp
 out, variant = sys.argv[1], sys.argv[2]
+if variant == "zip64": zipfile.ZIP64_LIMIT = 16  # every entry's sizes and offset in zip64 extra fields
 os.makedirs(out, exist_ok=True)
 rng = np.random.default_rng(3)
 n = 50
@@ -83,7 +84,7 @@ void check_same_graph(const Graph& reddit, const std::string& dir) {
 }  // namespace
 
 TEST_CASE("PyG's Reddit files load as numpy and scipy write them: savez, savez_compressed, COO and CSR", "[graph][data][python]") {
-  for (const auto& variant : {"plain", "compressed", "csr"}) {
+  for (const auto& variant : {"plain", "compressed", "csr", "zip64"}) {
     INFO(variant);
     test::TempDir dir;
     std::string d = dir.file(variant);
@@ -131,6 +132,11 @@ TEST_CASE("an npz cut short, corrupted, or not a zip is an error naming the file
   CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz (member feature.npy): is corrupt (CRC-32 mismatch)"));
   write("just text, no zip here");
   CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz: is not an .npz file"));
+  // The end record's directory offset pointing far past the end (no comment: it is the last 22 bytes).
+  std::string far = good;
+  for (std::size_t i = far.size() - 6; i < far.size() - 2; ++i) far[i] = static_cast<char>(0xf0);
+  write(far);
+  CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz: is cut short (its zip directory points past the end)"));
   // A deflated member whose compressed bytes are damaged.
   std::string c = dir.file("c");
   if (!write_reddit(c, "compressed")) return;
@@ -143,6 +149,25 @@ TEST_CASE("an npz cut short, corrupted, or not a zip is an error naming the file
   std::ofstream(c + "/reddit_graph.npz", std::ios::binary | std::ios::trunc) << packed;
   CHECK_THROWS_AS(load_reddit_graph(c), FileError);
   CHECK_THROWS_WITH(load_reddit_graph(c), Contains("reddit_graph.npz"));
+}
+
+TEST_CASE("a zip64 extra field that claims more than its entry holds is refused, not read past", "[graph][data][python]") {
+  test::TempDir dir;
+  std::string d = dir.file("z");
+  if (!write_reddit(d, "zip64")) return;
+  std::string bytes;
+  {
+    std::ifstream in(d + "/reddit_data.npz", std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // The last central directory entry: its first extra field's length set to 0xffff.
+  auto entry = bytes.rfind(std::string("PK\x01\x02", 4));
+  REQUIRE(entry != std::string::npos);
+  auto name_size = static_cast<unsigned char>(bytes[entry + 28]) | static_cast<unsigned char>(bytes[entry + 29]) << 8;
+  REQUIRE((static_cast<unsigned char>(bytes[entry + 30]) | static_cast<unsigned char>(bytes[entry + 31]) << 8) > 0);
+  bytes[entry + 46 + name_size + 2] = bytes[entry + 46 + name_size + 3] = static_cast<char>(0xff);
+  std::ofstream(d + "/reddit_data.npz", std::ios::binary | std::ios::trunc) << bytes;
+  CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz: its zip directory is corrupt (an extra field runs past its entry)"));
 }
 
 TEST_CASE("the graph cache is written once and gives the source's graph, read on demand", "[graph][data][python]") {
@@ -169,4 +194,21 @@ TEST_CASE("the graph cache is written once and gives the source's graph, read on
     CHECK(torch::equal(a.blocks[0].src, b.blocks[0].src));
   }
   CHECK(load_graph_cached(d, "none").features.defined());  // no cache: in memory
+
+  // A cache file cut short, or whose CSR was damaged, is rebuilt rather than trusted.
+  std::string file = std::filesystem::directory_iterator(cache)->path();
+  if (file.size() > 5 && file.compare(file.size() - 5, 5, ".lock") == 0)
+    file = file.substr(0, file.size() - 5);
+  const auto size = std::filesystem::file_size(file);
+  std::filesystem::resize_file(file, size - 8);
+  CHECK(torch::equal(load_graph_cached(d, cache).indptr, memory.indptr));
+  CHECK(std::filesystem::file_size(file) == size);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(56 + 8 * 10);  // indptr[10], after the 56-byte header
+    f.write("\xff\xff\xff\xff\xff\xff\xff\x7f", 8);
+  }
+  Graph rebuilt = load_graph_cached(d, cache);
+  CHECK(torch::equal(rebuilt.indptr, memory.indptr));
+  CHECK(torch::equal(rebuilt.feature_rows(torch::arange(memory.num_nodes(), torch::kInt64)), memory.features));
 }

@@ -31,6 +31,10 @@ mode_t process_umask() {
 }  // namespace
 
 void write_file_atomically(const std::string& path, std::string_view data, mode_t mode) {
+  write_file_atomically(path, std::vector<std::string_view>{data}, mode);
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode) {
   std::string temporary = path + ".tmp.XXXXXX";
   bool created = false;
   auto fail = [&](const char* what) {
@@ -47,18 +51,20 @@ void write_file_atomically(const std::string& path, std::string_view data, mode_
     close(fd);
     fail("chmod");
   }
-  const char* p = data.data();
-  std::size_t left = data.size();
-  while (left > 0) {
-    ssize_t n = write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ENOSPC;
-      close(fd);
-      fail("write");
+  for (std::string_view data : pieces) {
+    const char* p = data.data();
+    std::size_t left = data.size();
+    while (left > 0) {
+      ssize_t n = write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0) errno = ENOSPC;
+        close(fd);
+        fail("write");
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
     }
-    p += n;
-    left -= static_cast<std::size_t>(n);
   }
   if (fsync(fd) != 0) {
     close(fd);

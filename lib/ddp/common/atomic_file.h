@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddp {
 
@@ -13,6 +14,9 @@ namespace ddp {
 /// it over `path` and fsyncs the directory. Throws IoError naming `path` and the cause (disk full),
 /// FileError for a permission problem (throw_output_error), and removes the temporary.
 void write_file_atomically(const std::string& path, std::string_view data, mode_t mode = 0644);
+/// The same for a file made of `pieces`, written in order without being joined first (a cache of
+/// gigabytes is written from the arrays it holds, not from a copy of them).
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode = 0644);
 
 /// Opens `path` for appending (created with `mode` if missing) without following a symlink at it;
 /// returns the descriptor (close-on-exec). Throws as write_file_atomically does; a symlink is named.

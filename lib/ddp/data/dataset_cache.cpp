@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/data/idx_reader.h"
 #include "ddp/data/node_cache.h"
 
@@ -90,7 +91,8 @@ Dataset load_idx_split_cached(const std::string& dir, const std::string& split, 
   mode_t mode = cache_file_mode(source_file(dir, (split == "train" ? "train" : "t10k") + std::string("-images-idx3-ubyte")));
   bool opened = open_or_build_cache(
       path, [&] { return (result = open_cache(path, source)).has_value(); },
-      [&] { return encode(load_idx_split(dir, split)); }, mode, source);
+      [&](const std::string& file, mode_t file_mode) { write_file_atomically(file, encode(load_idx_split(dir, split)), file_mode); },
+      mode, source);
   return opened ? *result : load_idx_split(dir, split);
 }
 

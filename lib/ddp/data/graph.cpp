@@ -64,8 +64,17 @@ torch::Tensor read_split(const std::string& dir, const std::string& name, int64_
 int64_t Graph::num_classes() const { return labels.numel() == 0 ? 0 : labels.max().item<int64_t>() + 1; }
 
 void Graph::read_indices(int64_t begin, int64_t n, int64_t* out) const {
-  if (index_file) return index_file->read_range(begin, n, out);
-  std::copy_n(indices.data_ptr<int64_t>() + begin, n, out);
+  if (!index_file) {
+    std::copy_n(indices.data_ptr<int64_t>() + begin, n, out);
+    return;
+  }
+  index_file->read_range(begin, n, out);
+  // The file changed under us (the sampler indexes indptr with these ids): stop, naming it.
+  const int64_t nodes = num_nodes();
+  for (int64_t i = 0; i < n; ++i)
+    if (out[i] < 0 || out[i] >= nodes)
+      throw FileError("the graph cache " + index_file->path() + " holds a neighbour id out of range (" +
+                      std::to_string(out[i]) + "); it was changed while in use: delete it to rebuild it");
 }
 
 void Graph::read_feature_rows(int64_t first, int64_t n, float* out) const {

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/data/node_cache.h"
 #include "ddp/data/reddit_graph.h"
 
@@ -35,12 +37,13 @@ std::vector<std::string> source_files(const std::string& path) {
   return files;
 }
 
-void append(std::string& bytes, const torch::Tensor& t) {
-  auto c = t.contiguous();
-  bytes.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+std::string_view bytes_of(const torch::Tensor& t) {
+  TORCH_CHECK(t.is_contiguous());
+  return {static_cast<const char*>(t.data_ptr()), static_cast<std::size_t>(t.numel() * t.element_size())};
 }
 
-std::string encode(const Graph& graph) {
+// Writes the graph's cache file from its arrays as they are in memory.
+void write_cache(const std::string& path, mode_t mode, const Graph& graph) {
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
   header.nodes = graph.num_nodes();
@@ -49,32 +52,52 @@ std::string encode(const Graph& graph) {
   header.train = graph.train.numel();
   header.val = graph.val.numel();
   header.test = graph.test.numel();
-  std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
-  bytes.reserve(sizeof header + (header.nodes * 2 + 1 + header.edges + header.train + header.val + header.test) * 8 +
-                header.nodes * header.features * 4);
-  for (const auto& t : {graph.indptr, graph.indices, graph.labels, graph.train, graph.val, graph.test}) append(bytes, t);
-  append(bytes, graph.features);
-  return bytes;
+  std::vector<torch::Tensor> arrays;
+  for (const auto& t : {graph.indptr, graph.indices, graph.labels, graph.train, graph.val, graph.test, graph.features})
+    arrays.push_back(t.contiguous());
+  std::vector<std::string_view> pieces{{reinterpret_cast<const char*>(&header), sizeof header}};
+  for (const auto& t : arrays) pieces.push_back(bytes_of(t));
+  write_file_atomically(path, pieces, mode);
+}
+
+// Whether the arrays read from a cache file describe a graph: a damaged or foreign file is rebuilt,
+// never trusted (the sampler indexes indptr with the ids it finds).
+bool consistent(const Graph& g, int64_t edges) {
+  const int64_t n = g.num_nodes();
+  auto in_range = [n](const torch::Tensor& ids) {
+    return ids.numel() == 0 || (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < n);
+  };
+  return g.indptr[0].item<int64_t>() == 0 && g.indptr[n].item<int64_t>() == edges &&
+         (n == 0 || (g.indptr.diff() >= 0).all().item<bool>()) && (n == 0 || g.labels.min().item<int64_t>() >= 0) &&
+         in_range(g.train) && in_range(g.val) && in_range(g.test);
 }
 
 // The graph in a cache file; nullopt when it is missing or does not hold what its header says.
 std::optional<Graph> open_cache(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  struct stat info {};
-  Header h{};
-  bool ok = fstat(fd, &info) == 0 && pread(fd, &h, sizeof h, 0) == sizeof h && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
-            h.nodes >= 0 && h.edges >= 0 && h.features > 0 && h.train >= 0 && h.val >= 0 && h.test >= 0;
-  const int64_t small = (h.nodes + 1) + h.edges + h.nodes + h.train + h.val + h.test;
-  ok = ok && info.st_size == static_cast<off_t>(sizeof h + small * 8 + h.nodes * h.features * 4);
-  Graph graph;
-  int64_t at = sizeof h;
-  auto read = [&](torch::Tensor& t, int64_t n) {
-    t = torch::empty({n}, torch::kInt64);
-    ok = ok && pread(fd, t.data_ptr(), n * 8, at) == n * 8;
-    at += n * 8;
-  };
-  if (ok) {
+  try {
+    struct stat info {};
+    Header h{};
+    if (fstat(fd, &info) != 0 || pread(fd, &h, sizeof h, 0) != sizeof h || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 ||
+        h.nodes < 0 || h.edges < 0 || h.features <= 0 || h.train < 0 || h.val < 0 || h.test < 0)
+      throw std::runtime_error("header");
+    int64_t small = 0, feature_count = 0, expected = 0;
+    bool overflow = __builtin_add_overflow(h.nodes, h.nodes + 1, &small) || __builtin_add_overflow(small, h.edges, &small) ||
+                    __builtin_add_overflow(small, h.train, &small) || __builtin_add_overflow(small, h.val, &small) ||
+                    __builtin_add_overflow(small, h.test, &small) || __builtin_mul_overflow(small, 8, &small) ||
+                    __builtin_mul_overflow(h.nodes, h.features, &feature_count) ||
+                    __builtin_mul_overflow(feature_count, 4, &feature_count) ||
+                    __builtin_add_overflow(small, feature_count, &expected) ||
+                    __builtin_add_overflow(expected, static_cast<int64_t>(sizeof h), &expected);
+    if (overflow || info.st_size != static_cast<off_t>(expected)) throw std::runtime_error("size");
+    Graph graph;
+    int64_t at = sizeof h;
+    auto read = [&](torch::Tensor& t, int64_t n) {
+      t = torch::empty({n}, torch::kInt64);
+      if (pread(fd, t.data_ptr(), n * 8, at) != n * 8) throw std::runtime_error("read");
+      at += n * 8;
+    };
     read(graph.indptr, h.nodes + 1);
     const int64_t indices_at = at;
     at += h.edges * 8;
@@ -82,15 +105,16 @@ std::optional<Graph> open_cache(const std::string& path) {
     read(graph.train, h.train);
     read(graph.val, h.val);
     read(graph.test, h.test);
-    int index_fd = ok ? dup(fd) : -1;
-    if (index_fd >= 0) {
-      graph.index_file = std::make_shared<SampleFile>(index_fd, path, indices_at, h.edges, std::vector<int64_t>{}, torch::kInt64);
-      graph.feature_file = std::make_shared<SampleFile>(fd, path, at, h.nodes, std::vector<int64_t>{h.features}, torch::kFloat32);
-      return graph;
-    }
+    if (!consistent(graph, h.edges)) throw std::runtime_error("content");
+    int index_fd = dup(fd);
+    if (index_fd < 0) throw std::runtime_error("dup");
+    graph.index_file = std::make_shared<SampleFile>(index_fd, path, indices_at, h.edges, std::vector<int64_t>{}, torch::kInt64);
+    graph.feature_file = std::make_shared<SampleFile>(fd, path, at, h.nodes, std::vector<int64_t>{h.features}, torch::kFloat32);
+    return graph;
+  } catch (const std::exception&) {
+    close(fd);
+    return std::nullopt;
   }
-  close(fd);
-  return std::nullopt;
 }
 
 }  // namespace
@@ -100,11 +124,13 @@ Graph load_graph_cached(const std::string& path, const std::string& cache_dir) {
   std::string name = sources.empty() ? "" : cache_file_name("graph", sources, "ddpgraph");
   if (cache_dir.empty() || cache_dir == "none" || name.empty()) return load_graph(path);
   std::string file = cache_dir + "/" + name;
-  std::optional<Graph> result;
+  std::optional<Graph> result, built;
   bool opened = open_or_build_cache(
-      file, [&] { return (result = open_cache(file)).has_value(); }, [&] { return encode(load_graph(path)); },
+      file, [&] { return (result = open_cache(file)).has_value(); },
+      [&](const std::string& out, mode_t out_mode) { write_cache(out, out_mode, *(built = load_graph(path))); },
       cache_file_mode(sources.front()), path);
-  return opened ? *result : load_graph(path);
+  if (opened) return *result;
+  return built ? *built : load_graph(path);  // a cache that cannot be written: the graph this rank already read
 }
 
 }  // namespace ddp

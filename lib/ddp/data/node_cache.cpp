@@ -66,7 +66,8 @@ mode_t cache_file_mode(const std::string& source) {
 }
 
 bool open_or_build_cache(const std::string& path, const std::function<bool()>& open_cache,
-                         const std::function<std::string()>& build, mode_t mode, const std::string& what) {
+                         const std::function<void(const std::string& path, mode_t mode)>& build, mode_t mode,
+                         const std::string& what) {
   if (open_cache()) return true;
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
@@ -81,7 +82,7 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
   bool opened = open_cache();
   try {
     if (!opened) {
-      write_file_atomically(path, build(), mode);
+      build(path, mode);
       opened = open_cache();
     }
   } catch (const IoError& e) {  // the cache cannot be written; a broken source (FileError) goes on up

@@ -22,10 +22,12 @@ std::string cache_file_name(const std::string& stem, const std::vector<std::stri
 mode_t cache_file_mode(const std::string& source);
 
 /// Opens the cache file `path` with `open` (true when it holds what it should); if it cannot,
-/// one worker of the node writes `build()` there while the others wait, then opens it. False,
+/// one worker of the node has `build` write it (atomically: write_file_atomically(path, ..., mode))
+/// while the others wait, then opens it. False,
 /// with a warning naming `what`, when the cache cannot be written (the caller then builds in
 /// memory); an error from `build` (a broken source) goes on up.
 bool open_or_build_cache(const std::string& path, const std::function<bool()>& open,
-                         const std::function<std::string()>& build, mode_t mode, const std::string& what);
+                         const std::function<void(const std::string& path, mode_t mode)>& build, mode_t mode,
+                         const std::string& what);
 
 }  // namespace ddp

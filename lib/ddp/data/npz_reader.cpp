@@ -154,15 +154,20 @@ NpzFile::NpzFile(std::string path) : path_(std::move(path)) {
   uint64_t entries = little(tail.data() + end + 10, 2), directory_size = little(tail.data() + end + 12, 4),
            directory_at = little(tail.data() + end + 16, 4);
   const uint64_t end_at = size - tail_size + end;
-  if (end_at >= 20 && little(read_at(file.get(), end_at - 20, 4, path_, "the zip directory").data(), 4) == kZip64Locator) {
+  const bool sentinels = entries == 0xffff || directory_size == 0xffffffffu || directory_at == 0xffffffffu;
+  if (sentinels && end_at >= 20 &&
+      little(read_at(file.get(), end_at - 20, 4, path_, "the zip directory").data(), 4) == kZip64Locator) {
     std::string locator = read_at(file.get(), end_at - 20, 20, path_, "the zip64 locator");
-    std::string record = read_at(file.get(), little(locator.data() + 8, 8), 56, path_, "the zip64 directory");
+    const uint64_t record_at = little(locator.data() + 8, 8);
+    if (record_at > size || size - record_at < 56) throw FileError(path_ + ": its zip64 directory record points past the end");
+    std::string record = read_at(file.get(), record_at, 56, path_, "the zip64 directory");
     if (little(record.data(), 4) != kZip64End) throw FileError(path_ + ": its zip64 directory record is corrupt");
     entries = little(record.data() + 32, 8);
     directory_size = little(record.data() + 40, 8);
     directory_at = little(record.data() + 48, 8);
   }
-  if (directory_at + directory_size > size) throw FileError(path_ + ": is cut short (its zip directory points past the end)");
+  if (directory_size > size || directory_at > size - directory_size)
+    throw FileError(path_ + ": is cut short (its zip directory points past the end)");
   std::string directory = read_at(file.get(), directory_at, directory_size, path_, "the zip directory");
   std::size_t at = 0;
   for (uint64_t e = 0; e < entries; ++e) {
@@ -181,8 +186,10 @@ NpzFile::NpzFile(std::string path) : path_(std::move(path)) {
     member.size = little(entry + 24, 4);
     member.header_offset = little(entry + 42, 4);
     // Sizes and offsets past 4 GiB live in the zip64 extra field, in this order, each only if its slot says so.
-    for (std::size_t x = at + 46 + name_size; x + 4 <= at + 46 + name_size + extra_size;) {
+    const std::size_t extra_end = at + 46 + name_size + extra_size;
+    for (std::size_t x = at + 46 + name_size; x + 4 <= extra_end;) {
       uint64_t id = little(directory.data() + x, 2), length = little(directory.data() + x + 2, 2);
+      if (x + 4 + length > extra_end) throw FileError(path_ + ": its zip directory is corrupt (an extra field runs past its entry)");
       std::size_t field = x + 4;
       if (id == 1)
         for (uint64_t* slot : {&member.size, &member.compressed_size, &member.header_offset})
@@ -195,8 +202,14 @@ NpzFile::NpzFile(std::string path) : path_(std::move(path)) {
     if (member.method != 0 && member.method != 8)
       throw FileError(path_ + ": member " + member.name + " uses zip compression method " + std::to_string(member.method) +
                       " (stored or deflated are read, as numpy writes)");
-    if (member.header_offset + 30 + member.compressed_size > size)
+    if (member.header_offset > size || member.compressed_size > size - member.header_offset ||
+        size - member.header_offset - member.compressed_size < 30)
       throw FileError(path_ + ": is cut short (member " + member.name + " runs past the end of the file)");
+    // What a member may claim to hold: its stored bytes, or deflate's best ratio (1032:1), no more.
+    if ((member.method == 0 && member.size != member.compressed_size) ||
+        (member.method == 8 && member.size / 1032 > member.compressed_size + 1))
+      throw FileError(path_ + ": member " + member.name + " claims " + std::to_string(member.size) + " bytes from " +
+                      std::to_string(member.compressed_size) + " (corrupt)");
     if (member.name.size() > 4 && member.name.compare(member.name.size() - 4, 4, ".npy") == 0)
       member.name.resize(member.name.size() - 4);
     members_.push_back(std::move(member));
@@ -215,10 +228,10 @@ bool NpzFile::contains(const std::string& name) const {
 }
 
 const NpzFile::Member& NpzFile::member(const std::string& name) const {
-  for (const auto& m : members_)
-    if (m.name == name) return m;
+  for (auto m = members_.rbegin(); m != members_.rend(); ++m)  // a repeated name: the last, as np.load reads it
+    if (m->name == name) return *m;
   std::string present;
-  for (const auto& m : members_) present += (present.empty() ? "" : ", ") + m.name;
+  for (const auto& n : names()) present += (present.empty() ? "" : ", ") + n;
   throw FileError(path_ + ": has no array '" + name + "' (it holds: " + (present.empty() ? "nothing" : present) + ")");
 }
 

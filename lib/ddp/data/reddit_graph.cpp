@@ -1,5 +1,6 @@
 #include "ddp/data/reddit_graph.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "ddp/common/error.h"
@@ -37,7 +38,7 @@ std::pair<torch::Tensor, torch::Tensor> read_sparse_edges(const NpzFile& file, i
   }
   if (ends_with("csr")) {
     auto indptr = integer_member(file, "indptr", 1), col = integer_member(file, "indices", 1);
-    if (indptr.numel() != num_nodes + 1 || indptr[-1].item<int64_t>() != col.numel() ||
+    if (indptr.numel() != num_nodes + 1 || indptr[0].item<int64_t>() != 0 || indptr[-1].item<int64_t>() != col.numel() ||
         (indptr.numel() > 1 && (indptr.diff() < 0).any().item<bool>()))
       throw FileError(file.path() + ": its CSR 'indptr' does not describe its " + std::to_string(col.numel()) + " 'indices'");
     auto row = torch::repeat_interleave(torch::arange(num_nodes, torch::kInt64), indptr.diff());
@@ -80,11 +81,21 @@ Graph load_reddit_graph(const std::string& dir) {
     if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= n))
       throw FileError(matrix.path() + ": an edge's node is out of range: ids must be in [0, " + std::to_string(n) +
                       "), found " + std::to_string(ids.min().item<int64_t>()) + ".." + std::to_string(ids.max().item<int64_t>()));
-  // Merge duplicates as PyG's coalesce does: one key per (destination, source), sorted.
-  auto keys = std::get<0>(torch::unique_consecutive(std::get<0>((dst * n + src).sort())));
-  src = keys.remainder(n);
-  dst = keys.div(n, "floor");
-  build_csr(graph, src, dst, matrix.path());
+  // Merge duplicates as PyG's coalesce does: one key per (destination, source), sorted and made
+  // unique in place, then turned into the CSR's sources in place: 114.6M edges cost one int64 array.
+  auto keys = dst.mul_(n).add_(src);
+  src = dst = torch::Tensor();
+  int64_t* key = keys.data_ptr<int64_t>();
+  std::sort(key, key + keys.numel());
+  const int64_t edges = std::unique(key, key + keys.numel()) - key;
+  auto counts = torch::zeros({n}, torch::kInt64);
+  int64_t* count = counts.data_ptr<int64_t>();
+  for (int64_t e = 0; e < edges; ++e) {
+    ++count[key[e] / n];
+    key[e] %= n;
+  }
+  graph.indices = keys.narrow(0, 0, edges);
+  graph.indptr = torch::cat({torch::zeros({1}, torch::kInt64), counts.cumsum(0)});
   if (graph.train.numel() == 0) throw FileError(data.path() + ": no node has node_types 1 (train)");
   return graph;
 }

@@ -43,8 +43,8 @@ torch::Tensor SampleFile::read(const torch::Tensor& indices) const {
 
 void SampleFile::read_range(int64_t first, int64_t n, void* out) const {
   if (first < 0 || n < 0 || first + n > count_)
-    throw std::out_of_range("samples [" + std::to_string(first) + ", " + std::to_string(first + n) + ") outside [0, " +
-                            std::to_string(count_) + ")");
+    throw std::out_of_range(path_ + ": samples [" + std::to_string(first) + ", " + std::to_string(first + n) +
+                            ") outside [0, " + std::to_string(count_) + ")");
   auto* bytes = static_cast<char*>(out);
   const int64_t total = n * sample_bytes_;
   for (int64_t done = 0; done < total;) {

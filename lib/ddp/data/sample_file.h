@@ -21,6 +21,7 @@ class SampleFile {
   SampleFile& operator=(const SampleFile&) = delete;
 
   int64_t count() const { return count_; }
+  const std::string& path() const { return path_; }
   const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
   torch::ScalarType dtype() const { return dtype_; }
 

@@ -1,7 +1,9 @@
 #include "ddp/model/graphsage.h"
 
+#include "ddp/model/byte_mask_dropout.h"
+#include "ddp/model/gather_sum.h"
+
 #include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/dropout.h>
 #include <torch/nn/functional/normalization.h>
 
 namespace ddp {
@@ -30,7 +32,16 @@ torch::Tensor aggregate_messages(const torch::Tensor& messages, const torch::Ten
 }
 
 torch::Tensor SageConvImpl::forward(const torch::Tensor& x, const BlockEdges& block) {
-  auto aggregated = aggregate_messages(x.index_select(0, block.src), block.dst, block.num_dst, aggregation_);
+  torch::Tensor aggregated;
+  if (aggregation_ == "max") {
+    aggregated = aggregate_messages(x.index_select(0, block.src), block.dst, block.num_dst, aggregation_);
+  } else {  // the same sums without an [E, F] tensor of messages
+    aggregated = gather_sum(x, block.src, block.dst, block.num_dst);
+    if (aggregation_ == "mean") {
+      auto counts = torch::zeros({block.num_dst}, x.options()).index_add_(0, block.dst, torch::ones_like(block.dst, x.options()));
+      aggregated = aggregated / counts.clamp_min(1).unsqueeze(1);
+    }
+  }
   return combine(aggregated, x.narrow(0, 0, block.num_dst));
 }
 
@@ -77,7 +88,7 @@ torch::Tensor GraphSageImpl::forward_aggregated(const torch::Tensor& self, const
 torch::Tensor GraphSageImpl::activate(torch::Tensor x, int64_t i) {
   if (i + 1 == layers()) return x;
   x = torch::relu_(x);  // in place: nothing else keeps the layer's output
-  return F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  return byte_mask_dropout(x, dropout_, is_training());
 }
 
 }  // namespace ddp

@@ -15,6 +15,7 @@ GraphTask::GraphTask(const DataConfig& data, const SamplerConfig& sampler, const
       sampler_seed_(sampler.seed),
       aggregation_(model.aggregation),
       full_neighbourhood_eval_(context.full_neighbourhood_eval),
+      device_(context.device),
       loss_(loss) {
   if (data.dataset != "graph")
     throw ConfigError("model.name: graphsage trains on a graph (data.dataset: graph), not on data.dataset: " + data.dataset);
@@ -146,15 +147,23 @@ torch::Tensor GraphTask::feature_range(int64_t first, int64_t last) const {
 // with all their neighbours, a layer at a time, then the last layer for the eval batch's nodes. Each
 // rank computes the full layers itself (no communication; the accuracy is summed across ranks as
 // usual), once per evaluation: the model is the same for all its batches. Mean and sum commute with
-// lin_l, so those project every node first and aggregate the narrower projections.
+// lin_l, so those project every node first and aggregate the narrower projections. The price is
+// memory: every rank holds each full layer's output (N × hidden floats, 240 MB on Reddit), and
+// with max aggregation, which must aggregate the features themselves, all of the features.
 
 torch::Tensor GraphTask::last_layer_inputs() {
-  if (last_layer_inputs_.defined()) return last_layer_inputs_;
+  // Recomputed whenever a parameter changed (an optimizer step, a loaded state: any in-place write).
+  std::vector<int64_t> versions;
+  for (const auto& p : model_->parameters()) versions.push_back(p._version());
+  if (last_layer_inputs_.defined() && versions == last_layer_versions_) return last_layer_inputs_;
+  last_layer_versions_ = versions;
   constexpr int64_t kChunkEdges = 65536, kChunkNodes = 4096;
   const int64_t n = graph_.num_nodes();
   const int64_t* indptr = graph_.indptr.data_ptr<int64_t>();
   torch::Tensor x;  // this layer's input for every node; undefined for the first layer: the graph's features
-  auto inputs = [&](int64_t a, int64_t b) { return x.defined() ? x.slice(0, a, b) : feature_range(a, b); };
+  auto inputs = [&](int64_t a, int64_t b) {
+    return x.defined() ? x.slice(0, a, b) : feature_range(a, b).to(device_);
+  };
   for (int64_t l = 0; l + 1 < model_->layers(); ++l) {
     auto& conv = model_->conv(l);
     const bool project = conv.aggregation() != "max";
@@ -176,21 +185,23 @@ torch::Tensor GraphTask::last_layer_inputs() {
       auto neighbours = torch::empty({indptr[b] - indptr[a]}, torch::kInt64);
       graph_.read_indices(indptr[a], neighbours.numel(), neighbours.data_ptr<int64_t>());
       auto degrees = graph_.indptr.slice(0, a + 1, b + 1) - graph_.indptr.slice(0, a, b);
-      auto dst = torch::repeat_interleave(torch::arange(b - a, torch::kInt64), degrees);
-      auto aggregated = aggregate_messages(source.index_select(0, neighbours), dst, b - a, conv.aggregation());
+      auto dst = torch::repeat_interleave(torch::arange(b - a, torch::kInt64), degrees).to(device_);
+      auto aggregated = aggregate_messages(source.index_select(0, neighbours.to(device_)), dst, b - a, conv.aggregation());
       auto self = inputs(a, b);
       outputs.push_back(model_->activate(project ? conv.combine_projected(aggregated, self) : conv.combine(aggregated, self), l));
       a = b;
     }
     x = torch::cat(outputs);
   }
-  last_layer_inputs_ = x.defined() ? x : feature_range(0, n);
+  last_layer_inputs_ = x;
   return last_layer_inputs_;
 }
 
 torch::Tensor GraphTask::forward(const Batch& batch) {
   if (!batch.inputs[0].is_floating_point()) {  // a full-neighbourhood eval batch
-    auto x = last_layer_inputs().index_select(0, batch.inputs[0]);
+    const auto& nodes = batch.inputs[0];
+    auto x = model_->layers() == 1 ? graph_.feature_rows(nodes.cpu()).to(device_)
+                                   : last_layer_inputs().index_select(0, nodes);
     BlockEdges block{batch.inputs[1], batch.inputs[2], batch.inputs[3].item<int64_t>()};
     return model_->conv(model_->layers() - 1).forward(x, block);
   }
@@ -200,10 +211,7 @@ torch::Tensor GraphTask::forward(const Batch& batch) {
   return model_->forward_aggregated(batch.inputs[0], batch.inputs[1], blocks);
 }
 
-torch::Tensor GraphTask::loss(const Batch& batch) {
-  last_layer_inputs_ = torch::Tensor();  // the model changes with this step
-  return loss_.mean(forward(batch), batch.targets);
-}
+torch::Tensor GraphTask::loss(const Batch& batch) { return loss_.mean(forward(batch), batch.targets); }
 
 torch::Tensor GraphTask::metric_sums(const Batch& batch) { return loss_.metric_sums(forward(batch), batch.targets); }
 

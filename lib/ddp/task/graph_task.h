@@ -45,10 +45,12 @@ class GraphTask : public Task {
   int64_t sampler_seed_;
   std::string aggregation_;
   bool full_neighbourhood_eval_;
+  torch::Device device_;  ///< the model's
   std::atomic<int64_t> epoch_{0};
   Loss loss_;
   GraphSage model_{nullptr};
-  torch::Tensor last_layer_inputs_;  ///< every node's, for layer-wise inference; undefined once a step changed the model
+  torch::Tensor last_layer_inputs_;  ///< every node's, for layer-wise inference, computed with the parameters at:
+  std::vector<int64_t> last_layer_versions_;
 };
 
 }  // namespace ddp

@@ -1,0 +1,14 @@
+#pragma once
+// Dropout as torch.nn.functional.dropout computes it (zero each element with probability p, scale
+// the rest by 1 / (1 - p)), with a one-byte mask drawn from a counter-based generator: see
+// Note [Byte-mask dropout].
+
+#include <torch/types.h>
+
+namespace ddp {
+
+/// `x` with dropout `p` applied when `training`; differentiable. Draws one number from the global
+/// CPU generator per call, so a checkpoint's generator state resumes the same masks.
+torch::Tensor byte_mask_dropout(const torch::Tensor& x, double p, bool training);
+
+}  // namespace ddp

@@ -1,0 +1,37 @@
+// Byte-mask dropout: torch's dropout in distribution, its gradient, and its masks replayed from the
+// global generator's state (what a checkpoint restores).
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include "ddp/model/byte_mask_dropout.h"
+
+using ddp::byte_mask_dropout;
+
+TEST_CASE("byte-mask dropout zeroes a fraction p, scales the rest, and back-propagates through the same mask", "[model]") {
+  for (double p : {0.1, 0.5, 0.8}) {
+    INFO("p = " << p);
+    torch::manual_seed(3);
+    auto x = (torch::rand({400, 500}) + 0.5).requires_grad_(true);
+    auto y = byte_mask_dropout(x, p, /*training=*/true);
+    auto kept = y.ne(0);
+    double fraction = kept.to(torch::kDouble).mean().item<double>();
+    CHECK(fraction == Approx(1 - p).margin(0.005));  // 200,000 draws: the margin is over 5 sigma
+    CHECK(torch::allclose(y.masked_select(kept), x.masked_select(kept) / (1 - p)));
+    y.sum().backward();
+    CHECK(torch::allclose(x.grad(), kept.to(torch::kFloat) / (1 - p)));
+    // Neighbouring elements are independent: the kept fraction among the kept's right-hand neighbours is 1 - p too.
+    auto flat = kept.view(-1);
+    auto right = flat.slice(0, 1).masked_select(flat.slice(0, 0, -1));
+    CHECK(right.to(torch::kDouble).mean().item<double>() == Approx(1 - p).margin(0.01));
+  }
+  auto x = torch::randn({1000});
+  CHECK(torch::equal(byte_mask_dropout(x, 0.5, /*training=*/false), x));
+  CHECK(torch::equal(byte_mask_dropout(x, 0.0, /*training=*/true), x));
+  auto state = at::detail::getDefaultCPUGenerator().get_state();
+  auto first = byte_mask_dropout(x, 0.5, true), second = byte_mask_dropout(x, 0.5, true);
+  CHECK_FALSE(torch::equal(first, second));  // a new mask each call ...
+  at::Generator global = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+  global.set_state(state);
+  CHECK(torch::equal(byte_mask_dropout(x, 0.5, true), first));  // ... and the same one from the same state
+}
