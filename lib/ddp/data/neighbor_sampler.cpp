@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "ddp/common/splitmix64.h"
+
 namespace ddp {
 
 // Note [Keyed sampling]
@@ -14,13 +16,6 @@ namespace ddp {
 // prefix of its inputs) and is drawn afresh at each hop.
 
 namespace {
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t stream_of(const SampleKey& key, int64_t node, int64_t hop) {
   uint64_t state = static_cast<uint64_t>(key.seed);

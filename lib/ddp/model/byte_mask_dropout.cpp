@@ -6,6 +6,8 @@
 #include <cmath>
 #include <mutex>
 
+#include "ddp/common/splitmix64.h"
+
 namespace ddp {
 namespace {
 
@@ -16,13 +18,6 @@ namespace {
 // seeds SplitMix64, whose each output gives four 16-bit lanes compared against p · 65536, and the
 // mask is one byte per element. The same distribution up to p's rounding to 1/65536; not the same
 // masks as torch's, which nothing needs.
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t draw_seed() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
