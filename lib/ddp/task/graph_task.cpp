@@ -54,10 +54,10 @@ int64_t GraphTask::size(Split split) const {
 
 // Note [First layer in the pipeline]
 // The first layer's input is every sampled node's features: on a Reddit-sized graph with fanouts
-// [25, 10], a batch of 1024 seeds reaches ~150k nodes, 360 MB of features. Its aggregation is of
+// [25, 10], a batch of 1024 seeds reaches ~95k nodes, 230 MB of features. Its aggregation is of
 // constants (features need no gradient), so the prefetch threads do it, reading each sampled node's
 // row once (~95k of the batch's ~220k edges' sources) straight into the sums, and the batch carries
-// only the first layer's output nodes' own and aggregated features (~26k rows each). The result is
+// only the first layer's output nodes' own and aggregated features (~22k rows each). The result is
 // SageConv::forward's up to the order of a sum's terms: here a node's neighbours in id order, the
 // same in any batch, so world sizes agree and a resumed run repeats itself exactly.
 
