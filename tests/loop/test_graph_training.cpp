@@ -127,6 +127,10 @@ TEST_CASE("graph configs that cannot work are refused with one line naming the k
   auto val = run_shell(graph_run(1, graph, dir.file("d"), "--set data.dataset=idx"));
   CHECK(val.exit_code == 2);
   CHECK_THAT(val.err, Contains("data.eval_split: val is a graph's split (data.dataset: graph)"));
+  auto full = run_shell(graph_run(1, graph, dir.file("d2"), "--set data.dataset=idx --set data.eval_split=test "
+                                                             "--set eval.full_neighbourhood=true"));
+  CHECK(full.exit_code == 2);
+  CHECK_THAT(full.err, Contains("eval.full_neighbourhood: evaluating over every neighbour is for graphs (data.dataset: graph)"));
   auto loss = run_shell(graph_run(1, graph, dir.file("e"), "--set train.loss=mse"));
   CHECK(loss.exit_code == 2);
   CHECK_THAT(loss.err, Contains("train.loss: graphsage classifies nodes (cross_entropy), got mse"));

@@ -27,6 +27,12 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   declare_config(schema, config.checkpoint);
   declare_config(schema, config.logging);
   declare_config(schema, config.monitor);
+  // Across sections: the loop owns eval:, but only a graph has neighbours to evaluate over.
+  schema.rule("eval.full_neighbourhood", [&config]() -> std::string {
+    return config.eval.full_neighbourhood && config.data.dataset != "graph"
+               ? "evaluating over every neighbour is for graphs (data.dataset: graph)"
+               : "";
+  });
 }
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
