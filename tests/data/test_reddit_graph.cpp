@@ -212,3 +212,119 @@ TEST_CASE("the graph cache is written once and gives the source's graph, read on
   CHECK(torch::equal(rebuilt.indptr, memory.indptr));
   CHECK(torch::equal(rebuilt.feature_rows(torch::arange(memory.num_nodes(), torch::kInt64)), memory.features));
 }
+
+TEST_CASE("each kind of broken Reddit file or npz member is refused with its own cause", "[graph][data][python]") {
+  // One Python run writes every variant: each is the good graph with one thing wrong.
+  static const char* kScript = R"(
+import io, os, sys, zipfile
+import numpy as np
+out = sys.argv[1]
+rng = np.random.default_rng(1)
+n = 20
+good = dict(feature=rng.standard_normal((n, 3)).astype(np.float32), label=rng.integers(0, 2, n), node_types=np.array([1, 2, 3, 1] * 5))
+row, col = rng.integers(0, n, 60).astype(np.int32), rng.integers(0, n, 60).astype(np.int32)
+coo = dict(row=row, col=col, data=np.ones(60), format=np.array(b"coo"), shape=np.array((n, n)))
+def write(name, data=good, graph=coo):
+  os.makedirs(f"{out}/{name}")
+  np.savez(f"{out}/{name}/reddit_data.npz", **data)
+  np.savez(f"{out}/{name}/reddit_graph.npz", **graph)
+write("feature_int", dict(good, feature=np.zeros((n, 3), np.int64)))
+write("label_2d", dict(good, label=np.zeros((n, 2), np.int64)))
+write("negative_label", dict(good, label=-np.ones(n, np.int64)))
+write("no_train", dict(good, node_types=np.full(n, 2)))
+write("shape", graph=dict(coo, shape=np.array((n + 1, n + 1))))
+write("row_col", graph=dict(coo, row=row[:59]))
+write("csr_indptr", graph=dict(indptr=np.array([2] + [60] * n), indices=col, data=np.ones(60), format=np.array(b"csr"), shape=np.array((n, n))))
+write("bsr", graph=dict(coo, format=np.array(b"bsr")))
+write("bzip2")
+with zipfile.ZipFile(f"{out}/bzip2/reddit_data.npz", "w", compression=zipfile.ZIP_BZIP2) as z:
+  for k, v in good.items():
+    b = io.BytesIO(); np.save(b, v); z.writestr(k + ".npy", b.getvalue())
+write("trailing")
+with zipfile.ZipFile(f"{out}/trailing/reddit_data.npz", "w") as z:
+  for k, v in good.items():
+    b = io.BytesIO(); np.save(b, v); z.writestr(k + ".npy", b.getvalue() + (b"xx" if k == "label" else b""))
+)";
+  test::TempDir dir;
+  auto r = test::run_command({"/usr/bin/python3", "-c", kScript, dir.path()}, std::chrono::seconds(60));
+  if (r.exit_code != 0 && r.err.find("No module named") != std::string::npos) {
+    WARN("skipped: /usr/bin/python3 has no numpy (Debian's python3-numpy, with python3-torch)");
+    return;
+  }
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto refused = [&](const std::string& variant, const std::string& cause) {
+    INFO(variant);
+    CHECK_THROWS_AS(load_reddit_graph(dir.file(variant)), FileError);
+    CHECK_THROWS_WITH(load_reddit_graph(dir.file(variant)), Contains(cause));
+  };
+  refused("feature_int", "reddit_data.npz: 'feature' must be a float array [nodes, features], got [20, 3] of Long");
+  refused("label_2d", "reddit_data.npz: 'label' must be a 1-D integer array, got [20, 2]");
+  refused("negative_label", "reddit_data.npz: 'label' must be >= 0");
+  refused("no_train", "reddit_data.npz: no node has node_types 1 (train)");
+  refused("shape", "reddit_graph.npz: the matrix's shape [2] holds 21 nodes, reddit_data.npz has 20 ([20, 20] expected)");
+  refused("row_col", "reddit_graph.npz: 'row' has 59 entries and 'col' 60");
+  refused("csr_indptr", "reddit_graph.npz: its CSR 'indptr' does not describe its 60 'indices'");
+  refused("bsr", "reddit_graph.npz: holds a sparse matrix in format 'bsr'");
+  refused("bzip2", "reddit_data.npz: member feature.npy uses zip compression method 12 (stored or deflated are read");
+  refused("trailing", "reddit_data.npz (member label.npy): has 2 bytes after the array its header describes");
+}
+
+TEST_CASE("a damaged zip directory or entry header is refused, naming the file", "[graph][data][python]") {
+  test::TempDir dir;
+  std::string d = dir.file("r");
+  if (!write_reddit(d, "plain")) return;
+  std::string good;
+  {
+    std::ifstream in(d + "/reddit_data.npz", std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto entry = good.find(std::string("PK\x01\x02", 4));  // the first member's directory entry
+  REQUIRE(entry != std::string::npos);
+  auto put32 = [](std::string& bytes, std::size_t at, uint32_t value) {
+    for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<char>(value >> (8 * i));
+  };
+  auto refused = [&](std::string bytes, const std::string& cause) {
+    INFO(cause);
+    std::ofstream(d + "/reddit_data.npz", std::ios::binary | std::ios::trunc) << bytes;
+    CHECK_THROWS_AS(load_reddit_graph(d), FileError);
+    CHECK_THROWS_WITH(load_reddit_graph(d), Contains(cause));
+  };
+  std::string b = good;
+  put32(b, entry + 24, 12345);  // the stored member's size, no longer its stored bytes
+  refused(b, "reddit_data.npz: member feature.npy claims 12345 bytes from");
+  b = good;
+  put32(b, entry + 42, static_cast<uint32_t>(good.size() - 10));  // its entry header near the end of the file
+  refused(b, "reddit_data.npz: is cut short (member feature.npy runs past the end of the file)");
+  b = good;
+  b[entry + 8] |= 1;  // the encrypted flag
+  refused(b, "reddit_data.npz: member feature.npy is encrypted");
+  b = good;
+  b[entry] = 'X';
+  refused(b, "reddit_data.npz: its zip directory is corrupt");
+  b = good;
+  b[0] = 'X';  // the first member's own header
+  refused(b, "reddit_data.npz (member feature.npy): the zip entry header is corrupt");
+}
+
+TEST_CASE("a graph cache file changed while in use stops the sampler, naming it", "[graph][data][python]") {
+  test::TempDir dir;
+  std::string d = dir.file("r"), cache = dir.file("cache");
+  if (!write_reddit(d, "plain")) return;
+  Graph g = load_graph_cached(d, cache);
+  REQUIRE(g.index_file);
+  {  // the first neighbour id, just after the 56-byte header and indptr
+    std::fstream f(g.index_file->path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(56 + 8 * (g.num_nodes() + 1));
+    f.write("\xff\xff\xff\x7f\x00\x00\x00\x00", 8);
+  }
+  int64_t first = 0;
+  while (g.indptr[first + 1].item<int64_t>() == 0) ++first;  // the node whose list holds position 0
+  CHECK_THROWS_WITH(sample_subgraph(g, torch::tensor({first}, torch::kInt64), {-1}, {0, 0}),
+                    Contains("the graph cache " + g.index_file->path() + " holds a neighbour id out of range (2147483647)"));
+  // Cut short while in use: the features at its end can no longer be read.
+  std::filesystem::resize_file(g.feature_file->path(), std::filesystem::file_size(g.feature_file->path()) - 100);
+  std::vector<float> rows(static_cast<std::size_t>(2 * g.num_features()));
+  CHECK_THROWS_WITH(g.read_feature_rows(g.num_nodes() - 2, 2, rows.data()),
+                    Contains(g.feature_file->path() + ": cannot read samples 48..49 (the file was cut short while in use)"));
+}

@@ -20,23 +20,36 @@ torch::Tensor integer_member(const NpzFile& file, const std::string& name, int64
   return array.to(torch::kInt64);
 }
 
+// The text of a 0-d bytes array as np.save writes it (scipy's `format`): what follows the header,
+// without numpy's NUL padding.
+std::string npy_bytes_value(const std::string& npy) {
+  if (npy.size() < 12 || npy.compare(0, 6, "\x93NUMPY") != 0) return "";
+  const bool v1 = npy[6] == 1;
+  std::size_t length = static_cast<unsigned char>(npy[8]) | static_cast<unsigned char>(npy[9]) << 8;
+  if (!v1) length |= static_cast<std::size_t>(static_cast<unsigned char>(npy[10])) << 16 |
+                     static_cast<std::size_t>(static_cast<unsigned char>(npy[11])) << 24;
+  const std::size_t start = (v1 ? 10 : 12) + length;
+  if (start > npy.size()) return "";
+  std::string value = npy.substr(start);
+  return value.substr(0, value.find('\0'));
+}
+
 // The sparse matrix's edges (row → column) and its shape, from scipy's save_npz members.
 std::pair<torch::Tensor, torch::Tensor> read_sparse_edges(const NpzFile& file, int64_t num_nodes) {
-  std::string format = file.contains("format") ? file.read_bytes("format") : "";
-  auto ends_with = [&](const std::string& s) { return format.size() >= s.size() && format.compare(format.size() - s.size(), s.size(), s) == 0; };
+  std::string format = file.contains("format") ? npy_bytes_value(file.read_bytes("format")) : "";
   auto shape = integer_member(file, "shape", 1);
   if (shape.numel() != 2 || shape[0].item<int64_t>() != num_nodes || shape[1].item<int64_t>() != num_nodes)
     throw FileError(file.path() + ": the matrix's shape " + shape_text(shape) + " holds " +
                     std::to_string(shape.numel() ? shape[0].item<int64_t>() : 0) + " nodes, reddit_data.npz has " +
                     std::to_string(num_nodes) + " ([" + std::to_string(num_nodes) + ", " + std::to_string(num_nodes) + "] expected)");
-  if (ends_with("coo") || (format.empty() && file.contains("row"))) {
+  if (format == "coo" || (format.empty() && file.contains("row"))) {
     auto row = integer_member(file, "row", 1), col = integer_member(file, "col", 1);
     if (row.numel() != col.numel())
       throw FileError(file.path() + ": 'row' has " + std::to_string(row.numel()) + " entries and 'col' " +
                       std::to_string(col.numel()) + "; a COO matrix has one of each per edge");
     return {row, col};
   }
-  if (ends_with("csr")) {
+  if (format == "csr") {
     auto indptr = integer_member(file, "indptr", 1), col = integer_member(file, "indices", 1);
     if (indptr.numel() != num_nodes + 1 || indptr[0].item<int64_t>() != 0 || indptr[-1].item<int64_t>() != col.numel() ||
         (indptr.numel() > 1 && (indptr.diff() < 0).any().item<bool>()))
@@ -44,7 +57,7 @@ std::pair<torch::Tensor, torch::Tensor> read_sparse_edges(const NpzFile& file, i
     auto row = torch::repeat_interleave(torch::arange(num_nodes, torch::kInt64), indptr.diff());
     return {row, col};
   }
-  throw FileError(file.path() + ": holds a sparse matrix in format '" + printable(format.substr(format.size() > 8 ? format.size() - 8 : 0), 20) +
+  throw FileError(file.path() + ": holds a sparse matrix in format '" + printable(format, 20) +
                   "'; COO (as PyG's file) or CSR is read (save it with scipy.sparse.save_npz(path, matrix.tocoo()))");
 }
 
