@@ -115,13 +115,9 @@ TEST_CASE("an npz cut short, corrupted, or not a zip is an error naming the file
   test::TempDir dir;
   std::string d = dir.file("r");
   if (!write_reddit(d, "plain")) return;
-  std::string good;
-  {
-    std::ifstream in(d + "/reddit_data.npz", std::ios::binary);
-    good.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string good = test::read_file(d + "/reddit_data.npz");
   auto write = [&](const std::string& bytes) {
-    std::ofstream(d + "/reddit_data.npz", std::ios::binary | std::ios::trunc) << bytes;
+    test::write_file(d + "/reddit_data.npz", bytes);
   };
   write(good.substr(0, good.size() / 2));
   CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz: is not an .npz file (no zip directory; cut short"));
@@ -140,13 +136,9 @@ TEST_CASE("an npz cut short, corrupted, or not a zip is an error naming the file
   // A deflated member whose compressed bytes are damaged.
   std::string c = dir.file("c");
   if (!write_reddit(c, "compressed")) return;
-  std::string packed;
-  {
-    std::ifstream in(c + "/reddit_graph.npz", std::ios::binary);
-    packed.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string packed = test::read_file(c + "/reddit_graph.npz");
   for (std::size_t i = 60; i < 160; ++i) packed[i] = static_cast<char>(0xff);
-  std::ofstream(c + "/reddit_graph.npz", std::ios::binary | std::ios::trunc) << packed;
+  test::write_file(c + "/reddit_graph.npz", packed);
   CHECK_THROWS_AS(load_reddit_graph(c), FileError);
   CHECK_THROWS_WITH(load_reddit_graph(c), Contains("reddit_graph.npz"));
 }
@@ -155,18 +147,14 @@ TEST_CASE("a zip64 extra field that claims more than its entry holds is refused,
   test::TempDir dir;
   std::string d = dir.file("z");
   if (!write_reddit(d, "zip64")) return;
-  std::string bytes;
-  {
-    std::ifstream in(d + "/reddit_data.npz", std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = test::read_file(d + "/reddit_data.npz");
   // The last central directory entry: its first extra field's length set to 0xffff.
   auto entry = bytes.rfind(std::string("PK\x01\x02", 4));
   REQUIRE(entry != std::string::npos);
   auto name_size = static_cast<unsigned char>(bytes[entry + 28]) | static_cast<unsigned char>(bytes[entry + 29]) << 8;
   REQUIRE((static_cast<unsigned char>(bytes[entry + 30]) | static_cast<unsigned char>(bytes[entry + 31]) << 8) > 0);
   bytes[entry + 46 + name_size + 2] = bytes[entry + 46 + name_size + 3] = static_cast<char>(0xff);
-  std::ofstream(d + "/reddit_data.npz", std::ios::binary | std::ios::trunc) << bytes;
+  test::write_file(d + "/reddit_data.npz", bytes);
   CHECK_THROWS_WITH(load_reddit_graph(d), Contains("reddit_data.npz: its zip directory is corrupt (an extra field runs past its entry)"));
 }
 
@@ -274,11 +262,7 @@ TEST_CASE("a damaged zip directory or entry header is refused, naming the file",
   test::TempDir dir;
   std::string d = dir.file("r");
   if (!write_reddit(d, "plain")) return;
-  std::string good;
-  {
-    std::ifstream in(d + "/reddit_data.npz", std::ios::binary);
-    good.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string good = test::read_file(d + "/reddit_data.npz");
   const auto entry = good.find(std::string("PK\x01\x02", 4));  // the first member's directory entry
   REQUIRE(entry != std::string::npos);
   auto put32 = [](std::string& bytes, std::size_t at, uint32_t value) {
@@ -286,7 +270,7 @@ TEST_CASE("a damaged zip directory or entry header is refused, naming the file",
   };
   auto refused = [&](std::string bytes, const std::string& cause) {
     INFO(cause);
-    std::ofstream(d + "/reddit_data.npz", std::ios::binary | std::ios::trunc) << bytes;
+    test::write_file(d + "/reddit_data.npz", bytes);
     CHECK_THROWS_AS(load_reddit_graph(d), FileError);
     CHECK_THROWS_WITH(load_reddit_graph(d), Contains(cause));
   };
