@@ -35,3 +35,19 @@ TEST_CASE("byte-mask dropout zeroes a fraction p, scales the rest, and back-prop
   global.set_state(state);
   CHECK(torch::equal(byte_mask_dropout(x, 0.5, true), first));  // ... and the same one from the same state
 }
+
+TEST_CASE("relu_dropout is byte-mask dropout of relu(x): the same values, gradient and draws", "[model]") {
+  at::Generator global = at::detail::getDefaultCPUGenerator();
+  auto x = torch::randn({300, 70}).requires_grad_(true);
+  auto x_ref = x.detach().clone().requires_grad_(true);
+  auto state = global.get_state();
+  auto fused = ddp::relu_dropout(x, 0.3, /*training=*/true);
+  global.set_state(state);
+  auto reference = byte_mask_dropout(torch::relu(x_ref), 0.3, /*training=*/true);
+  CHECK(torch::equal(fused, reference));
+  auto weights = torch::randn({300, 70});
+  (fused * weights).sum().backward();
+  (reference * weights).sum().backward();
+  CHECK(torch::equal(x.grad(), x_ref.grad()));
+  CHECK(torch::equal(ddp::relu_dropout(x, 0.3, /*training=*/false), torch::relu(x)));
+}

@@ -37,7 +37,8 @@ torch::Tensor apply_mask(const torch::Tensor& in, const torch::Tensor& mask, flo
 
 class ByteMaskDropout : public torch::autograd::Function<ByteMaskDropout> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, double p) {
+  /// With `relu`, an element is kept only where it is also positive: ReLU's mask folded into dropout's.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, double p, bool relu) {
     auto input = x.contiguous();
     auto mask = torch::empty(input.sizes(), torch::kUInt8);
     uint8_t* keep = mask.data_ptr<uint8_t>();
@@ -47,6 +48,10 @@ class ByteMaskDropout : public torch::autograd::Function<ByteMaskDropout> {
     for (int64_t i = 0; i < n; i += 4) {
       uint64_t bits = splitmix64(state);
       for (int64_t j = i; j < std::min(n, i + 4); ++j, bits >>= 16) keep[j] = (bits & 0xffff) >= threshold;
+    }
+    if (relu) {
+      const float* values = input.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) keep[i] &= values[i] > 0;
     }
     const auto scale = static_cast<float>(1.0 / (1.0 - p));
     ctx->save_for_backward({mask});
@@ -58,7 +63,7 @@ class ByteMaskDropout : public torch::autograd::Function<ByteMaskDropout> {
                                                  torch::autograd::variable_list grads) {
     auto mask = ctx->get_saved_variables()[0];
     auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
-    return {apply_mask(grads[0].contiguous(), mask, scale), torch::Tensor()};
+    return {apply_mask(grads[0].contiguous(), mask, scale), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -69,7 +74,13 @@ torch::Tensor byte_mask_dropout(const torch::Tensor& x, double p, bool training)
   if (p >= 1) return x * 0.0;  // still a function of x, with a zero gradient
   if (x.scalar_type() != torch::kFloat || !x.device().is_cpu())  // the fast path is for CPU float32
     return torch::dropout(x, p, training);
-  return ByteMaskDropout::apply(x, p);
+  return ByteMaskDropout::apply(x, p, false);
+}
+
+torch::Tensor relu_dropout(const torch::Tensor& x, double p, bool training) {
+  if (!training || p == 0 || p >= 1 || x.scalar_type() != torch::kFloat || !x.device().is_cpu())
+    return byte_mask_dropout(torch::relu(x), p, training);
+  return ByteMaskDropout::apply(x, p, true);
 }
 
 }  // namespace ddp

@@ -11,4 +11,8 @@ namespace ddp {
 /// CPU generator per call, so a checkpoint's generator state resumes the same masks.
 torch::Tensor byte_mask_dropout(const torch::Tensor& x, double p, bool training);
 
+/// byte_mask_dropout(relu(x), p, training), one mask for both: backward keeps a byte per element
+/// instead of ReLU's output as well. The same values, gradients and generator draws.
+torch::Tensor relu_dropout(const torch::Tensor& x, double p, bool training);
+
 }  // namespace ddp

@@ -32,17 +32,18 @@ torch::Tensor aggregate_messages(const torch::Tensor& messages, const torch::Ten
 }
 
 torch::Tensor SageConvImpl::forward(const torch::Tensor& x, const BlockEdges& block) {
-  torch::Tensor aggregated;
+  torch::Tensor aggregated, self;
   if (aggregation_ == "max") {
     aggregated = aggregate_messages(x.index_select(0, block.src), block.dst, block.num_dst, aggregation_);
+    self = x.narrow(0, 0, block.num_dst);
   } else {  // the same sums without an [E, F] tensor of messages
-    aggregated = gather_sum(x, block.src, block.dst, block.num_dst);
+    std::tie(aggregated, self) = gather_sum(x, block.src, block.dst, block.num_dst);
     if (aggregation_ == "mean") {
       auto counts = torch::zeros({block.num_dst}, x.options()).index_add_(0, block.dst, torch::ones_like(block.dst, x.options()));
       aggregated = aggregated / counts.clamp_min(1).unsqueeze(1);
     }
   }
-  return combine(aggregated, x.narrow(0, 0, block.num_dst));
+  return combine(aggregated, self);
 }
 
 torch::Tensor SageConvImpl::combine(const torch::Tensor& aggregated, const torch::Tensor& self) {
@@ -87,8 +88,7 @@ torch::Tensor GraphSageImpl::forward_aggregated(const torch::Tensor& self, const
 
 torch::Tensor GraphSageImpl::activate(torch::Tensor x, int64_t i) {
   if (i + 1 == layers()) return x;
-  x = torch::relu_(x);  // in place: nothing else keeps the layer's output
-  return byte_mask_dropout(x, dropout_, is_training());
+  return relu_dropout(x, dropout_, is_training());
 }
 
 }  // namespace ddp
