@@ -57,7 +57,8 @@ int64_t GraphTask::size(Split split) const {
 // [25, 10], a batch of 1024 seeds reaches ~95k nodes, 230 MB of features. Its aggregation is of
 // constants (features need no gradient), so the prefetch threads do it, reading each sampled node's
 // row once (~95k of the batch's ~220k edges' sources) straight into the sums, and the batch carries
-// only the first layer's output nodes' own and aggregated features (~22k rows each). The result is
+// only the aggregated features of the first layer's output nodes (~22k rows); their own rows are
+// read at the step, so that a batch waiting in the queue holds half as much. The result is
 // SageConv::forward's up to the order of a sum's terms: here a node's neighbours in id order, the
 // same in any batch, so world sizes agree and a resumed run repeats itself exactly.
 
@@ -76,7 +77,7 @@ Batch GraphTask::make_batch(Split split, const torch::Tensor& indices) const {
   }
   SampledSubgraph subgraph = sample_subgraph(graph_, seeds, fanouts_, key);
   for (const auto& block : subgraph.blocks) batch.sampled_edges += block.src.numel();
-  batch.inputs.push_back(graph_.feature_rows(subgraph.nodes.narrow(0, 0, subgraph.blocks[0].num_dst)));
+  batch.inputs.push_back(subgraph.nodes.narrow(0, 0, subgraph.blocks[0].num_dst).clone());
   batch.inputs.push_back(aggregate_first_layer(subgraph));
   for (std::size_t i = 1; i < subgraph.blocks.size(); ++i) {
     const Block& block = subgraph.blocks[i];
@@ -198,7 +199,7 @@ torch::Tensor GraphTask::last_layer_inputs() {
 }
 
 torch::Tensor GraphTask::forward(const Batch& batch) {
-  if (!batch.inputs[0].is_floating_point()) {  // a full-neighbourhood eval batch
+  if (!batch.inputs[1].is_floating_point()) {  // a full-neighbourhood eval batch
     const auto& nodes = batch.inputs[0];
     auto x = model_->layers() == 1 ? graph_.feature_rows(nodes.cpu()).to(device_)
                                    : last_layer_inputs().index_select(0, nodes);
@@ -208,7 +209,9 @@ torch::Tensor GraphTask::forward(const Batch& batch) {
   std::vector<BlockEdges> blocks;
   for (std::size_t i = 2; i + 2 < batch.inputs.size(); i += 3)
     blocks.push_back({batch.inputs[i], batch.inputs[i + 1], batch.inputs[i + 2].item<int64_t>()});
-  return model_->forward_aggregated(batch.inputs[0], batch.inputs[1], blocks);
+  // The first layer's own rows are read now, not held by the batches waiting in the queue.
+  auto self = graph_.feature_rows(batch.inputs[0].cpu()).to(device_);
+  return model_->forward_aggregated(self, batch.inputs[1], blocks);
 }
 
 torch::Tensor GraphTask::loss(const Batch& batch) { return loss_.mean(forward(batch), batch.targets); }

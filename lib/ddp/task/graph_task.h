@@ -23,9 +23,9 @@ class GraphTask : public Task {
   torch::nn::Module& model() override { return *model_; }
   int64_t size(Split split) const override;
   void set_epoch(int64_t epoch) override { epoch_ = epoch; }
-  /// inputs = {the first layer's output nodes' features [D, F] and their neighbours' aggregated
-  /// [D, F], then per later layer: src [E], dst [E], num_dst []}; targets = the seeds' labels. See
-  /// Note [First layer in the pipeline]. With eval.full_neighbourhood, an eval batch is {node ids,
+  /// inputs = {the first layer's output nodes (int64 [D]) and their neighbours' aggregated
+  /// features [D, F], then per later layer: src [E], dst [E], num_dst []}; targets = the seeds'
+  /// labels. See Note [First layer in the pipeline]. With eval.full_neighbourhood, an eval batch is {node ids,
   /// src, dst, num_dst}: the last layer's block over every neighbour (Note [Layer-wise inference]).
   Batch make_batch(Split split, const torch::Tensor& indices) const override;
   torch::Tensor loss(const Batch& batch) override;
