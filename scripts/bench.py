@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode, BENCH_ONLY=monitor or BENCH_ONLY=graph runs only that table.
+BENCH_ONLY=multinode, BENCH_ONLY=monitor or BENCH_ONLY=graph runs only that table. The graph table runs
+on BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
+reference alike; BENCH_PYTHON is the Python with torch (default /usr/bin/python3, Debian's).
 
 Every training run uses one intra-op thread per rank (OMP_NUM_THREADS=1), Fashion-MNIST, batch 64
 per rank, no evaluation or checkpoints, and reports the mean samples/s of its log windows after the
@@ -22,6 +24,9 @@ STEPS = int(os.environ.get("BENCH_STEPS", "150"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))  # each row is the best of this many runs
 MODELS = {"convnet": [], "mlp": ["model.name=mlp", "model.hidden=[1024,1024]"]}
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
+PYTHON = os.environ.get("BENCH_PYTHON", "/usr/bin/python3")
+DEVICE = os.environ.get("BENCH_DEVICE", "cpu")
+PRECISION = os.environ.get("BENCH_PRECISION", "fp32")
 
 
 def free_port():
@@ -96,7 +101,7 @@ def python_recipe(model, nproc, scripted=None):
     """The Python recipe's samples/s, or None without python3-torch. Debian's torch 1.13 `torchrun`
     fails at start under Python 3.11 (its redirect flags parse to None), so the ranks are started
     the way torchrun would: one process each with RANK, WORLD_SIZE and MASTER_ADDR/PORT."""
-    python = "/usr/bin/python3"
+    python = PYTHON
     if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
         return None
     port = free_port()
@@ -160,10 +165,11 @@ def graph_reference(nproc):
     port, processes = free_port(), []
     out = tempfile.NamedTemporaryFile(suffix=".json")
     for rank in range(nproc):
-        env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-        argv = ["/usr/bin/python3", os.path.join(ROOT, "scripts", "bench_graphsage_reference.py"), "--data", GRAPH,
+        env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        argv = [PYTHON, os.path.join(ROOT, "scripts", "bench_graphsage_reference.py"), "--data", GRAPH,
                 "--fanouts", "25", "10", "--batch-size", "1024", "--hidden", "256", "--split", "chunk",
+                "--device", DEVICE, "--precision", PRECISION,
                 "--steps", str(GRAPH_STEPS // 2), "--warmup", "3", "--json", out.name]
         processes.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     errors = [p.communicate()[1] for p in processes]
@@ -177,16 +183,21 @@ def graph(work):
     chunk split) on a graph of Reddit's size, against the pure-PyTorch reference; then accuracy on the
     Fashion-MNIST kNN graph with and without neighbours."""
     if not os.path.exists(os.path.join(GRAPH, "reddit_graph.npz")):
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "make_reddit_like.py"), GRAPH], check=True)
+        subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "make_reddit_like.py"), GRAPH], check=True)
     cache = os.path.join(work, "graph-cache")
+    # One prefetch thread per core the ranks leave over (1 on two cores), each with a batch ahead.
+    workers = lambda nproc: max(1, (os.cpu_count() or 2) // nproc - 1)
     run = lambda name, nproc, extra=(): finish_run(*start_run(
-        work, name, nproc, None, [f"data.path={GRAPH}", f"data.cache_dir={cache}", *extra], config=GRAPH_CONFIG,
+        work, name, nproc, None, [f"data.path={GRAPH}", f"data.cache_dir={cache}", f"dist.device={DEVICE}",
+                                  f"train.precision={PRECISION}", f"data.workers={workers(nproc)}",
+                                  f"data.prefetch={workers(nproc)}", *extra], config=GRAPH_CONFIG,
         steps=GRAPH_STEPS, log_every=10))
     cold = run("graph-cold", 2)  # converts the graph into the node's cache before its first step
     ours = {n: best([run(f"graph-w{n}-{i}", n) for i in range(REPEATS)]) for n in (1, 2)}
     python = {n: best([graph_reference(n) for _ in range(REPEATS)], "seed_nodes_per_s") for n in (1, 2)}
     print(f"GraphSAGE, Reddit-sized graph (232,965 nodes, 114.6M edges, 602 features), fanouts [25, 10], 1024 seeds "
-          f"per rank, {GRAPH_STEPS} steps, best of {REPEATS}, 1 thread per rank, {os.cpu_count()} cores\n")
+          f"per rank, {GRAPH_STEPS} steps, best of {REPEATS}, 1 thread per rank, {os.cpu_count()} cores, "
+          f"model on {DEVICE}, {PRECISION}\n")
     print("| system | world | seed nodes/s | sampled edges/s | vs Python | time to first step | peak RSS/rank |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for n in (1, 2):
@@ -202,7 +213,7 @@ def graph(work):
     print()
     knn = os.path.join(ROOT, "data", "fashion_knn")
     if not os.path.exists(os.path.join(knn, "edge_index.npy")):
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "make_fashion_knn.py"), knn], check=True)
+        subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "make_fashion_knn.py"), knn], check=True)
     print("| Fashion-MNIST 10-NN graph, world 2, 5 epochs | test accuracy |")
     print("|---|---:|")
     for label, extra in (("GraphSAGE, fanouts [25, 10]", []), ("the same network without neighbours (an MLP)",
@@ -244,7 +255,7 @@ def main():
             if model == "convnet":  # a ConvNet as a TorchScript module, trained by ddprun and by Python DDP
                 for label, flags in (("convnet.cpp's order", ["--pool-first"]), ("the tutorial's", [])):
                     scripted = os.path.join(work, f"convnet_scripted{len(flags)}.pt")
-                    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "ddp_models.py"), "script",
+                    subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "ddp_models.py"), "script",
                                     scripted, "convnet", *flags], check=True)
                     sets = ["model.name=torchscript", f"model.path={scripted}"]
                     rows.append((f"2, TorchScript: {label}", train(work, f"convnet-w2-script{len(flags)}", 2, model, sets),

@@ -5,7 +5,7 @@ Same sampling semantics and model as ddprun; DDP over Gloo, one thread per rank.
 
     /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 --redirects 1 --tee 1 \\
         scripts/bench_graphsage_reference.py --data DIR --fanouts 25 10 --batch-size 1024 --hidden 256 \\
-        --steps 20 [--warmup 3] [--split distributed|chunk] [--json OUT]
+        --steps 20 [--warmup 3] [--split distributed|chunk] [--device cpu|cuda] [--precision fp32|bf16] [--json OUT]
 
 DIR: PyG's Reddit raw files (reddit_data.npz, reddit_graph.npz; scripts/make_reddit_like.py writes
 them) or a ddprun graph directory (edge_index.npy, features.npy, labels.npy, train_idx.npy or
@@ -185,12 +185,24 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--split", choices=["distributed", "chunk"], default="distributed")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: the model on cuda:LOCAL_RANK; sampling and the feature gather stay on the CPU")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: forward and loss under torch.autocast, as ddprun's train.precision")
     parser.add_argument("--json")
     args = parser.parse_args()
     if len(args.fanouts) != len(args.hidden) + 1:
         parser.error(f"--fanouts: one per layer, {len(args.hidden) + 1} with --hidden {args.hidden}")
     torch.set_num_threads(1)  # as ddprun's bench: OMP_NUM_THREADS=1 per rank
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        gpus, local = torch.cuda.device_count(), int(os.environ.get("LOCAL_RANK", 0))
+        device = torch.device("cuda", local % gpus)
+        torch.cuda.set_device(device)
+        # NCCL wants a GPU per rank; ranks sharing one sum through Gloo, as ddprun's dist.backend auto.
+        dist.init_process_group("nccl" if int(os.environ.get("LOCAL_WORLD_SIZE", 1)) <= gpus else "gloo")
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
     indptr, indices, features, labels, train_idx = load_graph(args.data)
@@ -199,7 +211,8 @@ def main():
               f"in {time.time() - START:.1f} s", flush=True)
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     widths = [features.size(1)] + args.hidden + [int(labels.max()) + 1]
-    model = DDP(GraphSAGE(widths, args.dropout))
+    model = GraphSAGE(widths, args.dropout).to(device)
+    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     sampler = NeighbourSampler(indptr, indices, args.fanouts, seed=args.seed * 1000 + rank)
     batches = seed_batches(train_idx, args, rank, world)
@@ -215,10 +228,15 @@ def main():
         nodes, blocks = sampler.sample(seeds)
         x, y = features.index_select(0, nodes), labels.index_select(0, seeds)
         sampled = time.time()
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        blocks = [(src.to(device), dst.to(device), num_dst) for src, dst, num_dst in blocks]
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(x, blocks), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = F.cross_entropy(model(x, blocks), y)
         loss.backward()
         optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         end = time.time()
         if step == 0:
             first_step_s = end - START
@@ -244,7 +262,8 @@ def main():
                   "sample_s_per_step": sum(r["sample_s"] for r in ranks) / world,
                   "step_s": sum(r["step_s"] for r in ranks) / world,
                   "steps": args.steps, "batch_size": args.batch_size, "fanouts": args.fanouts,
-                  "split": args.split, "loss": ranks[0]["loss"]}
+                  "split": args.split, "device": args.device, "precision": args.precision,
+                  "loss": ranks[0]["loss"]}
         line = json.dumps(result)
         print(f"bench-result {line}", flush=True)
         if args.json:

@@ -175,7 +175,7 @@ def main(argv=None):
         for key, tensor in model.state_dict().items():
             print(key, list(tensor.shape))
         return 0
-    model.load_state_dict(torch.load(args.model_pt, map_location="cpu"), strict=True)
+    model.load_state_dict(torch.load(args.model_pt, map_location="cpu", weights_only=True), strict=True)
     print(f"accuracy {evaluate(model, args.data, args.mean, args.std):.4f}")
     return 0
 

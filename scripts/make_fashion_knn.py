@@ -3,7 +3,7 @@
 (data.dataset: graph): 70,000 nodes (the 60,000 training images, then the 10,000 test images),
 each with an edge from each of its k nearest neighbours in a PCA space of the pixels.
 
-    /usr/bin/python3 scripts/make_fashion_knn.py OUT_DIR [--k 10] [--pca 50] [--val 10000]
+    /usr/bin/python3 scripts/make_fashion_knn.py OUT_DIR [--k 10] [--pca 50] [--val 10000] [--data IDX_DIR]
 
 Node features are the PCA coordinates (float32 [70000, pca]), labels the classes. Splits: the last
 --val training images are val_idx, the rest train_idx, the official test images test_idx.
@@ -16,11 +16,8 @@ import os
 import numpy as np
 import torch
 
-DATA = "/usr/share/datasets/fashion-mnist"
-
-
-def idx(name):
-    with gzip.open(os.path.join(DATA, name)) as f:
+def idx(data, name):
+    with gzip.open(os.path.join(data, name)) as f:
         data = f.read()
     dims = data[3]
     shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
@@ -33,10 +30,12 @@ def main():
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--pca", type=int, default=50)
     parser.add_argument("--val", type=int, default=10000)
+    parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="Fashion-MNIST's IDX files")
     args = parser.parse_args()
     torch.manual_seed(0)
-    pixels = np.concatenate([idx("train-images-idx3-ubyte.gz"), idx("t10k-images-idx3-ubyte.gz")])
-    labels = np.concatenate([idx("train-labels-idx1-ubyte.gz"), idx("t10k-labels-idx1-ubyte.gz")]).astype(np.int64)
+    pixels = np.concatenate([idx(args.data, "train-images-idx3-ubyte.gz"), idx(args.data, "t10k-images-idx3-ubyte.gz")])
+    labels = np.concatenate([idx(args.data, "train-labels-idx1-ubyte.gz"),
+                             idx(args.data, "t10k-labels-idx1-ubyte.gz")]).astype(np.int64)
     x = torch.from_numpy(pixels.reshape(len(pixels), -1).astype(np.float32) / 255.0)
     x = x - x.mean(0)
     # PCA by the covariance's eigenvectors (exact and deterministic, unlike randomised SVD).

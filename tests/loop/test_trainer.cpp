@@ -90,6 +90,24 @@ TEST_CASE("world 2 with batch b equals world 1 with batch 2b after 20 SGD steps"
   CHECK(max_difference(w2, load_weights(dir.file("w1_small/model.pt"))) > 1e-4);
 }
 
+TEST_CASE("train.precision bf16 trains under autocast: near float32's weights, not equal, kept in float32",
+          "[trainer][precision]") {
+  TempDir dir;
+  train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("fp32"), 16));
+  auto sets = mlp_sets(dir.file("bf16"), 16);
+  sets.push_back("train.precision=bf16");
+  auto r = train(2, "synthetic_mlp.yaml", sets);
+  auto fp32 = load_weights(dir.file("fp32/model.pt"));
+  auto bf16 = load_weights(dir.file("bf16/model.pt"));
+  for (const auto& [name, tensor] : bf16) CHECK(tensor.scalar_type() == torch::kFloat);
+  // The products ran in bfloat16 (8 bits of mantissa): the weights move a little, and not at all if
+  // autocast did nothing.
+  double difference = max_difference(fp32, bf16);
+  CHECK(difference > 1e-5);
+  CHECK(difference < 2e-2);
+  CHECK_THAT(read_file(dir.file("bf16/config.yaml")), Contains("precision: bf16"));
+}
+
 TEST_CASE("gradient accumulation: world 2, batch b, 2 micro-steps equals world 1 with batch 4b", "[trainer]") {
   TempDir dir;
   train(2, "synthetic_mlp.yaml", mlp_sets(dir.file("accum"), 8, 2));

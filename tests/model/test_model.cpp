@@ -141,7 +141,7 @@ sys.path.insert(0, sys.argv[1])
 import ddp_models
 name, kwargs, model_pt, io_pt = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5]
 model = ddp_models.build(name, **kwargs)
-state = torch.load(model_pt)
+state = torch.load(model_pt, weights_only=True)  # as PyTorch >= 2.6 loads by default
 model.load_state_dict(state, strict=True)
 model.eval()
 io = torch.load(io_pt)

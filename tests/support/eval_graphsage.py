@@ -44,7 +44,7 @@ class SAGE(torch.nn.Module):
 
 
 def main(model_path, graph_dir, split, aggregation="mean"):
-    state = torch.load(model_path)
+    state = torch.load(model_path, weights_only=True)
     layers = sorted({int(k.split(".")[1]) for k in state})
     widths = [state[f"convs.{layers[0]}.lin_l.weight"].shape[1]] + [state[f"convs.{i}.lin_l.weight"].shape[0] for i in layers]
     model = SAGE(widths, aggregation)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 scripted_path, state_path, x_path, y_path = sys.argv[1:5]
 module = torch.jit.load(scripted_path)
-state = torch.load(state_path)
+state = torch.load(state_path, weights_only=True)
 own = module.state_dict()
 assert list(state.keys()) == list(own.keys()), (list(state.keys()), list(own.keys()))
 for name, tensor in state.items():

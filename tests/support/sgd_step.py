@@ -22,7 +22,7 @@ optimizer = torch.optim.SGD(module.parameters(), lr=float(lr), momentum=float(mo
 optimizer.zero_grad()
 F.cross_entropy(module(x), y).backward()
 optimizer.step()
-theirs = torch.load(ddprun_path)
+theirs = torch.load(ddprun_path, weights_only=True)
 mine = module.state_dict()
 assert sorted(theirs) == sorted(mine), (sorted(theirs), sorted(mine))
 print("max_diff", max((theirs[k] - mine[k]).abs().max().item() for k in mine))

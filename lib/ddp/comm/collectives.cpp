@@ -47,13 +47,13 @@ void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tens
 }
 
 void broadcast_bytes(const Communicator& comm, std::string& bytes, int root) {
-  auto length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong).to(comm.device);
+  auto length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong).to(comm.collective_device);
   broadcast_coalesced(comm, {length}, root);
   const int64_t size = length.item<int64_t>();
   auto payload = torch::empty({size}, torch::kUInt8);
   if (comm.rank == root && size > 0) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
   if (size > 0) {
-    payload = payload.to(comm.device);
+    payload = payload.to(comm.collective_device);
     broadcast_coalesced(comm, {payload}, root);
     payload = payload.to(torch::kCPU);
   }
@@ -61,7 +61,7 @@ void broadcast_bytes(const Communicator& comm, std::string& bytes, int root) {
 }
 
 torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values) {
-  std::vector<torch::Tensor> buffer{values.to(comm.device)};
+  std::vector<torch::Tensor> buffer{values.to(comm.collective_device)};
   int64_t seq = comm.tracker->begin("all_reduce");
   comm.tracker->wait(comm.group->allreduce(buffer), seq);
   return buffer[0].to(values.device());
@@ -76,7 +76,7 @@ void check_identical_across_ranks(const Communicator& comm, const std::string& w
   if (comm.world_size == 1) return;
   // Cheap common case: compare hashes with one all-gather; only a mismatch reads the texts.
   int64_t hash = static_cast<int64_t>(std::hash<std::string>{}(text) & 0x7fffffffffffffffULL);
-  auto on_device = torch::TensorOptions(torch::kLong).device(comm.device);
+  auto on_device = torch::TensorOptions(torch::kLong).device(comm.collective_device);
   std::vector<torch::Tensor> mine{torch::tensor({hash}, on_device)};
   std::vector<std::vector<torch::Tensor>> all(1);
   for (int r = 0; r < comm.world_size; ++r) all[0].push_back(torch::zeros({1}, on_device));

@@ -6,8 +6,14 @@ namespace ddp {
 
 void declare_config(ConfigSchema& schema, DistConfig& config) {
   schema.section("dist", "The process group and gradient sync.");
-  schema.add("dist.backend", &config.backend, "process group backend; auto: nccl on GPUs, else gloo")
+  schema.add("dist.backend", &config.backend,
+             "process group backend; auto: nccl when every rank of a node has a GPU of its own, else gloo "
+             "(which also sums CUDA tensors)")
       .choices({"auto", "gloo", "nccl"});
+  schema.add("dist.device", &config.device,
+             "where the model and batches live; auto: cuda:LOCAL_RANK (modulo the GPUs) on a CUDA build with a "
+             "visible GPU, else cpu")
+      .choices({"auto", "cpu", "cuda"});
   schema.add("dist.timeout_s", &config.timeout_s, "seconds a collective or the rendezvous may wait before it fails")
       .greater_than(0)
       .max(kMaxSeconds);

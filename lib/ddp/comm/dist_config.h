@@ -10,6 +10,7 @@ class ConfigSchema;
 /// `dist:` the process group and gradient sync.
 struct DistConfig {
   std::string backend = "auto";  ///< auto | gloo | nccl
+  std::string device = "auto";   ///< auto | cpu | cuda: where the model and batches live
   double timeout_s = 300;        ///< a collective or rendezvous that waits longer fails
   double bucket_cap_mb = 25;     ///< gradient bucket size
   double first_bucket_mb = 1;    ///< small, so the first all-reduce starts early in backward

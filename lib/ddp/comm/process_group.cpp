@@ -124,21 +124,37 @@ void check_world_size(c10d::Store& store, const DistEnv& env) {
 
 }  // namespace
 
-std::string resolve_backend(const std::string& requested) {
+Placement resolve_placement(const DistConfig& config, int local_rank, int local_world_size) {
+  int gpus = 0;
 #ifdef DDP_WITH_CUDA
-  bool gpu = torch::cuda::is_available();
-#else
-  bool gpu = false;
+  if (config.device != "cpu" && torch::cuda::is_available()) gpus = static_cast<int>(torch::cuda::device_count());
 #endif
-  if (requested == "gloo") return "gloo";
-  if (requested == "nccl") {
+  if (config.device == "cuda") {
+#ifndef DDP_WITH_CUDA
+    throw ConfigError("dist.device: cuda needs a CUDA build (cmake -DDDP_WITH_CUDA=ON against a CUDA LibTorch)");
+#endif
+    check_user(gpus > 0, "dist.device: cuda, but no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
+  }
+  if (config.backend == "nccl") {
 #ifndef DDP_WITH_CUDA
     throw ConfigError("dist.backend: nccl needs a CUDA build (cmake -DDDP_WITH_CUDA=ON against a CUDA LibTorch)");
 #endif
-    check_user(gpu, "dist.backend: nccl needs a visible CUDA device, and none is");
-    return "nccl";
+    check_user(config.device != "cpu", "dist.backend: nccl sums CUDA tensors, and dist.device is cpu; use gloo");
+    check_user(gpus > 0, "dist.backend: nccl needs a visible CUDA device, and none is");
+    // NCCL fails obscurely ("Duplicate GPU detected") when two ranks share a device.
+    check_user(local_world_size <= gpus,
+               "dist.backend: nccl needs a GPU per rank, and this node runs " + std::to_string(local_world_size) +
+                   " ranks on " + std::to_string(gpus) +
+                   " GPU(s); use dist.backend=gloo (it sums CUDA tensors too) or fewer ranks per node");
   }
-  return gpu ? "nccl" : "gloo";
+  Placement placement;
+  if (gpus == 0) {
+    placement.backend = "gloo";
+    return placement;
+  }
+  placement.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, local_rank) % gpus));
+  placement.backend = config.backend != "auto" ? config.backend : local_world_size <= gpus ? "nccl" : "gloo";
+  return placement;
 }
 
 Communicator connect(const DistEnv& env, const DistConfig& config) {
@@ -175,15 +191,16 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
                                                       base_store);
   check_world_size(*comm.store, env);
   comm.tracker = std::make_shared<CollectiveTracker>(comm.store, env.rank, env.world_size);
-  comm.backend = resolve_backend(config.backend);
+  Placement placement = resolve_placement(config, env.local_rank, env.local_world_size);
+  comm.backend = placement.backend;
+  comm.device = placement.device;
   comm.rank = env.rank;
   comm.world_size = env.world_size;
 #ifdef DDP_WITH_CUDA
+  // NCCL's own device guesses (barrier) and the caching allocator follow the current device.
+  if (comm.device.is_cuda()) c10::cuda::set_device(comm.device.index());
   if (comm.backend == "nccl") {
-    // One device per local rank; NCCL's own device guesses (barrier) follow the current device.
-    int device_index = std::max(0, env.local_rank) % static_cast<int>(torch::cuda::device_count());
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
-    comm.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+    comm.collective_device = comm.device;
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout;
     comm.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(comm.store, env.rank, env.world_size, nccl_options);
@@ -192,7 +209,9 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
 #endif
   auto device = gloo_device(env);
   comm.group = make_gloo(comm.store, env.rank, env.world_size, device, timeout);
-  if (config.shared_memory && env.world_size > 1) comm.shared_memory = connect_shared_memory(comm, env, device, timeout);
+  // Shared memory sums CPU tensors; every rank decides alike, as the placement is the same everywhere.
+  if (config.shared_memory && env.world_size > 1 && comm.device.is_cpu())
+    comm.shared_memory = connect_shared_memory(comm, env, device, timeout);
   return comm;
 }
 

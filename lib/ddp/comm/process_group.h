@@ -33,13 +33,23 @@ struct Communicator {
   /// per node with leaders across nodes (Note [Hierarchical all-reduce]); null when not every rank can.
   std::shared_ptr<SharedMemoryAllReduce> shared_memory;
   std::string backend;  ///< "gloo" or "nccl"
-  torch::Device device = torch::kCPU;  ///< where tensors must live for this backend (cuda:LOCAL_RANK for NCCL)
+  torch::Device device = torch::kCPU;  ///< the model's and the batches' (dist.device)
+  /// Where the backend wants the small collectives' tensors: the GPU for NCCL; the CPU for Gloo,
+  /// which sums CUDA tensors (the gradients) by copying them through the host anyway.
+  torch::Device collective_device = torch::kCPU;
   int rank = 0;
   int world_size = 1;
 };
 
-/// The backend `dist.backend` resolves to on this build and machine; UserError if it cannot be had.
-std::string resolve_backend(const std::string& requested);
+/// Where a worker's tensors live and which backend sums them.
+struct Placement {
+  std::string backend;                 ///< "gloo" or "nccl"
+  torch::Device device = torch::kCPU;  ///< cpu, or cuda:LOCAL_RANK modulo the visible GPUs
+};
+
+/// What `dist.device` and `dist.backend` resolve to for local rank `local_rank` of `local_world_size`
+/// (0: unknown) on this build and machine; ConfigError or UserError if it cannot be had.
+Placement resolve_placement(const DistConfig& config, int local_rank, int local_world_size);
 
 /// Connects to (or, as rank 0 started by hand, hosts) the TCP store and creates the process group.
 /// Throws UserError naming the master address on a time-out.

@@ -26,6 +26,10 @@ void declare_config(ConfigSchema& schema, TrainLoopConfig& config) {
       .max(1e12);
   schema.add("train.log_every", &config.log_every, "optimizer steps between log lines").min(1)
       .max(kMaxSteps);
+  schema.add("train.precision", &config.precision,
+             "bf16: forward and loss under autocast (matrix products in bfloat16; weights, gradients and the "
+             "optimizer in float32), on the GPU or the CPU; fp32: float32 throughout")
+      .choices({"fp32", "bf16"});
 }
 
 void declare_config(ConfigSchema& schema, EvalConfig& config) {

@@ -22,6 +22,7 @@ struct TrainLoopConfig {
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0;  ///< 0: off
   int64_t log_every = 50;     ///< optimizer steps
+  std::string precision = "fp32";  ///< fp32 | bf16: autocast for forward and loss (ddp/loop/autocast_scope.h)
 };
 
 /// `eval:` evaluation on the eval split.

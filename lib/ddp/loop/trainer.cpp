@@ -17,6 +17,7 @@
 #include "ddp/common/text.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/comm/collectives.h"
+#include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/optim/optimizer_factory.h"
 #include "ddp/record/run_report.h"
@@ -115,7 +116,8 @@ void Trainer::prepare_output_dir(const std::string& resolved_config) {
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
   write_file_atomically(output_dir_ + "/config.yaml", "# " + version_line() + "\n" + resolved_config);
   spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
-  spdlog::info("world size {} ({} backend), per-rank batch {}, global batch {}", comm_.world_size, comm_.backend,
+  spdlog::info("world size {} ({} backend, model on {}), per-rank batch {}, global batch {}", comm_.world_size,
+               comm_.backend, comm_.device.str(),
                config_.train.batch_size, config_.train.batch_size * config_.train.grad_accum_steps * comm_.world_size);
   metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl",
                                          config_.logging.tensorboard ? output_dir_ + "/tb" : "");
@@ -210,7 +212,11 @@ void Trainer::train_step(int64_t micro_batches) {
     Batch next = prefetcher_->next();
     data_wait_ms += seconds_since(wait_start) * 1000;
     Batch batch = next.to(comm_.device);
-    torch::Tensor loss = task_->loss(batch);
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(comm_.device, mixed_precision());
+      loss = task_->loss(batch);
+    }
     // Micro-steps average, like one batch micro_batches times as large.
     (loss / static_cast<double>(micro_batches)).backward();
     window_.loss += loss.item<double>();
@@ -390,7 +396,11 @@ void Trainer::run_eval() {
   // depend on the other ranks', so copying them only when they are read (here; rank 0 writes
   // checkpoints and model.pt from its own) gives exactly DDP's values, without a collective per step.
   if (!buffers_.empty() && comm_.world_size > 1) broadcast_coalesced(comm_, buffers_, 0);
-  EvalResult result = evaluate(*task_, config_.eval, comm_);
+  EvalResult result;
+  {
+    AutocastScope autocast(comm_.device, mixed_precision());
+    result = evaluate(*task_, config_.eval, comm_);
+  }
   last_eval_step_ = progress_.step;
   heartbeat_.beat(progress_.step);
   window_.start += Clock::now() - eval_start;  // throughput counts training time only

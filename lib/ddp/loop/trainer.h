@@ -56,6 +56,7 @@ class Trainer {
   void resume();
   int64_t steps_per_epoch() const;
   bool done() const;
+  bool mixed_precision() const { return config_.train.precision == "bf16"; }
   /// Forward and backward of up to grad_accum_steps micro-batches, then one optimizer step.
   void train_step(int64_t micro_batches);
   void after_step();

@@ -50,7 +50,12 @@ torch::Tensor SageConvImpl::combine(const torch::Tensor& aggregated, const torch
   // One buffer for both products (addmm keeps its inputs for backward, not its output): on a
   // Reddit-sized batch each [26k, 256] activation is 27 MB of every rank's memory.
   auto out = torch::addmm(lin_l->bias, aggregated, lin_l->weight.t());
-  out.addmm_(self, lin_r->weight.t());
+  // Autocast (train.precision: bf16) casts addmm's inputs but not an in-place op's: out is already
+  // bfloat16 while the weight stays float32, so mixed types add out of place.
+  if (out.scalar_type() == self.scalar_type() && self.scalar_type() == lin_r->weight.scalar_type())
+    out.addmm_(self, lin_r->weight.t());
+  else
+    out = torch::addmm(out, self, lin_r->weight.t());
   if (normalize_) out = F::normalize(out, F::NormalizeFuncOptions().p(2).dim(-1));
   return out;
 }

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include <cerrno>
@@ -77,6 +79,34 @@ std::vector<std::pair<std::string, torch::Tensor>> read_state_dict(const std::st
   return entries;
 }
 
+// torch.save's format for a plain dict of tensors: a zip with data.pkl and a record per storage.
+// torch::pickle_save writes the same, but tags the dict with its type (torch.jit._pickle.
+// restore_type_tag), a global that torch.load refuses by default since PyTorch 2.6 (weights_only).
+std::vector<char> pickle_plain_dict(const c10::Dict<std::string, torch::Tensor>& dict) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::vector<char> zip;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+      const char* bytes = static_cast<const char*>(data);
+      zip.insert(zip.end(), bytes, bytes + size);
+      return size;
+    });
+    const auto& tensors = pickler.tensorData();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      auto data = torch::jit::getWriteableTensorData(tensors[i]);
+      writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+    }
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  }  // the writer's destructor writes the zip's directory
+  return zip;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch::nn::Module& module) {
@@ -92,7 +122,7 @@ void save_python_state_dict(const torch::nn::Module& model, const std::string& p
     // A clone of its own: a view would otherwise drag its whole storage into the file.
     dict.insert(name, tensor.detach().to(torch::kCPU).clone(torch::MemoryFormat::Contiguous));
   }
-  auto bytes = torch::pickle_save(c10::IValue(dict));
+  auto bytes = pickle_plain_dict(dict);
   write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
 }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The CUDA path, on a GPU machine that has a CUDA PyTorch (pip, 2.x) and no network:
+#
+#   scripts/gpu_check.sh fetch [DIR]   here, with Debian's registry: our other dependencies' .debs into DIR
+#   scripts/gpu_check.sh run [DIR]     there: build with -DDDP_WITH_CUDA=ON, then train (NCCL, Gloo on
+#                                      CUDA tensors, bf16) and check the results in Python
+#   scripts/gpu_check.sh bench [DIR]   there: build if needed, then the GraphSAGE bench on the GPU
+#
+# DIR (default .gpu) holds the .debs, which are unpacked into /tmp/ddprun-deps, never into /. CMake
+# finds LibTorch through `torch.utils.cmake_prefix_path`. docs/gpu.md records what these printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:-run}
+debs=$(realpath -m "${2:-.gpu}")
+python=${PYTHON:-python3}
+packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev catch2 libgloo-dev
+          zlib1g-dev dataset-fashion-mnist)
+
+if [ "$stage" = fetch ]; then
+  mkdir -p "$debs"
+  (cd "$debs" && apt-get download "${packages[@]}")
+  exit 0
+fi
+
+prefix=/tmp/ddprun-deps
+data=$prefix/usr/share/datasets/fashion-mnist
+build() {
+  [ -x build/bin/ddp-train ] && return 0
+  mkdir -p "$prefix/first"
+  for deb in "$debs"/*.deb; do dpkg -x "$deb" "$prefix"; done
+  local torch_prefix torch_include
+  TORCH_CUDA_ARCH_LIST=$("$python" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
+  export TORCH_CUDA_ARCH_LIST
+  torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  torch_include=$("$python" -c 'import torch.utils.cpp_extension as e; print(e.include_paths()[0])')
+  # spdlog was built against Debian's fmt: its headers must win over any fmt LibTorch ships. Gloo's
+  # headers come from LibTorch where it ships them, else from Debian.
+  ln -sfn "$prefix/usr/include/fmt" "$prefix/first/fmt"
+  [ -d "$torch_include/gloo" ] || ln -sfn "$prefix/usr/include/gloo" "$prefix/first/gloo"
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_WITH_CUDA=ON -DDDP_BUILD_TESTS=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first"
+  cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report
+}
+
+# One check: its name, then the command; the log keeps going past a failure, and the summary says which.
+failures=()
+check() {
+  local name=$1
+  shift
+  echo "=== $name: $*"
+  local start=$SECONDS
+  if "$@"; then echo "=== $name: ok ($((SECONDS - start)) s)"; else
+    echo "=== $name: FAILED (exit $?, $((SECONDS - start)) s)"; failures+=("$name"); fi
+}
+accuracy() { grep -o '"eval_accuracy":[0-9.]*' "$1/metrics.jsonl" | tail -1; }
+train() {  # OUT_NAME NPROC CONFIG [--set k=v ...]
+  local out=/tmp/ddprun-runs/$1 nproc=$2 config=$3
+  shift 3
+  rm -rf "$out"
+  build/bin/ddprun --standalone --nproc-per-node "$nproc" "$config" --set run.output_dir="$out" "$@" || return
+  accuracy "$out"
+}
+python_accuracy() { "$python" scripts/ddp_models.py eval "/tmp/ddprun-runs/$1/model.pt" convnet --data "$data"; }
+nccl_refuses_two_ranks() {
+  local err
+  if err=$(build/bin/ddprun --standalone --nproc-per-node 2 configs/synthetic_mlp.yaml \
+      --set run.output_dir=/tmp/ddprun-runs/nccl2 --set dist.backend=nccl 2>&1); then
+    echo "expected a refusal"; return 1
+  fi
+  echo "$err" | grep "needs a GPU per rank"
+}
+
+case "$stage" in
+  run)
+    check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
+    check "CUDA build" build
+    [ -x build/bin/ddp-train ] || exit 1
+    build/bin/ddp-train --version
+    convnet=(configs/fashion_mnist_convnet.yaml --set data.path="$data" --set train.epochs=2)
+    check "ConvNet, world 1, NCCL, fp32" train conv-w1 1 "${convnet[@]}"
+    check "its model.pt in Python (strict load)" python_accuracy conv-w1
+    check "ConvNet, world 1, NCCL, bf16" train conv-w1-bf16 1 "${convnet[@]}" --set train.precision=bf16
+    check "ConvNet, world 2 on one GPU (Gloo, CUDA tensors)" train conv-w2 2 "${convnet[@]}"
+    check "its model.pt in Python (strict load)" python_accuracy conv-w2
+    check "ConvNet, world 2 on one GPU, bf16" train conv-w2-bf16 2 "${convnet[@]}" --set train.precision=bf16
+    check "NCCL with two ranks on one GPU is refused" nccl_refuses_two_ranks
+    check "Fashion-MNIST 10-NN graph" "$python" scripts/make_fashion_knn.py data/fashion_knn --data "$data"
+    knn=(configs/graphsage_fashion_knn.yaml --set data.path=data/fashion_knn --set data.eval_split=test)
+    check "GraphSAGE, world 1, NCCL" train knn-w1 1 "${knn[@]}"
+    check "GraphSAGE, world 2 on one GPU, bf16" train knn-w2-bf16 2 "${knn[@]}" --set train.precision=bf16
+    ;;
+  bench)
+    check "CUDA build" build
+    [ -x build/bin/ddp-train ] || exit 1
+    [ -f data/fashion_knn/edge_index.npy ] || "$python" scripts/make_fashion_knn.py data/fashion_knn --data "$data"
+    for precision in ${BENCH_PRECISIONS:-fp32 bf16}; do
+      check "GraphSAGE bench, $precision" env BENCH_ONLY=graph BENCH_DEVICE=cuda BENCH_PRECISION="$precision" \
+        BENCH_PYTHON="$python" BENCH_REPEATS="${BENCH_REPEATS:-1}" "$python" scripts/bench.py
+    done
+    ;;
+  *) echo "usage: $0 fetch|run|bench [DEBS_DIR]" >&2; exit 2 ;;
+esac
+echo "=== failed: ${failures[*]:-none}"
+[ ${#failures[@]} -eq 0 ]
