@@ -5,6 +5,7 @@
 #   scripts/gpu_check.sh run [DIR]     there: build with -DDDP_WITH_CUDA=ON, then train (NCCL, Gloo on
 #                                      CUDA tensors, bf16) and check the results in Python
 #   scripts/gpu_check.sh bench [DIR]   there: build if needed, then the GraphSAGE bench on the GPU
+#   scripts/gpu_check.sh tests [DIR]   there: build and run the unit tests that need a GPU ([gpu])
 #
 # DIR (default .gpu) holds the .debs, which are unpacked into /tmp/ddprun-deps, never into /. CMake
 # finds LibTorch through `torch.utils.cmake_prefix_path`. docs/gpu.md records what these printed.
@@ -24,6 +25,7 @@ fi
 
 prefix=/tmp/ddprun-deps
 data=$prefix/usr/share/datasets/fashion-mnist
+tests=OFF
 build() {
   [ -x build/bin/ddp-train ] && return 0
   mkdir -p "$prefix/first"
@@ -37,7 +39,7 @@ build() {
   # headers come from LibTorch where it ships them, else from Debian.
   ln -sfn "$prefix/usr/include/fmt" "$prefix/first/fmt"
   [ -d "$torch_include/gloo" ] || ln -sfn "$prefix/usr/include/gloo" "$prefix/first/gloo"
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_WITH_CUDA=ON -DDDP_BUILD_TESTS=OFF \
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_WITH_CUDA=ON -DDDP_BUILD_TESTS="$tests" \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first"
   cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report
 }
@@ -98,7 +100,13 @@ case "$stage" in
         BENCH_PYTHON="$python" BENCH_REPEATS="${BENCH_REPEATS:-1}" "$python" scripts/bench.py
     done
     ;;
-  *) echo "usage: $0 fetch|run|bench [DEBS_DIR]" >&2; exit 2 ;;
+  tests)
+    tests=ON
+    check "CUDA build" build
+    check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
+    check "tests tagged [gpu]" build/bin/test_comm "[gpu]" --success
+    ;;
+  *) echo "usage: $0 fetch|run|bench|tests [DEBS_DIR]" >&2; exit 2 ;;
 esac
 echo "=== failed: ${failures[*]:-none}"
 [ ${#failures[@]} -eq 0 ]
