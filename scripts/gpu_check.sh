@@ -54,7 +54,7 @@ check() {
   if "$@"; then echo "=== $name: ok ($((SECONDS - start)) s)"; else
     echo "=== $name: FAILED (exit $?, $((SECONDS - start)) s)"; failures+=("$name"); fi
 }
-accuracy() { grep -o '"eval_accuracy":[0-9.]*' "$1/metrics.jsonl" | tail -1; }
+accuracy() { grep -o '"eval_accuracy": *[0-9.]*' "$1/metrics.jsonl" | tail -1; }
 train() {  # OUT_NAME NPROC CONFIG [--set k=v ...]
   local out=/tmp/ddprun-runs/$1 nproc=$2 config=$3
   shift 3
