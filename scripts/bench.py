@@ -196,7 +196,8 @@ def graph(work):
     ours = {n: best([run(f"graph-w{n}-{i}", n) for i in range(REPEATS)]) for n in (1, 2)}
     python = {n: best([graph_reference(n) for _ in range(REPEATS)], "seed_nodes_per_s") for n in (1, 2)}
     print(f"GraphSAGE, Reddit-sized graph (232,965 nodes, 114.6M edges, 602 features), fanouts [25, 10], 1024 seeds "
-          f"per rank, {GRAPH_STEPS} steps, best of {REPEATS}, 1 thread per rank, {os.cpu_count()} cores, "
+          f"per rank, {GRAPH_STEPS} steps, best of {REPEATS}, 1 intra-op thread per rank (ddprun: "
+          f"{workers(1)} prefetch thread(s) at world 1, {workers(2)} per rank at world 2), {os.cpu_count()} cores, "
           f"model on {DEVICE}, {PRECISION}\n")
     print("| system | world | seed nodes/s | sampled edges/s | vs Python | time to first step | peak RSS/rank |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 stage=${1:-run}
 debs=$(realpath -m "${2:-.gpu}")
 python=${PYTHON:-python3}
+# The runs below put two ranks on one GPU; on a machine with more, they use the first.
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev catch2 libgloo-dev
           zlib1g-dev dataset-fashion-mnist)
 
@@ -26,21 +28,20 @@ fi
 prefix=/tmp/ddprun-deps
 data=$prefix/usr/share/datasets/fashion-mnist
 tests=OFF
-build() {
-  [ -x build/bin/ddp-train ] && return 0
-  mkdir -p "$prefix/first"
-  for deb in "$debs"/*.deb; do dpkg -x "$deb" "$prefix"; done
+build() {  # unpacks and configures every time (both quick once done), so a later stage can add the tests
+  mkdir -p "$prefix/first" || return
+  for deb in "$debs"/*.deb; do dpkg -x "$deb" "$prefix" || return; done
   local torch_prefix torch_include
-  TORCH_CUDA_ARCH_LIST=$("$python" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
+  TORCH_CUDA_ARCH_LIST=$("$python" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())') || return
   export TORCH_CUDA_ARCH_LIST
-  torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-  torch_include=$("$python" -c 'import torch.utils.cpp_extension as e; print(e.include_paths()[0])')
+  torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') || return
+  torch_include=$("$python" -c 'import torch.utils.cpp_extension as e; print(e.include_paths()[0])') || return
   # spdlog was built against Debian's fmt: its headers must win over any fmt LibTorch ships. Gloo's
   # headers come from LibTorch where it ships them, else from Debian.
   ln -sfn "$prefix/usr/include/fmt" "$prefix/first/fmt"
   [ -d "$torch_include/gloo" ] || ln -sfn "$prefix/usr/include/gloo" "$prefix/first/gloo"
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_WITH_CUDA=ON -DDDP_BUILD_TESTS="$tests" \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first"
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first" || return
   cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report
 }
 

@@ -5,6 +5,7 @@
 
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/model/graphsage.h"
+#include "ddp/model/sync_batchnorm.h"
 
 using namespace ddp;
 
@@ -58,4 +59,23 @@ TEST_CASE("GraphSAGE under bf16 autocast: near its float32 output, float32 gradi
       CHECK(p.grad().scalar_type() == torch::kFloat);
     }
   }
+}
+
+TEST_CASE("SyncBatchNorm under bf16 autocast keeps float32 statistics", "[precision]") {
+  // 3 × 11 × 11 = 363 values per channel: a count bfloat16 cannot hold (above 256 it steps by 2),
+  // and sums of that many bfloat16 values lose most of their digits.
+  torch::manual_seed(2);
+  auto x = torch::randn({3, 4, 11, 11}) * 3 + 1;
+  auto identity = [](const torch::Tensor& t) { return t; };
+  SyncBatchNorm2d reference(4, identity), mixed(4, identity);
+  reference(x);
+  {
+    AutocastScope autocast(torch::kCPU, true);
+    mixed(x.to(torch::kBFloat16));  // what a bfloat16 convolution hands it
+  }
+  // Only the input's rounding to bfloat16 separates the two, and it averages out over 363 values; a
+  // bfloat16 count (364) or bfloat16 sums are off by ~0.3%.
+  CHECK(torch::allclose(mixed->running_mean, reference->running_mean, /*rtol=*/5e-4, /*atol=*/1e-5));
+  CHECK(torch::allclose(mixed->running_var, reference->running_var, /*rtol=*/5e-4, /*atol=*/1e-5));
+  CHECK(mixed->running_var.scalar_type() == torch::kFloat);
 }

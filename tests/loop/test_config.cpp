@@ -150,6 +150,8 @@ TEST_CASE("npy, csv and torchscript configs name what is missing or contradictor
                       Equals("model.path: must name the module file when model.name is torchscript"));
   REQUIRE_THROWS_WITH(parse("model: {name: torchscript, path: m.pt, sync_batchnorm: true}"),
                       Equals("model.sync_batchnorm: is not available for TorchScript modules"));
+  REQUIRE_THROWS_WITH(parse("dist: {backend: nccl, device: cpu}"),
+                      Equals("dist.backend: nccl sums CUDA tensors, and dist.device is cpu; use gloo"));
   REQUIRE_THROWS_WITH(parse("train: {loss: hinge}"), Contains("train.loss: must be one of cross_entropy, mse, "
                                                               "bce_with_logits"));
   CHECK_NOTHROW(parse("data: {dataset: csv, path: t.csv, eval_fraction: 0.2}\nmodel: {name: torchscript, path: m.pt}"));

@@ -14,6 +14,10 @@ void declare_config(ConfigSchema& schema, DistConfig& config) {
              "where the model and batches live; auto: cuda:LOCAL_RANK (modulo the GPUs) on a CUDA build with a "
              "visible GPU, else cpu")
       .choices({"auto", "cpu", "cuda"});
+  schema.rule("dist.backend", [&config]() -> std::string {
+    return config.backend == "nccl" && config.device == "cpu" ? "nccl sums CUDA tensors, and dist.device is cpu; use gloo"
+                                                              : "";
+  });
   schema.add("dist.timeout_s", &config.timeout_s, "seconds a collective or the rendezvous may wait before it fails")
       .greater_than(0)
       .max(kMaxSeconds);

@@ -106,11 +106,13 @@ std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator&
   return engine;
 }
 
-// Ranks started by hand with different world sizes would otherwise meet in Gloo's address
-// exchange and fail there on a buffer size ("address.cc:45 136 vs 272"). Rank 0's is the reference.
-void check_world_size(c10d::Store& store, const DistEnv& env) {
-  const std::string key = "ddp/world_size";
-  std::string mine = std::to_string(env.world_size);
+// What every rank must agree on before the process group exists, checked through the store against
+// rank 0's: `what` is `mine` here; the error adds `fix`. Without it, ranks with different world sizes
+// meet in Gloo's address exchange and fail there on a buffer size ("address.cc:45 136 vs 272"), and
+// ranks with different backends (nodes with different GPU counts) never meet at all.
+void check_same_as_rank_0(c10d::Store& store, const DistEnv& env, const std::string& what, const std::string& mine,
+                          const std::string& fix) {
+  const std::string key = "ddp/" + what;
   if (env.rank == 0) {
     store.set(key, std::vector<uint8_t>(mine.begin(), mine.end()));
     return;
@@ -118,8 +120,8 @@ void check_world_size(c10d::Store& store, const DistEnv& env) {
   auto value = store.get(key);
   std::string theirs(value.begin(), value.end());
   if (theirs != mine)
-    throw UserError("rank " + std::to_string(env.rank) + " was started with WORLD_SIZE " + mine + ", rank 0 with " +
-                    theirs + "; start every rank with the same world size (--world-size or $WORLD_SIZE)");
+    throw UserError("rank " + std::to_string(env.rank) + " was started with " + what + " " + mine + ", rank 0 with " +
+                    theirs + "; " + fix);
 }
 
 }  // namespace
@@ -139,7 +141,6 @@ Placement resolve_placement(const DistConfig& config, int local_rank, int local_
 #ifndef DDP_WITH_CUDA
     throw ConfigError("dist.backend: nccl needs a CUDA build (cmake -DDDP_WITH_CUDA=ON against a CUDA LibTorch)");
 #endif
-    check_user(config.device != "cpu", "dist.backend: nccl sums CUDA tensors, and dist.device is cpu; use gloo");
     check_user(gpus > 0, "dist.backend: nccl needs a visible CUDA device, and none is");
     // NCCL fails obscurely ("Duplicate GPU detected") when two ranks share a device.
     check_user(local_world_size <= gpus,
@@ -153,7 +154,9 @@ Placement resolve_placement(const DistConfig& config, int local_rank, int local_
     return placement;
   }
   placement.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, local_rank) % gpus));
-  placement.backend = config.backend != "auto" ? config.backend : local_world_size <= gpus ? "nccl" : "gloo";
+  // An unknown rank count per node (ranks started by hand without LOCAL_WORLD_SIZE) may share GPUs.
+  const bool gpu_per_rank = local_world_size > 0 && local_world_size <= gpus;
+  placement.backend = config.backend != "auto" ? config.backend : gpu_per_rank ? "nccl" : "gloo";
   return placement;
 }
 
@@ -189,9 +192,13 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
   // torch elastic's layout: a fresh key space per restart attempt.
   comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
                                                       base_store);
-  check_world_size(*comm.store, env);
+  check_same_as_rank_0(*comm.store, env, "WORLD_SIZE", std::to_string(env.world_size),
+                       "start every rank with the same world size (--world-size or $WORLD_SIZE)");
   comm.tracker = std::make_shared<CollectiveTracker>(comm.store, env.rank, env.world_size);
   Placement placement = resolve_placement(config, env.local_rank, env.local_world_size);
+  check_same_as_rank_0(*comm.store, env, "backend", placement.backend + " on " + (placement.device.is_cuda() ? "cuda" : "cpu"),
+                       "every node needs the same kind of device and, for nccl, a GPU per rank (set dist.device and "
+                       "dist.backend explicitly)");
   comm.backend = placement.backend;
   comm.device = placement.device;
   comm.rank = env.rank;
@@ -207,9 +214,13 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
     return comm;
   }
 #endif
+  if (comm.device.is_cuda() && env.rank == 0 && config.backend == "auto")
+    spdlog::info("gradients go through Gloo: {}", env.local_world_size > 0 ? "ranks share GPUs, and NCCL needs a GPU per rank"
+                                                                           : "LOCAL_WORLD_SIZE is unknown, so ranks may share GPUs "
+                                                                             "(set it, or dist.backend=nccl)");
   auto device = gloo_device(env);
   comm.group = make_gloo(comm.store, env.rank, env.world_size, device, timeout);
-  // Shared memory sums CPU tensors; every rank decides alike, as the placement is the same everywhere.
+  // Shared memory sums CPU tensors; every rank decides alike, as every rank's placement is rank 0's.
   if (config.shared_memory && env.world_size > 1 && comm.device.is_cpu())
     comm.shared_memory = connect_shared_memory(comm, env, device, timeout);
   return comm;

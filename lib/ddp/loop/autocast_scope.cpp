@@ -6,9 +6,10 @@
 namespace ddp {
 namespace {
 
-// LibTorch 2.x takes the device type; 1.x has one function per device (deprecated in 2.x).
+// LibTorch 2.4 and later take the device type; before, one function per device (deprecated since).
+#define DDP_AUTOCAST_BY_DEVICE_TYPE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 bool is_enabled(torch::DeviceType type) {
-#if TORCH_VERSION_MAJOR >= 2
+#if DDP_AUTOCAST_BY_DEVICE_TYPE
   return at::autocast::is_autocast_enabled(type);
 #else
   return type == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
@@ -16,7 +17,7 @@ bool is_enabled(torch::DeviceType type) {
 }
 
 void set_enabled(torch::DeviceType type, bool enabled) {
-#if TORCH_VERSION_MAJOR >= 2
+#if DDP_AUTOCAST_BY_DEVICE_TYPE
   at::autocast::set_autocast_enabled(type, enabled);
 #else
   type == torch::kCUDA ? at::autocast::set_enabled(enabled) : at::autocast::set_cpu_enabled(enabled);
@@ -24,7 +25,7 @@ void set_enabled(torch::DeviceType type, bool enabled) {
 }
 
 torch::ScalarType get_dtype(torch::DeviceType type) {
-#if TORCH_VERSION_MAJOR >= 2
+#if DDP_AUTOCAST_BY_DEVICE_TYPE
   return at::autocast::get_autocast_dtype(type);
 #else
   return type == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
@@ -32,7 +33,7 @@ torch::ScalarType get_dtype(torch::DeviceType type) {
 }
 
 void set_dtype(torch::DeviceType type, torch::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR >= 2
+#if DDP_AUTOCAST_BY_DEVICE_TYPE
   at::autocast::set_autocast_dtype(type, dtype);
 #else
   type == torch::kCUDA ? at::autocast::set_autocast_gpu_dtype(dtype) : at::autocast::set_autocast_cpu_dtype(dtype);

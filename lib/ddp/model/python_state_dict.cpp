@@ -103,7 +103,8 @@ std::vector<char> pickle_plain_dict(const c10::Dict<std::string, torch::Tensor>&
       writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
     }
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());
-  }  // the writer's destructor writes the zip's directory
+    writer.writeEndOfFile();  // here, not in the destructor, where an error could not be thrown
+  }
   return zip;
 }
 

@@ -41,7 +41,11 @@ SyncBatchNorm2dImpl::SyncBatchNorm2dImpl(int64_t channels, CrossRankSum sum, dou
   num_batches_tracked = register_buffer("num_batches_tracked", torch::zeros({}, torch::kLong));
 }
 
-torch::Tensor SyncBatchNorm2dImpl::forward(const torch::Tensor& x) {
+torch::Tensor SyncBatchNorm2dImpl::forward(const torch::Tensor& input) {
+  // Statistics in float32 under autocast too: bfloat16 holds counts only up to 256 exactly.
+  const torch::Tensor x = input.scalar_type() == torch::kBFloat16 || input.scalar_type() == torch::kHalf
+                              ? input.to(torch::kFloat)
+                              : input;
   if (!is_training())
     return torch::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/false, momentum_, eps_,
                              /*cudnn_enabled=*/true);
