@@ -68,15 +68,21 @@ TEST_CASE("reduced gradients are the average, stay in the buckets, and survive b
         auto parameters = model->parameters();
         ddp::DistConfig config;
         config.first_bucket_mb = 1e-5;  // bucket 0: parameter 3 alone; bucket 1: parameters 2, 1, 0
-        ddp::GradientReducer reducer(parameters, comm, config, /*side_values=*/2);
+        ddp::ValueSlots side_values;
+        auto vote = side_values.reserve("vote");
+        auto number = side_values.reserve("number");
+        ddp::GradientReducer reducer(parameters, comm, config, &side_values);
         for (int step = 0; step < 2; ++step) {  // the second step shows zero_grad() at work
-          reducer.prepare({r == 1 ? 1.0 : 0.0, 2.0 + r});
+          side_values.value(vote) = r == 1 ? 1.0 : 0.0;
+          side_values.value(number) = 2.0 + r;
+          reducer.prepare();
           if (step == 1 && r == 0) {
             parameters[1].mutable_grad() = torch::zeros_like(parameters[1]);  // replaced
             parameters[3].mutable_grad().reset();                            // dropped
           }
           loss_of(model, r).backward();
-          side[r] = reducer.finish();
+          reducer.finish();
+          side[r] = {side_values.value(vote), side_values.value(number)};
           if (step == 0) reducer.zero_grad();
         }
         for (auto& p : parameters) result[r].push_back(p.grad().clone());

@@ -185,6 +185,14 @@ TEST_CASE("cross-field rules", "[config]") {
   REQUIRE_THROWS_WITH(parse("data: {dataset: idx, path: \"\"}"), Contains("data.path: must not be empty"));
 }
 
+TEST_CASE("mesh sizes whose strategies are not built yet are refused, naming the key", "[config]") {
+  REQUIRE_THROWS_WITH(parse("dist: {pipeline: 2}"), Equals("dist.pipeline: pipeline stages are not built yet; use 1"));
+  REQUIRE_THROWS_WITH(parse("dist: {data_shard: 2}"),
+                      Equals("dist.data_shard: sharded data parallelism is not built yet; use 1"));
+  CHECK(parse("dist: {data_replicate: 4}").mesh.data_replicate == 4);  // checked against the world at start
+  REQUIRE_THROWS_WITH(parse("dist: {pipelin: 1}"), Contains("did you mean dist.pipeline?"));
+}
+
 TEST_CASE("set overrides use the same paths and messages", "[config]") {
   TrainConfig config = parse("train: {epochs: 5}", {"train.epochs=3", "optim.lr = 0.5", "model.hidden=[512,64]",
                                                      "sampler.shuffle=false", "run.name=my run",

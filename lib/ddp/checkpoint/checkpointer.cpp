@@ -198,12 +198,6 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
   return std::nullopt;
 }
 
-TrainProgress Checkpointer::load(const CheckpointInfo& checkpoint, torch::nn::Module& model,
-                                 torch::optim::Optimizer& optimizer, int world_size) const {
-  return load_checkpoint_bytes(read_whole_file(checkpoint.data_path), checkpoint.data_path, model, optimizer,
-                               world_size);
-}
-
 TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
                                     torch::optim::Optimizer& optimizer, int world_size, int rank) {
   const std::string& path = source;

@@ -29,6 +29,19 @@ class Checkpointer {
   /// Checkpoints live in `directory` (created on the first save).
   Checkpointer(const CheckpointConfig& config, std::string directory);
 
+  /// Whether checkpoint.every_steps asks for a checkpoint after optimizer step `step`.
+  bool due_after_step(int64_t step) const { return config_.every_steps > 0 && step % config_.every_steps == 0; }
+  /// Whether checkpoint.every_epochs asks for one once `epochs_done` epochs are, at step `step`
+  /// (not if that step has one already).
+  bool due_after_epoch(int64_t epochs_done, int64_t step) const {
+    return config_.every_epochs > 0 && epochs_done % config_.every_epochs == 0 && !saved_at(step);
+  }
+  /// Whether the run has a checkpoint of step `step`: saved, or resumed from.
+  bool saved_at(int64_t step) const { return last_saved_step_ == step; }
+  /// Every rank, whichever writes: the run has a checkpoint of step `step` now. The cadence is
+  /// decided alike on every rank, as all take part in gathering a checkpoint.
+  void mark_saved(int64_t step) { last_saved_step_ = step; }
+
   /// Writes model, optimizer, progress and RNG state atomically, then prunes to keep_last.
   /// `rank_rng`: every rank's CPU generator state, by rank (ranks draw different amounts, e.g.
   /// dropout on batches of different sizes); empty: this process's alone. Throws IoError (the
@@ -39,11 +52,6 @@ class Checkpointer {
   /// The checkpoint `checkpoint.resume` selects: auto → the newest one that verifies (a corrupt newer
   /// one is reported and skipped), never → none, a path → that one (FileError if it does not verify).
   std::optional<CheckpointInfo> find_resume_point() const;
-
-  /// Restores model, optimizer and RNG state from the checkpoint's file; returns the progress.
-  /// FileError if the checkpoint does not fit this model or was written by another world size.
-  TrainProgress load(const CheckpointInfo& checkpoint, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                     int world_size) const;
 
   /// Complete checkpoints, newest first (not yet verified).
   std::vector<CheckpointInfo> list() const;
@@ -56,11 +64,13 @@ class Checkpointer {
 
   CheckpointConfig config_;
   std::string directory_;
+  int64_t last_saved_step_ = -1;
 };
 
-/// Checkpointer::load() from a checkpoint file's bytes, read elsewhere: rank 0 reads and verifies
-/// the file and broadcasts them, so no other rank needs it (node-local storage is enough).
-/// `source` names them in errors.
+/// Restores model, optimizer and RNG state from a checkpoint file's bytes; returns the progress.
+/// FileError if the checkpoint does not fit this model or was written by another world size. Rank
+/// 0 reads and verifies the file and broadcasts them, so no other rank needs it (node-local storage
+/// is enough). `source` names them in errors.
 /// `rank` restores its own generator state where the checkpoint has one per rank.
 TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
                                     torch::optim::Optimizer& optimizer, int world_size, int rank = 0);

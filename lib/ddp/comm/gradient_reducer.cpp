@@ -24,8 +24,9 @@ namespace ddp {
 // that were replaced anyway.
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm,
-                                 const DistConfig& config, int side_values)
-    : parameters_(std::move(parameters)), comm_(comm), config_(config), side_count_(side_values),
+                                 const DistConfig& config, ValueSlots* side_values)
+    : parameters_(std::move(parameters)), comm_(comm), config_(config), side_values_(side_values),
+      side_count_(side_values ? static_cast<int64_t>(side_values->size()) : 0),
       bucket_of_(parameters_.size()) {
   constexpr double kMiB = 1024.0 * 1024.0;
   Bucket current;
@@ -85,11 +86,10 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Co
 
 GradientReducer::~GradientReducer() = default;
 
-void GradientReducer::prepare(const std::vector<double>& side_values) {
-  TORCH_CHECK(static_cast<int>(side_values.size()) == side_count_, "GradientReducer::prepare: expected ",
-              side_count_, " side values, got ", side_values.size());
+void GradientReducer::prepare() {
+  TORCH_CHECK(!side_values_ || static_cast<int64_t>(side_values_->size()) == side_count_,
+              "GradientReducer: side values were reserved after it was built");
   armed_ = true;
-  side_values_ = side_values;
   next_launch_ = 0;
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.parameters.size();
@@ -136,7 +136,7 @@ void GradientReducer::launch(Bucket& bucket, bool last) {
   auto& flat = bucket.flat[0];
   if (last && side_count_ > 0) {
     // Multiplied by the world size, because the bucket is averaged, not summed.
-    auto side = torch::tensor(side_values_, torch::kDouble).mul_(world);
+    auto side = torch::tensor(side_values_->packed(), torch::kDouble).mul_(world);
     flat.narrow(0, flat.size(0) - side_count_, side_count_).copy_(side);
   }
   if (comm_.world_size == 1) return;  // nothing to sum with: bucket.work stays empty
@@ -151,8 +151,8 @@ void GradientReducer::launch(Bucket& bucket, bool last) {
   }
 }
 
-std::vector<double> GradientReducer::finish() {
-  if (buckets_.empty()) return side_values_;
+void GradientReducer::finish() {
+  if (buckets_.empty()) return;  // nothing carried the side values: they stay this rank's
   auto backward_done = Clock::now();
   launch_ready_buckets(/*all=*/true);  // unused parameters, or overlap off
   armed_ = false;
@@ -162,9 +162,10 @@ std::vector<double> GradientReducer::finish() {
   auto done = Clock::now();
   timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
   timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();
+  if (side_count_ == 0) return;
   const auto& last = buckets_.back().flat[0];
   auto sums = last.narrow(0, last.size(0) - side_count_, side_count_).to(torch::kCPU, torch::kDouble).contiguous();
-  return {sums.data_ptr<double>(), sums.data_ptr<double>() + side_count_};
+  std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + side_count_, side_values_->packed().begin());
 }
 
 std::vector<std::vector<std::size_t>> GradientReducer::bucket_layout() const {

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "ddp/comm/dist_config.h"
+#include "ddp/comm/gradient_sync.h"
 #include "ddp/comm/process_group.h"
+#include "ddp/common/value_slots.h"
 
 namespace torch::autograd {
 struct Node;
@@ -17,44 +19,35 @@ struct Node;
 
 namespace ddp {
 
-/// Time spent in gradient all-reduce in one step.
-struct ReducerTiming {
-  double total_ms = 0;    ///< from the first bucket's launch to the last one's completion
-  double exposed_ms = 0;  ///< of that, after backward ended: what the step waited for
-};
-
-/// Averages the gradients of `parameters` over all ranks, in buckets. The gradients are views of
-/// the buckets (Note [Gradients as bucket views]).
-class GradientReducer {
+/// Averages the gradients of `parameters` over all ranks of `comm`, in buckets: replicated data
+/// parallelism. The gradients are views of the buckets (Note [Gradients as bucket views]).
+class GradientReducer final : public GradientSync {
  public:
   /// Buckets `parameters` (see Note [Bucket order]; dist.bucket_cap_mb, dist.first_bucket_mb),
   /// points each one's gradient into its bucket, and, with dist.overlap, hooks their gradient
-  /// accumulators. The last bucket has room for `side_values` numbers (see prepare()).
+  /// accumulators. The last bucket has room for `side_values` (see prepare()), which must outlive it.
   GradientReducer(std::vector<torch::Tensor> parameters, const Communicator& comm, const DistConfig& config,
-                  int side_values = 0);
-  ~GradientReducer();
+                  ValueSlots* side_values = nullptr);
+  ~GradientReducer() override;
   // The autograd hooks capture `this`.
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  /// Call before the backward of the last micro-step of an optimizer step: its gradients are the
-  /// ones to reduce. `side_values` (as many as the constructor made room for) travel in the last
-  /// bucket and come back from finish() summed over ranks: a caller agrees on a few numbers each
-  /// step without a collective of its own. They pass through the bucket's dtype (float32: exact
-  /// for integers up to 2^24).
-  void prepare(const std::vector<double>& side_values = {});
+  /// Before the backward of the last micro-step: its gradients are the ones to reduce. The side
+  /// values, as they are now, travel in the last bucket and finish() leaves their sums over ranks
+  /// in their place: participants agree on a few numbers each step without a collective of their
+  /// own. They pass through the bucket's dtype (float32: exact for integers up to 2^24).
+  void prepare() override;
 
-  /// Call after that backward: launches what backward has not, waits for everything and returns
-  /// the side values summed over ranks; the gradients then hold the averages. Parameters that got
-  /// no gradient contribute zeros.
-  std::vector<double> finish();
+  /// After that backward: launches what backward has not and waits for everything; the gradients
+  /// then hold the averages, the side values the sums. Parameters that got no gradient contribute zeros.
+  void finish() override;
 
   /// Zeroes the gradients in place, keeping them views of the buckets: use it instead of the
   /// optimizer's zero_grad, which may detach or drop them.
-  void zero_grad();
+  void zero_grad() override;
 
-  /// The last step's communication time.
-  const ReducerTiming& timing() const { return timing_; }
+  const ReducerTiming& timing() const override { return timing_; }
 
   /// Parameter indices of each bucket, in launch order.
   std::vector<std::vector<std::size_t>> bucket_layout() const;
@@ -79,13 +72,13 @@ class GradientReducer {
   std::vector<torch::Tensor> gradient_views_;  // parameter → its gradient's place in its bucket
   const Communicator& comm_;
   DistConfig config_;
-  int side_count_;
+  ValueSlots* side_values_;
+  int64_t side_count_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // parameter → bucket
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive: they hold our hooks
   bool armed_ = false;  // between prepare() and finish()
   std::size_t next_launch_ = 0;
-  std::vector<double> side_values_;
   Clock::time_point first_launch_;
   ReducerTiming timing_;
 };

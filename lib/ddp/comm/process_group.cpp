@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 
@@ -126,6 +127,20 @@ void check_same_as_rank_0(c10d::Store& store, const DistEnv& env, const std::str
 
 }  // namespace
 
+Communicator sub_communicator(const Communicator& world, const std::string& name, const std::vector<int>& ranks) {
+  auto me = std::find(ranks.begin(), ranks.end(), world.rank);
+  if (me == ranks.end())
+    throw std::logic_error("sub_communicator " + name + ": rank " + std::to_string(world.rank) + " is not a member");
+  Communicator group = world;
+  group.rank = static_cast<int>(me - ranks.begin());
+  group.world_size = static_cast<int>(ranks.size());
+  group.shared_memory = nullptr;
+  group.store = c10::make_intrusive<c10d::PrefixStore>("group/" + name, world.store);
+  group.tracker = std::make_shared<CollectiveTracker>(group.store, group.rank, group.world_size);
+  group.group = world.make_group(group.store, group.rank, group.world_size);
+  return group;
+}
+
 Placement resolve_placement(const DistConfig& config, int local_rank, int local_world_size) {
   int gpus = 0;
 #ifdef DDP_WITH_CUDA
@@ -210,7 +225,10 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
     comm.collective_device = comm.device;
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout;
-    comm.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(comm.store, env.rank, env.world_size, nccl_options);
+    comm.make_group = [nccl_options](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+      return c10::intrusive_ptr<CommBackend>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl_options));
+    };
+    comm.group = comm.make_group(comm.store, env.rank, env.world_size);
     return comm;
   }
 #endif
@@ -219,7 +237,10 @@ Communicator connect(const DistEnv& env, const DistConfig& config) {
                                                                            : "LOCAL_WORLD_SIZE is unknown, so ranks may share GPUs "
                                                                              "(set it, or dist.backend=nccl)");
   auto device = gloo_device(env);
-  comm.group = make_gloo(comm.store, env.rank, env.world_size, device, timeout);
+  comm.make_group = [device, timeout](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+    return make_gloo(store, rank, size, device, timeout);
+  };
+  comm.group = comm.make_group(comm.store, env.rank, env.world_size);
   // Shared memory sums CPU tensors; every rank decides alike, as every rank's placement is rank 0's.
   if (config.shared_memory && env.world_size > 1 && comm.device.is_cpu())
     comm.shared_memory = connect_shared_memory(comm, env, device, timeout);

@@ -7,7 +7,10 @@
 #include <torch/types.h>
 #include <torch/version.h>
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ddp/comm/collective_tracker.h"
 #include "ddp/comm/dist_config.h"
@@ -39,6 +42,9 @@ struct Communicator {
   torch::Device collective_device = torch::kCPU;
   int rank = 0;
   int world_size = 1;
+  /// A process group of the same backend and transport over another store: for sub-groups.
+  std::function<c10::intrusive_ptr<CommBackend>(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)>
+      make_group;
 };
 
 /// Where a worker's tensors live and which backend sums them.
@@ -50,6 +56,11 @@ struct Placement {
 /// What `dist.device` and `dist.backend` resolve to for local rank `local_rank` of `local_world_size`
 /// (0: unknown) on this build and machine; ConfigError or UserError if it cannot be had.
 Placement resolve_placement(const DistConfig& config, int local_rank, int local_world_size);
+
+/// The communicator of the ranks `ranks` of `world` (ascending, `world.rank` among them), for the
+/// group called `name` (unique to it: the key space it meets in). Every member must call it; other
+/// ranks need not. The shared-memory path stays the world's.
+Communicator sub_communicator(const Communicator& world, const std::string& name, const std::vector<int>& ranks);
 
 /// Connects to (or, as rank 0 started by hand, hosts) the TCP store and creates the process group.
 /// Throws UserError naming the master address on a time-out.

@@ -7,5 +7,6 @@ namespace ddp {
 inline constexpr double kMaxSteps = 1e12;                 ///< optimizer steps, in any key that counts them
 inline constexpr double kMaxEpochs = 1e6;                 ///< epochs
 inline constexpr double kMaxSeconds = 7 * 24 * 3600.0;    ///< a timeout or interval: one week
+inline constexpr double kMaxRanks = 1 << 20;              ///< ranks in a world, or along one dimension of it
 
 }  // namespace ddp

@@ -1,5 +1,6 @@
 #include "ddp/data/batch_prefetcher.h"
 
+#include <chrono>
 #include <stdexcept>
 
 namespace ddp {
@@ -32,6 +33,12 @@ void BatchPrefetcher::start(torch::Tensor indices, int64_t batch_size, int64_t f
 }
 
 Batch BatchPrefetcher::next() {
+  auto start = std::chrono::steady_clock::now();
+  struct AddWait {
+    double& total;
+    std::chrono::steady_clock::time_point start;
+    ~AddWait() { total += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); }
+  } add_wait{waited_ms_, start};
   std::unique_lock<std::mutex> lock(mutex_);
   if (next_to_hand_out_ >= batches_) throw std::logic_error("BatchPrefetcher: the epoch has no more batches");
   changed_.wait(lock, [&] { return error_ || ready_.count(next_to_hand_out_) > 0; });

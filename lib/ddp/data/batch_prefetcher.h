@@ -33,6 +33,9 @@ class BatchPrefetcher {
   /// The next batch in order; waits if it is not ready yet.
   Batch next();
 
+  /// The time next() has spent so far, in ms: how long training waited for data.
+  double waited_ms() const { return waited_ms_; }
+
  private:
   void work();
 
@@ -50,6 +53,7 @@ class BatchPrefetcher {
   int64_t next_to_hand_out_ = 0;
   std::map<int64_t, Batch> ready_;
   std::exception_ptr error_;  // a failed batch, rethrown by next()
+  double waited_ms_ = 0;      // by next(), on the caller's thread
   std::vector<std::thread> threads_;
 };
 

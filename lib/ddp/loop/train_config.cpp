@@ -16,6 +16,7 @@ namespace {
 void declare_all(ConfigSchema& schema, TrainConfig& config) {
   declare_config(schema, config.run);
   declare_config(schema, config.dist);
+  declare_config(schema, config.mesh);
   declare_config(schema, config.data);
   declare_config(schema, config.sampler);
   declare_config(schema, config.model);

@@ -8,10 +8,11 @@
 #include "ddp/data/data_config.h"
 #include "ddp/comm/dist_config.h"
 #include "ddp/loop/loop_config.h"
-#include "ddp/loop/system_monitor.h"
+#include "ddp/monitor/monitor_config.h"
 #include "ddp/record/record_config.h"
 #include "ddp/model/model_config.h"
 #include "ddp/optim/optim_config.h"
+#include "ddp/parallel/mesh_config.h"
 #include "ddp/task/loss.h"
 
 namespace ddp {
@@ -20,6 +21,7 @@ namespace ddp {
 struct TrainConfig {
   RunConfig run;
   DistConfig dist;
+  MeshConfig mesh;  ///< declared under dist: (dist.pipeline, dist.data_replicate, dist.data_shard)
   DataConfig data;
   SamplerConfig sampler;
   ModelConfig model;

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "ddp/common/value_slots.h"
+
 namespace ddp {
 
 /// Turns SIGTERM, SIGINT and SIGHUP into a request to stop after the current step (flag only; the trainer
@@ -12,6 +14,21 @@ void install_stop_handlers();
 
 /// The signal that asked this worker to stop, or 0.
 int stop_signal();
+
+/// Every rank's agreement to stop after the same step: a vote carried in the side values.
+class StopVote {
+ public:
+  /// Reserves the vote's slot in `side_values`, which must outlive it.
+  explicit StopVote(ValueSlots& side_values) : side_values_(side_values), slot_(side_values.reserve("stop vote")) {}
+  /// Before the step's transfer: this rank's vote (whether a signal asked it to stop).
+  void cast() { side_values_.value(slot_) = stop_signal() != 0 ? 1.0 : 0.0; }
+  /// After it: whether any rank voted to stop. Every rank sees the same sums, so all stop alike.
+  bool agreed() const { return side_values_.value(slot_) > 0; }
+
+ private:
+  ValueSlots& side_values_;
+  ValueSlots::Slot slot_;
+};
 
 /// Writes progress to DDPRUN_HEARTBEAT_FD, when the launcher gave one; never blocks.
 class Heartbeat {

@@ -1,4 +1,4 @@
-#include "ddp/loop/gpu_sampler.h"
+#include "ddp/monitor/gpu_sampler.h"
 
 #include <dlfcn.h>
 

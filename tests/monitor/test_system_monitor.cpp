@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ddp/loop/system_monitor.h"
+#include "ddp/monitor/system_monitor.h"
 
 using Catch::Contains;
 
@@ -30,22 +30,25 @@ class CapturedLog {
   std::shared_ptr<spdlog::logger> previous_;
 };
 
-// The summed side values of one step: per rank (data wait ms, busy ms); CPU 50%, RSS 100 MiB.
-std::vector<double> step_values(ddp::SystemMonitor& monitor, const std::vector<std::pair<double, double>>& per_rank) {
-  std::vector<double> summed(1 + static_cast<std::size_t>(monitor.side_values()), 0.0);
+// The summed side values of one step, in the monitor's slot: per rank (data wait ms, busy ms); CPU 50%, RSS 100 MiB.
+void put_step_values(ddp::ValueSlots& side, ddp::SystemMonitor& monitor,
+                     const std::vector<std::pair<double, double>>& per_rank) {
+  std::span<double> summed = side[monitor.slot()];
   std::size_t per = static_cast<std::size_t>(monitor.side_values()) / per_rank.size();
   for (std::size_t r = 0; r < per_rank.size(); ++r) {
-    summed[1 + r * per] = 50;
-    summed[1 + r * per + 1] = 100;
-    summed[1 + r * per + 2] = per_rank[r].first;
-    summed[1 + r * per + 3] = per_rank[r].second;
+    summed[r * per] = 50;
+    summed[r * per + 1] = 100;
+    summed[r * per + 2] = per_rank[r].first;
+    summed[r * per + 3] = per_rank[r].second;
   }
-  return summed;
 }
 
-std::optional<ddp::MetricsRecord> window(ddp::SystemMonitor& monitor, const std::vector<std::pair<double, double>>& per_rank,
-                                         int64_t step) {
-  for (int i = 0; i < 5; ++i) monitor.add(step_values(monitor, per_rank), 1);
+std::optional<ddp::MetricsRecord> window(ddp::ValueSlots& side, ddp::SystemMonitor& monitor,
+                                         const std::vector<std::pair<double, double>>& per_rank, int64_t step) {
+  for (int i = 0; i < 5; ++i) {
+    put_step_values(side, monitor, per_rank);
+    monitor.take_summed();
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   return monitor.record_if_due(step);
 }
@@ -71,10 +74,12 @@ TEST_CASE("the monitor records every rank, warns of starved input at once and of
   CapturedLog log;
   ddp::MonitorConfig config;
   config.every_s = 0.01;
-  ddp::SystemMonitor monitor(config, /*rank=*/0, /*world_size=*/3, /*gpu_index=*/-1);
+  ddp::ValueSlots side;
+  side.reserve("stop vote");  // another participant's slot before the monitor's
+  ddp::SystemMonitor monitor(config, /*rank=*/0, /*world_size=*/3, /*gpu_index=*/-1, side);
   REQUIRE(monitor.side_values() >= 12);
 
-  auto even = window(monitor, {{0.1, 10}, {0.1, 10.5}, {0.1, 9.5}}, 10);
+  auto even = window(side, monitor, {{0.1, 10}, {0.1, 10.5}, {0.1, 9.5}}, 10);
   REQUIRE(even);
   CHECK(value_of(*even, "sys_step_busy_ms_p50_rank1") == 10.5);
   CHECK(value_of(*even, "sys_rss_mib_rank2") == 100);
@@ -84,13 +89,13 @@ TEST_CASE("the monitor records every rank, warns of starved input at once and of
   CHECK_THAT(log.text(), !Contains("warning"));
 
   // Rank 2 waits 5 ms for data in a 15 ms step: a third of it.
-  window(monitor, {{0.1, 10}, {0.1, 10}, {5, 10}}, 20);
+  window(side, monitor, {{0.1, 10}, {0.1, 10}, {5, 10}}, 20);
   CHECK_THAT(log.text(), Contains("starved input: rank 2 waits for data 33% of its step (5.0 of 15.0 ms)"));
 
   // Rank 1 computes twice as long: named in the second window in a row, not in the first.
-  window(monitor, {{0.1, 10}, {0.1, 20}, {0.1, 10}}, 30);
+  window(side, monitor, {{0.1, 10}, {0.1, 20}, {0.1, 10}}, 30);
   CHECK_THAT(log.text(), !Contains("straggler"));
-  window(monitor, {{0.1, 10}, {0.1, 20}, {0.1, 10}}, 40);
+  window(side, monitor, {{0.1, 10}, {0.1, 20}, {0.1, 10}}, 40);
   CHECK_THAT(log.text(), Contains("straggler: rank 1 computes 2.0x as long per step as the others (20.0 ms against "
                                   "10.0 ms)"));
 }
@@ -98,9 +103,11 @@ TEST_CASE("the monitor records every rank, warns of starved input at once and of
 TEST_CASE("with the monitor off there are no side values, no thread and no records", "[monitor]") {
   ddp::MonitorConfig off;
   off.every_s = 0;
-  ddp::SystemMonitor monitor(off, 0, 2, -1);
+  ddp::ValueSlots side;
+  ddp::SystemMonitor monitor(off, 0, 2, -1, side);
   CHECK(monitor.side_values() == 0);
-  CHECK(monitor.local_values(1, 2).empty());
-  monitor.add({0.0}, 1);
+  monitor.put_local(1, 2);
+  CHECK(side.size() == 0);
+  monitor.take_summed();
   CHECK_FALSE(monitor.record_if_due(5));
 }

@@ -13,20 +13,12 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/loop/gpu_sampler.h"
+#include "ddp/common/value_slots.h"
+#include "ddp/monitor/gpu_sampler.h"
+#include "ddp/monitor/monitor_config.h"
 #include "ddp/record/metrics_log.h"
 
 namespace ddp {
-
-class ConfigSchema;
-
-/// `monitor:`.
-struct MonitorConfig {
-  double every_s = 5;  ///< 0: off
-};
-
-/// Declares the `MonitorConfig` keys, bound to `config`, with their defaults, docs and ranges.
-void declare_config(ConfigSchema& schema, MonitorConfig& config);
 
 /// One rank's numbers for one step (see Note [Monitor values]).
 struct RankSample {
@@ -41,21 +33,24 @@ struct RankSample {
 class SystemMonitor {
  public:
   /// Starts this rank's sampling thread (CPU and RSS every config.every_s; on CUDA builds, CUDA
-  /// device `gpu_index` through NVML unless it is -1) unless the monitor is off.
-  SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index);
+  /// device `gpu_index` through NVML unless it is -1) unless the monitor is off, and reserves its
+  /// slot in `side_values` (which the gradient sync carries, and which must outlive it).
+  SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index, ValueSlots& side_values);
   ~SystemMonitor();
   SystemMonitor(const SystemMonitor&) = delete;
   SystemMonitor& operator=(const SystemMonitor&) = delete;
 
   bool enabled() const { return every_s_ > 0; }
-  /// How many side values the gradient reducer must carry for it: 4 per rank, or none when off.
+  /// How many side values it reserved: 4 per rank (9 on CUDA builds), or none when off.
   int side_values() const;
+  /// Its slot of the side values.
+  ValueSlots::Slot slot() const { return slot_; }
 
-  /// This rank's side values: its last step's numbers in its own slots, zeros in the others'.
-  std::vector<double> local_values(double data_wait_ms, double busy_ms) const;
+  /// Before a step's transfer: this rank's last step's numbers in its own places of the slot, zeros in the others'.
+  void put_local(double data_wait_ms, double busy_ms);
 
-  /// Rank 0: takes every rank's numbers from the summed side values (`summed` from `offset` on).
-  void add(const std::vector<double>& summed, std::size_t offset);
+  /// After it, rank 0: takes every rank's numbers from the summed slot.
+  void take_summed();
 
   /// Rank 0: when monitor.every_s has passed since the last one, a metrics record of the window
   /// (and its log line and warnings, said here); else nullopt.
@@ -67,6 +62,8 @@ class SystemMonitor {
   double every_s_;
   int rank_;
   int world_size_;
+  ValueSlots& side_values_;
+  ValueSlots::Slot slot_;
   std::atomic<double> cpu_percent_{0};
   std::atomic<double> rss_mib_{0};
   std::unique_ptr<GpuSampler> gpu_;

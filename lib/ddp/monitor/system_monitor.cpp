@@ -1,4 +1,4 @@
-#include "ddp/loop/system_monitor.h"
+#include "ddp/monitor/system_monitor.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "ddp/common/limits.h"
-#include "ddp/config/config_schema.h"
 
 namespace ddp {
 
@@ -60,15 +58,6 @@ double quantile(std::vector<double> values, double q) {
 
 }  // namespace
 
-void declare_config(ConfigSchema& schema, MonitorConfig& config) {
-  schema.section("monitor", "Each rank's CPU, memory, data wait and compute time, recorded by rank 0.");
-  schema.add("monitor.every_s", &config.every_s,
-             "seconds between monitor records (metrics.jsonl, TensorBoard, one log line, warnings for starved "
-             "input and stragglers); 0: off")
-      .min(0)
-      .max(kMaxSeconds);
-}
-
 std::optional<std::pair<int, double>> find_straggler(const std::vector<double>& busy_ms_per_rank, double ratio) {
   if (busy_ms_per_rank.size() < 2) return std::nullopt;
   auto slowest = std::max_element(busy_ms_per_rank.begin(), busy_ms_per_rank.end());
@@ -80,9 +69,11 @@ std::optional<std::pair<int, double>> find_straggler(const std::vector<double>& 
   return std::make_pair(static_cast<int>(slowest - busy_ms_per_rank.begin()), *slowest / typical);
 }
 
-SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index)
-    : every_s_(config.every_s), rank_(rank), world_size_(world_size), window_(world_size) {
+SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index,
+                             ValueSlots& side_values)
+    : every_s_(config.every_s), rank_(rank), world_size_(world_size), side_values_(side_values), window_(world_size) {
   if (!enabled()) return;
+  slot_ = side_values_.reserve("monitor", static_cast<std::size_t>(kValuesPerRank * world_size_));
   rss_mib_ = rss_mib();
 #ifdef DDP_WITH_CUDA
   if (gpu_index >= 0) gpu_ = GpuSampler::open_cuda_device(gpu_index);
@@ -127,9 +118,10 @@ void SystemMonitor::sample_loop() {
 
 int SystemMonitor::side_values() const { return enabled() ? kValuesPerRank * world_size_ : 0; }
 
-std::vector<double> SystemMonitor::local_values(double data_wait_ms, double busy_ms) const {
-  std::vector<double> values(static_cast<std::size_t>(side_values()), 0.0);
-  if (values.empty()) return values;
+void SystemMonitor::put_local(double data_wait_ms, double busy_ms) {
+  if (!enabled()) return;
+  std::span<double> values = side_values_[slot_];
+  std::fill(values.begin(), values.end(), 0.0);
   auto at = static_cast<std::size_t>(rank_ * kValuesPerRank);
   values[at] = cpu_percent_;
   values[at + 1] = rss_mib_;
@@ -148,13 +140,13 @@ std::vector<double> SystemMonitor::local_values(double data_wait_ms, double busy
     values[at + 7] = gpu ? gpu->temperature_c : unknown;
     values[at + 8] = gpu ? gpu->power_w : unknown;
   }
-  return values;
 }
 
-void SystemMonitor::add(const std::vector<double>& summed, std::size_t offset) {
+void SystemMonitor::take_summed() {
   if (!enabled() || rank_ != 0) return;
+  std::span<const double> summed = side_values_[slot_];
   for (int r = 0; r < world_size_; ++r) {
-    const double* v = summed.data() + offset + static_cast<std::size_t>(r * kValuesPerRank);
+    const double* v = summed.data() + static_cast<std::size_t>(r * kValuesPerRank);
     RankSample sample{v[0], v[1], v[2], v[3], std::nullopt};
     if (kValuesPerRank > 4 && (v[4] >= 0 || v[5] >= 0)) sample.gpu = GpuSample{v[4], v[5], v[6], v[7], v[8]};
     window_[static_cast<std::size_t>(r)].push_back(sample);

@@ -1,0 +1,248 @@
+#include "ddp/loop/run_recorder.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "ddp/comm/collectives.h"
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+#include "ddp/common/version.h"
+#include "ddp/common/worker_contract.h"
+#include "ddp/record/run_report.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// DDPRUN_TEST_STEP_DELAY=RANK:MS slows that rank by MS per step: the straggler the monitor's tests need.
+double test_step_delay_ms(int rank) {
+  const char* value = std::getenv("DDPRUN_TEST_STEP_DELAY");
+  if (!value) return 0;
+  int which = -1;
+  double ms = 0;
+  if (std::sscanf(value, "%d:%lf", &which, &ms) != 2 || ms < 0 || ms > 60000)
+    throw UserError(std::string("DDPRUN_TEST_STEP_DELAY: expected RANK:MS, got '") + value + "'");
+  return which == rank ? ms : 0;
+}
+
+std::string format_duration(double seconds) {
+  auto total = static_cast<int64_t>(seconds);
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(total / 3600),
+                static_cast<long long>(total / 60 % 60), static_cast<long long>(total % 60));
+  return text;
+}
+
+MetricsRecord at_step(const TrainProgress& progress) { return {{"step", static_cast<double>(progress.step)}}; }
+
+}  // namespace
+
+RunRecorder::LogWindow::LogWindow(ValueSlots& sums)
+    : loss(sums.reserve("loss")),
+      batches(sums.reserve("batches")),
+      samples(sums.reserve("samples")),
+      sampled_edges(sums.reserve("sampled edges")),
+      steps(sums.reserve("steps")),
+      sync_ms(sums.reserve("gradient sync ms")),
+      exposed_ms(sums.reserve("exposed gradient sync ms")) {}
+
+RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, const std::string& output_dir,
+                         const std::string& resolved_config, ValueSlots& side_values)
+    : config_(config),
+      world_(world),
+      output_dir_(output_dir),
+      monitor_(config.monitor, world.rank, world.world_size, world.device.is_cuda() ? world.device.index() : -1,
+               side_values),
+      test_step_delay_ms_(test_step_delay_ms(world.rank)) {
+  const char* progress = std::getenv(env::kProgress);
+  progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
+  if (world_.rank != 0) return;
+  std::error_code ec;
+  std::filesystem::create_directories(output_dir_, ec);
+  if (ec) throw_output_error("cannot create run.output_dir " + output_dir_ + ": " + ec.message(), ec.value());
+  output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
+  write_file_atomically(output_dir_ + "/config.yaml", "# " + version_line() + "\n" + resolved_config);
+  spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
+  spdlog::info("world size {} ({} backend, model on {}), per-rank batch {}, global batch {}", world_.world_size,
+               world_.backend, world_.device.str(), config_.train.batch_size,
+               config_.train.batch_size * config_.train.grad_accum_steps * world_.world_size);
+  metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl",
+                                          config_.logging.tensorboard ? output_dir_ + "/tb" : "");
+  // Indented: TensorBoard's text tab renders markdown, and this keeps the YAML as it is.
+  std::string indented;
+  for (const auto& line : split(version_line() + "\n\n" + resolved_config, '\n')) indented += "    " + line + "\n";
+  metrics_->write_text("config", 0, indented);
+}
+
+void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps) {
+  heartbeat_.beat(progress.step);
+  run_start_ = window_start_ = Clock::now();
+  run_start_step_ = progress.step;
+  total_steps_ = total_steps;
+}
+
+void RunRecorder::step_begins() {
+  step_start_ = Clock::now();
+  if (test_step_delay_ms_ > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(test_step_delay_ms_));
+  monitor_.put_local(last_data_wait_ms_, last_busy_ms_);
+}
+
+void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms,
+                            const ReducerTiming& sync) {
+  monitor_.take_summed();
+  window_sums_.value(window_.loss) += step.loss_sum;
+  window_sums_.value(window_.batches) += static_cast<double>(step.batches);
+  window_sums_.value(window_.samples) += static_cast<double>(step.samples);
+  window_sums_.value(window_.sampled_edges) += static_cast<double>(step.sampled_edges);
+  window_sums_.value(window_.steps) += 1;
+  window_sums_.value(window_.sync_ms) += sync.total_ms;
+  window_sums_.value(window_.exposed_ms) += sync.exposed_ms;
+  last_lr_ = step.lr;
+  if (progress.step == run_start_step_ + 1 && world_.rank == 0) {
+    // For the benchmark's "launch to first finished step".
+    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_->write({{"step", static_cast<double>(progress.step)}, {"first_step_unix_s", now}});
+  }
+  world_.tracker->set_step(progress.step);
+  heartbeat_.beat(progress.step);
+  last_data_wait_ms_ = data_waited_ms - data_waited_ms_;
+  data_waited_ms_ = data_waited_ms;
+  last_busy_ms_ = std::max(0.0, seconds_since(step_start_) * 1000 - last_data_wait_ms_ - sync.exposed_ms);
+  if (world_.rank == 0)
+    if (auto record = monitor_.record_if_due(progress.step)) metrics_->write(*record);
+  if (progress_line_) show_progress_line(progress);
+  if (config_.train.log_every > 0 && progress.step % config_.train.log_every == 0) log_window(progress);
+}
+
+double RunRecorder::eta_seconds(const TrainProgress& progress) const {
+  double steps_done = static_cast<double>(progress.step - run_start_step_);
+  return seconds_since(run_start_) / std::max(1.0, steps_done) * static_cast<double>(total_steps_ - progress.step);
+}
+
+void RunRecorder::log_window(const TrainProgress& progress) {
+  // Every rank reaches the same log steps, so this small all-reduce is matched everywhere.
+  auto sums = all_reduce_sum(world_, torch::tensor(window_sums_.packed(), torch::kDouble)).contiguous();
+  std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel(), window_sums_.packed().begin());
+  const ValueSlots& total = window_sums_;
+  double elapsed = std::max(seconds_since(window_start_), 1e-9);
+  double loss = total.value(window_.loss) / std::max(1.0, total.value(window_.batches));
+  double samples_per_s = total.value(window_.samples) / elapsed;
+  // Per step and rank: gradient sync time, and the part of it backward did not hide.
+  double rank_steps = std::max(1.0, total.value(window_.steps));
+  double allreduce_ms = total.value(window_.sync_ms) / rank_steps;
+  double exposed_ms = total.value(window_.exposed_ms) / rank_steps;
+  double edges_per_s = total.value(window_.sampled_edges) / elapsed;
+  window_sums_.clear();
+  window_start_ = Clock::now();
+  if (world_.rank != 0) return;
+  double lr = last_lr_;
+  std::string edges = edges_per_s > 0 ? fmt::format(" sampled edges/s {:.0f}", edges_per_s) : "";
+  spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} all-reduce {:.2f} ms "
+               "({:.2f} ms exposed) ETA {}",
+               progress.epoch, progress.step, total_steps_, loss, lr, samples_per_s, samples_per_s / world_.world_size,
+               edges, allreduce_ms, exposed_ms, format_duration(eta_seconds(progress)));
+  MetricsRecord record{{"step", static_cast<double>(progress.step)},
+                       {"epoch", static_cast<double>(progress.epoch)},
+                       {"loss", loss},
+                       {"lr", lr},
+                       {"samples_per_s", samples_per_s},
+                       {"samples_per_s_per_rank", samples_per_s / world_.world_size},
+                       {"allreduce_ms", allreduce_ms},
+                       {"allreduce_exposed_ms", exposed_ms}};
+  if (edges_per_s > 0) record.emplace_back("sampled_edges_per_s", edges_per_s);
+  metrics_->write(record);
+}
+
+void RunRecorder::show_progress_line(const TrainProgress& progress) {
+  auto now = Clock::now();
+  if (now - last_progress_line_ < std::chrono::milliseconds(250)) return;
+  last_progress_line_ = now;
+  double elapsed = std::max(seconds_since(window_start_), 1e-9);
+  double samples = window_sums_.value(window_.samples);
+  std::string line = fmt::format("{}epoch {} step {}/{} | {:.0f} samples/s | ETA {}\n", kProgressMarker,
+                                 progress.epoch, progress.step, total_steps_, samples * world_.world_size / elapsed,
+                                 format_duration(eta_seconds(progress)));
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+void RunRecorder::eval_begins(const TrainProgress& progress) {
+  eval_start_ = Clock::now();
+  heartbeat_.beat(progress.step);
+}
+
+void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& result) {
+  heartbeat_.beat(progress.step);
+  window_start_ += Clock::now() - eval_start_;  // throughput counts training time only
+  if (world_.rank != 0) return;
+  std::string values;
+  MetricsRecord record{{"step", static_cast<double>(progress.step)}, {"epoch", static_cast<double>(progress.epoch)}};
+  for (const auto& [name, value] : result.metrics) {
+    values += fmt::format(" {} {:.4f}", name, value);
+    record.emplace_back("eval_" + name, value);
+  }
+  record.emplace_back("eval_samples", static_cast<double>(result.samples));
+  spdlog::info("eval at step {} (epoch {}):{} over {} samples", progress.step, progress.epoch, values, result.samples);
+  metrics_->write(record);
+  write_report(progress, std::nullopt);
+}
+
+void RunRecorder::report_peak_memory(const TrainProgress& progress) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto per_rank = torch::zeros({world_.world_size}, torch::kDouble);
+  per_rank[world_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
+  per_rank = all_reduce_sum(world_, per_rank);
+  if (world_.rank != 0) return;
+  std::string text;
+  MetricsRecord record = at_step(progress);
+  record.emplace_back("peak_rss_mib_max", per_rank.max().item<double>());
+  for (int r = 0; r < world_.world_size; ++r) {
+    text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+    record.emplace_back("peak_rss_mib_rank" + std::to_string(r), per_rank[r].item<double>());
+  }
+  spdlog::info("peak RSS per rank (MiB): {}", text);
+  metrics_->write(record);
+}
+
+void RunRecorder::finished(const TrainProgress& progress) {
+  if (world_.rank == 0) {
+    double elapsed = seconds_since(run_start_);
+    int64_t steps = progress.step - run_start_step_;
+    spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt", steps, elapsed,
+                 steps / std::max(elapsed, 1e-9), output_dir_);
+  }
+  write_report(progress, 0);
+}
+
+void RunRecorder::stopped(const TrainProgress& progress, int signal) {
+  if (world_.rank == 0)
+    spdlog::warn("stopping at step {} as asked ({}); checkpoint saved, the same command resumes from it",
+                 progress.step, signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM");
+  write_report(progress, 128 + signal);
+}
+
+void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status) {
+  if (world_.rank != 0) return;
+  if (exit_status)
+    metrics_->write({{"step", static_cast<double>(progress.step)}, {"exit_status", static_cast<double>(*exit_status)}});
+  if (!config_.logging.report) return;
+  try {
+    write_run_report(output_dir_ + "/report.html", {output_dir_});
+  } catch (const std::exception& e) {
+    spdlog::warn("no report.html: {}", e.what());  // the run's own files are what matter
+  }
+}
+
+}  // namespace ddp

@@ -1,0 +1,101 @@
+#pragma once
+// What a run shows and leaves while it trains, kept out of the loop (torchtitan's metrics
+// processor): the run directory's config and metrics, log windows and throughput, the live progress
+// line and ETA, the system monitor, the heartbeat, the first step's time, peak memory, eval records
+// and the report. The loop calls it at the edges of steps and evaluations; it decides what is due.
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddp/checkpoint/train_progress.h"
+#include "ddp/comm/gradient_sync.h"
+#include "ddp/comm/process_group.h"
+#include "ddp/common/directory_lock.h"
+#include "ddp/common/value_slots.h"
+#include "ddp/data/batch.h"
+#include "ddp/loop/evaluator.h"
+#include "ddp/loop/train_config.h"
+#include "ddp/loop/worker_signals.h"
+#include "ddp/monitor/system_monitor.h"
+#include "ddp/record/metrics_log.h"
+
+namespace ddp {
+
+/// What one optimizer step did on this rank, for the record.
+struct StepStats {
+  double loss_sum = 0;  ///< its micro-batches' mean losses, added up
+  int64_t batches = 0;
+  int64_t samples = 0;
+  int64_t sampled_edges = 0;
+  double lr = 0;  ///< the learning rate it stepped with
+};
+
+/// One rank's view of the run's record; rank 0 writes the files and the log.
+class RunRecorder {
+ public:
+  /// Rank 0 creates `output_dir` (locked against a second run), saves the resolved config, opens
+  /// the metrics (and TensorBoard) and says what the run is. The monitor reserves its side values.
+  RunRecorder(const TrainConfig& config, const Communicator& world, const std::string& output_dir,
+              const std::string& resolved_config, ValueSlots& side_values);
+  RunRecorder(const RunRecorder&) = delete;
+  RunRecorder& operator=(const RunRecorder&) = delete;
+
+  /// Training starts (or resumes) at `progress`, to `total_steps`.
+  void begin(const TrainProgress& progress, int64_t total_steps);
+  /// Before a step: this rank's numbers for the monitor go into the side values.
+  void step_begins();
+  /// After a step: its numbers, the time it waited for data so far (`data_waited_ms`, cumulative)
+  /// and for its gradients; the heartbeat, the progress line and, when due, the log line and the monitor's record.
+  void step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms, const ReducerTiming& sync);
+  /// Around an evaluation: its time is not training time, and it counts as progress.
+  void eval_begins(const TrainProgress& progress);
+  void eval_ends(const TrainProgress& progress, const EvalResult& result);
+  /// Every rank's peak RSS, on rank 0's log and in the metrics.
+  void report_peak_memory(const TrainProgress& progress);
+  /// The end of a run that finished: the summary line, the exit status and the report.
+  void finished(const TrainProgress& progress);
+  /// The end of a run stopped by `signal` after its checkpoint.
+  void stopped(const TrainProgress& progress, int signal);
+
+ private:
+  void log_window(const TrainProgress& progress);
+  void show_progress_line(const TrainProgress& progress);
+  double eta_seconds(const TrainProgress& progress) const;
+  void write_report(const TrainProgress& progress, std::optional<int> exit_status);
+
+  // Sums since the last log line, added up over ranks by name.
+  struct LogWindow {
+    explicit LogWindow(ValueSlots& sums);
+    ValueSlots::Slot loss, batches, samples, sampled_edges, steps, sync_ms, exposed_ms;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  const TrainConfig& config_;
+  const Communicator& world_;
+  std::string output_dir_;
+  std::unique_ptr<DirectoryLock> output_lock_;  // rank 0 only: no second run in output_dir_
+  std::unique_ptr<MetricsLog> metrics_;         // rank 0 only
+  SystemMonitor monitor_;
+  Heartbeat heartbeat_;
+  ValueSlots window_sums_;
+  LogWindow window_{window_sums_};
+  Clock::time_point window_start_;
+  double last_lr_ = 0;
+  Clock::time_point run_start_;
+  int64_t run_start_step_ = 0;
+  int64_t total_steps_ = 0;
+  Clock::time_point step_start_;
+  double data_waited_ms_ = 0;  // by the end of the previous step
+  double last_data_wait_ms_ = 0;  // this rank's previous step, for the monitor
+  double last_busy_ms_ = 0;
+  Clock::time_point eval_start_;
+  double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
+  bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
+  Clock::time_point last_progress_line_;
+};
+
+}  // namespace ddp

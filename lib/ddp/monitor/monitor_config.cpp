@@ -1,0 +1,17 @@
+#include "ddp/monitor/monitor_config.h"
+
+#include "ddp/common/limits.h"
+#include "ddp/config/config_schema.h"
+
+namespace ddp {
+
+void declare_config(ConfigSchema& schema, MonitorConfig& config) {
+  schema.section("monitor", "Each rank's CPU, memory, data wait and compute time, recorded by rank 0.");
+  schema.add("monitor.every_s", &config.every_s,
+             "seconds between monitor records (metrics.jsonl, TensorBoard, one log line, warnings for starved "
+             "input and stragglers); 0: off")
+      .min(0)
+      .max(kMaxSeconds);
+}
+
+}  // namespace ddp

@@ -1,0 +1,62 @@
+#include "ddp/parallel/device_mesh.h"
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+
+const char* mesh_dim_name(MeshDim dim) {
+  switch (dim) {
+    case MeshDim::kPipeline: return "pipeline";
+    case MeshDim::kDataReplicate: return "data_replicate";
+    case MeshDim::kDataShard: return "data_shard";
+  }
+  return "?";
+}
+
+DeviceMesh DeviceMesh::from_config(const MeshConfig& config, int world_size) {
+  const int64_t fixed = config.pipeline * config.data_shard;
+  std::string sizes = "dist.pipeline " + std::to_string(config.pipeline) + " × dist.data_shard " +
+                      std::to_string(config.data_shard);
+  if (config.data_replicate == 0) {
+    if (world_size % fixed != 0)
+      throw ConfigError("dist.pipeline, dist.data_shard: " + sizes + " = " + std::to_string(fixed) +
+                        " does not divide the world size " + std::to_string(world_size) +
+                        "; choose sizes whose product divides it");
+    return DeviceMesh({static_cast<int>(config.pipeline), static_cast<int>(world_size / fixed),
+                       static_cast<int>(config.data_shard)});
+  }
+  const int64_t product = fixed * config.data_replicate;
+  if (product != world_size)
+    throw ConfigError("dist.pipeline, dist.data_replicate, dist.data_shard: " + sizes + " × dist.data_replicate " +
+                      std::to_string(config.data_replicate) + " = " + std::to_string(product) +
+                      " ranks, but the world size is " + std::to_string(world_size) +
+                      "; the sizes must multiply to it (dist.data_replicate: 0 takes what the others leave)");
+  return DeviceMesh({static_cast<int>(config.pipeline), static_cast<int>(config.data_replicate),
+                     static_cast<int>(config.data_shard)});
+}
+
+int DeviceMesh::world_size() const { return sizes_[0] * sizes_[1] * sizes_[2]; }
+
+int DeviceMesh::stride(MeshDim dim) const {
+  int stride = 1;
+  for (std::size_t d = index(dim) + 1; d < sizes_.size(); ++d) stride *= sizes_[d];
+  return stride;
+}
+
+int DeviceMesh::coordinate(int rank, MeshDim dim) const { return rank / stride(dim) % size(dim); }
+
+std::vector<int> DeviceMesh::group_ranks(int rank, MeshDim dim) const {
+  const int first = rank - coordinate(rank, dim) * stride(dim);
+  std::vector<int> ranks;
+  for (int c = 0; c < size(dim); ++c) ranks.push_back(first + c * stride(dim));
+  return ranks;
+}
+
+std::string DeviceMesh::describe() const {
+  std::string text;
+  for (MeshDim dim : kMeshDims)
+    text += (text.empty() ? "" : " × ") + std::string(mesh_dim_name(dim)) + " " + std::to_string(size(dim));
+  return text;
+}
+
+}  // namespace ddp

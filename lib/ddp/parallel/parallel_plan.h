@@ -1,0 +1,66 @@
+#pragma once
+// How the model is spread over the world: the device mesh, this rank's process group along each of
+// its dimensions, and what follows from them for the loop: which parameters this rank trains, how
+// their gradients are synchronised, what a checkpoint must gather. A parallel strategy (sharding,
+// pipeline stages) plugs in here; the loop's control flow does not change.
+
+#include <torch/torch.h>
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "ddp/comm/dist_config.h"
+#include "ddp/comm/gradient_sync.h"
+#include "ddp/comm/process_group.h"
+#include "ddp/common/value_slots.h"
+#include "ddp/parallel/device_mesh.h"
+
+namespace ddp {
+
+/// The parallel layout of one run, as seen from one rank.
+class ParallelPlan {
+ public:
+  /// The mesh `mesh` describes over `world`, with this rank's group along each dimension: one as
+  /// large as the world is the world's own group (its shared-memory path included), any other a
+  /// process group of its own over the world's store. Every rank must build it. Throws ConfigError
+  /// for sizes that do not multiply to the world size.
+  ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist);
+
+  const DeviceMesh& mesh() const { return mesh_; }
+  /// Every rank.
+  const Communicator& world() const { return world_; }
+  /// This rank's group along `dim`.
+  const Communicator& group(MeshDim dim) const { return groups_[static_cast<std::size_t>(dim)]; }
+
+  /// The parameters of `model` this rank trains, each tensor once (LibTorch lists a tensor
+  /// registered under two names, as tied weights are, twice), after making the replicas equal:
+  /// rank 0's parameters and buffers everywhere. Fails on every rank unless every rank built the
+  /// same architecture.
+  std::vector<torch::Tensor> prepare_model(torch::nn::Module& model);
+
+  /// What averages the gradients of `parameters` (from prepare_model) each step, carrying
+  /// `side_values` (which must outlive it): the bucketed all-reduce over the data replicas.
+  std::unique_ptr<GradientSync> make_gradient_sync(std::vector<torch::Tensor> parameters,
+                                                   ValueSlots* side_values) const;
+
+  /// Before evaluation: rank 0's buffers (BatchNorm statistics) on every replica (Note [Lazy buffer broadcast]).
+  void share_buffers();
+
+  /// Whether this rank writes checkpoints and model files: every parameter and optimizer state is
+  /// here already (replicas), so rank 0 alone.
+  bool writes_checkpoints() const { return world_.rank == 0; }
+  /// What the writer needs from the other ranks: each rank's CPU generator state, by rank (ranks
+  /// draw different amounts, e.g. dropout on batches of different sizes). Every rank takes part;
+  /// empty except on the writer.
+  std::vector<torch::Tensor> gather_checkpoint_state() const;
+
+ private:
+  DistConfig dist_;
+  Communicator world_;
+  DeviceMesh mesh_;
+  std::array<Communicator, kMeshDims.size()> groups_;
+  std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
+};
+
+}  // namespace ddp
