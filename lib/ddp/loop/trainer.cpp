@@ -61,7 +61,7 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
+Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(config)) {
   output_dir_ = config_.run.output_dir.empty() ? "runs/" + config_.run.name : config_.run.output_dir;
   comm_ = connect(env, config_.dist);
   std::string resolved = to_yaml(config_);

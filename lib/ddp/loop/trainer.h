@@ -9,7 +9,7 @@
 
 #include "ddp/checkpoint/checkpointer.h"
 #include "ddp/checkpoint/train_progress.h"
-#include "ddp/comm/dist_env.h"
+#include "ddp/common/worker_identity.h"
 #include "ddp/comm/gradient_reducer.h"
 #include "ddp/comm/process_group.h"
 #include "ddp/data/batch_prefetcher.h"
@@ -28,7 +28,7 @@ namespace ddp {
 class Trainer {
  public:
   /// Joins the process group, builds the task, synchronises the model, resumes if asked.
-  Trainer(TrainConfig config, DistEnv env);
+  Trainer(TrainConfig config, WorkerIdentity env);
   // Its reducer and prefetcher hold references into it.
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
