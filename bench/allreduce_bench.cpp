@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "ddp/comm/collectives.h"
-#include "ddp/comm/dist_env.h"
 #include "ddp/comm/process_group.h"
 #include "ddp/comm/shm_allreduce.h"
+#include "ddp/common/worker_identity.h"
 
 namespace {
 
@@ -69,7 +69,7 @@ std::string format_size(std::size_t bytes) {
 
 int main() {
   try {
-    ddp::Communicator comm = ddp::connect(ddp::dist_env_from_environment(), ddp::DistConfig{});
+    ddp::Communicator comm = ddp::connect(ddp::worker_identity_from_environment(), ddp::DistConfig{});
     const double world = comm.world_size;
     const bool shared = comm.shared_memory != nullptr;
     if (comm.rank == 0) {

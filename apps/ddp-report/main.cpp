@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "ddp/common/error.h"
+#include "ddp/common/run_main.h"
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/record/run_report.h"
@@ -16,21 +16,20 @@ int main(int argc, char** argv) {
   app.add_option("runs", runs, "Run directories (each with metrics.jsonl)")->required();
   app.add_option("-o,--output", output, "The page to write (default report.html)");
   app.set_version_flag("--version", ddp::version_line());
-  try {
-    app.parse(argc, argv);
+  ddp::ProgramErrors errors;
+  errors.program = "ddp-report";
+  errors.failure = "error";
+  return ddp::run_main(errors, [&]() -> int {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForVersion&) {
+      std::cout << ddp::version_line() << "\n";
+      return ddp::kExitSuccess;
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
     ddp::write_run_report(output, runs);
     std::printf("ddp-report: wrote %s (%zu run(s))\n", output.c_str(), runs.size());
     return ddp::kExitSuccess;
-  } catch (const CLI::CallForVersion&) {
-    std::cout << ddp::version_line() << "\n";
-    return ddp::kExitSuccess;
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const ddp::UserError& e) {
-    std::fprintf(stderr, "ddp-report: error: %s\n", e.what());
-    return ddp::kExitUsage;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddp-report: error: %s\n", e.what());
-    return ddp::kExitFailure;
-  }
+  });
 }

@@ -3,17 +3,17 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
-#include "ddp/common/text.h"
+#include "ddp/common/run_main.h"
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
+#include "ddp/common/worker_identity.h"
 #include "ddp/loop/train_config.h"
-#include "ddp/comm/dist_env.h"
 #include "ddp/loop/trainer.h"
 
 namespace {
@@ -28,28 +28,27 @@ struct Arguments {
 
 int main(int argc, char** argv) {
   ddp::keep_freed_memory_for_reuse();
-  ddp::DistEnv env;
-  // Outside the try: on an error the message comes first, and the process then leaves without
+  ddp::WorkerIdentity identity;
+  // Outside the body: on an error the message comes first, and the process then leaves without
   // destroying it (Gloo's teardown can wait a whole timeout for collectives that will never finish).
   std::unique_ptr<ddp::Trainer> trainer;
-  auto fail = [&](int status, const char* kind, const std::string& what) {
-    std::fprintf(stderr, "ddp-train: rank %d: %s: %s\n", env.rank, kind, what.c_str());
-    std::fflush(stderr);
-    if (trainer) std::_Exit(status);
-    return status;
-  };
-  try {
-    env = ddp::dist_env_from_environment();
+  ddp::ProgramErrors errors;
+  errors.program = "ddp-train";
+  errors.failure = "failed";
+  errors.prefix = [&] { return "rank " + std::to_string(identity.rank) + ": "; };
+  errors.exit_at_once = [&] { return trainer != nullptr; };
+  return ddp::run_main(errors, [&]() -> int {
+    identity = ddp::worker_identity_from_environment();
     Arguments args;
     CLI::App app("ddp-train: one data-parallel worker (see ddprun)", "ddp-train");
     app.add_option("config", args.config, "Trainer config (YAML)")->required();
     app.add_option("--set", args.overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
         ->expected(1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app.add_option("--rank", env.rank, "This process's rank (default $RANK or 0)");
-    app.add_option("--world-size", env.world_size, "Number of processes (default $WORLD_SIZE or 1)");
-    app.add_option("--master-addr", env.master_addr, "Rendezvous host (default $MASTER_ADDR or " + std::string(ddp::kDefaultMasterAddr) + ")");
-    app.add_option("--master-port", env.master_port, "Rendezvous port (default $MASTER_PORT or " + std::to_string(ddp::kDefaultMasterPort) + ")");
+    app.add_option("--rank", identity.rank, "This process's rank (default $RANK or 0)");
+    app.add_option("--world-size", identity.world_size, "Number of processes (default $WORLD_SIZE or 1)");
+    app.add_option("--master-addr", identity.master_addr, "Rendezvous host (default $MASTER_ADDR or " + std::string(ddp::kDefaultMasterAddr) + ")");
+    app.add_option("--master-port", identity.master_port, "Rendezvous port (default $MASTER_PORT or " + std::to_string(ddp::kDefaultMasterPort) + ")");
     app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
     app.set_version_flag("--version", ddp::version_line(), "Print the versions this binary was built with");
     try {
@@ -65,9 +64,9 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       throw ddp::UserError(std::string(e.what()) + "; see ddp-train --help");
     }
-    if (app.count("--rank") && !app.count("--world-size") && !std::getenv("WORLD_SIZE"))
+    if (app.count("--rank") && !app.count("--world-size") && !ddp::process_variable(ddp::env::kWorldSize))
       throw ddp::UserError("--rank needs --world-size");
-    ddp::validate(env);
+    ddp::validate(identity);
 
     ddp::TrainConfig config = ddp::load_train_config(args.config, args.overrides);
     if (args.print_config) {
@@ -75,15 +74,9 @@ int main(int argc, char** argv) {
       return ddp::kExitSuccess;
     }
     spdlog::set_pattern("[%H:%M:%S] %^%l%$: %v");
-    spdlog::set_level(env.rank == 0 ? spdlog::level::info : spdlog::level::warn);
-    trainer = std::make_unique<ddp::Trainer>(std::move(config), env);
+    spdlog::set_level(identity.rank == 0 ? spdlog::level::info : spdlog::level::warn);
+    trainer = std::make_unique<ddp::Trainer>(std::move(config), identity);
     int stopped_by = trainer->fit();
     return stopped_by ? 128 + stopped_by : ddp::kExitSuccess;
-  } catch (const ddp::UserError& e) {
-    return fail(ddp::kExitUsage, "error", e.what());
-  } catch (const ddp::IoError& e) {
-    return fail(ddp::kExitIoError, "I/O error", e.what());
-  } catch (const std::exception& e) {
-    return fail(ddp::kExitFailure, "failed", ddp::without_backtrace(e.what()));
-  }
+  });
 }

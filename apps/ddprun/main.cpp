@@ -1,10 +1,7 @@
 // ddprun: launches one worker per GPU or CPU slot with the torchrun environment and supervises them.
 #include <fcntl.h>
 
-#include <cstdio>
-#include <exception>
-
-#include "ddp/common/error.h"
+#include "ddp/common/run_main.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/launch/launch_options.h"
 #include "ddp/launch/supervisor.h"
@@ -15,18 +12,11 @@ int main(int argc, char** argv) {
   // pipe was, when ddprun started with stdin closed).
   for (int fd = 0; fd <= 2; ++fd)
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd) return ddp::kExitFailure;
-  try {
+  ddp::ProgramErrors errors;
+  errors.program = "ddprun";
+  return ddp::run_main(errors, [&] {
     auto options = ddp::parse_launch_options(argc, argv);
-    if (!options) return ddp::kExitSuccess;
+    if (!options) return static_cast<int>(ddp::kExitSuccess);
     return ddp::run_launcher(*options);
-  } catch (const ddp::UserError& e) {
-    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
-    return ddp::kExitUsage;
-  } catch (const ddp::IoError& e) {
-    std::fprintf(stderr, "ddprun: I/O error: %s\n", e.what());
-    return ddp::kExitIoError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddprun: internal error: %s\n", e.what());
-    return ddp::kExitFailure;
-  }
+  });
 }

@@ -1,2 +1,2 @@
 // Must not compile: the launcher knows nothing of the trainer's parts.
-#include "ddp/comm/dist_env.h"
+#include "ddp/comm/process_group.h"

@@ -38,7 +38,7 @@ Gradients gradients_alone(int rank) {
 
 // Rank `rank` of two, meeting the other (a thread of this process) through a FileStore in `store_dir`.
 ddp::Communicator connect_rank(int rank, const std::string& store_dir, bool shared_memory) {
-  ddp::DistEnv env;
+  ddp::WorkerIdentity env;
   env.rank = rank;
   env.world_size = env.local_world_size = 2;
   env.store_path = store_dir;

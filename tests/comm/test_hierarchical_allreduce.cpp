@@ -16,7 +16,7 @@ namespace {
 constexpr int kWorld = 4, kPerNode = 2;
 
 ddp::Communicator connect_rank(int rank, int node_rank, const std::string& store_dir) {
-  ddp::DistEnv env;
+  ddp::WorkerIdentity env;
   env.rank = rank;
   env.world_size = kWorld;
   env.local_world_size = kPerNode;
@@ -77,7 +77,7 @@ TEST_CASE("ranks not numbered node by node make every rank fall back to Gloo, no
   for (int r = 0; r < kWorld; ++r)
     threads.emplace_back([&, r] {
       // Cyclic placement: ranks 0 and 2 on node 0, 1 and 3 on node 1.
-      ddp::DistEnv env;
+      ddp::WorkerIdentity env;
       env.rank = r;
       env.world_size = kWorld;
       env.local_world_size = kPerNode;
@@ -101,7 +101,7 @@ TEST_CASE("nodes of different sizes (2 ranks and 1) agree on Gloo alone, with no
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r)
     threads.emplace_back([&, r] {
-      ddp::DistEnv env;
+      ddp::WorkerIdentity env;
       env.rank = r;
       env.world_size = 3;
       env.local_world_size = r < 2 ? 2 : 1;

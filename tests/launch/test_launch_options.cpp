@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.h"
+#include "ddp/common/worker_identity.h"
 #include "ddp/launch/launch_options.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/worker_env.h"
@@ -89,12 +90,13 @@ TEST_CASE("worker variables follow torchrun's contract") {
   id.local_rank = 1;
   id.world_size = 8;
   id.local_world_size = 4;
-  id.group_rank = 1;
-  id.group_world_size = 2;
+  id.node_rank = 1;
+  id.node_count = 2;
   id.master_addr = "node0";
   id.master_port = 29500;
   id.run_id = "abc";
   id.restart_count = 2;
+  id.launcher_store = true;
   auto vars = worker_variables(id);
   CHECK(vars.at("RANK") == "5");
   CHECK(vars.at("LOCAL_RANK") == "1");

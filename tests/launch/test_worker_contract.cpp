@@ -1,13 +1,13 @@
 // The launcher↔worker contract (ddp/common/worker_contract.h): every variable the launcher sets is
 // in it, and every variable in it is documented in the README. That the trainer reads its share is
-// tested in tests/comm/test_dist_env.cpp.
+// tested in tests/common/test_worker_identity.cpp.
 #include <catch2/catch.hpp>
 
 #include <set>
 #include <string>
 
 #include "ddp/common/worker_contract.h"
-#include "ddp/launch/worker_env.h"
+#include "ddp/common/worker_identity.h"
 #include "support/subprocess.h"
 
 using namespace ddp;
@@ -17,6 +17,7 @@ TEST_CASE("every variable the launcher sets is in the contract", "[launch][contr
   for (const auto& variable : kWorkerVariables) contract.insert(variable.name);
   WorkerIdentity id;
   id.store_path = "/tmp/store";  // the single-node case sets one more
+  id.launcher_store = true;      // as the supervisor's workers always have it
   auto variables = worker_variables(id);
   REQUIRE(variables.size() >= 17);
   for (const auto& [name, value] : variables) {

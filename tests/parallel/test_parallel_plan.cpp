@@ -28,7 +28,7 @@ std::string config_error(const std::function<void()>& body) {
 
 // Rank `rank` of `world_size`, all on this machine, meeting through a FileStore in `store_dir`.
 ddp::Communicator connect_rank(int rank, int world_size, const std::string& store_dir) {
-  ddp::DistEnv env;
+  ddp::WorkerIdentity env;
   env.rank = rank;
   env.world_size = env.local_world_size = world_size;
   env.store_path = store_dir;

@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "ddp/comm/collectives.h"
-#include "ddp/comm/dist_env.h"
 #include "ddp/comm/process_group.h"
 #include "ddp/comm/shm_allreduce.h"
+#include "ddp/common/worker_identity.h"
 
 namespace {
 
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     if (arg == "--shared-memory") shared_memory = true;
   }
   try {
-    ddp::DistEnv env = ddp::dist_env_from_environment();
+    ddp::WorkerIdentity env = ddp::worker_identity_from_environment();
     ddp::DistConfig config;
     config.timeout_s = timeout_s;
     ddp::Communicator comm = ddp::connect(env, config);

@@ -26,7 +26,7 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
-std::shared_ptr<gloo::transport::Device> gloo_device(const DistEnv& env) {
+std::shared_ptr<gloo::transport::Device> gloo_device(const WorkerIdentity& env) {
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"))
     return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
   // One machine: keep the data connections on loopback, never on a public interface.
@@ -63,7 +63,7 @@ bool everyone(CommBackend& group, bool yes) {
 
 // Gradients through shared memory: on one node among all ranks; across nodes per node, joined by a
 // Gloo group of the nodes' leaders (Note [Hierarchical all-reduce]). Null where not every rank can.
-std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator& comm, const DistEnv& env,
+std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator& comm, const WorkerIdentity& env,
                                                              const std::shared_ptr<gloo::transport::Device>& device,
                                                              std::chrono::milliseconds timeout) {
   std::string why_not;
@@ -111,7 +111,7 @@ std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator&
 // rank 0's: `what` is `mine` here; the error adds `fix`. Without it, ranks with different world sizes
 // meet in Gloo's address exchange and fail there on a buffer size ("address.cc:45 136 vs 272"), and
 // ranks with different backends (nodes with different GPU counts) never meet at all.
-void check_same_as_rank_0(c10d::Store& store, const DistEnv& env, const std::string& what, const std::string& mine,
+void check_same_as_rank_0(c10d::Store& store, const WorkerIdentity& env, const std::string& what, const std::string& mine,
                           const std::string& fix) {
   const std::string key = "ddp/" + what;
   if (env.rank == 0) {
@@ -175,7 +175,7 @@ Placement resolve_placement(const DistConfig& config, int local_rank, int local_
   return placement;
 }
 
-Communicator connect(const DistEnv& env, const DistConfig& config) {
+Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(env.master_port);

@@ -14,7 +14,7 @@
 
 #include "ddp/comm/collective_tracker.h"
 #include "ddp/comm/dist_config.h"
-#include "ddp/comm/dist_env.h"
+#include "ddp/common/worker_identity.h"
 
 namespace ddp {
 
@@ -64,6 +64,6 @@ Communicator sub_communicator(const Communicator& world, const std::string& name
 
 /// Connects to (or, as rank 0 started by hand, hosts) the TCP store and creates the process group.
 /// Throws UserError naming the master address on a time-out.
-Communicator connect(const DistEnv& env, const DistConfig& config);
+Communicator connect(const WorkerIdentity& env, const DistConfig& config);
 
 }  // namespace ddp

@@ -1,8 +1,8 @@
 #pragma once
-// Slurm's compressed lists, as its environment variables hold them: host lists
-// (SLURM_JOB_NODELIST=node[01-04,07]) and count lists (SLURM_TASKS_PER_NODE=2(x3),1). Parsed here,
-// without running `scontrol show hostnames`, so that ddprun reads a job's layout in microseconds and
-// needs no Slurm binary at run time.
+// Slurm's compressed lists, as its environment variables hold them: host lists (a job's node list,
+// node[01-04,07]) and count lists (its tasks per node, 2(x3),1). Parsed here, without running
+// `scontrol show hostnames`, so that ddprun reads a job's layout in microseconds and needs no Slurm
+// binary at run time.
 
 #include <string>
 #include <string_view>

@@ -1,7 +1,8 @@
 #pragma once
 // The contract between the launcher and every worker it starts: the environment variables it sets,
 // the heartbeat it reads, the exit statuses both sides give meaning to. ddprun writes these and
-// ddp-train reads them; neither side spells a name of its own.
+// ddp-train reads them; neither side spells a name of its own. Slurm's names live here too, so that
+// every variable a worker's identity comes from is spelled in this one file (worker_identity.h).
 
 #include <cstdint>
 
@@ -66,6 +67,26 @@ inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";
 }  // namespace env
 
+/// Slurm's names, which neither program sets: ddprun reads a job step's layout from them (mode A,
+/// one launcher per node), ddp-train its identity when each Slurm task is a rank (mode B). Spelled
+/// here only, next to the launcher's.
+namespace slurm {
+inline constexpr const char* kJobId = "SLURM_JOB_ID";
+inline constexpr const char* kStepId = "SLURM_STEP_ID";
+inline constexpr const char* kNodeId = "SLURM_NODEID";  ///< this node's index in the step
+inline constexpr const char* kProcId = "SLURM_PROCID";  ///< this task's rank
+inline constexpr const char* kLocalId = "SLURM_LOCALID";
+inline constexpr const char* kNtasks = "SLURM_NTASKS";
+inline constexpr const char* kNprocs = "SLURM_NPROCS";  ///< older Slurm's spelling of kNtasks
+inline constexpr const char* kStepNumNodes = "SLURM_STEP_NUM_NODES";
+inline constexpr const char* kNnodes = "SLURM_NNODES";  ///< the job's; the step's (above) wins
+inline constexpr const char* kStepNodeList = "SLURM_STEP_NODELIST";
+inline constexpr const char* kJobNodeList = "SLURM_JOB_NODELIST";
+inline constexpr const char* kStepTasksPerNode = "SLURM_STEP_TASKS_PER_NODE";
+inline constexpr const char* kTasksPerNode = "SLURM_TASKS_PER_NODE";
+inline constexpr const char* kRestartCount = "SLURM_RESTART_COUNT";  ///< how often the job was requeued
+}  // namespace slurm
+
 /// What starts a progress line (see env::kProgress): a carriage return, then a tag no ordinary
 /// output starts with (tqdm's own "\r 10%|..." is output like any other).
 inline constexpr const char* kProgressMarker = "\r\x1b[ddprun-progress]";
@@ -77,14 +98,14 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kWorldSize, VariableReader::kTrainer},
     {env::kLocalWorldSize, VariableReader::kTrainer},
     {env::kGroupRank, VariableReader::kTrainer},  // the node, for the hierarchical all-reduce
-    {env::kGroupWorldSize, VariableReader::kTorchPython},
+    {env::kGroupWorldSize, VariableReader::kTrainer},  // read into WorkerIdentity::node_count
     {env::kRoleRank, VariableReader::kTorchPython},
     {env::kRoleWorldSize, VariableReader::kTorchPython},
     {env::kMasterAddr, VariableReader::kTrainer},
     {env::kMasterPort, VariableReader::kTrainer},
     {env::kRunId, VariableReader::kTrainer},
     {env::kRestartCount, VariableReader::kTrainer},
-    {env::kMaxRestarts, VariableReader::kTorchPython},
+    {env::kMaxRestarts, VariableReader::kTrainer},
     {env::kStorePath, VariableReader::kTrainer},
     {env::kHeartbeatFd, VariableReader::kTrainer},
     {env::kProgress, VariableReader::kTrainer},

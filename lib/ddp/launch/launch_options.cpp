@@ -14,10 +14,9 @@
 #include "ddp/common/limits.h"
 #include "ddp/common/text.h"
 #include "ddp/common/version.h"
-#include "ddp/launch/machine.h"
-#include "ddp/launch/slurm_env.h"
-
 #include "ddp/common/worker_contract.h"
+#include "ddp/common/worker_identity.h"
+#include "ddp/launch/machine.h"
 
 namespace ddp {
 namespace {
@@ -240,7 +239,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   // Mode A under Slurm: what the job step says fills in what the command line left out. Explicit
   // options, then MASTER_ADDR / MASTER_PORT, win over it.
   if (!no_slurm && !options.standalone) {
-    if (auto slurm = slurm_layout([](const char* name) { return std::getenv(name); })) {
+    if (auto slurm = slurm_layout(process_variable)) {
       // Only what this command line left open is taken, and the line says exactly that.
       std::string derived;
       auto take = [&](const char* option, bool open, const std::function<void()>& apply) {

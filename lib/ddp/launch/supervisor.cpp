@@ -16,6 +16,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/shared_memory_names.h"
 #include "ddp/common/worker_contract.h"
+#include "ddp/common/worker_identity.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/output_relay.h"
 #include "ddp/launch/process.h"
@@ -133,14 +134,15 @@ class Attempt {
       id.rank = layout_.rank_offset + local;
       id.world_size = layout_.world_size;
       id.local_world_size = options_.nproc_per_node;
-      id.group_rank = options_.node_rank;
-      id.group_world_size = options_.nnodes;
+      id.node_rank = options_.node_rank;
+      id.node_count = options_.nnodes;
       id.master_addr = options_.master_addr;
       id.master_port = layout_.master_port;
       id.store_path = layout_.store_path;
       id.run_id = layout_.run_id;
       id.restart_count = attempt_;
       id.max_restarts = options_.max_restarts;
+      id.launcher_store = true;  // whatever the worker runs, it joins this launcher's store
       auto variables = worker_variables(id);
       variables[env::kHeartbeatFd] = std::to_string(kWorkerHeartbeatFd);
       const auto& filter = options_.local_ranks_filter;

@@ -20,7 +20,7 @@ std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() 
 
 }  // namespace
 
-Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
+Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(config)) {
   plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist), config_.mesh, config_.dist);
   const Communicator& world = plan_->world();
   std::string resolved = to_yaml(config_);

@@ -9,9 +9,9 @@
 
 #include "ddp/checkpoint/checkpointer.h"
 #include "ddp/checkpoint/train_progress.h"
-#include "ddp/comm/dist_env.h"
 #include "ddp/comm/gradient_sync.h"
 #include "ddp/common/value_slots.h"
+#include "ddp/common/worker_identity.h"
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/distributed_sampler.h"
 #include "ddp/loop/run_recorder.h"
@@ -27,7 +27,7 @@ namespace ddp {
 class Trainer {
  public:
   /// Joins the process group, builds the plan and the task, synchronises the model, resumes if asked.
-  Trainer(TrainConfig config, DistEnv env);
+  Trainer(TrainConfig config, WorkerIdentity env);
   // Its reducer and prefetcher hold references into it.
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
