@@ -30,16 +30,15 @@ class CapturedLog {
   std::shared_ptr<spdlog::logger> previous_;
 };
 
-// The summed side values of one step, in the monitor's slot: per rank (data wait ms, busy ms); CPU 50%, RSS 100 MiB.
+// The summed side values of one step, in the monitor's slots: per rank (data wait ms, busy ms); CPU 50%, RSS 100 MiB.
 void put_step_values(ddp::ValueSlots& side, ddp::SystemMonitor& monitor,
                      const std::vector<std::pair<double, double>>& per_rank) {
-  std::span<double> summed = side[monitor.slot()];
-  std::size_t per = static_cast<std::size_t>(monitor.side_values()) / per_rank.size();
+  const ddp::MonitorSlots& slots = monitor.slots();
   for (std::size_t r = 0; r < per_rank.size(); ++r) {
-    summed[r * per] = 50;
-    summed[r * per + 1] = 100;
-    summed[r * per + 2] = per_rank[r].first;
-    summed[r * per + 3] = per_rank[r].second;
+    side[slots.cpu_percent][r] = 50;
+    side[slots.rss_mib][r] = 100;
+    side[slots.data_wait_ms][r] = per_rank[r].first;
+    side[slots.busy_ms][r] = per_rank[r].second;
   }
 }
 

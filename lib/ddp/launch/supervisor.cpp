@@ -47,7 +47,7 @@ struct Worker {
   int local_rank = 0;
   int rank = 0;
   pid_t pid = -1;
-  WorkerState state = WorkerState::kInit;
+  WorkerState state = WorkerState::kHealthy;  // from its spawn
   int status = 0;  // waitpid status once exited
   bool group_cleared = false;  // its process group was killed and forgotten when it was reaped
   int heartbeat_fd = -1;
@@ -166,7 +166,6 @@ class Attempt {
       worker.local_rank = local;
       worker.rank = id.rank;
       worker.pid = process.pid;
-      worker.state = WorkerState::kHealthy;
       worker.heartbeat_fd = process.heartbeat_fd;
       workers_.push_back(worker);  // first: if the relay throws, run() still stops this worker
       relay_.add_worker(local, process.stdout_fd, process.stderr_fd, target);

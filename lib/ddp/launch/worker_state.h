@@ -1,12 +1,13 @@
 #pragma once
-// Supervision as a state machine (torch elastic's): each worker goes INIT → HEALTHY → SUCCEEDED |
-// FAILED | STOPPED, and each attempt ends in finishing, restarting or giving up. The decisions are
+// Supervision as a state machine (torch elastic's): each worker goes HEALTHY → SUCCEEDED | FAILED |
+// STOPPED, and each attempt ends in finishing, restarting or giving up. Elastic's INIT (waiting for
+// the rendezvous) is the launcher's own phase here: a worker exists only once it is spawned. The decisions are
 // pure functions of what was observed, so they are tested without processes.
 
 namespace ddp {
 
 /// A worker's life.
-enum class WorkerState { kInit, kHealthy, kSucceeded, kFailed, kStopped };
+enum class WorkerState { kHealthy, kSucceeded, kFailed, kStopped };
 
 /// The state a HEALTHY worker enters when it exits with waitpid status `wait_status`: SUCCEEDED on
 /// exit 0; otherwise STOPPED if the launcher was already stopping the group, else FAILED.

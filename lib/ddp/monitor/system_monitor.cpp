@@ -23,8 +23,8 @@ namespace ddp {
 
 namespace {
 
-// CPU, RSS, data wait, busy; then, on CUDA builds, the GPU's five (-1: unknown). The same on every
-// rank, since every rank runs the same binary.
+// CPU, RSS, data wait, busy; then, on CUDA builds, the GPU's five (-1: unknown): one slot each,
+// with a place per rank. The same on every rank, since every rank runs the same binary.
 #ifdef DDP_WITH_CUDA
 constexpr int kValuesPerRank = 9;
 #else
@@ -73,7 +73,20 @@ SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_si
                              ValueSlots& side_values)
     : every_s_(config.every_s), rank_(rank), world_size_(world_size), side_values_(side_values), window_(world_size) {
   if (!enabled()) return;
-  slot_ = side_values_.reserve("monitor", static_cast<std::size_t>(kValuesPerRank * world_size_));
+  auto by_rank = [&](const char* name) {
+    return side_values_.reserve(std::string("monitor ") + name, static_cast<std::size_t>(world_size_));
+  };
+  slots_.cpu_percent = by_rank("cpu_percent");
+  slots_.rss_mib = by_rank("rss_mib");
+  slots_.data_wait_ms = by_rank("data_wait_ms");
+  slots_.busy_ms = by_rank("busy_ms");
+  if (kValuesPerRank > 4) {
+    slots_.gpu_utilization_percent = by_rank("gpu_utilization_percent");
+    slots_.gpu_memory_used_mib = by_rank("gpu_memory_used_mib");
+    slots_.gpu_memory_total_mib = by_rank("gpu_memory_total_mib");
+    slots_.gpu_temperature_c = by_rank("gpu_temperature_c");
+    slots_.gpu_power_w = by_rank("gpu_power_w");
+  }
   rss_mib_ = rss_mib();
 #ifdef DDP_WITH_CUDA
   if (gpu_index >= 0) gpu_ = GpuSampler::open_cuda_device(gpu_index);
@@ -120,13 +133,15 @@ int SystemMonitor::side_values() const { return enabled() ? kValuesPerRank * wor
 
 void SystemMonitor::put_local(double data_wait_ms, double busy_ms) {
   if (!enabled()) return;
-  std::span<double> values = side_values_[slot_];
-  std::fill(values.begin(), values.end(), 0.0);
-  auto at = static_cast<std::size_t>(rank_ * kValuesPerRank);
-  values[at] = cpu_percent_;
-  values[at + 1] = rss_mib_;
-  values[at + 2] = data_wait_ms;
-  values[at + 3] = busy_ms;
+  for (ValueSlots::Slot slot : slot_list()) {
+    std::span<double> values = side_values_[slot];
+    std::fill(values.begin(), values.end(), 0.0);  // the other ranks' places: they add their own
+  }
+  auto mine = [&](ValueSlots::Slot slot) -> double& { return side_values_[slot][static_cast<std::size_t>(rank_)]; };
+  mine(slots_.cpu_percent) = cpu_percent_;
+  mine(slots_.rss_mib) = rss_mib_;
+  mine(slots_.data_wait_ms) = data_wait_ms;
+  mine(slots_.busy_ms) = busy_ms;
   if (kValuesPerRank > 4) {
     std::optional<GpuSample> gpu;
     {
@@ -134,23 +149,33 @@ void SystemMonitor::put_local(double data_wait_ms, double busy_ms) {
       gpu = gpu_sample_;
     }
     double unknown = -1;
-    values[at + 4] = gpu ? gpu->utilization_percent : unknown;
-    values[at + 5] = gpu ? gpu->memory_used_mib : unknown;
-    values[at + 6] = gpu ? gpu->memory_total_mib : unknown;
-    values[at + 7] = gpu ? gpu->temperature_c : unknown;
-    values[at + 8] = gpu ? gpu->power_w : unknown;
+    mine(slots_.gpu_utilization_percent) = gpu ? gpu->utilization_percent : unknown;
+    mine(slots_.gpu_memory_used_mib) = gpu ? gpu->memory_used_mib : unknown;
+    mine(slots_.gpu_memory_total_mib) = gpu ? gpu->memory_total_mib : unknown;
+    mine(slots_.gpu_temperature_c) = gpu ? gpu->temperature_c : unknown;
+    mine(slots_.gpu_power_w) = gpu ? gpu->power_w : unknown;
   }
 }
 
 void SystemMonitor::take_summed() {
   if (!enabled() || rank_ != 0) return;
-  std::span<const double> summed = side_values_[slot_];
   for (int r = 0; r < world_size_; ++r) {
-    const double* v = summed.data() + static_cast<std::size_t>(r * kValuesPerRank);
-    RankSample sample{v[0], v[1], v[2], v[3], std::nullopt};
-    if (kValuesPerRank > 4 && (v[4] >= 0 || v[5] >= 0)) sample.gpu = GpuSample{v[4], v[5], v[6], v[7], v[8]};
+    auto of = [&](ValueSlots::Slot slot) { return side_values_[slot][static_cast<std::size_t>(r)]; };
+    RankSample sample{of(slots_.cpu_percent), of(slots_.rss_mib), of(slots_.data_wait_ms), of(slots_.busy_ms),
+                      std::nullopt};
+    if (kValuesPerRank > 4 && (of(slots_.gpu_utilization_percent) >= 0 || of(slots_.gpu_memory_used_mib) >= 0))
+      sample.gpu = GpuSample{of(slots_.gpu_utilization_percent), of(slots_.gpu_memory_used_mib),
+                             of(slots_.gpu_memory_total_mib), of(slots_.gpu_temperature_c), of(slots_.gpu_power_w)};
     window_[static_cast<std::size_t>(r)].push_back(sample);
   }
+}
+
+std::vector<ValueSlots::Slot> SystemMonitor::slot_list() const {
+  std::vector<ValueSlots::Slot> list{slots_.cpu_percent, slots_.rss_mib, slots_.data_wait_ms, slots_.busy_ms};
+  if (kValuesPerRank > 4)
+    list.insert(list.end(), {slots_.gpu_utilization_percent, slots_.gpu_memory_used_mib, slots_.gpu_memory_total_mib,
+                             slots_.gpu_temperature_c, slots_.gpu_power_w});
+  return list;
 }
 
 std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {

@@ -29,6 +29,13 @@ struct RankSample {
   std::optional<GpuSample> gpu;  ///< CUDA builds, where NVML answers
 };
 
+/// The monitor's side values: one slot per number, with a place per rank.
+struct MonitorSlots {
+  ValueSlots::Slot cpu_percent, rss_mib, data_wait_ms, busy_ms;
+  ValueSlots::Slot gpu_utilization_percent, gpu_memory_used_mib, gpu_memory_total_mib, gpu_temperature_c,
+      gpu_power_w;  ///< CUDA builds
+};
+
 /// Every rank's numbers, and what rank 0 makes of them.
 class SystemMonitor {
  public:
@@ -43,8 +50,8 @@ class SystemMonitor {
   bool enabled() const { return every_s_ > 0; }
   /// How many side values it reserved: 4 per rank (9 on CUDA builds), or none when off.
   int side_values() const;
-  /// Its slot of the side values.
-  ValueSlots::Slot slot() const { return slot_; }
+  /// Its slots of the side values.
+  const MonitorSlots& slots() const { return slots_; }
 
   /// Before a step's transfer: this rank's last step's numbers in its own places of the slot, zeros in the others'.
   void put_local(double data_wait_ms, double busy_ms);
@@ -58,12 +65,13 @@ class SystemMonitor {
 
  private:
   void sample_loop();
+  std::vector<ValueSlots::Slot> slot_list() const;
 
   double every_s_;
   int rank_;
   int world_size_;
   ValueSlots& side_values_;
-  ValueSlots::Slot slot_;
+  MonitorSlots slots_;
   std::atomic<double> cpu_percent_{0};
   std::atomic<double> rss_mib_{0};
   std::unique_ptr<GpuSampler> gpu_;

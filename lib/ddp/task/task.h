@@ -22,7 +22,7 @@ namespace ddp {
 /// Which samples a batch comes from.
 enum class Split { kTrain, kEval };
 
-/// One kind of learning: supervised learning of one output per sample now; graphs next.
+/// One kind of learning: supervised learning of one output per sample, node classification on a graph.
 class Task {
  public:
   virtual ~Task() = default;
