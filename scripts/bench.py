@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode, BENCH_ONLY=monitor or BENCH_ONLY=graph runs only that table. The graph table runs
+BENCH_ONLY=multinode, BENCH_ONLY=monitor or BENCH_ONLY=graph runs only that table; BENCH_ONLY=compare
+BENCH_BASELINE=DIR compares this build's throughput with another build's bin/ (an earlier commit's),
+runs of the two alternating so that both see the same machine. The graph table runs
 on BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
 reference alike; BENCH_PYTHON is the Python with torch (default /usr/bin/python3, Debian's).
 
@@ -232,9 +234,34 @@ def graph(work):
     print()
 
 
+def compare(work):
+    """This build against BENCH_BASELINE's binaries, back to back: ConvNet and MLP at world 1 and 2."""
+    global BIN
+    ours, theirs = BIN, os.environ.get("BENCH_BASELINE", "")
+    if not os.path.isfile(os.path.join(theirs, "ddprun")):
+        sys.exit("bench: BENCH_ONLY=compare needs BENCH_BASELINE=DIR, a build's bin/ holding ddprun and ddp-train")
+    print(f"ddprun against {theirs}: {STEPS} steps per run, best of {REPEATS} alternating runs each, batch 64 per rank, "
+          f"1 thread per rank, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| model | world | baseline samples/s | this build samples/s | this ÷ baseline |")
+    print("|---|---:|---:|---:|---:|")
+    for model in MODELS:
+        for nproc in (1, 2):
+            results = {ours: [], theirs: []}
+            for i in range(REPEATS):
+                for which in (theirs, ours) if i % 2 == 0 else (ours, theirs):
+                    BIN = which
+                    tag = "this" if which == ours else "base"
+                    results[which].append(finish_run(*start_run(work, f"{model}-w{nproc}-{tag}-{i}", nproc, model)))
+            BIN = ours
+            base, now = best(results[theirs])["samples_per_s"], best(results[ours])["samples_per_s"]
+            print(f"| {model} | {nproc} | {base:.0f} | {now:.0f} | {now / base:.3f} |", flush=True)
+    print()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
-    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph}.get(os.environ.get("BENCH_ONLY", ""))
+    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph,
+            "compare": compare}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
             only(work)

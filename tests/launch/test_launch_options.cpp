@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <iostream>
+#include <sstream>
+
 #include "ddp/common/error.h"
 #include "ddp/common/worker_identity.h"
 #include "ddp/launch/launch_options.h"
@@ -82,6 +85,70 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   CHECK_THROWS_WITH(parse({"--nnodes", "9999999", "--", "true"}),
                     Contains("--nnodes: expected an integer from 1 to 1048576, got '9999999'"));
   CHECK_THROWS_AS(parse({"--set", "a=1", "--", "true"}), UserError);
+}
+
+namespace {
+
+// What `ddprun --help` prints, from parse_launch_options itself.
+std::string help_text() {
+  std::ostringstream captured;
+  auto* saved = std::cout.rdbuf(captured.rdbuf());
+  const char* argv[] = {"ddprun", "--help"};
+  auto parsed = parse_launch_options(2, argv);
+  std::cout.rdbuf(saved);
+  CHECK_FALSE(parsed.has_value());
+  return captured.str();
+}
+
+// The help of one option: from its name to the next option's line.
+std::string help_of(const std::string& help, const std::string& option) {
+  auto start = help.find("  " + option);
+  if (start == std::string::npos) return "";
+  auto end = help.find("\n  -", start + 1);
+  std::string text = help.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  std::string words;  // CLI11 may wrap a long description: compare with single spaces
+  std::istringstream in(text);
+  for (std::string word; in >> word;) words += (words.empty() ? "" : " ") + word;
+  return words;
+}
+
+std::string shown(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("ddprun's help shows each option's default as LaunchOptions declares it", "[launch][options]") {
+  const LaunchOptions defaults;
+  std::string help = help_text();
+  REQUIRE_THAT(help, Catch::Contains("--nproc-per-node"));
+  std::vector<std::pair<std::string, std::string>> expected{
+      {"--nproc-per-node", std::to_string(defaults.nproc_per_node)},
+      {"--nnodes", std::to_string(defaults.nnodes)},
+      {"--node-rank", std::to_string(defaults.node_rank)},
+      {"--master-addr", defaults.master_addr},
+      {"--master-port", std::to_string(defaults.master_port)},
+      {"--rdzv-timeout", shown(defaults.rdzv_timeout_s)},
+      {"--shutdown-grace", shown(defaults.shutdown_grace_s)},
+      {"--max-restarts", std::to_string(defaults.max_restarts)},
+      {"--monitor-interval", shown(defaults.monitor_interval_s)},
+      {"--stall-timeout", shown(defaults.stall_timeout_s)},
+  };
+  for (const auto& [option, value] : expected) {
+    INFO(option << " in:\n" << help);
+    std::string text = help_of(help, option);
+    CHECK_THAT(text, Catch::Contains("(default " + value + ")") || Catch::Contains("(default " + value + ";") ||
+                         Catch::Contains("(default " + value + ":"));
+  }
+  // The values themselves, so that a default changed by accident shows here as well.
+  CHECK(defaults.nproc_per_node == 1);
+  CHECK(defaults.master_addr == kDefaultMasterAddr);
+  CHECK(defaults.master_port == kDefaultMasterPort);
+  CHECK(help_of(help, "--rdzv-timeout").find("(default 300)") != std::string::npos);
+  CHECK(help_of(help, "--monitor-interval").find("(default 0.1)") != std::string::npos);
+  CHECK(help_of(help, "--stall-timeout").find("(default 0: off)") != std::string::npos);
 }
 
 TEST_CASE("worker variables follow torchrun's contract") {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <sstream>
 #include <tuple>
 
 #include "ddp/common/error.h"
@@ -27,6 +28,18 @@ constexpr const char* kUsage =
     "Starts one worker per GPU or CPU slot with the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, ...),\n"
     "hosts the rendezvous, relays output by rank, and stops every worker when one fails.\n"
     "Options may be spelled with dashes or underscores (--nproc-per-node, --nproc_per_node).";
+
+// torchrun's default port in --rdzv-endpoint HOST (its rendezvous store's, not MASTER_PORT's).
+constexpr const char* kDefaultEndpointPort = "29400";
+
+// "TEXT (default VALUE)", the value taken from a default-constructed LaunchOptions, so that the help
+// cannot drift from the defaults. Streamed: 0.1 shows as "0.1", not std::to_string's "0.100000".
+template <typename T>
+std::string with_default(const std::string& text, const T& value, const std::string& note = "") {
+  std::ostringstream out;
+  out << text << " (default " << value << note << ")";
+  return out.str();
+}
 
 // "--nproc-per-node,--nproc_per_node": torchrun accepts both spellings.
 std::string both_spellings(const std::string& dashed) {
@@ -89,9 +102,9 @@ std::string read_secret(const std::string& file) {
   return secret;
 }
 
-// torchrun's --rdzv-endpoint: HOST, HOST:PORT or [IPv6]:PORT; the port defaults to torchrun's 29400.
+// torchrun's --rdzv-endpoint: HOST, HOST:PORT or [IPv6]:PORT; the port defaults to torchrun's.
 std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) {
-  std::string host = endpoint, port = "29400";
+  std::string host = endpoint, port = kDefaultEndpointPort;
   if (!endpoint.empty() && endpoint.front() == '[') {
     auto close = endpoint.find(']');
     if (close == std::string::npos) throw UserError("--rdzv-endpoint: no ']' in '" + endpoint + "'");
@@ -144,19 +157,25 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   std::vector<std::string> program(separator == args.end() ? separator : separator + 1, args.end());
   args.erase(separator, args.end());
 
+  // Every default is LaunchOptions's own; the options read as text start from it too.
+  const LaunchOptions defaults;
   LaunchOptions options;
-  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = std::to_string(kDefaultMasterPort), filter;
+  std::string nproc = std::to_string(defaults.nproc_per_node), nnodes = std::to_string(defaults.nnodes);
+  std::string node_rank = std::to_string(defaults.node_rank), master_port = std::to_string(defaults.master_port);
+  std::string filter;
   std::string config;
   std::vector<std::string> overrides;
 
   CLI::App app(kUsage, "ddprun");
   app.get_formatter()->column_width(34);
-  app.add_option(both_spellings("--nproc-per-node"), nproc, "Workers on this node: N, auto, cpu or gpu (default 1)");
-  app.add_option("--nnodes", nnodes, "Number of nodes (default 1)");
-  app.add_option(both_spellings("--node-rank"), node_rank, "This node's rank, 0..nnodes-1 (default 0)");
-  app.add_option(both_spellings("--master-addr"), options.master_addr, "Address of node 0 (default " + std::string(kDefaultMasterAddr) + ")");
+  app.add_option(both_spellings("--nproc-per-node"), nproc,
+                 with_default("Workers on this node: N, auto, cpu or gpu", nproc));
+  app.add_option("--nnodes", nnodes, with_default("Number of nodes", nnodes));
+  app.add_option(both_spellings("--node-rank"), node_rank, with_default("This node's rank, 0..nnodes-1", node_rank));
+  app.add_option(both_spellings("--master-addr"), options.master_addr,
+                 with_default("Address of node 0", defaults.master_addr));
   app.add_option(both_spellings("--master-port"), master_port,
-                 "Rendezvous port on node 0 (default " + std::to_string(kDefaultMasterPort) + "; 0 picks a free one)");
+                 with_default("Rendezvous port on node 0", master_port, "; 0 picks a free one"));
   app.add_flag("--standalone", options.standalone, "One node: loopback and a free port");
   app.add_option(both_spellings("--log-dir"), options.log_dir,
                  "Also write each rank's stdout and stderr under DIR/RUN_ID/attempt_N/");
@@ -164,23 +183,24 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
                  "Only these local ranks reach the console, e.g. 0 or 0,2 (logs keep all)");
   app.add_option(both_spellings("--run-id"), options.run_id, "Run id (default: generated; node 0's across nodes)");
   app.add_option(both_spellings("--rdzv-timeout"), options.rdzv_timeout_s,
-                 "Seconds to wait for the master and the other nodes (default 300)")
+                 with_default("Seconds to wait for the master and the other nodes", defaults.rdzv_timeout_s))
       ->check(CLI::PositiveNumber)
       ->check(CLI::Range(0.0, kMaxSeconds));
   app.add_option(both_spellings("--shutdown-grace"), options.shutdown_grace_s,
-                 "Seconds between SIGTERM and SIGKILL when stopping workers (default 10)")
+                 with_default("Seconds between SIGTERM and SIGKILL when stopping workers", defaults.shutdown_grace_s))
       ->check(CLI::NonNegativeNumber)
       ->check(CLI::Range(0.0, kMaxSeconds));
   app.add_option(both_spellings("--max-restarts"), options.max_restarts,
-                 "Restart the whole group up to K times after a failure (default 0)")
+                 with_default("Restart the whole group up to K times after a failure", defaults.max_restarts))
       ->check(CLI::NonNegativeNumber)
       ->check(CLI::Range(0, 1000000));
   app.add_option(both_spellings("--monitor-interval"), options.monitor_interval_s,
-                 "Seconds between health checks of the workers (default 0.1)")
+                 with_default("Seconds between health checks of the workers", defaults.monitor_interval_s))
       ->check(CLI::PositiveNumber)
       ->check(CLI::Range(0.0, kMaxSeconds));
   app.add_option(both_spellings("--stall-timeout"), options.stall_timeout_s,
-                 "Fail a worker whose heartbeat stops for this many seconds (default 0: off)")
+                 with_default("Fail a worker whose heartbeat stops for this many seconds", defaults.stall_timeout_s,
+                              defaults.stall_timeout_s == 0 ? ": off" : ""))
       ->check(CLI::NonNegativeNumber)
       ->check(CLI::Range(0.0, kMaxSeconds));
   std::string secret_file;
@@ -194,7 +214,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->check(CLI::IsMember({"static", "c10d"}));
   app.add_option(both_spellings("--rdzv-endpoint"), rdzv_endpoint,
                  "HOST[:PORT] of the rendezvous store (torchrun's spelling of --master-addr/--master-port; port "
-                 "default 29400)");
+                 "default " + std::string(kDefaultEndpointPort) + ")");
   app.add_option(both_spellings("--rdzv-id"), rdzv_id, "torchrun's spelling of --run-id");
   bool no_slurm = false;
   app.add_flag("--no-slurm", no_slurm,
