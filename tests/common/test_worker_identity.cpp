@@ -73,6 +73,7 @@ TEST_CASE("without a launcher: one process, the default port, torch elastic's re
   CHECK(alone.local_world_size == 0);  // unknown: placement must not count GPUs per node
   CHECK(alone.node_rank == -1);
   CHECK(identity_of({{env::kElasticRestartCount, "2"}}).restart_count == 2);
+  CHECK(identity_of({{env::kElasticMaxRestarts, "4"}}).max_restarts == 4);  // under torchrun
   CHECK_THROWS_WITH(identity_of({{env::kElasticRestartCount, "2"}, {env::kRank, "x"}}),
                     Contains("RANK: expected a non-negative integer, got 'x'"));
 }

@@ -112,7 +112,7 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kOmpNumThreads, VariableReader::kTrainer},
     {env::kUseAgentStore, VariableReader::kTrainer},
     {env::kElasticRestartCount, VariableReader::kTrainer},
-    {env::kElasticMaxRestarts, VariableReader::kTorchPython},
+    {env::kElasticMaxRestarts, VariableReader::kTrainer},  // under torchrun, for WorkerIdentity::max_restarts
     {env::kElasticRunId, VariableReader::kTorchPython},
 };
 
