@@ -13,6 +13,7 @@
 #include "ddp/model/model_config.h"
 #include "ddp/optim/optim_config.h"
 #include "ddp/task/loss.h"
+#include "ddp/task/task_config.h"
 
 namespace ddp {
 
@@ -26,6 +27,7 @@ struct TrainConfig {
   OptimConfig optim;
   ScheduleConfig schedule;
   TrainLoopConfig train;
+  TaskConfig task;  ///< declared under train: (train.task)
   LossConfig loss;  ///< declared under train: (train.loss, train.label_smoothing)
   EvalConfig eval;
   CheckpointConfig checkpoint;

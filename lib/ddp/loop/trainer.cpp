@@ -77,7 +77,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : config_(std::move(config)) {
   context.model.warn = comm_.rank == 0;
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  task_ = make_task(config_.data, config_.sampler, config_.model, config_.loss, context);
+  task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
   // Once each: a tensor registered under two names (tied weights) must get one gradient slot and
   // one optimizer state; LibTorch's parameters(), unlike Python's, lists it twice.
   std::set<const c10::TensorImpl*> seen;
