@@ -29,3 +29,14 @@ TEST_CASE("ConfigSchema on its own", "[config]") {
   CHECK_THROWS_AS(schema.add("s.count", &small.count, ""), std::logic_error);
   CHECK_THROWS_AS(schema.add("s.flag", &flag, "").min(0), std::logic_error);
 }
+
+TEST_CASE("a value outside the choices names the nearest choice, when one is near", "[config]") {
+  std::string format = "npy";
+  ddp::ConfigSchema schema;
+  schema.add("data.format", &format, "which").choices({"csv", "idx", "npy"});
+  schema.apply_override("data.format=nyp");
+  CHECK(schema.problems() ==
+        std::vector<std::string>{"data.format: must be one of csv, idx, npy, got \"nyp\" (did you mean npy?)"});
+  schema.apply_override("data.format=parquet");
+  CHECK(schema.problems() == std::vector<std::string>{"data.format: must be one of csv, idx, npy, got \"parquet\""});
+}

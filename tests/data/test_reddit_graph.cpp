@@ -10,6 +10,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/data/graph_cache.h"
+#include "ddp/data/load_graph.h"
 #include "ddp/data/neighbor_sampler.h"
 #include "ddp/data/npz_reader.h"
 #include "ddp/data/reddit_graph.h"

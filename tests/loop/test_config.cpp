@@ -157,6 +157,32 @@ TEST_CASE("npy, csv and torchscript configs name what is missing or contradictor
   CHECK_NOTHROW(parse("data: {dataset: csv, path: t.csv, eval_fraction: 0.2}\nmodel: {name: torchscript, path: m.pt}"));
 }
 
+TEST_CASE("train.task chooses the task; a key it does not train with is named at load", "[config]") {
+  CHECK(parse("").task.task == "classification");
+  CHECK(parse("train: {task: regression, loss: mse}").task.task == "regression");
+  CHECK_NOTHROW(parse("train: {loss: bce_with_logits}"));
+  CHECK(parse("data: {dataset: graph, path: g, eval_split: val}\nmodel: {name: graphsage}\n"
+              "train: {task: node_classification}").model.name == "graphsage");
+  REQUIRE_THROWS_WITH(parse("train: {task: clasification}"),
+                      Equals("train.task: must be one of classification, node_classification, regression, got "
+                             "\"clasification\" (did you mean classification?)"));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: nyp}"), Contains("data.dataset: must be one of csv, graph, idx, npy, "
+                                                              "synthetic, got \"nyp\" (did you mean npy?)"));
+  REQUIRE_THROWS_WITH(parse("train: {task: regression}"),
+                      Equals("train.loss: cross_entropy trains with train.task: classification or node_classification, "
+                             "not regression (train.task regression takes train.loss: mse)"));
+  REQUIRE_THROWS_WITH(parse("train: {loss: mse}"), Contains("train.loss: mse trains with train.task: regression, not "
+                                                            "classification"));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: graph, path: g}"),
+                      Contains("data.dataset: graph trains with train.task: node_classification, not classification"));
+  REQUIRE_THROWS_WITH(parse("model: {name: graphsage}"),
+                      Contains("model.name: graphsage trains with train.task: node_classification, not classification"));
+  REQUIRE_THROWS_WITH(parse("train: {task: node_classification}"),
+                      Contains("data.dataset: idx trains with train.task: classification or regression, not "
+                               "node_classification (train.task node_classification takes data.dataset: graph)") &&
+                          Contains("model.name: convnet trains with train.task: classification or regression"));
+}
+
 TEST_CASE("every count and duration has an upper bound that names it (issue 12, item 9)", "[config]") {
   REQUIRE_THROWS_WITH(parse("train: {batch_size: 9223372036854775807}"),
                       Equals("train.batch_size: must be in [1, 1e+07], got 9223372036854775807"));

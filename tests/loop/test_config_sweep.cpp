@@ -87,7 +87,7 @@ TEST_CASE("out-of-range values name the key and what was expected", "[config]") 
       {"train.max_steps", "-1"},         {"train.batch_size", "0"},        {"train.grad_accum_steps", "0"},
       {"train.clip_grad_norm", "-1"},    {"eval.batch_size", "0"},         {"checkpoint.keep_last", "0"},
       {"checkpoint.every_steps", "-1"},  {"sampler.seed", "1.5"},          {"run.name", "\"\""},
-      {"dist.device", "tpu"},            {"train.precision", "fp16"}};
+      {"dist.device", "tpu"},            {"train.precision", "fp16"},      {"train.task", "graph"}};
   for (const auto& [path, value] : cases) {
     auto dot = path.find('.');
     std::string message = error_of(path.substr(0, dot) + ":\n  " + path.substr(dot + 1) + ": " + value + "\n");

@@ -120,10 +120,12 @@ TEST_CASE("graph configs that cannot work are refused with one line naming the k
                                    "but 1 fanout(s) are given"));
   auto dataset = run_shell(graph_run(1, graph, dir.file("b"), "--set data.dataset=idx --set data.eval_split=test"));
   CHECK(dataset.exit_code == 2);
-  CHECK_THAT(dataset.err, Contains("model.name: graphsage trains on a graph (data.dataset: graph)"));
+  CHECK_THAT(dataset.err, Contains("data.dataset: idx trains with train.task: classification or regression, not "
+                                   "node_classification (train.task node_classification takes data.dataset: graph)"));
   auto mlp = run_shell(graph_run(1, graph, dir.file("c"), "--set model.name=mlp"));
   CHECK(mlp.exit_code == 2);
-  CHECK_THAT(mlp.err, Contains("data.dataset: a graph trains with model.name: graphsage, not mlp"));
+  CHECK_THAT(mlp.err, Contains("model.name: mlp trains with train.task: classification or regression, not "
+                               "node_classification (train.task node_classification takes model.name: graphsage)"));
   auto val = run_shell(graph_run(1, graph, dir.file("d"), "--set data.dataset=idx"));
   CHECK(val.exit_code == 2);
   CHECK_THAT(val.err, Contains("data.eval_split: val is a graph's split (data.dataset: graph)"));
@@ -133,7 +135,12 @@ TEST_CASE("graph configs that cannot work are refused with one line naming the k
   CHECK_THAT(full.err, Contains("eval.full_neighbourhood: evaluating over every neighbour is for graphs (data.dataset: graph)"));
   auto loss = run_shell(graph_run(1, graph, dir.file("e"), "--set train.loss=mse"));
   CHECK(loss.exit_code == 2);
-  CHECK_THAT(loss.err, Contains("train.loss: graphsage classifies nodes (cross_entropy), got mse"));
+  CHECK_THAT(loss.err, Contains("train.loss: mse trains with train.task: regression, not node_classification "
+                                "(train.task node_classification takes train.loss: cross_entropy)"));
+  auto task = run_shell(graph_run(1, graph, dir.file("e2"), "--set train.task=classification"));
+  CHECK(task.exit_code == 2);
+  CHECK_THAT(task.err, Contains("data.dataset: graph trains with train.task: node_classification, not classification"));
+  CHECK_THAT(task.err, Contains("model.name: graphsage trains with train.task: node_classification, not classification"));
   auto classes = run_shell(graph_run(1, graph, dir.file("f"), "--set model.num_classes=2"));
   CHECK(classes.exit_code == 2);
   CHECK_THAT(classes.err, Contains("model.num_classes: 2 is too few for " + graph + ", whose labels go up to 2"));

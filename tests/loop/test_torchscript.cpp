@@ -226,7 +226,8 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   auto floats = run("mlp.pt", {"data.labels=" + python_fixture("train_target.npy")});
   CHECK(floats.exit_code == 2);
   CHECK_THAT(floats.err, Contains("train_target.npy): train.loss cross_entropy needs one whole-number class per sample"));
-  auto outputs = run("mlp.pt", {"data.labels=" + python_fixture("train_target.npy"), "train.loss=mse"});
+  auto outputs = run("mlp.pt", {"data.labels=" + python_fixture("train_target.npy"), "train.task=regression",
+                                "train.loss=mse"});
   CHECK(outputs.exit_code == 2);
   CHECK_THAT(outputs.err, Contains("the model's output is [32, 4] for targets [32]; train.loss mse needs as many values"));
 }
@@ -235,7 +236,7 @@ TEST_CASE("regression on NPY and classification on CSV train end to end", "[torc
   TempDir reg, csv;
   auto r = ddprun(2, write_config(reg, "regressor.pt"),
                   {"data.labels=" + python_fixture("train_target.npy"), "data.eval_labels=" + python_fixture("test_target.npy"),
-                   "train.loss=mse", "optim.lr=0.01", "eval.at_start=true"});
+                   "train.task=regression", "train.loss=mse", "optim.lr=0.01", "eval.at_start=true"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   double mse = last_eval(reg.file("out/metrics.jsonl"), "eval_mse");

@@ -275,7 +275,9 @@ std::vector<std::string> ConfigSchema::Field::problems() const {
     if (non_empty_ && (*p)->empty()) {
       found.push_back(path_ + ": must not be empty");
     } else if (!choices_.empty() && std::find(choices_.begin(), choices_.end(), **p) == choices_.end()) {
-      found.push_back(path_ + ": must be one of " + join(choices_, ", ") + ", got " + double_quoted(**p));
+      std::string problem = path_ + ": must be one of " + join(choices_, ", ") + ", got " + double_quoted(**p);
+      if (auto guess = nearest(**p, choices_)) problem += " (did you mean " + *guess + "?)";
+      found.push_back(problem);
     }
   } else if (auto* p = std::get_if<std::vector<int64_t>*>(&target_)) {
     if (non_empty_ && (*p)->empty()) found.push_back(path_ + ": must not be empty");

@@ -4,6 +4,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/data/dataset_format.h"
 
 namespace ddp {
 namespace {
@@ -71,6 +72,19 @@ CsvTable read_csv(const std::string& path, const std::string& label_column) {
   table.labels = torch::tensor(labels, torch::kDouble);
   table.features = torch::tensor(features, torch::kFloat).reshape({rows, static_cast<int64_t>(header.size()) - 1});
   return table;
+}
+
+void register_csv_format(DatasetFormats& formats) {
+  formats["csv"].load_splits = [](const DataConfig& config, int64_t) {
+    return load_file_splits(config, [&config](const std::string& path, const std::string&) {
+      CsvTable table = read_csv(path, config.label_column);
+      Dataset data;
+      data.features = table.features;
+      data.labels = table.labels;  // float64: the task decides whether they are classes
+      data.source = path;
+      return data;
+    });
+  };
 }
 
 }  // namespace ddp

@@ -8,8 +8,9 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.section("data", "Where samples come from and how they are normalised.");
   schema.add("data.dataset", &config.dataset,
              "idx: MNIST-format IDX files under `path`; synthetic: generated samples; npy: NumPy arrays "
-             "(`path` features, `labels` labels); csv: a table with a header row (`path`, `label_column`)")
-      .choices({"idx", "synthetic", "npy", "csv", "graph"});
+             "(`path` features, `labels` labels); csv: a table with a header row (`path`, `label_column`); graph: a "
+             "graph directory (train.task: node_classification)")
+      .choices(dataset_format_names());
   schema.add("data.path", &config.path,
              "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
              "first dimension = samples); csv: the training table; graph: a graph directory (README: Graphs)");

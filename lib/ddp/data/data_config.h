@@ -10,7 +10,7 @@ class ConfigSchema;
 
 /// `data:` where samples come from and how they are normalised.
 struct DataConfig {
-  std::string dataset = "idx";  ///< idx (MNIST-format files) | synthetic | npy | csv | graph
+  std::string dataset = "idx";  ///< a registered format: idx (MNIST-format files) | synthetic | npy | csv | graph
   std::string path = "/usr/share/datasets/fashion-mnist";  ///< idx: directory; npy: features file; csv: table
   std::string labels;       ///< npy: the labels file of `path`
   std::string eval_path;    ///< npy, csv: the test split (features file or table)
@@ -43,5 +43,9 @@ struct SamplerConfig {
 void declare_config(ConfigSchema& schema, DataConfig& config);
 /// Declares the `SamplerConfig` keys, bound to `config`, with their defaults, docs and ranges.
 void declare_config(ConfigSchema& schema, SamplerConfig& config);
+
+/// Every registered dataset format, sorted (defined by the registry in dataset_format.cpp, so the
+/// config's choices follow it).
+std::vector<std::string> dataset_format_names();
 
 }  // namespace ddp

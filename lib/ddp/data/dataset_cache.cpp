@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "ddp/common/atomic_file.h"
+#include "ddp/data/dataset_format.h"
 #include "ddp/data/idx_reader.h"
 #include "ddp/data/node_cache.h"
 
@@ -94,6 +95,16 @@ Dataset load_idx_split_cached(const std::string& dir, const std::string& split, 
       [&](const std::string& file, mode_t file_mode) { write_file_atomically(file, encode(load_idx_split(dir, split)), file_mode); },
       mode, source);
   return opened ? *result : load_idx_split(dir, split);
+}
+
+void register_idx_format(DatasetFormats& formats) {
+  formats["idx"].load_splits = [](const DataConfig& config, int64_t) {
+    std::string cache = resolve_cache_dir(config.cache_dir);
+    DatasetSplits splits;
+    splits.train = load_idx_split_cached(config.path, "train", cache);
+    if (config.eval_split == "test") splits.eval = load_idx_split_cached(config.path, "test", cache);
+    return splits;
+  };
 }
 
 }  // namespace ddp

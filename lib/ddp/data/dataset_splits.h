@@ -1,8 +1,10 @@
 #pragma once
-// The train and eval splits `data:` describes, from any of the readers.
+// The train and eval splits `data:` describes, from the format data.dataset names (dataset_format.h).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "ddp/data/data_config.h"
 #include "ddp/data/dataset.h"
@@ -15,10 +17,18 @@ struct DatasetSplits {
   std::optional<Dataset> eval;
 };
 
-/// Loads the splits: IDX (through the node's cache), synthetic (`synthetic_classes` classes), NPY
-/// (features read from the file on demand) or CSV, with data.eval_fraction carved out by a seeded
-/// permutation. Checks that features and labels agree in count and that float labels are not NaN.
-/// Throws FileError naming the file, or ConfigError naming the key.
+/// Loads the splits through the registered format data.dataset names (idx through the node's cache,
+/// synthetic with `synthetic_classes` classes, npy, csv); data.eval_split train makes the training
+/// split the eval split. Throws FileError naming the file, or ConfigError naming the key (a graph
+/// has no sample splits: its task reads it).
 DatasetSplits load_dataset_splits(const DataConfig& config, int64_t synthetic_classes);
+
+/// One file's samples: its path and, where the format keeps labels apart, the labels file's.
+using FileLoader = std::function<Dataset(const std::string& path, const std::string& labels)>;
+
+/// The splits of a format read from files (npy, csv): data.path (data.labels) for training, and for
+/// eval data.eval_path (data.eval_labels) or data.eval_fraction carved out of the training file by
+/// a seeded permutation. FileError when the two files' samples differ in shape.
+DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load);
 
 }  // namespace ddp

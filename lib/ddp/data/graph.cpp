@@ -7,7 +7,6 @@
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/data/npy_reader.h"
-#include "ddp/data/reddit_graph.h"
 
 namespace ddp {
 namespace {
@@ -145,8 +144,12 @@ Graph load_graph_directory(const std::string& dir) {
   return graph;
 }
 
-Graph load_graph(const std::string& path) {
-  return is_reddit_directory(path) ? load_reddit_graph(path) : load_graph_directory(path);
+std::vector<std::string> graph_directory_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& name : {"features.npy", "labels.npy", "edge_index.npy", "edges.csv", "train_idx.npy", "train_mask.npy",
+                           "val_idx.npy", "val_mask.npy", "test_idx.npy", "test_mask.npy"})
+    if (exists(dir + "/" + name)) files.push_back(dir + "/" + name);
+  return files;
 }
 
 }  // namespace ddp

@@ -1,13 +1,15 @@
 #pragma once
 // A graph for node classification: in-neighbours in CSR, float32 node features, labels and the
 // train/val/test node splits. Read from a directory of plain files (load_graph_directory) or PyG's
-// Reddit files (reddit_graph.h); held once per node through the graph cache (graph_cache.h).
+// Reddit files (reddit_graph.h), whichever load_graph.h finds; held once per node through the graph
+// cache (graph_cache.h).
 
 #include <torch/types.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/data/sample_file.h"
 
@@ -50,7 +52,7 @@ void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst,
 /// of range.
 Graph load_graph_directory(const std::string& dir);
 
-/// `path` read as PyG's Reddit files if it holds reddit_data.npz, else as a graph directory.
-Graph load_graph(const std::string& path);
+/// The files of `dir` that load_graph_directory reads, in a fixed order.
+std::vector<std::string> graph_directory_files(const std::string& dir);
 
 }  // namespace ddp

@@ -5,18 +5,15 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <stdexcept>
 
 #include "ddp/common/atomic_file.h"
+#include "ddp/data/load_graph.h"
 #include "ddp/data/node_cache.h"
-#include "ddp/data/reddit_graph.h"
 
 namespace ddp {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'D', 'D', 'P', 'G', 'R', 'P', 'H', '1'};
 
@@ -26,16 +23,6 @@ struct Header {
   char magic[8];
   int64_t nodes, edges, features, train, val, test;
 };
-
-// The files a graph is read from, in a fixed order: their identity names the cache file.
-std::vector<std::string> source_files(const std::string& path) {
-  if (is_reddit_directory(path)) return {path + "/reddit_data.npz", path + "/reddit_graph.npz"};
-  std::vector<std::string> files;
-  for (const auto& name : {"features.npy", "labels.npy", "edge_index.npy", "edges.csv", "train_idx.npy", "train_mask.npy",
-                           "val_idx.npy", "val_mask.npy", "test_idx.npy", "test_mask.npy"})
-    if (fs::is_regular_file(path + "/" + name)) files.push_back(path + "/" + name);
-  return files;
-}
 
 std::string_view bytes_of(const torch::Tensor& t) {
   TORCH_CHECK(t.is_contiguous());
@@ -120,7 +107,7 @@ std::optional<Graph> open_cache(const std::string& path) {
 }  // namespace
 
 Graph load_graph_cached(const std::string& path, const std::string& cache_dir) {
-  auto sources = source_files(path);
+  auto sources = graph_source_files(path);
   std::string name = sources.empty() ? "" : cache_file_name("graph", sources, "ddpgraph");
   if (cache_dir.empty() || cache_dir == "none" || name.empty()) return load_graph(path);
   std::string file = cache_dir + "/" + name;

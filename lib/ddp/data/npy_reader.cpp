@@ -9,6 +9,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/data/dataset_format.h"
 
 namespace ddp {
 namespace {
@@ -154,6 +155,40 @@ std::shared_ptr<SampleFile> open_npy_samples(const std::string& path) {
 torch::Tensor read_npy(const std::string& path) {
   auto samples = open_npy_samples(path);
   return samples->read(torch::arange(samples->count(), torch::kLong));
+}
+
+namespace {
+
+// Int labels become int64 class indices; float ones stay float (float32) and must not be NaN.
+torch::Tensor checked_labels(torch::Tensor labels, const std::string& source) {
+  if (labels.scalar_type() == torch::kInt || labels.scalar_type() == torch::kLong || labels.scalar_type() == torch::kUInt8)
+    return labels.to(torch::kLong);
+  if (labels.numel() == 0) return labels.to(torch::kFloat);  // "holds no samples" is said by the task
+  auto nan = torch::isnan(labels).reshape({labels.size(0), -1}).any(1).nonzero();
+  if (nan.numel() > 0)
+    throw FileError(source + ": label of sample " + std::to_string(nan[0][0].item<int64_t>()) + " is NaN");
+  return labels.to(torch::kFloat);
+}
+
+// data.dataset npy: features read from the file on demand, labels in a file of their own.
+Dataset load_npy_dataset(const std::string& features_path, const std::string& labels_path) {
+  Dataset data;
+  data.feature_file = open_npy_samples(features_path);
+  data.source = features_path + " (labels " + labels_path + ")";
+  data.labels = checked_labels(read_npy(labels_path), labels_path);
+  if (data.labels.size(0) != data.feature_file->count())
+    throw FileError(features_path + " holds " + std::to_string(data.feature_file->count()) + " samples (shape [" +
+                    std::to_string(data.feature_file->count()) + ", ...] " + format_shape(data.sample_shape()) +
+                    " each) but " + labels_path + " holds " + std::to_string(data.labels.size(0)) + " labels");
+  return data;
+}
+
+}  // namespace
+
+void register_npy_format(DatasetFormats& formats) {
+  formats["npy"].load_splits = [](const DataConfig& config, int64_t) {
+    return load_file_splits(config, load_npy_dataset);
+  };
 }
 
 }  // namespace ddp

@@ -113,4 +113,8 @@ Graph load_reddit_graph(const std::string& dir) {
   return graph;
 }
 
+std::vector<std::string> reddit_graph_files(const std::string& dir) {
+  return {dir + "/reddit_data.npz", dir + "/reddit_graph.npz"};
+}
+
 }  // namespace ddp

@@ -2,6 +2,7 @@
 // PyG's Reddit raw files, so the original multi-GPU example's data works as it is.
 
 #include <string>
+#include <vector>
 
 #include "ddp/data/graph.h"
 
@@ -16,5 +17,8 @@ bool is_reddit_directory(const std::string& dir);
 /// coalesce does. Throws FileError naming the file and member: a missing member, sizes that
 /// disagree, a node type other than 1, 2 or 3, an id out of range.
 Graph load_reddit_graph(const std::string& dir);
+
+/// The files load_reddit_graph reads, in a fixed order.
+std::vector<std::string> reddit_graph_files(const std::string& dir);
 
 }  // namespace ddp

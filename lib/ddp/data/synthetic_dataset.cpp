@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ddp/data/dataset_format.h"
+
 namespace ddp {
 namespace {
 
@@ -42,6 +44,19 @@ Dataset make_synthetic_dataset(int64_t samples, int64_t num_classes, uint64_t se
   data.source = "synthetic(samples=" + std::to_string(samples) + ", classes=" + std::to_string(num_classes) +
                 ", seed=" + std::to_string(seed) + ")";
   return data;
+}
+
+void register_synthetic_format(DatasetFormats& formats) {
+  formats["synthetic"].load_splits = [](const DataConfig& config, int64_t classes) {
+    // Train and eval come from one seed, so they share class prototypes.
+    Dataset all = make_synthetic_dataset(config.synthetic_train_samples + config.synthetic_test_samples, classes,
+                                         static_cast<uint64_t>(config.synthetic_seed));
+    DatasetSplits splits;
+    splits.train = all.subset(torch::arange(config.synthetic_train_samples, torch::kLong));
+    if (config.eval_split == "test")
+      splits.eval = all.subset(torch::arange(config.synthetic_train_samples, all.size(), torch::kLong));
+    return splits;
+  };
 }
 
 }  // namespace ddp

@@ -19,16 +19,19 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   declare_config(schema, config.mesh);
   declare_config(schema, config.data);
   declare_config(schema, config.sampler);
-  declare_config(schema, config.model);
+  declare_config(schema, config.model, task_built_models());
   declare_config(schema, config.optim);
   declare_config(schema, config.schedule);
   declare_config(schema, config.train);
+  declare_config(schema, config.task);
   declare_config(schema, config.loss);
   declare_config(schema, config.eval);
   declare_config(schema, config.checkpoint);
   declare_config(schema, config.logging);
   declare_config(schema, config.monitor);
-  // Across sections: the loop owns eval:, but only a graph has neighbours to evaluate over.
+  // Across sections: data.dataset, model.name and train.loss must be what train.task trains with.
+  declare_task_rules(schema, config.task, config.data, config.model, config.loss);
+  // The loop owns eval:, but only a graph has neighbours to evaluate over.
   schema.rule("eval.full_neighbourhood", [&config]() -> std::string {
     return config.eval.full_neighbourhood && config.data.dataset != "graph"
                ? "evaluating over every neighbour is for graphs (data.dataset: graph)"

@@ -14,6 +14,7 @@
 #include "ddp/optim/optim_config.h"
 #include "ddp/parallel/mesh_config.h"
 #include "ddp/task/loss.h"
+#include "ddp/task/task_config.h"
 
 namespace ddp {
 
@@ -28,6 +29,7 @@ struct TrainConfig {
   OptimConfig optim;
   ScheduleConfig schedule;
   TrainLoopConfig train;
+  TaskConfig task;  ///< declared under train: (train.task)
   LossConfig loss;  ///< declared under train: (train.loss, train.label_smoothing)
   EvalConfig eval;
   CheckpointConfig checkpoint;

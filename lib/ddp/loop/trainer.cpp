@@ -36,7 +36,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   context.model.warn = world.rank == 0;
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  task_ = make_task(config_.data, config_.sampler, config_.model, config_.loss, context);
+  task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
   parameters_ = plan_->prepare_model(task_->model());
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), world.world_size, world.rank,

@@ -4,12 +4,12 @@
 
 namespace ddp {
 
-void declare_config(ConfigSchema& schema, ModelConfig& config) {
+void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector<std::string>& task_models) {
   schema.section("model", "Which network, by registry name, and its parameters.");
-  // graphsage is no single-input Model: the graph task builds it (ddp/task/graph_task.h).
   std::vector<std::string> names = model_names();
-  names.push_back("graphsage");
-  schema.add("model.name", &config.name, "network from the model registry, or graphsage (data.dataset: graph)")
+  names.insert(names.end(), task_models.begin(), task_models.end());
+  schema.add("model.name", &config.name,
+             "network from the model registry, or one a task builds itself (graphsage: train.task node_classification)")
       .choices(names);
   schema.add("model.path", &config.path,
              "torchscript: the module to train, as torch.jit.script(model).save(path) wrote it (a trained "

@@ -13,7 +13,7 @@ inline constexpr int64_t kMinClasses = 2;
 
 /// `model:` which network, by registry name, and its parameters.
 struct ModelConfig {
-  std::string name = "convnet";  ///< convnet | linear3 | mlp | torchscript | graphsage
+  std::string name = "convnet";  ///< a registered model (convnet | linear3 | mlp | torchscript), or graphsage
   std::string path;       ///< torchscript: the module file torch.jit.script(model).save() wrote
   std::string init_from;  ///< any model: start from these weights (a state_dict file such as model.pt)
   bool jit_optimize = false;  ///< torchscript: TorchScript's profiling executor optimises the graph
@@ -29,7 +29,9 @@ struct ModelConfig {
 };
 
 /// Declares the `ModelConfig` keys, bound to `config`, with their defaults, docs and ranges.
-void declare_config(ConfigSchema& schema, ModelConfig& config);
+/// model.name takes the registry's models and `task_models`, those a task builds itself (the trainer
+/// passes the task registry's: graphsage), which this area cannot see.
+void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector<std::string>& task_models = {});
 
 /// Every registered model name, sorted (defined by the registry, so the config's choices follow it).
 std::vector<std::string> model_names();

@@ -6,6 +6,7 @@
 #include "ddp/data/graph_cache.h"
 #include "ddp/data/node_cache.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/task/task_registry.h"
 
 namespace ddp {
 
@@ -17,10 +18,6 @@ GraphTask::GraphTask(const DataConfig& data, const SamplerConfig& sampler, const
       full_neighbourhood_eval_(context.full_neighbourhood_eval),
       device_(context.device),
       loss_(loss) {
-  if (data.dataset != "graph")
-    throw ConfigError("model.name: graphsage trains on a graph (data.dataset: graph), not on data.dataset: " + data.dataset);
-  if (loss.loss != "cross_entropy")
-    throw ConfigError("train.loss: graphsage classifies nodes (cross_entropy), got " + loss.loss);
   if (fanouts_.size() != model.hidden.size() + 1)
     throw ConfigError("sampler.fanouts: one fanout per layer: model.hidden has " + std::to_string(model.hidden.size()) +
                       " width(s), so " + std::to_string(model.hidden.size() + 1) + " layers, but " +
@@ -225,6 +222,15 @@ torch::Tensor GraphTask::metric_sums(const Batch& batch) { return loss_.metric_s
 
 void GraphTask::save_model(const std::string& output_dir) const {
   save_python_state_dict(*model_, output_dir + "/model.pt");
+}
+
+void register_graph_tasks(TaskRegistrations& tasks) {
+  tasks["node_classification"] = {
+      DatasetKind::kGraph, {"cross_entropy"}, {"graphsage"},
+      [](const DataConfig& data, const SamplerConfig& sampler, const ModelConfig& model, const LossConfig& loss,
+         const TaskContext& context) -> std::unique_ptr<Task> {
+        return std::make_unique<GraphTask>(data, sampler, model, loss, context);
+      }};
 }
 
 }  // namespace ddp

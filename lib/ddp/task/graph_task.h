@@ -12,7 +12,8 @@
 
 namespace ddp {
 
-/// `model.name: graphsage` on `data.dataset: graph`.
+/// `train.task: node_classification`: `model.name: graphsage` on `data.dataset: graph`, `train.loss:
+/// cross_entropy` (the registry checks them before it builds one).
 class GraphTask : public Task {
  public:
   /// Loads the graph directory (data.path), builds the model from the global RNG. ConfigError or

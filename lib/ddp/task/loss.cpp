@@ -20,8 +20,8 @@ torch::Tensor per_sample(const torch::Tensor& values) { return values.reshape({v
 
 void declare_config(ConfigSchema& schema, LossConfig& config) {
   schema.add("train.loss", &config.loss,
-             "cross_entropy: class logits [B, C] against int labels; mse: regression; bce_with_logits: "
-             "binary (or multi-label) logits against 0/1 targets")
+             "cross_entropy: class logits [B, C] against int labels; mse: regression (train.task regression); "
+             "bce_with_logits: binary (or multi-label) logits against 0/1 targets")
       .choices({"cross_entropy", "mse", "bce_with_logits"});
   schema.add("train.label_smoothing", &config.label_smoothing, "cross_entropy: label smoothing, as PyTorch's")
       .min(0)
@@ -34,7 +34,7 @@ torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::stri
   if (labels.dim() != 1 || !labels.eq(labels.round()).all().item<bool>())
     throw FileError(source + ": train.loss cross_entropy needs one whole-number class per sample; these labels are " +
                     std::string(c10::toString(labels.scalar_type())) + " " + shape(labels) +
-                    " (use train.loss: mse for regression targets)");
+                    " (use train.loss: mse with train.task: regression for regression targets)");
   return labels.to(torch::kLong);
 }
 

@@ -4,6 +4,7 @@
 #include "ddp/common/text.h"
 #include "ddp/data/dataset_splits.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/task/task_registry.h"
 
 namespace ddp {
 
@@ -65,6 +66,16 @@ torch::Tensor SupervisedTask::metric_sums(const Batch& batch) { return loss_.met
 void SupervisedTask::save_model(const std::string& output_dir) const {
   save_python_state_dict(*model_, output_dir + "/model.pt");
   model_->save_extras(output_dir);
+}
+
+// One class, two train.task values: the loss they take tells its outputs apart.
+void register_supervised_tasks(TaskRegistrations& tasks) {
+  TaskFactory make = [](const DataConfig& data, const SamplerConfig&, const ModelConfig& model, const LossConfig& loss,
+                        const TaskContext& context) -> std::unique_ptr<Task> {
+    return std::make_unique<SupervisedTask>(data, model, loss, context);
+  };
+  tasks["classification"] = {DatasetKind::kSamples, {"cross_entropy", "bce_with_logits"}, {}, make};
+  tasks["regression"] = {DatasetKind::kSamples, {"mse"}, {}, make};
 }
 
 }  // namespace ddp

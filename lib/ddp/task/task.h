@@ -16,13 +16,15 @@
 #include "ddp/model/model_config.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/task/loss.h"
+#include "ddp/task/task_config.h"
 
 namespace ddp {
 
 /// Which samples a batch comes from.
 enum class Split { kTrain, kEval };
 
-/// One kind of learning: supervised learning of one output per sample, node classification on a graph.
+/// One kind of learning, chosen by train.task: supervised classification or regression of one output
+/// per sample, node classification on a graph.
 class Task {
  public:
   virtual ~Task() = default;
@@ -64,9 +66,11 @@ struct TaskContext {
   bool full_neighbourhood_eval = false; ///< graphs: evaluate over every neighbour (eval.full_neighbourhood)
 };
 
-/// The task the configs describe, its model initialised from the global RNG and moved to the
-/// device. Throws ConfigError or FileError naming the key or file at fault.
-std::unique_ptr<Task> make_task(const DataConfig& data, const SamplerConfig& sampler, const ModelConfig& model,
-                                const LossConfig& loss, const TaskContext& context);
+/// The task train.task names, from the registry (task_registry.h), its model initialised from the
+/// global RNG and moved to the device. Throws ConfigError naming train.task when unknown, or naming
+/// each key the task does not train with (task_mismatches); ConfigError or FileError naming the key
+/// or file at fault as it loads.
+std::unique_ptr<Task> make_task(const TaskConfig& task, const DataConfig& data, const SamplerConfig& sampler,
+                                const ModelConfig& model, const LossConfig& loss, const TaskContext& context);
 
 }  // namespace ddp

@@ -1,0 +1,35 @@
+#pragma once
+// Dataset formats chosen by `data.dataset`. Each format's .cpp registers itself; see Note [Dataset
+// format registration] in dataset_format.cpp for why the registry names them.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ddp/data/data_config.h"
+#include "ddp/data/dataset_splits.h"
+
+namespace ddp {
+
+/// What a format holds: independent samples, or the nodes of one graph. A task trains on one kind.
+enum class DatasetKind { kSamples, kGraph };
+
+/// The train and eval splits of a samples format, as `data:` describes them; `synthetic_classes`
+/// is the class count a generated dataset draws. Throws FileError naming the file, or ConfigError.
+using SplitsLoader = std::function<DatasetSplits(const DataConfig& config, int64_t synthetic_classes)>;
+
+/// One `data.dataset` value.
+struct DatasetFormat {
+  DatasetKind kind = DatasetKind::kSamples;
+  SplitsLoader load_splits;  ///< samples formats; a graph is read by the task that trains on it (graph_cache.h)
+};
+
+/// Name → format; each format's register function adds itself here.
+using DatasetFormats = std::map<std::string, DatasetFormat>;
+
+/// The format `name` names; ConfigError naming data.dataset and the nearest name when none does.
+const DatasetFormat& find_dataset_format(const std::string& name);
+
+}  // namespace ddp

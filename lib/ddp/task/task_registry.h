@@ -1,0 +1,32 @@
+#pragma once
+// Tasks chosen by `train.task`. Each task's .cpp registers a factory and says what it trains on;
+// see Note [Task registration] in task_registry.cpp. make_task (task.h) is the dispatcher.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/data/dataset_format.h"
+#include "ddp/task/task.h"
+
+namespace ddp {
+
+/// Builds a task from its configs (the train.task it was registered under is known).
+using TaskFactory = std::function<std::unique_ptr<Task>(const DataConfig& data, const SamplerConfig& sampler,
+                                                        const ModelConfig& model, const LossConfig& loss,
+                                                        const TaskContext& context)>;
+
+/// One `train.task` value: what it trains on and with, checked before the factory runs.
+struct TaskRegistration {
+  DatasetKind data = DatasetKind::kSamples;  ///< the kind of data.dataset it reads
+  std::vector<std::string> losses;           ///< the train.loss values it takes
+  std::vector<std::string> models;  ///< model.name values it builds itself; empty: any of the model registry's
+  TaskFactory make;
+};
+
+/// Name → registration; each task's register function adds itself here.
+using TaskRegistrations = std::map<std::string, TaskRegistration>;
+
+}  // namespace ddp
