@@ -157,7 +157,7 @@ TEST_CASE("npy, csv and torchscript configs name what is missing or contradictor
   CHECK_NOTHROW(parse("data: {dataset: csv, path: t.csv, eval_fraction: 0.2}\nmodel: {name: torchscript, path: m.pt}"));
 }
 
-TEST_CASE("train.task chooses the task; a key it does not train with is named at load", "[config]") {
+TEST_CASE("train.task chooses the task, and a key it does not train with is named at load", "[config]") {
   CHECK(parse("").task.task == "classification");
   CHECK(parse("train: {task: regression, loss: mse}").task.task == "regression");
   CHECK_NOTHROW(parse("train: {loss: bce_with_logits}"));

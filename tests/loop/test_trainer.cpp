@@ -268,6 +268,16 @@ TEST_CASE("a config typo fails before any work, naming the key and the fix", "[t
   CHECK_FALSE(std::filesystem::exists(dir.file("out")));
 }
 
+TEST_CASE("mesh sizes that do not multiply to the world size fail on every rank, naming the keys", "[trainer][errors]") {
+  TempDir dir;
+  auto r = train(2, "synthetic_mlp.yaml", {"dist.data_replicate=4", "run.output_dir=" + dir.file("out")}, false);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("rank 0: error: dist.pipeline, dist.data_replicate, dist.data_shard: dist.pipeline 1 × "
+                             "dist.data_shard 1 × dist.data_replicate 4 = 4 ranks, but the world size is 2"));
+  CHECK_THAT(r.err, Contains("rank 1: error: dist.pipeline, dist.data_replicate"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("out")));
+}
+
 TEST_CASE("a truncated data file is one clear error naming it", "[trainer][errors]") {
   TempDir dir;
   std::string source = "/usr/share/datasets/fashion-mnist/";
