@@ -166,3 +166,46 @@ TEST_CASE("gradient accumulation communicates only on the last micro-step", "[di
     }
   }
 }
+
+TEST_CASE("a parameter no rank used is left without a gradient; one used on one rank is averaged with zeros",
+          "[dist][reducer]") {
+  // Note [Unused parameters]: parameter 0 is used on both ranks, 1 on rank 1 only, 2 on neither.
+  for (bool overlap : {true, false})
+    for (bool shared_memory : {true, false}) {
+      ddp::test::TempDir store;
+      std::vector<std::vector<bool>> defined(2);
+      std::vector<Gradients> result(2);
+      std::vector<bool> restored(2);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          ddp::Communicator comm = connect_rank(r, store.path(), shared_memory);
+          std::vector<torch::Tensor> parameters{torch::ones({3}).requires_grad_(), torch::ones({3}).requires_grad_(),
+                                                torch::ones({3}).requires_grad_()};
+          ddp::DistConfig config;
+          config.overlap = overlap;
+          ddp::GradientReducer reducer(parameters, comm, config);
+          // Two micro-steps: rank 1 uses parameter 1 in the first, which the step must remember.
+          auto loss = (parameters[0] * (r + 1)).sum();
+          if (r == 1) loss = loss + (parameters[1] * 4).sum();
+          loss.backward();
+          reducer.prepare();
+          (parameters[0] * (r + 1)).sum().backward();
+          reducer.finish();
+          for (auto& p : parameters) {
+            defined[r].push_back(p.grad().defined());
+            result[r].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+          }
+          reducer.zero_grad();
+          restored[r] = parameters[2].grad().defined() && parameters[2].grad().abs().sum().item<float>() == 0;
+        });
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < 2; ++r) {
+        INFO("overlap " << overlap << ", shared memory " << shared_memory << ", rank " << r);
+        CHECK(defined[r] == std::vector<bool>{true, true, false});
+        CHECK(torch::equal(result[r][0], torch::full({3}, 3.0f)));  // (2·1 + 2·2) / 2
+        CHECK(torch::equal(result[r][1], torch::full({3}, 2.0f)));  // (0 + 4) / 2
+        CHECK(restored[r]);  // zero_grad() points it back at its bucket
+      }
+    }
+}

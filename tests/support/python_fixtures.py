@@ -54,6 +54,36 @@ class Tied(nn.Module):
         return self.out(torch.relu(self.l2(torch.relu(self.l1(x)))))
 
 
+class Unused(nn.Module):
+    """An aux layer forward never uses (issue 22: stepped anyway, weight decay shrank it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 32)
+        self.aux = nn.Linear(20, 4)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Branchy(nn.Module):
+    """A branch used only on batches whose first sample's first feature is positive."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 32)
+        self.branch = nn.Linear(32, 4)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        y = self.fc2(h)
+        if bool(x[0, 0] > 0):
+            y = y + self.branch(h)
+        return y
+
+
 class Pair(nn.Module):
     def __init__(self):
         super().__init__()
@@ -95,6 +125,8 @@ def modules(out):
     torch.jit.trace(BnMlp(), torch.randn(8, 20), check_trace=False).save(f"{out}/traced.pt")
     torch.jit.script(Pair()).save(f"{out}/tuple.pt")
     torch.jit.script(Tied()).save(f"{out}/tied.pt")
+    torch.jit.script(Unused()).save(f"{out}/unused.pt")
+    torch.jit.script(Branchy()).save(f"{out}/branchy.pt")
     # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
         for item in src.infolist():

@@ -8,6 +8,18 @@
 
 namespace ddp {
 
+// Note [Unused parameters]
+// PyTorch's optimizers skip a parameter whose .grad is None: no weight decay, no momentum, no Adam
+// step. Here every gradient is a bucket view, always defined, so a parameter that forward never
+// used would be stepped with a zero gradient (weight decay shrinking it, momentum moving it). The
+// reducer therefore notes which parameters got a gradient during the step (any micro-step), sums
+// those flags over the ranks in the last bucket (after the side values), and leaves the gradient
+// of every parameter no rank used undefined until zero_grad(), so the optimizer skips it as
+// Python's does. A parameter used on some ranks only is averaged with zeros from the others:
+// DDP's find_unused_parameters=True. At the last bucket's launch every flag is final: that bucket
+// launches only after all the others, each of which waited for all its gradients, or in finish(),
+// after backward.
+
 // Note [Bucket order]
 // Buckets hold parameters in reverse registration order, because backward produces the last
 // layer's gradients first; the first bucket is small so communication can start early. Every rank
@@ -58,7 +70,7 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Co
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     const auto& first = parameters_[bucket.parameters.front()];
-    const int64_t side_words = b + 1 == buckets_.size() ? side_count_ : 0;
+    const int64_t side_words = b + 1 == buckets_.size() ? side_count_ + static_cast<int64_t>(parameters_.size()) : 0;
     bucket.flat = {torch::zeros({bucket.numel + side_words}, first.options().requires_grad(false))};
     int64_t offset = 0;
     for (std::size_t i : bucket.parameters) {
@@ -69,12 +81,14 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, const Co
       offset += p.numel();
     }
   }
+  used_.assign(parameters_.size(), 0);
   zero_grad();
 
-  if (!config_.overlap) return;
-  // Fires after a gradient has been accumulated into param.grad (DDP's autograd_hook).
+  // Fires after a gradient has been accumulated into param.grad (DDP's autograd_hook): it notes the
+  // use (Note [Unused parameters]) and, with dist.overlap, launches the buckets that are ready.
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (!accumulator) continue;  // needs no gradient: never used, never stepped
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           on_gradient_ready(i);
@@ -98,7 +112,8 @@ void GradientReducer::prepare() {
 }
 
 void GradientReducer::on_gradient_ready(std::size_t parameter) {
-  if (!armed_) return;  // an accumulation micro-step: gradients only accumulate locally
+  used_[parameter] = 1;
+  if (!armed_ || !config_.overlap) return;  // an accumulation micro-step: gradients only accumulate locally
   Bucket& bucket = buckets_[bucket_of_[parameter]];
   if (bucket.pending > 0 && --bucket.pending == 0) launch_ready_buckets(false);
 }
@@ -115,6 +130,7 @@ void GradientReducer::zero_grad() {
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) bucket.flat[0].zero_();
   point_gradients_at_buckets();
+  std::fill(used_.begin(), used_.end(), 0);
 }
 
 void GradientReducer::point_gradients_at_buckets() {
@@ -134,10 +150,15 @@ void GradientReducer::launch(Bucket& bucket, bool last) {
       gradient_views_[i].copy_(p.grad());  // replaced (see the Note)
   }
   auto& flat = bucket.flat[0];
-  if (last && side_count_ > 0) {
+  if (last) {
     // Multiplied by the world size, because the bucket is averaged, not summed.
-    auto side = torch::tensor(side_values_->packed(), torch::kDouble).mul_(world);
-    flat.narrow(0, flat.size(0) - side_count_, side_count_).copy_(side);
+    const auto count = static_cast<int64_t>(parameters_.size());
+    if (side_count_ > 0) {
+      auto side = torch::tensor(side_values_->packed(), torch::kDouble).mul_(world);
+      flat.narrow(0, flat.size(0) - count - side_count_, side_count_).copy_(side);
+    }
+    auto used = torch::from_blob(used_.data(), {count}, torch::kUInt8).to(torch::kDouble).mul_(world);
+    flat.narrow(0, flat.size(0) - count, count).copy_(used);
   }
   if (comm_.world_size == 1) return;  // nothing to sum with: bucket.work stays empty
   // Each rank's share is divided before summing, like DDP: it keeps the sum in range. The
@@ -162,10 +183,14 @@ void GradientReducer::finish() {
   auto done = Clock::now();
   timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
   timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();
-  if (side_count_ == 0) return;
   const auto& last = buckets_.back().flat[0];
-  auto sums = last.narrow(0, last.size(0) - side_count_, side_count_).to(torch::kCPU, torch::kDouble).contiguous();
-  std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + side_count_, side_values_->packed().begin());
+  const auto count = static_cast<int64_t>(parameters_.size());
+  auto sums = last.narrow(0, last.size(0) - count - side_count_, side_count_ + count).to(torch::kCPU, torch::kDouble).contiguous();
+  const double* sum = sums.data_ptr<double>();
+  if (side_count_ > 0) std::copy(sum, sum + side_count_, side_values_->packed().begin());
+  // Note [Unused parameters]: no rank used it, so the optimizer must not step it.
+  for (int64_t i = 0; i < count; ++i)
+    if (sum[side_count_ + i] < 0.5) parameters_[static_cast<std::size_t>(i)].mutable_grad().reset();
 }
 
 std::vector<std::vector<std::size_t>> GradientReducer::bucket_layout() const {

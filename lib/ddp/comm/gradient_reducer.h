@@ -40,7 +40,9 @@ class GradientReducer final : public GradientSync {
   void prepare() override;
 
   /// After that backward: launches what backward has not and waits for everything; the gradients
-  /// then hold the averages, the side values the sums. Parameters that got no gradient contribute zeros.
+  /// then hold the averages, the side values the sums. A parameter that got no gradient on some
+  /// ranks contributes zeros there; one that got none on any rank is left without a gradient until
+  /// zero_grad(), so the optimizer skips it (Note [Unused parameters]).
   void finish() override;
 
   /// Zeroes the gradients in place, keeping them views of the buckets: use it instead of the
@@ -78,6 +80,7 @@ class GradientReducer final : public GradientSync {
   std::vector<std::size_t> bucket_of_;  // parameter → bucket
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive: they hold our hooks
   bool armed_ = false;  // between prepare() and finish()
+  std::vector<uint8_t> used_;  // parameter → got a gradient on this rank since zero_grad()
   std::size_t next_launch_ = 0;
   Clock::time_point first_launch_;
   ReducerTiming timing_;
