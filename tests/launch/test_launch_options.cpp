@@ -82,6 +82,24 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   for (const char* option : {"--shutdown-grace", "--monitor-interval", "--rdzv-timeout", "--stall-timeout"})
     CHECK_THROWS_WITH(parse({option, "1e10", "--", "true"}), Contains(option) && Contains("604800"));
   CHECK_THROWS_WITH(parse({"--max-restarts", "99999999999", "--", "true"}), Contains("--max-restarts"));
+  // Issue 22, item 13: NaN is no duration, a huge rank is not truncated to a small one, and a
+  // range names its ends as the help does.
+  for (const char* option : {"--shutdown-grace", "--monitor-interval", "--rdzv-timeout", "--stall-timeout"})
+    for (const char* value : {"nan", "inf", "-1"})
+      CHECK_THROWS_WITH(parse({option, value, "--", "true"}),
+                        Contains(option) && Contains("and at most 604800 (a week), got '" + std::string(value) + "'"));
+  CHECK_THROWS_WITH(parse({"--rdzv-timeout", "0", "--", "true"}), Contains("expected seconds > 0"));
+  CHECK(parse({"--shutdown-grace", "0", "--", "true"}).shutdown_grace_s == 0);
+  CHECK_THROWS_WITH(parse({"--local-ranks-filter", "4294967297", "--", "true"}),
+                    Contains("--local-ranks-filter: expected local ranks like 0 or 0,2, got '4294967297'"));
+  std::string negative;
+  try {
+    parse({"--max-restarts", "-1", "--", "true"});
+  } catch (const UserError& e) {
+    negative = e.what();
+  }
+  CHECK_THAT(negative, Contains("--max-restarts") && Contains("-1") && Contains("1000000"));
+  CHECK(negative.size() < 200);  // was a 300-digit upper end
   CHECK_THROWS_WITH(parse({"--nnodes", "9999999", "--", "true"}),
                     Contains("--nnodes: expected an integer from 1 to 1048576, got '9999999'"));
   CHECK_THROWS_AS(parse({"--set", "a=1", "--", "true"}), UserError);

@@ -59,12 +59,27 @@ std::vector<int> parse_rank_list(const std::string& value) {
   std::vector<int> ranks;
   for (const auto& piece : split(value, ',')) {
     auto n = parse_int(piece);
-    if (!n || *n < 0) throw UserError("--local-ranks-filter: expected local ranks like 0 or 0,2, got '" + value + "'");
+    if (!n || *n < 0 || *n >= 1 << 20)  // bounded before the cast: 4294967297 is not rank 1
+      throw UserError("--local-ranks-filter: expected local ranks like 0 or 0,2, got '" + value + "'");
     ranks.push_back(static_cast<int>(*n));
   }
   return ranks;
 }
 
+
+// CLI11's number checks pass NaN (every comparison with it is false) and print their open ends as
+// 300-digit numbers; these name the range as the help gives it.
+CLI::Validator seconds_in(double low, bool low_open) {
+  return CLI::Validator(
+      [low, low_open](std::string& text) -> std::string {
+        auto value = parse_double(text);
+        if (!value || *value < low || (low_open && *value == low) || *value > kMaxSeconds)
+          return "expected seconds " + std::string(low_open ? "> 0" : ">= 0") + " and at most " +
+                 std::to_string(static_cast<long long>(kMaxSeconds)) + " (a week), got '" + text + "'";
+        return "";
+      },
+      "SECONDS");
+}
 
 // CLI11's messages are generic; ours name the option and the fix.
 [[noreturn]] void rethrow_parse_error(const CLI::ParseError& e, const CLI::App& app) {
@@ -184,25 +199,20 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option(both_spellings("--run-id"), options.run_id, "Run id (default: generated; node 0's across nodes)");
   app.add_option(both_spellings("--rdzv-timeout"), options.rdzv_timeout_s,
                  with_default("Seconds to wait for the master and the other nodes", defaults.rdzv_timeout_s))
-      ->check(CLI::PositiveNumber)
-      ->check(CLI::Range(0.0, kMaxSeconds));
+      ->check(seconds_in(0, /*low_open=*/true));
   app.add_option(both_spellings("--shutdown-grace"), options.shutdown_grace_s,
                  with_default("Seconds between SIGTERM and SIGKILL when stopping workers", defaults.shutdown_grace_s))
-      ->check(CLI::NonNegativeNumber)
-      ->check(CLI::Range(0.0, kMaxSeconds));
+      ->check(seconds_in(0, /*low_open=*/false));
   app.add_option(both_spellings("--max-restarts"), options.max_restarts,
                  with_default("Restart the whole group up to K times after a failure", defaults.max_restarts))
-      ->check(CLI::NonNegativeNumber)
       ->check(CLI::Range(0, 1000000));
   app.add_option(both_spellings("--monitor-interval"), options.monitor_interval_s,
                  with_default("Seconds between health checks of the workers", defaults.monitor_interval_s))
-      ->check(CLI::PositiveNumber)
-      ->check(CLI::Range(0.0, kMaxSeconds));
+      ->check(seconds_in(0, /*low_open=*/true));
   app.add_option(both_spellings("--stall-timeout"), options.stall_timeout_s,
                  with_default("Fail a worker whose heartbeat stops for this many seconds", defaults.stall_timeout_s,
                               defaults.stall_timeout_s == 0 ? ": off" : ""))
-      ->check(CLI::NonNegativeNumber)
-      ->check(CLI::Range(0.0, kMaxSeconds));
+      ->check(seconds_in(0, /*low_open=*/false));
   std::string secret_file;
   app.add_option(both_spellings("--rdzv-secret-file"), secret_file,
                  "File holding the job's secret, the same on every node: control messages in the rendezvous store "
