@@ -160,6 +160,27 @@ TEST_CASE("resuming with another world size is refused with the reason", "[fault
   CHECK_THAT(r.err, Contains("was written by a run of world size 2, this run has 1"));
 }
 
+TEST_CASE("resuming with another train.batch_size is refused, naming the key (issue 22, item 6)",
+          "[faults][checkpoint]") {
+  // Its position counts batches of the old size: resumed, it started at the wrong sample.
+  TempDir dir;
+  std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=20", "checkpoint.every_steps=10",
+                                "data.eval_split=none", "train.batch_size=16"};
+  REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets)).exit_code == 0);
+  sets[1] = "train.max_steps=30";
+  sets[4] = "train.batch_size=32";
+  auto r = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("train.batch_size: " + dir.file("run") + "/checkpoints/step_0000000020.pt was written "
+                             "with train.batch_size 16, this run has 32"));
+  CHECK_THAT(r.err, Contains("rank 1: error: train.batch_size: rank 0's checkpoint was written with"));
+  sets[4] = "train.batch_size=16";  // the same size resumes
+  auto same = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets));
+  INFO(same.out << same.err);
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.out, Contains("at step 20"));
+}
+
 TEST_CASE("images of the wrong size and ranks out of range are clear errors", "[faults][errors]") {
   TempDir dir;
   // A valid IDX pair of 4 images of 8x8: readable, but not what the models take.

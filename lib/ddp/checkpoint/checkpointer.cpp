@@ -60,6 +60,7 @@ void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Opti
   archive.write("step", scalar(progress.step));
   archive.write("epoch", scalar(progress.epoch));
   archive.write("batch_in_epoch", scalar(progress.batch_in_epoch));
+  archive.write("batch_size", scalar(progress.batch_size));
   archive.write("world_size", scalar(world_size));
   for (const auto& [name, tensor] : python_state_dict(model)) archive.write("model/" + name, tensor);
   torch::serialize::OutputArchive optimizer_archive;
@@ -248,6 +249,8 @@ TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string&
   progress.step = read_scalar(archive, "step", path);
   progress.epoch = read_scalar(archive, "epoch", path);
   progress.batch_in_epoch = read_scalar(archive, "batch_in_epoch", path);
+  torch::Tensor batch_size;
+  if (archive.try_read("batch_size", batch_size)) progress.batch_size = batch_size.item<int64_t>();
   return progress;
 }
 

@@ -7,6 +7,7 @@
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/optim/optimizer_factory.h"
@@ -51,6 +52,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   optimizer_ = make_optimizer(parameters_, config_.optim, lr);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
+  progress_.batch_size = config_.train.batch_size;
   resume();
 }
 
@@ -70,7 +72,16 @@ void Trainer::resume() {
   broadcast_bytes(world, bytes, 0);
   if (bytes.empty()) return;
   std::string source = world.rank == 0 ? chosen : "rank 0's checkpoint";
-  progress_ = load_checkpoint_bytes(bytes, source, task_->model(), *optimizer_, world.world_size, world.rank);
+  TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), *optimizer_, world.world_size, world.rank);
+  // Its position counts batches of the size it was written with: another size would resume at
+  // another sample (and train some twice), as another world size would.
+  if (loaded.batch_size != 0 && loaded.batch_size != config_.train.batch_size)
+    throw UserError("train.batch_size: " + source + " was written with train.batch_size " +
+                    std::to_string(loaded.batch_size) + ", this run has " + std::to_string(config_.train.batch_size) +
+                    "; resume with the same batch size, or start afresh with checkpoint.resume: never or another "
+                    "run.output_dir");
+  progress_ = loaded;
+  progress_.batch_size = config_.train.batch_size;
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
   if (world.rank == 0)
