@@ -211,6 +211,14 @@ TEST_CASE("cross-field rules", "[config]") {
   REQUIRE_THROWS_WITH(parse("data: {dataset: idx, path: \"\"}"), Contains("data.path: must not be empty"));
 }
 
+TEST_CASE("run.name is a plain name: it cannot leave runs/ (issue 22, item 16)", "[config]") {
+  for (const char* name : {"..", ".", "../../x", "a/b", ".hidden"})
+    REQUIRE_THROWS_WITH(parse(std::string("run: {name: \"") + name + "\"}"),
+                        Contains("run.name: expected a plain name") && Contains("got '" + std::string(name) + "'"));
+  CHECK(parse("run: {name: exp-1.2_b}").run.name == "exp-1.2_b");
+  CHECK(parse("run: {name: a/b, output_dir: /tmp/x}").run.name == "a/b");  // a label then, not a path
+}
+
 TEST_CASE("mesh sizes whose strategies are not built yet are refused, naming the key", "[config]") {
   REQUIRE_THROWS_WITH(parse("dist: {pipeline: 2}"), Equals("dist.pipeline: pipeline stages are not built yet; use 1"));
   REQUIRE_THROWS_WITH(parse("dist: {data_shard: 2}"),

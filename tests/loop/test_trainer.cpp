@@ -278,6 +278,15 @@ TEST_CASE("mesh sizes that do not multiply to the world size fail on every rank,
   CHECK_FALSE(std::filesystem::exists(dir.file("out")));
 }
 
+TEST_CASE("drop_last with fewer samples than ranks is an error, not zero steps and exit 0", "[trainer][errors]") {
+  TempDir dir;
+  auto r = train(2, "synthetic_mlp.yaml",
+                 {"data.synthetic_train_samples=1", "sampler.drop_last=true", "run.output_dir=" + dir.file("out")}, false);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("sampler.drop_last: the 1 training samples leave none for each of 2 ranks"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("out/model.pt")));
+}
+
 TEST_CASE("a truncated data file is one clear error naming it", "[trainer][errors]") {
   TempDir dir;
   std::string source = "/usr/share/datasets/fashion-mnist/";

@@ -1,6 +1,7 @@
 #include "ddp/common/text.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -106,6 +107,12 @@ std::string printable(std::string_view text, std::size_t limit) {
   }
   if (text.size() > limit) out += "...";
   return out;
+}
+
+bool is_plain_name(std::string_view name) {
+  return !name.empty() && name.front() != '.' && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
 }
 
 }  // namespace ddp

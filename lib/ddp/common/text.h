@@ -32,6 +32,10 @@ std::string without_backtrace(const std::string& message);
 /// most `limit` bytes are kept. For text from outside, such as another node's failure report.
 std::string printable(std::string_view text, std::size_t limit = 1000);
 
+/// Whether `name` may name a file or directory of its own inside another: letters, digits, '-', '_'
+/// and '.', not empty and not starting with '.' (so never "." or "..").
+bool is_plain_name(std::string_view name);
+
 /// A tensor shape as Python prints a list: "[60000, 1, 28, 28]".
 std::string format_shape(const std::vector<int64_t>& shape);
 

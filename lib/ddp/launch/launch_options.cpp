@@ -142,10 +142,7 @@ std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) 
 
 // A plain name: it becomes a file name under --log-dir, so "..", "." and a leading dot are refused.
 void check_run_id(const std::string& id) {
-  bool ok = !id.empty() && id.front() != '.' && std::all_of(id.begin(), id.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-  if (!ok)
+  if (!is_plain_name(id))
     throw UserError("--run-id: expected a plain name (letters, digits, '-', '_' or '.', not starting with '.'), got '" +
                     id + "'");
 }

@@ -1,5 +1,6 @@
 #include "ddp/loop/loop_config.h"
 
+#include "ddp/common/text.h"
 #include "ddp/config/config_schema.h"
 
 namespace ddp {
@@ -9,6 +10,13 @@ void declare_config(ConfigSchema& schema, RunConfig& config) {
   schema.add("run.name", &config.name, "name of the run").non_empty();
   schema.add("run.output_dir", &config.output_dir,
              "metrics, checkpoints and the resolved config go here; empty: `runs/<name>`");
+  // It names a directory under runs/: ".." or "a/../../x" would write elsewhere (issue 22, item 16).
+  schema.rule("run.name", [&config]() -> std::string {
+    return config.output_dir.empty() && !is_plain_name(config.name)
+               ? "expected a plain name (letters, digits, '-', '_' or '.', not starting with '.'), got '" +
+                     printable(config.name, 80) + "'; it names a directory under runs/ (run.output_dir takes a path)"
+               : "";
+  });
   schema.add("run.seed", &config.seed, "model initialisation and dropout; the sampler (sampler.seed) and synthetic data (data.synthetic_seed) have their own");
 }
 

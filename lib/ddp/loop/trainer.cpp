@@ -42,6 +42,11 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), world.world_size, world.rank,
                                                   config_.sampler);
+  // Zero steps would "finish" at once with exit 0 and an untrained model (issue 22, item 16).
+  if (sampler_->num_samples() == 0)
+    throw UserError("sampler.drop_last: the " + std::to_string(task_->size(Split::kTrain)) +
+                    " training samples leave none for each of " + std::to_string(world.world_size) +
+                    " ranks; use fewer ranks or sampler.drop_last: false");
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       [task = task_.get()](const torch::Tensor& indices) { return task->make_batch(Split::kTrain, indices); },
       config_.data, /*pin_memory=*/world.device.is_cuda());
