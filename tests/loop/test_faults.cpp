@@ -201,3 +201,23 @@ TEST_CASE("images of the wrong size and ranks out of range are clear errors", "[
   CHECK(negative.exit_code == 2);
   CHECK_THAT(negative.err, Contains("rank -1 is out of range for world size 2"));
 }
+
+TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finishes, checkpoints and exits 0 "
+          "(issue 22, item 7)",
+          "[faults][checkpoint]") {
+  // Rank 0's evaluations take 20 s; rank 1 waits for it in the eval's all-reduce. Both beat while
+  // they do. Before, the heartbeat came only after steps: the run was stopped as stalled.
+  TempDir dir;
+  std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=20", "checkpoint.every_steps=10",
+                                "eval.every_steps=10", "eval.at_start=false"};
+  auto r = run_shell("DDPRUN_TEST_EVAL_DELAY=0:20000 " +
+                         ddprun_command(2, "synthetic_mlp.yaml", sets, "--stall-timeout 3 --max-restarts 1"),
+                     std::chrono::seconds(180));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, !Contains("made no progress") && !Contains("restart 1 of 1"));
+  CHECK_THAT(r.out, Contains("eval at step 10 ") && Contains("eval at step 20 "));
+  CHECK(fs::exists(dir.file("run/checkpoints/step_0000000010.pt")));
+  CHECK(fs::exists(dir.file("run/checkpoints/step_0000000020.pt")));
+  CHECK(fs::exists(dir.file("run/model.pt")));
+}

@@ -24,15 +24,20 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// DDPRUN_TEST_STEP_DELAY=RANK:MS slows that rank by MS per step: the straggler the monitor's tests need.
-double test_step_delay_ms(int rank) {
-  const char* value = std::getenv("DDPRUN_TEST_STEP_DELAY");
+// Test hooks: DDPRUN_TEST_STEP_DELAY=RANK:MS slows that rank by MS per step (the straggler the
+// monitor's tests need), DDPRUN_TEST_EVAL_DELAY=RANK:MS each evaluation (a long one, for the stall check's).
+double test_delay_ms(const char* variable, int rank) {
+  const char* value = std::getenv(variable);
   if (!value) return 0;
   int which = -1;
   double ms = 0;
   if (std::sscanf(value, "%d:%lf", &which, &ms) != 2 || ms < 0 || ms > 60000)
-    throw UserError(std::string("DDPRUN_TEST_STEP_DELAY: expected RANK:MS, got '") + value + "'");
+    throw UserError(std::string(variable) + ": expected RANK:MS, got '" + value + "'");
   return which == rank ? ms : 0;
+}
+
+void sleep_ms(double ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
 std::string format_duration(double seconds) {
@@ -63,7 +68,8 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
       output_dir_(output_dir),
       monitor_(config.monitor, world.rank, world.world_size, world.device.is_cuda() ? world.device.index() : -1,
                side_values),
-      test_step_delay_ms_(test_step_delay_ms(world.rank)) {
+      test_step_delay_ms_(test_delay_ms("DDPRUN_TEST_STEP_DELAY", world.rank)),
+      test_eval_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_DELAY", world.rank)) {
   const char* progress = std::getenv(env::kProgress);
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
   if (world_.rank != 0) return;
@@ -91,15 +97,21 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps) {
   total_steps_ = total_steps;
 }
 
-void RunRecorder::step_begins() {
+void RunRecorder::step_begins(const TrainProgress& progress) {
   step_start_ = Clock::now();
-  if (test_step_delay_ms_ > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(test_step_delay_ms_));
+  // The first step sets up what the others reuse (allocations, a cache, the prefetch queue).
+  if (progress.step == run_start_step_) first_step_pulse_ = pulse(progress);
+  sleep_ms(test_step_delay_ms_);
   monitor_.put_local(last_data_wait_ms_, last_busy_ms_);
+}
+
+std::unique_ptr<HeartbeatPulse> RunRecorder::pulse(const TrainProgress& progress) const {
+  return std::make_unique<HeartbeatPulse>(heartbeat_, progress.step);
 }
 
 void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms,
                             const ReducerTiming& sync) {
+  first_step_pulse_.reset();
   monitor_.take_summed();
   window_sums_.value(window_.loss) += step.loss_sum;
   window_sums_.value(window_.batches) += static_cast<double>(step.batches);
@@ -179,10 +191,12 @@ void RunRecorder::show_progress_line(const TrainProgress& progress) {
 
 void RunRecorder::eval_begins(const TrainProgress& progress) {
   eval_start_ = Clock::now();
-  heartbeat_.beat(progress.step);
+  eval_pulse_ = pulse(progress);
+  sleep_ms(test_eval_delay_ms_);
 }
 
 void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& result) {
+  eval_pulse_.reset();
   heartbeat_.beat(progress.step);
   window_start_ += Clock::now() - eval_start_;  // throughput counts training time only
   if (world_.rank != 0) return;

@@ -47,11 +47,14 @@ class RunRecorder {
   /// Training starts (or resumes) at `progress`, to `total_steps`.
   void begin(const TrainProgress& progress, int64_t total_steps);
   /// Before a step: this rank's numbers for the monitor go into the side values.
-  void step_begins();
+  void step_begins(const TrainProgress& progress);
   /// After a step: its numbers, the time it waited for data so far (`data_waited_ms`, cumulative)
   /// and for its gradients; the heartbeat, the progress line and, when due, the log line and the monitor's record.
   void step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms, const ReducerTiming& sync);
-  /// Around an evaluation: its time is not training time, and it counts as progress.
+  /// Heartbeats for `progress` while the result lives: for work every rank takes part in that
+  /// shows no step (a checkpoint), so that --stall-timeout does not take it for a hang.
+  std::unique_ptr<HeartbeatPulse> pulse(const TrainProgress& progress) const;
+  /// Around an evaluation: its time is not training time, and it counts as progress (a pulse).
   void eval_begins(const TrainProgress& progress);
   void eval_ends(const TrainProgress& progress, const EvalResult& result);
   /// Every rank's peak RSS, on rank 0's log and in the metrics.
@@ -93,7 +96,9 @@ class RunRecorder {
   double last_data_wait_ms_ = 0;  // this rank's previous step, for the monitor
   double last_busy_ms_ = 0;
   Clock::time_point eval_start_;
+  std::unique_ptr<HeartbeatPulse> first_step_pulse_, eval_pulse_;
   double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
+  double test_eval_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_DELAY: a long evaluation for the stall check's
   bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
   Clock::time_point last_progress_line_;
 };

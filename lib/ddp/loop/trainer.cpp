@@ -122,7 +122,7 @@ int Trainer::fit() {
     int64_t batches = ceil_div(indices.size(0), config_.train.batch_size);
     prefetcher_->start(indices, config_.train.batch_size, progress_.batch_in_epoch);
     while (progress_.batch_in_epoch < batches && !done() && !stop_vote_->agreed()) {
-      recorder_->step_begins();
+      recorder_->step_begins(progress_);
       StepStats step = train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
       recorder_->step_ends(progress_, step, prefetcher_->waited_ms(), gradient_sync_->timing());
       after_step();
@@ -199,10 +199,14 @@ void Trainer::finish() {
 }
 
 void Trainer::save_checkpoint() {
+  // The write is progress for every rank: the others wait for it here, beating, not silent in the
+  // next step's collective, where --stall-timeout would take them for stalled.
+  auto pulse = recorder_->pulse(progress_);
   std::vector<torch::Tensor> rank_rng = plan_->gather_checkpoint_state();
   checkpointer_->mark_saved(progress_.step);
   if (plan_->writes_checkpoints())
     checkpointer_->save(task_->model(), *optimizer_, progress_, plan_->world().world_size, rank_rng);
+  barrier(plan_->world());
 }
 
 void Trainer::run_eval() {

@@ -47,4 +47,23 @@ void Heartbeat::beat(int64_t step) const {
   [[maybe_unused]] ssize_t n = write(fd_, &record, sizeof record);
 }
 
+HeartbeatPulse::HeartbeatPulse(const Heartbeat& heartbeat, int64_t step) {
+  heartbeat.beat(step);
+  if (!heartbeat.watched()) return;
+  thread_ = std::thread([this, &heartbeat, step] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) heartbeat.beat(step);
+  });
+}
+
+HeartbeatPulse::~HeartbeatPulse() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
 }  // namespace ddp

@@ -2,7 +2,10 @@
 // What a worker hears from its launcher: SIGTERM/SIGINT/SIGHUP asking it to stop (preemption), and the
 // heartbeat pipe through which it shows it is making progress.
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <thread>
 
 #include "ddp/common/value_slots.h"
 
@@ -37,9 +40,29 @@ class Heartbeat {
   Heartbeat();
   /// Reports that `step` is under way or done.
   void beat(int64_t step) const;
+  /// Whether beats reach a launcher.
+  bool watched() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;
+};
+
+/// While it lives, beats for `step` once a second from a thread of its own: for work that is
+/// progress but shows no step of its own (an evaluation, a checkpoint write, the first step's
+/// set-up), on every rank, the ones waiting for it in a collective included. A hang inside such
+/// work is still caught: every collective in it fails after dist.timeout_s, naming who is missing.
+class HeartbeatPulse {
+ public:
+  HeartbeatPulse(const Heartbeat& heartbeat, int64_t step);
+  ~HeartbeatPulse();
+  HeartbeatPulse(const HeartbeatPulse&) = delete;
+  HeartbeatPulse& operator=(const HeartbeatPulse&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
 };
 
 }  // namespace ddp
