@@ -116,6 +116,8 @@ TEST_CASE("broken CSV files name the line and column at fault", "[data][csv]") {
   refused("a,b,label\n1,2,0\n3,,1\n", "t.csv:3: column 2 (\"b\"): empty cell");
   refused("a,b,label\n1,2,nan\n", "t.csv:2: column 3 (\"label\"): \"nan\" is not a finite number");
   refused("a,b,label\n1,2\n", "t.csv:2: 2 cells, but the header has 3");
+  // Issue 22, item 5: finite as a double, infinite as the float32 it would train as.
+  refused("a,b,label\n1,2,0\n3,1e39,1\n", "t.csv:3: column 2 (\"b\"): \"1e39\" is beyond float32's range");
   refused("a,b,labl\n1,2,0\n", "no column \"label\" (data.label_column) in the header (did you mean labl?)");
   refused("a,b,label\n", "has a header but no rows");
   refused("", "is empty");
@@ -164,6 +166,47 @@ TEST_CASE("data splits: counts must agree, NaN labels are refused, eval_fraction
   CHECK_FALSE(torch::equal(ddp::load_dataset_splits(config, 10).eval->labels, splits.eval->labels));
   config.eval_fraction = 0.0005;  // not one sample of 1024
   CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10), Contains("data.eval_fraction:") && Contains("empty split"));
+}
+
+TEST_CASE("non-finite features are refused at load, naming the file and the first position (issue 22, item 5)",
+          "[data][npy]") {
+  TempDir dir;
+  ddp::DataConfig config;
+  config.dataset = "npy";
+  config.labels = fixture("train_y.npy");
+  config.eval_split = "none";
+  // train_x.npy is float32 [1024, 20]: the value at `index` (flat) replaced.
+  auto with_value = [&](const std::string& name, int64_t index, float value) {
+    std::string bytes = read_file(fixture("train_x.npy"));
+    std::size_t header = bytes.size() - 1024 * 20 * 4;
+    bytes.replace(header + static_cast<std::size_t>(index) * 4, 4, reinterpret_cast<const char*>(&value), 4);
+    write_file(dir.file(name), bytes);
+    return dir.file(name);
+  };
+  config.path = with_value("nan.npy", 700 * 20 + 3, std::nanf(""));
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10),
+                    Contains("nan.npy: feature 3 of sample 700 is NaN; training needs finite features"));
+  config.path = with_value("inf.npy", 1023 * 20 + 19, -INFINITY);
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10), Contains("inf.npy: feature 19 of sample 1023 is infinite"));
+  // The eval file is checked as well.
+  config.path = fixture("train_x.npy");
+  config.eval_split = "test";
+  config.eval_path = with_value("eval.npy", 0, INFINITY);
+  config.eval_labels = fixture("train_y.npy");
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10), Contains("eval.npy: feature 0 of sample 0 is infinite"));
+  // float64 beyond float32's range.
+  {
+    std::string bytes = read_file(fixture("train_x64.npy"));
+    double huge = 1e39;
+    bytes.replace(bytes.size() - 8, 8, reinterpret_cast<const char*>(&huge), 8);
+    write_file(dir.file("huge.npy"), bytes);
+  }
+  config.eval_split = "none";
+  config.path = dir.file("huge.npy");
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10),
+                    Contains("huge.npy: feature 19 of sample 1023 is beyond float32's range"));
+  config.path = fixture("train_x.npy");
+  CHECK_NOTHROW(ddp::load_dataset_splits(config, 10));
 }
 
 TEST_CASE("normalisation: fixed, global and per-feature statistics of the training features", "[data][npy]") {

@@ -1,5 +1,7 @@
 #include "ddp/data/csv_reader.h"
 
+#include <cfloat>
+#include <cmath>
 #include <fstream>
 
 #include "ddp/common/error.h"
@@ -61,10 +63,14 @@ CsvTable read_csv(const std::string& path, const std::string& label_column) {
       if (!value)
         throw FileError(path + ":" + std::to_string(line_number) + ": column " + std::to_string(i + 1) + " (\"" +
                         header[i] + "\"): " + (cell.empty() ? "empty cell" : "\"" + cell + "\" is not a finite number"));
-      if (i == label_at)
+      if (i == label_at) {
         labels.push_back(*value);
-      else
+      } else {
+        if (std::abs(*value) > FLT_MAX)  // finite as a double, infinite as the float32 it trains as
+          throw FileError(path + ":" + std::to_string(line_number) + ": column " + std::to_string(i + 1) + " (\"" +
+                          header[i] + "\"): \"" + cell + "\" is beyond float32's range");
         features.push_back(static_cast<float>(*value));
+      }
     }
   }
   if (labels.empty()) throw FileError(path + ": has a header but no rows");

@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cfloat>
+
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/data/dataset_format.h"
@@ -23,11 +25,34 @@ DatasetSplits carve(const Dataset& all, double fraction, int64_t seed) {
   return splits;
 }
 
+// Non-finite features train to NaN and exit 0 (one inf under global normalisation makes every
+// sample NaN): refused at load, naming the first. One pass over the file, in chunks; float64 values
+// beyond float32's range count too, since training reads them as float32.
+void check_finite_features(const Dataset& data, const std::string& path) {
+  const auto dtype = data.feature_dtype();
+  if (!c10::isFloatingType(dtype)) return;
+  constexpr int64_t kChunk = 4096;
+  for (int64_t start = 0; start < data.size(); start += kChunk) {
+    auto rows = torch::arange(start, std::min(data.size(), start + kChunk), torch::kLong);
+    auto x = data.select(rows).reshape({rows.size(0), -1});
+    auto bad = torch::logical_not(torch::isfinite(x));
+    if (dtype == torch::kDouble) bad.logical_or_(x.abs() > FLT_MAX);
+    auto hit = bad.nonzero();
+    if (hit.numel() == 0) continue;
+    int64_t row = hit[0][0].item<int64_t>(), column = hit[0][1].item<int64_t>();
+    double value = x[row][column].item<double>();
+    std::string what = std::isnan(value) ? "NaN" : std::isinf(value) ? "infinite" : "beyond float32's range";
+    throw FileError(path + ": feature " + std::to_string(column) + " of sample " + std::to_string(start + row) +
+                    " is " + what + "; training needs finite features (fix or drop that sample)");
+  }
+}
+
 }  // namespace
 
 DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load) {
   bool want_eval = config.eval_split == "test";
   Dataset train = load(config.path, config.labels);
+  check_finite_features(train, config.path);
   DatasetSplits splits;
   if (config.eval_fraction > 0) {
     splits = carve(train, config.eval_fraction, config.split_seed);
@@ -37,6 +62,7 @@ DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load)
   splits.train = std::move(train);
   if (want_eval) {
     splits.eval = load(config.eval_path, config.eval_labels);
+    check_finite_features(*splits.eval, config.eval_path);
     if (splits.eval->sample_shape() != splits.train.sample_shape())
       throw FileError(config.eval_path + " holds samples of shape " + format_shape(splits.eval->sample_shape()) + ", " +
                       config.path + " of shape " + format_shape(splits.train.sample_shape()));
