@@ -167,7 +167,7 @@ TEST_CASE("gradient accumulation communicates only on the last micro-step", "[di
   }
 }
 
-TEST_CASE("a parameter no rank used is left without a gradient; one used on one rank is averaged with zeros",
+TEST_CASE("a parameter no rank used is left without a gradient, and one used on one rank is averaged with zeros",
           "[dist][reducer]") {
   // Note [Unused parameters]: parameter 0 is used on both ranks, 1 on rank 1 only, 2 on neither.
   for (bool overlap : {true, false})

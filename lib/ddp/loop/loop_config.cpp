@@ -12,9 +12,11 @@ void declare_config(ConfigSchema& schema, RunConfig& config) {
              "metrics, checkpoints and the resolved config go here; empty: `runs/<name>`");
   // It names a directory under runs/: ".." or "a/../../x" would write elsewhere (issue 22, item 16).
   schema.rule("run.name", [&config]() -> std::string {
-    return config.output_dir.empty() && !is_plain_name(config.name)
-               ? "expected a plain name (letters, digits, '-', '_' or '.', not starting with '.'), got '" +
-                     printable(config.name, 80) + "'; it names a directory under runs/ (run.output_dir takes a path)"
+    const std::string& name = config.name;
+    bool escapes = name.find('/') != std::string::npos || name == "." || name == "..";
+    return config.output_dir.empty() && escapes
+               ? "must name one directory under runs/ (no '/', not '.' or '..'), got '" + printable(name, 80) +
+                     "'; run.output_dir takes a path"
                : "";
   });
   schema.add("run.seed", &config.seed, "model initialisation and dropout; the sampler (sampler.seed) and synthetic data (data.synthetic_seed) have their own");
