@@ -147,7 +147,7 @@ StepStats Trainer::train_step(int64_t micro_batches) {
     Batch batch = prefetcher_->next().to(plan_->world().device);
     torch::Tensor loss;
     {
-      AutocastScope autocast(plan_->world().device, config_.train.precision == "bf16");
+      AutocastScope autocast(plan_->world().device, mixed_precision());
       loss = task_->loss(batch);
     }
     // Micro-steps average, like one batch micro_batches times as large.
@@ -214,7 +214,7 @@ void Trainer::run_eval() {
   plan_->share_buffers();
   EvalResult result;
   {
-    AutocastScope autocast(plan_->world().device, config_.train.precision == "bf16");
+    AutocastScope autocast(plan_->world().device, mixed_precision());
     result = evaluate(*task_, config_.eval, plan_->world());
   }
   last_eval_step_ = progress_.step;

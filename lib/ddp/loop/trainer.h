@@ -42,6 +42,7 @@ class Trainer {
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
+  bool mixed_precision() const { return config_.train.precision == "bf16"; }
   /// Forward and backward of `micro_batches` micro-batches, then one optimizer step.
   StepStats train_step(int64_t micro_batches);
   void after_step();
