@@ -350,3 +350,59 @@ TEST_CASE("a branch used on some batches only is stepped on those alone, as in P
   CHECK(max_diff(out) < 1e-6);
   CHECK_THAT(out, !Contains("unchanged branch.weight"));  // used on some of the 20 batches: it moved
 }
+
+TEST_CASE("a buffer forward replaces is saved with its trained value, as in PyTorch (issue 22, item 2)",
+          "[torchscript][python]") {
+  // The mirror kept the stale tensor: model.pt held running_mean [0, 0, ...] after training.
+  std::string out = against_python(1, "reassign.pt", "sgd", 0);
+  CHECK(max_diff(out) < 1e-6);
+  CHECK_THAT(out, !Contains("unchanged running_mean"));
+
+  TempDir dir;
+  auto reshaped = ddprun(1, write_config(dir, "reassign_shape.pt"), {"train.max_steps=2", "data.eval_split=none"});
+  CHECK(reshaped.exit_code == 2);
+  CHECK_THAT(reshaped.err, Contains("reassign_shape.pt's forward replaced buffer running_mean (Float [32]) with Float "
+                                    "[1, 32]; a buffer may get new values but must keep its shape and dtype"));
+}
+
+TEST_CASE("scripted modules users write: .view under channels_last, init_from Python's state_dict(), wrong outputs",
+          "[torchscript][python]") {
+  TempDir dir;
+  auto images = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), {"data.path=" + python_fixture("images_u8.npy"), "data.labels=" + python_fixture("labels_u8.npy"),
+                             "train.max_steps=2", "data.eval_split=none"});
+    return ddprun(1, write_config(dir, "view_cnn.pt"), sets);
+  };
+  // Item 11: x.view(x.size(0), -1) cannot take a channels-last tensor; it used to fail on the first batch.
+  auto view = images({});
+  INFO(view.out << view.err);
+  CHECK(view.exit_code == 0);
+  CHECK_THAT(view.out + view.err, Contains("model.channels_last: off for " + python_fixture("view_cnn.pt") +
+                                           ": its code calls .view"));
+
+  // Item 12: what torch.save(model.state_dict(), path) writes, an OrderedDict, starts a run.
+  auto saved = run_command({"/usr/bin/python3", "-c",
+                            "import sys, torch; m = torch.jit.load(sys.argv[1]); torch.save(m.state_dict(), sys.argv[2])",
+                            python_fixture("mlp.pt"), dir.file("ordered.pt")},
+                           std::chrono::seconds(120));
+  REQUIRE(saved.exit_code == 0);
+  auto ordered = ddprun(1, write_config(dir, "mlp.pt"), {"model.init_from=" + dir.file("ordered.pt"), "train.max_steps=1",
+                                                         "data.eval_split=none"});
+  INFO(ordered.out << ordered.err);
+  CHECK(ordered.exit_code == 0);
+  auto directory = ddprun(1, write_config(dir, "mlp.pt"), {"model.init_from=" + dir.path(), "train.max_steps=1"});
+  CHECK(directory.exit_code == 2);
+  CHECK_THAT(directory.err, Contains("model.init_from: " + dir.path() + " is a directory; name the weights file in it"));
+
+  // Item 14: outputs that cannot be trained name model.path, exit 2.
+  auto run = [&](const std::string& module) {
+    return ddprun(1, write_config(dir, module), {"train.max_steps=2", "data.eval_split=none"});
+  };
+  auto returns_int = run("returns_int.pt");
+  CHECK(returns_int.exit_code == 2);
+  CHECK_THAT(returns_int.err, Contains("model.path: " + python_fixture("returns_int.pt") + "'s forward returned Int"));
+  auto detached = run("detached.pt");
+  CHECK(detached.exit_code == 2);
+  CHECK_THAT(detached.err, Contains("model.path: " + python_fixture("detached.pt") +
+                                    "'s forward returned a tensor that does not depend on the parameters"));
+}

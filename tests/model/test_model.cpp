@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -188,27 +189,52 @@ print("maxdiff %.9f" % (out - io["output"]).abs().max().item())
   }
 }
 
-TEST_CASE("weights saved from Python load in C++ when saved as a plain dict", "[model][python]") {
+TEST_CASE("weights saved from Python load in C++: state_dict()'s OrderedDict, a plain dict, pickle protocol 4",
+          "[model][python]") {
+  // LibTorch's own unpickler turned the OrderedDict into None and failed an internal assert (issue 22, item 12).
   const std::string save = R"(
-import collections, sys, torch
+import sys, torch
 sys.path.insert(0, sys.argv[1])
 import ddp_models
 model = ddp_models.build("convnet")
-torch.save(dict(model.state_dict()), sys.argv[2])
-torch.save(model.state_dict(), sys.argv[3])
-print("%.9f" % model.fc.weight.double().sum().item())
+model.layer1[1].running_mean.uniform_()  # buffers too, and a value the initialisation does not give
+torch.save(model.state_dict(), sys.argv[2])
+torch.save(dict(model.state_dict()), sys.argv[3])
+torch.save(model.state_dict(), sys.argv[4], pickle_protocol=4)
+torch.save({"model": model.state_dict(), "step": 3}, sys.argv[5])
+print("%.9f %.9f" % (model.fc.weight.double().sum().item(), model.layer1[1].running_mean.double().sum().item()))
 )";
   ddp::test::TempDir dir;
-  std::string out = python({"-c", save, std::string(DDP_SOURCE_DIR) + "/scripts", dir.file("plain.pt"),
-                            dir.file("ordered.pt")})
-                        .out;
+  auto saved = python({"-c", save, std::string(DDP_SOURCE_DIR) + "/scripts", dir.file("ordered.pt"), dir.file("plain.pt"),
+                       dir.file("protocol4.pt"), dir.file("checkpoint.pt")});
+  INFO(saved.out << saved.err);
+  std::istringstream sums(saved.out);
+  double fc_sum = 0, mean_sum = 0;
+  REQUIRE(sums >> fc_sum >> mean_sum);
+  for (const char* file : {"ordered.pt", "plain.pt", "protocol4.pt"}) {
+    INFO(file);
+    auto model = ddp::make_model(config("convnet"));
+    ddp::load_python_state_dict(*model, dir.file(file));
+    std::map<std::string, torch::Tensor> loaded;
+    for (const auto& [name, tensor] : ddp::python_state_dict(*model)) loaded[name] = tensor;
+    CHECK(loaded.at("fc.weight").to(torch::kDouble).sum().item<double>() == Approx(fc_sum).margin(1e-6));
+    CHECK(loaded.at("layer1.1.running_mean").to(torch::kDouble).sum().item<double>() == Approx(mean_sum).margin(1e-6));
+  }
+
+  // What is not a state dict gets one line naming the file and the cause.
   auto model = ddp::make_model(config("convnet"));
-  ddp::load_python_state_dict(*model, dir.file("plain.pt"));
-  auto fc_weight = ddp::python_state_dict(*model)[14];
-  REQUIRE(fc_weight.first == "fc.weight");
-  CHECK(fc_weight.second.to(torch::kDouble).sum().item<double>() == Approx(std::stod(out)).margin(1e-6));
-  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("ordered.pt")),
-                    Catch::Contains("torch.save(dict(model.state_dict()), path)"));
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("checkpoint.pt")),
+                    dir.file("checkpoint.pt") + ": not a state dict: entry 'model' is not a tensor (a checkpoint of "
+                                                "several dicts? save the model's own: torch.save(model.state_dict(), path))");
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.path()),
+                    dir.path() + " is a directory; name the weights file in it (a run's model.pt, say)");
+  std::string bytes = ddp::test::read_file(dir.file("ordered.pt"));
+  ddp::test::write_file(dir.file("cut.pt"), bytes.substr(0, bytes.size() / 2));
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("cut.pt")),
+                    Catch::StartsWith(dir.file("cut.pt") + ": not a torch.save file ("));
+  ddp::test::write_file(dir.file("text.pt"), "weights\n");
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("text.pt")),
+                    Catch::StartsWith(dir.file("text.pt") + ": not a torch.save file ("));
 }
 
 TEST_CASE("load_python_state_dict restores every parameter and buffer", "[model]") {
@@ -262,12 +288,14 @@ TEST_CASE("bad weights files are FileErrors naming the file", "[model]") {
   ddp::test::TempDir dir;
   auto model = ddp::make_model(config("linear3"));
   CHECK_THROWS_AS(ddp::load_python_state_dict(*model, dir.file("absent.pt")), ddp::FileError);
-  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("absent.pt")), Catch::Contains(dir.file("absent.pt")));
+  CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("absent.pt")),
+                    "cannot read model weights " + dir.file("absent.pt") + ": No such file or directory");
 
   ddp::test::write_file(dir.file("junk.pt"), "not a zip file at all");
   CHECK_THROWS_AS(ddp::load_python_state_dict(*model, dir.file("junk.pt")), ddp::FileError);
   CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("junk.pt")),
-                    Catch::StartsWith(dir.file("junk.pt") + ": not a torch.save state dict"));
+                    Catch::StartsWith(dir.file("junk.pt") + ": not a torch.save file (") &&
+                        Catch::Contains("not a ZIP archive"));
 
   const std::string unwritable = dir.file("no/such/dir/model.pt");
   CHECK_THROWS_AS(ddp::save_python_state_dict(*model, unwritable), ddp::IoError);  // an output, not an input

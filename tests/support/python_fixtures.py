@@ -6,7 +6,7 @@
 OUT_DIR gets NPY data (4 classes of 20 features; regression targets too), a CSV of the same, and
 modules saved the ways users save them: scripted (plain MLP, with BatchNorm and dropout, regression),
 and the ones ddprun must refuse or warn about (frozen, parameters without grad, traced, from a
-"newer" PyTorch, returning a tuple).
+"newer" PyTorch, returning a tuple, an int or a detached tensor, replacing a buffer with one of another shape).
 """
 
 import os
@@ -84,6 +84,54 @@ class Branchy(nn.Module):
         return y
 
 
+class Reassign(nn.Module):
+    """Replaces its buffer in forward, as hand-written running statistics do (issue 22, item 2)."""
+
+    def __init__(self, keepdim: bool = False):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 32)
+        self.fc2 = nn.Linear(32, 4)
+        self.keepdim = keepdim
+        self.register_buffer("running_mean", torch.zeros(32))
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        if self.training:
+            self.running_mean = 0.9 * self.running_mean + 0.1 * h.detach().mean(0, keepdim=self.keepdim)
+        return self.fc2(h - self.running_mean)
+
+
+class ViewCnn(nn.Module):
+    """An ordinary CNN that flattens with .view, which a channels-last tensor cannot take."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.fc = nn.Linear(4 * 26 * 26, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))
+        return self.fc(h.view(h.size(0), -1))
+
+
+class ReturnsInt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 4)
+
+    def forward(self, x) -> int:
+        return int(self.fc(x).argmax())
+
+
+class Detached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 4)
+
+    def forward(self, x):
+        return self.fc(x).detach()
+
+
 class Pair(nn.Module):
     def __init__(self):
         super().__init__()
@@ -127,6 +175,11 @@ def modules(out):
     torch.jit.script(Tied()).save(f"{out}/tied.pt")
     torch.jit.script(Unused()).save(f"{out}/unused.pt")
     torch.jit.script(Branchy()).save(f"{out}/branchy.pt")
+    torch.jit.script(Reassign()).save(f"{out}/reassign.pt")
+    torch.jit.script(Reassign(keepdim=True)).save(f"{out}/reassign_shape.pt")
+    torch.jit.script(ViewCnn()).save(f"{out}/view_cnn.pt")
+    torch.jit.script(ReturnsInt()).save(f"{out}/returns_int.pt")
+    torch.jit.script(Detached()).save(f"{out}/detached.pt")
     # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
         for item in src.infolist():

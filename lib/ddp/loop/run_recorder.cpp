@@ -252,8 +252,11 @@ void RunRecorder::write_report(const TrainProgress& progress, std::optional<int>
   if (exit_status)
     metrics_->write({{"step", static_cast<double>(progress.step)}, {"exit_status", static_cast<double>(*exit_status)}});
   if (!config_.logging.report) return;
+  auto start = Clock::now();
+  if (!exit_status && !report_pacer_.due(start)) return;  // the last render is never skipped
   try {
     write_run_report(output_dir_ + "/report.html", {output_dir_});
+    report_pacer_.rendered(start, Clock::now());
   } catch (const std::exception& e) {
     spdlog::warn("no report.html: {}", e.what());  // the run's own files are what matter
   }

@@ -22,6 +22,7 @@
 #include "ddp/loop/worker_signals.h"
 #include "ddp/monitor/system_monitor.h"
 #include "ddp/record/metrics_log.h"
+#include "ddp/record/report_pacer.h"
 
 namespace ddp {
 
@@ -101,6 +102,7 @@ class RunRecorder {
   double test_eval_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_DELAY: a long evaluation for the stall check's
   bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
   Clock::time_point last_progress_line_;
+  ReportPacer report_pacer_;  // rank 0: the live report.html at evaluations, at a bounded cost
 };
 
 }  // namespace ddp

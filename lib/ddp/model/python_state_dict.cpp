@@ -1,23 +1,16 @@
 #include "ddp/model/python_state_dict.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/model/state_dict_file.h"
 
 namespace ddp {
 namespace {
@@ -33,14 +26,6 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
   for (const auto& child : module.named_children()) collect(*child.value(), prefix + child.key() + ".", out);
 }
 
-std::vector<char> read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FileError("cannot read model weights " + path + ": " + std::strerror(errno));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw FileError("cannot read model weights " + path + ": read error");
-  return bytes;
-}
-
 std::string shape(const torch::Tensor& tensor) {
   std::ostringstream out;
   out << tensor.sizes();
@@ -54,29 +39,6 @@ std::string list(const std::vector<std::string>& items) {
   for (std::size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
   if (items.size() > kShown) out += " (+" + std::to_string(items.size() - kShown) + " more)";
   return out;
-}
-
-// Entries in file order, so messages list them as the file has them.
-std::vector<std::pair<std::string, torch::Tensor>> read_state_dict(const std::string& path) {
-  std::vector<char> bytes = read_all(path);
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const std::exception& e) {
-    std::string reason = e.what();
-    reason = reason.substr(0, reason.find('\n'));  // c10::Error appends a backtrace
-    // LibTorch's unpickler cannot rebuild the OrderedDict that Python's state_dict() returns.
-    throw FileError(path + ": not a torch.save state dict (" + reason +
-                    "); from Python, save a plain dict: torch.save(dict(model.state_dict()), path)");
-  }
-  if (!value.isGenericDict()) throw FileError(path + ": not a state dict (holds a " + value.tagKind() + ")");
-  std::vector<std::pair<std::string, torch::Tensor>> entries;
-  for (const auto& entry : value.toGenericDict()) {
-    if (!entry.key().isString() || !entry.value().isTensor())
-      throw FileError(path + ": not a state dict (entries must map names to tensors)");
-    entries.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
-  }
-  return entries;
 }
 
 // torch.save's format for a plain dict of tensors: a zip with data.pkl and a record per storage.
@@ -130,7 +92,7 @@ void save_python_state_dict(const torch::nn::Module& model, const std::string& p
 void load_python_state_dict(torch::nn::Module& model, const std::string& path) {
   std::map<std::string, torch::Tensor> file;
   std::vector<std::string> file_order;
-  for (auto& [name, tensor] : read_state_dict(path)) {
+  for (auto& [name, tensor] : read_state_dict_file(path)) {  // in file order, as messages list them
     file_order.push_back(name);
     file.emplace(name, tensor);
   }

@@ -17,7 +17,7 @@ std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch
 /// Writes python_state_dict(model) as a torch.save-compatible dict; atomic; FileError naming `path`.
 void save_python_state_dict(const torch::nn::Module& model, const std::string& path);
 
-/// Loads a file save_python_state_dict (or Python's `torch.save(dict(sd), path)`) wrote into `model`;
+/// Loads a file save_python_state_dict (or Python's `torch.save(model.state_dict(), path)`) wrote into `model`;
 /// FileError listing every missing, unexpected or wrongly shaped key, leaving the model unchanged.
 void load_python_state_dict(torch::nn::Module& model, const std::string& path);
 

@@ -6,13 +6,21 @@
 // holding the very same tensors (not copies) under the same names. Every in-place change, by the
 // optimizer, the broadcast from rank 0, a checkpoint load or BatchNorm's running statistics, is then
 // seen by both, and the names are Python's state_dict names, so model.pt loads into the Python module.
-// Nothing may replace a tensor (assign a new one to an attribute) rather than change it in place.
+// Nothing may replace a parameter (assign a new one to an attribute) rather than change it in place.
+//
+// Note [Reassigned buffers]
+// Python code may replace a buffer in forward (`self.running_mean = 0.9 * self.running_mean + ...`),
+// which leaves the mirror holding the stale tensor: model.pt and the checkpoints would keep it
+// (issue 22, item 2). After each forward, a buffer whose attribute is a new tensor has that value
+// copied into the mirrored tensor, which is then put back as the attribute: identity is restored,
+// the value is the module's. A new shape or dtype cannot be mirrored, and is refused.
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <regex>
 #include <sstream>
 
@@ -68,6 +76,24 @@ void scan(const torch::jit::Block* block, bool& reads_training, bool& mode_ops) 
   }
 }
 
+// Whether any of the module's methods calls `.view`, which fails on a channels-last tensor whose
+// channels and pixels it would merge ("view size is not compatible with input tensor's size and
+// stride"): `x.view(x.size(0), -1)` in an ordinary CNN (issue 22, item 11).
+bool calls_view(const torch::jit::Module& module) {
+  std::function<bool(const torch::jit::Block*)> in_block = [&](const torch::jit::Block* block) {
+    for (const torch::jit::Node* node : block->nodes()) {
+      if (node->kind() == c10::aten::view) return true;
+      for (const torch::jit::Block* inner : node->blocks())
+        if (in_block(inner)) return true;
+    }
+    return false;
+  };
+  for (const auto& sub : module.modules())
+    for (const auto& method : sub.get_methods())
+      if (in_block(method.graph()->block())) return true;
+  return false;
+}
+
 // A traced module fixed its train/eval behaviour when it was traced: its code never reads
 // `self.training`, and its submodules' inputs carry the tracer's names (argument_1, ...).
 bool looks_traced(const torch::jit::Module& module) {
@@ -93,6 +119,13 @@ class ScriptedModel : public Model {
     mirror(module_, *this, "", frozen);
     // As the built-in ConvNet: NHWC conv weights and inputs take LibTorch's faster CPU kernels. The
     // tensors keep their identity (Note [Mirrored parameters]); only their layout changes.
+    if (channels_last_ && calls_view(module_)) {
+      channels_last_ = false;
+      if (warn)
+        spdlog::info("model.channels_last: off for {}: its code calls .view, which cannot take a channels-last "
+                     "tensor; .reshape or torch.flatten there would keep the faster layout",
+                     path_);
+    }
     if (channels_last_) {
       torch::NoGradGuard no_grad;
       for (auto& p : parameters())
@@ -118,12 +151,22 @@ class ScriptedModel : public Model {
     try {
       output = module_.forward({x});
     } catch (const std::exception& e) {
-      throw UserError("model.path: " + path_ + " failed on a batch of " + describe(x) + ": " + first_line(e));
+      std::string hint;
+      if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
+        hint = " (model.channels_last made the batch channels-last: set model.channels_last: false if the module "
+               "needs contiguous NCHW tensors)";
+      throw UserError("model.path: " + path_ + " failed on a batch of " + describe(x) + ": " + first_line(e) + hint);
     }
+    adopt_reassigned_buffers();
     if (!output.isTensor())
       throw UserError("model.path: " + path_ + "'s forward returned " + output.tagKind() +
                       "; ddprun needs it to return one tensor");
-    return output.toTensor();
+    torch::Tensor y = output.toTensor();
+    if (is_training() && torch::GradMode::is_enabled() && !y.requires_grad())
+      throw UserError("model.path: " + path_ + "'s forward returned a tensor that does not depend on the "
+                      "parameters (detached, or made without them), so nothing can be trained; return the "
+                      "output of the layers, without .detach() or torch.no_grad()");
+    return y;
   }
 
   void train(bool on) override {
@@ -140,15 +183,42 @@ class ScriptedModel : public Model {
   }
 
  private:
+  // A buffer as the module holds it: its owner submodule's attribute `name`, mirrored by `tensor`.
+  struct MirroredBuffer {
+    torch::jit::Module owner;
+    std::string name, path;
+    torch::Tensor tensor;
+  };
+
+  // Note [Reassigned buffers]
+  void adopt_reassigned_buffers() {
+    for (auto& buffer : buffers_) {
+      c10::IValue now = buffer.owner.attr(buffer.name);
+      if (now.isTensor() && now.toTensor().is_same(buffer.tensor)) continue;
+      if (!now.isTensor() || now.toTensor().sizes() != buffer.tensor.sizes() ||
+          now.toTensor().scalar_type() != buffer.tensor.scalar_type())
+        throw UserError("model.path: " + path_ + "'s forward replaced buffer " + buffer.path + " (" +
+                        describe(buffer.tensor) + ") with " +
+                        (now.isTensor() ? describe(now.toTensor()) : std::string(now.tagKind())) +
+                        "; a buffer may get new values but must keep its shape and dtype");
+      torch::NoGradGuard no_grad;
+      buffer.tensor.copy_(now.toTensor());
+      buffer.owner.setattr(buffer.name, buffer.tensor);
+    }
+  }
+
   // Note [Mirrored parameters]
-  static void mirror(const torch::jit::Module& from, torch::nn::Module& to, const std::string& prefix,
-                     std::vector<std::string>& frozen) {
+  void mirror(const torch::jit::Module& from, torch::nn::Module& to, const std::string& prefix,
+              std::vector<std::string>& frozen) {
     for (const auto& parameter : from.named_parameters(/*recurse=*/false)) {
       if (!parameter.value.requires_grad()) frozen.push_back(prefix + parameter.name);
       to.register_parameter(parameter.name, parameter.value, /*requires_grad=*/true);
     }
-    for (const auto& buffer : from.named_buffers(/*recurse=*/false))
-      if (buffer.value.defined()) to.register_buffer(buffer.name, buffer.value);
+    for (const auto& buffer : from.named_buffers(/*recurse=*/false)) {
+      if (!buffer.value.defined()) continue;
+      to.register_buffer(buffer.name, buffer.value);
+      buffers_.push_back({from, buffer.name, prefix + buffer.name, buffer.value});
+    }
     for (const auto& child : from.named_children()) {
       auto mirrored = std::make_shared<torch::nn::Module>();
       mirror(child.value, *mirrored, prefix + child.name + ".", frozen);
@@ -159,6 +229,7 @@ class ScriptedModel : public Model {
   std::string path_;
   mutable torch::jit::Module module_;  // save() is not const in every LibTorch version
   bool channels_last_;
+  std::vector<MirroredBuffer> buffers_;
 };
 
 }  // namespace

@@ -1,0 +1,301 @@
+#include "ddp/model/state_dict_file.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+// A value on the pickle machine's stack. Containers are shared, as Python's objects are, so a
+// memoised dict that SETITEMS fills later is filled for every holder.
+struct Item {
+  enum class Kind { kMark, kNone, kInt, kFloat, kString, kTuple, kList, kDict, kGlobal, kTensor };
+  Kind kind = Kind::kNone;
+  int64_t integer = 0;                                   // kInt (and bools)
+  double real = 0;                                       // kFloat
+  std::string text;                                      // kString; kGlobal as "module.name"
+  std::shared_ptr<std::vector<Item>> items;              // kTuple, kList
+  std::shared_ptr<std::vector<std::pair<Item, Item>>> entries;  // kDict, in insertion order
+  torch::Tensor tensor;                                  // kTensor: a storage, or a tensor over one
+};
+
+Item make(Item::Kind kind) {
+  Item item;
+  item.kind = kind;
+  if (kind == Item::Kind::kTuple || kind == Item::Kind::kList) item.items = std::make_shared<std::vector<Item>>();
+  if (kind == Item::Kind::kDict) item.entries = std::make_shared<std::vector<std::pair<Item, Item>>>();
+  return item;
+}
+
+// Storage classes as torch.save names them (the legacy typed names, in PyTorch 1.x and 2.x alike).
+torch::Dtype storage_dtype(const std::string& name, const std::string& path) {
+  static const std::map<std::string, torch::Dtype> kTypes = {
+      {"torch.DoubleStorage", torch::kDouble}, {"torch.FloatStorage", torch::kFloat},
+      {"torch.HalfStorage", torch::kHalf},     {"torch.BFloat16Storage", torch::kBFloat16},
+      {"torch.LongStorage", torch::kLong},     {"torch.IntStorage", torch::kInt},
+      {"torch.ShortStorage", torch::kShort},   {"torch.CharStorage", torch::kChar},
+      {"torch.ByteStorage", torch::kByte},     {"torch.BoolStorage", torch::kBool},
+      {"torch.UntypedStorage", torch::kByte}};
+  auto found = kTypes.find(name);
+  if (found == kTypes.end()) throw FileError(path + ": holds a storage of type " + name + ", which ddprun does not read");
+  return found->second;
+}
+
+// The opcodes torch.save's pickles use (protocol 2, the default, and 3 to 5), run over data.pkl.
+class PickleMachine {
+ public:
+  PickleMachine(const char* data, std::size_t size, caffe2::serialize::PyTorchStreamReader& zip, std::string path)
+      : data_(data), size_(size), zip_(zip), path_(std::move(path)) {}
+
+  Item run() {
+    for (;;) {
+      auto op = static_cast<unsigned char>(take(1)[0]);
+      switch (op) {
+        case 0x80: take(1); break;  // PROTO
+        case 0x95: take(8); break;  // FRAME
+        case '.': return pop();     // STOP
+        case '(': stack_.push_back(make(Item::Kind::kMark)); break;
+        case '0': pop(); break;
+        case '1': to_mark(); break;
+        case '2': stack_.push_back(top()); break;
+        case 'N': stack_.push_back(make(Item::Kind::kNone)); break;
+        case 0x88: case 0x89: push_int(op == 0x88); break;  // NEWTRUE, NEWFALSE
+        case 'J': push_int(static_cast<int32_t>(little(4))); break;
+        case 'K': push_int(static_cast<int64_t>(little(1))); break;
+        case 'M': push_int(static_cast<int64_t>(little(2))); break;
+        case 0x8a: push_long(static_cast<std::size_t>(little(1))); break;  // LONG1
+        case 'G': push_float(); break;
+        case 'X': case 'T': case 'B': push_string(little(4)); break;
+        case 0x8c: case 'U': case 'C': push_string(little(1)); break;
+        case 0x8d: case 0x8e: push_string(little(8)); break;
+        case ')': stack_.push_back(make(Item::Kind::kTuple)); break;
+        case 't': stack_.push_back(collect(Item::Kind::kTuple, to_mark())); break;
+        case 0x85: case 0x86: case 0x87: tuple_of(op - 0x84); break;
+        case ']': stack_.push_back(make(Item::Kind::kList)); break;
+        case 'l': stack_.push_back(collect(Item::Kind::kList, to_mark())); break;
+        case 'a': { Item value = pop(); expect(top(), Item::Kind::kList).items->push_back(value); break; }
+        case 'e': { auto values = to_mark(); auto& list = *expect(top(), Item::Kind::kList).items;
+                    list.insert(list.end(), values.begin(), values.end()); break; }
+        case '}': stack_.push_back(make(Item::Kind::kDict)); break;
+        case 'd': { Item dict = make(Item::Kind::kDict); set_items(dict, to_mark()); stack_.push_back(dict); break; }
+        case 's': { Item value = pop(), key = pop(); set_items(top(), {key, value}); break; }
+        case 'u': { auto pairs = to_mark(); set_items(top(), pairs); break; }
+        case 'c': { std::string module = line(); push_global(module + "." + line()); break; }
+        case 0x93: { Item name = pop(), module = pop(); push_global(module.text + "." + name.text); break; }
+        case 'q': memo_[static_cast<int64_t>(little(1))] = top(); break;
+        case 'r': memo_[static_cast<int64_t>(little(4))] = top(); break;
+        case 0x94: memo_[static_cast<int64_t>(memo_.size())] = top(); break;  // MEMOIZE
+        case 'h': stack_.push_back(recall(little(1))); break;
+        case 'j': stack_.push_back(recall(little(4))); break;
+        case 'Q': stack_.push_back(storage(pop())); break;  // BINPERSID
+        case 'R': case 0x81: { Item args = pop(), callable = pop(); stack_.push_back(call(callable, args)); break; }
+        case 'b': build(); break;
+        default: fail("pickle opcode 0x" + hex(op) + ", which torch.save does not write for a state dict");
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw FileError(path_ + ": not a torch.save state dict (" + why + ")");
+  }
+  static std::string hex(unsigned value) {
+    char text[8];
+    std::snprintf(text, sizeof text, "%02x", value);
+    return text;
+  }
+
+  const char* take(std::size_t n) {
+    if (n > size_ - at_) fail("data.pkl is cut short");
+    const char* bytes = data_ + at_;
+    at_ += n;
+    return bytes;
+  }
+  uint64_t little(std::size_t n) {
+    const char* bytes = take(n);
+    uint64_t value = 0;
+    for (std::size_t i = 0; i < n; ++i) value |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    return value;
+  }
+  std::string line() {
+    std::size_t end = at_;
+    while (end < size_ && data_[end] != '\n') ++end;
+    if (end == size_) fail("data.pkl is cut short");
+    std::string text(data_ + at_, end - at_);
+    at_ = end + 1;
+    return text;
+  }
+
+  Item pop() {
+    if (stack_.empty() || stack_.back().kind == Item::Kind::kMark) fail("its pickle pops an empty stack");
+    Item item = std::move(stack_.back());
+    stack_.pop_back();
+    return item;
+  }
+  Item& top() {
+    if (stack_.empty()) fail("its pickle reads an empty stack");
+    return stack_.back();
+  }
+  std::vector<Item> to_mark() {
+    std::vector<Item> items;
+    while (!stack_.empty() && stack_.back().kind != Item::Kind::kMark) items.insert(items.begin(), pop());
+    if (stack_.empty()) fail("its pickle has no mark where one is needed");
+    stack_.pop_back();
+    return items;
+  }
+  Item& expect(Item& item, Item::Kind kind) {
+    if (item.kind != kind) fail("its pickle adds entries to something that is not a container");
+    return item;
+  }
+  Item recall(uint64_t key) {
+    auto found = memo_.find(static_cast<int64_t>(key));
+    if (found == memo_.end()) fail("its pickle recalls a value it never stored");
+    return found->second;
+  }
+
+  void push_int(int64_t value) {
+    Item item = make(Item::Kind::kInt);
+    item.integer = value;
+    stack_.push_back(item);
+  }
+  void push_long(std::size_t n) {
+    if (n > 8) fail("an integer wider than 64 bits");
+    uint64_t value = little(n);
+    if (n > 0 && n < 8 && (value >> (8 * n - 1)) & 1) value |= ~uint64_t{0} << (8 * n);  // sign-extend
+    push_int(static_cast<int64_t>(value));
+  }
+  void push_float() {
+    const char* bytes = take(8);
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; ++i) bits = (bits << 8) | static_cast<unsigned char>(bytes[i]);  // big-endian
+    Item item = make(Item::Kind::kFloat);
+    std::memcpy(&item.real, &bits, sizeof bits);
+    stack_.push_back(item);
+  }
+  void push_string(uint64_t n) {
+    if (n > size_) fail("data.pkl is cut short");
+    const char* bytes = take(static_cast<std::size_t>(n));
+    Item item = make(Item::Kind::kString);
+    item.text.assign(bytes, static_cast<std::size_t>(n));
+    stack_.push_back(item);
+  }
+  void push_global(const std::string& name) {
+    Item item = make(Item::Kind::kGlobal);
+    item.text = name;
+    stack_.push_back(item);
+  }
+  Item collect(Item::Kind kind, std::vector<Item> values) {
+    Item item = make(kind);
+    *item.items = std::move(values);
+    return item;
+  }
+  void tuple_of(int n) {
+    std::vector<Item> values;
+    for (int i = 0; i < n; ++i) values.insert(values.begin(), pop());
+    stack_.push_back(collect(Item::Kind::kTuple, std::move(values)));
+  }
+  void set_items(Item& dict, const std::vector<Item>& pairs) {
+    expect(dict, Item::Kind::kDict);
+    if (pairs.size() % 2) fail("its pickle sets a key without a value");
+    for (std::size_t i = 0; i < pairs.size(); i += 2) dict.entries->emplace_back(pairs[i], pairs[i + 1]);
+  }
+
+  // A persistent id: ('storage', storage class, record key, location, element count).
+  Item storage(const Item& id) {
+    if (id.kind != Item::Kind::kTuple || id.items->size() < 5 || (*id.items)[0].text != "storage")
+      fail("a persistent id that is not a storage");
+    const auto& fields = *id.items;
+    torch::Dtype dtype = storage_dtype(fields[1].text, path_);
+    int64_t count = fields[4].integer;
+    std::string record = "data/" + fields[2].text;
+    if (!zip_.hasRecord(record)) fail("its storage " + record + " is missing");
+    auto [bytes, size] = zip_.getRecord(record);
+    Item item = make(Item::Kind::kTensor);
+    item.tensor = torch::empty({count}, torch::TensorOptions().dtype(dtype));
+    std::size_t expected = static_cast<std::size_t>(count) * item.tensor.element_size();
+    if (count < 0 || size != expected)
+      fail("storage " + record + " holds " + std::to_string(size) + " bytes, not the " + std::to_string(expected) +
+           " its tensor needs");
+    std::memcpy(item.tensor.data_ptr(), bytes.get(), size);
+    return item;
+  }
+
+  static std::vector<int64_t> ints(const Item& tuple) {
+    std::vector<int64_t> values;
+    for (const Item& item : *tuple.items) values.push_back(item.integer);
+    return values;
+  }
+
+  Item call(const Item& callable, const Item& args) {
+    if (callable.kind != Item::Kind::kGlobal || args.kind != Item::Kind::kTuple) fail("a call that is not a class's");
+    const auto& a = *args.items;
+    const std::string& name = callable.text;
+    if (name == "collections.OrderedDict" || name == "builtins.dict") return make(Item::Kind::kDict);
+    if (name == "torch._utils._rebuild_tensor_v2" && a.size() >= 4 && a[0].kind == Item::Kind::kTensor) {
+      Item item = make(Item::Kind::kTensor);
+      item.tensor = a[0].tensor.as_strided(ints(a[2]), ints(a[3]), a[1].integer);
+      return item;
+    }
+    if ((name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") &&
+        !a.empty() && a[0].kind == Item::Kind::kTensor)
+      return a[0];
+    fail("it holds a " + name + " object; ddprun reads dicts of tensors");
+  }
+
+  // BUILD sets an object's state: an OrderedDict's `_metadata` (module versions), not needed here.
+  void build() {
+    pop();
+    Item& object = top();
+    if (object.kind != Item::Kind::kDict && object.kind != Item::Kind::kTensor) fail("it sets the state of an object");
+  }
+
+  const char* data_;
+  std::size_t size_;
+  std::size_t at_ = 0;
+  caffe2::serialize::PyTorchStreamReader& zip_;
+  std::string path_;
+  std::vector<Item> stack_;
+  std::unordered_map<int64_t, Item> memo_;
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error))
+    throw FileError("cannot read model weights " + path + ": No such file or directory");
+  if (std::filesystem::is_directory(path, error))
+    throw FileError(path + " is a directory; name the weights file in it (a run's model.pt, say)");
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
+  try {
+    zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+  } catch (const std::exception& e) {
+    std::string reason = e.what();
+    throw FileError(path + ": not a torch.save file (" + reason.substr(0, reason.find('\n')) +
+                    "); write it with torch.save(model.state_dict(), path)");
+  }
+  if (!zip->hasRecord("data.pkl")) throw FileError(path + ": not a torch.save file (no data.pkl in it)");
+  auto [pickle, size] = zip->getRecord("data.pkl");
+  Item top = PickleMachine(static_cast<const char*>(pickle.get()), size, *zip, path).run();
+  if (top.kind != Item::Kind::kDict) throw FileError(path + ": not a state dict (it holds no dict)");
+  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  for (const auto& [key, value] : *top.entries) {
+    if (key.kind != Item::Kind::kString) throw FileError(path + ": not a state dict (a key is not a name)");
+    if (value.kind != Item::Kind::kTensor)
+      throw FileError(path + ": not a state dict: entry '" + key.text +
+                      "' is not a tensor (a checkpoint of several dicts? save the model's own: "
+                      "torch.save(model.state_dict(), path))");
+    entries.emplace_back(key.text, value.tensor);
+  }
+  return entries;
+}
+
+}  // namespace ddp

@@ -1,0 +1,21 @@
+#pragma once
+// Reading what Python's torch.save wrote for a state dict. LibTorch's unpickler reads a plain dict
+// but not the OrderedDict that `torch.save(model.state_dict(), path)` writes: it turns an OrderedDict
+// into None (it expects one only as a tensor's empty backward hooks) and fails an internal assert
+// (issue 22, item 12). So the pickle is run here, by a small machine for the opcodes torch.save
+// emits, and LibTorch only opens the zip.
+
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp {
+
+/// The name → tensor entries of the dict or OrderedDict torch.save wrote to `path`, in file order;
+/// FileError naming `path` and the cause for anything else (a directory, not a zip, a pickle that
+/// is not a dict of tensors, a storage record cut short).
+std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const std::string& path);
+
+}  // namespace ddp
