@@ -29,7 +29,8 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
   schema.add("model.relu", &config.relu, "convnet: ReLU after each max-pooling (the same as before it)");
   schema.add("model.channels_last", &config.channels_last,
              "convnet, torchscript: channels-last (NHWC) memory format for 4-D weights and inputs, whose CPU "
-             "kernels are faster; same model and weights, results equal up to float rounding");
+             "kernels are faster; same model and weights, results equal up to float rounding (off for a module "
+             "that calls .view, which a channels-last tensor cannot take)");
   schema.add("model.hidden", &config.hidden, "mlp, graphsage: hidden layer widths, input side first").min(1)
       .max(1e6);
   schema.add("model.aggregation", &config.aggregation, "graphsage: how a node combines its neighbours' features")
