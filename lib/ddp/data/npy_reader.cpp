@@ -41,8 +41,8 @@ std::string dict_value(const std::string& header, const std::string& key, const 
   return header.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
-torch::ScalarType dtype_of(const std::string& descr, const std::string& path) {
-  // descr is e.g. '<f4': byte order, kind, item size.
+// descr is e.g. '<f4': byte order, then kind and item size ("f4"), returned without the order.
+std::string element_kind(const std::string& descr, const std::string& path) {
   if (descr.size() < 4 || descr.front() != '\'' || descr.back() != '\'')
     fail(path, "structured dtype " + descr + " is not supported (use a plain numeric array)");
   std::string text = descr.substr(1, descr.size() - 2);
@@ -52,13 +52,20 @@ torch::ScalarType dtype_of(const std::string& descr, const std::string& path) {
     fail(path, "holds Python objects (object dtype, stored as pickles); save a numeric array instead");
   if (order == '>') fail(path, "is big-endian (" + text + "); save it little-endian, e.g. arr.astype('<" + kind + "')");
   if (order != '<' && order != '|' && order != '=') fail(path, "unknown byte order in dtype " + text);
+  auto bytes = kind.size() >= 2 ? parse_int(kind.substr(1)) : std::nullopt;
+  if (std::string("biufc").find(kind[0]) == std::string::npos || !bytes || *bytes < 1 || *bytes > 16)
+    fail(path, "dtype " + kind + " is not supported (float32, float64, uint8, bool, int32 or int64)");
+  return kind;
+}
+
+torch::ScalarType dtype_of(const std::string& kind, const std::string& path) {
   if (kind == "f4") return torch::kFloat;
   if (kind == "f8") return torch::kDouble;
   if (kind == "u1") return torch::kUInt8;
   if (kind == "b1") return torch::kBool;  // masks, as numpy saves bool arrays
   if (kind == "i4") return torch::kInt;
   if (kind == "i8") return torch::kLong;
-  fail(path, "dtype " + text + " is not supported (float32, float64, uint8, bool, int32 or int64)");
+  fail(path, "dtype " + kind + " is not supported (float32, float64, uint8, bool, int32 or int64)");
 }
 
 std::vector<int64_t> shape_of(const std::string& tuple, const std::string& path) {
@@ -106,7 +113,8 @@ OpenFile open_npy(const std::string& path) {
 
 }  // namespace
 
-NpyHeader parse_npy_header(const std::string& bytes, int64_t file_size, const std::string& path) {
+NpyLayout parse_npy_layout(const std::string& bytes, int64_t file_size, const std::string& path,
+                           const std::function<void(const std::string&)>& check_kind) {
   if (bytes.size() < kMagicSize || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
     bool pickle = !bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80;
     fail(path, pickle ? "is a Python pickle, not an NPY file (save arrays with np.save)"
@@ -124,16 +132,18 @@ NpyHeader parse_npy_header(const std::string& bytes, int64_t file_size, const st
   if (header_length > kMaxHeader || data_offset > bytes.size()) fail(path, "is cut short inside its NPY header");
   std::string header = bytes.substr(8 + length_bytes, header_length);
 
-  NpyHeader result;
+  NpyLayout result;
   result.data_offset = static_cast<int64_t>(data_offset);
   std::string fortran = dict_value(header, "fortran_order", path);
   if (fortran.rfind("True", 0) == 0)
     fail(path, "is in Fortran order; save it in C order (np.ascontiguousarray) so samples are contiguous");
-  result.dtype = dtype_of(dict_value(header, "descr", path), path);
+  result.kind = element_kind(dict_value(header, "descr", path), path);
+  if (check_kind) check_kind(result.kind);
+  result.item_bytes = *parse_int(result.kind.substr(1));
   result.shape = shape_of(dict_value(header, "shape", path), path);
   if (result.shape.empty()) fail(path, "holds a 0-d array; the first dimension must count samples");
 
-  int64_t expected = static_cast<int64_t>(c10::elementSize(result.dtype));
+  int64_t expected = result.item_bytes;
   for (int64_t extent : result.shape)
     if (__builtin_mul_overflow(expected, extent, &expected)) fail(path, "claims an impossibly large shape");
   int64_t actual = file_size - result.data_offset;
@@ -143,6 +153,11 @@ NpyHeader parse_npy_header(const std::string& bytes, int64_t file_size, const st
   if (actual > expected)
     fail(path, "has " + std::to_string(actual - expected) + " bytes after the array its header describes");
   return result;
+}
+
+NpyHeader parse_npy_header(const std::string& bytes, int64_t file_size, const std::string& path) {
+  NpyLayout layout = parse_npy_layout(bytes, file_size, path, [&](const std::string& kind) { dtype_of(kind, path); });
+  return {dtype_of(layout.kind, path), layout.shape, layout.data_offset};
 }
 
 std::shared_ptr<SampleFile> open_npy_samples(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,19 @@ struct NpyHeader {
   std::vector<int64_t> shape;  ///< the array's shape; shape[0] counts samples
   int64_t data_offset = 0;     ///< bytes before the first element
 };
+
+/// An .npy file's element type as numpy spells it, whatever LibTorch can hold: "u2" for uint16 tokens.
+struct NpyLayout {
+  std::string kind;            ///< numpy's kind and item size, without the byte order: "f4", "u2", "i8"
+  int64_t item_bytes = 0;
+  std::vector<int64_t> shape;
+  int64_t data_offset = 0;
+};
+
+/// Parses an .npy header as parse_npy_header does, with any plain numeric dtype; `check_kind`, if
+/// given, may refuse the dtype before the size is checked against it.
+NpyLayout parse_npy_layout(const std::string& bytes, int64_t file_size, const std::string& path,
+                           const std::function<void(const std::string&)>& check_kind = {});
 
 /// Parses an .npy header (`bytes` is the start of the file, at least its whole header; `file_size`
 /// is the whole file's). Throws FileError naming `path`: not NPY, Fortran order, big-endian,

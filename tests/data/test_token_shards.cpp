@@ -1,0 +1,127 @@
+// Token files for language models (issue 23, item 1): llm.c shards written here byte by byte from
+// the format's description, nanoGPT's headerless files, numpy's 1-D arrays; windows across a glob
+// of shards; and one message for each bad file.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "ddp/common/error.h"
+#include "ddp/data/token_shards.h"
+#include "support/subprocess.h"
+
+using namespace ddp;
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+// llm.c's layout: 256 little-endian int32 (magic, version, token count, zeros), then the tokens.
+std::string llmc_shard(int32_t magic, int32_t version, int32_t count, const std::vector<uint32_t>& tokens, int bytes) {
+  std::string out(1024, '\0');
+  std::memcpy(out.data(), &magic, 4);
+  std::memcpy(out.data() + 4, &version, 4);
+  std::memcpy(out.data() + 8, &count, 4);
+  for (uint32_t token : tokens) out.append(reinterpret_cast<const char*>(&token), static_cast<std::size_t>(bytes));
+  return out;
+}
+
+std::vector<uint32_t> iota(uint32_t first, int n) {
+  std::vector<uint32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(first + static_cast<uint32_t>(i));
+  return out;
+}
+
+std::vector<int64_t> row(const torch::Tensor& t, int64_t i) {
+  auto r = t[i].contiguous();
+  return {r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()};
+}
+
+}  // namespace
+
+TEST_CASE("llm.c shards of both widths, a raw file and an npy read as windows of block_size + 1", "[data][tokens]") {
+  TempDir dir;
+  write_file(dir.file("shard_000.bin"), llmc_shard(20240520, 1, 10, iota(0, 10), 2));
+  write_file(dir.file("shard_001.bin"), llmc_shard(20240801, 7, 9, iota(70000, 9), 4));
+  TokenWindows windows(dir.file("shard_*.bin"), "data.path", "", 4);
+  REQUIRE(windows.shards().size() == 2);
+  CHECK(windows.shards()[0]->format() == "llm.c uint16");
+  CHECK(windows.shards()[1]->format() == "llm.c uint32");
+  // 10 tokens: windows at 0 and 4 (each 5 tokens); 9 tokens: windows at 0 and 4. None crosses a shard.
+  REQUIRE(windows.size() == 4);
+  auto got = windows.read(torch::tensor({3, 0, 1, 2}, torch::kLong));
+  CHECK(row(got, 0) == std::vector<int64_t>{70004, 70005, 70006, 70007, 70008});
+  CHECK(row(got, 1) == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(row(got, 2) == std::vector<int64_t>{4, 5, 6, 7, 8});
+  CHECK(row(got, 3) == std::vector<int64_t>{70000, 70001, 70002, 70003, 70004});
+
+  std::string raw;
+  for (uint16_t t : {5, 6, 7, 8, 9, 10}) raw.append(reinterpret_cast<const char*>(&t), 2);
+  write_file(dir.file("train.bin"), raw);
+  TokenWindows nanogpt(dir.file("train.bin"), "data.path", "uint16", 2);
+  CHECK(nanogpt.shards()[0]->format() == "raw uint16");
+  CHECK(nanogpt.size() == 2);
+  CHECK(row(nanogpt.read(torch::tensor({1}, torch::kLong)), 0) == std::vector<int64_t>{7, 8, 9});
+
+  auto python = run_command({"/usr/bin/python3", "-c",
+                             "import sys, numpy as np; np.save(sys.argv[1], np.arange(60000, 60020, dtype=np.uint16))",
+                             dir.file("tokens.npy")});
+  REQUIRE(python.exit_code == 0);
+  TokenWindows npy(dir.file("tokens.npy"), "data.path", "", 8);
+  CHECK(npy.shards()[0]->format() == "npy uint16");
+  CHECK(npy.size() == 2);
+  CHECK(row(npy.read(torch::tensor({1}, torch::kLong)), 0)[8] == 60016);
+}
+
+TEST_CASE("bad token files get one line each, naming the file", "[data][tokens]") {
+  TempDir dir;
+  auto refused = [&](const std::string& name, const std::string& bytes, const std::string& dtype = "",
+                     int64_t block = 4) -> std::string {
+    write_file(dir.file(name), bytes);
+    try {
+      TokenWindows windows(dir.file(name), "data.path", dtype, block);
+    } catch (const FileError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(refused("version.bin", llmc_shard(20240520, 2, 10, iota(0, 10), 2)) ==
+        dir.file("version.bin") + ": llm.c shard with magic 20240520 has version 2, expected 1");
+  CHECK(refused("count.bin", llmc_shard(20240520, 1, 12, iota(0, 10), 2)) ==
+        dir.file("count.bin") + ": its llm.c header says 12 tokens, the file holds 20 bytes of 2-byte tokens after "
+                                "the header");
+  CHECK(refused("header.bin", llmc_shard(20240801, 7, 0, {}, 4).substr(0, 100)) ==
+        dir.file("header.bin") + ": is cut short inside its llm.c header (100 bytes)");
+  CHECK(refused("empty.bin", "") == dir.file("empty.bin") + ": is empty: a token file needs at least two tokens");
+  CHECK(refused("short.bin", llmc_shard(20240520, 1, 4, iota(0, 4), 2)) ==
+        dir.file("short.bin") + ": holds 4 tokens, fewer than one window of model.block_size + 1 = 5");
+  CHECK_THAT(refused("magic.bin", std::string(64, 'x')),
+             Contains(dir.file("magic.bin") + ": is not an llm.c token shard (magic 2021161080, expected 20240520 or "
+                                              "20240801) nor an .npy; a headerless file (nanoGPT's train.bin) needs "
+                                              "data.token_dtype: uint16 or uint32"));
+  CHECK(refused("odd.bin", std::string(7, 'x'), "uint16") == dir.file("odd.bin") + ": 7 bytes is not a whole number of uint16 tokens");
+  CHECK_THROWS_WITH(TokenWindows(dir.file("nothing_*.bin"), "data.eval_path", "", 4),
+                    "data.eval_path: " + dir.file("nothing_*.bin") + " matches no file");
+
+  auto python = run_command({"/usr/bin/python3", "-c",
+                             "import sys, numpy as np; np.save(sys.argv[1], np.zeros((4, 5), dtype=np.int32)); "
+                             "np.save(sys.argv[2], np.zeros(9, dtype=np.float32))",
+                             dir.file("matrix.npy"), dir.file("floats.npy")});
+  REQUIRE(python.exit_code == 0);
+  CHECK_THROWS_WITH(TokenWindows(dir.file("matrix.npy"), "data.path", "", 4),
+                    Contains("a token .npy must be a 1-D array of integers") && Contains("this one has 2 dimensions"));
+  CHECK_THROWS_WITH(TokenWindows(dir.file("floats.npy"), "data.path", "", 4), Contains("this one holds f4"));
+}
+
+TEST_CASE("a token id outside the vocabulary is found before training, with its file and byte offset", "[data][tokens]") {
+  TempDir dir;
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < 300; ++i) tokens.push_back(i % 200);
+  tokens[257] = 256;  // one beyond a byte-level vocabulary
+  write_file(dir.file("a.bin"), llmc_shard(20240520, 1, 300, tokens, 2));
+  TokenWindows windows(dir.file("a.bin"), "data.path", "", 16);
+  CHECK_NOTHROW(windows.check_vocabulary(300, "model.vocab_size"));
+  CHECK_THROWS_WITH(windows.check_vocabulary(256, "model.vocab_size"),
+                    dir.file("a.bin") + ": token 257 (byte offset 1538) is 256, outside model.vocab_size 256 (ids 0 to 255)");
+}
