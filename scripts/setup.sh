@@ -7,6 +7,7 @@ packages=(
   libtorch-dev libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev zlib1g-dev catch2
   libopenblas0-openmp  # LibTorch's BLAS is Debian's libblas.so.3: without this, the slow reference one
   dataset-fashion-mnist
+  bible-kjv      # the language-model corpus: scripts/make_tokens.py --kjv reads `bible`
   python3-torch  # tests only: sampler parity and loading model.pt in Python
   slurm-client   # tests only: scontrol, to check the Slurm host-list parser against
   slurmctld slurmd munge  # tests only: a real local cluster (scripts/slurm/local_cluster.sh)

@@ -125,3 +125,47 @@ TEST_CASE("a token id outside the vocabulary is found before training, with its 
   CHECK_THROWS_WITH(windows.check_vocabulary(256, "model.vocab_size"),
                     dir.file("a.bin") + ": token 257 (byte offset 1538) is 256, outside model.vocab_size 256 (ids 0 to 255)");
 }
+
+TEST_CASE("make_tokens.py writes byte-level llm.c shards that read back as the text, holding out its end",
+          "[data][tokens][python]") {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i) + ": the quick brown fox\n";
+  write_file(dir.file("story.txt"), text);
+  auto made = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/scripts/make_tokens.py", dir.file("out"),
+                           "--text", dir.file("story.txt"), "--shard-tokens", "2000"},
+                          std::chrono::seconds(60));
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  TokenWindows train(dir.file("out/story_train_*.bin"), "data.path", "", 1);
+  TokenWindows val(dir.file("out/story_val_*.bin"), "data.eval_path", "", 1);
+  CHECK(train.shards().size() > 1);  // 2,000-token shards
+  std::string back;
+  for (const auto* split : {&train, &val})
+    for (const auto& shard : split->shards()) {
+      std::vector<int64_t> tokens(static_cast<std::size_t>(shard->tokens()));
+      shard->read(0, shard->tokens(), tokens.data());
+      for (int64_t t : tokens) back += static_cast<char>(t);
+    }
+  CHECK(back == text);
+  int64_t held = 0;
+  for (const auto& shard : val.shards()) held += shard->tokens();
+  CHECK(held >= static_cast<int64_t>(text.size() / 10));
+  CHECK(held < static_cast<int64_t>(text.size() / 10) + 40);  // whole lines, about a tenth
+  CHECK(text.substr(text.size() - static_cast<std::size_t>(held)).find("line 180") == 0);
+
+  if (run_shell("command -v bible").exit_code != 0) {
+    WARN("skipped: the King James Bible part: no `bible` (Debian's bible-kjv; scripts/setup.sh installs it)");
+    return;
+  }
+  auto kjv = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/scripts/make_tokens.py", dir.file("kjv"), "--kjv"},
+                         std::chrono::seconds(120));
+  INFO(kjv.out << kjv.err);
+  REQUIRE(kjv.exit_code == 0);
+  CHECK_THAT(kjv.out, Contains("held out: 23 books, Acts to Rev"));
+  TokenWindows bible(dir.file("kjv/kjv_val_*.bin"), "data.eval_path", "", 128);
+  std::vector<int64_t> start(40);
+  bible.shards()[0]->read(0, 40, start.data());
+  CHECK(std::string(start.begin(), start.end()) == "The former treatise have I made, O Theop");  // Acts 1:1
+  CHECK_NOTHROW(bible.check_vocabulary(256, "model.vocab_size"));
+}
