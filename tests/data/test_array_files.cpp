@@ -168,6 +168,23 @@ TEST_CASE("data splits: counts must agree, NaN labels are refused, eval_fraction
   CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10), Contains("data.eval_fraction:") && Contains("empty split"));
 }
 
+TEST_CASE("infinite float labels are refused at load, naming the file and the first sample (issue 22, item 14)",
+          "[data][npy]") {
+  TempDir dir;
+  ddp::DataConfig config;
+  config.dataset = "npy";
+  config.path = fixture("train_x.npy");
+  config.eval_split = "none";
+  std::string bytes = read_file(fixture("train_target.npy"));  // float32 [1024]
+  float inf = INFINITY;
+  bytes.replace(bytes.size() - 4 * 10, 4, reinterpret_cast<const char*>(&inf), 4);  // sample 1014
+  bytes.replace(bytes.size() - 4 * 3, 4, reinterpret_cast<const char*>(&inf), 4);   // and 1021
+  write_file(dir.file("inf.npy"), bytes);
+  config.labels = dir.file("inf.npy");
+  CHECK_THROWS_AS(ddp::load_dataset_splits(config, 10), ddp::FileError);
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10), Contains("inf.npy: label of sample 1014 is infinite"));
+}
+
 TEST_CASE("non-finite features are refused at load, naming the file and the first position (issue 22, item 5)",
           "[data][npy]") {
   TempDir dir;

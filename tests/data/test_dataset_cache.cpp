@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "ddp/common/error.h"
 #include "ddp/data/dataset_cache.h"
 #include "ddp/data/idx_reader.h"
+#include "support/log_capture.h"
 #include "support/subprocess.h"
 
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
@@ -26,6 +28,16 @@ std::vector<fs::path> cache_files(const std::string& dir) {
     if (entry.path().extension() == ".ddpcache") files.push_back(entry.path());
   return files;
 }
+
+// Overwrites `bytes.size()` bytes of `path` at `offset`, in place (the way a stray write would).
+void overwrite(const fs::path& path, int64_t offset, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The IDX cache's header: magic, count, height, width.
+constexpr int64_t kHeaderBytes = 32;
 
 }  // namespace
 
@@ -113,4 +125,68 @@ TEST_CASE("an unwritable cache falls back to memory, and a broken source is stil
   fs::copy_file(kFashion + "/t10k-images-idx3-ubyte.gz", dir.file("t10k-images-idx3-ubyte.gz"));
   write_file(dir.file("t10k-labels-idx1-ubyte.gz"), labels.substr(0, labels.size() / 2));
   CHECK_THROWS_AS(load_idx_split_cached(dir.path(), "test", dir.file("cache")), FileError);
+}
+
+TEST_CASE("a cache file copied over another split's is detected, said in one line and rebuilt, never used", "[data][cache]") {
+  TempDir cache;
+  load_idx_split_cached(kFashion, "train", cache.path());
+  load_idx_split_cached(kFashion, "test", cache.path());
+  fs::path train, test;
+  for (const auto& file : cache_files(cache.path()))
+    (file.filename().string().rfind("train-", 0) == 0 ? train : test) = file;
+  REQUIRE(!train.empty());
+  REQUIRE(!test.empty());
+  fs::copy_file(train, test, fs::copy_options::overwrite_existing);
+  LogCapture log;
+  Dataset data = load_idx_split_cached(kFashion, "test", cache.path());
+  CHECK(data.size() == 10000);  // the test split, not "over 60000 samples"
+  CHECK(torch::equal(data.labels, load_idx_split(kFashion, "test").labels));
+  INFO(log.text());
+  CHECK(log.count(test.string() + " is not used: it was built from ") == 1);
+  CHECK(log.count("train-images-idx3-ubyte") == 1);  // names the source it was built from
+  CHECK(load_idx_split_cached(kFashion, "test", cache.path()).size() == 10000);
+  CHECK(log.count(" is not used") == 1);  // the rebuilt file is used as it is, without another message
+}
+
+TEST_CASE("zeroed labels or changed images in a cache file are detected by its checksums and rebuilt", "[data][cache]") {
+  TempDir cache;
+  Dataset reference = load_idx_split(kFashion, "test");
+  load_idx_split_cached(kFashion, "test", cache.path());
+  auto file = cache_files(cache.path()).at(0);
+  const int64_t labels_at = kHeaderBytes + 10000 * 28 * 28;
+  overwrite(file, labels_at, std::string(10000 * 8, '\0'));
+  {
+    LogCapture log;
+    Dataset data = load_idx_split_cached(kFashion, "test", cache.path());
+    CHECK(torch::equal(data.labels, reference.labels));
+    INFO(log.text());
+    CHECK(log.count("its labels region does not match its checksum") == 1);
+  }
+  overwrite(file, kHeaderBytes + 5 * 28 * 28 + 300, "\xff\xff");  // two pixels of sample 5
+  {
+    LogCapture log;
+    Dataset data = load_idx_split_cached(kFashion, "test", cache.path());
+    CHECK(torch::equal(data.select(torch::arange(10000, torch::kLong)), reference.features));
+    INFO(log.text());
+    CHECK(log.count("its images region does not match its checksum") == 1);
+  }
+}
+
+TEST_CASE("a cache file is verified once per version: its record lets later opens skip the checksums", "[data][cache]") {
+  TempDir cache;
+  load_idx_split_cached(kFashion, "test", cache.path());
+  auto file = cache_files(cache.path()).at(0);
+  const std::string record = file.string() + ".verified";
+  REQUIRE(fs::exists(record));  // the builder records it: its checksums came from the bytes it wrote
+  std::string stamp = read_file(record);
+  auto written = fs::last_write_time(file);
+  fs::remove(record);  // as after a crash between verifying and recording: verified again, not rebuilt
+  CHECK(load_idx_split_cached(kFashion, "test", cache.path()).size() == 10000);
+  CHECK(fs::last_write_time(file) == written);
+  CHECK(read_file(record) == stamp);
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);  // any change moves the ctime
+  CHECK(read_file(record) == stamp);
+  load_idx_split_cached(kFashion, "test", cache.path());
+  CHECK(read_file(record) != stamp);  // verified again, and recorded as the file is now
+  CHECK(fs::last_write_time(file) == written);
 }

@@ -185,9 +185,10 @@ TEST_CASE("the graph cache is written once and gives the source's graph, read on
   CHECK(load_graph_cached(d, "none").features.defined());  // no cache: in memory
 
   // A cache file cut short, or whose CSR was damaged, is rebuilt rather than trusted.
-  std::string file = std::filesystem::directory_iterator(cache)->path();
-  if (file.size() > 5 && file.compare(file.size() - 5, 5, ".lock") == 0)
-    file = file.substr(0, file.size() - 5);
+  std::string file;  // beside it: its lock and its record of verification
+  for (const auto& entry : std::filesystem::directory_iterator(cache))
+    if (entry.path().extension() == ".ddpgraph") file = entry.path();
+  REQUIRE(!file.empty());
   const auto size = std::filesystem::file_size(file);
   std::filesystem::resize_file(file, size - 8);
   CHECK(torch::equal(load_graph_cached(d, cache).indptr, memory.indptr));
@@ -308,7 +309,10 @@ TEST_CASE("a graph cache file changed while in use stops the sampler, naming it"
   CHECK_THROWS_WITH(sample_subgraph(g, torch::tensor({first}, torch::kInt64), {-1}, {0, 0}),
                     Contains("the graph cache " + g.index_file->path() + " holds a neighbour id out of range (2147483647)"));
   // Cut short while in use: the features at its end can no longer be read.
-  std::filesystem::resize_file(g.feature_file->path(), std::filesystem::file_size(g.feature_file->path()) - 100);
+  // The features end where the seal begins: after the 56-byte header and the int64 arrays.
+  const int64_t n = g.num_nodes(), features_end = 56 + 8 * (n + 1 + g.num_edges() + n + g.train.numel() +
+                                                           g.val.numel() + g.test.numel()) + 4 * n * g.num_features();
+  std::filesystem::resize_file(g.feature_file->path(), static_cast<std::uintmax_t>(features_end - 100));
   std::vector<float> rows(static_cast<std::size_t>(2 * g.num_features()));
   CHECK_THROWS_WITH(g.read_feature_rows(g.num_nodes() - 2, 2, rows.data()),
                     Contains(g.feature_file->path() + ": cannot read samples 48..49 (the file was cut short while in use)"));

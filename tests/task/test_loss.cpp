@@ -3,6 +3,9 @@
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
+
 #include "ddp/common/error.h"
 #include "ddp/task/loss.h"
 
@@ -42,6 +45,25 @@ TEST_CASE("cross_entropy: mean loss with label smoothing, summed loss and accura
                     "the model's output is [3, 3] for targets [3]; train.loss cross_entropy needs logits [3, C] "
                     "with C > 3, the largest label");
   CHECK_THROWS_WITH(ce.check_output(logits.reshape({9}), targets, 1), Contains("output is [9]"));
+}
+
+TEST_CASE("cross_entropy takes labels [N, 1] as [N], and refuses other shapes and inf or fractional labels, naming the sample",
+          "[task][loss]") {  // issue 22, item 14
+  auto ce = loss("cross_entropy");
+  const double kInf = std::numeric_limits<double>::infinity();
+  auto column = torch::tensor({{2}, {0}, {1}}, torch::kLong);  // np.save of y.reshape(-1, 1)
+  CHECK(torch::equal(ce.prepare_targets(column, "y.npy"), torch::tensor({2, 0, 1}, torch::kLong)));
+  CHECK(torch::equal(ce.prepare_targets(column.to(torch::kDouble), "y.csv"), torch::tensor({2, 0, 1}, torch::kLong)));
+  CHECK_THROWS_AS(ce.prepare_targets(torch::zeros({3, 2}, torch::kLong), "y.npy"), ddp::FileError);
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::zeros({3, 2}, torch::kLong), "y.npy"),
+                    Contains("y.npy: train.loss cross_entropy needs one class per sample ([N] or [N, 1]); these labels "
+                             "are Long [3, 2]"));
+  const std::string whole = "y.npy: train.loss cross_entropy needs one whole-number class per sample; ";
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 2.0, kInf}), "y.npy"), Contains(whole + "label of sample 2 is infinite"));
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, std::nan("")}), "y.npy"), Contains(whole + "label of sample 1 is NaN"));
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 2.0, 3.0, 0.5}), "y.npy"),
+                    Contains(whole + "label of sample 3 is 0.5 (these labels are Double [4]"));
+  CHECK_THROWS_AS(ce.prepare_targets(torch::tensor({1.0, -kInf}), "y.npy"), ddp::FileError);
 }
 
 TEST_CASE("mse gives per-sample MSE and MAE, bce_with_logits a loss and accuracy per element", "[task][loss]") {

@@ -3,38 +3,52 @@
 #include <cfloat>
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <unordered_map>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/data/csv_line.h"
 #include "ddp/data/dataset_format.h"
 
 namespace ddp {
 namespace {
 
-// Cells split at commas; surrounding spaces and one pair of double quotes are dropped.
-std::vector<std::string> split_cells(const std::string& line) {
-  std::vector<std::string> cells;
-  std::size_t at = 0;
-  while (true) {
-    auto end = line.find(',', at);
-    std::string cell = line.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    cell.erase(0, cell.find_first_not_of(" \t"));
-    cell.erase(cell.find_last_not_of(" \t\r") + 1);
-    if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') cell = cell.substr(1, cell.size() - 2);
-    cells.push_back(cell);
-    if (end == std::string::npos) return cells;
-    at = end + 1;
+// A header names its columns; its line may be long (many columns), not unbounded.
+constexpr std::size_t kMaxHeaderBytes = 4 << 20;
+// A row holds numbers: generous room for each of the header's cells, and no more. A line past
+// this is refused before it is split (a 100 MB line once took 2.4 GB as cells).
+constexpr std::size_t kRowBaseBytes = 1 << 20, kRowBytesPerCell = 256;
+
+// The header's names, unquoted; refuses a name given twice, which would leave the label column
+// ambiguous (one "label" read as the labels, the other as a feature).
+std::vector<std::string> read_header(CsvLineReader& lines, const std::string& path) {
+  std::string line;
+  if (!lines.next(line, kMaxHeaderBytes, "a header row names the columns; is this a CSV file?"))
+    throw FileError(path + ": is empty (expected a header row naming the columns)");
+  if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark, as Excel writes
+  std::vector<CsvCell> cells;
+  split_csv_line(line, cells, std::numeric_limits<std::size_t>::max(), lines.where());
+  std::vector<std::string> header;
+  std::unordered_map<std::string, std::size_t> seen;
+  for (const auto& cell : cells) {
+    header.push_back(cell.value());
+    auto [first, fresh] = seen.emplace(header.back(), header.size());
+    if (!fresh)
+      throw FileError(lines.where() + ": column \"" + header.back() + "\" appears twice, as columns " +
+                      std::to_string(first->second) + " and " + std::to_string(header.size()) +
+                      "; give each column its own name");
   }
+  return header;
 }
 
 }  // namespace
 
 CsvTable read_csv(const std::string& path, const std::string& label_column) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path + ": cannot open");
-  std::string line;
-  if (!std::getline(in, line)) throw FileError(path + ": is empty (expected a header row naming the columns)");
-  std::vector<std::string> header = split_cells(line);
+  CsvLineReader lines(in, path);
+  std::vector<std::string> header = read_header(lines, path);
   std::size_t label_at = header.size();
   for (std::size_t i = 0; i < header.size(); ++i)
     if (header[i] == label_column) label_at = i;
@@ -47,28 +61,31 @@ CsvTable read_csv(const std::string& path, const std::string& label_column) {
   CsvTable table;
   for (std::size_t i = 0; i < header.size(); ++i)
     if (i != label_at) table.feature_names.push_back(header[i]);
+  const std::size_t max_row_bytes = kRowBaseBytes + kRowBytesPerCell * header.size();
+  const std::string row_bound = "1 MiB plus " + std::to_string(kRowBytesPerCell) + " per column of the header; a row " +
+                                "of numbers is far shorter: is a newline missing, or is this another kind of file?";
   std::vector<float> features;
   std::vector<double> labels;
-  int64_t line_number = 1;
-  while (std::getline(in, line)) {
-    ++line_number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines, e.g. at the end
-    std::vector<std::string> cells = split_cells(line);
-    if (cells.size() != header.size())
-      throw FileError(path + ":" + std::to_string(line_number) + ": " + std::to_string(cells.size()) +
-                      " cells, but the header has " + std::to_string(header.size()));
+  std::vector<CsvCell> cells;
+  std::string line;
+  while (lines.next(line, max_row_bytes, row_bound)) {
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines, e.g. at the end
+    const std::string where = lines.where();
+    std::size_t count = split_csv_line(line, cells, header.size(), where);
+    if (count != header.size())
+      throw FileError(where + ": " + std::to_string(count) + " cells, but the header has " + std::to_string(header.size()));
     for (std::size_t i = 0; i < cells.size(); ++i) {
-      const std::string& cell = cells[i];
+      const std::string cell = cells[i].value();
       std::optional<double> value = parse_double(cell);
       if (!value)
-        throw FileError(path + ":" + std::to_string(line_number) + ": column " + std::to_string(i + 1) + " (\"" +
-                        header[i] + "\"): " + (cell.empty() ? "empty cell" : "\"" + cell + "\" is not a finite number"));
+        throw FileError(where + ": column " + std::to_string(i + 1) + " (\"" + header[i] +
+                        "\"): " + (cell.empty() ? "empty cell" : "\"" + cell + "\" is not a finite number"));
       if (i == label_at) {
         labels.push_back(*value);
       } else {
         if (std::abs(*value) > FLT_MAX)  // finite as a double, infinite as the float32 it trains as
-          throw FileError(path + ":" + std::to_string(line_number) + ": column " + std::to_string(i + 1) + " (\"" +
-                          header[i] + "\"): \"" + cell + "\" is beyond float32's range");
+          throw FileError(where + ": column " + std::to_string(i + 1) + " (\"" + header[i] + "\"): \"" + cell +
+                          "\" is beyond float32's range");
         features.push_back(static_cast<float>(*value));
       }
     }

@@ -1,5 +1,6 @@
 #pragma once
 // Tables in CSV: a header row naming the columns, then one sample per line, every cell a number.
+// Cells are read as RFC 4180 writes them (csv_line.h): quoted cells may hold commas and "".
 
 #include <torch/types.h>
 
@@ -15,9 +16,11 @@ struct CsvTable {
   std::vector<std::string> feature_names;  ///< header names of the feature columns
 };
 
-/// Reads `path`, taking `label_column` (a header name) as the labels. Throws FileError naming the
-/// file, and for a bad cell its line and column: a missing label column (with the nearest header
-/// name), a row with too few or too many cells, an empty or non-numeric or non-finite cell, no rows.
+/// Reads `path`, taking `label_column` (a header name) as the labels; a UTF-8 byte-order mark
+/// before the header is skipped. Throws FileError naming the file, and for a bad cell its line and
+/// column: a missing label column (with the nearest header name), a column name given twice (both
+/// positions), a row with too few or too many cells, a line too long for its header (before it is
+/// split), a quoted cell not closed on its line, an empty or non-numeric or non-finite cell, no rows.
 CsvTable read_csv(const std::string& path, const std::string& label_column);
 
 }  // namespace ddp

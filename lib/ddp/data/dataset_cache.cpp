@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "ddp/common/atomic_file.h"
+#include "ddp/data/cache_seal.h"
 #include "ddp/data/dataset_format.h"
 #include "ddp/data/idx_reader.h"
 #include "ddp/data/node_cache.h"
@@ -18,10 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'A', 'C', 'H', '1'};
+// Format 2 added the seal (cache_seal.h); a file of format 1 has none and is rebuilt.
+constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'A', 'C', 'H', '2'};
 
 // The cache file: magic, then int64 count, height, width, then uint8 images [count, 1, height,
-// width], then int64 labels.
+// width], then int64 labels, then the seal; the header, images and labels are its regions.
 struct Header {
   char magic[8];
   int64_t count, height, width;
@@ -33,13 +34,13 @@ std::string source_file(const std::string& dir, const std::string& stem) {
   return "";
 }
 
-std::string cache_key(const std::string& dir, const std::string& split) {
+// The split's two source files, images first.
+std::vector<std::string> source_files(const std::string& dir, const std::string& split) {
   std::string prefix = split == "train" ? "train" : "t10k";
-  return cache_file_name(split, {source_file(dir, prefix + "-images-idx3-ubyte"), source_file(dir, prefix + "-labels-idx1-ubyte")},
-                         "ddpcache");
+  return {source_file(dir, prefix + "-images-idx3-ubyte"), source_file(dir, prefix + "-labels-idx1-ubyte")};
 }
 
-std::string encode(const Dataset& data) {
+void write_cache(const std::string& path, mode_t mode, const Dataset& data, const std::string& sources) {
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
   header.count = data.features.size(0);
@@ -47,33 +48,42 @@ std::string encode(const Dataset& data) {
   header.width = data.features.size(3);
   auto images = data.features.contiguous();
   auto labels = data.labels.to(torch::kLong).contiguous();
-  std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
-  bytes.append(static_cast<const char*>(images.data_ptr()), images.numel());
-  bytes.append(static_cast<const char*>(labels.data_ptr()), labels.numel() * sizeof(int64_t));
-  return bytes;
+  write_sealed_cache(path,
+                     {{"header", {reinterpret_cast<const char*>(&header), sizeof header}},
+                      {"images", {static_cast<const char*>(images.data_ptr()), static_cast<std::size_t>(images.numel())}},
+                      {"labels", {static_cast<const char*>(labels.data_ptr()), labels.numel() * sizeof(int64_t)}}},
+                     sources, mode);
 }
 
-// Opens a cache file; nullopt when it is missing or does not hold what its header says. The
-// labels are read into memory; the images stay in the file (see sample_file.h).
-std::optional<Dataset> open_cache(const std::string& path, const std::string& source) {
+// Opens a cache file; nullopt when it is missing, CacheRejected when it is not what this split's
+// sources would build (its seal, its header). The labels are read into memory; the images stay in
+// the file (see sample_file.h).
+std::optional<Dataset> open_cache(const std::string& path, const std::string& source, const std::string& sources) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  struct stat info {};
-  fstat(fd, &info);
-  Header header{};
-  bool ok = static_cast<std::size_t>(info.st_size) >= sizeof header && pread(fd, &header, sizeof header, 0) == sizeof header &&
-            std::memcmp(header.magic, kMagic, sizeof kMagic) == 0 && header.count >= 0;
-  const int64_t labels_at = sizeof header + header.count * header.height * header.width;
-  const auto label_bytes = static_cast<ssize_t>(header.count * sizeof(int64_t));
-  ok = ok && info.st_size == static_cast<off_t>(labels_at + label_bytes);
   Dataset data;
-  if (ok) {
+  Header header{};
+  try {
+    CacheSeal seal = read_cache_seal(fd);
+    check_cache_sources(seal, sources);
+    if (seal.payload_bytes < static_cast<int64_t>(sizeof header) || pread(fd, &header, sizeof header, 0) != sizeof header ||
+        std::memcmp(header.magic, kMagic, sizeof kMagic) != 0)
+      throw CacheRejected("its header is not an IDX cache's of this format");
+    int64_t images = 0, labels_at = 0, label_bytes = 0, expected = 0;
+    if (header.count < 0 || header.height < 0 || header.width < 0 ||
+        __builtin_mul_overflow(header.count, header.height, &images) || __builtin_mul_overflow(images, header.width, &images) ||
+        __builtin_add_overflow(images, static_cast<int64_t>(sizeof header), &labels_at) ||
+        __builtin_mul_overflow(header.count, 8, &label_bytes) || __builtin_add_overflow(labels_at, label_bytes, &expected) ||
+        expected != seal.payload_bytes)
+      throw CacheRejected("its header describes " + std::to_string(header.count) + " images of " +
+                          std::to_string(header.height) + "x" + std::to_string(header.width) + ", not the " +
+                          std::to_string(seal.payload_bytes) + " bytes it holds");
     data.labels = torch::empty({header.count}, torch::kLong);
-    ok = pread(fd, data.labels.data_ptr(), label_bytes, labels_at) == label_bytes;
-  }
-  if (!ok) {
+    if (pread(fd, data.labels.data_ptr(), label_bytes, labels_at) != label_bytes)
+      throw CacheRejected("its labels cannot be read");
+  } catch (...) {
     close(fd);
-    return std::nullopt;
+    throw;
   }
   data.feature_file = std::make_shared<SampleFile>(fd, path, sizeof header, header.count,
                                                    std::vector<int64_t>{1, header.height, header.width}, torch::kUInt8);
@@ -84,16 +94,17 @@ std::optional<Dataset> open_cache(const std::string& path, const std::string& so
 }  // namespace
 
 Dataset load_idx_split_cached(const std::string& dir, const std::string& split, const std::string& cache_dir) {
-  std::string key = cache_key(dir, split);
-  if (cache_dir.empty() || cache_dir == "none" || key.empty()) return load_idx_split(dir, split);
+  const std::vector<std::string> files = source_files(dir, split);
+  std::string key = cache_file_name(split, files, "ddpcache");
+  std::string sources = source_identity(files);
+  if (cache_dir.empty() || cache_dir == "none" || key.empty() || sources.empty()) return load_idx_split(dir, split);
   std::string path = cache_dir + "/" + key;
   std::string source = dir + " (" + split + ")";
   std::optional<Dataset> result;
-  mode_t mode = cache_file_mode(source_file(dir, (split == "train" ? "train" : "t10k") + std::string("-images-idx3-ubyte")));
   bool opened = open_or_build_cache(
-      path, [&] { return (result = open_cache(path, source)).has_value(); },
-      [&](const std::string& file, mode_t file_mode) { write_file_atomically(file, encode(load_idx_split(dir, split)), file_mode); },
-      mode, source);
+      path, [&] { return (result = open_cache(path, source, sources)).has_value(); },
+      [&](const std::string& file, mode_t mode) { write_cache(file, mode, load_idx_split(dir, split), sources); },
+      cache_file_mode(files.front()), source);
   return opened ? *result : load_idx_split(dir, split);
 }
 

@@ -11,8 +11,10 @@
 namespace ddp {
 
 /// load_idx_split(dir, split) through the cache in `cache_dir`: a cache file is keyed by the
-/// source files' paths, sizes and modification times, written atomically under a lock, and
-/// verified by its header. If the cache cannot be written, decodes into memory (with a warning).
+/// source files' identity (node_cache.h), written atomically under a lock, sealed with the
+/// sources it was built from and its regions' checksums, and used only once its seal and header
+/// agree and its checksums were verified (Note [Verified once per node]); otherwise it is rebuilt,
+/// with one line saying why. If the cache cannot be written, decodes into memory (with a warning).
 Dataset load_idx_split_cached(const std::string& dir, const std::string& split, const std::string& cache_dir);
 
 }  // namespace ddp

@@ -4,21 +4,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
 
-#include "ddp/common/atomic_file.h"
+#include "ddp/data/cache_seal.h"
 #include "ddp/data/load_graph.h"
 #include "ddp/data/node_cache.h"
 
 namespace ddp {
 namespace {
 
-constexpr char kMagic[8] = {'D', 'D', 'P', 'G', 'R', 'P', 'H', '1'};
+// Format 2 added the seal (cache_seal.h); a file of format 1 has none and is rebuilt.
+constexpr char kMagic[8] = {'D', 'D', 'P', 'G', 'R', 'P', 'H', '2'};
 
 // The cache file: this header, then int64 indptr [N + 1], indices [E], labels [N], train, val and
-// test ids, then float32 features [N, F].
+// test ids, then float32 features [N, F], then the seal; the header and each array are a region.
 struct Header {
   char magic[8];
   int64_t nodes, edges, features, train, val, test;
@@ -30,7 +32,7 @@ std::string_view bytes_of(const torch::Tensor& t) {
 }
 
 // Writes the graph's cache file from its arrays as they are in memory.
-void write_cache(const std::string& path, mode_t mode, const Graph& graph) {
+void write_cache(const std::string& path, mode_t mode, const Graph& graph, const std::string& sources) {
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
   header.nodes = graph.num_nodes();
@@ -39,12 +41,14 @@ void write_cache(const std::string& path, mode_t mode, const Graph& graph) {
   header.train = graph.train.numel();
   header.val = graph.val.numel();
   header.test = graph.test.numel();
-  std::vector<torch::Tensor> arrays;
-  for (const auto& t : {graph.indptr, graph.indices, graph.labels, graph.train, graph.val, graph.test, graph.features})
-    arrays.push_back(t.contiguous());
-  std::vector<std::string_view> pieces{{reinterpret_cast<const char*>(&header), sizeof header}};
-  for (const auto& t : arrays) pieces.push_back(bytes_of(t));
-  write_file_atomically(path, pieces, mode);
+  const std::vector<std::pair<std::string, torch::Tensor>> arrays{
+      {"indptr", graph.indptr.contiguous()}, {"neighbour ids", graph.indices.contiguous()},
+      {"labels", graph.labels.contiguous()}, {"train ids", graph.train.contiguous()},
+      {"val ids", graph.val.contiguous()},   {"test ids", graph.test.contiguous()},
+      {"features", graph.features.contiguous()}};
+  std::vector<CacheRegion> regions{{"header", {reinterpret_cast<const char*>(&header), sizeof header}}};
+  for (const auto& [name, t] : arrays) regions.push_back({name, bytes_of(t)});
+  write_sealed_cache(path, regions, sources, mode);
 }
 
 // Whether the arrays read from a cache file describe a graph: a damaged or foreign file is rebuilt,
@@ -59,16 +63,18 @@ bool consistent(const Graph& g, int64_t edges) {
          in_range(g.train) && in_range(g.val) && in_range(g.test);
 }
 
-// The graph in a cache file; nullopt when it is missing or does not hold what its header says.
-std::optional<Graph> open_cache(const std::string& path) {
+// The graph in a cache file; nullopt when it is missing, CacheRejected when it is not what these
+// sources would build (its seal, its header, its CSR).
+std::optional<Graph> open_cache(const std::string& path, const std::string& sources) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   try {
-    struct stat info {};
+    CacheSeal seal = read_cache_seal(fd);
+    check_cache_sources(seal, sources);
     Header h{};
-    if (fstat(fd, &info) != 0 || pread(fd, &h, sizeof h, 0) != sizeof h || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 ||
-        h.nodes < 0 || h.edges < 0 || h.features <= 0 || h.train < 0 || h.val < 0 || h.test < 0)
-      throw std::runtime_error("header");
+    if (pread(fd, &h, sizeof h, 0) != sizeof h || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.nodes < 0 ||
+        h.edges < 0 || h.features <= 0 || h.train < 0 || h.val < 0 || h.test < 0)
+      throw CacheRejected("its header is not a graph cache's of this format");
     int64_t small = 0, feature_count = 0, expected = 0;
     bool overflow = __builtin_add_overflow(h.nodes, h.nodes + 1, &small) || __builtin_add_overflow(small, h.edges, &small) ||
                     __builtin_add_overflow(small, h.train, &small) || __builtin_add_overflow(small, h.val, &small) ||
@@ -77,12 +83,14 @@ std::optional<Graph> open_cache(const std::string& path) {
                     __builtin_mul_overflow(feature_count, 4, &feature_count) ||
                     __builtin_add_overflow(small, feature_count, &expected) ||
                     __builtin_add_overflow(expected, static_cast<int64_t>(sizeof h), &expected);
-    if (overflow || info.st_size != static_cast<off_t>(expected)) throw std::runtime_error("size");
+    if (overflow || seal.payload_bytes != expected)
+      throw CacheRejected("its header describes " + std::to_string(h.nodes) + " nodes and " + std::to_string(h.edges) +
+                          " edges, not the " + std::to_string(seal.payload_bytes) + " bytes it holds");
     Graph graph;
     int64_t at = sizeof h;
     auto read = [&](torch::Tensor& t, int64_t n) {
       t = torch::empty({n}, torch::kInt64);
-      if (pread(fd, t.data_ptr(), n * 8, at) != n * 8) throw std::runtime_error("read");
+      if (pread(fd, t.data_ptr(), n * 8, at) != n * 8) throw CacheRejected("its arrays cannot be read");
       at += n * 8;
     };
     read(graph.indptr, h.nodes + 1);
@@ -92,30 +100,34 @@ std::optional<Graph> open_cache(const std::string& path) {
     read(graph.train, h.train);
     read(graph.val, h.val);
     read(graph.test, h.test);
-    if (!consistent(graph, h.edges)) throw std::runtime_error("content");
+    if (!consistent(graph, h.edges)) throw CacheRejected("its CSR does not describe a graph");
     int index_fd = dup(fd);
-    if (index_fd < 0) throw std::runtime_error("dup");
+    if (index_fd < 0) throw CacheRejected(std::string("cannot duplicate its descriptor (") + std::strerror(errno) + ")");
     graph.index_file = std::make_shared<SampleFile>(index_fd, path, indices_at, h.edges, std::vector<int64_t>{}, torch::kInt64);
     graph.feature_file = std::make_shared<SampleFile>(fd, path, at, h.nodes, std::vector<int64_t>{h.features}, torch::kFloat32);
     return graph;
-  } catch (const std::exception&) {
+  } catch (const CacheRejected&) {
     close(fd);
-    return std::nullopt;
+    throw;
+  } catch (const std::exception& e) {  // a tensor op on arrays that make no sense
+    close(fd);
+    throw CacheRejected(std::string("its arrays make no sense (") + e.what() + ")");
   }
 }
 
 }  // namespace
 
 Graph load_graph_cached(const std::string& path, const std::string& cache_dir) {
-  auto sources = graph_source_files(path);
-  std::string name = sources.empty() ? "" : cache_file_name("graph", sources, "ddpgraph");
-  if (cache_dir.empty() || cache_dir == "none" || name.empty()) return load_graph(path);
+  auto files = graph_source_files(path);
+  std::string name = files.empty() ? "" : cache_file_name("graph", files, "ddpgraph");
+  std::string sources = files.empty() ? "" : source_identity(files);
+  if (cache_dir.empty() || cache_dir == "none" || name.empty() || sources.empty()) return load_graph(path);
   std::string file = cache_dir + "/" + name;
   std::optional<Graph> result, built;
   bool opened = open_or_build_cache(
-      file, [&] { return (result = open_cache(file)).has_value(); },
-      [&](const std::string& out, mode_t out_mode) { write_cache(out, out_mode, *(built = load_graph(path))); },
-      cache_file_mode(sources.front()), path);
+      file, [&] { return (result = open_cache(file, sources)).has_value(); },
+      [&](const std::string& out, mode_t out_mode) { write_cache(out, out_mode, *(built = load_graph(path)), sources); },
+      cache_file_mode(files.front()), path);
   if (opened) return *result;
   return built ? *built : load_graph(path);  // a cache that cannot be written: the graph this rank already read
 }

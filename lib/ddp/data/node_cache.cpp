@@ -14,6 +14,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/data/cache_seal.h"
 
 namespace ddp {
 namespace {
@@ -36,7 +37,71 @@ std::size_t sampled_hash(const std::string& path, off_t size) {
   return std::hash<std::string>{}(bytes);
 }
 
+// The record of a verified cache file: what changes whenever the file does (Note [Verified once
+// per node]). "" when it cannot be stat'ed.
+std::string verified_stamp(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) return "";
+  return "dev " + std::to_string(info.st_dev) + " inode " + std::to_string(info.st_ino) + " size " +
+         std::to_string(info.st_size) + " mtime " + std::to_string(info.st_mtim.tv_sec) + "." +
+         std::to_string(info.st_mtim.tv_nsec) + " ctime " + std::to_string(info.st_ctim.tv_sec) + "." +
+         std::to_string(info.st_ctim.tv_nsec) + "\n";
+}
+
+bool is_verified(const std::string& path) {
+  std::string stamp = verified_stamp(path);
+  if (stamp.empty()) return false;
+  try {
+    return read_whole_file(path + ".verified") == stamp;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Best effort: without the record, the next open verifies the file again.
+void mark_verified(const std::string& path) {
+  try {
+    write_file_atomically(path + ".verified", verified_stamp(path), 0644);
+  } catch (const std::exception& e) {
+    spdlog::debug("cannot record that {} was verified: {}", path, e.what());
+  }
+}
+
+// Reads every region of the cache file `path` against its checksum; throws CacheRejected.
+void verify_cache_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CacheRejected(std::string("cannot open it (") + std::strerror(errno) + ")");
+  try {
+    verify_cache_regions(fd, read_cache_seal(fd));
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);
+}
+
+// open_cache(), with a file that must not be used counted as not opened and `why` saying why.
+bool try_open(const std::function<bool()>& open_cache, std::string& why) {
+  try {
+    return open_cache();
+  } catch (const CacheRejected& e) {
+    why = e.what();
+    return false;
+  }
+}
+
 }  // namespace
+
+std::string source_identity(const std::vector<std::string>& sources) {
+  std::string identity;
+  for (const auto& path : sources) {
+    struct stat info {};
+    if (path.empty() || stat(path.c_str(), &info) != 0) return "";
+    identity += (identity.empty() ? "" : "; ") + fs::absolute(path).string() + " (" + std::to_string(info.st_size) +
+                " bytes, mtime " + std::to_string(info.st_mtim.tv_sec) + "." + std::to_string(info.st_mtim.tv_nsec) + ")";
+  }
+  return identity;
+}
 
 std::string resolve_cache_dir(const std::string& configured) {
   if (!configured.empty()) return configured;
@@ -68,7 +133,8 @@ mode_t cache_file_mode(const std::string& source) {
 bool open_or_build_cache(const std::string& path, const std::function<bool()>& open_cache,
                          const std::function<void(const std::string& path, mode_t mode)>& build, mode_t mode,
                          const std::string& what) {
-  if (open_cache()) return true;
+  std::string why;
+  if (try_open(open_cache, why) && is_verified(path)) return true;
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   int lock = open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -77,13 +143,29 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
                  std::strerror(errno), what);
     return false;
   }
-  // One worker of the node builds; the others wait here and then open its result.
+  // One worker of the node verifies or builds; the others wait here and then open its result.
   flock(lock, LOCK_EX);
-  bool opened = open_cache();
+  why.clear();
+  bool opened = false;
   try {
+    opened = try_open(open_cache, why);
+    if (opened && !is_verified(path)) {
+      try {
+        verify_cache_file(path);
+        mark_verified(path);
+      } catch (const CacheRejected& e) {
+        opened = false;
+        why = e.what();
+      }
+    }
     if (!opened) {
+      if (!why.empty()) spdlog::warn("the dataset cache {} is not used: {}; rebuilding it from {}", path, why, what);
       build(path, mode);
-      opened = open_cache();
+      mark_verified(path);  // its checksums were taken from the bytes it was built from
+      why.clear();
+      opened = try_open(open_cache, why);
+      if (!opened) spdlog::warn("the dataset cache {} just written cannot be opened ({}); reading {} into memory", path,
+                                why.empty() ? "it is missing" : why, what);
     }
   } catch (const IoError& e) {  // the cache cannot be written; a broken source (FileError) goes on up
     spdlog::warn("cannot write the dataset cache ({}); reading {} into memory", e.what(), what);

@@ -174,14 +174,19 @@ torch::Tensor read_npy(const std::string& path) {
 
 namespace {
 
-// Int labels become int64 class indices; float ones stay float (float32) and must not be NaN.
+// Int labels become int64 class indices; float ones stay float (float32) and must be finite: an
+// infinite target trains to NaN, or (as a class) converts to INT64_MIN. The first one is named.
 torch::Tensor checked_labels(torch::Tensor labels, const std::string& source) {
   if (labels.scalar_type() == torch::kInt || labels.scalar_type() == torch::kLong || labels.scalar_type() == torch::kUInt8)
     return labels.to(torch::kLong);
   if (labels.numel() == 0) return labels.to(torch::kFloat);  // "holds no samples" is said by the task
-  auto nan = torch::isnan(labels).reshape({labels.size(0), -1}).any(1).nonzero();
-  if (nan.numel() > 0)
-    throw FileError(source + ": label of sample " + std::to_string(nan[0][0].item<int64_t>()) + " is NaN");
+  auto bad = torch::logical_not(torch::isfinite(labels)).reshape({labels.size(0), -1}).any(1).nonzero();
+  if (bad.numel() > 0) {
+    const int64_t sample = bad[0][0].item<int64_t>();
+    const bool nan = torch::isnan(labels[sample]).any().item<bool>();
+    throw FileError(source + ": label of sample " + std::to_string(sample) + " is " + (nan ? "NaN" : "infinite") +
+                    "; training needs finite labels (fix or drop that sample)");
+  }
   return labels.to(torch::kFloat);
 }
 

@@ -1,6 +1,9 @@
 #include "ddp/task/loss.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <torch/nn/functional/loss.h>
+
+#include <cmath>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
@@ -30,12 +33,26 @@ void declare_config(ConfigSchema& schema, LossConfig& config) {
 
 torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::string& source) const {
   if (!classes()) return labels.to(torch::kFloat);
-  if (labels.scalar_type() == torch::kLong) return labels;
-  if (labels.dim() != 1 || !labels.eq(labels.round()).all().item<bool>())
-    throw FileError(source + ": train.loss cross_entropy needs one whole-number class per sample; these labels are " +
+  // [N, 1] is how np.save writes a column (y.reshape(-1, 1), a DataFrame's values): one class per
+  // sample all the same, so it is taken as [N] where PyTorch's CrossEntropyLoss would refuse it.
+  torch::Tensor flat = labels.dim() == 2 && labels.size(1) == 1 ? labels.reshape({labels.size(0)}) : labels;
+  if (flat.dim() != 1)
+    throw FileError(source + ": train.loss cross_entropy needs one class per sample ([N] or [N, 1]); these labels are " +
                     std::string(c10::toString(labels.scalar_type())) + " " + shape(labels) +
-                    " (use train.loss: mse with train.task: regression for regression targets)");
-  return labels.to(torch::kLong);
+                    " (use train.loss: bce_with_logits for several 0/1 targets per sample)");
+  if (flat.scalar_type() == torch::kLong) return flat;
+  // Before the conversion: inf becomes INT64_MIN as an int64 and would be named a negative label.
+  auto bad = torch::logical_or(torch::logical_not(torch::isfinite(flat)), flat.ne(flat.round())).nonzero();
+  if (bad.numel() > 0) {
+    const int64_t sample = bad[0][0].item<int64_t>();
+    const double value = flat[sample].item<double>();
+    std::string what = std::isnan(value) ? "NaN" : std::isinf(value) ? "infinite" : fmt::format("{}", value);
+    throw FileError(source + ": train.loss cross_entropy needs one whole-number class per sample; label of sample " +
+                    std::to_string(sample) + " is " + what + " (these labels are " +
+                    std::string(c10::toString(labels.scalar_type())) + " " + shape(labels) +
+                    "; use train.loss: mse with train.task: regression for regression targets)");
+  }
+  return flat.to(torch::kLong);
 }
 
 void Loss::check_output(const torch::Tensor& output, const torch::Tensor& targets, int64_t max_class) const {

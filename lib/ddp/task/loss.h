@@ -24,8 +24,9 @@ class Loss {
  public:
   explicit Loss(const LossConfig& config) : config_(config) {}
 
-  /// Labels as this loss takes them: int64 class indices for cross_entropy (float labels must be
-  /// whole numbers, >= 0), float32 for mse and bce_with_logits. FileError naming `source`.
+  /// Labels as this loss takes them: int64 class indices [N] for cross_entropy ([N, 1] is taken
+  /// as [N]; float labels must be finite whole numbers), float32 for mse and bce_with_logits.
+  /// FileError naming `source`, the first sample at fault, or the shape.
   torch::Tensor prepare_targets(const torch::Tensor& labels, const std::string& source) const;
 
   /// Checks that `output` fits `targets` (classification: [B, C] with C > `max_class`; otherwise as
