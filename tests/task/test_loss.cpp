@@ -61,7 +61,7 @@ TEST_CASE("cross_entropy takes labels [N, 1] as [N], and refuses other shapes an
   const std::string whole = "y.npy: train.loss cross_entropy needs one whole-number class per sample; ";
   CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 2.0, kInf}), "y.npy"), Contains(whole + "label of sample 2 is infinite"));
   CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, std::nan("")}), "y.npy"), Contains(whole + "label of sample 1 is NaN"));
-  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 2.0, 3.0, 0.5}), "y.npy"),
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 2.0, 3.0, 0.5}, torch::kDouble), "y.npy"),
                     Contains(whole + "label of sample 3 is 0.5 (these labels are Double [4]"));
   CHECK_THROWS_AS(ce.prepare_targets(torch::tensor({1.0, -kInf}), "y.npy"), ddp::FileError);
 }
