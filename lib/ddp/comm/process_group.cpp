@@ -17,6 +17,7 @@
 #include <functional>
 
 #include "ddp/common/error.h"
+#include "ddp/common/master_address.h"
 #include "ddp/comm/shm_allreduce.h"
 
 namespace ddp {
@@ -182,7 +183,15 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   options.isServer = !env.launcher_store && env.rank == 0;
   options.waitWorkers = false;
   options.timeout = timeout;
-  std::string endpoint = env.master_addr + ":" + std::to_string(env.master_port);
+  // Mode B under Slurm: the master is the job's first node by Slurm's name, which may not resolve.
+  std::string master = env.master_addr;
+  if (env.store_path.empty() && env.world_size > 1) {
+    auto resolved = resolve_master_address(env.master_addr, "set MASTER_ADDR (or --master-addr) to an address of "
+                                                            "rank 0's node that every rank can resolve");
+    if (!resolved.note.empty()) spdlog::info("{}", resolved.note);
+    master = resolved.address;
+  }
+  std::string endpoint = master + ":" + std::to_string(env.master_port);
 
   c10::intrusive_ptr<c10d::Store> base_store;
   try {
@@ -191,7 +200,7 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
       base_store = c10::make_intrusive<c10d::FileStore>(file, env.world_size);
       base_store->setTimeout(timeout);
     } else {
-      base_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+      base_store = c10::make_intrusive<c10d::TCPStore>(master, options);
     }
   } catch (const std::exception& e) {
     std::string cause = e.what();
