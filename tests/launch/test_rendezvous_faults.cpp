@@ -108,3 +108,23 @@ TEST_CASE("a service on the master port that is not a store is named at once", "
                         Contains("SSH-2.0-OpenSSH_9.2"));
   CHECK_THAT(r.err, !Contains("bad_alloc") && !Contains("internal error"));
 }
+
+TEST_CASE("a rank whose peers never arrive names them, not a bare Socket Timeout", "[launch][rendezvous]") {
+  // ddp-train by hand, ranks 0 and 2 of 3: rank 1 never starts.
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  auto rank = [&](int r) {
+    return "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
+           "/configs/synthetic_mlp.yaml --rank " + std::to_string(r) + " --world-size 3 --master-port " + port +
+           " --set dist.timeout_s=4 --set run.output_dir=" + dir.file("run" + std::to_string(r));
+  };
+  auto r = run_shell(rank(2) + " 2>" + dir.file("r2.err") + " & B=$!; " + rank(0) + " 2>" + dir.file("r0.err") +
+                         "; a=$?; wait $B; echo statuses=$a,$?",
+                     std::chrono::seconds(60));
+  std::string r0 = read_file(dir.file("r0.err"));
+  INFO(r.out << "\nrank 0:\n" << r0 << "rank 2:\n" << read_file(dir.file("r2.err")));
+  CHECK(count_lines(r.out, "statuses=1,1") == 1);
+  CHECK_THAT(r0, Contains("ddp-train: rank 0: failed: rank(s) 1 of 3 never arrived at the store at 127.0.0.1:" + port +
+                          " within 4 s (dist.timeout_s)"));
+  CHECK_THAT(r0, Contains("[Socket Timeout]"));
+}
