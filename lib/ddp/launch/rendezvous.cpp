@@ -114,8 +114,6 @@ void refuse_foreign_service(const LaunchOptions& o) {
                     "the same free port");
 }
 
-}  // namespace
-
 // Note [Store directory owner]: a store directory holds a lock file, flocked by its launcher for its
 // whole life; the kernel drops the lock however the launcher dies. The watchdog removes the directory
 // after a SIGKILL (it has a process group of its own, so `kill -9 -- -PGID` of ddprun's group misses
@@ -138,6 +136,8 @@ void sweep_orphaned_store_dirs(const std::string& tmp) {
     close(fd);
   }
 }
+
+}  // namespace
 
 PrivateStoreDir::PrivateStoreDir() {
   const char* tmp = std::getenv("TMPDIR");
