@@ -127,7 +127,9 @@ TEST_CASE("kill -9 of ddprun's whole process group leaves no store directory, an
   for (const char* name : {"ddprun-store-orphan", "ddprun-store-alive", "ddprun-store-nolock"}) fs::create_directory(dir.file(name));
   write_file(dir.file("ddprun-store-orphan/.owner.lock"), "");
   write_file(dir.file("ddprun-store-alive/.owner.lock"), "");
-  auto next = run_shell("flock " + dir.file("ddprun-store-alive/.owner.lock") + " sleep 30.25 & F=$!; sleep 0.3; " + train +
+  // The holder is one process (the sleep holds the locked descriptor), so that `kill $F` ends it.
+  auto next = run_shell("sh -c 'exec 9>" + dir.file("ddprun-store-alive/.owner.lock") + "; flock 9; exec sleep 30.25' "
+                        ">/dev/null 2>&1 & F=$!; sleep 0.3; " + train +
                             "--set run.output_dir=" + dir.file("next") + " --set train.max_steps=2; echo status=$?; kill $F",
                         std::chrono::seconds(60));
   INFO(next.out << next.err);
