@@ -7,11 +7,14 @@
 #   scripts/slurm/local_cluster.sh stop [DIR]    # stops every daemon it started
 #
 # DIR defaults to /tmp/ddprun-slurm. Environment: NODES (default 2, at most 9), PORT_BASE (default
-# 17000: slurmctld on PORT_BASE, node i's slurmd on PORT_BASE + i), CPUS per node (default 4).
+# 17000: slurmctld on PORT_BASE, node i's slurmd on PORT_BASE + i), CPUS per node (default 4),
+# NODE_NAMES (default "resolvable").
 #
-# Node names must resolve to their addresses for the jobs (ddprun meets at the first node of the job),
-# but this script does not touch /etc/hosts: every slurmd starts in a mount namespace of its own where
+# With resolvable names, nodes n1, n2, ... resolve to their addresses inside the jobs, but this
+# script does not touch /etc/hosts: every slurmd starts in a mount namespace of its own where
 # DIR/hosts is bind-mounted over /etc/hosts, and its jobs inherit that view.
+# NODE_NAMES=unresolvable names them sn1, sn2, ... and puts no name in DIR/hosts: only Slurm knows
+# their addresses (NodeName=sn1 NodeAddr=127.0.0.2), a layout Slurm supports and ddprun must too.
 set -euo pipefail
 
 action=${1:-}
@@ -19,6 +22,12 @@ dir=${2:-/tmp/ddprun-slurm}
 nodes=${NODES:-2}
 port_base=${PORT_BASE:-17000}
 cpus=${CPUS:-4}
+node_names=${NODE_NAMES:-resolvable}
+case "$node_names" in
+  resolvable) prefix=n ;;
+  unresolvable) prefix=sn ;;
+  *) echo "local_cluster: NODE_NAMES must be resolvable or unresolvable, got $node_names" >&2; exit 1 ;;
+esac
 
 say() { echo "local_cluster: $*" >&2; }
 # Once daemons are starting, a failure stops those that did (starting=1).
@@ -124,7 +133,7 @@ start_cluster() {
 
   {
     cat /etc/hosts
-    for i in $(seq "$nodes"); do echo "127.0.0.$((i + 1)) n$i"; done
+    if [ "$node_names" = resolvable ]; then for i in $(seq "$nodes"); do echo "127.0.0.$((i + 1)) n$i"; done; fi
   } >"$dir/hosts"
 
   local conf="$dir/slurm.conf"
@@ -161,9 +170,9 @@ SlurmdTimeout=30
 InactiveLimit=0
 EOF
   for i in $(seq "$nodes"); do
-    echo "NodeName=n$i NodeAddr=127.0.0.$((i + 1)) NodeHostname=$host Port=$((port_base + i)) CPUs=$cpus State=UNKNOWN" >>"$conf"
+    echo "NodeName=$prefix$i NodeAddr=127.0.0.$((i + 1)) NodeHostname=$host Port=$((port_base + i)) CPUs=$cpus State=UNKNOWN" >>"$conf"
   done
-  echo "PartitionName=debug Nodes=n[1-$nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$conf"
+  echo "PartitionName=debug Nodes=$prefix[1-$nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$conf"
 
   export SLURM_CONF="$conf"
   /usr/sbin/slurmctld -f "$conf" -i || die "slurmctld did not start: $(tail -5 "$dir/log/slurmctld.log" 2>/dev/null)"
@@ -172,14 +181,15 @@ EOF
   cat "$dir/slurmctld.pid" >>"$dir/pids"
   for i in $(seq "$nodes"); do
     unshare --mount --propagation private -- sh -c \
-      "mount --bind '$dir/hosts' /etc/hosts && exec /usr/sbin/slurmd -f '$conf' -N n$i" ||
-      die "slurmd n$i did not start: $(tail -5 "$dir/log/slurmd-n$i.log" 2>/dev/null)"
+      "mount --bind '$dir/hosts' /etc/hosts && exec /usr/sbin/slurmd -f '$conf' -N $prefix$i" ||
+      die "slurmd $prefix$i did not start: $(tail -5 "$dir/log/slurmd-$prefix$i.log" 2>/dev/null)"
   done
   for i in $(seq "$nodes"); do
-    for _ in $(seq 50); do [ -s "$dir/slurmd-n$i.pid" ] && break; sleep 0.1; done
-    [ -s "$dir/slurmd-n$i.pid" ] || die "slurmd n$i wrote no pid file: $(tail -5 "$dir/log/slurmd-n$i.log" 2>/dev/null)"
-    cat "$dir/slurmd-n$i.pid" >>"$dir/pids"
-    readlink "/proc/$(cat "$dir/slurmd-n$i.pid")/ns/mnt" >>"$dir/namespaces"
+    local node="$prefix$i"
+    for _ in $(seq 50); do [ -s "$dir/slurmd-$node.pid" ] && break; sleep 0.1; done
+    [ -s "$dir/slurmd-$node.pid" ] || die "slurmd $node wrote no pid file: $(tail -5 "$dir/log/slurmd-$node.log" 2>/dev/null)"
+    cat "$dir/slurmd-$node.pid" >>"$dir/pids"
+    readlink "/proc/$(cat "$dir/slurmd-$node.pid")/ns/mnt" >>"$dir/namespaces"
   done
 
   # Ready when every node is idle; a daemon that died says why in its log.

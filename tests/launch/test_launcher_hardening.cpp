@@ -105,6 +105,56 @@ TEST_CASE("a SIGKILLed ddprun leaves no private store directory behind", "[launc
   CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
 }
 
+TEST_CASE("kill -9 of ddprun's whole process group leaves no store directory, and a later run sweeps orphaned ones",
+          "[launch][hardening][issue22]") {
+  TempDir dir;
+  std::string out = dir.file("run");
+  std::string train = "TMPDIR=" + dir.path() + " OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                      std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set data.eval_split=none ";
+  // setsid: ddprun leads a process group of its own, which is killed whole, as a job scheduler may.
+  auto r = run_shell("setsid env " + train + "--set run.output_dir=" + out + " --set train.max_steps=100000 "
+                         "--set train.epochs=1000 & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; "
+                         "do sleep 0.05; i=$((i+1)); done; ls -d " + dir.path() + "/ddprun-store-*; /bin/kill -KILL -- -$L; "
+                         "wait $L; echo status=$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=137") == 1);
+  CHECK_THAT(r.out, Contains("/ddprun-store-"));  // it existed while the run did
+  check_nothing_left(out, dir.path());
+
+  // What even the watchdog could not remove (it was killed too): one whose owner lock nobody holds
+  // is swept by the next run; one whose owner lives, and one without an owner lock, are not.
+  for (const char* name : {"ddprun-store-orphan", "ddprun-store-alive", "ddprun-store-nolock"}) fs::create_directory(dir.file(name));
+  write_file(dir.file("ddprun-store-orphan/.owner.lock"), "");
+  write_file(dir.file("ddprun-store-alive/.owner.lock"), "");
+  // The holder is one process (the sleep holds the locked descriptor), so that `kill $F` ends it.
+  auto next = run_shell("sh -c 'exec 9>" + dir.file("ddprun-store-alive/.owner.lock") + "; flock 9; exec sleep 30.25' "
+                        ">/dev/null 2>&1 & F=$!; sleep 0.3; " + train +
+                            "--set run.output_dir=" + dir.file("next") + " --set train.max_steps=2; echo status=$?; kill $F",
+                        std::chrono::seconds(60));
+  INFO(next.out << next.err);
+  CHECK(count_lines(next.out, "status=0") == 1);
+  CHECK_FALSE(fs::exists(dir.file("ddprun-store-orphan")));
+  CHECK(fs::exists(dir.file("ddprun-store-alive")));
+  CHECK(fs::exists(dir.file("ddprun-store-nolock")));
+}
+
+TEST_CASE("a run id used again keeps the earlier launch's logs beside the new ones", "[launch][hardening][issue22]") {
+  TempDir dir;
+  for (const char* word : {"first", "second", "third"}) {
+    auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "1", "--log-dir", dir.file("logs"), "--run-id",
+                          "again", "--", "sh", "-c", std::string("echo ") + word + "; echo " + word + " >&2"},
+                         std::chrono::seconds(30));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  std::string logs = dir.file("logs/again/attempt_0/rank_0");
+  CHECK(read_file(logs + ".stdout") == "third\n");
+  CHECK(read_file(logs + ".stdout.1") == "first\n");  // the oldest has the lowest number
+  CHECK(read_file(logs + ".stdout.2") == "second\n");
+  CHECK(read_file(logs + ".stderr.1") == "first\n");
+}
+
 TEST_CASE("the stall timeout names the rank that is stopped, not the one that waits for it", "[launch][hardening]") {
   // Both ranks beat (step 7) every 0.1 s. Rank 0 then goes quiet first, as a rank waiting in a
   // collective would; rank 1 is SIGSTOPped a moment later. The longest-silent rank is rank 0.

@@ -147,3 +147,18 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
                            dir.file("nothing") + "/metrics.jsonl\n");
   CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
 }
+
+TEST_CASE("ddp-report refuses an exit status that is no exit status, naming the file and the value", "[record][report]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("run"));
+  for (const char* bad : {"1e300", "-1", "2.5", "256"}) {
+    write_file(dir.file("run/metrics.jsonl"), std::string("{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"exit_status\": ") + bad + "}\n");
+    auto r = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("x.html")});
+    INFO(bad << ": " << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("ddp-report: error: " + dir.file("run") + "/metrics.jsonl: exit_status ") &&
+                          Contains(" is not an exit status (an integer 0-255)"));
+    CHECK_THAT(r.err, !Contains("2147483648"));
+    CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
+  }
+}

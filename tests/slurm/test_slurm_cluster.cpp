@@ -1,5 +1,6 @@
 // ddprun under a real Slurm: scripts/slurm/local_cluster.sh starts slurmctld and two slurmd nodes
-// (n1 on 127.0.0.2, n2 on 127.0.0.3) on this host, and jobs go through sbatch, srun and scancel.
+// (n1 on 127.0.0.2, n2 on 127.0.0.3; or sn1, sn2, names that do not resolve) on this host, and jobs
+// go through sbatch, srun and scancel.
 // Each test starts its own cluster (about a second) and stops it; ctest runs them one at a time.
 #include <catch2/catch.hpp>
 
@@ -31,13 +32,15 @@ bool same_bytes(const std::string& a, const std::string& b) {
 // The cluster of one test, in a directory of its own; stopped (every daemon and job) on destruction.
 class LocalCluster {
  public:
-  LocalCluster() {
+  /// `node_names`: "resolvable" (n1, n2 in the nodes' hosts file) or "unresolvable" (sn1, sn2: only
+  /// Slurm knows their addresses).
+  explicit LocalCluster(const std::string& node_names = "resolvable") {
     if (geteuid() != 0) {
       why_not_ = "not root (slurmd and munged need it)";
       return;
     }
     auto started = std::chrono::steady_clock::now();
-    auto r = run_shell("NODES=2 PORT_BASE=17100 " + kScripts + "local_cluster.sh start " + dir_.path() + "/cluster",
+    auto r = run_shell("NODE_NAMES=" + node_names + " NODES=2 PORT_BASE=17100 " + kScripts + "local_cluster.sh start " + dir_.path() + "/cluster",
                        std::chrono::seconds(300));
     start_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (r.exit_code != 0) why_not_ = "local_cluster.sh start failed: " + r.err;
@@ -230,4 +233,49 @@ TEST_CASE("a rank that fails on the second node fails the job, named with its ho
   CHECK_THAT(log, Contains("ddprun: failed: rank 3 on n2: signal 9 (SIGKILL)"));  // said on node 0 too
   CHECK_THAT(log, Contains("ddprun exited with status 137"));
   CHECK_THAT(r.out, Contains("left: 0"));
+}
+
+TEST_CASE("with node names only Slurm knows, srun ddprun and srun ddp-train train, and a master nothing knows fails "
+          "in seconds", "[slurm]") {
+  LocalCluster cluster("unresolvable");
+  SKIP_WITHOUT(cluster);
+  auto names = cluster.shell("srun -N2 -l sh -c 'echo $SLURMD_NODENAME $(getent hosts $SLURMD_NODENAME || echo none)' "
+                             "| sort");
+  REQUIRE(names.out == "0: sn1 none\n1: sn2 none\n");  // NodeName=sn1 NodeAddr=127.0.0.2, in no hosts file
+  const std::string train = config("synthetic_mlp.yaml") + " --set data.eval_split=none --set train.max_steps=20 "
+                                                           "--set checkpoint.every_epochs=0 --set run.output_dir=";
+
+  // Mode A: one launcher per node, the master derived from SLURM_STEP_NODELIST (sn1).
+  auto a = cluster.shell("OMP_NUM_THREADS=1 srun -N2 --ntasks-per-node=1 " + bin("ddprun") + " --nproc-per-node 2 " +
+                         train + cluster.file("a"));
+  INFO(a.out << a.err);
+  CHECK(a.exit_code == 0);
+  CHECK_THAT(a.err, Contains("ddprun: the master sn1 does not resolve here (") &&
+                        Contains("); Slurm's NodeAddr for it is 127.0.0.2 (scontrol show node sn1)"));
+  CHECK_THAT(a.out, Contains("[sn1:rank 0]") && Contains("world size 4"));
+
+  // Mode B: one Slurm task per rank, each reading SLURM_* itself.
+  auto b = cluster.shell("OMP_NUM_THREADS=1 srun -N2 --ntasks-per-node=2 " + bin("ddp-train") + " " + train +
+                         cluster.file("b"));
+  INFO(b.out << b.err);
+  CHECK(b.exit_code == 0);
+  CHECK_THAT(b.out + b.err, Contains("world size 4") && Contains("Slurm's NodeAddr for it is 127.0.0.2"));
+  CHECK(same_bytes(cluster.file("a/model.pt"), cluster.file("b/model.pt")));
+
+  // A name neither the resolver nor Slurm knows fails at once (not after the 300 s rendezvous
+  // time-out), naming the fix, in both modes.
+  auto unknown_a = cluster.shell("srun -N2 --ntasks-per-node=1 " + bin("ddprun") + " --master-addr sn9 -- true");
+  INFO(unknown_a.out << unknown_a.err);
+  CHECK(unknown_a.exit_code != 0);
+  CHECK(unknown_a.seconds < 10);
+  CHECK_THAT(unknown_a.err, Contains("ddprun: error: the master address sn9 does not resolve (") &&
+                                Contains("and Slurm knows no NodeAddr for it): give node 0's address, one every node "
+                                         "can resolve, with --master-addr (or MASTER_ADDR"));
+  auto unknown_b = cluster.shell("MASTER_ADDR=sn9 srun -N2 --ntasks-per-node=1 " + bin("ddp-train") + " " + train +
+                                 cluster.file("c"));
+  INFO(unknown_b.out << unknown_b.err);
+  CHECK(unknown_b.exit_code != 0);
+  CHECK(unknown_b.seconds < 10);
+  CHECK_THAT(unknown_b.err, Contains("error: the master address sn9 does not resolve (") &&
+                                Contains("set MASTER_ADDR (or --master-addr) to an address of rank 0's node"));
 }

@@ -17,6 +17,7 @@
 #include <functional>
 
 #include "ddp/common/error.h"
+#include "ddp/common/master_address.h"
 #include "ddp/comm/shm_allreduce.h"
 
 namespace ddp {
@@ -175,6 +176,12 @@ Placement resolve_placement(const DistConfig& config, int local_rank, int local_
   return placement;
 }
 
+namespace {
+// The process group over comm.store (NCCL, or Gloo with shared memory for CPU tensors), into `comm`.
+void connect_group(Communicator& comm, const WorkerIdentity& env, const DistConfig& config,
+                   std::chrono::milliseconds timeout);
+}  // namespace
+
 Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
   c10d::TCPStoreOptions options;
@@ -182,7 +189,15 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   options.isServer = !env.launcher_store && env.rank == 0;
   options.waitWorkers = false;
   options.timeout = timeout;
-  std::string endpoint = env.master_addr + ":" + std::to_string(env.master_port);
+  // Mode B under Slurm: the master is the job's first node by Slurm's name, which may not resolve.
+  std::string master = env.master_addr;
+  if (env.store_path.empty() && env.world_size > 1) {
+    auto resolved = resolve_master_address(env.master_addr, "set MASTER_ADDR (or --master-addr) to an address of "
+                                                            "rank 0's node that every rank can resolve");
+    if (!resolved.note.empty()) spdlog::info("{}", resolved.note);
+    master = resolved.address;
+  }
+  std::string endpoint = master + ":" + std::to_string(env.master_port);
 
   c10::intrusive_ptr<c10d::Store> base_store;
   try {
@@ -191,7 +206,7 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
       base_store = c10::make_intrusive<c10d::FileStore>(file, env.world_size);
       base_store->setTimeout(timeout);
     } else {
-      base_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+      base_store = c10::make_intrusive<c10d::TCPStore>(master, options);
     }
   } catch (const std::exception& e) {
     std::string cause = e.what();
@@ -207,8 +222,42 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   // torch elastic's layout: a fresh key space per restart attempt.
   comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
                                                       base_store);
-  check_same_as_rank_0(*comm.store, env, "WORLD_SIZE", std::to_string(env.world_size),
-                       "start every rank with the same world size (--world-size or $WORLD_SIZE)");
+  // Each rank says it arrived, so that a rank left waiting can name the ones that did not.
+  comm.store->set("ddp/arrived/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+  try {
+    check_same_as_rank_0(*comm.store, env, "WORLD_SIZE", std::to_string(env.world_size),
+                         "start every rank with the same world size (--world-size or $WORLD_SIZE)");
+    connect_group(comm, env, config, timeout);
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // c10d and Gloo say "Socket Timeout" and nothing of whom they waited for.
+    std::string cause = e.what();
+    cause = cause.substr(0, cause.find('\n'));
+    if (cause.find("imeout") == std::string::npos && cause.find("timed out") == std::string::npos) throw;
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < env.world_size && count < 16; ++r) {
+      bool arrived = false;
+      try {
+        arrived = comm.store->check({"ddp/arrived/" + std::to_string(r)});
+      } catch (const std::exception&) {
+      }
+      if (!arrived) missing += (count++ ? ", " : "") + std::to_string(r);
+    }
+    if (missing.empty()) throw;
+    throw std::runtime_error("rank(s) " + missing + " of " + std::to_string(env.world_size) +
+                             " never arrived at the store at " + endpoint + " within " +
+                             std::to_string(static_cast<int>(config.timeout_s)) +
+                             " s (dist.timeout_s): did they start, with the same MASTER_ADDR, MASTER_PORT and "
+                             "WORLD_SIZE? [" + cause + "]");
+  }
+  return comm;
+}
+
+namespace {
+void connect_group(Communicator& comm, const WorkerIdentity& env, const DistConfig& config,
+                   std::chrono::milliseconds timeout) {
   comm.tracker = std::make_shared<CollectiveTracker>(comm.store, env.rank, env.world_size);
   Placement placement = resolve_placement(config, env.local_rank, env.local_world_size);
   check_same_as_rank_0(*comm.store, env, "backend", placement.backend + " on " + (placement.device.is_cuda() ? "cuda" : "cpu"),
@@ -229,7 +278,7 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
       return c10::intrusive_ptr<CommBackend>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl_options));
     };
     comm.group = comm.make_group(comm.store, env.rank, env.world_size);
-    return comm;
+    return;
   }
 #endif
   if (comm.device.is_cuda() && env.rank == 0 && config.backend == "auto")
@@ -244,7 +293,8 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   // Shared memory sums CPU tensors; every rank decides alike, as every rank's placement is rank 0's.
   if (config.shared_memory && env.world_size > 1 && comm.device.is_cpu())
     comm.shared_memory = connect_shared_memory(comm, env, device, timeout);
-  return comm;
 }
+
+}  // namespace
 
 }  // namespace ddp

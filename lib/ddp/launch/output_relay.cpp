@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,9 +30,26 @@ void write_all(int fd, const std::string& data) {
   }
 }
 
+// Note [Earlier launches' logs]: a run id may come back (a Slurm requeue keeps its job id, a user
+// repeats --run-id), and with it the same DIR/RUN_ID/attempt_N/rank_R.stdout. The earlier launch's
+// file is kept as rank_R.stdout.1 (then .2, ...: the oldest has the lowest number), never truncated:
+// a preempted attempt's logs are the ones that explain it. Each file has one writer (its node), so
+// nodes sharing a log directory do not race. A symbolic link is left for open_for_append to refuse.
+void keep_earlier_log(const std::string& path) {
+  struct stat info {};
+  if (lstat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) return;
+  for (int n = 1; n < 10000; ++n) {
+    std::string kept = path + "." + std::to_string(n);
+    if (lstat(kept.c_str(), &info) == 0 || errno != ENOENT) continue;
+    if (rename(path.c_str(), kept.c_str()) == 0) return;
+    break;  // cannot rename: the new output is appended below instead, so nothing is lost either way
+  }
+}
+
 int open_log(const std::string& path) {
   if (path.empty()) return -1;
-  return open_for_append(path, /*truncate=*/true);
+  keep_earlier_log(path);
+  return open_for_append(path);
 }
 
 // A line of a C++ backtrace as LibTorch prints them: "frame #3: ...", "Exception raised from ...".

@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,12 +22,15 @@
 #include "ddp/launch/hmac_sha256.h"
 #include "ddp/launch/launch_options.h"
 #include "ddp/launch/machine.h"
+#include "ddp/launch/store_probe.h"
 
 namespace ddp {
 namespace {
 
 // All launcher keys live under this prefix; workers use "/worker/attempt_N/" as torch elastic does.
 const std::string kPrefix = "ddprun/";
+// Starts a control value's tag (Note [Control values]).
+const std::string kTagMarker = " #hmac=";
 
 std::string endpoint(const LaunchOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
 
@@ -101,19 +106,62 @@ bool is_local_address(const std::string& host) {
   return local;
 }
 
+// A c10d client fed another service's reply dies of it (store_probe.h); this says who answered.
+void refuse_foreign_service(const LaunchOptions& o) {
+  if (auto reply = unprompted_reply(o.master_addr, o.master_port, std::chrono::milliseconds(300)))
+    throw UserError("something that is not a ddprun (c10d) store answers on " + endpoint(o) + " (" + *reply +
+                    "): is the port (--master-port or --rdzv-endpoint) another service's? give every node of the job "
+                    "the same free port");
+}
+
+// Note [Store directory owner]: a store directory holds a lock file, flocked by its launcher for its
+// whole life; the kernel drops the lock however the launcher dies. The watchdog removes the directory
+// after a SIGKILL (it has a process group of its own, so `kill -9 -- -PGID` of ddprun's group misses
+// it), and whatever survives even that (the watchdog killed too, a machine reset) is swept by the
+// next launcher here: a directory whose lock file it can lock has no owner left. The lock file is
+// made under another name and renamed once locked, so a sweep never sees it unlocked while its
+// owner starts.
+const char* const kOwnerLock = ".owner.lock";
+
+void sweep_orphaned_store_dirs(const std::string& tmp) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    if (entry.path().filename().string().rfind("ddprun-store-", 0) != 0) continue;
+    struct stat info {};
+    if (lstat(entry.path().c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != getuid()) continue;
+    int fd = open((entry.path() / kOwnerLock).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // not one of ours, or made before owners were recorded: left alone
+    bool orphaned = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (orphaned) std::filesystem::remove_all(entry.path(), ec);
+    close(fd);
+  }
+}
+
 }  // namespace
 
 PrivateStoreDir::PrivateStoreDir() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-store-XXXXXX";
+  std::string base = tmp && *tmp ? tmp : "/tmp";
+  sweep_orphaned_store_dirs(base);
+  std::string pattern = base + "/ddprun-store-XXXXXX";
   if (!mkdtemp(pattern.data()))
     throw UserError("cannot create a private store directory like " + pattern + ": " + std::strerror(errno));
   path_ = pattern;
+  std::string making = path_ + "/.owner.new";
+  lock_fd_ = open(making.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0 || flock(lock_fd_, LOCK_EX) != 0 || rename(making.c_str(), (path_ + "/" + kOwnerLock).c_str()) != 0) {
+    std::string cause = std::strerror(errno);
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+    if (lock_fd_ >= 0) close(lock_fd_);
+    throw UserError("cannot lock the private store directory " + path_ + ": " + cause);
+  }
 }
 
 PrivateStoreDir::~PrivateStoreDir() {
   std::error_code ignored;
   std::filesystem::remove_all(path_, ignored);
+  close(lock_fd_);
 }
 
 std::string generate_run_id() {
@@ -132,6 +180,7 @@ Rendezvous::Rendezvous(const LaunchOptions& options)
   bool host = options.node_rank_by_arrival
                   ? is_local_address(options.master_addr) && !port_in_use(options.master_port)
                   : options.node_rank == 0;
+  if (!host) refuse_foreign_service(options);
   if (host && !options.node_rank_by_arrival && port_in_use(options.master_port))
     throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
                     " is already in use (another ddprun or torchrun?); choose another with --master-port, or "
@@ -187,33 +236,62 @@ Rendezvous::~Rendezvous() = default;
 int Rendezvous::port() const { return store_->port(); }
 
 WorldLayout Rendezvous::join() {
+  try {
+    return join_store();
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // c10d's own words ("Broken pipe", "Connection reset by peer") do not say who left.
+    std::string cause = e.what();
+    throw UserError("lost the rendezvous at " + endpoint(options_) +
+                    ": node 0's ddprun, which hosts it, went away (it gives up when nodes are missing after "
+                    "--rdzv-timeout, or it failed: see its output) (" + cause.substr(0, cause.find('\n')) + ")");
+  }
+}
+
+WorldLayout Rendezvous::join_store() {
   const auto& o = options_;
   WorldLayout layout;
   if (o.node_rank_by_arrival) options_.node_rank = hosts_store_ ? 0 : -1;  // -1: the first free rank from 1
   if (options_.node_rank == 0) {
     layout.run_id = o.run_id.empty() ? generate_run_id() : o.run_id;
     store_->set(kPrefix + "run_id", layout.run_id);
+  } else {
+    // Note [Run id before a node rank]: a launcher of another job on the same endpoint (another
+    // --rdzv-id) is refused before it takes a node rank, or it would take the place of the job's
+    // own node and leave the job waiting for a node that was already turned away.
+    layout.run_id = wait_for_run_id();
+    check_run_id(layout.run_id);  // it names this node's log directory too
+    if (!o.run_id.empty() && o.run_id != layout.run_id)
+      throw UserError("run id " + o.run_id + " (--run-id/--rdzv-id) differs from " + layout.run_id +
+                      ", the run id of the job whose node 0 hosts the rendezvous at " + endpoint(o) +
+                      ": another job uses this endpoint; give each job its own --master-port/--rdzv-endpoint, "
+                      "and every node of a job the same id");
   }
+  run_id_ = layout.run_id;  // registrations are tagged with it (Note [Secret check at join])
   // "host nproc nnodes pid": the pid tells two launchers on one host apart.
   std::string me = host_name() + " " + std::to_string(o.nproc_per_node) + " " + std::to_string(o.nnodes) + " " +
                    std::to_string(getpid());
+  auto node_key = [](int r) { return kPrefix + "node/" + std::to_string(r); };
   if (options_.node_rank < 0) {
     for (int r = 1; r < o.nnodes && options_.node_rank < 0; ++r)
-      if (store_->compare_set(kPrefix + "node/" + std::to_string(r), "", me) == me) options_.node_rank = r;
+      if (store_->compare_set(node_key(r), "", tagged(node_key(r), me)) == tagged(node_key(r), me))
+        options_.node_rank = r;
     if (options_.node_rank < 0)
       throw UserError("all " + std::to_string(o.nnodes) + " node ranks at " + endpoint(o) +
                       " are taken: more launchers than --nnodes joined this rendezvous");
   }
-  std::string my_key = kPrefix + "node/" + std::to_string(options_.node_rank);
-  std::string stored = store_->compare_set(my_key, "", me);
-  if (stored != me)
-    throw UserError("node rank " + std::to_string(options_.node_rank) + " has already joined (" + stored +
-                    "); give each node its own --node-rank");
-  store_->set(my_key, me);  // compareSet does not wake waiters in c10d's TCPStore; set does
+  std::string my_key = node_key(options_.node_rank);
+  std::string mine = tagged(my_key, me);
+  std::string stored = store_->compare_set(my_key, "", mine);
+  if (stored != mine)
+    throw UserError("node rank " + std::to_string(options_.node_rank) + " has already joined (" +
+                    printable(stored.substr(0, stored.find(kTagMarker))) + "); give each node its own --node-rank");
+  store_->set(my_key, mine);  // compareSet does not wake waiters in c10d's TCPStore; set does
   layout.node_rank = options_.node_rank;
 
   std::vector<std::string> keys;
-  for (int r = 0; r < o.nnodes; ++r) keys.push_back(kPrefix + "node/" + std::to_string(r));
+  for (int r = 0; r < o.nnodes; ++r) keys.push_back(node_key(r));
   keys.push_back(kPrefix + "run_id");
   try {
     store_->wait(keys, timeout_);
@@ -222,16 +300,61 @@ WorldLayout Rendezvous::join() {
     for (int r = 0; r < o.nnodes; ++r)
       if (!store_->check(keys[r])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(timeout_.count() / 1000) +
-                    " s waiting for node(s) " + missing + " of " + std::to_string(o.nnodes));
+                    " s waiting for node(s) " + missing + " of " + std::to_string(o.nnodes) +
+                    " (never started, or cannot reach " + endpoint(o) + "? see their output)");
   }
-  if (options_.node_rank != 0) {
-    layout.run_id = store_->get(kPrefix + "run_id");
-    check_run_id(layout.run_id);  // it names this node's log directory too
-    if (!o.run_id.empty() && o.run_id != layout.run_id)
-      throw UserError("--run-id " + o.run_id + " differs from node 0's run id " + layout.run_id);
+  // Note [Checked before the store closes]: every node checks what the others registered, and a
+  // mismatch fails every node. Node 0 may find it first, but its store must stay up until the others
+  // have read what they need to find it too, or they would only see the connection drop.
+  std::string checked = kPrefix + "checked/";
+  try {
+    check_registrations(keys, layout);
+  } catch (const UserError&) {
+    store_->set(checked + std::to_string(options_.node_rank), "1");
+    if (options_.node_rank == 0) {
+      std::vector<std::string> others;
+      for (int r = 1; r < o.nnodes; ++r) others.push_back(checked + std::to_string(r));
+      try {
+        store_->wait(others, std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10)));
+      } catch (const std::exception&) {
+        // A node that never checks has its own trouble; this node's error says enough.
+      }
+    }
+    throw;
   }
+  store_->set(checked + std::to_string(options_.node_rank), "1");
+  return layout;
+}
+
+std::string Rendezvous::wait_for_run_id() {
+  try {
+    return store_->get(kPrefix + "run_id");
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    if (cause.find("imeout") == std::string::npos) throw;
+    throw UserError("reached " + endpoint(options_) + " but node 0 did not start the rendezvous there within " +
+                    std::to_string(timeout_.count() / 1000) + " s: is a ddprun of this job node 0?");
+  }
+}
+
+// Note [Secret check at join]: each node's registration carries a tag under its secret (Note
+// [Control values]). A node whose secret differs would otherwise run to the end while ignoring, as
+// written from outside, every failure the others report; so a tag that does not verify, or one
+// where this node has no secret (or none where it has one), fails the rendezvous on every node.
+void Rendezvous::check_registrations(const std::vector<std::string>& keys, WorldLayout& layout) {
+  const auto& o = options_;
+  std::string differ;
   for (int r = 0; r < o.nnodes; ++r) {
-    auto fields = split(store_->get(keys[r]), ' ');
+    std::string stored = store_->get(keys[r]);
+    auto at = stored.rfind(kTagMarker);
+    std::string value = stored.substr(0, at);
+    auto fields = split(value, ' ');
+    if (fields.size() < 4) throw UserError("node " + std::to_string(r) + " registered as '" + printable(value, 200) +
+                                           "' at " + endpoint(o) + ", not as a ddprun would: is another program "
+                                           "writing to this store?");
+    bool same_secret = o.rdzv_secret.empty() ? at == std::string::npos
+                                             : at != std::string::npos && verified(keys[r], stored, /*quiet=*/true);
+    if (!same_secret) differ += (differ.empty() ? "" : ", ") + std::to_string(r) + " (" + printable(fields[0]) + ")";
     int nproc = static_cast<int>(parse_int(fields.at(1)).value_or(0));
     int nnodes = static_cast<int>(parse_int(fields.at(2)).value_or(0));
     if (nnodes != o.nnodes)
@@ -241,8 +364,11 @@ WorldLayout Rendezvous::join() {
     layout.world_size += nproc;
     layout.hosts.push_back(printable(fields[0], 255));
   }
-  run_id_ = layout.run_id;
-  return layout;
+  if (!differ.empty())
+    throw UserError("node(s) " + differ + " of the rendezvous at " + endpoint(o) +
+                    " have a different rendezvous secret than this node (node " + std::to_string(o.node_rank) +
+                    (o.rdzv_secret.empty() ? ", which has none" : "") + "): set the same " + env::kRdzvSecret +
+                    " (or --rdzv-secret-file) on every node, or none on any");
 }
 
 // Note [Control values]: the store's port admits anyone who reaches it, so a control value (a
@@ -250,14 +376,13 @@ WorldLayout Rendezvous::join() {
 // it ends in kTagMarker + HMAC-SHA256(secret, run id + "\n" + key + "\n" + value), binding it to this
 // run and key: a value read from an earlier job with the same secret, or from another attempt, does
 // not verify. Without a secret every value counts, as with torchrun, and a multi-node run says so once.
-const std::string kTagMarker = " #hmac=";
 
 std::string Rendezvous::tagged(const std::string& key, const std::string& value) const {
   if (options_.rdzv_secret.empty()) return value;
   return value + kTagMarker + hmac_sha256_hex(options_.rdzv_secret, run_id_ + "\n" + key + "\n" + value);
 }
 
-std::optional<std::string> Rendezvous::verified(const std::string& key, const std::string& stored) const {
+std::optional<std::string> Rendezvous::verified(const std::string& key, const std::string& stored, bool quiet) const {
   if (options_.rdzv_secret.empty()) return stored;
   auto at = stored.rfind(kTagMarker);
   if (at != std::string::npos) {
@@ -266,7 +391,7 @@ std::optional<std::string> Rendezvous::verified(const std::string& key, const st
     if (constant_time_equal(stored.substr(at + kTagMarker.size()), expected))
       return value;
   }
-  if (ignored_.insert(key).second)
+  if (!quiet && ignored_.insert(key).second)
     std::fprintf(stderr, "ddprun: ignoring %s in the rendezvous store: it has no valid tag for this job's secret "
                          "(written from outside the job?): %s\n", key.c_str(), printable(stored, 200).c_str());
   return std::nullopt;

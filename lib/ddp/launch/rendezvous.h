@@ -46,8 +46,9 @@ class Rendezvous {
   /// The port actually bound (differs from the requested one when that was 0).
   int port() const;
 
-  /// Registers this node (taking a node rank by arrival if asked) and waits for all of them; throws
-  /// UserError on a time-out or a mismatch.
+  /// Registers this node (taking a node rank by arrival if asked, after checking node 0's run id)
+  /// and waits for all of them; throws UserError on a time-out, a mismatch (run id, --nnodes, the
+  /// rendezvous secret) or a store that goes away.
   WorldLayout join();
 
   /// Announces a failure of `attempt` to every node; the first report wins.
@@ -70,8 +71,14 @@ class Rendezvous {
   std::unique_ptr<KvStore> open_store(bool host);
   /// `value` with its tag under the job's secret (Note [Control values]); unchanged without one.
   std::string tagged(const std::string& key, const std::string& value) const;
-  /// The value of a stored control value that verifies; nullopt (said once per key) if it does not.
-  std::optional<std::string> verified(const std::string& key, const std::string& stored) const;
+  /// The value of a stored control value that verifies; nullopt (said once per key unless `quiet`) if it does not.
+  std::optional<std::string> verified(const std::string& key, const std::string& stored, bool quiet = false) const;
+  /// join() without the translation of a lost store into a UserError.
+  WorldLayout join_store();
+  /// Node 0's run id, waiting for node 0 to publish it; UserError on a time-out.
+  std::string wait_for_run_id();
+  /// Reads every node's registration into `layout`; UserError on a mismatch (Note [Secret check at join]).
+  void check_registrations(const std::vector<std::string>& keys, WorldLayout& layout);
 
   LaunchOptions options_;  // node_rank: as agreed once joined
   bool hosts_store_ = false;
@@ -83,9 +90,11 @@ class Rendezvous {
 
 /// A directory only this user can enter, removed with everything in it when destroyed. Single-node
 /// ddp-train runs meet through c10d's FileStore in it, so nothing of the run listens on the network.
+/// Its owner holds a lock in it, so that one left by a killed launcher is swept by the next
+/// (Note [Store directory owner]).
 class PrivateStoreDir {
  public:
-  PrivateStoreDir();  ///< under $TMPDIR (default /tmp), mode 0700
+  PrivateStoreDir();  ///< under $TMPDIR (default /tmp), mode 0700, after sweeping orphaned ones there
   ~PrivateStoreDir();
   PrivateStoreDir(const PrivateStoreDir&) = delete;
   PrivateStoreDir& operator=(const PrivateStoreDir&) = delete;
@@ -93,6 +102,7 @@ class PrivateStoreDir {
 
  private:
   std::string path_;
+  int lock_fd_ = -1;  // flocked while this launcher lives
 };
 
 /// Generates a short random run id.

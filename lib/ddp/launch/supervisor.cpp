@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "ddp/common/master_address.h"
 #include "ddp/common/shared_memory_names.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
@@ -407,6 +408,12 @@ int run_launcher(const LaunchOptions& requested) {
     layout.master_port = options.master_port;
     layout.store_path = store_dir->path();
   } else {
+    // Every node resolves node 0's name alike: under Slurm it may be a node name only Slurm knows.
+    auto master = resolve_master_address(options.master_addr,
+                                         "give node 0's address, one every node can resolve, with --master-addr (or "
+                                         "MASTER_ADDR, or the host of --rdzv-endpoint)");
+    if (!master.note.empty()) say(master.note);
+    options.master_addr = master.address;
     rendezvous = std::make_unique<Rendezvous>(options);
     layout = rendezvous->join();
     layout.master_port = rendezvous->port();

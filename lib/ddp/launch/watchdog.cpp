@@ -55,6 +55,9 @@ Watchdog::Watchdog(std::string orphaned_dir) {
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error(std::string("watchdog fork: ") + strerror(errno));
   if (pid_ == 0) {
+    // A group of its own: `kill -9 -- -PGID` of the launcher's group must leave the one process
+    // that cleans up after a killed launcher (Note [Store directory owner]).
+    setpgid(0, 0);
     close(fds[1]);
     // Only the read end stays open, so EOF means the launcher (the single writer) is gone.
     // Nor does it hold the console: whoever reads the launcher's output sees EOF when the launcher exits.

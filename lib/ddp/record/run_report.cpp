@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
 #include "ddp/common/version.h"
 #include "ddp/record/svg_chart.h"
 
@@ -187,7 +188,15 @@ std::string render_report(const std::vector<RunRecords>& runs) {
 
 void write_run_report(const std::string& path, const std::vector<std::string>& run_dirs) {
   std::vector<RunRecords> runs;
-  for (const auto& dir : run_dirs) runs.push_back(read_run(dir));
+  for (const auto& dir : run_dirs) {
+    runs.push_back(read_run(dir));
+    // An exit status is 0-255; anything else (1e300 once cast to int read as -2147483648) is a file
+    // not written by ddp-train, and the page would state it as a fact.
+    if (auto status = runs.back().last("exit_status"); status && !(*status >= 0 && *status <= 255 &&
+                                                                   *status == std::floor(*status)))
+      throw FileError(dir + "/metrics.jsonl: exit_status " + fmt::format("{}", *status) +
+                      " is not an exit status (an integer 0-255); the file was not written by ddp-train as it is");
+  }
   write_file_atomically(path, render_report(runs));
 }
 

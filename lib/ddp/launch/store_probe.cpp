@@ -1,0 +1,63 @@
+#include "ddp/launch/store_probe.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ddp/common/text.h"
+
+namespace ddp {
+namespace {
+
+// A connected socket to one of host's addresses, or -1; bounded by `wait` per address.
+int connect_within(const std::string& host, int port, std::chrono::milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int connected = -1;
+  for (addrinfo* a = found; a && connected < 0; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      connected = fd;
+      break;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (errno == EINPROGRESS && poll(&p, 1, static_cast<int>(wait.count())) == 1 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0) {
+      connected = fd;
+      break;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return connected;
+}
+
+}  // namespace
+
+std::optional<std::string> unprompted_reply(const std::string& host, int port, std::chrono::milliseconds wait) {
+  int fd = connect_within(host, port, wait);
+  if (fd < 0) return std::nullopt;  // nothing listens yet: c10d's client retries until node 0 is up
+  pollfd p{fd, POLLIN, 0};
+  std::optional<std::string> reply;
+  if (poll(&p, 1, static_cast<int>(wait.count())) == 1) {
+    char buffer[200];
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      std::string text(buffer, static_cast<std::size_t>(n));
+      reply = "it greeted with '" + printable(text.substr(0, text.find_first_of("\r\n")), 80) + "'";
+    } else {
+      reply = "it hung up at once";
+    }
+  }
+  close(fd);
+  return reply;
+}
+
+}  // namespace ddp

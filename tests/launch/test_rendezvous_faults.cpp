@@ -1,0 +1,130 @@
+// The rendezvous under faults (issue 22): a launcher of another job on the same endpoint, nodes
+// with different secrets, a node 0 that gives up, a service that is not a store on the port. Real
+// launchers over loopback; each fault must end in one line that names its cause, in seconds.
+#include <catch2/catch.hpp>
+
+#include "ddp/launch/machine.h"
+#include "support/leftovers.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+std::string ddprun() { return bin("ddprun"); }
+
+}  // namespace
+
+TEST_CASE("a launcher with another --rdzv-id is refused before it takes a node rank, and the job runs on",
+          "[launch][rendezvous]") {
+  // Job J's node 0, then a launcher of job K on the same endpoint, then J's real second node.
+  TempDir dir;
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto line = [&](const std::string& id) {
+    return ddprun() + " --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
+           " --rdzv-id " + id + " --rdzv-timeout 20 -- sh -c 'echo rank=$RANK run=$DDPRUN_RUN_ID'";
+  };
+  auto r = run_shell(line("J") + " & A=$!; sleep 1; " + line("K") + "; echo intruder=$?; " + line("J") +
+                         "; b=$?; wait $A; echo job=$?,$b",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "intruder=2") == 1);
+  CHECK(count_lines(r.out, "job=0,0") == 1);
+  CHECK(r.seconds < 20);
+  CHECK_THAT(r.err, Contains("run id K (--run-id/--rdzv-id) differs from J, the run id of the job whose node 0 hosts "
+                             "the rendezvous at " + endpoint + ": another job uses this endpoint"));
+  CHECK_THAT(r.err, !Contains("are taken"));
+  std::string host = ddp::host_name();
+  CHECK(count_lines(r.out, "[" + host + ":rank 0] rank=0 run=J") == 1);
+  CHECK(count_lines(r.out, "[" + host + ":rank 1] rank=1 run=J") == 1);
+}
+
+TEST_CASE("nodes with different rendezvous secrets are refused at the rendezvous, on both nodes",
+          "[launch][rendezvous][hmac]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
+                       "'echo ran; sleep 3'";
+  for (std::string second : {"DDPRUN_RDZV_SECRET=other", "env -u DDPRUN_RDZV_SECRET"}) {
+    auto r = run_shell(second + " " + ddprun() + " --node-rank 1" + common + " 2>" + dir.file("b.err") + " & B=$!; " +
+                           "DDPRUN_RDZV_SECRET=s3cret " + ddprun() + " --node-rank 0" + common + " 2>" +
+                           dir.file("a.err") + "; a=$?; wait $B; echo statuses=$a,$?",
+                       std::chrono::seconds(60));
+    std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
+    INFO(second << "\n" << r.out << "\nnode 0:\n" << a << "node 1:\n" << b);
+    CHECK(count_lines(r.out, "statuses=2,2") == 1);
+    CHECK(r.seconds < 15);
+    CHECK_THAT(r.out, !Contains("ran"));  // no worker started
+    CHECK_THAT(a, Contains("ddprun: error: node(s) 1 (") && Contains("have a different rendezvous secret than this "
+                                                                       "node (node 0): set the same DDPRUN_RDZV_SECRET"));
+    CHECK_THAT(b, Contains("ddprun: error: node(s) 0 (") && Contains("have a different rendezvous secret than this "
+                                                                       "node (node 1"));
+    CHECK_THAT(a + b, !Contains("written from outside") && !Contains("Broken pipe") && !Contains("internal error"));
+  }
+}
+
+TEST_CASE("node 0 whose peers never arrive names them, and a node whose node 0 gave up says node 0 went away",
+          "[launch][rendezvous]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  // Node 0 waits 3 s for a third node that never comes; node 1 joined and waits with it.
+  std::string common = " --nnodes 3 --nproc-per-node 1 --master-port " + port + " -- true";
+  auto r = run_shell(ddprun() + " --node-rank 1 --rdzv-timeout 30" + common + " 2>" + dir.file("b.err") +
+                         " & B=$!; " + ddprun() + " --node-rank 0 --rdzv-timeout 3" + common + " 2>" +
+                         dir.file("a.err") + "; a=$?; wait $B; echo statuses=$a,$?",
+                     std::chrono::seconds(60));
+  std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
+  INFO(r.out << "\nnode 0:\n" << a << "node 1:\n" << b);
+  CHECK(count_lines(r.out, "statuses=2,2") == 1);
+  CHECK(r.seconds < 20);
+  CHECK_THAT(a, Contains("timed out after 3 s waiting for node(s) 2 of 3"));
+  CHECK_THAT(b, Contains("ddprun: error: lost the rendezvous at 127.0.0.1:" + port +
+                         ": node 0's ddprun, which hosts it, went away"));
+  CHECK_THAT(b, !Contains("internal error"));
+}
+
+TEST_CASE("a service on the master port that is not a store is named at once", "[launch][rendezvous]") {
+  // A banner, as an SSH server sends: c10d would read it as a length and fail with std::bad_alloc.
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  write_file(dir.file("banner.py"),
+             "import socket, sys\n"
+             "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(16); open(sys.argv[2], 'w').close()\n"
+             "while True:\n"
+             "    c, _ = s.accept()\n"
+             "    try: c.sendall(b'SSH-2.0-OpenSSH_9.2\\r\\n')\n"
+             "    except Exception: pass\n");
+  auto r = run_shell("python3 " + dir.file("banner.py") + " " + port + " " + dir.file("up") + " & S=$!; while [ ! -e " +
+                         dir.file("up") + " ]; do sleep 0.05; done; " + ddprun() +
+                         " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 30 -- true; echo status=$?; "
+                         "kill $S",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=2") == 1);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.err, Contains("something that is not a ddprun (c10d) store answers on 127.0.0.1:" + port) &&
+                        Contains("SSH-2.0-OpenSSH_9.2"));
+  CHECK_THAT(r.err, !Contains("bad_alloc") && !Contains("internal error"));
+}
+
+TEST_CASE("a rank whose peers never arrive names them, not a bare Socket Timeout", "[launch][rendezvous]") {
+  // ddp-train by hand, ranks 0 and 2 of 3: rank 1 never starts.
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  auto rank = [&](int r) {
+    return "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
+           "/configs/synthetic_mlp.yaml --rank " + std::to_string(r) + " --world-size 3 --master-port " + port +
+           " --set dist.timeout_s=4 --set run.output_dir=" + dir.file("run" + std::to_string(r));
+  };
+  auto r = run_shell(rank(2) + " 2>" + dir.file("r2.err") + " & B=$!; " + rank(0) + " 2>" + dir.file("r0.err") +
+                         "; a=$?; wait $B; echo statuses=$a,$?",
+                     std::chrono::seconds(60));
+  std::string r0 = read_file(dir.file("r0.err"));
+  INFO(r.out << "\nrank 0:\n" << r0 << "rank 2:\n" << read_file(dir.file("r2.err")));
+  CHECK(count_lines(r.out, "statuses=1,1") == 1);
+  CHECK_THAT(r0, Contains("ddp-train: rank 0: failed: rank(s) 1 of 3 never arrived at the store at 127.0.0.1:" + port +
+                          " within 4 s (dist.timeout_s)"));
+  CHECK_THAT(r0, Contains("[Socket Timeout]"));
+}
