@@ -401,6 +401,10 @@ TEST_CASE("scripted modules users write: .view under channels_last, init_from Py
   auto returns_int = run("returns_int.pt");
   CHECK(returns_int.exit_code == 2);
   CHECK_THAT(returns_int.err, Contains("model.path: " + python_fixture("returns_int.pt") + "'s forward returned Int"));
+  auto returns_long = run("returns_long.pt");
+  CHECK(returns_long.exit_code == 2);
+  CHECK_THAT(returns_long.err, Contains("model.path: " + python_fixture("returns_long.pt") +
+                                       "'s forward returned a Long [32] tensor; ddprun needs floating-point outputs"));
   auto detached = run("detached.pt");
   CHECK(detached.exit_code == 2);
   CHECK_THAT(detached.err, Contains("model.path: " + python_fixture("detached.pt") +

@@ -123,6 +123,15 @@ class ReturnsInt(nn.Module):
         return int(self.fc(x).argmax())
 
 
+class ReturnsLong(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 4)
+
+    def forward(self, x):
+        return self.fc(x).argmax(1)
+
+
 class Detached(nn.Module):
     def __init__(self):
         super().__init__()
@@ -180,6 +189,7 @@ def modules(out):
     torch.jit.script(ViewCnn()).save(f"{out}/view_cnn.pt")
     torch.jit.script(ReturnsInt()).save(f"{out}/returns_int.pt")
     torch.jit.script(Detached()).save(f"{out}/detached.pt")
+    torch.jit.script(ReturnsLong()).save(f"{out}/returns_long.pt")
     # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
         for item in src.infolist():

@@ -162,6 +162,9 @@ class ScriptedModel : public Model {
       throw UserError("model.path: " + path_ + "'s forward returned " + output.tagKind() +
                       "; ddprun needs it to return one tensor");
     torch::Tensor y = output.toTensor();
+    if (!y.is_floating_point())
+      throw UserError("model.path: " + path_ + "'s forward returned a " + describe(y) +
+                      " tensor; ddprun needs floating-point outputs (logits or values) to train on");
     if (is_training() && torch::GradMode::is_enabled() && !y.requires_grad())
       throw UserError("model.path: " + path_ + "'s forward returned a tensor that does not depend on the "
                       "parameters (detached, or made without them), so nothing can be trained; return the "
