@@ -22,6 +22,7 @@ Batch Batch::to(const torch::Device& device) const {
   for (const auto& input : inputs) moved.inputs.push_back(input.to(device, /*non_blocking=*/true));
   moved.targets = targets.to(device, /*non_blocking=*/true);
   moved.sampled_edges = sampled_edges;
+  moved.tokens = tokens;
   return moved;
 }
 
@@ -30,6 +31,7 @@ Batch Batch::pinned() const {
   for (const auto& input : inputs) pinned.inputs.push_back(input.pin_memory());
   pinned.targets = targets.pin_memory();
   pinned.sampled_edges = sampled_edges;
+  pinned.tokens = tokens;
   return pinned;
 }
 

@@ -18,6 +18,7 @@ struct Batch {
   std::vector<torch::Tensor> inputs;  ///< the model's arguments, in order
   torch::Tensor targets;              ///< one row per sample
   int64_t sampled_edges = 0;          ///< graphs: the edges of the batch's sampled blocks
+  int64_t tokens = 0;                 ///< language models: the positions predicted (B × T)
 
   /// Samples in the batch.
   int64_t size() const { return targets.size(0); }

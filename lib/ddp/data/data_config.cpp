@@ -13,9 +13,14 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
       .choices(dataset_format_names());
   schema.add("data.path", &config.path,
              "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
-             "first dimension = samples); csv: the training table; graph: a graph directory (README: Graphs)");
+             "first dimension = samples); csv: the training table; graph: a graph directory (README: Graphs); tokens: a token file or a glob of shards, read in their "
+             "sorted order (README: Language models)");
   schema.add("data.labels", &config.labels, "npy: the training labels (.npy): int64/int32 classes or float32 targets");
-  schema.add("data.eval_path", &config.eval_path, "npy, csv: the test split's features or table");
+  schema.add("data.eval_path", &config.eval_path,
+             "npy, csv: the test split's features or table; tokens: the held-out token file or glob");
+  schema.add("data.token_dtype", &config.token_dtype,
+             "tokens: the token type of headerless files (nanoGPT's train.bin/val.bin); empty for llm.c shards and "
+             ".npy, whose headers say it");
   schema.add("data.eval_labels", &config.eval_labels, "npy: the test split's labels (.npy)");
   schema.add("data.eval_fraction", &config.eval_fraction,
              "npy, csv: without eval_path, this share of `path` becomes the test split (a seeded random split)")
@@ -59,11 +64,20 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   });
   schema.rule("data.eval_path", [&config]() -> std::string {
     bool files = config.dataset == "npy" || config.dataset == "csv";
+    if (config.dataset == "tokens" && config.eval_split == "test" && config.eval_path.empty())
+      return "must name the held-out token file or glob (or set data.eval_split: none)";
     if (!files) return "";
     if (!config.eval_path.empty() && config.eval_fraction > 0) return "set it or data.eval_fraction, not both";
     if (config.eval_split == "test" && config.eval_path.empty() && config.eval_fraction == 0)
       return "must name the test split (or set data.eval_fraction, or data.eval_split: none)";
     return "";
+  });
+  schema.rule("data.token_dtype", [&config]() -> std::string {
+    const std::string& t = config.token_dtype;
+    return t.empty() || t == "uint16" || t == "uint32" ? "" : "must be uint16 or uint32 (or empty), got \"" + t + "\"";
+  });
+  schema.rule("data.eval_fraction", [&config]() -> std::string {
+    return config.dataset == "tokens" && config.eval_fraction > 0 ? "tokens: name the held-out shards in data.eval_path" : "";
   });
   schema.rule("data.eval_labels", [&config]() -> std::string {
     return config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty()

@@ -10,13 +10,14 @@ class ConfigSchema;
 
 /// `data:` where samples come from and how they are normalised.
 struct DataConfig {
-  std::string dataset = "idx";  ///< a registered format: idx (MNIST-format files) | synthetic | npy | csv | graph
+  std::string dataset = "idx";  ///< a registered format: idx (MNIST-format files) | synthetic | npy | csv | graph | tokens
   std::string path = "/usr/share/datasets/fashion-mnist";  ///< idx: directory; npy: features file; csv: table
   std::string labels;       ///< npy: the labels file of `path`
   std::string eval_path;    ///< npy, csv: the test split (features file or table)
   std::string eval_labels;  ///< npy: the labels file of `eval_path`
   double eval_fraction = 0;  ///< npy, csv: test split carved out of `path` instead (seeded by split_seed)
   int64_t split_seed = 0;
+  std::string token_dtype;  ///< tokens: uint16 | uint32 for headerless files (nanoGPT's train.bin); "" = from the header
   std::string label_column = "label";  ///< csv: the header name of the labels
   std::string normalize = "auto";  ///< auto | fixed | global | per_feature | none
   double mean = 0.2860;  ///< fixed normalisation: (x - mean) / std, x = pixel/255 for uint8 features

@@ -17,7 +17,8 @@ namespace ddp {
   X(graph)                     \
   X(idx)                       \
   X(npy)                       \
-  X(synthetic)
+  X(synthetic)                 \
+  X(tokens)
 
 #define DDP_DECLARE_REGISTER(name) void register_##name##_format(DatasetFormats& formats);
 DDP_DATASET_FORMATS(DDP_DECLARE_REGISTER)

@@ -13,8 +13,8 @@
 
 namespace ddp {
 
-/// What a format holds: independent samples, or the nodes of one graph. A task trains on one kind.
-enum class DatasetKind { kSamples, kGraph };
+/// What a format holds: independent samples, the nodes of one graph, or token streams. A task trains on one kind.
+enum class DatasetKind { kSamples, kGraph, kTokens };
 
 /// The train and eval splits of a samples format, as `data:` describes them; `synthetic_classes`
 /// is the class count a generated dataset draws. Throws FileError naming the file, or ConfigError.
@@ -23,7 +23,7 @@ using SplitsLoader = std::function<DatasetSplits(const DataConfig& config, int64
 /// One `data.dataset` value.
 struct DatasetFormat {
   DatasetKind kind = DatasetKind::kSamples;
-  SplitsLoader load_splits;  ///< samples formats; a graph is read by the task that trains on it (graph_cache.h)
+  SplitsLoader load_splits;  ///< samples formats; a graph or tokens are read by the task that trains on them
 };
 
 /// Name → format; each format's register function adds itself here.

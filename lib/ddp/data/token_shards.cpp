@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "ddp/common/error.h"
+#include "ddp/data/dataset_format.h"
 #include "ddp/data/npy_reader.h"
 
 namespace ddp {
@@ -103,15 +104,27 @@ TokenShard::TokenShard(const std::string& path, const std::string& token_dtype) 
 
 TokenShard::~TokenShard() { ::munmap(const_cast<unsigned char*>(map_), map_size_); }
 
+namespace {
+
+// One loop per token width, so the switch is taken once per read, not once per token.
+template <typename Stored>
+void widen(const unsigned char* at, int64_t n, int64_t* out) {
+  for (int64_t i = 0; i < n; ++i, at += sizeof(Stored)) {
+    Stored value;
+    std::memcpy(&value, at, sizeof(Stored));
+    out[i] = static_cast<int64_t>(value);
+  }
+}
+
+}  // namespace
+
 void TokenShard::read(int64_t first, int64_t n, int64_t* out) const {
   const unsigned char* at = map_ + data_offset_ + first * token_bytes_;
-  for (int64_t i = 0; i < n; ++i, at += token_bytes_) {
-    switch (token_bytes_) {
-      case 1: out[i] = is_signed_ ? static_cast<int8_t>(*at) : *at; break;
-      case 2: { uint16_t v; std::memcpy(&v, at, 2); out[i] = is_signed_ ? static_cast<int16_t>(v) : v; break; }
-      case 4: { uint32_t v; std::memcpy(&v, at, 4); out[i] = is_signed_ ? static_cast<int32_t>(v) : v; break; }
-      default: std::memcpy(&out[i], at, 8);
-    }
+  switch (token_bytes_) {
+    case 1: return is_signed_ ? widen<int8_t>(at, n, out) : widen<uint8_t>(at, n, out);
+    case 2: return is_signed_ ? widen<int16_t>(at, n, out) : widen<uint16_t>(at, n, out);
+    case 4: return is_signed_ ? widen<int32_t>(at, n, out) : widen<uint32_t>(at, n, out);
+    default: std::memcpy(out, at, static_cast<std::size_t>(n) * 8);
   }
 }
 
@@ -175,5 +188,9 @@ void TokenWindows::check_vocabulary(int64_t vocab_size, const std::string& vocab
                               " (ids 0 to " + std::to_string(vocab_size - 1) + ")");
   }
 }
+
+/// Registers "tokens"; called from dataset_format.cpp (Note [Dataset format registration]). The
+/// causal-LM task reads the shards itself, as windows of its model's block size.
+void register_tokens_format(DatasetFormats& formats) { formats["tokens"].kind = DatasetKind::kTokens; }
 
 }  // namespace ddp

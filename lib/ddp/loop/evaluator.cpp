@@ -27,6 +27,7 @@ EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& co
   result.samples = static_cast<int64_t>(sums[-1].item<double>());
   for (std::size_t i = 0; i < names.size(); ++i)
     result.metrics.emplace_back(names[i], result.samples > 0 ? sums[i].item<double>() / result.samples : 0.0);
+  if (result.samples > 0) task.add_derived_metrics(result.metrics);
   return result;
 }
 

@@ -57,6 +57,7 @@ RunRecorder::LogWindow::LogWindow(ValueSlots& sums)
       batches(sums.reserve("batches")),
       samples(sums.reserve("samples")),
       sampled_edges(sums.reserve("sampled edges")),
+      tokens(sums.reserve("tokens")),
       steps(sums.reserve("steps")),
       sync_ms(sums.reserve("gradient sync ms")),
       exposed_ms(sums.reserve("exposed gradient sync ms")) {}
@@ -117,6 +118,7 @@ void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step
   window_sums_.value(window_.batches) += static_cast<double>(step.batches);
   window_sums_.value(window_.samples) += static_cast<double>(step.samples);
   window_sums_.value(window_.sampled_edges) += static_cast<double>(step.sampled_edges);
+  window_sums_.value(window_.tokens) += static_cast<double>(step.tokens);
   window_sums_.value(window_.steps) += 1;
   window_sums_.value(window_.sync_ms) += sync.total_ms;
   window_sums_.value(window_.exposed_ms) += sync.exposed_ms;
@@ -155,15 +157,17 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   double allreduce_ms = total.value(window_.sync_ms) / rank_steps;
   double exposed_ms = total.value(window_.exposed_ms) / rank_steps;
   double edges_per_s = total.value(window_.sampled_edges) / elapsed;
+  double tokens_per_s = total.value(window_.tokens) / elapsed;
   window_sums_.clear();
   window_start_ = Clock::now();
   if (world_.rank != 0) return;
   double lr = last_lr_;
-  std::string edges = edges_per_s > 0 ? fmt::format(" sampled edges/s {:.0f}", edges_per_s) : "";
+  std::string rates = edges_per_s > 0 ? fmt::format(" sampled edges/s {:.0f}", edges_per_s) : "";
+  if (tokens_per_s > 0) rates += fmt::format(" tokens/s {:.0f}", tokens_per_s);
   spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} all-reduce {:.2f} ms "
                "({:.2f} ms exposed) ETA {}",
                progress.epoch, progress.step, total_steps_, loss, lr, samples_per_s, samples_per_s / world_.world_size,
-               edges, allreduce_ms, exposed_ms, format_duration(eta_seconds(progress)));
+               rates, allreduce_ms, exposed_ms, format_duration(eta_seconds(progress)));
   MetricsRecord record{{"step", static_cast<double>(progress.step)},
                        {"epoch", static_cast<double>(progress.epoch)},
                        {"loss", loss},
@@ -173,6 +177,7 @@ void RunRecorder::log_window(const TrainProgress& progress) {
                        {"allreduce_ms", allreduce_ms},
                        {"allreduce_exposed_ms", exposed_ms}};
   if (edges_per_s > 0) record.emplace_back("sampled_edges_per_s", edges_per_s);
+  if (tokens_per_s > 0) record.emplace_back("tokens_per_s", tokens_per_s);
   metrics_->write(record);
 }
 

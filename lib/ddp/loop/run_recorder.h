@@ -32,6 +32,7 @@ struct StepStats {
   int64_t batches = 0;
   int64_t samples = 0;
   int64_t sampled_edges = 0;
+  int64_t tokens = 0;  ///< language models: positions predicted
   double lr = 0;  ///< the learning rate it stepped with
 };
 
@@ -74,7 +75,7 @@ class RunRecorder {
   // Sums since the last log line, added up over ranks by name.
   struct LogWindow {
     explicit LogWindow(ValueSlots& sums);
-    ValueSlots::Slot loss, batches, samples, sampled_edges, steps, sync_ms, exposed_ms;
+    ValueSlots::Slot loss, batches, samples, sampled_edges, tokens, steps, sync_ms, exposed_ms;
   };
   using Clock = std::chrono::steady_clock;
 

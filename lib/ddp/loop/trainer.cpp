@@ -156,6 +156,7 @@ StepStats Trainer::train_step(int64_t micro_batches) {
     step.batches += 1;
     step.samples += batch.size();
     step.sampled_edges += batch.sampled_edges;
+    step.tokens += batch.tokens;
     progress_.batch_in_epoch += 1;
   }
   gradient_sync_->finish();

@@ -36,13 +36,39 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
   schema.add("model.aggregation", &config.aggregation, "graphsage: how a node combines its neighbours' features")
       .choices({"mean", "max", "sum"});
   schema.add("model.normalize", &config.normalize, "graphsage: L2-normalise each layer's output");
-  schema.add("model.dropout", &config.dropout, "graphsage: dropout between layers").min(0).max(1);
+  schema.add("model.dropout", &config.dropout,
+             "graphsage: dropout between layers; gpt: after the embeddings, on the attention weights and after "
+             "each residual branch, as nanoGPT")
+      .min(0)
+      .max(1);
+  schema.add("model.n_layer", &config.n_layer, "gpt: transformer blocks").min(1).max(1000);
+  schema.add("model.n_head", &config.n_head, "gpt: attention heads per block; model.n_embd must divide by it")
+      .min(1)
+      .max(1024);
+  schema.add("model.n_embd", &config.n_embd, "gpt: the width of the residual stream").min(1).max(1e6);
+  schema.add("model.block_size", &config.block_size,
+             "gpt: positions of context; train.task causal_lm: tokens per sample's inputs (a sample is a window of "
+             "block_size + 1 tokens, its inputs and next-token targets)")
+      .min(1)
+      .max(1e7);
+  schema.add("model.vocab_size", &config.vocab_size,
+             "gpt: token ids 0 to vocab_size - 1; every token of the data is checked against it (256: byte-level "
+             "text, as scripts/make_tokens.py writes)")
+      .min(2)
+      .max(1e9);
+  schema.add("model.bias", &config.bias, "gpt: biases in the Linear and LayerNorm layers (nanoGPT's bias)");
   schema.rule("model.path", [&config]() -> std::string {
     return config.name == "torchscript" && config.path.empty() ? "must name the module file when model.name is torchscript"
                                                                : "";
   });
   schema.rule("model.sync_batchnorm", [&config]() -> std::string {
     return config.name == "torchscript" && config.sync_batchnorm ? "is not available for TorchScript modules" : "";
+  });
+  schema.rule("model.n_head", [&config]() -> std::string {
+    return config.name == "gpt" && config.n_embd % config.n_head != 0
+               ? "model.n_embd " + std::to_string(config.n_embd) + " must divide by it (" + std::to_string(config.n_head) +
+                     " heads)"
+               : "";
   });
   schema.rule("model.hidden", [&config]() -> std::string {
     return config.name == "mlp" && config.hidden.empty() ? "must not be empty when model.name is mlp" : "";

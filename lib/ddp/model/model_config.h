@@ -13,7 +13,7 @@ inline constexpr int64_t kMinClasses = 2;
 
 /// `model:` which network, by registry name, and its parameters.
 struct ModelConfig {
-  std::string name = "convnet";  ///< a registered model (convnet | linear3 | mlp | torchscript), or graphsage
+  std::string name = "convnet";  ///< a registered model (convnet | linear3 | mlp | torchscript), or graphsage | gpt
   std::string path;       ///< torchscript: the module file torch.jit.script(model).save() wrote
   std::string init_from;  ///< any model: start from these weights (a state_dict file such as model.pt)
   bool jit_optimize = false;  ///< torchscript: TorchScript's profiling executor optimises the graph
@@ -25,7 +25,13 @@ struct ModelConfig {
   std::vector<int64_t> hidden = {256, 128};  ///< mlp, graphsage: hidden layer widths
   std::string aggregation = "mean";  ///< graphsage: mean | max | sum of the neighbours' features
   bool normalize = false;            ///< graphsage: L2-normalise each layer's output
-  double dropout = 0;                ///< graphsage: between layers
+  double dropout = 0;                ///< graphsage: between layers; gpt: nanoGPT's dropouts
+  int64_t n_layer = 12;      ///< gpt: transformer blocks
+  int64_t n_head = 12;       ///< gpt: attention heads per block (n_embd divisible by it)
+  int64_t n_embd = 768;      ///< gpt: width
+  int64_t block_size = 1024; ///< gpt, causal_lm: tokens of context (a sample is block_size + 1 tokens)
+  int64_t vocab_size = 50304;  ///< gpt: token ids 0..vocab_size-1 (256 for byte-level text)
+  bool bias = true;          ///< gpt: biases in the Linears and LayerNorms
 };
 
 /// Declares the `ModelConfig` keys, bound to `config`, with their defaults, docs and ranges.

@@ -13,6 +13,10 @@ void declare_config(ConfigSchema& schema, OptimConfig& config) {
   schema.add("optim.nesterov", &config.nesterov, "sgd: Nesterov momentum (needs momentum > 0)");
   schema.add("optim.weight_decay", &config.weight_decay, "weight decay; adamw decouples it from the gradient").min(0)
       .max(1e6);
+  schema.add("optim.decay_params", &config.decay_params,
+             "which parameters weight_decay applies to: all (torch.optim's default), or matrices: those of two or "
+             "more dimensions (weights and embeddings), not biases or norm gains (nanoGPT's grouping)")
+      .choices({"all", "matrices"});
   schema.add("optim.beta1", &config.beta1, "adam, adamw").min(0).less_than(1);
   schema.add("optim.beta2", &config.beta2, "adam, adamw").min(0).less_than(1);
   schema.add("optim.eps", &config.eps, "adam, adamw").greater_than(0)

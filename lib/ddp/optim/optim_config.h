@@ -14,6 +14,7 @@ struct OptimConfig {
   double momentum = 0.9;     ///< sgd
   bool nesterov = false;     ///< sgd
   double weight_decay = 0;
+  std::string decay_params = "all";  ///< all | matrices: weight decay on parameters of >= 2 dimensions only (nanoGPT)
   double beta1 = 0.9;        ///< adam, adamw
   double beta2 = 0.999;      ///< adam, adamw
   double eps = 1e-8;         ///< adam, adamw

@@ -12,22 +12,45 @@ double scaled_lr(const OptimConfig& config, int world_size) {
   return config.lr;
 }
 
+namespace {
+
+// optim.decay_params: matrices puts parameters of fewer than two dimensions (biases, LayerNorm
+// gains) in a group of their own without weight decay, after the decayed group, as nanoGPT's
+// configure_optimizers does; all keeps one group.
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> groups(const std::vector<torch::Tensor>& parameters,
+                                                      const OptimConfig& config, const Options& defaults) {
+  if (config.decay_params == "all") return {torch::optim::OptimizerParamGroup(parameters)};
+  std::vector<torch::Tensor> decayed, plain;
+  for (const auto& p : parameters) (p.dim() >= 2 ? decayed : plain).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> out;
+  if (!decayed.empty()) out.emplace_back(decayed, std::make_unique<Options>(defaults));
+  if (!plain.empty()) {
+    auto options = std::make_unique<Options>(defaults);
+    options->weight_decay(0);
+    out.emplace_back(plain, std::move(options));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& parameters,
                                                         const OptimConfig& config, double lr) {
   if (config.name == "sgd") {
     torch::optim::SGDOptions options(lr);
     options.momentum(config.momentum).nesterov(config.nesterov).weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::SGD>(parameters, options);
+    return std::make_unique<torch::optim::SGD>(groups(parameters, config, options), options);
   }
   if (config.name == "adam") {
     torch::optim::AdamOptions options(lr);
     options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::Adam>(parameters, options);
+    return std::make_unique<torch::optim::Adam>(groups(parameters, config, options), options);
   }
   if (config.name == "adamw") {
     torch::optim::AdamWOptions options(lr);
     options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::AdamW>(parameters, options);
+    return std::make_unique<torch::optim::AdamW>(groups(parameters, config, options), options);
   }
   throw ConfigError("optim.name: must be one of sgd, adam, adamw, got \"" + config.name + "\"");
 }

@@ -171,6 +171,8 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   html += chart_of(runs, "Loss", "loss", {{"loss", "train"}, {"eval_loss", "eval"}});
   html += eval_keys_chart(runs);
   html += chart_of(runs, "Throughput", "samples/s", {{"samples_per_s", "samples/s"}});
+  bool language_model = std::any_of(runs.begin(), runs.end(), [](const RunRecords& run) { return run.last("tokens_per_s").has_value(); });
+  if (language_model) html += chart_of(runs, "Tokens", "tokens/s", {{"tokens_per_s", "tokens/s"}});
   html += chart_of(runs, "Learning rate", "lr", {{"lr", "lr"}});
   html += "</div>\n<h2>Communication and ranks</h2><div class=\"charts\">";
   html += allreduce_chart(runs);

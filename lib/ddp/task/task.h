@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/data/batch.h"
@@ -53,6 +54,10 @@ class Task {
   /// The evaluator adds them up over batches and ranks and divides by the sample count, so the
   /// result does not depend on the world size.
   virtual torch::Tensor metric_sums(const Batch& batch) = 0;
+
+  /// Adds the metrics that follow from the means of metric_names() (a language model's perplexity
+  /// is exp of its mean loss, not a mean of per-sample values) to `means`, in place.
+  virtual void add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const { (void)means; }
 
   /// Writes the trained model into `output_dir`: model.pt, a state_dict Python's torch.load reads,
   /// and whatever else the model has (TorchScript: model_scripted.pt). Throws FileError.

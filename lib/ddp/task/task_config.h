@@ -15,7 +15,7 @@ class ConfigSchema;
 
 /// `train.task` (declared in the train section; the task owns it).
 struct TaskConfig {
-  std::string task = "classification";  ///< a registered task: classification | regression | node_classification
+  std::string task = "classification";  ///< a registered task: classification | regression | node_classification | causal_lm
 };
 
 /// Declares `train.task`, bound to `config`, its choices the registered tasks.

@@ -18,6 +18,7 @@ namespace ddp {
 // model.name's (for models a task builds itself) and the checks across keys follow from what the
 // task registers.
 #define DDP_TASKS(X) \
+  X(causal_lm)       \
   X(graph)           \
   X(supervised)
 
@@ -90,6 +91,7 @@ std::vector<std::string> task_built_models() {
   std::set<std::string> names;
   for (const auto& [name, registration] : registrations())
     names.insert(registration.models.begin(), registration.models.end());
+  for (const auto& name : model_names()) names.erase(name);  // a task may list registry models it takes too
   return {names.begin(), names.end()};
 }
 

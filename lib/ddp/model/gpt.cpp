@@ -1,0 +1,215 @@
+#include "ddp/model/gpt.h"
+
+#include <torch/nn.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+
+// Note [Attention forms]
+// nanoGPT attends with torch's fused scaled_dot_product_attention where the torch has it (2.x),
+// and otherwise with the explicit form, softmax(q kᵀ / sqrt(d) masked above the diagonal) v,
+// whose mask it keeps as a persistent buffer `attn.bias`: tril(ones(block, block)) viewed
+// [1, 1, block, block]. So a nanoGPT state_dict has attn.bias keys exactly when its torch lacks the
+// fused form. We do the same, per LibTorch, so model.pt loads with strict=True into nanoGPT on the
+// torch of the same major version. The buffer is what Python sees; the step adds a precomputed
+// additive mask (0 on and below the diagonal, -inf above), inside the same batched matmul that
+// scales q kᵀ: the same values as masked_fill(-inf), with no mask rebuilt per step.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr bool kFusedAttention = true;
+#else
+constexpr bool kFusedAttention = false;
+#endif
+
+bool gpt_fused_attention() { return kFusedAttention; }
+
+namespace {
+
+namespace F = torch::nn::functional;
+
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
+  return p > 0 && training ? F::dropout(x, F::DropoutFuncOptions().p(p).training(true)) : x;
+}
+
+// nanoGPT's LayerNorm: a weight, and a bias only when the model has biases.
+class LayerNorm : public torch::nn::Module {
+ public:
+  LayerNorm(int64_t width, bool bias) : width_(width) {
+    weight_ = register_parameter("weight", torch::ones({width}));
+    if (bias) bias_ = register_parameter("bias", torch::zeros({width}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::layer_norm(x, {width_}, weight_, bias_, 1e-5);
+  }
+
+ private:
+  int64_t width_;
+  torch::Tensor weight_, bias_;
+};
+
+class CausalSelfAttention : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttention(const GptOptions& o) : heads_(o.n_head), dropout_(o.dropout) {
+    c_attn = register_module("c_attn", linear(o.n_embd, 3 * o.n_embd, o.bias));
+    c_proj = register_module("c_proj", linear(o.n_embd, o.n_embd, o.bias));
+    if (!kFusedAttention) {  // Note [Attention forms]
+      auto lower = torch::ones({o.block_size, o.block_size}).tril();
+      register_buffer("bias", lower.view({1, 1, o.block_size, o.block_size}));
+      additive_mask_ = torch::zeros({o.block_size, o.block_size}).masked_fill(lower == 0, -INFINITY);
+    }
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
+    auto qkv = c_attn->forward(x).split(c, 2);
+    // [B, T, C] → [B, H, T, d]
+    auto heads = [&](const torch::Tensor& z) { return z.view({b, t, heads_, d}).transpose(1, 2); };
+    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]), y;
+    double p = is_training() ? dropout_ : 0.0;
+#if TORCH_VERSION_MAJOR >= 2
+    y = torch::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true);
+#else
+    if (additive_mask_.device() != x.device()) additive_mask_ = additive_mask_.to(x.device());
+    auto mask = additive_mask_.narrow(0, 0, t).narrow(1, 0, t);
+    auto scores = torch::baddbmm(mask, q.reshape({b * heads_, t, d}), k.reshape({b * heads_, t, d}).transpose(1, 2),
+                                 /*beta=*/1, /*alpha=*/1.0 / std::sqrt(static_cast<double>(d)));
+    auto weights = maybe_dropout(torch::softmax(scores, -1), p, p > 0);
+    y = torch::bmm(weights, v.reshape({b * heads_, t, d})).view({b, heads_, t, d});
+#endif
+    y = y.transpose(1, 2).reshape({b, t, c});
+    return maybe_dropout(c_proj->forward(y), dropout_, is_training());
+  }
+
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+
+ private:
+  int64_t heads_;
+  double dropout_;
+  torch::Tensor additive_mask_;
+};
+
+class Mlp : public torch::nn::Module {
+ public:
+  explicit Mlp(const GptOptions& o) : dropout_(o.dropout) {
+    c_fc = register_module("c_fc", linear(o.n_embd, 4 * o.n_embd, o.bias));
+    c_proj = register_module("c_proj", linear(4 * o.n_embd, o.n_embd, o.bias));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return maybe_dropout(c_proj->forward(torch::gelu(c_fc->forward(x))), dropout_, is_training());
+  }
+
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+
+ private:
+  double dropout_;
+};
+
+class Block : public torch::nn::Module {
+ public:
+  explicit Block(const GptOptions& o) {
+    ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(o.n_embd, o.bias));
+    attn = register_module("attn", std::make_shared<CausalSelfAttention>(o));
+    ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(o.n_embd, o.bias));
+    mlp = register_module("mlp", std::make_shared<Mlp>(o));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn->forward(ln_1->forward(x));
+    return x + mlp->forward(ln_2->forward(x));
+  }
+
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<Mlp> mlp;
+};
+
+// lm_head: no weight of its own, the token embedding's under its name.
+class TiedHead : public torch::nn::Module {
+ public:
+  explicit TiedHead(const torch::Tensor& weight) { register_parameter("weight", weight); }
+};
+
+}  // namespace
+
+class GptTransformer : public torch::nn::Module {
+ public:
+  explicit GptTransformer(const GptOptions& o) {
+    wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.n_embd));
+    wpe = register_module("wpe", torch::nn::Embedding(o.block_size, o.n_embd));
+    h = register_module("h", torch::nn::ModuleList());
+    for (int64_t i = 0; i < o.n_layer; ++i) {
+      blocks.push_back(std::make_shared<Block>(o));
+      h->push_back(blocks.back());
+    }
+    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(o.n_embd, o.bias));
+  }
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+};
+
+GptOptions gpt_options(const ModelConfig& config) {
+  if (config.n_embd % config.n_head != 0)
+    throw ConfigError("model.n_head: model.n_embd " + std::to_string(config.n_embd) + " must divide by it (" +
+                      std::to_string(config.n_head) + " heads)");
+  GptOptions o;
+  o.n_layer = config.n_layer;
+  o.n_head = config.n_head;
+  o.n_embd = config.n_embd;
+  o.block_size = config.block_size;
+  o.vocab_size = config.vocab_size;
+  o.bias = config.bias;
+  o.dropout = config.dropout;
+  return o;
+}
+
+Gpt::Gpt(const GptOptions& options) : options_(options) {
+  // Built in nanoGPT's order, so each layer's default initialisation draws what Python's does...
+  transformer_ = register_module("transformer", std::make_shared<GptTransformer>(options));
+  (void)linear(options.n_embd, options.vocab_size, false);  // nanoGPT's lm_head, built and then tied
+  head_weight_ = transformer_->wte->weight;
+  register_module("lm_head", std::make_shared<TiedHead>(head_weight_));
+  // ...then nanoGPT's _init_weights, in module.apply's order (the tied lm_head last, as its Linear),
+  // and the residual projections scaled by 1/sqrt(2·n_layer).
+  torch::NoGradGuard no_grad;
+  auto init_linear = [](const torch::nn::Linear& layer) {
+    layer->weight.normal_(0, 0.02);
+    if (layer->bias.defined()) layer->bias.zero_();
+  };
+  transformer_->wte->weight.normal_(0, 0.02);
+  transformer_->wpe->weight.normal_(0, 0.02);
+  for (const auto& block : transformer_->blocks)
+    for (const auto& layer : {block->attn->c_attn, block->attn->c_proj, block->mlp->c_fc, block->mlp->c_proj})
+      init_linear(layer);
+  head_weight_.normal_(0, 0.02);
+  double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options.n_layer));
+  for (const auto& block : transformer_->blocks) {
+    block->attn->c_proj->weight.normal_(0, residual_std);
+    block->mlp->c_proj->weight.normal_(0, residual_std);
+  }
+}
+
+torch::Tensor Gpt::forward(torch::Tensor idx) {
+  if (idx.dim() != 2 || idx.scalar_type() != torch::kLong)
+    throw UserError("model.name gpt takes int64 token ids [B, T], got " + std::string(idx.toString()) + " of " +
+                    std::to_string(idx.dim()) + " dimensions");
+  const int64_t t = idx.size(1);
+  if (t > options_.block_size)
+    throw UserError("model.block_size: a sequence of " + std::to_string(t) + " tokens is longer than the " +
+                    std::to_string(options_.block_size) + " positions the model has");
+  // Positions 0..T-1 are the first T rows of wpe: the embedding of arange(T), without the gather.
+  torch::Tensor x = transformer_->wte->forward(idx) + transformer_->wpe->weight.narrow(0, 0, t);
+  x = maybe_dropout(x, options_.dropout, is_training());
+  for (const auto& block : transformer_->blocks) x = block->forward(x);
+  return torch::nn::functional::linear(transformer_->ln_f->forward(x), head_weight_);
+}
+
+}  // namespace ddp

@@ -1,0 +1,57 @@
+#pragma once
+// nanoGPT's GPT, with its parameter names, so that model.pt loads with strict=True into a Python
+// module of nanoGPT's structure: transformer.wte (token embedding), transformer.wpe (learned
+// positions), transformer.h.N = pre-LayerNorm blocks of causal self-attention (attn.c_attn,
+// attn.c_proj) and an exact-GELU MLP (mlp.c_fc, mlp.c_proj), transformer.ln_f, and lm_head, whose
+// weight is the token embedding's (tied: one tensor under both names, as in nanoGPT's state_dict).
+// See Note [Attention forms] in gpt.cpp for the causal mask and the `attn.bias` buffer.
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "ddp/model/model_config.h"
+#include "ddp/model/model_registry.h"
+
+namespace ddp {
+
+/// The GPT's shape: nanoGPT's GPTConfig.
+struct GptOptions {
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  int64_t block_size = 1024;
+  int64_t vocab_size = 50304;
+  bool bias = true;
+  double dropout = 0;
+};
+
+/// The options model.* gives; ConfigError naming the key when the heads do not divide the width.
+GptOptions gpt_options(const ModelConfig& config);
+
+class GptTransformer;
+
+/// Tokens int64 [B, T] (T <= block_size) in, next-token logits [B, T, vocab_size] out.
+class Gpt : public Model {
+ public:
+  /// A fresh model, initialised from the global RNG exactly as nanoGPT's GPT(config) is after
+  /// torch.manual_seed: the same draws in the same order (see gpt.cpp).
+  explicit Gpt(const GptOptions& options);
+
+  torch::Tensor forward(torch::Tensor idx) override;
+  std::vector<int64_t> input_shape() const override { return {}; }
+  const GptOptions& options() const { return options_; }
+
+ private:
+  GptOptions options_;
+  std::shared_ptr<GptTransformer> transformer_;  // "transformer": wte, wpe, h, ln_f
+  torch::Tensor head_weight_;                         // lm_head.weight, the same tensor as wte's
+};
+
+/// Whether attention uses the fused scaled_dot_product_attention (LibTorch 2.x) rather than the
+/// explicit masked softmax, which keeps nanoGPT's `attn.bias` mask buffer in the state dict.
+bool gpt_fused_attention();
+
+}  // namespace ddp

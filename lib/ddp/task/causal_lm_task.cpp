@@ -1,0 +1,126 @@
+#include "ddp/task/causal_lm_task.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+#include "ddp/model/gpt.h"
+#include "ddp/model/python_state_dict.h"
+#include "ddp/task/task_registry.h"
+
+namespace ddp {
+namespace {
+
+namespace F = torch::nn::functional;
+
+constexpr int64_t kByteVocabulary = 256;
+
+std::string describe(const TokenWindows& windows) {
+  int64_t tokens = 0;
+  for (const auto& shard : windows.shards()) tokens += shard->tokens();
+  return std::to_string(windows.shards().size()) + " shard(s), " + std::to_string(tokens) + " tokens (" +
+         windows.shards().front()->format() + "), " + std::to_string(windows.size()) + " windows";
+}
+
+}  // namespace
+
+CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, const LossConfig& loss,
+                           const TaskContext& context)
+    : label_smoothing_(loss.label_smoothing) {
+  train_.emplace(data.path, "data.path", data.token_dtype, model.block_size);
+  if (data.eval_split == "test") eval_.emplace(data.eval_path, "data.eval_path", data.token_dtype, model.block_size);
+  if (data.eval_split == "train") eval_.emplace(data.path, "data.path", data.token_dtype, model.block_size);
+  if (context.model.warn) {
+    spdlog::info("tokens: data.path {}: {}", data.path, describe(*train_));
+    if (eval_) spdlog::info("tokens: data.eval_path {}: {}", data.eval_path, describe(*eval_));
+  }
+  if (model.name == "gpt") {
+    model_ = std::make_shared<Gpt>(gpt_options(model));
+    vocab_size_ = model.vocab_size;
+    model_source_ = "model.vocab_size";
+    if (!model.init_from.empty()) {
+      try {
+        load_python_state_dict(*model_, model.init_from);
+      } catch (const FileError& e) {
+        throw FileError(std::string("model.init_from: ") + e.what());
+      }
+    }
+  } else {
+    model_ = make_model(model, context.model);
+    model_source_ = "the vocabulary of model.path " + model.path + " (its output's last dimension)";
+  }
+  // Before training, not at the first bad batch: the file and byte offset of the first bad token.
+  if (vocab_size_ > 0) {
+    train_->check_vocabulary(vocab_size_, model_source_);
+    if (eval_) eval_->check_vocabulary(vocab_size_, model_source_);
+  }
+  model_->to(context.device);
+}
+
+int64_t CausalLmTask::size(Split split) const {
+  if (split == Split::kTrain) return train_->size();
+  return eval_ ? eval_->size() : 0;
+}
+
+Batch CausalLmTask::make_batch(Split split, const torch::Tensor& indices) const {
+  const TokenWindows& windows = split == Split::kTrain ? *train_ : *eval_;
+  torch::Tensor rows = windows.read(indices.to(torch::kLong));
+  const int64_t t = windows.block_size();
+  Batch batch;
+  batch.inputs = {rows.narrow(1, 0, t).contiguous()};
+  batch.targets = rows.narrow(1, 1, t).contiguous();
+  batch.tokens = batch.targets.numel();
+  return batch;
+}
+
+torch::Tensor CausalLmTask::logits(const Batch& batch) {
+  torch::Tensor out = model_->forward(batch.inputs[0]);
+  const auto& targets = batch.targets;
+  if (vocab_size_ == 0) {  // a TorchScript module: its first output says what it predicts
+    if (out.dim() != 3 || out.size(0) != targets.size(0) || out.size(1) != targets.size(1))
+      throw UserError("model.path: train.task causal_lm needs logits [B, T, V] for tokens [" +
+                      std::to_string(targets.size(0)) + ", " + std::to_string(targets.size(1)) + "], got " +
+                      format_shape(out.sizes().vec()));
+    vocab_size_ = out.size(2);
+    model_source_ += " = " + std::to_string(vocab_size_);
+    train_->check_vocabulary(vocab_size_, model_source_);
+    if (eval_) eval_->check_vocabulary(vocab_size_, model_source_);
+  }
+  return out;
+}
+
+torch::Tensor CausalLmTask::loss(const Batch& batch) {
+  torch::Tensor out = logits(batch);
+  return F::cross_entropy(out.reshape({-1, out.size(-1)}), batch.targets.reshape({-1}),
+                          F::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
+}
+
+torch::Tensor CausalLmTask::metric_sums(const Batch& batch) {
+  torch::Tensor out = logits(batch);
+  auto per_token = F::cross_entropy(out.reshape({-1, out.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
+                                    F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  return per_token.view({batch.targets.size(0), -1}).mean(1).to(torch::kDouble).sum().reshape({1});
+}
+
+void CausalLmTask::add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const {
+  double loss = means.front().second;
+  means.emplace_back("perplexity", std::exp(loss));
+  if (vocab_size_ == kByteVocabulary) means.emplace_back("bits_per_byte", loss / std::log(2.0));
+}
+
+void CausalLmTask::save_model(const std::string& output_dir) const {
+  save_python_state_dict(*model_, output_dir + "/model.pt");
+  model_->save_extras(output_dir);
+}
+
+void register_causal_lm_tasks(TaskRegistrations& tasks) {
+  tasks["causal_lm"] = {DatasetKind::kTokens, {"cross_entropy"}, {"gpt", "torchscript"},
+                        [](const DataConfig& data, const SamplerConfig&, const ModelConfig& model,
+                           const LossConfig& loss, const TaskContext& context) -> std::unique_ptr<Task> {
+                          return std::make_unique<CausalLmTask>(data, model, loss, context);
+                        }};
+}
+
+}  // namespace ddp
