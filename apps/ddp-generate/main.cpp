@@ -1,0 +1,134 @@
+// ddp-generate: text from a GPT that ddprun trained. Reads the run's config.yaml (the model's
+// shape) and model.pt (its weights), then samples after a prompt, printing as it goes.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "ddp/common/error.h"
+#include "ddp/common/run_main.h"
+#include "ddp/common/version.h"
+#include "ddp/common/worker_contract.h"
+#include "ddp/loop/train_config.h"
+#include "ddp/model/gpt_sampler.h"
+#include "ddp/model/python_state_dict.h"
+
+namespace {
+
+constexpr int64_t kByteVocabulary = 256;
+
+struct Arguments {
+  std::string run;
+  std::string config;
+  std::string prompt = "\n";
+  std::string prompt_ids;
+  bool ids = false;
+  ddp::SamplingOptions sampling;
+};
+
+// RUN is a run directory or its model.pt; the config is the run's config.yaml unless --config names one.
+std::pair<std::string, std::string> model_and_config(const Arguments& args) {
+  namespace fs = std::filesystem;
+  bool is_dir = fs::is_directory(args.run);
+  std::string model = is_dir ? (fs::path(args.run) / "model.pt").string() : args.run;
+  std::string config = !args.config.empty() ? args.config : (fs::path(model).parent_path() / "config.yaml").string();
+  if (!fs::exists(model))
+    throw ddp::FileError(model + ": no such file (RUN is a run directory holding model.pt, or a model.pt; a run "
+                                 "writes model.pt when it finishes)");
+  if (!fs::exists(config))
+    throw ddp::FileError(config + ": no such file (the run's config.yaml says the model's shape; --config names "
+                                  "another)");
+  return {model, config};
+}
+
+std::vector<int64_t> prompt_tokens(const Arguments& args) {
+  std::vector<int64_t> tokens;
+  if (!args.prompt_ids.empty()) {
+    std::istringstream in(args.prompt_ids);
+    std::string word;
+    while (in >> word) {
+      try {
+        std::size_t used = 0;
+        tokens.push_back(std::stoll(word, &used));
+        if (used != word.size()) throw std::invalid_argument(word);
+      } catch (const std::exception&) {
+        throw ddp::UserError("--prompt-ids: expected token ids separated by spaces, got '" + word + "'");
+      }
+    }
+    return tokens;
+  }
+  for (unsigned char byte : args.prompt) tokens.push_back(byte);
+  return tokens;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ddp::ProgramErrors errors;
+  errors.program = "ddp-generate";
+  errors.failure = "failed";
+  return ddp::run_main(errors, [&]() -> int {
+    Arguments args;
+    CLI::App app("ddp-generate: sample text from a GPT trained by ddprun (model.name: gpt)", "ddp-generate");
+    app.add_option("run", args.run, "The run directory (config.yaml and model.pt), or a model.pt")->required();
+    app.add_option("--config", args.config, "The config whose model: section built model.pt (default: the run's)");
+    app.add_option("--prompt", args.prompt, "Text to continue, one token per byte (byte-level models)")
+        ->capture_default_str();
+    app.add_option("--prompt-ids", args.prompt_ids, "Token ids to continue, separated by spaces (instead of --prompt)");
+    app.add_option("--tokens", args.sampling.tokens, "New tokens to draw")->check(CLI::Range(0, 1000000))
+        ->capture_default_str();
+    app.add_option("--temperature", args.sampling.temperature, "Below 1 sharper, above 1 flatter; 0: most likely token")
+        ->check(CLI::Range(0.0, 100.0))
+        ->capture_default_str();
+    app.add_option("--top-k", args.sampling.top_k, "Draw among the k most likely tokens; 0: among all")
+        ->check(CLI::Range(0, 1000000000))
+        ->capture_default_str();
+    app.add_option("--seed", args.sampling.seed, "The same seed gives the same text")->capture_default_str();
+    app.add_flag("--ids", args.ids, "Print token ids, one per line, instead of bytes (vocabularies other than 256)");
+    app.set_version_flag("--version", ddp::version_line(), "Print the versions this binary was built with");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForVersion&) {
+      std::cout << ddp::version_line() << "\n";
+      return ddp::kExitSuccess;
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
+      return ddp::kExitSuccess;
+    } catch (const CLI::ParseError& e) {
+      throw ddp::UserError(std::string(e.what()) + "; see ddp-generate --help");
+    }
+    auto [model_path, config_path] = model_and_config(args);
+    ddp::TrainConfig config = ddp::load_train_config(config_path, {});
+    if (config.model.name != "gpt")
+      throw ddp::UserError(config_path + ": model.name is " + config.model.name +
+                           "; ddp-generate samples from model.name gpt");
+    const int64_t vocab = config.model.vocab_size;
+    if (!args.ids && vocab != kByteVocabulary)
+      throw ddp::UserError(config_path + ": model.vocab_size is " + std::to_string(vocab) +
+                           ", so its tokens are not bytes; byte-level text needs 256 (--ids prints token ids, "
+                           "--prompt-ids takes them)");
+    ddp::Gpt model(ddp::gpt_options(config.model));
+    try {
+      ddp::load_python_state_dict(model, model_path);
+    } catch (const ddp::FileError& e) {
+      throw ddp::FileError(std::string(e.what()) + " (is " + model_path + " from the run of " + config_path + "?)");
+    }
+    auto emit = [&](int64_t token) {
+      if (args.ids) {
+        std::printf("%lld\n", static_cast<long long>(token));
+      } else {
+        std::putchar(static_cast<int>(token));
+      }
+      std::fflush(stdout);
+    };
+    std::vector<int64_t> prompt = prompt_tokens(args);
+    if (!args.ids)
+      for (int64_t token : prompt) std::putchar(static_cast<int>(token));
+    ddp::sample_tokens(model, prompt, args.sampling, emit);
+    if (!args.ids) std::putchar('\n');
+    return ddp::kExitSuccess;
+  });
+}
