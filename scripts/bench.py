@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode, BENCH_ONLY=monitor or BENCH_ONLY=graph runs only that table; BENCH_ONLY=compare
-BENCH_BASELINE=DIR compares this build's throughput with another build's bin/ (an earlier commit's),
-runs of the two alternating so that both see the same machine. The graph table runs
-on BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
-reference alike; BENCH_PYTHON is the Python with torch (default /usr/bin/python3, Debian's).
+BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph or BENCH_ONLY=gpt runs only that table;
+BENCH_ONLY=compare BENCH_BASELINE=DIR compares this build's throughput with another build's bin/ (an
+earlier commit's), runs of the two alternating so that both see the same machine. The graph table runs on
+BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
+reference alike; BENCH_PYTHON is the Python with torch (default /usr/bin/python3, Debian's). The GPT
+table trains on the King James Bible's byte-level shards, made by scripts/make_tokens.py --kjv into a
+temporary directory, or read from BENCH_TOKENS=DIR (kjv_train_*.bin, kjv_val_*.bin) where they exist.
 
 Every training run uses one intra-op thread per rank (OMP_NUM_THREADS=1), Fashion-MNIST, batch 64
 per rank, no evaluation or checkpoints, and reports the mean samples/s of its log windows after the
 first (warm-up). The compute limit of world N is N independent single-rank runs started together:
 what N processes compute with no communication at all. Scaling efficiency = world-N samples/s ÷ that.
+The GPT table measures tokens/s the same way, over BENCH_GPT_STEPS steps (default 60).
 """
+import glob
 import json
 import os
 import shutil
@@ -74,6 +78,7 @@ def finish_run(out, started, processes):
     return {"samples_per_s": mean("samples_per_s"), "allreduce_ms": mean("allreduce_ms"),
             "exposed_ms": mean("allreduce_exposed_ms"), "first_step_s": first - started,
             "rss_mib": memory["peak_rss_mib_max"],
+            "tokens_per_s": mean("tokens_per_s") if "tokens_per_s" in logs[0] else 0,
             "sampled_edges_per_s": mean("sampled_edges_per_s") if "sampled_edges_per_s" in logs[0] else 0}
 
 
@@ -234,6 +239,66 @@ def graph(work):
     print()
 
 
+GPT_CONFIG = os.path.join(ROOT, "configs", "gpt_kjv.yaml")
+GPT_STEPS = int(os.environ.get("BENCH_GPT_STEPS", "60"))  # a GPT step is several ConvNet steps
+GPT_LOG_EVERY = 10  # the first window, warm-up, is skipped: ddprun's and the reference's alike
+# The shape both sides train, set here on both so that they cannot differ.
+GPT_SHAPE = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "vocab_size": 256, "bias": False,
+             "dropout": 0.0}
+GPT_BATCH = 8  # windows per rank per step
+
+
+def gpt_reference(nproc, train_glob):
+    """scripts/bench_gpt_reference.py's tokens/s at world `nproc`, its ranks started as torchrun would."""
+    port, processes = free_port(), []
+    flag = lambda value: str(int(value)) if isinstance(value, bool) else str(value)  # --bias 0 or 1
+    shape = [arg for key, value in GPT_SHAPE.items() for arg in ("--" + key.replace("_", "-"), flag(value))]
+    for rank in range(nproc):
+        env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        argv = [PYTHON, os.path.join(ROOT, "scripts", "bench_gpt_reference.py"), "--data", train_glob, *shape,
+                "--batch-size", str(GPT_BATCH), "--warmup", str(GPT_LOG_EVERY), "--steps", str(GPT_STEPS - GPT_LOG_EVERY)]
+        processes.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate() for p in processes]
+    if any(p.returncode != 0 for p in processes):
+        sys.exit("bench: the Python GPT reference failed:\n" + "".join(err[-2000:] for _, err in outputs))
+    return float(outputs[0][0].split()[1])
+
+
+def gpt(work):
+    """nanoGPT's GPT on the King James Bible's bytes: ddprun at world 1 and 2 against the compute limit (2
+    independent single-rank runs together) and against the Python DDP reference, same batch and shape."""
+    if GPT_STEPS < 2 * GPT_LOG_EVERY:
+        sys.exit(f"bench: BENCH_GPT_STEPS must be at least {2 * GPT_LOG_EVERY} (a warm-up log window and a timed one)")
+    tokens = os.environ.get("BENCH_TOKENS") or os.path.join(work, "tokens")
+    train_glob, eval_glob = (os.path.join(tokens, f"kjv_{split}_*.bin") for split in ("train", "val"))
+    if not glob.glob(train_glob):
+        subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "make_tokens.py"), tokens, "--kjv"], check=True,
+                       stdout=subprocess.DEVNULL)
+    sets = [f"data.path={train_glob}", f"data.eval_path={eval_glob}", f"train.batch_size={GPT_BATCH}",
+            *(f"model.{key}={str(value).lower()}" for key, value in GPT_SHAPE.items())]
+    run = lambda name, nproc: start_run(work, name, nproc, None, sets, config=GPT_CONFIG, steps=GPT_STEPS,
+                                        log_every=GPT_LOG_EVERY)
+    ours = {n: best([finish_run(*run(f"gpt-w{n}-{i}", n)) for i in range(REPEATS)], "tokens_per_s") for n in (1, 2)}
+    # The two single-rank runs of each repeat are all started before either is waited for.
+    limit = best([sum(finish_run(*r)["tokens_per_s"] for r in [run(f"gpt-limit-{i}-{j}", 1) for j in range(2)])
+                  for i in range(REPEATS)])
+    python = {n: best([gpt_reference(n, train_glob) for _ in range(REPEATS)]) for n in (1, 2)}
+    print(f"GPT (nanoGPT's: {GPT_SHAPE['n_layer']} layers, {GPT_SHAPE['n_head']} heads, width {GPT_SHAPE['n_embd']}, "
+          f"block {GPT_SHAPE['block_size']}, byte vocabulary) on the King James Bible, batch {GPT_BATCH} per rank, "
+          f"{GPT_STEPS} steps ({GPT_LOG_EVERY} of warm-up untimed), best of {REPEATS}, 1 thread per rank, "
+          f"{os.cpu_count()} cores; compute limit of world 2: {limit:.0f} tokens/s\n")
+    print("| world | ddprun tokens/s | efficiency vs compute limit | peak RSS MiB per rank | Python DDP tokens/s "
+          "| ddprun ÷ Python |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in (1, 2):
+        r = ours[n]["tokens_per_s"]
+        efficiency = f"{r / limit:.2f}" if n == 2 else ""
+        print(f"| {n} | {r:.0f} | {efficiency} | {ours[n]['rss_mib']:.0f} | {python[n]:.0f} | {r / python[n]:.2f}× |",
+              flush=True)
+    print()
+
+
 def compare(work):
     """This build against BENCH_BASELINE's binaries, back to back: ConvNet and MLP at world 1 and 2."""
     global BIN
@@ -260,7 +325,7 @@ def compare(work):
 
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
-    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph,
+    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt,
             "compare": compare}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
@@ -305,6 +370,7 @@ def main():
         multinode(work)
         monitor_cost(work)
         graph(work)
+        gpt(work)
         result = subprocess.run([os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
                                  "--local-ranks-filter", "0", "--", os.path.join(BIN, "ddp-bench-allreduce")],
                                 env=ENV, capture_output=True, text=True)
