@@ -183,3 +183,22 @@ TEST_CASE("optimizers, step decay, cosine, warmup and clipping match PyTorch's P
     CHECK(std::abs(ours.params[0] - (-0.3)) > 1e-3);
   }
 }
+
+TEST_CASE("optim.decay_params matrices decays weights of two or more dimensions only, as nanoGPT groups them",
+          "[optim]") {
+  auto weight = torch::ones({2, 3}, torch::requires_grad()), bias = torch::ones({3}, torch::requires_grad());
+  ddp::OptimConfig config;
+  config.name = "adamw";
+  config.weight_decay = 0.5;
+  config.decay_params = "matrices";
+  auto optimizer = ddp::make_optimizer({bias, weight}, config, 0.1);
+  REQUIRE(optimizer->param_groups().size() == 2);
+  // Zero gradients: AdamW's update is its decoupled decay alone, p ← p·(1 − lr·wd).
+  weight.mutable_grad() = torch::zeros_like(weight);
+  bias.mutable_grad() = torch::zeros_like(bias);
+  optimizer->step();
+  CHECK(weight.min().item<double>() == Approx(1 - 0.1 * 0.5));
+  CHECK(bias.min().item<double>() == 1.0);
+  config.decay_params = "all";
+  CHECK(ddp::make_optimizer({bias, weight}, config, 0.1)->param_groups().size() == 1);
+}

@@ -46,7 +46,7 @@ def main():
     paths = sorted(glob.glob(pattern))
     if not paths:
         sys.exit(f"eval_gpt.py: no eval shard matches {pattern!r}")
-    windows = nanogpt.Windows(paths, model.config.block_size)
+    windows = nanogpt.Windows(paths, model.config.block_size, config["data"].get("token_dtype") or None)
     if len(windows) == 0:
         sys.exit(f"eval_gpt.py: {pattern!r} holds no window of {model.config.block_size + 1} tokens")
     total = 0.0

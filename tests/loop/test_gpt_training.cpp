@@ -1,0 +1,268 @@
+// Language models by real ddprun processes: a GPT on token shards this file writes byte by byte
+// from llm.c's format description (the text of a Debian license, so no package's corpus is needed),
+// world-size equivalence under AdamW, nanoGPT's Python structure loading model.pt strictly and
+// scoring what ddprun reported, exact resume after a SIGKILL, every bad token file's one line, and
+// text from ddp-generate.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "support/subprocess.h"
+#include "support/weights.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kText = "/usr/share/common-licenses/GPL-3";  // base-files: on every Debian system
+
+// An llm.c shard: 256 little-endian int32 (magic, version, token count, then zeros), then the
+// tokens as uint16 (version 1) or uint32 (version 7).
+std::string llmc_shard(const std::vector<int64_t>& tokens, int32_t magic = 20240520, int32_t version = 1,
+                       int64_t claimed = -1) {
+  int width = version == 7 ? 4 : 2;
+  std::string bytes(1024 + tokens.size() * width, '\0');
+  int32_t header[3] = {magic, version, static_cast<int32_t>(claimed >= 0 ? claimed : tokens.size())};
+  std::memcpy(bytes.data(), header, sizeof header);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    uint32_t v = static_cast<uint32_t>(tokens[i]);
+    for (int b = 0; b < width; ++b) bytes[1024 + i * width + b] = static_cast<char>((v >> (8 * b)) & 0xff);
+  }
+  return bytes;
+}
+
+// The license's bytes: the first 90% to train on, the rest held out.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> text_tokens() {
+  std::string text = read_file(kText);
+  REQUIRE(text.size() > 30000);
+  std::vector<int64_t> all(text.begin(), text.end());
+  for (auto& t : all) t = static_cast<unsigned char>(t);
+  auto cut = all.begin() + static_cast<std::ptrdiff_t>(all.size() * 9 / 10);
+  return {{all.begin(), cut}, {cut, all.end()}};
+}
+
+// A config training a small GPT on shards in `dir`: train_*.bin (two shards) and val.bin.
+std::string write_gpt_config(const TempDir& dir, const std::string& extra = "") {
+  auto [train, val] = text_tokens();
+  auto half = train.begin() + static_cast<std::ptrdiff_t>(train.size() / 2);
+  write_file(dir.file("train_000.bin"), llmc_shard({train.begin(), half}));
+  write_file(dir.file("train_001.bin"), llmc_shard({half, train.end()}));
+  write_file(dir.file("val.bin"), llmc_shard(val));
+  std::string path = dir.file("config.yaml");
+  std::ofstream(path) << "run: {output_dir: " << dir.file("out") << "}\n"
+                      << "data: {dataset: tokens, path: '" << dir.file("train_*.bin") << "', eval_path: "
+                      << dir.file("val.bin") << "}\n"
+                      << "model: {name: gpt, n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256, "
+                         "bias: false, dropout: 0}\n"
+                      << "optim: {name: adamw, lr: 0.003, weight_decay: 0.1, decay_params: matrices, beta2: 0.99}\n"
+                      << "schedule: {name: cosine, warmup_steps: 10}\n"
+                      << "train: {task: causal_lm, epochs: 1, batch_size: 16, log_every: 10, clip_grad_norm: 1.0}\n"
+                      << "eval: {every_epochs: 0, at_start: false, batch_size: 64}\n"
+                      << "checkpoint: {every_epochs: 0}\n"
+                      << extra;
+  return path;
+}
+
+CommandResult ddprun(int nproc, const std::string& config, const std::vector<std::string>& sets) {
+  std::string command =
+      "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " + std::to_string(nproc) + " " + config;
+  for (const auto& s : sets) command += " --set '" + s + "'";
+  return run_shell(command, std::chrono::seconds(240));
+}
+
+// The last value of `key` in metrics.jsonl; -1 when absent.
+double last_value(const std::string& metrics, const std::string& key) {
+  std::ifstream in(metrics);
+  std::string line;
+  double value = -1;
+  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
+  std::smatch match;
+  while (std::getline(in, line))
+    if (std::regex_search(line, match, field)) value = std::stod(match[1]);
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("a GPT at world 2 batch 8 matches world 1 batch 16 within 1e-5 after 30 AdamW steps", "[gpt]") {
+  TempDir one, two;
+  auto sets = [](const TempDir& dir, int batch) {
+    return std::vector<std::string>{"train.max_steps=30", "train.batch_size=" + std::to_string(batch),
+                                    "data.eval_split=none", "run.output_dir=" + dir.file("out")};
+  };
+  auto a = ddprun(1, write_gpt_config(one), sets(one, 16));
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  auto b = ddprun(2, write_gpt_config(two), sets(two, 8));
+  INFO(b.out << b.err);
+  REQUIRE(b.exit_code == 0);
+  auto x = load_weights(one.file("out/model.pt")), y = load_weights(two.file("out/model.pt"));
+  REQUIRE(x.count("lm_head.weight"));
+  REQUIRE(x.count("transformer.h.1.mlp.c_proj.weight"));
+  double worst = 0;
+  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
+  CHECK(worst < 1e-5);
+  CHECK(torch::equal(x.at("lm_head.weight"), x.at("transformer.wte.weight")));  // tied
+  // Tokens/s is logged with samples/s: 16 windows of 32 tokens a step.
+  CHECK(last_value(two.file("out/metrics.jsonl"), "tokens_per_s") > 0);
+}
+
+TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eval loss ddprun reported",
+          "[gpt][python]") {
+  TempDir dir;
+  // Biases on here (the other tests run without): both LayerNorm forms load.
+  auto r = ddprun(2, write_gpt_config(dir), {"model.bias=true", "train.max_steps=150"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  double loss = last_value(dir.file("out/metrics.jsonl"), "eval_loss");
+  REQUIRE(loss > 0);
+  REQUIRE(loss < 3.0);  // it learned: a uniform guess over bytes is ln 256 = 5.55
+  CHECK(last_value(dir.file("out/metrics.jsonl"), "eval_perplexity") == Approx(std::exp(loss)).epsilon(1e-9));
+  CHECK(last_value(dir.file("out/metrics.jsonl"), "eval_bits_per_byte") == Approx(loss / std::log(2.0)).epsilon(1e-9));
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_gpt.py",
+                             dir.file("out")},
+                            std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("eval_loss ([0-9.]+)")));
+  CHECK(std::abs(std::stod(match[1]) - loss) < 1e-4);
+
+  SECTION("and ddp-generate continues a prompt with words of the text") {
+    auto generate = [&](const std::string& options) {
+      return run_shell(bin("ddp-generate") + " " + dir.file("out") + " " + options, std::chrono::seconds(60));
+    };
+    auto text = generate("--prompt 'the Program' --tokens 300 --seed 7");
+    INFO(text.out << text.err);
+    REQUIRE(text.exit_code == 0);
+    CHECK_THAT(text.out, Contains("the Program"));
+    CHECK(std::regex_search(text.out.substr(11), std::regex(" (the|of|to|and|or) ")));
+    CHECK(generate("--prompt 'the Program' --tokens 300 --seed 7").out == text.out);  // seeded
+    CHECK(generate("--prompt 'the Program' --tokens 300 --seed 8").out != text.out);
+
+    auto ids = generate("--ids --prompt-ids '116 104' --tokens 5 --temperature 0");
+    CHECK(ids.exit_code == 0);
+    CHECK(std::count(ids.out.begin(), ids.out.end(), '\n') == 5);
+
+    std::string wider = std::regex_replace(read_file(dir.file("out/config.yaml")), std::regex("n_embd: 32"), "n_embd: 64");
+    write_file(dir.file("wider.yaml"), wider);
+    auto mismatch = generate("--config " + dir.file("wider.yaml") + " --tokens 3");
+    CHECK(mismatch.exit_code == 2);
+    CHECK_THAT(mismatch.err, Contains("wrong shapes transformer.wte.weight (file [256, 32], model [256, 64])") &&
+                                 Contains("is " + dir.file("out/model.pt") + " from the run of"));
+    std::string words = std::regex_replace(read_file(dir.file("out/config.yaml")), std::regex("vocab_size: 256"),
+                                           "vocab_size: 50304");
+    write_file(dir.file("words.yaml"), words);
+    auto not_bytes = generate("--config " + dir.file("words.yaml") + " --tokens 3");
+    CHECK(not_bytes.exit_code == 2);
+    CHECK_THAT(not_bytes.err, Contains("model.vocab_size is 50304, so its tokens are not bytes"));
+    auto missing = run_shell(bin("ddp-generate") + " " + dir.file("nowhere"), std::chrono::seconds(30));
+    CHECK(missing.exit_code == 2);
+    CHECK_THAT(missing.err, Contains(dir.file("nowhere") + ": no such file"));
+  }
+}
+
+TEST_CASE("a GPT worker SIGKILLed mid-run resumes bit-identically", "[gpt][faults][slow]") {
+  TempDir straight, killed;
+  auto sets = [](const TempDir& dir) {
+    return std::vector<std::string>{"run.output_dir=" + dir.file("out"), "train.epochs=20", "train.max_steps=400",
+                                    "train.batch_size=8", "checkpoint.every_steps=100", "checkpoint.keep_last=100",
+                                    "data.eval_split=none", "model.dropout=0.1"};
+  };
+  auto a = ddprun(2, write_gpt_config(straight), sets(straight));
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  std::string out = killed.file("out");
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " +
+                        write_gpt_config(killed);
+  for (const auto& s : sets(killed)) command += " --set '" + s + "'";
+  auto b = run_shell(command + " & L=$!; i=0; while [ ! -e " + out +
+                         "/checkpoints/step_0000000200.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+                         "pkill -KILL -n -f '[d]dp-train.*" + killed.path() + "'; wait $L; echo status=$?",
+                     std::chrono::seconds(240));
+  INFO(b.out << b.err);
+  CHECK(count_lines(b.out, "status=0") == 1);
+  CHECK_THAT(b.err, Contains("signal 9 (SIGKILL)"));
+  CHECK_THAT(b.out, Contains("resumed from"));
+  std::string x = read_file(straight.file("out/model.pt")), y = read_file(out + "/model.pt");
+  CHECK((!x.empty() && x == y));
+}
+
+TEST_CASE("token files in every format train: llm.c uint16 and uint32, headerless with data.token_dtype, .npy",
+          "[gpt]") {
+  TempDir dir;
+  auto [train, val] = text_tokens();
+  std::string config = write_gpt_config(dir);
+  auto trains = [&](const std::string& train_file, const std::string& val_file, std::vector<std::string> sets) {
+    sets.insert(sets.end(), {"data.path=" + train_file, "data.eval_path=" + val_file, "train.max_steps=3",
+                             "run.output_dir=" + dir.file("out-" + fs::path(train_file).filename().string())});
+    auto r = ddprun(1, config, sets);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    return r;
+  };
+  write_file(dir.file("t32.bin"), llmc_shard(train, 20240801, 7));
+  write_file(dir.file("v32.bin"), llmc_shard(val, 20240801, 7));
+  CHECK_THAT(trains(dir.file("t32.bin"), dir.file("v32.bin"), {}).out, Contains("(llm.c uint32)"));
+  // nanoGPT's train.bin: the tokens alone, as uint16.
+  std::string raw = llmc_shard(train).substr(1024), raw_val = llmc_shard(val).substr(1024);
+  write_file(dir.file("train.bin"), raw);
+  write_file(dir.file("val_raw.bin"), raw_val);
+  CHECK_THAT(trains(dir.file("train.bin"), dir.file("val_raw.bin"), {"data.token_dtype=uint16"}).out,
+             Contains("(raw uint16)"));
+  // A 1-D int32 .npy: version 1.0 header padded to 64 bytes.
+  auto npy = [](const std::vector<int64_t>& tokens) {
+    std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (" + std::to_string(tokens.size()) + ",), }";
+    header.append(64 - 10 - header.size() - 1, ' ');
+    header += '\n';
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+    bytes += static_cast<char>(header.size() & 0xff);
+    bytes += static_cast<char>(header.size() >> 8);
+    bytes += header;
+    for (int64_t t : tokens) {
+      int32_t v = static_cast<int32_t>(t);
+      bytes.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    return bytes;
+  };
+  write_file(dir.file("t.npy"), npy(train));
+  write_file(dir.file("v.npy"), npy(val));
+  CHECK_THAT(trains(dir.file("t.npy"), dir.file("v.npy"), {}).out, Contains("(npy int32)"));
+}
+
+TEST_CASE("bad token files: one line each naming the file and the cause, exit 2", "[gpt]") {
+  TempDir dir;
+  std::string config = write_gpt_config(dir);
+  auto [train, val] = text_tokens();
+  auto fails = [&](const std::string& file, const std::string& content, const std::string& expected,
+                   std::vector<std::string> sets = {}) {
+    if (!content.empty() || file.find('*') == std::string::npos) write_file(dir.file(file), content);
+    sets.insert(sets.end(), {"data.path=" + dir.file(file), "train.max_steps=2"});
+    auto r = ddprun(1, config, sets);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(expected));
+    return r;
+  };
+  fails("magic.bin", llmc_shard(train, 20240521), "magic.bin: ");
+  fails("version.bin", llmc_shard(train, 20240520, 2), "version.bin: ");
+  std::string truncated = llmc_shard(train);
+  truncated.resize(truncated.size() - 1000);
+  fails("truncated.bin", truncated, "truncated.bin: ");
+  fails("empty.bin", "", "empty.bin: ");
+  fails("short.bin", llmc_shard({1, 2, 3}), "short.bin: holds 3 tokens, fewer than one window of model.block_size + 1 = 33");
+  std::vector<int64_t> bad = train;
+  bad[5000] = 300;
+  fails("vocab.bin", llmc_shard(bad, 20240801, 7),
+        "vocab.bin: token 5000 (byte offset 21024) is 300, outside model.vocab_size 256 (ids 0 to 255)");
+  fails("nothing_*.bin", "", "data.path: " + dir.file("nothing_*.bin") + " matches no file");
+  fails("headerless.bin", llmc_shard(train).substr(1024), "data.token_dtype: uint16 or uint32");
+}
