@@ -95,7 +95,7 @@ double last_value(const std::string& metrics, const std::string& key) {
 TEST_CASE("a GPT at world 2 batch 8 matches world 1 batch 16 within 1e-5 after 30 AdamW steps", "[gpt]") {
   TempDir one, two;
   auto sets = [](const TempDir& dir, int batch) {
-    return std::vector<std::string>{"train.max_steps=30", "train.batch_size=" + std::to_string(batch),
+    return std::vector<std::string>{"train.max_steps=30", "train.batch_size=" + std::to_string(batch), "train.epochs=5",
                                     "data.eval_split=none", "run.output_dir=" + dir.file("out")};
   };
   auto a = ddprun(1, write_gpt_config(one), sets(one, 16));
@@ -119,7 +119,7 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
           "[gpt][python]") {
   TempDir dir;
   // Biases on here (the other tests run without): both LayerNorm forms load.
-  auto r = ddprun(2, write_gpt_config(dir), {"model.bias=true", "train.max_steps=150"});
+  auto r = ddprun(2, write_gpt_config(dir), {"model.bias=true", "train.epochs=40", "train.max_steps=1000"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   double loss = last_value(dir.file("out/metrics.jsonl"), "eval_loss");
@@ -221,7 +221,7 @@ TEST_CASE("token files in every format train: llm.c uint16 and uint32, headerles
   // A 1-D int32 .npy: version 1.0 header padded to 64 bytes.
   auto npy = [](const std::vector<int64_t>& tokens) {
     std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (" + std::to_string(tokens.size()) + ",), }";
-    header.append(64 - 10 - header.size() - 1, ' ');
+    header.append(63 - (10 + header.size()) % 64, ' ');  // 10 bytes of preamble, the newline: a multiple of 64
     header += '\n';
     std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
     bytes += static_cast<char>(header.size() & 0xff);
@@ -252,12 +252,14 @@ TEST_CASE("bad token files: one line each naming the file and the cause, exit 2"
     CHECK_THAT(r.err, Contains(expected));
     return r;
   };
-  fails("magic.bin", llmc_shard(train, 20240521), "magic.bin: ");
-  fails("version.bin", llmc_shard(train, 20240520, 2), "version.bin: ");
+  fails("magic.bin", llmc_shard(train, 20240521), "magic.bin: is not an llm.c token shard (magic 20240521");
+  fails("version.bin", llmc_shard(train, 20240520, 2), "version.bin: llm.c shard with magic 20240520 has version 2");
   std::string truncated = llmc_shard(train);
   truncated.resize(truncated.size() - 1000);
-  fails("truncated.bin", truncated, "truncated.bin: ");
-  fails("empty.bin", "", "empty.bin: ");
+  fails("truncated.bin", truncated,
+        "truncated.bin: its llm.c header says " + std::to_string(train.size()) + " tokens, the file holds " +
+            std::to_string(2 * train.size() - 1000) + " bytes of 2-byte tokens");
+  fails("empty.bin", "", "empty.bin: is empty");
   fails("short.bin", llmc_shard({1, 2, 3}), "short.bin: holds 3 tokens, fewer than one window of model.block_size + 1 = 33");
   std::vector<int64_t> bad = train;
   bad[5000] = 300;
