@@ -163,14 +163,24 @@ TEST_CASE("train.task chooses the task, and a key it does not train with is name
   CHECK_NOTHROW(parse("train: {loss: bce_with_logits}"));
   CHECK(parse("data: {dataset: graph, path: g, eval_split: val}\nmodel: {name: graphsage}\n"
               "train: {task: node_classification}").model.name == "graphsage");
+  CHECK(parse("data: {dataset: tokens, path: t.bin, eval_path: v.bin}\nmodel: {name: gpt}\n"
+              "train: {task: causal_lm}").model.name == "gpt");
+  REQUIRE_THROWS_WITH(parse("data: {dataset: tokens, path: t.bin}\nmodel: {name: gpt}\ntrain: {task: causal_lm}"),
+                      Contains("data.eval_path: must name the held-out token file or glob"));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: tokens, path: t.bin, eval_split: none, token_dtype: int16}\n"
+                            "model: {name: gpt}\ntrain: {task: causal_lm}"),
+                      Contains("data.token_dtype: must be uint16 or uint32 (or empty), got \"int16\""));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: tokens, path: t.bin, eval_split: none}\n"
+                            "model: {name: gpt, n_embd: 100, n_head: 3}\ntrain: {task: causal_lm}"),
+                      Contains("model.n_head: model.n_embd 100 must divide by it (3 heads)"));
   REQUIRE_THROWS_WITH(parse("train: {task: clasification}"),
-                      Equals("train.task: must be one of classification, node_classification, regression, got "
+                      Equals("train.task: must be one of causal_lm, classification, node_classification, regression, got "
                              "\"clasification\" (did you mean classification?)"));
   REQUIRE_THROWS_WITH(parse("data: {dataset: nyp}"), Contains("data.dataset: must be one of csv, graph, idx, npy, "
-                                                              "synthetic, got \"nyp\" (did you mean npy?)"));
+                                                              "synthetic, tokens, got \"nyp\" (did you mean npy?)"));
   REQUIRE_THROWS_WITH(parse("train: {task: regression}"),
-                      Equals("train.loss: cross_entropy trains with train.task: classification or node_classification, "
-                             "not regression (train.task regression takes train.loss: mse)"));
+                      Equals("train.loss: cross_entropy trains with train.task: causal_lm, classification or "
+                             "node_classification, not regression (train.task regression takes train.loss: mse)"));
   REQUIRE_THROWS_WITH(parse("train: {loss: mse}"), Contains("train.loss: mse trains with train.task: regression, not "
                                                             "classification"));
   REQUIRE_THROWS_WITH(parse("data: {dataset: graph, path: g}"),

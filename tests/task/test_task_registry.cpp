@@ -53,8 +53,8 @@ std::string problem_of(const Configs& c) {
 }  // namespace
 
 TEST_CASE("the task registry lists its tasks and the models they build themselves", "[task]") {
-  CHECK(task_names() == std::vector<std::string>{"classification", "node_classification", "regression"});
-  CHECK(task_built_models() == std::vector<std::string>{"graphsage"});
+  CHECK(task_names() == std::vector<std::string>{"causal_lm", "classification", "node_classification", "regression"});
+  CHECK(task_built_models() == std::vector<std::string>{"gpt", "graphsage"});
   CHECK(TaskConfig{}.task == "classification");
 }
 
@@ -92,7 +92,7 @@ TEST_CASE("a key the task does not train with is named, with what the task takes
              Equals("train.loss: mse trains with train.task: regression, not classification (train.task classification "
                     "takes train.loss: cross_entropy or bce_with_logits)"));
   CHECK_THAT(problem_of(synthetic("regression", "cross_entropy")),
-             Equals("train.loss: cross_entropy trains with train.task: classification or node_classification, not "
+             Equals("train.loss: cross_entropy trains with train.task: causal_lm, classification or node_classification, not "
                     "regression (train.task regression takes train.loss: mse)"));
   Configs graph = synthetic("classification", "cross_entropy");
   graph.data.dataset = "graph";
@@ -108,6 +108,14 @@ TEST_CASE("a key the task does not train with is named, with what the task takes
                     "node_classification (train.task node_classification takes data.dataset: graph)\n"
                     "model.name: mlp trains with train.task: classification or regression, not node_classification "
                     "(train.task node_classification takes model.name: graphsage)"));
+  Configs tokens = synthetic("classification", "cross_entropy");
+  tokens.data.dataset = "tokens";
+  tokens.model.name = "gpt";
+  CHECK_THAT(problem_of(tokens),
+             Equals("data.dataset: tokens trains with train.task: causal_lm, not classification (train.task "
+                    "classification takes data.dataset: csv, idx, npy or synthetic)\n"
+                    "model.name: gpt trains with train.task: causal_lm, not classification (train.task "
+                    "classification takes model.name: convnet, linear3, mlp or torchscript)"));
   // Values no task takes are left to the keys' own choices.
   Configs unknown = synthetic("classification", "hinge");
   unknown.model.name = "resnet";
@@ -118,5 +126,5 @@ TEST_CASE("a key the task does not train with is named, with what the task takes
 TEST_CASE("an unknown train.task names the nearest", "[task]") {
   CHECK_THAT(problem_of(synthetic("clasification", "cross_entropy")),
              Equals("train.task: unknown task \"clasification\" (did you mean classification?); available: "
-                    "classification, node_classification or regression"));
+                    "causal_lm, classification, node_classification or regression"));
 }
