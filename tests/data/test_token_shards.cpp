@@ -5,6 +5,9 @@
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 
 #include "ddp/common/error.h"
@@ -168,4 +171,25 @@ TEST_CASE("make_tokens.py writes byte-level llm.c shards that read back as the t
   bible.shards()[0]->read(0, 40, start.data());
   CHECK(std::string(start.begin(), start.end()) == "The former treatise have I made, O Theop");  // Acts 1:1
   CHECK_NOTHROW(bible.check_vocabulary(256, "model.vocab_size"));
+}
+
+TEST_CASE("a shard of more than 2^31 tokens (5 GB, sparse) is mapped, not read, and its last window is right",
+          "[data][tokens]") {
+  TempDir dir;
+  std::string path = dir.file("big.bin");
+  constexpr int64_t kTokens = (int64_t{5} << 30) / 2;  // uint16: 2.7e9 tokens, past int32 offsets
+  {
+    FILE* file = std::fopen(path.c_str(), "wb");
+    REQUIRE(file);
+    REQUIRE(::ftruncate(fileno(file), kTokens * 2) == 0);  // a hole: no disk, reads as zeros
+    uint16_t tail[3] = {7, 8, 9};
+    REQUIRE(::fseeko(file, (kTokens - 3) * 2, SEEK_SET) == 0);
+    REQUIRE(std::fwrite(tail, 2, 3, file) == 3);
+    std::fclose(file);
+  }
+  TokenWindows windows(path, "data.path", "uint16", 2);
+  CHECK(windows.size() == (kTokens - 1) / 2);
+  // The last window ends at token 2·size: here the file's next-to-last token.
+  auto last = windows.read(torch::tensor({windows.size() - 1}, torch::kLong));
+  CHECK(row(last, 0) == std::vector<int64_t>{0, 7, 8});
 }
