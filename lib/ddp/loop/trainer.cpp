@@ -27,6 +27,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   std::string resolved = to_yaml(config_);
   check_identical_across_ranks(world, "config", resolved);
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
+  profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
 
   TaskContext context;
   context.device = world.device;
@@ -123,7 +124,9 @@ int Trainer::fit() {
     prefetcher_->start(indices, config_.train.batch_size, progress_.batch_in_epoch);
     while (progress_.batch_in_epoch < batches && !done() && !stop_vote_->agreed()) {
       recorder_->step_begins(progress_);
+      profiler_->step_begins(progress_.step);
       StepStats step = train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
+      profiler_->step_ends(progress_.step - 1);
       recorder_->step_ends(progress_, step, prefetcher_->waited_ms(), gradient_sync_->timing());
       after_step();
     }

@@ -15,6 +15,7 @@
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/distributed_sampler.h"
 #include "ddp/loop/run_recorder.h"
+#include "ddp/loop/step_profiler.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/worker_signals.h"
 #include "ddp/optim/lr_schedule.h"
@@ -56,6 +57,7 @@ class Trainer {
   std::unique_ptr<ParallelPlan> plan_;
   ValueSlots side_values_;  // before their participants: the recorder's monitor, the stop vote, the gradient sync
   std::unique_ptr<RunRecorder> recorder_;
+  std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<Task> task_;
   std::vector<torch::Tensor> parameters_;  // this rank's, each once (ParallelPlan::prepare_model)
   std::unique_ptr<DistributedSampler> sampler_;
