@@ -268,3 +268,28 @@ TEST_CASE("bad token files: one line each naming the file and the cause, exit 2"
   fails("nothing_*.bin", "", "data.path: " + dir.file("nothing_*.bin") + " matches no file");
   fails("headerless.bin", llmc_shard(train).substr(1024), "data.token_dtype: uint16 or uint32");
 }
+
+TEST_CASE("DDPRUN_PROFILE writes each rank's operator trace of the steps asked for", "[gpt]") {
+  TempDir dir;
+  std::string config = write_gpt_config(dir);
+  auto r = run_shell("DDPRUN_PROFILE=3:2 OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                         config + " --set train.max_steps=6 --set data.eval_split=none",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("profile of steps 3 to 4 written to " + dir.file("out/profile_rank0.trace.json")));
+  for (const char* rank : {"0", "1"}) {
+    std::string trace = read_file(dir.file(std::string("out/profile_rank") + rank + ".trace.json"));
+    CHECK_THAT(trace, Contains("\"name\": \"aten::mm\""));
+  }
+  auto summary = run_command({"python3", std::string(DDP_SOURCE_DIR) + "/scripts/profile_summary.py",
+                              dir.file("out/profile_rank0.trace.json"), "--steps", "2"},
+                             std::chrono::seconds(60));
+  INFO(summary.out << summary.err);
+  CHECK(summary.exit_code == 0);
+  CHECK_THAT(summary.out, Contains("| aten::mm |") && Contains("inside operators"));
+  auto bad = run_shell("DDPRUN_PROFILE=3 " + bin("ddprun") + " --standalone " + config + " --set train.max_steps=2",
+                       std::chrono::seconds(60));
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("DDPRUN_PROFILE: expected FIRST:COUNT (steps, COUNT >= 1), got '3'"));
+}
