@@ -14,6 +14,8 @@ Only the standard library is used, so any python3 runs it.
 """
 
 import argparse
+import array
+import glob
 import os
 import re
 import struct
@@ -61,7 +63,8 @@ def write_shards(out_dir, name, split, data, shard_tokens):
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(header)
-            f.write(struct.pack(f"<{len(chunk)}H", *chunk))
+            f.write(array.array("H", chunk).tobytes() if sys.byteorder == "little" else
+                    struct.pack(f"<{len(chunk)}H", *chunk))
         os.replace(tmp, path)  # never a half-written shard under the real name
         paths.append(path)
     return paths
@@ -85,10 +88,17 @@ def main():
         held = [book for book, _ in books[cut:]]
         name = args.name or "kjv"
     else:
-        text = "".join(open(path, encoding="utf-8").read() for path in args.text)
+        try:
+            text = "".join(open(path, encoding="utf-8").read() for path in args.text)
+        except (OSError, UnicodeDecodeError) as e:
+            sys.exit(f"make_tokens.py: {e}")
         _, train, val = split_units(text.splitlines(keepends=True), args.val_fraction)
         name = args.name or os.path.splitext(os.path.basename(args.text[0]))[0]
     os.makedirs(args.out_dir, exist_ok=True)
+    # A glob of shards takes them all: an earlier run's extra shards must not join this one's.
+    for stale in glob.glob(os.path.join(args.out_dir, f"{name}_train_*.bin")) + \
+            glob.glob(os.path.join(args.out_dir, f"{name}_val_*.bin")):
+        os.remove(stale)
     for split, part in (("train", train), ("val", val)):
         data = part.encode("utf-8")
         paths = write_shards(args.out_dir, name, split, data, args.shard_tokens)

@@ -14,7 +14,6 @@
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/model/gpt_sampler.h"
-#include "ddp/model/python_state_dict.h"
 
 namespace {
 
@@ -25,6 +24,7 @@ struct Arguments {
   std::string config;
   std::string prompt = "\n";
   std::string prompt_ids;
+  bool has_prompt_ids = false;  ///< --prompt-ids given, even empty
   bool ids = false;
   ddp::SamplingOptions sampling;
 };
@@ -46,7 +46,7 @@ std::pair<std::string, std::string> model_and_config(const Arguments& args) {
 
 std::vector<int64_t> prompt_tokens(const Arguments& args) {
   std::vector<int64_t> tokens;
-  if (!args.prompt_ids.empty()) {
+  if (args.has_prompt_ids) {
     std::istringstream in(args.prompt_ids);
     std::string word;
     while (in >> word) {
@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       throw ddp::UserError(std::string(e.what()) + "; see ddp-generate --help");
     }
+    args.has_prompt_ids = app.count("--prompt-ids") > 0;
     auto [model_path, config_path] = model_and_config(args);
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
     if (config.model.name != "gpt")
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
                            "--prompt-ids takes them)");
     ddp::Gpt model(ddp::gpt_options(config.model));
     try {
-      ddp::load_python_state_dict(model, model_path);
+      ddp::load_gpt_weights(model, model_path);
     } catch (const ddp::FileError& e) {
       throw ddp::FileError(std::string(e.what()) + " (is " + model_path + " from the run of " + config_path + "?)");
     }
@@ -125,6 +126,11 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     std::vector<int64_t> prompt = prompt_tokens(args);
+    for (int64_t id : prompt)  // before any is printed
+      if (id < 0 || id >= vocab)
+        throw ddp::UserError("--prompt-ids: " + std::to_string(id) + " is outside the model's vocabulary (ids 0 to " +
+                             std::to_string(vocab - 1) + ")");
+    if (prompt.empty()) throw ddp::UserError("--prompt-ids: no token ids given");
     if (!args.ids)
       for (int64_t token : prompt) std::putchar(static_cast<int>(token));
     ddp::sample_tokens(model, prompt, args.sampling, emit);

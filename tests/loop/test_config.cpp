@@ -173,6 +173,9 @@ TEST_CASE("train.task chooses the task, and a key it does not train with is name
   REQUIRE_THROWS_WITH(parse("data: {dataset: tokens, path: t.bin, eval_split: none}\n"
                             "model: {name: gpt, n_embd: 100, n_head: 3}\ntrain: {task: causal_lm}"),
                       Contains("model.n_head: model.n_embd 100 must divide by it (3 heads)"));
+  REQUIRE_THROWS_WITH(parse("dist: {shard: parameters}"),
+                      Contains("dist.shard: parameters (ZeRO-2/3) is not built yet; use none or optimizer"));
+  CHECK(parse("dist: {shard: optimizer}").mesh.shard == "optimizer");
   REQUIRE_THROWS_WITH(parse("train: {task: clasification}"),
                       Equals("train.task: must be one of causal_lm, classification, node_classification, regression, got "
                              "\"clasification\" (did you mean classification?)"));
@@ -234,7 +237,8 @@ TEST_CASE("run.name names one directory: it cannot leave runs/ (issue 22, item 1
 TEST_CASE("mesh sizes whose strategies are not built yet are refused, naming the key", "[config]") {
   REQUIRE_THROWS_WITH(parse("dist: {pipeline: 2}"), Equals("dist.pipeline: pipeline stages are not built yet; use 1"));
   REQUIRE_THROWS_WITH(parse("dist: {data_shard: 2}"),
-                      Equals("dist.data_shard: sharded data parallelism is not built yet; use 1"));
+                      Equals("dist.data_shard: splits nothing with dist.shard: none; set dist.shard"));
+  CHECK(parse("dist: {data_shard: 2, shard: optimizer}").mesh.data_shard == 2);
   CHECK(parse("dist: {data_replicate: 4}").mesh.data_replicate == 4);  // checked against the world at start
   REQUIRE_THROWS_WITH(parse("dist: {pipelin: 1}"), Contains("did you mean dist.pipeline?"));
 }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <regex>
 
+#include "support/python_fixtures.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -292,4 +293,23 @@ TEST_CASE("DDPRUN_PROFILE writes each rank's operator trace of the steps asked f
                        std::chrono::seconds(60));
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Contains("DDPRUN_PROFILE: expected FIRST:COUNT (steps, COUNT >= 1), got '3'"));
+}
+
+TEST_CASE("a TorchScript language model trains as causal_lm, its vocabulary checked at its first output", "[gpt]") {
+  TempDir dir;
+  std::string config = write_gpt_config(dir);
+  auto trains = ddprun(2, config, {"model.name=torchscript", "model.path=" + python_fixture("tiny_lm.pt"),
+                                   "train.max_steps=20", "eval.every_steps=20"});
+  INFO(trains.out << trains.err);
+  REQUIRE(trains.exit_code == 0);
+  double loss = last_value(dir.file("out/metrics.jsonl"), "eval_loss");
+  CHECK((loss > 0 && loss < 5.0));  // below a uniform guess over 256 bytes, 5.55
+  CHECK(last_value(dir.file("out/metrics.jsonl"), "eval_bits_per_byte") == Approx(loss / std::log(2.0)));
+  CHECK(fs::exists(dir.file("out/model_scripted.pt")));
+
+  auto small = ddprun(1, config, {"model.name=torchscript", "model.path=" + python_fixture("tiny_lm_64.pt"),
+                                  "train.max_steps=2", "run.output_dir=" + dir.file("small")});
+  CHECK(small.exit_code == 2);
+  CHECK_THAT(small.err, Contains("outside model.path " + python_fixture("tiny_lm_64.pt") +
+                                 "'s output width (its vocabulary) 64 (ids 0 to 63)"));
 }

@@ -2,6 +2,7 @@
 // with the same seed), causality, the tied head, and sampling.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "ddp/common/error.h"
 #include "ddp/model/gpt.h"
@@ -97,4 +98,26 @@ TEST_CASE("sampling is seeded, greedy at temperature 0, and checks the prompt", 
   CHECK(emitted == 20);
   CHECK_THROWS_WITH(ddp::sample_tokens(model, {}, options), Contains("the prompt is empty"));
   CHECK_THROWS_WITH(ddp::sample_tokens(model, {11}, options), Contains("outside the model's vocabulary (ids 0 to 10)"));
+}
+
+TEST_CASE("fused and explicit attention agree, where the LibTorch has the fused form", "[gpt]") {
+  ddp::GptOptions explicit_form = small(true), fused = small(true);
+  explicit_form.fused_attention = false;
+  fused.fused_attention = true;
+  if (!ddp::gpt_fused_attention()) {
+    CHECK_THROWS_WITH(ddp::Gpt(fused), Contains("the fused scaled_dot_product_attention needs LibTorch 2.x"));
+    WARN("skipped: LibTorch " TORCH_VERSION " has no fused attention to compare with the explicit form");
+    return;
+  }
+  torch::manual_seed(9);
+  ddp::Gpt a(explicit_form);
+  torch::manual_seed(9);
+  ddp::Gpt b(fused);  // the same draws: the mask buffer takes none
+  auto idx = torch::randint(0, 11, {4, 8}, torch::kLong);
+  auto ya = a.forward(idx), yb = b.forward(idx);
+  CHECK(torch::allclose(ya, yb, 1e-5, 1e-5));
+  ya.square().sum().backward();
+  yb.square().sum().backward();
+  auto ga = a.named_parameters(), gb = b.named_parameters();
+  for (const auto& item : ga) CHECK(torch::allclose(item.value().grad(), gb[item.key()].grad(), 1e-4, 1e-5));
 }

@@ -65,6 +65,15 @@ TEST_CASE("the mesh lays ranks out row-major, pipeline outermost, and names size
   CHECK(plain.group_ranks(1, MeshDim::kDataReplicate) == std::vector<int>{0, 1, 2});
   CHECK(plain.group_ranks(1, MeshDim::kPipeline) == std::vector<int>{1});
 
+  // dist.data_shard 0 with sharding: the ranks of a node, replicated across nodes (HSDP).
+  ddp::MeshConfig sharded;
+  sharded.shard = "optimizer";
+  CHECK(ddp::DeviceMesh::from_config(sharded, 8, 4).describe() == "pipeline 1 × data_replicate 2 × data_shard 4");
+  CHECK(ddp::DeviceMesh::from_config(sharded, 8).describe() == "pipeline 1 × data_replicate 1 × data_shard 8");
+  sharded.data_replicate = 4;
+  CHECK(ddp::DeviceMesh::from_config(sharded, 8, 8).describe() == "pipeline 1 × data_replicate 4 × data_shard 2");
+  CHECK(ddp::DeviceMesh::from_config(ddp::MeshConfig{}, 8, 4).describe() == "pipeline 1 × data_replicate 8 × data_shard 1");
+
   ddp::MeshConfig three;
   three.pipeline = 3;
   CHECK_THAT(config_error([&] { ddp::DeviceMesh::from_config(three, 4); }),

@@ -141,6 +141,18 @@ class Detached(nn.Module):
         return self.fc(x).detach()
 
 
+class TinyLm(nn.Module):
+    """A language model as train.task causal_lm takes one: int64 tokens [B, T] in, logits [B, T, V] out."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 16)
+        self.head = nn.Linear(16, vocab)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.emb(x)))
+
+
 class Pair(nn.Module):
     def __init__(self):
         super().__init__()
@@ -190,6 +202,8 @@ def modules(out):
     torch.jit.script(ReturnsInt()).save(f"{out}/returns_int.pt")
     torch.jit.script(Detached()).save(f"{out}/detached.pt")
     torch.jit.script(ReturnsLong()).save(f"{out}/returns_long.pt")
+    torch.jit.script(TinyLm(256)).save(f"{out}/tiny_lm.pt")
+    torch.jit.script(TinyLm(64)).save(f"{out}/tiny_lm_64.pt")
     # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
         for item in src.infolist():

@@ -235,6 +235,26 @@ void RunRecorder::report_peak_memory(const TrainProgress& progress) {
   metrics_->write(record);
 }
 
+void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,
+                                      int64_t optimizer_bytes) {
+  auto per_rank = torch::zeros({3, world_.world_size}, torch::kDouble);
+  const double mib = 1024.0 * 1024.0;
+  per_rank[0][world_.rank] = static_cast<double>(parameter_bytes) / mib;
+  per_rank[1][world_.rank] = static_cast<double>(gradient_bytes) / mib;
+  per_rank[2][world_.rank] = static_cast<double>(optimizer_bytes) / mib;
+  auto largest = std::get<0>(all_reduce_sum(world_, per_rank).max(1));
+  if (world_.rank != 0) return;
+  double params = largest[0].item<double>(), grads = largest[1].item<double>(), state = largest[2].item<double>();
+  spdlog::info("memory per rank (largest): parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB "
+               "({:.1f} MiB in all)",
+               params, grads, state, params + grads + state);
+  MetricsRecord record = at_step(progress);
+  record.emplace_back("parameter_mib_max", params);
+  record.emplace_back("gradient_mib_max", grads);
+  record.emplace_back("optimizer_state_mib_max", state);
+  metrics_->write(record);
+}
+
 void RunRecorder::finished(const TrainProgress& progress) {
   if (world_.rank == 0) {
     double elapsed = seconds_since(run_start_);

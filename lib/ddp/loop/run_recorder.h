@@ -61,6 +61,10 @@ class RunRecorder {
   void eval_ends(const TrainProgress& progress, const EvalResult& result);
   /// Every rank's peak RSS, on rank 0's log and in the metrics.
   void report_peak_memory(const TrainProgress& progress);
+  /// Once, after the first step (when the optimizer's state exists): each rank's bytes of
+  /// parameters, gradients and optimizer state, the largest over ranks logged and recorded.
+  void report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,
+                           int64_t optimizer_bytes);
   /// The end of a run that finished: the summary line, the exit status and the report.
   void finished(const TrainProgress& progress);
   /// The end of a run stopped by `signal` after its checkpoint.

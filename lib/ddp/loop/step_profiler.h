@@ -2,9 +2,11 @@
 // An operator-level profile of chosen training steps, for finding where a step's time goes:
 // DDPRUN_PROFILE=FIRST:COUNT records steps FIRST..FIRST+COUNT-1 with LibTorch's profiler and writes
 // each rank's trace, in Chrome's trace format, to OUTPUT_DIR/profile_rank<R>.trace.json when the
-// last of them ends (scripts/profile_summary.py sums it by operator). Unset, it costs nothing.
+// last of them ends (scripts/profile_summary.py sums it by operator). Unset, it costs nothing. It
+// records the host's side: on a GPU, kernel launches, not the kernels' time.
 
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -28,7 +30,8 @@ class StepProfiler {
  private:
   std::string path_;
   int64_t first_ = -1, last_ = -1;
-  std::unique_ptr<torch::autograd::profiler::RecordProfile> recording_;
+  std::unique_ptr<std::ofstream> file_;
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> recording_;  // destroyed first: it writes into file_
 };
 
 }  // namespace ddp

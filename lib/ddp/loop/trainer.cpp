@@ -22,12 +22,15 @@ std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() 
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(config)) {
-  plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist), config_.mesh, config_.dist);
+  plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist), config_.mesh, config_.dist, env.local_world_size);
   const Communicator& world = plan_->world();
   std::string resolved = to_yaml(config_);
   check_identical_across_ranks(world, "config", resolved);
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
+  if (world.rank == 0 && config_.mesh.shard != "none")
+    spdlog::info("dist.shard {}: the optimizer state is split within each data_shard group of the mesh {}",
+                 config_.mesh.shard, plan_->mesh().describe());
 
   TaskContext context;
   context.device = world.device;
@@ -55,7 +58,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   stop_vote_ = std::make_unique<StopVote>(side_values_);
   gradient_sync_ = plan_->make_gradient_sync(parameters_, &side_values_);
   double lr = scaled_lr(config_.optim, world.world_size);
-  optimizer_ = make_optimizer(parameters_, config_.optim, lr);
+  optimizer_ = make_optimizer(plan_->optimizer_parameters(parameters_), config_.optim, lr);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
   progress_.batch_size = config_.train.batch_size;
@@ -78,7 +81,12 @@ void Trainer::resume() {
   broadcast_bytes(world, bytes, 0);
   if (bytes.empty()) return;
   std::string source = world.rank == 0 ? chosen : "rank 0's checkpoint";
-  TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), *optimizer_, world.world_size, world.rank);
+  // A checkpoint holds the whole optimizer state (Note [Optimizer shards]): sharded, load it whole, keep a share.
+  std::unique_ptr<torch::optim::Optimizer> whole;
+  if (plan_->shards_optimizer()) whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
+  TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
+                                               world.world_size, world.rank);
+  if (whole) plan_->keep_optimizer_state(*whole, *optimizer_);
   // Its position counts batches of the size it was written with: another size would resume at
   // another sample (and train some twice), as another world size would.
   if (loaded.batch_size != 0 && loaded.batch_size != config_.train.batch_size)
@@ -128,6 +136,7 @@ int Trainer::fit() {
       StepStats step = train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
       profiler_->step_ends(progress_.step - 1);
       recorder_->step_ends(progress_, step, prefetcher_->waited_ms(), gradient_sync_->timing());
+      if (!state_memory_reported_) report_state_memory();
       after_step();
     }
     if (progress_.batch_in_epoch >= batches) end_epoch();
@@ -167,9 +176,20 @@ StepStats Trainer::train_step(int64_t micro_batches) {
   step.lr = schedule_->lr_at(progress_.step);
   set_learning_rate(*optimizer_, step.lr);
   optimizer_->step();
+  plan_->after_optimizer_step();
   gradient_sync_->zero_grad();  // not the optimizer's: the gradients may be views of the sync's buffers
   progress_.step += 1;
   return step;
+}
+
+void Trainer::report_state_memory() {
+  state_memory_reported_ = true;
+  int64_t parameter_bytes = 0, gradient_bytes = 0;
+  for (const auto& p : parameters_) {
+    parameter_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (p.grad().defined()) gradient_bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  }
+  recorder_->report_state_memory(progress_, parameter_bytes, gradient_bytes, optimizer_state_bytes(*optimizer_));
 }
 
 void Trainer::after_step() {
@@ -207,9 +227,14 @@ void Trainer::save_checkpoint() {
   // next step's collective, where --stall-timeout would take them for stalled.
   auto pulse = recorder_->pulse(progress_);
   std::vector<torch::Tensor> rank_rng = plan_->gather_checkpoint_state();
+  std::unique_ptr<torch::optim::Optimizer> whole;  // sharded: every owner's state, gathered
+  if (plan_->shards_optimizer()) {
+    whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, plan_->world().world_size));
+    plan_->gather_optimizer_state(*optimizer_, *whole);
+  }
   checkpointer_->mark_saved(progress_.step);
   if (plan_->writes_checkpoints())
-    checkpointer_->save(task_->model(), *optimizer_, progress_, plan_->world().world_size, rank_rng);
+    checkpointer_->save(task_->model(), whole ? *whole : *optimizer_, progress_, plan_->world().world_size, rank_rng);
   barrier(plan_->world());
 }
 

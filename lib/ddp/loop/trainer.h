@@ -47,6 +47,8 @@ class Trainer {
   /// Forward and backward of `micro_batches` micro-batches, then one optimizer step.
   StepStats train_step(int64_t micro_batches);
   void after_step();
+  /// After the first step: parameters, gradients and optimizer state per rank, in the log.
+  void report_state_memory();
   void end_epoch();
   int stop_after_checkpoint();
   void finish();
@@ -69,6 +71,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   TrainProgress progress_;
   int64_t last_eval_step_ = -1;
+  bool state_memory_reported_ = false;
 };
 
 }  // namespace ddp

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ddp/common/error.h"
+#include "ddp/model/python_state_dict.h"
 
 namespace ddp {
 
@@ -56,10 +57,10 @@ class LayerNorm : public torch::nn::Module {
 
 class CausalSelfAttention : public torch::nn::Module {
  public:
-  explicit CausalSelfAttention(const GptOptions& o) : heads_(o.n_head), dropout_(o.dropout) {
+  explicit CausalSelfAttention(const GptOptions& o) : heads_(o.n_head), dropout_(o.dropout), fused_(o.fused_attention) {
     c_attn = register_module("c_attn", linear(o.n_embd, 3 * o.n_embd, o.bias));
     c_proj = register_module("c_proj", linear(o.n_embd, o.n_embd, o.bias));
-    if (!kFusedAttention) {  // Note [Attention forms]
+    if (!fused_) {  // Note [Attention forms]
       auto lower = torch::ones({o.block_size, o.block_size}).tril();
       register_buffer("bias", lower.view({1, 1, o.block_size, o.block_size}));
       additive_mask_ = torch::zeros({o.block_size, o.block_size}).masked_fill(lower == 0, -INFINITY);
@@ -74,15 +75,17 @@ class CausalSelfAttention : public torch::nn::Module {
     torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]), y;
     double p = is_training() ? dropout_ : 0.0;
 #if TORCH_VERSION_MAJOR >= 2
-    y = torch::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true);
-#else
+    if (fused_) {
+      y = torch::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true);
+      return maybe_dropout(c_proj->forward(y.transpose(1, 2).reshape({b, t, c})), dropout_, is_training());
+    }
+#endif
     if (additive_mask_.device() != x.device()) additive_mask_ = additive_mask_.to(x.device());
     auto mask = additive_mask_.narrow(0, 0, t).narrow(1, 0, t);
     auto scores = torch::baddbmm(mask, q.reshape({b * heads_, t, d}), k.reshape({b * heads_, t, d}).transpose(1, 2),
                                  /*beta=*/1, /*alpha=*/1.0 / std::sqrt(static_cast<double>(d)));
     auto weights = maybe_dropout(torch::softmax(scores, -1), p, p > 0);
     y = torch::bmm(weights, v.reshape({b * heads_, t, d})).view({b, heads_, t, d});
-#endif
     y = y.transpose(1, 2).reshape({b, t, c});
     return maybe_dropout(c_proj->forward(y), dropout_, is_training());
   }
@@ -92,6 +95,7 @@ class CausalSelfAttention : public torch::nn::Module {
  private:
   int64_t heads_;
   double dropout_;
+  bool fused_;
   torch::Tensor additive_mask_;
 };
 
@@ -172,6 +176,8 @@ GptOptions gpt_options(const ModelConfig& config) {
 }
 
 Gpt::Gpt(const GptOptions& options) : options_(options) {
+  if (options.fused_attention && !kFusedAttention)
+    throw UserError("the fused scaled_dot_product_attention needs LibTorch 2.x; this is " TORCH_VERSION);
   // Built in nanoGPT's order, so each layer's default initialisation draws what Python's does...
   transformer_ = register_module("transformer", std::make_shared<GptTransformer>(options));
   (void)linear(options.n_embd, options.vocab_size, false);  // nanoGPT's lm_head, built and then tied
@@ -195,6 +201,13 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
     block->attn->c_proj->weight.normal_(0, residual_std);
     block->mlp->c_proj->weight.normal_(0, residual_std);
   }
+}
+
+void load_gpt_weights(Gpt& model, const std::string& path) {
+  const std::string buffer = ".attn.bias";
+  load_python_state_dict(model, path, [&buffer](const std::string& name) {
+    return name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
+  });
 }
 
 torch::Tensor Gpt::forward(torch::Tensor idx) {

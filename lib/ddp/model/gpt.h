@@ -17,15 +17,28 @@
 
 namespace ddp {
 
+class Gpt;
+
+/// Loads model.pt (or any nanoGPT state_dict file) into `model`, with or without the attn.bias mask
+/// buffers, which only one attention form keeps (Note [Attention forms]): a file from a LibTorch 2.x
+/// build loads on 1.13 and back. FileError as load_python_state_dict's.
+void load_gpt_weights(Gpt& model, const std::string& path);
+
+/// Whether this LibTorch has the fused scaled_dot_product_attention (2.x), which nanoGPT then uses.
+bool gpt_fused_attention();
+
 /// The GPT's shape: nanoGPT's GPTConfig.
 struct GptOptions {
-  int64_t n_layer = 12;
-  int64_t n_head = 12;
-  int64_t n_embd = 768;
-  int64_t block_size = 1024;
-  int64_t vocab_size = 50304;
+  int64_t n_layer = 0;  // no defaults of its own: model.* has them (gpt_options)
+  int64_t n_head = 0;
+  int64_t n_embd = 0;
+  int64_t block_size = 0;
+  int64_t vocab_size = 0;
   bool bias = true;
   double dropout = 0;
+  /// The fused scaled_dot_product_attention (LibTorch 2.x only) or the explicit masked softmax, which
+  /// keeps nanoGPT's attn.bias buffer (Note [Attention forms]). The default is what nanoGPT picks.
+  bool fused_attention = gpt_fused_attention();
 };
 
 /// The options model.* gives; ConfigError naming the key when the heads do not divide the width.
@@ -50,8 +63,5 @@ class Gpt : public Model {
   torch::Tensor head_weight_;                         // lm_head.weight, the same tensor as wte's
 };
 
-/// Whether attention uses the fused scaled_dot_product_attention (LibTorch 2.x) rather than the
-/// explicit masked softmax, which keeps nanoGPT's `attn.bias` mask buffer in the state dict.
-bool gpt_fused_attention();
 
 }  // namespace ddp

@@ -65,7 +65,7 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
     return config.name == "torchscript" && config.sync_batchnorm ? "is not available for TorchScript modules" : "";
   });
   schema.rule("model.n_head", [&config]() -> std::string {
-    return config.name == "gpt" && config.n_embd % config.n_head != 0
+    return config.name == "gpt" && config.n_head > 0 && config.n_embd % config.n_head != 0
                ? "model.n_embd " + std::to_string(config.n_embd) + " must divide by it (" + std::to_string(config.n_head) +
                      " heads)"
                : "";

@@ -89,7 +89,7 @@ void save_python_state_dict(const torch::nn::Module& model, const std::string& p
   write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
 }
 
-void load_python_state_dict(torch::nn::Module& model, const std::string& path) {
+void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional) {
   std::map<std::string, torch::Tensor> file;
   std::vector<std::string> file_order;
   for (auto& [name, tensor] : read_state_dict_file(path)) {  // in file order, as messages list them
@@ -101,7 +101,7 @@ void load_python_state_dict(torch::nn::Module& model, const std::string& path) {
   for (const auto& [name, target] : targets) {
     auto found = file.find(name);
     if (found == file.end()) {
-      missing.push_back(name);
+      if (!optional || !optional(name)) missing.push_back(name);
     } else if (found->second.sizes() != target.sizes()) {
       mismatched.push_back(name + " (file " + shape(found->second) + ", model " + shape(target) + ")");
     }
@@ -109,7 +109,7 @@ void load_python_state_dict(torch::nn::Module& model, const std::string& path) {
   std::set<std::string> known;
   for (const auto& target : targets) known.insert(target.first);
   for (const auto& name : file_order)
-    if (!known.count(name)) unexpected.push_back(name);
+    if (!known.count(name) && (!optional || !optional(name))) unexpected.push_back(name);
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     std::string message = path + ": state dict does not match the model:";
     if (!missing.empty()) message += " missing keys " + list(missing) + ";";
@@ -120,7 +120,8 @@ void load_python_state_dict(torch::nn::Module& model, const std::string& path) {
   }
   // Every key was checked first, so a bad file leaves the model untouched.
   torch::NoGradGuard no_grad;
-  for (auto& [name, target] : targets) target.copy_(file.at(name));
+  for (auto& [name, target] : targets)
+    if (auto found = file.find(name); found != file.end()) target.copy_(found->second);
 }
 
 }  // namespace ddp

@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,8 +18,12 @@ std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch
 /// Writes python_state_dict(model) as a torch.save-compatible dict; atomic; FileError naming `path`.
 void save_python_state_dict(const torch::nn::Module& model, const std::string& path);
 
+/// Keys a file may have or lack without being refused (e.g. a buffer one form of a model keeps).
+using OptionalKey = std::function<bool(const std::string& name)>;
+
 /// Loads a file save_python_state_dict (or Python's `torch.save(model.state_dict(), path)`) wrote into `model`;
 /// FileError listing every missing, unexpected or wrongly shaped key, leaving the model unchanged.
-void load_python_state_dict(torch::nn::Module& model, const std::string& path);
+/// A key `optional` accepts may be missing (the model keeps its own) or unexpected (ignored).
+void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional = {});
 
 }  // namespace ddp

@@ -1,5 +1,7 @@
 #include "ddp/parallel/device_mesh.h"
 
+#include <algorithm>
+
 #include "ddp/common/error.h"
 
 namespace ddp {
@@ -13,17 +15,34 @@ const char* mesh_dim_name(MeshDim dim) {
   return "?";
 }
 
-DeviceMesh DeviceMesh::from_config(const MeshConfig& config, int world_size) {
-  const int64_t fixed = config.pipeline * config.data_shard;
+namespace {
+
+// dist.data_shard 0: no sharding, 1; sharding, what data_replicate leaves, or else the ranks of a
+// node (shard within nodes, replicate across them: PyTorch's HSDP), or else every replica.
+int64_t shard_size(const MeshConfig& config, int world_size, int local_world_size) {
+  if (config.data_shard > 0) return config.data_shard;
+  if (config.shard == "none") return 1;
+  const int64_t others = config.pipeline * std::max<int64_t>(1, config.data_replicate);
+  if (config.data_replicate > 0) return world_size % others == 0 ? world_size / others : 1;
+  if (local_world_size > 0 && world_size % local_world_size == 0 && local_world_size % config.pipeline == 0)
+    return local_world_size / config.pipeline;
+  return world_size % config.pipeline == 0 ? world_size / config.pipeline : 1;
+}
+
+}  // namespace
+
+DeviceMesh DeviceMesh::from_config(const MeshConfig& config, int world_size, int local_world_size) {
+  const int64_t data_shard = shard_size(config, world_size, local_world_size);
+  const int64_t fixed = config.pipeline * data_shard;
   std::string sizes = "dist.pipeline " + std::to_string(config.pipeline) + " × dist.data_shard " +
-                      std::to_string(config.data_shard);
+                      std::to_string(data_shard);
   if (config.data_replicate == 0) {
     if (world_size % fixed != 0)
       throw ConfigError("dist.pipeline, dist.data_shard: " + sizes + " = " + std::to_string(fixed) +
                         " does not divide the world size " + std::to_string(world_size) +
                         "; choose sizes whose product divides it");
     return DeviceMesh({static_cast<int>(config.pipeline), static_cast<int>(world_size / fixed),
-                       static_cast<int>(config.data_shard)});
+                       static_cast<int>(data_shard)});
   }
   const int64_t product = fixed * config.data_replicate;
   if (product != world_size)
@@ -32,7 +51,7 @@ DeviceMesh DeviceMesh::from_config(const MeshConfig& config, int world_size) {
                       " ranks, but the world size is " + std::to_string(world_size) +
                       "; the sizes must multiply to it (dist.data_replicate: 0 takes what the others leave)");
   return DeviceMesh({static_cast<int>(config.pipeline), static_cast<int>(config.data_replicate),
-                     static_cast<int>(config.data_shard)});
+                     static_cast<int>(data_shard)});
 }
 
 int DeviceMesh::world_size() const { return sizes_[0] * sizes_[1] * sizes_[2]; }

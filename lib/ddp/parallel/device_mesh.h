@@ -24,9 +24,10 @@ const char* mesh_dim_name(MeshDim dim);
 /// innermost dimension's groups are neighbouring ranks (on one node, under ddprun's numbering).
 class DeviceMesh {
  public:
-  /// The mesh `config` describes for `world_size` ranks. Throws ConfigError naming the keys when the
-  /// sizes do not multiply to the world size.
-  static DeviceMesh from_config(const MeshConfig& config, int world_size);
+  /// The mesh `config` describes for `world_size` ranks, `local_world_size` of them per node (0:
+  /// unknown), which is what dist.data_shard 0 shards over when dist.shard is on. Throws ConfigError
+  /// naming the keys when the sizes do not multiply to the world size.
+  static DeviceMesh from_config(const MeshConfig& config, int world_size, int local_world_size = 0);
 
   /// Size along `dim`.
   int size(MeshDim dim) const { return sizes_[index(dim)]; }

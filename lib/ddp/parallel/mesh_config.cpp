@@ -16,16 +16,26 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
       .min(0)
       .max(kMaxRanks);
   schema.add("dist.data_shard", &config.data_shard,
-             "device mesh: ranks that split one replica's parameters, gradients and optimizer state (ZeRO/FSDP); 1: none")
-      .min(1)
+             "device mesh: ranks that split one replica's state (dist.shard says which); 0: 1 without dist.shard, "
+             "with it the ranks of a node (shard within nodes, replicate across them, as PyTorch's HSDP)")
+      .min(0)
       .max(kMaxRanks);
+  schema.add("dist.shard", &config.shard,
+             "what the ranks of a data_shard group split: none; optimizer (ZeRO-1: each rank keeps and steps the "
+             "optimizer state of its share of the parameters, then sends them, updated, to the others)")
+      .choices({"none", "optimizer", "gradients", "parameters"});
   // The mesh and its groups exist for any sizes (ParallelPlan); the strategies along these two
   // dimensions do not yet, and a run must not silently train as if they did.
   schema.rule("dist.pipeline", [&config]() -> std::string {
     return config.pipeline != 1 ? "pipeline stages are not built yet; use 1" : "";
   });
   schema.rule("dist.data_shard", [&config]() -> std::string {
-    return config.data_shard != 1 ? "sharded data parallelism is not built yet; use 1" : "";
+    return config.data_shard > 1 && config.shard == "none" ? "splits nothing with dist.shard: none; set dist.shard" : "";
+  });
+  schema.rule("dist.shard", [&config]() -> std::string {
+    return config.shard == "gradients" || config.shard == "parameters"
+               ? config.shard + " (ZeRO-2/3) is not built yet; use none or optimizer"
+               : "";
   });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ddp {
 
@@ -11,7 +12,8 @@ class ConfigSchema;
 struct MeshConfig {
   int64_t pipeline = 1;        ///< pipeline stages
   int64_t data_replicate = 0;  ///< 0: what the others leave of the world
-  int64_t data_shard = 1;      ///< ranks that split one replica's state
+  int64_t data_shard = 0;      ///< ranks that split one replica's state; 0: 1, or with dist.shard the ranks of a node
+  std::string shard = "none";  ///< none | optimizer (ZeRO-1) | gradients | parameters: what data_shard splits
 };
 
 /// Declares the `MeshConfig` keys (in the `dist:` section), bound to `config`.

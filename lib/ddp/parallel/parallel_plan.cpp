@@ -24,8 +24,11 @@ std::string group_name(MeshDim dim, const std::vector<int>& ranks) {
 
 }  // namespace
 
-ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist)
-    : dist_(dist), world_(std::move(world)), mesh_(DeviceMesh::from_config(mesh, world_.world_size)) {
+ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist, int local_world_size)
+    : dist_(dist),
+      shard_(mesh.shard),
+      world_(std::move(world)),
+      mesh_(DeviceMesh::from_config(mesh, world_.world_size, local_world_size)) {
   for (MeshDim dim : kMeshDims) {
     auto& group = groups_[static_cast<std::size_t>(dim)];
     if (mesh_.size(dim) == world_.world_size) {
@@ -49,13 +52,32 @@ std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model)
     if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back(b);
   std::vector<torch::Tensor> state = parameters;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_coalesced(group(MeshDim::kDataReplicate), state, 0);
+  broadcast_coalesced(data_parallel(), state, 0);
   return parameters;
+}
+
+std::vector<torch::Tensor> ParallelPlan::optimizer_parameters(const std::vector<torch::Tensor>& parameters) {
+  if (shard_ == "none") return parameters;
+  shards_ = std::make_unique<OptimizerShards>(parameters, group(MeshDim::kDataShard));
+  return shards_->owned();
+}
+
+void ParallelPlan::after_optimizer_step() const {
+  if (shards_) shards_->share_updated_parameters();
+}
+
+void ParallelPlan::gather_optimizer_state(const torch::optim::Optimizer& sharded,
+                                          torch::optim::Optimizer& whole) const {
+  shards_->gather_state(sharded, whole);
+}
+
+void ParallelPlan::keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const {
+  shards_->keep_owned_state(whole, sharded);
 }
 
 std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch::Tensor> parameters,
                                                                ValueSlots* side_values) const {
-  return std::make_unique<GradientReducer>(std::move(parameters), group(MeshDim::kDataReplicate), dist_, side_values);
+  return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
 }
 
 void ParallelPlan::share_buffers() {
@@ -63,7 +85,7 @@ void ParallelPlan::share_buffers() {
   // every rank before each forward. In training mode nothing reads them, and rank 0's own never
   // depend on the other ranks', so copying them only when they are read (before evaluation; rank 0
   // writes checkpoints and model.pt from its own) gives exactly DDP's values, without a collective per step.
-  const Communicator& replicas = group(MeshDim::kDataReplicate);
+  const Communicator& replicas = data_parallel();
   if (!buffers_.empty() && replicas.world_size > 1) broadcast_coalesced(replicas, buffers_, 0);
 }
 

@@ -15,6 +15,8 @@
 #include "ddp/comm/process_group.h"
 #include "ddp/common/value_slots.h"
 #include "ddp/parallel/device_mesh.h"
+#include "ddp/parallel/mesh_config.h"
+#include "ddp/parallel/optimizer_shards.h"
 
 namespace ddp {
 
@@ -25,7 +27,8 @@ class ParallelPlan {
   /// large as the world is the world's own group (its shared-memory path included), any other a
   /// process group of its own over the world's store. Every rank must build it. Throws ConfigError
   /// for sizes that do not multiply to the world size.
-  ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist);
+  /// `local_world_size`: ranks per node (0: unknown), which sharding shards over by default.
+  ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist, int local_world_size = 0);
 
   const DeviceMesh& mesh() const { return mesh_; }
   /// Every rank.
@@ -44,6 +47,19 @@ class ParallelPlan {
   std::unique_ptr<GradientSync> make_gradient_sync(std::vector<torch::Tensor> parameters,
                                                    ValueSlots* side_values) const;
 
+  /// The parameters this rank's optimizer steps, of `parameters` (from prepare_model): all of them,
+  /// or with dist.shard: optimizer this rank's share (Note [Optimizer shards]).
+  std::vector<torch::Tensor> optimizer_parameters(const std::vector<torch::Tensor>& parameters);
+  /// Whether the optimizer's state is split over the data-shard group (dist.shard: optimizer).
+  bool shards_optimizer() const { return shards_ != nullptr; }
+  /// After the optimizer stepped: with sharding, every parameter from its owner to the group.
+  void after_optimizer_step() const;
+  /// Checkpoints: `whole` (an optimizer over every parameter) given every owner's state; every rank
+  /// takes part. Only with sharding.
+  void gather_optimizer_state(const torch::optim::Optimizer& sharded, torch::optim::Optimizer& whole) const;
+  /// Resume: `sharded` keeps its share of `whole`'s state. Only with sharding.
+  void keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const;
+
   /// Before evaluation: rank 0's buffers (BatchNorm statistics) on every replica (Note [Lazy buffer broadcast]).
   void share_buffers();
 
@@ -57,10 +73,16 @@ class ParallelPlan {
 
  private:
   DistConfig dist_;
+  std::string shard_;  // dist.shard
   Communicator world_;
   DeviceMesh mesh_;
   std::array<Communicator, kMeshDims.size()> groups_;
+  /// The ranks whose gradients are averaged: every rank holding the same layers (all of them, until
+  /// pipeline stages are built).
+  const Communicator& data_parallel() const { return world_; }
+
   std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
+  std::unique_ptr<OptimizerShards> shards_;  // dist.shard: optimizer
 };
 
 }  // namespace ddp

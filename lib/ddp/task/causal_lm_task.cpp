@@ -42,20 +42,19 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
     model_source_ = "model.vocab_size";
     if (!model.init_from.empty()) {
       try {
-        load_python_state_dict(*model_, model.init_from);
+        load_gpt_weights(static_cast<Gpt&>(*model_), model.init_from);
       } catch (const FileError& e) {
         throw FileError(std::string("model.init_from: ") + e.what());
       }
     }
   } else {
     model_ = make_model(model, context.model);
-    model_source_ = "the vocabulary of model.path " + model.path + " (its output's last dimension)";
+    model_source_ = "model.path " + model.path + "'s output width (its vocabulary)";
+    vocab_size_ = probe_vocabulary(model.block_size);
   }
   // Before training, not at the first bad batch: the file and byte offset of the first bad token.
-  if (vocab_size_ > 0) {
-    train_->check_vocabulary(vocab_size_, model_source_);
-    if (eval_) eval_->check_vocabulary(vocab_size_, model_source_);
-  }
+  train_->check_vocabulary(vocab_size_, model_source_);
+  if (eval_) eval_->check_vocabulary(vocab_size_, model_source_);
   model_->to(context.device);
 }
 
@@ -75,21 +74,21 @@ Batch CausalLmTask::make_batch(Split split, const torch::Tensor& indices) const 
   return batch;
 }
 
-torch::Tensor CausalLmTask::logits(const Batch& batch) {
-  torch::Tensor out = model_->forward(batch.inputs[0]);
-  const auto& targets = batch.targets;
-  if (vocab_size_ == 0) {  // a TorchScript module: its first output says what it predicts
-    if (out.dim() != 3 || out.size(0) != targets.size(0) || out.size(1) != targets.size(1))
-      throw UserError("model.path: train.task causal_lm needs logits [B, T, V] for tokens [" +
-                      std::to_string(targets.size(0)) + ", " + std::to_string(targets.size(1)) + "], got " +
-                      format_shape(out.sizes().vec()));
-    vocab_size_ = out.size(2);
-    model_source_ += " = " + std::to_string(vocab_size_);
-    train_->check_vocabulary(vocab_size_, model_source_);
-    if (eval_) eval_->check_vocabulary(vocab_size_, model_source_);
-  }
-  return out;
+// A TorchScript module says its vocabulary only by its output: one forward of zeros, in eval mode
+// (no dropout, so no random draws), shows V before any batch could index outside it.
+int64_t CausalLmTask::probe_vocabulary(int64_t block_size) {
+  torch::NoGradGuard no_grad;
+  bool was_training = model_->is_training();
+  model_->eval();
+  torch::Tensor out = model_->forward(torch::zeros({1, block_size}, torch::kLong));
+  model_->train(was_training);
+  if (out.dim() != 3 || out.size(0) != 1 || out.size(1) != block_size || out.size(2) < 1)
+    throw UserError("model.path: train.task causal_lm needs logits [B, T, V] for tokens [B, T]; for [1, " +
+                    std::to_string(block_size) + "] it returned " + format_shape(out.sizes().vec()));
+  return out.size(2);
 }
+
+torch::Tensor CausalLmTask::logits(const Batch& batch) { return model_->forward(batch.inputs[0]); }
 
 torch::Tensor CausalLmTask::loss(const Batch& batch) {
   torch::Tensor out = logits(batch);

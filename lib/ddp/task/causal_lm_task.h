@@ -14,7 +14,7 @@ namespace ddp {
 class CausalLmTask : public Task {
  public:
   /// Maps the shards, builds the model from the global RNG and checks every token against the
-  /// model's vocabulary (a TorchScript module's: at its first output). FileError naming the file
+  /// model's vocabulary (a TorchScript module's: its output width for a probe of zeros). FileError naming the file
   /// and byte offset at fault; ConfigError naming the key.
   CausalLmTask(const DataConfig& data, const ModelConfig& model, const LossConfig& loss, const TaskContext& context);
 
@@ -32,11 +32,12 @@ class CausalLmTask : public Task {
 
  private:
   torch::Tensor logits(const Batch& batch);
+  int64_t probe_vocabulary(int64_t block_size);
 
   std::optional<TokenWindows> train_, eval_;
   std::shared_ptr<Model> model_;
   std::string model_source_;  ///< names the model in messages: "model.vocab_size 256" or model.path
-  int64_t vocab_size_ = 0;    ///< 0 until a TorchScript module's first output shows it
+  int64_t vocab_size_ = 0;    ///< model.vocab_size, or a TorchScript module's output width
   double label_smoothing_ = 0;
 };
 

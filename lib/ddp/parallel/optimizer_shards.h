@@ -1,0 +1,49 @@
+#pragma once
+// ZeRO stage 1 (`dist.shard: optimizer`): the ranks of a data-shard group split the optimizer's
+// state. Gradients are averaged over every replica as without sharding; each rank then steps only
+// the parameters it owns, keeping their optimizer state alone, and sends them, updated, to the
+// others. See Note [Optimizer shards] in optimizer_shards.cpp.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "ddp/comm/process_group.h"
+
+namespace ddp {
+
+/// Which rank of the group steps which parameter, and the exchanges that follow from it.
+class OptimizerShards {
+ public:
+  /// Owners for `parameters` (each tensor once, the same list on every rank of `group`), balanced
+  /// by size. `group` must outlive this.
+  OptimizerShards(std::vector<torch::Tensor> parameters, const Communicator& group);
+
+  /// The parameters this rank steps: its optimizer's.
+  const std::vector<torch::Tensor>& owned() const { return owned_; }
+  /// The owner (a rank of the group) of each parameter, in the constructor's order.
+  const std::vector<int>& owners() const { return owners_; }
+
+  /// After this rank's optimizer stepped its own: every parameter, updated, from its owner to every
+  /// rank of the group. Every rank of the group calls it.
+  void share_updated_parameters() const;
+
+  /// Fills `whole`, an optimizer of the same kind over every parameter (in the constructor's order),
+  /// with the state each owner's `sharded` optimizer holds, so that a checkpoint has all of it.
+  /// Every rank of the group calls it; each receives the whole state (briefly: it is checkpoint time).
+  void gather_state(const torch::optim::Optimizer& sharded, torch::optim::Optimizer& whole) const;
+
+  /// The reverse, on resume: this rank keeps, of `whole`'s state, what its parameters need.
+  void keep_owned_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const;
+
+ private:
+  std::vector<torch::Tensor> parameters_, owned_;
+  std::vector<int> owners_;
+  const Communicator& group_;
+};
+
+/// Bytes of state `optimizer` holds (moments, momentum buffers), for the memory accounting.
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
+}  // namespace ddp
