@@ -299,7 +299,7 @@ TEST_CASE("a TorchScript language model trains as causal_lm, its vocabulary chec
   TempDir dir;
   std::string config = write_gpt_config(dir);
   auto trains = ddprun(2, config, {"model.name=torchscript", "model.path=" + python_fixture("tiny_lm.pt"),
-                                   "train.max_steps=20", "eval.every_steps=20"});
+                                   "train.max_steps=150", "train.epochs=10", "eval.every_steps=150"});
   INFO(trains.out << trains.err);
   REQUIRE(trains.exit_code == 0);
   double loss = last_value(dir.file("out/metrics.jsonl"), "eval_loss");
