@@ -14,7 +14,6 @@ Only the standard library is used, so any python3 runs it.
 """
 
 import argparse
-import array
 import glob
 import os
 import re
@@ -63,8 +62,9 @@ def write_shards(out_dir, name, split, data, shard_tokens):
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(header)
-            f.write(array.array("H", chunk).tobytes() if sys.byteorder == "little" else
-                    struct.pack(f"<{len(chunk)}H", *chunk))
+            tokens = bytearray(2 * len(chunk))  # each byte a little-endian uint16: the byte, then 0
+            tokens[0::2] = chunk
+            f.write(tokens)
         os.replace(tmp, path)  # never a half-written shard under the real name
         paths.append(path)
     return paths

@@ -83,7 +83,8 @@ void Trainer::resume() {
   std::string source = world.rank == 0 ? chosen : "rank 0's checkpoint";
   // A checkpoint holds the whole optimizer state (Note [Optimizer shards]): sharded, load it whole, keep a share.
   std::unique_ptr<torch::optim::Optimizer> whole;
-  if (plan_->shards_optimizer()) whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
+  if (plan_->shards_optimizer())
+    whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
   TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
                                                world.world_size, world.rank);
   if (whole) plan_->keep_optimizer_state(*whole, *optimizer_);
