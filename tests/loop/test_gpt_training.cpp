@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "support/python_fixtures.h"
+#include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -79,18 +80,6 @@ CommandResult ddprun(int nproc, const std::string& config, const std::vector<std
   return run_shell(command, std::chrono::seconds(240));
 }
 
-// The last value of `key` in metrics.jsonl; -1 when absent.
-double last_value(const std::string& metrics, const std::string& key) {
-  std::ifstream in(metrics);
-  std::string line;
-  double value = -1;
-  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
-  std::smatch match;
-  while (std::getline(in, line))
-    if (std::regex_search(line, match, field)) value = std::stod(match[1]);
-  return value;
-}
-
 }  // namespace
 
 TEST_CASE("a GPT at world 2 batch 8 matches world 1 batch 16 within 1e-5 after 30 AdamW steps", "[gpt]") {
@@ -113,7 +102,7 @@ TEST_CASE("a GPT at world 2 batch 8 matches world 1 batch 16 within 1e-5 after 3
   CHECK(worst < 1e-5);
   CHECK(torch::equal(x.at("lm_head.weight"), x.at("transformer.wte.weight")));  // tied
   // Tokens/s is logged with samples/s: 16 windows of 32 tokens a step.
-  CHECK(last_value(two.file("out/metrics.jsonl"), "tokens_per_s") > 0);
+  CHECK(metric_value(two.file("out/metrics.jsonl"), "tokens_per_s") > 0);
 }
 
 TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eval loss ddprun reported",
@@ -123,11 +112,11 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
   auto r = ddprun(2, write_gpt_config(dir), {"model.bias=true", "train.epochs=40", "train.max_steps=1000"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  double loss = last_value(dir.file("out/metrics.jsonl"), "eval_loss");
+  double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
   REQUIRE(loss > 0);
   REQUIRE(loss < 3.0);  // it learned: a uniform guess over bytes is ln 256 = 5.55
-  CHECK(last_value(dir.file("out/metrics.jsonl"), "eval_perplexity") == Approx(std::exp(loss)).epsilon(1e-9));
-  CHECK(last_value(dir.file("out/metrics.jsonl"), "eval_bits_per_byte") == Approx(loss / std::log(2.0)).epsilon(1e-9));
+  CHECK(metric_value(dir.file("out/metrics.jsonl"), "eval_perplexity") == Approx(std::exp(loss)).epsilon(1e-9));
+  CHECK(metric_value(dir.file("out/metrics.jsonl"), "eval_bits_per_byte") == Approx(loss / std::log(2.0)).epsilon(1e-9));
   auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_gpt.py",
                              dir.file("out")},
                             std::chrono::seconds(120));
@@ -155,6 +144,16 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
 
     std::string wider = std::regex_replace(read_file(dir.file("out/config.yaml")), std::regex("n_embd: 32"), "n_embd: 64");
     write_file(dir.file("wider.yaml"), wider);
+    for (const auto& [ids, expected] : std::vector<std::pair<std::string, std::string>>{
+             {"'1 x 2'", "--prompt-ids: expected token ids separated by spaces, got 'x'"},
+             {"'1 256'", "--prompt-ids: 256 is outside the model's vocabulary (ids 0 to 255)"},
+             {"''", "--prompt-ids: no token ids given"}}) {
+      auto bad = generate("--prompt-ids " + ids + " --tokens 3");
+      CHECK(bad.exit_code == 2);
+      CHECK(bad.out.empty());  // nothing printed before the refusal
+      CHECK_THAT(bad.err, Contains(expected));
+    }
+
     auto mismatch = generate("--config " + dir.file("wider.yaml") + " --tokens 3");
     CHECK(mismatch.exit_code == 2);
     CHECK_THAT(mismatch.err, Contains("wrong shapes transformer.wte.weight (file [256, 32], model [256, 64])") &&
@@ -302,9 +301,9 @@ TEST_CASE("a TorchScript language model trains as causal_lm, its vocabulary chec
                                    "train.max_steps=150", "train.epochs=10", "eval.every_steps=150"});
   INFO(trains.out << trains.err);
   REQUIRE(trains.exit_code == 0);
-  double loss = last_value(dir.file("out/metrics.jsonl"), "eval_loss");
+  double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
   CHECK((loss > 0 && loss < 5.0));  // below a uniform guess over 256 bytes, 5.55
-  CHECK(last_value(dir.file("out/metrics.jsonl"), "eval_bits_per_byte") == Approx(loss / std::log(2.0)));
+  CHECK(metric_value(dir.file("out/metrics.jsonl"), "eval_bits_per_byte") == Approx(loss / std::log(2.0)));
   CHECK(fs::exists(dir.file("out/model_scripted.pt")));
 
   auto small = ddprun(1, config, {"model.name=torchscript", "model.path=" + python_fixture("tiny_lm_64.pt"),
@@ -312,4 +311,10 @@ TEST_CASE("a TorchScript language model trains as causal_lm, its vocabulary chec
   CHECK(small.exit_code == 2);
   CHECK_THAT(small.err, Contains("outside model.path " + python_fixture("tiny_lm_64.pt") +
                                  "'s output width (its vocabulary) 64 (ids 0 to 63)"));
+
+  auto flat = ddprun(1, config, {"model.name=torchscript", "model.path=" + python_fixture("flat_lm.pt"),
+                                 "train.max_steps=2", "run.output_dir=" + dir.file("flat")});
+  CHECK(flat.exit_code == 2);
+  CHECK_THAT(flat.err, Contains("model.path: train.task causal_lm needs logits [B, T, V] for tokens [B, T]; for [1, "
+                                "32] it returned [1, 256]"));
 }

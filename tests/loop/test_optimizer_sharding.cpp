@@ -8,6 +8,7 @@
 #include <fstream>
 #include <regex>
 
+#include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -41,17 +42,6 @@ double largest_difference(const std::string& a, const std::string& b) {
   return worst;
 }
 
-double last_value(const std::string& metrics, const std::string& key) {
-  std::ifstream in(metrics);
-  std::string line;
-  double value = -1;
-  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
-  std::smatch match;
-  while (std::getline(in, line))
-    if (std::regex_search(line, match, field)) value = std::stod(match[1]);
-  return value;
-}
-
 }  // namespace
 
 TEST_CASE("dist.shard optimizer at world 2 and 4 trains the MLP to the replicated run's weights within 1e-6",
@@ -73,8 +63,8 @@ TEST_CASE("dist.shard optimizer at world 2 and 4 trains the MLP to the replicate
           1e-6);
     // Whole tensors are shared out, and one weight (784 × 64) is 95% of this MLP: its owner keeps
     // nearly all the state, the others little (the GPT below splits evenly).
-    double whole = last_value(dir.file("replicated" + tag + "/metrics.jsonl"), "optimizer_state_mib_max");
-    double share = last_value(dir.file("sharded" + tag + "/metrics.jsonl"), "optimizer_state_mib_max");
+    double whole = metric_value(dir.file("replicated" + tag + "/metrics.jsonl"), "optimizer_state_mib_max");
+    double share = metric_value(dir.file("sharded" + tag + "/metrics.jsonl"), "optimizer_state_mib_max");
     CHECK(whole > 0);
     CHECK(share < whole);
     CHECK_THAT(sharded.out, Contains("memory per rank (largest): parameters"));
@@ -135,8 +125,8 @@ TEST_CASE("a GPT with dist.shard optimizer at world 2 matches the replicated run
   INFO(sharded.out << sharded.err);
   REQUIRE(sharded.exit_code == 0);
   CHECK(largest_difference(dir.file("replicated/model.pt"), dir.file("sharded/model.pt")) < 1e-6);
-  double whole = last_value(dir.file("replicated/metrics.jsonl"), "optimizer_state_mib_max");
-  double share = last_value(dir.file("sharded/metrics.jsonl"), "optimizer_state_mib_max");
+  double whole = metric_value(dir.file("replicated/metrics.jsonl"), "optimizer_state_mib_max");
+  double share = metric_value(dir.file("sharded/metrics.jsonl"), "optimizer_state_mib_max");
   CHECK(share <= 0.6 * whole);  // its tensors balance: about half each
 
   std::string out = dir.file("killed");

@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "support/python_fixtures.h"
+#include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -47,28 +48,6 @@ CommandResult ddprun(int nproc, const std::string& config, const std::vector<std
 
 using Weights = std::map<std::string, torch::Tensor>;
 
-// The last eval record's `key` in metrics.jsonl.
-double last_eval(const std::string& metrics, const std::string& key) {
-  std::ifstream in(metrics);
-  std::string line;
-  double value = -1;
-  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
-  std::smatch match;
-  while (std::getline(in, line))
-    if (std::regex_search(line, match, field)) value = std::stod(match[1]);
-  return value;
-}
-
-double first_eval(const std::string& metrics, const std::string& key) {
-  std::ifstream in(metrics);
-  std::string line;
-  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
-  std::smatch match;
-  while (std::getline(in, line))
-    if (std::regex_search(line, match, field)) return std::stod(match[1]);
-  return -1;
-}
-
 }  // namespace
 
 TEST_CASE("a scripted module at world 2 batch 32 matches world 1 batch 64 after 30 SGD steps", "[torchscript]") {
@@ -102,8 +81,8 @@ TEST_CASE("with BatchNorm and dropout at world 2, Python's torch.jit.load of the
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   REQUIRE(fs::exists(dir.file("out/model_scripted.pt")));
-  double accuracy = last_eval(dir.file("out/metrics.jsonl"), "eval_accuracy");
-  double loss = last_eval(dir.file("out/metrics.jsonl"), "eval_loss");
+  double accuracy = metric_value(dir.file("out/metrics.jsonl"), "eval_accuracy");
+  double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
   REQUIRE(accuracy > 0.7);  // it learned
   auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_torchscript.py",
                              dir.file("out/model_scripted.pt"), dir.file("out/model.pt"), python_fixture("test_x.npy"),
@@ -124,18 +103,18 @@ TEST_CASE("weights carry over: model.init_from a state_dict, and model_scripted.
   auto r = ddprun(1, write_config(first, "mlp.pt"), {"train.epochs=1"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  double trained = last_eval(first.file("out/metrics.jsonl"), "eval_loss");
+  double trained = metric_value(first.file("out/metrics.jsonl"), "eval_loss");
   // Evaluated before their first step, the new runs start where the first one ended.
   auto a = ddprun(1, write_config(from_state, "mlp.pt"),
                   {"model.init_from=" + first.file("out/model.pt"), "eval.at_start=true", "train.max_steps=1"});
   INFO(a.out << a.err);
   REQUIRE(a.exit_code == 0);
-  CHECK(first_eval(from_state.file("out/metrics.jsonl"), "eval_loss") == Approx(trained).epsilon(1e-6));
+  CHECK(metric_value(from_state.file("out/metrics.jsonl"), "eval_loss", false) == Approx(trained).epsilon(1e-6));
   auto b = ddprun(1, write_config(from_module, "mlp.pt"),
                   {"model.path=" + first.file("out/model_scripted.pt"), "eval.at_start=true", "train.max_steps=1"});
   INFO(b.out << b.err);
   REQUIRE(b.exit_code == 0);
-  CHECK(first_eval(from_module.file("out/metrics.jsonl"), "eval_loss") == Approx(trained).epsilon(1e-6));
+  CHECK(metric_value(from_module.file("out/metrics.jsonl"), "eval_loss", false) == Approx(trained).epsilon(1e-6));
 
   auto wrong = ddprun(1, write_config(from_state, "regressor.pt"), {"model.init_from=" + first.file("out/model.pt")});
   CHECK(wrong.exit_code == 2);
@@ -239,17 +218,17 @@ TEST_CASE("regression on NPY and classification on CSV train end to end", "[torc
                    "train.task=regression", "train.loss=mse", "optim.lr=0.01", "eval.at_start=true"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  double mse = last_eval(reg.file("out/metrics.jsonl"), "eval_mse");
+  double mse = metric_value(reg.file("out/metrics.jsonl"), "eval_mse");
   CHECK(mse >= 0);
-  CHECK(mse < 0.2 * first_eval(reg.file("out/metrics.jsonl"), "eval_mse"));  // it learned
-  CHECK(last_eval(reg.file("out/metrics.jsonl"), "eval_mae") > 0);
+  CHECK(mse < 0.2 * metric_value(reg.file("out/metrics.jsonl"), "eval_mse", false));  // it learned
+  CHECK(metric_value(reg.file("out/metrics.jsonl"), "eval_mae") > 0);
 
   auto c = ddprun(2, write_config(csv, "mlp.pt"),
                   {"data.dataset=csv", "data.path=" + python_fixture("train.csv"), "data.eval_path=",
                    "data.eval_fraction=0.2", "data.labels="});
   INFO(c.out << c.err);
   REQUIRE(c.exit_code == 0);
-  CHECK(last_eval(csv.file("out/metrics.jsonl"), "eval_accuracy") > 0.7);
+  CHECK(metric_value(csv.file("out/metrics.jsonl"), "eval_accuracy") > 0.7);
 }
 
 TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.91 at world 2, and Python agrees",
@@ -266,7 +245,7 @@ TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.9
                      std::chrono::seconds(900));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  double accuracy = last_eval(dir.file("out/metrics.jsonl"), "eval_accuracy");
+  double accuracy = metric_value(dir.file("out/metrics.jsonl"), "eval_accuracy");
   CHECK(accuracy >= 0.91);
   auto python = run_shell("cd " + dir.path() + " && /usr/bin/python3 -c '"
                           "import numpy as np, torch\n"

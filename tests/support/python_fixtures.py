@@ -153,6 +153,18 @@ class TinyLm(nn.Module):
         return self.head(torch.tanh(self.emb(x)))
 
 
+class FlatLm(nn.Module):
+    """Logits per sequence [B, V], not per position: not a model train.task causal_lm can train."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(256, 8)
+        self.head = nn.Linear(8, 256)
+
+    def forward(self, x):
+        return self.head(self.emb(x).mean(1))
+
+
 class Pair(nn.Module):
     def __init__(self):
         super().__init__()
@@ -204,6 +216,7 @@ def modules(out):
     torch.jit.script(ReturnsLong()).save(f"{out}/returns_long.pt")
     torch.jit.script(TinyLm(256)).save(f"{out}/tiny_lm.pt")
     torch.jit.script(TinyLm(64)).save(f"{out}/tiny_lm_64.pt")
+    torch.jit.script(FlatLm()).save(f"{out}/flat_lm.pt")
     # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
         for item in src.infolist():
