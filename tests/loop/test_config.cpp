@@ -173,8 +173,8 @@ TEST_CASE("train.task chooses the task, and a key it does not train with is name
   REQUIRE_THROWS_WITH(parse("data: {dataset: tokens, path: t.bin, eval_split: none}\n"
                             "model: {name: gpt, n_embd: 100, n_head: 3}\ntrain: {task: causal_lm}"),
                       Contains("model.n_head: model.n_embd 100 must divide by it (3 heads)"));
-  REQUIRE_THROWS_WITH(parse("dist: {shard: parameters}"),
-                      Contains("dist.shard: parameters (ZeRO-2/3) is not built yet; use none or optimizer"));
+  CHECK(parse("dist: {shard: parameters}").mesh.shard == "parameters");
+  CHECK(parse("dist: {shard: gradients}").mesh.shard == "gradients");
   CHECK(parse("dist: {shard: optimizer}").mesh.shard == "optimizer");
   REQUIRE_THROWS_WITH(parse("train: {task: clasification}"),
                       Equals("train.task: must be one of causal_lm, classification, node_classification, regression, got "

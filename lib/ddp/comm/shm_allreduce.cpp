@@ -43,6 +43,18 @@ namespace ddp {
 // So every rank of every node holds the same bits, and only one rank per node crosses the network:
 // Gloo among all ranks would move local_world_size times the bytes between nodes.
 
+// Note [Shared-memory shards]
+// Sharded data parallelism splits a flat tensor of N·S floats into N contiguous shards, rank r
+// owning [rS, (r+1)S). The reduce-scatter is the all-reduce's steps 1 and 2 with another map from
+// slot to tensor: a round takes the same L floats from every shard (L = a slot's N-th), rank r
+// copies the others' into its slot, part q at q·L, and after a barrier sums part r of every slot
+// (its own from its tensor), in rank order, into its shard. So each shard gets the bits the
+// all-reduce gives there. The all-gather is one copy each way: rank r puts up to a slot of its
+// shard in its slot; after a barrier every rank copies every slot out. One barrier per round is
+// enough, as rounds alternate the two slot sets: a rank writes a set only after a barrier that
+// every rank reached after reading it. These stay within a node: across nodes the shard group is a
+// node's ranks (HSDP), or the trainer falls back to Gloo.
+
 namespace {
 
 constexpr int64_t kChunkFloats = 64 * 1024;  // 256 KiB per slot
@@ -66,6 +78,7 @@ void copy_floats(float* to, const float* from, int64_t count) {
 // is applied as a multiplication by 1/d, which is exact, so equal to the division.
 template <bool kPowerOfTwo>
 void sum_in_rank_order(const std::vector<const float*>& in, float* out, float* publish, int64_t count, float d) {
+  // `publish` may be null: the reduce-scatter keeps its sums.
   constexpr int64_t kBlock = 1024;
   alignas(64) float block[kBlock];
   const float inverse = 1.0f / d;
@@ -80,7 +93,7 @@ void sum_in_rank_order(const std::vector<const float*>& in, float* out, float* p
       for (int64_t i = 0; i < n; ++i) block[i] += scaled(next[i]);
     }
     copy_floats(out + start, block, n);
-    copy_floats(publish + start, block, n);
+    if (publish) copy_floats(publish + start, block, n);
   }
 }
 
@@ -262,10 +275,19 @@ void SharedMemoryAllReduce::sum_on_node(const torch::Tensor& tensor, float divis
   for (int64_t start = 0; start < n; start += kChunkFloats) sum_chunk(data + start, std::min(kChunkFloats, n - start), divisor);
 }
 
-void SharedMemoryAllReduce::sum(const torch::Tensor& tensor, float divisor) {
-  TORCH_CHECK(supports(tensor), "shared-memory all-reduce takes contiguous float32 CPU tensors");
+void SharedMemoryAllReduce::guarded(const std::function<void()>& body) {
   if (!broken_.empty()) throw std::runtime_error(broken_);
   try {
+    body();
+  } catch (const std::exception& e) {
+    broken_ = e.what();
+    throw;
+  }
+}
+
+void SharedMemoryAllReduce::sum(const torch::Tensor& tensor, float divisor) {
+  TORCH_CHECK(supports(tensor), "shared-memory all-reduce takes contiguous float32 CPU tensors");
+  guarded([&] {
     sum_on_node(tensor, divisor);
     if (!spans_nodes_) return;
     if (leaders_sum_)
@@ -273,18 +295,70 @@ void SharedMemoryAllReduce::sum(const torch::Tensor& tensor, float divisor) {
     else
       tensor.zero_();
     sum_on_node(tensor, 1);  // the leader's value to every rank of the node
-  } catch (const std::exception& e) {
-    broken_ = e.what();
-    throw;
-  }
+  });
+}
+
+void SharedMemoryAllReduce::reduce_scatter(const torch::Tensor& full, const torch::Tensor& shard, float divisor) {
+  TORCH_CHECK(supports(full) && supports(shard) && full.numel() == shard.numel() * world_size_,
+              "shared-memory reduce-scatter takes contiguous float32 CPU tensors of N·S and S floats");
+  guarded([&] {
+    const int64_t size = shard.numel();
+    const float* data = full.data_ptr<float>();
+    float* out = shard.data_ptr<float>();
+    if (world_size_ == 1) {
+      for (int64_t i = 0; i < size; ++i) out[i] = data[i] / divisor;
+      return;
+    }
+    // See Note [Shared-memory shards].
+    const int64_t part = kChunkFloats / world_size_ / kAlignFloats * kAlignFloats;
+    std::vector<const float*> in(static_cast<std::size_t>(world_size_));
+    for (int64_t start = 0; start < size; start += part) {
+      const int64_t n = std::min(part, size - start);
+      const int64_t set = chunks_done_++ % 2;
+      float* own = slot(set, rank_);
+      for (int q = 0; q < world_size_; ++q)
+        if (q != rank_) copy_floats(own + q * part, data + q * size + start, n);
+      barrier();
+      for (int q = 0; q < world_size_; ++q)
+        in[static_cast<std::size_t>(q)] = q == rank_ ? data + rank_ * size + start : slot(set, q) + rank_ * part;
+      if (is_power_of_two(divisor))
+        sum_in_rank_order<true>(in, out + start, nullptr, n, divisor);
+      else
+        sum_in_rank_order<false>(in, out + start, nullptr, n, divisor);
+    }
+  });
+}
+
+void SharedMemoryAllReduce::all_gather(const torch::Tensor& shard, const torch::Tensor& full) {
+  TORCH_CHECK(supports(full) && supports(shard) && full.numel() == shard.numel() * world_size_,
+              "shared-memory all-gather takes contiguous float32 CPU tensors of S and N·S floats");
+  guarded([&] {
+    const int64_t size = shard.numel();
+    const float* mine = shard.data_ptr<float>();
+    float* out = full.data_ptr<float>();
+    if (out + rank_ * size != mine) copy_floats(out + rank_ * size, mine, size);
+    if (world_size_ == 1) return;
+    for (int64_t start = 0; start < size; start += kChunkFloats) {  // See Note [Shared-memory shards].
+      const int64_t n = std::min(kChunkFloats, size - start);
+      const int64_t set = chunks_done_++ % 2;
+      copy_floats(slot(set, rank_), mine + start, n);
+      barrier();
+      for (int q = 0; q < world_size_; ++q)
+        if (q != rank_) copy_floats(out + q * size + start, slot(set, q), n);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> SharedMemoryAllReduce::sum_async(torch::Tensor tensor, float divisor) {
+  return run_async([this, tensor = std::move(tensor), divisor] { sum(tensor, divisor); });
+}
+
+c10::intrusive_ptr<c10d::Work> SharedMemoryAllReduce::run_async(std::function<void()> job) {
   auto work = c10::make_intrusive<SumWork>();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
-    queue_.push_back({std::move(tensor), divisor, work});
+    queue_.push_back({std::move(job), work});
   }
   wake_.notify_one();
   return work;
@@ -304,7 +378,7 @@ void SharedMemoryAllReduce::serve() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      sum(next.tensor, next.divisor);
+      next.job();
     } catch (...) {
       error = std::current_exception();
     }

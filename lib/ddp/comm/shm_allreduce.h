@@ -49,12 +49,26 @@ class SharedMemoryAllReduce {
   /// sum() on this rank's communication thread, in call order; the Work completes when it is done.
   c10::intrusive_ptr<c10d::Work> sum_async(torch::Tensor tensor, float divisor = 1);
 
+  /// The ranks this engine joins: every rank, or this node's after span_nodes().
+  int size() const { return world_size_; }
+
+  /// Reduce-scatter among this engine's ranks, never across nodes (Note [Shared-memory shards]):
+  /// `shard` (S floats) gets part `rank` of the sum of every rank's `full` (size() × S floats), each
+  /// value divided by `divisor` first: the bits sum() gives there. Same calling rules as sum().
+  void reduce_scatter(const torch::Tensor& full, const torch::Tensor& shard, float divisor = 1);
+
+  /// All-gather among this engine's ranks: `full` (size() × S floats) gets every rank's `shard`
+  /// (S floats) at rank × S. `shard` may be this rank's part of `full`.
+  void all_gather(const torch::Tensor& shard, const torch::Tensor& full);
+
+  /// `job` (calls of this engine) on the communication thread, after everything queued before it.
+  c10::intrusive_ptr<c10d::Work> run_async(std::function<void()> job);
+
  private:
   class SumWork;
   struct Header;
   struct Queued {
-    torch::Tensor tensor;
-    float divisor;
+    std::function<void()> job;
     c10::intrusive_ptr<SumWork> work;
   };
 
@@ -66,6 +80,8 @@ class SharedMemoryAllReduce {
   int gone_rank() const;
   void sum_chunk(float* chunk, int64_t length, float divisor);
   void sum_on_node(const torch::Tensor& tensor, float divisor);
+  /// Runs `body`; after a failure every later call fails the same way (the segment's state is unknown).
+  void guarded(const std::function<void()>& body);
   void serve();  // the communication thread
 
   SharedSegment segment_;

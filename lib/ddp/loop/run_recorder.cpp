@@ -236,7 +236,7 @@ void RunRecorder::report_peak_memory(const TrainProgress& progress) {
 }
 
 void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,
-                                      int64_t optimizer_bytes) {
+                                      int64_t optimizer_bytes, int64_t unit_bytes) {
   auto per_rank = torch::zeros({3, world_.world_size}, torch::kDouble);
   const double mib = 1024.0 * 1024.0;
   per_rank[0][world_.rank] = static_cast<double>(parameter_bytes) / mib;
@@ -246,9 +246,13 @@ void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t par
   if (world_.rank != 0) return;
   double params = largest[0].item<double>(), grads = largest[1].item<double>(), state = largest[2].item<double>();
   spdlog::info("memory per rank (largest): parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB "
-               "({:.1f} MiB in all)",
-               params, grads, state, params + grads + state);
+               "({:.1f} MiB in all){}",
+               params, grads, state, params + grads + state,
+               unit_bytes > 0 ? fmt::format("; the largest unit, gathered whole for its forward and backward, "
+                                            "{:.1f} MiB", static_cast<double>(unit_bytes) / mib)
+                              : "");
   MetricsRecord record = at_step(progress);
+  if (unit_bytes > 0) record.emplace_back("gathered_unit_mib", static_cast<double>(unit_bytes) / mib);
   record.emplace_back("parameter_mib_max", params);
   record.emplace_back("gradient_mib_max", grads);
   record.emplace_back("optimizer_state_mib_max", state);

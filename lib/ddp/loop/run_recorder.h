@@ -62,9 +62,10 @@ class RunRecorder {
   /// Every rank's peak RSS, on rank 0's log and in the metrics.
   void report_peak_memory(const TrainProgress& progress);
   /// Once, after the first step (when the optimizer's state exists): each rank's bytes of
-  /// parameters, gradients and optimizer state, the largest over ranks logged and recorded.
+  /// parameters, gradients and optimizer state, the largest over ranks logged and recorded;
+  /// `unit_bytes`, when not 0, the largest unit dist.shard parameters gathers at a time.
   void report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,
-                           int64_t optimizer_bytes);
+                           int64_t optimizer_bytes, int64_t unit_bytes = 0);
   /// The end of a run that finished: the summary line, the exit status and the report.
   void finished(const TrainProgress& progress);
   /// The end of a run stopped by `signal` after its checkpoint.

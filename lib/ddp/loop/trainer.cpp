@@ -19,6 +19,32 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() ? "runs/" + run.name : run.output_dir; }
 
+// The model's unit hooks, into the plan's sharded engine (dist.shard parameters).
+class ShardHooksToPlan final : public ShardUnitHooks {
+ public:
+  explicit ShardHooksToPlan(ShardedDataParallel& engine) : engine_(engine) {}
+  void before_root() override { engine_.before_root(); }
+  void before_unit(std::size_t unit) override { engine_.before_unit(unit); }
+  torch::Tensor after_unit(std::size_t unit, torch::Tensor output) override {
+    return engine_.after_unit(unit, std::move(output));
+  }
+
+ private:
+  ShardedDataParallel& engine_;
+};
+
+// dist.shard parameters: each shard unit's parameters; ConfigError for a model without units.
+std::vector<std::vector<torch::Tensor>> shard_units_of(torch::nn::Module& module, const ModelConfig& config) {
+  auto* model = dynamic_cast<Model*>(&module);
+  std::vector<std::vector<torch::Tensor>> units;
+  if (model)
+    for (const auto& unit : model->shard_units()) units.push_back(unit->parameters());
+  if (units.empty())
+    throw ConfigError("dist.shard: parameters gathers a model's parameters unit by unit, and model.name " +
+                      config.name + " names no units (gpt and mlp do); use dist.shard: gradients");
+  return units;
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(config)) {
@@ -29,8 +55,11 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
   if (world.rank == 0 && config_.mesh.shard != "none")
-    spdlog::info("dist.shard {}: the optimizer state is split within each data_shard group of the mesh {}",
-                 config_.mesh.shard, plan_->mesh().describe());
+    spdlog::info("dist.shard {}: {} split within each data_shard group of the mesh {}", config_.mesh.shard,
+                 config_.mesh.shard == "optimizer"   ? "the optimizer state is"
+                 : config_.mesh.shard == "gradients" ? "gradients and optimizer state are"
+                                                     : "parameters, gradients and optimizer state are",
+                 plan_->mesh().describe());
 
   TaskContext context;
   context.device = world.device;
@@ -56,13 +85,24 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
       config_.data, /*pin_memory=*/world.device.is_cuda());
   // The vote and the monitor's numbers (reserved by the recorder) travel with the gradients.
   stop_vote_ = std::make_unique<StopVote>(side_values_);
-  gradient_sync_ = plan_->make_gradient_sync(parameters_, &side_values_);
+  std::vector<std::vector<torch::Tensor>> units;
+  if (config_.mesh.shard == "parameters") units = shard_units_of(task_->model(), config_.model);
+  gradient_sync_ = plan_->make_gradient_sync(parameters_, &side_values_, units);
+  if (auto* engine = plan_->parameter_shards()) {
+    shard_hooks_ = std::make_unique<ShardHooksToPlan>(*engine);
+    dynamic_cast<Model&>(task_->model()).set_shard_hooks(shard_hooks_.get());
+  }
   double lr = scaled_lr(config_.optim, world.world_size);
-  optimizer_ = make_optimizer(plan_->optimizer_parameters(parameters_), config_.optim, lr);
+  std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parameters_);
+  optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims(optimized));
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
   progress_.batch_size = config_.train.batch_size;
   resume();
+}
+
+Trainer::~Trainer() {
+  if (shard_hooks_) dynamic_cast<Model&>(task_->model()).set_shard_hooks(nullptr);
 }
 
 void Trainer::resume() {
@@ -85,8 +125,11 @@ void Trainer::resume() {
   std::unique_ptr<torch::optim::Optimizer> whole;
   if (plan_->shards_optimizer())
     whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
+  plan_->gather_parameters();  // the checkpoint's weights go into the whole parameters
   TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
                                                world.world_size, world.rank);
+  plan_->parameters_changed();
+  plan_->release_parameters();
   if (whole) plan_->keep_optimizer_state(*whole, *optimizer_);
   // Its position counts batches of the size it was written with: another size would resume at
   // another sample (and train some twice), as another world size would.
@@ -173,7 +216,7 @@ StepStats Trainer::train_step(int64_t micro_batches) {
     progress_.batch_in_epoch += 1;
   }
   gradient_sync_->finish();
-  if (config_.train.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(parameters_, config_.train.clip_grad_norm);
+  if (config_.train.clip_grad_norm > 0) plan_->clip_grad_norm(parameters_, config_.train.clip_grad_norm);
   step.lr = schedule_->lr_at(progress_.step);
   set_learning_rate(*optimizer_, step.lr);
   optimizer_->step();
@@ -185,12 +228,8 @@ StepStats Trainer::train_step(int64_t micro_batches) {
 
 void Trainer::report_state_memory() {
   state_memory_reported_ = true;
-  int64_t parameter_bytes = 0, gradient_bytes = 0;
-  for (const auto& p : parameters_) {
-    parameter_bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    if (p.grad().defined()) gradient_bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-  }
-  recorder_->report_state_memory(progress_, parameter_bytes, gradient_bytes, optimizer_state_bytes(*optimizer_));
+  recorder_->report_state_memory(progress_, plan_->parameter_bytes(parameters_), plan_->gradient_bytes(parameters_),
+                                 optimizer_state_bytes(*optimizer_), plan_->largest_unit_bytes());
 }
 
 void Trainer::after_step() {
@@ -217,7 +256,9 @@ int Trainer::stop_after_checkpoint() {
 
 void Trainer::finish() {
   recorder_->report_peak_memory(progress_);
+  plan_->gather_parameters();
   if (plan_->writes_checkpoints()) task_->save_model(output_dir_of(config_.run));
+  plan_->release_parameters();
   recorder_->finished(progress_);
   // Nobody leaves before every rank is done with collectives and rank 0 has written its files.
   barrier(plan_->world());
@@ -234,8 +275,10 @@ void Trainer::save_checkpoint() {
     plan_->gather_optimizer_state(*optimizer_, *whole);
   }
   checkpointer_->mark_saved(progress_.step);
+  plan_->gather_parameters();
   if (plan_->writes_checkpoints())
     checkpointer_->save(task_->model(), whole ? *whole : *optimizer_, progress_, plan_->world().world_size, rank_rng);
+  plan_->release_parameters();
   barrier(plan_->world());
 }
 
@@ -247,6 +290,7 @@ void Trainer::run_eval() {
     AutocastScope autocast(plan_->world().device, mixed_precision());
     result = evaluate(*task_, config_.eval, plan_->world());
   }
+  plan_->release_parameters();
   last_eval_step_ = progress_.step;
   recorder_->eval_ends(progress_, result);
 }

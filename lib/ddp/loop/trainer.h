@@ -29,6 +29,7 @@ class Trainer {
  public:
   /// Joins the process group, builds the plan and the task, synchronises the model, resumes if asked.
   Trainer(TrainConfig config, WorkerIdentity env);
+  ~Trainer();
   // Its reducer and prefetcher hold references into it.
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -66,6 +67,7 @@ class Trainer {
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // after task_: its batches come from it
   std::unique_ptr<StopVote> stop_vote_;
   std::unique_ptr<GradientSync> gradient_sync_;
+  std::unique_ptr<ShardUnitHooks> shard_hooks_;  // dist.shard parameters: the model calls the plan through it
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -203,6 +203,10 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
   }
 }
 
+std::vector<std::shared_ptr<torch::nn::Module>> Gpt::shard_units() {
+  return {transformer_->blocks.begin(), transformer_->blocks.end()};
+}
+
 void load_gpt_weights(Gpt& model, const std::string& path) {
   const std::string buffer = ".attn.bias";
   load_python_state_dict(model, path, [&buffer](const std::string& name) {
@@ -218,10 +222,12 @@ torch::Tensor Gpt::forward(torch::Tensor idx) {
   if (t > options_.block_size)
     throw UserError("model.block_size: a sequence of " + std::to_string(t) + " tokens is longer than the " +
                     std::to_string(options_.block_size) + " positions the model has");
+  enter_shard_root();
   // Positions 0..T-1 are the first T rows of wpe: the embedding of arange(T), without the gather.
   torch::Tensor x = transformer_->wte->forward(idx) + transformer_->wpe->weight.narrow(0, 0, t);
   x = maybe_dropout(x, options_.dropout, is_training());
-  for (const auto& block : transformer_->blocks) x = block->forward(x);
+  for (std::size_t i = 0; i < transformer_->blocks.size(); ++i)
+    x = run_unit(i, [&] { return transformer_->blocks[i]->forward(x); });
   return torch::nn::functional::linear(transformer_->ln_f->forward(x), head_weight_);
 }
 

@@ -55,6 +55,8 @@ class Gpt : public Model {
 
   torch::Tensor forward(torch::Tensor idx) override;
   std::vector<int64_t> input_shape() const override { return {}; }
+  /// The blocks; the embeddings (tied to the head) and the final LayerNorm are the root.
+  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override;
   const GptOptions& options() const { return options_; }
 
  private:

@@ -17,18 +17,35 @@ class Mlp : public Model {
     torch::nn::Sequential layers;
     int64_t width = kInputSize;
     for (int64_t hidden : config.hidden) {
-      layers->push_back(torch::nn::Linear(width, hidden));
+      linears_.emplace_back(width, hidden);
+      layers->push_back(linears_.back());
       layers->push_back(torch::nn::ReLU());
       width = hidden;
     }
-    layers->push_back(torch::nn::Linear(width, config.num_classes));
-    layers_ = register_module("layers", layers);
+    linears_.emplace_back(width, config.num_classes);
+    layers->push_back(linears_.back());
+    register_module("layers", layers);
   }
 
-  torch::Tensor forward(torch::Tensor x) override { return layers_->forward(x.reshape({x.size(0), -1})); }
+  // The Sequential's forward, one Linear at a time: each is a shard unit.
+  torch::Tensor forward(torch::Tensor x) override {
+    enter_shard_root();
+    x = x.reshape({x.size(0), -1});
+    for (std::size_t i = 0; i < linears_.size(); ++i) {
+      x = run_unit(i, [&] { return linears_[i]->forward(x); });
+      if (i + 1 < linears_.size()) x = torch::relu(x);
+    }
+    return x;
+  }
+
+  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override {
+    std::vector<std::shared_ptr<torch::nn::Module>> units;
+    for (const auto& linear : linears_) units.push_back(linear.ptr());
+    return units;
+  }
 
  private:
-  torch::nn::Sequential layers_{nullptr};
+  std::vector<torch::nn::Linear> linears_;
 };
 
 }  // namespace

@@ -25,6 +25,19 @@ constexpr int64_t kInputWidth = 28;
 /// Values per flattened input image.
 constexpr int64_t kInputSize = kInputChannels * kInputHeight * kInputWidth;
 
+/// Where a model's forward lets sharded data parallelism in (dist.shard: parameters gathers a unit's
+/// parameters before it runs and frees them after; Note [Unit hooks] in ddp/parallel).
+class ShardUnitHooks {
+ public:
+  virtual ~ShardUnitHooks() = default;
+  /// As forward starts: the root's parameters (those of no unit) are needed.
+  virtual void before_root() = 0;
+  /// Unit `unit` (an index into Model::shard_units()) is about to run.
+  virtual void before_unit(std::size_t unit) = 0;
+  /// It ran and gave `output`, through which backward will reach it; returns what forward goes on with.
+  virtual torch::Tensor after_unit(std::size_t unit, torch::Tensor output) = 0;
+};
+
 /// A network with one input and one output: the built-in classifiers take float [B, 1, 28, 28] and
 /// give logits [B, num_classes]; a TorchScript module takes and gives what it was written for.
 class Model : public torch::nn::Module {
@@ -39,6 +52,28 @@ class Model : public torch::nn::Module {
   /// Writes the trained model in forms besides model.pt's state_dict into `output_dir`
   /// (TorchScript: model_scripted.pt). Throws FileError.
   virtual void save_extras(const std::string& output_dir) const { (void)output_dir; }
+
+  /// The modules whose parameters dist.shard: parameters gathers together, in forward order (a GPT
+  /// block, an MLP layer); empty when the forward cannot say when each runs (TorchScript).
+  virtual std::vector<std::shared_ptr<torch::nn::Module>> shard_units() { return {}; }
+  /// Makes forward call `hooks` (null: stop), which must outlive the model's use.
+  void set_shard_hooks(ShardUnitHooks* hooks) { shard_hooks_ = hooks; }
+
+ protected:
+  /// In forward, before the root's parameters are used.
+  void enter_shard_root() {
+    if (shard_hooks_) shard_hooks_->before_root();
+  }
+  /// In forward: runs unit `unit` as `forward()`, inside the hooks.
+  template <typename Forward>
+  torch::Tensor run_unit(std::size_t unit, Forward&& forward) {
+    if (!shard_hooks_) return forward();
+    shard_hooks_->before_unit(unit);
+    return shard_hooks_->after_unit(unit, forward());
+  }
+
+ private:
+  ShardUnitHooks* shard_hooks_ = nullptr;
 };
 
 /// Sums a tensor over every rank and returns the sum (autograd need not see it). Layers that share

@@ -19,10 +19,12 @@ namespace {
 // configure_optimizers does; all keeps one group.
 template <typename Options>
 std::vector<torch::optim::OptimizerParamGroup> groups(const std::vector<torch::Tensor>& parameters,
-                                                      const OptimConfig& config, const Options& defaults) {
+                                                      const OptimConfig& config, const Options& defaults,
+                                                      const std::vector<int64_t>& dims) {
   if (config.decay_params == "all") return {torch::optim::OptimizerParamGroup(parameters)};
   std::vector<torch::Tensor> decayed, plain;
-  for (const auto& p : parameters) (p.dim() >= 2 ? decayed : plain).push_back(p);
+  for (std::size_t i = 0; i < parameters.size(); ++i)
+    ((dims.empty() ? parameters[i].dim() : dims[i]) >= 2 ? decayed : plain).push_back(parameters[i]);
   std::vector<torch::optim::OptimizerParamGroup> out;
   if (!decayed.empty()) out.emplace_back(decayed, std::make_unique<Options>(defaults));
   if (!plain.empty()) {
@@ -36,21 +38,23 @@ std::vector<torch::optim::OptimizerParamGroup> groups(const std::vector<torch::T
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& parameters,
-                                                        const OptimConfig& config, double lr) {
+                                                        const OptimConfig& config, double lr,
+                                                        const std::vector<int64_t>& dims) {
+  TORCH_CHECK(dims.empty() || dims.size() == parameters.size(), "make_optimizer: one dimension count per parameter");
   if (config.name == "sgd") {
     torch::optim::SGDOptions options(lr);
     options.momentum(config.momentum).nesterov(config.nesterov).weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::SGD>(groups(parameters, config, options), options);
+    return std::make_unique<torch::optim::SGD>(groups(parameters, config, options, dims), options);
   }
   if (config.name == "adam") {
     torch::optim::AdamOptions options(lr);
     options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::Adam>(groups(parameters, config, options), options);
+    return std::make_unique<torch::optim::Adam>(groups(parameters, config, options, dims), options);
   }
   if (config.name == "adamw") {
     torch::optim::AdamWOptions options(lr);
     options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::AdamW>(groups(parameters, config, options), options);
+    return std::make_unique<torch::optim::AdamW>(groups(parameters, config, options, dims), options);
   }
   throw ConfigError("optim.name: must be one of sgd, adam, adamw, got \"" + config.name + "\"");
 }

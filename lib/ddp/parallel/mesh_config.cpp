@@ -22,7 +22,9 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
       .max(kMaxRanks);
   schema.add("dist.shard", &config.shard,
              "what the ranks of a data_shard group split: none; optimizer (ZeRO-1: each rank keeps and steps the "
-             "optimizer state of its share of the parameters, then sends them, updated, to the others)")
+             "optimizer state of its share of the parameters, then sends them, updated, to the others); gradients "
+             "(ZeRO-2: also reduce-scatters the gradients, keeping its shard of them); parameters (ZeRO-3, FSDP: "
+             "also keeps only its shard of the parameters, gathering each unit's whole for its forward and backward)")
       .choices({"none", "optimizer", "gradients", "parameters"});
   // The mesh and its groups exist for any sizes (ParallelPlan); the strategies along these two
   // dimensions do not yet, and a run must not silently train as if they did.
@@ -31,11 +33,6 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
   });
   schema.rule("dist.data_shard", [&config]() -> std::string {
     return config.data_shard > 1 && config.shard == "none" ? "splits nothing with dist.shard: none; set dist.shard" : "";
-  });
-  schema.rule("dist.shard", [&config]() -> std::string {
-    return config.shard == "gradients" || config.shard == "parameters"
-               ? config.shard + " (ZeRO-2/3) is not built yet; use none or optimizer"
-               : "";
   });
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddp/comm/process_group.h"
+#include "ddp/parallel/optimizer_state.h"
 
 namespace ddp {
 
@@ -42,8 +43,5 @@ class OptimizerShards {
   std::vector<int> owners_;
   const Communicator& group_;
 };
-
-/// Bytes of state `optimizer` holds (moments, momentum buffers), for the memory accounting.
-int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace ddp

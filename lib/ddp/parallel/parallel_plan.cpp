@@ -1,10 +1,14 @@
 #include "ddp/parallel/parallel_plan.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/comm/gradient_reducer.h"
+#include "ddp/comm/shm_allreduce.h"
 
 namespace ddp {
 namespace {
@@ -22,6 +26,56 @@ std::string group_name(MeshDim dim, const std::vector<int>& ranks) {
   return std::string(mesh_dim_name(dim)) + "/" + std::to_string(ranks.front());
 }
 
+// Stage 2's units: DDP's buckets (Note [Bucket order]), in forward order, the root empty.
+std::vector<std::vector<std::size_t>> size_units(const std::vector<torch::Tensor>& parameters, const DistConfig& dist) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::vector<std::vector<std::size_t>> units;
+  std::vector<std::size_t> current;
+  double bytes = 0, cap = dist.first_bucket_mb;
+  for (std::size_t i = parameters.size(); i-- > 0;) {
+    const auto& p = parameters[i];
+    if (!current.empty() && parameters[current.back()].scalar_type() != p.scalar_type())
+      units.push_back(std::exchange(current, {}));  // a unit is one flat tensor: one dtype
+    current.push_back(i);
+    bytes += static_cast<double>(p.numel() * static_cast<int64_t>(p.element_size()));
+    if (bytes >= cap * kMiB) {
+      units.push_back(std::exchange(current, {}));
+      bytes = 0;
+      cap = dist.bucket_cap_mb;
+    }
+  }
+  if (!current.empty()) units.push_back(std::move(current));
+  units.push_back({});  // the root
+  std::reverse(units.begin(), units.end());
+  for (auto& unit : units) std::reverse(unit.begin(), unit.end());
+  return units;
+}
+
+// Stage 3's units: the root (what is in no unit or in several: a tied embedding), then the model's.
+std::vector<std::vector<std::size_t>> model_units(const std::vector<torch::Tensor>& parameters,
+                                                  const std::vector<std::vector<torch::Tensor>>& model) {
+  std::map<const c10::TensorImpl*, std::size_t> index;
+  for (std::size_t i = 0; i < parameters.size(); ++i) index[parameters[i].unsafeGetTensorImpl()] = i;
+  std::vector<int> count(parameters.size(), 0);
+  for (const auto& unit : model) {
+    std::set<const c10::TensorImpl*> seen;
+    for (const auto& p : unit)
+      if (seen.insert(p.unsafeGetTensorImpl()).second) count[index.at(p.unsafeGetTensorImpl())] += 1;
+  }
+  std::vector<std::vector<std::size_t>> units(1);
+  for (std::size_t i = 0; i < parameters.size(); ++i)
+    if (count[i] != 1) units[0].push_back(i);
+  for (const auto& unit : model) {
+    units.emplace_back();
+    std::set<const c10::TensorImpl*> seen;
+    for (const auto& p : unit) {
+      std::size_t i = index.at(p.unsafeGetTensorImpl());
+      if (count[i] == 1 && seen.insert(p.unsafeGetTensorImpl()).second) units.back().push_back(i);
+    }
+  }
+  return units;
+}
+
 }  // namespace
 
 ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist, int local_world_size)
@@ -37,6 +91,10 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
     }
     auto ranks = mesh_.group_ranks(world_.rank, dim);
     group = sub_communicator(world_, group_name(dim, ranks), ranks);
+    // A data-shard group as large as a node is that node's ranks (innermost dimension, ranks
+    // numbered node by node): its reduce-scatters and all-gathers can go through shared memory.
+    if (dim == MeshDim::kDataShard && world_.shared_memory && world_.shared_memory->size() == group.world_size)
+      group.shared_memory = world_.shared_memory;
   }
 }
 
@@ -57,27 +115,86 @@ std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model)
 }
 
 std::vector<torch::Tensor> ParallelPlan::optimizer_parameters(const std::vector<torch::Tensor>& parameters) {
+  if (sharded_) return sharded_->pieces();
   if (shard_ == "none") return parameters;
   shards_ = std::make_unique<OptimizerShards>(parameters, group(MeshDim::kDataShard));
   return shards_->owned();
 }
 
+std::vector<int64_t> ParallelPlan::optimizer_parameter_dims(const std::vector<torch::Tensor>& optimized) const {
+  if (sharded_) return sharded_->piece_dims();
+  std::vector<int64_t> dims;
+  for (const auto& p : optimized) dims.push_back(p.dim());
+  return dims;
+}
+
+void ParallelPlan::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  if (sharded_)
+    sharded_->clip_grad_norm(max_norm);
+  else
+    torch::nn::utils::clip_grad_norm_(parameters, max_norm);
+}
+
 void ParallelPlan::after_optimizer_step() const {
   if (shards_) shards_->share_updated_parameters();
+  if (sharded_) sharded_->after_optimizer_step();
 }
 
 void ParallelPlan::gather_optimizer_state(const torch::optim::Optimizer& sharded,
                                           torch::optim::Optimizer& whole) const {
-  shards_->gather_state(sharded, whole);
+  if (sharded_)
+    sharded_->gather_optimizer_state(sharded, whole);
+  else
+    shards_->gather_state(sharded, whole);
 }
 
 void ParallelPlan::keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const {
-  shards_->keep_owned_state(whole, sharded);
+  if (sharded_)
+    sharded_->keep_optimizer_state(whole, sharded);
+  else
+    shards_->keep_owned_state(whole, sharded);
+}
+
+void ParallelPlan::gather_parameters() const {
+  if (auto* engine = parameter_shards()) engine->gather_parameters();
+}
+
+void ParallelPlan::release_parameters() const {
+  if (auto* engine = parameter_shards()) engine->release_parameters();
+}
+
+void ParallelPlan::parameters_changed() const {
+  if (sharded_) sharded_->parameters_changed();
+}
+
+int64_t ParallelPlan::parameter_bytes(const std::vector<torch::Tensor>& parameters) const {
+  if (sharded_) return sharded_->parameter_bytes();
+  int64_t bytes = 0;
+  for (const auto& p : parameters) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+
+int64_t ParallelPlan::gradient_bytes(const std::vector<torch::Tensor>& parameters) const {
+  if (sharded_) return sharded_->gradient_bytes();
+  int64_t bytes = 0;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  return bytes;
 }
 
 std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch::Tensor> parameters,
-                                                               ValueSlots* side_values) const {
-  return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
+                                                               ValueSlots* side_values,
+                                                               const std::vector<std::vector<torch::Tensor>>& units) {
+  if (shard_ != "gradients" && shard_ != "parameters")
+    return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
+  ShardedOptions options;
+  options.shard_parameters = shard_ == "parameters";
+  options.data_parallel_size = data_parallel().world_size;
+  auto engine = std::make_unique<ShardedDataParallel>(
+      parameters, options.shard_parameters ? model_units(parameters, units) : size_units(parameters, dist_),
+      group(MeshDim::kDataShard), group(MeshDim::kDataReplicate), data_parallel(), options, side_values);
+  sharded_ = engine.get();
+  return engine;
 }
 
 void ParallelPlan::share_buffers() {

@@ -17,6 +17,7 @@
 #include "ddp/parallel/device_mesh.h"
 #include "ddp/parallel/mesh_config.h"
 #include "ddp/parallel/optimizer_shards.h"
+#include "ddp/parallel/sharded_data_parallel.h"
 
 namespace ddp {
 
@@ -43,22 +44,44 @@ class ParallelPlan {
   std::vector<torch::Tensor> prepare_model(torch::nn::Module& model);
 
   /// What averages the gradients of `parameters` (from prepare_model) each step, carrying
-  /// `side_values` (which must outlive it): the bucketed all-reduce over the data replicas.
-  std::unique_ptr<GradientSync> make_gradient_sync(std::vector<torch::Tensor> parameters,
-                                                   ValueSlots* side_values) const;
+  /// `side_values` (which must outlive it): the bucketed all-reduce over the data replicas, or with
+  /// dist.shard gradients or parameters the sharded engine, which the plan keeps using while the
+  /// returned sync lives. `units`: with dist.shard parameters, the model's shard units' parameters
+  /// in forward order; a tensor in none of them, or in several, goes to the root unit.
+  std::unique_ptr<GradientSync> make_gradient_sync(std::vector<torch::Tensor> parameters, ValueSlots* side_values,
+                                                   const std::vector<std::vector<torch::Tensor>>& units = {});
 
-  /// The parameters this rank's optimizer steps, of `parameters` (from prepare_model): all of them,
-  /// or with dist.shard: optimizer this rank's share (Note [Optimizer shards]).
+  /// The tensors this rank's optimizer steps, of `parameters` (from prepare_model): all of them;
+  /// with dist.shard optimizer its share of them (Note [Optimizer shards]); with gradients or
+  /// parameters its pieces of them (Note [Flat shards]). After make_gradient_sync.
   std::vector<torch::Tensor> optimizer_parameters(const std::vector<torch::Tensor>& parameters);
-  /// Whether the optimizer's state is split over the data-shard group (dist.shard: optimizer).
-  bool shards_optimizer() const { return shards_ != nullptr; }
-  /// After the optimizer stepped: with sharding, every parameter from its owner to the group.
+  /// For optim.decay_params: the dimension count of each optimizer_parameters() tensor's parameter.
+  std::vector<int64_t> optimizer_parameter_dims(const std::vector<torch::Tensor>& optimized) const;
+  /// Whether the optimizer's state is split over the data-shard group (any dist.shard).
+  bool shards_optimizer() const { return shard_ != "none"; }
+  /// Clips the gradients (after the sync) to a global norm of `max_norm`, over every shard.
+  void clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+  /// After the optimizer stepped: with sharding, the updated parameters where the layout wants them.
   void after_optimizer_step() const;
   /// Checkpoints: `whole` (an optimizer over every parameter) given every owner's state; every rank
   /// takes part. Only with sharding.
   void gather_optimizer_state(const torch::optim::Optimizer& sharded, torch::optim::Optimizer& whole) const;
   /// Resume: `sharded` keeps its share of `whole`'s state. Only with sharding.
   void keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const;
+
+  /// dist.shard parameters: the engine the model's unit hooks call; null otherwise.
+  ShardedDataParallel* parameter_shards() const { return shard_ == "parameters" ? sharded_ : nullptr; }
+  /// Every parameter whole in the model (dist.shard parameters gathers them) until release_parameters().
+  void gather_parameters() const;
+  /// Frees what gather_parameters() or an evaluation gathered (dist.shard parameters).
+  void release_parameters() const;
+  /// After the whole parameters were overwritten (a checkpoint loaded into the model): the shards follow.
+  void parameters_changed() const;
+  /// Bytes of parameters and of gradients this rank holds now (its shards where sharded).
+  int64_t parameter_bytes(const std::vector<torch::Tensor>& parameters) const;
+  int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters) const;
+  /// The largest unit's whole parameters, which dist.shard parameters gathers at a time; 0 otherwise.
+  int64_t largest_unit_bytes() const { return parameter_shards() ? sharded_->largest_unit_bytes() : 0; }
 
   /// Before evaluation: rank 0's buffers (BatchNorm statistics) on every replica (Note [Lazy buffer broadcast]).
   void share_buffers();
@@ -83,6 +106,7 @@ class ParallelPlan {
 
   std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
   std::unique_ptr<OptimizerShards> shards_;  // dist.shard: optimizer
+  ShardedDataParallel* sharded_ = nullptr;   // dist.shard: gradients, parameters; the gradient sync
 };
 
 }  // namespace ddp

@@ -1,0 +1,430 @@
+#include "ddp/parallel/sharded_data_parallel.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+#include "ddp/comm/collectives.h"
+#include "ddp/parallel/optimizer_state.h"
+
+namespace ddp {
+
+// Note [Flat shards]
+// The parameters are grouped in units. A unit's parameters are laid end to end in one flat tensor
+// (each parameter becomes a view of it), zero-padded to N·S elements for a shard group of N ranks;
+// rank r owns [rS, (r+1)S). What rank r keeps between steps:
+//   - gradients (stage 2 and 3): its S of the averaged gradient. The whole gradients exist from the
+//     first gradient of the unit in a backward (a pre-hook on the gradient accumulator makes them,
+//     and points the parameters' .grad into them) until the unit's reduce-scatter has finished;
+//   - optimizer state: the optimizer steps this rank's pieces, one 1-D view per parameter that
+//     overlaps [rS, (r+1)S), so each element's moments live on one rank only. Updates are
+//     element-wise, so a piece's update is the whole tensor's there;
+//   - parameters (stage 3 only): its S. Stage 2 keeps every rank's whole flat tensor, which the
+//     shards refresh by an all-gather after each optimizer step.
+// Reduce-scatters launch in reverse unit order (backward's), strictly in that order on every rank
+// (as Note [Bucket order] in gradient_reducer.cpp), each divided by the data-parallel size. Over
+// shared memory each shard gets the very bits the replicated all-reduce gives there (Note
+// [Shared-memory shards]), so a sharded run matches a replicated one up to clipping, whose global
+// norm is summed from the shards in another order. With a data-replicate group (HSDP) the shards
+// are then summed across it. Parameters no rank used get no gradient, so the optimizer skips them
+// (Note [Unused parameters]); their flags, and the side values, are summed over the world in one
+// small all-reduce per step.
+
+// Note [Unit hooks]
+// Stage 3 gathers a unit's parameters just before it runs and frees them after, in forward and
+// again in backward. The model calls before_root() as its forward starts, and before_unit() and
+// after_unit() around each unit (Model::run_unit); unit 0, the root, holds the parameters of no unit
+// or of several (a tied embedding), and stays gathered from the start of forward until its
+// gradients are reduce-scattered. after_unit() frees the unit and puts a hook on its output, which
+// backward reaches just before the unit's own backward: the hook gathers it again and prefetches
+// the unit before it; forward prefetches the unit after. A unit's backward is over once every
+// gradient accumulator of it has fired (each fires once, after every use): its parameters are freed
+// then, as its reduce-scatter launches (or at once on an accumulation micro-step).
+// Freeing keeps the flat tensor's StorageImpl and drops its memory, so the parameters, and the
+// tensors autograd saved of them, see the memory a later gather puts back; the gather writes
+// through the flat tensor, not through the parameters, whose version counters therefore stay as
+// autograd saved them (FSDP's storage resize). Every rank runs the same graph, so the gathers,
+// launched from forward and from backward hooks, interleave with the reduce-scatters in the same
+// order on every rank, which the collectives need.
+
+namespace {
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+class LambdaPreHook : public torch::autograd::FunctionPreHook {
+ public:
+  explicit LambdaPreHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    fn_();
+    return grads;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+// See Note [Unit hooks]: the memory goes, the StorageImpl stays.
+void free_storage(const torch::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
+}
+
+void allocate_storage(const torch::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+}  // namespace
+
+ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
+                                         std::vector<std::vector<std::size_t>> units, const Communicator& shard_group,
+                                         const Communicator& replicate_group, const Communicator& world,
+                                         ShardedOptions options, ValueSlots* side_values)
+    : parameters_(std::move(parameters)), unit_of_(parameters_.size(), kNone), shard_group_(shard_group),
+      replicate_group_(replicate_group), world_(world), options_(options), side_values_(side_values) {
+  const int n = shard_group_.world_size, r = shard_group_.rank;
+  torch::NoGradGuard no_grad;
+  for (auto& ids : units) {
+    Unit unit;
+    int64_t numel = 0;
+    for (std::size_t i : ids) {
+      TORCH_CHECK(i < parameters_.size() && unit_of_[i] == kNone, "ShardedDataParallel: parameter ", i,
+                  " is in no unit or in two");
+      TORCH_CHECK(parameters_[i].scalar_type() == parameters_[ids.front()].scalar_type(),
+                  "ShardedDataParallel: a unit's parameters must share a dtype");
+      unit_of_[i] = units_.size();
+      unit.offsets.push_back(numel);
+      numel += parameters_[i].numel();
+    }
+    unit.parameters = std::move(ids);
+    unit.shard_numel = (numel + n - 1) / n;
+    auto tensor_options = unit.parameters.empty() ? torch::TensorOptions(torch::kFloat)
+                                                  : parameters_[unit.parameters.front()].options();
+    tensor_options = tensor_options.requires_grad(false);
+    unit.full = torch::zeros({n * unit.shard_numel}, tensor_options);
+    for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
+      torch::Tensor& p = parameters_[unit.parameters[k]];
+      auto place = unit.full.narrow(0, unit.offsets[k], p.numel());
+      place.copy_(p.detach().reshape(-1));
+      p.set_data(place.view(p.sizes()));
+    }
+    auto mine = unit.full.narrow(0, r * unit.shard_numel, unit.shard_numel);
+    unit.shard = options_.shard_parameters ? mine.clone() : mine;
+    unit.grad_shard = torch::zeros({unit.shard_numel}, tensor_options);
+    for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
+      const int64_t begin = std::max(unit.offsets[k], r * unit.shard_numel);
+      const int64_t end = std::min(unit.offsets[k] + parameters_[unit.parameters[k]].numel(), (r + 1) * unit.shard_numel);
+      if (begin >= end) continue;
+      const int64_t at = begin - r * unit.shard_numel;
+      pieces_.push_back(unit.shard.narrow(0, at, end - begin));
+      piece_grads_.push_back(unit.grad_shard.narrow(0, at, end - begin));
+      pieces_.back().mutable_grad() = piece_grads_.back();
+      piece_parameter_.push_back(unit.parameters[k]);
+      piece_offset_.push_back(begin - unit.offsets[k]);
+      piece_at_.push_back(at);
+    }
+    units_.push_back(std::move(unit));
+  }
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    TORCH_CHECK(unit_of_[i] != kNone, "ShardedDataParallel: parameter ", i, " is in no unit");
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (!accumulator) continue;  // needs no gradient
+    units_[unit_of_[i]].gradients += 1;
+    accumulator->add_pre_hook(std::make_unique<LambdaPreHook>([this, i] { on_gradient_arriving(i); }));
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          on_gradient_ready(i);
+          return outputs;
+        }));
+    grad_accumulators_.push_back(std::move(accumulator));
+  }
+  used_.assign(parameters_.size(), 0);
+  if (options_.shard_parameters)
+    for (std::size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+ShardedDataParallel::~ShardedDataParallel() = default;
+
+std::vector<int64_t> ShardedDataParallel::piece_dims() const {
+  std::vector<int64_t> dims;
+  for (std::size_t p : piece_parameter_) dims.push_back(parameters_[p].dim());
+  return dims;
+}
+
+void ShardedDataParallel::prepare() {
+  armed_ = true;
+  launched_ = 0;
+  for (std::size_t u = 0; u < units_.size(); ++u) arm_backward(u);
+  if (side_values_) side_sent_ = side_values_->packed();
+}
+
+void ShardedDataParallel::arm_backward(std::size_t unit) { units_[unit].pending = units_[unit].gradients; }
+
+void ShardedDataParallel::on_gradient_arriving(std::size_t parameter) {
+  Unit& unit = units_[unit_of_[parameter]];
+  if (unit.grad_full.defined()) return;
+  unit.grad_full = torch::zeros_like(unit.full);
+  for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
+    torch::Tensor& p = parameters_[unit.parameters[k]];
+    p.mutable_grad() = unit.grad_full.narrow(0, unit.offsets[k], p.numel()).view(p.sizes());
+  }
+}
+
+void ShardedDataParallel::on_gradient_ready(std::size_t parameter) {
+  used_[parameter] = 1;
+  const std::size_t u = unit_of_[parameter];
+  Unit& unit = units_[u];
+  if (unit.pending == 0 || --unit.pending > 0) return;
+  if (armed_)
+    launch_ready(false);
+  else
+    release(u);  // an accumulation micro-step: its backward is over, nothing to send yet
+}
+
+void ShardedDataParallel::launch_ready(bool all) {
+  while (launched_ < units_.size()) {
+    const std::size_t u = units_.size() - 1 - launched_;
+    if (!all && units_[u].pending > 0) return;
+    if (launched_ == 0) first_launch_ = Clock::now();
+    reduce(units_[u]);
+    release(u);
+    ++launched_;
+  }
+}
+
+void ShardedDataParallel::reduce(Unit& unit) {
+  if (unit.parameters.empty()) return;
+  torch::NoGradGuard no_grad;
+  if (!unit.grad_full.defined()) unit.grad_full = torch::zeros_like(unit.full);  // no gradient here: zeros
+  for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
+    const torch::Tensor& p = parameters_[unit.parameters[k]];
+    auto place = unit.grad_full.narrow(0, unit.offsets[k], p.numel());
+    if (p.grad().defined() && p.grad().data_ptr() != place.data_ptr()) place.copy_(p.grad().reshape(-1));  // replaced
+  }
+  unit.reducing = reduce_scatter(shard_group_, unit.grad_full, unit.grad_shard, options_.data_parallel_size);
+}
+
+void ShardedDataParallel::finish() {
+  auto backward_done = Clock::now();
+  launch_ready(/*all=*/true);
+  armed_ = false;
+  for (auto& unit : units_) unit.reducing.wait();
+  auto done = Clock::now();
+  timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
+  timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();
+  if (replicate_group_.world_size > 1) {  // HSDP: each shard's sum over the replicas
+    std::vector<torch::Tensor> shards;
+    for (auto& unit : units_) shards.push_back(unit.grad_shard);
+    std::vector<torch::Tensor> flat{torch::cat(shards)};
+    int64_t seq = replicate_group_.tracker->begin("gradient all_reduce");
+    replicate_group_.tracker->wait(replicate_group_.group->allreduce(flat), seq);
+    int64_t offset = 0;
+    for (auto& shard : shards) {
+      shard.copy_(flat[0].narrow(0, offset, shard.numel()));
+      offset += shard.numel();
+    }
+  }
+  for (auto& unit : units_) release_gradients(unit);
+  // The side values and the use flags (Note [Unused parameters] in gradient_reducer.cpp), summed.
+  std::vector<double> values = side_sent_;
+  values.insert(values.end(), used_.begin(), used_.end());
+  auto sums = torch::tensor(values, torch::kDouble);
+  if (world_.world_size > 1) sums = all_reduce_sum(world_, sums);
+  const double* sum = sums.data_ptr<double>();
+  if (side_values_) std::copy(sum, sum + side_sent_.size(), side_values_->packed().begin());
+  const double* used = sum + side_sent_.size();
+  for (std::size_t j = 0; j < pieces_.size(); ++j) {
+    if (used[piece_parameter_[j]] < 0.5)
+      pieces_[j].mutable_grad().reset();  // no rank used it: the optimizer must skip it
+    else if (!pieces_[j].grad().defined())
+      pieces_[j].mutable_grad() = piece_grads_[j];
+  }
+}
+
+void ShardedDataParallel::release_gradients(Unit& unit) {
+  if (!unit.grad_full.defined()) return;
+  unit.grad_full = torch::Tensor();
+  for (std::size_t i : unit.parameters) parameters_[i].mutable_grad().reset();
+}
+
+void ShardedDataParallel::zero_grad() {
+  torch::NoGradGuard no_grad;
+  for (auto& unit : units_) {
+    unit.grad_shard.zero_();
+    if (unit.grad_full.defined()) unit.grad_full.zero_();
+  }
+  std::fill(used_.begin(), used_.end(), 0);
+}
+
+double ShardedDataParallel::clip_grad_norm(double max_norm) {
+  auto squares = torch::zeros({1}, torch::kDouble);
+  for (const auto& unit : units_) squares += unit.grad_shard.to(torch::kDouble).pow(2).sum();
+  if (shard_group_.world_size > 1) squares = all_reduce_sum(shard_group_, squares);
+  const double norm = std::sqrt(squares.item<double>());
+  const double coefficient = max_norm / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_'s
+  if (coefficient < 1) {
+    torch::NoGradGuard no_grad;
+    for (auto& unit : units_) unit.grad_shard.mul_(coefficient);
+  }
+  return norm;
+}
+
+void ShardedDataParallel::after_optimizer_step() {
+  if (options_.shard_parameters) return;  // the next forward gathers them
+  for (auto& unit : units_)
+    if (!unit.parameters.empty()) unit.gathering = all_gather(shard_group_, unit.shard, unit.full);
+  for (auto& unit : units_) unit.gathering.wait();
+}
+
+void ShardedDataParallel::prefetch(std::size_t u) {
+  if (!options_.shard_parameters || u >= units_.size()) return;
+  Unit& unit = units_[u];
+  if (unit.gathered || unit.gathering.pending()) return;
+  allocate_storage(unit.full);
+  unit.gathering = all_gather(shard_group_, unit.shard, unit.full);
+}
+
+void ShardedDataParallel::gather(std::size_t u) {
+  Unit& unit = units_[u];
+  if (!options_.shard_parameters || unit.gathered) return;
+  prefetch(u);
+  unit.gathering.wait();
+  unit.gathered = true;
+}
+
+void ShardedDataParallel::release(std::size_t u) {
+  Unit& unit = units_[u];
+  if (!options_.shard_parameters || unit.parameters.empty()) return;
+  unit.gathering.wait();  // a prefetch nobody used: the collective must still complete everywhere
+  if (unit.full.storage().nbytes() > 0) free_storage(unit.full);
+  unit.gathered = false;
+}
+
+void ShardedDataParallel::before_root() {
+  if (!options_.shard_parameters) return;
+  gather(0);
+  if (torch::GradMode::is_enabled()) arm_backward(0);
+  prefetch(1);
+}
+
+void ShardedDataParallel::before_unit(std::size_t unit) {
+  if (!options_.shard_parameters) return;
+  gather(unit + 1);
+  prefetch(unit + 2);
+  if (torch::GradMode::is_enabled()) arm_backward(unit + 1);
+}
+
+torch::Tensor ShardedDataParallel::after_unit(std::size_t unit, torch::Tensor output) {
+  if (!options_.shard_parameters) return output;
+  const std::size_t u = unit + 1;
+  if (torch::GradMode::is_enabled() && output.requires_grad()) {
+    output.register_hook([this, u](const torch::Tensor&) {
+      gather(u);  // its backward is next (Note [Unit hooks])
+      if (u > 1) prefetch(u - 1);
+    });
+  }
+  release(u);
+  return output;
+}
+
+void ShardedDataParallel::gather_parameters() {
+  for (std::size_t u = 0; u < units_.size(); ++u) prefetch(u);
+  for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
+}
+
+void ShardedDataParallel::release_parameters() {
+  for (std::size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+void ShardedDataParallel::parameters_changed() {
+  torch::NoGradGuard no_grad;
+  const int r = shard_group_.rank;
+  for (auto& unit : units_)
+    if (options_.shard_parameters) unit.shard.copy_(unit.full.narrow(0, r * unit.shard_numel, unit.shard_numel));
+}
+
+void ShardedDataParallel::gather_optimizer_state(const torch::optim::Optimizer& sharded,
+                                                 torch::optim::Optimizer& whole) const {
+  const int n = shard_group_.world_size;
+  const int slots = slots_of(whole);
+  std::vector<StateTensors> piece_state;
+  auto steps = torch::full({static_cast<int64_t>(parameters_.size())}, -1.0, torch::kDouble);
+  for (std::size_t j = 0; j < pieces_.size(); ++j) {
+    piece_state.push_back(read_state(sharded, pieces_[j]));
+    auto step = steps[static_cast<int64_t>(piece_parameter_[j])];
+    step.fill_(std::max(step.item<double>(), static_cast<double>(piece_state.back().step.item<int64_t>())));
+  }
+  // A parameter's pieces are stepped together (one gradient, defined everywhere or nowhere): the
+  // largest count over the ranks is every piece's, or -1 when none has state.
+  {
+    std::vector<torch::Tensor> buffer{steps.to(shard_group_.collective_device)};
+    c10d::AllreduceOptions max;
+    max.reduceOp = c10d::ReduceOp::MAX;
+    int64_t seq = shard_group_.tracker->begin("all_reduce");
+    shard_group_.tracker->wait(shard_group_.group->allreduce(buffer, max), seq);
+    steps = buffer[0].to(torch::kCPU);
+  }
+  std::vector<StateTensors> whole_state(parameters_.size());
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    whole_state[i].step = torch::full({1}, static_cast<int64_t>(steps[static_cast<int64_t>(i)].item<double>()), torch::kLong);
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    if (unit.parameters.empty()) continue;
+    for (int s = 0; s < slots; ++s) {
+      auto mine = torch::zeros({unit.shard_numel}, unit.grad_shard.options());
+      for (std::size_t j = 0; j < pieces_.size(); ++j) {
+        if (unit_of_[piece_parameter_[j]] != u) continue;
+        mine.narrow(0, piece_at_[j], pieces_[j].numel()).copy_(piece_state[j].slots[static_cast<std::size_t>(s)]);
+      }
+      auto full = torch::zeros({n * unit.shard_numel}, mine.options());
+      all_gather(shard_group_, mine, full).wait();
+      for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
+        const torch::Tensor& p = parameters_[unit.parameters[k]];
+        whole_state[unit.parameters[k]].slots.push_back(full.narrow(0, unit.offsets[k], p.numel()).view(p.sizes()).clone());
+      }
+    }
+  }
+  for (std::size_t i = 0; i < parameters_.size(); ++i) write_state(whole, parameters_[i], whole_state[i]);
+}
+
+void ShardedDataParallel::keep_optimizer_state(const torch::optim::Optimizer& whole,
+                                               torch::optim::Optimizer& sharded) const {
+  for (std::size_t j = 0; j < pieces_.size(); ++j) {
+    StateTensors state = read_state(whole, parameters_[piece_parameter_[j]]);
+    for (auto& slot : state.slots) slot = slot.reshape(-1).narrow(0, piece_offset_[j], pieces_[j].numel()).clone();
+    write_state(sharded, pieces_[j], state);
+  }
+}
+
+int64_t ShardedDataParallel::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units_) {
+    if (options_.shard_parameters) bytes += bytes_of(unit.shard);
+    if (!options_.shard_parameters || unit.full.storage().nbytes() > 0) bytes += bytes_of(unit.full);
+  }
+  return bytes;
+}
+
+int64_t ShardedDataParallel::gradient_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units_) bytes += bytes_of(unit.grad_shard) + bytes_of(unit.grad_full);
+  return bytes;
+}
+
+int64_t ShardedDataParallel::largest_unit_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units_) bytes = std::max(bytes, bytes_of(unit.full));
+  return bytes;
+}
+
+}  // namespace ddp
