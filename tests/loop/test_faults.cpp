@@ -149,15 +149,22 @@ TEST_CASE("a truncated newest checkpoint is reported and the previous one is use
   CHECK_THAT(resumed.out, Contains("resumed from " + out + "/checkpoints/step_0000000020.pt at step 20"));
 }
 
-TEST_CASE("resuming with another world size is refused with the reason", "[faults][checkpoint]") {
+TEST_CASE("resuming at another world size with another number of samples a step is refused, naming the batch "
+          "size that fits",
+          "[faults][checkpoint]") {
   TempDir dir;
   std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=20", "checkpoint.every_steps=10",
-                                "data.eval_split=none"};
+                                "data.eval_split=none", "train.batch_size=16"};
   REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets)).exit_code == 0);
   sets[1] = "train.max_steps=30";
   auto r = run_shell(ddprun_command(1, "synthetic_mlp.yaml", sets));
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Contains("was written by a run of world size 2, this run has 1"));
+  CHECK_THAT(r.err, Contains("was written by 2 ranks of train.batch_size 16 (32 samples a micro-step); this run has "
+                             "1 × 16 = 16; use train.batch_size 32 at world size 1"));
+  sets.push_back("sampler.split=chunk");
+  auto chunk = run_shell(ddprun_command(1, "synthetic_mlp.yaml", sets));
+  CHECK(chunk.exit_code == 2);
+  CHECK_THAT(chunk.err, Contains("sampler.split: chunk gives each rank a fixed part of the data"));
 }
 
 TEST_CASE("resuming with another train.batch_size is refused, naming the key (issue 22, item 6)",

@@ -200,7 +200,8 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
 }
 
 TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
-                                    torch::optim::Optimizer& optimizer, int world_size, int rank) {
+                                    torch::optim::Optimizer& optimizer, int rank,
+                                    const std::function<void(const TrainProgress&)>& accept) {
   const std::string& path = source;
   torch::serialize::InputArchive archive;
   try {
@@ -208,11 +209,14 @@ TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string&
   } catch (const c10::Error& e) {
     throw FileError(path + ": not a readable checkpoint");
   }
-  int64_t saved_world = read_scalar(archive, "world_size", path);
-  if (saved_world != world_size)
-    throw FileError(path + " was written by a run of world size " + std::to_string(saved_world) + ", this run has " +
-                    std::to_string(world_size) + "; resume with the same number of workers, or start afresh with "
-                    "checkpoint.resume=never");
+  TrainProgress progress;
+  progress.step = read_scalar(archive, "step", path);
+  progress.epoch = read_scalar(archive, "epoch", path);
+  progress.batch_in_epoch = read_scalar(archive, "batch_in_epoch", path);
+  progress.world_size = read_scalar(archive, "world_size", path);
+  torch::Tensor batch_size;
+  if (archive.try_read("batch_size", batch_size)) progress.batch_size = batch_size.item<int64_t>();
+  if (accept) accept(progress);
   // Check every tensor before touching the model, so a mismatch leaves it as it was.
   auto entries = python_state_dict(model);
   std::vector<torch::Tensor> values;
@@ -244,13 +248,6 @@ TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string&
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   }
-
-  TrainProgress progress;
-  progress.step = read_scalar(archive, "step", path);
-  progress.epoch = read_scalar(archive, "epoch", path);
-  progress.batch_in_epoch = read_scalar(archive, "batch_in_epoch", path);
-  torch::Tensor batch_size;
-  if (archive.try_read("batch_size", batch_size)) progress.batch_size = batch_size.item<int64_t>();
   return progress;
 }
 

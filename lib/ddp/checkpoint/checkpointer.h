@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,12 +69,14 @@ class Checkpointer {
 };
 
 /// Restores model, optimizer and RNG state from a checkpoint file's bytes; returns the progress.
-/// FileError if the checkpoint does not fit this model or was written by another world size. Rank
-/// 0 reads and verifies the file and broadcasts them, so no other rank needs it (node-local storage
-/// is enough). `source` names them in errors.
-/// `rank` restores its own generator state where the checkpoint has one per rank.
+/// `accept` sees the checkpoint's progress (step, position, batch and world size) before anything is
+/// restored, and throws to refuse it. FileError if the checkpoint does not fit this model. Rank 0
+/// reads and verifies the file and broadcasts its bytes, so no other rank needs it (node-local
+/// storage is enough). `source` names them in errors. `rank` restores its own generator state
+/// where the checkpoint has one for it (the writer's otherwise).
 TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
-                                    torch::optim::Optimizer& optimizer, int world_size, int rank = 0);
+                                    torch::optim::Optimizer& optimizer, int rank = 0,
+                                    const std::function<void(const TrainProgress&)>& accept = {});
 
 /// The checkpoint a path names: its manifest (.json), its data file (.pt), or their common stem.
 CheckpointInfo checkpoint_at(const std::string& path);

@@ -12,6 +12,9 @@ struct TrainProgress {
   /// Samples per rank in each of them (train.batch_size): batch_in_epoch counts in these, so a
   /// resumed run must use the same. 0 in checkpoints written before it was recorded.
   int64_t batch_size = 0;
+  /// The ranks that consumed them (each batch_in_epoch is that many batches of the dataset): a run
+  /// may resume at another world size when world_size × batch_size stays the same. 0: unknown.
+  int64_t world_size = 0;
 };
 
 }  // namespace ddp

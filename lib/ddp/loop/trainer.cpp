@@ -45,6 +45,40 @@ std::vector<std::vector<torch::Tensor>> shard_units_of(torch::nn::Module& module
   return units;
 }
 
+// Note [Resume at another world size]
+// A checkpoint's position counts micro-batches of world_size × batch_size samples, and the
+// sampler deals rank r the positions r, r + world, ... of one permutation (sampler.split: distributed),
+// so micro-batch k is positions [k·W·B, (k+1)·W·B) at any world size W with the same W·B: the same
+// samples, averaged the same way, step for step. So a run resumes at another world size when its
+// batch size keeps W·B (the weights and optimizer state are whole in the checkpoint, and any
+// sharding takes its part of them); otherwise it would skip or repeat samples, and is refused.
+void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, const std::string& split,
+                         const std::string& source) {
+  const auto restart_hint = "; or start afresh with checkpoint.resume: never or another run.output_dir";
+  if (saved.world_size == world || saved.world_size == 0) {
+    if (saved.batch_size != 0 && saved.batch_size != batch)
+      throw UserError("train.batch_size: " + source + " was written with train.batch_size " +
+                      std::to_string(saved.batch_size) + ", this run has " + std::to_string(batch) +
+                      "; resume with the same batch size" + restart_hint);
+    return;
+  }
+  if (split == "chunk")
+    throw UserError("sampler.split: chunk gives each rank a fixed part of the data, so " + source +
+                    ", written by " + std::to_string(saved.world_size) + " ranks, resumes only at that world size" +
+                    restart_hint);
+  const int64_t samples = saved.world_size * saved.batch_size;
+  if (saved.batch_size == 0 || samples != world * batch) {
+    std::string fix = saved.batch_size != 0 && samples % world == 0
+                          ? "use train.batch_size " + std::to_string(samples / world) + " at world size " +
+                                std::to_string(world) + ", for the same samples in each step"
+                          : "resume at a world size that divides " + std::to_string(samples);
+    throw UserError("train.batch_size: " + source + " was written by " + std::to_string(saved.world_size) +
+                    " ranks of train.batch_size " + std::to_string(saved.batch_size) + " (" + std::to_string(samples) +
+                    " samples a micro-step); this run has " + std::to_string(world) + " × " + std::to_string(batch) +
+                    " = " + std::to_string(world * batch) + "; " + fix + restart_hint);
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(config)) {
@@ -126,25 +160,25 @@ void Trainer::resume() {
   if (plan_->shards_optimizer())
     whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
   plan_->gather_parameters();  // the checkpoint's weights go into the whole parameters
+  auto accept = [&](const TrainProgress& saved) {
+    check_resume_layout(saved, world.world_size, config_.train.batch_size, config_.sampler.split, source);
+  };
   TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
-                                               world.world_size, world.rank);
+                                               world.rank, accept);
   plan_->parameters_changed();
   plan_->release_parameters();
   if (whole) plan_->keep_optimizer_state(*whole, *optimizer_);
-  // Its position counts batches of the size it was written with: another size would resume at
-  // another sample (and train some twice), as another world size would.
-  if (loaded.batch_size != 0 && loaded.batch_size != config_.train.batch_size)
-    throw UserError("train.batch_size: " + source + " was written with train.batch_size " +
-                    std::to_string(loaded.batch_size) + ", this run has " + std::to_string(config_.train.batch_size) +
-                    "; resume with the same batch size, or start afresh with checkpoint.resume: never or another "
-                    "run.output_dir");
   progress_ = loaded;
   progress_.batch_size = config_.train.batch_size;
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
   if (world.rank == 0)
-    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", chosen, progress_.step, progress_.epoch,
-                 progress_.batch_in_epoch);
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {}){}", chosen, progress_.step, progress_.epoch,
+                 progress_.batch_in_epoch,
+                 loaded.world_size == world.world_size
+                     ? ""
+                     : fmt::format(", written by {} ranks of batch {}: the same samples per step", loaded.world_size,
+                                   loaded.batch_size));
 }
 
 int64_t Trainer::steps_per_epoch() const {
