@@ -68,6 +68,53 @@ TEST_CASE("shared-memory sums equal the rank-order sum bit for bit on every rank
   }
 }
 
+TEST_CASE("shared-memory reduce-scatter gives each rank its part of sum()'s result, and all-gather puts the parts "
+          "together, at any size",
+          "[dist][shm][sharding]") {
+  for (int world : {2, 3, 4}) {
+    Engines engines = connect_all(world);
+    // Shards around the round length (a slot's N-th) and the 64 Ki-float slot, and several rounds.
+    for (int64_t shard : {1, 17, 16384, 21845, 65536, 65537, 2 * 65536 + 100}) {
+      for (float divisor : {1.0f, static_cast<float>(world)}) {
+        std::vector<torch::Tensor> inputs, summed, parts, gathered;
+        for (int r = 0; r < world; ++r) {
+          inputs.push_back(torch::randn({world * shard}));
+          summed.push_back(inputs.back().clone());
+          parts.push_back(torch::full({shard}, -7.0f));
+          gathered.push_back(torch::zeros({world * shard}));
+        }
+        on_every_rank(world, [&](int r) {
+          engines[r]->sum(summed[r], divisor);
+          engines[r]->reduce_scatter(inputs[r], parts[r], divisor);
+          engines[r]->all_gather(parts[r], gathered[r]);
+        });
+        for (int r = 0; r < world; ++r) {
+          INFO("world " << world << ", shards of " << shard << " floats, divisor " << divisor << ", rank " << r);
+          CHECK(torch::equal(parts[r], summed[r].narrow(0, r * shard, shard)));
+          CHECK(torch::equal(gathered[r], summed[r]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("an all-gather in place (the shard a part of the whole) and queued jobs keep their order", "[dist][shm][sharding]") {
+  Engines engines = connect_all(2);
+  std::vector<torch::Tensor> full{torch::zeros({200}), torch::zeros({200})};
+  on_every_rank(2, [&](int r) {
+    full[r].narrow(0, r * 100, 100).fill_(static_cast<float>(r + 1));
+    auto shard = full[r].narrow(0, r * 100, 100);
+    auto first = engines[r]->run_async([&, r, shard] { engines[r]->all_gather(shard, full[r]); });
+    auto second = engines[r]->sum_async(full[r]);  // after the gather: 2 × (1, 2)
+    first->wait();
+    second->wait();
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(torch::equal(full[r].narrow(0, 0, 100), torch::full({100}, 2.0f)));
+    CHECK(torch::equal(full[r].narrow(0, 100, 100), torch::full({100}, 4.0f)));
+  }
+}
+
 TEST_CASE("sum_async runs queued sums in order on the communication thread", "[dist][shm]") {
   Engines engines = connect_all(2);
   std::vector<std::vector<torch::Tensor>> buffers(2);

@@ -1,10 +1,12 @@
-// dist.shard: optimizer (ZeRO-1) by real ddprun processes: the weights equal the replicated run's
-// on the MLP and the GPT at world 2 and 4, each rank holds its share of the optimizer state, and
-// checkpoints stay whole: a sharded run resumes replicated and back, and after a SIGKILL exactly.
+// dist.shard optimizer, gradients and parameters (ZeRO-1/2/3) by real ddprun processes: the weights
+// equal the replicated run's on the MLP and the GPT at world 2 and 4 (and under HSDP), each rank
+// holds its share of the state, checkpoints stay whole: a sharded run resumes replicated and back,
+// at another world size, and after a SIGKILL exactly.
 #include <torch/torch.h>
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -44,30 +46,37 @@ double largest_difference(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-TEST_CASE("dist.shard optimizer at world 2 and 4 trains the MLP to the replicated run's weights within 1e-6",
+TEST_CASE("every dist.shard at world 2 and 4 trains the MLP to the replicated run's weights within 1e-6, each rank "
+          "holding its share",
           "[sharding]") {
   TempDir dir;
   std::string config = config_path("synthetic_mlp.yaml");
   for (int world : {2, 4}) {
     int batch = 64 / world;
     std::string tag = std::to_string(world);
-    auto replicated = ddprun(world, config, mlp_sets(dir, "replicated" + tag, batch));
+    auto replicated = ddprun(world, config, mlp_sets(dir, "none" + tag, batch));
     INFO(replicated.out << replicated.err);
     REQUIRE(replicated.exit_code == 0);
-    auto sets = mlp_sets(dir, "sharded" + tag, batch);
-    sets.push_back("dist.shard=optimizer");
-    auto sharded = ddprun(world, config, sets);
-    INFO(sharded.out << sharded.err);
-    REQUIRE(sharded.exit_code == 0);
-    CHECK(largest_difference(dir.file("replicated" + tag + "/model.pt"), dir.file("sharded" + tag + "/model.pt")) <
-          1e-6);
-    // Whole tensors are shared out, and one weight (784 × 64) is 95% of this MLP: its owner keeps
-    // nearly all the state, the others little (the GPT below splits evenly).
-    double whole = metric_value(dir.file("replicated" + tag + "/metrics.jsonl"), "optimizer_state_mib_max");
-    double share = metric_value(dir.file("sharded" + tag + "/metrics.jsonl"), "optimizer_state_mib_max");
-    CHECK(whole > 0);
-    CHECK(share < whole);
-    CHECK_THAT(sharded.out, Contains("memory per rank (largest): parameters"));
+    std::string metrics = dir.file("none" + tag + "/metrics.jsonl");
+    const double parameters = metric_value(metrics, "parameter_mib_max");
+    const double gradients = metric_value(metrics, "gradient_mib_max");
+    const double state = metric_value(metrics, "optimizer_state_mib_max");
+    for (std::string shard : {"optimizer", "gradients", "parameters"}) {
+      auto sets = mlp_sets(dir, shard + tag, batch);
+      sets.push_back("dist.shard=" + shard);
+      auto sharded = ddprun(world, config, sets);
+      INFO(shard << " at world " << world << "\n" << sharded.out << sharded.err);
+      REQUIRE(sharded.exit_code == 0);
+      CHECK(largest_difference(dir.file("none" + tag + "/model.pt"), dir.file(shard + tag + "/model.pt")) < 1e-6);
+      CHECK_THAT(sharded.out, Contains("memory per rank (largest): parameters"));
+      std::string mine = dir.file(shard + tag + "/metrics.jsonl");
+      // Whole tensors are dealt out with optimizer, and one weight (784 × 64) is 95% of this MLP:
+      // its owner keeps nearly all the state. The flat shards of the others split every tensor.
+      CHECK(metric_value(mine, "optimizer_state_mib_max") < (shard == "optimizer" ? state : 1.1 * state / world));
+      if (shard != "optimizer") CHECK(metric_value(mine, "gradient_mib_max") < 1.1 * gradients / world);
+      if (shard == "parameters") CHECK(metric_value(mine, "parameter_mib_max") < 1.1 * parameters / world);
+      if (shard == "gradients") CHECK(metric_value(mine, "parameter_mib_max") >= parameters);
+    }
   }
 }
 
@@ -84,8 +93,12 @@ TEST_CASE("a sharded run's checkpoint resumes replicated, and a replicated one s
   auto straight = ddprun(2, config, sets("straight", 30));
   INFO(straight.out << straight.err);
   REQUIRE(straight.exit_code == 0);
-  for (const auto& [first, then] : {std::pair<std::string, std::string>{"optimizer", "none"}, {"none", "optimizer"}}) {
-    std::string name = "from_" + first;
+  for (const auto& [first, then] : {std::pair<std::string, std::string>{"optimizer", "none"},
+                                    {"none", "optimizer"},
+                                    {"parameters", "gradients"},
+                                    {"gradients", "none"},
+                                    {"none", "parameters"}}) {
+    std::string name = first + "_then_" + then;
     auto a = sets(name, 20);
     a.push_back("dist.shard=" + first);
     auto part = ddprun(2, config, a);
@@ -101,38 +114,98 @@ TEST_CASE("a sharded run's checkpoint resumes replicated, and a replicated one s
   }
 }
 
-TEST_CASE("a GPT with dist.shard optimizer at world 2 matches the replicated run, and resumes bit-identically "
-          "after a SIGKILL",
-          "[sharding][gpt][faults][slow]") {
+namespace {
+
+// A small GPT on the GPL's bytes, written as a raw uint16 file (the KJV shards are not needed):
+// AdamW with decay on the matrices and clipping, as configs/gpt_kjv.yaml.
+struct GptRuns {
   TempDir dir;
-  // The KJV shards are not needed: the GPL's bytes, written as a raw uint16 file.
-  std::string text = read_file("/usr/share/common-licenses/GPL-3");
-  std::string raw;
-  for (unsigned char c : text) raw += std::string{static_cast<char>(c), '\0'};
-  write_file(dir.file("tokens.bin"), raw);
-  auto sets = [&](const std::string& name, const std::string& shard) {
-    return std::vector<std::string>{
-        "run.output_dir=" + dir.file(name), "data.path=" + dir.file("tokens.bin"), "data.token_dtype=uint16",
-        "data.eval_split=none", "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=32",
-        "train.batch_size=8", "train.max_steps=60", "checkpoint.every_steps=20", "checkpoint.keep_last=10",
-        "eval.every_steps=0", "dist.shard=" + shard, "train.epochs=5"};
-  };
-  std::string config = config_path("gpt_kjv.yaml");
-  auto replicated = ddprun(2, config, sets("replicated", "none"));
-  INFO(replicated.out << replicated.err);
-  REQUIRE(replicated.exit_code == 0);
-  auto sharded = ddprun(2, config, sets("sharded", "optimizer"));
+  GptRuns() {
+    std::string raw;
+    for (unsigned char c : read_file("/usr/share/common-licenses/GPL-3")) raw += std::string{static_cast<char>(c), '\0'};
+    write_file(dir.file("tokens.bin"), raw);
+  }
+  std::vector<std::string> sets(const std::string& name, const std::string& shard, int batch, int steps) const {
+    return {"run.output_dir=" + dir.file(name), "data.path=" + dir.file("tokens.bin"), "data.token_dtype=uint16",
+            "data.eval_split=none", "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=32",
+            "train.batch_size=" + std::to_string(batch), "train.max_steps=" + std::to_string(steps),
+            "checkpoint.every_steps=10", "checkpoint.keep_last=10", "eval.every_steps=0", "dist.shard=" + shard,
+            "train.epochs=5"};
+  }
+  CommandResult run(int world, const std::vector<std::string>& sets, const std::string& options = "") const {
+    return ddprun(world, config_path("gpt_kjv.yaml"), sets, options);
+  }
+  std::string model(const std::string& name) const { return dir.file(name + "/model.pt"); }
+};
+
+}  // namespace
+
+TEST_CASE("a GPT under every dist.shard at world 2 and 4, and under HSDP, matches the replicated run within 1e-6",
+          "[sharding][gpt][slow]") {
+  GptRuns gpt;
+  for (int world : {2, 4}) {
+    std::string tag = std::to_string(world);
+    auto replicated = gpt.run(world, gpt.sets("none" + tag, "none", 16 / world, 30));
+    INFO(replicated.out << replicated.err);
+    REQUIRE(replicated.exit_code == 0);
+    for (std::string shard : {"optimizer", "gradients", "parameters"}) {
+      auto sharded = gpt.run(world, gpt.sets(shard + tag, shard, 16 / world, 30));
+      INFO(shard << " at world " << world << "\n" << sharded.out << sharded.err);
+      REQUIRE(sharded.exit_code == 0);
+      CHECK(largest_difference(gpt.model("none" + tag), gpt.model(shard + tag)) < 1e-6);
+    }
+  }
+  // Shards of 2 ranks, replicated twice: the shards' collectives go through Gloo (the group is not
+  // the node), and the gradient shards are then summed across the replicas.
+  for (std::string shard : {"gradients", "parameters"}) {
+    auto sets = gpt.sets("hsdp_" + shard, shard, 4, 30);
+    sets.push_back("dist.data_shard=2");
+    auto hsdp = gpt.run(4, sets);
+    INFO(hsdp.out << hsdp.err);
+    REQUIRE(hsdp.exit_code == 0);
+    CHECK_THAT(hsdp.out, Contains("data_replicate 2 × data_shard 2"));
+    CHECK(largest_difference(gpt.model("none4"), gpt.model("hsdp_" + shard)) < 1e-6);
+  }
+  // Its blocks are the units: the largest gathered is one block's, a fraction of the model.
+  double unit = metric_value(gpt.dir.file("parameters4/metrics.jsonl"), "gathered_unit_mib");
+  double whole = metric_value(gpt.dir.file("none4/metrics.jsonl"), "parameter_mib_max");
+  CHECK((unit > 0 && unit < 0.5 * whole));
+}
+
+TEST_CASE("a GPT sharded at world 4 and stopped resumes at world 2 sharded and at world 1 replicated to the "
+          "uninterrupted run's weights",
+          "[sharding][gpt][checkpoint][slow]") {
+  GptRuns gpt;
+  auto straight = gpt.run(4, gpt.sets("straight", "parameters", 4, 30));
+  INFO(straight.out << straight.err);
+  REQUIRE(straight.exit_code == 0);
+  auto first = gpt.run(4, gpt.sets("part", "parameters", 4, 20));
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  std::filesystem::copy(gpt.dir.file("part"), gpt.dir.file("at2"), std::filesystem::copy_options::recursive);
+  std::filesystem::copy(gpt.dir.file("part"), gpt.dir.file("at1"), std::filesystem::copy_options::recursive);
+  // The same 16 samples a step: 2 ranks of 8, 1 of 16 (Note [Resume at another world size]).
+  auto at2 = gpt.run(2, gpt.sets("at2", "parameters", 8, 30));
+  INFO(at2.out << at2.err);
+  REQUIRE(at2.exit_code == 0);
+  CHECK_THAT(at2.out, Contains("at step 20") && Contains("written by 4 ranks of batch 4"));
+  CHECK(largest_difference(gpt.model("straight"), gpt.model("at2")) < 1e-5);
+  auto at1 = gpt.run(1, gpt.sets("at1", "none", 16, 30));
+  INFO(at1.out << at1.err);
+  REQUIRE(at1.exit_code == 0);
+  CHECK_THAT(at1.out, Contains("at step 20"));
+  CHECK(largest_difference(gpt.model("straight"), gpt.model("at1")) < 1e-5);
+}
+
+TEST_CASE("a GPT with dist.shard parameters resumes bit-identically after a SIGKILL", "[sharding][gpt][faults][slow]") {
+  GptRuns gpt;
+  auto sharded = gpt.run(2, gpt.sets("sharded", "parameters", 8, 60));
   INFO(sharded.out << sharded.err);
   REQUIRE(sharded.exit_code == 0);
-  CHECK(largest_difference(dir.file("replicated/model.pt"), dir.file("sharded/model.pt")) < 1e-6);
-  double whole = metric_value(dir.file("replicated/metrics.jsonl"), "optimizer_state_mib_max");
-  double share = metric_value(dir.file("sharded/metrics.jsonl"), "optimizer_state_mib_max");
-  CHECK(share <= 0.6 * whole);  // its tensors balance: about half each
-
-  std::string out = dir.file("killed");
+  std::string out = gpt.dir.file("killed");
   std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " +
-                        config;
-  for (const auto& s : sets("killed", "optimizer")) command += " --set '" + s + "'";
+                        config_path("gpt_kjv.yaml");
+  for (const auto& s : gpt.sets("killed", "parameters", 8, 60)) command += " --set '" + s + "'";
   auto killed = run_shell(command + " & L=$!; i=0; while [ ! -e " + out +
                               "/checkpoints/step_0000000020.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); "
                               "done; pkill -KILL -n -f '[d]dp-train.*" + out + "'; wait $L; echo status=$?",
@@ -141,6 +214,16 @@ TEST_CASE("a GPT with dist.shard optimizer at world 2 matches the replicated run
   CHECK(count_lines(killed.out, "status=0") == 1);
   CHECK_THAT(killed.err, Contains("signal 9 (SIGKILL)"));
   CHECK_THAT(killed.out, Contains("resumed from"));
-  std::string x = read_file(dir.file("sharded/model.pt")), y = read_file(out + "/model.pt");
+  std::string x = read_file(gpt.model("sharded")), y = read_file(out + "/model.pt");
   CHECK((!x.empty() && x == y));
+}
+
+TEST_CASE("dist.shard parameters with a model that names no units is a clear error", "[sharding][errors]") {
+  TempDir dir;
+  auto r = ddprun(2, config_path("synthetic_mlp.yaml"),
+                  {"run.output_dir=" + dir.file("run"), "model.name=convnet", "dist.shard=parameters",
+                   "train.max_steps=2", "data.eval_split=none"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("dist.shard: parameters gathers a model's parameters unit by unit, and model.name "
+                             "convnet names no units (gpt and mlp do); use dist.shard: gradients"));
 }
