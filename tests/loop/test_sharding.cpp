@@ -227,3 +227,40 @@ TEST_CASE("dist.shard parameters with a model that names no units is a clear err
   CHECK_THAT(r.err, Contains("dist.shard: parameters gathers a model's parameters unit by unit, and model.name "
                              "convnet names no units (gpt and mlp do); use dist.shard: gradients"));
 }
+
+TEST_CASE("under an address-space cap that the replicated run exceeds, dist.shard parameters trains a "
+          "53M-parameter MLP, and the replicated run fails saying out of memory and on which rank",
+          "[sharding][memory][slow]") {
+  TempDir dir;
+  // 784·4096 + 3·4096² + 4096·10 ≈ 53.5M parameters: 16 bytes each with AdamW is 818 MiB a rank
+  // replicated, a quarter of it sharded over 4 ranks (plus the gathered units and, on rank 0, model.pt).
+  auto command = [&](const std::string& name, const std::string& shard) {
+    std::string c = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 4 " +
+                    config_path("synthetic_mlp.yaml");
+    for (const auto& s : {"run.output_dir=" + dir.file(name), std::string("train.max_steps=2"),
+                          std::string("train.batch_size=16"), std::string("optim.name=adamw"),
+                          std::string("data.eval_split=none"), std::string("checkpoint.every_epochs=0"),
+                          std::string("model.hidden=[4096,4096,4096,4096]"), "dist.shard=" + shard})
+      c += " --set '" + s + "'";
+    // glibc reserves 64 MiB of address space per malloc arena, up to 8 a core, as threads first
+    // allocate: two arenas keep a cap on address space about the model, not about thread timing.
+    return "export MALLOC_ARENA_MAX=2; " + c;
+  };
+  auto free_run = run_shell(command("free", "parameters"), std::chrono::seconds(300));
+  INFO(free_run.out << free_run.err);
+  REQUIRE(free_run.exit_code == 0);
+  const double peak = metric_value(dir.file("free/metrics.jsonl"), "peak_address_space_mib_max");
+  REQUIRE(peak > 0);
+  // The replicated run needs about 300 MiB more than that on every rank.
+  const auto cap = "ulimit -v " + std::to_string(static_cast<long>((peak + 120) * 1024)) + "; ";
+  auto replicated = run_shell(cap + command("replicated", "none"), std::chrono::seconds(300));
+  INFO(replicated.out << replicated.err);
+  CHECK(replicated.exit_code != 0);
+  CHECK(std::regex_search(replicated.err, std::regex("rank [0-3]: out of memory: .*can't allocate memory.*; "
+                                                     "unsharded, every rank holds the whole model")));
+  CHECK_FALSE(std::filesystem::exists(dir.file("replicated/model.pt")));
+  auto sharded = run_shell(cap + command("sharded", "parameters"), std::chrono::seconds(300));
+  INFO(sharded.out << sharded.err);
+  CHECK(sharded.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.file("sharded/model.pt")));
+}

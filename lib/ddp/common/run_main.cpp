@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
+#include <string>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
@@ -19,6 +21,13 @@ int report(const ProgramErrors& errors, int status, const char* kind, const std:
   return status;
 }
 
+// LibTorch's allocators say it in a c10::Error; the standard library throws std::bad_alloc.
+bool out_of_memory(const std::exception& e) {
+  const std::string what = e.what();
+  return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || what.find("can't allocate memory") != std::string::npos ||
+         what.find("CUDA out of memory") != std::string::npos;
+}
+
 }  // namespace
 
 int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
@@ -29,6 +38,12 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   } catch (const IoError& e) {
     return report(errors, kExitIoError, "I/O error", e.what());
   } catch (const std::exception& e) {
+    if (out_of_memory(e))
+      return report(errors, kExitFailure, "out of memory",
+                    without_backtrace(e.what()) +
+                        "; unsharded, every rank holds the whole model, its gradients and its optimizer state "
+                        "(16 bytes a parameter with Adam in float32): dist.shard optimizer, gradients or parameters "
+                        "split them over the ranks (README: Large models), or lower train.batch_size");
     return report(errors, kExitFailure, errors.failure, without_backtrace(e.what()));
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "ddp/comm/collectives.h"
@@ -217,16 +218,32 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
   write_report(progress, std::nullopt);
 }
 
+namespace {
+
+// VmPeak from /proc/self/status, in MiB; 0 where there is none.
+double peak_address_space_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmPeak:", 0) == 0) return std::stod(line.substr(7)) / 1024.0;  // "VmPeak:  123 kB"
+  return 0;
+}
+
+}  // namespace
+
 void RunRecorder::report_peak_memory(const TrainProgress& progress) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  auto per_rank = torch::zeros({world_.world_size}, torch::kDouble);
-  per_rank[world_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
-  per_rank = all_reduce_sum(world_, per_rank);
+  auto all = torch::zeros({2, world_.world_size}, torch::kDouble);
+  all[0][world_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
+  all[1][world_.rank] = peak_address_space_mib();  // what a ulimit -v (RLIMIT_AS) caps
+  all = all_reduce_sum(world_, all);
   if (world_.rank != 0) return;
+  auto per_rank = all[0];
   std::string text;
   MetricsRecord record = at_step(progress);
   record.emplace_back("peak_rss_mib_max", per_rank.max().item<double>());
+  record.emplace_back("peak_address_space_mib_max", all[1].max().item<double>());
   for (int r = 0; r < world_.world_size; ++r) {
     text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
     record.emplace_back("peak_rss_mib_rank" + std::to_string(r), per_rank[r].item<double>());

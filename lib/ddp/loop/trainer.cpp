@@ -289,10 +289,10 @@ int Trainer::stop_after_checkpoint() {
 }
 
 void Trainer::finish() {
-  recorder_->report_peak_memory(progress_);
   plan_->gather_parameters();
   if (plan_->writes_checkpoints()) task_->save_model(output_dir_of(config_.run));
   plan_->release_parameters();
+  recorder_->report_peak_memory(progress_);  // after model.pt, which may be the run's peak
   recorder_->finished(progress_);
   // Nobody leaves before every rank is done with collectives and rank 0 has written its files.
   barrier(plan_->world());

@@ -4,7 +4,9 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
+#include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -41,10 +43,12 @@ std::string list(const std::vector<std::string>& items) {
   return out;
 }
 
-// torch.save's format for a plain dict of tensors: a zip with data.pkl and a record per storage.
-// torch::pickle_save writes the same, but tags the dict with its type (torch.jit._pickle.
-// restore_type_tag), a global that torch.load refuses by default since PyTorch 2.6 (weights_only).
-std::vector<char> pickle_plain_dict(const c10::Dict<std::string, torch::Tensor>& dict) {
+// torch.save's format for a plain dict of tensors: a zip with data.pkl and a record per storage,
+// written atomically to `path`. torch::pickle_save writes the same, but tags the dict with its type
+// (torch.jit._pickle.restore_type_tag), a global that torch.load refuses by default since PyTorch
+// 2.6 (weights_only). The zip is not assembled in memory: the storages go to the file from where
+// they are, and only the zip's own headers are copied, so saving costs no second model.
+void save_plain_dict(const c10::Dict<std::string, torch::Tensor>& dict, const std::string& path) {
   std::vector<char> pickle;
   torch::jit::Pickler pickler([&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
                               /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
@@ -52,22 +56,32 @@ std::vector<char> pickle_plain_dict(const c10::Dict<std::string, torch::Tensor>&
   pickler.protocol();
   pickler.pushIValue(c10::IValue(dict));
   pickler.stop();
-  std::vector<char> zip;
-  {
-    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-      const char* bytes = static_cast<const char*>(data);
-      zip.insert(zip.end(), bytes, bytes + size);
-      return size;
-    });
-    const auto& tensors = pickler.tensorData();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      auto data = torch::jit::getWriteableTensorData(tensors[i]);
-      writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  const auto& tensors = pickler.tensorData();
+  std::vector<torch::jit::WriteableTensorData> records;  // each storage's bytes, alive until the file is written
+  for (const auto& t : tensors) records.push_back(torch::jit::getWriteableTensorData(t));
+  std::deque<std::string> copied;  // the zip's headers, which the writer hands over from buffers of its own
+  std::vector<std::string_view> pieces;
+  auto writer = std::make_unique<caffe2::serialize::PyTorchStreamWriter>([&](const void* data, size_t size) {
+    const char* from = static_cast<const char*>(data);
+    bool a_record = false;
+    for (const auto& r : records) {
+      a_record = a_record || (from >= r.data() && from + size <= r.data() + r.sizeInBytes());
     }
-    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
-    writer.writeEndOfFile();  // here, not in the destructor, where an error could not be thrown
+    if (!a_record) from = copied.emplace_back(from, size).data();
+    pieces.emplace_back(from, size);
+    return size;
+  });
+  try {
+    for (std::size_t i = 0; i < records.size(); ++i)
+      writer->writeRecord("data/" + std::to_string(i), records[i].data(), records[i].sizeInBytes());
+    writer->writeRecord("data.pkl", pickle.data(), pickle.size());
+    writer->writeEndOfFile();  // here, not in the destructor, where an error could not be thrown
+  } catch (...) {
+    // Its destructor would try to finish the file and, out of memory again, throw: terminate.
+    (void)writer.release();
+    throw;
   }
-  return zip;
+  write_file_atomically(path, pieces);
 }
 
 }  // namespace
@@ -82,11 +96,14 @@ void save_python_state_dict(const torch::nn::Module& model, const std::string& p
   // c10::Dict keeps insertion order, and pickles as a Python dict in that order.
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& [name, tensor] : python_state_dict(model)) {
-    // A clone of its own: a view would otherwise drag its whole storage into the file.
-    dict.insert(name, tensor.detach().to(torch::kCPU).clone(torch::MemoryFormat::Contiguous));
+    // A view would drag its whole storage into the file (a sharded run's parameters are views of
+    // flat tensors): it goes as a clone of its own. A tensor that is its whole storage goes as it is.
+    torch::Tensor t = tensor.detach();
+    const bool whole_storage = t.device().is_cpu() && t.is_contiguous() && t.storage_offset() == 0 &&
+                               t.storage().nbytes() == static_cast<std::size_t>(t.numel()) * t.element_size();
+    dict.insert(name, whole_storage ? t : t.to(torch::kCPU).clone(torch::MemoryFormat::Contiguous));
   }
-  auto bytes = pickle_plain_dict(dict);
-  write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
+  save_plain_dict(dict, path);
 }
 
 void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional) {

@@ -35,7 +35,7 @@ std::optional<std::string> tensorboard_tag(const std::string& key) {
   };
   if (key == "step" || ends_with("_unix_s")) return std::nullopt;
   static const std::pair<const char*, const char*> kGroups[] = {
-      {"eval_", "eval/"}, {"sys_", "system/"}, {"peak_rss_", "memory/"}, {"allreduce_", "comm/"}, {"exit_", "run/"}};
+      {"eval_", "eval/"}, {"sys_", "system/"}, {"peak_rss_", "memory/"}, {"peak_address_", "memory/"}, {"allreduce_", "comm/"}, {"exit_", "run/"}};
   for (const auto& [prefix, group] : kGroups)
     if (key.rfind(prefix, 0) == 0)
       return std::string(group) + (std::string(prefix) == "eval_" || std::string(prefix) == "sys_"
