@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph or BENCH_ONLY=gpt runs only that table;
+BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt or BENCH_ONLY=sharding runs only that table;
 BENCH_ONLY=compare BENCH_BASELINE=DIR compares this build's throughput with another build's bin/ (an
 earlier commit's), runs of the two alternating so that both see the same machine. The graph table runs on
 BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
@@ -299,6 +299,59 @@ def gpt(work):
     print()
 
 
+SHARD_MODES = ("none", "optimizer", "gradients", "parameters")
+# At least 50M parameters for the memory table: nanoGPT's shape, 8 blocks of width 768 (7.1M each).
+BIG_GPT = {"n_layer": 8, "n_head": 12, "n_embd": 768, "block_size": 64, "vocab_size": 256, "bias": False,
+           "dropout": 0.0}
+BIG_GPT_STEPS = int(os.environ.get("BENCH_BIG_GPT_STEPS", "4"))
+
+
+def sharding(work):
+    """dist.shard at world 4 on a 57M-parameter GPT (bytes per rank against replicated: the issue's
+    0.65 / 0.45 / 0.30), then tokens/s of each setting at world 2 on the GPT table's model."""
+    tokens = os.environ.get("BENCH_TOKENS") or os.path.join(work, "tokens")
+    train_glob = os.path.join(tokens, "kjv_train_*.bin")
+    if not glob.glob(train_glob):
+        subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "make_tokens.py"), tokens, "--kjv"], check=True,
+                       stdout=subprocess.DEVNULL)
+    shape = lambda s: [f"model.{key}={str(value).lower()}" for key, value in s.items()]
+    data = [f"data.path={train_glob}", "data.eval_split=none", "eval.every_steps=0", "checkpoint.every_steps=0"]
+    memory = {}
+    for mode in SHARD_MODES:
+        out, started, processes = start_run(work, f"big-{mode}", 4, None,
+                                            [*data, "train.batch_size=2", f"dist.shard={mode}", *shape(BIG_GPT)],
+                                            config=GPT_CONFIG, steps=BIG_GPT_STEPS, log_every=1)
+        finish_run(out, started, processes)
+        records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+        state = next(r for r in records if "optimizer_state_mib_max" in r)
+        peak = next(r for r in records if "peak_rss_mib_max" in r)
+        memory[mode] = {"state": state["parameter_mib_max"] + state["gradient_mib_max"] + state["optimizer_state_mib_max"],
+                        "unit": state.get("gathered_unit_mib", 0), "rss": peak["peak_rss_mib_max"]}
+    whole = memory["none"]["state"]
+    print(f"dist.shard at world 4: nanoGPT's shape, {BIG_GPT['n_layer']} blocks of width {BIG_GPT['n_embd']} "
+          f"(57M parameters), AdamW in float32, {BIG_GPT_STEPS} steps of batch 2 × {BIG_GPT['block_size']} tokens "
+          f"per rank, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| dist.shard | parameters + gradients + optimizer state MiB per rank | ÷ replicated | with the largest "
+          "gathered unit | peak RSS MiB per rank |")
+    print("|---|---:|---:|---:|---:|")
+    for mode in SHARD_MODES:
+        m = memory[mode]
+        gathered = f"{(m['state'] + m['unit']) / whole:.3f} ({m['unit']:.0f} MiB unit)" if m["unit"] else ""
+        print(f"| {mode} | {m['state']:.0f} | {m['state'] / whole:.3f} | {gathered} | {m['rss']:.0f} |", flush=True)
+    print()
+    sets = [*data, f"train.batch_size={GPT_BATCH}", *shape(GPT_SHAPE)]
+    speed = {mode: best([finish_run(*start_run(work, f"gpt-{mode}-{i}", 2, None, [*sets, f"dist.shard={mode}"],
+                                               config=GPT_CONFIG, steps=GPT_STEPS, log_every=GPT_LOG_EVERY))
+                         for i in range(REPEATS)], "tokens_per_s")["tokens_per_s"] for mode in SHARD_MODES}
+    print(f"dist.shard at world 2: the GPT table's model ({GPT_SHAPE['n_layer']} layers, width {GPT_SHAPE['n_embd']}), "
+          f"batch {GPT_BATCH} per rank, {GPT_STEPS} steps, best of {REPEATS}\n")
+    print("| dist.shard | tokens/s | ÷ replicated |")
+    print("|---|---:|---:|")
+    for mode in SHARD_MODES:
+        print(f"| {mode} | {speed[mode]:.0f} | {speed[mode] / speed['none']:.3f} |", flush=True)
+    print()
+
+
 def compare(work):
     """This build against BENCH_BASELINE's binaries, back to back: ConvNet and MLP at world 1 and 2."""
     global BIN
@@ -325,7 +378,7 @@ def compare(work):
 
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
-    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt,
+    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "sharding": sharding,
             "compare": compare}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:

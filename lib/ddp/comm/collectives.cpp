@@ -29,7 +29,22 @@ std::string first_difference(const std::string& a, const std::string& b) {
 void broadcast_coalesced(const Communicator& comm, const std::vector<torch::Tensor>& tensors, int root) {
   std::map<c10::ScalarType, std::vector<torch::Tensor>> by_type;
   for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
-  for (auto& [type, group_tensors] : by_type) {
+  // At most 64 MiB in one flat copy (and one more tensor): a whole model's copy would double the
+  // memory a rank needs at start-up.
+  constexpr int64_t kMaxBytes = 64 << 20;
+  std::vector<std::pair<c10::ScalarType, std::vector<torch::Tensor>>> chunks;
+  for (auto& [type, typed] : by_type) {
+    int64_t bytes = kMaxBytes;
+    for (const auto& t : typed) {
+      if (bytes >= kMaxBytes) {
+        chunks.emplace_back(type, std::vector<torch::Tensor>{});
+        bytes = 0;
+      }
+      chunks.back().second.push_back(t);
+      bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    }
+  }
+  for (auto& [type, group_tensors] : chunks) {
     std::vector<torch::Tensor> flat_views;
     for (const auto& t : group_tensors) flat_views.push_back(t.detach().reshape(-1));
     std::vector<torch::Tensor> flat{torch::cat(flat_views)};

@@ -20,6 +20,8 @@ class ShardWork {
   /// Waits for it, as the tracker does (a failure names the missing ranks); then runs its follow-up.
   void wait();
   bool pending() const { return work_ != nullptr; }
+  /// Whether wait() would return at once (the collective has finished).
+  bool completed() const { return !work_ || work_->isCompleted(); }
 
  private:
   const Communicator* comm_ = nullptr;

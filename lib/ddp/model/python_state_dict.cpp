@@ -95,13 +95,19 @@ std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch
 void save_python_state_dict(const torch::nn::Module& model, const std::string& path) {
   // c10::Dict keeps insertion order, and pickles as a Python dict in that order.
   c10::Dict<std::string, torch::Tensor> dict;
+  std::map<std::pair<const void*, std::vector<int64_t>>, torch::Tensor> seen;  // tied weights: one storage
   for (const auto& [name, tensor] : python_state_dict(model)) {
-    // A view would drag its whole storage into the file (a sharded run's parameters are views of
-    // flat tensors): it goes as a clone of its own. A tensor that is its whole storage goes as it is.
     torch::Tensor t = tensor.detach();
-    const bool whole_storage = t.device().is_cpu() && t.is_contiguous() && t.storage_offset() == 0 &&
-                               t.storage().nbytes() == static_cast<std::size_t>(t.numel()) * t.element_size();
-    dict.insert(name, whole_storage ? t : t.to(torch::kCPU).clone(torch::MemoryFormat::Contiguous));
+    if (!t.device().is_cpu() || !t.is_contiguous()) {
+      dict.insert(name, t.to(torch::kCPU).contiguous().clone());
+      continue;
+    }
+    // A view would drag its whole storage into the file (a sharded run's parameters are views of
+    // flat tensors): its bytes go as a storage of their own instead, aliased, not copied.
+    auto key = std::make_pair(static_cast<const void*>(t.data_ptr()), t.sizes().vec());
+    auto found = seen.find(key);
+    if (found == seen.end()) found = seen.emplace(key, torch::from_blob(t.data_ptr(), t.sizes(), t.options())).first;
+    dict.insert(name, found->second);
   }
   save_plain_dict(dict, path);
 }

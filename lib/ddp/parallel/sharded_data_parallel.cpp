@@ -68,20 +68,6 @@ class LambdaPreHook : public torch::autograd::FunctionPreHook {
   std::function<void()> fn_;
 };
 
-// See Note [Unit hooks]: the memory goes, the StorageImpl stays.
-void free_storage(const torch::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  storage->set_nbytes(0);
-}
-
-void allocate_storage(const torch::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  const auto bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-}
-
 int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
 }  // namespace
@@ -149,6 +135,8 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
     grad_accumulators_.push_back(std::move(accumulator));
   }
   used_.assign(parameters_.size(), 0);
+  // Two gathered units (one prefetched) and a unit's gradients, of the largest size, are kept for reuse.
+  memory_ = std::make_unique<UnitMemory>(static_cast<std::size_t>(3 * largest_unit_bytes()));
   if (options_.shard_parameters)
     for (std::size_t u = 0; u < units_.size(); ++u) release(u);
 }
@@ -173,7 +161,7 @@ void ShardedDataParallel::arm_backward(std::size_t unit) { units_[unit].pending 
 void ShardedDataParallel::on_gradient_arriving(std::size_t parameter) {
   Unit& unit = units_[unit_of_[parameter]];
   if (unit.grad_full.defined()) return;
-  unit.grad_full = torch::zeros_like(unit.full);
+  unit.grad_full = memory_->zeros(unit.full.numel(), unit.full.options());
   for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
     torch::Tensor& p = parameters_[unit.parameters[k]];
     p.mutable_grad() = unit.grad_full.narrow(0, unit.offsets[k], p.numel()).view(p.sizes());
@@ -200,12 +188,21 @@ void ShardedDataParallel::launch_ready(bool all) {
     release(u);
     ++launched_;
   }
+  // The whole gradients of units whose reduce-scatter is over go now, not after backward: at no
+  // time need every unit's be held at once.
+  for (std::size_t done = 0; done + 1 < launched_; ++done) {
+    Unit& unit = units_[units_.size() - 1 - done];
+    if (unit.grad_full.defined() && unit.reducing.completed()) {
+      unit.reducing.wait();
+      release_gradients(unit);
+    }
+  }
 }
 
 void ShardedDataParallel::reduce(Unit& unit) {
   if (unit.parameters.empty()) return;
   torch::NoGradGuard no_grad;
-  if (!unit.grad_full.defined()) unit.grad_full = torch::zeros_like(unit.full);  // no gradient here: zeros
+  if (!unit.grad_full.defined()) unit.grad_full = memory_->zeros(unit.full.numel(), unit.full.options());  // no gradient here: zeros
   for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
     const torch::Tensor& p = parameters_[unit.parameters[k]];
     auto place = unit.grad_full.narrow(0, unit.offsets[k], p.numel());
@@ -218,7 +215,10 @@ void ShardedDataParallel::finish() {
   auto backward_done = Clock::now();
   launch_ready(/*all=*/true);
   armed_ = false;
-  for (auto& unit : units_) unit.reducing.wait();
+  for (std::size_t u = units_.size(); u-- > 0;) {  // in launch order
+    units_[u].reducing.wait();
+    release_gradients(units_[u]);
+  }
   auto done = Clock::now();
   timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
   timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();
@@ -234,7 +234,6 @@ void ShardedDataParallel::finish() {
       offset += shard.numel();
     }
   }
-  for (auto& unit : units_) release_gradients(unit);
   // The side values and the use flags (Note [Unused parameters] in gradient_reducer.cpp), summed.
   std::vector<double> values = side_sent_;
   values.insert(values.end(), used_.begin(), used_.end());
@@ -290,7 +289,7 @@ void ShardedDataParallel::prefetch(std::size_t u) {
   if (!options_.shard_parameters || u >= units_.size()) return;
   Unit& unit = units_[u];
   if (unit.gathered || unit.gathering.pending()) return;
-  allocate_storage(unit.full);
+  memory_->fill_storage(unit.full);
   unit.gathering = all_gather(shard_group_, unit.shard, unit.full);
 }
 
@@ -306,7 +305,7 @@ void ShardedDataParallel::release(std::size_t u) {
   Unit& unit = units_[u];
   if (!options_.shard_parameters || unit.parameters.empty()) return;
   unit.gathering.wait();  // a prefetch nobody used: the collective must still complete everywhere
-  if (unit.full.storage().nbytes() > 0) free_storage(unit.full);
+  if (unit.full.storage().nbytes() > 0) UnitMemory::empty_storage(unit.full);
   unit.gathered = false;
 }
 

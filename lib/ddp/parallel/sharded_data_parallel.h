@@ -14,6 +14,7 @@
 #include "ddp/comm/process_group.h"
 #include "ddp/comm/shard_collectives.h"
 #include "ddp/common/value_slots.h"
+#include "ddp/parallel/unit_memory.h"
 
 namespace torch::autograd {
 struct Node;
@@ -130,6 +131,7 @@ class ShardedDataParallel final : public GradientSync {
   std::vector<int64_t> piece_at_;             // piece → its start in its unit's shard
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive: they hold our hooks
   std::vector<uint8_t> used_;
+  std::unique_ptr<UnitMemory> memory_;  // whole units' blocks (Note [Unit memory])
   bool armed_ = false;
   std::size_t launched_ = 0;  // units reduce-scattered this step, in launch order (the last unit first)
   Clock::time_point first_launch_;
