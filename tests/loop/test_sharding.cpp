@@ -257,10 +257,34 @@ TEST_CASE("under an address-space cap that the replicated run exceeds, dist.shar
   INFO(replicated.out << replicated.err);
   CHECK(replicated.exit_code != 0);
   CHECK(std::regex_search(replicated.err, std::regex("rank [0-3]: out of memory: .*can't allocate memory.*; "
-                                                     "unsharded, every rank holds the whole model")));
+                                                     "without dist.shard every rank holds the whole model")));
   CHECK_FALSE(std::filesystem::exists(dir.file("replicated/model.pt")));
   auto sharded = run_shell(cap + command("sharded", "parameters"), std::chrono::seconds(300));
   INFO(sharded.out << sharded.err);
   CHECK(sharded.exit_code == 0);
   CHECK(std::filesystem::exists(dir.file("sharded/model.pt")));
+}
+
+TEST_CASE("dist.shard parameters evaluates when the ranks' eval shards hold different batch counts, with the "
+          "replicated run's metrics",
+          "[sharding][eval]") {
+  TempDir dir;
+  // 513 eval samples over 2 ranks in batches of 256: rank 0 runs 2 batches, rank 1 one.
+  auto sets = [&](const std::string& name, const std::string& shard) {
+    auto s = mlp_sets(dir, name, 32);
+    for (auto& x : s)
+      if (x == "data.eval_split=none") x = "data.synthetic_test_samples=513";
+    s.insert(s.end(), {"eval.batch_size=256", "eval.every_steps=10", "dist.shard=" + shard, "dist.timeout_s=60"});
+    return s;
+  };
+  auto replicated = ddprun(2, config_path("synthetic_mlp.yaml"), sets("none", "none"));
+  INFO(replicated.out << replicated.err);
+  REQUIRE(replicated.exit_code == 0);
+  auto sharded = ddprun(2, config_path("synthetic_mlp.yaml"), sets("parameters", "parameters"));
+  INFO(sharded.out << sharded.err);
+  REQUIRE(sharded.exit_code == 0);
+  double a = metric_value(dir.file("none/metrics.jsonl"), "eval_loss");
+  double b = metric_value(dir.file("parameters/metrics.jsonl"), "eval_loss");
+  CHECK(a > 0);
+  CHECK(std::abs(a - b) < 1e-5);
 }

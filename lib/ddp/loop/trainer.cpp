@@ -52,8 +52,9 @@ std::vector<std::vector<torch::Tensor>> shard_units_of(torch::nn::Module& module
 // samples, averaged the same way, step for step. So a run resumes at another world size when its
 // batch size keeps W·B (the weights and optimizer state are whole in the checkpoint, and any
 // sharding takes its part of them); otherwise it would skip or repeat samples, and is refused.
-void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, const std::string& split,
+void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, const TrainConfig& config,
                          const std::string& source) {
+  const std::string& split = config.sampler.split;
   const auto restart_hint = "; or start afresh with checkpoint.resume: never or another run.output_dir";
   if (saved.world_size == world || saved.world_size == 0) {
     if (saved.batch_size != 0 && saved.batch_size != batch)
@@ -66,6 +67,10 @@ void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, c
     throw UserError("sampler.split: chunk gives each rank a fixed part of the data, so " + source +
                     ", written by " + std::to_string(saved.world_size) + " ranks, resumes only at that world size" +
                     restart_hint);
+  if (config.optim.lr_scaling != "none")
+    throw UserError("optim.lr_scaling: " + config.optim.lr_scaling + " scales the learning rate by the world size, so " +
+                    source + ", written by " + std::to_string(saved.world_size) +
+                    " ranks, would go on at another rate; resume at that world size" + restart_hint);
   const int64_t samples = saved.world_size * saved.batch_size;
   if (saved.batch_size == 0 || samples != world * batch) {
     std::string fix = saved.batch_size != 0 && samples % world == 0
@@ -161,7 +166,7 @@ void Trainer::resume() {
     whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
   plan_->gather_parameters();  // the checkpoint's weights go into the whole parameters
   auto accept = [&](const TrainProgress& saved) {
-    check_resume_layout(saved, world.world_size, config_.train.batch_size, config_.sampler.split, source);
+    check_resume_layout(saved, world.world_size, config_.train.batch_size, config_, source);
   };
   TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
                                                world.rank, accept);
@@ -319,6 +324,9 @@ void Trainer::save_checkpoint() {
 void Trainer::run_eval() {
   recorder_->eval_begins(progress_);
   plan_->share_buffers();
+  // dist.shard parameters: the eval shards differ in batch count between ranks, and a forward that
+  // gathered unit by unit would wait for ranks with no batch left; the whole model is gathered once.
+  plan_->gather_parameters();
   EvalResult result;
   {
     AutocastScope autocast(plan_->world().device, mixed_precision());

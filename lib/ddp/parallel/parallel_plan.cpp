@@ -34,8 +34,10 @@ std::vector<std::vector<std::size_t>> size_units(const std::vector<torch::Tensor
   double bytes = 0, cap = dist.first_bucket_mb;
   for (std::size_t i = parameters.size(); i-- > 0;) {
     const auto& p = parameters[i];
-    if (!current.empty() && parameters[current.back()].scalar_type() != p.scalar_type())
+    if (!current.empty() && parameters[current.back()].scalar_type() != p.scalar_type()) {
       units.push_back(std::exchange(current, {}));  // a unit is one flat tensor: one dtype
+      bytes = 0;
+    }
     current.push_back(i);
     bytes += static_cast<double>(p.numel() * static_cast<int64_t>(p.element_size()));
     if (bytes >= cap * kMiB) {

@@ -279,6 +279,10 @@ double ShardedDataParallel::clip_grad_norm(double max_norm) {
 }
 
 void ShardedDataParallel::after_optimizer_step() {
+  // The values changed through the flat tensors, not through the parameters: their version
+  // counters say so, for whatever caches on them (GraphSAGE's full-neighbourhood layers). No
+  // autograd graph is alive now to object.
+  for (const auto& p : parameters_) torch::autograd::impl::bump_version(p);
   if (options_.shard_parameters) return;  // the next forward gathers them
   for (auto& unit : units_)
     if (!unit.parameters.empty()) unit.gathering = all_gather(shard_group_, unit.shard, unit.full);
@@ -303,7 +307,7 @@ void ShardedDataParallel::gather(std::size_t u) {
 
 void ShardedDataParallel::release(std::size_t u) {
   Unit& unit = units_[u];
-  if (!options_.shard_parameters || unit.parameters.empty()) return;
+  if (!options_.shard_parameters || unit.parameters.empty() || held_) return;
   unit.gathering.wait();  // a prefetch nobody used: the collective must still complete everywhere
   if (unit.full.storage().nbytes() > 0) UnitMemory::empty_storage(unit.full);
   unit.gathered = false;
@@ -339,9 +343,11 @@ torch::Tensor ShardedDataParallel::after_unit(std::size_t unit, torch::Tensor ou
 void ShardedDataParallel::gather_parameters() {
   for (std::size_t u = 0; u < units_.size(); ++u) prefetch(u);
   for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
+  held_ = options_.shard_parameters;  // forwards (evaluation) must not free them meanwhile
 }
 
 void ShardedDataParallel::release_parameters() {
+  held_ = false;
   for (std::size_t u = 0; u < units_.size(); ++u) release(u);
 }
 

@@ -69,7 +69,8 @@ class ShardedDataParallel final : public GradientSync {
   /// Stage 3: after it ran: frees its parameters, and hooks `output` to gather them again for backward.
   torch::Tensor after_unit(std::size_t unit, torch::Tensor output);
 
-  /// Stage 3: every parameter whole until release_parameters() (model.pt, checkpoints, resume).
+  /// Stage 3: every parameter whole, and kept so by forwards, until release_parameters() (model.pt,
+  /// checkpoints, resume, evaluation).
   void gather_parameters();
   /// Stage 3: frees whatever is gathered.
   void release_parameters();
@@ -132,6 +133,7 @@ class ShardedDataParallel final : public GradientSync {
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive: they hold our hooks
   std::vector<uint8_t> used_;
   std::unique_ptr<UnitMemory> memory_;  // whole units' blocks (Note [Unit memory])
+  bool held_ = false;   // between gather_parameters() and release_parameters(): nothing is freed
   bool armed_ = false;
   std::size_t launched_ = 0;  // units reduce-scattered this step, in launch order (the last unit first)
   Clock::time_point first_launch_;
