@@ -161,6 +161,16 @@ TEST_CASE("resuming at another world size with another number of samples a step 
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("was written by 2 ranks of train.batch_size 16 (32 samples a micro-step); this run has "
                              "1 × 16 = 16; use train.batch_size 32 at world size 1"));
+  auto three = run_shell(ddprun_command(3, "synthetic_mlp.yaml", sets));
+  CHECK(three.exit_code == 2);
+  CHECK_THAT(three.err, Contains("this run has 3 × 16 = 48; resume at a world size that divides 32"));
+  auto scaled = sets;
+  scaled[4] = "train.batch_size=32";
+  scaled.push_back("optim.lr_scaling=linear");
+  auto rate = run_shell(ddprun_command(1, "synthetic_mlp.yaml", scaled));
+  CHECK(rate.exit_code == 2);
+  CHECK_THAT(rate.err, Contains("optim.lr_scaling: linear scales the learning rate by the world size") &&
+                           Contains("written by 2 ranks, would go on at another rate"));
   sets.push_back("sampler.split=chunk");
   auto chunk = run_shell(ddprun_command(1, "synthetic_mlp.yaml", sets));
   CHECK(chunk.exit_code == 2);

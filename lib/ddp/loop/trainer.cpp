@@ -133,7 +133,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   }
   double lr = scaled_lr(config_.optim, world.world_size);
   std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parameters_);
-  optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims(optimized));
+  optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
   progress_.batch_size = config_.train.batch_size;

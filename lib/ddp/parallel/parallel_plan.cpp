@@ -123,11 +123,8 @@ std::vector<torch::Tensor> ParallelPlan::optimizer_parameters(const std::vector<
   return shards_->owned();
 }
 
-std::vector<int64_t> ParallelPlan::optimizer_parameter_dims(const std::vector<torch::Tensor>& optimized) const {
-  if (sharded_) return sharded_->piece_dims();
-  std::vector<int64_t> dims;
-  for (const auto& p : optimized) dims.push_back(p.dim());
-  return dims;
+std::vector<int64_t> ParallelPlan::optimizer_parameter_dims() const {
+  return sharded_ ? sharded_->piece_dims() : std::vector<int64_t>{};  // empty: each tensor's own
 }
 
 void ParallelPlan::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {

@@ -55,8 +55,9 @@ class ParallelPlan {
   /// with dist.shard optimizer its share of them (Note [Optimizer shards]); with gradients or
   /// parameters its pieces of them (Note [Flat shards]). After make_gradient_sync.
   std::vector<torch::Tensor> optimizer_parameters(const std::vector<torch::Tensor>& parameters);
-  /// For optim.decay_params: the dimension count of each optimizer_parameters() tensor's parameter.
-  std::vector<int64_t> optimizer_parameter_dims(const std::vector<torch::Tensor>& optimized) const;
+  /// For optim.decay_params: the dimension count of each optimizer_parameters() tensor's parameter,
+  /// where it is not the tensor's own (sharded pieces); empty otherwise (make_optimizer's default).
+  std::vector<int64_t> optimizer_parameter_dims() const;
   /// Whether the optimizer's state is split over the data-shard group (any dist.shard).
   bool shards_optimizer() const { return shard_ != "none"; }
   /// Clips the gradients (after the sync) to a global norm of `max_norm`, over every shard.
