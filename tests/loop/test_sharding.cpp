@@ -1,7 +1,7 @@
 // dist.shard optimizer, gradients and parameters (ZeRO-1/2/3) by real ddprun processes: the weights
 // equal the replicated run's on the MLP and the GPT at world 2 and 4 (and under HSDP), each rank
-// holds its share of the state, checkpoints stay whole: a sharded run resumes replicated and back,
-// at another world size, and after a SIGKILL exactly.
+// holds its share of the state; checkpoints are written shard by shard, and a sharded run resumes
+// replicated and back, at another world size, and after a SIGKILL exactly.
 #include <torch/torch.h>
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
@@ -114,6 +114,71 @@ TEST_CASE("a sharded run's checkpoint resumes replicated, and a replicated one s
   }
 }
 
+TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs; a damaged shard sends every "
+          "rank to the previous checkpoint, or fails naming the rank that read it",
+          "[sharding][checkpoint]") {
+  TempDir dir;
+  std::string config = config_path("synthetic_mlp.yaml");
+  auto sets = [&](const std::string& name, int steps, const std::vector<std::string>& more = {}) {
+    auto s = mlp_sets(dir, name, 32);
+    s.insert(s.end(), {"train.max_steps=" + std::to_string(steps), "checkpoint.every_steps=10", "dist.shard=gradients"});
+    s.insert(s.end(), more.begin(), more.end());
+    return s;
+  };
+  auto first = ddprun(2, config, sets("run", 30));
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  namespace fs = std::filesystem;
+  std::string checkpoints = dir.file("run/checkpoints/");
+  for (const char* name : {"step_0000000030.json", "step_0000000030.common.pt", "step_0000000030.shard-0-of-2.pt",
+                           "step_0000000030.shard-1-of-2.pt", "step_0000000020.shard-1-of-2.pt"})
+    CHECK(fs::exists(checkpoints + name));
+  CHECK_FALSE(fs::exists(checkpoints + "step_0000000030.pt"));
+  // keep_last 2: every file of step 10 is gone.
+  for (const auto& entry : fs::directory_iterator(checkpoints))
+    CHECK(entry.path().filename().string().rfind("step_0000000010", 0) == std::string::npos);
+  std::string manifest = read_file(checkpoints + "step_0000000030.json");
+  CHECK_THAT(manifest, Contains("mesh: \"pipeline 1 × data_replicate 1 × data_shard 2, dist.shard gradients\"") &&
+                           Contains("{name: layers.0.weight, shape: [64, 784]}") && Contains("ranges: [[0, 0, "));
+
+  // One byte of rank 1's shard of step 30 flipped: the CRC-32 catches it where it is read.
+  std::string shard = read_file(checkpoints + "step_0000000030.shard-1-of-2.pt");
+  shard[shard.size() / 2] ^= 0x20;
+  write_file(checkpoints + "step_0000000030.shard-1-of-2.pt", shard);
+  fs::copy(dir.file("run"), dir.file("pinned"), fs::copy_options::recursive);
+  auto pinned = ddprun(2, config,
+                       sets("pinned", 40, {"checkpoint.resume=" + dir.file("pinned/checkpoints/step_0000000030.json")}));
+  INFO(pinned.out << pinned.err);
+  CHECK(pinned.exit_code != 0);
+  CHECK_THAT(pinned.err, Contains("checkpoint.resume: rank 1: " + dir.file("pinned/checkpoints/") +
+                                  "step_0000000030.shard-1-of-2.pt is corrupt: CRC-32 does not match its manifest"));
+  auto rest = ddprun(2, config, sets("run", 40));
+  INFO(rest.out << rest.err);
+  REQUIRE(rest.exit_code == 0);
+  CHECK_THAT(rest.out + rest.err, Contains("skipping checkpoint " + checkpoints + "step_0000000030.json: rank 1: "));
+  CHECK_THAT(rest.out, Contains("resumed from " + checkpoints + "step_0000000020.json at step 20") &&
+                           Contains("2 shards of pipeline 1 × data_replicate 1 × data_shard 2"));
+
+  // Another model: one message naming the difference, before any shard is read.
+  auto other = ddprun(2, config, sets("run", 50, {"model.hidden=[32]"}));
+  INFO(other.out << other.err);
+  CHECK(other.exit_code != 0);
+  CHECK_THAT(other.err, Contains("does not fit this model (was it written with another model config?): "
+                                 "layers.0.weight has shape [64, 784] in the checkpoint, [32, 784] in the model;"));
+  // Another optimizer: its state would be taken for this one's.
+  auto sgd = ddprun(2, config, sets("run", 50, {"optim.name=sgd"}));
+  INFO(sgd.out << sgd.err);
+  CHECK(sgd.exit_code != 0);
+  CHECK_THAT(sgd.err, Contains("holds the state of optim.name adamw, and this run's is sgd"));
+
+  // checkpoint.format whole: one file from rank 0, as without sharding.
+  auto whole = ddprun(2, config, sets("whole", 10, {"checkpoint.format=whole"}));
+  INFO(whole.out << whole.err);
+  REQUIRE(whole.exit_code == 0);
+  CHECK(fs::exists(dir.file("whole/checkpoints/step_0000000010.pt")));
+  CHECK_FALSE(fs::exists(dir.file("whole/checkpoints/step_0000000010.shard-0-of-2.pt")));
+}
+
 namespace {
 
 // A small GPT on the GPL's bytes, written as a raw uint16 file (the KJV shards are not needed):
@@ -164,6 +229,10 @@ TEST_CASE("a GPT under every dist.shard at world 2 and 4, and under HSDP, matche
     INFO(hsdp.out << hsdp.err);
     REQUIRE(hsdp.exit_code == 0);
     CHECK_THAT(hsdp.out, Contains("data_replicate 2 × data_shard 2"));
+    // One replica writes the checkpoints' shards: two of them.
+    std::string checkpoints = gpt.dir.file("hsdp_" + shard + "/checkpoints/");
+    CHECK(std::filesystem::exists(checkpoints + "step_0000000030.shard-1-of-2.pt"));
+    CHECK_FALSE(std::filesystem::exists(checkpoints + "step_0000000030.shard-2-of-4.pt"));
     CHECK(largest_difference(gpt.model("none4"), gpt.model("hsdp_" + shard)) < 1e-6);
   }
   // Its blocks are the units: the largest gathered is one block's, a fraction of the model.

@@ -16,6 +16,10 @@ void declare_config(ConfigSchema& schema, CheckpointConfig& config) {
   schema.add("checkpoint.resume", &config.resume,
              "auto: the newest complete checkpoint, if any; never: start afresh; else a checkpoint's path")
       .non_empty();
+  schema.add("checkpoint.format", &config.format,
+             "whole: one file, rank 0 writes it; sharded: each shard's ranks write their part, a resume reads "
+             "what it needs; auto: sharded under dist.shard")
+      .choices({"auto", "whole", "sharded"});
 }
 
 }  // namespace ddp

@@ -13,6 +13,7 @@ struct CheckpointConfig {
   int64_t every_epochs = 1;   ///< 0: off
   int64_t keep_last = 2;
   std::string resume = "auto";  ///< auto (newest complete one, if any) | never | PATH
+  std::string format = "auto";  ///< auto (sharded under dist.shard, else whole) | whole | sharded
 };
 
 /// Declares the `CheckpointConfig` keys, bound to `config`, with their defaults, docs and ranges.

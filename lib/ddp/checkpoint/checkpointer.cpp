@@ -18,7 +18,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string step_name(int64_t step) {
+torch::Tensor scalar(int64_t value) { return torch::tensor({value}, torch::kLong); }
+
+int64_t read_scalar(torch::serialize::InputArchive& archive, const std::string& key, const std::string& path) {
+  torch::Tensor value;
+  if (!archive.try_read(key, value)) throw FileError(path + ": not a ddprun checkpoint (no '" + key + "')");
+  return value.item<int64_t>();
+}
+
+// The checkpoint a file of the directory belongs to: its stem ("step_0000000020"), or "".
+std::string stem_of(const std::string& name) {
+  constexpr std::size_t kStem = 15;  // "step_" and ten digits
+  return name.size() > kStem && name.rfind("step_", 0) == 0 && name[kStem] == '.' ? name.substr(0, kStem) : "";
+}
+
+}  // namespace
+
+std::string checkpoint_stem(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof name, "step_%010lld", static_cast<long long>(step));
   return name;
@@ -34,15 +50,20 @@ uint32_t crc32_of(std::string_view data) {
   return static_cast<uint32_t>(crc);
 }
 
-torch::Tensor scalar(int64_t value) { return torch::tensor({value}, torch::kLong); }
-
-int64_t read_scalar(torch::serialize::InputArchive& archive, const std::string& key, const std::string& path) {
-  torch::Tensor value;
-  if (!archive.try_read(key, value)) throw FileError(path + ": not a ddprun checkpoint (no '" + key + "')");
-  return value.item<int64_t>();
+std::string verify_file(const std::string& path, uint64_t bytes, uint32_t crc, std::string* data) {
+  std::string read;
+  try {
+    read = read_whole_file(path);
+  } catch (const FileError& e) {
+    return e.what();
+  }
+  if (read.size() != bytes)
+    return path + " is truncated or padded: " + std::to_string(read.size()) + " bytes, manifest says " +
+           std::to_string(bytes);
+  if (crc32_of(read) != crc) return path + " is corrupt: CRC-32 does not match its manifest";
+  if (data) *data = std::move(read);
+  return "";
 }
-
-}  // namespace
 
 Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory)
     : config_(config), directory_(std::move(directory)) {}
@@ -50,29 +71,18 @@ Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory
 void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                         const TrainProgress& progress, int world_size,
                         const std::vector<torch::Tensor>& rank_rng) {
-  std::error_code ec;
-  bool created = fs::create_directories(directory_, ec);
-  if (ec) throw_output_error("cannot create checkpoint directory " + directory_ + ": " + ec.message(), ec.value());
-  if (created) fsync_directory(fs::path(directory_).parent_path().string());  // its entry must survive a crash
-
+  ensure_directory();
   torch::serialize::OutputArchive archive;
-  archive.write("format_version", scalar(kFormatVersion));
-  archive.write("step", scalar(progress.step));
-  archive.write("epoch", scalar(progress.epoch));
-  archive.write("batch_in_epoch", scalar(progress.batch_in_epoch));
-  archive.write("batch_size", scalar(progress.batch_size));
-  archive.write("world_size", scalar(world_size));
+  write_progress(archive, progress, world_size, rank_rng);
   for (const auto& [name, tensor] : python_state_dict(model)) archive.write("model/" + name, tensor);
   torch::serialize::OutputArchive optimizer_archive;
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
-  archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
-  for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
   std::ostringstream bytes;
   archive.save_to(bytes);
   std::string data = bytes.str();
 
-  std::string base = directory_ + "/" + step_name(progress.step);
+  std::string base = directory_ + "/" + checkpoint_stem(progress.step);
   write_file_atomically(base + ".pt", data);
   YAML::Emitter manifest;
   manifest << YAML::DoubleQuoted << YAML::Flow << YAML::BeginMap;
@@ -83,16 +93,27 @@ void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Opti
   manifest << YAML::Key << "bytes" << YAML::Value << data.size();
   manifest << YAML::Key << "crc32" << YAML::Value << crc32_of(data);
   manifest << YAML::EndMap;
-  // The manifest is the commit marker: written last, so a crash before it leaves no checkpoint.
-  write_file_atomically(base + ".json", std::string(manifest.c_str()) + "\n");
+  commit(progress.step, std::string(manifest.c_str()) + "\n");
+}
 
-  remove_leftovers(step_name(progress.step));
+void Checkpointer::ensure_directory() const {
+  std::error_code ec;
+  bool created = fs::create_directories(directory_, ec);
+  if (ec) throw_output_error("cannot create checkpoint directory " + directory_ + ": " + ec.message(), ec.value());
+  if (created) fsync_directory(fs::path(directory_).parent_path().string());  // its entry must survive a crash
+}
+
+void Checkpointer::commit(int64_t step, const std::string& manifest) {
+  // The manifest is the commit marker: written last, so a crash before it leaves no checkpoint.
+  const std::string stem = checkpoint_stem(step);
+  write_file_atomically(directory_ + "/" + stem + ".json", manifest);
   auto all = list();
-  for (std::size_t i = static_cast<std::size_t>(config_.keep_last); i < all.size(); ++i) {
-    if (all[i].step == progress.step) continue;  // never the one just written
-    fs::remove(all[i].manifest_path, ec);  // manifest first: a half-pruned checkpoint is never complete
-    fs::remove(all[i].data_path, ec);
-  }
+  std::error_code ec;
+  for (std::size_t i = static_cast<std::size_t>(config_.keep_last); i < all.size(); ++i)
+    if (all[i].step != step) fs::remove(all[i].manifest_path, ec);  // never the one just written
+  // Manifests first, so a half-pruned checkpoint is never complete; then their data files, which
+  // no manifest commits any more, with whatever an earlier crash left.
+  remove_leftovers(stem);
 }
 
 void Checkpointer::remove_leftovers(const std::string& current) const {
@@ -101,9 +122,10 @@ void Checkpointer::remove_leftovers(const std::string& current) const {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(directory_, ec)) {
     std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || name.rfind(current, 0) == 0) continue;
+    std::string stem = stem_of(name);
+    if (stem.empty() || stem == current) continue;
     bool temporary = name.find(".tmp.") != std::string::npos;
-    bool orphan = entry.path().extension() == ".pt" && !fs::exists(fs::path(entry.path()).replace_extension(".json"));
+    bool orphan = entry.path().extension() == ".pt" && !fs::exists(directory_ + "/" + stem + ".json");
     if (temporary || orphan) fs::remove(entry.path(), ec);
   }
 }
@@ -119,6 +141,7 @@ std::vector<CheckpointInfo> Checkpointer::list() const {
       YAML::Node manifest = YAML::LoadFile(info.manifest_path);
       info.step = manifest["step"].as<int64_t>();
       info.world_size = manifest["world_size"].as<int64_t>();
+      info.sharded = manifest["shards"].IsDefined();
     } catch (const std::exception&) {
       info.step = -1;  // unreadable manifest: listed so verify can report it
     }
@@ -146,31 +169,21 @@ std::string verify_checkpoint(const CheckpointInfo& checkpoint) {
   } catch (const std::exception& e) {
     return "unreadable manifest " + checkpoint.manifest_path;
   }
-  uint64_t expected_bytes = 0;
-  uint32_t expected_crc = 0;
   try {  // a damaged manifest is a problem to report, not an exception to escape find_resume_point()
     if (!manifest["format_version"] || manifest["format_version"].as<int>() != Checkpointer::kFormatVersion)
       return "unsupported format version in " + checkpoint.manifest_path;
-    expected_bytes = manifest["bytes"].as<uint64_t>();
-    expected_crc = manifest["crc32"].as<uint32_t>();
+    // Sharded: the common file here; each rank verifies the shards it reads (they may be on its node only).
+    YAML::Node data = manifest["shards"] ? manifest["common"] : manifest;
+    std::string path = manifest["shards"]
+                           ? (fs::path(checkpoint.manifest_path).parent_path() / data["file"].as<std::string>()).string()
+                           : checkpoint.data_path;
+    return verify_file(path, data["bytes"].as<uint64_t>(), data["crc32"].as<uint32_t>());
   } catch (const YAML::Exception&) {
     return "malformed manifest " + checkpoint.manifest_path + " (needs format_version, bytes and crc32)";
   }
-  std::string data;
-  try {
-    data = read_whole_file(checkpoint.data_path);
-  } catch (const FileError& e) {
-    return e.what();
-  }
-  if (data.size() != expected_bytes)
-    return checkpoint.data_path + " is truncated or padded: " + std::to_string(data.size()) + " bytes, manifest says " +
-           std::to_string(expected_bytes);
-  if (crc32_of(data) != expected_crc)
-    return checkpoint.data_path + " is corrupt: CRC-32 does not match its manifest";
-  return "";
 }
 
-std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
+std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than) const {
   if (config_.resume == "never") {
     // New checkpoints would be mixed with (and pruned against) an earlier run's.
     auto earlier = list();
@@ -191,12 +204,44 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point() const {
     if (candidate.step < 0)
       spdlog::warn("ignoring {}: not a readable manifest (a damaged checkpoint)", candidate.manifest_path);
   for (const auto& candidate : candidates) {
-    if (candidate.step < 0) continue;
+    if (candidate.step < 0 || candidate.step >= older_than) continue;
     auto problem = verify_checkpoint(candidate);
     if (problem.empty()) return candidate;
     spdlog::warn("skipping checkpoint {}: {}; trying the previous one", candidate.data_path, problem);
   }
   return std::nullopt;
+}
+
+void write_progress(torch::serialize::OutputArchive& archive, const TrainProgress& progress, int world_size,
+                    const std::vector<torch::Tensor>& rank_rng) {
+  archive.write("format_version", scalar(Checkpointer::kFormatVersion));
+  archive.write("step", scalar(progress.step));
+  archive.write("epoch", scalar(progress.epoch));
+  archive.write("batch_in_epoch", scalar(progress.batch_in_epoch));
+  archive.write("batch_size", scalar(progress.batch_size));
+  archive.write("world_size", scalar(world_size));
+  archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+  for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
+}
+
+TrainProgress read_progress(torch::serialize::InputArchive& archive, const std::string& source) {
+  TrainProgress progress;
+  progress.step = read_scalar(archive, "step", source);
+  progress.epoch = read_scalar(archive, "epoch", source);
+  progress.batch_in_epoch = read_scalar(archive, "batch_in_epoch", source);
+  progress.world_size = read_scalar(archive, "world_size", source);
+  torch::Tensor batch_size;
+  if (archive.try_read("batch_size", batch_size)) progress.batch_size = batch_size.item<int64_t>();
+  return progress;
+}
+
+void restore_rng(torch::serialize::InputArchive& archive, int rank) {
+  torch::Tensor rng;
+  if (archive.try_read("rng/cpu_rank" + std::to_string(rank), rng) || archive.try_read("rng/cpu", rng)) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng);
+  }
 }
 
 TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
@@ -209,13 +254,7 @@ TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string&
   } catch (const c10::Error& e) {
     throw FileError(path + ": not a readable checkpoint");
   }
-  TrainProgress progress;
-  progress.step = read_scalar(archive, "step", path);
-  progress.epoch = read_scalar(archive, "epoch", path);
-  progress.batch_in_epoch = read_scalar(archive, "batch_in_epoch", path);
-  progress.world_size = read_scalar(archive, "world_size", path);
-  torch::Tensor batch_size;
-  if (archive.try_read("batch_size", batch_size)) progress.batch_size = batch_size.item<int64_t>();
+  TrainProgress progress = read_progress(archive, path);
   if (accept) accept(progress);
   // Check every tensor before touching the model, so a mismatch leaves it as it was.
   auto entries = python_state_dict(model);
@@ -242,12 +281,7 @@ TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string&
   } catch (const c10::Error&) {
     throw FileError(path + ": its optimizer state does not fit optim.name and the model of this run");
   }
-  torch::Tensor rng;
-  if (archive.try_read("rng/cpu_rank" + std::to_string(rank), rng) || archive.try_read("rng/cpu", rng)) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng);
-  }
+  restore_rng(archive, rank);
   return progress;
 }
 

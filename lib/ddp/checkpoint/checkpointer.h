@@ -1,12 +1,15 @@
 #pragma once
-// Checkpoints written by rank 0: a data file committed by an atomic rename, then a manifest
-// (format version, world size, step, size, CRC-32). A checkpoint without a valid manifest never counts.
+// Checkpoints: data files committed by an atomic rename, then a manifest (format version, world
+// size, step, each file's size and CRC-32). A checkpoint without a valid manifest never counts.
+// Whole checkpoints are one file rank 0 writes; sharded ones (sharded_checkpoint.h) a file per shard.
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ddp/checkpoint/checkpoint_config.h"
@@ -20,6 +23,7 @@ struct CheckpointInfo {
   std::string manifest_path;
   int64_t step = 0;
   int64_t world_size = 0;
+  bool sharded = false;  ///< its manifest lists shard files (sharded_checkpoint.h), not one data file
 };
 
 /// Saves, finds and loads checkpoints in one directory.
@@ -52,7 +56,14 @@ class Checkpointer {
 
   /// The checkpoint `checkpoint.resume` selects: auto → the newest one that verifies (a corrupt newer
   /// one is reported and skipped), never → none, a path → that one (FileError if it does not verify).
-  std::optional<CheckpointInfo> find_resume_point() const;
+  /// `older_than`: auto takes only checkpoints of earlier steps (after a newer one failed elsewhere).
+  std::optional<CheckpointInfo> find_resume_point(int64_t older_than = INT64_MAX) const;
+
+  /// Creates the directory (and makes its entry durable) if it is not there yet.
+  void ensure_directory() const;
+  /// Commits the checkpoint of `step`, whose data files are written: writes its manifest, then
+  /// removes leftovers and prunes to keep_last.
+  void commit(int64_t step, const std::string& manifest);
 
   /// Complete checkpoints, newest first (not yet verified).
   std::vector<CheckpointInfo> list() const;
@@ -80,6 +91,24 @@ TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string&
 
 /// The checkpoint a path names: its manifest (.json), its data file (.pt), or their common stem.
 CheckpointInfo checkpoint_at(const std::string& path);
+
+/// A checkpoint's progress and generator states, in an archive (a whole checkpoint, a sharded one's
+/// common file): `rank_rng` as save() takes it.
+void write_progress(torch::serialize::OutputArchive& archive, const TrainProgress& progress, int world_size,
+                    const std::vector<torch::Tensor>& rank_rng);
+/// The progress write_progress wrote; FileError naming `source` if it is not there.
+TrainProgress read_progress(torch::serialize::InputArchive& archive, const std::string& source);
+/// Sets this process's generator to rank `rank`'s state in `archive` (the writer's where it has none).
+void restore_rng(torch::serialize::InputArchive& archive, int rank);
+
+/// The file name every file of step `step`'s checkpoint starts with: "step_0000000020".
+std::string checkpoint_stem(int64_t step);
+
+/// The CRC-32 manifests record.
+uint32_t crc32_of(std::string_view data);
+
+/// "" when the file at `path` has `bytes` bytes of CRC-32 `crc`, else what is wrong; its bytes in `data`.
+std::string verify_file(const std::string& path, uint64_t bytes, uint32_t crc, std::string* data = nullptr);
 
 /// Verifies a checkpoint's data file against its manifest; returns the problem, or "" when it is sound.
 std::string verify_checkpoint(const CheckpointInfo& checkpoint);

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <map>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
@@ -148,19 +149,32 @@ void Trainer::resume() {
   // Note [Resume from rank 0]: rank 0 alone chooses and verifies the checkpoint, reads it, and
   // broadcasts its bytes; every rank loads those. The ranks then resume from the same state even
   // when their nodes hold different files at that path (node-local storage, a stale copy), and
-  // no rank but 0 needs the file at all.
+  // no rank but 0 needs the file at all. A sharded checkpoint's shards are the exception: each
+  // rank reads those it needs (Note [Sharded checkpoints]); rank 0 sends the manifest and the
+  // common file.
   const Communicator& world = plan_->world();
-  std::string chosen, bytes;
-  if (world.rank == 0) {
-    if (auto found = checkpointer_->find_resume_point()) {
-      chosen = checkpoint_at(found->manifest_path).data_path;
-      bytes = read_whole_file(chosen);
+  for (int64_t older_than = INT64_MAX;;) {
+    std::string path, manifest, bytes;
+    if (world.rank == 0) {
+      if (auto found = checkpointer_->find_resume_point(older_than)) {
+        path = found->manifest_path;
+        manifest = read_whole_file(path);
+        bytes = read_whole_file(is_sharded_manifest(manifest) ? sharded_common_file(manifest, path) : found->data_path);
+      }
     }
+    broadcast_bytes(world, path, 0);
+    broadcast_bytes(world, manifest, 0);
+    broadcast_bytes(world, bytes, 0);
+    if (bytes.empty()) return;
+    if (!is_sharded_manifest(manifest)) return resume_whole(checkpoint_at(path).data_path, bytes);
+    if (resume_sharded(path, manifest, bytes, older_than)) return;
   }
-  broadcast_bytes(world, bytes, 0);
-  if (bytes.empty()) return;
-  std::string source = world.rank == 0 ? chosen : "rank 0's checkpoint";
-  // A checkpoint holds the whole optimizer state (Note [Optimizer shards]): sharded, load it whole, keep a share.
+}
+
+void Trainer::resume_whole(const std::string& path, const std::string& bytes) {
+  const Communicator& world = plan_->world();
+  std::string source = world.rank == 0 ? path : "rank 0's checkpoint";
+  // A whole checkpoint holds the whole optimizer state (Note [Optimizer shards]): sharded, load it whole, keep a share.
   std::unique_ptr<torch::optim::Optimizer> whole;
   if (plan_->shards_optimizer())
     whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
@@ -173,17 +187,69 @@ void Trainer::resume() {
   plan_->parameters_changed();
   plan_->release_parameters();
   if (whole) plan_->keep_optimizer_state(*whole, *optimizer_);
+  resumed(loaded, path, "");
+}
+
+bool Trainer::resume_sharded(const std::string& path, const std::string& manifest, const std::string& common,
+                             int64_t& older_than) {
+  const Communicator& world = plan_->world();
+  ShardedCheckpointReader reader(manifest, path, common);
+  check_resume_layout(reader.progress(), world.world_size, config_.train.batch_size, config_, path);
+  ShardLayout layout = shard_layout();
+  reader.check_fits(layout, task_->model());
+  std::string problem = reader.read_shards(layout);
+  // Every rank restores, or none: the first rank that could not read its shards says why.
+  auto failed = torch::zeros({world.world_size}, torch::kDouble);
+  if (!problem.empty()) failed[world.rank] = 1;
+  failed = all_reduce_sum(world, failed);
+  for (int r = 0; r < world.world_size; ++r) {
+    if (failed[r].item<double>() == 0) continue;
+    broadcast_bytes(world, problem, r);
+    problem = "rank " + std::to_string(r) + ": " + problem;
+    if (config_.checkpoint.resume != "auto") throw FileError("checkpoint.resume: " + problem);
+    if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
+    older_than = reader.progress().step;
+    return false;
+  }
+  reader.restore(layout, task_->model(), *optimizer_, world.rank);
+  plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
+  resumed(reader.progress(), path, ", " + reader.describe());
+  return true;
+}
+
+void Trainer::resumed(const TrainProgress& loaded, const std::string& path, const std::string& what) {
   progress_ = loaded;
   progress_.batch_size = config_.train.batch_size;
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
-  if (world.rank == 0)
-    spdlog::info("resumed from {} at step {} (epoch {}, batch {}){}", chosen, progress_.step, progress_.epoch,
-                 progress_.batch_in_epoch,
-                 loaded.world_size == world.world_size
+  if (plan_->world().rank == 0)
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {}{}){}", path, progress_.step, progress_.epoch,
+                 progress_.batch_in_epoch, what,
+                 loaded.world_size == plan_->world().world_size
                      ? ""
                      : fmt::format(", written by {} ranks of batch {}: the same samples per step", loaded.world_size,
                                    loaded.batch_size));
+}
+
+bool Trainer::sharded_checkpoints() const {
+  const std::string& format = config_.checkpoint.format;
+  return format == "sharded" || (format == "auto" && config_.mesh.shard != "none");
+}
+
+ShardLayout Trainer::shard_layout() const {
+  ShardLayout layout;
+  std::map<const c10::TensorImpl*, std::string> names;  // a tied weight: its first name, as in the list
+  for (const auto& item : task_->model().named_parameters()) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  for (const auto& p : parameters_) layout.names.push_back(names.at(p.unsafeGetTensorImpl()));
+  layout.parameters = parameters_;
+  layout.ranges = plan_->owned_ranges(parameters_);
+  const Communicator& shard_group = plan_->group(MeshDim::kDataShard);
+  layout.shard = shard_group.rank;
+  layout.shards = shard_group.world_size;
+  layout.writes = plan_->writes_shard();
+  layout.mesh = plan_->mesh().describe() + ", dist.shard " + config_.mesh.shard;
+  layout.optimizer = config_.optim.name;
+  return layout;
 }
 
 int64_t Trainer::steps_per_epoch() const {
@@ -308,16 +374,22 @@ void Trainer::save_checkpoint() {
   // next step's collective, where --stall-timeout would take them for stalled.
   auto pulse = recorder_->pulse(progress_);
   std::vector<torch::Tensor> rank_rng = plan_->gather_checkpoint_state();
-  std::unique_ptr<torch::optim::Optimizer> whole;  // sharded: every owner's state, gathered
-  if (plan_->shards_optimizer()) {
-    whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, plan_->world().world_size));
-    plan_->gather_optimizer_state(*optimizer_, *whole);
-  }
   checkpointer_->mark_saved(progress_.step);
-  plan_->gather_parameters();
-  if (plan_->writes_checkpoints())
-    checkpointer_->save(task_->model(), whole ? *whole : *optimizer_, progress_, plan_->world().world_size, rank_rng);
-  plan_->release_parameters();
+  if (sharded_checkpoints()) {
+    save_sharded_checkpoint(*checkpointer_, plan_->world(), shard_layout(), task_->model(), *optimizer_, progress_,
+                            rank_rng);
+  } else {
+    std::unique_ptr<torch::optim::Optimizer> whole;  // sharded: every owner's state, gathered
+    if (plan_->shards_optimizer()) {
+      whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, plan_->world().world_size));
+      plan_->gather_optimizer_state(*optimizer_, *whole);
+    }
+    plan_->gather_parameters();
+    if (plan_->writes_checkpoints())
+      checkpointer_->save(task_->model(), whole ? *whole : *optimizer_, progress_, plan_->world().world_size,
+                          rank_rng);
+    plan_->release_parameters();
+  }
   barrier(plan_->world());
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ddp/checkpoint/checkpointer.h"
+#include "ddp/checkpoint/sharded_checkpoint.h"
 #include "ddp/checkpoint/train_progress.h"
 #include "ddp/comm/gradient_sync.h"
 #include "ddp/common/value_slots.h"
@@ -41,6 +42,18 @@ class Trainer {
 
  private:
   void resume();
+  /// Restores a whole checkpoint (`bytes`: its data file) from `path`.
+  void resume_whole(const std::string& path, const std::string& bytes);
+  /// Restores a sharded one (`common`: its common file); false when a rank could not read its
+  /// shards and checkpoint.resume auto should try one older than `older_than` (which it sets).
+  bool resume_sharded(const std::string& path, const std::string& manifest, const std::string& common,
+                      int64_t& older_than);
+  /// After either: the loop goes on from `loaded`.
+  void resumed(const TrainProgress& loaded, const std::string& path, const std::string& what);
+  /// Whether checkpoints are sharded (checkpoint.format, dist.shard).
+  bool sharded_checkpoints() const;
+  /// This rank's part of a sharded checkpoint.
+  ShardLayout shard_layout() const;
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;

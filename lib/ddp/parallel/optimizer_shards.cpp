@@ -40,6 +40,13 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> parameters, const Co
     if (owners_[i] == group_.rank) owned_.push_back(parameters_[i]);
 }
 
+std::vector<OwnedRange> OptimizerShards::owned_ranges() const {
+  std::vector<OwnedRange> ranges;
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (owners_[i] == group_.rank) ranges.push_back({i, 0, parameters_[i].detach().view(-1), parameters_[i]});
+  return ranges;
+}
+
 void OptimizerShards::share_updated_parameters() const {
   torch::NoGradGuard no_grad;
   for (int owner = 0; owner < group_.world_size; ++owner) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddp/comm/process_group.h"
+#include "ddp/parallel/owned_range.h"
 #include "ddp/parallel/optimizer_state.h"
 
 namespace ddp {
@@ -25,6 +26,9 @@ class OptimizerShards {
   const std::vector<torch::Tensor>& owned() const { return owned_; }
   /// The owner (a rank of the group) of each parameter, in the constructor's order.
   const std::vector<int>& owners() const { return owners_; }
+
+  /// The parameters this rank steps, each whole: sharded checkpoints.
+  std::vector<OwnedRange> owned_ranges() const;
 
   /// After this rank's optimizer stepped its own: every parameter, updated, from its owner to every
   /// rank of the group. Every rank of the group calls it.

@@ -154,6 +154,14 @@ void ParallelPlan::keep_optimizer_state(const torch::optim::Optimizer& whole, to
     shards_->keep_owned_state(whole, sharded);
 }
 
+std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tensor>& parameters) const {
+  if (sharded_) return sharded_->owned_ranges();
+  if (shards_) return shards_->owned_ranges();
+  std::vector<OwnedRange> ranges;
+  for (std::size_t i = 0; i < parameters.size(); ++i) ranges.push_back({i, 0, parameters[i].detach().view(-1), parameters[i]});
+  return ranges;
+}
+
 void ParallelPlan::gather_parameters() const {
   if (auto* engine = parameter_shards()) engine->gather_parameters();
 }

@@ -70,6 +70,14 @@ class ParallelPlan {
   /// Resume: `sharded` keeps its share of `whole`'s state. Only with sharding.
   void keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const;
 
+  /// What this rank's part of a sharded checkpoint holds: the runs of `parameters` (from
+  /// prepare_model) whose optimizer state it keeps; without sharding every parameter whole. After
+  /// optimizer_parameters(). Restoring writes through them; after_optimizer_step() then puts the
+  /// values where the layout wants them.
+  std::vector<OwnedRange> owned_ranges(const std::vector<torch::Tensor>& parameters) const;
+  /// Whether this rank writes its shard of a sharded checkpoint: one replica of each shard does.
+  bool writes_shard() const { return group(MeshDim::kDataReplicate).rank == 0; }
+
   /// dist.shard parameters: the engine the model's unit hooks call; null otherwise.
   ShardedDataParallel* parameter_shards() const { return shard_ == "parameters" ? sharded_ : nullptr; }
   /// Every parameter whole in the model (dist.shard parameters gathers them) until release_parameters().

@@ -340,6 +340,12 @@ torch::Tensor ShardedDataParallel::after_unit(std::size_t unit, torch::Tensor ou
   return output;
 }
 
+std::vector<OwnedRange> ShardedDataParallel::owned_ranges() const {
+  std::vector<OwnedRange> ranges;
+  for (std::size_t j = 0; j < pieces_.size(); ++j) ranges.push_back({piece_parameter_[j], piece_offset_[j], pieces_[j], pieces_[j]});
+  return ranges;
+}
+
 void ShardedDataParallel::gather_parameters() {
   for (std::size_t u = 0; u < units_.size(); ++u) prefetch(u);
   for (std::size_t u = 0; u < units_.size(); ++u) gather(u);

@@ -14,6 +14,7 @@
 #include "ddp/comm/process_group.h"
 #include "ddp/comm/shard_collectives.h"
 #include "ddp/common/value_slots.h"
+#include "ddp/parallel/owned_range.h"
 #include "ddp/parallel/unit_memory.h"
 
 namespace torch::autograd {
@@ -54,6 +55,8 @@ class ShardedDataParallel final : public GradientSync {
   const std::vector<torch::Tensor>& pieces() const { return pieces_; }
   /// The dimension count of each piece's parameter (optim.decay_params).
   std::vector<int64_t> piece_dims() const;
+  /// The pieces as runs of their parameters (indices into the constructor's list): sharded checkpoints.
+  std::vector<OwnedRange> owned_ranges() const;
 
   /// Scales the gradient shards so that the whole gradient's norm over every shard is at most
   /// `max_norm`, as torch's clip_grad_norm_ does on a whole gradient; returns the norm.
