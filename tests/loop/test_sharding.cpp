@@ -294,7 +294,7 @@ TEST_CASE("dist.shard parameters with a model that names no units is a clear err
                    "train.max_steps=2", "data.eval_split=none"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("dist.shard: parameters gathers a model's parameters unit by unit, and model.name "
-                             "convnet names no units (gpt and mlp do); use dist.shard: gradients"));
+                             "convnet names no units (gpt, mlp and a TorchScript nn.Sequential do"));
 }
 
 TEST_CASE("under an address-space cap that the replicated run exceeds, dist.shard parameters trains a "

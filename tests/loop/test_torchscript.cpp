@@ -389,3 +389,32 @@ TEST_CASE("scripted modules users write: .view under channels_last, init_from Py
   CHECK_THAT(detached.err, Contains("model.path: " + python_fixture("detached.pt") +
                                     "'s forward returned a tensor that does not depend on the parameters"));
 }
+
+TEST_CASE("a scripted nn.Sequential under dist.shard parameters, child by child, trains to the replicated run's "
+          "weights; another scripted module is refused",
+          "[torchscript][sharding]") {
+  TempDir dir;
+  auto sets = [&](const std::string& name, const std::string& shard) {
+    return std::vector<std::string>{"run.output_dir=" + dir.file(name), "train.max_steps=30", "train.batch_size=32",
+                                    "data.eval_split=none", "optim.name=adamw", "optim.lr=0.003",
+                                    "optim.weight_decay=0.1", "train.clip_grad_norm=0.5", "dist.shard=" + shard,
+                                    "checkpoint.every_steps=10"};
+  };
+  std::string config = write_config(dir, "sequential.pt");
+  auto replicated = ddprun(2, config, sets("none", "none"));
+  INFO(replicated.out << replicated.err);
+  REQUIRE(replicated.exit_code == 0);
+  auto sharded = ddprun(2, config, sets("parameters", "parameters"));
+  INFO(sharded.out << sharded.err);
+  REQUIRE(sharded.exit_code == 0);
+  Weights x = load_weights(dir.file("none/model.pt")), y = load_weights(dir.file("parameters/model.pt"));
+  REQUIRE(x.size() == 6);  // 0.weight, 0.bias, 2.weight, ..., 4.bias: Python's names
+  double worst = 0;
+  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
+  CHECK(worst < 1e-6);
+  // Its three Linears are the units: the largest one gathered is the middle one's 32 × 32 + 32.
+  CHECK(metric_value(dir.file("parameters/metrics.jsonl"), "gathered_unit_mib") < 0.01);
+  auto other = ddprun(2, write_config(dir, "mlp.pt"), sets("other", "parameters"));
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("model.name torchscript names no units (gpt, mlp and a TorchScript nn.Sequential do)"));
+}

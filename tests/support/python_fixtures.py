@@ -214,6 +214,8 @@ def modules(out):
     torch.jit.script(ReturnsInt()).save(f"{out}/returns_int.pt")
     torch.jit.script(Detached()).save(f"{out}/detached.pt")
     torch.jit.script(ReturnsLong()).save(f"{out}/returns_long.pt")
+    torch.jit.script(nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
+                                   nn.Linear(32, 4))).save(f"{out}/sequential.pt")
     torch.jit.script(TinyLm(256)).save(f"{out}/tiny_lm.pt")
     torch.jit.script(TinyLm(64)).save(f"{out}/tiny_lm_64.pt")
     torch.jit.script(FlatLm()).save(f"{out}/flat_lm.pt")

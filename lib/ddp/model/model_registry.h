@@ -54,12 +54,15 @@ class Model : public torch::nn::Module {
   virtual void save_extras(const std::string& output_dir) const { (void)output_dir; }
 
   /// The modules whose parameters dist.shard: parameters gathers together, in forward order (a GPT
-  /// block, an MLP layer); empty when the forward cannot say when each runs (TorchScript).
+  /// block, an MLP layer, a scripted nn.Sequential's child); empty when the forward cannot say when
+  /// each runs (other TorchScript modules).
   virtual std::vector<std::shared_ptr<torch::nn::Module>> shard_units() { return {}; }
   /// Makes forward call `hooks` (null: stop), which must outlive the model's use.
   void set_shard_hooks(ShardUnitHooks* hooks) { shard_hooks_ = hooks; }
 
  protected:
+  /// Whether forward must call the hooks: the model runs unit by unit.
+  bool has_shard_hooks() const { return shard_hooks_ != nullptr; }
   /// In forward, before the root's parameters are used.
   void enter_shard_root() {
     if (shard_hooks_) shard_hooks_->before_root();

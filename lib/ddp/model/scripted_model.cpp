@@ -14,6 +14,13 @@
 // (issue 22, item 2). After each forward, a buffer whose attribute is a new tensor has that value
 // copied into the mirrored tensor, which is then put back as the attribute: identity is restored,
 // the value is the module's. A new shape or dtype cannot be mirrored, and is refused.
+//
+// Note [Scripted units]
+// A scripted module's forward is compiled code that calls its children where it likes, so nothing
+// outside can tell when a child runs, which dist.shard: parameters must know to gather it. An
+// nn.Sequential is the exception: its forward is its children in order, one's output the next
+// one's input. So under sharding a scripted nn.Sequential runs that loop here, each child with
+// parameters a shard unit; any other scripted module has no units.
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
@@ -112,6 +119,8 @@ class ScriptedModel : public Model {
  public:
   ScriptedModel(const ModelConfig& config, bool warn)
       : path_(config.path), module_(load_module(config.path)), channels_last_(config.channels_last) {
+    const auto type = module_.type()->name();
+    sequential_ = type && type->qualifiedName().find("torch.nn.modules.container.Sequential") != std::string::npos;
     // Process-wide, and this process trains one model. Unoptimised, the interpreter runs the saved
     // graph op by op; the profiling executor's specialisation measured 13% slower for CPU training.
     torch::jit::setGraphExecutorOptimize(config.jit_optimize);
@@ -149,7 +158,7 @@ class ScriptedModel : public Model {
     if (channels_last_ && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     c10::IValue output;
     try {
-      output = module_.forward({x});
+      output = has_shard_hooks() && sequential_ ? forward_by_units(x) : module_.forward({x});
     } catch (const std::exception& e) {
       std::string hint;
       if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
@@ -179,6 +188,15 @@ class ScriptedModel : public Model {
 
   std::vector<int64_t> input_shape() const override { return {}; }
 
+  // Note [Scripted units]
+  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override {
+    std::vector<std::shared_ptr<torch::nn::Module>> units;
+    if (!sequential_) return units;
+    for (const auto& child : named_children())
+      if (!child.value()->parameters().empty()) units.push_back(child.value());
+    return units;
+  }
+
   void save_extras(const std::string& output_dir) const override {
     std::ostringstream bytes;
     module_.save(bytes);
@@ -192,6 +210,28 @@ class ScriptedModel : public Model {
     std::string name, path;
     torch::Tensor tensor;
   };
+
+  // Note [Scripted units]: nn.Sequential's forward, each child with parameters inside the unit hooks.
+  c10::IValue forward_by_units(const torch::Tensor& x) {
+    enter_shard_root();
+    c10::IValue h = x;
+    std::size_t unit = 0;
+    for (const auto& child : module_.named_children()) {
+      torch::jit::Module m = child.value;
+      if (m.parameters().size() == 0) {
+        h = m.forward({h});
+        continue;
+      }
+      h = run_unit(unit++, [&] {
+        c10::IValue y = m.forward({h});
+        if (!y.isTensor())
+          throw UserError("model.path: " + path_ + "'s child " + child.name + " returned " + y.tagKind() +
+                          "; dist.shard: parameters runs an nn.Sequential child by child, each returning one tensor");
+        return y.toTensor();
+      });
+    }
+    return h;
+  }
 
   // Note [Reassigned buffers]
   void adopt_reassigned_buffers() {
@@ -232,6 +272,7 @@ class ScriptedModel : public Model {
   std::string path_;
   mutable torch::jit::Module module_;  // save() is not const in every LibTorch version
   bool channels_last_;
+  bool sequential_ = false;  // Note [Scripted units]
   std::vector<MirroredBuffer> buffers_;
 };
 
