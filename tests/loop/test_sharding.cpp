@@ -179,6 +179,28 @@ TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs
   CHECK_FALSE(fs::exists(dir.file("whole/checkpoints/step_0000000010.shard-0-of-2.pt")));
 }
 
+TEST_CASE("two launchers of 2 ranks each (--nnodes 2) shard within each node and replicate across them by "
+          "default, to the replicated run's weights",
+          "[sharding][multinode]") {
+  TempDir dir;
+  std::string config = config_path("synthetic_mlp.yaml");
+  auto replicated = ddprun(4, config, mlp_sets(dir, "none", 16));
+  INFO(replicated.out << replicated.err);
+  REQUIRE(replicated.exit_code == 0);
+  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 "
+                       "--master-port " + std::to_string(free_port()) + " --rdzv-timeout 30 " + config;
+  auto sets = mlp_sets(dir, "hsdp", 16);
+  sets.push_back("dist.shard=parameters");
+  for (const auto& s : sets) launch += " --set '" + s + "'";
+  auto r = run_shell(launch + " --node-rank 1 > " + dir.file("node1.log") + " 2>&1 & B=$!; " + launch +
+                         " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(240));
+  INFO(r.out << r.err << read_file(dir.file("node1.log")));
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK_THAT(r.out, Contains("data_replicate 2 × data_shard 2"));
+  CHECK(largest_difference(dir.file("none/model.pt"), dir.file("hsdp/model.pt")) < 1e-6);
+}
+
 namespace {
 
 // A small GPT on the GPL's bytes, written as a raw uint16 file (the KJV shards are not needed):
