@@ -416,5 +416,5 @@ TEST_CASE("a scripted nn.Sequential under dist.shard parameters, child by child,
   CHECK(metric_value(dir.file("parameters/metrics.jsonl"), "gathered_unit_mib") < 0.01);
   auto other = ddprun(2, write_config(dir, "mlp.pt"), sets("other", "parameters"));
   CHECK(other.exit_code == 2);
-  CHECK_THAT(other.err, Contains("model.name torchscript names no units (gpt, mlp and a TorchScript nn.Sequential do)"));
+  CHECK_THAT(other.err, Contains("model.name torchscript names no units (gpt, mlp, convnet and a TorchScript nn.Sequential do)"));
 }

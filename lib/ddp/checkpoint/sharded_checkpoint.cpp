@@ -87,7 +87,7 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
         const OwnedRange& range = layout.ranges[k];
         StateTensors state = read_state(optimizer, range.stepped);
         // Copies: an archive writes a view's whole storage (a flat unit), not the view.
-        archive.write(range_key(k, "value"), range.value.to(torch::kCPU).clone());
+        archive.write(range_key(k, "value"), range.value.reshape(-1).to(torch::kCPU).clone());
         archive.write(range_key(k, "step"), state.step.to(torch::kCPU));
         for (std::size_t s = 0; s < state.slots.size(); ++s)
           archive.write(range_key(k, "slot" + std::to_string(s)), state.slots[s].reshape(-1).to(torch::kCPU));
@@ -277,6 +277,7 @@ void ShardedCheckpointReader::restore(const ShardLayout& layout, torch::nn::Modu
     const int64_t begin = mine.begin, end = mine.begin + mine.value.numel();
     StateTensors state;
     int64_t step = -1, covered = 0;
+    torch::Tensor value = torch::empty({end - begin}, mine.value.options());
     for (std::size_t s = 0; s < slots; ++s) state.slots.push_back(torch::zeros({end - begin}, mine.value.options()));
     for (const auto& [s, archive] : read_) {
       const auto& theirs = shards_[s].ranges;
@@ -289,7 +290,7 @@ void ShardedCheckpointReader::restore(const ShardLayout& layout, torch::nn::Modu
             throw FileError(directory_ + "/" + shards_[s].file + ": no " + range_key(k, what) + " as its manifest says");
           return what == "step" ? t : t.narrow(0, lo - theirs[k].begin, hi - lo);
         };
-        mine.value.narrow(0, lo - begin, hi - lo).copy_(read("value"));
+        value.narrow(0, lo - begin, hi - lo).copy_(read("value"));
         step = std::max(step, read("step").item<int64_t>());
         for (std::size_t slot = 0; slot < slots; ++slot)
           state.slots[slot].narrow(0, lo - begin, hi - lo).copy_(read("slot" + std::to_string(slot)));
@@ -299,6 +300,7 @@ void ShardedCheckpointReader::restore(const ShardLayout& layout, torch::nn::Modu
     if (covered != end - begin)
       throw FileError(manifest_path_ + ": its shards hold " + std::to_string(covered) + " of elements [" +
                       std::to_string(begin) + ", " + std::to_string(end) + ") of " + layout.names[mine.parameter]);
+    mine.value.copy_(value.view(mine.value.sizes()));  // logical order, whatever its layout
     state.step = torch::full({1}, step, torch::kLong);
     for (auto& slot : state.slots) slot = slot.view(mine.stepped.sizes());
     write_state(optimizer, mine.stepped, state);

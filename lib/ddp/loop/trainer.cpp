@@ -42,7 +42,7 @@ std::vector<std::vector<torch::Tensor>> shard_units_of(torch::nn::Module& module
     for (const auto& unit : model->shard_units()) units.push_back(unit->parameters());
   if (units.empty())
     throw ConfigError("dist.shard: parameters gathers a model's parameters unit by unit, and model.name " +
-                      config.name + " names no units (gpt, mlp and a TorchScript nn.Sequential do); use dist.shard: gradients");
+                      config.name + " names no units (gpt, mlp, convnet and a TorchScript nn.Sequential do); use dist.shard: gradients");
   return units;
 }
 

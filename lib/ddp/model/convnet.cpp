@@ -36,9 +36,17 @@ class ConvNet : public Model {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
+    enter_shard_root();
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    x = run_unit(0, [&] { return layer1_->forward(x); });
+    x = run_unit(1, [&] { return layer2_->forward(x); });
     // reshape flattens in logical (C, H, W) order whatever the memory format, as fc expects.
-    return fc_->forward(layer2_->forward(layer1_->forward(x)).reshape({x.size(0), -1}));
+    return run_unit(2, [&] { return fc_->forward(x.reshape({x.size(0), -1})); });
+  }
+
+  // Each block and the classifier are a shard unit.
+  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override {
+    return {layer1_.ptr(), layer2_.ptr(), fc_.ptr()};
   }
 
  private:

@@ -11,8 +11,10 @@ namespace ddp {
 
 struct OwnedRange {
   std::size_t parameter = 0;  ///< index in the plan's parameters (prepare_model's list)
-  int64_t begin = 0;          ///< its first element in the flattened parameter
-  torch::Tensor value;        ///< its elements: a 1-D view of this rank's copy, written through on restore
+  int64_t begin = 0;          ///< its first element in the parameter's logical (row-major) order
+  /// Its elements, in this rank's copy, which restoring writes through: a 1-D piece of a flat shard,
+  /// or a whole parameter (any memory layout; its elements in logical order).
+  torch::Tensor value;
   torch::Tensor stepped;      ///< the tensor the optimizer steps for them, whose state is theirs
 };
 

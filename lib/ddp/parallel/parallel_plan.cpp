@@ -158,7 +158,7 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tens
   if (sharded_) return sharded_->owned_ranges();
   if (shards_) return shards_->owned_ranges();
   std::vector<OwnedRange> ranges;
-  for (std::size_t i = 0; i < parameters.size(); ++i) ranges.push_back({i, 0, parameters[i].detach().view(-1), parameters[i]});
+  for (std::size_t i = 0; i < parameters.size(); ++i) ranges.push_back({i, 0, parameters[i].detach(), parameters[i]});
   return ranges;
 }
 
