@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev zlib1g-dev catch2
+  libssl-dev libisal-dev libxxhash-dev nlohmann-json3-dev  # HMAC-SHA256, CRC-32C, XXH64, JSON: libraries, not our own code
   libopenblas0-openmp  # LibTorch's BLAS is Debian's libblas.so.3: without this, the slow reference one
   dataset-fashion-mnist
   bible-kjv      # the language-model corpus: scripts/make_tokens.py --kjv reads `bible`
@@ -12,6 +13,7 @@ packages=(
   slurm-client   # tests only: scontrol, to check the Slurm host-list parser against
   slurmctld slurmd munge  # tests only: a real local cluster (scripts/slurm/local_cluster.sh)
   chromium       # tests only: the run report rendered in a real (headless) browser
+  man-db         # tests only: `man ddprun` from the installed package
   python3-protobuf  # tests only: an independent reader of the TensorBoard event files
   python3-scipy  # tests and the bench only: PyG's Reddit files (scipy.sparse.save_npz) written for real
 )

@@ -15,16 +15,7 @@
 #include "ddp/common/worker_identity.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/trainer.h"
-
-namespace {
-
-struct Arguments {
-  std::string config;
-  std::vector<std::string> overrides;
-  bool print_config = false;
-};
-
-}  // namespace
+#include "trainer_options.h"
 
 int main(int argc, char** argv) {
   ddp::keep_freed_memory_for_reuse();
@@ -39,18 +30,9 @@ int main(int argc, char** argv) {
   errors.exit_at_once = [&] { return trainer != nullptr; };
   return ddp::run_main(errors, [&]() -> int {
     identity = ddp::worker_identity_from_environment();
-    Arguments args;
+    ddp::TrainerArguments args;
     CLI::App app("ddp-train: one data-parallel worker (see ddprun)", "ddp-train");
-    app.add_option("config", args.config, "Trainer config (YAML)")->required();
-    app.add_option("--set", args.overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
-        ->expected(1)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app.add_option("--rank", identity.rank, "This process's rank (default $RANK or 0)");
-    app.add_option("--world-size", identity.world_size, "Number of processes (default $WORLD_SIZE or 1)");
-    app.add_option("--master-addr", identity.master_addr, "Rendezvous host (default $MASTER_ADDR or " + std::string(ddp::kDefaultMasterAddr) + ")");
-    app.add_option("--master-port", identity.master_port, "Rendezvous port (default $MASTER_PORT or " + std::to_string(ddp::kDefaultMasterPort) + ")");
-    app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
-    app.set_version_flag("--version", ddp::version_line(), "Print the versions this binary was built with");
+    ddp::declare_trainer_options(app, args, identity);
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForVersion&) {

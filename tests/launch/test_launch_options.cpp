@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -265,4 +268,101 @@ TEST_CASE("torchrun's rendezvous spellings set the endpoint, the run id and node
   CHECK_THAT(error({"--rdzv-endpoint", "[::1]5", "--", "true"}),
              Catch::Contains("--rdzv-endpoint: expected [ADDRESS]:PORT, got '[::1]5'"));
   CHECK_THAT(error({"--rdzv-endpoint", ":5", "--", "true"}), Catch::Contains("--rdzv-endpoint: expected HOST[:PORT], got ':5'"));
+}
+
+TEST_CASE("torchrun's program forms: a script, -m, --run-path and --no-python take every word after them",
+          "[launch][options][torchrun]") {
+  ddp::test::TempDir dir;
+  std::string script = dir.file("train.py");
+  ddp::test::write_file(script, "print('hi')\n");
+  setenv(env::kPython, "/bin/sh", 1);  // any executable: only the command line is looked at here
+  auto options = parse({"--nproc-per-node", "2", "--master_port=1234", script, "--lr", "0.1", "--nproc-per-node", "5"});
+  CHECK(options.nproc_per_node == 2);
+  CHECK(options.master_port == 1234);
+  CHECK(options.program == std::vector<std::string>{"/bin/sh", "-u", script, "--lr", "0.1", "--nproc-per-node", "5"});
+  CHECK_FALSE(options.runs_trainer);
+  CHECK(parse({"-m", "pkg.train", "--epochs", "2"}).program ==
+        std::vector<std::string>{"/bin/sh", "-u", "-m", "pkg.train", "--epochs", "2"});
+  CHECK(parse({"--module", "pkg.train"}).program == std::vector<std::string>{"/bin/sh", "-u", "-m", "pkg.train"});
+  auto run_path = parse({"--run_path", script, "x"}).program;
+  REQUIRE(run_path.size() == 6);
+  CHECK(run_path[2] == "-c");
+  CHECK_THAT(run_path[3], Catch::Contains("runpy.run_path"));
+  CHECK(std::vector<std::string>(run_path.begin() + 4, run_path.end()) == std::vector<std::string>{script, "x"});
+  CHECK(parse({"--no-python", "true", "--flag", "-m"}).program == std::vector<std::string>{"true", "--flag", "-m"});
+  CHECK(parse({"--no-python", "--", "true", "a"}).program == std::vector<std::string>{"true", "a"});
+  // As torchrun's REMAINDER: a `--` after the script is the script's.
+  CHECK(parse({"--standalone", script, "--", "--x"}).program == std::vector<std::string>{"/bin/sh", "-u", script, "--", "--x"});
+  CHECK(parse({"--standalone", "-m", "pkg", "--epochs", "2"}).program ==
+        std::vector<std::string>{"/bin/sh", "-u", "-m", "pkg", "--epochs", "2"});
+  // The last of a repeated option wins, as argparse has it.
+  CHECK(parse({"--nproc-per-node", "2", "--nproc_per_node", "3", "--", "true"}).nproc_per_node == 3);
+  // A YAML config keeps its form: options and --set may still follow it.
+  ddp::test::write_file(dir.file("c.yaml"), "train: {epochs: 1}\n");
+  auto config = parse({dir.file("c.yaml"), "--nproc-per-node", "3", "--set", "train.epochs=2"});
+  CHECK(config.runs_trainer);
+  CHECK(config.nproc_per_node == 3);
+  CHECK(config.program.back() == "train.epochs=2");
+  unsetenv(env::kPython);
+}
+
+TEST_CASE("torchrun's other options: --tee, --redirects, --role, --local-addr, --rdzv-conf, and the ignored ones",
+          "[launch][options][torchrun]") {
+  using Catch::Contains;
+  auto options = parse({"--nproc-per-node", "3", "--redirects", "0:1,2:3", "-t", "2", "--role", "trainer",
+                        "--local-addr", "node-a", "--", "true"});
+  CHECK(options.redirects == std::vector<int>{1, 0, 3});
+  CHECK(options.tees == std::vector<int>{2, 2, 2});
+  CHECK(options.role == "trainer");
+  CHECK(options.local_addr == "node-a");
+  CHECK(parse({"--", "true"}).redirects.empty());  // neither given: ddprun's own log layout
+  CHECK(parse({"--rdzv-conf", "join_timeout=7,last_call_timeout=3", "--", "true"}).rdzv_timeout_s == 7);
+  CHECK(parse({"--nnodes", "2:2", "--node-rank", "1", "--", "true"}).nnodes == 2);
+  CHECK_THROWS_WITH(parse({"--nnodes", "1:2", "--", "true"}), Contains("--nnodes 1:2: a range of node counts"));
+  CHECK(parse({"--rdzv-conf", "join_timeout=7", "--rdzv-timeout", "9", "--", "true"}).rdzv_timeout_s == 9);
+  CHECK_NOTHROW(parse({"--start-method", "spawn", "--start_method=fork", "--virtual-local-rank", "--", "true"}));
+  CHECK_NOTHROW(parse({"--log-line-prefix-template", "x", "--numa-binding", "node", "--", "true"}));
+
+  CHECK_THROWS_WITH(parse({"--redirects", "4", "--", "true"}), Contains("--redirects: expected 0 (none)") && Contains("'4'"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "2", "--tee", "2:1", "--", "true"}),
+                    Contains("--tee: expected LOCAL_RANK:N with local ranks 0..1"));
+  CHECK_THROWS_WITH(parse({"--rdzv-conf", "join_timeout", "--", "true"}), Contains("--rdzv-conf: expected KEY=VALUE"));
+  CHECK_THROWS_WITH(parse({"--local-addr", "a b", "--", "true"}), Contains("--local-addr: expected an address"));
+}
+
+TEST_CASE("torchrun's forms refuse what cannot run, with one line each", "[launch][options][torchrun][errors]") {
+  using Catch::Contains;
+  ddp::test::TempDir dir;
+  CHECK_THROWS_WITH(parse({"/nonexistent/train.py", "--lr", "1"}), Contains("script not found: /nonexistent/train.py"));
+  CHECK_THROWS_WITH(parse({"--no-python", "/nonexistent/prog"}),
+                    Contains("--no-python: program not found or not executable: /nonexistent/prog"));
+  CHECK_THROWS_WITH(parse({"--no-python", "-m", "x"}), Contains("give one of --no-python, -m/--module and --run-path"));
+  CHECK_THROWS_WITH(parse({"-m"}), Contains("-m needs a script"));
+  ddp::test::write_file(dir.file("t.py"), "\n");
+  setenv(env::kPython, "/nonexistent/python", 1);
+  CHECK_THROWS_WITH(parse({dir.file("t.py")}), Contains("/nonexistent/python is not an executable ($DDPRUN_PYTHON)"));
+  unsetenv(env::kPython);
+  // A config that is a directory, or a program given where a config goes.
+  CHECK_THROWS_WITH(parse({dir.path()}), Contains(dir.path() + " is a directory; give a config file in it"));
+  ddp::test::write_file(dir.file("run.sh"), "#!/bin/sh\n");
+  chmod(dir.file("run.sh").c_str(), 0755);
+  CHECK_THROWS_WITH(parse({dir.file("run.sh")}), Contains("is a program, not a config; run it with --no-python"));
+}
+
+TEST_CASE("every launcher option has a reference entry, short names first", "[launch][options][docs]") {
+  auto reference = launcher_option_reference();
+  auto find = [&](const std::string& name) -> const OptionReference* {
+    for (const auto& option : reference)
+      if (std::count(option.names.begin(), option.names.end(), name)) return &option;
+    return nullptr;
+  };
+  for (const char* name : {"--nproc-per-node", "--nproc_per_node", "--set", "--tee", "--no-python", "--start-method",
+                           "--rdzv-backend", "--help", "--version"})
+    CHECK(find(name) != nullptr);
+  REQUIRE(find("--module"));
+  CHECK(find("--module")->names.front() == "-m");
+  CHECK(find("--module")->value.empty());  // a flag
+  CHECK(find("--nnodes")->value == "TEXT");
+  CHECK(find("--rdzv-backend")->choices == std::vector<std::string>{"static", "c10d"});
+  CHECK(find("--log-dir")->takes_path);
 }

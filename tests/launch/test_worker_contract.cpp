@@ -24,7 +24,8 @@ TEST_CASE("every variable the launcher sets is in the contract", "[launch][contr
     INFO(name);
     CHECK(contract.count(name) == 1);
   }
-  // The two the supervisor adds itself.
+  // The three the supervisor adds itself.
+  CHECK(contract.count(env::kRoleName) == 1);
   CHECK(contract.count(env::kHeartbeatFd) == 1);
   CHECK(contract.count(env::kOmpNumThreads) == 1);
 }

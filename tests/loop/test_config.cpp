@@ -308,6 +308,12 @@ TEST_CASE("config files: missing, malformed, fine", "[config]") {
   REQUIRE_THROWS_AS(ddp::load_train_config(bad, {}), ConfigError);
   REQUIRE_THROWS_WITH(ddp::load_train_config(bad, {}), Contains(bad + ":4:") && Contains("invalid YAML"));
 
+  std::string tabbed = dir.file("tabbed.yaml");
+  ddp::test::write_file(tabbed, "train:\n  epochs: 2\n\tbatch_size: 8\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(tabbed, {}),
+                      Contains("invalid YAML") &&
+                          Contains("(line 3 is indented with a tab, which YAML does not allow: indent with spaces)"));
+
   std::string good = dir.file("good.yaml");
   ddp::test::write_file(good, "train:\n  epochs: 2\n");
   TrainConfig config = ddp::load_train_config(good, {"train.batch_size=16"});
@@ -339,4 +345,26 @@ TEST_CASE("docs/config.md holds the generated reference", "[config][docs]") {
          << "\nregenerate it with DDP_UPDATE_DOCS=1 build/bin/test_loop \"[docs]\"");
   }
   CHECK(doc.find(reference) != std::string::npos);
+}
+
+TEST_CASE("every config key is in ddp-train(1) and the bash completion, generated from the schema", "[config][docs]") {
+  // Both files are written at build time from config_reference(): a key declared anywhere appears in
+  // both with no edit to either, and this sweep fails for one that does not.
+  std::string share = std::string(DDP_BIN_DIR) + "/../share/";
+  std::string man = ddp::test::read_file(share + "man/man1/ddp-train.1");
+  std::string completion = ddp::test::read_file(share + "bash-completion/completions/ddprun");
+  CHECK_THAT(man, Contains(".TH DDP-TRAIN 1") && Contains(".SH CONFIG KEYS"));
+  std::size_t keys = 0;
+  for (const auto& section : ddp::config_reference()) {
+    CHECK_THAT(man, Contains(".SS " + section.name + "\n"));
+    for (const auto& key : section.keys) {
+      ++keys;
+      std::string roff_path;
+      for (char c : key.path) roff_path += c == '-' ? std::string("\\-") : std::string(1, c);
+      CHECK_THAT(man, Contains("\\fB" + roff_path + "\\fR"));
+      CHECK_THAT(completion, Contains(" " + key.path + " ") || Contains("(" + key.path + " ") || Contains(" " + key.path + ")"));
+      if (!key.choices.empty()) CHECK_THAT(completion, Contains("'" + key.path + "="));
+    }
+  }
+  CHECK(keys > 100);
 }

@@ -92,8 +92,13 @@ TEST_CASE("metrics.jsonl lines parse back, and a line cut short or not JSON is r
   CHECK((*record)[3].second == 1e20);
   CHECK(parse_metrics_line(to_json(*record)));  // to_json's own output
   for (const char* bad : {R"({"step": 3, "loss": 0.)", R"({"step" 3})", R"(["step", 3])", R"({"a": "text"})",
-                          R"({"a": 1} trailing)", ""})
+                          R"({"a": 1} trailing)", "", R"({"a": inf})", R"({"a": +1})", R"({"a": 0x10})"})
     CHECK_FALSE(parse_metrics_line(bad));
+  // Names are JSON strings both ways: escapes written and read (a library's reader, not a search for '"').
+  ddp::MetricsRecord odd = {{"quote\"d \\ name", 2.5}};
+  auto back = parse_metrics_line(to_json(odd));
+  REQUIRE(back);
+  CHECK(*back == odd);
 }
 
 TEST_CASE("the report draws each series as a polyline, overlays runs, and says how each ended", "[record][report]") {

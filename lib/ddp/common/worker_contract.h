@@ -47,6 +47,7 @@ inline constexpr const char* kGroupRank = "GROUP_RANK";
 inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";
 inline constexpr const char* kRoleRank = "ROLE_RANK";
 inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kRoleName = "ROLE_NAME";  ///< torchrun's --role
 inline constexpr const char* kMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kMasterPort = "MASTER_PORT";
 inline constexpr const char* kRunId = "DDPRUN_RUN_ID";
@@ -60,6 +61,8 @@ inline constexpr const char* kProgress = "DDPRUN_PROGRESS";
 /// Read by the launcher, never passed on to a worker: the job's secret for the store's control values.
 inline constexpr const char* kRdzvSecret = "DDPRUN_RDZV_SECRET";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+/// Read by the launcher: the Python that runs a script (`ddprun train.py`); default python3 on PATH.
+inline constexpr const char* kPython = "DDPRUN_PYTHON";
 // torch elastic's own names, so torch.distributed's env:// joins the launcher's store.
 inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kElasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
@@ -99,6 +102,7 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kLocalWorldSize, VariableReader::kTrainer},
     {env::kGroupRank, VariableReader::kTrainer},  // the node, for the hierarchical all-reduce
     {env::kGroupWorldSize, VariableReader::kTrainer},  // read into WorkerIdentity::node_count
+    {env::kRoleName, VariableReader::kTorchPython},  // --role
     {env::kRoleRank, VariableReader::kTorchPython},
     {env::kRoleWorldSize, VariableReader::kTorchPython},
     {env::kMasterAddr, VariableReader::kTrainer},

@@ -470,15 +470,10 @@ std::string ConfigSchema::to_yaml() const {
   return out.str();
 }
 
-std::string ConfigSchema::markdown() const {
-  std::ostringstream out;
-  bool first = true;
+std::vector<ConfigSchema::SectionReference> ConfigSchema::reference() const {
+  std::vector<SectionReference> sections;
   for (const auto& section : sections_) {
-    if (!first) out << "\n";
-    first = false;
-    out << "### `" << section.name << "`\n\n";
-    if (!section.doc.empty()) out << section.doc << "\n\n";
-    out << "| key | type | default | meaning |\n|---|---|---|---|\n";
+    SectionReference entry{section.name, section.doc, {}};
     for (const auto& field : fields_) {
       if (field.path_.rfind(section.name + ".", 0) != 0) continue;
       std::vector<std::string> limits;
@@ -494,9 +489,27 @@ std::string ConfigSchema::markdown() const {
       if (field.non_empty_) limits.push_back("not empty");
       std::string meaning = field.doc_;
       if (!limits.empty()) meaning += (meaning.empty() ? "" : " ") + ("(" + join(limits, "; ") + ")");
-      out << "| `" << field.path_.substr(section.name.size() + 1) << "` | " << type_name(field.target_) << " | `"
-          << escape_cell(field.default_text_) << "` | " << escape_cell(meaning) << " |\n";
+      std::vector<std::string> choices = field.choices_;
+      if (std::holds_alternative<bool*>(field.target_)) choices = {"true", "false"};
+      entry.keys.push_back({field.path_, type_name(field.target_), field.default_text_, meaning, choices});
     }
+    sections.push_back(std::move(entry));
+  }
+  return sections;
+}
+
+std::string ConfigSchema::markdown() const {
+  std::ostringstream out;
+  bool first = true;
+  for (const auto& section : reference()) {
+    if (!first) out << "\n";
+    first = false;
+    out << "### `" << section.name << "`\n\n";
+    if (!section.doc.empty()) out << section.doc << "\n\n";
+    out << "| key | type | default | meaning |\n|---|---|---|---|\n";
+    for (const auto& key : section.keys)
+      out << "| `" << key.path.substr(section.name.size() + 1) << "` | " << key.type << " | `"
+          << escape_cell(key.default_text) << "` | " << escape_cell(key.meaning) << " |\n";
   }
   return out.str();
 }

@@ -100,6 +100,23 @@ class ConfigSchema {
   /// The current values of every key, sections and keys in declaration order.
   std::string to_yaml() const;
 
+  /// One key as the references (markdown, man page, completion) show it.
+  struct KeyReference {
+    std::string path;                  ///< section.key
+    std::string type;                  ///< bool, integer, number, string, list of integers
+    std::string default_text;          ///< as YAML writes it
+    std::string meaning;               ///< the doc, with its limits in parentheses
+    std::vector<std::string> choices;  ///< the allowed strings (true and false for a bool); empty: any
+  };
+  /// A section and its keys, in declaration order.
+  struct SectionReference {
+    std::string name;
+    std::string doc;
+    std::vector<KeyReference> keys;
+  };
+  /// Every section and key, for generated references.
+  std::vector<SectionReference> reference() const;
+
   /// A reference table per section: key | type | default | meaning.
   std::string markdown() const;
 

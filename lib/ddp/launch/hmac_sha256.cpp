@@ -1,84 +1,34 @@
 #include "ddp/launch/hmac_sha256.h"
 
-#include <array>
-#include <cstdint>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <cstdio>
+#include <stdexcept>
 
 namespace ddp {
-namespace {
-
-constexpr std::array<uint32_t, 64> kRound = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-// SHA-256 of `data` as 32 raw bytes.
-std::string sha256(std::string_view data) {
-  std::array<uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  std::string padded(data);
-  padded += static_cast<char>(0x80);
-  while (padded.size() % 64 != 56) padded += '\0';
-  uint64_t bits = static_cast<uint64_t>(data.size()) * 8;
-  for (int i = 7; i >= 0; --i) padded += static_cast<char>((bits >> (8 * i)) & 0xff);
-  for (std::size_t block = 0; block < padded.size(); block += 64) {
-    std::array<uint32_t, 64> w{};
-    for (int i = 0; i < 16; ++i)
-      for (int b = 0; b < 4; ++b)
-        w[i] = (w[i] << 8) | static_cast<unsigned char>(padded[block + 4 * i + b]);
-    for (int i = 16; i < 64; ++i) {
-      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    auto [a, b, c, d, e, f, g, hh] = h;
-    for (int i = 0; i < 64; ++i) {
-      uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
-      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-    }
-    std::array<uint32_t, 8> add = {a, b, c, d, e, f, g, hh};
-    for (int i = 0; i < 8; ++i) h[i] += add[i];
-  }
-  std::string digest;
-  for (uint32_t word : h)
-    for (int b = 3; b >= 0; --b) digest += static_cast<char>((word >> (8 * b)) & 0xff);
-  return digest;
-}
-
-}  // namespace
 
 std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
-  constexpr std::size_t kBlock = 64;
-  std::string k = key.size() > kBlock ? sha256(key) : std::string(key);
-  k.resize(kBlock, '\0');
-  std::string inner(kBlock, '\0'), outer(kBlock, '\0');
-  for (std::size_t i = 0; i < kBlock; ++i) {
-    inner[i] = static_cast<char>(k[i] ^ 0x36);
-    outer[i] = static_cast<char>(k[i] ^ 0x5c);
-  }
-  std::string mac = sha256(outer + sha256(inner + std::string(message)));
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  // OpenSSL takes a null key pointer with length 0 as "no key" on some versions: point at a byte.
+  static const unsigned char kNoKey = 0;
+  const void* key_bytes = key.empty() ? &kNoKey : static_cast<const void*>(key.data());
+  if (!HMAC(EVP_sha256(), key_bytes, static_cast<int>(key.size()),
+            reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &size))
+    throw std::runtime_error("OpenSSL's HMAC-SHA256 failed");
   std::string hex;
   char byte[3];
-  for (char c : mac) {
-    std::snprintf(byte, sizeof byte, "%02x", static_cast<unsigned char>(c));
+  for (unsigned int i = 0; i < size; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", mac[i]);
     hex += byte;
   }
   return hex;
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char differ = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return differ == 0;
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace ddp

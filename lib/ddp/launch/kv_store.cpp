@@ -16,7 +16,10 @@ OpenFunction load_plugin() {
   static OpenFunction open = [] {
     std::string dir = executable_dir();
     std::string tried;
-    for (const std::string& path : {dir + "/libddprun_tcpstore.so", dir + "/../lib/ddprun/libddprun_tcpstore.so"}) {
+    // Beside ddprun in a build tree; installed, in libexec (a private module: no ldconfig, so the
+    // Debian package needs no maintainer scripts), or lib as `cmake --install` used to put it.
+    for (const std::string& path : {dir + "/libddprun_tcpstore.so", dir + "/../libexec/ddprun/libddprun_tcpstore.so",
+                                    dir + "/../lib/ddprun/libddprun_tcpstore.so"}) {
       // Kept loaded for the life of the process: stores made by it may live until exit.
       if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
         if (auto function = reinterpret_cast<OpenFunction>(dlsym(handle, "ddprun_open_tcp_store"))) return function;

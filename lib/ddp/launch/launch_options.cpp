@@ -1,6 +1,7 @@
 #include "ddp/launch/launch_options.h"
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -18,12 +20,14 @@
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
 #include "ddp/launch/machine.h"
+#include "ddp/launch/script_command.h"
 
 namespace ddp {
 namespace {
 
 constexpr const char* kUsage =
     "ddprun [OPTIONS] CONFIG.yaml [--set key=value ...]\n"
+    "       ddprun [OPTIONS] SCRIPT.py [ARGS...]   (or -m MODULE, --no-python PROGRAM: torchrun's forms)\n"
     "       ddprun [OPTIONS] -- PROGRAM [ARGS...]\n"
     "Starts one worker per GPU or CPU slot with the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, ...),\n"
     "hosts the rendezvous, relays output by rank, and stops every worker when one fails.\n"
@@ -138,48 +142,81 @@ std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) 
   return {host, port};
 }
 
-}  // namespace
+const std::vector<std::string> kRdzvBackends = {"static", "c10d"};
 
-// A plain name: it becomes a file name under --log-dir, so "..", "." and a leading dot are refused.
-void check_run_id(const std::string& id) {
-  if (!is_plain_name(id))
-    throw UserError("--run-id: expected a plain name (letters, digits, '-', '_' or '.', not starting with '.'), got '" +
-                    id + "'");
+// torchrun's options that mean nothing to ddprun: accepted with their value, and one line says so.
+struct IgnoredOption {
+  const char* name;
+  bool takes_value;
+  const char* why;
+};
+constexpr IgnoredOption kIgnored[] = {
+    {"--start-method", true, "ddprun starts every worker with fork and exec"},
+    {"--logs-specs", true, "ddprun lays out its logs itself (--log-dir, --tee, --redirects)"},
+    {"--log-line-prefix-template", true, "ddprun prefixes each line with its rank"},
+    {"--numa-binding", true, "ddprun does not bind workers to NUMA nodes"},
+    {"--event-log-handler", true, "ddprun logs events to its own console"},
+    {"--signals-to-handle", true, "ddprun stops its workers on SIGINT, SIGTERM, SIGHUP and SIGQUIT"},
+    {"--virtual-local-rank", false, "ddprun gives each worker its own LOCAL_RANK"},
+};
+
+// The words torchrun reads before its positional that make the positional a program, not a config.
+bool names_a_program(const std::string& word) {
+  return word == "-m" || word == "--module" || word == "--no-python" || word == "--no_python" ||
+         word == "--run-path" || word == "--run_path";
 }
 
-int resolve_nproc(const std::string& spec) { return resolve_nproc(spec, visible_gpu_count(), available_cores()); }
-
-int resolve_nproc(const std::string& spec, int gpus, int cores) {
-  if (spec == "cpu") return cores;
-  if (spec == "gpu") {
-    if (gpus == 0) throw UserError("--nproc-per-node gpu: no CUDA device is visible on this machine");
-    return gpus;
+// The index of the first word that is neither an option nor an option's value: the config, or
+// torchrun's script. Words after a script are its own, so it must be found before parsing.
+std::size_t first_positional(const CLI::App& app, const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word.size() < 2 || word[0] != '-') return i;
+    if (word.find('=') != std::string::npos || (word[1] != '-' && word.size() > 2)) continue;  // value attached
+    const CLI::Option* option = app.get_option_no_throw(word);
+    if (option && option->get_expected_max() != 0) ++i;  // its value is the next word (a flag expects none)
   }
-  if (spec == "auto") return gpus > 0 ? gpus : cores;
-  auto n = parse_int(spec);
-  if (!n || *n < 1 || *n > 4096)
-    throw UserError("--nproc-per-node: expected a count from 1 to 4096, auto, cpu or gpu, got '" + spec + "'");
-  return static_cast<int>(*n);
+  return args.size();
 }
 
-std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv) {
-  // Everything after the first `--` is the program, untouched by option parsing.
-  std::vector<std::string> args(argv + 1, argv + argc);
-  auto separator = std::find(args.begin(), args.end(), "--");
-  std::vector<std::string> program(separator == args.end() ? separator : separator + 1, args.end());
-  args.erase(separator, args.end());
+// torchrun's --rdzv-conf KEY=VALUE,...: join_timeout is --rdzv-timeout; the rest mean nothing here.
+void apply_rdzv_conf(const std::string& conf, LaunchOptions& options, bool timeout_given) {
+  for (const auto& pair : split(conf, ',')) {
+    auto equals = pair.find('=');
+    if (equals == std::string::npos)
+      throw UserError("--rdzv-conf: expected KEY=VALUE,..., got '" + conf + "'");
+    std::string key = pair.substr(0, equals), value = pair.substr(equals + 1);
+    if (key == "join_timeout") {
+      auto seconds = parse_double(value);
+      if (!seconds || *seconds <= 0 || *seconds > kMaxSeconds)
+        throw UserError("--rdzv-conf: join_timeout: expected seconds > 0, got '" + value + "'");
+      if (!timeout_given) options.rdzv_timeout_s = *seconds;
+    } else {
+      std::cerr << "ddprun: --rdzv-conf " << key << " is ignored (only join_timeout means something here)\n";
+    }
+  }
+}
 
-  // Every default is LaunchOptions's own; the options read as text start from it too.
-  const LaunchOptions defaults;
+// What the command line binds to, before it becomes LaunchOptions. Every default is LaunchOptions's
+// own; the options read as text start from it too.
+struct CommandLine {
+  LaunchOptions defaults;
   LaunchOptions options;
   std::string nproc = std::to_string(defaults.nproc_per_node), nnodes = std::to_string(defaults.nnodes);
   std::string node_rank = std::to_string(defaults.node_rank), master_port = std::to_string(defaults.master_port);
-  std::string filter;
-  std::string config;
+  std::string filter, config, secret_file, rdzv_endpoint, rdzv_id, redirects, tee, rdzv_conf;
+  std::string rdzv_backend = kRdzvBackends.front();
   std::vector<std::string> overrides;
+  std::vector<std::string> ignored_values = std::vector<std::string>(std::size(kIgnored));
+  bool no_slurm = false, no_python = false, module = false, run_path = false;
+};
 
-  CLI::App app(kUsage, "ddprun");
+// Every option, declared once: parsing, --help, the man page and the shell completion come from here.
+void declare_options(CLI::App& app, CommandLine& line) {
+  auto& [defaults, options, nproc, nnodes, node_rank, master_port, filter, config, secret_file, rdzv_endpoint, rdzv_id,
+         redirects, tee, rdzv_conf, rdzv_backend, overrides, ignored_values, no_slurm, no_python, module, run_path] = line;
   app.get_formatter()->column_width(34);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse: the last one wins
   app.add_option(both_spellings("--nproc-per-node"), nproc,
                  with_default("Workers on this node: N, auto, cpu or gpu", nproc));
   app.add_option("--nnodes", nnodes, with_default("Number of nodes", nnodes));
@@ -210,20 +247,17 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
                  with_default("Fail a worker whose heartbeat stops for this many seconds", defaults.stall_timeout_s,
                               defaults.stall_timeout_s == 0 ? ": off" : ""))
       ->check(seconds_in(0, /*low_open=*/false));
-  std::string secret_file;
   app.add_option(both_spellings("--rdzv-secret-file"), secret_file,
                  "File holding the job's secret, the same on every node: control messages in the rendezvous store "
                  "are authenticated with it (default $" + std::string(env::kRdzvSecret) + ")");
   // torchrun's rendezvous spellings, so that its job scripts run with ddprun in its place.
-  std::string rdzv_backend = "static", rdzv_endpoint, rdzv_id;
   app.add_option(both_spellings("--rdzv-backend"), rdzv_backend,
                  "static: node ranks from --node-rank (default); c10d: in order of arrival, as torchrun's")
-      ->check(CLI::IsMember({"static", "c10d"}));
+      ->check(CLI::IsMember(kRdzvBackends));
   app.add_option(both_spellings("--rdzv-endpoint"), rdzv_endpoint,
                  "HOST[:PORT] of the rendezvous store (torchrun's spelling of --master-addr/--master-port; port "
                  "default " + std::string(kDefaultEndpointPort) + ")");
   app.add_option(both_spellings("--rdzv-id"), rdzv_id, "torchrun's spelling of --run-id");
-  bool no_slurm = false;
   app.add_flag("--no-slurm", no_slurm,
                "Inside a Slurm job, do not derive --nnodes, --node-rank, --master-addr, --master-port and "
                "--run-id from its environment");
@@ -232,8 +266,74 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
+  // torchrun's program forms and output options.
+  app.add_flag(both_spellings("--no-python"), no_python, "Run the positional as a program, not under Python");
+  app.add_flag("-m,--module", module, "Run the positional as a Python module, as python3 -m does");
+  app.add_flag(both_spellings("--run-path"), run_path, "Run the Python script through runpy.run_path");
+  app.add_option("-r,--redirects", redirects,
+                 "Send workers' streams to log files only: 1 stdout, 2 stderr, 3 both; or by local rank, 0:3,1:2");
+  app.add_option("-t,--tee", tee, "Send workers' streams to the console and log files, chosen as for --redirects");
+  app.add_option(both_spellings("--local-addr"), options.local_addr,
+                 "This node's address as the rendezvous and messages name it (default: its host name)");
+  app.add_option("--role", options.role, with_default("The workers' ROLE_NAME", defaults.role));
+  app.add_option(both_spellings("--rdzv-conf"), rdzv_conf, "torchrun's KEY=VALUE,...: join_timeout sets --rdzv-timeout");
+  for (std::size_t i = 0; i < std::size(kIgnored); ++i) {
+    std::string text = std::string("Accepted for torchrun's command lines and ignored: ") + kIgnored[i].why;
+    // A flag's description goes through description(): add_flag(name, std::string&) would bind the flag to it.
+    CLI::Option* option = kIgnored[i].takes_value ? app.add_option(both_spellings(kIgnored[i].name), ignored_values[i])
+                                                  : app.add_flag(both_spellings(kIgnored[i].name));
+    option->description(text)->group("Accepted from torchrun and ignored");
+  }
+
   app.set_version_flag("--version", version_line(), "Print ddprun's and LibTorch's versions, and whether CUDA and "
                                                     "NCCL are built in");
+}
+
+}  // namespace
+
+// A plain name: it becomes a file name under --log-dir, so "..", "." and a leading dot are refused.
+void check_run_id(const std::string& id) {
+  if (!is_plain_name(id))
+    throw UserError("--run-id: expected a plain name (letters, digits, '-', '_' or '.', not starting with '.'), got '" +
+                    id + "'");
+}
+
+int resolve_nproc(const std::string& spec) { return resolve_nproc(spec, visible_gpu_count(), available_cores()); }
+
+int resolve_nproc(const std::string& spec, int gpus, int cores) {
+  if (spec == "cpu") return cores;
+  if (spec == "gpu") {
+    if (gpus == 0) throw UserError("--nproc-per-node gpu: no CUDA device is visible on this machine");
+    return gpus;
+  }
+  if (spec == "auto") return gpus > 0 ? gpus : cores;
+  auto n = parse_int(spec);
+  if (!n || *n < 1 || *n > 4096)
+    throw UserError("--nproc-per-node: expected a count from 1 to 4096, auto, cpu or gpu, got '" + spec + "'");
+  return static_cast<int>(*n);
+}
+
+std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  CommandLine line;
+  CLI::App app(kUsage, "ddprun");
+  declare_options(app, line);
+  auto& [defaults, options, nproc, nnodes, node_rank, master_port, filter, config, secret_file, rdzv_endpoint, rdzv_id,
+         redirects, tee, rdzv_conf, rdzv_backend, overrides, ignored_values, no_slurm, no_python, module, run_path] = line;
+  // torchrun's positional: a script whose arguments are its own (train.py --lr 0.1, `--` included),
+  // found before parsing. Otherwise everything after the first `--` is the program, untouched by
+  // option parsing, and a config keeps its form, in which launcher options and --set may follow it.
+  auto separator = std::find(args.begin(), args.end(), "--");
+  std::vector<std::string> script, program;
+  std::size_t at = first_positional(app, std::vector<std::string>(args.begin(), separator));
+  bool flagged = std::any_of(args.begin(), args.begin() + std::min(at, args.size()), names_a_program);
+  if (at < static_cast<std::size_t>(separator - args.begin()) && (flagged || args[at].ends_with(".py"))) {
+    script.assign(args.begin() + at, args.end());
+    args.resize(at);
+  } else {
+    program.assign(separator == args.end() ? separator : separator + 1, args.end());
+    args.erase(separator, args.end());
+  }
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -249,6 +349,13 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
 
   options.rdzv_secret = read_secret(secret_file);
   auto given = [&](const char* option) { return app.count(option) > 0; };
+  for (std::size_t i = 0; i < std::size(kIgnored); ++i)
+    if (given(kIgnored[i].name))
+      std::cerr << "ddprun: " << kIgnored[i].name << " is accepted for torchrun's sake and ignored: " << kIgnored[i].why
+                << "\n";
+  if (!rdzv_conf.empty()) apply_rdzv_conf(rdzv_conf, options, given("--rdzv-timeout"));
+  if (options.local_addr.find_first_of(" \t\n") != std::string::npos || printable(options.local_addr) != options.local_addr)
+    throw UserError("--local-addr: expected an address or host name, got '" + printable(options.local_addr) + "'");
   if (!rdzv_endpoint.empty()) {
     if (given("--master-addr") || given("--master-port"))
       throw UserError("give either --rdzv-endpoint or --master-addr/--master-port, not both");
@@ -289,6 +396,12 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     }
   }
   options.nproc_per_node = resolve_nproc(nproc);
+  if (auto colon = nnodes.find(':'); colon != std::string::npos) {  // torchrun's MIN:MAX
+    if (nnodes.substr(0, colon) != nnodes.substr(colon + 1))
+      throw UserError("--nnodes " + nnodes + ": a range of node counts (elastic membership) is not supported; give "
+                      "one count, as N or N:N");
+    nnodes = nnodes.substr(0, colon);
+  }
   options.nnodes = parse_positive("--nnodes", nnodes);
   auto rank = parse_int(options.node_rank_by_arrival ? "0" : node_rank);
   if (!rank || *rank < 0 || *rank >= options.nnodes)
@@ -307,6 +420,10 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
                         std::to_string(options.nproc_per_node) + " worker(s) per node");
   }
   if (!options.run_id.empty()) check_run_id(options.run_id);
+  if (!redirects.empty() || !tee.empty()) {
+    options.redirects = parse_stream_choice("--redirects", redirects.empty() ? "0" : redirects, options.nproc_per_node);
+    options.tees = parse_stream_choice("--tee", tee.empty() ? "0" : tee, options.nproc_per_node);
+  }
 
   if (options.standalone) {
     if (options.nnodes != 1) throw UserError("--standalone runs one node; drop --nnodes " + nnodes);
@@ -317,6 +434,21 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   if (options.master_port == 0 && options.nnodes > 1)
     throw UserError("--master-port 0 picks a port only node 0 knows; give every node the same --master-port");
 
+  if (no_python + module + run_path > 1)
+    throw UserError("give one of --no-python, -m/--module and --run-path: each says how to run the script");
+  if ((no_python || module || run_path) && script.empty()) std::swap(script, program);  // ... -- SCRIPT ARGS
+  if ((no_python || module || run_path) && script.empty())
+    throw UserError(std::string(no_python ? "--no-python" : module ? "-m" : "--run-path") +
+                    " needs a script (or module, or program) after the options");
+  if (!script.empty()) {
+    if (!overrides.empty()) throw UserError("--set overrides a CONFIG.yaml's keys; a script takes its own arguments");
+    ScriptKind kind = no_python ? ScriptKind::kExecutable
+                      : module  ? ScriptKind::kModule
+                      : run_path ? ScriptKind::kRunPath
+                                 : ScriptKind::kPython;
+    options.program = script_command(kind, script);
+    return options;
+  }
   if (!config.empty() && !program.empty())
     throw UserError("give either CONFIG.yaml or -- PROGRAM, not both");
   if (!overrides.empty() && config.empty()) throw UserError("--set needs a CONFIG.yaml to override");
@@ -324,7 +456,12 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     throw UserError("nothing to run: give CONFIG.yaml, or -- PROGRAM [ARGS...]; see ddprun --help");
 
   if (!config.empty()) {
+    if (std::filesystem::is_directory(config))
+      throw UserError(config + " is a directory; give a config file in it, e.g. " + config +
+                      (config.back() == '/' ? "" : "/") + "NAME.yaml");
     if (!std::filesystem::is_regular_file(config)) throw UserError("config file not found: " + config);
+    if (!config.ends_with(".yaml") && !config.ends_with(".yml") && access(config.c_str(), X_OK) == 0)
+      throw UserError(config + " is a program, not a config; run it with --no-python " + config + " or -- " + config);
     std::string trainer = executable_dir() + "/ddp-train";
     if (find_executable(trainer).empty())
       throw UserError("the trainer " + trainer + " is missing; build it (cmake --build build) or install it beside ddprun");
@@ -340,6 +477,41 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     options.program = program;
   }
   return options;
+}
+
+std::vector<OptionReference> option_reference(const CLI::App& app) {
+  // What the declarations cannot say: the words to offer for a value, and which values are paths.
+  const std::map<std::string, std::vector<std::string>> choices = {
+      {"--nproc-per-node", {"auto", "cpu", "gpu"}},
+      {"--rdzv-backend", kRdzvBackends},
+      {"--redirects", {"0", "1", "2", "3"}},
+      {"--tee", {"0", "1", "2", "3"}},
+  };
+  const std::vector<std::string> paths = {"--log-dir", "--rdzv-secret-file"};
+  std::vector<OptionReference> reference;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_lnames().empty()) continue;  // a positional
+    OptionReference entry;
+    for (const auto& name : option->get_snames()) entry.names.push_back("-" + name);
+    for (const auto& name : option->get_lnames()) entry.names.push_back("--" + name);
+    if (option->get_expected_max() != 0) {
+      std::string type = option->get_type_name();
+      entry.value = type.substr(0, type.find(':'));  // "FLOAT:SECONDS" reads as FLOAT; the text says the rest
+    }
+    entry.description = option->get_description();
+    std::string primary = "--" + option->get_lnames().front();
+    if (auto it = choices.find(primary); it != choices.end()) entry.choices = it->second;
+    entry.takes_path = std::count(paths.begin(), paths.end(), primary) > 0;
+    reference.push_back(std::move(entry));
+  }
+  return reference;
+}
+
+std::vector<OptionReference> launcher_option_reference() {
+  CommandLine line;
+  CLI::App app(kUsage, "ddprun");
+  declare_options(app, line);
+  return option_reference(app);
 }
 
 }  // namespace ddp

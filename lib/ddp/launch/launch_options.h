@@ -7,6 +7,10 @@
 
 #include "ddp/common/worker_contract.h"
 
+namespace CLI {
+class App;
+}
+
 namespace ddp {
 
 /// Every launcher option, with torchrun's defaults.
@@ -28,9 +32,16 @@ struct LaunchOptions {
   int max_restarts = 0;                ///< restarts of the whole group after a failure
   double monitor_interval_s = 0.1;     ///< how often the monitor checks on workers without events
   double stall_timeout_s = 0;          ///< 0: off; else a heartbeating worker silent this long has failed
+  std::string role = "default";        ///< torchrun's --role: the workers' ROLE_NAME
+  std::string local_addr;              ///< this node's name in the rendezvous and in messages (default: host name)
+  /// torchrun's --redirects and --tee, by local rank: which streams (1 stdout, 2 stderr, 3 both) go to
+  /// log files only, and which to the console and log files. Either given, each local rank's logs are
+  /// laid out as torchrun's: LOG_DIR/RUN_ID_XXXXXX/attempt_N/LOCAL_RANK/{stdout,stderr}.log.
+  std::vector<int> redirects, tees;
   std::string rdzv_secret;  ///< tags the store's control values ($DDPRUN_RDZV_SECRET or --rdzv-secret-file); empty: none
 
-  /// The program each worker runs: ddp-train CONFIG --set ... by default, or what follows `--`.
+  /// The program each worker runs: ddp-train CONFIG --set ... by default, what follows `--`, or, as
+  /// torchrun runs them, a Python script (`train.py ARGS`), module (-m) or program (--no-python).
   std::vector<std::string> program;
   bool runs_trainer = false;  ///< program is ddp-train on a config
 };
@@ -38,6 +49,21 @@ struct LaunchOptions {
 /// Parses argv. Throws UserError (exit status 2) on any bad command line.
 /// `--help` prints usage and returns nullopt.
 std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv);
+
+/// One launcher option as the man page and the shell completion show it.
+struct OptionReference {
+  std::vector<std::string> names;    ///< short first: -m, --module; both spellings where torchrun has them
+  std::string value;                 ///< what it takes (INT, FLOAT, TEXT); empty for a flag
+  std::string description;
+  std::vector<std::string> choices;  ///< words to offer for the value; empty: any
+  bool takes_path = false;           ///< its value is a file or directory
+};
+
+/// Every option declared on `app` (a CLI11 program's), with the choices and paths ddprun's options take.
+std::vector<OptionReference> option_reference(const CLI::App& app);
+
+/// Every launcher option, from the declarations the parser uses.
+std::vector<OptionReference> launcher_option_reference();
 
 /// `--nproc-per-node` as a count on this machine: N, gpu (the visible CUDA devices), cpu (cores),
 /// auto (gpu if any, else cpu).

@@ -149,7 +149,7 @@ void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
       if (tail.size() > kTailLines) tail.pop_front();
     }
   }
-  if (!target.to_console) return;
+  if (!target.to_console || (target.redirected & (stream.is_stderr ? 2 : 1))) return;
   clear_progress_line();
   write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
   if (!progress_.empty()) {

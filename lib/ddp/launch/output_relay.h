@@ -15,6 +15,7 @@ struct RelayTarget {
   bool to_console = true;    ///< --local-ranks-filter
   std::string stdout_log;    ///< file path, empty: none
   std::string stderr_log;
+  int redirected = 0;        ///< torchrun's --redirects: these streams (1 stdout, 2 stderr) reach their log only
   bool progress = false;     ///< given DDPRUN_PROGRESS: its stdout lines that start with kProgressMarker are progress
 };
 

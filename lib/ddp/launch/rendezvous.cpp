@@ -270,7 +270,7 @@ WorldLayout Rendezvous::join_store() {
   }
   run_id_ = layout.run_id;  // registrations are tagged with it (Note [Secret check at join])
   // "host nproc nnodes pid": the pid tells two launchers on one host apart.
-  std::string me = host_name() + " " + std::to_string(o.nproc_per_node) + " " + std::to_string(o.nnodes) + " " +
+  std::string me = o.local_addr + " " + std::to_string(o.nproc_per_node) + " " + std::to_string(o.nnodes) + " " +
                    std::to_string(getpid());
   auto node_key = [](int r) { return kPrefix + "node/" + std::to_string(r); };
   if (options_.node_rank < 0) {

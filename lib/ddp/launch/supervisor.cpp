@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -113,12 +115,18 @@ class Attempt {
   }
 
  private:
-  std::string log_path(int rank, const char* stream) const {
+  // ddprun's layout: LOG_DIR/RUN_ID/attempt_N/rank_R.stdout, both streams of every rank. With
+  // torchrun's --redirects or --tee, torchrun's: LOG_DIR/attempt_N/LOCAL_RANK/stdout.log for the
+  // streams chosen, LOG_DIR being the RUN_ID_XXXXXX directory that run_launcher made.
+  bool torchrun_logs() const { return !options_.redirects.empty(); }
+  std::string log_path(int rank, int local_rank, int stream_bit) const {
     if (options_.log_dir.empty()) return "";
-    return attempt_dir() + "/rank_" + std::to_string(rank) + "." + stream;
+    if (!torchrun_logs()) return attempt_dir() + "/rank_" + std::to_string(rank) + (stream_bit == 1 ? ".stdout" : ".stderr");
+    if (!((options_.redirects[local_rank] | options_.tees[local_rank]) & stream_bit)) return "";
+    return attempt_dir() + "/" + std::to_string(local_rank) + (stream_bit == 1 ? "/stdout.log" : "/stderr.log");
   }
   std::string attempt_dir() const {
-    return options_.log_dir + "/" + layout_.run_id + "/attempt_" + std::to_string(attempt_);
+    return options_.log_dir + (torchrun_logs() ? "" : "/" + layout_.run_id) + "/attempt_" + std::to_string(attempt_);
   }
 
   void start_workers() {
@@ -127,7 +135,7 @@ class Attempt {
       std::filesystem::create_directories(attempt_dir(), ec);
       if (ec) throw UserError("--log-dir: cannot create " + attempt_dir() + ": " + ec.message());
     }
-    std::string host = host_name();
+    std::string host = options_.local_addr;
     auto base = current_environment();
     for (int local = 0; local < options_.nproc_per_node; ++local) {
       WorkerIdentity id;
@@ -148,8 +156,10 @@ class Attempt {
       variables[env::kHeartbeatFd] = std::to_string(kWorkerHeartbeatFd);
       const auto& filter = options_.local_ranks_filter;
       bool to_console = !filter || std::count(filter->begin(), filter->end(), local) > 0;
-      bool progress = to_console && isatty(STDOUT_FILENO);
+      bool stdout_redirected = torchrun_logs() && (options_.redirects[local] & 1);
+      bool progress = to_console && !stdout_redirected && isatty(STDOUT_FILENO);
       if (progress) variables[env::kProgress] = "1";
+      variables[env::kRoleName] = options_.role;
       if (!std::getenv(env::kOmpNumThreads))
         variables[env::kOmpNumThreads] = std::to_string(threads_per_worker(options_.nproc_per_node));
 
@@ -158,8 +168,15 @@ class Attempt {
                                  : "[rank " + std::to_string(id.rank) + "] ";
       target.to_console = to_console;
       target.progress = progress;
-      target.stdout_log = log_path(id.rank, "stdout");
-      target.stderr_log = log_path(id.rank, "stderr");
+      target.stdout_log = log_path(id.rank, local, 1);
+      target.stderr_log = log_path(id.rank, local, 2);
+      if (torchrun_logs()) {
+        target.redirected = options_.redirects[local];
+        std::string dir = attempt_dir() + "/" + std::to_string(local);
+        std::error_code ec;
+        std::filesystem::create_directories(dir, ec);
+        if (ec) throw UserError("--log-dir: cannot create " + dir + ": " + ec.message());
+      }
 
       SpawnedProcess process = spawn_process(options_.program, merge_environment(base, variables));
       watchdog_.watch(process.pid);
@@ -243,7 +260,7 @@ class Attempt {
         break;
       }
     }
-    std::string what = "rank " + std::to_string(stuck->rank) + " on " + host_name() + " " + how + " for " +
+    std::string what = "rank " + std::to_string(stuck->rank) + " on " + options_.local_addr + " " + how + " for " +
                        std::to_string(static_cast<int>(silent)) + " s (--stall-timeout " +
                        std::to_string(static_cast<int>(options_.stall_timeout_s)) + "; its last heartbeat was at step " +
                        std::to_string(stuck->last_step) + ")";
@@ -290,7 +307,7 @@ class Attempt {
       if (w.state == WorkerState::kFailed) {
         bool restartable = restartable_failure(status);
         failure_ = Failure{exit_code_of(status), w.local_rank,
-                           "rank " + std::to_string(w.rank) + " on " + host_name() + ": " + describe_wait_status(status),
+                           "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status),
                            restartable};
         if (multi_node())
           rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, restartable});
@@ -311,7 +328,7 @@ class Attempt {
         " worker(s)");
     if (multi_node())
       rendezvous_->report_failure(attempt_, {128 + sig,
-                                            "node " + std::to_string(options_.node_rank) + " (" + host_name() +
+                                            "node " + std::to_string(options_.node_rank) + " (" + options_.local_addr +
                                                 ") was interrupted by " + signal_name(sig),
                                             false});
     // A hangup (the terminal or ssh session gone) is a stop request, as SIGTERM: the workers
@@ -356,7 +373,7 @@ class Attempt {
     }
     const Worker& w = workers_[*f.worker];
     say("rank " + std::to_string(w.rank) + " failed first: " + describe_wait_status(w.status) + " (local rank " +
-        std::to_string(w.local_rank) + " on " + host_name() + ", pid " + std::to_string(w.pid) + ")");
+        std::to_string(w.local_rank) + " on " + options_.local_addr + ", pid " + std::to_string(w.pid) + ")");
     auto tail = relay_.stderr_tail(w.local_rank);
     if (tail.empty()) {
       say("rank " + std::to_string(w.rank) + " wrote nothing to stderr");
@@ -386,10 +403,29 @@ class Attempt {
   std::optional<Clock::time_point> stop_deadline_;
 };
 
+// torchrun's directory for one launch's logs under --redirects/--tee: LOG_DIR/RUN_ID_XXXXXX, or
+// $TMPDIR/ddprun_XXXXXX without --log-dir (torchrun's torchelastic_XXXXXX); said once on the console.
+std::string make_torchrun_log_dir(const std::string& log_dir, const std::string& run_id) {
+  std::string base = log_dir;
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    base = tmp && *tmp ? tmp : "/tmp";
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  std::string pattern = base + "/" + (log_dir.empty() ? std::string("ddprun") : run_id) + "_XXXXXX";
+  if (ec || !mkdtemp(pattern.data()))
+    throw UserError("--log-dir: cannot create a directory in " + base + ": " +
+                    (ec ? ec.message() : std::string(std::strerror(errno))));
+  say("workers' logs (--redirects/--tee) go to " + pattern);
+  return pattern;
+}
+
 }  // namespace
 
 int run_launcher(const LaunchOptions& requested) {
   LaunchOptions options = requested;  // node_rank: as the rendezvous agreed
+  if (options.local_addr.empty()) options.local_addr = host_name();
   // One node running ddp-train needs no network rendezvous: a private FileStore keeps the run
   // off every interface. Several nodes, or any other program (torch's env:// expects
   // MASTER_ADDR:MASTER_PORT), get node 0's TCPStore.
@@ -404,7 +440,7 @@ int run_launcher(const LaunchOptions& requested) {
   if (private_store) {
     layout.world_size = options.nproc_per_node;
     layout.run_id = options.run_id.empty() ? generate_run_id() : options.run_id;
-    layout.hosts = {host_name()};
+    layout.hosts = {options.local_addr};
     layout.master_port = options.master_port;
     layout.store_path = store_dir->path();
   } else {
@@ -422,6 +458,8 @@ int run_launcher(const LaunchOptions& requested) {
           " (by arrival at " + options.master_addr + ":" + std::to_string(layout.master_port) + ")");
     options.node_rank = layout.node_rank;
   }
+
+  if (!options.redirects.empty()) options.log_dir = make_torchrun_log_dir(options.log_dir, layout.run_id);
 
   if (!std::getenv(env::kOmpNumThreads)) {
     int threads = threads_per_worker(options.nproc_per_node);
@@ -444,7 +482,7 @@ int run_launcher(const LaunchOptions& requested) {
       // The others may have passed the barrier already: without this they would wait for our ranks.
       if (rendezvous)
         rendezvous->report_failure(attempt, {128 + sig,
-                                             "node " + std::to_string(options.node_rank) + " (" + host_name() +
+                                             "node " + std::to_string(options.node_rank) + " (" + options.local_addr +
                                                  ") was interrupted by " + signal_name(sig) + " between attempts",
                                              false});
       return 128 + sig;

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -39,13 +40,27 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   });
 }
 
+// YAML forbids tabs in indentation, and yaml-cpp's message for one ("illegal map value") says
+// nothing of tabs: name the first line up to the error's that is indented with one (blank lines aside).
+std::string tab_hint(const std::string& text, std::size_t error_line) {
+  std::size_t line = 1;
+  for (std::size_t at = 0; at < text.size() && line <= error_line; ++line) {
+    std::size_t end = std::min(text.find('\n', at), text.size());
+    std::size_t indent = text.find_first_not_of(" \t", at);
+    if (indent != std::string::npos && indent < end && text.substr(at, indent - at).find('\t') != std::string::npos)
+      return " (line " + std::to_string(line) + " is indented with a tab, which YAML does not allow: indent with spaces)";
+    at = end + 1;
+  }
+  return "";
+}
+
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   try {
     return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     // yaml-cpp counts lines and columns from 0; editors count from 1.
     throw ConfigError(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-                      ": invalid YAML: " + e.msg);
+                      ": invalid YAML: " + e.msg + tab_hint(text, e.mark.line + 1));
   } catch (const YAML::Exception& e) {
     throw ConfigError(source + ": invalid YAML: " + e.msg);
   }
@@ -83,6 +98,13 @@ std::string to_yaml(const TrainConfig& config) {
   ConfigSchema schema;
   declare_all(schema, copy);
   return schema.to_yaml();
+}
+
+std::vector<ConfigSchema::SectionReference> config_reference() {
+  TrainConfig defaults;
+  ConfigSchema schema;
+  declare_all(schema, defaults);
+  return schema.reference();
 }
 
 std::string config_reference_markdown() {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ddp/checkpoint/checkpoint_config.h"
+#include "ddp/config/config_schema.h"
 #include "ddp/data/data_config.h"
 #include "ddp/comm/dist_config.h"
 #include "ddp/loop/loop_config.h"
@@ -48,5 +49,8 @@ std::string to_yaml(const TrainConfig& config);
 
 /// docs/config.md's reference table, made from the same declarations as the parser.
 std::string config_reference_markdown();
+
+/// Every config section and key, for the man page and the shell completion.
+std::vector<ConfigSchema::SectionReference> config_reference();
 
 }  // namespace ddp

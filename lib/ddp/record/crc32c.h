@@ -1,5 +1,5 @@
 #pragma once
-// CRC-32C (Castagnoli), as TFRecord files frame their records with it.
+// CRC-32C (Castagnoli), as TFRecord files frame their records with it; computed by ISA-L.
 
 #include <cstddef>
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
@@ -18,7 +19,7 @@ std::string to_json(const MetricsRecord& record) {
   std::string json = "{";
   for (const auto& [name, value] : record) {
     if (json.size() > 1) json += ", ";
-    json += "\"" + name + "\": ";
+    json += nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ": ";  // quoted, escaped
     if (!std::isfinite(value))
       json += "null";
     else if (value == std::floor(value) && std::fabs(value) < 1e15)

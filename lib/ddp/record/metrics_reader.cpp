@@ -1,7 +1,8 @@
 #include "ddp/record/metrics_reader.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -10,52 +11,21 @@
 #include "ddp/common/error.h"
 
 namespace ddp {
-namespace {
-
-void skip_spaces(const std::string& s, std::size_t& i) {
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-}
-
-}  // namespace
 
 std::optional<MetricsRecord> parse_metrics_line(const std::string& line) {
-  // What to_json writes: {"name": number-or-null, ...}; names need no escapes.
+  // nlohmann's ordered object keeps the file's key order, which the report's columns follow.
+  auto json = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return std::nullopt;  // a discarded parse (a line cut short) is no object either
   MetricsRecord record;
-  std::size_t i = 0;
-  skip_spaces(line, i);
-  if (i >= line.size() || line[i++] != '{') return std::nullopt;
-  skip_spaces(line, i);
-  if (i < line.size() && line[i] == '}') return record;
-  while (true) {
-    skip_spaces(line, i);
-    if (i >= line.size() || line[i++] != '"') return std::nullopt;
-    auto close = line.find('"', i);
-    if (close == std::string::npos) return std::nullopt;
-    std::string name = line.substr(i, close - i);
-    i = close + 1;
-    skip_spaces(line, i);
-    if (i >= line.size() || line[i++] != ':') return std::nullopt;
-    skip_spaces(line, i);
-    double value;
-    if (line.compare(i, 4, "null") == 0) {
-      value = std::nan("");
-      i += 4;
-    } else {
-      const char* begin = line.c_str() + i;
-      char* end = nullptr;
-      value = std::strtod(begin, &end);
-      if (end == begin) return std::nullopt;
-      i += static_cast<std::size_t>(end - begin);
-    }
-    record.emplace_back(std::move(name), value);
-    skip_spaces(line, i);
-    if (i >= line.size()) return std::nullopt;
-    char c = line[i++];
-    if (c == '}') break;
-    if (c != ',') return std::nullopt;
+  for (const auto& [name, value] : json.items()) {
+    if (value.is_null())
+      record.emplace_back(name, std::nan(""));
+    else if (value.is_number())
+      record.emplace_back(name, value.get<double>());
+    else
+      return std::nullopt;
   }
-  skip_spaces(line, i);
-  return i == line.size() ? std::optional<MetricsRecord>(record) : std::nullopt;
+  return record;
 }
 
 const std::vector<std::pair<double, double>>& RunRecords::series(const std::string& key) const {

@@ -1,0 +1,44 @@
+// ddp-docs OUTPUT_DIR: writes the man pages and the bash completion from the declarations that the
+// parsers use, so that neither can drift from the programs. Run by the build; not installed.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "bash_completion.h"
+#include "ddp/common/version.h"
+#include "ddp/launch/launch_options.h"
+#include "ddp/loop/train_config.h"
+#include "man_page.h"
+#include "trainer_options.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: ddp-docs OUTPUT_DIR\n";
+    return 2;
+  }
+  const std::filesystem::path out = argv[1];
+  auto options = ddp::launcher_option_reference();
+  ddp::TrainerArguments args;
+  ddp::WorkerIdentity identity;
+  CLI::App trainer("ddp-train", "ddp-train");
+  ddp::declare_trainer_options(trainer, args, identity);
+  auto trainer_options = ddp::option_reference(trainer);
+  auto sections = ddp::config_reference();
+  auto write = [&](const std::filesystem::path& path, const std::string& text) {
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream file(path, std::ios::binary);
+    file << text;
+    if (!file.flush()) throw std::runtime_error("cannot write " + path.string());
+  };
+  try {
+    write(out / "man/man1/ddprun.1", ddp::ddprun_man_page(options, DDP_VERSION));
+    write(out / "man/man1/ddp-train.1", ddp::ddp_train_man_page(trainer_options, sections, DDP_VERSION));
+    std::string completion = ddp::bash_completion(options, trainer_options, sections);
+    write(out / "bash-completion/completions/ddprun", completion);
+    write(out / "bash-completion/completions/ddp-train", completion);  // bash loads a command's file by its name
+  } catch (const std::exception& e) {
+    std::cerr << "ddp-docs: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

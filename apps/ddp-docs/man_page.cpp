@@ -1,0 +1,116 @@
+#include "man_page.h"
+
+#include <cctype>
+#include <sstream>
+
+#include "ddp/common/worker_contract.h"
+
+namespace ddp {
+namespace {
+
+// Text as roff shows it: backslashes and hyphens escaped, a line never starting with a control
+// character, markdown's backticks as bold.
+std::string roff(const std::string& text) {
+  std::string out;
+  bool bold = false;
+  for (char c : text) {
+    if (c == '\\') out += "\\e";
+    else if (c == '-') out += "\\-";
+    else if (c == '`') out += (bold = !bold) ? "\\fB" : "\\fR";
+    else out += c;
+  }
+  if (bold) out += "\\fR";
+  if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out = "\\&" + out;
+  return out;
+}
+
+std::string header(const std::string& name, const std::string& version, const std::string& summary) {
+  std::string upper;
+  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return ".TH " + upper + " 1 \"\" \"ddprun " + version + "\" \"User Commands\"\n.SH NAME\n" + roff(name) +
+         " \\- " + roff(summary) + "\n";
+}
+
+// An OPTIONS section: each option's names, its value, and what it does.
+std::string options_section(const std::vector<OptionReference>& options) {
+  std::ostringstream out;
+  out << ".SH OPTIONS\n";
+  for (const auto& option : options) {
+    out << ".TP\n";
+    for (std::size_t i = 0; i < option.names.size(); ++i)
+      out << (i ? ", " : "") << "\\fB" << roff(option.names[i]) << "\\fR";
+    if (!option.value.empty()) out << " \\fI" << roff(option.value) << "\\fR";
+    out << "\n" << roff(option.description);
+    if (!option.choices.empty()) {
+      std::string words;
+      for (const auto& choice : option.choices) words += (words.empty() ? "" : ", ") + choice;
+      out << " (" << roff(words) << ")";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string ddprun_man_page(const std::vector<OptionReference>& options, const std::string& version) {
+  std::ostringstream out;
+  out << header("ddprun", version, "launch distributed data-parallel training, as torchrun does");
+  out << ".SH SYNOPSIS\n"
+      << ".B ddprun\n[\\fIOPTIONS\\fR] \\fICONFIG.yaml\\fR [\\fB\\-\\-set\\fR \\fIKEY=VALUE\\fR ...]\n.br\n"
+      << ".B ddprun\n[\\fIOPTIONS\\fR] \\fISCRIPT.py\\fR [\\fIARGS\\fR ...]\n.br\n"
+      << ".B ddprun\n[\\fIOPTIONS\\fR] \\fB\\-m\\fR \\fIMODULE\\fR [\\fIARGS\\fR ...]\n.br\n"
+      << ".B ddprun\n[\\fIOPTIONS\\fR] \\fB\\-\\-no\\-python\\fR \\fIPROGRAM\\fR [\\fIARGS\\fR ...]\n.br\n"
+      << ".B ddprun\n[\\fIOPTIONS\\fR] \\fB\\-\\-\\fR \\fIPROGRAM\\fR [\\fIARGS\\fR ...]\n";
+  out << ".SH DESCRIPTION\n"
+      << roff("Starts one worker per GPU or CPU slot with the torchrun environment, hosts the rendezvous, relays "
+              "output by rank, and stops every worker when one fails (restarting the group up to --max-restarts "
+              "times). A YAML config runs ddp-train(1), the built-in trainer; a Python script runs under python3 "
+              "($" + std::string(env::kPython) + " chooses another), as torchrun runs it; any program runs after "
+              "--. torchrun's command lines work with ddprun in its place.")
+      << "\n";
+  out << options_section(options);
+  out << ".SH ENVIRONMENT\nEach worker gets\n";
+  for (const char* name : {env::kRank, env::kLocalRank, env::kWorldSize, env::kLocalWorldSize, env::kGroupRank,
+                           env::kGroupWorldSize, env::kRoleName, env::kRoleRank, env::kRoleWorldSize, env::kMasterAddr,
+                           env::kMasterPort, env::kRunId, env::kRestartCount, env::kMaxRestarts})
+    out << ".B " << roff(name) << "\n";
+  out << roff("as torchrun sets them, and TORCHELASTIC_USE_AGENT_STORE, so that torch.distributed's env:// joins the "
+              "launcher's store. OMP_NUM_THREADS is cores divided by workers unless set.")
+      << "\n.TP\n.B " << roff(env::kRdzvSecret) << "\n"
+      << roff("The job's secret for the rendezvous store's control values; never passed to a worker.") << "\n"
+      << ".TP\n.B " << roff(env::kPython) << "\n" << roff("The Python that runs a script (default: python3 on PATH).")
+      << "\n";
+  out << ".SH EXIT STATUS\n"
+      << roff("0 when every worker succeeded; a failed worker's exit status (the first failure's); 2 for a bad "
+              "command line or config; 128+N when interrupted by signal N.")
+      << "\n.SH SEE ALSO\n.BR ddp\\-train (1)\n";
+  return out.str();
+}
+
+std::string ddp_train_man_page(const std::vector<OptionReference>& options,
+                               const std::vector<ConfigSchema::SectionReference>& sections, const std::string& version) {
+  std::ostringstream out;
+  out << header("ddp-train", version, "one data-parallel worker of ddprun, and its config keys");
+  out << ".SH SYNOPSIS\n.B ddp\\-train\n\\fICONFIG.yaml\\fR [\\fB\\-\\-set\\fR \\fIKEY=VALUE\\fR ...] "
+         "[\\fB\\-\\-print\\-config\\fR]\n";
+  out << ".SH DESCRIPTION\n"
+      << roff("Trains the model, data, sampler and loop a YAML config names. ddprun(1) starts one per rank; it reads "
+              "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from its environment (or --rank, --world-size, "
+              "--master-addr, --master-port when started by hand). A key is set in the file as section: {key: "
+              "value} or on the command line as --set section.key=value; an unknown key is an error naming the "
+              "nearest one.")
+      << "\n" << options_section(options) << ".SH CONFIG KEYS\n";
+  for (const auto& section : sections) {
+    out << ".SS " << roff(section.name) << "\n";
+    if (!section.doc.empty()) out << roff(section.doc) << "\n";
+    for (const auto& key : section.keys) {
+      out << ".TP\n\\fB" << roff(key.path) << "\\fR \\fI" << roff(key.type) << "\\fR (default " << roff(key.default_text)
+          << ")\n" << roff(key.meaning) << "\n";
+    }
+  }
+  out << ".SH SEE ALSO\n.BR ddprun (1)\n";
+  return out.str();
+}
+
+}  // namespace ddp

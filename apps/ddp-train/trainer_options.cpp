@@ -1,0 +1,23 @@
+#include "trainer_options.h"
+
+#include "ddp/common/version.h"
+#include "ddp/common/worker_contract.h"
+
+namespace ddp {
+
+void declare_trainer_options(CLI::App& app, TrainerArguments& args, WorkerIdentity& identity) {
+  app.add_option("config", args.config, "Trainer config (YAML)")->required();
+  app.add_option("--set", args.overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--rank", identity.rank, "This process's rank (default $RANK or 0)");
+  app.add_option("--world-size", identity.world_size, "Number of processes (default $WORLD_SIZE or 1)");
+  app.add_option("--master-addr", identity.master_addr,
+                 "Rendezvous host (default $MASTER_ADDR or " + std::string(kDefaultMasterAddr) + ")");
+  app.add_option("--master-port", identity.master_port,
+                 "Rendezvous port (default $MASTER_PORT or " + std::to_string(kDefaultMasterPort) + ")");
+  app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
+  app.set_version_flag("--version", version_line(), "Print the versions this binary was built with");
+}
+
+}  // namespace ddp
