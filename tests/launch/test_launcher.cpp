@@ -352,7 +352,7 @@ TEST_CASE("an installed ddprun finds ddp-train and its store plugin") {
   CHECK(trainer.exit_code == 0);
   CHECK(std::filesystem::exists(dir.file("run/model.pt")));
 
-  std::filesystem::rename(dir.file("lib/ddprun"), dir.file("lib/elsewhere"));
+  std::filesystem::rename(dir.file("libexec/ddprun"), dir.file("libexec/elsewhere"));
   auto missing = run_command({dir.file("bin/ddprun"), "--standalone", "--", "true"});
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Contains("cannot load ddprun's TCP store plugin") && Contains("reinstall ddprun"));

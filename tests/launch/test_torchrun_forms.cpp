@@ -122,7 +122,7 @@ TEST_CASE("ddprun runs a torch.distributed script, a module and a program as tor
   }
 }
 
-TEST_CASE("--redirects and --tee lay out the same log files as torchrun's and keep redirected streams off the console",
+TEST_CASE("torchrun's --redirects and --tee lay out the same log files as torchrun's and keep redirected streams off the console",
           "[launch][torchrun][logs]") {
   if (!python_has_torch()) {
     WARN("skipped: " << kPython << " has no torch (Debian's python3-torch): nothing to compare with");
@@ -154,7 +154,7 @@ TEST_CASE("--redirects and --tee lay out the same log files as torchrun's and ke
   CHECK_THAT(ours.err, Contains("workers' logs (--redirects/--tee) go to " + run));
 }
 
-TEST_CASE("--redirects and --tee by local rank: 0 sends stdout to its file and tees stderr, 1 both to files only",
+TEST_CASE("torchrun's --redirects and --tee by local rank: 0 sends stdout to its file and tees stderr, 1 both to files only",
           "[launch][torchrun][logs]") {
   TempDir dir;
   auto mapped = ddprun({"--log-dir", dir.file("mapped"), "--nproc-per-node", "2", "--redirects", "0:1,1:3", "--tee",

@@ -366,5 +366,5 @@ TEST_CASE("every config key is in ddp-train(1) and the bash completion, generate
       if (!key.choices.empty()) CHECK_THAT(completion, Contains("'" + key.path + "="));
     }
   }
-  CHECK(keys > 100);
+  CHECK(keys > 80);  // the sweep found the schema, not an empty list
 }

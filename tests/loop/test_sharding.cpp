@@ -114,7 +114,7 @@ TEST_CASE("a sharded run's checkpoint resumes replicated, and a replicated one s
   }
 }
 
-TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs; a damaged shard sends every "
+TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs, and a damaged shard sends every "
           "rank to the previous checkpoint, or fails naming the rank that read it",
           "[sharding][checkpoint]") {
   TempDir dir;
@@ -159,14 +159,16 @@ TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs
   CHECK_THAT(rest.out, Contains("resumed from " + checkpoints + "step_0000000020.json at step 20") &&
                            Contains("2 shards of pipeline 1 × data_replicate 1 × data_shard 2"));
 
-  // Another model: one message naming the difference, before any shard is read.
-  auto other = ddprun(2, config, sets("run", 50, {"model.hidden=[32]"}));
+  // Another model: one message naming the difference, before any shard is read. The checkpoint is
+  // named, so that it is what refuses (under resume auto, Note [Re-running a run] refuses first).
+  const std::string newest = "checkpoint.resume=" + checkpoints + "step_0000000040.json";
+  auto other = ddprun(2, config, sets("run", 50, {"model.hidden=[32]", newest}));
   INFO(other.out << other.err);
   CHECK(other.exit_code != 0);
   CHECK_THAT(other.err, Contains("does not fit this model (was it written with another model config?): "
                                  "layers.0.weight has shape [64, 784] in the checkpoint, [32, 784] in the model;"));
   // Another optimizer: its state would be taken for this one's.
-  auto sgd = ddprun(2, config, sets("run", 50, {"optim.name=sgd"}));
+  auto sgd = ddprun(2, config, sets("run", 50, {"optim.name=sgd", newest}));
   INFO(sgd.out << sgd.err);
   CHECK(sgd.exit_code != 0);
   CHECK_THAT(sgd.err, Contains("holds the state of optim.name adamw, and this run's is sgd"));

@@ -391,7 +391,7 @@ TEST_CASE("scripted modules users write: .view under channels_last, init_from Py
 }
 
 TEST_CASE("a scripted nn.Sequential under dist.shard parameters, child by child, trains to the replicated run's "
-          "weights; another scripted module is refused",
+          "weights, and another scripted module is refused",
           "[torchscript][sharding]") {
   TempDir dir;
   auto sets = [&](const std::string& name, const std::string& shard) {
