@@ -164,15 +164,26 @@ TEST_CASE("resuming at another world size with another number of samples a step 
   auto three = run_shell(ddprun_command(3, "synthetic_mlp.yaml", sets));
   CHECK(three.exit_code == 2);
   CHECK_THAT(three.err, Contains("this run has 3 × 16 = 48; resume at a world size that divides 32"));
+  // Runs of their own, as a config that changes these keys is refused before any checkpoint is read
+  // (Note [Re-running a run]).
   auto scaled = sets;
-  scaled[4] = "train.batch_size=32";
+  scaled[0] = "run.output_dir=" + dir.file("scaled");
+  scaled[1] = "train.max_steps=20";
   scaled.push_back("optim.lr_scaling=linear");
+  REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", scaled)).exit_code == 0);
+  scaled[1] = "train.max_steps=30";
+  scaled[4] = "train.batch_size=32";
   auto rate = run_shell(ddprun_command(1, "synthetic_mlp.yaml", scaled));
   CHECK(rate.exit_code == 2);
   CHECK_THAT(rate.err, Contains("optim.lr_scaling: linear scales the learning rate by the world size") &&
                            Contains("written by 2 ranks, would go on at another rate"));
-  sets.push_back("sampler.split=chunk");
-  auto chunk = run_shell(ddprun_command(1, "synthetic_mlp.yaml", sets));
+  auto chunked = sets;
+  chunked[0] = "run.output_dir=" + dir.file("chunked");
+  chunked[1] = "train.max_steps=20";
+  chunked.push_back("sampler.split=chunk");
+  REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", chunked)).exit_code == 0);
+  chunked[1] = "train.max_steps=30";
+  auto chunk = run_shell(ddprun_command(1, "synthetic_mlp.yaml", chunked));
   CHECK(chunk.exit_code == 2);
   CHECK_THAT(chunk.err, Contains("sampler.split: chunk gives each rank a fixed part of the data"));
 }

@@ -68,6 +68,7 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
     : config_(config),
       world_(world),
       output_dir_(output_dir),
+      resolved_config_(resolved_config),
       monitor_(config.monitor, world.rank, world.world_size, world.device.is_cuda() ? world.device.index() : -1,
                side_values),
       test_step_delay_ms_(test_delay_ms("DDPRUN_TEST_STEP_DELAY", world.rank)),
@@ -79,7 +80,6 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
   std::filesystem::create_directories(output_dir_, ec);
   if (ec) throw_output_error("cannot create run.output_dir " + output_dir_ + ": " + ec.message(), ec.value());
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
-  write_file_atomically(output_dir_ + "/config.yaml", "# " + version_line() + "\n" + resolved_config);
   spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
   spdlog::info("world size {} ({} backend, model on {}), per-rank batch {}, global batch {}", world_.world_size,
                world_.backend, world_.device.str(), config_.train.batch_size,
@@ -93,6 +93,10 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
 }
 
 void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps) {
+  // Only now, once the run has resumed or started: a run refused before its first step leaves the
+  // config of the run whose checkpoints and metrics the directory holds (Note [Re-running a run]).
+  if (world_.rank == 0)
+    write_file_atomically(output_dir_ + "/config.yaml", "# " + version_line() + "\n" + resolved_config_);
   heartbeat_.beat(progress.step);
   run_start_ = window_start_ = Clock::now();
   run_start_step_ = progress.step;

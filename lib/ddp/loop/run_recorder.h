@@ -87,6 +87,7 @@ class RunRecorder {
   const TrainConfig& config_;
   const Communicator& world_;
   std::string output_dir_;
+  std::string resolved_config_;  ///< config.yaml's body, written when the run begins (Note [Re-running a run])
   std::unique_ptr<DirectoryLock> output_lock_;  // rank 0 only: no second run in output_dir_
   std::unique_ptr<MetricsLog> metrics_;         // rank 0 only
   SystemMonitor monitor_;

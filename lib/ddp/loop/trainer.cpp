@@ -11,6 +11,7 @@
 #include "ddp/common/error.h"
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
+#include "ddp/loop/prior_run.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -92,6 +93,23 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   const Communicator& world = plan_->world();
   std::string resolved = to_yaml(config_);
   check_identical_across_ranks(world, "config", resolved);
+  // Note [Re-running a run]: rank 0 reads the run directory, before anything is written to it, and
+  // decides for every rank (an action's digit, then its message).
+  std::string verdict;
+  if (world.rank == 0 && config_.checkpoint.resume == "auto") {
+    PriorRunVerdict judged = judge_prior_run(output_dir_of(config_.run), resolved);
+    verdict = std::to_string(static_cast<int>(judged.action)) + judged.message;
+  }
+  broadcast_bytes(world, verdict, 0);
+  using Action = PriorRunVerdict::Action;
+  Action action = verdict.empty() ? Action::kStart : static_cast<Action>(verdict[0] - '0');
+  if (action == Action::kRefuse) throw UserError(verdict.substr(1));
+  if (action == Action::kFinished) {
+    if (world.rank == 0) spdlog::info("{}", verdict.substr(1));
+    already_finished_ = true;
+    return;
+  }
+  if (action == Action::kResume) changed_since_ = verdict.substr(1);
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
   if (world.rank == 0 && config_.mesh.shard != "none")
@@ -223,12 +241,13 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
   if (plan_->world().rank == 0)
-    spdlog::info("resumed from {} at step {} (epoch {}, batch {}{}){}", path, progress_.step, progress_.epoch,
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {}{}){}{}", path, progress_.step, progress_.epoch,
                  progress_.batch_in_epoch, what,
                  loaded.world_size == plan_->world().world_size
                      ? ""
                      : fmt::format(", written by {} ranks of batch {}: the same samples per step", loaded.world_size,
-                                   loaded.batch_size));
+                                   loaded.batch_size),
+                 changed_since_.empty() ? "" : "; changed since that run: " + changed_since_);
 }
 
 bool Trainer::sharded_checkpoints() const {
@@ -267,6 +286,7 @@ bool Trainer::done() const {
 }
 
 int Trainer::fit() {
+  if (already_finished_) return 0;
   install_stop_handlers();
   recorder_->begin(progress_, total_steps());
   task_->model().train();

@@ -73,6 +73,8 @@ class Trainer {
   std::unique_ptr<ParallelPlan> plan_;
   ValueSlots side_values_;  // before their participants: the recorder's monitor, the stop vote, the gradient sync
   std::unique_ptr<RunRecorder> recorder_;
+  bool already_finished_ = false;  ///< Note [Re-running a run]: fit() does nothing
+  std::string changed_since_;      ///< keys that steer the run and changed since the run being resumed
   std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<Task> task_;
   std::vector<torch::Tensor> parameters_;  // this rank's, each once (ParallelPlan::prepare_model)

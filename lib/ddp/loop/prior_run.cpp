@@ -1,0 +1,122 @@
+#include "ddp/loop/prior_run.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "ddp/record/metrics_reader.h"
+
+namespace ddp {
+namespace {
+
+// section.key → the value as flow YAML ("[256, 128]", "0.01").
+std::map<std::string, std::string> flatten(const std::string& yaml) {
+  std::map<std::string, std::string> keys;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception&) {
+    return keys;  // an unreadable old config compares as having no keys
+  }
+  if (!root.IsMap()) return keys;
+  for (const auto& section : root) {
+    if (!section.second.IsMap()) continue;
+    for (const auto& key : section.second) {
+      YAML::Emitter out;
+      out << YAML::Flow << key.second;
+      keys[section.first.as<std::string>() + "." + key.first.as<std::string>()] = out.c_str();
+    }
+  }
+  return keys;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string describe(const std::vector<KeyChange>& changes) {
+  std::string text;
+  for (const auto& change : changes)
+    text += (text.empty() ? "" : ", ") + change.key + " " + change.before + " → " + change.after;
+  return text;
+}
+
+// The run's outputs, as the finished-run line points to them.
+std::string outputs(const std::string& dir) {
+  std::string listed;
+  for (const char* name : {"model.pt", "report.html", "metrics.jsonl"})
+    if (std::filesystem::exists(dir + "/" + name)) listed += (listed.empty() ? "" : ", ") + std::string(name);
+  return listed.empty() ? dir : dir + " (" + listed + ")";
+}
+
+}  // namespace
+
+std::vector<KeyChange> config_changes(const std::string& before_yaml, const std::string& after_yaml) {
+  auto before = flatten(before_yaml), after = flatten(after_yaml);
+  std::vector<KeyChange> changes;
+  for (const auto& [key, value] : after) {
+    auto it = before.find(key);
+    if (it != before.end() && it->second != value) changes.push_back({key, it->second, value});
+  }
+  return changes;
+}
+
+bool may_change_on_resume(const std::string& key) {
+  // Whole sections that steer a run without changing what it trains. dist: a resume at another
+  // world size or shard setting is checked, or resharded, by the checkpoint itself.
+  for (const char* section : {"run.", "dist.", "eval.", "checkpoint.", "logging.", "monitor."})
+    if (key.rfind(section, 0) == 0) return true;
+  // train.batch_size: the checkpoint checks that each step keeps its samples (check_resume_layout).
+  for (const char* steering : {"train.epochs", "train.max_steps", "train.log_every", "train.batch_size",
+                               "data.cache_dir", "data.workers", "data.prefetch"})
+    if (key == steering) return true;
+  return false;
+}
+
+PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config) {
+  std::string config_path = dir + "/config.yaml";
+  if (!std::filesystem::exists(config_path)) return {};
+  auto changes = config_changes(read_text(config_path), resolved_config);
+  std::vector<KeyChange> refused, steering;
+  for (auto& change : changes) (may_change_on_resume(change.key) ? steering : refused).push_back(change);
+  bool lengthened = false;
+  for (const auto& change : steering)
+    if (change.key == "train.epochs" || change.key == "train.max_steps") lengthened = true;
+
+  // Finished: its last metrics record says it ended with exit status 0.
+  std::optional<double> exit_status, step;
+  if (std::filesystem::exists(dir + "/metrics.jsonl")) {
+    RunRecords run = read_run(dir);
+    if (!run.records.empty())
+      for (const auto& [name, value] : run.records.back()) {
+        if (name == "exit_status") exit_status = value;
+        if (name == "step") step = value;
+      }
+  }
+  if (exit_status && *exit_status == 0 && refused.empty() && !lengthened)
+    return {PriorRunVerdict::Action::kFinished,
+            "run " + dir + " already finished" + (step ? " at step " + std::to_string(static_cast<int64_t>(*step)) : "") +
+                "; nothing to do. Its outputs: " + outputs(dir) + ". To train again: --set run.name=NEW for a new "
+                "run beside it, or remove " + dir + " first"};
+
+  std::error_code ec;
+  if (std::filesystem::is_empty(dir + "/checkpoints", ec) || ec) return {};  // nothing to resume: a fresh start
+  if (!refused.empty()) {
+    std::string keys;
+    for (const auto& change : refused) keys += (keys.empty() ? "" : ", ") + change.key;
+    return {PriorRunVerdict::Action::kRefuse,
+            dir + " holds a run of another config (" + describe(refused) + "), which its checkpoints do not fit. " +
+                "Start a new run beside it with --set run.name=NEW (or run.output_dir), or remove " + dir +
+                " to start this one afresh; or resume it with " + keys + " as before"};
+  }
+  return {PriorRunVerdict::Action::kResume, describe(steering)};
+}
+
+}  // namespace ddp
