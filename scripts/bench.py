@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
 BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt or BENCH_ONLY=sharding runs only that table;
+BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
+utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors;
 BENCH_ONLY=compare BENCH_BASELINE=DIR compares this build's throughput with another build's bin/ (an
 earlier commit's), runs of the two alternating so that both see the same machine. The graph table runs on
 BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
@@ -75,7 +77,7 @@ def finish_run(out, started, processes):
     first = next(r["first_step_unix_s"] for r in records if "first_step_unix_s" in r)
     memory = next(r for r in records if "peak_rss_mib_max" in r)
     mean = lambda key: sum(r[key] for r in logs) / len(logs)
-    return {"samples_per_s": mean("samples_per_s"), "allreduce_ms": mean("allreduce_ms"),
+    return {"samples_per_s": mean("samples_per_s"), "allreduce_ms": mean("allreduce_ms"), "loss": logs[-1].get("loss"),
             "exposed_ms": mean("allreduce_exposed_ms"), "first_step_s": first - started,
             "rss_mib": memory["peak_rss_mib_max"],
             "tokens_per_s": mean("tokens_per_s") if "tokens_per_s" in logs[0] else 0,
@@ -248,16 +250,16 @@ GPT_SHAPE = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "vocab
 GPT_BATCH = 8  # windows per rank per step
 
 
-def gpt_reference(nproc, train_glob):
+def gpt_reference(nproc, train_glob, shape=GPT_SHAPE, batch=GPT_BATCH, steps=GPT_STEPS, extra=()):
     """scripts/bench_gpt_reference.py's tokens/s at world `nproc`, its ranks started as torchrun would."""
     port, processes = free_port(), []
     flag = lambda value: str(int(value)) if isinstance(value, bool) else str(value)  # --bias 0 or 1
-    shape = [arg for key, value in GPT_SHAPE.items() for arg in ("--" + key.replace("_", "-"), flag(value))]
+    shape = [arg for key, value in shape.items() for arg in ("--" + key.replace("_", "-"), flag(value))]
     for rank in range(nproc):
         env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         argv = [PYTHON, os.path.join(ROOT, "scripts", "bench_gpt_reference.py"), "--data", train_glob, *shape,
-                "--batch-size", str(GPT_BATCH), "--warmup", str(GPT_LOG_EVERY), "--steps", str(GPT_STEPS - GPT_LOG_EVERY)]
+                "--batch-size", str(batch), "--warmup", str(GPT_LOG_EVERY), "--steps", str(steps - GPT_LOG_EVERY), *extra]
         processes.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate() for p in processes]
     if any(p.returncode != 0 for p in processes):
@@ -265,16 +267,22 @@ def gpt_reference(nproc, train_glob):
     return float(outputs[0][0].split()[1])
 
 
-def gpt(work):
-    """nanoGPT's GPT on the King James Bible's bytes: ddprun at world 1 and 2 against the compute limit (2
-    independent single-rank runs together) and against the Python DDP reference, same batch and shape."""
-    if GPT_STEPS < 2 * GPT_LOG_EVERY:
-        sys.exit(f"bench: BENCH_GPT_STEPS must be at least {2 * GPT_LOG_EVERY} (a warm-up log window and a timed one)")
+def kjv_tokens(work):
+    """The globs of the King James Bible's training and held-out shards, made first where missing."""
     tokens = os.environ.get("BENCH_TOKENS") or os.path.join(work, "tokens")
     train_glob, eval_glob = (os.path.join(tokens, f"kjv_{split}_*.bin") for split in ("train", "val"))
     if not glob.glob(train_glob):
         subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "make_tokens.py"), tokens, "--kjv"], check=True,
                        stdout=subprocess.DEVNULL)
+    return train_glob, eval_glob
+
+
+def gpt(work):
+    """nanoGPT's GPT on the King James Bible's bytes: ddprun at world 1 and 2 against the compute limit (2
+    independent single-rank runs together) and against the Python DDP reference, same batch and shape."""
+    if GPT_STEPS < 2 * GPT_LOG_EVERY:
+        sys.exit(f"bench: BENCH_GPT_STEPS must be at least {2 * GPT_LOG_EVERY} (a warm-up log window and a timed one)")
+    train_glob, eval_glob = kjv_tokens(work)
     sets = [f"data.path={train_glob}", f"data.eval_path={eval_glob}", f"train.batch_size={GPT_BATCH}",
             *(f"model.{key}={str(value).lower()}" for key, value in GPT_SHAPE.items())]
     run = lambda name, nproc: start_run(work, name, nproc, None, sets, config=GPT_CONFIG, steps=GPT_STEPS,
@@ -299,6 +307,71 @@ def gpt(work):
     print()
 
 
+# GPT-2 small's body (12 layers, 12 heads, width 768, block 1024) on bytes: 85M parameters.
+GPU_GPT = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "vocab_size": 256, "bias": False,
+           "dropout": 0.0}
+GPU_GPT_BATCH = int(os.environ.get("BENCH_GPU_GPT_BATCH", "16"))
+# Dense bf16 tensor-core peaks (NVIDIA's data sheets, SXM parts), for model FLOPs utilisation.
+BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def flops_per_token(shape):
+    """nanoGPT's estimate (its estimate_mfu, after the PaLM paper): 6N for the matrices' forward and
+    backward, plus 12·L·C·T for attention's two sequence-long products; N counts no position embedding."""
+    L, C, T, V = shape["n_layer"], shape["n_embd"], shape["block_size"], shape["vocab_size"]
+    n = V * C + L * (12 * C * C + 2 * C) + C  # tied embedding, blocks (no biases), final norm
+    return 6 * n + 12 * L * C * T
+
+
+def gpt_gpu(work):
+    """The GPU GPT table: ddprun and Python DDP (eager; torch.compile'd) on one GPU, fp32 and bf16, each
+    row's tokens/s and its model FLOPs utilisation against the card's bf16 peak; then dist.shard on
+    CUDA tensors: world 1 under NCCL, world 2 sharing the GPU through Gloo, against replicated."""
+    name = subprocess.run([PYTHON, "-c", "import torch; print(torch.cuda.get_device_name(0))"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None)
+    train_glob, _ = kjv_tokens(work)
+    steps = int(os.environ.get("BENCH_GPU_GPT_STEPS", "60"))
+    per_token = flops_per_token(GPU_GPT)
+    sets = [f"data.path={train_glob}", "eval.every_steps=0", "checkpoint.every_steps=0", "dist.device=cuda",
+            f"train.batch_size={GPU_GPT_BATCH}", *(f"model.{k}={str(v).lower()}" for k, v in GPU_GPT.items())]
+    ours = lambda label, nproc, extra, n=steps: (label, finish_run(*start_run(
+        work, label.replace(" ", "_").replace(",", ""), nproc, None, [*sets, *extra], config=GPT_CONFIG, steps=n,
+        log_every=GPT_LOG_EVERY)))
+    theirs = lambda label, extra: (label, {"tokens_per_s": gpt_reference(
+        1, train_glob, GPU_GPT, GPU_GPT_BATCH, steps, ["--device", "cuda", *extra]), "loss": None})
+    print(f"GPT on one {name}: {GPU_GPT['n_layer']} layers, {GPU_GPT['n_head']} heads, width {GPU_GPT['n_embd']}, "
+          f"block {GPU_GPT['block_size']}, byte vocabulary, batch {GPU_GPT_BATCH} × {GPU_GPT['block_size']} tokens, "
+          f"{steps} steps ({GPT_LOG_EVERY} untimed), world 1; MFU = tokens/s × {per_token / 1e6:.0f} MFLOP/token ÷ "
+          f"{peak} TFLOP/s (dense bf16), {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| run | tokens/s | MFU | ÷ Python eager, same precision |")
+    print("|---|---:|---:|---:|", flush=True)
+    eager = {}
+    for precision in ("fp32", "bf16"):  # each row printed as it ends: a run cut short keeps the rows before it
+        runs = [lambda: theirs(f"Python DDP eager, {precision}", ["--precision", precision]),
+                lambda: ours(f"ddprun, {precision}", 1, [f"train.precision={precision}"])]
+        if precision == "bf16":
+            runs.append(lambda: theirs("Python DDP torch.compile, bf16", ["--precision", "bf16", "--compile"]))
+        for run in runs:
+            label, r = run()
+            eager.setdefault(precision, r["tokens_per_s"])
+            mfu = f"{r['tokens_per_s'] * per_token / (peak * 1e12):.1%}" if peak else "?"
+            print(f"| {label} | {r['tokens_per_s']:.0f} | {mfu} | {r['tokens_per_s'] / eager[precision]:.2f} |",
+                  flush=True)
+    print()
+    short = max(2 * GPT_LOG_EVERY, steps // 2)  # world 2 sums 340 MB of gradients through the host a step
+    print(f"dist.shard on CUDA tensors, the model above in bf16 ({short} steps at world 2; replicated at world 1 is "
+          f"the row ddprun, bf16 above)\n")
+    print("| run | tokens/s | last logged loss |")
+    print("|---|---:|---:|", flush=True)
+    for label, nproc, extra, n in (("world 1 NCCL, parameters", 1, ["dist.shard=parameters"], steps),
+                                   ("world 2 Gloo, none", 2, ["dist.backend=gloo"], short),
+                                   ("world 2 Gloo, parameters", 2, ["dist.backend=gloo", "dist.shard=parameters"], short)):
+        label, r = ours(label, nproc, ["train.precision=bf16", *extra], n)
+        print(f"| {label} | {r['tokens_per_s']:.0f} | {r['loss']:.4f} |", flush=True)
+    print()
+
+
 SHARD_MODES = ("none", "optimizer", "gradients", "parameters")
 # At least 50M parameters for the memory table: nanoGPT's shape, 8 blocks of width 768 (7.1M each).
 BIG_GPT = {"n_layer": 8, "n_head": 12, "n_embd": 768, "block_size": 64, "vocab_size": 256, "bias": False,
@@ -309,11 +382,7 @@ BIG_GPT_STEPS = int(os.environ.get("BENCH_BIG_GPT_STEPS", "4"))
 def sharding(work):
     """dist.shard at world 4 on a 57M-parameter GPT (bytes per rank against replicated: the issue's
     0.65 / 0.45 / 0.30), then tokens/s of each setting at world 2 on the GPT table's model."""
-    tokens = os.environ.get("BENCH_TOKENS") or os.path.join(work, "tokens")
-    train_glob = os.path.join(tokens, "kjv_train_*.bin")
-    if not glob.glob(train_glob):
-        subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "make_tokens.py"), tokens, "--kjv"], check=True,
-                       stdout=subprocess.DEVNULL)
+    train_glob, _ = kjv_tokens(work)
     shape = lambda s: [f"model.{key}={str(value).lower()}" for key, value in s.items()]
     data = [f"data.path={train_glob}", "data.eval_split=none", "eval.every_steps=0", "checkpoint.every_steps=0"]
     memory = {}
@@ -378,7 +447,7 @@ def compare(work):
 
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
-    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "sharding": sharding,
+    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "sharding": sharding,
             "compare": compare}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The Python reference of ddprun's GPT training, for the bench's GPT table: nanoGPT's model
-(scripts/nanogpt.py) under DistributedDataParallel, Gloo on CPU, on llm.c token shards. Run under torchrun:
+(scripts/nanogpt.py) under DistributedDataParallel, Gloo on CPU (or NCCL on CUDA with --device cuda),
+on llm.c token shards. Run under torchrun:
 
     /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 --redirects 1 --tee 1 \\
         scripts/bench_gpt_reference.py --data '/tmp/kjv/kjv_train_*.bin' --batch-size 8 --steps 50 [--warmup 10]
@@ -12,6 +13,10 @@ The samples are ddprun's windows of block_size+1 tokens (nanogpt.Windows), shuff
 DistributedSampler(seed=0) and gathered straight from the memory-mapped shards; AdamW with nanoGPT's
 decay groups, ddprun's cosine schedule after --lr-warmup-steps, gradients clipped to norm 1.0.
 Rank 0 prints one line, `tokens_per_s N`: all ranks together, over the --steps steps after --warmup.
+
+On a GPU (scripts/gpu_check.sh gpt): --device cuda puts each rank on cuda:LOCAL_RANK under NCCL;
+--precision bf16 runs forward and loss under autocast, as ddprun's train.precision does; --compile
+wraps the model in torch.compile (2.x) before DDP, as nanoGPT's train.py does.
 """
 import argparse
 import glob
@@ -56,6 +61,9 @@ def main():
     parser.add_argument("--lr-warmup-steps", type=int, default=10)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--beta2", type=float, default=0.99)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -63,7 +71,10 @@ def main():
     paths = sorted(glob.glob(args.data))
     if not paths:
         sys.exit(f"bench_gpt_reference.py: no shard matches {args.data!r}")
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     windows = nanogpt.Windows(paths, args.block_size)
     sampler = DistributedSampler(windows, shuffle=True, seed=0)
@@ -71,23 +82,32 @@ def main():
     torch.manual_seed(0)
     config = nanogpt.GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size, n_layer=args.n_layer,
                                n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=bool(args.bias))
-    model = DDP(nanogpt.GPT(config))
+    module = nanogpt.GPT(config).to(args.device)
+    if args.compile:
+        module = torch.compile(module)
+    model = DDP(module)
     optimizer = torch.optim.AdamW(nanogpt.decay_groups(model.module, args.weight_decay), lr=args.lr,
                                   betas=(0.9, args.beta2))
+    autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     total = args.warmup + args.steps
 
     start = None
     for step, (inputs, targets) in zip(range(total), batches(windows, sampler, args.batch_size)):
         if step == args.warmup:
+            if cuda:
+                torch.cuda.synchronize()
             dist.barrier()
             start = time.time()
         for group in optimizer.param_groups:
             group["lr"] = nanogpt.lr_at(step, args.lr, args.lr_warmup_steps, total)
-        _, loss = model(inputs, targets)
+        with autocast:
+            _, loss = model(inputs.to(args.device, non_blocking=True), targets.to(args.device, non_blocking=True))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+    if cuda:
+        torch.cuda.synchronize()
     dist.barrier()
     elapsed = time.time() - start
     if rank == 0:

@@ -6,6 +6,8 @@
 #                                      CUDA tensors, bf16) and check the results in Python
 #   scripts/gpu_check.sh bench [DIR]   there: build if needed, then the GraphSAGE bench on the GPU
 #   scripts/gpu_check.sh tests [DIR]   there: build and run the unit tests that need a GPU ([gpu])
+#   scripts/gpu_check.sh gpt [DIR]     there: the [gpu] tests, then the GPU GPT table (scripts/bench.py
+#                                      BENCH_ONLY=gpt_gpu) on data/kjv, made here by scripts/make_tokens.py
 #
 # DIR (default .gpu) holds the .debs, which are unpacked into /tmp/ddprun-deps, never into /. CMake
 # finds LibTorch through `torch.utils.cmake_prefix_path`. docs/gpu.md records what these printed.
@@ -17,7 +19,8 @@ python=${PYTHON:-python3}
 # The runs below put two ranks on one GPU; on a machine with more, they use the first.
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev catch2 libgloo-dev
-          zlib1g-dev dataset-fashion-mnist)
+          zlib1g-dev dataset-fashion-mnist libssl-dev libssl3 libisal-dev libisal2 libxxhash-dev libxxhash0
+          nlohmann-json3-dev pkgconf pkgconf-bin libpkgconf3)
 
 if [ "$stage" = fetch ]; then
   mkdir -p "$debs"
@@ -40,8 +43,14 @@ build() {  # unpacks and configures every time (both quick once done), so a late
   # headers come from LibTorch where it ships them, else from Debian.
   ln -sfn "$prefix/usr/include/fmt" "$prefix/first/fmt"
   [ -d "$torch_include/gloo" ] || ln -sfn "$prefix/usr/include/gloo" "$prefix/first/gloo"
+  # ISA-L and xxHash are found through pkg-config: Debian's, reading only the unpacked .pc files, with
+  # their /usr paths moved under the prefix.
+  local multiarch=$prefix/usr/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PKG_CONFIG_LIBDIR=$multiarch/pkgconfig:$prefix/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$prefix
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_WITH_CUDA=ON -DDDP_BUILD_TESTS="$tests" \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first" || return
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first" \
+    -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" -DOPENSSL_ROOT_DIR="$prefix/usr" || return
   cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report
 }
 
@@ -107,7 +116,18 @@ case "$stage" in
     check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
     check "tests tagged [gpu]" build/bin/test_comm "[gpu]" --success
     ;;
-  *) echo "usage: $0 fetch|run|bench|tests [DEBS_DIR]" >&2; exit 2 ;;
+  gpt)
+    tests=ON
+    check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
+    check "CUDA build" build
+    [ -x build/bin/ddp-train ] || exit 1
+    build/bin/ddp-train --version
+    check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm test_model
+    check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
+    check "the GPT tests, fused attention included" build/bin/test_model "[gpt]~[python]"
+    check "GPU GPT table" env BENCH_ONLY=gpt_gpu BENCH_PYTHON="$python" BENCH_TOKENS=data/kjv "$python" scripts/bench.py
+    ;;
+  *) echo "usage: $0 fetch|run|bench|tests|gpt [DEBS_DIR]" >&2; exit 2 ;;
 esac
 echo "=== failed: ${failures[*]:-none}"
 [ ${#failures[@]} -eq 0 ]
