@@ -2,7 +2,8 @@
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
 BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt or BENCH_ONLY=sharding runs only that table;
 BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
-utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors;
+utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors (BENCH_GPU_PRECISIONS,
+default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it);
 BENCH_ONLY=compare BENCH_BASELINE=DIR compares this build's throughput with another build's bin/ (an
 earlier commit's), runs of the two alternating so that both see the same machine. The graph table runs on
 BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
@@ -347,10 +348,11 @@ def gpt_gpu(work):
     print("| run | tokens/s | MFU | ÷ Python eager, same precision |")
     print("|---|---:|---:|---:|", flush=True)
     eager = {}
-    for precision in ("fp32", "bf16"):  # each row printed as it ends: a run cut short keeps the rows before it
+    # Each row is printed as it ends: a run cut short keeps the rows before it.
+    for precision in os.environ.get("BENCH_GPU_PRECISIONS", "fp32 bf16").split():
         runs = [lambda: theirs(f"Python DDP eager, {precision}", ["--precision", precision]),
                 lambda: ours(f"ddprun, {precision}", 1, [f"train.precision={precision}"])]
-        if precision == "bf16":
+        if precision == "bf16" and os.environ.get("BENCH_GPU_COMPILE", "1") == "1":
             runs.append(lambda: theirs("Python DDP torch.compile, bf16", ["--precision", "bf16", "--compile"]))
         for run in runs:
             label, r = run()

@@ -318,6 +318,9 @@ int Trainer::fit() {
 
 StepStats Trainer::train_step(int64_t micro_batches) {
   StepStats step;
+  // The losses are summed where they are and read once the whole step is queued: reading each one
+  // at once (item()) would keep a GPU idle while the CPU queues the optimizer's many small kernels.
+  torch::Tensor loss_sum;
   for (int64_t m = 0; m < micro_batches; ++m) {
     // Only the last micro-step's backward communicates (the buckets start during it); this
     // rank's stop vote and the other side values travel with it.
@@ -333,7 +336,8 @@ StepStats Trainer::train_step(int64_t micro_batches) {
     }
     // Micro-steps average, like one batch micro_batches times as large.
     (loss / static_cast<double>(micro_batches)).backward();
-    step.loss_sum += loss.item<double>();
+    auto loss_double = loss.detach().to(torch::kDouble);
+    loss_sum = m == 0 ? loss_double : loss_sum + loss_double;
     step.batches += 1;
     step.samples += batch.size();
     step.sampled_edges += batch.sampled_edges;
@@ -348,6 +352,7 @@ StepStats Trainer::train_step(int64_t micro_batches) {
   plan_->after_optimizer_step();
   gradient_sync_->zero_grad();  // not the optimizer's: the gradients may be views of the sync's buffers
   progress_.step += 1;
+  step.loss_sum = loss_sum.item<double>();
   return step;
 }
 

@@ -128,10 +128,18 @@ std::vector<int64_t> ParallelPlan::optimizer_parameter_dims() const {
 }
 
 void ParallelPlan::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
-  if (sharded_)
-    sharded_->clip_grad_norm(max_norm);
-  else
-    torch::nn::utils::clip_grad_norm_(parameters, max_norm);
+  if (sharded_) return sharded_->clip_grad_norm(max_norm);
+  // torch::nn::utils::clip_grad_norm_'s arithmetic, without its closing item(): that read would wait
+  // for the GPU to finish before the optimizer's kernels are even queued.
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  for (const auto& g : grads) norms.push_back(g.norm(2));
+  auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
+  auto coefficient = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  for (auto& g : grads) g.mul_(coefficient);
 }
 
 void ParallelPlan::after_optimizer_step() const {

@@ -265,17 +265,16 @@ void ShardedDataParallel::zero_grad() {
   std::fill(used_.begin(), used_.end(), 0);
 }
 
-double ShardedDataParallel::clip_grad_norm(double max_norm) {
-  auto squares = torch::zeros({1}, torch::kDouble);
+void ShardedDataParallel::clip_grad_norm(double max_norm) {
+  // On the shards' device and never read back: a GPU is not waited for before the optimizer's step.
+  torch::NoGradGuard no_grad;
+  auto squares = torch::zeros({1}, units_.front().grad_shard.options().dtype(torch::kDouble));
   for (const auto& unit : units_) squares += unit.grad_shard.to(torch::kDouble).pow(2).sum();
   if (shard_group_.world_size > 1) squares = all_reduce_sum(shard_group_, squares);
-  const double norm = std::sqrt(squares.item<double>());
-  const double coefficient = max_norm / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_'s
-  if (coefficient < 1) {
-    torch::NoGradGuard no_grad;
-    for (auto& unit : units_) unit.grad_shard.mul_(coefficient);
-  }
-  return norm;
+  // torch.nn.utils.clip_grad_norm_'s coefficient; at 1 the gradients are unchanged. A 0-dim factor
+  // multiplies in the gradients' own precision, as a number would.
+  auto coefficient = torch::clamp(max_norm / (squares.sqrt() + 1e-6), c10::nullopt, 1.0).reshape({});
+  for (auto& unit : units_) unit.grad_shard.mul_(coefficient);
 }
 
 void ShardedDataParallel::after_optimizer_step() {

@@ -59,8 +59,8 @@ class ShardedDataParallel final : public GradientSync {
   std::vector<OwnedRange> owned_ranges() const;
 
   /// Scales the gradient shards so that the whole gradient's norm over every shard is at most
-  /// `max_norm`, as torch's clip_grad_norm_ does on a whole gradient; returns the norm.
-  double clip_grad_norm(double max_norm);
+  /// `max_norm`, as torch's clip_grad_norm_ does on a whole gradient.
+  void clip_grad_norm(double max_norm);
 
   /// After the optimizer stepped the pieces: stage 2 gathers every rank's whole parameters.
   void after_optimizer_step();
