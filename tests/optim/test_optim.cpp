@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <sstream>
+#include <string>
+#include <type_traits>
 
+#include "ddp/optim/foreach_adamw.h"
 #include "ddp/optim/lr_schedule.h"
 #include "ddp/optim/optimizer_factory.h"
 #include "support/subprocess.h"
@@ -14,6 +17,18 @@
 using namespace ddp;
 
 namespace {
+
+// Whether `key` is `p`'s in an optimizer's state: its TensorImpl's address as text (LibTorch 1.x) or itself (2.x).
+template <typename Key>
+bool is_key_of(const Key& key, const torch::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << p.unsafeGetTensorImpl();
+    return text.str() == key;
+  } else {
+    return key == static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 ScheduleConfig schedule(const std::string& name, int64_t warmup = 0) {
   ScheduleConfig config;
@@ -201,4 +216,62 @@ TEST_CASE("optim.decay_params matrices decays weights of two or more dimensions 
   CHECK(bias.min().item<double>() == 1.0);
   config.decay_params = "all";
   CHECK(ddp::make_optimizer({bias, weight}, config, 0.1)->param_groups().size() == 1);
+}
+
+TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no decay, a skipped parameter",
+          "[optim]") {
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> start{torch::randn({5, 7}), torch::randn({7}), torch::randn({3, 2, 2}), torch::randn({4})};
+  auto copies = [&] {
+    std::vector<torch::Tensor> out;
+    for (const auto& t : start) out.push_back(t.clone().set_requires_grad(true));
+    return out;
+  };
+  auto ours = copies(), theirs = copies();
+  auto make_groups = [](const std::vector<torch::Tensor>& p) {
+    torch::optim::AdamWOptions plain(0.01);
+    plain.weight_decay(0);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{p[0], p[2]});  // the defaults' weight decay
+    groups.emplace_back(std::vector<torch::Tensor>{p[1], p[3]}, std::make_unique<torch::optim::AdamWOptions>(plain));
+    return groups;
+  };
+  torch::optim::AdamWOptions defaults(0.01);
+  defaults.betas({0.9, 0.95}).weight_decay(0.1).eps(1e-8);
+  ForeachAdamW foreach_form(make_groups(ours), defaults, /*always=*/true);
+  torch::optim::AdamW reference(make_groups(theirs), defaults);
+  for (int step = 0; step < 6; ++step) {
+    for (auto* params : {&ours, &theirs}) {
+      for (std::size_t i = 0; i < params->size(); ++i) {
+        auto& p = (*params)[i];
+        // Parameter 3 has no gradient on even steps (an unused branch): its step count falls behind.
+        if (i == 3 && step % 2 == 0) {
+          p.mutable_grad() = torch::Tensor();
+          continue;
+        }
+        p.mutable_grad() = torch::sin(p.detach() * (step + 1) + static_cast<double>(i));
+      }
+    }
+    foreach_form.step();
+    reference.step();
+    for (std::size_t i = 0; i < ours.size(); ++i) REQUIRE(torch::equal(ours[i], theirs[i]));
+  }
+  // The state is the base class's, so checkpoints and the sharded state gathering read it unchanged.
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    auto key = [](const torch::optim::Optimizer& o, const torch::Tensor& p) -> const torch::optim::AdamWParamState& {
+      for (const auto& [k, state] : o.state())
+        if (is_key_of(k, p)) return static_cast<const torch::optim::AdamWParamState&>(*state);
+      FAIL("no state for a parameter");
+      throw;
+    };
+    const auto &a = key(foreach_form, ours[i]), &b = key(reference, theirs[i]);
+    CHECK(a.step() == b.step());
+    CHECK(torch::equal(a.exp_avg(), b.exp_avg()));
+    CHECK(torch::equal(a.exp_avg_sq(), b.exp_avg_sq()));
+  }
+  CHECK(dynamic_cast<ForeachAdamW*>(make_optimizer(ours, [] {
+          OptimConfig config;
+          config.name = "adamw";
+          return config;
+        }(), 0.1).get()) != nullptr);
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ddp/common/error.h"
+#include "ddp/optim/foreach_adamw.h"
 
 namespace ddp {
 
@@ -54,7 +55,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch:
   if (config.name == "adamw") {
     torch::optim::AdamWOptions options(lr);
     options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::AdamW>(groups(parameters, config, options, dims), options);
+    return std::make_unique<ForeachAdamW>(groups(parameters, config, options, dims), options);
   }
   throw ConfigError("optim.name: must be one of sgd, adam, adamw, got \"" + config.name + "\"");
 }
