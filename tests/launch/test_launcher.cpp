@@ -368,6 +368,26 @@ TEST_CASE("a worker's usage error (exit 2) is not restarted") {
   CHECK(r.err.find("restarting") == std::string::npos);
 }
 
+TEST_CASE("a usage error every rank reports alike is printed once, and the summary does not repeat it") {
+  // As ddp-train reports a config error; rank 2 waits so that the others' lines are seen first.
+  auto r = launch({"--standalone", "--nproc-per-node", "3", "--", "sh", "-c",
+                   "[ $RANK = 2 ] && sleep 0.5; echo \"ddp-train: rank $RANK: error: model.hiden: unknown key\" >&2; "
+                   "exit 2"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  std::size_t count = 0;
+  for (std::size_t at = r.err.find("model.hiden"); at != std::string::npos; at = r.err.find("model.hiden", at + 1))
+    ++count;
+  CHECK(count == 1);
+  CHECK_THAT(r.err, Contains("nothing ran: rank") && Contains("for the reason above"));
+  CHECK_THAT(r.err, !Contains("rerun with --log-dir"));
+
+  // Messages that differ between ranks are each shown (both written before either rank exits).
+  auto differing = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                           "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; sleep 0.5; exit 2"});
+  CHECK_THAT(differing.err, Contains("no file shard_0") && Contains("no file shard_1"));
+}
+
 TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and never reach the log files") {
   if (run_shell("command -v script >/dev/null").exit_code != 0) {
     WARN("skipped: no script(1) (util-linux) to give ddprun a terminal");

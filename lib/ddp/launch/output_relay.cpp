@@ -122,6 +122,44 @@ void OutputRelay::on_readable(int fd) {
   }
 }
 
+// Note [One usage error]: a config error is found by every rank alike, and each reports it
+// ("ddp-train: rank N: error: ..."), so N ranks would print it N times. Such a line is held until its
+// worker's stderr closes or writes another line, then shown unless another rank's was shown already,
+// rank aside. Logs and the failure summary's tail still get every rank's.
+namespace {
+const std::string kUsageErrorStart = "ddp-train: rank ";
+}  // namespace
+
+bool is_usage_error_line(const std::string& line) {
+  return line.compare(0, kUsageErrorStart.size(), kUsageErrorStart) == 0 && line.find(": error: ") != std::string::npos;
+}
+
+namespace {
+
+std::string without_rank(const std::string& line) {
+  std::size_t colon = line.find(": ", kUsageErrorStart.size());
+  return colon == std::string::npos ? line : line.substr(colon + 2);
+}
+
+}  // namespace
+
+void OutputRelay::release_held(Stream& stream) {
+  for (const auto& line : stream.held)
+    if (usage_errors_shown_.insert(without_rank(line)).second) to_console(stream, line);
+  stream.held.clear();
+}
+
+void OutputRelay::to_console(const Stream& stream, const std::string& line) {
+  const RelayTarget& target = targets_[stream.worker];
+  if (!target.to_console || (target.redirected & (stream.is_stderr ? 2 : 1))) return;
+  clear_progress_line();
+  write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
+  if (!progress_.empty()) {
+    write_all(1, progress_);
+    progress_on_screen = true;
+  }
+}
+
 void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
   const RelayTarget& target = targets_[stream.worker];
   // Note [Progress lines]: a worker given DDPRUN_PROGRESS (only when the console is a terminal) may
@@ -148,20 +186,20 @@ void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
       tail.push_back(line);
       if (tail.size() > kTailLines) tail.pop_front();
     }
+    if (is_usage_error_line(line)) {
+      stream.held.push_back(line);
+      return;
+    }
+    release_held(stream);
   }
-  if (!target.to_console || (target.redirected & (stream.is_stderr ? 2 : 1))) return;
-  clear_progress_line();
-  write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
-  if (!progress_.empty()) {
-    write_all(1, progress_);
-    progress_on_screen = true;
-  }
+  to_console(stream, line);
 }
 
 void OutputRelay::close_stream(int fd) {
   auto it = streams_.find(fd);
   if (it == streams_.end()) return;
   if (!it->second.partial.empty()) emit(it->second, it->second.partial, false);
+  release_held(it->second);
   if (it->second.log_fd >= 0) close(it->second.log_fd);
   if (!it->second.is_stderr && it->second.worker == progress_worker_) {
     clear_progress_line();  // its worker is gone: its last ETA must not linger

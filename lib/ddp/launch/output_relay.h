@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ struct RelayTarget {
   int redirected = 0;        ///< torchrun's --redirects: these streams (1 stdout, 2 stderr) reach their log only
   bool progress = false;     ///< given DDPRUN_PROGRESS: its stdout lines that start with kProgressMarker are progress
 };
+
+/// Whether a worker's stderr line is ddp-train's report of a usage error ("ddp-train: rank N: error: ..."),
+/// shown once for all ranks (Note [One usage error]).
+bool is_usage_error_line(const std::string& line);
 
 /// Takes the progress line (Note [Progress lines]) off the terminal before the launcher writes a
 /// message of its own; it comes back with the next progress update.
@@ -54,14 +59,18 @@ class OutputRelay {
     bool is_stderr = false;
     int log_fd = -1;
     std::string partial;
+    std::vector<std::string> held;  // Note [One usage error]
   };
   /// One line (`ended`: it had its newline) to the console and the log; see Note [Progress lines].
   void emit(Stream& stream, const std::string& line, bool ended);
+  void to_console(const Stream& stream, const std::string& line);
+  void release_held(Stream& stream);
   void close_stream(int fd);
 
   std::map<int, Stream> streams_;  // by pipe fd
   std::map<int, RelayTarget> targets_;
   std::map<int, std::deque<std::string>> tails_;
+  std::set<std::string> usage_errors_shown_;  // without their rank
   std::string progress_;  // the last progress line, prefix included ("" if none)
   int progress_worker_ = -1;
 };

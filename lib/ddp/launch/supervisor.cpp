@@ -372,9 +372,16 @@ class Attempt {
       return;
     }
     const Worker& w = workers_[*f.worker];
+    auto tail = relay_.stderr_tail(w.local_rank);
+    if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitUsage && !tail.empty() &&
+        is_usage_error_line(tail.back())) {
+      // Note [One usage error]: the message is on the console once already; the logs would add nothing.
+      say("nothing ran: rank " + std::to_string(w.rank) + " refused its input (exit code " +
+          std::to_string(kExitUsage) + "), for the reason above");
+      return;
+    }
     say("rank " + std::to_string(w.rank) + " failed first: " + describe_wait_status(w.status) + " (local rank " +
         std::to_string(w.local_rank) + " on " + options_.local_addr + ", pid " + std::to_string(w.pid) + ")");
-    auto tail = relay_.stderr_tail(w.local_rank);
     if (tail.empty()) {
       say("rank " + std::to_string(w.rank) + " wrote nothing to stderr");
     } else {
