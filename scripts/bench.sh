@@ -4,9 +4,9 @@
 # all-reduce microbenchmark (Gloo, and the shared-memory path gradients take on one node). docs/performance.md keeps the latest table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh >/dev/null
+./scripts/setup.sh bench >/dev/null
 if [ ! -f build/build.ninja ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_TESTS=OFF >/dev/null
 fi
 cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-bench-allreduce >/dev/null
 exec /usr/bin/python3 scripts/bench.py

@@ -1,36 +1,60 @@
 #!/usr/bin/env bash
-# Installs every build, run and test dependency from Debian's packages. Idempotent: quick when all is there.
+# Installs Debian's packages for what you are about to do. Idempotent: quick when all is there.
+#
+#   scripts/setup.sh run      build ddprun and train the quick start (what scripts/quickstart.sh needs)
+#   scripts/setup.sh lm       run, plus the King James Bible for the language-model example
+#   scripts/setup.sh bench    run, plus Python's torch and scipy for the reference side of scripts/bench.sh
+#   scripts/setup.sh tests    everything the test suite uses (the default; scripts/test.sh and CI)
+#
+# The GPU check carries its packages to the GPU machine instead: scripts/gpu_check.sh fetch.
 set -euo pipefail
 
-packages=(
+run=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev zlib1g-dev catch2
+  libtorch-dev libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev zlib1g-dev
   libssl-dev libisal-dev libxxhash-dev nlohmann-json3-dev  # HMAC-SHA256, CRC-32C, XXH64, JSON: libraries, not our own code
   libopenblas0-openmp  # LibTorch's BLAS is Debian's libblas.so.3: without this, the slow reference one
   dataset-fashion-mnist
-  bible-kjv      # the language-model corpus: scripts/make_tokens.py --kjv reads `bible`
-  python3-torch  # tests only: sampler parity and loading model.pt in Python
-  slurm-client   # tests only: scontrol, to check the Slurm host-list parser against
-  slurmctld slurmd munge  # tests only: a real local cluster (scripts/slurm/local_cluster.sh)
-  chromium       # tests only: the run report rendered in a real (headless) browser
-  man-db         # tests only: `man ddprun` from the installed package
-  python3-protobuf  # tests only: an independent reader of the TensorBoard event files
-  python3-scipy  # tests and the bench only: PyG's Reddit files (scipy.sparse.save_npz) written for real
 )
-# Downloaded, not installed: its data (the political-blogs graph, scripts/make_polblogs.py), for the tests.
+lm=(bible-kjv)  # the language-model corpus: scripts/make_tokens.py --kjv reads `bible`
+bench=(
+  python3-torch  # the Python references (torchrun + DDP) and loading model.pt in Python
+  python3-scipy  # PyG's Reddit files (scipy.sparse.save_npz) written for real
+  "${lm[@]}"
+)
+tests=(
+  catch2
+  "${lm[@]}" "${bench[@]}"
+  slurm-client   # scontrol, to check the Slurm host-list parser against
+  slurmctld slurmd munge  # a real local cluster (scripts/slurm/local_cluster.sh)
+  chromium       # the run report rendered in a real (headless) browser
+  man-db         # `man ddprun` from the installed package
+  python3-protobuf  # an independent reader of the TensorBoard event files
+)
+
+purpose=${1:-tests}
+case "$purpose" in
+  run) packages=("${run[@]}") ;;
+  lm) packages=("${run[@]}" "${lm[@]}") ;;
+  bench) packages=("${run[@]}" "${bench[@]}") ;;
+  tests) packages=("${run[@]}" "${tests[@]}") ;;
+  *) echo "usage: $0 [run|lm|bench|tests]" >&2; exit 2 ;;
+esac
+# Tests only, downloaded and not installed: its data (the political-blogs graph, scripts/make_polblogs.py).
 graph_tool_debs=/var/cache/ddprun
+want_graph_tool=$([ "$purpose" = tests ] && echo 1 || echo 0)
 
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-have_graph_tool() { compgen -G "$graph_tool_debs/python3-graph-tool_*.deb" >/dev/null; }
+have_graph_tool() { [ "$want_graph_tool" = 0 ] || compgen -G "$graph_tool_debs/python3-graph-tool_*.deb" >/dev/null; }
 if [ ${#missing[@]} -eq 0 ] && have_graph_tool; then
-  echo "setup: all ${#packages[@]} packages present"
+  echo "setup: all ${#packages[@]} packages for '$purpose' present"
   exit 0
 fi
 
-echo "setup: installing ${missing[*]:-nothing new}"
+echo "setup ($purpose): installing ${missing[*]:-nothing new}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive

@@ -2,7 +2,7 @@
 """Your own model and data, the way a PyTorch user has them: a small ResNet scripted to TorchScript,
 and Fashion-MNIST exported to NumPy arrays. ddprun then trains both with no Python at run time.
 
-    /usr/bin/python3 examples/byo/make_byo.py byo          # writes byo/resnet.pt and byo/*.npy
+    /usr/bin/python3 examples/byo/make_byo.py examples/byo/data   # writes resnet.pt and *.npy there
     build/bin/ddprun --nproc-per-node 2 examples/byo/resnet.yaml
 
 Needs Debian's python3-torch (torch 1.13) and the dataset-fashion-mnist package; downloads nothing.

@@ -101,3 +101,45 @@ TEST_CASE("config changes are found key by key, and only steering keys may chang
   for (const char* key : {"model.hidden", "optim.lr", "data.path", "train.precision", "sampler.seed", "schedule.name"})
     CHECK_FALSE(ddp::may_change_on_resume(key));
 }
+
+TEST_CASE("relative paths: a config's against its own directory, --set's against the current one; a bad "
+          "path is named absolute, once, and leaves no run directory", "[trainer][config]") {
+  // Note [Relative paths]: the config sits in cfg/ beside its data (a link to Fashion-MNIST's IDX files)
+  // and is run from another directory.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("cfg"));
+  std::filesystem::create_directories(dir.file("elsewhere"));
+  std::filesystem::create_directory_symlink("/usr/share/datasets/fashion-mnist", dir.file("fashion"));
+  write_file(dir.file("cfg/train.yaml"),
+             "run: {name: relative}\n"
+             "data: {dataset: idx, path: ../fashion, cache_dir: none, eval_split: none}\n"
+             "model: {name: linear3}\n"
+             "train: {max_steps: 3, batch_size: 32, log_every: 1}\n");
+  auto run = [&](std::vector<std::string> sets) {
+    std::string command = "cd " + dir.file("elsewhere") + " && OMP_NUM_THREADS=1 " + bin("ddprun") +
+                          " --standalone --nproc-per-node 2 ../cfg/train.yaml";
+    for (const auto& s : sets) command += " --set " + s;
+    return run_shell(command, std::chrono::seconds(120));
+  };
+  auto found = run({});
+  INFO(found.out << found.err);
+  REQUIRE(found.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.file("elsewhere/runs/relative/model.pt")));  // the default: here
+  CHECK_THAT(read_file(dir.file("elsewhere/runs/relative/config.yaml")), Contains("path: " + dir.file("fashion")));
+
+  // --set's relative path is the current directory's: elsewhere/fashion does not exist.
+  auto missing = run({"run.name=missing", "data.path=fashion"});
+  INFO(missing.out << missing.err);
+  CHECK(missing.exit_code == 2);
+  std::string all = missing.out + missing.err, named = dir.file("elsewhere/fashion");
+  CHECK_THAT(all, Contains(named));
+  CHECK(all.find(named) == all.rfind(named));  // once on the console
+  CHECK_FALSE(std::filesystem::exists(dir.file("elsewhere/runs/missing")));
+  CHECK(std::filesystem::exists(dir.file("elsewhere/runs/relative/model.pt")));  // the other run untouched
+
+  // Nothing of a run that fails before its first step stays behind, runs/ included.
+  std::filesystem::remove_all(dir.file("elsewhere/runs"));
+  auto stub = run({"run.name=stub", "data.path=nowhere"});
+  CHECK(stub.exit_code == 2);
+  CHECK_FALSE(std::filesystem::exists(dir.file("elsewhere/runs")));
+}

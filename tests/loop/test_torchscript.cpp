@@ -235,13 +235,16 @@ TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.9
           "[torchscript][example][slow]") {
   TempDir dir;
   auto made = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/examples/byo/make_byo.py",
-                           dir.file("byo")},
+                           dir.file("data")},
                           std::chrono::seconds(120));
   INFO(made.out << made.err);
   REQUIRE(made.exit_code == 0);
-  // As the README runs it: from the directory that holds byo/.
-  auto r = run_shell("cd " + dir.path() + " && OMP_NUM_THREADS=1 " + bin("ddprun") + " --nproc-per-node 2 " +
-                         std::string(DDP_SOURCE_DIR) + "/examples/byo/resnet.yaml --set run.output_dir=out",
+  // Note [Relative paths]: the config beside its data/ runs from another directory; --set's path is
+  // the current directory's.
+  std::filesystem::copy_file(std::string(DDP_SOURCE_DIR) + "/examples/byo/resnet.yaml", dir.file("resnet.yaml"));
+  std::filesystem::create_directory(dir.file("elsewhere"));
+  auto r = run_shell("cd " + dir.file("elsewhere") + " && OMP_NUM_THREADS=1 " + bin("ddprun") +
+                         " --nproc-per-node 2 ../resnet.yaml --set run.output_dir=../out",
                      std::chrono::seconds(900));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -250,8 +253,8 @@ TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.9
   auto python = run_shell("cd " + dir.path() + " && /usr/bin/python3 -c '"
                           "import numpy as np, torch\n"
                           "m = torch.jit.load(\"out/model_scripted.pt\").eval()\n"
-                          "x = (torch.from_numpy(np.load(\"byo/test_images.npy\")).float() / 255 - 0.2860) / 0.3530\n"
-                          "y = torch.from_numpy(np.load(\"byo/test_labels.npy\"))\n"
+                          "x = (torch.from_numpy(np.load(\"data/test_images.npy\")).float() / 255 - 0.2860) / 0.3530\n"
+                          "y = torch.from_numpy(np.load(\"data/test_labels.npy\"))\n"
                           "with torch.no_grad(): print(\"accuracy\", (m(x).argmax(1) == y).double().mean().item())'",
                           std::chrono::seconds(120));
   INFO(python.out << python.err);

@@ -138,6 +138,59 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
                                                                          fs::copy_options::overwrite_existing);
 }
 
+TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headless Chromium, legends that fit",
+          "[watch][report]") {
+  if (!has("chromium")) {
+    WARN("skipped: no chromium here (Debian's chromium; scripts/setup.sh installs it)");
+    return;
+  }
+  TempDir dir;
+  for (const auto& [name, lr] : {std::pair{"a", "0.05"}, std::pair{"b_a_second_run_with_a_long_name", "0.01"}}) {
+    auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2",
+                          std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml", "--set",
+                          "run.output_dir=" + dir.file(name), "--set", "train.max_steps=20", "--set",
+                          "train.log_every=5", "--set", std::string("optim.lr=") + lr},
+                         std::chrono::seconds(120), {"OMP_NUM_THREADS=1"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  auto write = [&](std::vector<std::string> runs, const std::string& page) {
+    std::vector<std::string> argv{bin("ddp-report")};
+    for (const auto& run : runs) argv.push_back(dir.file(run));
+    argv.insert(argv.end(), {"-o", dir.file(page)});
+    auto r = run_command(argv);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  };
+  write({"a"}, "one.html");
+  write({"a", "b_a_second_run_with_a_long_name"}, "both.html");
+  std::string html = read_file(dir.file("both.html"));
+  CHECK_THAT(html, Contains("<td>a</td><td>20</td>") && Contains("<td>b_a_second_run_with_a_long_name</td><td>20</td>"));
+  // Every legend entry inside the chart's 640 units: each wrapped line starts again at the left.
+  std::regex entry(R"re(<rect x="([0-9.]+)" y="[0-9.]+" width="10" height="10" fill="#[0-9a-f]+"/><text x="[0-9.]+" y="[0-9.]+" class="legend">([^<]*)</text>)re");
+  int entries = 0;
+  for (std::sregex_iterator it(html.begin(), html.end(), entry), end; it != end; ++it, ++entries)
+    CHECK(std::stod((*it)[1]) + 24 + 6.5 * static_cast<double>((*it)[2].length()) <= 640 + 10);
+  CHECK(entries > 8);
+
+  // The second run's colour (the palette's second) appears only where its curves are drawn.
+  auto orange = [&](const std::string& page) {
+    auto shot = run_shell("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                          "--window-size=1400,2400 --screenshot=" + dir.file(page + ".png") + " file://" +
+                          dir.file(page) + " >/dev/null 2>&1",
+                          std::chrono::seconds(150));
+    auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", dir.file(page + ".png"), "ff7f0e"},
+                              std::chrono::seconds(120));
+    INFO(pixels.out << pixels.err);
+    std::smatch count;
+    REQUIRE(std::regex_search(pixels.out, count, std::regex("ff7f0e ([0-9]+)")));
+    return std::stoi(count[1]);
+  };
+  int alone = orange("one.html"), overlaid = orange("both.html");
+  INFO("orange pixels: one run " << alone << ", two runs " << overlaid);
+  CHECK(overlaid > alone + 2000);  // four charts' worth of a second run's lines
+}
+
 TEST_CASE("the monitor names a rank slowed down as the straggler, and names none when all are even", "[watch]") {
   TempDir dir;
   auto slowed = run_shell("DDPRUN_TEST_STEP_DELAY=1:60 " + quickstart(dir.file("slow")), std::chrono::seconds(240));

@@ -11,6 +11,7 @@
 #include "ddp/record/metrics_log.h"
 #include "ddp/record/metrics_reader.h"
 #include "ddp/record/run_report.h"
+#include "ddp/record/svg_chart.h"
 #include "support/subprocess.h"
 
 using namespace ddp;
@@ -166,4 +167,16 @@ TEST_CASE("ddp-report refuses an exit status that is no exit status, naming the 
     CHECK_THAT(r.err, !Contains("2147483648"));
     CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
   }
+}
+
+TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range reads as narrow", "[record][report]") {
+  // CPU use between 96.3 % and 98.6 %: labelled only at its ends, it would look like wild swings.
+  ChartSeries cpu{"cpu", chart_color(0), false, {{0, 96.3}, {10, 98.6}, {20, 97.1}}};
+  std::string svg = svg_line_chart("CPU", "step", "%", {cpu});
+  for (const char* tick : {">96</text>", ">96.5</text>", ">97</text>", ">98.5</text>", ">99</text>", ">0</text>",
+                           ">20</text>"})
+    CHECK_THAT(svg, Contains(tick));
+  std::size_t grid = 0;
+  for (std::size_t at = svg.find("class=\"grid\""); at != std::string::npos; at = svg.find("class=\"grid\"", at + 1)) ++grid;
+  CHECK(grid >= 7 + 3);  // 96 to 99 by 0.5, and 0 to 20 by 5 or 10
 }

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -250,6 +251,13 @@ ConfigSchema::Field& ConfigSchema::Field::non_empty() {
   return *this;
 }
 
+ConfigSchema::Field& ConfigSchema::Field::file_path(std::vector<std::string> words) {
+  if (!std::holds_alternative<std::string*>(target_)) throw std::logic_error(path_ + ": file_path() needs a string");
+  is_path_ = true;
+  path_words_ = std::move(words);
+  return *this;
+}
+
 std::string ConfigSchema::Field::range_text(bool markdown) const {
   if (lower_ && upper_) {
     return std::string("in ") + (lower_inclusive_ ? "[" : "(") + format_double(*lower_) + ", " +
@@ -354,6 +362,22 @@ void ConfigSchema::load(const YAML::Node& root) {
   if (!root.IsDefined() || root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError("config: expected a map of sections (run:, train:, ...), got " + describe(root));
   for_each_entry(root, "", [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
+}
+
+// Note [Relative paths]: a relative path is resolved against the place it was written: a value in
+// the config file against the file's directory (a config kept beside its data works from any
+// directory, as a Makefile's or a compose file's paths do), a --set value against the current
+// directory (where it was typed). Resolved paths are absolute, so every message naming one says
+// what was looked for, and the run directory's config.yaml names the same files from anywhere.
+void ConfigSchema::resolve_paths(const std::filesystem::path& base) {
+  for (auto& field : fields_) {
+    if (!field.is_path_) continue;
+    std::string& value = *std::get<std::string*>(field.target_);
+    if (value.empty() || std::filesystem::path(value).is_absolute() ||
+        std::find(field.path_words_.begin(), field.path_words_.end(), value) != field.path_words_.end())
+      continue;
+    value = (std::filesystem::absolute(base) / value).lexically_normal().string();
+  }
 }
 
 void ConfigSchema::apply_override(std::string_view assignment) {

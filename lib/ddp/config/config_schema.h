@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -45,6 +46,9 @@ class ConfigSchema {
     Field& choices(std::vector<std::string> allowed);
     /// The string or list must not be empty.
     Field& non_empty();
+    /// The string is a file or directory: resolve_paths() makes it absolute. `words` are values
+    /// that are not paths (data.cache_dir's `none`).
+    Field& file_path(std::vector<std::string> words = {});
 
    private:
     friend class ConfigSchema;
@@ -63,6 +67,8 @@ class ConfigSchema {
     bool upper_inclusive_ = true;
     std::vector<std::string> choices_;
     bool non_empty_ = false;
+    bool is_path_ = false;
+    std::vector<std::string> path_words_;
   };
 
   ConfigSchema() = default;
@@ -90,6 +96,9 @@ class ConfigSchema {
   /// Applies one `--set section.key=value`; the value is read as YAML, so `[1, 2]` is a list and
   /// an empty value is the empty string. Throws ConfigError like load().
   void apply_override(std::string_view assignment);
+
+  /// Note [Relative paths]: every file_path() key holding a relative path becomes `base / value`.
+  void resolve_paths(const std::filesystem::path& base);
 
   /// Every range, choice and rule violation, one complete line each, in declaration order.
   std::vector<std::string> problems() const;

@@ -14,14 +14,17 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.add("data.path", &config.path,
              "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
              "first dimension = samples); csv: the training table; graph: a graph directory (README: Graphs); tokens: a token file or a glob of shards, read in their "
-             "sorted order (README: Language models)");
-  schema.add("data.labels", &config.labels, "npy: the training labels (.npy): int64/int32 classes or float32 targets");
+             "sorted order (README: Language models)")
+      .file_path();
+  schema.add("data.labels", &config.labels, "npy: the training labels (.npy): int64/int32 classes or float32 targets")
+      .file_path();
   schema.add("data.eval_path", &config.eval_path,
-             "npy, csv: the test split's features or table; tokens: the held-out token file or glob");
+             "npy, csv: the test split's features or table; tokens: the held-out token file or glob")
+      .file_path();
   schema.add("data.token_dtype", &config.token_dtype,
              "tokens: the token type of headerless files (nanoGPT's train.bin/val.bin); empty for llm.c shards and "
              ".npy, whose headers say it");
-  schema.add("data.eval_labels", &config.eval_labels, "npy: the test split's labels (.npy)");
+  schema.add("data.eval_labels", &config.eval_labels, "npy: the test split's labels (.npy)").file_path();
   schema.add("data.eval_fraction", &config.eval_fraction,
              "npy, csv: without eval_path, this share of `path` becomes the test split (a seeded random split)")
       .min(0)
@@ -48,7 +51,8 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
              "synthetic: seed of the samples (train and test come from it together, sharing class prototypes)");
   schema.add("data.cache_dir", &config.cache_dir,
              "where IDX files and graphs are kept decoded, read on demand and shared by every worker of a node; "
-             "empty: $XDG_CACHE_HOME/ddprun (or ~/.cache/ddprun); none: decode into each worker's memory");
+             "empty: $XDG_CACHE_HOME/ddprun (or ~/.cache/ddprun); none: decode into each worker's memory")
+      .file_path({"none"});
   schema.add("data.workers", &config.workers, "background threads assembling batches").min(1)
       .max(256);
   schema.add("data.prefetch", &config.prefetch, "batches assembled ahead of the step").min(1)

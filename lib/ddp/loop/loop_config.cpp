@@ -9,7 +9,8 @@ void declare_config(ConfigSchema& schema, RunConfig& config) {
   schema.section("run", "Naming and seeding of the run.");
   schema.add("run.name", &config.name, "name of the run").non_empty();
   schema.add("run.output_dir", &config.output_dir,
-             "metrics, checkpoints and the resolved config go here; empty: `runs/<name>`");
+             "metrics, checkpoints and the resolved config go here; empty: `runs/<name>`")
+      .file_path();
   // It names a directory under runs/: ".." or "a/../../x" would write elsewhere (issue 22, item 16).
   schema.rule("run.name", [&config]() -> std::string {
     const std::string& name = config.name;

@@ -77,26 +77,42 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
   if (world_.rank != 0) return;
   std::error_code ec;
+  for (auto dir = std::filesystem::absolute(output_dir_, ec); !dir.empty() && !std::filesystem::exists(dir, ec) &&
+                                                            dir != dir.parent_path();
+       dir = dir.parent_path())
+    created_dir_ = dir.string();
   std::filesystem::create_directories(output_dir_, ec);
   if (ec) throw_output_error("cannot create run.output_dir " + output_dir_ + ": " + ec.message(), ec.value());
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
-  spdlog::info("resolved config (saved to {}/config.yaml):\n{}", output_dir_, resolved_config);
   spdlog::info("world size {} ({} backend, model on {}), per-rank batch {}, global batch {}", world_.world_size,
                world_.backend, world_.device.str(), config_.train.batch_size,
                config_.train.batch_size * config_.train.grad_accum_steps * world_.world_size);
-  metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl",
-                                          config_.logging.tensorboard ? output_dir_ + "/tb" : "");
-  // Indented: TensorBoard's text tab renders markdown, and this keeps the YAML as it is.
-  std::string indented;
-  for (const auto& line : split(version_line() + "\n\n" + resolved_config, '\n')) indented += "    " + line + "\n";
-  metrics_->write_text("config", 0, indented);
+}
+
+RunRecorder::~RunRecorder() {
+  if (world_.rank != 0 || created_dir_.empty() || stepped_ || std::uncaught_exceptions() == 0) return;
+  metrics_.reset();
+  output_lock_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(created_dir_, ec);
 }
 
 void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps) {
   // Only now, once the run has resumed or started: a run refused before its first step leaves the
-  // config of the run whose checkpoints and metrics the directory holds (Note [Re-running a run]).
-  if (world_.rank == 0)
+  // directory as it was (Note [Re-running a run]): the config, metrics and events of the run whose
+  // checkpoints it holds.
+  if (world_.rank == 0) {
     write_file_atomically(output_dir_ + "/config.yaml", "# " + version_line() + "\n" + resolved_config_);
+    // Every key is in the file, and `ddp-train CONFIG --print-config` prints them: the console keeps
+    // to what the run is doing.
+    spdlog::info("resolved config saved to {}/config.yaml", output_dir_);
+    metrics_ = std::make_unique<MetricsLog>(output_dir_ + "/metrics.jsonl",
+                                            config_.logging.tensorboard ? output_dir_ + "/tb" : "");
+    // Indented: TensorBoard's text tab renders markdown, and this keeps the YAML as it is.
+    std::string indented;
+    for (const auto& line : split(version_line() + "\n\n" + resolved_config_, '\n')) indented += "    " + line + "\n";
+    metrics_->write_text("config", 0, indented);
+  }
   heartbeat_.beat(progress.step);
   run_start_ = window_start_ = Clock::now();
   run_start_step_ = progress.step;
@@ -118,6 +134,7 @@ std::unique_ptr<HeartbeatPulse> RunRecorder::pulse(const TrainProgress& progress
 void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms,
                             const ReducerTiming& sync) {
   first_step_pulse_.reset();
+  stepped_ = true;
   monitor_.take_summed();
   window_sums_.value(window_.loss) += step.loss_sum;
   window_sums_.value(window_.batches) += static_cast<double>(step.batches);
@@ -298,7 +315,7 @@ void RunRecorder::stopped(const TrainProgress& progress, int signal) {
 }
 
 void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status) {
-  if (world_.rank != 0) return;
+  if (world_.rank != 0 || !metrics_) return;
   if (exit_status)
     metrics_->write({{"step", static_cast<double>(progress.step)}, {"exit_status", static_cast<double>(*exit_status)}});
   if (!config_.logging.report) return;

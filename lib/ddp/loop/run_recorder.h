@@ -43,6 +43,8 @@ class RunRecorder {
   /// the metrics (and TensorBoard) and says what the run is. The monitor reserves its side values.
   RunRecorder(const TrainConfig& config, const Communicator& world, const std::string& output_dir,
               const std::string& resolved_config, ValueSlots& side_values);
+  /// A directory this run created is removed if the run fails before a step ends: no stub is left.
+  ~RunRecorder();
   RunRecorder(const RunRecorder&) = delete;
   RunRecorder& operator=(const RunRecorder&) = delete;
 
@@ -89,7 +91,9 @@ class RunRecorder {
   std::string output_dir_;
   std::string resolved_config_;  ///< config.yaml's body, written when the run begins (Note [Re-running a run])
   std::unique_ptr<DirectoryLock> output_lock_;  // rank 0 only: no second run in output_dir_
-  std::unique_ptr<MetricsLog> metrics_;         // rank 0 only
+  std::unique_ptr<MetricsLog> metrics_;         // rank 0 only, from begin()
+  std::string created_dir_;                     // rank 0: the outermost directory this run made ("": none)
+  bool stepped_ = false;                        // a step has ended
   SystemMonitor monitor_;
   Heartbeat heartbeat_;
   ValueSlots window_sums_;

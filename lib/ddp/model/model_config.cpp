@@ -13,7 +13,8 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
       .choices(names);
   schema.add("model.path", &config.path,
              "torchscript: the module to train, as torch.jit.script(model).save(path) wrote it (a trained "
-             "model_scripted.pt too)");
+             "model_scripted.pt too)")
+      .file_path();
   schema.add("model.jit_optimize", &config.jit_optimize,
              "torchscript: let TorchScript's profiling executor specialise and optimise the graph; off runs "
              "it as saved, which measured faster for training on CPU");

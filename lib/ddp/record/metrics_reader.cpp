@@ -37,7 +37,7 @@ const std::vector<std::pair<double, double>>& RunRecords::series(const std::stri
         if (name == "step") step = v;
       if (!step) continue;
       for (const auto& [name, v] : record)
-        if (name != "step" && std::isfinite(v)) series_[name].emplace_back(*step, v);
+        if (std::isfinite(v)) series_[name].emplace_back(*step, v);  // "step" too: the last step is its last value
     }
     indexed_records_ = records.size();
   }

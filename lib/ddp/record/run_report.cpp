@@ -26,6 +26,7 @@ th:first-child, td:first-child { text-align: left; }
 svg.chart { background: #fff; border: 1px solid #ddd; }
 svg .title { font-weight: 600; font-size: 14px; } svg .tick, svg .legend { font-size: 11px; fill: #444; }
 svg .axis { font-size: 12px; fill: #444; } svg .frame { fill: none; stroke: #bbb; } svg .empty { fill: #999; }
+svg .grid { stroke: #eee; stroke-width: 1; }
 pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow: auto; max-height: 400px; }
 .failed { color: #b00; font-weight: 600; } .ok { color: #070; font-weight: 600; }
 )";

@@ -11,6 +11,8 @@ namespace {
 
 constexpr double kWidth = 640, kHeight = 280;
 constexpr double kLeft = 64, kRight = 16, kTop = 46, kBottom = 44;
+constexpr double kLegendRow = 14, kLegendChar = 6.5;  // a legend line's height, a character's width
+constexpr std::size_t kLegendLabelMax = 48;           // longer labels end in "..."
 
 std::string number(double v) {
   if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3)) return fmt::format("{:.3g}", v);
@@ -29,35 +31,65 @@ std::string no_data(const std::string& title) {
          fmt::format(R"(<text x="{}" y="{}" class="empty">no data</text></svg>)", kWidth / 2 - 30, kHeight / 2);
 }
 
-// The plot area's frame and the ticks at both ends of each axis.
-// No x ticks when x0 == x1 (a box chart, whose x is categories).
-std::string axes(double x0, double x1, double y0, double y1, const std::string& x_label, const std::string& y_label) {
+// A data range widened to round numbers, and the ticks on it: 1, 2 or 5 times a power of ten apart,
+// about five of them (Heckbert's "nice numbers"), so that 96.3-98.6 reads 96, 96.5, ..., 99.
+struct Scale {
+  double lo, hi;
+  std::vector<double> ticks;
+};
+
+Scale nice_scale(double lo, double hi) {
+  double raw = (hi - lo) / 5, magnitude = std::pow(10.0, std::floor(std::log10(raw))), step = magnitude;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * magnitude >= raw) {
+      step = m * magnitude;
+      break;
+    }
+  Scale scale{std::floor(lo / step) * step, std::ceil(hi / step) * step, {}};
+  for (double t = scale.lo; t <= scale.hi + step / 2; t += step) scale.ticks.push_back(std::fabs(t) < step / 1e6 ? 0 : t);
+  return scale;
+}
+
+// The plot area's frame, gridlines at the ticks, their labels and the axes' names. `top` is where
+// the plot area starts (below the legend). No x ticks when x0 == x1 (a box chart: x is categories).
+std::string axes(double top, const Scale& x, const Scale& y, bool x_ticks, const std::string& x_label,
+                 const std::string& y_label) {
   double right = kWidth - kRight, bottom = kHeight - kBottom;
-  std::string x_ticks =
-      x0 == x1 ? ""
-               : fmt::format(R"(<text x="{}" y="{}" class="tick">{}</text>)", kLeft, bottom + 16, number(x0)) +
-                     fmt::format(R"(<text x="{}" y="{}" class="tick" text-anchor="end">{}</text>)", right, bottom + 16,
-                                 number(x1));
-  return fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>)", kLeft, kTop,
-                     right - kLeft, bottom - kTop) + x_ticks +
-         fmt::format(R"(<text x="{}" y="{}" class="tick" text-anchor="end">{}</text>)", kLeft - 6, bottom, number(y0)) +
-         fmt::format(R"(<text x="{}" y="{}" class="tick" text-anchor="end">{}</text>)", kLeft - 6, kTop + 10,
-                     number(y1)) +
+  auto px = [&](double v) { return kLeft + (v - x.lo) / (x.hi - x.lo) * (right - kLeft); };
+  auto py = [&](double v) { return bottom - (v - y.lo) / (y.hi - y.lo) * (bottom - top); };
+  std::string out;
+  for (double t : y.ticks)
+    out += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" class="grid"/>)"
+                       R"(<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>)",
+                       kLeft, right, py(t), py(t), kLeft - 6, py(t) + 4, number(t));
+  if (x_ticks)
+    for (double t : x.ticks)
+      out += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" class="grid"/>)"
+                         R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>)",
+                         px(t), px(t), top, bottom, px(t), bottom + 16, number(t));
+  return out + fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>)", kLeft, top, right - kLeft,
+                           bottom - top) +
          fmt::format(R"(<text x="{}" y="{}" class="axis" text-anchor="middle">{}</text>)", (kLeft + right) / 2,
                      kHeight - 8, html_escape(x_label)) +
          fmt::format(R"svg(<text x="14" y="{}" class="axis" text-anchor="middle" transform="rotate(-90 14 {})">{}</text>)svg",
-                     (kTop + bottom) / 2, (kTop + bottom) / 2, html_escape(y_label));
+                     (top + bottom) / 2, (top + bottom) / 2, html_escape(y_label));
 }
 
-std::string legend(const std::vector<std::pair<std::string, std::string>>& entries) {
+// Entries left to right, wrapping onto more lines rather than running off the chart; returns the
+// SVG and where the plot area may start below it.
+std::pair<std::string, double> legend(const std::vector<std::pair<std::string, std::string>>& entries) {
   std::string out;
-  double x = kLeft;
-  for (const auto& [label, color] : entries) {
-    out += fmt::format(R"(<rect x="{}" y="28" width="10" height="10" fill="{}"/><text x="{}" y="37" class="legend">{}</text>)",
-                       x, color, x + 14, html_escape(label));
-    x += 24 + 6.5 * static_cast<double>(label.size());
+  double x = kLeft, y = 28, right = kWidth - kRight;
+  for (const auto& [full, color] : entries) {
+    std::string label = full.size() > kLegendLabelMax ? full.substr(0, kLegendLabelMax - 3) + "..." : full;
+    double width = 24 + kLegendChar * static_cast<double>(label.size());
+    if (x > kLeft && x + width - 10 > right) x = kLeft, y += kLegendRow;
+    std::string whole = label == full ? "" : "<title>" + html_escape(full) + "</title>";  // on hover
+    out += fmt::format(R"(<g>{}<rect x="{}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}" class="legend">{}</text></g>)",
+                       whole, x, y, color, x + 14, y + 9, html_escape(label));
+    x += width;
   }
-  return out;
+  return {out, std::max(kTop, y + 18)};
 }
 
 }  // namespace
@@ -93,15 +125,18 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   if (!std::isfinite(x0)) return no_data(title);
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
-  double right = kWidth - kRight, bottom = kHeight - kBottom;
-  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * (right - kLeft); };
-  auto py = [&](double y) { return bottom - (y - y0) / (y1 - y0) * (bottom - kTop); };
-
-  std::string out = open_svg(title) + axes(x0, x1, y0, y1, x_label, y_label);
   std::vector<std::pair<std::string, std::string>> entries;
+  for (const auto& s : series)
+    if (!s.points.empty()) entries.emplace_back(s.label, s.color);
+  auto [legend_svg, top] = legend(entries);
+  Scale xs = nice_scale(x0, x1), ys = nice_scale(y0, y1);
+  double right = kWidth - kRight, bottom = kHeight - kBottom;
+  auto px = [&](double x) { return kLeft + (x - xs.lo) / (xs.hi - xs.lo) * (right - kLeft); };
+  auto py = [&](double y) { return bottom - (y - ys.lo) / (ys.hi - ys.lo) * (bottom - top); };
+
+  std::string out = open_svg(title) + axes(top, xs, ys, true, x_label, y_label);
   for (const auto& s : series) {
     if (s.points.empty()) continue;
-    entries.emplace_back(s.label, s.color);
     std::string points;
     for (const auto& [x, y] : s.points) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
     out += fmt::format(R"(<polyline class="series" fill="none" stroke="{}" stroke-width="2"{} points="{}"/>)", s.color,
@@ -110,17 +145,18 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
       out += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", px(s.points[0].first),
                          py(s.points[0].second), s.color);
   }
-  return out + legend(entries) + "</svg>";
+  return out + legend_svg + "</svg>";
 }
 
 std::string svg_box_chart(const std::string& title, const std::string& y_label, const std::vector<ChartBox>& boxes) {
   if (boxes.empty()) return no_data(title);
-  double y0 = 0, y1 = 0;
+  double y1 = 0;
   for (const auto& b : boxes) y1 = std::max(y1, b.high);
-  if (y1 <= y0) y1 = 1;
+  if (y1 <= 0) y1 = 1;
+  Scale ys = nice_scale(0, y1);
   double right = kWidth - kRight, bottom = kHeight - kBottom;
-  auto py = [&](double y) { return bottom - (y - y0) / (y1 - y0) * (bottom - kTop); };
-  std::string out = open_svg(title) + axes(0, 0, y0, y1, "", y_label);
+  auto py = [&](double y) { return bottom - (y - ys.lo) / (ys.hi - ys.lo) * (bottom - kTop); };
+  std::string out = open_svg(title) + axes(kTop, Scale{0, 1, {}}, ys, false, "", y_label);
   double slot = (right - kLeft) / static_cast<double>(boxes.size());
   for (std::size_t i = 0; i < boxes.size(); ++i) {
     const auto& b = boxes[i];

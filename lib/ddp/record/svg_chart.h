@@ -16,7 +16,7 @@ struct ChartSeries {
   std::vector<std::pair<double, double>> points;  ///< (x, y), x ascending
 };
 
-/// A line chart with axes, min/max ticks and a legend; "no data" when every series is empty.
+/// A line chart with axes (round ticks, gridlines) and a legend; "no data" when every series is empty.
 std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                            const std::vector<ChartSeries>& series);
 
