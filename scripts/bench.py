@@ -344,7 +344,7 @@ def gpt_gpu(work):
     print(f"GPT on one {name}: {GPU_GPT['n_layer']} layers, {GPU_GPT['n_head']} heads, width {GPU_GPT['n_embd']}, "
           f"block {GPU_GPT['block_size']}, byte vocabulary, batch {GPU_GPT_BATCH} × {GPU_GPT['block_size']} tokens, "
           f"{steps} steps ({GPT_LOG_EVERY} untimed), world 1; MFU = tokens/s × {per_token / 1e6:.0f} MFLOP/token ÷ "
-          f"{peak} TFLOP/s (dense bf16), {time.strftime('%Y-%m-%d %H:%M')}\n")
+          f"{peak or '(unknown card)'} TFLOP/s (dense bf16), {time.strftime('%Y-%m-%d %H:%M')}\n")
     print("| run | tokens/s | MFU | ÷ Python eager, same precision |")
     print("|---|---:|---:|---:|", flush=True)
     eager = {}

@@ -24,7 +24,7 @@ bench=(
 )
 tests=(
   catch2
-  "${lm[@]}" "${bench[@]}"
+  "${bench[@]}"  # the King James Bible among them
   slurm-client   # scontrol, to check the Slurm host-list parser against
   slurmctld slurmd munge  # a real local cluster (scripts/slurm/local_cluster.sh)
   chromium       # the run report rendered in a real (headless) browser

@@ -73,7 +73,7 @@ def find(stem):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "byo"
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
     os.makedirs(out, exist_ok=True)
     for split, prefix in (("train", "train"), ("test", "t10k")):
         images = read_idx(find(f"{prefix}-images-idx3-ubyte"))[:, None, :, :]  # uint8 [N, 1, 28, 28]

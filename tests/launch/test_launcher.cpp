@@ -379,13 +379,21 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
   for (std::size_t at = r.err.find("model.hiden"); at != std::string::npos; at = r.err.find("model.hiden", at + 1))
     ++count;
   CHECK(count == 1);
-  CHECK_THAT(r.err, Contains("nothing ran: rank") && Contains("for the reason above"));
+  CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
   CHECK_THAT(r.err, !Contains("rerun with --log-dir"));
 
   // Messages that differ between ranks are each shown (both written before either rank exits).
   auto differing = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
                            "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; sleep 0.5; exit 2"});
   CHECK_THAT(differing.err, Contains("no file shard_0") && Contains("no file shard_1"));
+
+  // A rank kept off the console has shown nothing: rank 0 fails first and is filtered out, rank 1 is
+  // stopped before it writes, so the summary gives the message, once.
+  auto filtered = launch({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "1", "--", "sh", "-c",
+                          "[ $RANK = 1 ] && sleep 5; echo \"ddp-train: rank $RANK: error: bad key\" >&2; exit 2"});
+  INFO(filtered.err);
+  CHECK_THAT(filtered.err, Contains("| ddp-train: rank 0: error: bad key"));
+  CHECK(filtered.err.find("error: bad key") == filtered.err.rfind("error: bad key"));
 }
 
 TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and never reach the log files") {

@@ -2,6 +2,7 @@
 // metrics.jsonl parsing, the report's charts, and ddp-report.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -179,4 +180,9 @@ TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range re
   std::size_t grid = 0;
   for (std::size_t at = svg.find("class=\"grid\""); at != std::string::npos; at = svg.find("class=\"grid\"", at + 1)) ++grid;
   CHECK(grid >= 7 + 3);  // 96 to 99 by 0.5, and 0 to 20 by 5 or 10
+
+  // A range within rounding (values an ulp apart) draws as flat, and ends: stepping ticks by a step
+  // below the values' precision would never have.
+  ChartSeries flat{"flat", chart_color(0), false, {{0, 0.1}, {1, std::nextafter(0.1, 1.0)}}};
+  CHECK_THAT(svg_line_chart("flat", "step", "x", {flat}), Contains("<polyline"));
 }

@@ -15,7 +15,8 @@ void declare_config(ConfigSchema& schema, CheckpointConfig& config) {
   // Any path is a valid value, so there are no choices to check.
   schema.add("checkpoint.resume", &config.resume,
              "auto: the newest complete checkpoint, if any; never: start afresh; else a checkpoint's path")
-      .non_empty();
+      .non_empty()
+      .file_path({"auto", "never"});
   schema.add("checkpoint.format", &config.format,
              "whole: one file, rank 0 writes it; sharded: each shard's ranks write their part, a resume reads "
              "what it needs; auto: sharded under dist.shard")

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ddp {
 
@@ -16,5 +17,22 @@ struct TrainProgress {
   /// may resume at another world size when world_size × batch_size stays the same. 0: unknown.
   int64_t world_size = 0;
 };
+
+// Note [Epoch numbering]: epochs count from 1 wherever they are read (log lines, the progress line,
+// evaluations, the resume line, metrics.jsonl), and a record belongs to the epoch it was made in: a
+// step of the first epoch is in epoch 1, the evaluation at its end is after epoch 1, and the one
+// before any step is before training (epoch 0 in metrics.jsonl). TrainProgress::epoch itself stays
+// the count of finished epochs, as checkpoints hold it.
+
+/// The epoch a record made now belongs to.
+inline int64_t epoch_of(const TrainProgress& progress) {
+  return progress.batch_in_epoch == 0 ? progress.epoch : progress.epoch + 1;
+}
+
+/// "in epoch 2", "after epoch 1" or "before training".
+inline std::string epoch_text(const TrainProgress& progress) {
+  if (progress.batch_in_epoch > 0) return "in epoch " + std::to_string(progress.epoch + 1);
+  return progress.epoch == 0 ? "before training" : "after epoch " + std::to_string(progress.epoch);
+}
 
 }  // namespace ddp

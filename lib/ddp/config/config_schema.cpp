@@ -380,6 +380,11 @@ void ConfigSchema::resolve_paths(const std::filesystem::path& base) {
   }
 }
 
+void ConfigSchema::clear_paths() {
+  for (auto& field : fields_)
+    if (field.is_path_) std::get<std::string*>(field.target_)->clear();
+}
+
 void ConfigSchema::apply_override(std::string_view assignment) {
   std::size_t eq = assignment.find('=');
   std::string key = trim(assignment.substr(0, eq));

@@ -99,6 +99,8 @@ class ConfigSchema {
 
   /// Note [Relative paths]: every file_path() key holding a relative path becomes `base / value`.
   void resolve_paths(const std::filesystem::path& base);
+  /// Empties every file_path() key: what to compare across nodes, whose files may lie at other paths.
+  void clear_paths();
 
   /// Every range, choice and rule violation, one complete line each, in declaration order.
   std::vector<std::string> problems() const;

@@ -72,7 +72,8 @@ std::vector<int> parse_rank_list(const std::string& value) {
 
 
 // CLI11's number checks pass NaN (every comparison with it is false) and print their open ends as
-// 300-digit numbers; these name the range as the help gives it.
+// 300-digit numbers; these name the range as the help gives it. No description of their own: the
+// help shows the option's type as SECONDS, not FLOAT:SECONDS.
 CLI::Validator seconds_in(double low, bool low_open) {
   return CLI::Validator(
       [low, low_open](std::string& text) -> std::string {
@@ -82,8 +83,14 @@ CLI::Validator seconds_in(double low, bool low_open) {
                  std::to_string(static_cast<long long>(kMaxSeconds)) + " (a week), got '" + text + "'";
         return "";
       },
-      "SECONDS");
+      "");
 }
+
+// The --help usage: the description's three forms, not CLI11's "Usage: ddprun [OPTIONS] [config]" too.
+class FormsFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override { return "\n"; }
+};
 
 // CLI11's messages are generic; ours name the option and the fix.
 [[noreturn]] void rethrow_parse_error(const CLI::ParseError& e, const CLI::App& app) {
@@ -215,6 +222,7 @@ struct CommandLine {
 void declare_options(CLI::App& app, CommandLine& line) {
   auto& [defaults, options, nproc, nnodes, node_rank, master_port, filter, config, secret_file, rdzv_endpoint, rdzv_id,
          redirects, tee, rdzv_conf, rdzv_backend, overrides, ignored_values, no_slurm, no_python, module, run_path] = line;
+  app.formatter(std::make_shared<FormsFormatter>());
   app.get_formatter()->column_width(34);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse: the last one wins
   app.add_option(both_spellings("--nproc-per-node"), nproc,
@@ -233,20 +241,25 @@ void declare_options(CLI::App& app, CommandLine& line) {
   app.add_option(both_spellings("--run-id"), options.run_id, "Run id (default: generated; node 0's across nodes)");
   app.add_option(both_spellings("--rdzv-timeout"), options.rdzv_timeout_s,
                  with_default("Seconds to wait for the master and the other nodes", defaults.rdzv_timeout_s))
-      ->check(seconds_in(0, /*low_open=*/true));
+      ->check(seconds_in(0, /*low_open=*/true))
+      ->type_name("SECONDS");
   app.add_option(both_spellings("--shutdown-grace"), options.shutdown_grace_s,
                  with_default("Seconds between SIGTERM and SIGKILL when stopping workers", defaults.shutdown_grace_s))
-      ->check(seconds_in(0, /*low_open=*/false));
+      ->check(seconds_in(0, /*low_open=*/false))
+      ->type_name("SECONDS");
   app.add_option(both_spellings("--max-restarts"), options.max_restarts,
                  with_default("Restart the whole group up to K times after a failure", defaults.max_restarts))
-      ->check(CLI::Range(0, 1000000));
+      ->check(CLI::Range(0, 1000000).description(""))
+      ->type_name("K");
   app.add_option(both_spellings("--monitor-interval"), options.monitor_interval_s,
                  with_default("Seconds between health checks of the workers", defaults.monitor_interval_s))
-      ->check(seconds_in(0, /*low_open=*/true));
+      ->check(seconds_in(0, /*low_open=*/true))
+      ->type_name("SECONDS");
   app.add_option(both_spellings("--stall-timeout"), options.stall_timeout_s,
                  with_default("Fail a worker whose heartbeat stops for this many seconds", defaults.stall_timeout_s,
                               defaults.stall_timeout_s == 0 ? ": off" : ""))
-      ->check(seconds_in(0, /*low_open=*/false));
+      ->check(seconds_in(0, /*low_open=*/false))
+      ->type_name("SECONDS");
   app.add_option(both_spellings("--rdzv-secret-file"), secret_file,
                  "File holding the job's secret, the same on every node: control messages in the rendezvous store "
                  "are authenticated with it (default $" + std::string(env::kRdzvSecret) + ")");
@@ -496,7 +509,7 @@ std::vector<OptionReference> option_reference(const CLI::App& app) {
     for (const auto& name : option->get_lnames()) entry.names.push_back("--" + name);
     if (option->get_expected_max() != 0) {
       std::string type = option->get_type_name();
-      entry.value = type.substr(0, type.find(':'));  // "FLOAT:SECONDS" reads as FLOAT; the text says the rest
+      entry.value = type.substr(0, type.find(':'));  // any validator's note after the type is left to the text
     }
     entry.description = option->get_description();
     std::string primary = "--" + option->get_lnames().front();

@@ -84,8 +84,8 @@ void OutputRelay::add_worker(int worker, int stdout_fd, int stderr_fd, const Rel
   int stdout_log = open_log(target.stdout_log);
   int stderr_log = open_log(target.stderr_log);
   for (int fd : {stdout_fd, stderr_fd}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  streams_[stdout_fd] = Stream{worker, false, stdout_log, {}};
-  streams_[stderr_fd] = Stream{worker, true, stderr_log, {}};
+  streams_[stdout_fd] = Stream{worker, false, stdout_log, {}, {}};
+  streams_[stderr_fd] = Stream{worker, true, stderr_log, {}, {}};
 }
 
 std::vector<int> OutputRelay::open_fds() const {
@@ -145,19 +145,25 @@ std::string without_rank(const std::string& line) {
 
 void OutputRelay::release_held(Stream& stream) {
   for (const auto& line : stream.held)
-    if (usage_errors_shown_.insert(without_rank(line)).second) to_console(stream, line);
+    if (!usage_errors_shown_.count(without_rank(line)) && to_console(stream, line))
+      usage_errors_shown_.insert(without_rank(line));
   stream.held.clear();
 }
 
-void OutputRelay::to_console(const Stream& stream, const std::string& line) {
+bool OutputRelay::usage_error_shown(const std::string& line) const {
+  return usage_errors_shown_.count(without_rank(line)) > 0;
+}
+
+bool OutputRelay::to_console(const Stream& stream, const std::string& line) {
   const RelayTarget& target = targets_[stream.worker];
-  if (!target.to_console || (target.redirected & (stream.is_stderr ? 2 : 1))) return;
+  if (!target.to_console || (target.redirected & (stream.is_stderr ? 2 : 1))) return false;
   clear_progress_line();
   write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
   if (!progress_.empty()) {
     write_all(1, progress_);
     progress_on_screen = true;
   }
+  return true;
 }
 
 void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {

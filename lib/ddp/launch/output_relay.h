@@ -53,6 +53,9 @@ class OutputRelay {
   /// The last kTailLines stderr lines of a worker.
   std::vector<std::string> stderr_tail(int worker) const;
 
+  /// Whether this usage error line (any rank's) reached the console (Note [One usage error]).
+  bool usage_error_shown(const std::string& line) const;
+
  private:
   struct Stream {
     int worker = 0;
@@ -63,7 +66,8 @@ class OutputRelay {
   };
   /// One line (`ended`: it had its newline) to the console and the log; see Note [Progress lines].
   void emit(Stream& stream, const std::string& line, bool ended);
-  void to_console(const Stream& stream, const std::string& line);
+  /// Whether it was written: a filtered or redirected stream's lines are not.
+  bool to_console(const Stream& stream, const std::string& line);
   void release_held(Stream& stream);
   void close_stream(int fd);
 

@@ -374,10 +374,10 @@ class Attempt {
     const Worker& w = workers_[*f.worker];
     auto tail = relay_.stderr_tail(w.local_rank);
     if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitUsage && !tail.empty() &&
-        is_usage_error_line(tail.back())) {
+        is_usage_error_line(tail.back()) && relay_.usage_error_shown(tail.back())) {
       // Note [One usage error]: the message is on the console once already; the logs would add nothing.
-      say("nothing ran: rank " + std::to_string(w.rank) + " refused its input (exit code " +
-          std::to_string(kExitUsage) + "), for the reason above");
+      say("rank " + std::to_string(w.rank) + " stopped on a usage error (exit code " + std::to_string(kExitUsage) +
+          "), for the reason above");
       return;
     }
     say("rank " + std::to_string(w.rank) + " failed first: " + describe_wait_status(w.status) + " (local rank " +

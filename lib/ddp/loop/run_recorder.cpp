@@ -93,8 +93,12 @@ RunRecorder::~RunRecorder() {
   if (world_.rank != 0 || created_dir_.empty() || stepped_ || std::uncaught_exceptions() == 0) return;
   metrics_.reset();
   output_lock_.reset();
+  // Its own directory, then the parents it made while they are empty: another run may have begun in one.
   std::error_code ec;
-  std::filesystem::remove_all(created_dir_, ec);
+  std::filesystem::remove_all(output_dir_, ec);
+  for (auto dir = std::filesystem::absolute(output_dir_, ec).parent_path();
+       dir.string().size() >= created_dir_.size() && std::filesystem::remove(dir, ec); dir = dir.parent_path()) {
+  }
 }
 
 void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps) {
@@ -134,6 +138,11 @@ std::unique_ptr<HeartbeatPulse> RunRecorder::pulse(const TrainProgress& progress
 void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms,
                             const ReducerTiming& sync) {
   first_step_pulse_.reset();
+  if (eta_from_step_ < 0) {
+    eta_from_ = Clock::now();
+    eta_from_step_ = progress.step;
+    first_step_s_ = seconds_since(step_start_);
+  }
   stepped_ = true;
   monitor_.take_summed();
   window_sums_.value(window_.loss) += step.loss_sum;
@@ -161,9 +170,14 @@ void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step
   if (config_.train.log_every > 0 && progress.step % config_.train.log_every == 0) log_window(progress);
 }
 
+// Note [ETA]: the remaining steps at the pace of the steps after this run's first, evaluations left
+// out; until a second step ends, at the first step's. Counting from the run's start instead put the
+// evaluation before training and the first step's warm-up into every step, and gave 0:09:20 for an 18 s run.
 double RunRecorder::eta_seconds(const TrainProgress& progress) const {
-  double steps_done = static_cast<double>(progress.step - run_start_step_);
-  return seconds_since(run_start_) / std::max(1.0, steps_done) * static_cast<double>(total_steps_ - progress.step);
+  double remaining = static_cast<double>(total_steps_ - progress.step);
+  double steps = static_cast<double>(progress.step - eta_from_step_);
+  if (eta_from_step_ < 0 || steps < 1) return first_step_s_ * remaining;
+  return seconds_since(eta_from_) / steps * remaining;
 }
 
 void RunRecorder::log_window(const TrainProgress& progress) {
@@ -186,12 +200,13 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   double lr = last_lr_;
   std::string rates = edges_per_s > 0 ? fmt::format(" sampled edges/s {:.0f}", edges_per_s) : "";
   if (tokens_per_s > 0) rates += fmt::format(" tokens/s {:.0f}", tokens_per_s);
-  spdlog::info("epoch {} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} all-reduce {:.2f} ms "
-               "({:.2f} ms exposed) ETA {}",
-               progress.epoch, progress.step, total_steps_, loss, lr, samples_per_s, samples_per_s / world_.world_size,
-               rates, allreduce_ms, exposed_ms, format_duration(eta_seconds(progress)));
+  spdlog::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} all-reduce {:.2f} "
+               "ms ({:.2f} ms exposed) ETA {}",
+               epoch_of(progress), config_.train.epochs, progress.step, total_steps_, loss, lr, samples_per_s,
+               samples_per_s / world_.world_size, rates, allreduce_ms, exposed_ms,
+               format_duration(eta_seconds(progress)));
   MetricsRecord record{{"step", static_cast<double>(progress.step)},
-                       {"epoch", static_cast<double>(progress.epoch)},
+                       {"epoch", static_cast<double>(epoch_of(progress))},
                        {"loss", loss},
                        {"lr", lr},
                        {"samples_per_s", samples_per_s},
@@ -209,15 +224,22 @@ void RunRecorder::show_progress_line(const TrainProgress& progress) {
   last_progress_line_ = now;
   double elapsed = std::max(seconds_since(window_start_), 1e-9);
   double samples = window_sums_.value(window_.samples);
-  std::string line = fmt::format("{}epoch {} step {}/{} | {:.0f} samples/s | ETA {}\n", kProgressMarker,
-                                 progress.epoch, progress.step, total_steps_, samples * world_.world_size / elapsed,
-                                 format_duration(eta_seconds(progress)));
+  std::string line = fmt::format("{}epoch {}/{} step {}/{} | {:.0f} samples/s | ETA {}\n", kProgressMarker,
+                                 epoch_of(progress), config_.train.epochs, progress.step, total_steps_,
+                                 samples * world_.world_size / elapsed, format_duration(eta_seconds(progress)));
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
 }
 
 void RunRecorder::eval_begins(const TrainProgress& progress) {
   eval_start_ = Clock::now();
+  if (progress_line_) {  // the line says what the run does now, not the last step's pace
+    std::string line = fmt::format("{}step {}/{} | evaluating {}\n", kProgressMarker, progress.step, total_steps_,
+                                   epoch_text(progress));
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+    last_progress_line_ = eval_start_;
+  }
   eval_pulse_ = pulse(progress);
   sleep_ms(test_eval_delay_ms_);
 }
@@ -226,15 +248,16 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
   eval_pulse_.reset();
   heartbeat_.beat(progress.step);
   window_start_ += Clock::now() - eval_start_;  // throughput counts training time only
+  if (eta_from_step_ >= 0) eta_from_ += Clock::now() - eval_start_;
   if (world_.rank != 0) return;
   std::string values;
-  MetricsRecord record{{"step", static_cast<double>(progress.step)}, {"epoch", static_cast<double>(progress.epoch)}};
+  MetricsRecord record{{"step", static_cast<double>(progress.step)}, {"epoch", static_cast<double>(epoch_of(progress))}};
   for (const auto& [name, value] : result.metrics) {
     values += fmt::format(" {} {:.4f}", name, value);
     record.emplace_back("eval_" + name, value);
   }
   record.emplace_back("eval_samples", static_cast<double>(result.samples));
-  spdlog::info("eval at step {} (epoch {}):{} over {} samples", progress.step, progress.epoch, values, result.samples);
+  spdlog::info("eval at step {} ({}):{} over {} samples", progress.step, epoch_text(progress), values, result.samples);
   metrics_->write(record);
   write_report(progress, std::nullopt);
 }

@@ -102,6 +102,9 @@ class RunRecorder {
   double last_lr_ = 0;
   Clock::time_point run_start_;
   int64_t run_start_step_ = 0;
+  Clock::time_point eta_from_;   // Note [ETA]: the end of this run's first step, evaluations added
+  int64_t eta_from_step_ = -1;   // that step (-1: none has ended)
+  double first_step_s_ = 0;
   int64_t total_steps_ = 0;
   Clock::time_point step_start_;
   double data_waited_ms_ = 0;  // by the end of the previous step

@@ -103,6 +103,14 @@ std::string to_yaml(const TrainConfig& config) {
   return schema.to_yaml();
 }
 
+std::string to_yaml_without_paths(const TrainConfig& config) {
+  TrainConfig copy = config;
+  ConfigSchema schema;
+  declare_all(schema, copy);
+  schema.clear_paths();
+  return schema.to_yaml();
+}
+
 std::vector<ConfigSchema::SectionReference> config_reference() {
   TrainConfig defaults;
   ConfigSchema schema;

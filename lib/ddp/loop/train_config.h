@@ -47,6 +47,10 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<s
 /// The resolved config as YAML, every key present (printed by rank 0 and saved in the run dir).
 std::string to_yaml(const TrainConfig& config);
 
+/// to_yaml() with every path key empty: the part of a config that every rank must share, since
+/// nodes may hold the same files at other absolute paths (Note [Relative paths]).
+std::string to_yaml_without_paths(const TrainConfig& config);
+
 /// docs/config.md's reference table, made from the same declarations as the parser.
 std::string config_reference_markdown();
 

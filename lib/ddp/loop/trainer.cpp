@@ -92,7 +92,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist), config_.mesh, config_.dist, env.local_world_size);
   const Communicator& world = plan_->world();
   std::string resolved = to_yaml(config_);
-  check_identical_across_ranks(world, "config", resolved);
+  check_identical_across_ranks(world, "config", to_yaml_without_paths(config_));
   // Note [Re-running a run]: rank 0 reads the run directory, before anything is written to it, and
   // decides for every rank (an action's digit, then its message).
   std::string verdict;
@@ -241,8 +241,8 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
   if (plan_->world().rank == 0)
-    spdlog::info("resumed from {} at step {} (epoch {}, batch {}{}){}{}", path, progress_.step, progress_.epoch,
-                 progress_.batch_in_epoch, what,
+    spdlog::info("resumed from {} at step {} ({}{}{}){}{}", path, progress_.step, epoch_text(progress_),
+                 progress_.batch_in_epoch > 0 ? fmt::format(" at batch {}", progress_.batch_in_epoch) : "", what,
                  loaded.world_size == plan_->world().world_size
                      ? ""
                      : fmt::format(", written by {} ranks of batch {}: the same samples per step", loaded.world_size,

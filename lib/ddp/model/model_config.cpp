@@ -20,7 +20,8 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
              "it as saved, which measured faster for training on CPU");
   schema.add("model.init_from", &config.init_from,
              "start from these weights instead of a fresh initialisation: a state_dict file, as model.pt "
-             "or torch.save(model.state_dict(), path) writes it");
+             "or torch.save(model.state_dict(), path) writes it")
+      .file_path();
   schema.add("model.num_classes", &config.num_classes, "built-in models: outputs of the last layer").min(kMinClasses)
       .max(1e7);
   schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");

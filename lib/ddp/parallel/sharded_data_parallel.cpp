@@ -268,6 +268,7 @@ void ShardedDataParallel::zero_grad() {
 void ShardedDataParallel::clip_grad_norm(double max_norm) {
   // On the shards' device and never read back: a GPU is not waited for before the optimizer's step.
   torch::NoGradGuard no_grad;
+  if (units_.empty()) return;
   auto squares = torch::zeros({1}, units_.front().grad_shard.options().dtype(torch::kDouble));
   for (const auto& unit : units_) squares += unit.grad_shard.to(torch::kDouble).pow(2).sum();
   if (shard_group_.world_size > 1) squares = all_reduce_sum(shard_group_, squares);

@@ -46,7 +46,13 @@ Scale nice_scale(double lo, double hi) {
       break;
     }
   Scale scale{std::floor(lo / step) * step, std::ceil(hi / step) * step, {}};
-  for (double t = scale.lo; t <= scale.hi + step / 2; t += step) scale.ticks.push_back(std::fabs(t) < step / 1e6 ? 0 : t);
+  // Counted, not stepped: a step below the values' precision would never move t.
+  const auto count = std::min<long long>(std::llround((scale.hi - scale.lo) / step), 20);
+  for (long long i = 0; i <= count; ++i) {
+    double t = scale.lo + static_cast<double>(i) * step;
+    scale.ticks.push_back(std::fabs(t) < step / 1e6 ? 0 : t);
+  }
+  if (scale.hi <= scale.lo) scale.hi = scale.lo + step;  // a range within rounding: one tick, a visible band
   return scale;
 }
 
@@ -123,8 +129,9 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
       y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
   if (!std::isfinite(x0)) return no_data(title);
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
+  if (x1 - x0 <= 1e-9 * std::max(std::fabs(x0), std::fabs(x1))) x1 = x0 + 1;
+  if (y1 - y0 <= 1e-9 * std::max(std::fabs(y0), std::fabs(y1)))  // flat, to rounding
+    y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
   std::vector<std::pair<std::string, std::string>> entries;
   for (const auto& s : series)
     if (!s.points.empty()) entries.emplace_back(s.label, s.color);
