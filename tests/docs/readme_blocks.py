@@ -75,6 +75,7 @@ def main():
         script = "\n".join(shortened(command) for _, command in commands) + "\nwait\n"
         started = time.time()
         done = subprocess.run(["bash", "-exc", script], cwd=scratch, env=env, capture_output=True, text=True,
+                              errors="replace",  # a barely trained GPT writes any bytes
                               timeout=1200)
         print(f"README.md:{block_line}: {len(commands)} command(s) [{time.time() - started:.0f} s, exit "
               f"{done.returncode}]", flush=True)
