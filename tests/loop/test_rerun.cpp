@@ -102,7 +102,7 @@ TEST_CASE("config changes are found key by key, and only steering keys may chang
     CHECK_FALSE(ddp::may_change_on_resume(key));
 }
 
-TEST_CASE("relative paths: a config's against its own directory, --set's against the current one; a bad "
+TEST_CASE("relative paths: a config's against its own directory, --set's against the current one, and a bad "
           "path is named absolute, once, and leaves no run directory", "[trainer][config]") {
   // Note [Relative paths]: the config sits in cfg/ beside its data (a link to Fashion-MNIST's IDX files)
   // and is run from another directory.
