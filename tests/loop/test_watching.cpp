@@ -50,6 +50,18 @@ std::string trained_quickstart(const TempDir& dir) {
 
 bool has(const char* command) { return run_shell(std::string("command -v ") + command + " >/dev/null").exit_code == 0; }
 
+// Headless Chromium renders `page` into `png`; returns what it said of the page's console (nothing
+// when no script failed or logged).
+std::string screenshot(const std::string& page, const std::string& png) {
+  return run_shell("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                   "--enable-logging=stderr --v=0 --window-size=1400,2400 --screenshot=" + png + " file://" + page +
+                   " 2>&1 | grep -i 'CONSOLE' ; true",
+                   std::chrono::seconds(150))
+      .out;
+}
+
+const char* const kNoChromium = "skipped: no chromium here (Debian's chromium; scripts/setup.sh installs it)";
+
 }  // namespace
 
 TEST_CASE("the quick start's TensorBoard events hold every metrics.jsonl value, each record's CRC valid",
@@ -101,7 +113,7 @@ TEST_CASE("the quick start's TensorBoard events hold every metrics.jsonl value, 
 TEST_CASE("the quick start's report renders in headless Chromium with curves and no console message",
           "[watch][report]") {
   if (!has("chromium")) {
-    WARN("skipped: no chromium here (Debian's chromium; scripts/setup.sh installs it)");
+    WARN(kNoChromium);
     return;
   }
   TempDir dir;
@@ -111,17 +123,10 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
   CHECK_THAT(html, Contains("finished</span> (exit 0)"));
 
   // The console check can fail: a page with an error is caught by the same command.
-  auto shoot = [&](const std::string& page, const std::string& png) {
-    return run_shell("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
-                     "--enable-logging=stderr --v=0 --window-size=1400,2400 --screenshot=" + png + " file://" + page +
-                     " 2>&1 | grep -i 'CONSOLE' ; true",
-                     std::chrono::seconds(150));
-  };
   write_file(dir.file("broken.html"), "<html><body><script>undefined_function();</script></body></html>");
-  CHECK_THAT(shoot(dir.file("broken.html"), dir.file("broken.png")).out, Contains("undefined_function"));
+  CHECK_THAT(screenshot(dir.file("broken.html"), dir.file("broken.png")), Contains("undefined_function"));
 
-  auto shot = shoot(out + "/report.html", dir.file("report.png"));
-  CHECK(shot.out.empty());  // no console line at all
+  CHECK(screenshot(out + "/report.html", dir.file("report.png")).empty());  // no console line at all
   REQUIRE(fs::exists(dir.file("report.png")));
   // The curves' colours (the first two of the palette), counted in the screenshot: a blank plot
   // area has none. Loss, evaluation, throughput, learning rate, all-reduce, per-rank charts.
@@ -141,7 +146,7 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
 TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headless Chromium, legends that fit",
           "[watch][report]") {
   if (!has("chromium")) {
-    WARN("skipped: no chromium here (Debian's chromium; scripts/setup.sh installs it)");
+    WARN(kNoChromium);
     return;
   }
   TempDir dir;
@@ -175,10 +180,7 @@ TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headle
 
   // The second run's colour (the palette's second) appears only where its curves are drawn.
   auto orange = [&](const std::string& page) {
-    auto shot = run_shell("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
-                          "--window-size=1400,2400 --screenshot=" + dir.file(page + ".png") + " file://" +
-                          dir.file(page) + " >/dev/null 2>&1",
-                          std::chrono::seconds(150));
+    screenshot(dir.file(page), dir.file(page + ".png"));
     auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", dir.file(page + ".png"), "ff7f0e"},
                               std::chrono::seconds(120));
     INFO(pixels.out << pixels.err);
