@@ -8,6 +8,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/loop/global_batch.h"
 #include "ddp/loop/train_config.h"
 #include "support/subprocess.h"
 
@@ -368,4 +369,29 @@ TEST_CASE("every config key is in ddp-train(1) and the bash completion, generate
     }
   }
   CHECK(keys > 80);  // the sweep found the schema, not an empty list
+}
+
+TEST_CASE("train.global_batch_size chooses the micro-steps, and refuses a second say in them", "[config][elastic]") {
+  using ddp::share_global_batch;
+  CHECK(share_global_batch(12, 1, 4).batch_size == 4);
+  CHECK(share_global_batch(12, 1, 4).grad_accum_steps == 3);
+  CHECK(share_global_batch(12, 2, 4).batch_size == 3);  // 6 a rank: 2 × 3, not 1 × 6 over the cap
+  CHECK(share_global_batch(12, 2, 4).grad_accum_steps == 2);
+  CHECK(share_global_batch(14, 2, 4).batch_size == 1);  // 7 is prime: 7 micro-steps of 1
+  CHECK(share_global_batch(14, 2, 4).grad_accum_steps == 7);
+  CHECK(share_global_batch(64, 4, 64).grad_accum_steps == 1);
+  CHECK_THROWS_WITH(share_global_batch(12, 5, 4), Catch::Contains("do not split evenly over 5 ranks"));
+  auto error_of = [](const std::string& yaml) {
+    try {
+      parse_train_config(yaml, {});
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(error_of("train: {global_batch_size: 12, grad_accum_steps: 2}"),
+             Catch::Contains("train.grad_accum_steps: is chosen from train.global_batch_size"));
+  CHECK_THAT(error_of("train: {global_batch_size: 12}\noptim: {lr_scaling: linear}"),
+             Catch::Contains("optim.lr_scaling: must be none with train.global_batch_size"));
+  CHECK(error_of("train: {global_batch_size: 12}").empty());
 }

@@ -115,6 +115,41 @@ TEST_CASE("gradient accumulation: world 2, batch b, 2 micro-steps equals world 1
   CHECK(max_difference(load_weights(dir.file("accum/model.pt")), load_weights(dir.file("w1/model.pt"))) < 1e-5);
 }
 
+TEST_CASE("train.global_batch_size: worlds 1, 2 and 3 take the same steps, and a run resumes at another world size",
+          "[trainer][elastic]") {
+  TempDir dir;
+  // 12 samples a step, micro-batches of at most 4: 1 × 4 × 3 micro-steps, 2 × 3 × 2, 3 × 4 × 1.
+  auto sets = [&](const std::string& out, int steps) {
+    auto s = mlp_sets(dir.file(out), 4);
+    s.insert(s.end(), {"train.global_batch_size=12", "train.max_steps=" + std::to_string(steps),
+                       "checkpoint.every_steps=5"});
+    return s;
+  };
+  train(1, "synthetic_mlp.yaml", sets("w1", 20));
+  auto w3 = train(3, "synthetic_mlp.yaml", sets("w3", 20));
+  CHECK_THAT(w3.err + w3.out, Contains("train.global_batch_size 12: 3 rank(s) × batch 4 × 1 micro-step(s) a step"));
+  train(2, "synthetic_mlp.yaml", sets("w2", 20));
+  auto w1 = load_weights(dir.file("w1/model.pt"));
+  CHECK(max_difference(load_weights(dir.file("w2/model.pt")), w1) < 1e-5);
+  CHECK(max_difference(load_weights(dir.file("w3/model.pt")), w1) < 1e-5);
+  // 10 steps at world 3, the other 10 at world 2 (6 samples a rank: 2 micro-steps of 3).
+  train(3, "synthetic_mlp.yaml", sets("moved", 10));
+  auto resumed = train(2, "synthetic_mlp.yaml", sets("moved", 20));
+  CHECK_THAT(resumed.err + resumed.out, Contains("written by 3 ranks of batch 4: the same samples per step"));
+  CHECK(max_difference(load_weights(dir.file("moved/model.pt")), w1) < 1e-5);
+  // The comparison can fail: 8 samples a step end elsewhere.
+  auto other = sets("g8", 20);
+  other.push_back("train.global_batch_size=8");
+  train(2, "synthetic_mlp.yaml", other);
+  CHECK(max_difference(load_weights(dir.file("g8/model.pt")), w1) > 1e-4);
+  // A world size that cannot share it is refused before any step, naming the ones that can.
+  auto refused = train(5, "synthetic_mlp.yaml", sets("w5", 20), /*expect_ok=*/false);
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Contains("train.global_batch_size: 12 samples do not split evenly over 5 ranks"));
+  CHECK_THAT(refused.err, Contains("(1, 2, 3, 4, 6, 12)"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("w5")));
+}
+
 TEST_CASE("the ConvNet with SyncBatchNorm: world 2 with batch 32 equals world 1 with batch 64 after 30 SGD steps",
           "[trainer][syncbn]") {
   TempDir dir;

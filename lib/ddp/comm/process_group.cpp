@@ -202,7 +202,7 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   c10::intrusive_ptr<c10d::Store> base_store;
   try {
     if (!env.store_path.empty()) {
-      auto file = env.store_path + "/attempt_" + std::to_string(env.restart_count);
+      auto file = env.store_path + "/attempt_" + std::to_string(env.round);
       base_store = c10::make_intrusive<c10d::FileStore>(file, env.world_size);
       base_store->setTimeout(timeout);
     } else {
@@ -219,8 +219,8 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   }
 
   Communicator comm;
-  // torch elastic's layout: a fresh key space per restart attempt.
-  comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
+  // torch elastic's layout: a fresh key space per restart attempt (per round: the same but elastic).
+  comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.round),
                                                       base_store);
   // Each rank says it arrived, so that a rank left waiting can name the ones that did not.
   comm.store->set("ddp/arrived/" + std::to_string(env.rank), std::vector<uint8_t>{1});

@@ -53,6 +53,9 @@ inline constexpr const char* kMasterPort = "MASTER_PORT";
 inline constexpr const char* kRunId = "DDPRUN_RUN_ID";
 inline constexpr const char* kRestartCount = "DDPRUN_RESTART_COUNT";
 inline constexpr const char* kMaxRestarts = "DDPRUN_MAX_RESTARTS";
+/// The launch's rendezvous round: the restart count, and in an elastic job one more at each
+/// membership change too, which leaves the restart count alone (as torchrun's).
+inline constexpr const char* kRound = "DDPRUN_ROUND";
 inline constexpr const char* kStorePath = "DDPRUN_STORE_PATH";  ///< single node: a FileStore directory
 inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";
 /// "1" when the launcher's console is a terminal: the worker may then write progress lines to its
@@ -110,6 +113,7 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kRunId, VariableReader::kTrainer},
     {env::kRestartCount, VariableReader::kTrainer},
     {env::kMaxRestarts, VariableReader::kTrainer},
+    {env::kRound, VariableReader::kTrainer},  // names the round's key space in the store
     {env::kStorePath, VariableReader::kTrainer},
     {env::kHeartbeatFd, VariableReader::kTrainer},
     {env::kProgress, VariableReader::kTrainer},

@@ -68,6 +68,7 @@ WorkerIdentity from_launcher(const EnvironmentLookup& lookup) {
   id.master_port = small_variable(lookup, env::kMasterPort, kDefaultMasterPort);
   id.restart_count = small_variable(lookup, env::kRestartCount, small_variable(lookup, env::kElasticRestartCount, 0));
   id.max_restarts = small_variable(lookup, env::kMaxRestarts, small_variable(lookup, env::kElasticMaxRestarts, 0));
+  id.round = small_variable(lookup, env::kRound, id.restart_count);
   if (const char* addr = lookup(env::kMasterAddr)) id.master_addr = addr;
   if (const char* agent = lookup(env::kUseAgentStore))
     id.launcher_store = std::string(agent) == "True" || std::string(agent) == "1";
@@ -107,6 +108,7 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id) {
       {env::kRunId, id.run_id},
       {env::kRestartCount, str(id.restart_count)},
       {env::kMaxRestarts, str(id.max_restarts)},
+      {env::kRound, str(id.round)},
       {env::kElasticRestartCount, str(id.restart_count)},
       {env::kElasticMaxRestarts, str(id.max_restarts)},
       {env::kElasticRunId, id.run_id},

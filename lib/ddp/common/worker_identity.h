@@ -33,6 +33,7 @@ struct WorkerIdentity {
   std::string run_id;
   int restart_count = 0;
   int max_restarts = 0;
+  int round = 0;  ///< DDPRUN_ROUND: restart_count, unless an elastic job changed its members
   /// Set by ddprun for single-node runs: meet through a FileStore in this private directory.
   std::string store_path;
   /// The launcher hosts the store (TORCHELASTIC_USE_AGENT_STORE); otherwise rank 0 hosts it.

@@ -4,6 +4,7 @@
 // single-node trainer run (a private FileStore) needs none of it.
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ class KvStore {
   virtual std::string get(const std::string& key) = 0;
   /// Whether `key` exists now.
   virtual bool check(const std::string& key) = 0;
+  /// Adds `amount` to the counter under `key` (absent: 0) and returns its new value, atomically.
+  virtual int64_t add(const std::string& key, int64_t amount) = 0;
   /// Sets `desired` if the key holds `expected` ("" = absent); returns the value now stored.
   virtual std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) = 0;
   /// Waits until every key exists; throws after `timeout`.

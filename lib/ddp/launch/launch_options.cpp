@@ -193,13 +193,19 @@ void apply_rdzv_conf(const std::string& conf, LaunchOptions& options, bool timeo
     if (equals == std::string::npos)
       throw UserError("--rdzv-conf: expected KEY=VALUE,..., got '" + conf + "'");
     std::string key = pair.substr(0, equals), value = pair.substr(equals + 1);
-    if (key == "join_timeout") {
+    if (key == "last_call_timeout") {  // torchrun's wait for more nodes once MIN are in
+      auto seconds = parse_double(value);
+      if (!seconds || *seconds < 0 || *seconds > kMaxSeconds)
+        throw UserError("--rdzv-conf: last_call_timeout: expected seconds >= 0, got '" + value + "'");
+      options.rdzv_settle_s = *seconds;
+    } else if (key == "join_timeout") {
       auto seconds = parse_double(value);
       if (!seconds || *seconds <= 0 || *seconds > kMaxSeconds)
         throw UserError("--rdzv-conf: join_timeout: expected seconds > 0, got '" + value + "'");
       if (!timeout_given) options.rdzv_timeout_s = *seconds;
     } else {
-      std::cerr << "ddprun: --rdzv-conf " << key << " is ignored (only join_timeout means something here)\n";
+      std::cerr << "ddprun: --rdzv-conf " << key
+                << " is ignored (only join_timeout and last_call_timeout mean something here)\n";
     }
   }
 }
@@ -227,7 +233,7 @@ void declare_options(CLI::App& app, CommandLine& line) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse: the last one wins
   app.add_option(both_spellings("--nproc-per-node"), nproc,
                  with_default("Workers on this node: N, auto, cpu or gpu", nproc));
-  app.add_option("--nnodes", nnodes, with_default("Number of nodes", nnodes));
+  app.add_option("--nnodes", nnodes, with_default("Number of nodes, or MIN:MAX for an elastic job", nnodes));
   app.add_option(both_spellings("--node-rank"), node_rank, with_default("This node's rank, 0..nnodes-1", node_rank));
   app.add_option(both_spellings("--master-addr"), options.master_addr,
                  with_default("Address of node 0", defaults.master_addr));
@@ -241,6 +247,16 @@ void declare_options(CLI::App& app, CommandLine& line) {
   app.add_option(both_spellings("--run-id"), options.run_id, "Run id (default: generated; node 0's across nodes)");
   app.add_option(both_spellings("--rdzv-timeout"), options.rdzv_timeout_s,
                  with_default("Seconds to wait for the master and the other nodes", defaults.rdzv_timeout_s))
+      ->check(seconds_in(0, /*low_open=*/true))
+      ->type_name("SECONDS");
+  app.add_option(both_spellings("--rdzv-settle"), options.rdzv_settle_s,
+                 with_default("Elastic: once MIN nodes are in, seconds to wait for more (up to MAX)",
+                              defaults.rdzv_settle_s))
+      ->check(seconds_in(0, /*low_open=*/false))
+      ->type_name("SECONDS");
+  app.add_option(both_spellings("--node-timeout"), options.node_timeout_s,
+                 with_default("Elastic: a node whose launcher is silent this long has left, and the rest go on",
+                              defaults.node_timeout_s))
       ->check(seconds_in(0, /*low_open=*/true))
       ->type_name("SECONDS");
   app.add_option(both_spellings("--shutdown-grace"), options.shutdown_grace_s,
@@ -409,13 +425,19 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     }
   }
   options.nproc_per_node = resolve_nproc(nproc);
+  std::string min_nodes = nnodes;
   if (auto colon = nnodes.find(':'); colon != std::string::npos) {  // torchrun's MIN:MAX
-    if (nnodes.substr(0, colon) != nnodes.substr(colon + 1))
-      throw UserError("--nnodes " + nnodes + ": a range of node counts (elastic membership) is not supported; give "
-                      "one count, as N or N:N");
-    nnodes = nnodes.substr(0, colon);
+    min_nodes = nnodes.substr(0, colon);
+    nnodes = nnodes.substr(colon + 1);
   }
   options.nnodes = parse_positive("--nnodes", nnodes);
+  options.min_nodes = parse_positive("--nnodes", min_nodes);
+  if (options.min_nodes > options.nnodes)
+    throw UserError("--nnodes " + min_nodes + ":" + nnodes + ": MIN:MAX with MIN above MAX; the job starts with MIN "
+                    "nodes and takes up to MAX");
+  if (options.elastic() && !options.node_rank_by_arrival)
+    throw UserError("--nnodes " + min_nodes + ":" + nnodes + " (elastic): node ranks change from round to round, so "
+                    "nodes take them by arrival: use --rdzv-backend c10d, without --node-rank");
   auto rank = parse_int(options.node_rank_by_arrival ? "0" : node_rank);
   if (!rank || *rank < 0 || *rank >= options.nnodes)
     throw UserError("--node-rank: expected 0.." + std::to_string(options.nnodes - 1) + " for --nnodes " +

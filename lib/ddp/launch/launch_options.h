@@ -16,7 +16,8 @@ namespace ddp {
 /// Every launcher option, with torchrun's defaults.
 struct LaunchOptions {
   int nproc_per_node = 1;  ///< resolved from N | auto | cpu | gpu
-  int nnodes = 1;
+  int nnodes = 1;     ///< with --nnodes MIN:MAX, MAX
+  int min_nodes = 1;  ///< MIN; below nnodes the job is elastic (Note [Elastic rounds])
   int node_rank = 0;
   /// --rdzv-backend c10d without --node-rank: the launcher that hosts the store is node 0, the others
   /// take 1, 2, ... in order of arrival (torchrun's c10d rendezvous); node_rank is then set by join.
@@ -28,6 +29,8 @@ struct LaunchOptions {
   std::optional<std::vector<int>> local_ranks_filter;  ///< unset: every local rank reaches the console
   std::string run_id;                  ///< empty: generated (multi-node: node 0's)
   double rdzv_timeout_s = 300;         ///< how long to wait for the master or the other nodes
+  double rdzv_settle_s = 3;            ///< elastic: once MIN nodes are in, how long to wait for more
+  double node_timeout_s = 5;           ///< elastic: a node whose launcher is silent this long is lost
   double shutdown_grace_s = 10;        ///< SIGTERM → SIGKILL delay when stopping workers
   int max_restarts = 0;                ///< restarts of the whole group after a failure
   double monitor_interval_s = 0.1;     ///< how often the monitor checks on workers without events
@@ -44,6 +47,9 @@ struct LaunchOptions {
   /// torchrun runs them, a Python script (`train.py ARGS`), module (-m) or program (--no-python).
   std::vector<std::string> program;
   bool runs_trainer = false;  ///< program is ddp-train on a config
+
+  /// --nnodes MIN:MAX with MIN < MAX: nodes may leave and join between rendezvous rounds.
+  bool elastic() const { return min_nodes < nnodes; }
 };
 
 /// Parses argv. Throws UserError (exit status 2) on any bad command line.

@@ -363,6 +363,7 @@ void Rendezvous::check_registrations(const std::vector<std::string>& keys, World
     if (r < options_.node_rank) layout.rank_offset += nproc;
     layout.world_size += nproc;
     layout.hosts.push_back(printable(fields[0], 255));
+    layout.node_count += 1;
   }
   if (!differ.empty())
     throw UserError("node(s) " + differ + " of the rendezvous at " + endpoint(o) +

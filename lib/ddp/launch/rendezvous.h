@@ -23,6 +23,8 @@ struct WorldLayout {
   std::string run_id;
   std::vector<std::string> hosts;  ///< by node rank
   int master_port = 0;     ///< the store's port (TCP store only)
+  int node_count = 0;      ///< the nodes of this layout (an elastic round's may be fewer than --nnodes)
+  int failures = 0;        ///< elastic: rounds that ended in a failure before this one (the restart count)
   std::string store_path;  ///< the private FileStore directory (single-node trainer runs)
 };
 
@@ -65,7 +67,7 @@ class Rendezvous {
   /// outlives every client.
   void finish(int attempt);
 
- private:
+ protected:
   /// Hosts or connects to the store; UserError naming the endpoint, except that a lost race to bind
   /// (by arrival) is rethrown as is.
   std::unique_ptr<KvStore> open_store(bool host);

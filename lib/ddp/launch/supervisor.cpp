@@ -20,6 +20,7 @@
 #include "ddp/common/shared_memory_names.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
+#include "ddp/launch/elastic_rendezvous.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/output_relay.h"
 #include "ddp/launch/process.h"
@@ -36,6 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 // How often the monitor asks the store about other nodes.
 constexpr auto kRemoteCheckEvery = std::chrono::seconds(1);
+// Elastic: how often a launcher beats and reads the others' beats (well inside --node-timeout).
+constexpr auto kMembershipCheckEvery = std::chrono::milliseconds(500);
 
 void say(const std::string& line) {
   clear_progress_line();
@@ -72,16 +75,19 @@ struct AttemptOutcome {
   int status = 0;
   bool restartable = false;  // a failure a restart may cure (not an interrupt)
   std::string cause;
+  std::optional<MembershipChange> membership;  // elastic: the round ended because nodes changed
+  bool left = false;                           // elastic: this node left the job (SIGTERM)
 };
 
 /// One attempt: start the workers, watch them until all exit, stop the rest on the first failure.
 class Attempt {
  public:
-  /// `rendezvous` is null for single-node runs that meet through a private FileStore.
+  /// `rendezvous` is null for single-node runs that meet through a private FileStore; `elastic` is
+  /// the same object in an elastic job (then `attempt` is the round, and `restart_count` the failures).
   Attempt(const LaunchOptions& options, const WorldLayout& layout, Rendezvous* rendezvous, Watchdog& watchdog,
-          SignalPipe& signals, int attempt)
-      : options_(options), layout_(layout), rendezvous_(rendezvous), watchdog_(watchdog), signals_(signals),
-        attempt_(attempt) {}
+          SignalPipe& signals, int attempt, int restart_count, ElasticRendezvous* elastic = nullptr)
+      : options_(options), layout_(layout), rendezvous_(rendezvous), elastic_(elastic), watchdog_(watchdog),
+        signals_(signals), attempt_(attempt), restart_count_(restart_count) {}
 
   AttemptOutcome run() {
     try {
@@ -106,7 +112,9 @@ class Attempt {
       close(worker.heartbeat_fd);
     }
     remove_leftover_shared_memory();
-    if (interrupted_by_) return {128 + *interrupted_by_, false, "interrupted by " + signal_name(*interrupted_by_)};
+    if (interrupted_by_)
+      return {128 + *interrupted_by_, false, "interrupted by " + signal_name(*interrupted_by_), std::nullopt, leaving_};
+    if (membership_ && !failure_) return {0, false, membership_->description, membership_};
     if (failure_) {
       summarize();
       return {failure_->exit_code, failure_->restartable, failure_->description};
@@ -149,7 +157,8 @@ class Attempt {
       id.master_port = layout_.master_port;
       id.store_path = layout_.store_path;
       id.run_id = layout_.run_id;
-      id.restart_count = attempt_;
+      id.restart_count = restart_count_;
+      id.round = attempt_;
       id.max_restarts = options_.max_restarts;
       id.launcher_store = true;  // whatever the worker runs, it joins this launcher's store
       auto variables = worker_variables(id);
@@ -198,8 +207,10 @@ class Attempt {
 
   void monitor() {
     auto next_remote_check = Clock::now() + kRemoteCheckEvery;
+    auto next_membership_check = Clock::now();
     const int tick_ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
-    while (!all_exited()) {
+    // A failure held back (Note [Failure or membership change]) is decided even after every worker exited.
+    while (!all_exited() || held_failure_) {
       std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
       for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
       int ready = poll(fds.data(), fds.size(), tick_ms);
@@ -216,6 +227,11 @@ class Attempt {
         check_other_nodes();
         next_remote_check = Clock::now() + kRemoteCheckEvery;
       }
+      if (elastic_ && Clock::now() >= next_membership_check) {
+        check_membership();
+        next_membership_check = Clock::now() + kMembershipCheckEvery;
+      }
+      if (held_failure_ && Clock::now() >= held_until_) confirm_failure();
       if (stop_deadline_ && Clock::now() >= *stop_deadline_) {
         for (const auto& w : workers_)
           if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
@@ -280,9 +296,11 @@ class Attempt {
   }
 
   // Other nodes exist, to tell about failures and to hear from (they always share a TCP store).
-  bool multi_node() const { return options_.nnodes > 1; }
+  bool multi_node() const { return options_.nnodes > 1 || elastic_; }
 
-  bool stopping() const { return failure_.has_value() || interrupted_by_.has_value(); }
+  bool stopping() const {
+    return failure_.has_value() || interrupted_by_.has_value() || membership_.has_value() || held_failure_.has_value();
+  }
 
   // Segments a worker created but died before unlinking (see shared_memory_names.h).
   void remove_leftover_shared_memory() const {
@@ -306,9 +324,20 @@ class Attempt {
       w.state = state_after_exit(status, stopping());
       if (w.state == WorkerState::kFailed) {
         bool restartable = restartable_failure(status);
-        failure_ = Failure{exit_code_of(status), w.local_rank,
-                           "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status),
-                           restartable};
+        Failure failure{exit_code_of(status), w.local_rank,
+                        "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status),
+                        restartable};
+        if (elastic_) {
+          // Note [Failure or membership change]: when a node is lost, its peers' workers fail at
+          // once (their connections to it reset), seconds before its silence is noticed. A failure
+          // is held for --node-timeout: if a membership change comes meanwhile, it explains the
+          // failure, which then counts for nothing; otherwise it is a failure like any other.
+          held_failure_ = failure;
+          held_until_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.node_timeout_s * 1000) + 3000);
+          stop_all(SIGTERM);
+          continue;
+        }
+        failure_ = failure;
         if (multi_node())
           rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, restartable});
         stop_all(SIGTERM);
@@ -316,7 +345,46 @@ class Attempt {
     }
   }
 
+  // Elastic: beats, and ends the round on a membership change (announced by any node).
+  void check_membership() {
+    if (failure_ || membership_ || leaving_) return;
+    std::optional<MembershipChange> change;
+    try {
+      change = elastic_->check_membership();
+    } catch (const std::exception&) {
+      failure_ = Failure{1, std::nullopt,
+                         "lost the rendezvous store at " + elastic_->store_description() +
+                             ": the job cannot go on without it",
+                         false};
+      say(failure_->description);
+      held_failure_.reset();
+      stop_all(SIGTERM);
+      return;
+    }
+    if (!change) return;
+    membership_ = change;
+    held_failure_.reset();  // explained by the change
+    say("round " + std::to_string(attempt_) + " ends: " + change->description + "; stopping this node's workers");
+    stop_all(SIGTERM);
+  }
+
+  void confirm_failure() {
+    failure_ = *held_failure_;
+    held_failure_.reset();
+    rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, failure_->restartable});
+  }
+
   void on_launcher_signal(int sig) {
+    if (elastic_ && (sig == SIGTERM || sig == SIGHUP) && !interrupted_by_) {
+      // A node drained by its scheduler leaves; the others go on in a new round without it.
+      interrupted_by_ = sig;
+      leaving_ = true;
+      say("received " + signal_name(sig) + ": this node leaves the job; its workers checkpoint and stop, and the "
+          "other nodes go on without it");
+      elastic_->leave("received " + signal_name(sig));
+      stop_all(SIGTERM);
+      return;
+    }
     if (interrupted_by_) {
       // A second Ctrl-C: no more grace.
       for (const auto& w : workers_)
@@ -341,6 +409,7 @@ class Attempt {
     try {
       remote = rendezvous_->remote_failure(attempt_);
     } catch (const std::exception& e) {
+      if (elastic_) return;  // check_membership says it, naming the store's host
       remote = RemoteFailure{1,
                              "lost contact with the rendezvous at " + options_.master_addr + ":" +
                                  std::to_string(options_.master_port) + " (node 0 gone?)",
@@ -400,9 +469,15 @@ class Attempt {
   const LaunchOptions& options_;
   const WorldLayout& layout_;
   Rendezvous* rendezvous_;
+  ElasticRendezvous* elastic_;
   Watchdog& watchdog_;
   SignalPipe& signals_;
   int attempt_;
+  int restart_count_;
+  std::optional<MembershipChange> membership_;
+  std::optional<Failure> held_failure_;
+  Clock::time_point held_until_{};
+  bool leaving_ = false;
   OutputRelay relay_;
   std::vector<Worker> workers_;
   std::optional<Failure> failure_;
@@ -426,6 +501,78 @@ std::string make_torchrun_log_dir(const std::string& log_dir, const std::string&
                     (ec ? ec.message() : std::string(std::strerror(errno))));
   say("workers' logs (--redirects/--tee) go to " + pattern);
   return pattern;
+}
+
+// An elastic job (--nnodes MIN:MAX): rounds until the workers finish, a failure is not restarted,
+// or this node leaves. See Note [Elastic rounds].
+int run_elastic(LaunchOptions options, Watchdog& watchdog) {
+  ElasticRendezvous rendezvous(options);
+  SignalPipe signals;
+  int changes = 0;
+  for (int round = 0;; ++round) {
+    std::vector<int> received;
+    auto signalled = [&] {
+      for (int sig : signals.take())
+        if (sig != SIGCHLD) received.push_back(sig);
+      return !received.empty();
+    };
+    std::optional<WorldLayout> layout;
+    try {
+      layout = rendezvous.join_round(round, signalled);
+    } catch (const UserError&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::string cause = e.what();
+      throw UserError("lost the rendezvous store at " + rendezvous.store_description() +
+                      ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) + ")");
+    }
+    if (!layout) {
+      if (rendezvous.finished_before_admission()) {
+        say("the job finished before this node was admitted");
+        return 0;
+      }
+      int sig = received.front();
+      say("received " + signal_name(sig) + " while waiting for a round; leaving the job");
+      return 128 + sig;
+    }
+    round = rendezvous.round();
+    layout->master_port = rendezvous.port();
+    LaunchOptions in_round = options;
+    in_round.node_rank = layout->node_rank;
+    in_round.nnodes = layout->node_count;
+    std::string hosts;
+    for (const auto& host : layout->hosts) hosts += (hosts.empty() ? "" : ", ") + host;
+    say("rendezvous round " + std::to_string(round) + ": node rank " + std::to_string(layout->node_rank) + " of " +
+        std::to_string(layout->node_count) + " (" + hosts + "), world size " + std::to_string(layout->world_size) +
+        "; failures so far " + std::to_string(layout->failures) + " (--max-restarts " +
+        std::to_string(options.max_restarts) + "), membership changes " + std::to_string(changes));
+    if (round == 0 && !options.redirects.empty()) options.log_dir = make_torchrun_log_dir(options.log_dir, layout->run_id);
+    in_round.log_dir = options.log_dir;
+    AttemptOutcome outcome =
+        Attempt(in_round, *layout, &rendezvous, watchdog, signals, round, layout->failures, &rendezvous).run();
+    if (outcome.membership) {
+      ++changes;
+      say("membership change " + std::to_string(changes) + " (not counted against --max-restarts): " + outcome.cause +
+          "; the remaining nodes meet again in round " + std::to_string(round + 1));
+      continue;
+    }
+    if (outcome.left) {
+      say("left the job (" + outcome.cause + "); the other nodes go on without this one");
+      return outcome.status;
+    }
+    int failures = layout->failures + (outcome.status != 0 ? 1 : 0);
+    auto decision = decide_after_attempt(outcome.status, outcome.restartable, failures - 1, options.max_restarts);
+    if (decision != AttemptDecision::kRestart) {
+      if (decision == AttemptDecision::kGiveUp)
+        say("giving up after " + std::to_string(options.max_restarts) + " restart(s) for failures (and " +
+            std::to_string(changes) + " membership change(s), which do not count)");
+      if (outcome.status == 0 && layout->node_rank == 0) rendezvous.job_finished();
+      rendezvous.finish(round);
+      return outcome.status;
+    }
+    say("restarting the workers in round " + std::to_string(round + 1) + " (restart " + std::to_string(failures) +
+        " of " + std::to_string(options.max_restarts) + ") after: " + outcome.cause);
+  }
 }
 
 }  // namespace
@@ -457,6 +604,7 @@ int run_launcher(const LaunchOptions& requested) {
                                          "MASTER_ADDR, or the host of --rdzv-endpoint)");
     if (!master.note.empty()) say(master.note);
     options.master_addr = master.address;
+    if (options.elastic()) return run_elastic(options, watchdog);
     rendezvous = std::make_unique<Rendezvous>(options);
     layout = rendezvous->join();
     layout.master_port = rendezvous->port();
@@ -494,7 +642,7 @@ int run_launcher(const LaunchOptions& requested) {
                                              false});
       return 128 + sig;
     }
-    AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt).run();
+    AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt, attempt).run();
     auto decision = decide_after_attempt(outcome.status, outcome.restartable, attempt, options.max_restarts);
     if (decision != AttemptDecision::kRestart) {
       if (decision == AttemptDecision::kGiveUp)

@@ -23,6 +23,7 @@ class TcpKvStore : public ddp::KvStore {
   void set(const std::string& key, const std::string& value) override { store_->set(key, bytes(value)); }
   std::string get(const std::string& key) override { return text(store_->get(key)); }
   bool check(const std::string& key) override { return store_->check({key}); }
+  int64_t add(const std::string& key, int64_t amount) override { return store_->add(key, amount); }
   std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) override {
     return text(store_->compareSet(key, bytes(expected), bytes(desired)));
   }

@@ -33,6 +33,18 @@ void declare_config(ConfigSchema& schema, TrainLoopConfig& config) {
       .max(1e7);
   schema.add("train.grad_accum_steps", &config.grad_accum_steps, "micro-steps per optimizer step").min(1)
       .max(1e6);
+  schema.add("train.global_batch_size", &config.global_batch_size,
+             "samples per optimizer step over all ranks, the same at any world size: each rank takes its share in "
+             "micro-steps of at most train.batch_size (elastic jobs keep training the same); 0: off, "
+             "world size × batch_size × grad_accum_steps")
+      .min(0)
+      .max(1e9);
+  schema.rule("train.grad_accum_steps", [&config]() -> std::string {
+    return config.global_batch_size > 0 && config.grad_accum_steps != 1
+               ? "is chosen from train.global_batch_size when that is set; leave it at 1 (train.batch_size caps "
+                 "the micro-batch)"
+               : "";
+  });
   schema.add("train.clip_grad_norm", &config.clip_grad_norm, "clip the global gradient norm to this; 0: off").min(0)
       .max(1e12);
   schema.add("train.log_every", &config.log_every, "optimizer steps between log lines").min(1)

@@ -20,6 +20,7 @@ struct TrainLoopConfig {
   int64_t max_steps = 0;  ///< 0: no limit; otherwise stop after this many optimizer steps
   int64_t batch_size = 64;  ///< per rank, per micro-step
   int64_t grad_accum_steps = 1;
+  int64_t global_batch_size = 0;  ///< 0: off; else samples per optimizer step at any world size (Note [Global batch])
   double clip_grad_norm = 0;  ///< 0: off
   int64_t log_every = 50;     ///< optimizer steps
   std::string precision = "fp32";  ///< fp32 | bf16: autocast for forward and loss (ddp/loop/autocast_scope.h)

@@ -32,6 +32,13 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   declare_config(schema, config.monitor);
   // Across sections: data.dataset, model.name and train.loss must be what train.task trains with.
   declare_task_rules(schema, config.task, config.data, config.model, config.loss);
+  // The global batch does not grow with the world size, so neither may the learning rate.
+  schema.rule("optim.lr_scaling", [&config]() -> std::string {
+    return config.train.global_batch_size > 0 && config.optim.lr_scaling != "none"
+               ? "must be none with train.global_batch_size: the global batch is the same at every world size, "
+                 "so optim.lr is its rate as given"
+               : "";
+  });
   // The loop owns eval:, but only a graph has neighbours to evaluate over.
   schema.rule("eval.full_neighbourhood", [&config]() -> std::string {
     return config.eval.full_neighbourhood && config.data.dataset != "graph"

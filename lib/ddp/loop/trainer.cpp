@@ -11,6 +11,7 @@
 #include "ddp/common/error.h"
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
+#include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/optim/optimizer_factory.h"
 
@@ -74,6 +75,10 @@ void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, c
                     source + ", written by " + std::to_string(saved.world_size) +
                     " ranks, would go on at another rate; resume at that world size" + restart_hint);
   const int64_t samples = saved.world_size * saved.batch_size;
+  // A global batch keeps each step's samples at any split (Note [Global batch]): the position converts.
+  if (config.train.global_batch_size > 0 && saved.batch_size != 0 &&
+      saved.batch_in_epoch * samples % (world * batch) == 0)
+    return;
   if (saved.batch_size == 0 || samples != world * batch) {
     std::string fix = saved.batch_size != 0 && samples % world == 0
                           ? "use train.batch_size " + std::to_string(samples / world) + " at world size " +
@@ -110,6 +115,16 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
     return;
   }
   if (action == Action::kResume) changed_since_ = verdict.substr(1);
+  if (config_.train.global_batch_size > 0) {
+    // Before anything is written: a world size that cannot share the global batch ends the run here.
+    GlobalBatchShare share =
+        share_global_batch(config_.train.global_batch_size, world.world_size, config_.train.batch_size);
+    config_.train.batch_size = share.batch_size;
+    config_.train.grad_accum_steps = share.grad_accum_steps;
+    if (world.rank == 0)
+      spdlog::info("train.global_batch_size {}: {} rank(s) × batch {} × {} micro-step(s) a step",
+                   config_.train.global_batch_size, world.world_size, share.batch_size, share.grad_accum_steps);
+  }
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
   if (world.rank == 0 && config_.mesh.shard != "none")
@@ -237,6 +252,10 @@ bool Trainer::resume_sharded(const std::string& path, const std::string& manifes
 
 void Trainer::resumed(const TrainProgress& loaded, const std::string& path, const std::string& what) {
   progress_ = loaded;
+  // Micro-batches of the saved size, counted in this run's (the same when world × batch is).
+  if (loaded.world_size > 0 && loaded.batch_size > 0)
+    progress_.batch_in_epoch = loaded.batch_in_epoch * loaded.world_size * loaded.batch_size /
+                               (plan_->world().world_size * config_.train.batch_size);
   progress_.batch_size = config_.train.batch_size;
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);

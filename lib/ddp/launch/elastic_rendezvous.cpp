@@ -1,0 +1,302 @@
+#include "ddp/launch/elastic_rendezvous.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::string kElastic = "ddprun/elastic/";
+constexpr auto kPoll = std::chrono::milliseconds(100);
+constexpr auto kBeatEvery = std::chrono::milliseconds(500);
+const std::string kAbandoned = "abandoned: ";
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// "5", "2.5": seconds as a person writes them.
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", s);
+  std::string out = text;
+  return out.ends_with(".0") ? out.substr(0, out.size() - 2) : out;
+}
+
+}  // namespace
+
+// Note [Elastic rounds]: with --nnodes MIN:MAX, launchers meet in numbered rounds on node 0's store
+// (the launcher that hosts it is node 0 of every round). A launcher arrives in the open round by
+// taking a number from its arrival counter; node 0 closes the round once MIN have arrived and
+// --rdzv-settle has passed without another (at once with MAX), and publishes the members: itself,
+// then the nodes of the previous round in their old order, then newcomers by arrival, so node
+// ranks are contiguous and rank 0 stays where the checkpoints are. A launcher that is not among
+// them (the round was full, or closed as it came) waits in the next one. During a round every
+// launcher beats a counter of its own in the store and reads the others'; the first to see one
+// that has not moved for --node-timeout, a node waiting to join while the round has room, or a
+// node that says it leaves, announces it under the round's "end" key (the first announcement wins,
+// so every node gives the same cause); then all stop their workers and arrive in the next round.
+// A failure is reported as before under the round's failure key, and only those rounds count
+// against --max-restarts: a newcomer counts them in the store, so a node that keeps rejoining
+// starts no count of its own.
+
+ElasticRendezvous::ElasticRendezvous(const LaunchOptions& options)
+    : Rendezvous(options), max_nodes_(options.nnodes) {}
+
+std::string ElasticRendezvous::round_key(int round, const std::string& what) const {
+  return kElastic + "round_" + std::to_string(round) + "/" + what;
+}
+
+std::string ElasticRendezvous::store_description() const {
+  return options_.master_addr + ":" + std::to_string(port()) + ", hosted by node 0's launcher" +
+         (members_.empty() ? "" : " on " + members_.front().host);
+}
+
+std::optional<std::string> ElasticRendezvous::read_verified(const std::string& key) {
+  if (!store_->check(key)) return std::nullopt;
+  return verified(key, store_->get(key));
+}
+
+std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::function<bool()>& interrupted) {
+  const auto& o = options_;
+  if (launcher_ == 0) {
+    // The job's run id first, as in join(): every value is tagged with it.
+    if (hosts_store_) {
+      run_id_ = o.run_id.empty() ? generate_run_id() : o.run_id;
+      store_->set("ddprun/run_id", run_id_);
+      store_->set(kElastic + "open", "0");
+    } else {
+      run_id_ = wait_for_run_id();
+      check_run_id(run_id_);
+      if (!o.run_id.empty() && o.run_id != run_id_)
+        throw UserError("run id " + o.run_id + " (--run-id/--rdzv-id) differs from " + run_id_ +
+                        ", the run id of the elastic job at " + o.master_addr + ":" + std::to_string(o.master_port) +
+                        ": give each job its own endpoint, and every node of a job the same id");
+      store_->wait({kElastic + "open"}, timeout_);
+    }
+    launcher_ = store_->add(kElastic + "launchers", 1);
+  }
+  int previous_rank = node_rank_in_round_;
+  bool said_waiting = false;
+  for (;;) {
+    int open = static_cast<int>(parse_int(store_->get(kElastic + "open")).value_or(0));
+    if (round_ < 0 && open > 0 && !said_waiting) {
+      std::fprintf(stderr, "ddprun: joining a running elastic job: admitted when its round %d forms\n", open);
+      said_waiting = true;
+    }
+    round = std::max(round, open);
+    int64_t index = store_->add(round_key(round, "arrivals"), 1) - 1;
+    std::string key = round_key(round, "arrival/" + std::to_string(index));
+    store_->set(key, tagged(key, std::to_string(launcher_) + " " + std::to_string(previous_rank) + " " +
+                                     o.local_addr + " " + std::to_string(o.nproc_per_node)));
+    if (hosts_store_) close_round(round);
+    // Wait for node 0 to publish the members, beating meanwhile.
+    std::string members_key = round_key(round, "members");
+    while (!store_->check(members_key)) {
+      if (interrupted()) return std::nullopt;
+      if (store_->check(kElastic + "finished")) {
+        finished_before_admission_ = true;
+        return std::nullopt;
+      }
+      if (Clock::now() - last_beat_ > kBeatEvery) {
+        store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
+        last_beat_ = Clock::now();
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    auto published = verified(members_key, store_->get(members_key));
+    if (!published) throw UserError("the members of rendezvous round " + std::to_string(round) + " do not verify");
+    if (published->rfind(kAbandoned, 0) == 0) throw UserError(published->substr(kAbandoned.size()));
+    std::vector<int64_t> chosen;
+    for (const auto& word : split(*published, ' '))
+      if (!word.empty()) chosen.push_back(parse_int(word).value_or(-1));
+    if (std::find(chosen.begin(), chosen.end(), index) == chosen.end()) {
+      if (!said_waiting)
+        std::fprintf(stderr, "ddprun: rendezvous round %d closed with %zu node(s) (--nnodes %d:%d); waiting to join "
+                             "at the next round\n", round, chosen.size(), o.min_nodes, max_nodes_);
+      said_waiting = true;
+      ++round;
+      continue;
+    }
+    // This node's layout: the members in their published order.
+    WorldLayout layout;
+    layout.run_id = run_id_;
+    members_.clear();
+    for (std::size_t i = 0; i < chosen.size(); ++i) {
+      std::string member_key = round_key(round, "arrival/" + std::to_string(chosen[i]));
+      auto value = read_verified(member_key);
+      auto fields = value ? split(*value, ' ') : std::vector<std::string>{};
+      if (fields.size() != 4)
+        throw UserError("rendezvous round " + std::to_string(round) + ": a member's registration does not verify");
+      Member m{parse_int(fields[0]).value_or(0), static_cast<int>(parse_int(fields[1]).value_or(-1)), printable(fields[2]),
+               static_cast<int>(parse_int(fields[3]).value_or(0))};
+      if (chosen[i] == index) layout.node_rank = static_cast<int>(i);
+      if (layout.node_rank < 0) layout.rank_offset += m.nproc;  // the nodes before this one
+      layout.world_size += m.nproc;
+      layout.hosts.push_back(m.host);
+      members_.push_back(m);
+    }
+    layout.node_count = static_cast<int>(members_.size());
+    for (int r = 0; r < round; ++r) layout.failures += remote_failure(r).has_value();
+    round_ = round;
+    node_rank_in_round_ = layout.node_rank;
+    options_.node_rank = layout.node_rank;
+    options_.nnodes = layout.node_count;  // what report_failure, finish and the checks count
+    beats_.clear();
+    for (const auto& m : members_)
+      if (m.launcher != launcher_) beats_[m.launcher] = {-1, Clock::now()};
+    return layout;
+  }
+}
+
+void ElasticRendezvous::close_round(int round) {
+  const auto& o = options_;
+  const auto opened = Clock::now();
+  auto arrivals = [&] { return store_->add(round_key(round, "arrivals"), 0); };
+  // After a change, the previous members but the one that went come back once their workers stop.
+  int64_t expected = std::max<int64_t>(o.min_nodes, static_cast<int64_t>(members_.size()) - 1);
+  const double stragglers_s = o.shutdown_grace_s + o.rdzv_settle_s + 2;
+  int64_t seen = arrivals();
+  auto quiet_since = Clock::now();
+  for (;;) {
+    int64_t now_in = arrivals();
+    if (now_in != seen) {
+      seen = now_in;
+      quiet_since = Clock::now();
+    }
+    if (seen >= max_nodes_) break;
+    bool settled = seen >= o.min_nodes && seconds_since(quiet_since) >= o.rdzv_settle_s &&
+                   (seen >= expected || seconds_since(opened) >= stragglers_s);
+    if (settled) break;
+    if (seen < o.min_nodes && seconds_since(opened) > o.rdzv_timeout_s) {
+      std::string message = "rendezvous round " + std::to_string(round) + " had " + std::to_string(seen) +
+                             " node(s) after --rdzv-timeout " + seconds_text(o.rdzv_timeout_s) + " s, and --nnodes " +
+                             std::to_string(o.min_nodes) + ":" + std::to_string(max_nodes_) + " needs at least " +
+                             std::to_string(o.min_nodes);
+      std::string key = round_key(round, "members");
+      store_->set(key, tagged(key, kAbandoned + message));
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // the others read it before the store closes
+      throw UserError(message);
+    }
+    if (Clock::now() - last_beat_ > kBeatEvery) {
+      store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
+      last_beat_ = Clock::now();
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+  // Who arrived, and in which order they become node ranks.
+  struct Arrival {
+    int64_t index;
+    int previous_rank;
+    bool is_me;
+  };
+  std::vector<Arrival> arrived;
+  std::vector<std::string> keys;
+  for (int64_t i = 0; i < seen; ++i) keys.push_back(round_key(round, "arrival/" + std::to_string(i)));
+  store_->wait(keys, timeout_);
+  for (int64_t i = 0; i < seen; ++i) {
+    auto value = read_verified(keys[i]);
+    auto fields = value ? split(*value, ' ') : std::vector<std::string>{};
+    if (fields.size() != 4) continue;  // written from outside the job: not a member
+    arrived.push_back({i, static_cast<int>(parse_int(fields[1]).value_or(-1)),
+                       parse_int(fields[0]).value_or(0) == launcher_});
+  }
+  std::stable_sort(arrived.begin(), arrived.end(), [](const Arrival& a, const Arrival& b) {
+    if (a.is_me != b.is_me) return a.is_me;
+    bool a_old = a.previous_rank >= 0, b_old = b.previous_rank >= 0;
+    if (a_old != b_old) return a_old;
+    return a_old ? a.previous_rank < b.previous_rank : a.index < b.index;
+  });
+  if (static_cast<int>(arrived.size()) > max_nodes_) arrived.resize(max_nodes_);
+  std::string members;
+  for (const auto& a : arrived) members += (members.empty() ? "" : " ") + std::to_string(a.index);
+  std::string key = round_key(round, "members");
+  store_->set(key, tagged(key, members));
+  store_->set(kElastic + "open", std::to_string(round + 1));
+}
+
+std::string ElasticRendezvous::kind_word(MembershipChange::Kind kind) {
+  switch (kind) {
+    case MembershipChange::Kind::kLost: return "lost";
+    case MembershipChange::Kind::kLeft: return "left";
+    case MembershipChange::Kind::kJoined: return "joined";
+  }
+  return "lost";
+}
+
+void ElasticRendezvous::announce(MembershipChange::Kind kind, const std::string& description) {
+  std::string key = round_key(round_, "end");
+  std::string value = tagged(key, kind_word(kind) + " " + description);
+  std::string current = store_->compare_set(key, "", value);
+  if (current != value && !verified(key, current, /*quiet=*/true)) store_->set(key, value);  // squatted: ours wins
+}
+
+std::optional<MembershipChange> ElasticRendezvous::check_membership() {
+  const auto& o = options_;
+  store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
+  last_beat_ = Clock::now();
+  std::string end_key = round_key(round_, "end");
+  if (auto ended = read_verified(end_key)) {
+    auto space = ended->find(' ');
+    std::string word = ended->substr(0, space);
+    MembershipChange change;
+    change.kind = word == "left"     ? MembershipChange::Kind::kLeft
+                  : word == "joined" ? MembershipChange::Kind::kJoined
+                                     : MembershipChange::Kind::kLost;
+    change.description = printable(space == std::string::npos ? *ended : ended->substr(space + 1));
+    return change;
+  }
+  for (std::size_t rank = 0; rank < members_.size(); ++rank) {
+    const Member& m = members_[rank];
+    auto found = beats_.find(m.launcher);
+    if (found == beats_.end()) continue;  // this node
+    int64_t count = store_->add(kElastic + "alive/" + std::to_string(m.launcher), 0);
+    auto& [last_count, since] = found->second;
+    if (count != last_count) {
+      last_count = count;
+      since = Clock::now();
+    } else if (seconds_since(since) >= o.node_timeout_s) {
+      announce(MembershipChange::Kind::kLost,
+               "node " + std::to_string(rank) + " (" + m.host + ") was lost: its launcher sent no heartbeat for " +
+                   seconds_text(seconds_since(since)) + " s (--node-timeout " + seconds_text(o.node_timeout_s) + ")");
+      return check_membership();
+    }
+  }
+  if (static_cast<int>(members_.size()) < max_nodes_ && store_->add(round_key(round_ + 1, "arrivals"), 0) > 0) {
+    std::string who = "a node";
+    if (auto value = read_verified(round_key(round_ + 1, "arrival/0"))) {
+      auto fields = split(*value, ' ');
+      if (fields.size() == 4) who = "a node (" + printable(fields[2]) + ")";
+    }
+    announce(MembershipChange::Kind::kJoined, who + " asks to join; room for " +
+                                                  std::to_string(max_nodes_ - static_cast<int>(members_.size())) +
+                                                  " more (--nnodes " + std::to_string(o.min_nodes) + ":" +
+                                                  std::to_string(max_nodes_) + ")");
+    return check_membership();
+  }
+  return std::nullopt;
+}
+
+void ElasticRendezvous::leave(const std::string& why) {
+  try {
+    announce(MembershipChange::Kind::kLeft, "node " + std::to_string(node_rank_in_round_) + " (" + options_.local_addr +
+                                                ") is leaving: " + why);
+  } catch (const std::exception&) {
+    // The store may be gone; the others then notice this node's silence instead.
+  }
+}
+
+void ElasticRendezvous::job_finished() {
+  try {
+    store_->set(kElastic + "finished", "1");
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace ddp

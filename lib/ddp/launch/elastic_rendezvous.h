@@ -1,0 +1,78 @@
+#pragma once
+// The rendezvous of an elastic job (--nnodes MIN:MAX): numbered rounds over the same store, each
+// with its own members, and the launchers' heartbeats that end a round when a node is lost. See
+// Note [Elastic rounds].
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/launch/rendezvous.h"
+
+namespace ddp {
+
+/// Why a round ended other than by a failure; none of these counts against --max-restarts.
+struct MembershipChange {
+  enum class Kind { kLost, kLeft, kJoined } kind = Kind::kLost;
+  std::string description;  ///< e.g. "node 2 (host-c) was lost: no heartbeat for 5 s"
+};
+
+class ElasticRendezvous : public Rendezvous {
+ public:
+  explicit ElasticRendezvous(const LaunchOptions& options);
+
+  /// Joins round `round` (the first this launcher can, when it has just arrived): waits for MIN
+  /// nodes, then up to --rdzv-settle for more (node 0, the store's host, closes the round), and
+  /// returns this node's layout in it. nullopt when `interrupted()` while waiting, or when the job
+  /// finished before this node was admitted (`finished_before_admission()` then says so). UserError
+  /// when fewer than MIN nodes came within --rdzv-timeout.
+  std::optional<WorldLayout> join_round(int round, const std::function<bool()>& interrupted);
+
+  /// The round this launcher is in (the one join_round returned).
+  int round() const { return round_; }
+
+  /// Once a second: beats for this node, and returns the change that ends the current round, if
+  /// any: one already announced, a node whose beats stopped for --node-timeout, or a node waiting
+  /// to join while the round has room. Announces what it finds, so every node sees the same.
+  std::optional<MembershipChange> check_membership();
+
+  /// Announces that this node leaves the job (SIGTERM: drained by its scheduler).
+  void leave(const std::string& why);
+
+  /// Tells launchers still waiting to be admitted that the job is over.
+  void job_finished();
+
+  bool finished_before_admission() const { return finished_before_admission_; }
+
+  /// Where the store is and who hosts it, for the message when it is lost.
+  std::string store_description() const;
+
+ private:
+  struct Member {
+    int64_t launcher = 0;  // this launcher's number for the job: names its heartbeat
+    int previous_rank = -1;
+    std::string host;
+    int nproc = 0;
+  };
+  std::string round_key(int round, const std::string& what) const;
+  /// Node 0: waits for MIN arrivals and the settle time, then publishes the members.
+  void close_round(int round);
+  /// The value of a tagged key, or nullopt when it is absent or does not verify.
+  std::optional<std::string> read_verified(const std::string& key);
+  void announce(MembershipChange::Kind kind, const std::string& description);
+  static std::string kind_word(MembershipChange::Kind kind);
+
+  int max_nodes_;  // --nnodes MIN:MAX's MAX (options_.nnodes becomes the round's count)
+  int64_t launcher_ = 0;
+  int round_ = -1;
+  int node_rank_in_round_ = -1;
+  std::vector<Member> members_;  // of round_, by node rank
+  std::map<int64_t, std::pair<int64_t, std::chrono::steady_clock::time_point>> beats_;  // launcher: last count, when it changed
+  std::chrono::steady_clock::time_point last_beat_{};
+  bool finished_before_admission_ = false;
+};
+
+}  // namespace ddp
