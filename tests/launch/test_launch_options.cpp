@@ -318,7 +318,18 @@ TEST_CASE("torchrun's other options: --tee, --redirects, --role, --local-addr, -
   CHECK(parse({"--", "true"}).redirects.empty());  // neither given: ddprun's own log layout
   CHECK(parse({"--rdzv-conf", "join_timeout=7,last_call_timeout=3", "--", "true"}).rdzv_timeout_s == 7);
   CHECK(parse({"--nnodes", "2:2", "--node-rank", "1", "--", "true"}).nnodes == 2);
-  CHECK_THROWS_WITH(parse({"--nnodes", "1:2", "--", "true"}), Contains("--nnodes 1:2: a range of node counts"));
+  // MIN:MAX is elastic: node ranks by arrival (c10d), and the settle time from torchrun's last_call_timeout.
+  auto elastic = parse({"--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-conf", "last_call_timeout=2", "--", "true"});
+  CHECK(elastic.min_nodes == 1);
+  CHECK(elastic.nnodes == 3);
+  CHECK(elastic.elastic());
+  CHECK(elastic.rdzv_settle_s == 2);
+  CHECK_FALSE(parse({"--nnodes", "2:2", "--node-rank", "1", "--", "true"}).elastic());
+  CHECK_THROWS_WITH(parse({"--nnodes", "1:2", "--", "true"}),
+                    Contains("--nnodes 1:2 (elastic): node ranks change from round to round") &&
+                        Contains("use --rdzv-backend c10d, without --node-rank"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "3:2", "--rdzv-backend", "c10d", "--", "true"}),
+                    Contains("--nnodes 3:2: MIN:MAX with MIN above MAX"));
   CHECK(parse({"--rdzv-conf", "join_timeout=7", "--rdzv-timeout", "9", "--", "true"}).rdzv_timeout_s == 9);
   CHECK_NOTHROW(parse({"--start-method", "spawn", "--start_method=fork", "--virtual-local-rank", "--", "true"}));
   CHECK_NOTHROW(parse({"--log-line-prefix-template", "x", "--numa-binding", "node", "--", "true"}));

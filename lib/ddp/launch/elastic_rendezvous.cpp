@@ -127,6 +127,7 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
     // This node's layout: the members in their published order.
     WorldLayout layout;
     layout.run_id = run_id_;
+    layout.node_rank = -1;  // until this node is found among the members
     members_.clear();
     for (std::size_t i = 0; i < chosen.size(); ++i) {
       std::string member_key = round_key(round, "arrival/" + std::to_string(chosen[i]));

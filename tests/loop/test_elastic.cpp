@@ -1,0 +1,192 @@
+// Elastic jobs (--nnodes MIN:MAX) with real launchers over loopback: a node lost, a node joining, a
+// node drained with SIGTERM, a node that keeps failing and rejoining, and too few nodes.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <regex>
+
+#include "support/subprocess.h"
+#include "support/weights.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kConfig = std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml";
+
+// 2040 samples: whole global batches of 12 at world 2 and 3 alike, so every step is the same
+// samples at either size (Note [Global batch]). 1020 steps, a checkpoint every 50.
+std::string training(const std::string& out) {
+  return kConfig + " --set run.output_dir=" + out +
+         " --set data.synthetic_train_samples=2040 --set train.epochs=6 --set train.global_batch_size=12"
+         " --set train.batch_size=4 --set checkpoint.every_steps=50 --set checkpoint.every_epochs=0"
+         " --set checkpoint.keep_last=100 --set data.eval_split=none --set dist.shared_memory=false"
+         " --set optim.lr=0.01 --set train.log_every=100";
+}
+
+// One node's launcher of a 2:3 job at `port`, output to DIR/NODE.log (in the background: `&` follows).
+std::string node(const TempDir& dir, int port, const std::string& name, const std::string& what,
+                 const std::string& extra = "") {
+  return "OMP_NUM_THREADS=1 DDPRUN_RDZV_SECRET=s3cret TMPDIR=" + dir.file("tmp") + " " + bin("ddprun") +
+         " --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+         " --rdzv-settle 1 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr node-" + name + " " +
+         extra + " " + what + " > " + dir.file(name + ".log") + " 2>&1";
+}
+
+// Shell: wait (bounded) until a file exists.
+std::string wait_for(const std::string& path) {
+  return "i=0; while [ ! -e " + path + " ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
+}
+
+// The uninterrupted run at world 3, one node.
+std::map<std::string, torch::Tensor> reference(const TempDir& dir) {
+  auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 3 " + training(dir.file("ref")),
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  return load_weights(dir.file("ref/model.pt"));
+}
+
+double max_difference(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : a)
+    worst = std::max(worst, (tensor.to(torch::kDouble) - b.at(name).to(torch::kDouble)).abs().max().item<double>());
+  return worst;
+}
+
+// Nothing of the job is left: no worker, no launcher, no store directory.
+void check_nothing_left(const TempDir& dir, const std::string& out) {
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
+  CHECK(run_shell("pgrep -f '[d]dprun.*" + dir.path() + "'").out.empty());
+  for (const auto& entry : fs::directory_iterator(dir.file("tmp")))
+    CHECK(entry.path().filename().string().rfind("ddprun-store-", 0) != 0);
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a node's launcher SIGKILLed mid-run is noticed in seconds, named, and the other two finish "
+          "with the uninterrupted run's weights", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  auto expected = reference(dir);
+  std::string out = dir.file("run");
+  int port = free_port();
+  // node-a first: it hosts the store (and so stays node 0); node-c is the one lost.
+  auto r = run_shell(node(dir, port, "a", training(out)) + " & A=$!; sleep 1.5; " + node(dir, port, "b", training(out)) +
+                         " & B=$!; " + node(dir, port, "c", training(out)) + " & C=$!; " + wait_for(out + "/checkpoints/step_0000000200.json") +
+                         "kill -KILL $C; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
+                     std::chrono::seconds(240));
+  std::string a = read_file(dir.file("a.log")), b = read_file(dir.file("b.log"));
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- b:\n" << b);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK_THAT(a, Contains("rendezvous round 0: node rank 0 of 3"));
+  std::smatch lost;
+  REQUIRE(std::regex_search(a, lost, std::regex("round 0 ends: node [12] \\(node-c\\) was lost: its launcher sent no "
+                                                "heartbeat for ([0-9.]+) s")));
+  CHECK(std::stod(lost[1]) < 10);
+  CHECK_THAT(b, Contains("(node-c) was lost"));
+  CHECK_THAT(a, Contains("membership change 1 (not counted against --max-restarts)"));
+  CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 2 (node-a, node-b), world size 2; failures so far 0"));
+  CHECK_THAT(a, Contains("2 rank(s) × batch 3 × 2 micro-step(s) a step"));
+  CHECK_THAT(a, Contains("written by 3 ranks of batch 4: the same samples per step"));
+  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
+  check_nothing_left(dir, out);
+}
+
+TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the next round, and the job ends with "
+          "the uninterrupted run's weights", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  auto expected = reference(dir);
+  std::string out = dir.file("run");
+  int port = free_port();
+  auto r = run_shell(node(dir, port, "a", training(out)) + " & A=$!; sleep 1.5; " + node(dir, port, "b", training(out)) +
+                         " & B=$!; " + wait_for(out + "/checkpoints/step_0000000200.json") + node(dir, port, "c", training(out)) +
+                         " & C=$!; wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
+                     std::chrono::seconds(240));
+  std::string a = read_file(dir.file("a.log")), c = read_file(dir.file("c.log"));
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
+  CHECK(count_lines(r.out, "statuses=0,0,0") == 1);
+  CHECK_THAT(a, Contains("rendezvous round 0: node rank 0 of 2 (node-a, node-b), world size 2"));
+  CHECK_THAT(a, Contains("round 0 ends: a node (node-c) asks to join; room for 1 more (--nnodes 2:3)"));
+  CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 3 (node-a, node-b, node-c), world size 3"));
+  CHECK_THAT(c, Contains("joining a running elastic job: admitted when its round 1 forms"));
+  CHECK_THAT(c, Contains("rendezvous round 1: node rank 2 of 3"));
+  CHECK_THAT(a, Contains("written by 2 ranks of batch 3: the same samples per step"));
+  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
+  check_nothing_left(dir, out);
+}
+
+TEST_CASE("elastic: SIGTERM to one node's launcher: it checkpoints, says it leaves, exits 143, and the others "
+          "go on to the same weights", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  auto expected = reference(dir);
+  std::string out = dir.file("run");
+  int port = free_port();
+  auto r = run_shell(node(dir, port, "a", training(out)) + " & A=$!; sleep 1.5; " + node(dir, port, "b", training(out)) +
+                         " & B=$!; " + node(dir, port, "c", training(out)) + " & C=$!; " +
+                         wait_for(out + "/checkpoints/step_0000000200.json") +
+                         "kill -TERM $C; wait $C; SC=$?; wait $A; SA=$?; wait $B; echo statuses=$SA,$?,$SC",
+                     std::chrono::seconds(240));
+  std::string a = read_file(dir.file("a.log")), c = read_file(dir.file("c.log"));
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
+  CHECK(count_lines(r.out, "statuses=0,0,143") == 1);
+  CHECK_THAT(c, Contains("received SIGTERM: this node leaves the job"));
+  CHECK_THAT(c, Contains("left the job"));
+  CHECK_THAT(a, Contains("(node-c) is leaving: received SIGTERM"));
+  CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 2 (node-a, node-b)"));
+  // The workers stopped together at one step and saved it: round 1 starts there.
+  std::smatch stopped;
+  REQUIRE(std::regex_search(a, stopped, std::regex("stopping at step ([0-9]+) as asked")));
+  CHECK_THAT(a, Contains("resumed from " + out + "/checkpoints/step_"));
+  CHECK_THAT(a, Contains("at step " + std::string(stopped[1]) + " "));
+  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
+  check_nothing_left(dir, out);
+}
+
+TEST_CASE("elastic: a node that fails and rejoins in a loop cannot take the job past --max-restarts; membership "
+          "changes are counted apart", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  std::string sleeper = dir.file("sleeper.sh"), failer = dir.file("failer.sh");
+  run_shell("printf '#!/bin/sh\\nsleep 60\\n' > " + sleeper + "; printf '#!/bin/sh\\nsleep 1; exit 3\\n' > " + failer +
+            "; chmod +x " + sleeper + " " + failer);
+  int port = free_port();
+  // node-c's launcher gives up at its first failure and is started again at once, three times.
+  std::string c_loop = "for i in 1 2 3; do " + node(dir, port, "c" + std::string("$i"), "--no-python " + failer,
+                                                  "--max-restarts 0") + "; done";
+  auto r = run_shell(node(dir, port, "a", "--no-python " + sleeper, "--max-restarts 1") + " & A=$!; sleep 1.5; " +
+                         node(dir, port, "b", "--no-python " + sleeper, "--max-restarts 1") + " & B=$!; (" + c_loop +
+                         ") & L=$!; wait $A; SA=$?; wait $B; SB=$?; kill $L 2>/dev/null; wait; echo statuses=$SA,$SB",
+                     std::chrono::seconds(240));
+  std::string a = read_file(dir.file("a.log"));
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c1:\n" << read_file(dir.file("c1.log")));
+  CHECK(count_lines(r.out, "statuses=3,3") == 1);  // the failure's exit code, after the restart ran out
+  CHECK_THAT(a, Contains("exit code 3"));
+  CHECK_THAT(a, Contains("restarting the workers in round"));
+  CHECK_THAT(a, Contains("(restart 1 of 1)"));
+  CHECK_THAT(a, Contains("failures so far 1 (--max-restarts 1)"));
+  CHECK_THAT(a, Contains("giving up after 1 restart(s) for failures"));
+  CHECK_THAT(a, Contains("rendezvous round 1: "));
+  CHECK(run_shell("pgrep -f '[s]leeper.sh'").out.empty());
+}
+
+TEST_CASE("elastic: below MIN nodes the job waits --rdzv-timeout, then says how many it had and needed",
+          "[elastic]") {
+  TempDir dir;
+  int port = free_port();
+  auto r = run_shell(bin("ddprun") + " --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
+                         std::to_string(port) + " --rdzv-timeout 3 --no-python true",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.seconds < 20);
+  std::string message = "rendezvous round 0 had 1 node(s) after --rdzv-timeout 3 s, and --nnodes 2:3 needs at least 2";
+  CHECK(count_lines(r.err, "ddprun: error: " + message) == 1);
+}
