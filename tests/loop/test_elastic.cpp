@@ -98,6 +98,37 @@ TEST_CASE("elastic: a node's launcher SIGKILLed mid-run is noticed in seconds, n
   check_nothing_left(dir, out);
 }
 
+TEST_CASE("elastic: node 0, which hosts the store, SIGKILLed mid-run: node 1 takes the store over, says so, and "
+          "the job ends with the uninterrupted run's weights", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  auto expected = reference(dir);
+  std::string out = dir.file("run");
+  int port = free_port();
+  // Distinct loopback addresses: the new store is at node 1's --local-addr.
+  auto at = [&](const std::string& name, const std::string& address) {
+    return node(dir, port, name, training(out), "--local-addr " + address);
+  };
+  auto r = run_shell(at("a", "127.0.0.1") + " & A=$!; sleep 1.5; " + at("b", "127.0.0.2") + " & B=$!; " +
+                         at("c", "127.0.0.3") + " & C=$!; " + wait_for(out + "/checkpoints/step_0000000200.json") +
+                         "kill -KILL $A; wait $B; SB=$?; wait $C; echo statuses=$SB,$?",
+                     std::chrono::seconds(240));
+  std::string b = read_file(dir.file("b.log")), c = read_file(dir.file("c.log"));
+  INFO(r.out << r.err << "\n--- b:\n" << b << "\n--- c:\n" << c);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  std::smatch successor;
+  REQUIRE(std::regex_search(b, successor, std::regex("node 1 \\((127\\.0\\.0\\.[23])\\) hosts a new one at")));
+  std::string moved = "node 0 (127.0.0.1), which hosted the rendezvous store at 127.0.0.1:" + std::to_string(port) +
+                      ", was lost; node 1 (" + std::string(successor[1]) + ") hosts a new one at " +
+                      std::string(successor[1]) + ":" + std::to_string(port) + " from round 1";
+  CHECK_THAT(b, Contains(moved));
+  CHECK_THAT(c, Contains(moved));
+  CHECK_THAT(b, Contains("rendezvous round 1: node rank"));
+  CHECK_THAT(b + c, Contains("resumed from " + out + "/checkpoints/step_"));
+  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
+  check_nothing_left(dir, out);
+}
+
 TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the next round, and the job ends with "
           "the uninterrupted run's weights", "[elastic][slow]") {
   TempDir dir;

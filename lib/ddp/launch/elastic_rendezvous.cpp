@@ -144,7 +144,17 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
       members_.push_back(m);
     }
     layout.node_count = static_cast<int>(members_.size());
-    for (int r = 0; r < round; ++r) layout.failures += remote_failure(r).has_value();
+    // Failures before a store failover were counted by the store that was lost (Note [Store failover]).
+    int counted_from = 0;
+    if (auto before = read_verified(kElastic + "failures_before")) {
+      auto fields = split(*before, ' ');
+      if (fields.size() == 2) {
+        counted_from = static_cast<int>(parse_int(fields[0]).value_or(0));
+        layout.failures = static_cast<int>(parse_int(fields[1]).value_or(0));
+      }
+    }
+    for (int r = counted_from; r < round; ++r) layout.failures += remote_failure(r).has_value();
+    failures_ = layout.failures;
     round_ = round;
     node_rank_in_round_ = layout.node_rank;
     options_.node_rank = layout.node_rank;
@@ -222,8 +232,53 @@ void ElasticRendezvous::close_round(int round) {
   store_->set(kElastic + "open", std::to_string(round + 1));
 }
 
+// Note [Store failover]: the store lives in node 0's launcher, so losing node 0 loses it. The
+// survivors know the last round's members, so they agree without it on a successor: node 1, which
+// hosts a new store at its own --local-addr and the port every node already knows, and seeds it
+// with the run id, the next round and the failures counted so far (so --max-restarts still holds).
+// Node 1 is then node 0 of every later round, and its rank 0 resumes from the newest checkpoint
+// it can read (a shared filesystem, or a copy on that node). A node that only knows the old
+// endpoint cannot join afterwards; and if node 1 was lost too, the job ends, saying which node hosted the store.
+std::optional<std::string> ElasticRendezvous::take_over_store() {
+  if (round_ < 0 || members_.size() < 2 || members_.front().launcher == launcher_) return std::nullopt;
+  const Member& lost = members_[0];
+  const Member& successor = members_[1];
+  const bool host = successor.launcher == launcher_;
+  const int port = this->port();
+  std::string was = "node 0 (" + lost.host + "), which hosted the rendezvous store at " + options_.master_addr + ":" +
+                    std::to_string(port) + ", was lost";
+  options_.master_addr = successor.host;
+  options_.master_port = port;
+  store_.reset();
+  try {
+    store_ = open_store(host);
+    hosts_store_ = host;
+    const std::string open = std::to_string(round_ + 1);
+    if (host) {
+      int64_t highest = 0;
+      for (const auto& m : members_) highest = std::max(highest, m.launcher);
+      store_->set("ddprun/run_id", run_id_);
+      store_->add(kElastic + "launchers", highest);
+      std::string key = kElastic + "failures_before";
+      store_->set(key, tagged(key, open + " " + std::to_string(failures_)));
+      store_->set(kElastic + "open", open);
+    } else {
+      store_->wait({kElastic + "open"}, timeout_);
+    }
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    std::fprintf(stderr, "ddprun: %s, and node 1 (%s) could not host a new one within %lld s (%s)\n", was.c_str(),
+                 successor.host.c_str(), static_cast<long long>(timeout_.count() / 1000),
+                 cause.substr(0, cause.find('\n')).c_str());
+    return std::nullopt;
+  }
+  return was + "; node 1 (" + successor.host + ") hosts a new one at " + successor.host + ":" + std::to_string(port) +
+         " from round " + std::to_string(round_ + 1);
+}
+
 std::string ElasticRendezvous::kind_word(MembershipChange::Kind kind) {
   switch (kind) {
+    case MembershipChange::Kind::kStoreLost:
     case MembershipChange::Kind::kLost: return "lost";
     case MembershipChange::Kind::kLeft: return "left";
     case MembershipChange::Kind::kJoined: return "joined";

@@ -16,7 +16,7 @@ namespace ddp {
 
 /// Why a round ended other than by a failure; none of these counts against --max-restarts.
 struct MembershipChange {
-  enum class Kind { kLost, kLeft, kJoined } kind = Kind::kLost;
+  enum class Kind { kLost, kLeft, kJoined, kStoreLost } kind = Kind::kLost;
   std::string description;  ///< e.g. "node 2 (host-c) was lost: no heartbeat for 5 s"
 };
 
@@ -50,6 +50,15 @@ class ElasticRendezvous : public Rendezvous {
   /// Where the store is and who hosts it, for the message when it is lost.
   std::string store_description() const;
 
+  /// After the store was lost with node 0: node 1 of the last round hosts a new one at its own
+  /// address (--local-addr) and the same port, seeded with what the job needs to go on, and the
+  /// others connect to it (Note [Store failover]). Returns the line that says so; nullopt when this
+  /// node cannot go on (it was not in a round, or node 1 did not come within --rdzv-timeout).
+  std::optional<std::string> take_over_store();
+
+  /// The store's address now: --rdzv-endpoint's host, or the node that took it over.
+  const std::string& store_address() const { return options_.master_addr; }
+
  private:
   struct Member {
     int64_t launcher = 0;  // this launcher's number for the job: names its heartbeat
@@ -67,6 +76,7 @@ class ElasticRendezvous : public Rendezvous {
 
   int max_nodes_;  // --nnodes MIN:MAX's MAX (options_.nnodes becomes the round's count)
   int64_t launcher_ = 0;
+  int failures_ = 0;  // failures before round_ (the layout's)
   int round_ = -1;
   int node_rank_in_round_ = -1;
   std::vector<Member> members_;  // of round_, by node rank

@@ -352,14 +352,9 @@ class Attempt {
     try {
       change = elastic_->check_membership();
     } catch (const std::exception&) {
-      failure_ = Failure{1, std::nullopt,
-                         "lost the rendezvous store at " + elastic_->store_description() +
-                             ": the job cannot go on without it",
-                         false};
-      say(failure_->description);
-      held_failure_.reset();
-      stop_all(SIGTERM);
-      return;
+      // Between rounds, node 1 takes the store over (Note [Store failover]).
+      change = MembershipChange{MembershipChange::Kind::kStoreLost,
+                                "lost the rendezvous store at " + elastic_->store_description()};
     }
     if (!change) return;
     membership_ = change;
@@ -523,8 +518,12 @@ int run_elastic(LaunchOptions options, Watchdog& watchdog) {
       throw;
     } catch (const std::exception& e) {
       std::string cause = e.what();
-      throw UserError("lost the rendezvous store at " + rendezvous.store_description() +
-                      ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) + ")");
+      std::string lost = "lost the rendezvous store at " + rendezvous.store_description();
+      auto taken = rendezvous.take_over_store();
+      if (!taken)
+        throw UserError(lost + ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) + ")");
+      say(*taken);
+      layout = rendezvous.join_round(round, signalled);
     }
     if (!layout) {
       if (rendezvous.finished_before_admission()) {
@@ -538,6 +537,7 @@ int run_elastic(LaunchOptions options, Watchdog& watchdog) {
     round = rendezvous.round();
     layout->master_port = rendezvous.port();
     LaunchOptions in_round = options;
+    in_round.master_addr = rendezvous.store_address();  // the workers' store too
     in_round.node_rank = layout->node_rank;
     in_round.nnodes = layout->node_count;
     std::string hosts;
@@ -550,6 +550,11 @@ int run_elastic(LaunchOptions options, Watchdog& watchdog) {
     in_round.log_dir = options.log_dir;
     AttemptOutcome outcome =
         Attempt(in_round, *layout, &rendezvous, watchdog, signals, round, layout->failures, &rendezvous).run();
+    if (outcome.membership && outcome.membership->kind == MembershipChange::Kind::kStoreLost) {
+      auto taken = rendezvous.take_over_store();
+      if (!taken) throw UserError(outcome.cause + ": the job cannot go on without it");
+      outcome.cause = *taken;
+    }
     if (outcome.membership) {
       ++changes;
       say("membership change " + std::to_string(changes) + " (not counted against --max-restarts): " + outcome.cause +
