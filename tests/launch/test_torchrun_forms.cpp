@@ -178,5 +178,5 @@ TEST_CASE("torchrun's options that mean nothing here are accepted with one line 
   CHECK(r.exit_code == 0);
   CHECK(count_lines(r.err, "ddprun: --start-method is accepted for torchrun's sake and ignored: ddprun starts every "
                            "worker with fork and exec") == 1);
-  CHECK(count_lines(r.err, "ddprun: --rdzv-conf read_timeout is ignored (only join_timeout means something here)") == 1);
+  CHECK(count_lines(r.err, "ddprun: --rdzv-conf read_timeout is ignored (only join_timeout and last_call_timeout mean something here)") == 1);
 }

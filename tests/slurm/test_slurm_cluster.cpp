@@ -279,3 +279,42 @@ TEST_CASE("with node names only Slurm knows, srun ddprun and srun ddp-train trai
   CHECK_THAT(unknown_b.err, Contains("error: the master address sn9 does not resolve (") &&
                                 Contains("set MASTER_ADDR (or --master-addr) to an address of rank 0's node"));
 }
+
+TEST_CASE("an elastic job under Slurm: a second job's srun on another node joins the first at its next round, and "
+          "the result equals an uninterrupted world-2 run", "[slurm][elastic]") {
+  LocalCluster cluster;
+  SKIP_WITHOUT(cluster);
+  // The same global batch at world 1 and 2 (Note [Global batch]), 2040 samples: whole steps at both.
+  auto training = [](const std::string& out) {
+    return config("synthetic_mlp.yaml") + " --set run.output_dir=" + out +
+           " --set data.synthetic_train_samples=2040 --set train.epochs=6 --set train.global_batch_size=12"
+           " --set train.batch_size=6 --set checkpoint.every_steps=50 --set checkpoint.every_epochs=0"
+           " --set data.eval_split=none --set dist.shared_memory=false --set optim.lr=0.01 --set train.log_every=100"
+           " --set model.hidden=[1024,1024]";  // slow enough (some ms a step) for the second job to join mid-run
+  };
+  auto reference = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                                 training(cluster.file("ref")),
+                             std::chrono::seconds(120));
+  REQUIRE(reference.exit_code == 0);
+  std::string out = cluster.file("run");
+  std::string elastic = "env OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint n1:" +
+                        std::to_string(free_port()) + " --rdzv-id elastic-test --rdzv-settle 1 --node-timeout 3 --rdzv-timeout 30 " +
+                        training(out);
+  // Two jobs, one node each: the first starts alone (MIN 1), the second joins it mid-run.
+  auto r = cluster.shell("srun -N1 -w n1 --output=" + cluster.file("first.out") + " " + elastic + " & F=$!; " +
+                         "i=0; while [ ! -e " + out + "/checkpoints/step_0000000200.json ] && [ $i -lt 2400 ]; do " +
+                         "sleep 0.05; i=$((i+1)); done; srun -N1 -w n2 --output=" + cluster.file("second.out") + " " +
+                         elastic + "; S=$?; wait $F; echo statuses=$?,$S");
+  std::string first = read_file(cluster.file("first.out")), second = read_file(cluster.file("second.out"));
+  INFO(r.out << r.err << "\n--- first:\n" << first << "\n--- second:\n" << second);
+  CHECK_THAT(r.out, Contains("statuses=0,0"));
+  CHECK_THAT(first, Contains("rendezvous round 0: node rank 0 of 1 (n1), world size 1"));
+  CHECK_THAT(first, Contains("round 0 ends: a node (n2) asks to join"));
+  CHECK_THAT(first, Contains("rendezvous round 1: node rank 0 of 2 (n1, n2), world size 2"));
+  CHECK_THAT(second, Contains("rendezvous round 1: node rank 1 of 2 (n1, n2), world size 2"));
+  // Within 1e-5 of the reference (world 1 then 2 sums in another order than world 2 throughout).
+  CHECK(run_shell("/usr/bin/python3 -c \"import torch,sys; a=torch.load(sys.argv[1]); b=torch.load(sys.argv[2]); "
+                  "sys.exit(0 if all((a[k]-b[k]).abs().max() < 1e-5 for k in a) else 1)\" " +
+                  cluster.file("ref/model.pt") + " " + out + "/model.pt")
+            .exit_code == 0);
+}

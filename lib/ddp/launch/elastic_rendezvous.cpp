@@ -95,7 +95,7 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
     std::string key = round_key(round, "arrival/" + std::to_string(index));
     store_->set(key, tagged(key, std::to_string(launcher_) + " " + std::to_string(previous_rank) + " " +
                                      o.local_addr + " " + std::to_string(o.nproc_per_node)));
-    if (hosts_store_) close_round(round);
+    if (hosts_store_ && !close_round(round, interrupted)) return std::nullopt;
     // Wait for node 0 to publish the members, beating meanwhile.
     std::string members_key = round_key(round, "members");
     while (!store_->check(members_key)) {
@@ -166,7 +166,7 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
   }
 }
 
-void ElasticRendezvous::close_round(int round) {
+bool ElasticRendezvous::close_round(int round, const std::function<bool()>& interrupted) {
   const auto& o = options_;
   const auto opened = Clock::now();
   auto arrivals = [&] { return store_->add(round_key(round, "arrivals"), 0); };
@@ -195,6 +195,7 @@ void ElasticRendezvous::close_round(int round) {
       std::this_thread::sleep_for(std::chrono::seconds(1));  // the others read it before the store closes
       throw UserError(message);
     }
+    if (interrupted()) return false;
     if (Clock::now() - last_beat_ > kBeatEvery) {
       store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
       last_beat_ = Clock::now();
@@ -230,6 +231,7 @@ void ElasticRendezvous::close_round(int round) {
   std::string key = round_key(round, "members");
   store_->set(key, tagged(key, members));
   store_->set(kElastic + "open", std::to_string(round + 1));
+  return true;
 }
 
 // Note [Store failover]: the store lives in node 0's launcher, so losing node 0 loses it. The

@@ -67,8 +67,9 @@ class ElasticRendezvous : public Rendezvous {
     int nproc = 0;
   };
   std::string round_key(int round, const std::string& what) const;
-  /// Node 0: waits for MIN arrivals and the settle time, then publishes the members.
-  void close_round(int round);
+  /// Node 0: waits for MIN arrivals and the settle time, then publishes the members; false when
+  /// `interrupted()` first (the store then goes with this launcher, and node 1 takes it over).
+  bool close_round(int round, const std::function<bool()>& interrupted);
   /// The value of a tagged key, or nullopt when it is absent or does not verify.
   std::optional<std::string> read_verified(const std::string& key);
   void announce(MembershipChange::Kind kind, const std::string& description);
