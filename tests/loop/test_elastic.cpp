@@ -67,21 +67,38 @@ void check_nothing_left(const TempDir& dir, const std::string& out) {
     CHECK(entry.path().filename().string().rfind("ddprun-store-", 0) != 0);
 }
 
+// One test's job: its directory, the uninterrupted run's weights, and the shell that starts its nodes.
+struct ElasticJob {
+  TempDir dir;
+  std::string out = dir.file("run");
+  int port = free_port();
+  std::map<std::string, torch::Tensor> expected;
+
+  ElasticJob() {
+    fs::create_directories(dir.file("tmp"));
+    expected = reference(dir);
+  }
+  // Shell: starts node `name` in the background, its pid in $`pid`.
+  std::string start(const std::string& name, const std::string& pid, const std::string& extra = "") const {
+    return node(dir, port, name, training(out), extra) + " & " + pid + "=$!; ";
+  }
+  // Shell: nodes a (first: it hosts the store, so it is node 0 of every round), b and c, until step 200 is saved.
+  std::string three_running() const {
+    return start("a", "A") + "sleep 1.5; " + start("b", "B") + start("c", "C") +
+           wait_for(out + "/checkpoints/step_0000000200.json");
+  }
+  std::string log(const std::string& name) const { return read_file(dir.file(name + ".log")); }
+  double difference() const { return max_difference(load_weights(out + "/model.pt"), expected); }
+};
+
 }  // namespace
 
 TEST_CASE("elastic: a node's launcher SIGKILLed mid-run is noticed in seconds, named, and the other two finish "
           "with the uninterrupted run's weights", "[elastic][slow]") {
-  TempDir dir;
-  fs::create_directories(dir.file("tmp"));
-  auto expected = reference(dir);
-  std::string out = dir.file("run");
-  int port = free_port();
-  // node-a first: it hosts the store (and so stays node 0); node-c is the one lost.
-  auto r = run_shell(node(dir, port, "a", training(out)) + " & A=$!; sleep 1.5; " + node(dir, port, "b", training(out)) +
-                         " & B=$!; " + node(dir, port, "c", training(out)) + " & C=$!; " + wait_for(out + "/checkpoints/step_0000000200.json") +
-                         "kill -KILL $C; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
+  ElasticJob job;
+  auto r = run_shell(job.three_running() + "kill -KILL $C; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
                      std::chrono::seconds(240));
-  std::string a = read_file(dir.file("a.log")), b = read_file(dir.file("b.log"));
+  std::string a = job.log("a"), b = job.log("b");
   INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- b:\n" << b);
   CHECK(count_lines(r.out, "statuses=0,0") == 1);
   CHECK_THAT(a, Contains("rendezvous round 0: node rank 0 of 3"));
@@ -94,53 +111,43 @@ TEST_CASE("elastic: a node's launcher SIGKILLed mid-run is noticed in seconds, n
   CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 2 (node-a, node-b), world size 2; failures so far 0"));
   CHECK_THAT(a, Contains("2 rank(s) × batch 3 × 2 micro-step(s) a step"));
   CHECK_THAT(a, Contains("written by 3 ranks of batch 4: the same samples per step"));
-  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
-  check_nothing_left(dir, out);
+  CHECK(job.difference() < 1e-5);
+  check_nothing_left(job.dir, job.out);
 }
 
 TEST_CASE("elastic: node 0, which hosts the store, SIGKILLed mid-run: node 1 takes the store over, says so, and "
           "the job ends with the uninterrupted run's weights", "[elastic][slow]") {
-  TempDir dir;
-  fs::create_directories(dir.file("tmp"));
-  auto expected = reference(dir);
-  std::string out = dir.file("run");
-  int port = free_port();
+  ElasticJob job;
   // Distinct loopback addresses: the new store is at node 1's --local-addr.
-  auto at = [&](const std::string& name, const std::string& address) {
-    return node(dir, port, name, training(out), "--local-addr " + address);
-  };
-  auto r = run_shell(at("a", "127.0.0.1") + " & A=$!; sleep 1.5; " + at("b", "127.0.0.2") + " & B=$!; " +
-                         at("c", "127.0.0.3") + " & C=$!; " + wait_for(out + "/checkpoints/step_0000000200.json") +
+  auto r = run_shell(job.start("a", "A", "--local-addr 127.0.0.1") + "sleep 1.5; " +
+                         job.start("b", "B", "--local-addr 127.0.0.2") + job.start("c", "C", "--local-addr 127.0.0.3") +
+                         wait_for(job.out + "/checkpoints/step_0000000200.json") +
                          "kill -KILL $A; wait $B; SB=$?; wait $C; echo statuses=$SB,$?",
                      std::chrono::seconds(240));
-  std::string b = read_file(dir.file("b.log")), c = read_file(dir.file("c.log"));
+  std::string b = job.log("b"), c = job.log("c");
   INFO(r.out << r.err << "\n--- b:\n" << b << "\n--- c:\n" << c);
   CHECK(count_lines(r.out, "statuses=0,0") == 1);
   std::smatch successor;
   REQUIRE(std::regex_search(b, successor, std::regex("node 1 \\((127\\.0\\.0\\.[23])\\) hosts a new one at")));
-  std::string moved = "node 0 (127.0.0.1), which hosted the rendezvous store at 127.0.0.1:" + std::to_string(port) +
+  std::string moved = "node 0 (127.0.0.1), which hosted the rendezvous store at 127.0.0.1:" + std::to_string(job.port) +
                       ", was lost; node 1 (" + std::string(successor[1]) + ") hosts a new one at " +
-                      std::string(successor[1]) + ":" + std::to_string(port) + " from round 1";
+                      std::string(successor[1]) + ":" + std::to_string(job.port) + " from round 1";
   CHECK_THAT(b, Contains(moved));
   CHECK_THAT(c, Contains(moved));
   CHECK_THAT(b, Contains("rendezvous round 1: node rank"));
-  CHECK_THAT(b + c, Contains("resumed from " + out + "/checkpoints/step_"));
-  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
-  check_nothing_left(dir, out);
+  CHECK_THAT(b + c, Contains("resumed from " + job.out + "/checkpoints/step_"));
+  CHECK(job.difference() < 1e-5);
+  check_nothing_left(job.dir, job.out);
 }
 
 TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the next round, and the job ends with "
           "the uninterrupted run's weights", "[elastic][slow]") {
-  TempDir dir;
-  fs::create_directories(dir.file("tmp"));
-  auto expected = reference(dir);
-  std::string out = dir.file("run");
-  int port = free_port();
-  auto r = run_shell(node(dir, port, "a", training(out)) + " & A=$!; sleep 1.5; " + node(dir, port, "b", training(out)) +
-                         " & B=$!; " + wait_for(out + "/checkpoints/step_0000000200.json") + node(dir, port, "c", training(out)) +
-                         " & C=$!; wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
+  ElasticJob job;
+  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
+                         wait_for(job.out + "/checkpoints/step_0000000200.json") + job.start("c", "C") +
+                         "wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
                      std::chrono::seconds(240));
-  std::string a = read_file(dir.file("a.log")), c = read_file(dir.file("c.log"));
+  std::string a = job.log("a"), c = job.log("c");
   INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
   CHECK(count_lines(r.out, "statuses=0,0,0") == 1);
   CHECK_THAT(a, Contains("rendezvous round 0: node rank 0 of 2 (node-a, node-b), world size 2"));
@@ -149,23 +156,16 @@ TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the ne
   CHECK_THAT(c, Contains("joining a running elastic job: admitted when its round 1 forms"));
   CHECK_THAT(c, Contains("rendezvous round 1: node rank 2 of 3"));
   CHECK_THAT(a, Contains("written by 2 ranks of batch 3: the same samples per step"));
-  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
-  check_nothing_left(dir, out);
+  CHECK(job.difference() < 1e-5);
+  check_nothing_left(job.dir, job.out);
 }
 
 TEST_CASE("elastic: SIGTERM to one node's launcher: it checkpoints, says it leaves, exits 143, and the others "
           "go on to the same weights", "[elastic][slow]") {
-  TempDir dir;
-  fs::create_directories(dir.file("tmp"));
-  auto expected = reference(dir);
-  std::string out = dir.file("run");
-  int port = free_port();
-  auto r = run_shell(node(dir, port, "a", training(out)) + " & A=$!; sleep 1.5; " + node(dir, port, "b", training(out)) +
-                         " & B=$!; " + node(dir, port, "c", training(out)) + " & C=$!; " +
-                         wait_for(out + "/checkpoints/step_0000000200.json") +
-                         "kill -TERM $C; wait $C; SC=$?; wait $A; SA=$?; wait $B; echo statuses=$SA,$?,$SC",
+  ElasticJob job;
+  auto r = run_shell(job.three_running() + "kill -TERM $C; wait $C; SC=$?; wait $A; SA=$?; wait $B; echo statuses=$SA,$?,$SC",
                      std::chrono::seconds(240));
-  std::string a = read_file(dir.file("a.log")), c = read_file(dir.file("c.log"));
+  std::string a = job.log("a"), c = job.log("c");
   INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
   CHECK(count_lines(r.out, "statuses=0,0,143") == 1);
   CHECK_THAT(c, Contains("received SIGTERM: this node leaves the job"));
@@ -175,13 +175,13 @@ TEST_CASE("elastic: SIGTERM to one node's launcher: it checkpoints, says it leav
   // The workers stopped together at one step and saved it: round 1 starts there.
   std::smatch stopped;
   REQUIRE(std::regex_search(a, stopped, std::regex("stopping at step ([0-9]+) as asked")));
-  CHECK_THAT(a, Contains("resumed from " + out + "/checkpoints/step_"));
+  CHECK_THAT(a, Contains("resumed from " + job.out + "/checkpoints/step_"));
   CHECK_THAT(a, Contains("at step " + std::string(stopped[1]) + " "));
-  CHECK(max_difference(load_weights(out + "/model.pt"), expected) < 1e-5);
-  check_nothing_left(dir, out);
+  CHECK(job.difference() < 1e-5);
+  check_nothing_left(job.dir, job.out);
 }
 
-TEST_CASE("elastic: a node that fails and rejoins in a loop cannot take the job past --max-restarts; membership "
+TEST_CASE("elastic: a node that fails and rejoins in a loop cannot take the job past --max-restarts, and membership "
           "changes are counted apart", "[elastic][slow]") {
   TempDir dir;
   fs::create_directories(dir.file("tmp"));

@@ -58,6 +58,12 @@ std::string ElasticRendezvous::store_description() const {
          (members_.empty() ? "" : " on " + members_.front().host);
 }
 
+void ElasticRendezvous::beat(std::chrono::milliseconds at_most_every) {
+  if (Clock::now() - last_beat_ < at_most_every) return;
+  store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
+  last_beat_ = Clock::now();
+}
+
 std::optional<std::string> ElasticRendezvous::read_verified(const std::string& key) {
   if (!store_->check(key)) return std::nullopt;
   return verified(key, store_->get(key));
@@ -104,10 +110,7 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
         finished_before_admission_ = true;
         return std::nullopt;
       }
-      if (Clock::now() - last_beat_ > kBeatEvery) {
-        store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
-        last_beat_ = Clock::now();
-      }
+      beat(/*at_most_every=*/kBeatEvery);
       std::this_thread::sleep_for(kPoll);
     }
     auto published = verified(members_key, store_->get(members_key));
@@ -196,10 +199,7 @@ bool ElasticRendezvous::close_round(int round, const std::function<bool()>& inte
       throw UserError(message);
     }
     if (interrupted()) return false;
-    if (Clock::now() - last_beat_ > kBeatEvery) {
-      store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
-      last_beat_ = Clock::now();
-    }
+    beat(/*at_most_every=*/kBeatEvery);
     std::this_thread::sleep_for(kPoll);
   }
   // Who arrived, and in which order they become node ranks.
@@ -297,8 +297,7 @@ void ElasticRendezvous::announce(MembershipChange::Kind kind, const std::string&
 
 std::optional<MembershipChange> ElasticRendezvous::check_membership() {
   const auto& o = options_;
-  store_->add(kElastic + "alive/" + std::to_string(launcher_), 1);
-  last_beat_ = Clock::now();
+  beat(std::chrono::milliseconds(0));
   std::string end_key = round_key(round_, "end");
   if (auto ended = read_verified(end_key)) {
     auto space = ended->find(' ');

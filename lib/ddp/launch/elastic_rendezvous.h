@@ -70,6 +70,8 @@ class ElasticRendezvous : public Rendezvous {
   /// Node 0: waits for MIN arrivals and the settle time, then publishes the members; false when
   /// `interrupted()` first (the store then goes with this launcher, and node 1 takes it over).
   bool close_round(int round, const std::function<bool()>& interrupted);
+  /// Adds one to this launcher's heartbeat counter, unless it did less than `at_most_every` ago.
+  void beat(std::chrono::milliseconds at_most_every);
   /// The value of a tagged key, or nullopt when it is absent or does not verify.
   std::optional<std::string> read_verified(const std::string& key);
   void announce(MembershipChange::Kind kind, const std::string& description);
