@@ -328,6 +328,8 @@ TEST_CASE("torchrun's other options: --tee, --redirects, --role, --local-addr, -
   CHECK_THROWS_WITH(parse({"--nnodes", "1:2", "--", "true"}),
                     Contains("--nnodes 1:2 (elastic): node ranks change from round to round") &&
                         Contains("use --rdzv-backend c10d, without --node-rank"));
+  CHECK_THROWS_WITH(parse({"--rdzv-conf", "last_call_timeout=soon", "--", "true"}),
+                    Contains("--rdzv-conf: last_call_timeout: expected seconds >= 0, got 'soon'"));
   CHECK_THROWS_WITH(parse({"--nnodes", "3:2", "--rdzv-backend", "c10d", "--", "true"}),
                     Contains("--nnodes 3:2: MIN:MAX with MIN above MAX"));
   CHECK(parse({"--rdzv-conf", "join_timeout=7", "--rdzv-timeout", "9", "--", "true"}).rdzv_timeout_s == 9);
