@@ -74,8 +74,27 @@ stop_cluster() {
   [ -f "$dir/pids" ] || { say "nothing to stop in $dir"; return 0; }
   local pids="" pid
   for pid in $(cat "$dir/pids"); do ours "$pid" && pids="$pids $pid"; done
+  # What the nodes' jobs left (slurmstepd and the programs it ran) lives in the slurmds' mount
+  # namespaces. A namespace's number is reused once its last process is gone (another test's
+  # `unshare -m` got one and was killed), so a namespace is matched only while its slurmd, stopped
+  # here so that it starts nothing new, holds it; never this shell's own.
+  local namespaces="" own ns proc
+  own=$(readlink /proc/self/ns/mnt)
+  for pid in $pids; do
+    ns=$(readlink "/proc/$pid/ns/mnt" 2>/dev/null) || continue
+    [ "$ns" != "$own" ] && kill -STOP "$pid" 2>/dev/null && namespaces="$namespaces $ns "
+  done
+  if [ -n "$namespaces" ]; then
+    for _ in 1 2; do  # twice: a process forked while the first pass ran
+      for proc in /proc/[0-9]*; do
+        case " $pids " in *" ${proc#/proc/} "*) continue ;; esac
+        ns=$(readlink "$proc/ns/mnt" 2>/dev/null) || continue
+        case "$namespaces" in *" $ns "*) kill -9 "${proc#/proc/}" 2>/dev/null || true ;; esac
+      done
+    done
+  fi
   # shellcheck disable=SC2086
-  [ -z "$pids" ] || kill $pids 2>/dev/null || true
+  [ -z "$pids" ] || { kill $pids 2>/dev/null; kill -CONT $pids 2>/dev/null; } || true
   for _ in $(seq 50); do
     local alive=0
     for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
@@ -84,22 +103,12 @@ stop_cluster() {
   done
   # shellcheck disable=SC2086
   [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
-  # What the nodes' jobs left (slurmstepd and the programs it ran) lives in the nodes' mount namespaces.
-  # Never this shell's own namespace, whatever the file says.
-  if [ -f "$dir/namespaces" ]; then
-    local own ns
-    own=$(readlink /proc/self/ns/mnt)
-    for proc in /proc/[0-9]*; do
-      ns=$(readlink "$proc/ns/mnt" 2>/dev/null) || continue
-      [ "$ns" != "$own" ] && grep -qxF "$ns" "$dir/namespaces" && { kill -9 "${proc#/proc/}" 2>/dev/null || true; }
-    done
-  fi
   if [ -f "$dir/munge_dir" ]; then
     local munge
     munge=$(cat "$dir/munge_dir")
     case "$munge" in /tmp/ddprun-munge-??????) rm -rf "$munge" ;; esac
   fi
-  rm -f "$dir/pids" "$dir/namespaces" "$dir/munge_dir"
+  rm -f "$dir/pids" "$dir/munge_dir"
   say "stopped"
 }
 
@@ -189,7 +198,6 @@ EOF
     for _ in $(seq 50); do [ -s "$dir/slurmd-$node.pid" ] && break; sleep 0.1; done
     [ -s "$dir/slurmd-$node.pid" ] || die "slurmd $node wrote no pid file: $(tail -5 "$dir/log/slurmd-$node.log" 2>/dev/null)"
     cat "$dir/slurmd-$node.pid" >>"$dir/pids"
-    readlink "/proc/$(cat "$dir/slurmd-$node.pid")/ns/mnt" >>"$dir/namespaces"
   done
 
   # Ready when every node is idle; a daemon that died says why in its log.
