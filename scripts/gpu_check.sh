@@ -8,6 +8,8 @@
 #   scripts/gpu_check.sh tests [DIR]   there: build and run the unit tests that need a GPU ([gpu])
 #   scripts/gpu_check.sh gpt [DIR]     there: the [gpu] tests, then the GPU GPT table (scripts/bench.py
 #                                      BENCH_ONLY=gpt_gpu) on data/kjv, made here by scripts/make_tokens.py
+#   scripts/gpu_check.sh elastic [DIR] there: the [gpu] tests, then train.global_batch_size and an elastic
+#                                      job (a node joins, another is drained) on CUDA tensors, on data/kjv
 #
 # DIR (default .gpu) holds the .debs, which are unpacked into /tmp/ddprun-deps, never into /. CMake
 # finds LibTorch through `torch.utils.cmake_prefix_path`. docs/gpu.md records what these printed.
@@ -129,7 +131,56 @@ case "$stage" in
     fi
     check "GPU GPT table" env BENCH_ONLY=gpt_gpu BENCH_PYTHON="$python" BENCH_TOKENS=data/kjv "$python" scripts/bench.py
     ;;
-  *) echo "usage: $0 fetch|run|bench|tests|gpt [DEBS_DIR]" >&2; exit 2 ;;
+  elastic)
+    tests=ON
+    check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
+    check "CUDA build" build
+    [ -x build/bin/ddp-train ] || exit 1
+    build/bin/ddp-train --version
+    check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
+    check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
+    # The baby GPT in fp32, 32 sequences a step at any world size (Note [Global batch]); two ranks
+    # share the one GPU through Gloo.
+    gpt=(configs/gpt_kjv.yaml --set "data.path=data/kjv/kjv_train_*.bin" --set "data.eval_path=data/kjv/kjv_val_*.bin"
+         --set dist.device=cuda --set dist.backend=gloo --set train.global_batch_size=32 --set train.batch_size=16
+         --set train.max_steps=300 --set train.log_every=100 --set eval.every_steps=0 --set checkpoint.every_steps=20)
+    last_loss() { grep -o '"loss": *[0-9.]*' "$1/metrics.jsonl" | tail -1; }
+    global_batch() {  # NPROC: trains, then prints its last loss
+      local out=/tmp/ddprun-runs/global-w$1
+      rm -rf "$out"
+      build/bin/ddprun --standalone --nproc-per-node "$1" "${gpt[@]}" --set run.output_dir="$out" || return
+      last_loss "$out"
+    }
+    check "GPT, global batch 32, world 1 (2 micro-steps of 16)" global_batch 1
+    check "GPT, global batch 32, world 2 (1 micro-step of 16 each)" global_batch 2
+    # The elastic job and its uninterrupted reference train 2000 steps (half a minute on one GPU).
+    gpt+=(--set train.max_steps=2000 --set train.log_every=500 --set checkpoint.every_steps=100)
+    check "GPT, global batch 32, world 1, 2000 steps (the reference)" global_batch 1
+    elastic_job() {  # node a starts, b joins, b is drained with SIGTERM 5 s later; a finishes alone
+      local out=/tmp/ddprun-runs/elastic logs=/tmp/ddprun-runs/elastic-logs
+      rm -rf "$out" "$logs" && mkdir -p "$logs"
+      node() {
+        exec env DDPRUN_RDZV_SECRET=gpu build/bin/ddprun --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d \
+          --rdzv-endpoint 127.0.0.1:29731 --rdzv-settle 1 --node-timeout 3 --local-addr "gpu-$1" \
+          "${gpt[@]}" --set run.output_dir="$out" >"$logs/$1.log" 2>&1
+      }
+      node a & local a=$!
+      sleep 2
+      node b & local b=$!
+      local i=0
+      until grep -q "rendezvous round 1" "$logs/b.log" 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+      sleep 5
+      kill -TERM "$b"
+      wait "$b"; local sb=$?
+      wait "$a"; local sa=$?
+      grep -h "rendezvous round\|round . ends\|leaves\|resumed" "$logs/a.log" "$logs/b.log"
+      echo "node a exited $sa, node b $sb"
+      last_loss "$out"
+      [ "$sa" = 0 ] && [ "$sb" = 143 ] && grep -q "rendezvous round 2: node rank 0 of 1" "$logs/a.log"
+    }
+    check "elastic: b joins a, then b is drained (SIGTERM)" elastic_job
+    ;;
+  *) echo "usage: $0 fetch|run|bench|tests|gpt|elastic [DEBS_DIR]" >&2; exit 2 ;;
 esac
 echo "=== failed: ${failures[*]:-none}"
 [ ${#failures[@]} -eq 0 ]

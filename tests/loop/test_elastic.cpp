@@ -155,6 +155,9 @@ TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the ne
   CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 3 (node-a, node-b, node-c), world size 3"));
   CHECK_THAT(c, Contains("joining a running elastic job: admitted when its round 1 forms"));
   CHECK_THAT(c, Contains("rendezvous round 1: node rank 2 of 3"));
+  // The job's count, which the node that just joined knows too.
+  CHECK_THAT(a, Contains("world size 3; failures so far 0 (--max-restarts 0), membership changes 1"));
+  CHECK_THAT(c, Contains("world size 3; failures so far 0 (--max-restarts 0), membership changes 1"));
   CHECK_THAT(a, Contains("written by 2 ranks of batch 3: the same samples per step"));
   CHECK(job.difference() < 1e-5);
   check_nothing_left(job.dir, job.out);

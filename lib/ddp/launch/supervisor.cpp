@@ -503,7 +503,6 @@ std::string make_torchrun_log_dir(const std::string& log_dir, const std::string&
 int run_elastic(LaunchOptions options, Watchdog& watchdog) {
   ElasticRendezvous rendezvous(options);
   SignalPipe signals;
-  int changes = 0;
   for (int round = 0;; ++round) {
     std::vector<int> received;
     auto signalled = [&] {
@@ -535,6 +534,9 @@ int run_elastic(LaunchOptions options, Watchdog& watchdog) {
       return 128 + sig;
     }
     round = rendezvous.round();
+    // The job's count, which a node that joined late knows too: every round before this one ended in
+    // a failure or a membership change.
+    int changes = round - layout->failures;
     layout->master_port = rendezvous.port();
     LaunchOptions in_round = options;
     in_round.master_addr = rendezvous.store_address();  // the workers' store too
