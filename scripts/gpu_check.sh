@@ -51,7 +51,7 @@ build() {  # unpacks and configures every time (both quick once done), so a late
   export LD_LIBRARY_PATH=$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PKG_CONFIG_LIBDIR=$multiarch/pkgconfig:$prefix/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$prefix
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_WITH_CUDA=ON -DDDP_BUILD_TESTS="$tests" \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first" \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first" -DCMAKE_UNITY_BUILD=OFF \
     -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" -DOPENSSL_ROOT_DIR="$prefix/usr" || return
   cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report
 }

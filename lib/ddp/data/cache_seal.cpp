@@ -12,8 +12,8 @@
 namespace ddp {
 namespace {
 
-constexpr char kMagic[8] = {'D', 'D', 'P', 'S', 'E', 'A', 'L', '1'};
-constexpr std::size_t kTail = 4 + 8 + sizeof kMagic;  // region count, seal bytes, magic
+constexpr char kSealMagic[8] = {'D', 'D', 'P', 'S', 'E', 'A', 'L', '1'};
+constexpr std::size_t kTail = 4 + 8 + sizeof kSealMagic;  // region count, seal bytes, magic
 // A seal holds names and paths, not data: anything larger is not a seal.
 constexpr uint64_t kMaxSealBytes = 1 << 20;
 
@@ -76,8 +76,8 @@ void write_sealed_cache(const std::string& path, const std::vector<CacheRegion>&
   put(seal, static_cast<uint32_t>(sources.size()));
   seal += sources;
   put(seal, static_cast<uint32_t>(regions.size()));
-  put(seal, static_cast<uint64_t>(seal.size() + 8 + sizeof kMagic));
-  seal.append(kMagic, sizeof kMagic);
+  put(seal, static_cast<uint64_t>(seal.size() + 8 + sizeof kSealMagic));
+  seal.append(kSealMagic, sizeof kSealMagic);
   pieces.push_back(seal);
   write_file_atomically(path, pieces, mode);
 }
@@ -88,7 +88,7 @@ CacheSeal read_cache_seal(int fd) {
   const auto size = static_cast<uint64_t>(info.st_size);
   char tail[kTail];
   if (size < kTail || pread(fd, tail, kTail, static_cast<off_t>(size - kTail)) != static_cast<ssize_t>(kTail) ||
-      std::memcmp(tail + 12, kMagic, sizeof kMagic) != 0)
+      std::memcmp(tail + 12, kSealMagic, sizeof kSealMagic) != 0)
     throw CacheRejected("it has no seal (cut short, or written by a ddprun older than this one's cache format)");
   uint32_t count;
   uint64_t seal_bytes;

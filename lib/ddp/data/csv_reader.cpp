@@ -22,7 +22,7 @@ constexpr std::size_t kRowBaseBytes = 1 << 20, kRowBytesPerCell = 256;
 
 // The header's names, unquoted; refuses a name given twice, which would leave the label column
 // ambiguous (one "label" read as the labels, the other as a feature).
-std::vector<std::string> read_header(CsvLineReader& lines, const std::string& path) {
+std::vector<std::string> read_csv_header(CsvLineReader& lines, const std::string& path) {
   std::string line;
   if (!lines.next(line, kMaxHeaderBytes, "a header row names the columns; is this a CSV file?"))
     throw FileError(path + ": is empty (expected a header row naming the columns)");
@@ -48,7 +48,7 @@ CsvTable read_csv(const std::string& path, const std::string& label_column) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path + ": cannot open");
   CsvLineReader lines(in, path);
-  std::vector<std::string> header = read_header(lines, path);
+  std::vector<std::string> header = read_csv_header(lines, path);
   std::size_t label_at = header.size();
   for (std::size_t i = 0; i < header.size(); ++i)
     if (header[i] == label_column) label_at = i;

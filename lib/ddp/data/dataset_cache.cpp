@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Format 2 added the seal (cache_seal.h); a file of format 1 has none and is rebuilt.
-constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'A', 'C', 'H', '2'};
+constexpr char kDatasetMagic[8] = {'D', 'D', 'P', 'C', 'A', 'C', 'H', '2'};
 
 // The cache file: magic, then int64 count, height, width, then uint8 images [count, 1, height,
 // width], then int64 labels, then the seal; the header, images and labels are its regions.
@@ -42,7 +42,7 @@ std::vector<std::string> source_files(const std::string& dir, const std::string&
 
 void write_cache(const std::string& path, mode_t mode, const Dataset& data, const std::string& sources) {
   Header header{};
-  std::memcpy(header.magic, kMagic, sizeof kMagic);
+  std::memcpy(header.magic, kDatasetMagic, sizeof kDatasetMagic);
   header.count = data.features.size(0);
   header.height = data.features.size(2);
   header.width = data.features.size(3);
@@ -67,7 +67,7 @@ std::optional<Dataset> open_cache(const std::string& path, const std::string& so
     CacheSeal seal = read_cache_seal(fd);
     check_cache_sources(seal, sources);
     if (seal.payload_bytes < static_cast<int64_t>(sizeof header) || pread(fd, &header, sizeof header, 0) != sizeof header ||
-        std::memcmp(header.magic, kMagic, sizeof kMagic) != 0)
+        std::memcmp(header.magic, kDatasetMagic, sizeof kDatasetMagic) != 0)
       throw CacheRejected("its header is not an IDX cache's of this format");
     int64_t images = 0, labels_at = 0, label_bytes = 0, expected = 0;
     if (header.count < 0 || header.height < 0 || header.width < 0 ||

@@ -17,11 +17,11 @@ namespace ddp {
 namespace {
 
 // Format 2 added the seal (cache_seal.h); a file of format 1 has none and is rebuilt.
-constexpr char kMagic[8] = {'D', 'D', 'P', 'G', 'R', 'P', 'H', '2'};
+constexpr char kGraphMagic[8] = {'D', 'D', 'P', 'G', 'R', 'P', 'H', '2'};
 
 // The cache file: this header, then int64 indptr [N + 1], indices [E], labels [N], train, val and
 // test ids, then float32 features [N, F], then the seal; the header and each array are a region.
-struct Header {
+struct GraphHeader {
   char magic[8];
   int64_t nodes, edges, features, train, val, test;
 };
@@ -32,9 +32,9 @@ std::string_view bytes_of(const torch::Tensor& t) {
 }
 
 // Writes the graph's cache file from its arrays as they are in memory.
-void write_cache(const std::string& path, mode_t mode, const Graph& graph, const std::string& sources) {
-  Header header{};
-  std::memcpy(header.magic, kMagic, sizeof kMagic);
+void write_graph_cache(const std::string& path, mode_t mode, const Graph& graph, const std::string& sources) {
+  GraphHeader header{};
+  std::memcpy(header.magic, kGraphMagic, sizeof kGraphMagic);
   header.nodes = graph.num_nodes();
   header.edges = graph.num_edges();
   header.features = graph.num_features();
@@ -65,14 +65,14 @@ bool consistent(const Graph& g, int64_t edges) {
 
 // The graph in a cache file; nullopt when it is missing, CacheRejected when it is not what these
 // sources would build (its seal, its header, its CSR).
-std::optional<Graph> open_cache(const std::string& path, const std::string& sources) {
+std::optional<Graph> open_graph_cache(const std::string& path, const std::string& sources) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   try {
     CacheSeal seal = read_cache_seal(fd);
     check_cache_sources(seal, sources);
-    Header h{};
-    if (pread(fd, &h, sizeof h, 0) != sizeof h || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.nodes < 0 ||
+    GraphHeader h{};
+    if (pread(fd, &h, sizeof h, 0) != sizeof h || std::memcmp(h.magic, kGraphMagic, sizeof kGraphMagic) != 0 || h.nodes < 0 ||
         h.edges < 0 || h.features <= 0 || h.train < 0 || h.val < 0 || h.test < 0)
       throw CacheRejected("its header is not a graph cache's of this format");
     int64_t small = 0, feature_count = 0, expected = 0;
@@ -125,8 +125,8 @@ Graph load_graph_cached(const std::string& path, const std::string& cache_dir) {
   std::string file = cache_dir + "/" + name;
   std::optional<Graph> result, built;
   bool opened = open_or_build_cache(
-      file, [&] { return (result = open_cache(file, sources)).has_value(); },
-      [&](const std::string& out, mode_t out_mode) { write_cache(out, out_mode, *(built = load_graph(path)), sources); },
+      file, [&] { return (result = open_graph_cache(file, sources)).has_value(); },
+      [&](const std::string& out, mode_t out_mode) { write_graph_cache(out, out_mode, *(built = load_graph(path)), sources); },
       cache_file_mode(files.front()), path);
   if (opened) return *result;
   return built ? *built : load_graph(path);  // a cache that cannot be written: the graph this rank already read

@@ -22,10 +22,10 @@ namespace ddp {
 namespace {
 
 constexpr int64_t kMaxDims = 8;
-constexpr size_t kChunk = 1 << 20;
+constexpr size_t kIdxChunk = 1 << 20;
 constexpr int64_t kMaxDeflateRatio = 1032;  // deflate's limit: 258 bytes per 2-bit code, roughly
 
-[[noreturn]] void fail(const std::string& path, const std::string& cause) { throw FileError(path + ": " + cause); }
+[[noreturn]] void fail_idx(const std::string& path, const std::string& cause) { throw FileError(path + ": " + cause); }
 
 std::string hex_bytes(const unsigned char* bytes, size_t n) {
   std::string out;
@@ -49,16 +49,16 @@ class ByteSource {
  public:
   explicit ByteSource(const std::string& path) : path_(path) {
     std::error_code ignored;
-    if (std::filesystem::is_directory(path, ignored)) fail(path_, "cannot read: is a directory");
+    if (std::filesystem::is_directory(path, ignored)) fail_idx(path_, "cannot read: is a directory");
     file_.reset(std::fopen(path.c_str(), "rb"));
-    if (!file_) fail(path_, std::string("cannot open: ") + std::strerror(errno));
+    if (!file_) fail_idx(path_, std::string("cannot open: ") + std::strerror(errno));
     unsigned char magic[2] = {0, 0};
     size_t got = raw_read(magic, 2);
     gzip_ = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    if (std::fseek(file_.get(), 0, SEEK_SET) != 0) fail(path_, std::string("cannot seek: ") + std::strerror(errno));
+    if (std::fseek(file_.get(), 0, SEEK_SET) != 0) fail_idx(path_, std::string("cannot seek: ") + std::strerror(errno));
     if (gzip_) {
-      if (inflateInit2(&stream_, 16 + MAX_WBITS) != Z_OK) fail(path_, "cannot initialise zlib");
-      input_.resize(kChunk);
+      if (inflateInit2(&stream_, 16 + MAX_WBITS) != Z_OK) fail_idx(path_, "cannot initialise zlib");
+      input_.resize(kIdxChunk);
     }
   }
   ~ByteSource() {
@@ -89,7 +89,7 @@ class ByteSource {
 
   /// Counts (and discards) whatever is left.
   uint64_t drain() {
-    std::vector<unsigned char> scratch(kChunk);
+    std::vector<unsigned char> scratch(kIdxChunk);
     uint64_t total = 0;
     while (size_t got = read(scratch.data(), scratch.size())) total += got;
     return total;
@@ -98,7 +98,7 @@ class ByteSource {
  private:
   size_t raw_read(void* dst, size_t n) {
     size_t got = std::fread(dst, 1, n, file_.get());
-    if (got < n && std::ferror(file_.get())) fail(path_, std::string("read error: ") + std::strerror(errno));
+    if (got < n && std::ferror(file_.get())) fail_idx(path_, std::string("read error: ") + std::strerror(errno));
     return got;
   }
 
@@ -119,9 +119,9 @@ class ByteSource {
       if (rc == Z_STREAM_END) {
         end_of_member();
       } else if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
-        fail(path_, std::string("corrupt gzip data: ") + (stream_.msg ? stream_.msg : "invalid stream"));
+        fail_idx(path_, std::string("corrupt gzip data: ") + (stream_.msg ? stream_.msg : "invalid stream"));
       } else if (rc == Z_MEM_ERROR) {
-        fail(path_, "out of memory while decompressing");
+        fail_idx(path_, "out of memory while decompressing");
       }
     }
     return n - stream_.avail_out;
@@ -141,7 +141,7 @@ class ByteSource {
     if (stream_.next_in[0] != 0x1f) {
       uint64_t trailing = stream_.avail_in;
       while (size_t got = raw_read(input_.data(), input_.size())) trailing += got;
-      fail(path_, "trailing garbage: " + std::to_string(trailing) + " bytes after the end of the gzip stream");
+      fail_idx(path_, "trailing garbage: " + std::to_string(trailing) + " bytes after the end of the gzip stream");
     }
     inflateReset(&stream_);
   }
@@ -171,29 +171,29 @@ std::string truncated_hint(const ByteSource& source) {
   return source.gzip_truncated() ? " (the gzip stream ends early)" : "";
 }
 
-std::vector<int64_t> read_header(ByteSource& source, const std::string& path) {
+std::vector<int64_t> read_idx_header(ByteSource& source, const std::string& path) {
   unsigned char magic[4];
   size_t got = source.read(magic, 4);
-  if (got == 0) fail(path, "not an IDX file: it is empty");
-  if (got < 4) fail(path, "not an IDX file: only " + std::to_string(got) + " bytes, shorter than the 4-byte magic");
+  if (got == 0) fail_idx(path, "not an IDX file: it is empty");
+  if (got < 4) fail_idx(path, "not an IDX file: only " + std::to_string(got) + " bytes, shorter than the 4-byte magic");
   if (magic[0] != 0 || magic[1] != 0) {
-    fail(path, "not an IDX file: bad magic bytes " + hex_bytes(magic, 4) + " (expected 00 00 <type> <ndim>)");
+    fail_idx(path, "not an IDX file: bad magic bytes " + hex_bytes(magic, 4) + " (expected 00 00 <type> <ndim>)");
   }
   const char* name = type_name(magic[2]);
-  if (name == nullptr) fail(path, "not an IDX file: unknown element type 0x" + hex_bytes(magic + 2, 1));
+  if (name == nullptr) fail_idx(path, "not an IDX file: unknown element type 0x" + hex_bytes(magic + 2, 1));
   if (magic[2] != 0x08) {
-    fail(path, "unsupported IDX element type 0x" + hex_bytes(magic + 2, 1) + " (" + name +
+    fail_idx(path, "unsupported IDX element type 0x" + hex_bytes(magic + 2, 1) + " (" + name +
                    "); only 0x08 (unsigned byte) is supported");
   }
   int64_t ndim = magic[3];
   if (ndim < 1 || ndim > kMaxDims) {
-    fail(path, "not an IDX file: " + std::to_string(ndim) + " dimensions (expected 1 to " +
+    fail_idx(path, "not an IDX file: " + std::to_string(ndim) + " dimensions (expected 1 to " +
                    std::to_string(kMaxDims) + ")");
   }
   std::vector<unsigned char> raw(4 * ndim);
   got = source.read(raw.data(), raw.size());
   if (got < raw.size()) {
-    fail(path, "truncated: header declares " + std::to_string(ndim) + " dimensions but ends after " +
+    fail_idx(path, "truncated: header declares " + std::to_string(ndim) + " dimensions but ends after " +
                    std::to_string(4 + got) + " bytes" + truncated_hint(source));
   }
   std::vector<int64_t> dims(ndim);
@@ -201,7 +201,7 @@ std::vector<int64_t> read_header(ByteSource& source, const std::string& path) {
     const unsigned char* b = &raw[4 * i];
     // Big-endian; the high bit set would be a negative size.
     dims[i] = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | int64_t{b[3]};
-    if (b[0] & 0x80) fail(path, "bad IDX header: dimension " + std::to_string(i) + " is negative");
+    if (b[0] & 0x80) fail_idx(path, "bad IDX header: dimension " + std::to_string(i) + " is negative");
   }
   return dims;
 }
@@ -210,17 +210,17 @@ std::vector<int64_t> read_header(ByteSource& source, const std::string& path) {
 
 torch::Tensor read_idx(const std::string& path) {
   ByteSource source(path);
-  std::vector<int64_t> dims = read_header(source, path);
+  std::vector<int64_t> dims = read_idx_header(source, path);
   int64_t count = 1;
   for (int64_t d : dims) {
     if (__builtin_mul_overflow(count, d, &count)) {
-      fail(path, "bad IDX header: dims " + format_shape(dims) + " overflow");
+      fail_idx(path, "bad IDX header: dims " + format_shape(dims) + " overflow");
     }
   }
   // Checked before allocating: a 1 KB file whose header claims 50M images must not cost 39 GB first.
   int64_t header_bytes = 4 + 4 * static_cast<int64_t>(dims.size());
   if (int64_t most = source.max_payload(header_bytes); count > most)
-    fail(path, source.gzip() ? "truncated: the header " + format_shape(dims) + " declares " + std::to_string(count) +
+    fail_idx(path, source.gzip() ? "truncated: the header " + format_shape(dims) + " declares " + std::to_string(count) +
                                    " bytes of data, more than a gzip file of this size can hold"
                              : "truncated: expected " + std::to_string(count) + " bytes of data, found " +
                                    std::to_string(most));
@@ -234,15 +234,15 @@ torch::Tensor read_idx(const std::string& path) {
     if (got < want) break;
   }
   if (found < count) {
-    fail(path, "truncated: expected " + std::to_string(count) + " bytes of data, found " + std::to_string(found) +
+    fail_idx(path, "truncated: expected " + std::to_string(count) + " bytes of data, found " + std::to_string(found) +
                    truncated_hint(source));
   }
   if (uint64_t trailing = source.drain()) {
-    fail(path, "trailing garbage: " + std::to_string(trailing) + " bytes after the " + std::to_string(count) +
+    fail_idx(path, "trailing garbage: " + std::to_string(trailing) + " bytes after the " + std::to_string(count) +
                    " bytes of data that the header " + format_shape(dims) + " declares");
   }
   // The data can all be there with only the gzip checksum cut off; still a damaged file.
-  if (source.gzip_truncated()) fail(path, "truncated: the gzip stream ends before its end-of-stream trailer");
+  if (source.gzip_truncated()) fail_idx(path, "truncated: the gzip stream ends before its end-of-stream trailer");
   return tensor;
 }
 
@@ -254,10 +254,10 @@ std::string find_split_file(const std::string& dir, const std::string& stem, con
     std::error_code ignored;
     if (std::filesystem::is_regular_file(path, ignored)) return path;
   }
-  fail(dir, "missing " + what + ": looked for " + stem + " and " + stem + ".gz");
+  fail_idx(dir, "missing " + what + ": looked for " + stem + " and " + stem + ".gz");
 }
 
-std::string shape_of(const torch::Tensor& t) { return format_shape(t.sizes().vec()); }
+std::string idx_shape(const torch::Tensor& t) { return format_shape(t.sizes().vec()); }
 
 }  // namespace
 
@@ -267,16 +267,16 @@ Dataset load_idx_split(const std::string& dir, const std::string& split) {
   }
   std::error_code ignored;
   if (!std::filesystem::is_directory(dir, ignored)) {
-    fail(dir, "dataset directory does not exist (or is not a directory)");
+    fail_idx(dir, "dataset directory does not exist (or is not a directory)");
   }
   const std::string prefix = split == "train" ? "train" : "t10k";
   std::string images_path = find_split_file(dir, prefix + "-images-idx3-ubyte", split + " images");
   std::string labels_path = find_split_file(dir, prefix + "-labels-idx1-ubyte", split + " labels");
 
   torch::Tensor images = read_idx(images_path);
-  if (images.dim() != 3) fail(images_path, "expected 3-D images [N, H, W], got " + shape_of(images));
+  if (images.dim() != 3) fail_idx(images_path, "expected 3-D images [N, H, W], got " + idx_shape(images));
   torch::Tensor labels = read_idx(labels_path);
-  if (labels.dim() != 1) fail(labels_path, "expected 1-D labels [N], got " + shape_of(labels));
+  if (labels.dim() != 1) fail_idx(labels_path, "expected 1-D labels [N], got " + idx_shape(labels));
   if (labels.size(0) != images.size(0)) {
     throw FileError(images_path + " has " + std::to_string(images.size(0)) + " images but " + labels_path +
                     " has " + std::to_string(labels.size(0)) + " labels; the counts must agree");

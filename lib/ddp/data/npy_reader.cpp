@@ -14,27 +14,27 @@
 namespace ddp {
 namespace {
 
-constexpr char kMagic[] = "\x93NUMPY";
+constexpr char kNpyMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicSize = 6;
 constexpr std::size_t kMaxHeader = 1 << 20;  // numpy writes a few hundred bytes; this bounds a bad length
 
-[[noreturn]] void fail(const std::string& path, const std::string& cause) {
+[[noreturn]] void fail_npy(const std::string& path, const std::string& cause) {
   throw FileError(path + ": " + cause);
 }
 
 // The text after `'key':` in the header dict, up to the end of its value.
 std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
   auto at = header.find("'" + key + "'");
-  if (at == std::string::npos) fail(path, "the NPY header has no '" + key + "' (header: " + header + ")");
+  if (at == std::string::npos) fail_npy(path, "the NPY header has no '" + key + "' (header: " + header + ")");
   at = header.find(':', at);
-  if (at == std::string::npos) fail(path, "malformed NPY header: " + header);
+  if (at == std::string::npos) fail_npy(path, "malformed NPY header: " + header);
   auto start = header.find_first_not_of(' ', at + 1);
-  if (start == std::string::npos) fail(path, "malformed NPY header: " + header);
+  if (start == std::string::npos) fail_npy(path, "malformed NPY header: " + header);
   char open = header[start];
   char close = open == '(' ? ')' : open == '[' ? ']' : open == '\'' ? '\'' : 0;
   if (close) {
     auto end = header.find(close, start + 1);
-    if (end == std::string::npos) fail(path, "malformed NPY header: " + header);
+    if (end == std::string::npos) fail_npy(path, "malformed NPY header: " + header);
     return header.substr(start, end - start + 1);
   }
   auto end = header.find_first_of(",}", start);
@@ -44,17 +44,17 @@ std::string dict_value(const std::string& header, const std::string& key, const 
 // descr is e.g. '<f4': byte order, then kind and item size ("f4"), returned without the order.
 std::string element_kind(const std::string& descr, const std::string& path) {
   if (descr.size() < 4 || descr.front() != '\'' || descr.back() != '\'')
-    fail(path, "structured dtype " + descr + " is not supported (use a plain numeric array)");
+    fail_npy(path, "structured dtype " + descr + " is not supported (use a plain numeric array)");
   std::string text = descr.substr(1, descr.size() - 2);
   char order = text[0];
   std::string kind = text.substr(1);
   if (kind == "O" || kind.rfind("O", 0) == 0)
-    fail(path, "holds Python objects (object dtype, stored as pickles); save a numeric array instead");
-  if (order == '>') fail(path, "is big-endian (" + text + "); save it little-endian, e.g. arr.astype('<" + kind + "')");
-  if (order != '<' && order != '|' && order != '=') fail(path, "unknown byte order in dtype " + text);
+    fail_npy(path, "holds Python objects (object dtype, stored as pickles); save a numeric array instead");
+  if (order == '>') fail_npy(path, "is big-endian (" + text + "); save it little-endian, e.g. arr.astype('<" + kind + "')");
+  if (order != '<' && order != '|' && order != '=') fail_npy(path, "unknown byte order in dtype " + text);
   auto bytes = kind.size() >= 2 ? parse_int(kind.substr(1)) : std::nullopt;
   if (std::string("biufc").find(kind[0]) == std::string::npos || !bytes || *bytes < 1 || *bytes > 16)
-    fail(path, "dtype " + kind + " is not supported (float32, float64, uint8, bool, int32 or int64)");
+    fail_npy(path, "dtype " + kind + " is not supported (float32, float64, uint8, bool, int32 or int64)");
   return kind;
 }
 
@@ -65,11 +65,11 @@ torch::ScalarType dtype_of(const std::string& kind, const std::string& path) {
   if (kind == "b1") return torch::kBool;  // masks, as numpy saves bool arrays
   if (kind == "i4") return torch::kInt;
   if (kind == "i8") return torch::kLong;
-  fail(path, "dtype " + kind + " is not supported (float32, float64, uint8, bool, int32 or int64)");
+  fail_npy(path, "dtype " + kind + " is not supported (float32, float64, uint8, bool, int32 or int64)");
 }
 
-std::vector<int64_t> shape_of(const std::string& tuple, const std::string& path) {
-  if (tuple.size() < 2 || tuple.front() != '(') fail(path, "malformed shape " + tuple + " in the NPY header");
+std::vector<int64_t> npy_shape(const std::string& tuple, const std::string& path) {
+  if (tuple.size() < 2 || tuple.front() != '(') fail_npy(path, "malformed shape " + tuple + " in the NPY header");
   std::vector<int64_t> shape;
   std::string inner = tuple.substr(1, tuple.size() - 2);
   std::size_t at = 0;
@@ -80,7 +80,7 @@ std::vector<int64_t> shape_of(const std::string& tuple, const std::string& path)
     item.erase(item.find_last_not_of(' ') + 1);
     if (!item.empty()) {
       auto value = parse_int(item);
-      if (!value || *value < 0) fail(path, "malformed shape " + tuple + " in the NPY header");
+      if (!value || *value < 0) fail_npy(path, "malformed shape " + tuple + " in the NPY header");
       shape.push_back(*value);
     }
     if (end == std::string::npos) break;
@@ -96,13 +96,13 @@ struct OpenFile {
 
 OpenFile open_npy(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
+  if (fd < 0) fail_npy(path, std::string("cannot open (") + std::strerror(errno) + ")");
   try {
     struct stat info {};
-    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) fail(path, "is not a regular file");
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) fail_npy(path, "is not a regular file");
     std::string start(static_cast<std::size_t>(std::min<off_t>(info.st_size, kMaxHeader + 12)), '\0');
     ssize_t got = ::pread(fd, start.data(), start.size(), 0);
-    if (got < 0) fail(path, std::string("cannot read (") + std::strerror(errno) + ")");
+    if (got < 0) fail_npy(path, std::string("cannot read (") + std::strerror(errno) + ")");
     start.resize(static_cast<std::size_t>(got));
     return {fd, parse_npy_header(start, info.st_size, path)};
   } catch (...) {
@@ -115,43 +115,43 @@ OpenFile open_npy(const std::string& path) {
 
 NpyLayout parse_npy_layout(const std::string& bytes, int64_t file_size, const std::string& path,
                            const std::function<void(const std::string&)>& check_kind) {
-  if (bytes.size() < kMagicSize || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+  if (bytes.size() < kMagicSize || bytes.compare(0, kMagicSize, kNpyMagic, kMagicSize) != 0) {
     bool pickle = !bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80;
-    fail(path, pickle ? "is a Python pickle, not an NPY file (save arrays with np.save)"
+    fail_npy(path, pickle ? "is a Python pickle, not an NPY file (save arrays with np.save)"
                       : "is not an NPY file (no \\x93NUMPY magic)");
   }
-  if (bytes.size() < 10) fail(path, "is cut short inside its NPY header");
+  if (bytes.size() < 10) fail_npy(path, "is cut short inside its NPY header");
   int major = static_cast<unsigned char>(bytes[6]);
   std::size_t length_bytes = major == 1 ? 2 : (major == 2 || major == 3) ? 4 : 0;
-  if (length_bytes == 0) fail(path, "has NPY format version " + std::to_string(major) + " (1, 2 or 3 are read)");
-  if (bytes.size() < 8 + length_bytes) fail(path, "is cut short inside its NPY header");
+  if (length_bytes == 0) fail_npy(path, "has NPY format version " + std::to_string(major) + " (1, 2 or 3 are read)");
+  if (bytes.size() < 8 + length_bytes) fail_npy(path, "is cut short inside its NPY header");
   uint64_t header_length = 0;
   for (std::size_t i = 0; i < length_bytes; ++i)
     header_length |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
   const uint64_t data_offset = 8 + length_bytes + header_length;
-  if (header_length > kMaxHeader || data_offset > bytes.size()) fail(path, "is cut short inside its NPY header");
+  if (header_length > kMaxHeader || data_offset > bytes.size()) fail_npy(path, "is cut short inside its NPY header");
   std::string header = bytes.substr(8 + length_bytes, header_length);
 
   NpyLayout result;
   result.data_offset = static_cast<int64_t>(data_offset);
   std::string fortran = dict_value(header, "fortran_order", path);
   if (fortran.rfind("True", 0) == 0)
-    fail(path, "is in Fortran order; save it in C order (np.ascontiguousarray) so samples are contiguous");
+    fail_npy(path, "is in Fortran order; save it in C order (np.ascontiguousarray) so samples are contiguous");
   result.kind = element_kind(dict_value(header, "descr", path), path);
   if (check_kind) check_kind(result.kind);
   result.item_bytes = *parse_int(result.kind.substr(1));
-  result.shape = shape_of(dict_value(header, "shape", path), path);
-  if (result.shape.empty()) fail(path, "holds a 0-d array; the first dimension must count samples");
+  result.shape = npy_shape(dict_value(header, "shape", path), path);
+  if (result.shape.empty()) fail_npy(path, "holds a 0-d array; the first dimension must count samples");
 
   int64_t expected = result.item_bytes;
   for (int64_t extent : result.shape)
-    if (__builtin_mul_overflow(expected, extent, &expected)) fail(path, "claims an impossibly large shape");
+    if (__builtin_mul_overflow(expected, extent, &expected)) fail_npy(path, "claims an impossibly large shape");
   int64_t actual = file_size - result.data_offset;
   if (actual < expected)
-    fail(path, "is cut short: its header says " + std::to_string(expected) + " bytes of data, the file holds " +
+    fail_npy(path, "is cut short: its header says " + std::to_string(expected) + " bytes of data, the file holds " +
                    std::to_string(actual));
   if (actual > expected)
-    fail(path, "has " + std::to_string(actual - expected) + " bytes after the array its header describes");
+    fail_npy(path, "has " + std::to_string(actual - expected) + " bytes after the array its header describes");
   return result;
 }
 

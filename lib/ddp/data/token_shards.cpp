@@ -21,7 +21,7 @@ constexpr int64_t kLlmcHeaderBytes = 1024;  // 256 int32
 constexpr int32_t kLlmcMagic16 = 20240520, kLlmcVersion16 = 1;
 constexpr int32_t kLlmcMagic32 = 20240801, kLlmcVersion32 = 7;
 
-[[noreturn]] void fail(const std::string& path, const std::string& cause) { throw FileError(path + ": " + cause); }
+[[noreturn]] void fail_tokens(const std::string& path, const std::string& cause) { throw FileError(path + ": " + cause); }
 
 int32_t int32_at(const unsigned char* bytes, int index) {
   int32_t value;
@@ -33,45 +33,45 @@ int32_t int32_at(const unsigned char* bytes, int index) {
 
 TokenShard::TokenShard(const std::string& path, const std::string& token_dtype) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
+  if (fd < 0) fail_tokens(path, std::string("cannot open (") + std::strerror(errno) + ")");
   struct stat info {};
   if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     ::close(fd);
-    fail(path, "is not a regular file");
+    fail_tokens(path, "is not a regular file");
   }
   map_size_ = static_cast<std::size_t>(info.st_size);
   if (map_size_ == 0) {
     ::close(fd);
-    fail(path, "is empty: a token file needs at least two tokens");
+    fail_tokens(path, "is empty: a token file needs at least two tokens");
   }
   void* map = ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);  // the mapping keeps the file
-  if (map == MAP_FAILED) fail(path, std::string("cannot map (") + std::strerror(errno) + ")");
+  if (map == MAP_FAILED) fail_tokens(path, std::string("cannot map (") + std::strerror(errno) + ")");
   map_ = static_cast<const unsigned char*>(map);
   ::madvise(map, map_size_, MADV_RANDOM);  // windows are read in the sampler's order
   try {
     auto size = static_cast<int64_t>(map_size_);
     int32_t magic = map_size_ >= 4 ? int32_at(map_, 0) : 0;
     if (magic == kLlmcMagic16 || magic == kLlmcMagic32) {
-      if (size < kLlmcHeaderBytes) fail(path, "is cut short inside its llm.c header (" + std::to_string(size) + " bytes)");
+      if (size < kLlmcHeaderBytes) fail_tokens(path, "is cut short inside its llm.c header (" + std::to_string(size) + " bytes)");
       int32_t version = int32_at(map_, 1);
       int32_t expected = magic == kLlmcMagic16 ? kLlmcVersion16 : kLlmcVersion32;
       if (version != expected)
-        fail(path, "llm.c shard with magic " + std::to_string(magic) + " has version " + std::to_string(version) +
+        fail_tokens(path, "llm.c shard with magic " + std::to_string(magic) + " has version " + std::to_string(version) +
                        ", expected " + std::to_string(expected));
       token_bytes_ = magic == kLlmcMagic16 ? 2 : 4;
       data_offset_ = kLlmcHeaderBytes;
       count_ = int32_at(map_, 2);
       int64_t holds = (size - data_offset_) / token_bytes_;
       if (count_ < 0 || (size - data_offset_) % token_bytes_ != 0 || holds != count_)
-        fail(path, "its llm.c header says " + std::to_string(count_) + " tokens, the file holds " +
+        fail_tokens(path, "its llm.c header says " + std::to_string(count_) + " tokens, the file holds " +
                        std::to_string(size - data_offset_) + " bytes of " + std::to_string(token_bytes_) +
                        "-byte tokens after the header");
       format_ = magic == kLlmcMagic16 ? "llm.c uint16" : "llm.c uint32";
     } else if (map_size_ >= 6 && std::memcmp(map_, "\x93NUMPY", 6) == 0) {
       std::string start(reinterpret_cast<const char*>(map_), std::min<std::size_t>(map_size_, (1 << 20) + 12));
       auto refuse = [&](const std::string& what) {
-        fail(path, "a token .npy must be a 1-D array of integers (int8/16/32/64, uint8/16/32); this one " + what);
+        fail_tokens(path, "a token .npy must be a 1-D array of integers (int8/16/32/64, uint8/16/32); this one " + what);
       };
       auto integer = [](const std::string& kind) {
         return kind == "i1" || kind == "i2" || kind == "i4" || kind == "i8" || kind == "u1" || kind == "u2" || kind == "u4";
@@ -87,12 +87,12 @@ TokenShard::TokenShard(const std::string& path, const std::string& token_dtype) 
       format_ = "npy " + std::string(is_signed_ ? "int" : "uint") + std::to_string(8 * token_bytes_);
     } else {
       if (token_dtype.empty())
-        fail(path, "is not an llm.c token shard (magic " + std::to_string(magic) + ", expected " +
+        fail_tokens(path, "is not an llm.c token shard (magic " + std::to_string(magic) + ", expected " +
                        std::to_string(kLlmcMagic16) + " or " + std::to_string(kLlmcMagic32) +
                        ") nor an .npy; a headerless file (nanoGPT's train.bin) needs data.token_dtype: uint16 or uint32");
       token_bytes_ = token_dtype == "uint16" ? 2 : 4;
       if (size % token_bytes_ != 0)
-        fail(path, std::to_string(size) + " bytes is not a whole number of " + token_dtype + " tokens");
+        fail_tokens(path, std::to_string(size) + " bytes is not a whole number of " + token_dtype + " tokens");
       count_ = size / token_bytes_;
       format_ = "raw " + token_dtype;
     }
@@ -158,7 +158,7 @@ TokenWindows::TokenWindows(const std::string& pattern, const std::string& key, c
     auto shard = std::make_unique<TokenShard>(path, token_dtype);
     int64_t windows = (shard->tokens() - 1) / block_size_;
     if (windows < 1)
-      fail(path, "holds " + std::to_string(shard->tokens()) + " tokens, fewer than one window of model.block_size + 1 = " +
+      fail_tokens(path, "holds " + std::to_string(shard->tokens()) + " tokens, fewer than one window of model.block_size + 1 = " +
                      std::to_string(block_size_ + 1));
     total += windows;
     windows_.push_back(total);
@@ -183,7 +183,7 @@ void TokenWindows::check_vocabulary(int64_t vocab_size, const std::string& vocab
   for (const auto& shard : shards_) {
     auto [index, value] = shard->first_out_of(vocab_size);
     if (index >= 0)
-      fail(shard->path(), "token " + std::to_string(index) + " (byte offset " + std::to_string(shard->byte_offset(index)) +
+      fail_tokens(shard->path(), "token " + std::to_string(index) + " (byte offset " + std::to_string(shard->byte_offset(index)) +
                               ") is " + std::to_string(value) + ", outside " + vocab_key + " " + std::to_string(vocab_size) +
                               " (ids 0 to " + std::to_string(vocab_size - 1) + ")");
   }

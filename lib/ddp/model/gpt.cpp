@@ -99,9 +99,9 @@ class CausalSelfAttention : public torch::nn::Module {
   torch::Tensor additive_mask_;
 };
 
-class Mlp : public torch::nn::Module {
+class GptMlp : public torch::nn::Module {
  public:
-  explicit Mlp(const GptOptions& o) : dropout_(o.dropout) {
+  explicit GptMlp(const GptOptions& o) : dropout_(o.dropout) {
     c_fc = register_module("c_fc", linear(o.n_embd, 4 * o.n_embd, o.bias));
     c_proj = register_module("c_proj", linear(4 * o.n_embd, o.n_embd, o.bias));
   }
@@ -121,7 +121,7 @@ class Block : public torch::nn::Module {
     ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(o.n_embd, o.bias));
     attn = register_module("attn", std::make_shared<CausalSelfAttention>(o));
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(o.n_embd, o.bias));
-    mlp = register_module("mlp", std::make_shared<Mlp>(o));
+    mlp = register_module("mlp", std::make_shared<GptMlp>(o));
   }
   torch::Tensor forward(torch::Tensor x) {
     x = x + attn->forward(ln_1->forward(x));
@@ -130,7 +130,7 @@ class Block : public torch::nn::Module {
 
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<Mlp> mlp;
+  std::shared_ptr<GptMlp> mlp;
 };
 
 // lm_head: no weight of its own, the token embedding's under its name.
