@@ -8,6 +8,7 @@
 #   scripts/gpu_check.sh tests [DIR]   there: build and run the unit tests that need a GPU ([gpu])
 #   scripts/gpu_check.sh gpt [DIR]     there: the [gpu] tests, then the GPU GPT table (scripts/bench.py
 #                                      BENCH_ONLY=gpt_gpu) on data/kjv, made here by scripts/make_tokens.py
+#   scripts/gpu_check.sh quickstart [DIR]  there: the quick start's build and training (on the CPU), timed
 #   scripts/gpu_check.sh elastic [DIR] there: the [gpu] tests, then train.global_batch_size and an elastic
 #                                      job (a node joins, another is drained) on CUDA tensors, on data/kjv
 #
@@ -51,9 +52,9 @@ build() {  # unpacks and configures every time (both quick once done), so a late
   export LD_LIBRARY_PATH=$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PKG_CONFIG_LIBDIR=$multiarch/pkgconfig:$prefix/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$prefix
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_WITH_CUDA=ON -DDDP_BUILD_TESTS="$tests" \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first" -DCMAKE_UNITY_BUILD=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/first" -DCMAKE_UNITY_BUILD="${UNITY:-ON}" \
     -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" -DOPENSSL_ROOT_DIR="$prefix/usr" || return
-  cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report
+  cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report ddp-generate
 }
 
 # One check: its name, then the command; the log keeps going past a failure, and the summary says which.
@@ -131,6 +132,12 @@ case "$stage" in
     fi
     check "GPU GPT table" env BENCH_ONLY=gpt_gpu BENCH_PYTHON="$python" BENCH_TOKENS=data/kjv "$python" scripts/bench.py
     ;;
+  quickstart)  # what scripts/quickstart.sh does after its set-up, on this machine's cores
+    rebuild() { rm -rf build && build; }
+    check "CUDA build of the four programs, from nothing" rebuild
+    check "the quick start's training, 2 CPU workers" build/bin/ddprun --nproc-per-node=2 configs/fashion_mnist_convnet.yaml \
+      --set data.path="$data" --set dist.device=cpu --set run.output_dir=/tmp/ddprun-runs/quickstart
+    ;;
   elastic)
     tests=ON
     check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
@@ -180,7 +187,7 @@ case "$stage" in
     }
     check "elastic: b joins a, then b is drained (SIGTERM)" elastic_job
     ;;
-  *) echo "usage: $0 fetch|run|bench|tests|gpt|elastic [DEBS_DIR]" >&2; exit 2 ;;
+  *) echo "usage: $0 fetch|run|bench|tests|gpt|quickstart|elastic [DEBS_DIR]" >&2; exit 2 ;;
 esac
 echo "=== failed: ${failures[*]:-none}"
 [ ${#failures[@]} -eq 0 ]

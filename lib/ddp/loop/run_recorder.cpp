@@ -101,7 +101,7 @@ RunRecorder::~RunRecorder() {
   }
 }
 
-void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps) {
+void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int64_t total_epochs) {
   // Only now, once the run has resumed or started: a run refused before its first step leaves the
   // directory as it was (Note [Re-running a run]): the config, metrics and events of the run whose
   // checkpoints it holds.
@@ -121,6 +121,7 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps) {
   run_start_ = window_start_ = Clock::now();
   run_start_step_ = progress.step;
   total_steps_ = total_steps;
+  total_epochs_ = total_epochs;
 }
 
 void RunRecorder::step_begins(const TrainProgress& progress) {
@@ -202,7 +203,7 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   if (tokens_per_s > 0) rates += fmt::format(" tokens/s {:.0f}", tokens_per_s);
   spdlog::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} all-reduce {:.2f} "
                "ms ({:.2f} ms exposed) ETA {}",
-               epoch_of(progress), config_.train.epochs, progress.step, total_steps_, loss, lr, samples_per_s,
+               epoch_of(progress), total_epochs_, progress.step, total_steps_, loss, lr, samples_per_s,
                samples_per_s / world_.world_size, rates, allreduce_ms, exposed_ms,
                format_duration(eta_seconds(progress)));
   MetricsRecord record{{"step", static_cast<double>(progress.step)},
@@ -225,7 +226,7 @@ void RunRecorder::show_progress_line(const TrainProgress& progress) {
   double elapsed = std::max(seconds_since(window_start_), 1e-9);
   double samples = window_sums_.value(window_.samples);
   std::string line = fmt::format("{}epoch {}/{} step {}/{} | {:.0f} samples/s | ETA {}\n", kProgressMarker,
-                                 epoch_of(progress), config_.train.epochs, progress.step, total_steps_,
+                                 epoch_of(progress), total_epochs_, progress.step, total_steps_,
                                  samples * world_.world_size / elapsed, format_duration(eta_seconds(progress)));
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);

@@ -48,8 +48,9 @@ class RunRecorder {
   RunRecorder(const RunRecorder&) = delete;
   RunRecorder& operator=(const RunRecorder&) = delete;
 
-  /// Training starts (or resumes) at `progress`, to `total_steps`.
-  void begin(const TrainProgress& progress, int64_t total_steps);
+  /// Training starts (or resumes) at `progress`, to `total_steps`, which end in epoch `total_epochs`
+  /// (fewer than train.epochs when train.max_steps ends the run sooner).
+  void begin(const TrainProgress& progress, int64_t total_steps, int64_t total_epochs);
   /// Before a step: this rank's numbers for the monitor go into the side values.
   void step_begins(const TrainProgress& progress);
   /// After a step: its numbers, the time it waited for data so far (`data_waited_ms`, cumulative)
@@ -106,6 +107,7 @@ class RunRecorder {
   int64_t eta_from_step_ = -1;   // that step (-1: none has ended)
   double first_step_s_ = 0;
   int64_t total_steps_ = 0;
+  int64_t total_epochs_ = 0;
   Clock::time_point step_start_;
   double data_waited_ms_ = 0;  // by the end of the previous step
   double last_data_wait_ms_ = 0;  // this rank's previous step, for the monitor

@@ -307,7 +307,8 @@ bool Trainer::done() const {
 int Trainer::fit() {
   if (already_finished_) return 0;
   install_stop_handlers();
-  recorder_->begin(progress_, total_steps());
+  int64_t per_epoch = std::max<int64_t>(1, steps_per_epoch());
+  recorder_->begin(progress_, total_steps(), (total_steps() + per_epoch - 1) / per_epoch);
   task_->model().train();
   bool has_eval = task_->size(Split::kEval) > 0;
   if (config_.eval.at_start && progress_.step == 0 && has_eval) run_eval();
