@@ -85,12 +85,17 @@ nccl_refuses_two_ranks() {
   echo "$err" | grep "needs a GPU per rank"
 }
 
+# The GPU and PyTorch named, then the CUDA build; no point going on without it.
+gpu_and_build() {
+  check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
+  check "CUDA build" build
+  [ -x build/bin/ddp-train ] || exit 1
+  build/bin/ddp-train --version
+}
+
 case "$stage" in
   run)
-    check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
-    check "CUDA build" build
-    [ -x build/bin/ddp-train ] || exit 1
-    build/bin/ddp-train --version
+    gpu_and_build
     convnet=(configs/fashion_mnist_convnet.yaml --set data.path="$data" --set train.epochs=2)
     check "ConvNet, world 1, NCCL, fp32" train conv-w1 1 "${convnet[@]}"
     check "its model.pt in Python (strict load)" python_accuracy conv-w1
@@ -121,10 +126,7 @@ case "$stage" in
     ;;
   gpt)
     tests=ON
-    check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
-    check "CUDA build" build
-    [ -x build/bin/ddp-train ] || exit 1
-    build/bin/ddp-train --version
+    gpu_and_build
     if [ "${GPT_TESTS:-1}" = 1 ]; then
       check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm test_model
       check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
@@ -140,10 +142,7 @@ case "$stage" in
     ;;
   elastic)
     tests=ON
-    check "GPU and PyTorch" bash -c "nvidia-smi -L && $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'"
-    check "CUDA build" build
-    [ -x build/bin/ddp-train ] || exit 1
-    build/bin/ddp-train --version
+    gpu_and_build
     check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
     check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
     # The baby GPT in fp32, 32 sequences a step at any world size (Note [Global batch]); two ranks

@@ -9,12 +9,14 @@ order, from a scratch directory holding copies of the checkout's configs/, scrip
 and links to its tests/ and build/ (so runs/ and data/ are made there), with BUILD_DIR/bin first on
 PATH, as the quick start tells. Short settings: a command
 that trains a config (`ddprun`, `ddp-train` or the quick start, given a .yaml) gets
-`--set train.max_steps=20 --set train.epochs=1` appended, so the whole README runs in minutes.
-Standard library only.
+`--set train.max_steps=20 --set train.epochs=1` appended, so the whole README runs in minutes. A port
+written in a block (`--master-port 29511`) becomes one free now, the same for each mention in that block,
+so a block never meets a test that runs beside it. Standard library only.
 """
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,24 @@ def shortened(command):
     return body + SHORT + (" &" if background else "")
 
 
+PORT = re.compile(r"(--master[-_]port[= ]|MASTER_PORT=|--rdzv[-_]endpoint[= ][\w.-]+:)(\d{4,5})\b")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def with_free_ports(commands):
+    """The block's commands with each written port replaced by one free now."""
+    ports = {}
+    def swap(match):
+        ports.setdefault(match.group(2), str(free_port()))
+        return match.group(1) + ports[match.group(2)]
+    return [PORT.sub(swap, command) for command in commands]
+
+
 def main():
     source, build = (os.path.abspath(p) for p in sys.argv[1:3])
     found = blocks(os.path.join(source, "README.md"))
@@ -72,15 +92,16 @@ def main():
     env = dict(os.environ, PATH=os.path.join(build, "bin") + ":" + os.environ["PATH"], OMP_NUM_THREADS="1")
     failures = 0
     for block_line, commands in found:
-        script = "\n".join(shortened(command) for _, command in commands) + "\nwait\n"
+        runs = with_free_ports([shortened(command) for _, command in commands])
+        script = "\n".join(runs) + "\nwait\n"
         started = time.time()
         done = subprocess.run(["bash", "-exc", script], cwd=scratch, env=env, capture_output=True, text=True,
                               errors="replace",  # a barely trained GPT writes any bytes
                               timeout=1200)
         print(f"README.md:{block_line}: {len(commands)} command(s) [{time.time() - started:.0f} s, exit "
               f"{done.returncode}]", flush=True)
-        for _, command in commands:
-            print("    " + shortened(command))
+        for command in runs:
+            print("    " + command)
         if done.returncode != 0:
             failures += 1
             print(done.stdout[-3000:] + done.stderr[-4000:])
