@@ -11,6 +11,7 @@
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/parallel/optimizer_state.h"
 
 namespace ddp {
@@ -94,7 +95,7 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
       }
       std::string data = archive_bytes(archive);
       write_file_atomically(directory + shard_file(progress.step, layout.shard, layout.shards), data);
-      report = shard_report(layout, data);
+      report = std::to_string(layout.shard) + " " + shard_report(layout, data);
     } catch (const std::exception& e) {
       report = std::string("error ") + e.what();
     }
@@ -109,9 +110,19 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
     if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0)
       throw IoError("rank " + std::to_string(r) + ": " + reports[static_cast<std::size_t>(r)].substr(6));
   if (world.rank != 0) return;
+  // Each shard's report, from whichever rank wrote it (replica 0's, in any stage).
+  std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards));
+  for (const auto& written : reports) {
+    auto space = written.find(' ');
+    if (written.empty() || space == std::string::npos) continue;
+    auto shard = parse_int(written.substr(0, space));
+    if (shard && *shard >= 0 && *shard < layout.shards)
+      shard_reports[static_cast<std::size_t>(*shard)] = written.substr(space + 1);
+  }
 
   torch::serialize::OutputArchive common;
-  write_progress(common, progress, world.world_size, rank_rng);
+  write_progress(common, progress, layout.data_parallel_size > 0 ? layout.data_parallel_size : world.world_size,
+                 rank_rng);
   for (const auto& [name, buffer] : unique_buffers(model)) common.write("buffer/" + name, buffer.to(torch::kCPU));
   std::string common_data = archive_bytes(common);
   std::string common_file = checkpoint_stem(progress.step) + ".common.pt";
@@ -137,8 +148,7 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
   manifest << YAML::EndSeq;
   manifest << YAML::Key << "shards" << YAML::Value << YAML::BeginSeq;
   for (int s = 0; s < layout.shards; ++s) {
-    // The writer of shard s is the data-shard rank s of replica 0: world rank s (Note [Device mesh]).
-    std::istringstream in(reports[static_cast<std::size_t>(s)]);
+    std::istringstream in(shard_reports[static_cast<std::size_t>(s)]);
     std::string ok;
     uint64_t bytes = 0;
     uint32_t crc = 0;

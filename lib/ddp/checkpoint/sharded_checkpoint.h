@@ -28,6 +28,7 @@ struct ShardLayout {
   bool writes = false;                    ///< one replica of each shard writes it
   std::string mesh;                       ///< the mesh, described, for the manifest
   std::string optimizer;                  ///< optim.name: whose state the shards hold
+  int data_parallel_size = 0;             ///< ranks that split the samples (0: the world), for the resume position
 };
 
 /// Every rank: the writers each save their shard (ranges' values and optimizer state), then rank 0

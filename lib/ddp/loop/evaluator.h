@@ -9,6 +9,7 @@
 
 #include "ddp/comm/process_group.h"
 #include "ddp/loop/loop_config.h"
+#include "ddp/loop/pipeline_runner.h"
 #include "ddp/task/task.h"
 
 namespace ddp {
@@ -22,5 +23,10 @@ struct EvalResult {
 /// Runs the task's model in eval mode over this rank's shard, eval.batch_size samples at a time,
 /// and all-reduces the sums.
 EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm);
+
+/// The same through pipeline stages: `stage` is this rank's; the samples are split over `replicas`
+/// (this stage's), and the last stages' sums are added up over `world`.
+EvalResult evaluate_pipelined(Task& task, const EvalConfig& config, PipelineRunner& stage, const Communicator& replicas,
+                              const Communicator& world);
 
 }  // namespace ddp

@@ -86,7 +86,8 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
   spdlog::info("world size {} ({} backend, model on {}), per-rank batch {}, global batch {}", world_.world_size,
                world_.backend, world_.device.str(), config_.train.batch_size,
-               config_.train.batch_size * config_.train.grad_accum_steps * world_.world_size);
+               config_.train.batch_size * config_.train.grad_accum_steps * world_.world_size /
+                   config_.mesh.pipeline);  // the stages of a pipeline share their samples
 }
 
 RunRecorder::~RunRecorder() {
@@ -351,6 +352,10 @@ void RunRecorder::write_report(const TrainProgress& progress, std::optional<int>
   } catch (const std::exception& e) {
     spdlog::warn("no report.html: {}", e.what());  // the run's own files are what matter
   }
+}
+
+void RunRecorder::write_metrics(const MetricsRecord& record) {
+  if (metrics_) metrics_->write(record);
 }
 
 }  // namespace ddp

@@ -71,6 +71,8 @@ class RunRecorder {
                            int64_t optimizer_bytes, int64_t unit_bytes = 0);
   /// The end of a run that finished: the summary line, the exit status and the report.
   void finished(const TrainProgress& progress);
+  /// Rank 0: a record of the run's own into metrics.jsonl (the pipeline's stages, say).
+  void write_metrics(const MetricsRecord& record);
   /// The end of a run stopped by `signal` after its checkpoint.
   void stopped(const TrainProgress& progress, int signal);
 

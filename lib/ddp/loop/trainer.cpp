@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
@@ -14,6 +15,7 @@
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/optim/optimizer_factory.h"
+#include "ddp/parallel/pipeline_split.h"
 
 namespace ddp {
 namespace {
@@ -115,7 +117,10 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
     return;
   }
   if (action == Action::kResume) changed_since_ = verdict.substr(1);
-  if (config_.train.global_batch_size > 0) {
+  const Communicator& replicas = plan_->data_parallel();  // the ranks that split the samples
+  if (plan_->stages() > 1) {
+    share_pipeline_batch();
+  } else if (config_.train.global_batch_size > 0) {
     // Before anything is written: a world size that cannot share the global batch ends the run here.
     GlobalBatchShare share =
         share_global_batch(config_.train.global_batch_size, world.world_size, config_.train.batch_size);
@@ -137,21 +142,22 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   TaskContext context;
   context.device = world.device;
   // One rank sums with itself: the same layers and arithmetic at every world size.
-  context.model.cross_rank_sum = [&world](const torch::Tensor& values) {
-    return world.world_size > 1 ? all_reduce_sum(world, values) : values;
+  context.model.cross_rank_sum = [&replicas](const torch::Tensor& values) {
+    return replicas.world_size > 1 ? all_reduce_sum(replicas, values) : values;
   };
   context.model.warn = world.rank == 0;
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
   parameters_ = plan_->prepare_model(task_->model());
+  if (plan_->stages() > 1) split_into_stages();
 
-  sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), world.world_size, world.rank,
+  sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), replicas.world_size, replicas.rank,
                                                   config_.sampler);
   // Zero steps would "finish" at once with exit 0 and an untrained model (issue 22, item 16).
   if (sampler_->num_samples() == 0)
     throw UserError("sampler.drop_last: the " + std::to_string(task_->size(Split::kTrain)) +
-                    " training samples leave none for each of " + std::to_string(world.world_size) +
+                    " training samples leave none for each of " + std::to_string(replicas.world_size) +
                     " ranks; use fewer ranks or sampler.drop_last: false");
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       [task = task_.get()](const torch::Tensor& indices) { return task->make_batch(Split::kTrain, indices); },
@@ -165,13 +171,125 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
     shard_hooks_ = std::make_unique<ShardHooksToPlan>(*engine);
     dynamic_cast<Model&>(task_->model()).set_shard_hooks(shard_hooks_.get());
   }
-  double lr = scaled_lr(config_.optim, world.world_size);
+  double lr = scaled_lr(config_.optim, replicas.world_size);
   std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parameters_);
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
   progress_.batch_size = config_.train.batch_size;
   resume();
+}
+
+void Trainer::share_pipeline_batch() {
+  const int64_t microbatches = pipeline_microbatches(config_.mesh);
+  const int64_t replicas = plan_->data_parallel().world_size;
+  if (config_.train.global_batch_size > 0) {
+    const int64_t parts = replicas * microbatches;
+    if (config_.train.global_batch_size % parts != 0)
+      throw UserError("train.global_batch_size: " + std::to_string(config_.train.global_batch_size) +
+                      " samples do not split into " + std::to_string(replicas) + " replica(s) × " +
+                      std::to_string(microbatches) + " microbatches (dist.microbatches); use a multiple of " +
+                      std::to_string(parts));
+    config_.train.batch_size = config_.train.global_batch_size / parts;
+  } else if (config_.train.grad_accum_steps != 1) {
+    throw ConfigError("train.grad_accum_steps: with dist.pipeline the microbatches are the accumulation; set "
+                      "dist.microbatches instead (now " + std::to_string(microbatches) + ")");
+  }
+  config_.train.grad_accum_steps = microbatches;
+}
+
+void Trainer::split_into_stages() {
+  auto* model = dynamic_cast<Model*>(&task_->model());
+  std::vector<PipelineLayer> layers;
+  if (model) layers = model->pipeline_layers();
+  if (layers.empty())
+    throw ConfigError("dist.pipeline: model.name " + config_.model.name + " cannot be split into stages: " +
+                      (config_.model.name == "torchscript"
+                           ? "its forward is compiled code that calls its children where it likes; save an "
+                             "nn.Sequential of them instead"
+                           : "it is not a sequence of layers (gpt, mlp, convnet and a TorchScript nn.Sequential are)") +
+                      ", or use dist.pipeline: 1");
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  for (const auto& layer : layers) {
+    names.push_back(layer.name);
+    int64_t elements = 0;
+    for (const auto& p : layer.parameters) elements += p.numel();
+    sizes.push_back(elements);
+  }
+  const int stages = plan_->stages();
+  std::vector<int> bounds = split_pipeline(names, sizes, stages, config_.mesh.pipeline_split);
+  std::vector<std::vector<torch::Tensor>> used(static_cast<std::size_t>(stages));
+  for (int s = 0; s < stages; ++s)
+    for (int i = bounds[s]; i < bounds[s + 1]; ++i)
+      for (const auto& p : layers[i].parameters) used[s].push_back(p);
+  for (int s = 1; s < stages; ++s) stage_split_ += (s > 1 ? "," : "") + names[bounds[s]];
+  if (plan_->world().rank == 0) describe_stages(names, bounds, used);
+  plan_->split_stages(parameters_, used);
+  const int stage = plan_->stage();
+  std::vector<PipelineLayer> mine(layers.begin() + bounds[stage], layers.begin() + bounds[stage + 1]);
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.timeout_s * 1000));
+  pipeline_ = std::make_unique<PipelineRunner>(std::move(mine), *task_, plan_->group(MeshDim::kPipeline),
+                                               config_.mesh.schedule, timeout, mixed_precision());
+}
+
+void Trainer::describe_stages(const std::vector<std::string>& names, const std::vector<int>& bounds,
+                              const std::vector<std::vector<torch::Tensor>>& used) const {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  auto bytes_of = [](const std::vector<torch::Tensor>& tensors) {
+    std::set<const c10::TensorImpl*> seen;
+    double bytes = 0;
+    for (const auto& p : tensors)
+      if (seen.insert(p.unsafeGetTensorImpl()).second) bytes += static_cast<double>(p.numel() * p.element_size());
+    return bytes;
+  };
+  const double whole = bytes_of(parameters_);
+  const int stages = plan_->stages();
+  const int64_t microbatches = config_.train.grad_accum_steps;
+  spdlog::info("dist.pipeline {}: mesh {}, {} microbatches of {} samples a step, schedule {}; ideal bubble "
+               "(P-1)/(M+P-1) = {:.3f}",
+               stages, plan_->mesh().describe(), microbatches, config_.train.batch_size, config_.mesh.schedule,
+               ideal_bubble_fraction(stages, static_cast<int>(microbatches)));
+  for (int s = 0; s < stages; ++s) {
+    double bytes = bytes_of(used[s]);
+    spdlog::info("  stage {}: layers {} .. {} ({}), parameters {:.2f} MiB per rank: {:.2f} of the model's {:.2f} MiB",
+                 s, names[bounds[s]], names[bounds[s + 1] - 1], bounds[s + 1] - bounds[s], bytes / kMiB,
+                 bytes / whole, whole / kMiB);
+  }
+}
+
+void Trainer::report_pipeline() {
+  // Each stage's timing, averaged over its replicas, to rank 0.
+  const int stages = plan_->stages();
+  PipelineTiming mine = pipeline_->take_timing();
+  auto all = torch::zeros({stages, 4}, torch::kDouble);
+  const double share = 1.0 / plan_->data_parallel().world_size;
+  all[plan_->stage()][0] = mine.step_ms * share;
+  all[plan_->stage()][1] = mine.compute_ms * share;
+  all[plan_->stage()][2] = static_cast<double>(mine.steps) * share;
+  all[plan_->stage()][3] = static_cast<double>(mine.peak_activation_bytes) * share;
+  all = all_reduce_sum(plan_->world(), all);
+  if (plan_->world().rank != 0) return;
+  const auto microbatches = static_cast<int>(config_.train.grad_accum_steps);
+  MetricsRecord record{{"step", static_cast<double>(progress_.step)}};
+  for (int s = 0; s < stages; ++s) {
+    PipelineTiming timing;
+    timing.step_ms = all[s][0].item<double>();
+    timing.compute_ms = all[s][1].item<double>();
+    double steps = std::max(1.0, all[s][2].item<double>());
+    double peak_mib = all[s][3].item<double>() / (1024.0 * 1024.0);
+    int held = peak_in_flight(pipeline_schedule(config_.mesh.schedule, stages, s, microbatches));
+    spdlog::info("pipeline stage {}: {:.1f} ms a step, {:.1f} ms computing: bubble {:.3f} (ideal {:.3f}); peak "
+                 "activation memory {:.2f} MiB ({} of {} microbatches held at once, {})",
+                 s, timing.step_ms / steps, timing.compute_ms / steps, timing.bubble(),
+                 ideal_bubble_fraction(stages, microbatches), peak_mib, held, microbatches, config_.mesh.schedule);
+    std::string key = "pipeline_stage" + std::to_string(s);
+    record.emplace_back(key + "_bubble", timing.bubble());
+    record.emplace_back(key + "_compute_ms", timing.compute_ms / steps);
+    record.emplace_back(key + "_step_ms", timing.step_ms / steps);
+    record.emplace_back(key + "_peak_activation_mib", peak_mib);
+  }
+  recorder_->write_metrics(record);
 }
 
 Trainer::~Trainer() {
@@ -210,10 +328,10 @@ void Trainer::resume_whole(const std::string& path, const std::string& bytes) {
   // A whole checkpoint holds the whole optimizer state (Note [Optimizer shards]): sharded, load it whole, keep a share.
   std::unique_ptr<torch::optim::Optimizer> whole;
   if (plan_->shards_optimizer())
-    whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, world.world_size));
+    whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, replicas()));
   plan_->gather_parameters();  // the checkpoint's weights go into the whole parameters
   auto accept = [&](const TrainProgress& saved) {
-    check_resume_layout(saved, world.world_size, config_.train.batch_size, config_, source);
+    check_resume_layout(saved, replicas(), config_.train.batch_size, config_, source);
   };
   TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
                                                world.rank, accept);
@@ -227,7 +345,10 @@ bool Trainer::resume_sharded(const std::string& path, const std::string& manifes
                              int64_t& older_than) {
   const Communicator& world = plan_->world();
   ShardedCheckpointReader reader(manifest, path, common);
-  check_resume_layout(reader.progress(), world.world_size, config_.train.batch_size, config_, path);
+  check_resume_layout(reader.progress(), replicas(), config_.train.batch_size, config_, path);
+  // Pipeline stages: every parameter whole for the check, and the stage's restored into it.
+  const bool materialize = plan_->stages() > 1;
+  if (materialize) plan_->gather_parameters();
   ShardLayout layout = shard_layout();
   reader.check_fits(layout, task_->model());
   std::string problem = reader.read_shards(layout);
@@ -242,9 +363,12 @@ bool Trainer::resume_sharded(const std::string& path, const std::string& manifes
     if (config_.checkpoint.resume != "auto") throw FileError("checkpoint.resume: " + problem);
     if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
     older_than = reader.progress().step;
+    if (materialize) plan_->release_parameters();
     return false;
   }
   reader.restore(layout, task_->model(), *optimizer_, world.rank);
+  if (materialize) plan_->release_parameters();
+  plan_->after_restore(*optimizer_);
   plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
   resumed(reader.progress(), path, ", " + reader.describe());
   return true;
@@ -255,14 +379,14 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
   // Micro-batches of the saved size, counted in this run's (the same when world × batch is).
   if (loaded.world_size > 0 && loaded.batch_size > 0)
     progress_.batch_in_epoch = loaded.batch_in_epoch * loaded.world_size * loaded.batch_size /
-                               (plan_->world().world_size * config_.train.batch_size);
+                               (replicas() * config_.train.batch_size);
   progress_.batch_size = config_.train.batch_size;
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
   if (plan_->world().rank == 0)
     spdlog::info("resumed from {} at step {} ({}{}{}){}{}", path, progress_.step, epoch_text(progress_),
                  progress_.batch_in_epoch > 0 ? fmt::format(" at batch {}", progress_.batch_in_epoch) : "", what,
-                 loaded.world_size == plan_->world().world_size
+                 loaded.world_size == replicas()
                      ? ""
                      : fmt::format(", written by {} ranks of batch {}: the same samples per step", loaded.world_size,
                                    loaded.batch_size),
@@ -271,7 +395,7 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
 
 bool Trainer::sharded_checkpoints() const {
   const std::string& format = config_.checkpoint.format;
-  return format == "sharded" || (format == "auto" && config_.mesh.shard != "none");
+  return format == "sharded" || (format == "auto" && (config_.mesh.shard != "none" || plan_->stages() > 1));
 }
 
 ShardLayout Trainer::shard_layout() const {
@@ -281,11 +405,14 @@ ShardLayout Trainer::shard_layout() const {
   for (const auto& p : parameters_) layout.names.push_back(names.at(p.unsafeGetTensorImpl()));
   layout.parameters = parameters_;
   layout.ranges = plan_->owned_ranges(parameters_);
+  // One shard per stage and data shard: replica 0 of each writes it.
   const Communicator& shard_group = plan_->group(MeshDim::kDataShard);
-  layout.shard = shard_group.rank;
-  layout.shards = shard_group.world_size;
+  layout.shard = plan_->stage() * shard_group.world_size + shard_group.rank;
+  layout.shards = plan_->stages() * shard_group.world_size;
+  layout.data_parallel_size = replicas();
   layout.writes = plan_->writes_shard();
   layout.mesh = plan_->mesh().describe() + ", dist.shard " + config_.mesh.shard;
+  if (plan_->stages() > 1) layout.mesh += ", dist.pipeline_split " + stage_split_;
   layout.optimizer = config_.optim.name;
   return layout;
 }
@@ -337,6 +464,7 @@ int Trainer::fit() {
 }
 
 StepStats Trainer::train_step(int64_t micro_batches) {
+  if (pipeline_) return pipeline_step(micro_batches);
   StepStats step;
   // The losses are summed where they are and read once the whole step is queued: reading each one
   // at once (item()) would keep a GPU idle while the CPU queues the optimizer's many small kernels.
@@ -364,7 +492,36 @@ StepStats Trainer::train_step(int64_t micro_batches) {
     step.tokens += batch.tokens;
     progress_.batch_in_epoch += 1;
   }
+  optimizer_step(step);
+  step.loss_sum = loss_sum.item<double>();
+  return step;
+}
+
+StepStats Trainer::pipeline_step(int64_t micro_batches) {
+  std::vector<Batch> batches;
+  for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(prefetcher_->next().to(plan_->world().device));
+  progress_.batch_in_epoch += micro_batches;
+  torch::Tensor loss_sum = pipeline_->train(batches, [this] {
+    stop_vote_->cast();
+    gradient_sync_->prepare();
+  });
+  StepStats step;
+  optimizer_step(step);
+  // The last stage speaks for each pipeline: the others' samples are the same ones.
+  if (pipeline_->last()) {
+    for (const auto& batch : batches) {
+      step.batches += 1;
+      step.samples += batch.size();
+      step.tokens += batch.tokens;
+    }
+    step.loss_sum = loss_sum.item<double>();
+  }
+  return step;
+}
+
+void Trainer::optimizer_step(StepStats& step) {
   gradient_sync_->finish();
+  plan_->finish_gradients(side_values_);
   if (config_.train.clip_grad_norm > 0) plan_->clip_grad_norm(parameters_, config_.train.clip_grad_norm);
   step.lr = schedule_->lr_at(progress_.step);
   set_learning_rate(*optimizer_, step.lr);
@@ -372,8 +529,6 @@ StepStats Trainer::train_step(int64_t micro_batches) {
   plan_->after_optimizer_step();
   gradient_sync_->zero_grad();  // not the optimizer's: the gradients may be views of the sync's buffers
   progress_.step += 1;
-  step.loss_sum = loss_sum.item<double>();
-  return step;
 }
 
 void Trainer::report_state_memory() {
@@ -405,6 +560,7 @@ int Trainer::stop_after_checkpoint() {
 }
 
 void Trainer::finish() {
+  if (pipeline_) report_pipeline();
   plan_->gather_parameters();
   if (plan_->writes_checkpoints()) task_->save_model(output_dir_of(config_.run));
   plan_->release_parameters();
@@ -424,15 +580,15 @@ void Trainer::save_checkpoint() {
     save_sharded_checkpoint(*checkpointer_, plan_->world(), shard_layout(), task_->model(), *optimizer_, progress_,
                             rank_rng);
   } else {
+    // Every parameter whole first: a whole optimizer is made over them (pipeline stages free theirs).
+    plan_->gather_parameters();
     std::unique_ptr<torch::optim::Optimizer> whole;  // sharded: every owner's state, gathered
     if (plan_->shards_optimizer()) {
-      whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, plan_->world().world_size));
+      whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, replicas()));
       plan_->gather_optimizer_state(*optimizer_, *whole);
     }
-    plan_->gather_parameters();
     if (plan_->writes_checkpoints())
-      checkpointer_->save(task_->model(), whole ? *whole : *optimizer_, progress_, plan_->world().world_size,
-                          rank_rng);
+      checkpointer_->save(task_->model(), whole ? *whole : *optimizer_, progress_, replicas(), rank_rng);
     plan_->release_parameters();
   }
   barrier(plan_->world());
@@ -445,7 +601,9 @@ void Trainer::run_eval() {
   // gathered unit by unit would wait for ranks with no batch left; the whole model is gathered once.
   plan_->gather_parameters();
   EvalResult result;
-  {
+  if (pipeline_) {
+    result = evaluate_pipelined(*task_, config_.eval, *pipeline_, plan_->data_parallel(), plan_->world());
+  } else {
     AutocastScope autocast(plan_->world().device, mixed_precision());
     result = evaluate(*task_, config_.eval, plan_->world());
   }

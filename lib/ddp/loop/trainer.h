@@ -15,6 +15,7 @@
 #include "ddp/common/worker_identity.h"
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/distributed_sampler.h"
+#include "ddp/loop/pipeline_runner.h"
 #include "ddp/loop/run_recorder.h"
 #include "ddp/loop/step_profiler.h"
 #include "ddp/loop/train_config.h"
@@ -60,6 +61,20 @@ class Trainer {
   bool mixed_precision() const { return config_.train.precision == "bf16"; }
   /// Forward and backward of `micro_batches` micro-batches, then one optimizer step.
   StepStats train_step(int64_t micro_batches);
+  /// The same with pipeline stages: the micro-batches are the pipeline's microbatches.
+  StepStats pipeline_step(int64_t micro_batches);
+  /// After the backwards: the gradient sync's end, clipping, the optimizer's step.
+  void optimizer_step(StepStats& step);
+  /// Pipeline stages: each step's samples as replicas × dist.microbatches × batch.
+  void share_pipeline_batch();
+  /// Pipeline stages: cuts the model's layers into stages and keeps this rank's.
+  void split_into_stages();
+  void describe_stages(const std::vector<std::string>& names, const std::vector<int>& bounds,
+                       const std::vector<std::vector<torch::Tensor>>& used) const;
+  /// Pipeline stages: each stage's measured bubble and peak activation memory, in the log and metrics.
+  void report_pipeline();
+  /// The ranks that split the samples (the world, or with pipeline stages a stage's replicas).
+  int replicas() const { return plan_->data_parallel().world_size; }
   void after_step();
   /// After the first step: parameters, gradients and optimizer state per rank, in the log.
   void report_state_memory();
@@ -77,6 +92,8 @@ class Trainer {
   std::string changed_since_;      ///< keys that steer the run and changed since the run being resumed
   std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<Task> task_;
+  std::unique_ptr<PipelineRunner> pipeline_;  // pipeline stages: this rank's
+  std::string stage_split_;                   // the layers that begin stages 1.., for the checkpoint's manifest
   std::vector<torch::Tensor> parameters_;  // this rank's, each once (ParallelPlan::prepare_model)
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // after task_: its batches come from it

@@ -49,6 +49,17 @@ class ConvNet : public Model {
     return {layer1_.ptr(), layer2_.ptr(), fc_.ptr()};
   }
 
+  std::vector<PipelineLayer> pipeline_layers() override {
+    bool channels_last = channels_last_;
+    return {{"layer1", layer1_->parameters(),
+             [layer = layer1_.ptr(), channels_last](torch::Tensor x) {
+               if (channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+               return layer->forward(x);
+             }},
+            {"layer2", layer2_->parameters(), [layer = layer2_.ptr()](torch::Tensor x) { return layer->forward(x); }},
+            {"fc", fc_->parameters(), [fc = fc_.ptr()](torch::Tensor x) { return fc->forward(x.reshape({x.size(0), -1})); }}};
+  }
+
  private:
   // Parameters sit at the indices of the Python block() (conv 0, batch norm 1); optional layers are
   // left out, so indices shift as they do there.

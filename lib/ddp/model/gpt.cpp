@@ -214,7 +214,7 @@ void load_gpt_weights(Gpt& model, const std::string& path) {
   });
 }
 
-torch::Tensor Gpt::forward(torch::Tensor idx) {
+torch::Tensor Gpt::embed(const torch::Tensor& idx) {
   if (idx.dim() != 2 || idx.scalar_type() != torch::kLong)
     throw UserError("model.name gpt takes int64 token ids [B, T], got " + std::string(idx.toString()) + " of " +
                     std::to_string(idx.dim()) + " dimensions");
@@ -222,13 +222,37 @@ torch::Tensor Gpt::forward(torch::Tensor idx) {
   if (t > options_.block_size)
     throw UserError("model.block_size: a sequence of " + std::to_string(t) + " tokens is longer than the " +
                     std::to_string(options_.block_size) + " positions the model has");
-  enter_shard_root();
   // Positions 0..T-1 are the first T rows of wpe: the embedding of arange(T), without the gather.
   torch::Tensor x = transformer_->wte->forward(idx) + transformer_->wpe->weight.narrow(0, 0, t);
-  x = maybe_dropout(x, options_.dropout, is_training());
+  return maybe_dropout(x, options_.dropout, is_training());
+}
+
+torch::Tensor Gpt::head(const torch::Tensor& x) {
+  return torch::nn::functional::linear(transformer_->ln_f->forward(x), head_weight_);
+}
+
+torch::Tensor Gpt::forward(torch::Tensor idx) {
+  enter_shard_root();
+  torch::Tensor x = embed(idx);
   for (std::size_t i = 0; i < transformer_->blocks.size(); ++i)
     x = run_unit(i, [&] { return transformer_->blocks[i]->forward(x); });
-  return torch::nn::functional::linear(transformer_->ln_f->forward(x), head_weight_);
+  return head(x);
+}
+
+std::vector<PipelineLayer> Gpt::pipeline_layers() {
+  std::vector<PipelineLayer> layers;
+  layers.push_back({"transformer.wte", {transformer_->wte->weight, transformer_->wpe->weight},
+                    [this](torch::Tensor idx) { return embed(idx); }});
+  for (std::size_t i = 0; i < transformer_->blocks.size(); ++i) {
+    auto block = transformer_->blocks[i];
+    layers.push_back({"transformer.h." + std::to_string(i), block->parameters(),
+                      [block](torch::Tensor x) { return block->forward(x); }});
+  }
+  // The head's weight is the embedding's: both end stages hold it (Note [Tied weights across stages]).
+  std::vector<torch::Tensor> head_parameters = transformer_->ln_f->parameters();
+  head_parameters.push_back(head_weight_);
+  layers.push_back({"transformer.ln_f", head_parameters, [this](torch::Tensor x) { return head(x); }});
+  return layers;
 }
 
 }  // namespace ddp

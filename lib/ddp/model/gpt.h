@@ -57,12 +57,19 @@ class Gpt : public Model {
   std::vector<int64_t> input_shape() const override { return {}; }
   /// The blocks; the embeddings (tied to the head) and the final LayerNorm are the root.
   std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override;
+  /// The embeddings, each block, then ln_f and the head: a stage boundary may fall before any block.
+  std::vector<PipelineLayer> pipeline_layers() override;
   const GptOptions& options() const { return options_; }
 
  private:
   GptOptions options_;
   std::shared_ptr<GptTransformer> transformer_;  // "transformer": wte, wpe, h, ln_f
   torch::Tensor head_weight_;                         // lm_head.weight, the same tensor as wte's
+
+  /// Tokens to the first block's input.
+  torch::Tensor embed(const torch::Tensor& idx);
+  /// The last block's output to logits.
+  torch::Tensor head(const torch::Tensor& x);
 };
 
 

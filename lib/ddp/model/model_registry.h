@@ -38,6 +38,15 @@ class ShardUnitHooks {
   virtual torch::Tensor after_unit(std::size_t unit, torch::Tensor output) = 0;
 };
 
+/// A piece of a model's forward, for pipeline stages (dist.pipeline): a stage runs a contiguous run
+/// of the model's layers, the first taking the model's input, each the previous one's output, the
+/// last giving the model's output.
+struct PipelineLayer {
+  std::string name;                       ///< "transformer.h.3": what dist.pipeline_split names
+  std::vector<torch::Tensor> parameters;  ///< those it uses (a tied weight is in two layers)
+  std::function<torch::Tensor(torch::Tensor)> forward;
+};
+
 /// A network with one input and one output: the built-in classifiers take float [B, 1, 28, 28] and
 /// give logits [B, num_classes]; a TorchScript module takes and gives what it was written for.
 class Model : public torch::nn::Module {
@@ -57,6 +66,9 @@ class Model : public torch::nn::Module {
   /// block, an MLP layer, a scripted nn.Sequential's child); empty when the forward cannot say when
   /// each runs (other TorchScript modules).
   virtual std::vector<std::shared_ptr<torch::nn::Module>> shard_units() { return {}; }
+  /// The forward as layers in order, for pipeline stages; empty when it cannot be split (a TorchScript
+  /// module other than an nn.Sequential, whose compiled forward calls its children where it likes).
+  virtual std::vector<PipelineLayer> pipeline_layers() { return {}; }
   /// Makes forward call `hooks` (null: stop), which must outlive the model's use.
   void set_shard_hooks(ShardUnitHooks* hooks) { shard_hooks_ = hooks; }
 

@@ -28,6 +28,7 @@
 #include <spdlog/spdlog.h>
 
 #include <functional>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -195,6 +196,29 @@ class ScriptedModel : public Model {
     for (const auto& child : named_children())
       if (!child.value()->parameters().empty()) units.push_back(child.value());
     return units;
+  }
+
+  // Note [Scripted units]: an nn.Sequential's children are its layers, in order.
+  std::vector<PipelineLayer> pipeline_layers() override {
+    std::vector<PipelineLayer> layers;
+    if (!sequential_) return layers;
+    std::map<std::string, std::shared_ptr<torch::nn::Module>> mirrors;
+    for (const auto& child : named_children()) mirrors.emplace(child.key(), child.value());
+    for (const auto& child : module_.named_children()) {
+      auto mirror = mirrors.find(child.name);
+      std::vector<torch::Tensor> parameters;
+      if (mirror != mirrors.end()) parameters = mirror->second->parameters();
+      layers.push_back({child.name, parameters, [this, m = child.value, name = child.name](torch::Tensor x) {
+                          c10::IValue y = torch::jit::Module(m).forward({x});
+                          adopt_reassigned_buffers();
+                          if (!y.isTensor())
+                            throw UserError("model.path: " + path_ + "'s child " + name + " returned " + y.tagKind() +
+                                            "; dist.pipeline runs an nn.Sequential child by child, each returning one "
+                                            "tensor");
+                          return y.toTensor();
+                        }});
+    }
+    return layers;
   }
 
   void save_extras(const std::string& output_dir) const override {

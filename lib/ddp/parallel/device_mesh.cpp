@@ -71,6 +71,13 @@ std::vector<int> DeviceMesh::group_ranks(int rank, MeshDim dim) const {
   return ranks;
 }
 
+std::vector<int> DeviceMesh::data_parallel_ranks(int rank) const {
+  const int block = stride(MeshDim::kPipeline);
+  std::vector<int> ranks;
+  for (int r = rank / block * block; r < (rank / block + 1) * block; ++r) ranks.push_back(r);
+  return ranks;
+}
+
 std::string DeviceMesh::describe() const {
   std::string text;
   for (MeshDim dim : kMeshDims)

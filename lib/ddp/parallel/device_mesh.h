@@ -37,6 +37,9 @@ class DeviceMesh {
   /// The ranks that share all of `rank`'s coordinates but the one along `dim`, ascending: its group
   /// along `dim` (`rank` is among them).
   std::vector<int> group_ranks(int rank, MeshDim dim) const;
+  /// The ranks that hold the same pipeline stage as `rank`, ascending: its data-parallel replicas
+  /// and shards, which split the samples.
+  std::vector<int> data_parallel_ranks(int rank) const;
   /// "pipeline 2 × data_replicate 2 × data_shard 1".
   std::string describe() const;
 

@@ -26,10 +26,25 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "(ZeRO-2: also reduce-scatters the gradients, keeping its shard of them); parameters (ZeRO-3, FSDP: "
              "also keeps only its shard of the parameters, gathering each unit's whole for its forward and backward)")
       .choices({"none", "optimizer", "gradients", "parameters"});
-  // The mesh and its groups exist for any sizes (ParallelPlan); the strategies along these two
-  // dimensions do not yet, and a run must not silently train as if they did.
-  schema.rule("dist.pipeline", [&config]() -> std::string {
-    return config.pipeline != 1 ? "pipeline stages are not built yet; use 1" : "";
+  schema.add("dist.microbatches", &config.microbatches,
+             "pipeline: the microbatches each step's batch is cut into, which flow through the stages one "
+             "behind another (the idle share of a step is (P-1)/(M+P-1)); each is train.batch_size samples, or "
+             "with train.global_batch_size its share; 0: twice dist.pipeline")
+      .min(0)
+      .max(4096);
+  schema.add("dist.schedule", &config.schedule,
+             "pipeline: the order of each stage's forwards and backwards: gpipe (every forward, then every "
+             "backward: activations of all microbatches held at once) or 1f1b (one forward, one backward: at most "
+             "dist.pipeline microbatches held; the same idle share)")
+      .choices({"gpipe", "1f1b"});
+  schema.add("dist.pipeline_split", &config.pipeline_split,
+             "pipeline: the layers that begin stages 1, 2, ..., comma-separated (transformer.h.4 for a GPT, "
+             "layers.2 for the MLP, a child's name for a TorchScript nn.Sequential); empty: cut where the stages "
+             "hold about equal parameters");
+  schema.rule("dist.shard", [&config]() -> std::string {
+    return config.pipeline > 1 && config.shard != "none"
+               ? "sharding within pipeline stages is not built yet; use dist.shard: none with dist.pipeline > 1"
+               : "";
   });
   schema.rule("dist.data_shard", [&config]() -> std::string {
     return config.data_shard > 1 && config.shard == "none" ? "splits nothing with dist.shard: none; set dist.shard" : "";

@@ -98,6 +98,10 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
     if (dim == MeshDim::kDataShard && world_.shared_memory && world_.shared_memory->size() == group.world_size)
       group.shared_memory = world_.shared_memory;
   }
+  if (mesh_.size(MeshDim::kPipeline) > 1) {
+    auto ranks = mesh_.data_parallel_ranks(world_.rank);
+    data_parallel_ = sub_communicator(world_, "data_parallel/" + std::to_string(ranks.front()), ranks);
+  }
 }
 
 std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model) {
@@ -112,11 +116,28 @@ std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model)
     if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back(b);
   std::vector<torch::Tensor> state = parameters;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_coalesced(data_parallel(), state, 0);
+  broadcast_coalesced(world_, state, 0);  // before any stage frees what it does not hold
   return parameters;
 }
 
+void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
+                                const std::vector<std::vector<torch::Tensor>>& used) {
+  stage_ = std::make_unique<StageParameters>(parameters, used, world_, mesh_, group(MeshDim::kPipeline));
+}
+
+void ParallelPlan::finish_gradients(ValueSlots& side_values) const {
+  if (!stage_) return;
+  stage_->sum_tied_gradients();
+  auto sums = all_reduce_sum(world_, torch::tensor(side_values.packed(), torch::kDouble)).contiguous();
+  std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel(), side_values.packed().begin());
+}
+
+void ParallelPlan::after_restore(torch::optim::Optimizer& optimizer) const {
+  if (stage_) stage_->share_tied(optimizer);
+}
+
 std::vector<torch::Tensor> ParallelPlan::optimizer_parameters(const std::vector<torch::Tensor>& parameters) {
+  if (stage_) return stage_->mine();
   if (sharded_) return sharded_->pieces();
   if (shard_ == "none") return parameters;
   shards_ = std::make_unique<OptimizerShards>(parameters, group(MeshDim::kDataShard));
@@ -128,6 +149,7 @@ std::vector<int64_t> ParallelPlan::optimizer_parameter_dims() const {
 }
 
 void ParallelPlan::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  if (stage_) return stage_->clip_grad_norm(max_norm);
   if (sharded_) return sharded_->clip_grad_norm(max_norm);
   // torch::nn::utils::clip_grad_norm_'s arithmetic, without its closing item(): that read would wait
   // for the GPU to finish before the optimizer's kernels are even queued.
@@ -149,20 +171,25 @@ void ParallelPlan::after_optimizer_step() const {
 
 void ParallelPlan::gather_optimizer_state(const torch::optim::Optimizer& sharded,
                                           torch::optim::Optimizer& whole) const {
-  if (sharded_)
+  if (stage_)
+    stage_->gather_state(sharded, whole);
+  else if (sharded_)
     sharded_->gather_optimizer_state(sharded, whole);
   else
     shards_->gather_state(sharded, whole);
 }
 
 void ParallelPlan::keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const {
-  if (sharded_)
+  if (stage_)
+    stage_->keep_state(whole, sharded);
+  else if (sharded_)
     sharded_->keep_optimizer_state(whole, sharded);
   else
     shards_->keep_owned_state(whole, sharded);
 }
 
 std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tensor>& parameters) const {
+  if (stage_) return stage_->owned_ranges();
   if (sharded_) return sharded_->owned_ranges();
   if (shards_) return shards_->owned_ranges();
   std::vector<OwnedRange> ranges;
@@ -171,10 +198,12 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tens
 }
 
 void ParallelPlan::gather_parameters() const {
+  if (stage_) stage_->materialize();
   if (auto* engine = parameter_shards()) engine->gather_parameters();
 }
 
 void ParallelPlan::release_parameters() const {
+  if (stage_) stage_->release();
   if (auto* engine = parameter_shards()) engine->release_parameters();
 }
 
@@ -183,6 +212,7 @@ void ParallelPlan::parameters_changed() const {
 }
 
 int64_t ParallelPlan::parameter_bytes(const std::vector<torch::Tensor>& parameters) const {
+  if (stage_) return stage_->bytes();
   if (sharded_) return sharded_->parameter_bytes();
   int64_t bytes = 0;
   for (const auto& p : parameters) bytes += p.numel() * static_cast<int64_t>(p.element_size());
@@ -192,7 +222,7 @@ int64_t ParallelPlan::parameter_bytes(const std::vector<torch::Tensor>& paramete
 int64_t ParallelPlan::gradient_bytes(const std::vector<torch::Tensor>& parameters) const {
   if (sharded_) return sharded_->gradient_bytes();
   int64_t bytes = 0;
-  for (const auto& p : parameters)
+  for (const auto& p : stage_ ? stage_->mine() : parameters)
     if (p.grad().defined()) bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
   return bytes;
 }
@@ -200,6 +230,9 @@ int64_t ParallelPlan::gradient_bytes(const std::vector<torch::Tensor>& parameter
 std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch::Tensor> parameters,
                                                                ValueSlots* side_values,
                                                                const std::vector<std::vector<torch::Tensor>>& units) {
+  // Pipeline stages: the side values go over the world afterwards (finish_gradients), not with a
+  // stage's own replicas' sync.
+  if (stage_) return std::make_unique<GradientReducer>(stage_->mine(), data_parallel(), dist_, nullptr);
   if (shard_ != "gradients" && shard_ != "parameters")
     return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
   ShardedOptions options;

@@ -18,6 +18,7 @@
 #include "ddp/parallel/mesh_config.h"
 #include "ddp/parallel/optimizer_shards.h"
 #include "ddp/parallel/sharded_data_parallel.h"
+#include "ddp/parallel/stage_parameters.h"
 
 namespace ddp {
 
@@ -36,12 +37,27 @@ class ParallelPlan {
   const Communicator& world() const { return world_; }
   /// This rank's group along `dim`.
   const Communicator& group(MeshDim dim) const { return groups_[static_cast<std::size_t>(dim)]; }
+  /// The ranks that hold this rank's layers, which split the samples and average their gradients:
+  /// the world, or with pipeline stages this stage's replicas (and shards).
+  const Communicator& data_parallel() const { return mesh_.size(MeshDim::kPipeline) > 1 ? data_parallel_ : world_; }
+  /// Pipeline stages (1: none), and this rank's.
+  int stages() const { return mesh_.size(MeshDim::kPipeline); }
+  int stage() const { return group(MeshDim::kPipeline).rank; }
 
   /// The parameters of `model` this rank trains, each tensor once (LibTorch lists a tensor
   /// registered under two names, as tied weights are, twice), after making the replicas equal:
   /// rank 0's parameters and buffers everywhere. Fails on every rank unless every rank built the
   /// same architecture.
   std::vector<torch::Tensor> prepare_model(torch::nn::Module& model);
+  /// Pipeline stages, after prepare_model: `used[s]` are the parameters stage s's layers use; this
+  /// rank keeps its stage's and frees the rest (Note [Stage parameters]). Every rank calls it.
+  void split_stages(const std::vector<torch::Tensor>& parameters, const std::vector<std::vector<torch::Tensor>>& used);
+  /// Pipeline stages: this rank's part (null without them).
+  const StageParameters* stage_parameters() const { return stage_.get(); }
+  /// After the gradient sync: what else the gradients need before clipping (tied weights summed
+  /// over the stages that share them), and `side_values` summed over the world where the sync only
+  /// carried them over the stage's replicas.
+  void finish_gradients(ValueSlots& side_values) const;
 
   /// What averages the gradients of `parameters` (from prepare_model) each step, carrying
   /// `side_values` (which must outlive it): the bucketed all-reduce over the data replicas, or with
@@ -58,8 +74,9 @@ class ParallelPlan {
   /// For optim.decay_params: the dimension count of each optimizer_parameters() tensor's parameter,
   /// where it is not the tensor's own (sharded pieces); empty otherwise (make_optimizer's default).
   std::vector<int64_t> optimizer_parameter_dims() const;
-  /// Whether the optimizer's state is split over the data-shard group (any dist.shard).
-  bool shards_optimizer() const { return shard_ != "none"; }
+  /// Whether the optimizer's state is split over ranks (any dist.shard, or pipeline stages), so a
+  /// whole checkpoint's optimizer is gathered (gather_optimizer_state) and kept (keep_optimizer_state).
+  bool shards_optimizer() const { return shard_ != "none" || stage_; }
   /// Clips the gradients (after the sync) to a global norm of `max_norm`, over every shard.
   void clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
   /// After the optimizer stepped: with sharding, the updated parameters where the layout wants them.
@@ -86,6 +103,9 @@ class ParallelPlan {
   void release_parameters() const;
   /// After the whole parameters were overwritten (a checkpoint loaded into the model): the shards follow.
   void parameters_changed() const;
+  /// After a sharded checkpoint was restored into the owned ranges and `optimizer`: what the ranges
+  /// left out follows (pipeline stages: a tied weight and its state, from its first stage).
+  void after_restore(torch::optim::Optimizer& optimizer) const;
   /// Bytes of parameters and of gradients this rank holds now (its shards where sharded).
   int64_t parameter_bytes(const std::vector<torch::Tensor>& parameters) const;
   int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters) const;
@@ -109,9 +129,8 @@ class ParallelPlan {
   Communicator world_;
   DeviceMesh mesh_;
   std::array<Communicator, kMeshDims.size()> groups_;
-  /// The ranks whose gradients are averaged: every rank holding the same layers (all of them, until
-  /// pipeline stages are built).
-  const Communicator& data_parallel() const { return world_; }
+  Communicator data_parallel_;  // pipeline stages: this stage's replicas
+  std::unique_ptr<StageParameters> stage_;
 
   std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
   std::unique_ptr<OptimizerShards> shards_;  // dist.shard: optimizer

@@ -90,14 +90,16 @@ int64_t CausalLmTask::probe_vocabulary(int64_t block_size) {
 
 torch::Tensor CausalLmTask::logits(const Batch& batch) { return model_->forward(batch.inputs[0]); }
 
-torch::Tensor CausalLmTask::loss(const Batch& batch) {
-  torch::Tensor out = logits(batch);
+torch::Tensor CausalLmTask::loss(const Batch& batch) { return output_loss(logits(batch), batch); }
+
+torch::Tensor CausalLmTask::metric_sums(const Batch& batch) { return output_metric_sums(logits(batch), batch); }
+
+torch::Tensor CausalLmTask::output_loss(const torch::Tensor& out, const Batch& batch) {
   return F::cross_entropy(out.reshape({-1, out.size(-1)}), batch.targets.reshape({-1}),
                           F::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
 }
 
-torch::Tensor CausalLmTask::metric_sums(const Batch& batch) {
-  torch::Tensor out = logits(batch);
+torch::Tensor CausalLmTask::output_metric_sums(const torch::Tensor& out, const Batch& batch) {
   auto per_token = F::cross_entropy(out.reshape({-1, out.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
                                     F::CrossEntropyFuncOptions().reduction(torch::kNone));
   return per_token.view({batch.targets.size(0), -1}).mean(1).to(torch::kDouble).sum().reshape({1});

@@ -23,6 +23,8 @@ class CausalLmTask : public Task {
   /// inputs = {tokens int64 [B, T]}, targets = the next tokens int64 [B, T].
   Batch make_batch(Split split, const torch::Tensor& indices) const override;
   torch::Tensor loss(const Batch& batch) override;
+  torch::Tensor output_loss(const torch::Tensor& output, const Batch& batch) override;
+  torch::Tensor output_metric_sums(const torch::Tensor& output, const Batch& batch) override;
   /// loss: the mean per-token cross-entropy (nats), averaged over windows.
   std::vector<std::string> metric_names() const override { return {"loss"}; }
   torch::Tensor metric_sums(const Batch& batch) override;

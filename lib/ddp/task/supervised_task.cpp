@@ -50,8 +50,7 @@ Batch SupervisedTask::make_batch(Split split, const torch::Tensor& indices) cons
   return gather_batch(split == Split::kTrain ? train_ : *eval_, indices, normalizer_);
 }
 
-torch::Tensor SupervisedTask::forward(const Batch& batch) {
-  torch::Tensor output = model_->forward(batch.inputs[0]);
+const torch::Tensor& SupervisedTask::checked(const torch::Tensor& output, const Batch& batch) {
   if (!output_checked_) {
     loss_.check_output(output, batch.targets, max_class_);
     output_checked_ = true;
@@ -59,9 +58,19 @@ torch::Tensor SupervisedTask::forward(const Batch& batch) {
   return output;
 }
 
+torch::Tensor SupervisedTask::forward(const Batch& batch) { return checked(model_->forward(batch.inputs[0]), batch); }
+
 torch::Tensor SupervisedTask::loss(const Batch& batch) { return loss_.mean(forward(batch), batch.targets); }
 
 torch::Tensor SupervisedTask::metric_sums(const Batch& batch) { return loss_.metric_sums(forward(batch), batch.targets); }
+
+torch::Tensor SupervisedTask::output_loss(const torch::Tensor& output, const Batch& batch) {
+  return loss_.mean(checked(output, batch), batch.targets);
+}
+
+torch::Tensor SupervisedTask::output_metric_sums(const torch::Tensor& output, const Batch& batch) {
+  return loss_.metric_sums(checked(output, batch), batch.targets);
+}
 
 void SupervisedTask::save_model(const std::string& output_dir) const {
   save_python_state_dict(*model_, output_dir + "/model.pt");

@@ -21,6 +21,8 @@ class SupervisedTask : public Task {
   int64_t size(Split split) const override;
   Batch make_batch(Split split, const torch::Tensor& indices) const override;
   torch::Tensor loss(const Batch& batch) override;
+  torch::Tensor output_loss(const torch::Tensor& output, const Batch& batch) override;
+  torch::Tensor output_metric_sums(const torch::Tensor& output, const Batch& batch) override;
   std::vector<std::string> metric_names() const override { return loss_.metric_names(); }
   torch::Tensor metric_sums(const Batch& batch) override;
   void save_model(const std::string& output_dir) const override;
@@ -28,6 +30,8 @@ class SupervisedTask : public Task {
  private:
   int64_t check(const Dataset& set, const ModelConfig& model) const;
   torch::Tensor forward(const Batch& batch);
+  /// Checks the first output against the targets and the loss.
+  const torch::Tensor& checked(const torch::Tensor& output, const Batch& batch);
 
   Loss loss_;
   Dataset train_;

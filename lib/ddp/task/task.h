@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,18 @@ class Task {
 
   /// Forward and loss of a training batch already on the model's device: the mean over its samples.
   virtual torch::Tensor loss(const Batch& batch) = 0;
+
+  /// Pipeline stages: the loss of `output`, the model's output for `batch`, which the last stage
+  /// computed. Tasks whose model runs as layers (pipeline_layers) have it.
+  virtual torch::Tensor output_loss(const torch::Tensor& output, const Batch& batch) {
+    (void)output, (void)batch;
+    throw std::logic_error("this task's model does not run as pipeline stages");
+  }
+  /// Pipeline stages: metric_sums of the model's `output` for `batch`.
+  virtual torch::Tensor output_metric_sums(const torch::Tensor& output, const Batch& batch) {
+    (void)output, (void)batch;
+    throw std::logic_error("this task's model does not run as pipeline stages");
+  }
 
   /// The eval metrics, e.g. {"loss", "accuracy"}.
   virtual std::vector<std::string> metric_names() const = 0;

@@ -1,0 +1,73 @@
+#pragma once
+// One pipeline stage's part of each step: its layers' forwards and backwards for the step's
+// microbatches in the schedule's order, activations received from the stage before and sent to
+// the one after, their gradients the other way (Note [Pipeline schedules] in ddp/parallel).
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ddp/comm/process_group.h"
+#include "ddp/data/batch.h"
+#include "ddp/model/model_registry.h"
+#include "ddp/parallel/pipeline_schedule.h"
+#include "ddp/task/task.h"
+
+namespace ddp {
+
+/// What a stage measured over its steps so far (since the last take_timing()).
+struct PipelineTiming {
+  double step_ms = 0;     ///< from its first action to its last, summed over steps
+  double compute_ms = 0;  ///< in forwards and backwards, without waiting for the neighbours
+  int64_t steps = 0;
+  int64_t peak_activation_bytes = 0;  ///< the most heap the step's activations held at once (CPU)
+  /// The share of the step it waited: 1 - compute / step.
+  double bubble() const { return step_ms > 0 ? 1.0 - compute_ms / step_ms : 0.0; }
+};
+
+/// This rank's stage.
+class PipelineRunner {
+ public:
+  /// `layers`: this stage's, in order; `pipeline`: the stage's group along the pipeline (its rank
+  /// the stage), which must outlive this; `schedule`: gpipe or 1f1b; `timeout`: the longest wait
+  /// for a neighbour before the step fails, naming it.
+  PipelineRunner(std::vector<PipelineLayer> layers, Task& task, const Communicator& pipeline, std::string schedule,
+                 std::chrono::milliseconds timeout, bool mixed_precision);
+
+  /// One training step over `microbatches`: every forward and backward, gradients accumulated in
+  /// the parameters as micro-steps would (each loss divided by their count). `before_last_backward`
+  /// runs just before this stage's last backward (the gradient sync starts in it). Returns the
+  /// microbatches' losses summed, as float64, on the last stage; an undefined tensor elsewhere.
+  torch::Tensor train(const std::vector<Batch>& microbatches, const std::function<void()>& before_last_backward);
+
+  /// Evaluation: the forward of `batch` through every stage; the last stage returns the task's
+  /// metric sums, the others an undefined tensor.
+  torch::Tensor evaluate(const Batch& batch);
+
+  /// What was measured since the last call, which starts a new measurement.
+  PipelineTiming take_timing();
+  /// The most microbatches this stage holds activations for at once under the schedule, for `count`.
+  int in_flight(int count) const;
+
+  bool first() const { return pipeline_.rank == 0; }
+  bool last() const { return pipeline_.rank + 1 == pipeline_.world_size; }
+
+ private:
+  torch::Tensor run_layers(torch::Tensor x);
+  /// The activations (or gradients) for microbatch `microbatch` from stage `from`.
+  torch::Tensor receive(int from, int tag, int microbatch, const char* what);
+
+  std::vector<PipelineLayer> layers_;
+  Task& task_;
+  const Communicator& pipeline_;
+  std::string schedule_;
+  std::chrono::milliseconds timeout_;
+  bool mixed_precision_;
+  PipelineTiming timing_;
+  double waited_ms_ = 0;  // in this step's receives
+};
+
+}  // namespace ddp

@@ -1,0 +1,160 @@
+#include "ddp/parallel/stage_parameters.h"
+
+#include <set>
+
+#include "ddp/comm/collectives.h"
+#include "ddp/parallel/optimizer_state.h"
+
+namespace ddp {
+
+// Note [Stage parameters]
+// Every rank builds the whole model from the same seed, so the stages start as one model would;
+// each then frees the parameters its layers do not use (an empty tensor in their place), keeping
+// about 1/P of them. A weight two stages use (the GPT's embedding, tied to its head, in the first
+// and last stage) is held by both: each sums the other's gradient into its own after the
+// data-parallel sync, so both step the same gradient from the same state and stay equal, as one
+// tensor would. The norm for clipping counts it once. Writing model.pt or a whole checkpoint
+// briefly materialises every parameter on every rank from the stage that holds it.
+
+namespace {
+
+// The stages' group ranks are their pipeline group's, in stage order.
+Communicator tied_group(const Communicator& world, const DeviceMesh& mesh, const std::vector<int>& stages) {
+  auto pipeline_ranks = mesh.group_ranks(world.rank, MeshDim::kPipeline);
+  std::vector<int> ranks;
+  std::string name = "tied";
+  for (int s : stages) {
+    ranks.push_back(pipeline_ranks[static_cast<std::size_t>(s)]);
+    name += "/" + std::to_string(ranks.back());
+  }
+  return sub_communicator(world, name, ranks);
+}
+
+}  // namespace
+
+StageParameters::StageParameters(const std::vector<torch::Tensor>& parameters,
+                                 const std::vector<std::vector<torch::Tensor>>& used, const Communicator& world,
+                                 const DeviceMesh& mesh, const Communicator& pipeline)
+    : pipeline_(pipeline) {
+  std::map<const c10::TensorImpl*, std::size_t> index;
+  for (const auto& p : parameters) {
+    index.emplace(p.unsafeGetTensorImpl(), placed_.size());
+    placed_.push_back({p, p.sizes().vec(), -1, {}, false});
+  }
+  for (int s = 0; s < static_cast<int>(used.size()); ++s)
+    for (const auto& p : used[static_cast<std::size_t>(s)]) {
+      auto found = index.find(p.unsafeGetTensorImpl());
+      if (found == index.end()) continue;  // not trained (frozen)
+      auto& stages = placed_[found->second].stages;
+      if (stages.empty() || stages.back() != s) stages.push_back(s);
+    }
+  torch::NoGradGuard no_grad;
+  for (auto& p : placed_) {
+    if (p.stages.empty()) p.stages.push_back(0);  // in no layer: the first stage keeps it
+    p.owner = p.stages.front();
+    for (int s : p.stages) p.mine = p.mine || s == pipeline_.rank;
+    if (p.mine)
+      mine_.push_back(p.tensor);
+    else
+      p.tensor.set_data(torch::empty({0}, p.tensor.options()));
+    if (p.stages.size() > 1 && p.mine && !tied_groups_.count(p.stages))
+      tied_groups_.emplace(p.stages, tied_group(world, mesh, p.stages));
+  }
+}
+
+std::vector<OwnedRange> StageParameters::owned_ranges() const {
+  std::vector<OwnedRange> ranges;
+  for (std::size_t i = 0; i < placed_.size(); ++i)
+    if (placed_[i].owner == pipeline_.rank) ranges.push_back({i, 0, placed_[i].tensor.detach(), placed_[i].tensor});
+  return ranges;
+}
+
+int64_t StageParameters::bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : mine_) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+
+int64_t StageParameters::whole_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : placed_) bytes += c10::multiply_integers(p.shape) * static_cast<int64_t>(p.tensor.element_size());
+  return bytes;
+}
+
+void StageParameters::sum_tied_gradients() const {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : placed_) {
+    if (!p.mine || p.stages.size() < 2) continue;
+    auto grad = p.tensor.grad();
+    if (!grad.defined()) p.tensor.mutable_grad() = grad = torch::zeros_like(p.tensor);
+    grad.copy_(all_reduce_sum(tied_groups_.at(p.stages), grad.to(torch::kDouble)).to(grad.scalar_type()));
+  }
+}
+
+void StageParameters::clip_grad_norm(double max_norm) const {
+  torch::NoGradGuard no_grad;
+  auto squares = torch::zeros({1}, torch::kDouble);
+  for (const auto& p : placed_)
+    if (p.owner == pipeline_.rank && p.tensor.grad().defined())
+      squares += p.tensor.grad().to(torch::kDouble).pow(2).sum().to(torch::kCPU);
+  double total = std::sqrt(all_reduce_sum(pipeline_, squares).item<double>());
+  // torch.nn.utils.clip_grad_norm_'s coefficient, from the norm of every stage's gradients.
+  double coefficient = std::min(1.0, max_norm / (total + 1e-6));
+  for (const auto& p : mine_)
+    if (p.grad().defined()) p.grad().mul_(coefficient);
+}
+
+void StageParameters::share_tied(torch::optim::Optimizer& optimizer) const {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : placed_) {
+    if (!p.mine || p.stages.size() < 2) continue;
+    StateTensors state = read_state(optimizer, p.tensor);
+    std::vector<torch::Tensor> flat{p.tensor, state.step};
+    for (auto& slot : state.slots) flat.push_back(slot);
+    broadcast_coalesced(tied_groups_.at(p.stages), flat, 0);  // group rank 0: the first stage
+    write_state(optimizer, p.tensor, state);
+  }
+}
+
+void StageParameters::materialize() const {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : placed_)
+    if (!p.mine) p.tensor.set_data(torch::empty(p.shape, p.tensor.options()));
+  for (int stage = 0; stage < pipeline_.world_size; ++stage) {
+    std::vector<torch::Tensor> from_stage;
+    for (const auto& p : placed_)
+      if (p.owner == stage) from_stage.push_back(p.tensor);
+    if (!from_stage.empty()) broadcast_coalesced(pipeline_, from_stage, stage);
+  }
+}
+
+void StageParameters::release() const {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : placed_)
+    if (!p.mine) p.tensor.set_data(torch::empty({0}, p.tensor.options()));
+}
+
+void StageParameters::gather_state(const torch::optim::Optimizer& stage, torch::optim::Optimizer& whole) const {
+  for (int owner = 0; owner < pipeline_.world_size; ++owner) {
+    std::vector<const Placed*> from;
+    std::vector<StateTensors> states;
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : placed_) {
+      if (p.owner != owner) continue;
+      from.push_back(&p);
+      // The owner sends its state; the others make room of the same shapes to receive it.
+      states.push_back(owner == pipeline_.rank ? read_state(stage, p.tensor) : read_state(whole, p.tensor));
+      flat.push_back(states.back().step);
+      for (auto& slot : states.back().slots) flat.push_back(slot);
+    }
+    if (flat.empty()) continue;
+    broadcast_coalesced(pipeline_, flat, owner);
+    for (std::size_t k = 0; k < from.size(); ++k) write_state(whole, from[k]->tensor, states[k]);
+  }
+}
+
+void StageParameters::keep_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& stage) const {
+  for (const auto& p : mine_) write_state(stage, p, read_state(whole, p));
+}
+
+}  // namespace ddp

@@ -1,0 +1,63 @@
+#pragma once
+// Pipeline stages: which of the model's parameters this rank's stage holds, and what follows from
+// holding only those (Note [Stage parameters] in stage_parameters.cpp).
+
+#include <torch/torch.h>
+
+#include <map>
+#include <vector>
+
+#include "ddp/comm/process_group.h"
+#include "ddp/parallel/device_mesh.h"
+#include "ddp/parallel/owned_range.h"
+
+namespace ddp {
+
+/// This rank's stage's share of the parameters.
+class StageParameters {
+ public:
+  /// `parameters`: the plan's list, the same on every rank; `used[s]`: those stage s's layers use.
+  /// Frees the others here. `pipeline`: this rank's group along the pipeline (its rank is the
+  /// stage), which must outlive this. Every rank of `world` calls it: the groups of the stages
+  /// sharing a tied weight are made here.
+  StageParameters(const std::vector<torch::Tensor>& parameters, const std::vector<std::vector<torch::Tensor>>& used,
+                  const Communicator& world, const DeviceMesh& mesh, const Communicator& pipeline);
+
+  /// This stage's parameters, in the plan's order: what it trains.
+  const std::vector<torch::Tensor>& mine() const { return mine_; }
+  /// Those this stage saves in a sharded checkpoint: its own, a tied one only in the first stage using it.
+  std::vector<OwnedRange> owned_ranges() const;
+  /// Bytes of this stage's parameters, and of the whole model's.
+  int64_t bytes() const;
+  int64_t whole_bytes() const;
+
+  /// After the data-parallel sync: a tied weight's gradient summed over the stages that use it.
+  void sum_tied_gradients() const;
+  /// Clips this stage's gradients to a global norm of `max_norm` over every stage.
+  void clip_grad_norm(double max_norm) const;
+  /// After a sharded restore: each tied weight and its state in `optimizer` as its first stage has them.
+  void share_tied(torch::optim::Optimizer& optimizer) const;
+
+  /// Every parameter whole on every rank of the pipeline, from the stage that holds it, until release().
+  void materialize() const;
+  void release() const;
+  /// After materialize(): `whole` (over every parameter) given each stage's `stage` optimizer state.
+  void gather_state(const torch::optim::Optimizer& stage, torch::optim::Optimizer& whole) const;
+  /// Resume: `stage` keeps, of `whole`'s state, what this stage's parameters need.
+  void keep_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& stage) const;
+
+ private:
+  struct Placed {
+    torch::Tensor tensor;
+    std::vector<int64_t> shape;
+    int owner = 0;            // the first stage that uses it
+    std::vector<int> stages;  // every stage that uses it, ascending
+    bool mine = false;
+  };
+  std::vector<Placed> placed_;
+  std::vector<torch::Tensor> mine_;
+  const Communicator& pipeline_;
+  std::map<std::vector<int>, Communicator> tied_groups_;  // stages → the group of this rank's pipeline at them
+};
+
+}  // namespace ddp
