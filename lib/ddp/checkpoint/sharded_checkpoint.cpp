@@ -142,7 +142,7 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
   manifest << YAML::Key << "parameters" << YAML::Value << YAML::BeginSeq;
   for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
     manifest << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << layout.names[i];
-    manifest << YAML::Key << "shape" << YAML::Value << YAML::Flow << layout.parameters[i].sizes().vec()
+    manifest << YAML::Key << "shape" << YAML::Value << YAML::Flow << layout.shapes[i]
              << YAML::EndMap;
   }
   manifest << YAML::EndSeq;
@@ -234,9 +234,9 @@ void ShardedCheckpointReader::check_fits(const ShardLayout& layout, const torch:
       continue;
     }
     const auto& shape = shapes_[found->second];
-    if (c10::IntArrayRef(shape) != layout.parameters[i].sizes())
+    if (shape != layout.shapes[i])
       problems += " " + layout.names[i] + " has shape " + c10::str(c10::IntArrayRef(shape)) + " in the checkpoint, " +
-                  c10::str(layout.parameters[i].sizes()) + " in the model;";
+                  c10::str(c10::IntArrayRef(layout.shapes[i])) + " in the model;";
     saved.erase(found);
   }
   for (const auto& [name, index] : saved) problems += " unexpected " + name + ";";

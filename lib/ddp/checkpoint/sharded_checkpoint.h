@@ -22,6 +22,7 @@ namespace ddp {
 struct ShardLayout {
   std::vector<std::string> names;         ///< every parameter's name, in the plan's order
   std::vector<torch::Tensor> parameters;  ///< the plan's parameters (prepare_model's list)
+  std::vector<std::vector<int64_t>> shapes;  ///< each one's whole shape (a pipeline stage frees the others')
   std::vector<OwnedRange> ranges;         ///< what this rank keeps of them
   int shard = 0;                          ///< this rank's shard, of `shards`
   int shards = 1;

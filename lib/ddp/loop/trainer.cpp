@@ -61,8 +61,11 @@ void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, c
                          const std::string& source) {
   const std::string& split = config.sampler.split;
   const auto restart_hint = "; or start afresh with checkpoint.resume: never or another run.output_dir";
+  // A global batch keeps each step's samples at any split (Note [Global batch]): the position converts.
+  const bool converts = config.train.global_batch_size > 0 && saved.batch_size != 0 &&
+                        saved.batch_in_epoch * saved.world_size * saved.batch_size % (world * batch) == 0;
   if (saved.world_size == world || saved.world_size == 0) {
-    if (saved.batch_size != 0 && saved.batch_size != batch)
+    if (saved.batch_size != 0 && saved.batch_size != batch && !converts)
       throw UserError("train.batch_size: " + source + " was written with train.batch_size " +
                       std::to_string(saved.batch_size) + ", this run has " + std::to_string(batch) +
                       "; resume with the same batch size" + restart_hint);
@@ -77,10 +80,7 @@ void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, c
                     source + ", written by " + std::to_string(saved.world_size) +
                     " ranks, would go on at another rate; resume at that world size" + restart_hint);
   const int64_t samples = saved.world_size * saved.batch_size;
-  // A global batch keeps each step's samples at any split (Note [Global batch]): the position converts.
-  if (config.train.global_batch_size > 0 && saved.batch_size != 0 &&
-      saved.batch_in_epoch * samples % (world * batch) == 0)
-    return;
+  if (converts) return;
   if (saved.batch_size == 0 || samples != world * batch) {
     std::string fix = saved.batch_size != 0 && samples % world == 0
                           ? "use train.batch_size " + std::to_string(samples / world) + " at world size " +
@@ -326,10 +326,12 @@ void Trainer::resume_whole(const std::string& path, const std::string& bytes) {
   const Communicator& world = plan_->world();
   std::string source = world.rank == 0 ? path : "rank 0's checkpoint";
   // A whole checkpoint holds the whole optimizer state (Note [Optimizer shards]): sharded, load it whole, keep a share.
+  // The checkpoint's weights go into the whole parameters, which the whole optimizer is made over
+  // (a pipeline stage's freed ones would have the wrong dimensions for optim.decay_params).
+  plan_->gather_parameters();
   std::unique_ptr<torch::optim::Optimizer> whole;
   if (plan_->shards_optimizer())
     whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, replicas()));
-  plan_->gather_parameters();  // the checkpoint's weights go into the whole parameters
   auto accept = [&](const TrainProgress& saved) {
     check_resume_layout(saved, replicas(), config_.train.batch_size, config_, source);
   };
@@ -346,9 +348,6 @@ bool Trainer::resume_sharded(const std::string& path, const std::string& manifes
   const Communicator& world = plan_->world();
   ShardedCheckpointReader reader(manifest, path, common);
   check_resume_layout(reader.progress(), replicas(), config_.train.batch_size, config_, path);
-  // Pipeline stages: every parameter whole for the check, and the stage's restored into it.
-  const bool materialize = plan_->stages() > 1;
-  if (materialize) plan_->gather_parameters();
   ShardLayout layout = shard_layout();
   reader.check_fits(layout, task_->model());
   std::string problem = reader.read_shards(layout);
@@ -363,11 +362,9 @@ bool Trainer::resume_sharded(const std::string& path, const std::string& manifes
     if (config_.checkpoint.resume != "auto") throw FileError("checkpoint.resume: " + problem);
     if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
     older_than = reader.progress().step;
-    if (materialize) plan_->release_parameters();
     return false;
   }
   reader.restore(layout, task_->model(), *optimizer_, world.rank);
-  if (materialize) plan_->release_parameters();
   plan_->after_restore(*optimizer_);
   plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
   resumed(reader.progress(), path, ", " + reader.describe());
@@ -404,6 +401,7 @@ ShardLayout Trainer::shard_layout() const {
   for (const auto& item : task_->model().named_parameters()) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
   for (const auto& p : parameters_) layout.names.push_back(names.at(p.unsafeGetTensorImpl()));
   layout.parameters = parameters_;
+  layout.shapes = plan_->whole_shapes(parameters_);
   layout.ranges = plan_->owned_ranges(parameters_);
   // One shard per stage and data shard: replica 0 of each writes it.
   const Communicator& shard_group = plan_->group(MeshDim::kDataShard);

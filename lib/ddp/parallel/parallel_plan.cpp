@@ -211,6 +211,13 @@ void ParallelPlan::parameters_changed() const {
   if (sharded_) sharded_->parameters_changed();
 }
 
+std::vector<std::vector<int64_t>> ParallelPlan::whole_shapes(const std::vector<torch::Tensor>& parameters) const {
+  if (stage_) return stage_->shapes();
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& p : parameters) shapes.push_back(p.sizes().vec());
+  return shapes;
+}
+
 int64_t ParallelPlan::parameter_bytes(const std::vector<torch::Tensor>& parameters) const {
   if (stage_) return stage_->bytes();
   if (sharded_) return sharded_->parameter_bytes();

@@ -106,6 +106,8 @@ class ParallelPlan {
   /// After a sharded checkpoint was restored into the owned ranges and `optimizer`: what the ranges
   /// left out follows (pipeline stages: a tied weight and its state, from its first stage).
   void after_restore(torch::optim::Optimizer& optimizer) const;
+  /// Each of `parameters`' (from prepare_model) whole shape, wherever its values are.
+  std::vector<std::vector<int64_t>> whole_shapes(const std::vector<torch::Tensor>& parameters) const;
   /// Bytes of parameters and of gradients this rank holds now (its shards where sharded).
   int64_t parameter_bytes(const std::vector<torch::Tensor>& parameters) const;
   int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters) const;

@@ -81,6 +81,12 @@ int64_t StageParameters::whole_bytes() const {
   return bytes;
 }
 
+std::vector<std::vector<int64_t>> StageParameters::shapes() const {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& p : placed_) shapes.push_back(p.shape);
+  return shapes;
+}
+
 void StageParameters::sum_tied_gradients() const {
   torch::NoGradGuard no_grad;
   for (const auto& p : placed_) {

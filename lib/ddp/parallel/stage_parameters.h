@@ -30,6 +30,8 @@ class StageParameters {
   /// Bytes of this stage's parameters, and of the whole model's.
   int64_t bytes() const;
   int64_t whole_bytes() const;
+  /// Every parameter's whole shape, in the plan's order.
+  std::vector<std::vector<int64_t>> shapes() const;
 
   /// After the data-parallel sync: a tied weight's gradient summed over the stages that use it.
   void sum_tied_gradients() const;
