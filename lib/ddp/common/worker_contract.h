@@ -23,7 +23,25 @@ inline constexpr int kDefaultMasterPort = 29500;
 
 /// The worker's heartbeat: after each step it writes the step number, one native int64 (8 bytes)
 /// per beat, to the pipe named by DDPRUN_HEARTBEAT_FD. A worker that never writes is not watched.
+/// A pipeline stage also beats after each microbatch's forward or backward, and says where it is in
+/// the bits above the step's (HeartbeatBeat): a plain step number says nothing there.
 using HeartbeatRecord = int64_t;
+
+/// One beat, decoded: bits 0-39 the step, 40-51 the pipeline stage + 1, 52-62 the microbatch + 1.
+struct HeartbeatBeat {
+  int64_t step = 0;
+  int stage = -1;       ///< the worker's pipeline stage, or -1
+  int microbatch = -1;  ///< the microbatch whose forward or backward it last finished, or -1
+
+  HeartbeatRecord encode() const {
+    return (step & kStepMask) | (static_cast<int64_t>(stage + 1) & 0xfff) << 40 |
+           (static_cast<int64_t>(microbatch + 1) & 0x7ff) << 52;
+  }
+  static HeartbeatBeat decode(HeartbeatRecord record) {
+    return {record & kStepMask, static_cast<int>(record >> 40 & 0xfff) - 1, static_cast<int>(record >> 52 & 0x7ff) - 1};
+  }
+  static constexpr int64_t kStepMask = (int64_t{1} << 40) - 1;
+};
 
 /// Who reads a variable the launcher sets.
 enum class VariableReader {

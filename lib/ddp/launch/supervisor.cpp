@@ -59,6 +59,8 @@ struct Worker {
   int heartbeat_fd = -1;
   int64_t beats = 0;  // heartbeats received; stall detection starts with the first
   int64_t last_step = -1;
+  int stage = -1;            // pipeline stage, from its beats
+  int last_microbatch = -1;  // in a pipeline stage: the microbatch it last finished a part of
   Clock::time_point last_beat;
 };
 
@@ -246,10 +248,23 @@ class Attempt {
       ssize_t n;
       while ((n = read(w.heartbeat_fd, steps, sizeof steps)) > 0) {
         w.beats += n / static_cast<ssize_t>(sizeof(HeartbeatRecord));
-        if (n >= static_cast<ssize_t>(sizeof(HeartbeatRecord))) w.last_step = steps[n / sizeof(HeartbeatRecord) - 1];
+        if (n >= static_cast<ssize_t>(sizeof(HeartbeatRecord))) {
+          HeartbeatBeat last = HeartbeatBeat::decode(steps[n / sizeof(HeartbeatRecord) - 1]);
+          w.last_step = last.step;
+          w.stage = last.stage;
+          w.last_microbatch = last.microbatch;
+        }
         w.last_beat = Clock::now();
       }
     }
+  }
+
+  // " (pipeline stage 1)" for a worker that said it runs one.
+  static std::string stage_of(const Worker& w) {
+    return w.stage >= 0 ? " (pipeline stage " + std::to_string(w.stage) + ")" : "";
+  }
+  static std::string microbatch_of(const Worker& w) {
+    return w.last_microbatch >= 0 ? ", after its part of microbatch " + std::to_string(w.last_microbatch) : "";
   }
 
   // Note [Stalled rank]: when one rank stops, the others soon wait for it inside a collective, so
@@ -276,17 +291,18 @@ class Attempt {
         break;
       }
     }
-    std::string what = "rank " + std::to_string(stuck->rank) + " on " + options_.local_addr + " " + how + " for " +
-                       std::to_string(static_cast<int>(silent)) + " s (--stall-timeout " +
+    std::string what = "rank " + std::to_string(stuck->rank) + stage_of(*stuck) + " on " + options_.local_addr + " " +
+                       how + " for " + std::to_string(static_cast<int>(silent)) + " s (--stall-timeout " +
                        std::to_string(static_cast<int>(options_.stall_timeout_s)) + "; its last heartbeat was at step " +
-                       std::to_string(stuck->last_step) + ")";
+                       std::to_string(stuck->last_step) + microbatch_of(*stuck) + ")";
     // Where the others are: silent at the same step, they wait for it in a collective.
     std::string others;
     for (const auto& w : workers_) {
       if (&w == stuck || w.state != WorkerState::kHealthy) continue;
       double quiet = std::chrono::duration<double>(Clock::now() - w.last_beat).count();
-      others += (others.empty() ? "" : ", ") + std::string("rank ") + std::to_string(w.rank) + " at step " +
-                std::to_string(w.last_step) + " (" + std::to_string(static_cast<int>(quiet)) + " s ago)";
+      others += (others.empty() ? "" : ", ") + std::string("rank ") + std::to_string(w.rank) + stage_of(w) +
+                " at step " + std::to_string(w.last_step) + microbatch_of(w) + " (" +
+                std::to_string(static_cast<int>(quiet)) + " s ago)";
     }
     if (!others.empty()) what += "; the others' last heartbeats: " + others;
     say(what + "; stopping the group");

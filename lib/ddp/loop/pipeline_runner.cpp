@@ -64,7 +64,8 @@ int PipelineRunner::in_flight(int count) const {
 }
 
 torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
-                                    const std::function<void()>& before_last_backward) {
+                                    const std::function<void()>& before_last_backward,
+                                    const std::function<void(int)>& after_action) {
   const int count = static_cast<int>(microbatches.size());
   auto actions = pipeline_schedule(schedule_, pipeline_.world_size, pipeline_.rank, count);
   struct InFlight {
@@ -113,6 +114,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
         sends.push_back(send_tensor(pipeline_, flight.input.grad(), pipeline_.rank - 1, backward_tag(m)));
       held.erase(m);
     }
+    after_action(m);
   }
   for (auto& send : sends) send.wait(timeout_);
   double step_ms = ms_since(start);

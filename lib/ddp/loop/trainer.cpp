@@ -131,6 +131,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
                    config_.train.global_batch_size, world.world_size, share.batch_size, share.grad_accum_steps);
   }
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
+  if (plan_->stages() > 1) recorder_->set_pipeline_stage(plan_->stage());
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
   if (world.rank == 0 && config_.mesh.shard != "none")
     spdlog::info("dist.shard {}: {} split within each data_shard group of the mesh {}", config_.mesh.shard,
@@ -271,7 +272,8 @@ void Trainer::report_pipeline() {
   all = all_reduce_sum(plan_->world(), all);
   if (plan_->world().rank != 0) return;
   const auto microbatches = static_cast<int>(config_.train.grad_accum_steps);
-  MetricsRecord record{{"step", static_cast<double>(progress_.step)}};
+  MetricsRecord record{{"step", static_cast<double>(progress_.step)},
+                       {"pipeline_ideal_bubble", ideal_bubble_fraction(stages, microbatches)}};
   for (int s = 0; s < stages; ++s) {
     PipelineTiming timing;
     timing.step_ms = all[s][0].item<double>();
@@ -499,10 +501,13 @@ StepStats Trainer::pipeline_step(int64_t micro_batches) {
   std::vector<Batch> batches;
   for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(prefetcher_->next().to(plan_->world().device));
   progress_.batch_in_epoch += micro_batches;
-  torch::Tensor loss_sum = pipeline_->train(batches, [this] {
-    stop_vote_->cast();
-    gradient_sync_->prepare();
-  });
+  torch::Tensor loss_sum = pipeline_->train(
+      batches,
+      [this] {
+        stop_vote_->cast();
+        gradient_sync_->prepare();
+      },
+      [this](int microbatch) { recorder_->microbatch_done(progress_, microbatch); });
   StepStats step;
   optimizer_step(step);
   // The last stage speaks for each pipeline: the others' samples are the same ones.

@@ -40,10 +40,10 @@ Heartbeat::Heartbeat() {
   fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
 }
 
-void Heartbeat::beat(int64_t step) const {
+void Heartbeat::beat(int64_t step, int microbatch) const {
   if (fd_ < 0) return;
   // A full pipe means the launcher has plenty of recent beats; dropping this one is fine.
-  HeartbeatRecord record = step;
+  HeartbeatRecord record = HeartbeatBeat{step, stage_, microbatch}.encode();
   [[maybe_unused]] ssize_t n = write(fd_, &record, sizeof record);
 }
 

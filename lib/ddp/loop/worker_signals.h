@@ -38,13 +38,17 @@ class Heartbeat {
  public:
   /// Uses DDPRUN_HEARTBEAT_FD when set and open; otherwise beats go nowhere.
   Heartbeat();
-  /// Reports that `step` is under way or done.
-  void beat(int64_t step) const;
+  /// Reports that `step` is under way or done; in a pipeline stage, that it finished its part of
+  /// microbatch `microbatch` (-1: none yet).
+  void beat(int64_t step, int microbatch = -1) const;
+  /// This worker's pipeline stage, told with every beat.
+  void set_stage(int stage) { stage_ = stage; }
   /// Whether beats reach a launcher.
   bool watched() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;
+  int stage_ = -1;
 };
 
 /// While it lives, beats for `step` once a second from a thread of its own: for work that is

@@ -31,7 +31,7 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "behind another (the idle share of a step is (P-1)/(M+P-1)); each is train.batch_size samples, or "
              "with train.global_batch_size its share; 0: twice dist.pipeline")
       .min(0)
-      .max(4096);
+      .max(2000);  // the heartbeat has 11 bits for a microbatch (HeartbeatBeat)
   schema.add("dist.schedule", &config.schedule,
              "pipeline: the order of each stage's forwards and backwards: gpipe (every forward, then every "
              "backward: activations of all microbatches held at once) or 1f1b (one forward, one backward: at most "

@@ -154,6 +154,26 @@ std::string summary_table(const std::vector<RunRecords>& runs) {
   return out + "</table>";
 }
 
+// Pipeline stages: each stage's time a step, computing and in all, the bubble that leaves beside
+// the schedule's ideal, and the activation memory it held; empty without stages.
+std::string pipeline_table(const std::vector<RunRecords>& runs) {
+  std::string rows;
+  for (const auto& run : runs)
+    for (int stage = 0;; ++stage) {
+      std::string key = "pipeline_stage" + std::to_string(stage);
+      auto bubble = run.last(key + "_bubble");
+      if (!bubble) break;
+      rows += "<tr><td>" + html_escape(run.name) + "</td><td>" + std::to_string(stage) + "</td><td>" +
+              cell(run.last(key + "_step_ms"), "{:.1f}") + "</td><td>" + cell(run.last(key + "_compute_ms"), "{:.1f}") +
+              "</td><td>" + cell(bubble, "{:.3f}") + "</td><td>" + cell(run.last("pipeline_ideal_bubble"), "{:.3f}") +
+              "</td><td>" + cell(run.last(key + "_peak_activation_mib"), "{:.2f}") + "</td></tr>";
+    }
+  if (rows.empty()) return "";
+  return "\n<h2>Pipeline stages</h2><table><tr><th>run</th><th>stage</th><th>ms a step</th><th>ms computing</th>"
+         "<th>bubble (measured)</th><th>bubble (P-1)/(M+P-1)</th><th>peak activation memory (MiB)</th></tr>" +
+         rows + "</table>";
+}
+
 }  // namespace
 
 std::string render_report(const std::vector<RunRecords>& runs) {
@@ -168,6 +188,7 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   html += "<h1>ddprun report: " + html_escape(names) + "</h1>\n<div class=\"meta\">written " + when + " by " +
           html_escape(version_line()) + "</div>\n";
   html += summary_table(runs);
+  html += pipeline_table(runs);
   html += "\n<h2>Training</h2><div class=\"charts\">";
   html += chart_of(runs, "Loss", "loss", {{"loss", "train"}, {"eval_loss", "eval"}});
   html += eval_keys_chart(runs);
