@@ -15,6 +15,7 @@
 #include "support/python_fixtures.h"
 #include "support/metric_values.h"
 #include "support/subprocess.h"
+#include "support/token_files.h"
 #include "support/weights.h"
 
 using namespace ddp::test;
@@ -23,33 +24,6 @@ using Catch::Contains;
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kText = "/usr/share/common-licenses/GPL-3";  // base-files: on every Debian system
-
-// An llm.c shard: 256 little-endian int32 (magic, version, token count, then zeros), then the
-// tokens as uint16 (version 1) or uint32 (version 7).
-std::string llmc_shard(const std::vector<int64_t>& tokens, int32_t magic = 20240520, int32_t version = 1,
-                       int64_t claimed = -1) {
-  int width = version == 7 ? 4 : 2;
-  std::string bytes(1024 + tokens.size() * width, '\0');
-  int32_t header[3] = {magic, version, static_cast<int32_t>(claimed >= 0 ? claimed : tokens.size())};
-  std::memcpy(bytes.data(), header, sizeof header);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    uint32_t v = static_cast<uint32_t>(tokens[i]);
-    for (int b = 0; b < width; ++b) bytes[1024 + i * width + b] = static_cast<char>((v >> (8 * b)) & 0xff);
-  }
-  return bytes;
-}
-
-// The license's bytes: the first 90% to train on, the rest held out.
-std::pair<std::vector<int64_t>, std::vector<int64_t>> text_tokens() {
-  std::string text = read_file(kText);
-  REQUIRE(text.size() > 30000);
-  std::vector<int64_t> all(text.begin(), text.end());
-  for (auto& t : all) t = static_cast<unsigned char>(t);
-  auto cut = all.begin() + static_cast<std::ptrdiff_t>(all.size() * 9 / 10);
-  return {{all.begin(), cut}, {cut, all.end()}};
-}
 
 // A config training a small GPT on shards in `dir`: train_*.bin (two shards) and val.bin.
 std::string write_gpt_config(const TempDir& dir, const std::string& extra = "") {

@@ -1,0 +1,284 @@
+// Pipeline stages (dist.pipeline) by real ddprun processes: 2 stages × 1 and × 2 replicas train the
+// GPT, the MLP and a TorchScript nn.Sequential to world 1's weights under both schedules; 1F1B holds
+// fewer activations than GPipe; each stage holds its own parameters; the measured bubble is printed
+// beside (P-1)/(M+P-1); checkpoints resume at another layout; a stopped stage is named, a killed one
+// resumes exactly; models and splits that cannot be had say why.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "support/metric_values.h"
+#include "support/python_fixtures.h"
+#include "support/subprocess.h"
+#include "support/token_files.h"
+#include "support/weights.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+CommandResult ddprun(int nproc, const std::string& config, const std::vector<std::string>& sets,
+                     const std::string& options = "") {
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " +
+                        std::to_string(nproc) + " " + options + " " + config;
+  for (const auto& s : sets) command += " --set '" + s + "'";
+  return run_shell(command, std::chrono::seconds(300));
+}
+
+// A small GPT on the license's bytes (dropout 0: every layout draws the same nothing).
+std::string gpt_config(const TempDir& dir, const std::string& model = "n_layer: 2, n_head: 2, n_embd: 32") {
+  auto [train, val] = text_tokens();
+  write_file(dir.file("train.bin"), llmc_shard(train));
+  write_file(dir.file("val.bin"), llmc_shard(val));
+  std::string path = dir.file("gpt.yaml");
+  std::ofstream(path) << "data: {dataset: tokens, path: " << dir.file("train.bin") << ", eval_path: "
+                      << dir.file("val.bin") << "}\n"
+                      << "model: {name: gpt, " << model << ", block_size: 32, vocab_size: 256, bias: false, dropout: 0}\n"
+                      << "optim: {name: adamw, lr: 0.003, weight_decay: 0.1, decay_params: matrices, beta2: 0.99}\n"
+                      << "schedule: {name: cosine, warmup_steps: 10}\n"
+                      << "train: {task: causal_lm, epochs: 5, global_batch_size: 16, clip_grad_norm: 1.0}\n"
+                      << "eval: {every_epochs: 0, at_start: false, batch_size: 64}\n"
+                      << "checkpoint: {every_epochs: 0}\n";
+  return path;
+}
+
+std::string mlp_config() { return std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml"; }
+
+std::vector<std::string> mlp_sets() {
+  return {"optim.name=adamw", "optim.lr=0.003", "optim.weight_decay=0.1", "train.clip_grad_norm=0.5",
+          "model.hidden=[64,32]", "train.epochs=5", "train.global_batch_size=64", "data.eval_split=none",
+          "checkpoint.every_epochs=0"};
+}
+
+// A TorchScript nn.Sequential (Linear, ReLU, Linear, Tanh, Linear) on Python-written arrays.
+std::string sequential_config(const TempDir& dir) {
+  std::string path = dir.file("sequential.yaml");
+  std::ofstream(path) << "data: {dataset: npy, path: " << python_fixture("train_x.npy")
+                      << ", labels: " << python_fixture("train_y.npy") << ", normalize: none, eval_split: none}\n"
+                      << "model: {name: torchscript, path: " << python_fixture("sequential.pt") << "}\n"
+                      << "optim: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
+                      << "train: {epochs: 5, global_batch_size: 32, clip_grad_norm: 0.5}\n"
+                      << "checkpoint: {every_epochs: 0}\n";
+  return path;
+}
+
+std::vector<std::string> with(std::vector<std::string> sets, const std::vector<std::string>& more) {
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
+double largest_difference(const std::string& a, const std::string& b) {
+  auto x = load_weights(a), y = load_weights(b);
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
+  return worst;
+}
+
+// World 1, then 2 stages × 1 replica and × 2 replicas under each schedule, 30 steps each, the same
+// global batch: every pipelined run's weights within 1e-5 of world 1's.
+void check_layouts_match_world_1(const TempDir& dir, const std::string& config, const std::vector<std::string>& sets) {
+  auto run = [&](int nproc, const std::string& name, const std::vector<std::string>& more) {
+    auto r = ddprun(nproc, config, with(sets, with({"run.output_dir=" + dir.file(name), "train.max_steps=30"}, more)));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  run(1, "one", {});
+  for (std::string schedule : {"gpipe", "1f1b"})
+    for (int replicas : {1, 2}) {
+      std::string name = schedule + "_" + std::to_string(replicas);
+      auto r = run(2 * replicas, name, {"dist.pipeline=2", "dist.schedule=" + schedule});
+      CHECK_THAT(r.out, Contains("mesh pipeline 2 × data_replicate " + std::to_string(replicas)));
+      double worst = largest_difference(dir.file("one/model.pt"), dir.file(name + "/model.pt"));
+      INFO(name << ": largest difference from world 1 " << worst);
+      CHECK(worst < 1e-5);
+    }
+}
+
+// "pipeline stage S: ... bubble B (ideal I); peak activation memory A MiB" → {B, I, A} for stage S.
+std::array<double, 3> stage_line(const std::string& log, int stage) {
+  std::smatch m;
+  std::regex line("pipeline stage " + std::to_string(stage) +
+                  R"(: [0-9.]+ ms a step, [0-9.]+ ms computing: bubble ([0-9.]+) \(ideal ([0-9.]+)\); peak activation memory ([0-9.]+) MiB)");
+  INFO(log);
+  REQUIRE(std::regex_search(log, m, line));
+  return {std::stod(m[1]), std::stod(m[2]), std::stod(m[3])};
+}
+
+}  // namespace
+
+TEST_CASE("a GPT in 2 stages × 1 and × 2 replicas trains to world 1's weights within 1e-5, gpipe and 1f1b",
+          "[pipeline]") {
+  TempDir dir;
+  check_layouts_match_world_1(dir, gpt_config(dir), {"data.eval_split=none"});
+  // The tied embedding stayed one weight: both stages summed its gradient.
+  auto w = load_weights(dir.file("1f1b_2/model.pt"));
+  CHECK(torch::equal(w.at("lm_head.weight"), w.at("transformer.wte.weight")));
+}
+
+TEST_CASE("the MLP in 2 stages × 1 and × 2 replicas trains to world 1's weights within 1e-5, gpipe and 1f1b",
+          "[pipeline]") {
+  TempDir dir;
+  check_layouts_match_world_1(dir, mlp_config(), mlp_sets());
+}
+
+TEST_CASE("a TorchScript nn.Sequential in 2 stages × 1 and × 2 replicas trains to world 1's weights within 1e-5",
+          "[pipeline]") {
+  TempDir dir;
+  check_layouts_match_world_1(dir, sequential_config(dir), {});
+}
+
+TEST_CASE("at 8 microbatches 1F1B holds fewer activations than GPipe; each stage holds about half the parameters; "
+          "the measured bubble is printed and reported beside (P-1)/(M+P-1)",
+          "[pipeline]") {
+  TempDir dir;
+  std::string config = gpt_config(dir, "n_layer: 4, n_head: 4, n_embd: 128");
+  auto run = [&](const std::string& schedule) {
+    auto r = ddprun(2, config,
+                    {"run.output_dir=" + dir.file(schedule), "train.max_steps=10", "train.global_batch_size=64",
+                     "data.eval_split=none", "dist.pipeline=2", "dist.microbatches=8", "dist.schedule=" + schedule});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  std::string gpipe = run("gpipe"), one_f_one_b = run("1f1b");
+  for (int stage : {0, 1}) {
+    auto g = stage_line(gpipe, stage), f = stage_line(one_f_one_b, stage);
+    INFO("stage " << stage << ": peak activations gpipe " << g[2] << " MiB, 1f1b " << f[2] << " MiB");
+    CHECK(f[2] < g[2]);
+    // Bubble: the share of its step a stage waited, near (P-1)/(M+P-1) = 1/9 here.
+    CHECK(g[1] == Approx(1.0 / 9).margin(0.001));
+    INFO("bubble gpipe " << g[0] << ", 1f1b " << f[0]);
+    CHECK(std::abs(g[0] - g[1]) < 0.25);
+    CHECK(std::abs(f[0] - f[1]) < 0.25);
+  }
+  CHECK_THAT(gpipe, Contains("(8 of 8 microbatches held at once, gpipe)"));
+  CHECK_THAT(one_f_one_b, Contains("(2 of 8 microbatches held at once, 1f1b)"));
+  // Stage 0: the embeddings and blocks 0-1; stage 1: blocks 2-3, ln_f and the tied head.
+  std::smatch m;
+  std::regex holds(R"(stage ([01]): layers .* parameters [0-9.]+ MiB per rank: ([0-9.]+) of the model's)");
+  int stages = 0;
+  for (auto it = std::sregex_iterator(gpipe.begin(), gpipe.end(), holds); it != std::sregex_iterator(); ++it) {
+    double share = std::stod((*it)[2]);
+    INFO("stage " << (*it)[1] << " holds " << share << " of the parameters");
+    CHECK((share > 0.4 && share < 0.6));
+    ++stages;
+  }
+  CHECK(stages == 2);
+  CHECK(metric_value(dir.file("1f1b/metrics.jsonl"), "pipeline_stage1_bubble") >= 0);
+  std::string report = read_file(dir.file("1f1b/report.html"));
+  CHECK_THAT(report, Contains("<h2>Pipeline stages</h2>") && Contains("bubble (measured)"));
+}
+
+TEST_CASE("a pipeline's sharded checkpoint resumes at world 1, and world 1's whole one in 2 stages × 2", "[pipeline]") {
+  TempDir dir;
+  std::string config = gpt_config(dir);
+  auto run = [&](int nproc, const std::string& name, const std::vector<std::string>& more) {
+    auto r = ddprun(nproc, config,
+                    with({"run.output_dir=" + dir.file(name), "train.max_steps=30", "checkpoint.every_steps=15",
+                          "checkpoint.keep_last=5", "data.eval_split=none"},
+                         more));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  // A finished run, cut back to its step-15 checkpoint: the resume goes on from there.
+  auto cut_back = [&](const std::string& from, const std::string& to) {
+    fs::copy(dir.file(from), dir.file(to), fs::copy_options::recursive);
+    for (const auto& entry : fs::directory_iterator(dir.file(to + "/checkpoints")))
+      if (entry.path().filename().string().find("0000000030") != std::string::npos) fs::remove(entry.path());
+    fs::remove(dir.file(to + "/model.pt"));
+    fs::remove(dir.file(to + "/metrics.jsonl"));
+  };
+  run(2, "pipeline", {"dist.pipeline=2"});
+  CHECK(fs::exists(dir.file("pipeline/checkpoints/step_0000000015.shard-1-of-2.pt")));
+  cut_back("pipeline", "to_one");
+  std::string out = run(1, "to_one", {});
+  CHECK_THAT(out, Contains("2 shards of pipeline 2 × data_replicate 1"));
+  CHECK(largest_difference(dir.file("pipeline/model.pt"), dir.file("to_one/model.pt")) < 1e-5);
+
+  run(1, "one", {});
+  CHECK(fs::exists(dir.file("one/checkpoints/step_0000000015.pt")));
+  cut_back("one", "to_pipeline");
+  out = run(4, "to_pipeline", {"dist.pipeline=2"});
+  CHECK_THAT(out, Contains("resumed from"));
+  CHECK(largest_difference(dir.file("one/model.pt"), dir.file("to_pipeline/model.pt")) < 1e-5);
+}
+
+TEST_CASE("a SIGSTOPped stage is named with its stage; a SIGKILLed one resumes bit-identically (--max-restarts 1)",
+          "[pipeline][faults]") {
+  TempDir dir;
+  std::string config = gpt_config(dir);
+  std::string stopped = dir.file("stopped");
+  auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --stall-timeout 3 " +
+                         config + " --set run.output_dir=" + stopped +
+                         " --set dist.pipeline=2 --set train.max_steps=100000 --set data.eval_split=none & L=$!; i=0; "
+                         "while [ ! -s " + stopped + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                         "sleep 1; pkill -STOP -n -f '[d]dp-train.*" + stopped + "'; wait $L; echo status=$?",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=1") == 1);
+  CHECK_THAT(r.err, Contains("rank 1 (pipeline stage 1) on") && Contains("is stopped (process state T") &&
+                        Contains("after its part of microbatch") && Contains("rank 0 (pipeline stage 0) at step"));
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + stopped + "'").out.empty());
+
+  auto sets = [&](const std::string& name) {
+    return std::vector<std::string>{"run.output_dir=" + dir.file(name), "train.max_steps=200", "dist.pipeline=2",
+                                    "checkpoint.every_steps=50", "checkpoint.keep_last=10", "data.eval_split=none"};
+  };
+  auto straight = ddprun(2, config, sets("straight"));
+  INFO(straight.out << straight.err);
+  REQUIRE(straight.exit_code == 0);
+  std::string killed = dir.file("killed");
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " + config;
+  for (const auto& s : sets("killed")) command += " --set '" + s + "'";
+  auto k = run_shell(command + " & L=$!; i=0; while [ ! -e " + killed +
+                         "/checkpoints/step_0000000100.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+                         "pkill -KILL -n -f '[d]dp-train.*" + killed + "'; wait $L; echo status=$?",
+                     std::chrono::seconds(240));
+  INFO(k.out << k.err);
+  CHECK(count_lines(k.out, "status=0") == 1);
+  CHECK_THAT(k.err, Contains("signal 9 (SIGKILL)"));
+  CHECK_THAT(k.out, Contains("resumed from"));
+  std::string x = read_file(dir.file("straight/model.pt")), y = read_file(killed + "/model.pt");
+  CHECK((!x.empty() && x == y));
+}
+
+TEST_CASE("a model or split that cannot make the stages asked for: one message naming the key and the fix, exit 2",
+          "[pipeline]") {
+  TempDir dir;
+  auto fails = [&](const std::string& config, const std::vector<std::string>& sets, const std::string& message) {
+    auto r = ddprun(2, config, with(sets, {"run.output_dir=" + dir.file("out"), "train.max_steps=2"}));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(message));
+    CHECK(!fs::exists(dir.file("out/model.pt")));
+  };
+  std::string scripted = dir.file("scripted.yaml");
+  std::ofstream(scripted) << "data: {dataset: npy, path: " << python_fixture("train_x.npy")
+                          << ", labels: " << python_fixture("train_y.npy") << ", normalize: none, eval_split: none}\n"
+                          << "model: {name: torchscript, path: " << python_fixture("mlp.pt") << "}\n";
+  fails(scripted, {"dist.pipeline=2"},
+        "dist.pipeline: model.name torchscript cannot be split into stages: its forward is compiled code");
+  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.pipeline_split=layer.2"}),
+        "dist.pipeline_split: layer.2 is not one of the model's layers (did you mean layers.2?)");
+  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.pipeline_split=layers.0"}),
+        "dist.pipeline_split: layers.0 must come after the first layer");
+  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "train.global_batch_size=0", "train.grad_accum_steps=2"}),
+        "train.grad_accum_steps: with dist.pipeline the microbatches are the accumulation");
+  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.microbatches=3"}),
+        "train.global_batch_size: 64 samples do not split into 1 replica(s) × 3 microbatches");
+  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.shard=optimizer"}),
+        "sharding within pipeline stages is not built yet");
+  auto r = ddprun(4, mlp_config(), with(mlp_sets(), {"dist.pipeline=4", "run.output_dir=" + dir.file("four")}));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("dist.pipeline: 4 stages need at least as many layers, and the model has 3"));
+}
