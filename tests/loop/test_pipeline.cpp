@@ -282,3 +282,17 @@ TEST_CASE("a model or split that cannot make the stages asked for: one message n
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("dist.pipeline: 4 stages need at least as many layers, and the model has 3"));
 }
+
+TEST_CASE("a later stage's BatchNorm statistics reach model.pt (the ConvNet cut before layer2)", "[pipeline]") {
+  TempDir dir;
+  auto r = ddprun(2, std::string(DDP_SOURCE_DIR) + "/configs/fashion_mnist_convnet.yaml",
+                  {"run.output_dir=" + dir.file("out"), "dist.pipeline=2", "dist.pipeline_split=layer2",
+                   "train.max_steps=3", "model.batchnorm=true", "eval.every_epochs=0", "eval.at_start=false"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("stage 1: layers layer2 .. fc (2)"));
+  auto w = load_weights(dir.file("out/model.pt"));
+  // Fresh statistics are zeros and ones; stage 1's, trained, reached rank 0's file.
+  CHECK(w.at("layer2.1.running_mean").abs().sum().item<double>() > 0);
+  CHECK(!torch::equal(w.at("layer2.1.running_var"), torch::ones_like(w.at("layer2.1.running_var"))));
+}

@@ -220,13 +220,15 @@ void Trainer::split_into_stages() {
   }
   const int stages = plan_->stages();
   std::vector<int> bounds = split_pipeline(names, sizes, stages, config_.mesh.pipeline_split);
-  std::vector<std::vector<torch::Tensor>> used(static_cast<std::size_t>(stages));
+  std::vector<std::vector<torch::Tensor>> used(static_cast<std::size_t>(stages)), buffers(used.size());
   for (int s = 0; s < stages; ++s)
-    for (int i = bounds[s]; i < bounds[s + 1]; ++i)
+    for (int i = bounds[s]; i < bounds[s + 1]; ++i) {
       for (const auto& p : layers[i].parameters) used[s].push_back(p);
+      for (const auto& b : layers[i].buffers) buffers[s].push_back(b);
+    }
   for (int s = 1; s < stages; ++s) stage_split_ += (s > 1 ? "," : "") + names[bounds[s]];
   if (plan_->world().rank == 0) describe_stages(names, bounds, used);
-  plan_->split_stages(parameters_, used);
+  plan_->split_stages(parameters_, used, buffers);
   const int stage = plan_->stage();
   std::vector<PipelineLayer> mine(layers.begin() + bounds[stage], layers.begin() + bounds[stage + 1]);
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.timeout_s * 1000));

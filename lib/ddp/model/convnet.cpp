@@ -51,13 +51,13 @@ class ConvNet : public Model {
 
   std::vector<PipelineLayer> pipeline_layers() override {
     bool channels_last = channels_last_;
-    return {{"layer1", layer1_->parameters(),
+    return {{"layer1", layer1_->parameters(), layer1_->buffers(),
              [layer = layer1_.ptr(), channels_last](torch::Tensor x) {
                if (channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
                return layer->forward(x);
              }},
-            {"layer2", layer2_->parameters(), [layer = layer2_.ptr()](torch::Tensor x) { return layer->forward(x); }},
-            {"fc", fc_->parameters(), [fc = fc_.ptr()](torch::Tensor x) { return fc->forward(x.reshape({x.size(0), -1})); }}};
+            {"layer2", layer2_->parameters(), layer2_->buffers(), [layer = layer2_.ptr()](torch::Tensor x) { return layer->forward(x); }},
+            {"fc", fc_->parameters(), {}, [fc = fc_.ptr()](torch::Tensor x) { return fc->forward(x.reshape({x.size(0), -1})); }}};
   }
 
  private:

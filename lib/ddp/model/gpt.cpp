@@ -241,17 +241,17 @@ torch::Tensor Gpt::forward(torch::Tensor idx) {
 
 std::vector<PipelineLayer> Gpt::pipeline_layers() {
   std::vector<PipelineLayer> layers;
-  layers.push_back({"transformer.wte", {transformer_->wte->weight, transformer_->wpe->weight},
+  layers.push_back({"transformer.wte", {transformer_->wte->weight, transformer_->wpe->weight}, {},
                     [this](torch::Tensor idx) { return embed(idx); }});
   for (std::size_t i = 0; i < transformer_->blocks.size(); ++i) {
     auto block = transformer_->blocks[i];
-    layers.push_back({"transformer.h." + std::to_string(i), block->parameters(),
+    layers.push_back({"transformer.h." + std::to_string(i), block->parameters(), block->buffers(),
                       [block](torch::Tensor x) { return block->forward(x); }});
   }
   // The head's weight is the embedding's: both end stages hold it (Note [Tied weights across stages]).
   std::vector<torch::Tensor> head_parameters = transformer_->ln_f->parameters();
   head_parameters.push_back(head_weight_);
-  layers.push_back({"transformer.ln_f", head_parameters, [this](torch::Tensor x) { return head(x); }});
+  layers.push_back({"transformer.ln_f", head_parameters, {}, [this](torch::Tensor x) { return head(x); }});
   return layers;
 }
 

@@ -49,7 +49,7 @@ class Mlp : public Model {
     std::vector<PipelineLayer> layers;
     for (std::size_t i = 0; i < linears_.size(); ++i) {
       bool first = i == 0, last = i + 1 == linears_.size();
-      layers.push_back({"layers." + std::to_string(2 * i), linears_[i]->parameters(),
+      layers.push_back({"layers." + std::to_string(2 * i), linears_[i]->parameters(), {},
                         [linear = linears_[i].ptr(), first, last](torch::Tensor x) {
                           if (first) x = x.reshape({x.size(0), -1});
                           x = linear->forward(x);

@@ -44,6 +44,7 @@ class ShardUnitHooks {
 struct PipelineLayer {
   std::string name;                       ///< "transformer.h.3": what dist.pipeline_split names
   std::vector<torch::Tensor> parameters;  ///< those it uses (a tied weight is in two layers)
+  std::vector<torch::Tensor> buffers;     ///< those it keeps (BatchNorm statistics, masks)
   std::function<torch::Tensor(torch::Tensor)> forward;
 };
 

@@ -206,9 +206,12 @@ class ScriptedModel : public Model {
     for (const auto& child : named_children()) mirrors.emplace(child.key(), child.value());
     for (const auto& child : module_.named_children()) {
       auto mirror = mirrors.find(child.name);
-      std::vector<torch::Tensor> parameters;
-      if (mirror != mirrors.end()) parameters = mirror->second->parameters();
-      layers.push_back({child.name, parameters, [this, m = child.value, name = child.name](torch::Tensor x) {
+      std::vector<torch::Tensor> parameters, buffers;
+      if (mirror != mirrors.end()) {
+        parameters = mirror->second->parameters();
+        buffers = mirror->second->buffers();
+      }
+      layers.push_back({child.name, parameters, buffers, [this, m = child.value, name = child.name](torch::Tensor x) {
                           c10::IValue y = torch::jit::Module(m).forward({x});
                           adopt_reassigned_buffers();
                           if (!y.isTensor())

@@ -121,8 +121,9 @@ std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model)
 }
 
 void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
-                                const std::vector<std::vector<torch::Tensor>>& used) {
-  stage_ = std::make_unique<StageParameters>(parameters, used, world_, mesh_, group(MeshDim::kPipeline));
+                                const std::vector<std::vector<torch::Tensor>>& used,
+                                const std::vector<std::vector<torch::Tensor>>& buffers) {
+  stage_ = std::make_unique<StageParameters>(parameters, used, buffers, world_, mesh_, group(MeshDim::kPipeline));
 }
 
 void ParallelPlan::finish_gradients(ValueSlots& side_values) const {
@@ -262,6 +263,7 @@ void ParallelPlan::share_buffers() {
 }
 
 std::vector<torch::Tensor> ParallelPlan::gather_checkpoint_state() const {
+  if (stage_) stage_->share_buffers();
   torch::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
   auto all = torch::zeros({world_.world_size, mine.numel()}, torch::kDouble);
   all[world_.rank].copy_(mine.to(torch::kDouble));

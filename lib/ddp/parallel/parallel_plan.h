@@ -51,7 +51,8 @@ class ParallelPlan {
   std::vector<torch::Tensor> prepare_model(torch::nn::Module& model);
   /// Pipeline stages, after prepare_model: `used[s]` are the parameters stage s's layers use; this
   /// rank keeps its stage's and frees the rest (Note [Stage parameters]). Every rank calls it.
-  void split_stages(const std::vector<torch::Tensor>& parameters, const std::vector<std::vector<torch::Tensor>>& used);
+  void split_stages(const std::vector<torch::Tensor>& parameters, const std::vector<std::vector<torch::Tensor>>& used,
+                    const std::vector<std::vector<torch::Tensor>>& buffers);
   /// Pipeline stages: this rank's part (null without them).
   const StageParameters* stage_parameters() const { return stage_.get(); }
   /// After the gradient sync: what else the gradients need before clipping (tied weights summed
@@ -121,8 +122,8 @@ class ParallelPlan {
   /// here already (replicas), so rank 0 alone.
   bool writes_checkpoints() const { return world_.rank == 0; }
   /// What the writer needs from the other ranks: each rank's CPU generator state, by rank (ranks
-  /// draw different amounts, e.g. dropout on batches of different sizes). Every rank takes part;
-  /// empty except on the writer.
+  /// draw different amounts, e.g. dropout on batches of different sizes), and with pipeline stages
+  /// each stage's buffers in the writer's model. Every rank takes part; empty except on the writer.
   std::vector<torch::Tensor> gather_checkpoint_state() const;
 
  private:

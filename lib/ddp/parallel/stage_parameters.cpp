@@ -33,9 +33,16 @@ Communicator tied_group(const Communicator& world, const DeviceMesh& mesh, const
 }  // namespace
 
 StageParameters::StageParameters(const std::vector<torch::Tensor>& parameters,
-                                 const std::vector<std::vector<torch::Tensor>>& used, const Communicator& world,
+                                 const std::vector<std::vector<torch::Tensor>>& used,
+                                 const std::vector<std::vector<torch::Tensor>>& buffers, const Communicator& world,
                                  const DeviceMesh& mesh, const Communicator& pipeline)
     : pipeline_(pipeline) {
+  std::set<const c10::TensorImpl*> kept;  // a buffer two stages keep comes from the first
+  for (const auto& stage : buffers) {
+    buffers_.emplace_back();
+    for (const auto& b : stage)
+      if (kept.insert(b.unsafeGetTensorImpl()).second) buffers_.back().push_back(b);
+  }
   std::map<const c10::TensorImpl*, std::size_t> index;
   for (const auto& p : parameters) {
     index.emplace(p.unsafeGetTensorImpl(), placed_.size());
@@ -122,7 +129,13 @@ void StageParameters::share_tied(torch::optim::Optimizer& optimizer) const {
   }
 }
 
+void StageParameters::share_buffers() const {
+  for (int stage = 0; stage < static_cast<int>(buffers_.size()); ++stage)
+    if (!buffers_[stage].empty()) broadcast_coalesced(pipeline_, buffers_[stage], stage);
+}
+
 void StageParameters::materialize() const {
+  share_buffers();
   torch::NoGradGuard no_grad;
   for (const auto& p : placed_)
     if (!p.mine) p.tensor.set_data(torch::empty(p.shape, p.tensor.options()));

@@ -16,12 +16,13 @@ namespace ddp {
 /// This rank's stage's share of the parameters.
 class StageParameters {
  public:
-  /// `parameters`: the plan's list, the same on every rank; `used[s]`: those stage s's layers use.
-  /// Frees the others here. `pipeline`: this rank's group along the pipeline (its rank is the
+  /// `parameters`: the plan's list, the same on every rank; `used[s]`: those stage s's layers use,
+  /// `buffers[s]` those they keep. Frees the other parameters here. `pipeline`: this rank's group along the pipeline (its rank is the
   /// stage), which must outlive this. Every rank of `world` calls it: the groups of the stages
   /// sharing a tied weight are made here.
   StageParameters(const std::vector<torch::Tensor>& parameters, const std::vector<std::vector<torch::Tensor>>& used,
-                  const Communicator& world, const DeviceMesh& mesh, const Communicator& pipeline);
+                  const std::vector<std::vector<torch::Tensor>>& buffers, const Communicator& world,
+                  const DeviceMesh& mesh, const Communicator& pipeline);
 
   /// This stage's parameters, in the plan's order: what it trains.
   const std::vector<torch::Tensor>& mine() const { return mine_; }
@@ -40,7 +41,11 @@ class StageParameters {
   /// After a sharded restore: each tied weight and its state in `optimizer` as its first stage has them.
   void share_tied(torch::optim::Optimizer& optimizer) const;
 
-  /// Every parameter whole on every rank of the pipeline, from the stage that holds it, until release().
+  /// Every buffer on every rank of the pipeline as the stage that keeps it has it: what rank 0
+  /// writes in checkpoints and model.pt.
+  void share_buffers() const;
+  /// Every parameter whole on every rank of the pipeline, from the stage that holds it, until
+  /// release(); the buffers too.
   void materialize() const;
   void release() const;
   /// After materialize(): `whole` (over every parameter) given each stage's `stage` optimizer state.
@@ -58,6 +63,7 @@ class StageParameters {
   };
   std::vector<Placed> placed_;
   std::vector<torch::Tensor> mine_;
+  std::vector<std::vector<torch::Tensor>> buffers_;  // by the stage that keeps them
   const Communicator& pipeline_;
   std::map<std::vector<int>, Communicator> tied_groups_;  // stages → the group of this rank's pipeline at them
 };
