@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt or BENCH_ONLY=sharding runs only that table;
+BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding or BENCH_ONLY=pipeline runs only that table;
 BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
 utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors (BENCH_GPU_PRECISIONS,
 default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it);
@@ -423,6 +423,48 @@ def sharding(work):
     print()
 
 
+def pipeline(work):
+    """2 pipeline stages × 1 against 1 × 2 data-parallel ranks at world 2 on the GPT table's model, the
+    same global batch: tokens/s, and each stage's measured bubble beside (P-1)/(M+P-1)."""
+    train_glob, _ = kjv_tokens(work)
+    shape = [f"model.{key}={str(value).lower()}" for key, value in GPT_SHAPE.items()]
+    sets = [f"data.path={train_glob}", "data.eval_split=none", "eval.every_steps=0", "checkpoint.every_steps=0",
+            f"train.global_batch_size={2 * GPT_BATCH}", *shape]
+    layouts = [("1 × 2 data-parallel", [])]
+    for microbatches in (4, 8):
+        for schedule in ("gpipe", "1f1b"):
+            layouts.append((f"2 stages × 1, M = {microbatches}, {schedule}",
+                            ["dist.pipeline=2", f"dist.microbatches={microbatches}", f"dist.schedule={schedule}"]))
+    print(f"dist.pipeline at world 2: the GPT table's model ({GPT_SHAPE['n_layer']} layers, width {GPT_SHAPE['n_embd']}), "
+          f"global batch {2 * GPT_BATCH} × {GPT_SHAPE['block_size']} tokens, {GPT_STEPS} steps, best of {REPEATS}, "
+          f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| layout | tokens/s | ÷ data-parallel | bubble stage 0 / 1 (measured) | (P-1)/(M+P-1) "
+          "| peak activation MiB stage 0 / 1 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    base = None
+    for i, (name, extra) in enumerate(layouts):
+        runs = []
+        for r in range(REPEATS):
+            out, started, processes = start_run(work, f"pipe-{i}-{r}", 2, None, [*sets, *extra], config=GPT_CONFIG,
+                                                steps=GPT_STEPS, log_every=GPT_LOG_EVERY)
+            result = finish_run(out, started, processes)
+            records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+            result["stages"] = next((r for r in records if "pipeline_stage0_bubble" in r), None)
+            runs.append(result)
+        top = best(runs, "tokens_per_s")
+        base = base or top["tokens_per_s"]
+        stages = top["stages"]
+        bubble = ideal = memory = ""
+        if stages:
+            bubble = f"{stages['pipeline_stage0_bubble']:.3f} / {stages['pipeline_stage1_bubble']:.3f}"
+            ideal = f"{stages['pipeline_ideal_bubble']:.3f}"
+            memory = (f"{stages['pipeline_stage0_peak_activation_mib']:.1f} / "
+                      f"{stages['pipeline_stage1_peak_activation_mib']:.1f}")
+        print(f"| {name} | {top['tokens_per_s']:.0f} | {top['tokens_per_s'] / base:.3f} | {bubble} | {ideal} | {memory} |",
+              flush=True)
+    print()
+
+
 def compare(work):
     """This build against BENCH_BASELINE's binaries, back to back: ConvNet and MLP at world 1 and 2."""
     global BIN
@@ -450,7 +492,7 @@ def compare(work):
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
     only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "sharding": sharding,
-            "compare": compare}.get(os.environ.get("BENCH_ONLY", ""))
+            "pipeline": pipeline, "compare": compare}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
             only(work)

@@ -1,10 +1,12 @@
 #include "ddp/loop/evaluator.h"
 
+#include <functional>
+
 #include "ddp/comm/collectives.h"
 
 namespace ddp {
-
 namespace {
+
 // Metric sums, then the sample count, summed over the ranks, as means.
 EvalResult eval_result(const Task& task, torch::Tensor sums) {
   sums = sums.to(torch::kCPU);
@@ -16,52 +18,44 @@ EvalResult eval_result(const Task& task, torch::Tensor sums) {
   if (result.samples > 0) task.add_derived_metrics(result.metrics);
   return result;
 }
-}  // namespace
 
-EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm) {
-  auto [begin, end] = eval_shard(task.size(Split::kEval), comm.world_size, comm.rank);
-  auto names = task.metric_names();
+// The metrics of this rank's shard of `replicas`' eval samples, summed over `everyone`. `metrics`
+// gives a batch's metric sums, or an undefined tensor where this rank has none to add (a pipeline
+// stage before the last).
+EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicator& replicas,
+                          const Communicator& everyone, const std::function<torch::Tensor(const Batch&)>& metrics) {
+  auto [begin, end] = eval_shard(task.size(Split::kEval), replicas.world_size, replicas.rank);
+  const auto count = static_cast<int64_t>(task.metric_names().size());
   auto& model = task.model();
   bool was_training = model.is_training();
   model.eval();
   // The metric sums, then the sample count, accumulated on the device: no sync per batch.
-  auto sums = torch::zeros({static_cast<int64_t>(names.size()) + 1}, torch::dtype(torch::kDouble).device(comm.device));
+  auto sums = torch::zeros({count + 1}, torch::dtype(torch::kDouble).device(everyone.device));
   {
     torch::NoGradGuard no_grad;
     for (int64_t start = begin; start < end; start += config.batch_size) {
       auto indices = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
-      Batch batch = task.make_batch(Split::kEval, indices).to(comm.device);
-      sums.narrow(0, 0, static_cast<int64_t>(names.size())).add_(task.metric_sums(batch));
+      Batch batch = task.make_batch(Split::kEval, indices).to(everyone.device);
+      torch::Tensor batch_sums = metrics(batch);
+      if (!batch_sums.defined()) continue;
+      sums.narrow(0, 0, count).add_(batch_sums);
       sums[-1].add_(static_cast<double>(batch.size()));
     }
   }
   model.train(was_training);
-  return eval_result(task, all_reduce_sum(comm, sums));
+  return eval_result(task, all_reduce_sum(everyone, sums));
+}
+
+}  // namespace
+
+EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm) {
+  return evaluate_shard(task, config, comm, comm, [&task](const Batch& batch) { return task.metric_sums(batch); });
 }
 
 EvalResult evaluate_pipelined(Task& task, const EvalConfig& config, PipelineRunner& stage, const Communicator& replicas,
                               const Communicator& world) {
-  auto [begin, end] = eval_shard(task.size(Split::kEval), replicas.world_size, replicas.rank);
-  auto names = task.metric_names();
-  auto& model = task.model();
-  bool was_training = model.is_training();
-  model.eval();
-  // Only the last stage has metrics; the others add zeros.
-  auto sums = torch::zeros({static_cast<int64_t>(names.size()) + 1}, torch::dtype(torch::kDouble).device(world.device));
-  {
-    torch::NoGradGuard no_grad;
-    for (int64_t start = begin; start < end; start += config.batch_size) {
-      auto indices = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
-      Batch batch = task.make_batch(Split::kEval, indices).to(world.device);
-      torch::Tensor metrics = stage.evaluate(batch);
-      if (!stage.last()) continue;
-      sums.narrow(0, 0, static_cast<int64_t>(names.size())).add_(metrics);
-      sums[-1].add_(static_cast<double>(batch.size()));
-    }
-  }
-  model.train(was_training);
-  return eval_result(task, all_reduce_sum(world, sums));
+  // Each stage runs every batch; only the last has metrics, and the others add zeros.
+  return evaluate_shard(task, config, replicas, world, [&stage](const Batch& batch) { return stage.evaluate(batch); });
 }
-
 
 }  // namespace ddp

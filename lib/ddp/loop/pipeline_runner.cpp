@@ -41,7 +41,6 @@ PipelineRunner::PipelineRunner(std::vector<PipelineLayer> layers, Task& task, co
       mixed_precision_(mixed_precision) {}
 
 torch::Tensor PipelineRunner::run_layers(torch::Tensor x) {
-  AutocastScope autocast(pipeline_.device, mixed_precision_);
   for (const auto& layer : layers_) x = layer.forward(x);
   return x;
 }
@@ -90,6 +89,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
         flight.input = receive(pipeline_.rank - 1, forward_tag(m), m, "activations");
         if (flight.input.is_floating_point()) flight.input.requires_grad_(true);
       }
+      AutocastScope autocast(pipeline_.device, mixed_precision_);  // the loss too, as without stages
       torch::Tensor output = run_layers(flight.input);
       if (last()) {
         flight.output = task_.output_loss(output, batch);
@@ -117,6 +117,8 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
     after_action(m);
   }
   for (auto& send : sends) send.wait(timeout_);
+  // The first step connects the stages and allocates the gradients: not what a step costs.
+  if (steps_run_++ == 0) return loss_sum;
   double step_ms = ms_since(start);
   timing_.step_ms += step_ms;
   timing_.compute_ms += std::max(0.0, step_ms - waited_ms_);
@@ -127,6 +129,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
 
 torch::Tensor PipelineRunner::evaluate(const Batch& batch) {
   torch::Tensor x = first() ? batch.inputs[0] : receive(pipeline_.rank - 1, forward_tag(0), 0, "activations");
+  AutocastScope autocast(pipeline_.device, mixed_precision_);
   torch::Tensor output = run_layers(x);
   if (last()) return task_.output_metric_sums(output, batch);
   send_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(0)).wait(timeout_);

@@ -18,7 +18,7 @@
 
 namespace ddp {
 
-/// What a stage measured over its steps so far (since the last take_timing()).
+/// What a stage measured over its steps (all but the first) since the last take_timing().
 struct PipelineTiming {
   double step_ms = 0;     ///< from its first action to its last, summed over steps
   double compute_ms = 0;  ///< in forwards and backwards, without waiting for the neighbours
@@ -70,6 +70,7 @@ class PipelineRunner {
   bool mixed_precision_;
   PipelineTiming timing_;
   double waited_ms_ = 0;  // in this step's receives
+  int64_t steps_run_ = 0;
 };
 
 }  // namespace ddp
