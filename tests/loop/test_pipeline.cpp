@@ -83,7 +83,8 @@ double largest_difference(const std::string& a, const std::string& b) {
 }
 
 // World 1, then 2 stages × 1 replica and × 2 replicas under each schedule, 30 steps each, the same
-// global batch: every pipelined run's weights within 1e-5 of world 1's.
+// global batch: every pipelined run's weights within 1e-5 of world 1's, and its final evaluation
+// (pipelined: each batch through the stages) within 1e-5 of world 1's where there is one.
 void check_layouts_match_world_1(const TempDir& dir, const std::string& config, const std::vector<std::string>& sets) {
   auto run = [&](int nproc, const std::string& name, const std::vector<std::string>& more) {
     auto r = ddprun(nproc, config, with(sets, with({"run.output_dir=" + dir.file(name), "train.max_steps=30"}, more)));
@@ -100,6 +101,8 @@ void check_layouts_match_world_1(const TempDir& dir, const std::string& config, 
       double worst = largest_difference(dir.file("one/model.pt"), dir.file(name + "/model.pt"));
       INFO(name << ": largest difference from world 1 " << worst);
       CHECK(worst < 1e-5);
+      double eval_one = metric_value(dir.file("one/metrics.jsonl"), "eval_loss");
+      CHECK(metric_value(dir.file(name + "/metrics.jsonl"), "eval_loss") == Approx(eval_one).margin(1e-5));
     }
 }
 
@@ -118,7 +121,8 @@ std::array<double, 3> stage_line(const std::string& log, int stage) {
 TEST_CASE("a GPT in 2 stages × 1 and × 2 replicas trains to world 1's weights within 1e-5, gpipe and 1f1b",
           "[pipeline]") {
   TempDir dir;
-  check_layouts_match_world_1(dir, gpt_config(dir), {"data.eval_split=none"});
+  check_layouts_match_world_1(dir, gpt_config(dir), {});
+  CHECK(metric_value(dir.file("one/metrics.jsonl"), "eval_loss") > 0);  // the held-out shard was evaluated
   // The tied embedding stayed one weight: both stages summed its gradient.
   auto w = load_weights(dir.file("1f1b_2/model.pt"));
   CHECK(torch::equal(w.at("lm_head.weight"), w.at("transformer.wte.weight")));

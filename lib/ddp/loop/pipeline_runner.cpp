@@ -2,9 +2,13 @@
 
 #include <malloc.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <map>
+#include <set>
 
+#include "ddp/comm/collectives.h"
 #include "ddp/comm/point_to_point.h"
 #include "ddp/common/error.h"
 #include "ddp/loop/autocast_scope.h"
@@ -13,6 +17,7 @@ namespace ddp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr double kMiB = 1024.0 * 1024.0;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -58,14 +63,11 @@ torch::Tensor PipelineRunner::receive(int from, int tag, int microbatch, const c
   }
 }
 
-int PipelineRunner::in_flight(int count) const {
-  return peak_in_flight(pipeline_schedule(schedule_, pipeline_.world_size, pipeline_.rank, count));
-}
-
 torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
                                     const std::function<void()>& before_last_backward,
                                     const std::function<void(int)>& after_action) {
   const int count = static_cast<int>(microbatches.size());
+  microbatches_ = std::max(microbatches_, count);
   auto actions = pipeline_schedule(schedule_, pipeline_.world_size, pipeline_.rank, count);
   struct InFlight {
     torch::Tensor input, output;  // output: the loss, on the last stage
@@ -136,6 +138,60 @@ torch::Tensor PipelineRunner::evaluate(const Batch& batch) {
   return {};
 }
 
-PipelineTiming PipelineRunner::take_timing() { return std::exchange(timing_, {}); }
+MetricsRecord PipelineRunner::report(const Communicator& world, int replicas) {
+  const int stages = pipeline_.world_size;
+  PipelineTiming mine = std::exchange(timing_, {});
+  auto all = torch::zeros({stages, 4}, torch::kDouble);
+  const double share = 1.0 / replicas;
+  all[pipeline_.rank][0] = mine.step_ms * share;
+  all[pipeline_.rank][1] = mine.compute_ms * share;
+  all[pipeline_.rank][2] = static_cast<double>(mine.steps) * share;
+  all[pipeline_.rank][3] = static_cast<double>(mine.peak_activation_bytes) * share;
+  all = all_reduce_sum(world, all);
+  if (world.rank != 0) return {};
+  const double ideal = ideal_bubble_fraction(stages, microbatches_);
+  MetricsRecord record{{"pipeline_ideal_bubble", ideal}};
+  for (int s = 0; s < stages; ++s) {
+    PipelineTiming timing;
+    timing.step_ms = all[s][0].item<double>();
+    timing.compute_ms = all[s][1].item<double>();
+    double steps = std::max(1.0, all[s][2].item<double>());
+    double peak_mib = all[s][3].item<double>() / kMiB;
+    int held = peak_in_flight(pipeline_schedule(schedule_, stages, s, microbatches_));
+    spdlog::info("pipeline stage {}: {:.1f} ms a step, {:.1f} ms computing: bubble {:.3f} (ideal {:.3f}); peak "
+                 "activation memory {:.2f} MiB ({} of {} microbatches held at once, {})",
+                 s, timing.step_ms / steps, timing.compute_ms / steps, timing.bubble(), ideal, peak_mib, held,
+                 microbatches_, schedule_);
+    std::string key = "pipeline_stage" + std::to_string(s);
+    record.emplace_back(key + "_bubble", timing.bubble());
+    record.emplace_back(key + "_compute_ms", timing.compute_ms / steps);
+    record.emplace_back(key + "_step_ms", timing.step_ms / steps);
+    record.emplace_back(key + "_peak_activation_mib", peak_mib);
+  }
+  return record;
+}
+
+void describe_stages(const std::string& mesh, const std::vector<std::string>& names, const std::vector<int>& bounds,
+                     const std::vector<std::vector<torch::Tensor>>& used, const std::vector<torch::Tensor>& whole,
+                     int64_t batch, int64_t microbatches, const std::string& schedule) {
+  auto bytes_of = [](const std::vector<torch::Tensor>& tensors) {
+    std::set<const c10::TensorImpl*> seen;
+    double bytes = 0;
+    for (const auto& p : tensors)
+      if (seen.insert(p.unsafeGetTensorImpl()).second) bytes += static_cast<double>(p.numel() * p.element_size());
+    return bytes;
+  };
+  const double all = bytes_of(whole);
+  const int stages = static_cast<int>(used.size());
+  spdlog::info("dist.pipeline {}: mesh {}, {} microbatches of {} samples a step, schedule {}; ideal bubble "
+               "(P-1)/(M+P-1) = {:.3f}",
+               stages, mesh, microbatches, batch, schedule, ideal_bubble_fraction(stages, static_cast<int>(microbatches)));
+  for (int s = 0; s < stages; ++s) {
+    double bytes = bytes_of(used[s]);
+    spdlog::info("  stage {}: layers {} .. {} ({}), parameters {:.2f} MiB per rank: {:.2f} of the model's {:.2f} MiB",
+                 s, names[bounds[s]], names[bounds[s + 1] - 1], bounds[s + 1] - bounds[s], bytes / kMiB, bytes / all,
+                 all / kMiB);
+  }
+}
 
 }  // namespace ddp

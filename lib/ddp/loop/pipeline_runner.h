@@ -14,11 +14,12 @@
 #include "ddp/data/batch.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/parallel/pipeline_schedule.h"
+#include "ddp/record/metrics_log.h"
 #include "ddp/task/task.h"
 
 namespace ddp {
 
-/// What a stage measured over its steps (all but the first) since the last take_timing().
+/// What a stage measured over its steps (all but the first) since the last report().
 struct PipelineTiming {
   double step_ms = 0;     ///< from its first action to its last, summed over steps
   double compute_ms = 0;  ///< in forwards and backwards, without waiting for the neighbours
@@ -27,6 +28,12 @@ struct PipelineTiming {
   /// The share of the step it waited: 1 - compute / step.
   double bubble() const { return step_ms > 0 ? 1.0 - compute_ms / step_ms : 0.0; }
 };
+
+/// Rank 0: the stages' layers ([bounds[s], bounds[s+1]) of `names`) and the parameters each holds
+/// (`used`, of `whole`), in the log, with the mesh and the microbatches (`microbatches` of `batch`).
+void describe_stages(const std::string& mesh, const std::vector<std::string>& names, const std::vector<int>& bounds,
+                     const std::vector<std::vector<torch::Tensor>>& used, const std::vector<torch::Tensor>& whole,
+                     int64_t batch, int64_t microbatches, const std::string& schedule);
 
 /// This rank's stage.
 class PipelineRunner {
@@ -49,10 +56,10 @@ class PipelineRunner {
   /// metric sums, the others an undefined tensor.
   torch::Tensor evaluate(const Batch& batch);
 
-  /// What was measured since the last call, which starts a new measurement.
-  PipelineTiming take_timing();
-  /// The most microbatches this stage holds activations for at once under the schedule, for `count`.
-  int in_flight(int count) const;
+  /// Every stage's timing (averaged over its `replicas`, the ranks that run it), which `world`'s ranks
+  /// all send: rank 0 logs each stage's bubble and activation memory and returns them as a metrics
+  /// record; the others return an empty one. Starts a new measurement.
+  MetricsRecord report(const Communicator& world, int replicas);
 
   bool first() const { return pipeline_.rank == 0; }
   bool last() const { return pipeline_.rank + 1 == pipeline_.world_size; }
@@ -69,6 +76,7 @@ class PipelineRunner {
   std::chrono::milliseconds timeout_;
   bool mixed_precision_;
   PipelineTiming timing_;
+  int microbatches_ = 0;  // in the steps measured
   double waited_ms_ = 0;  // in this step's receives
   int64_t steps_run_ = 0;
 };

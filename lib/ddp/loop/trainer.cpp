@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
@@ -227,7 +226,9 @@ void Trainer::split_into_stages() {
       for (const auto& b : layers[i].buffers) buffers[s].push_back(b);
     }
   for (int s = 1; s < stages; ++s) stage_split_ += (s > 1 ? "," : "") + names[bounds[s]];
-  if (plan_->world().rank == 0) describe_stages(names, bounds, used);
+  if (plan_->world().rank == 0)
+    describe_stages(plan_->mesh().describe(), names, bounds, used, parameters_, config_.train.batch_size,
+                    config_.train.grad_accum_steps, config_.mesh.schedule);
   plan_->split_stages(parameters_, used, buffers);
   const int stage = plan_->stage();
   std::vector<PipelineLayer> mine(layers.begin() + bounds[stage], layers.begin() + bounds[stage + 1]);
@@ -236,63 +237,10 @@ void Trainer::split_into_stages() {
                                                config_.mesh.schedule, timeout, mixed_precision());
 }
 
-void Trainer::describe_stages(const std::vector<std::string>& names, const std::vector<int>& bounds,
-                              const std::vector<std::vector<torch::Tensor>>& used) const {
-  constexpr double kMiB = 1024.0 * 1024.0;
-  auto bytes_of = [](const std::vector<torch::Tensor>& tensors) {
-    std::set<const c10::TensorImpl*> seen;
-    double bytes = 0;
-    for (const auto& p : tensors)
-      if (seen.insert(p.unsafeGetTensorImpl()).second) bytes += static_cast<double>(p.numel() * p.element_size());
-    return bytes;
-  };
-  const double whole = bytes_of(parameters_);
-  const int stages = plan_->stages();
-  const int64_t microbatches = config_.train.grad_accum_steps;
-  spdlog::info("dist.pipeline {}: mesh {}, {} microbatches of {} samples a step, schedule {}; ideal bubble "
-               "(P-1)/(M+P-1) = {:.3f}",
-               stages, plan_->mesh().describe(), microbatches, config_.train.batch_size, config_.mesh.schedule,
-               ideal_bubble_fraction(stages, static_cast<int>(microbatches)));
-  for (int s = 0; s < stages; ++s) {
-    double bytes = bytes_of(used[s]);
-    spdlog::info("  stage {}: layers {} .. {} ({}), parameters {:.2f} MiB per rank: {:.2f} of the model's {:.2f} MiB",
-                 s, names[bounds[s]], names[bounds[s + 1] - 1], bounds[s + 1] - bounds[s], bytes / kMiB,
-                 bytes / whole, whole / kMiB);
-  }
-}
-
 void Trainer::report_pipeline() {
-  // Each stage's timing, averaged over its replicas, to rank 0.
-  const int stages = plan_->stages();
-  PipelineTiming mine = pipeline_->take_timing();
-  auto all = torch::zeros({stages, 4}, torch::kDouble);
-  const double share = 1.0 / plan_->data_parallel().world_size;
-  all[plan_->stage()][0] = mine.step_ms * share;
-  all[plan_->stage()][1] = mine.compute_ms * share;
-  all[plan_->stage()][2] = static_cast<double>(mine.steps) * share;
-  all[plan_->stage()][3] = static_cast<double>(mine.peak_activation_bytes) * share;
-  all = all_reduce_sum(plan_->world(), all);
-  if (plan_->world().rank != 0) return;
-  const auto microbatches = static_cast<int>(config_.train.grad_accum_steps);
-  MetricsRecord record{{"step", static_cast<double>(progress_.step)},
-                       {"pipeline_ideal_bubble", ideal_bubble_fraction(stages, microbatches)}};
-  for (int s = 0; s < stages; ++s) {
-    PipelineTiming timing;
-    timing.step_ms = all[s][0].item<double>();
-    timing.compute_ms = all[s][1].item<double>();
-    double steps = std::max(1.0, all[s][2].item<double>());
-    double peak_mib = all[s][3].item<double>() / (1024.0 * 1024.0);
-    int held = peak_in_flight(pipeline_schedule(config_.mesh.schedule, stages, s, microbatches));
-    spdlog::info("pipeline stage {}: {:.1f} ms a step, {:.1f} ms computing: bubble {:.3f} (ideal {:.3f}); peak "
-                 "activation memory {:.2f} MiB ({} of {} microbatches held at once, {})",
-                 s, timing.step_ms / steps, timing.compute_ms / steps, timing.bubble(),
-                 ideal_bubble_fraction(stages, microbatches), peak_mib, held, microbatches, config_.mesh.schedule);
-    std::string key = "pipeline_stage" + std::to_string(s);
-    record.emplace_back(key + "_bubble", timing.bubble());
-    record.emplace_back(key + "_compute_ms", timing.compute_ms / steps);
-    record.emplace_back(key + "_step_ms", timing.step_ms / steps);
-    record.emplace_back(key + "_peak_activation_mib", peak_mib);
-  }
+  MetricsRecord record = pipeline_->report(plan_->world(), plan_->data_parallel().world_size);
+  if (record.empty()) return;  // not rank 0
+  record.insert(record.begin(), {"step", static_cast<double>(progress_.step)});
   recorder_->write_metrics(record);
 }
 
@@ -602,17 +550,18 @@ void Trainer::save_checkpoint() {
 void Trainer::run_eval() {
   recorder_->eval_begins(progress_);
   plan_->share_buffers();
-  // dist.shard parameters: the eval shards differ in batch count between ranks, and a forward that
-  // gathered unit by unit would wait for ranks with no batch left; the whole model is gathered once.
-  plan_->gather_parameters();
   EvalResult result;
   if (pipeline_) {
+    // Each stage runs its own layers: nothing is gathered.
     result = evaluate_pipelined(*task_, config_.eval, *pipeline_, plan_->data_parallel(), plan_->world());
   } else {
+    // dist.shard parameters: the eval shards differ in batch count between ranks, and a forward that
+    // gathered unit by unit would wait for ranks with no batch left; the whole model is gathered once.
+    plan_->gather_parameters();
     AutocastScope autocast(plan_->world().device, mixed_precision());
     result = evaluate(*task_, config_.eval, plan_->world());
+    plan_->release_parameters();
   }
-  plan_->release_parameters();
   last_eval_step_ = progress_.step;
   recorder_->eval_ends(progress_, result);
 }

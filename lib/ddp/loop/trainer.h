@@ -69,8 +69,6 @@ class Trainer {
   void share_pipeline_batch();
   /// Pipeline stages: cuts the model's layers into stages and keeps this rank's.
   void split_into_stages();
-  void describe_stages(const std::vector<std::string>& names, const std::vector<int>& bounds,
-                       const std::vector<std::vector<torch::Tensor>>& used) const;
   /// Pipeline stages: each stage's measured bubble and peak activation memory, in the log and metrics.
   void report_pipeline();
   /// The ranks that split the samples (the world, or with pipeline stages a stage's replicas).
