@@ -236,8 +236,12 @@ TEST_CASE("run.name names one directory: it cannot leave runs/ (issue 22, item 1
   CHECK(parse("run: {name: a/b, output_dir: /tmp/x}").run.name == "a/b");  // a label then, not a path
 }
 
-TEST_CASE("mesh sizes whose strategies are not built yet are refused, naming the key", "[config]") {
-  REQUIRE_THROWS_WITH(parse("dist: {pipeline: 2}"), Equals("dist.pipeline: pipeline stages are not built yet; use 1"));
+TEST_CASE("mesh settings that are not built yet, or split nothing, are refused, naming the key", "[config]") {
+  CHECK(parse("dist: {pipeline: 2}").mesh.pipeline == 2);
+  REQUIRE_THROWS_WITH(parse("dist: {pipeline: 2, shard: optimizer}"),
+                      Equals("dist.shard: sharding within pipeline stages is not built yet; use dist.shard: none "
+                             "with dist.pipeline > 1"));
+  REQUIRE_THROWS_WITH(parse("dist: {schedule: zb}"), Contains("dist.schedule"));
   REQUIRE_THROWS_WITH(parse("dist: {data_shard: 2}"),
                       Equals("dist.data_shard: splits nothing with dist.shard: none; set dist.shard"));
   CHECK(parse("dist: {data_shard: 2, shard: optimizer}").mesh.data_shard == 2);

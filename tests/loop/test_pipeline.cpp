@@ -140,8 +140,8 @@ TEST_CASE("a TorchScript nn.Sequential in 2 stages × 1 and × 2 replicas trains
   check_layouts_match_world_1(dir, sequential_config(dir), {});
 }
 
-TEST_CASE("at 8 microbatches 1F1B holds fewer activations than GPipe; each stage holds about half the parameters; "
-          "the measured bubble is printed and reported beside (P-1)/(M+P-1)",
+TEST_CASE("at 8 microbatches 1F1B holds fewer activations than GPipe, each stage holds about half the parameters, "
+          "and the measured bubble is printed and reported beside (P-1)/(M+P-1)",
           "[pipeline]") {
   TempDir dir;
   std::string config = gpt_config(dir, "n_layer: 4, n_head: 4, n_embd: 128");
@@ -217,7 +217,7 @@ TEST_CASE("a pipeline's sharded checkpoint resumes at world 1, and world 1's who
   CHECK(largest_difference(dir.file("one/model.pt"), dir.file("to_pipeline/model.pt")) < 1e-5);
 }
 
-TEST_CASE("a SIGSTOPped stage is named with its stage; a SIGKILLed one resumes bit-identically (--max-restarts 1)",
+TEST_CASE("a SIGSTOPped stage is named with its stage, and a SIGKILLed one resumes bit-identically (--max-restarts 1)",
           "[pipeline][faults]") {
   TempDir dir;
   std::string config = gpt_config(dir);

@@ -25,7 +25,7 @@ TEST_CASE("GPipe runs every forward, then every backward in the same order") {
   CHECK(peak_in_flight(pipeline_schedule("gpipe", 4, 3, 8)) == 8);
 }
 
-TEST_CASE("1F1B warms up P-1-s forwards, alternates, then drains; stage s holds at most P-s microbatches") {
+TEST_CASE("1F1B warms up P-1-s forwards, alternates, then drains, and stage s holds at most P-s microbatches") {
   CHECK(spelled(pipeline_schedule("1f1b", 2, 0, 4)) == "F0 F1 B0 F2 B1 F3 B2 B3 ");
   CHECK(spelled(pipeline_schedule("1f1b", 2, 1, 4)) == "F0 B0 F1 B1 F2 B2 F3 B3 ");
   for (int stages : {2, 3, 4})
@@ -38,7 +38,7 @@ TEST_CASE("1F1B warms up P-1-s forwards, alternates, then drains; stage s holds 
   CHECK(ideal_bubble_fraction(2, 8) == Approx(1.0 / 9));
 }
 
-TEST_CASE("stages split at the named layers, or balanced by parameters; bad splits name the key") {
+TEST_CASE("stages split at the named layers, or balanced by parameters, and bad splits name the key") {
   std::vector<std::string> names{"embed", "h.0", "h.1", "h.2", "h.3", "head"};
   std::vector<int64_t> sizes{100, 50, 50, 50, 50, 100};
   CHECK(split_pipeline(names, sizes, 2, "") == std::vector<int>{0, 3, 6});

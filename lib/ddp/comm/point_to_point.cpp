@@ -24,6 +24,12 @@ void PendingSend::wait(std::chrono::milliseconds timeout) {
   keep_.clear();
 }
 
+bool PendingSend::done() const {
+  for (const auto& work : works_)
+    if (!work->isCompleted()) return false;
+  return true;
+}
+
 PendingSend send_tensor(const Communicator& comm, const torch::Tensor& tensor, int peer, int tag) {
   TORCH_CHECK(tensor.dim() <= kMaxDims, "send_tensor: at most ", kMaxDims, " dimensions");
   auto header = torch::zeros({kHeaderSize}, torch::kLong);

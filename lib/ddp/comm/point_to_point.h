@@ -21,6 +21,8 @@ class PendingSend {
       : works_(std::move(works)), keep_(std::move(keep)) {}
   /// Blocks until the receiver has the tensor; throws what the transport threw.
   void wait(std::chrono::milliseconds timeout);
+  /// Whether the receiver has it already (then the tensor is free); does not block.
+  bool done() const;
 
  private:
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;

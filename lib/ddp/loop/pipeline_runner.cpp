@@ -117,6 +117,12 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
       held.erase(m);
     }
     after_action(m);
+    // A finished send lets go of its tensor: an activation stays held only while its backward needs it.
+    std::erase_if(sends, [this](PendingSend& send) {
+      if (!send.done()) return false;
+      send.wait(timeout_);  // at once: raises what the transport raised, if anything
+      return true;
+    });
   }
   for (auto& send : sends) send.wait(timeout_);
   // The first step connects the stages and allocates the gradients: not what a step costs.
