@@ -282,6 +282,8 @@ TEST_CASE("a model or split that cannot make the stages asked for: one message n
         "train.global_batch_size: 64 samples do not split into 1 replica(s) × 3 microbatches");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.shard=optimizer"}),
         "sharding within pipeline stages is not built yet");
+  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "model.name=linear3"}),
+        "dist.pipeline: model.name linear3 cannot be split into stages: it is not a sequence of layers");
   auto r = ddprun(4, mlp_config(), with(mlp_sets(), {"dist.pipeline=4", "run.output_dir=" + dir.file("four")}));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("dist.pipeline: 4 stages need at least as many layers, and the model has 3"));
@@ -299,4 +301,20 @@ TEST_CASE("a later stage's BatchNorm statistics reach model.pt (the ConvNet cut 
   // Fresh statistics are zeros and ones; stage 1's, trained, reached rank 0's file.
   CHECK(w.at("layer2.1.running_mean").abs().sum().item<double>() > 0);
   CHECK(!torch::equal(w.at("layer2.1.running_var"), torch::ones_like(w.at("layer2.1.running_var"))));
+}
+
+TEST_CASE("a stage that waits past dist.timeout_s for its neighbour names the stage, the microbatch and the neighbour",
+          "[pipeline][faults]") {
+  TempDir dir;
+  // Rank 0 (stage 0) sleeps 5 s before each step: stage 1 waits for microbatch 0's activations.
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:5000 OMP_NUM_THREADS=1 " + bin("ddprun") +
+                         " --standalone --nproc-per-node 2 " + gpt_config(dir) + " --set run.output_dir=" +
+                         dir.file("out") + " --set dist.pipeline=2 --set dist.timeout_s=2 --set train.max_steps=5"
+                         " --set data.eval_split=none",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("rank 1: failed: pipeline stage 1 waited for the activations of microbatch 0 from stage 0 "
+                             "(dist.timeout_s 2)"));
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + dir.path() + "'").out.empty());
 }
