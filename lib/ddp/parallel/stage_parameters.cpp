@@ -82,12 +82,6 @@ int64_t StageParameters::bytes() const {
   return bytes;
 }
 
-int64_t StageParameters::whole_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& p : placed_) bytes += c10::multiply_integers(p.shape) * static_cast<int64_t>(p.tensor.element_size());
-  return bytes;
-}
-
 std::vector<std::vector<int64_t>> StageParameters::shapes() const {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& p : placed_) shapes.push_back(p.shape);

@@ -28,9 +28,8 @@ class StageParameters {
   const std::vector<torch::Tensor>& mine() const { return mine_; }
   /// Those this stage saves in a sharded checkpoint: its own, a tied one only in the first stage using it.
   std::vector<OwnedRange> owned_ranges() const;
-  /// Bytes of this stage's parameters, and of the whole model's.
+  /// Bytes of this stage's parameters.
   int64_t bytes() const;
-  int64_t whole_bytes() const;
   /// Every parameter's whole shape, in the plan's order.
   std::vector<std::vector<int64_t>> shapes() const;
 
