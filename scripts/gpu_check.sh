@@ -11,6 +11,8 @@
 #   scripts/gpu_check.sh quickstart [DIR]  there: the quick start's build and training (on the CPU), timed
 #   scripts/gpu_check.sh elastic [DIR] there: the [gpu] tests, then train.global_batch_size and an elastic
 #                                      job (a node joins, another is drained) on CUDA tensors, on data/kjv
+#   scripts/gpu_check.sh pipeline [DIR] there: the [gpu] tests, then the GPT as 2 pipeline stages on CUDA
+#                                      tensors (gpipe, 1f1b, bf16) against world 1, on data/kjv
 #
 # DIR (default .gpu) holds the .debs, which are unpacked into /tmp/ddprun-deps, never into /. CMake
 # finds LibTorch through `torch.utils.cmake_prefix_path`. docs/gpu.md records what these printed.
@@ -186,7 +188,45 @@ case "$stage" in
     }
     check "elastic: b joins a, then b is drained (SIGTERM)" elastic_job
     ;;
-  *) echo "usage: $0 fetch|run|bench|tests|gpt|quickstart|elastic [DEBS_DIR]" >&2; exit 2 ;;
+  pipeline)
+    tests=ON
+    gpu_and_build
+    check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
+    check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
+    # The baby GPT in fp32, 32 sequences a step; two stages share the one GPU, exchanging through Gloo
+    # (host memory). World 1 takes 4 micro-steps of 8, each stage 4 microbatches of 8.
+    gpt=(configs/gpt_kjv.yaml --set "data.path=data/kjv/kjv_train_*.bin" --set "data.eval_path=data/kjv/kjv_val_*.bin"
+         --set dist.device=cuda --set dist.backend=gloo --set train.global_batch_size=32 --set train.max_steps=300
+         --set train.log_every=100 --set eval.every_steps=300 --set checkpoint.every_steps=0)
+    pipelined() {  # NAME NPROC [--set k=v ...]: trains, prints the stage lines and the last loss
+      local out=/tmp/ddprun-runs/$1 nproc=$2
+      shift 2
+      mkdir -p /tmp/ddprun-runs && rm -rf "$out" "$out.log"
+      build/bin/ddprun --standalone --nproc-per-node "$nproc" "${gpt[@]}" --set run.output_dir="$out" "$@" >"$out.log" 2>&1
+      local status=$?
+      grep -E "dist.pipeline|stage [0-9]|done:|eval at|rror" "$out.log"
+      [ "$status" = 0 ] || { tail -5 "$out.log"; return "$status"; }
+      grep -o '"loss": *[0-9.]*' "$out/metrics.jsonl" | tail -1 && [ -f "$out/model.pt" ]
+    }
+    same_weights() {  # A B: the largest difference between two model.pt files
+      "$python" - "/tmp/ddprun-runs/$1/model.pt" "/tmp/ddprun-runs/$2/model.pt" <<'PY'
+import sys, torch
+a, b = (torch.load(p, map_location="cpu", weights_only=True) for p in sys.argv[1:3])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+print(f"largest weight difference {worst:.3g} over {len(a)} tensors")
+sys.exit(0 if worst < 1e-4 else 1)
+PY
+    }
+    check "GPT, world 1" pipelined pipe-w1 1
+    check "GPT, 2 stages x 1, gpipe, M=4" pipelined pipe-gpipe 2 --set dist.pipeline=2 --set dist.microbatches=4 --set dist.schedule=gpipe
+    check "gpipe's model.pt against world 1's" same_weights pipe-w1 pipe-gpipe
+    check "GPT, 2 stages x 1, 1f1b, M=4" pipelined pipe-1f1b 2 --set dist.pipeline=2 --set dist.microbatches=4 --set dist.schedule=1f1b
+    check "1f1b's model.pt against world 1's" same_weights pipe-w1 pipe-1f1b
+    check "GPT, 2 stages x 1, 1f1b, M=8, bf16" pipelined pipe-bf16 2 --set dist.pipeline=2 --set dist.microbatches=8 \
+      --set train.precision=bf16
+    ;;
+  *) echo "usage: $0 fetch|run|bench|tests|gpt|quickstart|elastic|pipeline [DEBS_DIR]" >&2; exit 2 ;;
 esac
 echo "=== failed: ${failures[*]:-none}"
 [ ${#failures[@]} -eq 0 ]

@@ -1,8 +1,11 @@
 #include "ddp/loop/pipeline_runner.h"
 
 #include <malloc.h>
-
 #include <spdlog/spdlog.h>
+#ifdef DDP_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <algorithm>
 #include <map>
@@ -23,9 +26,16 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// Heap in use: what the step's activations add to it is what a stage holds for them. glibc counts
-// the main arena (where the stage's thread allocates) and every mmapped block.
-int64_t heap_in_use() {
+// Memory in use where the stage computes: what the step's activations add to it is what the stage
+// holds for them. On a GPU, the bytes the caching allocator has handed out (not what it reserved);
+// on the CPU, glibc's main arena (where the stage's thread allocates) and every mmapped block.
+int64_t memory_in_use(const torch::Device& device) {
+#ifdef DDP_WITH_CUDA
+  if (device.is_cuda()) {
+    auto index = device.has_index() ? device.index() : c10::cuda::current_device();
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0].current;  // 0: all pools
+  }
+#endif
   struct mallinfo2 info = mallinfo2();
   return static_cast<int64_t>(info.uordblks + info.hblkhd);
 }
@@ -75,8 +85,8 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
   std::map<int, InFlight> held;
   std::vector<PendingSend> sends;
   torch::Tensor loss_sum;
-  const int64_t heap_before = heap_in_use();
-  int64_t heap_peak = heap_before;
+  const int64_t memory_before = memory_in_use(pipeline_.device);
+  int64_t memory_peak = memory_before;
   int backwards = 0;
   waited_ms_ = 0;
   const auto start = Clock::now();
@@ -102,7 +112,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
         sends.push_back(send_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(m)));
       }
       held.emplace(m, std::move(flight));
-      heap_peak = std::max(heap_peak, heap_in_use());
+      memory_peak = std::max(memory_peak, memory_in_use(pipeline_.device));
     } else {
       if (++backwards == count) before_last_backward();
       InFlight& flight = held.at(m);
@@ -131,7 +141,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
   timing_.step_ms += step_ms;
   timing_.compute_ms += std::max(0.0, step_ms - waited_ms_);
   timing_.steps += 1;
-  timing_.peak_activation_bytes = std::max(timing_.peak_activation_bytes, heap_peak - heap_before);
+  timing_.peak_activation_bytes = std::max(timing_.peak_activation_bytes, memory_peak - memory_before);
   return loss_sum;
 }
 

@@ -24,7 +24,7 @@ struct PipelineTiming {
   double step_ms = 0;     ///< from its first action to its last, summed over steps
   double compute_ms = 0;  ///< in forwards and backwards, without waiting for the neighbours
   int64_t steps = 0;
-  int64_t peak_activation_bytes = 0;  ///< the most heap the step's activations held at once (CPU)
+  int64_t peak_activation_bytes = 0;  ///< the most the step's activations held at once, on its device
   /// The share of the step it waited: 1 - compute / step.
   double bubble() const { return step_ms > 0 ? 1.0 - compute_ms / step_ms : 0.0; }
 };
