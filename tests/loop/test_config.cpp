@@ -236,11 +236,9 @@ TEST_CASE("run.name names one directory: it cannot leave runs/ (issue 22, item 1
   CHECK(parse("run: {name: a/b, output_dir: /tmp/x}").run.name == "a/b");  // a label then, not a path
 }
 
-TEST_CASE("mesh settings that are not built yet, or split nothing, are refused, naming the key", "[config]") {
+TEST_CASE("mesh settings that are unknown, or split nothing, are refused, naming the key", "[config]") {
   CHECK(parse("dist: {pipeline: 2}").mesh.pipeline == 2);
-  REQUIRE_THROWS_WITH(parse("dist: {pipeline: 2, shard: optimizer}"),
-                      Equals("dist.shard: sharding within pipeline stages is not built yet; use dist.shard: none "
-                             "with dist.pipeline > 1"));
+  CHECK(parse("dist: {pipeline: 2, shard: parameters}").mesh.shard == "parameters");
   REQUIRE_THROWS_WITH(parse("dist: {schedule: zb}"), Contains("dist.schedule"));
   REQUIRE_THROWS_WITH(parse("dist: {data_shard: 2}"),
                       Equals("dist.data_shard: splits nothing with dist.shard: none; set dist.shard"));

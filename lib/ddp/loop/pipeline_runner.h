@@ -52,6 +52,13 @@ class PipelineRunner {
   torch::Tensor train(const std::vector<Batch>& microbatches, const std::function<void()>& before_last_backward,
                       const std::function<void(int)>& after_action);
 
+  /// dist.shard parameters: this stage's shard units, each layer's parameters but those in
+  /// `leave_out` (tied weights, which go to the root unit), layers left with none not counted.
+  std::vector<std::vector<torch::Tensor>> shard_units(const std::vector<torch::Tensor>& leave_out);
+  /// From now on the layers run inside `hooks` (Note [Unit hooks]), which must outlive this: the
+  /// root's before the first, each unit's around its layer. After shard_units().
+  void set_shard_hooks(ShardUnitHooks* hooks) { hooks_ = hooks; }
+
   /// Evaluation: the forward of `batch` through every stage; the last stage returns the task's
   /// metric sums, the others an undefined tensor.
   torch::Tensor evaluate(const Batch& batch);
@@ -70,6 +77,8 @@ class PipelineRunner {
   torch::Tensor receive(int from, int tag, int microbatch, const char* what);
 
   std::vector<PipelineLayer> layers_;
+  std::vector<int> unit_of_layer_;  // dist.shard parameters: each layer's shard unit, -1 for none
+  ShardUnitHooks* hooks_ = nullptr;
   Task& task_;
   const Communicator& pipeline_;
   std::string schedule_;

@@ -165,11 +165,20 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   // The vote and the monitor's numbers (reserved by the recorder) travel with the gradients.
   stop_vote_ = std::make_unique<StopVote>(side_values_);
   std::vector<std::vector<torch::Tensor>> units;
-  if (config_.mesh.shard == "parameters") units = shard_units_of(task_->model(), config_.model);
+  if (config_.mesh.shard == "parameters" && pipeline_) {
+    std::vector<torch::Tensor> tied;  // the root's (Note [Sharded stages])
+    for (std::size_t k : plan_->stage_parameters()->tied()) tied.push_back(plan_->stage_parameters()->mine()[k]);
+    units = pipeline_->shard_units(tied);
+  } else if (config_.mesh.shard == "parameters") {
+    units = shard_units_of(task_->model(), config_.model);
+  }
   gradient_sync_ = plan_->make_gradient_sync(parameters_, &side_values_, units);
   if (auto* engine = plan_->parameter_shards()) {
     shard_hooks_ = std::make_unique<ShardHooksToPlan>(*engine);
-    dynamic_cast<Model&>(task_->model()).set_shard_hooks(shard_hooks_.get());
+    if (pipeline_)
+      pipeline_->set_shard_hooks(shard_hooks_.get());
+    else
+      dynamic_cast<Model&>(task_->model()).set_shard_hooks(shard_hooks_.get());
   }
   double lr = scaled_lr(config_.optim, replicas.world_size);
   std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parameters_);
@@ -552,8 +561,11 @@ void Trainer::run_eval() {
   plan_->share_buffers();
   EvalResult result;
   if (pipeline_) {
-    // Each stage runs its own layers: nothing is gathered.
+    // Each stage runs its own layers, gathered whole once with dist.shard parameters (see below).
+    auto* engine = plan_->parameter_shards();
+    if (engine) engine->gather_parameters();
     result = evaluate_pipelined(*task_, config_.eval, *pipeline_, plan_->data_parallel(), plan_->world());
+    if (engine) engine->release_parameters();
   } else {
     // dist.shard parameters: the eval shards differ in batch count between ranks, and a forward that
     // gathered unit by unit would wait for ranks with no batch left; the whole model is gathered once.

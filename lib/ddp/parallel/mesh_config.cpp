@@ -41,11 +41,6 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "pipeline: the layers that begin stages 1, 2, ..., comma-separated (transformer.h.4 for a GPT, "
              "layers.2 for the MLP, a child's name for a TorchScript nn.Sequential); empty: cut where the stages "
              "hold about equal parameters");
-  schema.rule("dist.shard", [&config]() -> std::string {
-    return config.pipeline > 1 && config.shard != "none"
-               ? "sharding within pipeline stages is not built yet; use dist.shard: none with dist.pipeline > 1"
-               : "";
-  });
   schema.rule("dist.data_shard", [&config]() -> std::string {
     return config.data_shard > 1 && config.shard == "none" ? "splits nothing with dist.shard: none; set dist.shard" : "";
   });

@@ -1,7 +1,6 @@
 #include "ddp/parallel/optimizer_shards.h"
 
 #include <algorithm>
-#include <numeric>
 #include <sstream>
 #include <type_traits>
 
@@ -22,15 +21,22 @@ namespace ddp {
 // broadcast their parameters, coalesced, one broadcast per owner. Checkpoints stay whole files:
 // the writer gathers every owner's state into an optimizer over all parameters (gather_state), and
 // a resume loads such a file, replicated or sharded, and keeps its own part (keep_owned_state);
-// so a run resumes with sharding switched on or off.
+// so a run resumes with sharding switched on or off. A weight tied across pipeline stages is owned
+// by rank 0 of each stage's group, so that the ranks that step it pair up across the stages.
 
-OptimizerShards::OptimizerShards(std::vector<torch::Tensor> parameters, const Communicator& group)
+OptimizerShards::OptimizerShards(std::vector<torch::Tensor> parameters, const Communicator& group,
+                                 const std::vector<std::size_t>& on_first)
     : parameters_(std::move(parameters)), owners_(parameters_.size(), 0), group_(group) {
-  std::vector<std::size_t> order(parameters_.size());
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::size_t> order;
+  std::vector<int64_t> load(static_cast<std::size_t>(group_.world_size), 0);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (std::find(on_first.begin(), on_first.end(), i) == on_first.end())
+      order.push_back(i);
+    else
+      load[0] += parameters_[i].numel();  // owners_[i] is 0 already
+  }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return parameters_[a].numel() > parameters_[b].numel(); });
-  std::vector<int64_t> load(static_cast<std::size_t>(group_.world_size), 0);
   for (std::size_t i : order) {
     int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     owners_[i] = owner;

@@ -19,8 +19,10 @@ namespace ddp {
 class OptimizerShards {
  public:
   /// Owners for `parameters` (each tensor once, the same list on every rank of `group`), balanced
-  /// by size. `group` must outlive this.
-  OptimizerShards(std::vector<torch::Tensor> parameters, const Communicator& group);
+  /// by size; `on_first` (indices into it) go to the group's rank 0 whatever their size. `group`
+  /// must outlive this.
+  OptimizerShards(std::vector<torch::Tensor> parameters, const Communicator& group,
+                  const std::vector<std::size_t>& on_first = {});
 
   /// The parameters this rank steps: its optimizer's.
   const std::vector<torch::Tensor>& owned() const { return owned_; }

@@ -9,6 +9,8 @@
 #include "ddp/comm/collectives.h"
 #include "ddp/comm/gradient_reducer.h"
 #include "ddp/comm/shm_allreduce.h"
+#include "ddp/common/error.h"
+#include "ddp/parallel/optimizer_state.h"
 
 namespace ddp {
 namespace {
@@ -78,6 +80,32 @@ std::vector<std::vector<std::size_t>> model_units(const std::vector<torch::Tenso
   return units;
 }
 
+// Note [Sharded stages]
+// With pipeline stages, each stage's data-parallel group (its replicas × its shards) shards what
+// that stage holds, as a whole model is sharded without stages. A weight tied across stages (the
+// GPT's embedding and head) needs its pieces to pair up between the stages that hold it: ZeRO-1
+// gives it to rank 0 of each stage's shard group; ZeRO-2 and 3 lay it out alone in the root unit,
+// so every stage cuts it into the same shards. Shard k of it at one stage then sums its gradient
+// with shard k at the other (the tied group joins ranks at the same replica and shard), counts
+// into the clipping norm at the first stage only, and after a sharded restore takes its values and
+// state from the first stage, which alone saved them.
+
+// The stage's units with its tied weights (`tied`, indices into its parameters) moved into the
+// root, which then holds nothing else; units left empty go, but for the root.
+std::vector<std::vector<std::size_t>> tied_in_root(std::vector<std::vector<std::size_t>> units,
+                                                   const std::vector<std::size_t>& tied) {
+  if (tied.empty()) return units;
+  auto is_tied = [&tied](std::size_t i) { return std::find(tied.begin(), tied.end(), i) != tied.end(); };
+  for (auto& unit : units) std::erase_if(unit, is_tied);
+  if (!units.front().empty())
+    throw ConfigError("dist.shard: a pipeline stage with a tied weight holds parameters in none or several of its "
+                      "layers, which sharding cannot lay out beside it; use dist.shard: none");
+  std::vector<std::vector<std::size_t>> kept{tied};
+  for (std::size_t u = 1; u < units.size(); ++u)
+    if (!units[u].empty()) kept.push_back(std::move(units[u]));
+  return kept;
+}
+
 }  // namespace
 
 ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist, int local_world_size)
@@ -128,20 +156,41 @@ void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
 
 void ParallelPlan::finish_gradients(ValueSlots& side_values) const {
   if (!stage_) return;
-  stage_->sum_tied_gradients();
+  if (!sharded_) {
+    stage_->sum_tied_gradients();
+  } else if (const Communicator* tied = stage_->tied_group()) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor grad = sharded_->root_gradient_shard();  // Note [Sharded stages]
+    grad.copy_(all_reduce_sum(*tied, grad.to(torch::kDouble)).to(grad.scalar_type()));
+  }
   auto sums = all_reduce_sum(world_, torch::tensor(side_values.packed(), torch::kDouble)).contiguous();
   std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel(), side_values.packed().begin());
 }
 
 void ParallelPlan::after_restore(torch::optim::Optimizer& optimizer) const {
-  if (stage_) stage_->share_tied(optimizer);
+  if (!stage_) return;
+  if (shards_) shards_->share_updated_parameters();  // a tied weight's from its owner first
+  if (!sharded_) return stage_->share_tied(optimizer);
+  const Communicator* tied = stage_->tied_group();
+  if (!tied) return;
+  // The root's shard and its pieces' state, from the first stage (Note [Sharded stages]).
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> pieces = sharded_->root_pieces(), flat{sharded_->root_shard()};
+  std::vector<StateTensors> states;
+  for (const auto& piece : pieces) {
+    states.push_back(read_state(optimizer, piece));
+    flat.push_back(states.back().step);
+    for (auto& slot : states.back().slots) flat.push_back(slot);
+  }
+  broadcast_coalesced(*tied, flat, 0);
+  for (std::size_t k = 0; k < pieces.size(); ++k) write_state(optimizer, pieces[k], states[k]);
 }
 
 std::vector<torch::Tensor> ParallelPlan::optimizer_parameters(const std::vector<torch::Tensor>& parameters) {
-  if (stage_) return stage_->mine();
   if (sharded_) return sharded_->pieces();
-  if (shard_ == "none") return parameters;
-  shards_ = std::make_unique<OptimizerShards>(parameters, group(MeshDim::kDataShard));
+  if (shard_ == "none") return stage_ ? stage_->mine() : parameters;
+  shards_ = stage_ ? std::make_unique<OptimizerShards>(stage_->mine(), group(MeshDim::kDataShard), stage_->tied())
+                   : std::make_unique<OptimizerShards>(parameters, group(MeshDim::kDataShard));
   return shards_->owned();
 }
 
@@ -150,6 +199,16 @@ std::vector<int64_t> ParallelPlan::optimizer_parameter_dims() const {
 }
 
 void ParallelPlan::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  if (stage_ && sharded_) {
+    // Every stage's shards' squares; a tied weight's at its first stage only (Note [Sharded stages]).
+    const std::vector<std::size_t> tied = stage_->tied();
+    torch::Tensor squares =
+        sharded_->gradient_squares(tied.empty() || stage_->saves(stage_->mine_indices()[tied.front()]));
+    const Communicator& shards = group(MeshDim::kDataShard);
+    if (shards.world_size > 1) squares = all_reduce_sum(shards, squares);
+    squares = all_reduce_sum(group(MeshDim::kPipeline), squares);
+    return sharded_->scale_gradients(torch::clamp(max_norm / (squares.sqrt() + 1e-6), c10::nullopt, 1.0).reshape({}));
+  }
   if (stage_) return stage_->clip_grad_norm(max_norm);
   if (sharded_) return sharded_->clip_grad_norm(max_norm);
   // torch::nn::utils::clip_grad_norm_'s arithmetic, without its closing item(): that read would wait
@@ -172,24 +231,36 @@ void ParallelPlan::after_optimizer_step() const {
 
 void ParallelPlan::gather_optimizer_state(const torch::optim::Optimizer& sharded,
                                           torch::optim::Optimizer& whole) const {
-  if (stage_)
-    stage_->gather_state(sharded, whole);
-  else if (sharded_)
+  if (stage_) {
+    // Within each stage first, then across the stages from there.
+    if (sharded_) sharded_->gather_optimizer_state(sharded, whole);
+    if (shards_) shards_->gather_state(sharded, whole);
+    stage_->gather_state(sharded_ || shards_ ? whole : sharded, whole);
+  } else if (sharded_)
     sharded_->gather_optimizer_state(sharded, whole);
   else
     shards_->gather_state(sharded, whole);
 }
 
 void ParallelPlan::keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const {
-  if (stage_)
-    stage_->keep_state(whole, sharded);
-  else if (sharded_)
+  if (sharded_)
     sharded_->keep_optimizer_state(whole, sharded);
-  else
+  else if (shards_)
     shards_->keep_owned_state(whole, sharded);
+  else
+    stage_->keep_state(whole, sharded);
 }
 
 std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tensor>& parameters) const {
+  if (stage_ && (sharded_ || shards_)) {
+    // The shards' runs of the stage's parameters, in the plan's numbering; a tied one's at its first stage.
+    std::vector<OwnedRange> ranges;
+    for (OwnedRange range : sharded_ ? sharded_->owned_ranges() : shards_->owned_ranges()) {
+      range.parameter = stage_->mine_indices()[range.parameter];
+      if (stage_->saves(range.parameter)) ranges.push_back(std::move(range));
+    }
+    return ranges;
+  }
   if (stage_) return stage_->owned_ranges();
   if (sharded_) return sharded_->owned_ranges();
   if (shards_) return shards_->owned_ranges();
@@ -199,8 +270,8 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tens
 }
 
 void ParallelPlan::gather_parameters() const {
+  if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
   if (stage_) stage_->materialize();
-  if (auto* engine = parameter_shards()) engine->gather_parameters();
 }
 
 void ParallelPlan::release_parameters() const {
@@ -220,8 +291,8 @@ std::vector<std::vector<int64_t>> ParallelPlan::whole_shapes(const std::vector<t
 }
 
 int64_t ParallelPlan::parameter_bytes(const std::vector<torch::Tensor>& parameters) const {
-  if (stage_) return stage_->bytes();
   if (sharded_) return sharded_->parameter_bytes();
+  if (stage_) return stage_->bytes();
   int64_t bytes = 0;
   for (const auto& p : parameters) bytes += p.numel() * static_cast<int64_t>(p.element_size());
   return bytes;
@@ -238,17 +309,22 @@ int64_t ParallelPlan::gradient_bytes(const std::vector<torch::Tensor>& parameter
 std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch::Tensor> parameters,
                                                                ValueSlots* side_values,
                                                                const std::vector<std::vector<torch::Tensor>>& units) {
-  // Pipeline stages: the side values go over the world afterwards (finish_gradients), not with a
-  // stage's own replicas' sync.
-  if (stage_) return std::make_unique<GradientReducer>(stage_->mine(), data_parallel(), dist_, nullptr);
+  // Pipeline stages: each syncs what it holds; the side values go over the world afterwards
+  // (finish_gradients), not with a stage's own replicas' sync.
+  if (stage_) {
+    parameters = stage_->mine();
+    side_values = nullptr;
+  }
   if (shard_ != "gradients" && shard_ != "parameters")
     return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
   ShardedOptions options;
   options.shard_parameters = shard_ == "parameters";
   options.data_parallel_size = data_parallel().world_size;
-  auto engine = std::make_unique<ShardedDataParallel>(
-      parameters, options.shard_parameters ? model_units(parameters, units) : size_units(parameters, dist_),
-      group(MeshDim::kDataShard), group(MeshDim::kDataReplicate), data_parallel(), options, side_values);
+  auto unit_indices = options.shard_parameters ? model_units(parameters, units) : size_units(parameters, dist_);
+  if (stage_) unit_indices = tied_in_root(std::move(unit_indices), stage_->tied());
+  auto engine = std::make_unique<ShardedDataParallel>(parameters, std::move(unit_indices), group(MeshDim::kDataShard),
+                                                      group(MeshDim::kDataReplicate), data_parallel(), options,
+                                                      side_values);
   sharded_ = engine.get();
   return engine;
 }

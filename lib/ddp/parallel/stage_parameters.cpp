@@ -3,6 +3,7 @@
 #include <set>
 
 #include "ddp/comm/collectives.h"
+#include "ddp/common/error.h"
 #include "ddp/parallel/optimizer_state.h"
 
 namespace ddp {
@@ -19,7 +20,7 @@ namespace ddp {
 namespace {
 
 // The stages' group ranks are their pipeline group's, in stage order.
-Communicator tied_group(const Communicator& world, const DeviceMesh& mesh, const std::vector<int>& stages) {
+Communicator make_tied_group(const Communicator& world, const DeviceMesh& mesh, const std::vector<int>& stages) {
   auto pipeline_ranks = mesh.group_ranks(world.rank, MeshDim::kPipeline);
   std::vector<int> ranks;
   std::string name = "tied";
@@ -60,13 +61,29 @@ StageParameters::StageParameters(const std::vector<torch::Tensor>& parameters,
     if (p.stages.empty()) p.stages.push_back(0);  // in no layer: the first stage keeps it
     p.owner = p.stages.front();
     for (int s : p.stages) p.mine = p.mine || s == pipeline_.rank;
-    if (p.mine)
+    if (p.mine) {
+      mine_indices_.push_back(static_cast<std::size_t>(&p - placed_.data()));
       mine_.push_back(p.tensor);
-    else
+    } else
       p.tensor.set_data(torch::empty({0}, p.tensor.options()));
     if (p.stages.size() > 1 && p.mine && !tied_groups_.count(p.stages))
-      tied_groups_.emplace(p.stages, tied_group(world, mesh, p.stages));
+      tied_groups_.emplace(p.stages, make_tied_group(world, mesh, p.stages));
   }
+}
+
+std::vector<std::size_t> StageParameters::tied() const {
+  std::vector<std::size_t> tied;
+  for (std::size_t k = 0; k < mine_indices_.size(); ++k)
+    if (placed_[mine_indices_[k]].stages.size() > 1) tied.push_back(k);
+  return tied;
+}
+
+const Communicator* StageParameters::tied_group() const {
+  if (tied_groups_.size() > 1)
+    throw ConfigError("dist.shard: this stage's weights are tied with " + std::to_string(tied_groups_.size()) +
+                      " different sets of stages, and sharding within stages pairs one; use dist.shard: none or "
+                      "another dist.pipeline_split");
+  return tied_groups_.empty() ? nullptr : &tied_groups_.begin()->second;
 }
 
 std::vector<OwnedRange> StageParameters::owned_ranges() const {

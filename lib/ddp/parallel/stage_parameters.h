@@ -26,6 +26,16 @@ class StageParameters {
 
   /// This stage's parameters, in the plan's order: what it trains.
   const std::vector<torch::Tensor>& mine() const { return mine_; }
+  /// Each of mine()'s index in the plan's list.
+  const std::vector<std::size_t>& mine_indices() const { return mine_indices_; }
+  /// Those of mine() (indices into it) that another stage holds too: tied weights.
+  std::vector<std::size_t> tied() const;
+  /// The group of this rank and its peers at the other stages that hold its tied weights (null:
+  /// none). ConfigError when they are tied with two different sets of stages (sharding pairs one).
+  const Communicator* tied_group() const;
+  /// Whether this stage saves parameter `index` (of the plan's list) in a sharded checkpoint: its
+  /// own, a tied one only in the first stage that uses it.
+  bool saves(std::size_t index) const { return placed_[index].owner == pipeline_.rank; }
   /// Those this stage saves in a sharded checkpoint: its own, a tied one only in the first stage using it.
   std::vector<OwnedRange> owned_ranges() const;
   /// Bytes of this stage's parameters.
@@ -62,6 +72,7 @@ class StageParameters {
   };
   std::vector<Placed> placed_;
   std::vector<torch::Tensor> mine_;
+  std::vector<std::size_t> mine_indices_;
   std::vector<std::vector<torch::Tensor>> buffers_;  // by the stage that keeps them
   const Communicator& pipeline_;
   std::map<std::vector<int>, Communicator> tied_groups_;  // stages → the group of this rank's pipeline at them
