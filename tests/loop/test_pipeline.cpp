@@ -58,11 +58,11 @@ std::vector<std::string> mlp_sets() {
 }
 
 // A TorchScript nn.Sequential (Linear, ReLU, Linear, Tanh, Linear) on Python-written arrays.
-std::string sequential_config(const TempDir& dir) {
-  std::string path = dir.file("sequential.yaml");
+std::string sequential_config(const TempDir& dir, const std::string& module = "sequential.pt") {
+  std::string path = dir.file(module + ".yaml");
   std::ofstream(path) << "data: {dataset: npy, path: " << python_fixture("train_x.npy")
                       << ", labels: " << python_fixture("train_y.npy") << ", normalize: none, eval_split: none}\n"
-                      << "model: {name: torchscript, path: " << python_fixture("sequential.pt") << "}\n"
+                      << "model: {name: torchscript, path: " << python_fixture(module) << "}\n"
                       << "optim: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
                       << "train: {epochs: 5, global_batch_size: 32, clip_grad_norm: 0.5}\n"
                       << "checkpoint: {every_epochs: 0}\n";
@@ -138,6 +138,17 @@ TEST_CASE("a TorchScript nn.Sequential in 2 stages × 1 and × 2 replicas trains
           "[pipeline]") {
   TempDir dir;
   check_layouts_match_world_1(dir, sequential_config(dir), {});
+}
+
+TEST_CASE("a TorchScript module chaining embed, an nn.ModuleList and head, in 2 stages × 1 and × 2 replicas, trains "
+          "to world 1's weights within 1e-5",
+          "[pipeline][torchscript]") {
+  TempDir dir;
+  std::string config = sequential_config(dir, "stack.pt");
+  check_layouts_match_world_1(dir, config, {"dist.pipeline_split=layers.1"});
+  auto r = ddprun(2, config, {"run.output_dir=" + dir.file("split"), "train.max_steps=1", "dist.pipeline=2",
+                              "dist.pipeline_split=layers.1"});
+  CHECK_THAT(r.out, Contains("stage 0: layers embed .. layers.0 (2)") && Contains("stage 1: layers layers.1 .. head (3)"));
 }
 
 TEST_CASE("at 8 microbatches 1F1B holds fewer activations than GPipe, each stage holds about half the parameters, "
@@ -219,7 +230,7 @@ TEST_CASE("a pipeline's sharded checkpoint resumes at world 1, and world 1's who
 
 TEST_CASE("dist.shard within each stage (2 stages × 2 shards: optimizer, gradients, parameters) trains the GPT to "
           "world 1's weights within 1e-5, and its sharded checkpoints resume at other layouts",
-          "[pipeline][shard]") {
+          "[pipeline][sharding]") {
   TempDir dir;
   std::string config = gpt_config(dir);
   auto run = [&](int nproc, const std::string& name, const std::vector<std::string>& more) {
@@ -326,7 +337,13 @@ TEST_CASE("a model or split that cannot make the stages asked for: one message n
                           << ", labels: " << python_fixture("train_y.npy") << ", normalize: none, eval_split: none}\n"
                           << "model: {name: torchscript, path: " << python_fixture("mlp.pt") << "}\n";
   fails(scripted, {"dist.pipeline=2"},
-        "dist.pipeline: model.name torchscript cannot be split into stages: its forward is compiled code");
+        "dist.pipeline: model.name torchscript cannot be split into stages: its forward computes aten::relu itself, "
+        "between or around its children");
+  std::ofstream(scripted) << "data: {dataset: npy, path: " << python_fixture("train_x.npy")
+                          << ", labels: " << python_fixture("train_y.npy") << ", normalize: none, eval_split: none}\n"
+                          << "model: {name: torchscript, path: " << python_fixture("tuple_chain.pt") << "}\n";
+  fails(scripted, {"dist.pipeline=2"},
+        "cannot be split into stages: its submodule 1 returns (Tensor, Tensor), not one tensor");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.pipeline_split=layer.2"}),
         "dist.pipeline_split: layer.2 is not one of the model's layers (did you mean layers.2?)");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.pipeline_split=layers.0"}),
