@@ -12,7 +12,7 @@
 #   scripts/gpu_check.sh elastic [DIR] there: the [gpu] tests, then train.global_batch_size and an elastic
 #                                      job (a node joins, another is drained) on CUDA tensors, on data/kjv
 #   scripts/gpu_check.sh pipeline [DIR] there: the [gpu] tests, then the GPT as 2 pipeline stages on CUDA
-#                                      tensors (gpipe, 1f1b, bf16) against world 1, on data/kjv
+#                                      tensors (gpipe, 1f1b, bf16, ZeRO-3 within stages) against world 1, on data/kjv
 #
 # DIR (default .gpu) holds the .debs, which are unpacked into /tmp/ddprun-deps, never into /. CMake
 # finds LibTorch through `torch.utils.cmake_prefix_path`. docs/gpu.md records what these printed.
@@ -225,6 +225,10 @@ PY
     check "1f1b's model.pt against world 1's" same_weights pipe-w1 pipe-1f1b
     check "GPT, 2 stages x 1, 1f1b, M=8, bf16" pipelined pipe-bf16 2 --set dist.pipeline=2 --set dist.microbatches=8 \
       --set train.precision=bf16
+    # Sharding within the stages: 4 ranks on the one GPU, 2 stages of 2 ZeRO-3 shards (Gloo).
+    check "GPT, 2 stages x 2 ZeRO-3 shards, 1f1b, M=4" pipelined pipe-zero3 4 --set dist.pipeline=2 --set dist.microbatches=4 \
+      --set dist.shard=parameters --set dist.data_shard=2
+    check "its model.pt against world 1's" same_weights pipe-w1 pipe-zero3
     ;;
   *) echo "usage: $0 fetch|run|bench|tests|gpt|quickstart|elastic|pipeline [DEBS_DIR]" >&2; exit 2 ;;
 esac

@@ -393,8 +393,8 @@ TEST_CASE("scripted modules users write: .view under channels_last, init_from Py
                                     "'s forward returned a tensor that does not depend on the parameters"));
 }
 
-TEST_CASE("a scripted nn.Sequential under dist.shard parameters, child by child, trains to the replicated run's "
-          "weights, and another scripted module is refused",
+TEST_CASE("a scripted nn.Sequential, and a module chaining an nn.ModuleList, under dist.shard parameters, unit by "
+          "unit, train to the replicated run's weights, and another scripted module is refused",
           "[torchscript][sharding]") {
   TempDir dir;
   auto sets = [&](const std::string& name, const std::string& shard) {
@@ -417,7 +417,19 @@ TEST_CASE("a scripted nn.Sequential under dist.shard parameters, child by child,
   CHECK(worst < 1e-6);
   // Its three Linears are the units: the largest one gathered is the middle one's 32 × 32 + 32.
   CHECK(metric_value(dir.file("parameters/metrics.jsonl"), "gathered_unit_mib") < 0.01);
+  // A forward that chains embed, an nn.ModuleList and head: its five Linears' submodules are the units.
+  std::string stack = write_config(dir, "stack.pt");
+  auto stack_none = ddprun(2, stack, sets("stack_none", "none")), stack_sharded = ddprun(2, stack, sets("stack", "parameters"));
+  INFO(stack_none.err << stack_sharded.err);
+  REQUIRE((stack_none.exit_code == 0 && stack_sharded.exit_code == 0));
+  x = load_weights(dir.file("stack_none/model.pt"));
+  y = load_weights(dir.file("stack/model.pt"));
+  REQUIRE(x.count("layers.2.0.weight") == 1);
+  worst = 0;
+  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
+  CHECK(worst < 1e-6);
   auto other = ddprun(2, write_config(dir, "mlp.pt"), sets("other", "parameters"));
   CHECK(other.exit_code == 2);
-  CHECK_THAT(other.err, Contains("model.name torchscript names no units (gpt, mlp, convnet and a TorchScript nn.Sequential do)"));
+  CHECK_THAT(other.err, Contains("model.name torchscript names no units (gpt, mlp, convnet and a TorchScript module "
+                                 "whose forward chains its submodules do)"));
 }

@@ -12,6 +12,7 @@ and the ones ddprun must refuse or warn about (frozen, parameters without grad, 
 import os
 import sys
 import zipfile
+from typing import Tuple
 
 import numpy as np
 import torch
@@ -174,6 +175,32 @@ class Pair(nn.Module):
         return self.fc(x), x
 
 
+class Stack(nn.Module):
+    """A forward that chains its submodules: embed, a loop over an nn.ModuleList, head."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(20, 32)
+        self.layers = nn.ModuleList([nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(3)])
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class PairOut(nn.Module):
+    def forward(self, x):
+        return x, x
+
+
+class First(nn.Module):
+    def forward(self, pair: Tuple[torch.Tensor, torch.Tensor]):
+        return pair[0]
+
+
 def data(out):
     rng = np.random.default_rng(7)
     teacher = rng.normal(size=(20, 4))
@@ -216,6 +243,8 @@ def modules(out):
     torch.jit.script(ReturnsLong()).save(f"{out}/returns_long.pt")
     torch.jit.script(nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
                                    nn.Linear(32, 4))).save(f"{out}/sequential.pt")
+    torch.jit.script(Stack()).save(f"{out}/stack.pt")
+    torch.jit.script(nn.Sequential(nn.Linear(20, 4), PairOut(), First(), nn.Linear(4, 4))).save(f"{out}/tuple_chain.pt")
     torch.jit.script(TinyLm(256)).save(f"{out}/tiny_lm.pt")
     torch.jit.script(TinyLm(64)).save(f"{out}/tiny_lm_64.pt")
     torch.jit.script(FlatLm()).save(f"{out}/flat_lm.pt")

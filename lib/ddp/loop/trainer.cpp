@@ -45,7 +45,7 @@ std::vector<std::vector<torch::Tensor>> shard_units_of(torch::nn::Module& module
     for (const auto& unit : model->shard_units()) units.push_back(unit->parameters());
   if (units.empty())
     throw ConfigError("dist.shard: parameters gathers a model's parameters unit by unit, and model.name " +
-                      config.name + " names no units (gpt, mlp, convnet and a TorchScript nn.Sequential do); use dist.shard: gradients");
+                      config.name + " names no units (gpt, mlp, convnet and a TorchScript module whose forward chains its submodules do); use dist.shard: gradients");
   return units;
 }
 
@@ -212,12 +212,9 @@ void Trainer::split_into_stages() {
   std::vector<PipelineLayer> layers;
   if (model) layers = model->pipeline_layers();
   if (layers.empty())
-    throw ConfigError("dist.pipeline: model.name " + config_.model.name + " cannot be split into stages: " +
-                      (config_.model.name == "torchscript"
-                           ? "its forward is compiled code that calls its children where it likes; save an "
-                             "nn.Sequential of them instead"
-                           : "it is not a sequence of layers (gpt, mlp, convnet and a TorchScript nn.Sequential are)") +
-                      ", or use dist.pipeline: 1");
+    throw ConfigError("dist.pipeline: model.name " + config_.model.name +
+                      " cannot be split into stages: it is not a sequence of layers (gpt, mlp, convnet and a "
+                      "TorchScript module whose forward chains its submodules are), or use dist.pipeline: 1");
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
   for (const auto& layer : layers) {

@@ -16,11 +16,12 @@
 // the value is the module's. A new shape or dtype cannot be mirrored, and is refused.
 //
 // Note [Scripted units]
-// A scripted module's forward is compiled code that calls its children where it likes, so nothing
-// outside can tell when a child runs, which dist.shard: parameters must know to gather it. An
-// nn.Sequential is the exception: its forward is its children in order, one's output the next
-// one's input. So under sharding a scripted nn.Sequential runs that loop here, each child with
-// parameters a shard unit; any other scripted module has no units.
+// Pipeline stages and dist.shard: parameters run the model layer by layer: the stages to cut it,
+// sharding to gather each unit's parameters just before it runs. A scripted module can be run so
+// when its forward is a chain of its submodules (Note [Scripted chains]): an nn.Sequential, or
+// embed, a loop over an nn.ModuleList, head. Its layers, and under sharding its units (those with
+// parameters), are then the submodules the chain calls, which forward_by_units calls in turn; any
+// other scripted module has neither, and says why.
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
@@ -36,6 +37,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/model/model_registry.h"
+#include "ddp/model/scripted_chain.h"
 
 namespace ddp {
 namespace {
@@ -120,8 +122,7 @@ class ScriptedModel : public Model {
  public:
   ScriptedModel(const ModelConfig& config, bool warn)
       : path_(config.path), module_(load_module(config.path)), channels_last_(config.channels_last) {
-    const auto type = module_.type()->name();
-    sequential_ = type && type->qualifiedName().find("torch.nn.modules.container.Sequential") != std::string::npos;
+    chain_ = scripted_chain(module_);
     // Process-wide, and this process trains one model. Unoptimised, the interpreter runs the saved
     // graph op by op; the profiling executor's specialisation measured 13% slower for CPU training.
     torch::jit::setGraphExecutorOptimize(config.jit_optimize);
@@ -159,7 +160,7 @@ class ScriptedModel : public Model {
     if (channels_last_ && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     c10::IValue output;
     try {
-      output = has_shard_hooks() && sequential_ ? forward_by_units(x) : module_.forward({x});
+      output = has_shard_hooks() && !chain_.paths.empty() ? forward_by_units(x) : module_.forward({x});
     } catch (const std::exception& e) {
       std::string hint;
       if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
@@ -192,33 +193,25 @@ class ScriptedModel : public Model {
   // Note [Scripted units]
   std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override {
     std::vector<std::shared_ptr<torch::nn::Module>> units;
-    if (!sequential_) return units;
-    for (const auto& child : named_children())
-      if (!child.value()->parameters().empty()) units.push_back(child.value());
+    for (const auto& path : chain_.paths)
+      if (auto mirror = mirror_of(path); !mirror->parameters().empty()) units.push_back(mirror);
     return units;
   }
 
-  // Note [Scripted units]: an nn.Sequential's children are its layers, in order.
+  // Note [Scripted units]: the chain's submodules are its layers, in order.
   std::vector<PipelineLayer> pipeline_layers() override {
+    if (chain_.paths.empty())
+      throw ConfigError("dist.pipeline: model.name torchscript cannot be split into stages: " + chain_.why_not +
+                        "; a forward that only passes its input through its submodules one after another (an "
+                        "nn.Sequential, or x = self.embed(x); for layer in self.layers: x = layer(x); return "
+                        "self.head(x)) can be, or use dist.pipeline: 1");
     std::vector<PipelineLayer> layers;
-    if (!sequential_) return layers;
-    std::map<std::string, std::shared_ptr<torch::nn::Module>> mirrors;
-    for (const auto& child : named_children()) mirrors.emplace(child.key(), child.value());
-    for (const auto& child : module_.named_children()) {
-      auto mirror = mirrors.find(child.name);
-      std::vector<torch::Tensor> parameters, buffers;
-      if (mirror != mirrors.end()) {
-        parameters = mirror->second->parameters();
-        buffers = mirror->second->buffers();
-      }
-      layers.push_back({child.name, parameters, buffers, [this, m = child.value, name = child.name](torch::Tensor x) {
+    for (const auto& path : chain_.paths) {
+      auto mirror = mirror_of(path);
+      layers.push_back({path, mirror->parameters(), mirror->buffers(), [this, m = submodule(path), path](torch::Tensor x) {
                           c10::IValue y = torch::jit::Module(m).forward({x});
                           adopt_reassigned_buffers();
-                          if (!y.isTensor())
-                            throw UserError("model.path: " + path_ + "'s child " + name + " returned " + y.tagKind() +
-                                            "; dist.pipeline runs an nn.Sequential child by child, each returning one "
-                                            "tensor");
-                          return y.toTensor();
+                          return as_layer_output(y, path, "dist.pipeline");
                         }});
     }
     return layers;
@@ -238,26 +231,36 @@ class ScriptedModel : public Model {
     torch::Tensor tensor;
   };
 
-  // Note [Scripted units]: nn.Sequential's forward, each child with parameters inside the unit hooks.
+  // Note [Scripted units]: the chain, each submodule with parameters inside the unit hooks.
   c10::IValue forward_by_units(const torch::Tensor& x) {
     enter_shard_root();
     c10::IValue h = x;
     std::size_t unit = 0;
-    for (const auto& child : module_.named_children()) {
-      torch::jit::Module m = child.value;
+    for (const auto& path : chain_.paths) {
+      torch::jit::Module m = submodule(path);
       if (m.parameters().size() == 0) {
         h = m.forward({h});
         continue;
       }
-      h = run_unit(unit++, [&] {
-        c10::IValue y = m.forward({h});
-        if (!y.isTensor())
-          throw UserError("model.path: " + path_ + "'s child " + child.name + " returned " + y.tagKind() +
-                          "; dist.shard: parameters runs an nn.Sequential child by child, each returning one tensor");
-        return y.toTensor();
-      });
+      h = run_unit(unit++, [&] { return as_layer_output(m.forward({h}), path, "dist.shard: parameters"); });
     }
     return h;
+  }
+
+  // A chain's submodule (Note [Scripted units]) and its mirror.
+  torch::jit::Module submodule(const std::string& path) const {
+    torch::jit::Module m = module_;
+    for (const auto& name : split(path, '.')) m = m.attr(name).toModule();
+    return m;
+  }
+  std::shared_ptr<torch::nn::Module> mirror_of(const std::string& path) {
+    return named_modules(/*name_prefix=*/"", /*include_self=*/false)[path];
+  }
+  torch::Tensor as_layer_output(const c10::IValue& y, const std::string& path, const char* by) const {
+    if (!y.isTensor())
+      throw UserError("model.path: " + path_ + "'s submodule " + path + " returned " + y.tagKind() + "; " + by +
+                      " runs its forward submodule by submodule, each returning one tensor");
+    return y.toTensor();
   }
 
   // Note [Reassigned buffers]
@@ -299,7 +302,7 @@ class ScriptedModel : public Model {
   std::string path_;
   mutable torch::jit::Module module_;  // save() is not const in every LibTorch version
   bool channels_last_;
-  bool sequential_ = false;  // Note [Scripted units]
+  ScriptedChain chain_;  // Note [Scripted units]
   std::vector<MirroredBuffer> buffers_;
 };
 

@@ -39,7 +39,7 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
       .choices({"gpipe", "1f1b"});
   schema.add("dist.pipeline_split", &config.pipeline_split,
              "pipeline: the layers that begin stages 1, 2, ..., comma-separated (transformer.h.4 for a GPT, "
-             "layers.2 for the MLP, a child's name for a TorchScript nn.Sequential); empty: cut where the stages "
+             "layers.2 for the MLP, a submodule's path for a TorchScript module that chains them: 3, layers.2); empty: cut where the stages "
              "hold about equal parameters");
   schema.rule("dist.data_shard", [&config]() -> std::string {
     return config.data_shard > 1 && config.shard == "none" ? "splits nothing with dist.shard: none; set dist.shard" : "";
