@@ -228,8 +228,8 @@ TEST_CASE("a pipeline's sharded checkpoint resumes at world 1, and world 1's who
   CHECK(largest_difference(dir.file("one/model.pt"), dir.file("to_pipeline/model.pt")) < 1e-5);
 }
 
-TEST_CASE("dist.shard within each stage (2 stages × 2 shards: optimizer, gradients, parameters) trains the GPT to "
-          "world 1's weights within 1e-5, and its sharded checkpoints resume at other layouts",
+TEST_CASE("dist.shard within each stage (2 stages × 2 shards: optimizer, gradients, parameters; and × 2 replicas) "
+          "trains the GPT to world 1's weights within 1e-5, and its sharded checkpoints resume at other layouts",
           "[pipeline][sharding]") {
   TempDir dir;
   std::string config = gpt_config(dir);
@@ -264,6 +264,10 @@ TEST_CASE("dist.shard within each stage (2 stages × 2 shards: optimizer, gradie
     // One shard file per stage and data shard; replica 0 of each writes it.
     CHECK(fs::exists(dir.file(shard + "/checkpoints/step_0000000015.shard-3-of-4.pt")));
   }
+  // HSDP within the stages: 2 stages × 2 replicas × 2 ZeRO-3 shards, world 8.
+  std::string out = run(8, "hsdp", {"dist.pipeline=2", "dist.shard=parameters", "dist.data_shard=2"});
+  CHECK_THAT(out, Contains("mesh pipeline 2 × data_replicate 2 × data_shard 2"));
+  CHECK(largest_difference(dir.file("one/model.pt"), dir.file("hsdp/model.pt")) < 1e-5);
   // The step-15 checkpoint of 2 stages × 2 ZeRO-3 shards resumes at world 1 and at 2 stages × 2
   // ZeRO-1 shards (another owner map); world 1's whole one in 2 stages × 2 ZeRO-2 shards.
   auto resume = [&](const std::string& from, const std::string& to, int nproc, const std::vector<std::string>& more) {
