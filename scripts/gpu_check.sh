@@ -95,6 +95,20 @@ gpu_and_build() {
   build/bin/ddp-train --version
 }
 
+# The CUDA build and its [gpu] tests; then the stages below train the baby GPT on data/kjv, fp32 on
+# CUDA tensors, 32 sequences a step at any world size (Note [Global batch]), ranks sharing the one GPU
+# through Gloo.
+gpu_tests() {
+  tests=ON
+  gpu_and_build
+  check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
+  check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
+}
+kjv_gpt=(configs/gpt_kjv.yaml --set "data.path=data/kjv/kjv_train_*.bin" --set "data.eval_path=data/kjv/kjv_val_*.bin"
+         --set dist.device=cuda --set dist.backend=gloo --set train.global_batch_size=32 --set train.max_steps=300
+         --set train.log_every=100)
+last_loss() { grep -o '"loss": *[0-9.]*' "$1/metrics.jsonl" | tail -1; }
+
 case "$stage" in
   run)
     gpu_and_build
@@ -143,16 +157,8 @@ case "$stage" in
       --set data.path="$data" --set dist.device=cpu --set run.output_dir=/tmp/ddprun-runs/quickstart
     ;;
   elastic)
-    tests=ON
-    gpu_and_build
-    check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
-    check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
-    # The baby GPT in fp32, 32 sequences a step at any world size (Note [Global batch]); two ranks
-    # share the one GPU through Gloo.
-    gpt=(configs/gpt_kjv.yaml --set "data.path=data/kjv/kjv_train_*.bin" --set "data.eval_path=data/kjv/kjv_val_*.bin"
-         --set dist.device=cuda --set dist.backend=gloo --set train.global_batch_size=32 --set train.batch_size=16
-         --set train.max_steps=300 --set train.log_every=100 --set eval.every_steps=0 --set checkpoint.every_steps=20)
-    last_loss() { grep -o '"loss": *[0-9.]*' "$1/metrics.jsonl" | tail -1; }
+    gpu_tests
+    gpt=("${kjv_gpt[@]}" --set train.batch_size=16 --set eval.every_steps=0 --set checkpoint.every_steps=20)
     global_batch() {  # NPROC: trains, then prints its last loss
       local out=/tmp/ddprun-runs/global-w$1
       rm -rf "$out"
@@ -189,15 +195,10 @@ case "$stage" in
     check "elastic: b joins a, then b is drained (SIGTERM)" elastic_job
     ;;
   pipeline)
-    tests=ON
-    gpu_and_build
-    check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
-    check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
-    # The baby GPT in fp32, 32 sequences a step; two stages share the one GPU, exchanging through Gloo
-    # (host memory). World 1 takes 4 micro-steps of 8, each stage 4 microbatches of 8.
-    gpt=(configs/gpt_kjv.yaml --set "data.path=data/kjv/kjv_train_*.bin" --set "data.eval_path=data/kjv/kjv_val_*.bin"
-         --set dist.device=cuda --set dist.backend=gloo --set train.global_batch_size=32 --set train.max_steps=300
-         --set train.log_every=100 --set eval.every_steps=300 --set checkpoint.every_steps=0)
+    gpu_tests
+    # Stages exchange through Gloo (host memory). World 1 takes 4 micro-steps of 8 (the config's
+    # batch), each stage 4 microbatches of 8.
+    gpt=("${kjv_gpt[@]}" --set eval.every_steps=300 --set checkpoint.every_steps=0)
     pipelined() {  # NAME NPROC [--set k=v ...]: trains, prints the stage lines and the last loss
       local out=/tmp/ddprun-runs/$1 nproc=$2
       shift 2
@@ -206,7 +207,7 @@ case "$stage" in
       local status=$?
       grep -E "dist.pipeline|stage [0-9]|done:|eval at|rror" "$out.log"
       [ "$status" = 0 ] || { tail -5 "$out.log"; return "$status"; }
-      grep -o '"loss": *[0-9.]*' "$out/metrics.jsonl" | tail -1 && [ -f "$out/model.pt" ]
+      last_loss "$out" && [ -f "$out/model.pt" ]
     }
     same_weights() {  # A B: the largest difference between two model.pt files
       "$python" - "/tmp/ddprun-runs/$1/model.pt" "/tmp/ddprun-runs/$2/model.pt" <<'PY'
