@@ -228,7 +228,7 @@ TEST_CASE("a pipeline's sharded checkpoint resumes at world 1, and world 1's who
   CHECK(largest_difference(dir.file("one/model.pt"), dir.file("to_pipeline/model.pt")) < 1e-5);
 }
 
-TEST_CASE("dist.shard within each stage (2 stages × 2 shards: optimizer, gradients, parameters; and × 2 replicas) "
+TEST_CASE("dist.shard within each stage (2 stages × 2 shards of optimizer, gradients or parameters, and × 2 replicas) "
           "trains the GPT to world 1's weights within 1e-5, and its sharded checkpoints resume at other layouts",
           "[pipeline][sharding]") {
   TempDir dir;
