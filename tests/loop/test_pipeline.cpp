@@ -151,6 +151,14 @@ TEST_CASE("a TorchScript module chaining embed, an nn.ModuleList and head, in 2 
   CHECK_THAT(r.out, Contains("stage 0: layers embed .. layers.0 (2)") && Contains("stage 1: layers layers.1 .. head (3)"));
 }
 
+TEST_CASE("a TorchScript chain whose weight is tied across the cut trains in 2 stages to world 1's weights within 1e-5",
+          "[pipeline][torchscript]") {
+  TempDir dir;
+  check_layouts_match_world_1(dir, sequential_config(dir, "tied_chain.pt"), {"dist.pipeline_split=l2"});
+  auto w = load_weights(dir.file("1f1b_2/model.pt"));
+  CHECK(torch::equal(w.at("l1.weight"), w.at("l2.weight")));  // both stages stepped the same sum
+}
+
 TEST_CASE("at 8 microbatches 1F1B holds fewer activations than GPipe, each stage holds about half the parameters, "
           "and the measured bubble is printed and reported beside (P-1)/(M+P-1)",
           "[pipeline]") {
@@ -348,6 +356,13 @@ TEST_CASE("a model or split that cannot make the stages asked for: one message n
                           << "model: {name: torchscript, path: " << python_fixture("tuple_chain.pt") << "}\n";
   fails(scripted, {"dist.pipeline=2"},
         "cannot be split into stages: its submodule 1 returns (Tensor, Tensor), not one tensor");
+  // l1 and l2 share a weight across the cut, and stage 0 also keeps `spare`, which no layer uses:
+  // ZeRO-3 cannot lay the tied weight out alone.
+  std::ofstream(scripted) << "data: {dataset: npy, path: " << python_fixture("train_x.npy")
+                          << ", labels: " << python_fixture("train_y.npy") << ", normalize: none, eval_split: none}\n"
+                          << "model: {name: torchscript, path: " << python_fixture("tied_chain.pt") << "}\n";
+  fails(scripted, {"dist.pipeline=2", "dist.pipeline_split=l2", "dist.shard=parameters"},
+        "dist.shard: a pipeline stage with a tied weight holds parameters in none or several of its layers");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.pipeline_split=layer.2"}),
         "dist.pipeline_split: layer.2 is not one of the model's layers (did you mean layers.2?)");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.pipeline_split=layers.0"}),

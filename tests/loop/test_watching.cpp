@@ -193,7 +193,8 @@ TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headle
   CHECK(overlaid > alone + 2000);  // four charts' worth of a second run's lines
 }
 
-TEST_CASE("the monitor names a rank slowed down as the straggler, and names none when all are even", "[watch]") {
+TEST_CASE("the monitor names a rank slowed down as the straggler, and names none when all are even",
+          "[watch][timing]") {
   TempDir dir;
   auto slowed = run_shell("DDPRUN_TEST_STEP_DELAY=1:60 " + quickstart(dir.file("slow")), std::chrono::seconds(240));
   INFO(slowed.out << slowed.err);

@@ -191,6 +191,25 @@ class Stack(nn.Module):
         return self.head(x)
 
 
+class TiedChain(nn.Module):
+    """A chain whose first and third layers share a weight, beside a layer forward never calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(20, 20)
+        self.act = nn.Tanh()
+        self.l2 = nn.Linear(20, 20)
+        self.l2.weight = self.l1.weight
+        self.out = nn.Linear(20, 4)
+        self.spare = nn.Linear(20, 4)
+
+    def forward(self, x):
+        x = self.l1(x)
+        x = self.act(x)
+        x = self.l2(x)
+        return self.out(x)
+
+
 class PairOut(nn.Module):
     def forward(self, x):
         return x, x
@@ -244,6 +263,7 @@ def modules(out):
     torch.jit.script(nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
                                    nn.Linear(32, 4))).save(f"{out}/sequential.pt")
     torch.jit.script(Stack()).save(f"{out}/stack.pt")
+    torch.jit.script(TiedChain()).save(f"{out}/tied_chain.pt")
     torch.jit.script(nn.Sequential(nn.Linear(20, 4), PairOut(), First(), nn.Linear(4, 4))).save(f"{out}/tuple_chain.pt")
     torch.jit.script(TinyLm(256)).save(f"{out}/tiny_lm.pt")
     torch.jit.script(TinyLm(64)).save(f"{out}/tiny_lm_64.pt")
