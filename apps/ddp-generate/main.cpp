@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "ddp/common/run_main.h"
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
+#include "ddp/loop/prior_run.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/model/gpt_sampler.h"
 
@@ -42,6 +44,24 @@ std::pair<std::string, std::string> model_and_config(const Arguments& args) {
     throw ddp::FileError(config + ": no such file (the run's config.yaml says the model's shape; --config names "
                                   "another)");
   return {model, config};
+}
+
+// Weights of the same shapes load into a model of another n_head (or dropout, bias-free layers of
+// another kind...) and sample nonsense without a word: a --config's model: section must be that of
+// model.pt's run where its config.yaml is beside it.
+void check_same_model(const std::string& model_path, const std::string& config_path, const ddp::TrainConfig& config) {
+  namespace fs = std::filesystem;
+  std::string own = (fs::path(model_path).parent_path() / "config.yaml").string();
+  if (!fs::exists(own) || fs::equivalent(own, config_path)) return;
+  std::ifstream in(own);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto changes = ddp::config_changes(text, ddp::to_yaml(config));
+  std::erase_if(changes, [](const ddp::KeyChange& change) { return change.key.rfind("model.", 0) != 0; });
+  if (!changes.empty())
+    throw ddp::UserError("--config: " + config_path + " builds another model than " + model_path + " was trained as (" +
+                         ddp::describe_changes(changes) + ", against " + own +
+                         "): its weights fit, but would sample nonsense; leave out --config, or give the run's model "
+                         "settings");
 }
 
 std::vector<int64_t> prompt_tokens(const Arguments& args) {
@@ -117,6 +137,7 @@ int main(int argc, char** argv) {
     } catch (const ddp::FileError& e) {
       throw ddp::FileError(std::string(e.what()) + " (is " + model_path + " from the run of " + config_path + "?)");
     }
+    check_same_model(model_path, config_path, config);
     auto emit = [&](int64_t token) {
       if (args.ids) {
         std::printf("%lld\n", static_cast<long long>(token));

@@ -20,6 +20,7 @@
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/optim/optimizer_factory.h"
+#include "support/log_capture.h"
 #include "support/subprocess.h"
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
@@ -307,6 +308,13 @@ TEST_CASE("resume=auto skips a torn or corrupt newest checkpoint and takes the p
     fs::resize_file(newest.data_path, fs::file_size(newest.data_path) / 2);
     flip_middle_byte(info_for(dir, 2).data_path);
     CHECK(resume_step() == 1);
+  }
+  SECTION("every one damaged: a fresh start that says so") {
+    for (int step : {1, 2, 3}) flip_middle_byte(info_for(dir, step).data_path);
+    LogCapture log;
+    CHECK_FALSE(checkpointer.find_resume_point().has_value());
+    CHECK(log.count("skipping checkpoint") == 3);
+    CHECK(log.count("no checkpoint in " + dir + " could be resumed from; training starts afresh from step 0") == 1);
   }
   SECTION("data file missing") {
     fs::remove(newest.data_path);

@@ -155,6 +155,22 @@ TEST_CASE("a run id used again keeps the earlier launch's logs beside the new on
   CHECK(read_file(logs + ".stderr.1") == "first\n");
 }
 
+TEST_CASE("a --log-dir that is a dangling symbolic link is named as one, and nothing runs", "[launch][hardening]") {
+  TempDir dir;
+  fs::create_symlink(dir.file("gone"), dir.file("logs"));
+  for (const std::string& below : {std::string(""), std::string("/deeper")}) {
+    auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "1", "--log-dir", dir.file("logs") + below,
+                          "--run-id", "dangling", "--", "sh", "-c", "touch " + dir.file("ran")},
+                         std::chrono::seconds(30));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("--log-dir: " + dir.file("logs") + " is a symbolic link to " + dir.file("gone") +
+                               ", which does not exist; create its target or choose another --log-dir"));
+    CHECK_THAT(r.err, !Contains("File exists"));
+    CHECK_FALSE(fs::exists(dir.file("ran")));
+  }
+}
+
 TEST_CASE("the stall timeout names the rank that is stopped, not the one that waits for it", "[launch][hardening]") {
   // Both ranks beat (step 7) every 0.1 s. Rank 0 then goes quiet first, as a rank waiting in a
   // collective would; rank 1 is SIGSTOPped a moment later. The longest-silent rank is rank 0.

@@ -37,7 +37,11 @@ std::vector<std::string> rank_lines(const std::string& out, const std::string& m
 }
 
 CommandResult torchrun(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
-  args.insert(args.begin(), {kPython, "-m", "torch.distributed.run", "--standalone"});
+  // Not --standalone: torch 1.13's always hosts its store on localhost:29400, and a second torchrun
+  // there (another test, under ctest --parallel) quietly joins the first one's rendezvous and fails
+  // when that one ends (issue 45, item 10). A port of its own per launch keeps them apart.
+  args.insert(args.begin(), {kPython, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+                             "--rdzv_endpoint", "localhost:" + std::to_string(free_port())});
   return run_command(args, std::chrono::seconds(120), env);
 }
 

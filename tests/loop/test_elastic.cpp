@@ -140,6 +140,36 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGKILLed mid-run: node 1 tak
   check_nothing_left(job.dir, job.out);
 }
 
+TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: node 1 says it stopped answering and takes "
+          "the store over while it is stopped, node 0 leaves once it runs again, and the job ends with the "
+          "uninterrupted run's weights",
+          "[elastic][slow]") {
+  ElasticJob job;
+  // A frozen host keeps its connections open: only a call that gets no reply can tell.
+  auto r = run_shell(job.start("a", "A", "--local-addr 127.0.0.1") + "sleep 1.5; " +
+                         job.start("b", "B", "--local-addr 127.0.0.2") + job.start("c", "C", "--local-addr 127.0.0.3") +
+                         wait_for(job.out + "/checkpoints/step_0000000200.json") + "kill -STOP $A; i=0; until grep -q "
+                         "'stopped answering' " + job.dir.file("b.log") + " || [ $i -ge 400 ]; do sleep 0.05; "
+                         "i=$((i+1)); done; grep -q 'stopped answering' " + job.dir.file("b.log") +
+                         " && echo noticed while stopped after $((i * 50)) ms; sleep $((20 - i / 20)); kill -CONT $A; "
+                         "wait $B; SB=$?; wait $C; SC=$?; wait $A; echo statuses=$?,$SB,$SC",
+                     std::chrono::seconds(240));
+  std::string a = job.log("a"), b = job.log("b"), c = job.log("c");
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- b:\n" << b << "\n--- c:\n" << c);
+  CHECK_THAT(r.out, Contains("noticed while stopped after"));
+  CHECK(count_lines(r.out, "statuses=1,0,0") == 1);
+  const std::string store = "127.0.0.1:" + std::to_string(job.port);
+  CHECK_THAT(b, Contains(" ends: lost the rendezvous store at " + store + ", hosted by node 0's launcher on "
+                         "127.0.0.1: the store host stopped answering (no reply in 3 s)"));
+  CHECK_THAT(b + c, Contains("which hosted the rendezvous store at " + store + ", was lost; node 1 (127.0.0."));
+  CHECK_THAT(a, Contains("ddprun: this launcher did not run for ") &&
+                    Contains(" s (stopped or frozen; over twice --node-timeout 3 s), so the other nodes have gone on "
+                             "without it"));
+  CHECK_THAT(b + c, Contains("resumed from " + job.out + "/checkpoints/step_"));
+  CHECK(job.difference() < 1e-5);
+  check_nothing_left(job.dir, job.out);
+}
+
 TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the next round, and the job ends with "
           "the uninterrupted run's weights", "[elastic][slow]") {
   ElasticJob job;
@@ -159,6 +189,29 @@ TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the ne
   CHECK_THAT(a, Contains("world size 3; failures so far 0 (--max-restarts 0), membership changes 1"));
   CHECK_THAT(c, Contains("world size 3; failures so far 0 (--max-restarts 0), membership changes 1"));
   CHECK_THAT(a, Contains("written by 2 ranks of batch 3: the same samples per step"));
+  CHECK(job.difference() < 1e-5);
+  check_nothing_left(job.dir, job.out);
+}
+
+TEST_CASE("elastic: a node that joins with another config is refused alone, and the job goes on as if it had not "
+          "come", "[elastic][slow]") {
+  ElasticJob job;
+  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
+                         wait_for(job.out + "/checkpoints/step_0000000200.json") +
+                         job.start("c", "C", "--set optim.lr=0.5") +
+                         "wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
+                     std::chrono::seconds(240));
+  std::string a = job.log("a"), b = job.log("b"), c = job.log("c");
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
+  CHECK(count_lines(r.out, "statuses=0,0,2") == 1);
+  CHECK_THAT(c, Contains("rank 2's config differs from rank 0's: optim.lr"));
+  CHECK_THAT(c, Contains("ddprun: refused by the running job, which goes on without this node: "));
+  for (const auto& veteran : {a, b}) {
+    CHECK_THAT(veteran, Contains("(not counted against --max-restarts): the node(s) that joined in round 1 (node-c) "
+                                 "were refused, as their workers could not start with the job's ("));
+    CHECK_THAT(veteran, Contains("rendezvous round 2: node rank") && Contains("of 2 (node-a, node-b), world size 2; "
+                                                                              "failures so far 0"));
+  }
   CHECK(job.difference() < 1e-5);
   check_nothing_left(job.dir, job.out);
 }

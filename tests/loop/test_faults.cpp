@@ -103,6 +103,17 @@ TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, nam
   CHECK_THAT(onward.err, Contains("never arrived: rank 2"));
 }
 
+TEST_CASE("a rank that skips an all-reduce of a sub-group is named by its world rank, at the trainer's step", "[faults]") {
+  // Groups {0, 2} and {1, 3}, as a mesh dimension's: rank 3 is position 1 of rank 1's group.
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "4", "--", bin("ddp-test-collective-worker"),
+                        "--group-stride", "2", "--skip-rank", "3", "--skip-at", "3", "--timeout", "3"},
+                       std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("all_reduce #3 at step 3 failed on rank 1 after 3 s: never arrived: rank 3 (its last "
+                             "collective is all_reduce #2"));
+}
+
 TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that skips one or leaves is named", "[faults][shm]") {
   auto worker = [](std::vector<std::string> extra) {
     std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", "3", "--",
@@ -159,11 +170,14 @@ TEST_CASE("resuming at another world size with another number of samples a step 
   sets[1] = "train.max_steps=30";
   auto r = run_shell(ddprun_command(1, "synthetic_mlp.yaml", sets));
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Contains("was written by 2 ranks of train.batch_size 16 (32 samples a micro-step); this run has "
-                             "1 × 16 = 16; use train.batch_size 32 at world size 1"));
+  CHECK_THAT(r.err, Contains("was written by 2 rank(s) × train.batch_size 16 × 1 micro-step(s) = 32 samples a step; "
+                             "this run has 1 × 16 × train.grad_accum_steps 1 = 16, which would train other steps; use "
+                             "train.batch_size 32 (1 rank(s) × 32 × train.grad_accum_steps 1 = 32 samples a step, as "
+                             "written)"));
   auto three = run_shell(ddprun_command(3, "synthetic_mlp.yaml", sets));
   CHECK(three.exit_code == 2);
-  CHECK_THAT(three.err, Contains("this run has 3 × 16 = 48; resume at a world size that divides 32"));
+  CHECK_THAT(three.err, Contains("this run has 3 × 16 × train.grad_accum_steps 1 = 48, which would train other steps; "
+                                 "resume as written: 2 rank(s) × train.batch_size 16 × train.grad_accum_steps 1"));
   // Runs of their own, as a config that changes these keys is refused before any checkpoint is read
   // (Note [Re-running a run]).
   auto scaled = sets;

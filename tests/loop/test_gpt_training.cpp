@@ -138,6 +138,17 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     auto not_bytes = generate("--config " + dir.file("words.yaml") + " --tokens 3");
     CHECK(not_bytes.exit_code == 2);
     CHECK_THAT(not_bytes.err, Contains("model.vocab_size is 50304, so its tokens are not bytes"));
+    // Another n_head, the same shapes: the weights load, so the run's config.yaml must refuse it.
+    std::string heads = std::regex_replace(read_file(dir.file("out/config.yaml")), std::regex("n_head: 2"), "n_head: 4");
+    write_file(dir.file("heads.yaml"), heads);
+    auto other_heads = generate("--config " + dir.file("heads.yaml") + " --tokens 3");
+    CHECK(other_heads.exit_code == 2);
+    CHECK(other_heads.out.empty());
+    CHECK_THAT(other_heads.err, Contains("--config: " + dir.file("heads.yaml") + " builds another model than " +
+                                         dir.file("out/model.pt") + " was trained as (model.n_head 2 → 4, against " +
+                                         dir.file("out/config.yaml") + ")"));
+    write_file(dir.file("same.yaml"), read_file(dir.file("out/config.yaml")));
+    CHECK(generate("--config " + dir.file("same.yaml") + " --tokens 3").exit_code == 0);
     auto missing = run_shell(bin("ddp-generate") + " " + dir.file("nowhere"), std::chrono::seconds(30));
     CHECK(missing.exit_code == 2);
     CHECK_THAT(missing.err, Contains(dir.file("nowhere") + ": no such file"));
@@ -210,6 +221,65 @@ TEST_CASE("token files in every format train: llm.c uint16 and uint32, headerles
   write_file(dir.file("t.npy"), npy(train));
   write_file(dir.file("v.npy"), npy(val));
   CHECK_THAT(trains(dir.file("t.npy"), dir.file("v.npy"), {}).out, Contains("(npy int32)"));
+}
+
+TEST_CASE("token shards added to or removed from data.path's glob since a checkpoint: its resume is refused, naming "
+          "the shards, and goes on once they are back",
+          "[gpt][rerun][errors]") {
+  TempDir dir;
+  std::string config = write_gpt_config(dir);
+  std::vector<std::string> sets{"train.max_steps=4", "checkpoint.every_steps=2", "data.eval_split=none"};
+  auto first = ddprun(1, config, sets);
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  sets[0] = "train.max_steps=6";
+  const std::string checkpoint = dir.file("out/checkpoints/step_0000000004.json");
+  const std::string shard_1 = dir.file("train_001.bin"), shard_1_bytes = std::to_string(fs::file_size(shard_1));
+  // A third shard that the glob now matches.
+  fs::copy_file(dir.file("train_000.bin"), dir.file("train_002.bin"));
+  auto added = ddprun(1, config, sets);
+  INFO(added.out << added.err);
+  CHECK(added.exit_code == 2);
+  CHECK_THAT(added.err, Contains("data.path: the training data are not those " + checkpoint + " was trained on (then, "
+                                 "not now: training windows: ") &&
+                            Contains("; now, not then: " + dir.file("train_002.bin") + ": ") &&
+                            Contains("repeating some samples and skipping others; restore the data as they were"));
+  // One shard fewer.
+  fs::remove(dir.file("train_002.bin"));
+  fs::rename(shard_1, dir.file("moved.bin"));
+  auto removed = ddprun(1, config, sets);
+  INFO(removed.out << removed.err);
+  CHECK(removed.exit_code == 2);
+  CHECK_THAT(removed.err, Contains("(then, not now: " + shard_1 + ": " + shard_1_bytes + " bytes; training windows: "));
+  CHECK_THAT(read_file(dir.file("out/metrics.jsonl")), !Contains("\"step\": 5,"));
+  // The data as they were: the run goes on.
+  fs::rename(dir.file("moved.bin"), shard_1);
+  auto back = ddprun(1, config, sets);
+  INFO(back.out << back.err);
+  CHECK(back.exit_code == 0);
+  CHECK_THAT(back.out, Contains("resumed from " + dir.file("out/checkpoints/step_0000000004.pt") + " at step 4"));
+}
+
+TEST_CASE("a token shard cut short while it is mapped ends the run with one line naming it, not a bare SIGBUS",
+          "[gpt][faults]") {
+  TempDir dir;
+  std::string config = write_gpt_config(dir);
+  std::string log = dir.file("log");
+  // Training for long; once it logs its second step, the second shard loses all but 512 tokens,
+  // and the windows past them (most of its windows) are read in the steps that follow.
+  auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 1 " + config +
+                         " --set train.epochs=1000 --set train.log_every=1 --set data.eval_split=none > " + log +
+                         " 2>&1 & pid=$!; for i in $(seq 1200); do grep -q 'step 2/' " + log +
+                         " && break; sleep 0.1; done; truncate -s 2048 " + dir.file("train_001.bin") +
+                         "; wait $pid; echo \"exit $?\"",
+                     std::chrono::seconds(240));
+  std::string out = read_file(log);
+  INFO(out << r.out << r.err);
+  CHECK_THAT(r.out, Contains("exit 2"));
+  CHECK_THAT(out, Contains("ddp-train: rank 0: error: data.path: " + dir.file("train_001.bin") +
+                           " shrank while this run read it (") &&
+                      Contains(" bytes when mapped; SIGBUS past its new end). A data file must not change during a run"));
+  CHECK_THAT(out, !Contains("signal 7"));
 }
 
 TEST_CASE("bad token files: one line each naming the file and the cause, exit 2", "[gpt]") {

@@ -1,19 +1,22 @@
 // Note [Re-running a run]: a config run again over its own run directory resumes only what fits
 // it, says so, and never overwrites a finished run's outputs with a no-op.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 
 #include "ddp/loop/prior_run.h"
 #include "support/subprocess.h"
+#include "support/weights.h"
 
 using namespace ddp::test;
 using Catch::Contains;
 
 namespace {
 
-CommandResult train(const std::string& dir, std::vector<std::string> sets) {
-  std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", "2",
+CommandResult train(const std::string& dir, std::vector<std::string> sets, int nproc = 2) {
+  std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", std::to_string(nproc),
                                 std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml"};
   std::vector<std::string> base = {"run.output_dir=" + dir, "train.max_steps=10", "checkpoint.every_steps=5",
                                    "data.eval_split=none", "train.log_every=5"};
@@ -22,7 +25,109 @@ CommandResult train(const std::string& dir, std::vector<std::string> sets) {
   return run_command(argv, std::chrono::seconds(120), {"OMP_NUM_THREADS=1"});
 }
 
+double largest_difference(const std::string& a, const std::string& b) {
+  auto x = load_weights(a), y = load_weights(b);
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
+  return worst;
+}
+
+// Stopped at step 5 of 10 with `before`, resumed with `after`: refused with a message holding
+// `refusal`; then resumed with `after` and `fix` (what the refusal says to set), it ends at step 10
+// within 1e-5 of a run never stopped, having trained the same samples in each step.
+void check_refusal_and_fix(std::vector<std::string> before, int nproc_before, std::vector<std::string> after,
+                           int nproc_after, const std::string& refusal, const std::string& fix) {
+  TempDir dir;
+  auto straight = train(dir.file("straight"), before, nproc_before);
+  INFO(straight.out << straight.err);
+  REQUIRE(straight.exit_code == 0);
+  before.push_back("train.max_steps=5");
+  auto part = train(dir.file("run"), before, nproc_before);
+  INFO(part.out << part.err);
+  REQUIRE(part.exit_code == 0);
+  auto refused = train(dir.file("run"), after, nproc_after);
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Contains(refusal) && Contains(fix));
+  CHECK_FALSE(std::filesystem::exists(dir.file("run/model.pt.tmp")));
+  after.push_back(fix.substr(4, fix.find(' ', 4) - 4) + "=" + fix.substr(fix.find(' ', 4) + 1));  // "use K V" → K=V
+  auto fixed = train(dir.file("run"), after, nproc_after);
+  INFO(fixed.out << fixed.err);
+  REQUIRE(fixed.exit_code == 0);
+  CHECK_THAT(fixed.out, Contains("resumed from") && Contains("at step 5"));
+  CHECK_THAT(read_file(dir.file("run/metrics.jsonl")), Contains("\"step\": 10,"));
+  CHECK(largest_difference(dir.file("straight/model.pt"), dir.file("run/model.pt")) < 1e-5);
+}
+
 }  // namespace
+
+TEST_CASE("dist.microbatches changed on resume is refused (the samples a step would change), and the fix it names "
+          "resumes to the uninterrupted run's weights",
+          "[trainer][rerun][pipeline][errors]") {
+  // 2 stages × 1 replica × 4 microbatches of 8: 32 samples a step. 8 microbatches would make 64.
+  check_refusal_and_fix({"dist.pipeline=2", "dist.microbatches=4", "train.batch_size=8"}, 2,
+                        {"dist.pipeline=2", "dist.microbatches=8", "train.batch_size=8"}, 2,
+                        "was written by 1 rank(s) × train.batch_size 8 × 4 micro-step(s) = 32 samples a step; this run "
+                        "has 1 × 8 × dist.microbatches 8 = 64, which would train other steps; ",
+                        "use train.batch_size 4");
+}
+
+TEST_CASE("another world size on resume is refused when the samples a step would change, and the fix it names "
+          "(counting train.grad_accum_steps) resumes to the uninterrupted run's weights",
+          "[trainer][rerun][errors]") {
+  // 2 ranks × 16 × 2 micro-steps: 64 samples a step; at world 1 the same batch would make 32.
+  check_refusal_and_fix({"train.batch_size=16", "train.grad_accum_steps=2"}, 2,
+                        {"train.batch_size=16", "train.grad_accum_steps=2"}, 1,
+                        "was written by 2 rank(s) × train.batch_size 16 × 2 micro-step(s) = 64 samples a step; this "
+                        "run has 1 × 16 × train.grad_accum_steps 2 = 32",
+                        "use train.batch_size 32");
+}
+
+TEST_CASE("each checkpoint records the run's config: a re-run without config.yaml, or resuming a named checkpoint "
+          "elsewhere, is checked against it, and a finished run's outputs are never overwritten",
+          "[trainer][rerun][errors]") {
+  TempDir dir;
+  std::string run = dir.file("run"), checkpoint = run + "/checkpoints/step_0000000005.json";
+  REQUIRE(train(run, {"train.max_steps=5"}).exit_code == 0);
+  std::string manifest = read_file(checkpoint);
+  CHECK_THAT(manifest, Contains("\"config\": \"") && Contains("lr: 0.05") && Contains("\"data\": \"training samples: 2048"));
+
+  // A named checkpoint, resumed into another run directory with another learning rate.
+  auto named = train(dir.file("elsewhere"), {"optim.lr=0.5", "checkpoint.resume=" + checkpoint});
+  INFO(named.out << named.err);
+  CHECK(named.exit_code == 2);
+  CHECK_THAT(named.err, Contains(checkpoint + " was written by a run of another config (optim.lr 0.05 → 0.5), which "
+                                 "it does not fit; resume it with optim.lr as before; or start afresh"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("elsewhere/config.yaml")));
+  // The run's own directory, its config.yaml gone: the checkpoint's record refuses it all the same.
+  std::filesystem::remove(run + "/config.yaml");
+  auto bare = train(run, {"optim.lr=0.5"});
+  INFO(bare.out << bare.err);
+  CHECK(bare.exit_code == 2);
+  CHECK_THAT(bare.err, Contains(checkpoint + " was written by a run of another config (optim.lr 0.05 → 0.5)"));
+  CHECK_FALSE(std::filesystem::exists(run + "/config.yaml"));
+  auto same = train(dir.file("copy"), {"checkpoint.resume=" + checkpoint});
+  INFO(same.out << same.err);
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.out, Contains("resumed from " + run + "/checkpoints/step_0000000005.pt at step 5"));
+
+  // A finished run: resuming one of its own checkpoints by name would overwrite its outputs.
+  std::string done = dir.file("done");
+  REQUIRE(train(done, {}).exit_code == 0);
+  std::string model = read_file(done + "/model.pt"), metrics = read_file(done + "/metrics.jsonl");
+  std::string config = read_file(done + "/config.yaml");
+  for (std::vector<std::string> sets : {std::vector<std::string>{}, {"optim.lr=0.5"}}) {
+    sets.push_back("checkpoint.resume=" + done + "/checkpoints/step_0000000005.pt");
+    auto again = train(done, sets);
+    INFO(again.out << again.err);
+    CHECK(again.exit_code == 2);
+    CHECK_THAT(again.err, Contains(sets.size() == 1 ? "run " + done + " already finished at step 10" : "optim.lr 0.05 → 0.5"));
+  }
+  CHECK(read_file(done + "/model.pt") == model);
+  CHECK(read_file(done + "/metrics.jsonl") == metrics);
+  CHECK(read_file(done + "/config.yaml") == config);
+}
 
 TEST_CASE("a finished run run again does nothing, says so once, and leaves its outputs byte-identical",
           "[trainer][rerun]") {
@@ -96,7 +201,7 @@ TEST_CASE("config changes are found key by key, and only steering keys may chang
   CHECK(changes[0].after == "[32]");
   CHECK(changes[1].key == "train.epochs");
   for (const char* key : {"train.epochs", "train.max_steps", "eval.every_steps", "checkpoint.keep_last", "dist.shard",
-                          "logging.report", "train.batch_size", "data.workers"})
+                          "logging.report", "train.batch_size", "train.grad_accum_steps", "data.workers"})
     CHECK(ddp::may_change_on_resume(key));
   for (const char* key : {"model.hidden", "optim.lr", "data.path", "train.precision", "sampler.seed", "schedule.name"})
     CHECK_FALSE(ddp::may_change_on_resume(key));

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "support/metric_values.h"
 #include "support/subprocess.h"
@@ -159,14 +160,30 @@ TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs
   CHECK_THAT(rest.out, Contains("resumed from " + checkpoints + "step_0000000020.json at step 20") &&
                            Contains("2 shards of pipeline 1 × data_replicate 1 × data_shard 2"));
 
-  // Another model: one message naming the difference, before any shard is read. The checkpoint is
-  // named, so that it is what refuses (under resume auto, Note [Re-running a run] refuses first).
+  // Another model: one message naming the difference, before any shard is read: the run's config
+  // refuses it (config.yaml, and the checkpoint's own record of it without that file).
   const std::string newest = "checkpoint.resume=" + checkpoints + "step_0000000040.json";
   auto other = ddprun(2, config, sets("run", 50, {"model.hidden=[32]", newest}));
   INFO(other.out << other.err);
-  CHECK(other.exit_code != 0);
-  CHECK_THAT(other.err, Contains("does not fit this model (was it written with another model config?): "
-                                 "layers.0.weight has shape [64, 784] in the checkpoint, [32, 784] in the model;"));
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("holds a run of another config (model.hidden [64] → [32])"));
+  fs::remove(dir.file("run/config.yaml"));
+  auto recorded = ddprun(2, config, sets("run", 50, {"model.hidden=[32]", newest}));
+  INFO(recorded.out << recorded.err);
+  CHECK(recorded.exit_code == 2);
+  CHECK_THAT(recorded.err, Contains(checkpoints + "step_0000000040.json was written by a run of another config "
+                                    "(model.hidden [64] → [32]), which it does not fit"));
+  // A checkpoint that records no config (an older ddprun's): the shapes and the optimizer's name
+  // themselves refuse it.
+  std::string manifest_40 = read_file(checkpoints + "step_0000000040.json");
+  manifest_40 = std::regex_replace(manifest_40, std::regex("\n(config|data): [^\n]*"), "");
+  REQUIRE_THAT(manifest_40, !Contains("config:"));
+  write_file(checkpoints + "step_0000000040.json", manifest_40);
+  auto shapes = ddprun(2, config, sets("run", 50, {"model.hidden=[32]", newest}));
+  INFO(shapes.out << shapes.err);
+  CHECK(shapes.exit_code != 0);
+  CHECK_THAT(shapes.err, Contains("does not fit this model (was it written with another model config?): "
+                                  "layers.0.weight has shape [64, 784] in the checkpoint, [32, 784] in the model;"));
   // Another optimizer: its state would be taken for this one's.
   auto sgd = ddprun(2, config, sets("run", 50, {"optim.name=sgd", newest}));
   INFO(sgd.out << sgd.err);
@@ -201,6 +218,33 @@ TEST_CASE("two launchers of 2 ranks each (--nnodes 2) shard within each node and
   CHECK(count_lines(r.out, "statuses=0,0") == 1);
   CHECK_THAT(r.out, Contains("data_replicate 2 × data_shard 2"));
   CHECK(largest_difference(dir.file("none/model.pt"), dir.file("hsdp/model.pt")) < 1e-6);
+}
+
+TEST_CASE("checkpoint.keep_last prunes the shards another node writes to its own run.output_dir", "[sharding][multinode]") {
+  TempDir dir;
+  std::string config = config_path("synthetic_mlp.yaml");
+  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --nproc-per-node 1 --master-addr 127.0.0.1 "
+                       "--master-port " + std::to_string(free_port()) + " --rdzv-timeout 30 " + config;
+  auto sets = mlp_sets(dir, "node0", 32);
+  sets.insert(sets.end(), {"dist.shard=gradients", "dist.data_shard=2", "train.max_steps=20", "checkpoint.every_steps=5",
+                           "checkpoint.keep_last=2"});
+  for (const auto& s : sets) launch += " --set '" + s + "'";
+  // Node 1's output directory is its own (node-local storage): rank 1 writes its shards there.
+  auto r = run_shell(launch + " --set run.output_dir=" + dir.file("node1") + " --node-rank 1 > " + dir.file("node1.log") +
+                         " 2>&1 & B=$!; " + launch + " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(240));
+  INFO(r.out << r.err << read_file(dir.file("node1.log")));
+  REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
+  auto names = [&](const std::string& node) {
+    std::set<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.file(node + "/checkpoints")))
+      found.insert(entry.path().filename().string());
+    return found;
+  };
+  CHECK(names("node1") == std::set<std::string>{"step_0000000015.shard-1-of-2.pt", "step_0000000020.shard-1-of-2.pt"});
+  CHECK(names("node0") == std::set<std::string>{"step_0000000015.common.pt", "step_0000000015.json",
+                                                "step_0000000015.shard-0-of-2.pt", "step_0000000020.common.pt",
+                                                "step_0000000020.json", "step_0000000020.shard-0-of-2.pt"});
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include "ddp/common/error.h"
@@ -155,6 +156,33 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
 }
 
+TEST_CASE("ddp-report -o never writes over a run's own files, and may replace its earlier page", "[record][report]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("run/checkpoints"));
+  MetricsLog(dir.file("run/metrics.jsonl"), "").write({{"step", 1}, {"loss", 2}});
+  write_file(dir.file("run/config.yaml"), "train: {epochs: 1}\n");
+  write_file(dir.file("run/checkpoints/step_0000000001.pt"), "weights");
+  for (const char* own : {"run/metrics.jsonl", "run/config.yaml", "run/checkpoints/step_0000000001.pt", "run/./config.yaml"}) {
+    std::string before = read_file(dir.file(own));
+    auto r = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file(own)});
+    INFO(own << ": " << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "ddp-report: error: --output: " + dir.file(own) + " is a file of run " + dir.file("run") +
+                       "; the report would replace it. Write the report elsewhere (the default is report.html)\n");
+    CHECK(read_file(dir.file(own)) == before);
+  }
+  // Through a relative path and a second run directory too.
+  auto relative = run_command({"sh", "-c", "cd " + dir.path() + " && " + bin("ddp-report") + " run run -o run/metrics.jsonl"});
+  CHECK(relative.exit_code == 2);
+  CHECK_THAT(read_file(dir.file("run/metrics.jsonl")), Contains("\"loss\": 2"));
+  for (int pass = 0; pass < 2; ++pass) {  // the run's report, written and then rewritten in place
+    auto page = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("run/report.html")});
+    INFO(page.out << page.err);
+    CHECK(page.exit_code == 0);
+  }
+  CHECK_THAT(read_file(dir.file("run/report.html")), Contains("ddprun report: run"));
+}
+
 TEST_CASE("ddp-report refuses an exit status that is no exit status, naming the file and the value", "[record][report]") {
   TempDir dir;
   std::filesystem::create_directories(dir.file("run"));
@@ -168,6 +196,26 @@ TEST_CASE("ddp-report refuses an exit status that is no exit status, naming the 
     CHECK_THAT(r.err, !Contains("2147483648"));
     CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
   }
+}
+
+TEST_CASE("NaN and infinite values are left out of a chart and counted in a note, never an empty or silent chart",
+          "[record][report]") {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  std::string some = svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false, {{1, 2.0}, {2, 1.5}, {3, nan}, {4, inf}}}});
+  CHECK_THAT(some, Contains("<polyline class=\"series\"") && Contains("2 value(s) not drawn: NaN or infinite, from step 3"));
+  CHECK_THAT(some, !Contains("nan") && !Contains("inf,"));
+  std::string none = svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false, {{1, nan}, {2, nan}}}});
+  CHECK_THAT(none, Contains("2 value(s) not drawn: NaN or infinite, from step 1") && !Contains(">no data<"));
+  std::string fine = svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false, {{1, 2.0}, {2, 1.5}}}});
+  CHECK_THAT(fine, !Contains("not drawn"));
+  // Through ddp-report: a diverged loss is written as null.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("run"));
+  write_file(dir.file("run/metrics.jsonl"), "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\": null}\n");
+  auto r = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("x.html")});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(read_file(dir.file("x.html")), Contains("1 value(s) not drawn: NaN or infinite, from step 2"));
 }
 
 TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range reads as narrow", "[record][report]") {

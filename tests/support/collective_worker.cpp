@@ -2,7 +2,8 @@
 // the rank named by --skip-rank skips all-reduce number --skip-at and then hangs (or, with --continue,
 // goes on; with --exit, exits 0).
 // With --shared-memory the all-reduces go through the gradients' shared-memory path, and grow
-// across several of its chunks.
+// across several of its chunks. With --group-stride K they run in sub-groups of the ranks equal
+// modulo K (as a mesh dimension's groups), the step set on the world's tracker as the trainer does.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/comm/process_group.h"
@@ -34,6 +36,7 @@ double shared_memory_sum(const ddp::Communicator& comm, int i) {
 
 int main(int argc, char** argv) {
   int skip_rank = -1, skip_at = -1;
+  int group_stride = 0;
   bool go_on = false, exit_early = false, shared_memory = false;
   double timeout_s = 3;
   for (int i = 1; i < argc; ++i) {
@@ -44,14 +47,21 @@ int main(int argc, char** argv) {
     if (arg == "--continue") go_on = true;
     if (arg == "--exit") exit_early = true;
     if (arg == "--shared-memory") shared_memory = true;
+    if (arg == "--group-stride") group_stride = std::atoi(argv[++i]);
   }
   try {
     ddp::WorkerIdentity env = ddp::worker_identity_from_environment();
     ddp::DistConfig config;
     config.timeout_s = timeout_s;
-    ddp::Communicator comm = ddp::connect(env, config);
+    ddp::Communicator world = ddp::connect(env, config);
+    ddp::Communicator comm = world;
+    if (group_stride > 0) {
+      std::vector<int> members;
+      for (int r = env.rank % group_stride; r < env.world_size; r += group_stride) members.push_back(r);
+      comm = ddp::sub_communicator(world, "stride" + std::to_string(env.rank % group_stride), members);
+    }
     for (int i = 1; i <= 5; ++i) {
-      comm.tracker->set_step(i);
+      world.tracker->set_step(i);
       if (env.rank == skip_rank && i == skip_at) {
         if (exit_early) return 0;
         if (!go_on) std::this_thread::sleep_for(std::chrono::seconds(60));

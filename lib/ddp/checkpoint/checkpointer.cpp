@@ -92,8 +92,25 @@ void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Opti
   manifest << YAML::Key << "world_size" << YAML::Value << world_size;
   manifest << YAML::Key << "bytes" << YAML::Value << data.size();
   manifest << YAML::Key << "crc32" << YAML::Value << crc32_of(data);
+  write_run_identity(manifest);
   manifest << YAML::EndMap;
   commit(progress.step, std::string(manifest.c_str()) + "\n");
+}
+
+void Checkpointer::write_run_identity(YAML::Emitter& manifest) const {
+  manifest << YAML::Key << "config" << YAML::Value << YAML::DoubleQuoted << identity_.config;
+  manifest << YAML::Key << "data" << YAML::Value << YAML::DoubleQuoted << identity_.data;
+}
+
+RunIdentity read_run_identity(const std::string& manifest) {
+  RunIdentity identity;
+  try {
+    YAML::Node root = YAML::Load(manifest);
+    if (root["config"]) identity.config = root["config"].as<std::string>();
+    if (root["data"]) identity.data = root["data"].as<std::string>();
+  } catch (const YAML::Exception&) {
+  }  // an unreadable manifest fails its own verification
+  return identity;
 }
 
 void Checkpointer::ensure_directory() const {
@@ -127,6 +144,14 @@ void Checkpointer::remove_leftovers(const std::string& current) const {
     bool temporary = name.find(".tmp.") != std::string::npos;
     bool orphan = entry.path().extension() == ".pt" && !fs::exists(directory_ + "/" + stem + ".json");
     if (temporary || orphan) fs::remove(entry.path(), ec);
+  }
+}
+
+void Checkpointer::remove_all_but(const std::set<int64_t>& steps) const {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
+    std::string stem = stem_of(entry.path().filename().string());
+    if (!stem.empty() && !steps.count(std::stoll(stem.substr(5)))) fs::remove(entry.path(), ec);
   }
 }
 
@@ -209,6 +234,8 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
     if (problem.empty()) return candidate;
     spdlog::warn("skipping checkpoint {}: {}; trying the previous one", candidate.data_path, problem);
   }
+  if (!candidates.empty())  // a fresh start after a run that saved checkpoints: never a silent one
+    spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0", directory_);
   return std::nullopt;
 }
 
@@ -219,6 +246,7 @@ void write_progress(torch::serialize::OutputArchive& archive, const TrainProgres
   archive.write("epoch", scalar(progress.epoch));
   archive.write("batch_in_epoch", scalar(progress.batch_in_epoch));
   archive.write("batch_size", scalar(progress.batch_size));
+  archive.write("accum_steps", scalar(progress.accum_steps));
   archive.write("world_size", scalar(world_size));
   archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
   for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
@@ -232,6 +260,8 @@ TrainProgress read_progress(torch::serialize::InputArchive& archive, const std::
   progress.world_size = read_scalar(archive, "world_size", source);
   torch::Tensor batch_size;
   if (archive.try_read("batch_size", batch_size)) progress.batch_size = batch_size.item<int64_t>();
+  torch::Tensor accum_steps;
+  if (archive.try_read("accum_steps", accum_steps)) progress.accum_steps = accum_steps.item<int64_t>();
   return progress;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,7 +16,22 @@
 #include "ddp/checkpoint/checkpoint_config.h"
 #include "ddp/checkpoint/train_progress.h"
 
+namespace YAML {
+class Emitter;
+}
+
 namespace ddp {
+
+/// What a checkpoint was trained on, for a resume to check against (Note [Re-running a run]): the
+/// run's resolved config (to_yaml) and a fingerprint of its training data (Task::data_fingerprint).
+/// Empty in checkpoints written before they were recorded.
+struct RunIdentity {
+  std::string config;
+  std::string data;
+};
+
+/// The run identity a manifest records (empty fields where it has none).
+RunIdentity read_run_identity(const std::string& manifest);
 
 /// A complete checkpoint on disk, as its manifest describes it.
 struct CheckpointInfo {
@@ -33,6 +49,12 @@ class Checkpointer {
 
   /// Checkpoints live in `directory` (created on the first save).
   Checkpointer(const CheckpointConfig& config, std::string directory);
+
+  /// What every manifest from now on records of the run (write_run_identity).
+  void set_run_identity(RunIdentity identity) { identity_ = std::move(identity); }
+  const RunIdentity& run_identity() const { return identity_; }
+  /// Adds the run identity to a manifest's map, as `config` and `data`.
+  void write_run_identity(YAML::Emitter& manifest) const;
 
   /// Whether checkpoint.every_steps asks for a checkpoint after optimizer step `step`.
   bool due_after_step(int64_t step) const { return config_.every_steps > 0 && step % config_.every_steps == 0; }
@@ -65,6 +87,10 @@ class Checkpointer {
   /// removes leftovers and prunes to keep_last.
   void commit(int64_t step, const std::string& manifest);
 
+  /// Removes every checkpoint file (data, shard, temporary) of a step not in `steps`: a writer of
+  /// shards whose directory no commit prunes (another node's).
+  void remove_all_but(const std::set<int64_t>& steps) const;
+
   /// Complete checkpoints, newest first (not yet verified).
   std::vector<CheckpointInfo> list() const;
 
@@ -76,6 +102,7 @@ class Checkpointer {
 
   CheckpointConfig config_;
   std::string directory_;
+  RunIdentity identity_;
   int64_t last_saved_step_ = -1;
 };
 

@@ -109,59 +109,74 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
   for (int r = 0; r < world.world_size; ++r)
     if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0)
       throw IoError("rank " + std::to_string(r) + ": " + reports[static_cast<std::size_t>(r)].substr(6));
-  if (world.rank != 0) return;
-  // Each shard's report, from whichever rank wrote it (replica 0's, in any stage).
-  std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards));
-  for (const auto& written : reports) {
-    auto space = written.find(' ');
-    if (written.empty() || space == std::string::npos) continue;
-    auto shard = parse_int(written.substr(0, space));
-    if (shard && *shard >= 0 && *shard < layout.shards)
-      shard_reports[static_cast<std::size_t>(*shard)] = written.substr(space + 1);
-  }
+  // Each writer prunes its own directory to the steps rank 0 kept: a node-local run.output_dir is
+  // no other rank's to prune, and a shard left by a failed save (a full disk) goes with the rest.
+  std::string kept;
+  if (world.rank == 0) {
+    // Each shard's report, from whichever rank wrote it (replica 0's, in any stage).
+    std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards));
+    for (const auto& written : reports) {
+      auto space = written.find(' ');
+      if (written.empty() || space == std::string::npos) continue;
+      auto shard = parse_int(written.substr(0, space));
+      if (shard && *shard >= 0 && *shard < layout.shards)
+        shard_reports[static_cast<std::size_t>(*shard)] = written.substr(space + 1);
+    }
 
-  torch::serialize::OutputArchive common;
-  write_progress(common, progress, layout.data_parallel_size > 0 ? layout.data_parallel_size : world.world_size,
-                 rank_rng);
-  for (const auto& [name, buffer] : unique_buffers(model)) common.write("buffer/" + name, buffer.to(torch::kCPU));
-  std::string common_data = archive_bytes(common);
-  std::string common_file = checkpoint_stem(progress.step) + ".common.pt";
-  write_file_atomically(directory + common_file, common_data);
+    torch::serialize::OutputArchive common;
+    write_progress(common, progress, layout.data_parallel_size > 0 ? layout.data_parallel_size : world.world_size,
+                   rank_rng);
+    for (const auto& [name, buffer] : unique_buffers(model)) common.write("buffer/" + name, buffer.to(torch::kCPU));
+    std::string common_data = archive_bytes(common);
+    std::string common_file = checkpoint_stem(progress.step) + ".common.pt";
+    write_file_atomically(directory + common_file, common_data);
 
-  YAML::Emitter manifest;
-  manifest << YAML::BeginMap;
-  manifest << YAML::Key << "format_version" << YAML::Value << Checkpointer::kFormatVersion;
-  manifest << YAML::Key << "step" << YAML::Value << progress.step;
-  manifest << YAML::Key << "epoch" << YAML::Value << progress.epoch;
-  manifest << YAML::Key << "world_size" << YAML::Value << world.world_size;
-  manifest << YAML::Key << "mesh" << YAML::Value << YAML::DoubleQuoted << layout.mesh;
-  manifest << YAML::Key << "optimizer" << YAML::Value << layout.optimizer;
-  manifest << YAML::Key << "common" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  manifest << YAML::Key << "file" << YAML::Value << common_file << YAML::Key << "bytes" << YAML::Value
-           << common_data.size() << YAML::Key << "crc32" << YAML::Value << crc32_of(common_data) << YAML::EndMap;
-  manifest << YAML::Key << "parameters" << YAML::Value << YAML::BeginSeq;
-  for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
-    manifest << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << layout.names[i];
-    manifest << YAML::Key << "shape" << YAML::Value << YAML::Flow << layout.shapes[i]
-             << YAML::EndMap;
+    YAML::Emitter manifest;
+    manifest << YAML::BeginMap;
+    manifest << YAML::Key << "format_version" << YAML::Value << Checkpointer::kFormatVersion;
+    manifest << YAML::Key << "step" << YAML::Value << progress.step;
+    manifest << YAML::Key << "epoch" << YAML::Value << progress.epoch;
+    manifest << YAML::Key << "world_size" << YAML::Value << world.world_size;
+    manifest << YAML::Key << "mesh" << YAML::Value << YAML::DoubleQuoted << layout.mesh;
+    manifest << YAML::Key << "optimizer" << YAML::Value << layout.optimizer;
+    manifest << YAML::Key << "common" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    manifest << YAML::Key << "file" << YAML::Value << common_file << YAML::Key << "bytes" << YAML::Value
+             << common_data.size() << YAML::Key << "crc32" << YAML::Value << crc32_of(common_data) << YAML::EndMap;
+    manifest << YAML::Key << "parameters" << YAML::Value << YAML::BeginSeq;
+    for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
+      manifest << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << layout.names[i];
+      manifest << YAML::Key << "shape" << YAML::Value << YAML::Flow << layout.shapes[i]
+               << YAML::EndMap;
+    }
+    manifest << YAML::EndSeq;
+    manifest << YAML::Key << "shards" << YAML::Value << YAML::BeginSeq;
+    for (int s = 0; s < layout.shards; ++s) {
+      std::istringstream in(shard_reports[static_cast<std::size_t>(s)]);
+      std::string ok;
+      uint64_t bytes = 0;
+      uint32_t crc = 0;
+      in >> ok >> bytes >> crc;
+      manifest << YAML::BeginMap << YAML::Key << "file" << YAML::Value << shard_file(progress.step, s, layout.shards);
+      manifest << YAML::Key << "bytes" << YAML::Value << bytes << YAML::Key << "crc32" << YAML::Value << crc;
+      manifest << YAML::Key << "ranges" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+      for (int64_t parameter = 0, begin = 0, numel = 0; in >> parameter >> begin >> numel;)
+        manifest << YAML::Flow << std::vector<int64_t>{parameter, begin, numel};
+      manifest << YAML::EndSeq << YAML::EndMap;
+    }
+    manifest << YAML::EndSeq;
+    checkpointer.write_run_identity(manifest);
+    manifest << YAML::EndMap;
+    checkpointer.commit(progress.step, std::string(manifest.c_str()) + "\n");
+
+    for (const auto& committed : checkpointer.list()) kept += std::to_string(committed.step) + " ";
   }
-  manifest << YAML::EndSeq;
-  manifest << YAML::Key << "shards" << YAML::Value << YAML::BeginSeq;
-  for (int s = 0; s < layout.shards; ++s) {
-    std::istringstream in(shard_reports[static_cast<std::size_t>(s)]);
-    std::string ok;
-    uint64_t bytes = 0;
-    uint32_t crc = 0;
-    in >> ok >> bytes >> crc;
-    manifest << YAML::BeginMap << YAML::Key << "file" << YAML::Value << shard_file(progress.step, s, layout.shards);
-    manifest << YAML::Key << "bytes" << YAML::Value << bytes << YAML::Key << "crc32" << YAML::Value << crc;
-    manifest << YAML::Key << "ranges" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-    for (int64_t parameter = 0, begin = 0, numel = 0; in >> parameter >> begin >> numel;)
-      manifest << YAML::Flow << std::vector<int64_t>{parameter, begin, numel};
-    manifest << YAML::EndSeq << YAML::EndMap;
+  broadcast_bytes(world, kept, 0);
+  if (layout.writes && world.rank != 0) {
+    std::set<int64_t> steps;
+    std::istringstream in(kept);
+    for (int64_t step; in >> step;) steps.insert(step);
+    checkpointer.remove_all_but(steps);
   }
-  manifest << YAML::EndSeq << YAML::EndMap;
-  checkpointer.commit(progress.step, std::string(manifest.c_str()) + "\n");
 }
 
 bool is_sharded_manifest(const std::string& manifest) {
@@ -256,6 +271,21 @@ void ShardedCheckpointReader::check_fits(const ShardLayout& layout, const torch:
 std::string ShardedCheckpointReader::read_shards(const ShardLayout& layout) {
   std::map<std::string, std::size_t> saved;
   for (std::size_t i = 0; i < names_.size(); ++i) saved[names_[i]] = i;
+  // Every element this rank keeps must be in exactly one run: a manifest cut short or edited says
+  // so here, where the ranks still agree on going back to the previous checkpoint, not in restore().
+  for (const OwnedRange& mine : layout.ranges) {
+    const std::size_t parameter = saved.at(layout.names[mine.parameter]);
+    const int64_t begin = mine.begin, end = mine.begin + mine.value.numel();
+    int64_t covered = 0;
+    for (const auto& shard : shards_)
+      for (const auto& theirs : shard.ranges)
+        if (theirs.parameter == parameter)
+          covered += std::max<int64_t>(0, std::min(end, theirs.begin + theirs.numel) - std::max(begin, theirs.begin));
+    if (covered != end - begin)
+      return manifest_path_ + ": its shards' runs hold " + std::to_string(covered) + " of elements [" +
+             std::to_string(begin) + ", " + std::to_string(end) + ") of " + layout.names[mine.parameter] +
+             " (the manifest was cut short or edited)";
+  }
   for (std::size_t s = 0; s < shards_.size(); ++s) {
     bool needed = false;
     for (const auto& theirs : shards_[s].ranges)

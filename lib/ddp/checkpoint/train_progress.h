@@ -16,6 +16,9 @@ struct TrainProgress {
   /// The ranks that consumed them (each batch_in_epoch is that many batches of the dataset): a run
   /// may resume at another world size when world_size × batch_size stays the same. 0: unknown.
   int64_t world_size = 0;
+  /// Micro-steps in each optimizer step (train.grad_accum_steps, or dist.microbatches under a
+  /// pipeline): world_size × batch_size × accum_steps samples make a step. 0: unknown (older checkpoints).
+  int64_t accum_steps = 0;
 };
 
 // Note [Epoch numbering]: epochs count from 1 wherever they are read (log lines, the progress line,

@@ -13,8 +13,13 @@ std::string key_of(int rank) { return "ddp/collective/" + std::to_string(rank); 
 
 }  // namespace
 
-CollectiveTracker::CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size)
-    : store_(std::move(store)), rank_(rank), world_size_(world_size) {
+CollectiveTracker::CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                                     std::vector<int> global_ranks, std::shared_ptr<std::atomic<int64_t>> step)
+    : store_(std::move(store)),
+      rank_(rank),
+      world_size_(world_size),
+      global_ranks_(std::move(global_ranks)),
+      step_(step ? std::move(step) : std::make_shared<std::atomic<int64_t>>(0)) {
   if (world_size_ > 1) publisher_ = std::thread([this] { publish_loop(); });
 }
 
@@ -40,7 +45,7 @@ int64_t CollectiveTracker::begin(const char* op) {
 }
 
 std::string CollectiveTracker::record() const {
-  return std::to_string(seq_.load()) + " " + op_.load() + " " + std::to_string(step_.load());
+  return std::to_string(seq_.load()) + " " + op_.load() + " " + std::to_string(step_->load());
 }
 
 // Off the hot path: the step never waits for the store.
@@ -70,10 +75,14 @@ void CollectiveTracker::wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t
     cause = cause.substr(0, cause.find('\n'));
     double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::ostringstream message;
-    message << op_.load() << " #" << seq << " at step " << step_.load() << " failed on rank " << rank_ << " after "
+    message << op_.load() << " #" << seq << " at step " << step_->load() << " failed on " << rank_name(rank_) << " after "
             << static_cast<int>(waited + 0.5) << " s: " << diagnose(seq, cause);
     throw CollectiveError(message.str());
   }
+}
+
+std::string CollectiveTracker::rank_name(int position) const {
+  return "rank " + std::to_string(world_rank(position));
 }
 
 std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause) {
@@ -99,9 +108,9 @@ std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause) {
                                                  fields[2]
                                            : "it started no collective";
     if (their_seq < seq)
-      behind.push_back("rank " + std::to_string(r) + " (" + where + ")");
+      behind.push_back(rank_name(r) + " (" + where + ")");
     else if (their_seq == seq && fields[1] != my_op)
-      different.push_back("rank " + std::to_string(r) + " (" + where + ")");
+      different.push_back(rank_name(r) + " (" + where + ")");
   }
   std::string report;
   if (!behind.empty()) {

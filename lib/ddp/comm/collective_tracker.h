@@ -8,10 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ddp {
 
@@ -25,7 +27,10 @@ class CollectiveError : public std::runtime_error {
 class CollectiveTracker {
  public:
   /// Publishes this rank's progress to `store` from a background thread (when world_size > 1).
-  CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size);
+  /// A sub-group's tracker names its members by `global_ranks` (the world rank at each position;
+  /// empty: the positions are world ranks) and reports `step`, the world tracker's step_counter().
+  CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, std::vector<int> global_ranks = {},
+                    std::shared_ptr<std::atomic<int64_t>> step = nullptr);
   ~CollectiveTracker();
   CollectiveTracker(const CollectiveTracker&) = delete;
   CollectiveTracker& operator=(const CollectiveTracker&) = delete;
@@ -37,7 +42,13 @@ class CollectiveTracker {
   int64_t started() const { return seq_.load(); }
 
   /// The trainer's step, shown in reports.
-  void set_step(int64_t step) { step_.store(step); }
+  void set_step(int64_t step) { step_->store(step); }
+  /// The world rank at group position `position`.
+  int world_rank(int position) const {
+    return global_ranks_.empty() ? position : global_ranks_[static_cast<std::size_t>(position)];
+  }
+  /// The step, for a sub-group's tracker to share: the trainer sets it on the world's alone.
+  std::shared_ptr<std::atomic<int64_t>> step_counter() const { return step_; }
 
   /// Waits for `work`. A failure becomes a CollectiveError that names, from the published counts,
   /// the ranks that never reached collective `seq` or called a different one.
@@ -47,13 +58,16 @@ class CollectiveTracker {
   void publish_loop();
   std::string record() const;
   std::string diagnose(int64_t seq, const std::string& cause);
+  /// "rank N" for group position `position`, N its world rank: what a user finds in the logs.
+  std::string rank_name(int position) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   int world_size_;
   std::atomic<int64_t> seq_{0};
   std::atomic<const char*> op_{"none"};
-  std::atomic<int64_t> step_{0};
+  std::vector<int> global_ranks_;
+  std::shared_ptr<std::atomic<int64_t>> step_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

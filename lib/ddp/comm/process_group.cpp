@@ -137,7 +137,11 @@ Communicator sub_communicator(const Communicator& world, const std::string& name
   group.world_size = static_cast<int>(ranks.size());
   group.shared_memory = nullptr;
   group.store = c10::make_intrusive<c10d::PrefixStore>("group/" + name, world.store);
-  group.tracker = std::make_shared<CollectiveTracker>(group.store, group.rank, group.world_size);
+  // Messages name world ranks and the trainer's step, which it sets on the world's tracker alone.
+  std::vector<int> world_ranks;
+  for (int r : ranks) world_ranks.push_back(world.tracker ? world.tracker->world_rank(r) : r);
+  group.tracker = std::make_shared<CollectiveTracker>(group.store, group.rank, group.world_size, std::move(world_ranks),
+                                                      world.tracker ? world.tracker->step_counter() : nullptr);
   group.group = world.make_group(group.store, group.rank, group.world_size);
   return group;
 }

@@ -12,6 +12,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/data/dataset_format.h"
+#include "ddp/data/mapped_file_guard.h"
 #include "ddp/data/npy_reader.h"
 
 namespace ddp {
@@ -31,7 +32,7 @@ int32_t int32_at(const unsigned char* bytes, int index) {
 
 }  // namespace
 
-TokenShard::TokenShard(const std::string& path, const std::string& token_dtype) : path_(path) {
+TokenShard::TokenShard(const std::string& path, const std::string& token_dtype, const std::string& key) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_tokens(path, std::string("cannot open (") + std::strerror(errno) + ")");
   struct stat info {};
@@ -100,9 +101,13 @@ TokenShard::TokenShard(const std::string& path, const std::string& token_dtype) 
     ::munmap(const_cast<unsigned char*>(map_), map_size_);
     throw;
   }
+  guard_mapping(map_, map_size_, path_, key);
 }
 
-TokenShard::~TokenShard() { ::munmap(const_cast<unsigned char*>(map_), map_size_); }
+TokenShard::~TokenShard() {
+  unguard_mapping(map_);
+  ::munmap(const_cast<unsigned char*>(map_), map_size_);
+}
 
 namespace {
 
@@ -155,7 +160,7 @@ TokenWindows::TokenWindows(const std::string& pattern, const std::string& key, c
   }
   int64_t total = 0;
   for (const auto& path : paths) {
-    auto shard = std::make_unique<TokenShard>(path, token_dtype);
+    auto shard = std::make_unique<TokenShard>(path, token_dtype, key);
     int64_t windows = (shard->tokens() - 1) / block_size_;
     if (windows < 1)
       fail_tokens(path, "holds " + std::to_string(shard->tokens()) + " tokens, fewer than one window of model.block_size + 1 = " +

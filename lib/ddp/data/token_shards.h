@@ -24,14 +24,18 @@ class TokenShard {
  public:
   /// Opens and checks `path`; `token_dtype` ("uint16" | "uint32" | "" for none given) reads a
   /// headerless file. FileError naming the file and the cause: wrong magic or version, a size
-  /// the header's count disagrees with, an empty file, an npy that is not 1-D integers.
-  TokenShard(const std::string& path, const std::string& token_dtype);
+  /// the header's count disagrees with, an empty file, an npy that is not 1-D integers. `key` names
+  /// the file's config key in the line a SIGBUS prints should it shrink while mapped
+  /// (Note [Files shrinking under a mapping]).
+  TokenShard(const std::string& path, const std::string& token_dtype, const std::string& key = "data.path");
   ~TokenShard();
   TokenShard(const TokenShard&) = delete;
   TokenShard& operator=(const TokenShard&) = delete;
 
   const std::string& path() const { return path_; }
   int64_t tokens() const { return count_; }
+  /// The file's size when it was mapped.
+  int64_t bytes() const { return static_cast<int64_t>(map_size_); }
   /// What the file is, for the log: "llm.c uint16", "npy int32", "raw uint16".
   const std::string& format() const { return format_; }
   /// Tokens [first, first + n) as int64 into `out`.

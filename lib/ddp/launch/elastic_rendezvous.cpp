@@ -156,7 +156,8 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
         layout.failures = static_cast<int>(parse_int(fields[1]).value_or(0));
       }
     }
-    for (int r = counted_from; r < round; ++r) layout.failures += remote_failure(r).has_value();
+    for (int r = counted_from; r < round; ++r)
+      layout.failures += remote_failure(r).has_value() && !store_->check(round_key(r, "refused"));
     failures_ = layout.failures;
     round_ = round;
     node_rank_in_round_ = layout.node_rank;
@@ -168,6 +169,32 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
     return layout;
   }
 }
+
+// Note [Admission]: a newcomer's workers meet the others only once the round that admits it has
+// started, and what cannot go together shows there: another config (the trainer checks every rank's
+// against rank 0's), or a --nproc-per-node that makes a world size the global batch cannot split
+// over. Every worker then stops on a usage error (exit 2), which no restart cures; without this, the
+// whole job would end. So a round with newcomers and nodes that ran before, which ends in a usage
+// error, is taken to have failed because of its newcomers: they are refused (each says so and exits
+// 2), and the others meet again without them, the round counting as a membership change. Should the
+// fault lie elsewhere, the next round (without newcomers) fails alike and ends the job as before.
+std::vector<std::string> ElasticRendezvous::newcomers() const {
+  std::vector<std::string> hosts;
+  bool veterans = false;
+  for (const auto& m : members_) {
+    if (m.previous_rank < 0) hosts.push_back(m.host);
+    veterans = veterans || m.previous_rank >= 0;
+  }
+  return veterans ? hosts : std::vector<std::string>{};
+}
+
+bool ElasticRendezvous::newcomer() const {
+  for (const auto& m : members_)
+    if (m.launcher == launcher_) return m.previous_rank < 0 && !newcomers().empty();
+  return false;
+}
+
+void ElasticRendezvous::refuse_newcomers(int round) { store_->set(round_key(round, "refused"), "1"); }
 
 bool ElasticRendezvous::close_round(int round, const std::function<bool()>& interrupted) {
   const auto& o = options_;

@@ -42,6 +42,15 @@ class ElasticRendezvous : public Rendezvous {
   /// Announces that this node leaves the job (SIGTERM: drained by its scheduler).
   void leave(const std::string& why);
 
+  /// The hosts of this round's newcomers (members of no earlier round), when nodes that ran in an
+  /// earlier round are members too; empty otherwise (a first round has no one to admit).
+  std::vector<std::string> newcomers() const;
+  /// Whether this launcher is one of newcomers().
+  bool newcomer() const;
+  /// Marks round `round` as ended by refusing its newcomers (Note [Admission]): its failure then
+  /// counts against no one's --max-restarts.
+  void refuse_newcomers(int round);
+
   /// Tells launchers still waiting to be admitted that the job is over.
   void job_finished();
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,16 @@ struct KvStoreOptions {
   int port = 0;  ///< 0 with is_server: a free port
   bool is_server = false;
   std::chrono::milliseconds timeout{0};
+  /// A store host that sends no reply this long (beyond what an operation waits for by design) is
+  /// taken for frozen: the call throws StoreNotAnswering, and so does every later one. 0: wait as
+  /// long as the host does (Note [A frozen store host]).
+  std::chrono::milliseconds answer_within{0};
+};
+
+/// The store's host did not answer within KvStoreOptions::answer_within.
+class StoreNotAnswering : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 /// The key-value operations the launcher uses. Methods throw std::exception on store errors.

@@ -173,7 +173,9 @@ std::string generate_run_id() {
 }
 
 Rendezvous::Rendezvous(const LaunchOptions& options)
-    : options_(options), timeout_(static_cast<int64_t>(options.rdzv_timeout_s * 1000)) {
+    : options_(options),
+      timeout_(static_cast<int64_t>(options.rdzv_timeout_s * 1000)),
+      answer_within_(options.elastic() ? static_cast<int64_t>(options.node_timeout_s * 1000) : 0) {
   // Note [Who hosts the store]: with static node ranks, node 0. By arrival (c10d), a launcher on the
   // endpoint's host whose bind succeeds, which then is node 0: on several launchers sharing that
   // address the first to bind wins, and the others, like every launcher elsewhere, connect.
@@ -211,6 +213,7 @@ std::unique_ptr<KvStore> Rendezvous::open_store(bool host) {
   store_options.port = options.master_port;
   store_options.is_server = host;
   store_options.timeout = timeout_;
+  store_options.answer_within = answer_within_;  // elastic: a silent store host is lost like any node
   try {
     return open_tcp_store(store_options);
   } catch (const UserError&) {

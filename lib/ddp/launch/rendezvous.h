@@ -87,6 +87,9 @@ class Rendezvous {
   std::string run_id_;  // node 0's, once joined: part of every tag
   mutable std::set<std::string> ignored_;  // keys already reported as unverified
   std::chrono::milliseconds timeout_;
+  /// Elastic: --node-timeout, how long the store host may leave a call unanswered (Note [A frozen
+  /// store host]); 0 otherwise. Fixed at the start: options_.nnodes later counts a round's nodes.
+  std::chrono::milliseconds answer_within_{0};
   std::unique_ptr<KvStore> store_;
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
 #include "ddp/launch/elastic_rendezvous.h"
+#include "ddp/launch/kv_store.h"
 #include "ddp/launch/machine.h"
 #include "ddp/launch/output_relay.h"
 #include "ddp/launch/process.h"
@@ -44,6 +46,21 @@ void say(const std::string& line) {
   clear_progress_line();
   std::string text = "ddprun: " + line + "\n";
   [[maybe_unused]] ssize_t n = write(2, text.data(), text.size());
+}
+
+// Creates a log directory and its parents; UserError naming the cause, a dangling symbolic link on
+// the way by name (create_directories says only "File exists" of one).
+void make_log_directory(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (!ec) return;
+  for (fs::path at = path; !at.empty() && at != at.parent_path(); at = at.parent_path())
+    if (fs::is_symlink(at, ec) && !fs::exists(at, ec))
+      throw UserError("--log-dir: " + at.string() + " is a symbolic link to " + fs::read_symlink(at, ec).string() +
+                      ", which does not exist; create its target or choose another --log-dir");
+  fs::create_directories(path, ec);
+  throw UserError("--log-dir: cannot create " + path + ": " + ec.message());
 }
 
 // Intra-op threads per worker when the user did not choose: the cores, shared out.
@@ -117,6 +134,7 @@ class Attempt {
     if (interrupted_by_)
       return {128 + *interrupted_by_, false, "interrupted by " + signal_name(*interrupted_by_), std::nullopt, leaving_};
     if (membership_ && !failure_) return {0, false, membership_->description, membership_};
+    if (failure_ && leaving_) return {failure_->exit_code, false, failure_->description, std::nullopt, true};
     if (failure_) {
       summarize();
       return {failure_->exit_code, failure_->restartable, failure_->description};
@@ -141,9 +159,7 @@ class Attempt {
 
   void start_workers() {
     if (!options_.log_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(attempt_dir(), ec);
-      if (ec) throw UserError("--log-dir: cannot create " + attempt_dir() + ": " + ec.message());
+      make_log_directory(attempt_dir());
     }
     std::string host = options_.local_addr;
     auto base = current_environment();
@@ -183,10 +199,7 @@ class Attempt {
       target.stderr_log = log_path(id.rank, local, 2);
       if (torchrun_logs()) {
         target.redirected = options_.redirects[local];
-        std::string dir = attempt_dir() + "/" + std::to_string(local);
-        std::error_code ec;
-        std::filesystem::create_directories(dir, ec);
-        if (ec) throw UserError("--log-dir: cannot create " + dir + ": " + ec.message());
+        make_log_directory(attempt_dir() + "/" + std::to_string(local));
       }
 
       SpawnedProcess process = spawn_process(options_.program, merge_environment(base, variables));
@@ -211,11 +224,13 @@ class Attempt {
     auto next_remote_check = Clock::now() + kRemoteCheckEvery;
     auto next_membership_check = Clock::now();
     const int tick_ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
+    last_tick_ = Clock::now();
     // A failure held back (Note [Failure or membership change]) is decided even after every worker exited.
     while (!all_exited() || held_failure_) {
       std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
       for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
       int ready = poll(fds.data(), fds.size(), tick_ms);
+      if (elastic_ && was_frozen()) continue;
       if (ready > 0) {
         for (std::size_t i = 1; i < fds.size(); ++i)
           if (fds[i].revents) relay_.on_readable(fds[i].fd);
@@ -361,18 +376,43 @@ class Attempt {
     }
   }
 
+  // Elastic, the other side of Note [A frozen store host]: a launcher that was not running for
+  // longer than --node-timeout (SIGSTOP, a frozen VM) has been taken for lost by the others, who
+  // went on without it (a store it hosted taken over). It leaves rather than act on a round that
+  // is over: its workers' checkpoints and outputs are the others' now.
+  // Each stretch of the loop between two calls takes a tick, or one store call that gives up after
+  // --node-timeout (Note [A frozen store host]): twice that is a stop, never a slow stretch.
+  bool was_frozen() {
+    const auto now = Clock::now();
+    const double stopped = std::chrono::duration<double>(now - last_tick_).count();
+    last_tick_ = now;
+    if (frozen_ || stopped <= 2 * options_.node_timeout_s) return false;
+    frozen_ = leaving_ = true;
+    held_failure_.reset();
+    char text[256];
+    std::snprintf(text, sizeof text, "this launcher did not run for %.0f s (stopped or frozen; over twice --node-timeout "
+                  "%g s), so the other nodes have gone on without it", stopped, options_.node_timeout_s);
+    failure_ = Failure{kExitFailure, std::nullopt, text, false};
+    say(std::string(text) + "; stopping this node's workers");
+    stop_all(SIGTERM);
+    return true;
+  }
+
   // Elastic: beats, and ends the round on a membership change (announced by any node).
   void check_membership() {
     if (failure_ || membership_ || leaving_) return;
     std::optional<MembershipChange> change;
     try {
       change = elastic_->check_membership();
+    } catch (const StoreNotAnswering& e) {
+      change = MembershipChange{MembershipChange::Kind::kStoreLost,
+                                "lost the rendezvous store at " + elastic_->store_description() + ": " + e.what()};
     } catch (const std::exception&) {
       // Between rounds, node 1 takes the store over (Note [Store failover]).
       change = MembershipChange{MembershipChange::Kind::kStoreLost,
                                 "lost the rendezvous store at " + elastic_->store_description()};
     }
-    if (!change) return;
+    if (!change || was_frozen()) return;  // stopped in the call: the others' silence is this node's own
     membership_ = change;
     held_failure_.reset();  // explained by the change
     say("round " + std::to_string(attempt_) + " ends: " + change->description + "; stopping this node's workers");
@@ -486,6 +526,8 @@ class Attempt {
   int attempt_;
   int restart_count_;
   std::optional<MembershipChange> membership_;
+  Clock::time_point last_tick_;  // elastic: when the monitor loop last checked it was not stopped (was_frozen)
+  bool frozen_ = false;          // elastic: it was, and this node leaves the job
   std::optional<Failure> held_failure_;
   Clock::time_point held_until_{};
   bool leaving_ = false;
@@ -504,12 +546,10 @@ std::string make_torchrun_log_dir(const std::string& log_dir, const std::string&
     const char* tmp = std::getenv("TMPDIR");
     base = tmp && *tmp ? tmp : "/tmp";
   }
-  std::error_code ec;
-  std::filesystem::create_directories(base, ec);
+  make_log_directory(base);
   std::string pattern = base + "/" + (log_dir.empty() ? std::string("ddprun") : run_id) + "_XXXXXX";
-  if (ec || !mkdtemp(pattern.data()))
-    throw UserError("--log-dir: cannot create a directory in " + base + ": " +
-                    (ec ? ec.message() : std::string(std::strerror(errno))));
+  if (!mkdtemp(pattern.data()))
+    throw UserError("--log-dir: cannot create a directory in " + base + ": " + std::strerror(errno));
   say("workers' logs (--redirects/--tee) go to " + pattern);
   return pattern;
 }
@@ -582,6 +622,22 @@ int run_elastic(LaunchOptions options, Watchdog& watchdog) {
     if (outcome.left) {
       say("left the job (" + outcome.cause + "); the other nodes go on without this one");
       return outcome.status;
+    }
+    if (outcome.status == kExitUsage && !outcome.restartable && !rendezvous.newcomers().empty()) {
+      // Note [Admission]: the newcomers could not join; the job goes on without them.
+      rendezvous.refuse_newcomers(round);
+      if (rendezvous.newcomer()) {
+        say("refused by the running job, which goes on without this node: " + outcome.cause);
+        return outcome.status;
+      }
+      std::string refused;
+      for (const auto& host : rendezvous.newcomers()) refused += (refused.empty() ? "" : ", ") + host;
+      ++changes;
+      say("membership change " + std::to_string(changes) + " (not counted against --max-restarts): the node(s) that "
+          "joined in round " + std::to_string(round) + " (" + refused + ") were refused, as their workers could not "
+          "start with the job's (" + outcome.cause + "); the remaining nodes meet again in round " +
+          std::to_string(round + 1));
+      continue;
     }
     int failures = layout->failures + (outcome.status != 0 ? 1 : 0);
     auto decision = decide_after_attempt(outcome.status, outcome.restartable, failures - 1, options.max_restarts);

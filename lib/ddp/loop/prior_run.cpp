@@ -41,13 +41,6 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-std::string describe(const std::vector<KeyChange>& changes) {
-  std::string text;
-  for (const auto& change : changes)
-    text += (text.empty() ? "" : ", ") + change.key + " " + change.before + " → " + change.after;
-  return text;
-}
-
 // The run's outputs, as the finished-run line points to them.
 std::string outputs(const std::string& dir) {
   std::string listed;
@@ -68,14 +61,34 @@ std::vector<KeyChange> config_changes(const std::string& before_yaml, const std:
   return changes;
 }
 
+std::vector<KeyChange> training_changes(const std::string& before_yaml, const std::string& after_yaml) {
+  std::vector<KeyChange> changes = config_changes(before_yaml, after_yaml);
+  std::erase_if(changes, [](const KeyChange& change) { return may_change_on_resume(change.key); });
+  return changes;
+}
+
+std::string describe_changes(const std::vector<KeyChange>& changes) {
+  std::string text;
+  for (const auto& change : changes)
+    text += (text.empty() ? "" : ", ") + change.key + " " + change.before + " → " + change.after;
+  return text;
+}
+
+std::string changed_keys(const std::vector<KeyChange>& changes) {
+  std::string keys;
+  for (const auto& change : changes) keys += (keys.empty() ? "" : ", ") + change.key;
+  return keys;
+}
+
 bool may_change_on_resume(const std::string& key) {
   // Whole sections that steer a run without changing what it trains. dist: a resume at another
   // world size or shard setting is checked, or resharded, by the checkpoint itself.
   for (const char* section : {"run.", "dist.", "eval.", "checkpoint.", "logging.", "monitor."})
     if (key.rfind(section, 0) == 0) return true;
-  // train.batch_size: the checkpoint checks that each step keeps its samples (check_resume_layout).
+  // The batch keys: the checkpoint checks that each step keeps its samples (check_resume_layout).
   for (const char* steering : {"train.epochs", "train.max_steps", "train.log_every", "train.batch_size",
-                               "data.cache_dir", "data.workers", "data.prefetch"})
+                               "train.grad_accum_steps", "train.global_batch_size", "data.cache_dir", "data.workers",
+                               "data.prefetch"})
     if (key == steering) return true;
   return false;
 }
@@ -109,14 +122,12 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
   std::error_code ec;
   if (std::filesystem::is_empty(dir + "/checkpoints", ec) || ec) return {};  // nothing to resume: a fresh start
   if (!refused.empty()) {
-    std::string keys;
-    for (const auto& change : refused) keys += (keys.empty() ? "" : ", ") + change.key;
     return {PriorRunVerdict::Action::kRefuse,
-            dir + " holds a run of another config (" + describe(refused) + "), which its checkpoints do not fit. " +
+            dir + " holds a run of another config (" + describe_changes(refused) + "), which its checkpoints do not fit. " +
                 "Start a new run beside it with --set run.name=NEW (or run.output_dir), or remove " + dir +
-                " to start this one afresh; or resume it with " + keys + " as before"};
+                " to start this one afresh; or resume it with " + changed_keys(refused) + " as before"};
   }
-  return {PriorRunVerdict::Action::kResume, describe(steering)};
+  return {PriorRunVerdict::Action::kResume, describe_changes(steering)};
 }
 
 }  // namespace ddp

@@ -27,6 +27,15 @@ std::vector<KeyChange> config_changes(const std::string& before_yaml, const std:
 /// evaluates, logs and saves, or where and how it runs, not what is trained.
 bool may_change_on_resume(const std::string& key);
 
+/// The changes among config_changes(before, after) that decide what is trained (not may_change_on_resume).
+std::vector<KeyChange> training_changes(const std::string& before_yaml, const std::string& after_yaml);
+
+/// "optim.lr 0.1 → 0.5, model.hidden [64] → [32]".
+std::string describe_changes(const std::vector<KeyChange>& changes);
+
+/// "optim.lr, model.hidden".
+std::string changed_keys(const std::vector<KeyChange>& changes);
+
 /// What to do with a run directory, given this run's resolved config.
 struct PriorRunVerdict {
   enum class Action { kStart, kResume, kFinished, kRefuse };

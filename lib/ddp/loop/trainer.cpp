@@ -4,7 +4,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
+#include <optional>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
@@ -13,6 +15,7 @@
 #include "ddp/loop/evaluator.h"
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
+#include "ddp/loop/resume_check.h"
 #include "ddp/optim/optimizer_factory.h"
 #include "ddp/parallel/pipeline_split.h"
 
@@ -49,49 +52,6 @@ std::vector<std::vector<torch::Tensor>> shard_units_of(torch::nn::Module& module
   return units;
 }
 
-// Note [Resume at another world size]
-// A checkpoint's position counts micro-batches of world_size × batch_size samples, and the
-// sampler deals rank r the positions r, r + world, ... of one permutation (sampler.split: distributed),
-// so micro-batch k is positions [k·W·B, (k+1)·W·B) at any world size W with the same W·B: the same
-// samples, averaged the same way, step for step. So a run resumes at another world size when its
-// batch size keeps W·B (the weights and optimizer state are whole in the checkpoint, and any
-// sharding takes its part of them); otherwise it would skip or repeat samples, and is refused.
-void check_resume_layout(const TrainProgress& saved, int world, int64_t batch, const TrainConfig& config,
-                         const std::string& source) {
-  const std::string& split = config.sampler.split;
-  const auto restart_hint = "; or start afresh with checkpoint.resume: never or another run.output_dir";
-  // A global batch keeps each step's samples at any split (Note [Global batch]): the position converts.
-  const bool converts = config.train.global_batch_size > 0 && saved.batch_size != 0 &&
-                        saved.batch_in_epoch * saved.world_size * saved.batch_size % (world * batch) == 0;
-  if (saved.world_size == world || saved.world_size == 0) {
-    if (saved.batch_size != 0 && saved.batch_size != batch && !converts)
-      throw UserError("train.batch_size: " + source + " was written with train.batch_size " +
-                      std::to_string(saved.batch_size) + ", this run has " + std::to_string(batch) +
-                      "; resume with the same batch size" + restart_hint);
-    return;
-  }
-  if (split == "chunk")
-    throw UserError("sampler.split: chunk gives each rank a fixed part of the data, so " + source +
-                    ", written by " + std::to_string(saved.world_size) + " ranks, resumes only at that world size" +
-                    restart_hint);
-  if (config.optim.lr_scaling != "none")
-    throw UserError("optim.lr_scaling: " + config.optim.lr_scaling + " scales the learning rate by the world size, so " +
-                    source + ", written by " + std::to_string(saved.world_size) +
-                    " ranks, would go on at another rate; resume at that world size" + restart_hint);
-  const int64_t samples = saved.world_size * saved.batch_size;
-  if (converts) return;
-  if (saved.batch_size == 0 || samples != world * batch) {
-    std::string fix = saved.batch_size != 0 && samples % world == 0
-                          ? "use train.batch_size " + std::to_string(samples / world) + " at world size " +
-                                std::to_string(world) + ", for the same samples in each step"
-                          : "resume at a world size that divides " + std::to_string(samples);
-    throw UserError("train.batch_size: " + source + " was written by " + std::to_string(saved.world_size) +
-                    " ranks of train.batch_size " + std::to_string(saved.batch_size) + " (" + std::to_string(samples) +
-                    " samples a micro-step); this run has " + std::to_string(world) + " × " + std::to_string(batch) +
-                    " = " + std::to_string(world * batch) + "; " + fix + restart_hint);
-  }
-}
-
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(config)) {
@@ -101,9 +61,14 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   check_identical_across_ranks(world, "config", to_yaml_without_paths(config_));
   // Note [Re-running a run]: rank 0 reads the run directory, before anything is written to it, and
   // decides for every rank (an action's digit, then its message).
+  // An explicit checkpoint.resume is judged too: it would overwrite a finished run's outputs.
   std::string verdict;
-  if (world.rank == 0 && config_.checkpoint.resume == "auto") {
+  if (world.rank == 0 && config_.checkpoint.resume != "never") {
     PriorRunVerdict judged = judge_prior_run(output_dir_of(config_.run), resolved);
+    if (judged.action == PriorRunVerdict::Action::kFinished && config_.checkpoint.resume != "auto")
+      judged = {PriorRunVerdict::Action::kRefuse,
+                "checkpoint.resume: " + judged.message + " (resuming " + config_.checkpoint.resume +
+                    " there would overwrite them; --set run.name=NEW resumes it into a new run directory)"};
     verdict = std::to_string(static_cast<int>(judged.action)) + judged.message;
   }
   broadcast_bytes(world, verdict, 0);
@@ -185,7 +150,9 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
+  checkpointer_->set_run_identity({resolved, task_->data_fingerprint()});
   progress_.batch_size = config_.train.batch_size;
+  progress_.accum_steps = config_.train.grad_accum_steps;
   resume();
 }
 
@@ -263,14 +230,18 @@ void Trainer::resume() {
   // common file.
   const Communicator& world = plan_->world();
   for (int64_t older_than = INT64_MAX;;) {
-    std::string path, manifest, bytes;
+    std::string path, manifest, bytes, refusal;
     if (world.rank == 0) {
       if (auto found = checkpointer_->find_resume_point(older_than)) {
         path = found->manifest_path;
         manifest = read_whole_file(path);
-        bytes = read_whole_file(is_sharded_manifest(manifest) ? sharded_common_file(manifest, path) : found->data_path);
+        refusal = run_identity_refusal(read_run_identity(manifest), checkpointer_->run_identity(), path);
+        if (refusal.empty())
+          bytes = read_whole_file(is_sharded_manifest(manifest) ? sharded_common_file(manifest, path) : found->data_path);
       }
     }
+    broadcast_bytes(world, refusal, 0);
+    if (!refusal.empty()) throw UserError(refusal);
     broadcast_bytes(world, path, 0);
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
@@ -290,9 +261,7 @@ void Trainer::resume_whole(const std::string& path, const std::string& bytes) {
   std::unique_ptr<torch::optim::Optimizer> whole;
   if (plan_->shards_optimizer())
     whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, replicas()));
-  auto accept = [&](const TrainProgress& saved) {
-    check_resume_layout(saved, replicas(), config_.train.batch_size, config_, source);
-  };
+  auto accept = [&](const TrainProgress& saved) { check_resume_layout(saved, step_shape(), config_, source); };
   TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
                                                world.rank, accept);
   plan_->parameters_changed();
@@ -304,8 +273,17 @@ void Trainer::resume_whole(const std::string& path, const std::string& bytes) {
 bool Trainer::resume_sharded(const std::string& path, const std::string& manifest, const std::string& common,
                              int64_t& older_than) {
   const Communicator& world = plan_->world();
-  ShardedCheckpointReader reader(manifest, path, common);
-  check_resume_layout(reader.progress(), replicas(), config_.train.batch_size, config_, path);
+  std::optional<ShardedCheckpointReader> parsed;
+  try {
+    parsed.emplace(manifest, path, common);
+  } catch (const FileError& e) {  // the same manifest on every rank: all go back alike
+    if (config_.checkpoint.resume != "auto") throw;
+    if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, e.what());
+    older_than = std::stoll(std::filesystem::path(path).stem().string().substr(5));  // auto: step_N.json
+    return false;
+  }
+  ShardedCheckpointReader& reader = *parsed;
+  check_resume_layout(reader.progress(), step_shape(), config_, path);
   ShardLayout layout = shard_layout();
   reader.check_fits(layout, task_->model());
   std::string problem = reader.read_shards(layout);
@@ -336,6 +314,7 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
     progress_.batch_in_epoch = loaded.batch_in_epoch * loaded.world_size * loaded.batch_size /
                                (replicas() * config_.train.batch_size);
   progress_.batch_size = config_.train.batch_size;
+  progress_.accum_steps = config_.train.grad_accum_steps;
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
   if (plan_->world().rank == 0)
@@ -346,6 +325,10 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
                      : fmt::format(", written by {} ranks of batch {}: the same samples per step", loaded.world_size,
                                    loaded.batch_size),
                  changed_since_.empty() ? "" : "; changed since that run: " + changed_since_);
+}
+
+StepShape Trainer::step_shape() const {
+  return {replicas(), config_.train.batch_size, config_.train.grad_accum_steps, plan_->stages() > 1};
 }
 
 bool Trainer::sharded_checkpoints() const {

@@ -16,6 +16,7 @@
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/distributed_sampler.h"
 #include "ddp/loop/pipeline_runner.h"
+#include "ddp/loop/resume_check.h"
 #include "ddp/loop/run_recorder.h"
 #include "ddp/loop/step_profiler.h"
 #include "ddp/loop/train_config.h"
@@ -52,6 +53,8 @@ class Trainer {
   /// After either: the loop goes on from `loaded`.
   void resumed(const TrainProgress& loaded, const std::string& path, const std::string& what);
   /// Whether checkpoints are sharded (checkpoint.format, dist.shard).
+  /// This run's samples a step, for check_resume_layout.
+  StepShape step_shape() const;
   bool sharded_checkpoints() const;
   /// This rank's part of a sharded checkpoint.
   ShardLayout shard_layout() const;

@@ -46,6 +46,19 @@ const std::vector<std::pair<double, double>>& RunRecords::series(const std::stri
   return it == series_.end() ? kNone : it->second;
 }
 
+std::vector<std::pair<double, double>> RunRecords::points(const std::string& key) const {
+  std::vector<std::pair<double, double>> found;
+  for (const auto& record : records) {
+    std::optional<double> step, value;
+    for (const auto& [name, v] : record) {
+      if (name == "step") step = v;
+      if (name == key) value = v;
+    }
+    if (step && value) found.emplace_back(*step, *value);
+  }
+  return found;
+}
+
 std::optional<double> RunRecords::last(const std::string& key) const {
   const auto& points = series(key);
   if (points.empty()) return std::nullopt;

@@ -19,6 +19,9 @@ struct RunRecords {
 
   /// The values of `key` by step, in file order (records without it are left out).
   const std::vector<std::pair<double, double>>& series(const std::string& key) const;
+  /// The values of `key` by step as series() gives them, NaN and infinite ones (written as null) too:
+  /// what a chart shows, saying which it could not draw.
+  std::vector<std::pair<double, double>> points(const std::string& key) const;
   /// The last value of `key`, if any record has it.
   std::optional<double> last(const std::string& key) const;
   /// The keys that occur, each once, in order of first occurrence.

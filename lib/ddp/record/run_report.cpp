@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 
 #include "ddp/common/atomic_file.h"
@@ -25,7 +26,7 @@ th:first-child, td:first-child { text-align: left; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 svg.chart { background: #fff; border: 1px solid #ddd; }
 svg .title { font-weight: 600; font-size: 14px; } svg .tick, svg .legend { font-size: 11px; fill: #444; }
-svg .axis { font-size: 12px; fill: #444; } svg .frame { fill: none; stroke: #bbb; } svg .empty { fill: #999; }
+svg .axis { font-size: 12px; fill: #444; } svg .frame { fill: none; stroke: #bbb; } svg .empty { fill: #999; } svg .note { font-size: 12px; fill: #b00; }
 svg .grid { stroke: #eee; stroke-width: 1; }
 pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow: auto; max-height: 400px; }
 .failed { color: #b00; font-weight: 600; } .ok { color: #070; font-weight: 600; }
@@ -77,7 +78,7 @@ std::string chart_of(const std::vector<RunRecords>& runs, const std::string& tit
     for (std::size_t k = 0; k < keys_and_labels.size(); ++k) {
       const auto& [key, label] = keys_and_labels[k];
       series.push_back({label_for(runs[r], label, runs.size()), color_for(r, k, runs.size()),
-                        runs.size() > 1 && k > 0, runs[r].series(key)});
+                        runs.size() > 1 && k > 0, runs[r].points(key)});
     }
   return svg_line_chart(title, "step", y_label, series);
 }
@@ -90,7 +91,7 @@ std::string per_rank_chart(const std::vector<RunRecords>& runs, const std::strin
     for (int rank = 0, ranks = ranks_in(runs[r]); rank < ranks; ++rank)
       series.push_back({label_for(runs[r], "rank " + std::to_string(rank), runs.size()),
                         color_for(r, static_cast<std::size_t>(rank), runs.size()), runs.size() > 1 && rank > 0,
-                        runs[r].series(key_prefix + std::to_string(rank))});
+                        runs[r].points(key_prefix + std::to_string(rank))});
   return svg_line_chart(title, "step", y_label, series);
 }
 
@@ -211,6 +212,19 @@ std::string render_report(const std::vector<RunRecords>& runs) {
 }
 
 void write_run_report(const std::string& path, const std::vector<std::string>& run_dirs) {
+  // A report written over a run's own files (metrics.jsonl, config.yaml, a checkpoint) would destroy
+  // what it reports; an earlier page (.html) is the one file of a run it may replace.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(path, ec);
+  for (const auto& dir : run_dirs) {
+    const fs::path root = fs::weakly_canonical(dir, ec);
+    auto [end, rest] = std::mismatch(root.begin(), root.end(), target.begin(), target.end());
+    bool inside = end == root.end() && rest != target.end();
+    if (inside && fs::exists(target) && target.extension() != ".html")
+      throw UserError("--output: " + path + " is a file of run " + dir +
+                      "; the report would replace it. Write the report elsewhere (the default is report.html)");
+  }
   std::vector<RunRecords> runs;
   for (const auto& dir : run_dirs) {
     runs.push_back(read_run(dir));

@@ -123,12 +123,27 @@ std::string chart_color(std::size_t i) {
 std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                            const std::vector<ChartSeries>& series) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  // NaN and infinite values (a diverged loss) cannot be drawn: they are left out and counted in a
+  // note, so that a chart never looks empty, or calm, without saying why.
+  auto drawable = [](double x, double y) { return std::isfinite(x) && std::isfinite(y); };
+  int undrawn = 0;
+  double first_undrawn = std::numeric_limits<double>::infinity();
   for (const auto& s : series)
     for (const auto& [x, y] : s.points) {
+      if (!drawable(x, y)) {
+        ++undrawn;
+        first_undrawn = std::min(first_undrawn, x);
+        continue;
+      }
       x0 = std::min(x0, x), x1 = std::max(x1, x);
       y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
-  if (!std::isfinite(x0)) return no_data(title);
+  const std::string note =
+      undrawn == 0 ? ""
+                   : fmt::format(R"(<text x="{}" y="{}" class="note">{} value(s) not drawn: NaN or infinite{}</text>)",
+                                 kLeft, kHeight - 4, undrawn,
+                                 std::isfinite(first_undrawn) ? fmt::format(", from {} {}", x_label, first_undrawn) : "");
+  if (!std::isfinite(x0)) return undrawn == 0 ? no_data(title) : open_svg(title) + note + "</svg>";
   if (x1 - x0 <= 1e-9 * std::max(std::fabs(x0), std::fabs(x1))) x1 = x0 + 1;
   if (y1 - y0 <= 1e-9 * std::max(std::fabs(y0), std::fabs(y1)))  // flat, to rounding
     y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
@@ -145,14 +160,15 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   for (const auto& s : series) {
     if (s.points.empty()) continue;
     std::string points;
-    for (const auto& [x, y] : s.points) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
+    for (const auto& [x, y] : s.points)
+      if (drawable(x, y)) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
     out += fmt::format(R"(<polyline class="series" fill="none" stroke="{}" stroke-width="2"{} points="{}"/>)", s.color,
                        s.dashed ? R"( stroke-dasharray="6 4")" : "", points);
-    if (s.points.size() == 1)  // a single point is no line: mark it
+    if (s.points.size() == 1 && drawable(s.points[0].first, s.points[0].second))  // no line: mark it
       out += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", px(s.points[0].first),
                          py(s.points[0].second), s.color);
   }
-  return out + legend_svg + "</svg>";
+  return out + legend_svg + note + "</svg>";
 }
 
 std::string svg_box_chart(const std::string& title, const std::string& y_label, const std::vector<ChartBox>& boxes) {

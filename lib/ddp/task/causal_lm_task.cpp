@@ -63,6 +63,12 @@ int64_t CausalLmTask::size(Split split) const {
   return eval_ ? eval_->size() : 0;
 }
 
+std::string CausalLmTask::data_fingerprint() const {
+  std::string lines;
+  for (const auto& shard : train_->shards()) lines += shard->path() + ": " + std::to_string(shard->bytes()) + " bytes\n";
+  return lines + "training windows: " + std::to_string(train_->size()) + "\n";
+}
+
 Batch CausalLmTask::make_batch(Split split, const torch::Tensor& indices) const {
   const TokenWindows& windows = split == Split::kTrain ? *train_ : *eval_;
   torch::Tensor rows = windows.read(indices.to(torch::kLong));

@@ -41,6 +41,13 @@ class Task {
   /// Samples in `split`: the sampler deals [0, size) out to the ranks. 0 when there is no eval split.
   virtual int64_t size(Split split) const = 0;
 
+  /// The training data as lines of text that change when it does (its files and their sizes, the
+  /// sample count). Checkpoints record it and a resume on other data is refused: the sampler's
+  /// order depends on it. This default: the count of training samples.
+  virtual std::string data_fingerprint() const {
+    return "training samples: " + std::to_string(size(Split::kTrain)) + "\n";
+  }
+
   /// The batch of samples `indices` (int64 [B]) of `split`, on the CPU. Called from the prefetch
   /// threads, several at once.
   virtual Batch make_batch(Split split, const torch::Tensor& indices) const = 0;

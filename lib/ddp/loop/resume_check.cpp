@@ -1,0 +1,111 @@
+#include "ddp/loop/resume_check.h"
+
+#include <set>
+#include <sstream>
+
+#include "ddp/common/error.h"
+#include "ddp/loop/prior_run.h"
+
+namespace ddp {
+namespace {
+
+constexpr const char* kRestartHint = "; or start afresh with checkpoint.resume: never or another run.output_dir";
+
+std::set<std::string> lines_of(const std::string& text) {
+  std::set<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.insert(line);
+  return lines;
+}
+
+// "a; b" for the lines of `from` that `other` lacks.
+std::string lines_missing(const std::set<std::string>& from, const std::set<std::string>& other) {
+  std::string text;
+  for (const auto& line : from)
+    if (!other.count(line)) text += (text.empty() ? "" : "; ") + line;
+  return text.empty() ? "-" : text;
+}
+
+std::string number(int64_t value) { return std::to_string(value); }
+
+// The way back to `samples` a step (written by `world` × `batch` × `accum`) for a run shaped like
+// `now`: a setting that, followed, resumes.
+std::string same_samples_fix(int64_t samples, int64_t world, int64_t batch, int64_t accum, const StepShape& now,
+                             const TrainConfig& config) {
+  const std::string who = now.pipeline ? " replica(s)" : " rank(s)";
+  const std::string accum_key = now.pipeline ? "dist.microbatches " : "train.grad_accum_steps ";
+  if (config.train.global_batch_size > 0)  // it sets the samples a step, whatever the rest
+    return "use train.global_batch_size " + number(samples) + " as written";
+  if (samples % (now.replicas * now.accum_steps) == 0)
+    return "use train.batch_size " + number(samples / (now.replicas * now.accum_steps)) + " (" + number(now.replicas) + who +
+           " × " + number(samples / (now.replicas * now.accum_steps)) + " × " + accum_key + number(now.accum_steps) + " = " +
+           number(samples) + " samples a step, as written)";
+  if (!now.pipeline && samples % now.replicas == 0)
+    return "use train.global_batch_size " + number(samples) + " (" + number(now.replicas) + who + " share it)";
+  return "resume as written: " + number(world) + who + " × train.batch_size " + number(batch) + " × " + accum_key + number(accum);
+}
+
+}  // namespace
+
+std::string run_identity_refusal(const RunIdentity& saved, const RunIdentity& now, const std::string& source) {
+  if (!saved.config.empty()) {
+    auto changes = training_changes(saved.config, now.config);
+    if (!changes.empty())
+      return source + " was written by a run of another config (" + describe_changes(changes) +
+             "), which it does not fit; resume it with " + changed_keys(changes) + " as before" + kRestartHint;
+  }
+  if (!saved.data.empty() && saved.data != now.data) {
+    auto then = lines_of(saved.data), here = lines_of(now.data);
+    return "data.path: the training data are not those " + source + " was trained on (then, not now: " +
+           lines_missing(then, here) + "; now, not then: " + lines_missing(here, then) +
+           "). The sampler's order over them would differ, repeating some samples and skipping others; restore "
+           "the data as they were" + kRestartHint;
+  }
+  return "";
+}
+
+// Note [Resume at another world size]
+// A checkpoint's position counts micro-batches of world_size × batch_size samples, and the
+// sampler deals rank r the positions r, r + world, ... of one permutation (sampler.split: distributed),
+// so micro-batch k is positions [k·W·B, (k+1)·W·B) at any world size W with the same W·B, and step s
+// the positions [s·S, (s+1)·S) for S = W·B·A samples a step (A micro-steps). A run with the same S
+// whose micro-batches of W·B fall on the checkpoint's position trains the same samples, averaged the
+// same way, step for step, whatever W, B and A are (the weights and optimizer state are whole in the
+// checkpoint, and any sharding takes its part of them); otherwise it would skip or repeat samples,
+// or train steps of another size, and is refused.
+void check_resume_layout(const TrainProgress& saved, const StepShape& now, const TrainConfig& config,
+                         const std::string& source) {
+  const bool other_world = saved.world_size != 0 && saved.world_size != now.replicas;
+  if (other_world && config.sampler.split == "chunk")
+    throw UserError("sampler.split: chunk gives each rank a fixed part of the data, so " + source + ", written by " +
+                    number(saved.world_size) + " ranks, resumes only at that world size" + kRestartHint);
+  if (other_world && config.optim.lr_scaling != "none")
+    throw UserError("optim.lr_scaling: " + config.optim.lr_scaling + " scales the learning rate by the world size, so " +
+                    source + ", written by " + number(saved.world_size) +
+                    " ranks, would go on at another rate; resume at that world size" + kRestartHint);
+  if (saved.batch_size == 0) {  // written before batch sizes were recorded: only its own world size is known to fit
+    if (other_world)
+      throw UserError("train.batch_size: " + source + " does not record its batch size, so it resumes only at its world size " +
+                      number(saved.world_size) + kRestartHint);
+    return;
+  }
+  const int64_t world = saved.world_size != 0 ? saved.world_size : now.replicas;
+  const int64_t accum = saved.accum_steps != 0 ? saved.accum_steps : now.accum_steps;  // older: assumed kept
+  const int64_t samples = world * saved.batch_size * accum;
+  const std::string accum_key = now.pipeline ? "dist.microbatches" : "train.grad_accum_steps";
+  if (samples != now.samples())
+    throw UserError("train.batch_size: " + source + " was written by " + number(world) + " rank(s) × train.batch_size " +
+                    number(saved.batch_size) + " × " + number(accum) + " micro-step(s) = " + number(samples) +
+                    " samples a step; this run has " + number(now.replicas) + " × " + number(now.batch_size) + " × " + accum_key +
+                    " " + number(now.accum_steps) + " = " + number(now.samples()) + ", which would train other steps; " +
+                    same_samples_fix(samples, world, saved.batch_size, accum, now, config) + kRestartHint);
+  const int64_t position = saved.batch_in_epoch * world * saved.batch_size;  // samples into the epoch
+  if (position % (now.replicas * now.batch_size) != 0)
+    throw UserError("train.batch_size: " + source + " stopped " + number(position) + " samples into its epoch, not a whole " +
+                    "number of this run's micro-batches of " + number(now.replicas) + " × " + number(now.batch_size) +
+                    "; resume with " + number(world) + " rank(s) × train.batch_size " + number(saved.batch_size) + " as written" +
+                    kRestartHint);
+}
+
+}  // namespace ddp
