@@ -166,13 +166,13 @@ TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs
   auto other = ddprun(2, config, sets("run", 50, {"model.hidden=[32]", newest}));
   INFO(other.out << other.err);
   CHECK(other.exit_code == 2);
-  CHECK_THAT(other.err, Contains("holds a run of another config (model.hidden [64] → [32])"));
+  CHECK_THAT(other.err, Contains("holds a run of another config (model.hidden [64, 32] → [32])"));
   fs::remove(dir.file("run/config.yaml"));
   auto recorded = ddprun(2, config, sets("run", 50, {"model.hidden=[32]", newest}));
   INFO(recorded.out << recorded.err);
   CHECK(recorded.exit_code == 2);
   CHECK_THAT(recorded.err, Contains(checkpoints + "step_0000000040.json was written by a run of another config "
-                                    "(model.hidden [64] → [32]), which it does not fit"));
+                                    "(model.hidden [64, 32] → [32]), which it does not fit"));
   // A checkpoint that records no config (an older ddprun's): the shapes and the optimizer's name
   // themselves refuse it.
   std::string manifest_40 = read_file(checkpoints + "step_0000000040.json");
@@ -196,6 +196,39 @@ TEST_CASE("a sharded checkpoint is a file per shard and a manifest of their runs
   REQUIRE(whole.exit_code == 0);
   CHECK(fs::exists(dir.file("whole/checkpoints/step_0000000010.pt")));
   CHECK_FALSE(fs::exists(dir.file("whole/checkpoints/step_0000000010.shard-0-of-2.pt")));
+}
+
+TEST_CASE("a sharded manifest with an edited run, or cut short, sends every rank to the previous checkpoint with "
+          "a warning",
+          "[sharding][checkpoint]") {
+  TempDir dir;
+  std::string config = config_path("synthetic_mlp.yaml");
+  auto sets = [&](int steps) {
+    auto s = mlp_sets(dir, "run", 32);
+    s.insert(s.end(), {"train.max_steps=" + std::to_string(steps), "checkpoint.every_steps=10", "checkpoint.keep_last=3",
+                       "dist.shard=gradients"});
+    return s;
+  };
+  REQUIRE(ddprun(2, config, sets(30)).exit_code == 0);
+  const std::string checkpoints = dir.file("run/checkpoints/");
+  // Step 30's first run now starts 5 elements on: elements 0-4 of layers.0.weight are in no run.
+  std::string edited = read_file(checkpoints + "step_0000000030.json");
+  REQUIRE_THAT(edited, Contains("ranges: [[0, 0, "));
+  write_file(checkpoints + "step_0000000030.json", std::regex_replace(edited, std::regex("ranges: \\[\\[0, 0, "),
+                                                                      "ranges: [[0, 5, "));
+  // Step 20's manifest loses its last shard, as a write cut short at a line would.
+  std::string whole = read_file(checkpoints + "step_0000000020.json");
+  auto last_shard = whole.find("\n  - file: step_0000000020.shard-1-of-2.pt");
+  REQUIRE(last_shard != std::string::npos);
+  write_file(checkpoints + "step_0000000020.json", whole.substr(0, last_shard + 1));
+  auto r = ddprun(2, config, sets(40));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out + r.err, Contains("skipping checkpoint " + checkpoints + "step_0000000030.json: rank 0: " + checkpoints +
+                                     "step_0000000030.json: its shards' runs hold ") &&
+                                Contains("of layers.0.weight (the manifest was cut short or edited)"));
+  CHECK_THAT(r.out + r.err, Contains("skipping checkpoint " + checkpoints + "step_0000000020.json: rank 1: "));
+  CHECK_THAT(r.out, Contains("resumed from " + checkpoints + "step_0000000010.json at step 10"));
 }
 
 TEST_CASE("two launchers of 2 ranks each (--nnodes 2) shard within each node and replicate across them by "

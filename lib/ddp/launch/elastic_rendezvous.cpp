@@ -276,6 +276,13 @@ std::optional<std::string> ElasticRendezvous::take_over_store() {
   const int port = this->port();
   std::string was = "node 0 (" + lost.host + "), which hosted the rendezvous store at " + options_.master_addr + ":" +
                     std::to_string(port) + ", was lost";
+  if (host && port_in_use(port)) {
+    // c10d's store listens on every address of its machine: a stopped store host on this one holds
+    // the port still (on a machine of its own, it never does).
+    std::fprintf(stderr, "ddprun: %s, and node 1 (%s) cannot host a new one at port %d: it is in use on this "
+                         "machine (by the stopped store host, if it runs here)\n", was.c_str(), successor.host.c_str(), port);
+    return std::nullopt;
+  }
   options_.master_addr = successor.host;
   options_.master_port = port;
   store_.reset();
@@ -291,8 +298,11 @@ std::optional<std::string> ElasticRendezvous::take_over_store() {
       std::string key = kElastic + "failures_before";
       store_->set(key, tagged(key, open + " " + std::to_string(failures_)));
       store_->set(kElastic + "open", open);
+      store_->set(kElastic + "successor/" + open, "1");
     } else {
-      store_->wait({kElastic + "open"}, timeout_);
+      // This takeover's mark, not "open": on node 1's machine, the address may still reach the old
+      // store (a stopped host on the same machine listens on every address), which has one.
+      store_->wait({kElastic + "successor/" + open}, timeout_);
     }
   } catch (const std::exception& e) {
     std::string cause = e.what();

@@ -576,7 +576,8 @@ int run_elastic(LaunchOptions options, Watchdog& watchdog) {
       std::string lost = "lost the rendezvous store at " + rendezvous.store_description();
       auto taken = rendezvous.take_over_store();
       if (!taken)
-        throw UserError(lost + ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) + ")");
+        throw UserError(lost + ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) +
+                        "); the same command resumes it from its last checkpoint");
       say(*taken);
       layout = rendezvous.join_round(round, signalled);
     }
@@ -610,7 +611,9 @@ int run_elastic(LaunchOptions options, Watchdog& watchdog) {
         Attempt(in_round, *layout, &rendezvous, watchdog, signals, round, layout->failures, &rendezvous).run();
     if (outcome.membership && outcome.membership->kind == MembershipChange::Kind::kStoreLost) {
       auto taken = rendezvous.take_over_store();
-      if (!taken) throw UserError(outcome.cause + ": the job cannot go on without it");
+      if (!taken)
+        throw UserError(outcome.cause + ": the job cannot go on without it; the same command resumes it from its "
+                        "last checkpoint");
       outcome.cause = *taken;
     }
     if (outcome.membership) {
