@@ -214,8 +214,10 @@ TEST_CASE("resuming with another train.batch_size is refused, naming the key (is
   auto r = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("train.batch_size: " + dir.file("run") + "/checkpoints/step_0000000020.pt was written "
-                             "with train.batch_size 16, this run has 32"));
-  CHECK_THAT(r.err, Contains("rank 1: error: train.batch_size: rank 0's checkpoint was written with"));
+                             "by 2 rank(s) × train.batch_size 16 × 1 micro-step(s) = 32 samples a step; this run has "
+                             "2 × 32 × train.grad_accum_steps 1 = 64, which would train other steps; use "
+                             "train.batch_size 16"));
+  CHECK_THAT(r.err, Contains("rank 1: error: train.batch_size: rank 0's checkpoint was written by"));
   sets[4] = "train.batch_size=16";  // the same size resumes
   auto same = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets));
   INFO(same.out << same.err);

@@ -262,6 +262,10 @@ TEST_CASE("checkpoint.keep_last prunes the shards another node writes to its own
   sets.insert(sets.end(), {"dist.shard=gradients", "dist.data_shard=2", "train.max_steps=20", "checkpoint.every_steps=5",
                            "checkpoint.keep_last=2"});
   for (const auto& s : sets) launch += " --set '" + s + "'";
+  // What a save that failed (a full disk) left in node 1's directory goes with the pruned steps.
+  std::filesystem::create_directories(dir.file("node1/checkpoints"));
+  write_file(dir.file("node1/checkpoints/step_0000000005.shard-1-of-2.pt.tmp.XyZ123"), "cut short");
+  write_file(dir.file("node1/checkpoints/step_0000000003.shard-1-of-2.pt"), "no manifest commits it");
   // Node 1's output directory is its own (node-local storage): rank 1 writes its shards there.
   auto r = run_shell(launch + " --set run.output_dir=" + dir.file("node1") + " --node-rank 1 > " + dir.file("node1.log") +
                          " 2>&1 & B=$!; " + launch + " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",

@@ -62,6 +62,14 @@ ddprun --nproc-per-node 2 -- sh -c 'echo rank \$RANK'   # a program: the TCP sto
 ddprun --nproc-per-node 2 /usr/share/ddprun/configs/fashion_mnist_convnet.yaml \
   --set run.output_dir="$work/run" --set train.max_steps=20 --set train.log_every=10
 [ -s "$work/run/model.pt" ] || { echo "FAILED: no model.pt"; exit 1; }
+# Every config it ships trains on data that is there: a system data set, or none (synthetic).
+for config in /usr/share/ddprun/configs/*.yaml; do
+  resolved=\$(ddp-train "\$config" --print-config)
+  dataset=\$(printf '%s\n' "\$resolved" | sed -n '/^data:/,/^[a-z]/s/^  dataset: //p')
+  path=\$(printf '%s\n' "\$resolved" | sed -n '/^data:/,/^[a-z]/s/^  path: //p' | tr -d '"')
+  [ "\$dataset" = synthetic ] || compgen -G "\$path" >/dev/null ||
+    { echo "FAILED: the package ships \$config, whose data.path \$path it does not install"; exit 1; }
+done
 SCRIPT
 if unshare --mount --propagation private true 2>/dev/null; then
   unshare --mount --propagation private bash "$work/installed.sh" || fail "running the installed package"

@@ -34,7 +34,6 @@ const std::string kTagMarker = " #hmac=";
 
 std::string endpoint(const LaunchOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
 
-
 // Standard error sent to /dev/null while it lives (if `active`). The launcher has no other thread
 // writing then: its output relays and monitor start after the rendezvous.
 class QuietStderr {

@@ -52,15 +52,14 @@ void say(const std::string& line) {
 // the way by name (create_directories says only "File exists" of one).
 void make_log_directory(const std::string& path) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (!ec) return;
+  std::error_code failed, ignored;
+  fs::create_directories(path, failed);
+  if (!failed) return;
   for (fs::path at = path; !at.empty() && at != at.parent_path(); at = at.parent_path())
-    if (fs::is_symlink(at, ec) && !fs::exists(at, ec))
-      throw UserError("--log-dir: " + at.string() + " is a symbolic link to " + fs::read_symlink(at, ec).string() +
+    if (fs::is_symlink(at, ignored) && !fs::exists(at, ignored))
+      throw UserError("--log-dir: " + at.string() + " is a symbolic link to " + fs::read_symlink(at, ignored).string() +
                       ", which does not exist; create its target or choose another --log-dir");
-  fs::create_directories(path, ec);
-  throw UserError("--log-dir: cannot create " + path + ": " + ec.message());
+  throw UserError("--log-dir: cannot create " + path + ": " + failed.message());
 }
 
 // Intra-op threads per worker when the user did not choose: the cores, shared out.
