@@ -45,9 +45,13 @@ def main():
     n = len(z)
     neighbours = torch.empty(n, args.k, dtype=torch.int64)
     norms = (z * z).sum(1)
+    # One buffer for every block's distances: a fresh 0.5 GiB each time made the kernel zero pages for
+    # as long as the arithmetic took, and minutes of it on a loaded machine.
+    buffer = torch.empty(2048, n)
     for start in range(0, n, 2048):
         block = z[start:start + 2048]
-        distances = norms[start:start + 2048, None] - 2 * block @ z.T + norms[None, :]
+        distances = torch.addmm(norms[None, :], block, z.T, alpha=-2, out=buffer[:len(block)])
+        distances += norms[start:start + len(block), None]
         distances[torch.arange(len(block)), torch.arange(start, start + len(block))] = float("inf")  # not itself
         neighbours[start:start + 2048] = distances.topk(args.k, largest=False).indices
     dst = torch.arange(n).repeat_interleave(args.k)

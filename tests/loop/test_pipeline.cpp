@@ -74,14 +74,6 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
   return sets;
 }
 
-double largest_difference(const std::string& a, const std::string& b) {
-  auto x = load_weights(a), y = load_weights(b);
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
-  return worst;
-}
-
 // World 1, then 2 stages × 1 replica and × 2 replicas under each schedule, 30 steps each, the same
 // global batch: every pipelined run's weights within 1e-5 of world 1's, and its final evaluation
 // (pipelined: each batch through the stages) within 1e-5 of world 1's where there is one.

@@ -25,14 +25,6 @@ CommandResult train(const std::string& dir, std::vector<std::string> sets, int n
   return run_command(argv, std::chrono::seconds(120), {"OMP_NUM_THREADS=1"});
 }
 
-double largest_difference(const std::string& a, const std::string& b) {
-  auto x = load_weights(a), y = load_weights(b);
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
-  return worst;
-}
-
 // Stopped at step 5 of 10 with `before`, resumed with `after`: refused with a message holding
 // `refusal`; then resumed with `after` and `fix` (what the refusal says to set), it ends at step 10
 // within 1e-5 of a run never stopped, having trained the same samples in each step.

@@ -37,14 +37,6 @@ std::vector<std::string> mlp_sets(const TempDir& dir, const std::string& name, i
           "data.eval_split=none", "checkpoint.every_epochs=0", "model.hidden=[64,32]", "train.epochs=5"};
 }
 
-double largest_difference(const std::string& a, const std::string& b) {
-  auto x = load_weights(a), y = load_weights(b);
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("every dist.shard at world 2 and 4 trains the MLP to the replicated run's weights within 1e-6, each rank "

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -21,6 +22,15 @@ inline std::map<std::string, torch::Tensor> load_weights(const std::string& path
   auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
   for (const auto& item : dict) weights[item.key().toStringRef()] = item.value().toTensor();
   return weights;
+}
+
+/// The largest absolute difference between two state_dict files' weights, which must have the same names.
+inline double largest_difference(const std::string& a, const std::string& b) {
+  auto x = load_weights(a), y = load_weights(b);
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
+  return worst;
 }
 
 }  // namespace ddp::test
