@@ -7,7 +7,7 @@ each with an edge from each of its k nearest neighbours in a PCA space of the pi
 
 Node features are the PCA coordinates (float32 [70000, pca]), labels the classes. Splits: the last
 --val training images are val_idx, the rest train_idx, the official test images test_idx.
-Deterministic: the same command writes the same files. About a minute on two cores.
+Deterministic: the same command writes the same files. About half a minute on two cores.
 """
 import argparse
 import gzip
