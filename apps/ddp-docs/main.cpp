@@ -8,7 +8,9 @@
 #include "ddp/common/version.h"
 #include "ddp/launch/launch_options.h"
 #include "ddp/loop/train_config.h"
+#include "generate_options.h"
 #include "man_page.h"
+#include "report_options.h"
 #include "trainer_options.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +26,12 @@ int main(int argc, char** argv) {
   ddp::declare_trainer_options(trainer, args, identity);
   auto trainer_options = ddp::option_reference(trainer);
   auto sections = ddp::config_reference();
+  ddp::GenerateArguments generate_args;
+  CLI::App generate("ddp-generate", "ddp-generate");
+  ddp::declare_generate_options(generate, generate_args);
+  ddp::ReportArguments report_args;
+  CLI::App report("ddp-report", "ddp-report");
+  ddp::declare_report_options(report, report_args);
   auto write = [&](const std::filesystem::path& path, const std::string& text) {
     std::filesystem::create_directories(path.parent_path());
     std::ofstream file(path, std::ios::binary);
@@ -33,6 +41,8 @@ int main(int argc, char** argv) {
   try {
     write(out / "man/man1/ddprun.1", ddp::ddprun_man_page(options, DDP_VERSION));
     write(out / "man/man1/ddp-train.1", ddp::ddp_train_man_page(trainer_options, sections, DDP_VERSION));
+    write(out / "man/man1/ddp-generate.1", ddp::ddp_generate_man_page(ddp::option_reference(generate), DDP_VERSION));
+    write(out / "man/man1/ddp-report.1", ddp::ddp_report_man_page(ddp::option_reference(report), DDP_VERSION));
     std::string completion = ddp::bash_completion(options, trainer_options, sections);
     write(out / "bash-completion/completions/ddprun", completion);
     write(out / "bash-completion/completions/ddp-train", completion);  // bash loads a command's file by its name

@@ -113,4 +113,43 @@ std::string ddp_train_man_page(const std::vector<OptionReference>& options,
   return out.str();
 }
 
+std::string ddp_generate_man_page(const std::vector<OptionReference>& options, const std::string& version) {
+  std::ostringstream out;
+  out << header("ddp-generate", version, "sample text from a GPT that ddprun trained");
+  out << ".SH SYNOPSIS\n.B ddp\\-generate\n\\fIRUN\\fR [\\fIOPTIONS\\fR]\n";
+  out << ".SH DESCRIPTION\n"
+      << roff("Loads a finished run's model.pt (RUN is its run.output_dir, or the model.pt itself) into the GPT that "
+              "the run's config.yaml describes, and draws tokens after a prompt, printing each as it is drawn. A "
+              "byte-level model (model.vocab_size 256) reads its prompt as text and prints text; any other prints "
+              "token ids with --ids and takes them with --prompt-ids. The same seed, model and prompt give the same "
+              "text. A --config whose model: section differs from the run's own config.yaml is refused: the weights "
+              "would fit and sample nonsense.")
+      << "\n" << options_section(options);
+  out << ".SH EXAMPLES\n.nf\nddp\\-generate runs/gpt_kjv \\-\\-prompt 'And God said' \\-\\-tokens 300\n"
+         "ddp\\-generate runs/gpt_kjv/model.pt \\-\\-ids \\-\\-prompt\\-ids '65 110 100' \\-\\-temperature 0\n.fi\n";
+  out << ".SH EXIT STATUS\n"
+      << roff("0 when the tokens were drawn; 2 for a bad command line, a missing or unreadable model.pt or "
+              "config.yaml, a model other than gpt, or a prompt outside the vocabulary; 1 for any other failure.")
+      << "\n.SH SEE ALSO\n.BR ddprun (1),\n.BR ddp\\-train (1)\n";
+  return out.str();
+}
+
+std::string ddp_report_man_page(const std::vector<OptionReference>& options, const std::string& version) {
+  std::ostringstream out;
+  out << header("ddp-report", version, "one HTML report of one or several ddprun runs, overlaid");
+  out << ".SH SYNOPSIS\n.B ddp\\-report\n\\fIRUN\\fR [\\fIRUN\\fR ...] [\\fB\\-o\\fR \\fIPAGE.html\\fR]\n";
+  out << ".SH DESCRIPTION\n"
+      << roff("Reads each run's metrics.jsonl and config.yaml (a run's run.output_dir) and writes one self-contained "
+              "page: a summary table, loss, throughput, communication, the ranks' timings and the system monitor's "
+              "series as charts with the runs overlaid, pipeline stages where a run had them, and each run's config. Values that are not finite (NaN, inf) are noted, not drawn. "
+              "The page is written whole or not at all, and never over one of the runs' own files.")
+      << "\n" << options_section(options);
+  out << ".SH EXIT STATUS\n"
+      << roff("0 when the page was written; 2 for a bad command line, a run without readable metrics, or an output "
+              "that would overwrite a run's file; 74 when the page could not be written (a full disk); 1 for any "
+              "other failure.")
+      << "\n.SH SEE ALSO\n.BR ddprun (1),\n.BR ddp\\-train (1)\n";
+  return out.str();
+}
+
 }  // namespace ddp

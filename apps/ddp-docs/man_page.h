@@ -1,5 +1,6 @@
 #pragma once
-// ddprun(1) and ddp-train(1) in roff, from the launcher's option declarations and the config schema.
+// The man pages in roff: ddprun(1), ddp-train(1), ddp-generate(1) and ddp-report(1), from their
+// programs' option declarations and the config schema.
 
 #include <string>
 #include <vector>
@@ -15,5 +16,11 @@ std::string ddprun_man_page(const std::vector<OptionReference>& options, const s
 /// ddp-train(1): its options and every config key, section by section, with type, default and meaning.
 std::string ddp_train_man_page(const std::vector<OptionReference>& options,
                                const std::vector<ConfigSchema::SectionReference>& sections, const std::string& version);
+
+/// ddp-generate(1): sampling from a trained GPT, its options and exit status.
+std::string ddp_generate_man_page(const std::vector<OptionReference>& options, const std::string& version);
+
+/// ddp-report(1): the HTML report of runs, its options and exit status.
+std::string ddp_report_man_page(const std::vector<OptionReference>& options, const std::string& version);
 
 }  // namespace ddp

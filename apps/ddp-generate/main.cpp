@@ -16,23 +16,14 @@
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/model/gpt_sampler.h"
+#include "generate_options.h"
 
 namespace {
 
 constexpr int64_t kByteVocabulary = 256;
 
-struct Arguments {
-  std::string run;
-  std::string config;
-  std::string prompt = "\n";
-  std::string prompt_ids;
-  bool has_prompt_ids = false;  ///< --prompt-ids given, even empty
-  bool ids = false;
-  ddp::SamplingOptions sampling;
-};
-
 // RUN is a run directory or its model.pt; the config is the run's config.yaml unless --config names one.
-std::pair<std::string, std::string> model_and_config(const Arguments& args) {
+std::pair<std::string, std::string> model_and_config(const ddp::GenerateArguments& args) {
   namespace fs = std::filesystem;
   bool is_dir = fs::is_directory(args.run);
   std::string model = is_dir ? (fs::path(args.run) / "model.pt").string() : args.run;
@@ -64,9 +55,9 @@ void check_same_model(const std::string& model_path, const std::string& config_p
                          "settings");
 }
 
-std::vector<int64_t> prompt_tokens(const Arguments& args) {
+std::vector<int64_t> prompt_tokens(const ddp::GenerateArguments& args, bool has_prompt_ids) {
   std::vector<int64_t> tokens;
-  if (args.has_prompt_ids) {
+  if (has_prompt_ids) {
     std::istringstream in(args.prompt_ids);
     std::string word;
     while (in >> word) {
@@ -91,24 +82,9 @@ int main(int argc, char** argv) {
   errors.program = "ddp-generate";
   errors.failure = "failed";
   return ddp::run_main(errors, [&]() -> int {
-    Arguments args;
+    ddp::GenerateArguments args;
     CLI::App app("ddp-generate: sample text from a GPT trained by ddprun (model.name: gpt)", "ddp-generate");
-    app.add_option("run", args.run, "The run directory (config.yaml and model.pt), or a model.pt")->required();
-    app.add_option("--config", args.config, "The config whose model: section built model.pt (default: the run's)");
-    app.add_option("--prompt", args.prompt, "Text to continue, one token per byte (byte-level models)")
-        ->capture_default_str();
-    app.add_option("--prompt-ids", args.prompt_ids, "Token ids to continue, separated by spaces (instead of --prompt)");
-    app.add_option("--tokens", args.sampling.tokens, "New tokens to draw")->check(CLI::Range(0, 1000000))
-        ->capture_default_str();
-    app.add_option("--temperature", args.sampling.temperature, "Below 1 sharper, above 1 flatter; 0: most likely token")
-        ->check(CLI::Range(0.0, 100.0))
-        ->capture_default_str();
-    app.add_option("--top-k", args.sampling.top_k, "Draw among the k most likely tokens; 0: among all")
-        ->check(CLI::Range(0, 1000000000))
-        ->capture_default_str();
-    app.add_option("--seed", args.sampling.seed, "The same seed gives the same text")->capture_default_str();
-    app.add_flag("--ids", args.ids, "Print token ids, one per line, instead of bytes (vocabularies other than 256)");
-    app.set_version_flag("--version", ddp::version_line(), "Print the versions this binary was built with");
+    ddp::declare_generate_options(app, args);
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForVersion&) {
@@ -120,7 +96,6 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       throw ddp::UserError(std::string(e.what()) + "; see ddp-generate --help");
     }
-    args.has_prompt_ids = app.count("--prompt-ids") > 0;
     auto [model_path, config_path] = model_and_config(args);
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
     if (config.model.name != "gpt")
@@ -146,7 +121,7 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     };
-    std::vector<int64_t> prompt = prompt_tokens(args);
+    std::vector<int64_t> prompt = prompt_tokens(args, app.count("--prompt-ids") > 0);  // even empty
     for (int64_t id : prompt)  // before any is printed
       if (id < 0 || id >= vocab)
         throw ddp::UserError("--prompt-ids: " + std::to_string(id) + " is outside the model's vocabulary (ids 0 to " +

@@ -8,14 +8,12 @@
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/record/run_report.h"
+#include "report_options.h"
 
 int main(int argc, char** argv) {
-  std::vector<std::string> runs;
-  std::string output = "report.html";
+  ddp::ReportArguments args;
   CLI::App app("ddp-report: writes one HTML report of the given runs (their run.output_dir), overlaid", "ddp-report");
-  app.add_option("runs", runs, "Run directories (each with metrics.jsonl)")->required();
-  app.add_option("-o,--output", output, "The page to write (default report.html)");
-  app.set_version_flag("--version", ddp::version_line());
+  ddp::declare_report_options(app, args);
   ddp::ProgramErrors errors;
   errors.program = "ddp-report";
   errors.failure = "error";
@@ -28,8 +26,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
-    ddp::write_run_report(output, runs);
-    std::printf("ddp-report: wrote %s (%zu run(s))\n", output.c_str(), runs.size());
+    ddp::write_run_report(args.output, args.runs);
+    std::printf("ddp-report: wrote %s (%zu run(s))\n", args.output.c_str(), args.runs.size());
     return ddp::kExitSuccess;
   });
 }

@@ -55,6 +55,29 @@ TEST_CASE("every launcher option is in ddprun(1) and the bash completion", "[lau
     CHECK_THAT(trainer_man, Contains("\\fB" + as_roff(name) + "\\fR"));
 }
 
+TEST_CASE("ddp-generate(1) and ddp-report(1) name every option that the programs' --help lists", "[launch][docs]") {
+  for (std::string program : {"ddp-generate", "ddp-report"}) {
+    auto help = run_command({bin(program), "--help"});
+    REQUIRE(help.exit_code == 0);
+    std::string man = read_file(generated("man/man1/" + program + ".1"));
+    INFO(program << " --help:\n" << help.out);
+    CHECK_THAT(man, Contains(".SH SYNOPSIS") && Contains(".SH OPTIONS") && Contains(".SH EXIT STATUS"));
+    int options = 0;
+    std::istringstream words(help.out);
+    for (std::string word; words >> word;) {  // "-o,--output", "--seed", "(instead of --prompt)"...
+      for (std::size_t at = word.find("--"); at != std::string::npos; at = word.find("--", at + 2)) {
+        std::size_t end = word.find_first_not_of("abcdefghijklmnopqrstuvwxyz-", at + 2);
+        std::string name = word.substr(at, end == std::string::npos ? end : end - at);
+        ++options;
+        CHECK_THAT(man, Contains("\\fB" + as_roff(name) + "\\fR"));
+        if (end == std::string::npos) break;
+        at = end - 2;
+      }
+    }
+    CHECK(options >= (program == "ddp-generate" ? 10 : 3));  // the help was read
+  }
+}
+
 TEST_CASE("bash completes ddprun's options, their values, config keys and their choices", "[launch][docs]") {
   CHECK(complete("ddprun --nproc-per") == std::vector<std::string>{"--nproc-per-node"});
   CHECK(complete("ddprun --rdzv-backend ") == std::vector<std::string>{"c10d", "static"});

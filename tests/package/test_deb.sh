@@ -56,6 +56,8 @@ cd "$work"
 ddprun --version
 MANPAGER=cat MANWIDTH=200 man ddprun | grep -F -- "--nproc-per-node"
 MANPAGER=cat MANWIDTH=200 man ddp-train | grep -F -- "optim.lr"
+MANPAGER=cat MANWIDTH=200 man ddp-generate | grep -F -- "--top-k"
+MANPAGER=cat MANWIDTH=200 man ddp-report | grep -F -- "--output"
 [ -f /usr/share/bash-completion/completions/ddprun ]
 [ -f /usr/share/doc/ddprun/README.md ]
 ddprun --nproc-per-node 2 -- sh -c 'echo rank \$RANK'   # a program: the TCP store plugin from /usr/libexec/ddprun

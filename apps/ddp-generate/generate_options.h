@@ -1,0 +1,25 @@
+#pragma once
+// ddp-generate's command line, declared once: main parses it, ddp-docs writes its man page from it.
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "ddp/model/gpt_sampler.h"
+
+namespace ddp {
+
+/// What ddp-generate's command line sets.
+struct GenerateArguments {
+  std::string run;
+  std::string config;
+  std::string prompt = "\n";
+  std::string prompt_ids;
+  bool ids = false;
+  SamplingOptions sampling;
+};
+
+/// Declares every option of ddp-generate on `app`, bound to `args`.
+void declare_generate_options(CLI::App& app, GenerateArguments& args);
+
+}  // namespace ddp
