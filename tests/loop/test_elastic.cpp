@@ -211,22 +211,28 @@ TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the ne
   check_nothing_left(job.dir, job.out);
 }
 
-TEST_CASE("elastic: a node that joins with another config is refused alone, and the job goes on as if it had not "
-          "come", "[elastic][slow]") {
+TEST_CASE("elastic: a node that joins with another config, or with workers that would split the global batch "
+          "unevenly, is refused alone, and the job goes on as if it had not come", "[elastic][slow]") {
   ElasticJob job;
+  // Node c: another optim.lr. Node d, once c is gone: 3 workers, a world of 5 that cannot share
+  // train.global_batch_size 12.
   auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") +
                          node(job.dir, job.port, "c", training(job.out) + " --set optim.lr=0.5") + " & C=$!; " +
-                         "wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
+                         "wait $C; SC=$?; " + job.start("d", "D", "--nproc-per-node 3") +
+                         "wait $D; SD=$?; wait $A; SA=$?; wait $B; SB=$?; echo statuses=$SA,$SB,$SC,$SD",
                      std::chrono::seconds(240));
-  std::string a = job.log("a"), b = job.log("b"), c = job.log("c");
-  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
-  CHECK(count_lines(r.out, "statuses=0,0,2") == 1);
+  std::string a = job.log("a"), b = job.log("b"), c = job.log("c"), d = job.log("d");
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c << "\n--- d:\n" << d);
+  CHECK(count_lines(r.out, "statuses=0,0,2,2") == 1);
   CHECK_THAT(c, Contains("rank 2's config differs from rank 0's: '  lr: 0.01' vs '  lr: 0.5'"));
   CHECK_THAT(c, Contains("ddprun: refused by the running job, which goes on without this node: "));
+  CHECK_THAT(d, Contains("train.global_batch_size: 12 samples do not split evenly over 5 ranks"));
+  CHECK_THAT(d, Contains("ddprun: refused by the running job, which goes on without this node: "));
   for (const auto& veteran : {a, b}) {
     CHECK_THAT(veteran, Contains("(not counted against --max-restarts): the node(s) that joined in round 1 (node-c) "
                                  "were refused, as their workers could not start with the job's ("));
+    CHECK_THAT(veteran, Contains("(node-d) were refused, as their workers could not start with the job's ("));
     CHECK_THAT(veteran, Contains("rendezvous round 2: node rank") && Contains("of 2 (node-a, node-b), world size 2; "
                                                                               "failures so far 0"));
   }

@@ -1,9 +1,11 @@
 #include "ddp/loop/resume_check.h"
 
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "ddp/common/error.h"
+#include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 
 namespace ddp {
@@ -29,21 +31,50 @@ std::string lines_missing(const std::set<std::string>& from, const std::set<std:
 
 std::string number(int64_t value) { return std::to_string(value); }
 
-// The way back to `samples` a step (written by `world` × `batch` × `accum`) for a run shaped like
-// `now`: a setting that, followed, resumes.
-std::string same_samples_fix(int64_t samples, int64_t world, int64_t batch, int64_t accum, const StepShape& now,
-                             const TrainConfig& config) {
+// Whether a run of `shape` trains the checkpoint's steps from where it stopped: the same samples a
+// step, and micro-batches that fall on its position (samples into the epoch).
+bool resumes(int64_t samples, int64_t position, const StepShape& shape) {
+  return shape.samples() == samples && position % (shape.replicas * shape.batch_size) == 0;
+}
+
+// A setting that, followed, resumes the checkpoint written by `world` × `batch` × `accum` that
+// stopped `position` samples into its epoch, for a run shaped like `now`: the smallest change that
+// works, else the checkpoint's own shape.
+std::string resume_fix(int64_t world, int64_t batch, int64_t accum, int64_t position, const StepShape& now,
+                       const TrainConfig& config) {
+  const int64_t samples = world * batch * accum;
   const std::string who = now.pipeline ? " replica(s)" : " rank(s)";
   const std::string accum_key = now.pipeline ? "dist.microbatches " : "train.grad_accum_steps ";
-  if (config.train.global_batch_size > 0)  // it sets the samples a step, whatever the rest
-    return "use train.global_batch_size " + number(samples) + " as written";
-  if (samples % (now.replicas * now.accum_steps) == 0)
-    return "use train.batch_size " + number(samples / (now.replicas * now.accum_steps)) + " (" + number(now.replicas) + who +
-           " × " + number(samples / (now.replicas * now.accum_steps)) + " × " + accum_key + number(now.accum_steps) + " = " +
-           number(samples) + " samples a step, as written)";
-  if (!now.pipeline && samples % now.replicas == 0)
-    return "use train.global_batch_size " + number(samples) + " (" + number(now.replicas) + who + " share it)";
-  return "resume as written: " + number(world) + who + " × train.batch_size " + number(batch) + " × " + accum_key + number(accum);
+  const bool global = config.train.global_batch_size > 0;
+  // train.global_batch_size S: the trainer splits it (Note [Global batch]; under a pipeline, over the microbatches).
+  auto global_shape = [&]() -> std::optional<StepShape> {
+    StepShape shape = now;
+    if (now.pipeline) {
+      if (samples % (now.replicas * now.accum_steps) != 0) return std::nullopt;
+      shape.batch_size = samples / (now.replicas * now.accum_steps);
+      return shape;
+    }
+    if (samples % now.replicas != 0) return std::nullopt;
+    auto share = share_global_batch(samples, static_cast<int>(now.replicas), now.batch_size);
+    shape.batch_size = share.batch_size;
+    shape.accum_steps = share.grad_accum_steps;
+    return shape;
+  };
+  if (global) {
+    if (auto shape = global_shape(); shape && resumes(samples, position, *shape))
+      return "use train.global_batch_size " + number(samples) + " as written";
+  } else {
+    const int64_t parts = now.replicas * now.accum_steps;
+    if (samples % parts == 0 && resumes(samples, position, {now.replicas, samples / parts, now.accum_steps, now.pipeline}))
+      return "use train.batch_size " + number(samples / parts) + " (" + number(now.replicas) + who + " × " +
+             number(samples / parts) + " × " + accum_key + number(now.accum_steps) + " = " + number(samples) +
+             " samples a step, as written)";
+    if (!now.pipeline)
+      if (auto shape = global_shape(); shape && resumes(samples, position, *shape))
+        return "use train.global_batch_size " + number(samples) + " (" + number(now.replicas) + who + " share it)";
+  }
+  return "resume as written: " + number(world) + who + " × train.batch_size " + number(batch) + " × " + accum_key +
+         number(accum) + (global ? ", without train.global_batch_size" : "");
 }
 
 }  // namespace
@@ -93,19 +124,18 @@ void check_resume_layout(const TrainProgress& saved, const StepShape& now, const
   const int64_t world = saved.world_size != 0 ? saved.world_size : now.replicas;
   const int64_t accum = saved.accum_steps != 0 ? saved.accum_steps : now.accum_steps;  // older: assumed kept
   const int64_t samples = world * saved.batch_size * accum;
+  const int64_t position = saved.batch_in_epoch * world * saved.batch_size;  // samples into the epoch
   const std::string accum_key = now.pipeline ? "dist.microbatches" : "train.grad_accum_steps";
   if (samples != now.samples())
     throw UserError("train.batch_size: " + source + " was written by " + number(world) + " rank(s) × train.batch_size " +
                     number(saved.batch_size) + " × " + number(accum) + " micro-step(s) = " + number(samples) +
                     " samples a step; this run has " + number(now.replicas) + " × " + number(now.batch_size) + " × " + accum_key +
                     " " + number(now.accum_steps) + " = " + number(now.samples()) + ", which would train other steps; " +
-                    same_samples_fix(samples, world, saved.batch_size, accum, now, config) + kRestartHint);
-  const int64_t position = saved.batch_in_epoch * world * saved.batch_size;  // samples into the epoch
+                    resume_fix(world, saved.batch_size, accum, position, now, config) + kRestartHint);
   if (position % (now.replicas * now.batch_size) != 0)
     throw UserError("train.batch_size: " + source + " stopped " + number(position) + " samples into its epoch, not a whole " +
-                    "number of this run's micro-batches of " + number(now.replicas) + " × " + number(now.batch_size) +
-                    "; resume with " + number(world) + " rank(s) × train.batch_size " + number(saved.batch_size) + " as written" +
-                    kRestartHint);
+                    "number of this run's micro-batches of " + number(now.replicas) + " × " + number(now.batch_size) + "; " +
+                    resume_fix(world, saved.batch_size, accum, position, now, config) + kRestartHint);
 }
 
 }  // namespace ddp

@@ -1,0 +1,116 @@
+// The resume layout check in-process (Note [Resume at another world size]), over a grid of
+// checkpoint and run shapes: every refusal names a fix, and following that fix, as a user would
+// from the message, resumes with the checkpoint's samples in each step.
+#include <catch2/catch.hpp>
+
+#include <regex>
+
+#include "ddp/common/error.h"
+#include "ddp/loop/global_batch.h"
+#include "ddp/loop/resume_check.h"
+
+namespace {
+
+// The run a user gets from its settings: train.global_batch_size, when set, decides the batch and
+// the micro-steps as the trainer does (share_global_batch; under a pipeline, an even split of the
+// microbatches).
+struct RunSettings {
+  int64_t replicas = 1, batch_size = 1, accum_steps = 1, global_batch = 0;
+  bool pipeline = false;
+
+  ddp::StepShape shape() const {
+    ddp::StepShape shape{replicas, batch_size, accum_steps, pipeline};
+    if (global_batch > 0 && pipeline) {
+      shape.batch_size = global_batch / (replicas * accum_steps);
+    } else if (global_batch > 0) {
+      auto share = ddp::share_global_batch(global_batch, static_cast<int>(replicas), batch_size);
+      shape.batch_size = share.batch_size;
+      shape.accum_steps = share.grad_accum_steps;
+    }
+    return shape;
+  }
+  ddp::TrainConfig config() const {
+    ddp::TrainConfig config;
+    config.train.global_batch_size = global_batch;
+    return config;
+  }
+};
+
+int64_t number(const std::smatch& match, int group) { return std::stoll(match[group].str()); }
+
+// Changes `run` as the refusal's fix asks; false when it names none to follow.
+bool follow(const std::string& refusal, RunSettings& run) {
+  std::smatch m;
+  if (std::regex_search(refusal, m, std::regex("use train\\.global_batch_size (\\d+)"))) {
+    run.global_batch = number(m, 1);
+  } else if (std::regex_search(refusal, m, std::regex("use train\\.batch_size (\\d+)"))) {
+    run.batch_size = number(m, 1);
+  } else if (std::regex_search(refusal, m, std::regex("resume as written: (\\d+) \\w+\\(s\\) × train\\.batch_size "
+                                                      "(\\d+) × [a-z_.]+ (\\d+)"))) {
+    run = RunSettings{number(m, 1), number(m, 2), number(m, 3), 0, run.pipeline};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("every resume refusal's fix, followed, resumes with the checkpoint's samples a step",
+          "[loop][resume]") {
+  int refused = 0, followed_twice = 0;
+  for (int64_t world : {1, 2, 3, 4})
+    for (int64_t batch : {2, 3, 4, 8})
+      for (int64_t accum : {1, 2, 4})
+        for (int64_t batch_in_epoch : {0, 1, 3})
+          for (bool pipeline : {false, true})
+            for (int64_t replicas : {1, 2, 3, 4})
+              for (int64_t now_accum : {1, 2, 4})
+                for (bool global : {false, true}) {
+                  ddp::TrainProgress saved;
+                  saved.world_size = world;
+                  saved.batch_size = batch;
+                  saved.accum_steps = accum;
+                  saved.batch_in_epoch = batch_in_epoch;
+                  const int64_t samples = world * batch * accum;
+                  RunSettings run{replicas, batch, now_accum, global ? samples : 0, pipeline};
+                  if (global && samples % (replicas * (pipeline ? now_accum : 1)) != 0)
+                    continue;  // refused at start, before any checkpoint is read (share_global_batch)
+                  INFO("checkpoint: " << world << " × " << batch << " × " << accum << " at micro-batch "
+                                      << batch_in_epoch << "; run: " << replicas << " replicas, batch " << batch
+                                      << ", accum " << now_accum << (pipeline ? " (pipeline)" : "")
+                                      << (global ? ", global batch" : ""));
+                  std::string last;
+                  int tries = 0;
+                  for (; tries < 3; ++tries) {
+                    try {
+                      ddp::check_resume_layout(saved, run.shape(), run.config(), "step_1.pt");
+                      break;
+                    } catch (const ddp::UserError& e) {
+                      last = e.what();
+                      INFO("refused: " << last);
+                      REQUIRE(follow(last, run));
+                    }
+                  }
+                  INFO("last refusal: " << last);
+                  REQUIRE(tries < 3);
+                  CHECK(run.shape().samples() == samples);
+                  refused += tries > 0;
+                  followed_twice += tries > 1;
+                }
+  CHECK(refused > 100);        // the grid does reach the refusals
+  CHECK(followed_twice == 0);  // and each fix resumes at once, not into another refusal
+}
+
+TEST_CASE("a resume whose position falls inside this run's micro-batches is refused, naming the shape that fits",
+          "[loop][resume]") {
+  // 2 ranks × 3 samples stopped 6 samples into the epoch; 3 ranks × 2 samples × 2 micro-steps make
+  // the same 12 a step but micro-batches of 6 (fine), 4 ranks × 3 micro-batches of 12 (not).
+  ddp::TrainProgress saved{10, 0, 1, 3, 2, 2};
+  ddp::TrainConfig config;
+  CHECK_NOTHROW(ddp::check_resume_layout(saved, ddp::StepShape{3, 2, 2, false}, config, "step_10.pt"));
+  CHECK_THROWS_WITH(ddp::check_resume_layout(saved, ddp::StepShape{4, 3, 1, false}, config, "step_10.pt"),
+                    "train.batch_size: step_10.pt stopped 6 samples into its epoch, not a whole number of this run's "
+                    "micro-batches of 4 × 3; resume as written: 2 rank(s) × train.batch_size 3 × "
+                    "train.grad_accum_steps 2; or start afresh with checkpoint.resume: never or another run.output_dir");
+}
