@@ -141,13 +141,14 @@ std::string ddp_report_man_page(const std::vector<OptionReference>& options, con
   out << ".SH DESCRIPTION\n"
       << roff("Reads each run's metrics.jsonl and config.yaml (a run's run.output_dir) and writes one self-contained "
               "page: a summary table, loss, throughput, communication, the ranks' timings and the system monitor's "
-              "series as charts with the runs overlaid, pipeline stages where a run had them, and each run's config. Values that are not finite (NaN, inf) are noted, not drawn. "
-              "The page is written whole or not at all, and never over one of the runs' own files.")
+              "series as charts with the runs overlaid, pipeline stages where a run had them, and each run's config. "
+              "Values that are not finite (NaN, inf) are noted, not drawn. The page is written whole or not at "
+              "all, and never over one of the runs' own files.")
       << "\n" << options_section(options);
   out << ".SH EXIT STATUS\n"
-      << roff("0 when the page was written; 2 for a bad command line, a run without readable metrics, or an output "
-              "that would overwrite a run's file; 74 when the page could not be written (a full disk); 1 for any "
-              "other failure.")
+      << roff("0 when the page was written; 2 for a bad command line, a run without readable metrics, an output "
+              "that would overwrite a run's file or that may not be written there (permissions); 74 when the page "
+              "could not be written (a full disk, an I/O error); 1 for any other failure.")
       << "\n.SH SEE ALSO\n.BR ddprun (1),\n.BR ddp\\-train (1)\n";
   return out.str();
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
@@ -23,8 +24,11 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion&) {
       std::cout << ddp::version_line() << "\n";
       return ddp::kExitSuccess;
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e);
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
+      return ddp::kExitSuccess;
+    } catch (const CLI::ParseError& e) {  // exit 2 as every usage error, not CLI11's own codes
+      throw ddp::UserError(std::string(e.what()) + "; see ddp-report --help");
     }
     ddp::write_run_report(args.output, args.runs);
     std::printf("ddp-report: wrote %s (%zu run(s))\n", args.output.c_str(), args.runs.size());

@@ -128,3 +128,21 @@ TEST_CASE("a rank whose peers never arrive names them, not a bare Socket Timeout
                           " within 4 s (dist.timeout_s)"));
   CHECK_THAT(r0, Contains("[Socket Timeout]"));
 }
+
+TEST_CASE("rank 0 started by hand on a port in use says so, checked by binding it, not by c10d's words",
+          "[launch][rendezvous]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  // Node 0 of a job that waits for its second node holds the port.
+  auto r = run_shell(bin("ddprun") + " --nnodes 2 --node-rank 0 --master-port " + port + " --rdzv-timeout 30 -- true "
+                         "2>/dev/null & H=$!; i=0; until (exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null || "
+                         "[ $i -ge 200 ]; do sleep 0.1; i=$((i+1)); done; OMP_NUM_THREADS=1 " + bin("ddp-train") + " " +
+                         std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --rank 0 --world-size 2 "
+                         "--master-port " + port + " --set run.output_dir=" + dir.file("run") +
+                         "; echo status=$?; kill $H; wait $H",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=2") == 1);
+  CHECK_THAT(r.err, Contains("rank 0 cannot host the store at 127.0.0.1:" + port + ": ") &&
+                        Contains(" (the port is in use: choose another --master-port)"));
+}

@@ -197,8 +197,16 @@ namespace {
 class Machines {
  public:
   Machines() : tag_("ddpm" + std::to_string(getpid())) {
-    std::string setup = "set -e; ip netns add " + tag_ + "-bridge; ip -n " + tag_ + "-bridge link add br0 type bridge; "
-                        "ip -n " + tag_ + "-bridge link set br0 up; ";
+    // Those of an earlier test that was killed (its process gone) go first: its names may come again.
+    run_shell("for ns in $(ip netns list 2>/dev/null | grep -o '^ddpm[0-9]*-[a-z0-9]*'); do pid=${ns#ddpm}; "
+              "kill -0 ${pid%%-*} 2>/dev/null || ip netns del $ns; done");
+    auto made = run_shell("ip netns add " + tag_ + "-bridge");
+    if (made.exit_code != 0) {  // not root, or no network namespaces in this container
+      why_not_ = made.err.empty() ? "ip netns add: exit " + std::to_string(made.exit_code) : made.err;
+      return;
+    }
+    std::string setup = "set -e; ip -n " + tag_ + "-bridge link add br0 type bridge; ip -n " + tag_ +
+                        "-bridge link set br0 up; ";
     for (int i = 0; i < 3; ++i) {
       std::string ns = name(i), port = "p" + std::to_string(i);
       setup += "ip netns add " + ns + "; ip link add ddp0 netns " + ns + " type veth peer name " + port + " netns " +
@@ -206,14 +214,17 @@ class Machines {
                " addr add " + address(i) + "/24 dev ddp0; ip -n " + ns + " link set ddp0 up; ip -n " + ns +
                " link set lo up; ";
     }
-    auto r = run_shell(setup);
-    if (r.exit_code != 0) why_not_ = r.err.empty() ? "exit " + std::to_string(r.exit_code) : r.err;
+    setup_ = run_shell(setup);  // namespaces can be made here: a failure now is the test's
   }
   ~Machines() {
-    run_shell("for ns in " + name(0) + " " + name(1) + " " + name(2) + " " + tag_ + "-bridge; do ip netns del $ns; "
-              "done 2>/dev/null");
+    try {
+      run_shell("for ns in " + name(0) + " " + name(1) + " " + name(2) + " " + tag_ + "-bridge; do ip netns del $ns; "
+                "done 2>/dev/null");
+    } catch (...) {
+    }
   }
   const std::string& why_not() const { return why_not_; }
+  const CommandResult& setup() const { return setup_; }
   std::string address(int i) const { return "10.77.0." + std::to_string(i + 1); }
   // A command prefix that runs on machine i, its workers' data on its own interface.
   std::string on(int i) const { return "ip netns exec " + name(i) + " env GLOO_SOCKET_IFNAME=ddp0 "; }
@@ -221,6 +232,7 @@ class Machines {
  private:
   std::string name(int i) const { return tag_ + "-" + std::to_string(i); }
   std::string tag_, why_not_;
+  CommandResult setup_;
 };
 
 }  // namespace
@@ -233,6 +245,8 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s on a mach
     WARN("skipped: cannot make network namespaces here (needs root and ip netns): " << machines.why_not());
     return;
   }
+  INFO(machines.setup().out << machines.setup().err);
+  REQUIRE(machines.setup().exit_code == 0);
   ElasticJob job;
   std::string endpoint = machines.address(0) + ":" + std::to_string(job.port);
   auto launcher = [&](int i, const std::string& name, const std::string& pid) {

@@ -41,8 +41,9 @@ int64_t number(const std::smatch& match, int group) { return std::stoll(match[gr
 // Changes `run` as the refusal's fix asks; false when it names none to follow.
 bool follow(const std::string& refusal, RunSettings& run) {
   std::smatch m;
-  if (std::regex_search(refusal, m, std::regex("use train\\.global_batch_size (\\d+)"))) {
+  if (std::regex_search(refusal, m, std::regex("use train\\.global_batch_size (\\d+)(?: and train\\.batch_size (\\d+))?"))) {
     run.global_batch = number(m, 1);
+    if (m[2].matched) run.batch_size = number(m, 2);
   } else if (std::regex_search(refusal, m, std::regex("use train\\.batch_size (\\d+)"))) {
     run.batch_size = number(m, 1);
   } else if (std::regex_search(refusal, m, std::regex("resume as written: (\\d+) \\w+\\(s\\) × train\\.batch_size "
@@ -53,6 +54,10 @@ bool follow(const std::string& refusal, RunSettings& run) {
   }
   return true;
 }
+
+// The config rules the settings must keep (loop_config.cpp): with a global batch, the micro-steps
+// are chosen from it, so train.grad_accum_steps stays 1.
+bool valid(const RunSettings& run) { return run.global_batch == 0 || run.pipeline || run.accum_steps == 1; }
 
 }  // namespace
 
@@ -66,38 +71,41 @@ TEST_CASE("every resume refusal's fix, followed, resumes with the checkpoint's s
           for (bool pipeline : {false, true})
             for (int64_t replicas : {1, 2, 3, 4})
               for (int64_t now_accum : {1, 2, 4})
-                for (bool global : {false, true}) {
-                  ddp::TrainProgress saved;
-                  saved.world_size = world;
-                  saved.batch_size = batch;
-                  saved.accum_steps = accum;
-                  saved.batch_in_epoch = batch_in_epoch;
-                  const int64_t samples = world * batch * accum;
-                  RunSettings run{replicas, batch, now_accum, global ? samples : 0, pipeline};
-                  if (global && samples % (replicas * (pipeline ? now_accum : 1)) != 0)
-                    continue;  // refused at start, before any checkpoint is read (share_global_batch)
-                  INFO("checkpoint: " << world << " × " << batch << " × " << accum << " at micro-batch "
-                                      << batch_in_epoch << "; run: " << replicas << " replicas, batch " << batch
-                                      << ", accum " << now_accum << (pipeline ? " (pipeline)" : "")
-                                      << (global ? ", global batch" : ""));
-                  std::string last;
-                  int tries = 0;
-                  for (; tries < 3; ++tries) {
-                    try {
-                      ddp::check_resume_layout(saved, run.shape(), run.config(), "step_1.pt");
-                      break;
-                    } catch (const ddp::UserError& e) {
-                      last = e.what();
-                      INFO("refused: " << last);
-                      REQUIRE(follow(last, run));
+                for (int64_t cap : {batch, 2 * batch})  // train.batch_size, a cap under a global batch
+                  for (int64_t global_factor : {0, 1, 2}) {
+                    ddp::TrainProgress saved;
+                    saved.world_size = world;
+                    saved.batch_size = batch;
+                    saved.accum_steps = accum;
+                    saved.batch_in_epoch = batch_in_epoch;
+                    const int64_t samples = world * batch * accum;
+                    RunSettings run{replicas, cap, now_accum, global_factor * samples, pipeline};
+                    if (!valid(run)) continue;
+                    if (run.global_batch && run.global_batch % (replicas * (pipeline ? now_accum : 1)) != 0)
+                      continue;  // refused at start, before any checkpoint is read (share_global_batch)
+                    INFO("checkpoint: " << world << " × " << batch << " × " << accum << " at micro-batch "
+                                        << batch_in_epoch << "; run: " << replicas << " replicas, batch " << cap
+                                        << ", accum " << now_accum << (pipeline ? " (pipeline)" : "")
+                                        << ", global batch " << run.global_batch);
+                    std::string last;
+                    int tries = 0;
+                    for (; tries < 3; ++tries) {
+                      try {
+                        ddp::check_resume_layout(saved, run.shape(), run.config(), "step_1.pt");
+                        break;
+                      } catch (const ddp::UserError& e) {
+                        last = e.what();
+                        INFO("refused: " << last);
+                        REQUIRE(follow(last, run));
+                        REQUIRE(valid(run));
+                      }
                     }
+                    INFO("last refusal: " << last);
+                    REQUIRE(tries < 3);
+                    CHECK(run.shape().samples() == samples);
+                    refused += tries > 0;
+                    followed_twice += tries > 1;
                   }
-                  INFO("last refusal: " << last);
-                  REQUIRE(tries < 3);
-                  CHECK(run.shape().samples() == samples);
-                  refused += tries > 0;
-                  followed_twice += tries > 1;
-                }
   CHECK(refused > 100);        // the grid does reach the refusals
   CHECK(followed_twice == 0);  // and each fix resumes at once, not into another refusal
 }

@@ -198,6 +198,19 @@ TEST_CASE("ddp-report refuses an exit status that is no exit status, naming the 
   }
 }
 
+TEST_CASE("ddp-report's bad command lines exit 2 with one line each, as its man page says", "[record][report]") {
+  for (std::vector<std::string> args : {std::vector<std::string>{}, {"--nonsense", "run"}, {"run", "-o"}}) {
+    args.insert(args.begin(), bin("ddp-report"));
+    auto r = run_command(args);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("ddp-report: error: ") && Contains("; see ddp-report --help"));
+  }
+  auto help = run_command({bin("ddp-report"), "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Contains("--output"));
+}
+
 TEST_CASE("NaN and infinite values are left out of a chart and counted in a note, never an empty or silent chart",
           "[record][report]") {
   const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();

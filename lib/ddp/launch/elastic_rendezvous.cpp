@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ddp/common/error.h"
+#include "ddp/common/port_probe.h"
 #include "ddp/common/text.h"
 
 namespace ddp {

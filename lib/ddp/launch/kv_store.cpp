@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ddp/common/error.h"
+#include "ddp/common/port_probe.h"
 #include "ddp/launch/machine.h"
 
 namespace ddp {
@@ -99,9 +100,13 @@ class AnsweringStore : public KvStore {
 }  // namespace
 
 std::unique_ptr<KvStore> open_tcp_store(const KvStoreOptions& options) {
+  OpenFunction open = load_plugin();
   char error[1024] = {};
-  KvStore* store = load_plugin()(&options, error, sizeof error);
-  if (!store) throw std::runtime_error(error);
+  KvStore* store = open(&options, error, sizeof error);
+  if (!store) {  // by what is so, not by c10d's words: the port taken on this machine
+    bool in_use = options.is_server && port_in_use(options.port);
+    throw StoreError(in_use ? StoreError::Kind::kPortInUse : StoreError::Kind::kFailed, error);
+  }
   std::unique_ptr<KvStore> opened(store);
   if (options.answer_within.count() > 0) return std::make_unique<AnsweringStore>(std::move(opened), options);
   return opened;

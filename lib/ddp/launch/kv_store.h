@@ -24,13 +24,30 @@ struct KvStoreOptions {
   std::chrono::milliseconds answer_within{0};
 };
 
-/// The store's host did not answer within KvStoreOptions::answer_within.
-class StoreNotAnswering : public std::runtime_error {
+/// A store operation that failed, by cause: the launcher decides on the kind, never on the wording
+/// of c10d's messages (which differs between LibTorch versions). what() is c10d's reason.
+class StoreError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  enum class Kind {
+    kPortInUse,     ///< hosting: the port is bound on this machine already
+    kTimedOut,      ///< get or wait waited as long as it was allowed to: a key never set
+    kNotAnswering,  ///< the host sent no reply within KvStoreOptions::answer_within
+    kFailed,        ///< anything else: a refused or reset connection, a malformed reply
+  };
+  StoreError(Kind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
-/// The key-value operations the launcher uses. Methods throw std::exception on store errors.
+/// The store's host did not answer within KvStoreOptions::answer_within.
+class StoreNotAnswering : public StoreError {
+ public:
+  explicit StoreNotAnswering(const std::string& what) : StoreError(Kind::kNotAnswering, what) {}
+};
+
+/// The key-value operations the launcher uses. Methods throw StoreError.
 class KvStore {
  public:
   virtual ~KvStore() = default;
@@ -51,7 +68,9 @@ class KvStore {
 };
 
 /// Loads the plugin beside ddprun (or in ../lib/ddprun/) and opens a TCPStore: hosts it when
-/// is_server, else connects, retrying until the timeout. Throws std::runtime_error with c10d's reason.
+/// is_server, else connects, retrying until the timeout. Throws StoreError with c10d's reason
+/// (kPortInUse when hosting on a port taken here, else kFailed), or UserError when the plugin
+/// cannot be loaded.
 std::unique_ptr<KvStore> open_tcp_store(const KvStoreOptions& options);
 
 }  // namespace ddp

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "ddp/common/error.h"
+#include "ddp/common/port_probe.h"
 #include "ddp/common/text.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/launch/hmac_sha256.h"
@@ -109,35 +110,6 @@ void sweep_orphaned_store_dirs(const std::string& tmp) {
 
 }  // namespace
 
-bool port_in_use(int port) {
-  if (port == 0) return false;
-  for (int family : {AF_INET6, AF_INET}) {
-    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    int rc;
-    if (family == AF_INET6) {
-      sockaddr_in6 addr{};
-      addr.sin6_family = AF_INET6;
-      addr.sin6_addr = in6addr_any;
-      addr.sin6_port = htons(static_cast<uint16_t>(port));
-      rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    } else {
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_ANY);
-      addr.sin_port = htons(static_cast<uint16_t>(port));
-      rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    }
-    bool busy = rc != 0 && errno == EADDRINUSE;
-    close(fd);
-    if (busy) return true;
-    if (rc == 0) return false;
-  }
-  return false;
-}
-
 PrivateStoreDir::PrivateStoreDir() {
   const char* tmp = std::getenv("TMPDIR");
   std::string base = tmp && *tmp ? tmp : "/tmp";
@@ -191,9 +163,9 @@ Rendezvous::Rendezvous(const LaunchOptions& options)
     // throwing: those lines would read as an error in a run that works.
     QuietStderr quiet(host && options.node_rank_by_arrival);
     store_ = open_store(host);
-  } catch (const std::exception& e) {
+  } catch (const StoreError& e) {
     // Lost the race to bind (Note [Who hosts the store]): another launcher here hosts it.
-    if (!(host && options.node_rank_by_arrival && std::string(e.what()).find("in use") != std::string::npos)) throw;
+    if (!(host && options.node_rank_by_arrival && e.kind() == StoreError::Kind::kPortInUse)) throw;
     host = false;
     store_ = open_store(host);
   }
@@ -215,12 +187,11 @@ std::unique_ptr<KvStore> Rendezvous::open_store(bool host) {
   store_options.answer_within = answer_within_;  // elastic: a silent store host is lost like any node
   try {
     return open_tcp_store(store_options);
-  } catch (const UserError&) {
-    throw;
-  } catch (const std::exception& e) {
+  } catch (const StoreError& e) {
     std::string cause = e.what();
-    if (host && options.node_rank_by_arrival && cause.find("in use") != std::string::npos) throw;
-    if (host && cause.find("in use") != std::string::npos)
+    const bool in_use = e.kind() == StoreError::Kind::kPortInUse;
+    if (host && options.node_rank_by_arrival && in_use) throw;
+    if (host && in_use)
       throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
                       " is already in use; choose another with --master-port, or --master-port 0");
     if (host) throw UserError("cannot host the rendezvous at " + endpoint(options) + ": " + cause);
@@ -331,9 +302,8 @@ WorldLayout Rendezvous::join_store() {
 std::string Rendezvous::wait_for_run_id() {
   try {
     return store_->get(kPrefix + "run_id");
-  } catch (const std::exception& e) {
-    std::string cause = e.what();
-    if (cause.find("imeout") == std::string::npos) throw;
+  } catch (const StoreError& e) {
+    if (e.kind() != StoreError::Kind::kTimedOut) throw;
     throw UserError("reached " + endpoint(options_) + " but node 0 did not start the rendezvous there within " +
                     std::to_string(timeout_.count() / 1000) + " s: is a ddprun of this job node 0?");
   }

@@ -110,10 +110,6 @@ class PrivateStoreDir {
   int lock_fd_ = -1;  // flocked while this launcher lives
 };
 
-/// Whether a TCP port is bound on this machine (any address): c10d reports a busy port after
-/// logging through glog, so probing first gives one clean message.
-bool port_in_use(int port);
-
 /// Generates a short random run id.
 std::string generate_run_id();
 

@@ -1,6 +1,5 @@
 #include "ddp/loop/resume_check.h"
 
-#include <optional>
 #include <set>
 #include <sstream>
 
@@ -46,32 +45,25 @@ std::string resume_fix(int64_t world, int64_t batch, int64_t accum, int64_t posi
   const std::string who = now.pipeline ? " replica(s)" : " rank(s)";
   const std::string accum_key = now.pipeline ? "dist.microbatches " : "train.grad_accum_steps ";
   const bool global = config.train.global_batch_size > 0;
-  // train.global_batch_size S: the trainer splits it (Note [Global batch]; under a pipeline, over the microbatches).
-  auto global_shape = [&]() -> std::optional<StepShape> {
-    StepShape shape = now;
-    if (now.pipeline) {
-      if (samples % (now.replicas * now.accum_steps) != 0) return std::nullopt;
-      shape.batch_size = samples / (now.replicas * now.accum_steps);
-      return shape;
-    }
-    if (samples % now.replicas != 0) return std::nullopt;
-    auto share = share_global_batch(samples, static_cast<int>(now.replicas), now.batch_size);
-    shape.batch_size = share.batch_size;
-    shape.accum_steps = share.grad_accum_steps;
-    return shape;
-  };
-  if (global) {
-    if (auto shape = global_shape(); shape && resumes(samples, position, *shape))
+  if (global && now.pipeline) {  // an even split over the replicas and microbatches
+    const int64_t parts = now.replicas * now.accum_steps;
+    if (samples % parts == 0 && resumes(samples, position, {now.replicas, samples / parts, now.accum_steps, true}))
       return "use train.global_batch_size " + number(samples) + " as written";
+  } else if (global) {
+    // The split depends on train.batch_size, the micro-batch's cap: named with the one this run has
+    // now (Note [Global batch]), it splits as computed here.
+    if (samples % now.replicas == 0) {
+      auto share = share_global_batch(samples, static_cast<int>(now.replicas), now.batch_size);
+      if (resumes(samples, position, {now.replicas, share.batch_size, share.grad_accum_steps, false}))
+        return "use train.global_batch_size " + number(samples) + " and train.batch_size " + number(now.batch_size) +
+               " as written";
+    }
   } else {
     const int64_t parts = now.replicas * now.accum_steps;
     if (samples % parts == 0 && resumes(samples, position, {now.replicas, samples / parts, now.accum_steps, now.pipeline}))
       return "use train.batch_size " + number(samples / parts) + " (" + number(now.replicas) + who + " × " +
              number(samples / parts) + " × " + accum_key + number(now.accum_steps) + " = " + number(samples) +
              " samples a step, as written)";
-    if (!now.pipeline)
-      if (auto shape = global_shape(); shape && resumes(samples, position, *shape))
-        return "use train.global_batch_size " + number(samples) + " (" + number(now.replicas) + who + " share it)";
   }
   return "resume as written: " + number(world) + who + " × train.batch_size " + number(batch) + " × " + accum_key +
          number(accum) + (global ? ", without train.global_batch_size" : "");
