@@ -29,13 +29,22 @@ std::string training(const std::string& out) {
          " --set optim.lr=0.01 --set train.log_every=100";
 }
 
-// One node's launcher of a 2:3 job at `port`, output to DIR/NODE.log (in the background: `&` follows).
+// One node's launcher of a 2:3 job at `port` of `host`, output to DIR/NODE.log (in the background:
+// `&` follows).
 std::string node(const TempDir& dir, int port, const std::string& name, const std::string& what,
-                 const std::string& extra = "") {
+                 const std::string& extra = "", const std::string& host = "127.0.0.1") {
   return "OMP_NUM_THREADS=1 DDPRUN_RDZV_SECRET=s3cret TMPDIR=" + dir.file("tmp") + " " + bin("ddprun") +
-         " --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+         " --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint " + host + ":" + std::to_string(port) +
          " --rdzv-settle 1 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr node-" + name + " " +
          extra + " " + what + " > " + dir.file(name + ".log") + " 2>&1";
+}
+
+// Shell: SIGSTOP node a ($A, the store host) for 20 s, echoing "noticed while stopped after N ms"
+// if `log` says within 10 s that the store host stopped answering.
+std::string stop_store_host(const std::string& log) {
+  return "kill -STOP $A; i=0; until grep -q 'stopped answering' " + log + " || [ $i -ge 200 ]; do sleep 0.05; "
+         "i=$((i+1)); done; grep -q 'stopped answering' " + log + " && echo noticed while stopped after $((i * 50)) "
+         "ms; (sleep $((20 - i / 20)); kill -CONT $A) & ";
 }
 
 // Shell: wait (bounded) until a file exists.
@@ -151,10 +160,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: the othe
   // port too (nodes on machines of their own take over as after a SIGKILL).
   auto r = run_shell(job.start("a", "A", "--local-addr 127.0.0.1") + "sleep 1.5; " +
                          job.start("b", "B", "--local-addr 127.0.0.2") + job.start("c", "C", "--local-addr 127.0.0.3") +
-                         wait_for(job.out + "/checkpoints/step_0000000200.json") + "kill -STOP $A; i=0; until grep -q "
-                         "'stopped answering' " + job.dir.file("b.log") + " || [ $i -ge 400 ]; do sleep 0.05; "
-                         "i=$((i+1)); done; grep -q 'stopped answering' " + job.dir.file("b.log") +
-                         " && echo noticed while stopped after $((i * 50)) ms; (sleep $((20 - i / 20)); kill -CONT $A) & "
+                         wait_for(job.out + "/checkpoints/step_0000000200.json") + stop_store_host(job.dir.file("b.log")) +
                          "wait $B; SB=$?; wait $C; SC=$?; wait $A; echo statuses=$?,$SB,$SC",
                      std::chrono::seconds(240));
   std::string a = job.log("a"), b = job.log("b"), c = job.log("c");
@@ -250,16 +256,11 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s on a mach
   ElasticJob job;
   std::string endpoint = machines.address(0) + ":" + std::to_string(job.port);
   auto launcher = [&](int i, const std::string& name, const std::string& pid) {
-    return machines.on(i) + "OMP_NUM_THREADS=1 DDPRUN_RDZV_SECRET=s3cret TMPDIR=" + job.dir.file("tmp") + " " +
-           bin("ddprun") + " --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
-           " --rdzv-settle 1 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr " + machines.address(i) +
-           " " + training(job.out) + " > " + job.dir.file(name + ".log") + " 2>&1 & " + pid + "=$!; ";
+    return machines.on(i) + node(job.dir, job.port, name, training(job.out), "--local-addr " + machines.address(i),
+                                 machines.address(0)) + " & " + pid + "=$!; ";
   };
   auto r = run_shell(launcher(0, "a", "A") + "sleep 1.5; " + launcher(1, "b", "B") + launcher(2, "c", "C") +
-                         wait_for(job.out + "/checkpoints/step_0000000200.json") + "kill -STOP $A; i=0; until grep -q "
-                         "'stopped answering' " + job.dir.file("b.log") + " || [ $i -ge 200 ]; do sleep 0.05; "
-                         "i=$((i+1)); done; grep -q 'stopped answering' " + job.dir.file("b.log") +
-                         " && echo noticed while stopped after $((i * 50)) ms; (sleep $((20 - i / 20)); kill -CONT $A) & "
+                         wait_for(job.out + "/checkpoints/step_0000000200.json") + stop_store_host(job.dir.file("b.log")) +
                          "wait $B; SB=$?; wait $C; SC=$?; wait $A; echo statuses=$?,$SB,$SC",
                      std::chrono::seconds(240));
   std::string a = job.log("a"), b = job.log("b"), c = job.log("c");
