@@ -51,6 +51,12 @@ std::string options_section(const std::vector<OptionReference>& options) {
   return out.str();
 }
 
+// The last sections of a tool's page (ddp-generate, ddp-report): its exit status, and the programs
+// it works with.
+std::string tool_closing(const std::string& exit_status) {
+  return ".SH EXIT STATUS\n" + roff(exit_status) + "\n.SH SEE ALSO\n.BR ddprun (1),\n.BR ddp\\-train (1)\n";
+}
+
 }  // namespace
 
 std::string ddprun_man_page(const std::vector<OptionReference>& options, const std::string& version) {
@@ -127,10 +133,9 @@ std::string ddp_generate_man_page(const std::vector<OptionReference>& options, c
       << "\n" << options_section(options);
   out << ".SH EXAMPLES\n.nf\nddp\\-generate runs/gpt_kjv \\-\\-prompt 'And God said' \\-\\-tokens 300\n"
          "ddp\\-generate runs/gpt_kjv/model.pt \\-\\-ids \\-\\-prompt\\-ids '65 110 100' \\-\\-temperature 0\n.fi\n";
-  out << ".SH EXIT STATUS\n"
-      << roff("0 when the tokens were drawn; 2 for a bad command line, a missing or unreadable model.pt or "
-              "config.yaml, a model other than gpt, or a prompt outside the vocabulary; 1 for any other failure.")
-      << "\n.SH SEE ALSO\n.BR ddprun (1),\n.BR ddp\\-train (1)\n";
+  out << tool_closing("0 when the tokens were drawn; 2 for a bad command line, a missing or unreadable model.pt or "
+                      "config.yaml, a model other than gpt, or a prompt outside the vocabulary; 1 for any other "
+                      "failure.");
   return out.str();
 }
 
@@ -145,11 +150,9 @@ std::string ddp_report_man_page(const std::vector<OptionReference>& options, con
               "Values that are not finite (NaN, inf) are noted, not drawn. The page is written whole or not at "
               "all, and never over one of the runs' own files.")
       << "\n" << options_section(options);
-  out << ".SH EXIT STATUS\n"
-      << roff("0 when the page was written; 2 for a bad command line, a run without readable metrics, an output "
-              "that would overwrite a run's file or that may not be written there (permissions); 74 when the page "
-              "could not be written (a full disk, an I/O error); 1 for any other failure.")
-      << "\n.SH SEE ALSO\n.BR ddprun (1),\n.BR ddp\\-train (1)\n";
+  out << tool_closing("0 when the page was written; 2 for a bad command line, a run without readable metrics, an "
+                      "output that would overwrite a run's file or that may not be written there (permissions); 74 "
+                      "when the page could not be written (a full disk, an I/O error); 1 for any other failure.");
   return out.str();
 }
 
