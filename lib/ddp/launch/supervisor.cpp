@@ -21,6 +21,7 @@
 #include "ddp/common/shared_memory_names.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
+#include "ddp/launch/attempt_state.h"
 #include "ddp/launch/elastic_rendezvous.h"
 #include "ddp/launch/kv_store.h"
 #include "ddp/launch/machine.h"
@@ -80,24 +81,8 @@ struct Worker {
   Clock::time_point last_beat;
 };
 
-/// The first thing that went wrong in an attempt; decides the summary and the exit status.
-struct Failure {
-  int exit_code = 1;
-  std::optional<int> worker;  // local index, when one of ours failed
-  std::string description;
-  bool restartable = true;
-};
-
-/// How an attempt ended.
-struct AttemptOutcome {
-  int status = 0;
-  bool restartable = false;  // a failure a restart may cure (not an interrupt)
-  std::string cause;
-  std::optional<MembershipChange> membership;  // elastic: the round ended because nodes changed
-  bool left = false;                           // elastic: this node left the job (SIGTERM)
-};
-
 /// One attempt: start the workers, watch them until all exit, stop the rest on the first failure.
+/// What it sees becomes events of its AttemptState (Note [Attempt states]), which decides.
 class Attempt {
  public:
   /// `rendezvous` is null for single-node runs that meet through a private FileStore; `elastic` is
@@ -105,7 +90,10 @@ class Attempt {
   Attempt(const LaunchOptions& options, const WorldLayout& layout, Rendezvous* rendezvous, Watchdog& watchdog,
           SignalPipe& signals, int attempt, int restart_count, ElasticRendezvous* elastic = nullptr)
       : options_(options), layout_(layout), rendezvous_(rendezvous), elastic_(elastic), watchdog_(watchdog),
-        signals_(signals), attempt_(attempt), restart_count_(restart_count) {}
+        signals_(signals), attempt_(attempt), restart_count_(restart_count),
+        state_(elastic ? JobKind::kElastic : options.nnodes > 1 ? JobKind::kMultiNode : JobKind::kSingleNode,
+               "node " + std::to_string(options.node_rank) + " (" + options.local_addr + ")",
+               std::chrono::milliseconds(static_cast<int64_t>(options.node_timeout_s * 1000) + 3000)) {}
 
   AttemptOutcome run() {
     try {
@@ -130,15 +118,8 @@ class Attempt {
       close(worker.heartbeat_fd);
     }
     remove_leftover_shared_memory();
-    if (interrupted_by_)
-      return {128 + *interrupted_by_, false, "interrupted by " + signal_name(*interrupted_by_), std::nullopt, leaving_};
-    if (membership_ && !failure_) return {0, false, membership_->description, membership_};
-    if (failure_ && leaving_) return {failure_->exit_code, false, failure_->description, std::nullopt, true};
-    if (failure_) {
-      summarize();
-      return {failure_->exit_code, failure_->restartable, failure_->description};
-    }
-    return {0, false, ""};
+    if (state_.failure()) summarize(*state_.failure());
+    return state_.outcome();
   }
 
  private:
@@ -225,7 +206,7 @@ class Attempt {
     const int tick_ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
     last_tick_ = Clock::now();
     // A failure held back (Note [Failure or membership change]) is decided even after every worker exited.
-    while (!all_exited() || held_failure_) {
+    while (!all_exited() || state_.holding()) {
       std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
       for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
       int ready = poll(fds.data(), fds.size(), tick_ms);
@@ -238,8 +219,8 @@ class Attempt {
       }
       read_heartbeats();
       reap();
-      if (options_.stall_timeout_s > 0 && !stopping()) check_stalls();
-      if (multi_node() && !stopping() && Clock::now() >= next_remote_check) {
+      if (options_.stall_timeout_s > 0 && !state_.stopping()) check_stalls();
+      if (multi_node() && !state_.stopping() && Clock::now() >= next_remote_check) {
         check_other_nodes();
         next_remote_check = Clock::now() + kRemoteCheckEvery;
       }
@@ -247,7 +228,7 @@ class Attempt {
         check_membership();
         next_membership_check = Clock::now() + kMembershipCheckEvery;
       }
-      if (held_failure_ && Clock::now() >= held_until_) confirm_failure();
+      if (state_.hold_expired(Clock::now())) apply(state_.on_hold_expired());
       if (stop_deadline_ && Clock::now() >= *stop_deadline_) {
         for (const auto& w : workers_)
           if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
@@ -319,17 +300,21 @@ class Attempt {
                 std::to_string(static_cast<int>(quiet)) + " s ago)";
     }
     if (!others.empty()) what += "; the others' last heartbeats: " + others;
-    say(what + "; stopping the group");
-    failure_ = Failure{1, std::nullopt, what, true};
-    if (multi_node()) rendezvous_->report_failure(attempt_, {1, what, true});
-    stop_all(SIGTERM);
+    apply(state_.on_stall(Failure{1, std::nullopt, what, true}));
   }
 
   // Other nodes exist, to tell about failures and to hear from (they always share a TCP store).
   bool multi_node() const { return options_.nnodes > 1 || elastic_; }
 
-  bool stopping() const {
-    return failure_.has_value() || interrupted_by_.has_value() || membership_.has_value() || held_failure_.has_value();
+  /// Carries out what the state machine decided, in its order.
+  void apply(const AttemptActions& actions) {
+    if (!actions.say.empty()) say(actions.say);
+    if (actions.leave) elastic_->leave(*actions.leave);
+    if (actions.report) rendezvous_->report_failure(attempt_, *actions.report);
+    if (actions.kill_now)
+      for (const auto& w : workers_)
+        if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
+    if (actions.stop_signal) stop_all(actions.stop_signal);
   }
 
   // Segments a worker created but died before unlinking (see shared_memory_names.h).
@@ -351,27 +336,13 @@ class Attempt {
       watchdog_.forget(w.pid);
       w.group_cleared = true;
       w.status = status;
-      w.state = state_after_exit(status, stopping());
-      if (w.state == WorkerState::kFailed) {
-        bool restartable = restartable_failure(status);
-        Failure failure{exit_code_of(status), w.local_rank,
-                        "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status),
-                        restartable};
-        if (elastic_) {
-          // Note [Failure or membership change]: when a node is lost, its peers' workers fail at
-          // once (their connections to it reset), seconds before its silence is noticed. A failure
-          // is held for --node-timeout: if a membership change comes meanwhile, it explains the
-          // failure, which then counts for nothing; otherwise it is a failure like any other.
-          held_failure_ = failure;
-          held_until_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.node_timeout_s * 1000) + 3000);
-          stop_all(SIGTERM);
-          continue;
-        }
-        failure_ = failure;
-        if (multi_node())
-          rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, restartable});
-        stop_all(SIGTERM);
-      }
+      w.state = state_after_exit(status, state_.stopping());
+      if (w.state == WorkerState::kFailed)
+        apply(state_.on_worker_failed(Failure{exit_code_of(status), w.local_rank,
+                                              "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " +
+                                                  describe_wait_status(status),
+                                              restartable_failure(status)},
+                                      Clock::now()));
     }
   }
 
@@ -385,21 +356,17 @@ class Attempt {
     const auto now = Clock::now();
     const double stopped = std::chrono::duration<double>(now - last_tick_).count();
     last_tick_ = now;
-    if (frozen_ || stopped <= 2 * options_.node_timeout_s) return false;
-    frozen_ = leaving_ = true;
-    held_failure_.reset();
+    if (state_.frozen() || stopped <= 2 * options_.node_timeout_s) return false;
     char text[256];
     std::snprintf(text, sizeof text, "this launcher did not run for %.0f s (stopped or frozen; over twice --node-timeout "
                   "%g s), so the other nodes have gone on without it", stopped, options_.node_timeout_s);
-    failure_ = Failure{kExitFailure, std::nullopt, text, false};
-    say(std::string(text) + "; stopping this node's workers");
-    stop_all(SIGTERM);
+    apply(state_.on_frozen(text));
     return true;
   }
 
   // Elastic: beats, and ends the round on a membership change (announced by any node).
   void check_membership() {
-    if (failure_ || membership_ || leaving_) return;
+    if (!state_.watches_membership()) return;
     std::optional<MembershipChange> change;
     try {
       change = elastic_->check_membership();
@@ -412,47 +379,10 @@ class Attempt {
                                 "lost the rendezvous store at " + elastic_->store_description()};
     }
     if (!change || was_frozen()) return;  // stopped in the call: the others' silence is this node's own
-    membership_ = change;
-    held_failure_.reset();  // explained by the change
-    say("round " + std::to_string(attempt_) + " ends: " + change->description + "; stopping this node's workers");
-    stop_all(SIGTERM);
+    apply(state_.on_membership_change(*change, attempt_));
   }
 
-  void confirm_failure() {
-    failure_ = *held_failure_;
-    held_failure_.reset();
-    rendezvous_->report_failure(attempt_, {failure_->exit_code, failure_->description, failure_->restartable});
-  }
-
-  void on_launcher_signal(int sig) {
-    if (elastic_ && (sig == SIGTERM || sig == SIGHUP) && !interrupted_by_) {
-      // A node drained by its scheduler leaves; the others go on in a new round without it.
-      interrupted_by_ = sig;
-      leaving_ = true;
-      say("received " + signal_name(sig) + ": this node leaves the job; its workers checkpoint and stop, and the "
-          "other nodes go on without it");
-      elastic_->leave("received " + signal_name(sig));
-      stop_all(SIGTERM);
-      return;
-    }
-    if (interrupted_by_) {
-      // A second Ctrl-C: no more grace.
-      for (const auto& w : workers_)
-        if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
-      return;
-    }
-    interrupted_by_ = sig;
-    say("received " + signal_name(sig) + "; stopping " + std::to_string(healthy_count()) +
-        " worker(s)");
-    if (multi_node())
-      rendezvous_->report_failure(attempt_, {128 + sig,
-                                            "node " + std::to_string(options_.node_rank) + " (" + options_.local_addr +
-                                                ") was interrupted by " + signal_name(sig),
-                                            false});
-    // A hangup (the terminal or ssh session gone) is a stop request, as SIGTERM: the workers
-    // checkpoint and leave, rather than die of SIGHUP's default action with their progress.
-    stop_all(sig == SIGHUP ? SIGTERM : sig);
-  }
+  void on_launcher_signal(int sig) { apply(state_.on_signal(sig, healthy_count())); }
 
   void check_other_nodes() {
     std::optional<RemoteFailure> remote;
@@ -465,10 +395,7 @@ class Attempt {
                                  std::to_string(options_.master_port) + " (node 0 gone?)",
                              false};
     }
-    if (!remote) return;
-    failure_ = Failure{remote->exit_code, std::nullopt, remote->description, remote->restartable};
-    say("stopping this node's workers: " + remote->description);
-    stop_all(SIGTERM);
+    if (remote) apply(state_.on_remote_failure(*remote));
   }
 
   int healthy_count() const {
@@ -484,8 +411,7 @@ class Attempt {
     stop_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_s * 1000));
   }
 
-  void summarize() const {
-    const Failure& f = *failure_;
+  void summarize(const Failure& f) const {
     if (!f.worker) {
       say("failed: " + f.description);
       return;
@@ -524,16 +450,10 @@ class Attempt {
   SignalPipe& signals_;
   int attempt_;
   int restart_count_;
-  std::optional<MembershipChange> membership_;
+  AttemptState state_;
   Clock::time_point last_tick_;  // elastic: when the monitor loop last checked it was not stopped (was_frozen)
-  bool frozen_ = false;          // elastic: it was, and this node leaves the job
-  std::optional<Failure> held_failure_;
-  Clock::time_point held_until_{};
-  bool leaving_ = false;
   OutputRelay relay_;
   std::vector<Worker> workers_;
-  std::optional<Failure> failure_;
-  std::optional<int> interrupted_by_;
   std::optional<Clock::time_point> stop_deadline_;
 };
 

@@ -1,0 +1,121 @@
+#include "ddp/launch/attempt_state.h"
+
+#include <signal.h>
+
+#include "ddp/common/worker_contract.h"
+#include "ddp/launch/process.h"
+
+namespace ddp {
+
+bool AttemptState::watches_membership() const {
+  return kind_ == JobKind::kElastic && (cause_ == Cause::kNone || cause_ == Cause::kInterrupted);
+}
+
+void AttemptState::stop_for(Cause cause) {
+  phase_ = Phase::kStopping;
+  cause_ = cause;
+}
+
+AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::time_point now) {
+  AttemptActions actions;
+  actions.stop_signal = SIGTERM;
+  failure_ = failure;
+  if (kind_ == JobKind::kElastic) {
+    // Note [Failure or membership change]: when a node is lost, its peers' workers fail at once
+    // (their connections to it reset), seconds before its silence is noticed. The failure is held
+    // for --node-timeout: a membership change meanwhile explains it, and it counts for nothing.
+    phase_ = Phase::kHolding;
+    hold_until_ = now + hold_for_;
+    return actions;
+  }
+  stop_for(Cause::kFailed);
+  if (multi_node()) actions.report = RemoteFailure{failure.exit_code, failure.description, failure.restartable};
+  return actions;
+}
+
+AttemptActions AttemptState::on_stall(const Failure& failure) {
+  failure_ = failure;
+  stop_for(Cause::kFailed);
+  AttemptActions actions;
+  actions.say = failure.description + "; stopping the group";
+  if (multi_node()) actions.report = RemoteFailure{failure.exit_code, failure.description, failure.restartable};
+  actions.stop_signal = SIGTERM;
+  return actions;
+}
+
+AttemptActions AttemptState::on_remote_failure(const RemoteFailure& remote) {
+  failure_ = Failure{remote.exit_code, std::nullopt, remote.description, remote.restartable};
+  stop_for(Cause::kFailed);
+  AttemptActions actions;
+  actions.say = "stopping this node's workers: " + remote.description;
+  actions.stop_signal = SIGTERM;
+  return actions;
+}
+
+AttemptActions AttemptState::on_hold_expired() {
+  stop_for(Cause::kFailed);  // the workers are being stopped already
+  AttemptActions actions;
+  actions.report = RemoteFailure{failure_.exit_code, failure_.description, failure_.restartable};
+  return actions;
+}
+
+AttemptActions AttemptState::on_membership_change(const MembershipChange& change, int round) {
+  change_ = change;
+  stop_for(Cause::kMembershipChanged);
+  AttemptActions actions;
+  actions.say = "round " + std::to_string(round) + " ends: " + change.description + "; stopping this node's workers";
+  actions.stop_signal = SIGTERM;
+  return actions;
+}
+
+AttemptActions AttemptState::on_signal(int sig, int live_workers) {
+  AttemptActions actions;
+  if (signal_) {
+    actions.kill_now = true;  // a second Ctrl-C: no more grace
+    return actions;
+  }
+  signal_ = sig;
+  if (kind_ == JobKind::kElastic && (sig == SIGTERM || sig == SIGHUP)) {
+    // A node drained by its scheduler leaves; the others go on in a new round without it.
+    stop_for(Cause::kLeaving);
+    actions.say = "received " + signal_name(sig) + ": this node leaves the job; its workers checkpoint and stop, "
+                  "and the other nodes go on without it";
+    actions.leave = "received " + signal_name(sig);
+    actions.stop_signal = SIGTERM;
+    return actions;
+  }
+  stop_for(cause_ == Cause::kNone ? Cause::kInterrupted : cause_);
+  actions.say = "received " + signal_name(sig) + "; stopping " + std::to_string(live_workers) + " worker(s)";
+  if (multi_node()) actions.report = RemoteFailure{128 + sig, node_ + " was interrupted by " + signal_name(sig), false};
+  // A hangup (the terminal or ssh session gone) is a stop request, as SIGTERM: the workers
+  // checkpoint and leave, rather than die of SIGHUP's default action with their progress.
+  actions.stop_signal = sig == SIGHUP ? SIGTERM : sig;
+  return actions;
+}
+
+AttemptActions AttemptState::on_frozen(const std::string& what) {
+  if (frozen()) return {};
+  failure_ = Failure{kExitFailure, std::nullopt, what, false};
+  stop_for(Cause::kFrozen);
+  AttemptActions actions;
+  actions.say = what + "; stopping this node's workers";
+  actions.stop_signal = SIGTERM;
+  return actions;
+}
+
+AttemptOutcome AttemptState::outcome() const {
+  const bool left = cause_ == Cause::kLeaving || cause_ == Cause::kFrozen;
+  if (signal_) return {128 + signal_, false, "interrupted by " + signal_name(signal_), std::nullopt, left};
+  switch (cause_) {
+    case Cause::kMembershipChanged:
+      return {0, false, change_.description, change_, false};
+    case Cause::kFrozen:
+      return {failure_.exit_code, false, failure_.description, std::nullopt, true};
+    case Cause::kFailed:
+      return {failure_.exit_code, failure_.restartable, failure_.description, std::nullopt, false};
+    default:
+      return {};
+  }
+}
+
+}  // namespace ddp
