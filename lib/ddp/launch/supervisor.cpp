@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -473,106 +474,248 @@ std::string make_torchrun_log_dir(const std::string& log_dir, const std::string&
   return pattern;
 }
 
-// An elastic job (--nnodes MIN:MAX): rounds until the workers finish, a failure is not restarted,
-// or this node leaves. See Note [Elastic rounds].
-int run_elastic(LaunchOptions options, Watchdog& watchdog) {
-  ElasticRendezvous rendezvous(options);
-  SignalPipe signals;
-  for (int round = 0;; ++round) {
-    std::vector<int> received;
-    auto signalled = [&] {
-      for (int sig : signals.take())
-        if (sig != SIGCHLD) received.push_back(sig);
-      return !received.empty();
-    };
+// Note [Job states]: the launcher's life is the same loop for every kind of job,
+//   MEET ──▶ RUN (an Attempt, Note [Attempt states]) ──▶ SETTLE ──▶ FINISH
+//    ▲                                                     │
+//    └──────── RESTART (a failure a restart may cure) ◀────┤
+//    └──────── MEET AGAIN (elastic: nodes changed; counts for nothing) ◀─┘
+// What differs is how the nodes meet and part, a JobMembership: one node alone (a private store),
+// a fixed group of nodes (Rendezvous), or elastic rounds (ElasticRendezvous). A signal while no
+// attempt runs ends the launch in MEET.
+
+/// What one attempt runs with: the layout the nodes agreed, the options as it sees them, and its numbers.
+struct AttemptPlan {
+  LaunchOptions options;
+  WorldLayout layout;
+  int attempt = 0;          // names its logs and store keys; elastic: the round
+  int failures_before = 0;  // failures counted against --max-restarts before it
+};
+
+/// Signals that arrive while no attempt runs: any but SIGCHLD ends the launch.
+class BetweenAttempts {
+ public:
+  explicit BetweenAttempts(SignalPipe& pipe) : pipe_(pipe) {}
+  bool signalled() {
+    for (int sig : pipe_.take())
+      if (sig != SIGCHLD && !first_) first_ = sig;
+    return first_ != 0;
+  }
+  std::function<bool()> check() {
+    return [this] { return signalled(); };
+  }
+  int signal() const { return first_; }
+
+ private:
+  SignalPipe& pipe_;
+  int first_ = 0;
+};
+
+/// What SETTLE decides about an attempt that ended.
+enum class Settled { kDecide, kMeetAgain, kExit };
+
+/// How a job's nodes meet before each attempt and part after it. See Note [Job states].
+class JobMembership {
+ public:
+  virtual ~JobMembership() = default;
+  /// MEET: the next attempt's plan, agreed with the other nodes; nullopt when this node starts none,
+  /// `exit_status` then saying how the launch ends.
+  virtual std::optional<AttemptPlan> meet(int attempt, BetweenAttempts& signals, int& exit_status) = 0;
+  /// SETTLE: whether the outcome is for the restart decision, a new meeting, or the end (`exit_status`).
+  virtual Settled settle(const AttemptPlan&, AttemptOutcome&, int& /*exit_status*/) { return Settled::kDecide; }
+  /// FINISH: says a give-up and tells the other nodes.
+  virtual void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision) = 0;
+  /// RESTART: the line that says so.
+  virtual std::string restarting(const AttemptPlan& plan, const AttemptOutcome& outcome) const = 0;
+  virtual Rendezvous* rendezvous() = 0;
+  virtual ElasticRendezvous* elastic() { return nullptr; }
+};
+
+/// One node with a private store, or a fixed group of nodes: attempt N is restart N, and the nodes
+/// meet at a barrier before each restart.
+class StaticJob : public JobMembership {
+ public:
+  StaticJob(LaunchOptions options, WorldLayout layout, std::unique_ptr<Rendezvous> rendezvous)
+      : options_(std::move(options)), layout_(std::move(layout)), rendezvous_(std::move(rendezvous)) {
+    if (!options_.redirects.empty()) options_.log_dir = make_torchrun_log_dir(options_.log_dir, layout_.run_id);
+    if (!std::getenv(env::kOmpNumThreads)) {
+      int threads = threads_per_worker(options_.nproc_per_node);
+      say("OMP_NUM_THREADS=" + std::to_string(threads) + " for each worker (" + std::to_string(available_cores()) +
+          " cores / " + std::to_string(options_.nproc_per_node) + " workers); set it to override");
+    }
+  }
+
+  std::optional<AttemptPlan> meet(int attempt, BetweenAttempts& signals, int& exit_status) override {
+    if (attempt > 0 && rendezvous_) rendezvous_->barrier_before(attempt, signals.check());
+    if (!signals.signalled()) return AttemptPlan{options_, layout_, attempt, attempt};
+    int sig = signals.signal();
+    say("received " + signal_name(sig) + " between attempts; not restarting");
+    // The others may have passed the barrier already: without this they would wait for our ranks.
+    if (rendezvous_)
+      rendezvous_->report_failure(attempt, {128 + sig,
+                                            "node " + std::to_string(options_.node_rank) + " (" + options_.local_addr +
+                                                ") was interrupted by " + signal_name(sig) + " between attempts",
+                                            false});
+    exit_status = 128 + sig;
+    return std::nullopt;
+  }
+
+  void finish(const AttemptPlan& plan, const AttemptOutcome&, AttemptDecision decision) override {
+    if (decision == AttemptDecision::kGiveUp)
+      say("giving up after " + std::to_string(options_.max_restarts) + " restart(s)");
+    if (rendezvous_) rendezvous_->finish(plan.attempt);
+  }
+
+  std::string restarting(const AttemptPlan& plan, const AttemptOutcome& outcome) const override {
+    return "restarting the workers (restart " + std::to_string(plan.attempt + 1) + " of " +
+           std::to_string(options_.max_restarts) + ") after: " + outcome.cause;
+  }
+
+  Rendezvous* rendezvous() override { return rendezvous_.get(); }
+
+ private:
+  LaunchOptions options_;
+  WorldLayout layout_;
+  std::unique_ptr<Rendezvous> rendezvous_;  // null for one node with a private store
+};
+
+/// An elastic job (--nnodes MIN:MAX): rounds until the workers finish, a failure is not restarted,
+/// or this node leaves. See Note [Elastic rounds].
+class ElasticJob : public JobMembership {
+ public:
+  explicit ElasticJob(LaunchOptions options) : options_(std::move(options)), rendezvous_(options_) {}
+
+  std::optional<AttemptPlan> meet(int attempt, BetweenAttempts& signals, int& exit_status) override {
     std::optional<WorldLayout> layout;
     try {
-      layout = rendezvous.join_round(round, signalled);
+      layout = rendezvous_.join_round(attempt, signals.check());
     } catch (const UserError&) {
       throw;
     } catch (const std::exception& e) {
       std::string cause = e.what();
-      std::string lost = "lost the rendezvous store at " + rendezvous.store_description();
-      auto taken = rendezvous.take_over_store();
+      std::string lost = "lost the rendezvous store at " + rendezvous_.store_description();
+      auto taken = rendezvous_.take_over_store();
       if (!taken)
         throw UserError(lost + ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) +
                         "); the same command resumes it from its last checkpoint");
       say(*taken);
-      layout = rendezvous.join_round(round, signalled);
+      layout = rendezvous_.join_round(attempt, signals.check());
     }
     if (!layout) {
-      if (rendezvous.finished_before_admission()) {
+      if (rendezvous_.finished_before_admission()) {
         say("the job finished before this node was admitted");
-        return 0;
+        exit_status = 0;
+        return std::nullopt;
       }
-      int sig = received.front();
-      say("received " + signal_name(sig) + " while waiting for a round; leaving the job");
-      return 128 + sig;
+      say("received " + signal_name(signals.signal()) + " while waiting for a round; leaving the job");
+      exit_status = 128 + signals.signal();
+      return std::nullopt;
     }
-    round = rendezvous.round();
+    const int round = rendezvous_.round();
     // The job's count, which a node that joined late knows too: every round before this one ended in
     // a failure or a membership change.
-    int changes = round - layout->failures;
-    layout->master_port = rendezvous.port();
-    LaunchOptions in_round = options;
-    in_round.master_addr = rendezvous.store_address();  // the workers' store too
-    in_round.node_rank = layout->node_rank;
-    in_round.nnodes = layout->node_count;
+    changes_ = round - layout->failures;
+    layout->master_port = rendezvous_.port();
     std::string hosts;
     for (const auto& host : layout->hosts) hosts += (hosts.empty() ? "" : ", ") + host;
     say("rendezvous round " + std::to_string(round) + ": node rank " + std::to_string(layout->node_rank) + " of " +
         std::to_string(layout->node_count) + " (" + hosts + "), world size " + std::to_string(layout->world_size) +
         "; failures so far " + std::to_string(layout->failures) + " (--max-restarts " +
-        std::to_string(options.max_restarts) + "), membership changes " + std::to_string(changes));
-    if (round == 0 && !options.redirects.empty()) options.log_dir = make_torchrun_log_dir(options.log_dir, layout->run_id);
-    in_round.log_dir = options.log_dir;
-    AttemptOutcome outcome =
-        Attempt(in_round, *layout, &rendezvous, watchdog, signals, round, layout->failures, &rendezvous).run();
+        std::to_string(options_.max_restarts) + "), membership changes " + std::to_string(changes_));
+    if (round == 0 && !options_.redirects.empty())
+      options_.log_dir = make_torchrun_log_dir(options_.log_dir, layout->run_id);
+    AttemptPlan plan{options_, *layout, round, layout->failures};
+    plan.options.master_addr = rendezvous_.store_address();  // the workers' store too
+    plan.options.node_rank = layout->node_rank;
+    plan.options.nnodes = layout->node_count;
+    return plan;
+  }
+
+  Settled settle(const AttemptPlan& plan, AttemptOutcome& outcome, int& exit_status) override {
     if (outcome.membership && outcome.membership->kind == MembershipChange::Kind::kStoreLost) {
-      auto taken = rendezvous.take_over_store();
+      auto taken = rendezvous_.take_over_store();
       if (!taken)
         throw UserError(outcome.cause + ": the job cannot go on without it; the same command resumes it from its "
                         "last checkpoint");
       outcome.cause = *taken;
     }
     if (outcome.membership) {
-      ++changes;
-      say("membership change " + std::to_string(changes) + " (not counted against --max-restarts): " + outcome.cause +
-          "; the remaining nodes meet again in round " + std::to_string(round + 1));
-      continue;
+      ++changes_;
+      say("membership change " + std::to_string(changes_) + " (not counted against --max-restarts): " +
+          outcome.cause + "; the remaining nodes meet again in round " + std::to_string(plan.attempt + 1));
+      return Settled::kMeetAgain;
     }
+    exit_status = outcome.status;
     if (outcome.left) {
       say("left the job (" + outcome.cause + "); the other nodes go on without this one");
-      return outcome.status;
+      return Settled::kExit;
     }
-    if (outcome.status == kExitUsage && !outcome.restartable && !rendezvous.newcomers().empty()) {
+    if (outcome.status == kExitUsage && !outcome.restartable && !rendezvous_.newcomers().empty()) {
       // Note [Admission]: the newcomers could not join; the job goes on without them.
-      rendezvous.refuse_newcomers(round);
-      if (rendezvous.newcomer()) {
+      rendezvous_.refuse_newcomers(plan.attempt);
+      if (rendezvous_.newcomer()) {
         say("refused by the running job, which goes on without this node: " + outcome.cause);
-        return outcome.status;
+        return Settled::kExit;
       }
       std::string refused;
-      for (const auto& host : rendezvous.newcomers()) refused += (refused.empty() ? "" : ", ") + host;
-      ++changes;
-      say("membership change " + std::to_string(changes) + " (not counted against --max-restarts): the node(s) that "
-          "joined in round " + std::to_string(round) + " (" + refused + ") were refused, as their workers could not "
-          "start with the job's (" + outcome.cause + "); the remaining nodes meet again in round " +
-          std::to_string(round + 1));
-      continue;
+      for (const auto& host : rendezvous_.newcomers()) refused += (refused.empty() ? "" : ", ") + host;
+      ++changes_;
+      say("membership change " + std::to_string(changes_) + " (not counted against --max-restarts): the node(s) that "
+          "joined in round " + std::to_string(plan.attempt) + " (" + refused + ") were refused, as their workers "
+          "could not start with the job's (" + outcome.cause + "); the remaining nodes meet again in round " +
+          std::to_string(plan.attempt + 1));
+      return Settled::kMeetAgain;
     }
-    int failures = layout->failures + (outcome.status != 0 ? 1 : 0);
-    auto decision = decide_after_attempt(outcome.status, outcome.restartable, failures - 1, options.max_restarts);
+    return Settled::kDecide;
+  }
+
+  void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision) override {
+    if (decision == AttemptDecision::kGiveUp)
+      say("giving up after " + std::to_string(options_.max_restarts) + " restart(s) for failures (and " +
+          std::to_string(changes_) + " membership change(s), which do not count)");
+    if (outcome.status == 0 && plan.layout.node_rank == 0) rendezvous_.job_finished();
+    rendezvous_.finish(plan.attempt);
+  }
+
+  std::string restarting(const AttemptPlan& plan, const AttemptOutcome& outcome) const override {
+    return "restarting the workers in round " + std::to_string(plan.attempt + 1) + " (restart " +
+           std::to_string(plan.failures_before + 1) + " of " + std::to_string(options_.max_restarts) +
+           ") after: " + outcome.cause;
+  }
+
+  Rendezvous* rendezvous() override { return &rendezvous_; }
+  ElasticRendezvous* elastic() override { return &rendezvous_; }
+
+ private:
+  LaunchOptions options_;  // log_dir: the one made in round 0
+  ElasticRendezvous rendezvous_;
+  int changes_ = 0;  // membership changes so far
+};
+
+/// The loop of Note [Job states]; returns the launcher's exit status.
+int supervise(JobMembership& job, int max_restarts, Watchdog& watchdog, SignalPipe& signal_pipe) {
+  for (int attempt = 0;; ++attempt) {
+    BetweenAttempts signals(signal_pipe);
+    int exit_status = 0;
+    std::optional<AttemptPlan> plan = job.meet(attempt, signals, exit_status);
+    if (!plan) return exit_status;
+    attempt = plan->attempt;  // elastic: the round this node joined
+    AttemptOutcome outcome = Attempt(plan->options, plan->layout, job.rendezvous(), watchdog, signal_pipe,
+                                     plan->attempt, plan->failures_before, job.elastic())
+                                 .run();
+    switch (job.settle(*plan, outcome, exit_status)) {
+      case Settled::kMeetAgain:
+        continue;
+      case Settled::kExit:
+        return exit_status;
+      case Settled::kDecide:
+        break;
+    }
+    auto decision = decide_after_attempt(outcome.status, outcome.restartable, plan->failures_before, max_restarts);
     if (decision != AttemptDecision::kRestart) {
-      if (decision == AttemptDecision::kGiveUp)
-        say("giving up after " + std::to_string(options.max_restarts) + " restart(s) for failures (and " +
-            std::to_string(changes) + " membership change(s), which do not count)");
-      if (outcome.status == 0 && layout->node_rank == 0) rendezvous.job_finished();
-      rendezvous.finish(round);
+      job.finish(*plan, outcome, decision);
       return outcome.status;
     }
-    say("restarting the workers in round " + std::to_string(round + 1) + " (restart " + std::to_string(failures) +
-        " of " + std::to_string(options.max_restarts) + ") after: " + outcome.cause);
+    say(job.restarting(*plan, outcome));
   }
 }
 
@@ -590,14 +733,15 @@ int run_launcher(const LaunchOptions& requested) {
   std::unique_ptr<PrivateStoreDir> store_dir = private_store ? std::make_unique<PrivateStoreDir>() : nullptr;
   Watchdog watchdog(store_dir ? store_dir->path() : "");  // before the store starts threads
 
-  std::unique_ptr<Rendezvous> rendezvous;
-  WorldLayout layout;
+  std::unique_ptr<JobMembership> job;
   if (private_store) {
+    WorldLayout layout;
     layout.world_size = options.nproc_per_node;
     layout.run_id = options.run_id.empty() ? generate_run_id() : options.run_id;
     layout.hosts = {options.local_addr};
     layout.master_port = options.master_port;
     layout.store_path = store_dir->path();
+    job = std::make_unique<StaticJob>(options, std::move(layout), nullptr);
   } else {
     // Every node resolves node 0's name alike: under Slurm it may be a node name only Slurm knows.
     auto master = resolve_master_address(options.master_addr,
@@ -605,55 +749,21 @@ int run_launcher(const LaunchOptions& requested) {
                                          "MASTER_ADDR, or the host of --rdzv-endpoint)");
     if (!master.note.empty()) say(master.note);
     options.master_addr = master.address;
-    if (options.elastic()) return run_elastic(options, watchdog);
-    rendezvous = std::make_unique<Rendezvous>(options);
-    layout = rendezvous->join();
-    layout.master_port = rendezvous->port();
-    if (options.node_rank_by_arrival)
-      say("node rank " + std::to_string(layout.node_rank) + " of " + std::to_string(options.nnodes) +
-          " (by arrival at " + options.master_addr + ":" + std::to_string(layout.master_port) + ")");
-    options.node_rank = layout.node_rank;
+    if (options.elastic()) {
+      job = std::make_unique<ElasticJob>(options);
+    } else {
+      auto rendezvous = std::make_unique<Rendezvous>(options);
+      WorldLayout layout = rendezvous->join();
+      layout.master_port = rendezvous->port();
+      if (options.node_rank_by_arrival)
+        say("node rank " + std::to_string(layout.node_rank) + " of " + std::to_string(options.nnodes) +
+            " (by arrival at " + options.master_addr + ":" + std::to_string(layout.master_port) + ")");
+      options.node_rank = layout.node_rank;
+      job = std::make_unique<StaticJob>(options, std::move(layout), std::move(rendezvous));
+    }
   }
-
-  if (!options.redirects.empty()) options.log_dir = make_torchrun_log_dir(options.log_dir, layout.run_id);
-
-  if (!std::getenv(env::kOmpNumThreads)) {
-    int threads = threads_per_worker(options.nproc_per_node);
-    say("OMP_NUM_THREADS=" + std::to_string(threads) + " for each worker (" + std::to_string(available_cores()) +
-        " cores / " + std::to_string(options.nproc_per_node) + " workers); set it to override");
-  }
-
   SignalPipe signals;
-  for (int attempt = 0;; ++attempt) {
-    std::vector<int> received;  // between attempts: any signal but SIGCHLD ends the run
-    auto signalled = [&] {
-      for (int sig : signals.take())
-        if (sig != SIGCHLD) received.push_back(sig);
-      return !received.empty();
-    };
-    if (attempt > 0 && rendezvous) rendezvous->barrier_before(attempt, signalled);
-    if (signalled()) {
-      int sig = received.front();
-      say("received " + signal_name(sig) + " between attempts; not restarting");
-      // The others may have passed the barrier already: without this they would wait for our ranks.
-      if (rendezvous)
-        rendezvous->report_failure(attempt, {128 + sig,
-                                             "node " + std::to_string(options.node_rank) + " (" + options.local_addr +
-                                                 ") was interrupted by " + signal_name(sig) + " between attempts",
-                                             false});
-      return 128 + sig;
-    }
-    AttemptOutcome outcome = Attempt(options, layout, rendezvous.get(), watchdog, signals, attempt, attempt).run();
-    auto decision = decide_after_attempt(outcome.status, outcome.restartable, attempt, options.max_restarts);
-    if (decision != AttemptDecision::kRestart) {
-      if (decision == AttemptDecision::kGiveUp)
-        say("giving up after " + std::to_string(options.max_restarts) + " restart(s)");
-      if (rendezvous) rendezvous->finish(attempt);
-      return outcome.status;
-    }
-    say("restarting the workers (restart " + std::to_string(attempt + 1) + " of " +
-        std::to_string(options.max_restarts) + ") after: " + outcome.cause);
-  }
+  return supervise(*job, options.max_restarts, watchdog, signals);
 }
 
 }  // namespace ddp
