@@ -126,5 +126,5 @@ TEST_CASE("a key the task does not train with is named, with what the task takes
 TEST_CASE("an unknown train.task names the nearest", "[task]") {
   CHECK_THAT(problem_of(synthetic("clasification", "cross_entropy")),
              Equals("train.task: unknown task \"clasification\" (did you mean classification?); available: "
-                    "causal_lm, classification, node_classification or regression"));
+                    "causal_lm, classification, node_classification, regression"));
 }

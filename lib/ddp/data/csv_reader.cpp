@@ -98,7 +98,7 @@ CsvTable read_csv(const std::string& path, const std::string& label_column) {
 }
 
 void register_csv_format(DatasetFormats& formats) {
-  formats["csv"].load_splits = [](const DataConfig& config, int64_t) {
+  formats.add("csv").load_splits = [](const DataConfig& config, int64_t) {
     return load_file_splits(config, [&config](const std::string& path, const std::string&) {
       CsvTable table = read_csv(path, config.label_column);
       Dataset data;

@@ -109,7 +109,7 @@ Dataset load_idx_split_cached(const std::string& dir, const std::string& split, 
 }
 
 void register_idx_format(DatasetFormats& formats) {
-  formats["idx"].load_splits = [](const DataConfig& config, int64_t) {
+  formats.add("idx").load_splits = [](const DataConfig& config, int64_t) {
     std::string cache = resolve_cache_dir(config.cache_dir);
     DatasetSplits splits;
     splits.train = load_idx_split_cached(config.path, "train", cache);

@@ -1,13 +1,13 @@
 #pragma once
-// Dataset formats chosen by `data.dataset`. Each format's .cpp registers itself; see Note [Dataset
-// format registration] in dataset_format.cpp for why the registry names them.
+// Dataset formats chosen by `data.dataset`. Each format's .cpp registers itself; see Note
+// [Registries] in ddp/common/registry.h for why dataset_format.cpp names them.
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "ddp/common/registry.h"
 #include "ddp/data/data_config.h"
 #include "ddp/data/dataset_splits.h"
 
@@ -27,7 +27,7 @@ struct DatasetFormat {
 };
 
 /// Name → format; each format's register function adds itself here.
-using DatasetFormats = std::map<std::string, DatasetFormat>;
+using DatasetFormats = Registry<DatasetFormat>;
 
 /// The format `name` names; ConfigError naming data.dataset and the nearest name when none does.
 const DatasetFormat& find_dataset_format(const std::string& name);

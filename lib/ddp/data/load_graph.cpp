@@ -15,6 +15,6 @@ std::vector<std::string> graph_source_files(const std::string& path) {
 
 // No sample splits: a graph's nodes are split by its own files, and node classification reads it
 // whole (graph_cache.h).
-void register_graph_format(DatasetFormats& formats) { formats["graph"].kind = DatasetKind::kGraph; }
+void register_graph_format(DatasetFormats& formats) { formats.add("graph").kind = DatasetKind::kGraph; }
 
 }  // namespace ddp

@@ -206,7 +206,7 @@ Dataset load_npy_dataset(const std::string& features_path, const std::string& la
 }  // namespace
 
 void register_npy_format(DatasetFormats& formats) {
-  formats["npy"].load_splits = [](const DataConfig& config, int64_t) {
+  formats.add("npy").load_splits = [](const DataConfig& config, int64_t) {
     return load_file_splits(config, load_npy_dataset);
   };
 }

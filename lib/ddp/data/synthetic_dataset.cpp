@@ -47,7 +47,7 @@ Dataset make_synthetic_dataset(int64_t samples, int64_t num_classes, uint64_t se
 }
 
 void register_synthetic_format(DatasetFormats& formats) {
-  formats["synthetic"].load_splits = [](const DataConfig& config, int64_t classes) {
+  formats.add("synthetic").load_splits = [](const DataConfig& config, int64_t classes) {
     // Train and eval come from one seed, so they share class prototypes.
     Dataset all = make_synthetic_dataset(config.synthetic_train_samples + config.synthetic_test_samples, classes,
                                          static_cast<uint64_t>(config.synthetic_seed));

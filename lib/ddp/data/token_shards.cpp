@@ -194,8 +194,8 @@ void TokenWindows::check_vocabulary(int64_t vocab_size, const std::string& vocab
   }
 }
 
-/// Registers "tokens"; called from dataset_format.cpp (Note [Dataset format registration]). The
+/// Registers "tokens"; called from dataset_format.cpp (Note [Registries]). The
 /// causal-LM task reads the shards itself, as windows of its model's block size.
-void register_tokens_format(DatasetFormats& formats) { formats["tokens"].kind = DatasetKind::kTokens; }
+void register_tokens_format(DatasetFormats& formats) { formats.add("tokens").kind = DatasetKind::kTokens; }
 
 }  // namespace ddp

@@ -85,9 +85,9 @@ class ConvNet : public Model {
 
 }  // namespace
 
-/// Registers "convnet"; called from model_registry.cpp (Note [Model registration]).
+/// Registers "convnet"; called from model_registry.cpp (Note [Registries]).
 void register_convnet(ModelFactories& factories) {
-  factories.emplace("convnet", [](const ModelConfig& config, const ModelContext& context) {
+  factories.add("convnet", [](const ModelConfig& config, const ModelContext& context) {
     return std::make_shared<ConvNet>(config, context);
   });
 }

@@ -30,9 +30,9 @@ class Linear3 : public Model {
 
 }  // namespace
 
-/// Registers "linear3"; called from model_registry.cpp (Note [Model registration]).
+/// Registers "linear3"; called from model_registry.cpp (Note [Registries]).
 void register_linear3(ModelFactories& factories) {
-  factories.emplace("linear3", [](const ModelConfig& config, const ModelContext&) { return std::make_shared<Linear3>(config); });
+  factories.add("linear3", [](const ModelConfig& config, const ModelContext&) { return std::make_shared<Linear3>(config); });
 }
 
 }  // namespace ddp

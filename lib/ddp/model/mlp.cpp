@@ -65,9 +65,9 @@ class Mlp : public Model {
 
 }  // namespace
 
-/// Registers "mlp"; called from model_registry.cpp (Note [Model registration]).
+/// Registers "mlp"; called from model_registry.cpp (Note [Registries]).
 void register_mlp(ModelFactories& factories) {
-  factories.emplace("mlp", [](const ModelConfig& config, const ModelContext&) {
+  factories.add("mlp", [](const ModelConfig& config, const ModelContext&) {
     for (int64_t width : config.hidden)
       if (width < 1) throw ConfigError("model.hidden: widths must be >= 1, got " + std::to_string(width));
     return std::make_shared<Mlp>(config);

@@ -1,17 +1,17 @@
 #pragma once
 // Models chosen by name. Each model lives in one .cpp that registers a factory; see
-// Note [Model registration] in model_registry.cpp for why the registry lists them.
+// Note [Registries] in ddp/common/registry.h for why model_registry.cpp lists them.
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ddp/common/registry.h"
 #include "ddp/model/model_config.h"
 
 namespace ddp {
@@ -106,7 +106,7 @@ struct ModelContext {
 using ModelFactory = std::function<std::shared_ptr<Model>(const ModelConfig&, const ModelContext&)>;
 
 /// Name → factory; each model's register function adds itself here.
-using ModelFactories = std::map<std::string, ModelFactory>;
+using ModelFactories = Registry<ModelFactory>;
 
 /// Builds the model `config.name` names; ConfigError naming model.* on an unknown name or bad value.
 std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context = {});

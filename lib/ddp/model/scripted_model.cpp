@@ -308,9 +308,9 @@ class ScriptedModel : public Model {
 
 }  // namespace
 
-/// Registers "torchscript"; called from model_registry.cpp (Note [Model registration]).
+/// Registers "torchscript"; called from model_registry.cpp (Note [Registries]).
 void register_torchscript(ModelFactories& factories) {
-  factories.emplace("torchscript", [](const ModelConfig& config, const ModelContext& context) {
+  factories.add("torchscript", [](const ModelConfig& config, const ModelContext& context) {
     if (config.path.empty()) throw ConfigError("model.path: must name the module file when model.name is torchscript");
     return std::make_shared<ScriptedModel>(config, context.warn);
   });

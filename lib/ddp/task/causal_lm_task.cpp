@@ -123,11 +123,11 @@ void CausalLmTask::save_model(const std::string& output_dir) const {
 }
 
 void register_causal_lm_tasks(TaskRegistrations& tasks) {
-  tasks["causal_lm"] = {DatasetKind::kTokens, {"cross_entropy"}, {"gpt", "torchscript"},
-                        [](const DataConfig& data, const SamplerConfig&, const ModelConfig& model,
-                           const LossConfig& loss, const TaskContext& context) -> std::unique_ptr<Task> {
-                          return std::make_unique<CausalLmTask>(data, model, loss, context);
-                        }};
+  tasks.add("causal_lm", {DatasetKind::kTokens, {"cross_entropy"}, {"gpt", "torchscript"},
+                          [](const DataConfig& data, const SamplerConfig&, const ModelConfig& model,
+                             const LossConfig& loss, const TaskContext& context) -> std::unique_ptr<Task> {
+                            return std::make_unique<CausalLmTask>(data, model, loss, context);
+                          }});
 }
 
 }  // namespace ddp

@@ -225,12 +225,12 @@ void GraphTask::save_model(const std::string& output_dir) const {
 }
 
 void register_graph_tasks(TaskRegistrations& tasks) {
-  tasks["node_classification"] = {
+  tasks.add("node_classification", {
       DatasetKind::kGraph, {"cross_entropy"}, {"graphsage"},
       [](const DataConfig& data, const SamplerConfig& sampler, const ModelConfig& model, const LossConfig& loss,
          const TaskContext& context) -> std::unique_ptr<Task> {
         return std::make_unique<GraphTask>(data, sampler, model, loss, context);
-      }};
+      }});
 }
 
 }  // namespace ddp

@@ -83,8 +83,8 @@ void register_supervised_tasks(TaskRegistrations& tasks) {
                         const TaskContext& context) -> std::unique_ptr<Task> {
     return std::make_unique<SupervisedTask>(data, model, loss, context);
   };
-  tasks["classification"] = {DatasetKind::kSamples, {"cross_entropy", "bce_with_logits"}, {}, make};
-  tasks["regression"] = {DatasetKind::kSamples, {"mse"}, {}, make};
+  tasks.add("classification", {DatasetKind::kSamples, {"cross_entropy", "bce_with_logits"}, {}, make});
+  tasks.add("regression", {DatasetKind::kSamples, {"mse"}, {}, make});
 }
 
 }  // namespace ddp

@@ -4,19 +4,14 @@
 #include <set>
 
 #include "ddp/common/error.h"
-#include "ddp/common/text.h"
 
 namespace ddp {
 
-// Note [Task registration]
-// Tasks register as models do (Note [Model registration] in ddp/model/model_registry.cpp): each
-// task's .cpp defines `void register_<file>_tasks(TaskRegistrations&)`, which may add several
+// Each task's .cpp defines `void register_<file>_tasks(TaskRegistrations&)`, which may add several
 // train.task values (supervised_task.cpp adds classification and regression), and the list below
-// calls them. ddp_task is a static library, so a task that registered itself through a static object
-// would be dropped by the linker, unreferenced; naming each register function here is the
-// reference. Adding a kind of training is its .cpp plus one word in DDP_TASKS; train.task's choices,
-// model.name's (for models a task builds itself) and the checks across keys follow from what the
-// task registers.
+// calls them (Note [Registries] in ddp/common/registry.h). Adding a kind of training is its .cpp plus
+// one word in DDP_TASKS; train.task's choices, model.name's (for models a task builds itself) and
+// the checks across keys follow from what the task registers.
 #define DDP_TASKS(X) \
   X(causal_lm)       \
   X(graph)           \
@@ -30,7 +25,7 @@ namespace {
 
 const TaskRegistrations& registrations() {
   static const TaskRegistrations all = [] {
-    TaskRegistrations result;
+    TaskRegistrations result("train.task", "task");
 #define DDP_CALL_REGISTER(name) register_##name##_tasks(result);
     DDP_TASKS(DDP_CALL_REGISTER)
 #undef DDP_CALL_REGISTER
@@ -82,9 +77,7 @@ void check(std::vector<TaskMismatch>& found, const std::string& key, const std::
 }  // namespace
 
 std::vector<std::string> task_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, registration] : registrations()) names.push_back(name);
-  return names;
+  return registrations().names();
 }
 
 std::vector<std::string> task_built_models() {
@@ -98,9 +91,9 @@ std::vector<std::string> task_built_models() {
 std::vector<TaskMismatch> task_mismatches(const TaskConfig& task, const DataConfig& data, const ModelConfig& model,
                                           const LossConfig& loss) {
   std::vector<TaskMismatch> found;
-  auto entry = registrations().find(task.task);
-  if (entry == registrations().end()) return found;  // train.task's choices say so
-  const TaskRegistration& chosen = entry->second;
+  const TaskRegistration* entry = registrations().find(task.task);
+  if (!entry) return found;  // train.task's choices say so
+  const TaskRegistration& chosen = *entry;
   if (contains(dataset_format_names(), data.dataset)) {
     DatasetKind kind = find_dataset_format(data.dataset).kind;
     check(found, "data.dataset", data.dataset, task.task, [kind](const TaskRegistration& r) { return r.data == kind; },
@@ -115,18 +108,12 @@ std::vector<TaskMismatch> task_mismatches(const TaskConfig& task, const DataConf
 
 std::unique_ptr<Task> make_task(const TaskConfig& task, const DataConfig& data, const SamplerConfig& sampler,
                                 const ModelConfig& model, const LossConfig& loss, const TaskContext& context) {
-  auto entry = registrations().find(task.task);
-  if (entry == registrations().end()) {
-    std::vector<std::string> names = task_names();
-    std::string message = "train.task: unknown task \"" + task.task + "\"";
-    if (auto suggestion = nearest(task.task, names)) message += " (did you mean " + *suggestion + "?)";
-    throw ConfigError(message + "; available: " + either(names));
-  }
+  const TaskRegistration& chosen = registrations().at(task.task);
   std::string problems;
   for (const auto& mismatch : task_mismatches(task, data, model, loss))
     problems += (problems.empty() ? "" : "\n") + mismatch.key + ": " + mismatch.problem;
   if (!problems.empty()) throw ConfigError(problems);
-  return entry->second.make(data, sampler, model, loss, context);
+  return chosen.make(data, sampler, model, loss, context);
 }
 
 }  // namespace ddp

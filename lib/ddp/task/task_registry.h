@@ -1,13 +1,13 @@
 #pragma once
 // Tasks chosen by `train.task`. Each task's .cpp registers a factory and says what it trains on;
-// see Note [Task registration] in task_registry.cpp. make_task (task.h) is the dispatcher.
+// see Note [Registries] in ddp/common/registry.h. make_task (task.h) is the dispatcher.
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ddp/common/registry.h"
 #include "ddp/data/dataset_format.h"
 #include "ddp/task/task.h"
 
@@ -27,6 +27,6 @@ struct TaskRegistration {
 };
 
 /// Name → registration; each task's register function adds itself here.
-using TaskRegistrations = std::map<std::string, TaskRegistration>;
+using TaskRegistrations = Registry<TaskRegistration>;
 
 }  // namespace ddp
