@@ -1,0 +1,172 @@
+// ZeRO-2 and ZeRO-3 (and HSDP) in-process (Note [Flat shards], Note [Unit hooks]): four ranks as
+// threads over Gloo train a three-layer network, each on its own samples, against one process that
+// trains the same network on all of them.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "ddp/parallel/sharded_data_parallel.h"
+#include "support/thread_ranks.h"
+
+using ddp::ShardedDataParallel;
+
+namespace {
+
+constexpr int kWorld = 4;
+constexpr int kSteps = 3;
+constexpr int64_t kBatch = 6;  // per rank
+// W1 [16, 8], b1, W2 [16, 16], b2, W3 [4, 16], b3: three units of (weight, bias); the root is empty.
+const std::vector<std::vector<int64_t>> kShapes{{16, 8}, {16}, {16, 16}, {16}, {4, 16}, {4}};
+
+std::vector<torch::Tensor> make_parameters() {
+  std::vector<torch::Tensor> parameters;
+  for (std::size_t i = 0; i < kShapes.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : kShapes[i]) n *= d;
+    parameters.push_back(
+        (torch::sin(torch::arange(n, torch::kFloat) * 0.7 + static_cast<double>(i)) * 0.3).reshape(kShapes[i]).requires_grad_());
+  }
+  return parameters;
+}
+
+// Rank `rank`'s samples at `step`: inputs [kBatch, 8] and targets [kBatch, 4].
+std::pair<torch::Tensor, torch::Tensor> samples(int rank, int step) {
+  auto at = torch::arange(kBatch * 8, torch::kFloat).reshape({kBatch, 8});
+  auto x = torch::cos(at * 0.13 + rank * 1.7 + step * 0.5);
+  auto y = torch::sin(torch::arange(kBatch * 4, torch::kFloat).reshape({kBatch, 4}) * 0.29 + rank - step);
+  return {x, y};
+}
+
+// The network; `hooks`, when set, is stage 3's engine, called around each unit as a model's forward would.
+torch::Tensor loss_of(const std::vector<torch::Tensor>& p, const torch::Tensor& x, const torch::Tensor& y,
+                      ShardedDataParallel* hooks) {
+  if (hooks) hooks->before_root();
+  torch::Tensor h = x;
+  for (std::size_t unit = 0; unit < 3; ++unit) {
+    if (hooks) hooks->before_unit(unit);
+    h = torch::nn::functional::linear(h, p[2 * unit], p[2 * unit + 1]);
+    if (unit < 2) h = torch::tanh(h);
+    if (hooks) h = hooks->after_unit(unit, h);
+  }
+  return torch::mse_loss(h, y);
+}
+
+// SGD with momentum, not Adam: Adam's update hardly changes when a gradient is scaled, so it would hide
+// a wrong divisor.
+torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.2).momentum(0.9); }
+
+// One process, every rank's samples: the mean of the ranks' losses is what data parallelism averages.
+std::vector<torch::Tensor> reference_after(int steps) {
+  auto parameters = make_parameters();
+  torch::optim::SGD optimizer(parameters, sgd());
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    torch::Tensor loss = torch::zeros({});
+    for (int r = 0; r < kWorld; ++r) {
+      auto [x, y] = samples(r, step);
+      loss = loss + loss_of(parameters, x, y, nullptr) / kWorld;
+    }
+    loss.backward();
+    optimizer.step();
+  }
+  return parameters;
+}
+
+struct RankResult {
+  std::string error;
+  int64_t at_rest_bytes = -1;  // parameter bytes held between steps
+  std::vector<torch::Tensor> whole;  // the parameters, gathered, after training
+};
+
+// Trains on `kWorld` threads: shard groups of `shard_size` consecutive ranks, replicated across them.
+std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size) {
+  ddp::test::TempDir stores;
+  const int replicas = kWorld / shard_size;
+  // Each group meets through a FileStore of its own.
+  std::filesystem::create_directories(stores.file("world"));
+  for (int g = 0; g < kWorld; ++g) {
+    std::filesystem::create_directories(stores.file("shard" + std::to_string(g)));
+    std::filesystem::create_directories(stores.file("replicate" + std::to_string(g)));
+  }
+  std::vector<RankResult> results(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto world = ddp::test::connect_thread_rank(r, kWorld, stores.file("world"));
+        auto shard_group = ddp::test::connect_thread_rank(r % shard_size, shard_size,
+                                                          stores.file("shard" + std::to_string(r / shard_size)));
+        auto replicate_group = ddp::test::connect_thread_rank(r / shard_size, replicas,
+                                                              stores.file("replicate" + std::to_string(r % shard_size)));
+        auto parameters = make_parameters();
+        ddp::ShardedOptions options;
+        options.shard_parameters = shard_parameters;
+        options.data_parallel_size = kWorld;
+        ShardedDataParallel engine(parameters, {{}, {0, 1}, {2, 3}, {4, 5}}, shard_group, replicate_group, world,
+                                   options, nullptr);
+        torch::optim::SGD optimizer(engine.pieces(), sgd());
+        for (int step = 0; step < kSteps; ++step) {
+          auto [x, y] = samples(r, step);
+          engine.prepare();
+          loss_of(parameters, x, y, shard_parameters ? &engine : nullptr).backward();
+          engine.finish();
+          optimizer.step();
+          engine.after_optimizer_step();
+          engine.zero_grad();
+        }
+        results[r].at_rest_bytes = engine.parameter_bytes();
+        if (shard_parameters) engine.gather_parameters();
+        for (const auto& p : parameters) results[r].whole.push_back(p.detach().clone());
+        if (shard_parameters) engine.release_parameters();
+      } catch (const std::exception& e) {
+        results[r].error = e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  return results;
+}
+
+int64_t whole_bytes() {
+  int64_t bytes = 0;
+  for (const auto& p : make_parameters()) bytes += p.numel() * 4;
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-2, ZeRO-3 and HSDP in-process: four ranks on their own samples train to one process's weights on "
+          "all of them, and ZeRO-3 keeps only its shards between steps",
+          "[parallel][zero]") {
+  const auto expected = reference_after(kSteps);
+  struct Layout {
+    const char* name;
+    bool shard_parameters;
+    int shard_size;
+  };
+  for (auto layout : {Layout{"ZeRO-2", false, 4}, Layout{"ZeRO-3", true, 4}, Layout{"HSDP: ZeRO-3 in pairs, replicated twice", true, 2}}) {
+    DYNAMIC_SECTION(layout.name) {
+      auto results = train_sharded(layout.shard_parameters, layout.shard_size);
+      for (int r = 0; r < kWorld; ++r) {
+        INFO("rank " << r);
+        REQUIRE(results[r].error == "");
+        REQUIRE(results[r].whole.size() == expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+          INFO("parameter " << i << ": largest difference "
+                            << (results[r].whole[i] - expected[i]).abs().max().item<double>());
+          CHECK(torch::allclose(results[r].whole[i], expected[i], 1e-5, 1e-6));
+          CHECK(torch::equal(results[r].whole[i], results[0].whole[i]));  // the replicas agree exactly
+        }
+        if (layout.shard_parameters) {
+          // Its shards alone: a shard_size-th of each unit, rounded up to whole elements.
+          CHECK(results[r].at_rest_bytes <= whole_bytes() / layout.shard_size + 4 * 3);
+        } else {
+          CHECK(results[r].at_rest_bytes == whole_bytes());  // ZeRO-2 keeps whole parameters
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,48 @@
+#pragma once
+// Ranks as threads of the test process, meeting through a FileStore: the cheap way to test an
+// engine's collectives in-process (pytorch's ProcessGroupGlooTest; STYLE.md "Tests, again").
+
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/comm/process_group.h"
+#include "support/subprocess.h"
+
+namespace ddp::test {
+
+/// Rank `rank` of `world_size`, all in this process, meeting through a FileStore in `store_dir`.
+inline Communicator connect_thread_rank(int rank, int world_size, const std::string& store_dir) {
+  WorkerIdentity env;
+  env.rank = rank;
+  env.world_size = env.local_world_size = world_size;
+  env.store_path = store_dir;
+  DistConfig config;
+  config.shared_memory = false;
+  config.timeout_s = 20;  // a collective that waited for a rank outside its group would fail, not hang
+  return connect(env, config);
+}
+
+/// Runs `body(rank, group)` on `world_size` threads, each its own rank of one Gloo group; returns
+/// each rank's error ("" for none), so that a rank that throws fails the test, named.
+inline std::vector<std::string> run_ranks(int world_size,
+                                          const std::function<void(int rank, const Communicator& group)>& body) {
+  TempDir store;
+  std::vector<std::string> errors(static_cast<std::size_t>(world_size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Communicator group = connect_thread_rank(r, world_size, store.path());
+        body(r, group);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+}  // namespace ddp::test
