@@ -31,7 +31,6 @@ TEST_CASE("a launcher with another --rdzv-id is refused before it takes a node r
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "intruder=2") == 1);
   CHECK(count_lines(r.out, "job=0,0") == 1);
-  CHECK(r.seconds < 20);
   CHECK_THAT(r.err, Contains("run id K (--run-id/--rdzv-id) differs from J, the run id of the job whose node 0 hosts "
                              "the rendezvous at " + endpoint + ": another job uses this endpoint"));
   CHECK_THAT(r.err, !Contains("are taken"));
@@ -44,7 +43,8 @@ TEST_CASE("nodes with different rendezvous secrets are refused at the rendezvous
           "[launch][rendezvous][hmac]") {
   TempDir dir;
   std::string port = std::to_string(free_port());
-  std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
+  // A node that waited out --rdzv-timeout instead of being refused would meet the harness's limit first.
+  std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 300 -- sh -c "
                        "'echo ran; sleep 3'";
   for (std::string second : {"DDPRUN_RDZV_SECRET=other", "env -u DDPRUN_RDZV_SECRET"}) {
     auto r = run_shell(second + " " + ddprun() + " --node-rank 1" + common + " 2>" + dir.file("b.err") + " & B=$!; " +
@@ -54,7 +54,6 @@ TEST_CASE("nodes with different rendezvous secrets are refused at the rendezvous
     std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
     INFO(second << "\n" << r.out << "\nnode 0:\n" << a << "node 1:\n" << b);
     CHECK(count_lines(r.out, "statuses=2,2") == 1);
-    CHECK(r.seconds < 15);
     CHECK_THAT(r.out, !Contains("ran"));  // no worker started
     CHECK_THAT(a, Contains("ddprun: error: node(s) 1 (") && Contains("have a different rendezvous secret than this "
                                                                        "node (node 0): set the same DDPRUN_RDZV_SECRET"));
@@ -68,16 +67,16 @@ TEST_CASE("node 0 whose peers never arrive names them, and a node whose node 0 g
           "[launch][rendezvous]") {
   TempDir dir;
   std::string port = std::to_string(free_port());
-  // Node 0 waits 3 s for a third node that never comes; node 1 joined and waits with it.
+  // Node 0 waits 3 s for a third node that never comes; node 1 joined and waits with it, and would
+  // meet the harness's limit before its own --rdzv-timeout if it did not hear that node 0 gave up.
   std::string common = " --nnodes 3 --nproc-per-node 1 --master-port " + port + " -- true";
-  auto r = run_shell(ddprun() + " --node-rank 1 --rdzv-timeout 30" + common + " 2>" + dir.file("b.err") +
+  auto r = run_shell(ddprun() + " --node-rank 1 --rdzv-timeout 300" + common + " 2>" + dir.file("b.err") +
                          " & B=$!; " + ddprun() + " --node-rank 0 --rdzv-timeout 3" + common + " 2>" +
                          dir.file("a.err") + "; a=$?; wait $B; echo statuses=$a,$?",
                      std::chrono::seconds(60));
   std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
   INFO(r.out << "\nnode 0:\n" << a << "node 1:\n" << b);
   CHECK(count_lines(r.out, "statuses=2,2") == 1);
-  CHECK(r.seconds < 20);
   CHECK_THAT(a, Contains("timed out after 3 s waiting for node(s) 2 of 3"));
   CHECK_THAT(b, Contains("ddprun: error: lost the rendezvous at 127.0.0.1:" + port +
                          ": node 0's ddprun, which hosts it, went away"));
@@ -98,12 +97,11 @@ TEST_CASE("a service on the master port that is not a store is named at once", "
              "    except Exception: pass\n");
   auto r = run_shell("python3 " + dir.file("banner.py") + " " + port + " " + dir.file("up") + " & S=$!; while [ ! -e " +
                          dir.file("up") + " ]; do sleep 0.05; done; " + ddprun() +
-                         " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 30 -- true; echo status=$?; "
+                         " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 300 -- true; echo status=$?; "
                          "kill $S",
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
-  CHECK(count_lines(r.out, "status=2") == 1);
-  CHECK(r.seconds < 10);
+  CHECK(count_lines(r.out, "status=2") == 1);  // at once: --rdzv-timeout 300 outlasts the harness's limit
   CHECK_THAT(r.err, Contains("something that is not a ddprun (c10d) store answers on 127.0.0.1:" + port) &&
                         Contains("SSH-2.0-OpenSSH_9.2"));
   CHECK_THAT(r.err, !Contains("bad_alloc") && !Contains("internal error"));

@@ -389,7 +389,6 @@ TEST_CASE("elastic: below MIN nodes the job waits --rdzv-timeout, then says how 
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(r.exit_code == 2);
-  CHECK(r.seconds < 20);
   std::string message = "rendezvous round 0 had 1 node(s) after --rdzv-timeout 3 s, and --nnodes 2:3 needs at least 2";
   CHECK(count_lines(r.err, "ddprun: error: " + message) == 1);
 }
