@@ -64,7 +64,7 @@ TEST_CASE("a usage error is a failure no restart cures", "[launch][state]") {
   CHECK_FALSE(state.outcome().restartable);
 }
 
-TEST_CASE("a stall is said, told to the others and stops the group; another node's failure stops it untold",
+TEST_CASE("a stall is said, told to the others and stops the group, and another node's failure stops it untold",
           "[launch][state]") {
   auto stalled = machine(JobKind::kMultiNode);
   auto actions = stalled.on_stall(Failure{1, std::nullopt, "rank 1 on host-b made no progress for 30 s", true});
@@ -163,7 +163,7 @@ TEST_CASE("a signal stops the workers with it and decides the exit status", "[la
   }
 }
 
-TEST_CASE("elastic: SIGTERM or SIGHUP makes the node leave; Ctrl-C does not", "[launch][state]") {
+TEST_CASE("elastic: SIGTERM or SIGHUP makes the node leave, and Ctrl-C does not", "[launch][state]") {
   for (int sig : {SIGTERM, SIGHUP}) {
     auto state = machine(JobKind::kElastic);
     state.on_worker_failed(worker_failure(), Clock::now());  // a held failure: the leave explains it
