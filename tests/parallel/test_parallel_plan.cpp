@@ -11,6 +11,7 @@
 #include "ddp/common/error.h"
 #include "ddp/parallel/parallel_plan.h"
 #include "support/subprocess.h"
+#include "support/thread_ranks.h"
 
 using Catch::Contains;
 using ddp::MeshDim;
@@ -24,18 +25,6 @@ std::string config_error(const std::function<void()>& body) {
     return e.what();
   }
   return "no ConfigError";
-}
-
-// Rank `rank` of `world_size`, all on this machine, meeting through a FileStore in `store_dir`.
-ddp::Communicator connect_rank(int rank, int world_size, const std::string& store_dir) {
-  ddp::WorkerIdentity env;
-  env.rank = rank;
-  env.world_size = env.local_world_size = world_size;
-  env.store_path = store_dir;
-  ddp::DistConfig config;
-  config.shared_memory = false;
-  config.timeout_s = 20;  // a collective that waited for a rank outside its group would fail, not hang
-  return ddp::connect(env, config);
 }
 
 double sum_over(const ddp::Communicator& group, double value) {
@@ -101,7 +90,7 @@ TEST_CASE("a 2 x 2 mesh of four ranks gives each rank its pipeline and data grou
   for (int r = 0; r < kWorld; ++r)
     threads.emplace_back([&, r] {
       try {
-        ddp::ParallelPlan plan(connect_rank(r, kWorld, store.path()), config, ddp::DistConfig{});
+        ddp::ParallelPlan plan(ddp::test::connect_thread_rank(r, kWorld, store.path()), config, ddp::DistConfig{});
         pipeline_members[r] = plan.mesh().group_ranks(r, MeshDim::kPipeline);
         data_members[r] = plan.mesh().group_ranks(r, MeshDim::kDataReplicate);
         shard_size[r] = plan.group(MeshDim::kDataShard).world_size;
@@ -138,7 +127,7 @@ TEST_CASE("by default the plan is plain data parallelism: the data group is the 
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r)
     threads.emplace_back([&, r] {
-      ddp::ParallelPlan plan(connect_rank(r, kWorld, store.path()), ddp::MeshConfig{}, ddp::DistConfig{});
+      ddp::ParallelPlan plan(ddp::test::connect_thread_rank(r, kWorld, store.path()), ddp::MeshConfig{}, ddp::DistConfig{});
       same_group[r] = plan.group(MeshDim::kDataReplicate).group.get() == plan.world().group.get();
       trivial_pipeline[r] = plan.group(MeshDim::kPipeline).world_size == 1 && plan.mesh().size(MeshDim::kPipeline) == 1;
     });
