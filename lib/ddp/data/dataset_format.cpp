@@ -1,6 +1,5 @@
 #include "ddp/data/dataset_format.h"
 
-
 namespace ddp {
 
 // Each format's .cpp defines `void register_<name>_format(DatasetFormats&)`, and the list below
