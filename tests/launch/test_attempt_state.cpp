@@ -199,7 +199,17 @@ TEST_CASE("elastic: a launcher that was frozen leaves, once, whatever it was doi
   CHECK_FALSE(state.holding());
   CHECK_FALSE(state.watches_membership());
   CHECK(state.on_frozen("again").say.empty());
+  state.on_signal(SIGTERM, 1);  // a leave after the freeze: still frozen, and found so once
+  CHECK(state.frozen());
+  CHECK(state.on_frozen("again").say.empty());
   auto end = state.outcome();
+  CHECK(end.status == 128 + SIGTERM);  // the signal decides the status
+  CHECK_FALSE(end.restartable);
+  CHECK(end.left);
+
+  auto unsignalled = machine(JobKind::kElastic);
+  unsignalled.on_frozen("this launcher did not run for 40 s");
+  end = unsignalled.outcome();
   CHECK(end.status == 1);
   CHECK_FALSE(end.restartable);
   CHECK(end.left);

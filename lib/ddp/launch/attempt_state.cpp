@@ -76,8 +76,9 @@ AttemptActions AttemptState::on_signal(int sig, int live_workers) {
   }
   signal_ = sig;
   if (kind_ == JobKind::kElastic && (sig == SIGTERM || sig == SIGHUP)) {
-    // A node drained by its scheduler leaves; the others go on in a new round without it.
-    stop_for(Cause::kLeaving);
+    // A node drained by its scheduler leaves; the others go on in a new round without it. A
+    // frozen launcher is leaving already, and stays frozen: it is found frozen once.
+    stop_for(frozen() ? Cause::kFrozen : Cause::kLeaving);
     actions.say = "received " + signal_name(sig) + ": this node leaves the job; its workers checkpoint and stop, "
                   "and the other nodes go on without it";
     actions.leave = "received " + signal_name(sig);
