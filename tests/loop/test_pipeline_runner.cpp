@@ -1,0 +1,169 @@
+// The pipeline runner in-process (Note [Pipeline schedules]): two stages as threads over Gloo run a
+// three-layer network's microbatches under GPipe and 1F1B, against one process that runs the whole
+// network on the whole batch; and a stage whose neighbour never sends fails, naming it.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <vector>
+
+#include "ddp/loop/pipeline_runner.h"
+#include "support/thread_ranks.h"
+
+using Catch::Contains;
+
+namespace {
+
+constexpr int kMicrobatches = 4;
+constexpr int kSteps = 3;
+constexpr int64_t kMicrobatch = 3;  // samples
+
+// W1 [16, 8], b1, W2 [16, 16], b2, W3 [4, 16], b3: three layers.
+const std::vector<std::vector<int64_t>> kShapes{{16, 8}, {16}, {16, 16}, {16}, {4, 16}, {4}};
+
+std::vector<torch::Tensor> make_parameters() {
+  std::vector<torch::Tensor> parameters;
+  for (std::size_t i = 0; i < kShapes.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : kShapes[i]) n *= d;
+    parameters.push_back(
+        (torch::sin(torch::arange(n, torch::kFloat) * 0.7 + static_cast<double>(i)) * 0.3).reshape(kShapes[i]).requires_grad_());
+  }
+  return parameters;
+}
+
+ddp::PipelineLayer layer(const std::vector<torch::Tensor>& p, std::size_t index) {
+  torch::Tensor weight = p[2 * index], bias = p[2 * index + 1];
+  return {"layer" + std::to_string(index),
+          {weight, bias},
+          {},
+          [weight, bias, index](torch::Tensor x) {
+            x = torch::nn::functional::linear(x, weight, bias);
+            return index < 2 ? torch::tanh(x) : x;
+          }};
+}
+
+ddp::Batch microbatch(int step, int m) {
+  ddp::Batch batch;
+  auto at = torch::arange(kMicrobatch * 8, torch::kFloat).reshape({kMicrobatch, 8});
+  batch.inputs = {torch::cos(at * 0.13 + m * 1.7 + step * 0.5)};
+  batch.targets = torch::sin(torch::arange(kMicrobatch * 4, torch::kFloat).reshape({kMicrobatch, 4}) * 0.29 + m - step);
+  return batch;
+}
+
+// The last stage's loss: the mean squared error of its output.
+class MseTask final : public ddp::Task {
+ public:
+  torch::nn::Module& model() override { return module_; }
+  int64_t size(ddp::Split) const override { return 0; }
+  ddp::Batch make_batch(ddp::Split, const torch::Tensor&) const override { return {}; }
+  torch::Tensor loss(const ddp::Batch&) override { throw std::logic_error("runs as stages only"); }
+  torch::Tensor output_loss(const torch::Tensor& output, const ddp::Batch& batch) override {
+    return torch::mse_loss(output, batch.targets);
+  }
+  std::vector<std::string> metric_names() const override { return {"loss"}; }
+  torch::Tensor metric_sums(const ddp::Batch&) override { throw std::logic_error("runs as stages only"); }
+  void save_model(const std::string&) const override {}
+
+ private:
+  torch::nn::Module module_;
+};
+
+torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.2).momentum(0.9); }
+
+struct Reference {
+  std::vector<torch::Tensor> parameters;
+  std::vector<double> losses;  // each step's microbatch losses, summed
+};
+
+// One process: each step's loss is the mean of its microbatches' losses, as micro-steps average.
+Reference reference() {
+  Reference out{make_parameters(), {}};
+  torch::optim::SGD optimizer(out.parameters, sgd());
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    torch::Tensor total = torch::zeros({});
+    double sum = 0;
+    for (int m = 0; m < kMicrobatches; ++m) {
+      auto batch = microbatch(step, m);
+      torch::Tensor x = batch.inputs[0];
+      for (std::size_t l = 0; l < 3; ++l) x = layer(out.parameters, l).forward(x);
+      auto loss = torch::mse_loss(x, batch.targets);
+      sum += loss.item<double>();
+      total = total + loss / kMicrobatches;
+    }
+    total.backward();
+    optimizer.step();
+    out.losses.push_back(sum);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline stages in-process: two stages under GPipe and 1F1B train to one process's weights and losses",
+          "[pipeline]") {
+  const Reference expected = reference();
+  for (std::string schedule : {"gpipe", "1f1b"}) {
+    DYNAMIC_SECTION(schedule) {
+      std::vector<std::vector<torch::Tensor>> trained(2);
+      std::vector<double> losses;
+      std::vector<int> before_last_backward(2, 0), actions(2, 0), losses_elsewhere(2, 0);
+      auto errors = ddp::test::run_ranks(2, [&](int stage, const ddp::Communicator& pipeline) {
+        auto parameters = make_parameters();
+        // Stage 0 runs layers 0 and 1, stage 1 layer 2 and the loss.
+        std::vector<ddp::PipelineLayer> layers;
+        for (std::size_t l : stage == 0 ? std::vector<std::size_t>{0, 1} : std::vector<std::size_t>{2})
+          layers.push_back(layer(parameters, l));
+        std::vector<torch::Tensor> mine;
+        for (const auto& l : layers) mine.insert(mine.end(), l.parameters.begin(), l.parameters.end());
+        MseTask task;
+        ddp::PipelineRunner runner(std::move(layers), task, pipeline, schedule, std::chrono::seconds(20), false);
+        torch::optim::SGD optimizer(mine, sgd());
+        for (int step = 0; step < kSteps; ++step) {
+          std::vector<ddp::Batch> batches;
+          for (int m = 0; m < kMicrobatches; ++m) batches.push_back(microbatch(step, m));
+          optimizer.zero_grad();
+          torch::Tensor loss = runner.train(
+              batches, [&] { ++before_last_backward[stage]; }, [&](int) { ++actions[stage]; });
+          optimizer.step();
+          if (runner.last()) losses.push_back(loss.item<double>());
+          else losses_elsewhere[stage] += loss.defined();  // (Catch's checks are for the main thread)
+        }
+        trained[stage] = mine;
+      });
+      for (int s = 0; s < 2; ++s) {
+        INFO("stage " << s);
+        CHECK(errors[s] == "");
+        CHECK(before_last_backward[s] == kSteps);                  // once a step, for the gradient sync
+        CHECK(actions[s] == kSteps * kMicrobatches * 2);           // a forward and a backward each
+        CHECK(losses_elsewhere[s] == 0);                           // only the last stage has the loss
+      }
+      REQUIRE(trained[0].size() == 4);
+      REQUIRE(trained[1].size() == 2);
+      std::vector<torch::Tensor> all = trained[0];
+      all.insert(all.end(), trained[1].begin(), trained[1].end());
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        INFO("parameter " << i << ": largest difference " << (all[i] - expected.parameters[i]).abs().max().item<double>());
+        CHECK(torch::allclose(all[i], expected.parameters[i], 1e-5, 1e-6));
+      }
+      REQUIRE(losses.size() == expected.losses.size());
+      for (std::size_t s = 0; s < losses.size(); ++s) CHECK(losses[s] == Approx(expected.losses[s]).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("a pipeline stage whose neighbour never sends fails after the time-out, naming the stage and microbatch",
+          "[pipeline]") {
+  auto errors = ddp::test::run_ranks(2, [&](int stage, const ddp::Communicator& pipeline) {
+    if (stage == 0) return;  // never runs its part
+    auto parameters = make_parameters();
+    MseTask task;
+    ddp::PipelineRunner runner({layer(parameters, 2)}, task, pipeline, "gpipe", std::chrono::seconds(1), false);
+    runner.train({microbatch(0, 0)}, [] {}, [](int) {});
+  });
+  CHECK(errors[0] == "");
+  CHECK_THAT(errors[1], Contains("pipeline stage 1 waited for the activations of microbatch 0 from stage 0 "
+                                 "(dist.timeout_s 1): "));
+}
