@@ -78,7 +78,7 @@ class AttemptState {
 
   /// A worker exited with a failure while RUNNING.
   AttemptActions on_worker_failed(const Failure& failure, Clock::time_point now);
-  /// The monitor found a rank that made no progress; `what` says which and how long.
+  /// The monitor found a rank that made no progress; `failure` says which and for how long.
   AttemptActions on_stall(const Failure& failure);
   /// Another node reported a failure.
   AttemptActions on_remote_failure(const RemoteFailure& remote);
