@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ddp/loop/pipeline_runner.h"
+#include "support/three_layers.h"
 #include "support/thread_ranks.h"
 
 using Catch::Contains;
@@ -19,19 +20,7 @@ constexpr int kMicrobatches = 4;
 constexpr int kSteps = 3;
 constexpr int64_t kMicrobatch = 3;  // samples
 
-// W1 [16, 8], b1, W2 [16, 16], b2, W3 [4, 16], b3: three layers.
-const std::vector<std::vector<int64_t>> kShapes{{16, 8}, {16}, {16, 16}, {16}, {4, 16}, {4}};
-
-std::vector<torch::Tensor> make_parameters() {
-  std::vector<torch::Tensor> parameters;
-  for (std::size_t i = 0; i < kShapes.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t d : kShapes[i]) n *= d;
-    parameters.push_back(
-        (torch::sin(torch::arange(n, torch::kFloat) * 0.7 + static_cast<double>(i)) * 0.3).reshape(kShapes[i]).requires_grad_());
-  }
-  return parameters;
-}
+using ddp::test::make_three_layer_parameters;  // three units of (weight, bias)
 
 ddp::PipelineLayer layer(const std::vector<torch::Tensor>& p, std::size_t index) {
   torch::Tensor weight = p[2 * index], bias = p[2 * index + 1];
@@ -79,7 +68,7 @@ struct Reference {
 
 // One process: each step's loss is the mean of its microbatches' losses, as micro-steps average.
 Reference reference() {
-  Reference out{make_parameters(), {}};
+  Reference out{make_three_layer_parameters(), {}};
   torch::optim::SGD optimizer(out.parameters, sgd());
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
@@ -111,7 +100,7 @@ TEST_CASE("pipeline stages in-process: two stages under GPipe and 1F1B train to 
       std::vector<double> losses;
       std::vector<int> before_last_backward(2, 0), actions(2, 0), losses_elsewhere(2, 0);
       auto errors = ddp::test::run_ranks(2, [&](int stage, const ddp::Communicator& pipeline) {
-        auto parameters = make_parameters();
+        auto parameters = make_three_layer_parameters();
         // Stage 0 runs layers 0 and 1, stage 1 layer 2 and the loss.
         std::vector<ddp::PipelineLayer> layers;
         for (std::size_t l : stage == 0 ? std::vector<std::size_t>{0, 1} : std::vector<std::size_t>{2})
@@ -158,7 +147,7 @@ TEST_CASE("a pipeline stage whose neighbour never sends fails after the time-out
           "[pipeline]") {
   auto errors = ddp::test::run_ranks(2, [&](int stage, const ddp::Communicator& pipeline) {
     if (stage == 0) return;  // never runs its part
-    auto parameters = make_parameters();
+    auto parameters = make_three_layer_parameters();
     MseTask task;
     ddp::PipelineRunner runner({layer(parameters, 2)}, task, pipeline, "gpipe", std::chrono::seconds(1), false);
     runner.train({microbatch(0, 0)}, [] {}, [](int) {});

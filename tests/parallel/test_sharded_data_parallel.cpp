@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddp/parallel/sharded_data_parallel.h"
+#include "support/three_layers.h"
 #include "support/thread_ranks.h"
 
 using ddp::ShardedDataParallel;
@@ -19,19 +20,7 @@ namespace {
 constexpr int kWorld = 4;
 constexpr int kSteps = 3;
 constexpr int64_t kBatch = 6;  // per rank
-// W1 [16, 8], b1, W2 [16, 16], b2, W3 [4, 16], b3: three units of (weight, bias); the root is empty.
-const std::vector<std::vector<int64_t>> kShapes{{16, 8}, {16}, {16, 16}, {16}, {4, 16}, {4}};
-
-std::vector<torch::Tensor> make_parameters() {
-  std::vector<torch::Tensor> parameters;
-  for (std::size_t i = 0; i < kShapes.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t d : kShapes[i]) n *= d;
-    parameters.push_back(
-        (torch::sin(torch::arange(n, torch::kFloat) * 0.7 + static_cast<double>(i)) * 0.3).reshape(kShapes[i]).requires_grad_());
-  }
-  return parameters;
-}
+using ddp::test::make_three_layer_parameters;  // three units of (weight, bias)
 
 // Rank `rank`'s samples at `step`: inputs [kBatch, 8] and targets [kBatch, 4].
 std::pair<torch::Tensor, torch::Tensor> samples(int rank, int step) {
@@ -61,7 +50,7 @@ torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.2).momentum(0
 
 // One process, every rank's samples: the mean of the ranks' losses is what data parallelism averages.
 std::vector<torch::Tensor> reference_after(int steps) {
-  auto parameters = make_parameters();
+  auto parameters = make_three_layer_parameters();
   torch::optim::SGD optimizer(parameters, sgd());
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
@@ -102,7 +91,7 @@ std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size) {
                                                           stores.file("shard" + std::to_string(r / shard_size)));
         auto replicate_group = ddp::test::connect_thread_rank(r / shard_size, replicas,
                                                               stores.file("replicate" + std::to_string(r % shard_size)));
-        auto parameters = make_parameters();
+        auto parameters = make_three_layer_parameters();
         ddp::ShardedOptions options;
         options.shard_parameters = shard_parameters;
         options.data_parallel_size = kWorld;
@@ -132,7 +121,7 @@ std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size) {
 
 int64_t whole_bytes() {
   int64_t bytes = 0;
-  for (const auto& p : make_parameters()) bytes += p.numel() * 4;
+  for (const auto& p : make_three_layer_parameters()) bytes += p.numel() * 4;
   return bytes;
 }
 
