@@ -30,12 +30,14 @@ std::string training(const std::string& out) {
 }
 
 // One node's launcher of a 2:3 job at `port` of `host`, output to DIR/NODE.log (in the background:
-// `&` follows).
+// `&` follows). Nodes b and c start together, and the tests expect both in round 0: a settle of
+// 3 s lets the later one in even when a loaded machine starts it a second late (with 1 s, CI once
+// saw c join in round 1). A round of all three closes at once, so only two-node rounds wait.
 std::string node(const TempDir& dir, int port, const std::string& name, const std::string& what,
                  const std::string& extra = "", const std::string& host = "127.0.0.1") {
   return "OMP_NUM_THREADS=1 DDPRUN_RDZV_SECRET=s3cret TMPDIR=" + dir.file("tmp") + " " + bin("ddprun") +
          " --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint " + host + ":" + std::to_string(port) +
-         " --rdzv-settle 1 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr node-" + name + " " +
+         " --rdzv-settle 3 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr node-" + name + " " +
          extra + " " + what + " > " + dir.file(name + ".log") + " 2>&1";
 }
 
