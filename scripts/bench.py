@@ -4,8 +4,8 @@ BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENC
 BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
 utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors (BENCH_GPU_PRECISIONS,
 default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it);
-BENCH_ONLY=compare BENCH_BASELINE=DIR compares this build's throughput with another build's bin/ (an
-earlier commit's), runs of the two alternating so that both see the same machine. The graph table runs on
+BENCH_ONLY=compare BENCH_BASELINE=DIR compares this build's ConvNet, MLP and GPT throughput with another
+build's bin/ (an earlier commit's), runs of the two alternating so that both see the same machine. The graph table runs on
 BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
 reference alike; BENCH_PYTHON is the Python with torch (default /usr/bin/python3, Debian's). The GPT
 table trains on the King James Bible's byte-level shards, made by scripts/make_tokens.py --kjv into a
@@ -466,26 +466,34 @@ def pipeline(work):
 
 
 def compare(work):
-    """This build against BENCH_BASELINE's binaries, back to back: ConvNet and MLP at world 1 and 2."""
+    """This build against BENCH_BASELINE's binaries, back to back: ConvNet, MLP and the GPT at world 1 and 2."""
     global BIN
     ours, theirs = BIN, os.environ.get("BENCH_BASELINE", "")
     if not os.path.isfile(os.path.join(theirs, "ddprun")):
         sys.exit("bench: BENCH_ONLY=compare needs BENCH_BASELINE=DIR, a build's bin/ holding ddprun and ddp-train")
-    print(f"ddprun against {theirs}: {STEPS} steps per run, best of {REPEATS} alternating runs each, batch 64 per rank, "
-          f"1 thread per rank, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
-    print("| model | world | baseline samples/s | this build samples/s | this ÷ baseline |")
-    print("|---|---:|---:|---:|---:|")
-    for model in MODELS:
+    train_glob, eval_glob = kjv_tokens(work)
+    gpt_sets = [f"data.path={train_glob}", f"data.eval_path={eval_glob}", f"train.batch_size={GPT_BATCH}",
+                *(f"model.{key}={str(value).lower()}" for key, value in GPT_SHAPE.items())]
+    # (label, measure, start_run's arguments besides the name and world): the GPT as in the GPT table.
+    cases = [(model, "samples_per_s", dict(model=model)) for model in MODELS]
+    cases.append(("gpt", "tokens_per_s", dict(model=None, extra=gpt_sets, config=GPT_CONFIG, steps=GPT_STEPS,
+                                              log_every=GPT_LOG_EVERY)))
+    print(f"ddprun against {theirs}: best of {REPEATS} alternating runs each, 1 thread per rank, {os.cpu_count()} "
+          f"cores, {time.strftime('%Y-%m-%d %H:%M')}; ConvNet and MLP {STEPS} steps of batch 64 per rank, the GPT "
+          f"{GPT_STEPS} steps of the GPT table's shape and batch\n")
+    print("| model | world | measure | baseline | this build | this ÷ baseline |")
+    print("|---|---:|---|---:|---:|---:|")
+    for label, measure, arguments in cases:
         for nproc in (1, 2):
             results = {ours: [], theirs: []}
             for i in range(REPEATS):
                 for which in (theirs, ours) if i % 2 == 0 else (ours, theirs):
                     BIN = which
                     tag = "this" if which == ours else "base"
-                    results[which].append(finish_run(*start_run(work, f"{model}-w{nproc}-{tag}-{i}", nproc, model)))
+                    results[which].append(finish_run(*start_run(work, f"{label}-w{nproc}-{tag}-{i}", nproc, **arguments)))
             BIN = ours
-            base, now = best(results[theirs])["samples_per_s"], best(results[ours])["samples_per_s"]
-            print(f"| {model} | {nproc} | {base:.0f} | {now:.0f} | {now / base:.3f} |", flush=True)
+            base, now = best(results[theirs], measure)[measure], best(results[ours], measure)[measure]
+            print(f"| {label} | {nproc} | {measure} | {base:.0f} | {now:.0f} | {now / base:.3f} |", flush=True)
     print()
 
 

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
                            "--prompt-ids takes them)");
     ddp::Gpt model(ddp::gpt_options(config.model));
     try {
-      ddp::load_gpt_weights(model, model_path);
+      model.load_weights(model_path);
     } catch (const ddp::FileError& e) {
       throw ddp::FileError(std::string(e.what()) + " (is " + model_path + " from the run of " + config_path + "?)");
     }

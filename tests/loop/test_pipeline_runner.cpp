@@ -22,7 +22,7 @@ constexpr int64_t kMicrobatch = 3;  // samples
 
 using ddp::test::make_three_layer_parameters;  // three units of (weight, bias)
 
-ddp::PipelineLayer layer(const std::vector<torch::Tensor>& p, std::size_t index) {
+ddp::ModelBlock layer(const std::vector<torch::Tensor>& p, std::size_t index) {
   torch::Tensor weight = p[2 * index], bias = p[2 * index + 1];
   return {"layer" + std::to_string(index),
           {weight, bias},
@@ -102,7 +102,7 @@ TEST_CASE("pipeline stages in-process: two stages under GPipe and 1F1B train to 
       auto errors = ddp::test::run_ranks(2, [&](int stage, const ddp::Communicator& pipeline) {
         auto parameters = make_three_layer_parameters();
         // Stage 0 runs layers 0 and 1, stage 1 layer 2 and the loss.
-        std::vector<ddp::PipelineLayer> layers;
+        std::vector<ddp::ModelBlock> layers;
         for (std::size_t l : stage == 0 ? std::vector<std::size_t>{0, 1} : std::vector<std::size_t>{2})
           layers.push_back(layer(parameters, l));
         std::vector<torch::Tensor> mine;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/parallel/sharded_blocks.h"
 #include "ddp/parallel/sharded_data_parallel.h"
 #include "support/three_layers.h"
 #include "support/thread_ranks.h"
@@ -30,18 +31,21 @@ std::pair<torch::Tensor, torch::Tensor> samples(int rank, int step) {
   return {x, y};
 }
 
-// The network; `hooks`, when set, is stage 3's engine, called around each unit as a model's forward would.
-torch::Tensor loss_of(const std::vector<torch::Tensor>& p, const torch::Tensor& x, const torch::Tensor& y,
-                      ShardedDataParallel* hooks) {
-  if (hooks) hooks->before_root();
-  torch::Tensor h = x;
-  for (std::size_t unit = 0; unit < 3; ++unit) {
-    if (hooks) hooks->before_unit(unit);
-    h = torch::nn::functional::linear(h, p[2 * unit], p[2 * unit + 1]);
-    if (unit < 2) h = torch::tanh(h);
-    if (hooks) h = hooks->after_unit(unit, h);
-  }
-  return torch::mse_loss(h, y);
+// The network as a model declares it (Note [Blocks]): three blocks, each a layer of (weight, bias).
+std::vector<ddp::ModelBlock> blocks_of(const std::vector<torch::Tensor>& p) {
+  std::vector<ddp::ModelBlock> blocks;
+  for (std::size_t i = 0; i < 3; ++i)
+    blocks.push_back({"layer" + std::to_string(i), {p[2 * i], p[2 * i + 1]}, {}, [&p, i](torch::Tensor h) {
+                        h = torch::nn::functional::linear(h, p[2 * i], p[2 * i + 1]);
+                        return i < 2 ? torch::tanh(h) : h;
+                      }});
+  return blocks;
+}
+
+// The loss, the blocks run in order or, when set, by `runner` (stage 3: inside the engine's gathers).
+torch::Tensor loss_of(const std::vector<ddp::ModelBlock>& blocks, const torch::Tensor& x, const torch::Tensor& y,
+                      ddp::BlockRunner* runner) {
+  return torch::mse_loss(runner ? runner->run(blocks, x) : ddp::run_in_order(blocks, x), y);
 }
 
 // SGD with momentum, not Adam: Adam's update hardly changes when a gradient is scaled, so it would hide
@@ -51,13 +55,14 @@ torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.2).momentum(0
 // One process, every rank's samples: the mean of the ranks' losses is what data parallelism averages.
 std::vector<torch::Tensor> reference_after(int steps) {
   auto parameters = make_three_layer_parameters();
+  auto blocks = blocks_of(parameters);
   torch::optim::SGD optimizer(parameters, sgd());
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
     torch::Tensor loss = torch::zeros({});
     for (int r = 0; r < kWorld; ++r) {
       auto [x, y] = samples(r, step);
-      loss = loss + loss_of(parameters, x, y, nullptr) / kWorld;
+      loss = loss + loss_of(blocks, x, y, nullptr) / kWorld;
     }
     loss.backward();
     optimizer.step();
@@ -95,13 +100,16 @@ std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size) {
         ddp::ShardedOptions options;
         options.shard_parameters = shard_parameters;
         options.data_parallel_size = kWorld;
+        auto blocks = blocks_of(parameters);
+        ddp::ShardedBlocks sharded_blocks(blocks, {});  // its units: each layer's (weight, bias)
         ShardedDataParallel engine(parameters, {{}, {0, 1}, {2, 3}, {4, 5}}, shard_group, replicate_group, world,
                                    options, nullptr);
+        sharded_blocks.attach(engine);
         torch::optim::SGD optimizer(engine.pieces(), sgd());
         for (int step = 0; step < kSteps; ++step) {
           auto [x, y] = samples(r, step);
           engine.prepare();
-          loss_of(parameters, x, y, shard_parameters ? &engine : nullptr).backward();
+          loss_of(blocks, x, y, shard_parameters ? &sharded_blocks : nullptr).backward();
           engine.finish();
           optimizer.step();
           engine.after_optimizer_step();
@@ -158,4 +166,25 @@ TEST_CASE("ZeRO-2, ZeRO-3 and HSDP in-process: four ranks on their own samples t
       }
     }
   }
+}
+
+TEST_CASE("a model's blocks make the shard units: a weight two blocks use, or one named for the root, stays with "
+          "the root, and a block left with no parameters is no unit",
+          "[parallel][zero]") {
+  auto tensor = [](int64_t n) { return torch::zeros({n}); };
+  torch::Tensor tied = tensor(6), a = tensor(1), b = tensor(2), c = tensor(3), kept = tensor(4);
+  auto block = [](std::vector<torch::Tensor> parameters) {
+    return ddp::ModelBlock{"", std::move(parameters), {}, [](torch::Tensor x) { return x; }};
+  };
+  // An embedding whose weight the head reuses, a parameter-free block, a layer, and the head.
+  std::vector<ddp::ModelBlock> blocks{block({tied, a}), block({}), block({b, kept}), block({c, tied})};
+  ddp::ShardedBlocks sharded(blocks, {kept});
+  const auto& units = sharded.units();
+  REQUIRE(units.size() == 3);
+  CHECK((units[0].size() == 1 && units[0][0].is_same(a)));
+  CHECK((units[1].size() == 1 && units[1][0].is_same(b)));
+  CHECK((units[2].size() == 1 && units[2][0].is_same(c)));
+  // Unattached, it runs the blocks in order; run on other blocks than its own, it says so.
+  CHECK(torch::equal(sharded.run(blocks, torch::ones({2})), torch::ones({2})));
+  CHECK_THROWS_WITH(sharded.run({block({a})}, torch::ones({2})), Catch::Contains("1 blocks, built for 4"));
 }

@@ -46,7 +46,7 @@ int backward_tag(int microbatch) { return 2 * microbatch + 1; }
 
 }  // namespace
 
-PipelineRunner::PipelineRunner(std::vector<PipelineLayer> layers, Task& task, const Communicator& pipeline,
+PipelineRunner::PipelineRunner(std::vector<ModelBlock> layers, Task& task, const Communicator& pipeline,
                                std::string schedule, std::chrono::milliseconds timeout, bool mixed_precision)
     : layers_(std::move(layers)),
       task_(task),
@@ -56,33 +56,7 @@ PipelineRunner::PipelineRunner(std::vector<PipelineLayer> layers, Task& task, co
       mixed_precision_(mixed_precision) {}
 
 torch::Tensor PipelineRunner::run_layers(torch::Tensor x) {
-  if (hooks_) hooks_->before_root();
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const int unit = hooks_ ? unit_of_layer_[i] : -1;
-    if (unit < 0) {
-      x = layers_[i].forward(x);
-    } else {
-      hooks_->before_unit(static_cast<std::size_t>(unit));
-      x = hooks_->after_unit(static_cast<std::size_t>(unit), layers_[i].forward(x));
-    }
-  }
-  return x;
-}
-
-std::vector<std::vector<torch::Tensor>> PipelineRunner::shard_units(const std::vector<torch::Tensor>& leave_out) {
-  std::set<const c10::TensorImpl*> left_out;
-  for (const auto& t : leave_out) left_out.insert(t.unsafeGetTensorImpl());
-  std::vector<std::vector<torch::Tensor>> units;
-  unit_of_layer_.assign(layers_.size(), -1);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    std::vector<torch::Tensor> unit;
-    for (const auto& p : layers_[i].parameters)
-      if (!left_out.count(p.unsafeGetTensorImpl())) unit.push_back(p);
-    if (unit.empty()) continue;
-    unit_of_layer_[i] = static_cast<int>(units.size());
-    units.push_back(std::move(unit));
-  }
-  return units;
+  return runner_ ? runner_->run(layers_, std::move(x)) : run_in_order(layers_, std::move(x));
 }
 
 torch::Tensor PipelineRunner::receive(int from, int tag, int microbatch, const char* what) {

@@ -12,7 +12,7 @@
 
 #include "ddp/comm/process_group.h"
 #include "ddp/data/batch.h"
-#include "ddp/model/model_registry.h"
+#include "ddp/model/model_block.h"
 #include "ddp/parallel/pipeline_schedule.h"
 #include "ddp/record/metrics_log.h"
 #include "ddp/task/task.h"
@@ -41,7 +41,7 @@ class PipelineRunner {
   /// `layers`: this stage's, in order; `pipeline`: the stage's group along the pipeline (its rank
   /// the stage), which must outlive this; `schedule`: gpipe or 1f1b; `timeout`: the longest wait
   /// for a neighbour before the step fails, naming it.
-  PipelineRunner(std::vector<PipelineLayer> layers, Task& task, const Communicator& pipeline, std::string schedule,
+  PipelineRunner(std::vector<ModelBlock> layers, Task& task, const Communicator& pipeline, std::string schedule,
                  std::chrono::milliseconds timeout, bool mixed_precision);
 
   /// One training step over `microbatches`: every forward and backward, gradients accumulated in
@@ -52,12 +52,10 @@ class PipelineRunner {
   torch::Tensor train(const std::vector<Batch>& microbatches, const std::function<void()>& before_last_backward,
                       const std::function<void(int)>& after_action);
 
-  /// dist.shard parameters: this stage's shard units, each layer's parameters but those in
-  /// `leave_out` (tied weights, which go to the root unit), layers left with none not counted.
-  std::vector<std::vector<torch::Tensor>> shard_units(const std::vector<torch::Tensor>& leave_out);
-  /// From now on the layers run inside `hooks` (Note [Unit hooks]), which must outlive this: the
-  /// root's before the first, each unit's around its layer. After shard_units().
-  void set_shard_hooks(ShardUnitHooks* hooks) { hooks_ = hooks; }
+  /// This stage's blocks, in order.
+  const std::vector<ModelBlock>& blocks() const { return layers_; }
+  /// From now on the blocks run through `runner` (a pass's, Note [Blocks]), which must outlive this.
+  void set_block_runner(BlockRunner* runner) { runner_ = runner; }
 
   /// Evaluation: the forward of `batch` through every stage; the last stage returns the task's
   /// metric sums, the others an undefined tensor.
@@ -76,9 +74,8 @@ class PipelineRunner {
   /// The activations (or gradients) for microbatch `microbatch` from stage `from`.
   torch::Tensor receive(int from, int tag, int microbatch, const char* what);
 
-  std::vector<PipelineLayer> layers_;
-  std::vector<int> unit_of_layer_;  // dist.shard parameters: each layer's shard unit, -1 for none
-  ShardUnitHooks* hooks_ = nullptr;
+  std::vector<ModelBlock> layers_;
+  BlockRunner* runner_ = nullptr;
   Task& task_;
   const Communicator& pipeline_;
   std::string schedule_;

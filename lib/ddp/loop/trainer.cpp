@@ -18,6 +18,7 @@
 #include "ddp/loop/resume_check.h"
 #include "ddp/optim/optimizer_factory.h"
 #include "ddp/parallel/pipeline_split.h"
+#include "ddp/parallel/sharded_blocks.h"
 
 namespace ddp {
 namespace {
@@ -26,30 +27,14 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() ? "runs/" + run.name : run.output_dir; }
 
-// The model's unit hooks, into the plan's sharded engine (dist.shard parameters).
-class ShardHooksToPlan final : public ShardUnitHooks {
- public:
-  explicit ShardHooksToPlan(ShardedDataParallel& engine) : engine_(engine) {}
-  void before_root() override { engine_.before_root(); }
-  void before_unit(std::size_t unit) override { engine_.before_unit(unit); }
-  torch::Tensor after_unit(std::size_t unit, torch::Tensor output) override {
-    return engine_.after_unit(unit, std::move(output));
-  }
-
- private:
-  ShardedDataParallel& engine_;
-};
-
-// dist.shard parameters: each shard unit's parameters; ConfigError for a model without units.
-std::vector<std::vector<torch::Tensor>> shard_units_of(torch::nn::Module& module, const ModelConfig& config) {
+// The model's blocks (Note [Blocks]); without them, ConfigError: `cannot`, why, then `fix`.
+std::vector<ModelBlock> blocks_of(torch::nn::Module& module, const std::string& cannot, const std::string& fix) {
   auto* model = dynamic_cast<Model*>(&module);
-  std::vector<std::vector<torch::Tensor>> units;
-  if (model)
-    for (const auto& unit : model->shard_units()) units.push_back(unit->parameters());
-  if (units.empty())
-    throw ConfigError("dist.shard: parameters gathers a model's parameters unit by unit, and model.name " +
-                      config.name + " names no units (gpt, mlp, convnet and a TorchScript module whose forward chains its submodules do); use dist.shard: gradients");
-  return units;
+  std::vector<ModelBlock> blocks;
+  if (model) blocks = model->blocks();
+  if (blocks.empty())
+    throw ConfigError(cannot + ": " + (model ? model->why_no_blocks() : "it is not a sequence of layers") + ", " + fix);
+  return blocks;
 }
 
 }  // namespace
@@ -130,20 +115,24 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   // The vote and the monitor's numbers (reserved by the recorder) travel with the gradients.
   stop_vote_ = std::make_unique<StopVote>(side_values_);
   std::vector<std::vector<torch::Tensor>> units;
-  if (config_.mesh.shard == "parameters" && pipeline_) {
+  if (config_.mesh.shard == "parameters") {
     std::vector<torch::Tensor> tied;  // the root's (Note [Sharded stages])
-    for (std::size_t k : plan_->stage_parameters()->tied()) tied.push_back(plan_->stage_parameters()->mine()[k]);
-    units = pipeline_->shard_units(tied);
-  } else if (config_.mesh.shard == "parameters") {
-    units = shard_units_of(task_->model(), config_.model);
+    if (pipeline_)
+      for (std::size_t k : plan_->stage_parameters()->tied()) tied.push_back(plan_->stage_parameters()->mine()[k]);
+    sharded_blocks_ = std::make_unique<ShardedBlocks>(
+        pipeline_ ? pipeline_->blocks()
+                  : blocks_of(task_->model(), "dist.shard: model.name " + config_.model.name + " cannot be split into blocks",
+                              "or use dist.shard: gradients (parameters gathers each block's parameters as it runs)"),
+        tied);
+    units = sharded_blocks_->units();
   }
   gradient_sync_ = plan_->make_gradient_sync(parameters_, &side_values_, units);
   if (auto* engine = plan_->parameter_shards()) {
-    shard_hooks_ = std::make_unique<ShardHooksToPlan>(*engine);
+    sharded_blocks_->attach(*engine);
     if (pipeline_)
-      pipeline_->set_shard_hooks(shard_hooks_.get());
+      pipeline_->set_block_runner(sharded_blocks_.get());
     else
-      dynamic_cast<Model&>(task_->model()).set_shard_hooks(shard_hooks_.get());
+      dynamic_cast<Model&>(task_->model()).set_block_runner(sharded_blocks_.get());
   }
   double lr = scaled_lr(config_.optim, replicas.world_size);
   std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parameters_);
@@ -175,13 +164,8 @@ void Trainer::share_pipeline_batch() {
 }
 
 void Trainer::split_into_stages() {
-  auto* model = dynamic_cast<Model*>(&task_->model());
-  std::vector<PipelineLayer> layers;
-  if (model) layers = model->pipeline_layers();
-  if (layers.empty())
-    throw ConfigError("dist.pipeline: model.name " + config_.model.name +
-                      " cannot be split into stages: it is not a sequence of layers (gpt, mlp, convnet and a "
-                      "TorchScript module whose forward chains its submodules are), or use dist.pipeline: 1");
+  std::vector<ModelBlock> layers = blocks_of(
+      task_->model(), "dist.pipeline: model.name " + config_.model.name + " cannot be split into stages", "or use dist.pipeline: 1");
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
   for (const auto& layer : layers) {
@@ -204,7 +188,7 @@ void Trainer::split_into_stages() {
                     config_.train.grad_accum_steps, config_.mesh.schedule);
   plan_->split_stages(parameters_, used, buffers);
   const int stage = plan_->stage();
-  std::vector<PipelineLayer> mine(layers.begin() + bounds[stage], layers.begin() + bounds[stage + 1]);
+  std::vector<ModelBlock> mine(layers.begin() + bounds[stage], layers.begin() + bounds[stage + 1]);
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.timeout_s * 1000));
   pipeline_ = std::make_unique<PipelineRunner>(std::move(mine), *task_, plan_->group(MeshDim::kPipeline),
                                                config_.mesh.schedule, timeout, mixed_precision());
@@ -218,7 +202,7 @@ void Trainer::report_pipeline() {
 }
 
 Trainer::~Trainer() {
-  if (shard_hooks_) dynamic_cast<Model&>(task_->model()).set_shard_hooks(nullptr);
+  if (sharded_blocks_ && !pipeline_) dynamic_cast<Model&>(task_->model()).set_block_runner(nullptr);
 }
 
 void Trainer::resume() {

@@ -23,6 +23,7 @@
 #include "ddp/loop/worker_signals.h"
 #include "ddp/optim/lr_schedule.h"
 #include "ddp/parallel/parallel_plan.h"
+#include "ddp/parallel/sharded_blocks.h"
 #include "ddp/task/task.h"
 
 namespace ddp {
@@ -100,7 +101,7 @@ class Trainer {
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // after task_: its batches come from it
   std::unique_ptr<StopVote> stop_vote_;
   std::unique_ptr<GradientSync> gradient_sync_;
-  std::unique_ptr<ShardUnitHooks> shard_hooks_;  // dist.shard parameters: the model calls the plan through it
+  std::unique_ptr<ShardedBlocks> sharded_blocks_;  // dist.shard parameters: runs the blocks inside the gathers
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<Checkpointer> checkpointer_;

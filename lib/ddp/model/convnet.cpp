@@ -35,21 +35,8 @@ class ConvNet : public Model {
     }
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
-    enter_shard_root();
-    if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-    x = run_unit(0, [&] { return layer1_->forward(x); });
-    x = run_unit(1, [&] { return layer2_->forward(x); });
-    // reshape flattens in logical (C, H, W) order whatever the memory format, as fc expects.
-    return run_unit(2, [&] { return fc_->forward(x.reshape({x.size(0), -1})); });
-  }
-
-  // Each block and the classifier are a shard unit.
-  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override {
-    return {layer1_.ptr(), layer2_.ptr(), fc_.ptr()};
-  }
-
-  std::vector<PipelineLayer> pipeline_layers() override {
+  // The two conv blocks and the classifier.
+  std::vector<ModelBlock> blocks() override {
     bool channels_last = channels_last_;
     return {{"layer1", layer1_->parameters(), layer1_->buffers(),
              [layer = layer1_.ptr(), channels_last](torch::Tensor x) {
@@ -57,6 +44,7 @@ class ConvNet : public Model {
                return layer->forward(x);
              }},
             {"layer2", layer2_->parameters(), layer2_->buffers(), [layer = layer2_.ptr()](torch::Tensor x) { return layer->forward(x); }},
+            // reshape flattens in logical (C, H, W) order whatever the memory format, as fc expects.
             {"fc", fc_->parameters(), {}, [fc = fc_.ptr()](torch::Tensor x) { return fc->forward(x.reshape({x.size(0), -1})); }}};
   }
 
@@ -88,6 +76,7 @@ class ConvNet : public Model {
 /// Registers "convnet"; called from model_registry.cpp (Note [Registries]).
 void register_convnet(ModelFactories& factories) {
   factories.add("convnet", [](const ModelConfig& config, const ModelContext& context) {
+    check_num_classes(config);
     return std::make_shared<ConvNet>(config, context);
   });
 }

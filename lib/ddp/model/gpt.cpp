@@ -203,13 +203,9 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
   }
 }
 
-std::vector<std::shared_ptr<torch::nn::Module>> Gpt::shard_units() {
-  return {transformer_->blocks.begin(), transformer_->blocks.end()};
-}
-
-void load_gpt_weights(Gpt& model, const std::string& path) {
+void Gpt::load_weights(const std::string& path) {
   const std::string buffer = ".attn.bias";
-  load_python_state_dict(model, path, [&buffer](const std::string& name) {
+  load_python_state_dict(*this, path, [&buffer](const std::string& name) {
     return name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
   });
 }
@@ -231,16 +227,8 @@ torch::Tensor Gpt::head(const torch::Tensor& x) {
   return torch::nn::functional::linear(transformer_->ln_f->forward(x), head_weight_);
 }
 
-torch::Tensor Gpt::forward(torch::Tensor idx) {
-  enter_shard_root();
-  torch::Tensor x = embed(idx);
-  for (std::size_t i = 0; i < transformer_->blocks.size(); ++i)
-    x = run_unit(i, [&] { return transformer_->blocks[i]->forward(x); });
-  return head(x);
-}
-
-std::vector<PipelineLayer> Gpt::pipeline_layers() {
-  std::vector<PipelineLayer> layers;
+std::vector<ModelBlock> Gpt::blocks() {
+  std::vector<ModelBlock> layers;
   layers.push_back({"transformer.wte", {transformer_->wte->weight, transformer_->wpe->weight}, {},
                     [this](torch::Tensor idx) { return embed(idx); }});
   for (std::size_t i = 0; i < transformer_->blocks.size(); ++i) {
@@ -253,6 +241,11 @@ std::vector<PipelineLayer> Gpt::pipeline_layers() {
   head_parameters.push_back(head_weight_);
   layers.push_back({"transformer.ln_f", head_parameters, {}, [this](torch::Tensor x) { return head(x); }});
   return layers;
+}
+
+/// Registers "gpt"; called from model_registry.cpp (Note [Registries]).
+void register_gpt(ModelFactories& factories) {
+  factories.add("gpt", [](const ModelConfig& config, const ModelContext&) { return std::make_shared<Gpt>(gpt_options(config)); });
 }
 
 }  // namespace ddp

@@ -19,11 +19,6 @@ namespace ddp {
 
 class Gpt;
 
-/// Loads model.pt (or any nanoGPT state_dict file) into `model`, with or without the attn.bias mask
-/// buffers, which only one attention form keeps (Note [Attention forms]): a file from a LibTorch 2.x
-/// build loads on 1.13 and back. FileError as load_python_state_dict's.
-void load_gpt_weights(Gpt& model, const std::string& path);
-
 /// Whether this LibTorch has the fused scaled_dot_product_attention (2.x), which nanoGPT then uses.
 bool gpt_fused_attention();
 
@@ -53,12 +48,15 @@ class Gpt : public Model {
   /// torch.manual_seed: the same draws in the same order (see gpt.cpp).
   explicit Gpt(const GptOptions& options);
 
-  torch::Tensor forward(torch::Tensor idx) override;
   std::vector<int64_t> input_shape() const override { return {}; }
-  /// The blocks; the embeddings (tied to the head) and the final LayerNorm are the root.
-  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override;
-  /// The embeddings, each block, then ln_f and the head: a stage boundary may fall before any block.
-  std::vector<PipelineLayer> pipeline_layers() override;
+  int64_t output_width() const override { return options_.vocab_size; }
+  /// The embeddings, each block, then ln_f and the head: a stage boundary may fall before any block,
+  /// and the embedding, tied to the head, stays with the root under dist.shard parameters.
+  std::vector<ModelBlock> blocks() override;
+  /// model.pt (or any nanoGPT state_dict file), with or without the attn.bias mask buffers, which
+  /// only one attention form keeps (Note [Attention forms]): a file from a LibTorch 2.x build loads
+  /// on 1.13 and back. FileError as load_python_state_dict's.
+  void load_weights(const std::string& path) override;
   const GptOptions& options() const { return options_; }
 
  private:

@@ -32,7 +32,10 @@ class Linear3 : public Model {
 
 /// Registers "linear3"; called from model_registry.cpp (Note [Registries]).
 void register_linear3(ModelFactories& factories) {
-  factories.add("linear3", [](const ModelConfig& config, const ModelContext&) { return std::make_shared<Linear3>(config); });
+  factories.add("linear3", [](const ModelConfig& config, const ModelContext&) {
+    check_num_classes(config);
+    return std::make_shared<Linear3>(config);
+  });
 }
 
 }  // namespace ddp

@@ -27,36 +27,20 @@ class Mlp : public Model {
     register_module("layers", layers);
   }
 
-  // The Sequential's forward, one Linear at a time: each is a shard unit.
-  torch::Tensor forward(torch::Tensor x) override {
-    enter_shard_root();
-    x = x.reshape({x.size(0), -1});
-    for (std::size_t i = 0; i < linears_.size(); ++i) {
-      x = run_unit(i, [&] { return linears_[i]->forward(x); });
-      if (i + 1 < linears_.size()) x = torch::relu(x);
-    }
-    return x;
-  }
-
-  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override {
-    std::vector<std::shared_ptr<torch::nn::Module>> units;
-    for (const auto& linear : linears_) units.push_back(linear.ptr());
-    return units;
-  }
-
-  // Each Linear with its ReLU, under the Sequential's name (layers.0, layers.2, ...).
-  std::vector<PipelineLayer> pipeline_layers() override {
-    std::vector<PipelineLayer> layers;
+  // Each Linear with its ReLU, under the Sequential's name (layers.0, layers.2, ...): the
+  // Sequential's forward, one Linear at a time.
+  std::vector<ModelBlock> blocks() override {
+    std::vector<ModelBlock> blocks;
     for (std::size_t i = 0; i < linears_.size(); ++i) {
       bool first = i == 0, last = i + 1 == linears_.size();
-      layers.push_back({"layers." + std::to_string(2 * i), linears_[i]->parameters(), {},
+      blocks.push_back({"layers." + std::to_string(2 * i), linears_[i]->parameters(), {},
                         [linear = linears_[i].ptr(), first, last](torch::Tensor x) {
                           if (first) x = x.reshape({x.size(0), -1});
                           x = linear->forward(x);
                           return last ? x : torch::relu(x);
                         }});
     }
-    return layers;
+    return blocks;
   }
 
  private:
@@ -68,6 +52,7 @@ class Mlp : public Model {
 /// Registers "mlp"; called from model_registry.cpp (Note [Registries]).
 void register_mlp(ModelFactories& factories) {
   factories.add("mlp", [](const ModelConfig& config, const ModelContext&) {
+    check_num_classes(config);
     for (int64_t width : config.hidden)
       if (width < 1) throw ConfigError("model.hidden: widths must be >= 1, got " + std::to_string(width));
     return std::make_shared<Mlp>(config);

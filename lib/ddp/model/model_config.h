@@ -13,7 +13,7 @@ inline constexpr int64_t kMinClasses = 2;
 
 /// `model:` which network, by registry name, and its parameters.
 struct ModelConfig {
-  std::string name = "convnet";  ///< a registered model (convnet | linear3 | mlp | torchscript), or graphsage | gpt
+  std::string name = "convnet";  ///< a registered model (convnet | gpt | linear3 | mlp | torchscript), or graphsage
   std::string path;       ///< torchscript: the module file torch.jit.script(model).save() wrote
   std::string init_from;  ///< any model: start from these weights (a state_dict file such as model.pt)
   bool jit_optimize = false;  ///< torchscript: TorchScript's profiling executor optimises the graph

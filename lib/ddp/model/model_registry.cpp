@@ -1,5 +1,7 @@
 #include "ddp/model/model_registry.h"
 
+#include <stdexcept>
+
 #include "ddp/common/error.h"
 #include "ddp/model/python_state_dict.h"
 
@@ -9,6 +11,7 @@ namespace ddp {
 // (Note [Registries] in ddp/common/registry.h): adding a model is its .cpp plus one word here.
 #define DDP_MODELS(X) \
   X(convnet)          \
+  X(gpt)              \
   X(linear3)          \
   X(mlp)              \
   X(torchscript)
@@ -33,20 +36,30 @@ const ModelFactories& factories() {
 }  // namespace
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context) {
-  const ModelFactory& factory = factories().at(config.name);
-  // Checked here as well as in ModelConfig's validation, so no caller can build a degenerate head.
-  if (config.name != "torchscript" && config.num_classes < kMinClasses)
-    throw ConfigError("model.num_classes: must be >= " + std::to_string(kMinClasses) + ", got " +
-                      std::to_string(config.num_classes));
-  std::shared_ptr<Model> model = factory(config, context);
+  std::shared_ptr<Model> model = factories().at(config.name)(config, context);
   if (!config.init_from.empty()) {
     try {
-      load_python_state_dict(*model, config.init_from);
+      model->load_weights(config.init_from);
     } catch (const FileError& e) {
       throw FileError(std::string("model.init_from: ") + e.what());
     }
   }
   return model;
+}
+
+void Model::load_weights(const std::string& path) { load_python_state_dict(*this, path); }
+
+torch::Tensor Model::run_blocks(torch::Tensor x) {
+  if (blocks_.empty()) blocks_ = blocks();
+  // A model without blocks that kept the default forward would pass its input through untouched.
+  if (blocks_.empty()) throw std::logic_error("a model without blocks() must override forward()");
+  return runner_ ? runner_->run(blocks_, std::move(x)) : run_in_order(blocks_, std::move(x));
+}
+
+void check_num_classes(const ModelConfig& config) {
+  if (config.num_classes < kMinClasses)
+    throw ConfigError("model.num_classes: must be >= " + std::to_string(kMinClasses) + ", got " +
+                      std::to_string(config.num_classes));
 }
 
 std::vector<std::string> model_names() {

@@ -16,12 +16,12 @@
 // the value is the module's. A new shape or dtype cannot be mirrored, and is refused.
 //
 // Note [Scripted units]
-// Pipeline stages and dist.shard: parameters run the model layer by layer: the stages to cut it,
-// sharding to gather each unit's parameters just before it runs. A scripted module can be run so
-// when its forward is a chain of its submodules (Note [Scripted chains]): an nn.Sequential, or
-// embed, a loop over an nn.ModuleList, head. Its layers, and under sharding its units (those with
-// parameters), are then the submodules the chain calls, which forward_by_units calls in turn; any
-// other scripted module has neither, and says why.
+// Pipeline stages and dist.shard: parameters run the model block by block (Note [Blocks]): the
+// stages to cut it, sharding to gather each block's parameters just before it runs. A scripted
+// module can be run so when its forward is a chain of its submodules (Note [Scripted chains]): an
+// nn.Sequential, or embed, a loop over an nn.ModuleList, head. Its blocks are then the submodules
+// the chain calls, and forward calls them in turn once a pass installs a runner (otherwise the
+// compiled forward runs whole); any other scripted module has none, and says why.
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
@@ -160,7 +160,7 @@ class ScriptedModel : public Model {
     if (channels_last_ && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     c10::IValue output;
     try {
-      output = has_shard_hooks() && !chain_.paths.empty() ? forward_by_units(x) : module_.forward({x});
+      output = has_block_runner() ? c10::IValue(run_blocks(x)) : module_.forward({x});
     } catch (const std::exception& e) {
       std::string hint;
       if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
@@ -190,31 +190,26 @@ class ScriptedModel : public Model {
 
   std::vector<int64_t> input_shape() const override { return {}; }
 
-  // Note [Scripted units]
-  std::vector<std::shared_ptr<torch::nn::Module>> shard_units() override {
-    std::vector<std::shared_ptr<torch::nn::Module>> units;
-    for (const auto& path : chain_.paths)
-      if (auto mirror = mirror_of(path); !mirror->parameters().empty()) units.push_back(mirror);
-    return units;
-  }
-
-  // Note [Scripted units]: the chain's submodules are its layers, in order.
-  std::vector<PipelineLayer> pipeline_layers() override {
-    if (chain_.paths.empty())
-      throw ConfigError("dist.pipeline: model.name torchscript cannot be split into stages: " + chain_.why_not +
-                        "; a forward that only passes its input through its submodules one after another (an "
-                        "nn.Sequential, or x = self.embed(x); for layer in self.layers: x = layer(x); return "
-                        "self.head(x)) can be, or use dist.pipeline: 1");
-    std::vector<PipelineLayer> layers;
+  // Note [Scripted units]: the chain's submodules are its blocks, in order.
+  std::vector<ModelBlock> blocks() override {
+    std::vector<ModelBlock> blocks;
     for (const auto& path : chain_.paths) {
       auto mirror = mirror_of(path);
-      layers.push_back({path, mirror->parameters(), mirror->buffers(), [this, m = submodule(path), path](torch::Tensor x) {
+      blocks.push_back({path, mirror->parameters(), mirror->buffers(), [this, m = submodule(path), path](torch::Tensor x) {
                           c10::IValue y = torch::jit::Module(m).forward({x});
                           adopt_reassigned_buffers();
-                          return as_layer_output(y, path, "dist.pipeline");
+                          if (!y.isTensor())
+                            throw UserError("model.path: " + path_ + "'s submodule " + path + " returned " +
+                                            y.tagKind() + "; its forward runs submodule by submodule "
+                                            "(dist.pipeline, dist.shard parameters), each returning one tensor");
+                          return y.toTensor();
                         }});
     }
-    return layers;
+    return blocks;
+  }
+  std::string why_no_blocks() const override {
+    return chain_.why_not + "; a forward that only passes its input through its submodules one after another (an "
+           "nn.Sequential, or x = self.embed(x); for layer in self.layers: x = layer(x); return self.head(x)) can be";
   }
 
   void save_extras(const std::string& output_dir) const override {
@@ -231,22 +226,6 @@ class ScriptedModel : public Model {
     torch::Tensor tensor;
   };
 
-  // Note [Scripted units]: the chain, each submodule with parameters inside the unit hooks.
-  c10::IValue forward_by_units(const torch::Tensor& x) {
-    enter_shard_root();
-    c10::IValue h = x;
-    std::size_t unit = 0;
-    for (const auto& path : chain_.paths) {
-      torch::jit::Module m = submodule(path);
-      if (m.parameters().size() == 0) {
-        h = m.forward({h});
-        continue;
-      }
-      h = run_unit(unit++, [&] { return as_layer_output(m.forward({h}), path, "dist.shard: parameters"); });
-    }
-    return h;
-  }
-
   // A chain's submodule (Note [Scripted units]) and its mirror.
   torch::jit::Module submodule(const std::string& path) const {
     torch::jit::Module m = module_;
@@ -256,13 +235,6 @@ class ScriptedModel : public Model {
   std::shared_ptr<torch::nn::Module> mirror_of(const std::string& path) {
     return named_modules(/*name_prefix=*/"", /*include_self=*/false)[path];
   }
-  torch::Tensor as_layer_output(const c10::IValue& y, const std::string& path, const char* by) const {
-    if (!y.isTensor())
-      throw UserError("model.path: " + path_ + "'s submodule " + path + " returned " + y.tagKind() + "; " + by +
-                      " runs its forward submodule by submodule, each returning one tensor");
-    return y.toTensor();
-  }
-
   // Note [Reassigned buffers]
   void adopt_reassigned_buffers() {
     for (auto& buffer : buffers_) {

@@ -37,8 +37,9 @@ namespace ddp {
 
 // Note [Unit hooks]
 // Stage 3 gathers a unit's parameters just before it runs and frees them after, in forward and
-// again in backward. The model calls before_root() as its forward starts, and before_unit() and
-// after_unit() around each unit (Model::run_unit); unit 0, the root, holds the parameters of no unit
+// again in backward. ShardedBlocks, the runner of the model's blocks (Note [Blocks]), calls
+// before_root() as the forward starts, and before_unit() and after_unit() around each unit's block;
+// unit 0, the root, holds the parameters of no unit
 // or of several (a tied embedding), and stays gathered from the start of forward until its
 // gradients are reduce-scattered. after_unit() frees the unit and puts a hook on its output, which
 // backward reaches just before the unit's own backward: the hook gathers it again and prefetches

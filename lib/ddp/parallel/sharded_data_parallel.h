@@ -77,7 +77,7 @@ class ShardedDataParallel final : public GradientSync {
   /// After the optimizer stepped the pieces: stage 2 gathers every rank's whole parameters.
   void after_optimizer_step();
 
-  /// Stage 3, from the model's forward (Note [Unit hooks]): the root's parameters at its start.
+  /// Stage 3, from the blocks' runner (Note [Unit hooks]): the root's parameters as forward starts.
   void before_root();
   /// Stage 3: before model unit `unit` (0-based, not counting the root) runs.
   void before_unit(std::size_t unit);

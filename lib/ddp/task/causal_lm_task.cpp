@@ -6,7 +6,6 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
-#include "ddp/model/gpt.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/task/task_registry.h"
 
@@ -36,19 +35,10 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
     spdlog::info("tokens: data.path {}: {}", data.path, describe(*train_));
     if (eval_) spdlog::info("tokens: data.eval_path {}: {}", data.eval_path, describe(*eval_));
   }
-  if (model.name == "gpt") {
-    model_ = std::make_shared<Gpt>(gpt_options(model));
-    vocab_size_ = model.vocab_size;
-    model_source_ = "model.vocab_size";
-    if (!model.init_from.empty()) {
-      try {
-        load_gpt_weights(static_cast<Gpt&>(*model_), model.init_from);
-      } catch (const FileError& e) {
-        throw FileError(std::string("model.init_from: ") + e.what());
-      }
-    }
-  } else {
-    model_ = make_model(model, context.model);
+  model_ = make_model(model, context.model);
+  vocab_size_ = model_->output_width();
+  model_source_ = "model.vocab_size";
+  if (vocab_size_ == 0) {  // a TorchScript module: its output shows its vocabulary
     model_source_ = "model.path " + model.path + "'s output width (its vocabulary)";
     vocab_size_ = probe_vocabulary(model.block_size);
   }

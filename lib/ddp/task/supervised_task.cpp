@@ -83,8 +83,9 @@ void register_supervised_tasks(TaskRegistrations& tasks) {
                         const TaskContext& context) -> std::unique_ptr<Task> {
     return std::make_unique<SupervisedTask>(data, model, loss, context);
   };
-  tasks.add("classification", {DatasetKind::kSamples, {"cross_entropy", "bce_with_logits"}, {}, make});
-  tasks.add("regression", {DatasetKind::kSamples, {"mse"}, {}, make});
+  const std::vector<std::string> models{"convnet", "linear3", "mlp", "torchscript"};
+  tasks.add("classification", {DatasetKind::kSamples, {"cross_entropy", "bce_with_logits"}, models, make});
+  tasks.add("regression", {DatasetKind::kSamples, {"mse"}, models, make});
 }
 
 }  // namespace ddp

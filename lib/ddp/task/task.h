@@ -56,7 +56,7 @@ class Task {
   virtual torch::Tensor loss(const Batch& batch) = 0;
 
   /// Pipeline stages: the loss of `output`, the model's output for `batch`, which the last stage
-  /// computed. Tasks whose model runs as layers (pipeline_layers) have it.
+  /// computed. Tasks whose model runs as blocks (Model::blocks) have it.
   virtual torch::Tensor output_loss(const torch::Tensor& output, const Batch& batch) {
     (void)output, (void)batch;
     throw std::logic_error("this task's model does not run as pipeline stages");

@@ -46,11 +46,6 @@ std::string either(const std::vector<std::string>& words) {
   return out;
 }
 
-// The model names `registration` trains.
-std::vector<std::string> models_of(const TaskRegistration& registration) {
-  return registration.models.empty() ? model_names() : registration.models;
-}
-
 // The data.dataset values of `kind`.
 std::vector<std::string> formats_of(DatasetKind kind) {
   std::vector<std::string> names;
@@ -100,7 +95,7 @@ std::vector<TaskMismatch> task_mismatches(const TaskConfig& task, const DataConf
           formats_of(chosen.data));
   }
   check(found, "model.name", model.name, task.task,
-        [&model](const TaskRegistration& r) { return contains(models_of(r), model.name); }, models_of(chosen));
+        [&model](const TaskRegistration& r) { return contains(r.models, model.name); }, chosen.models);
   check(found, "train.loss", loss.loss, task.task,
         [&loss](const TaskRegistration& r) { return contains(r.losses, loss.loss); }, chosen.losses);
   return found;

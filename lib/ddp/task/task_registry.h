@@ -22,7 +22,7 @@ using TaskFactory = std::function<std::unique_ptr<Task>(const DataConfig& data, 
 struct TaskRegistration {
   DatasetKind data = DatasetKind::kSamples;  ///< the kind of data.dataset it reads
   std::vector<std::string> losses;           ///< the train.loss values it takes
-  std::vector<std::string> models;  ///< the model.name values it takes (built itself or from the registry); empty: any of the registry's
+  std::vector<std::string> models;  ///< the model.name values it takes (built itself or from the registry)
   TaskFactory make;
 };
 

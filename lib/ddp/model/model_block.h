@@ -1,0 +1,43 @@
+#pragma once
+// A model's structure, as the passes see it (Note [Blocks]): its forward as an ordered list of
+// blocks, and the runner a pass installs to wrap them.
+
+#include <torch/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+// Note [Blocks]: a model declares its forward once, as blocks in order: the first takes the model's
+// input, each the previous one's output, the last gives the model's output. That is all a model says
+// about parallelism. The passes work from it, from outside: pipeline stages cut between blocks, and
+// dist.shard parameters gathers each block's parameters before it runs and frees them after (a
+// parameter that two blocks use, as a tied embedding, stays with the root, gathered throughout).
+// LibTorch's C++ modules have no forward hooks, so a pass that must act around each block installs
+// a BlockRunner; without one the model runs its blocks one after another.
+
+/// One piece of a model's forward.
+struct ModelBlock {
+  std::string name;                       ///< "transformer.h.3": what dist.pipeline_split names
+  std::vector<torch::Tensor> parameters;  ///< those it uses (a tied weight is in two blocks)
+  std::vector<torch::Tensor> buffers;     ///< those it keeps (BatchNorm statistics, masks)
+  std::function<torch::Tensor(torch::Tensor)> forward;
+};
+
+/// Runs a model's blocks for a pass that acts around each.
+class BlockRunner {
+ public:
+  virtual ~BlockRunner() = default;
+  /// `blocks` on input `x`: the model's (or a pipeline stage's) blocks, the same list each call.
+  virtual torch::Tensor run(const std::vector<ModelBlock>& blocks, torch::Tensor x) = 0;
+};
+
+/// The blocks one after another, as a model runs them when no pass wraps them.
+inline torch::Tensor run_in_order(const std::vector<ModelBlock>& blocks, torch::Tensor x) {
+  for (const auto& block : blocks) x = block.forward(std::move(x));
+  return x;
+}
+
+}  // namespace ddp
