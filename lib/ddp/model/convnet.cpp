@@ -36,7 +36,7 @@ class ConvNet : public Model {
   }
 
   // The two conv blocks and the classifier.
-  std::vector<ModelBlock> blocks() override {
+  std::vector<ModelBlock> declare_blocks() override {
     bool channels_last = channels_last_;
     return {{"layer1", layer1_->parameters(), layer1_->buffers(),
              [layer = layer1_.ptr(), channels_last](torch::Tensor x) {

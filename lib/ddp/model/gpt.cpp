@@ -227,7 +227,7 @@ torch::Tensor Gpt::head(const torch::Tensor& x) {
   return torch::nn::functional::linear(transformer_->ln_f->forward(x), head_weight_);
 }
 
-std::vector<ModelBlock> Gpt::blocks() {
+std::vector<ModelBlock> Gpt::declare_blocks() {
   std::vector<ModelBlock> layers;
   layers.push_back({"transformer.wte", {transformer_->wte->weight, transformer_->wpe->weight}, {},
                     [this](torch::Tensor idx) { return embed(idx); }});

@@ -52,7 +52,7 @@ class Gpt : public Model {
   int64_t output_width() const override { return options_.vocab_size; }
   /// The embeddings, each block, then ln_f and the head: a stage boundary may fall before any block,
   /// and the embedding, tied to the head, stays with the root under dist.shard parameters.
-  std::vector<ModelBlock> blocks() override;
+  std::vector<ModelBlock> declare_blocks() override;
   /// model.pt (or any nanoGPT state_dict file), with or without the attn.bias mask buffers, which
   /// only one attention form keeps (Note [Attention forms]): a file from a LibTorch 2.x build loads
   /// on 1.13 and back. FileError as load_python_state_dict's.

@@ -29,7 +29,7 @@ class Mlp : public Model {
 
   // Each Linear with its ReLU, under the Sequential's name (layers.0, layers.2, ...): the
   // Sequential's forward, one Linear at a time.
-  std::vector<ModelBlock> blocks() override {
+  std::vector<ModelBlock> declare_blocks() override {
     std::vector<ModelBlock> blocks;
     for (std::size_t i = 0; i < linears_.size(); ++i) {
       bool first = i == 0, last = i + 1 == linears_.size();

@@ -49,10 +49,15 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
 
 void Model::load_weights(const std::string& path) { load_python_state_dict(*this, path); }
 
+const std::vector<ModelBlock>& Model::blocks() {
+  if (!declared_) blocks_ = declare_blocks();
+  declared_ = true;
+  return blocks_;
+}
+
 torch::Tensor Model::run_blocks(torch::Tensor x) {
-  if (blocks_.empty()) blocks_ = blocks();
   // A model without blocks that kept the default forward would pass its input through untouched.
-  if (blocks_.empty()) throw std::logic_error("a model without blocks() must override forward()");
+  if (blocks().empty()) throw std::logic_error("a model without declare_blocks() must override forward()");
   return runner_ ? runner_->run(blocks_, std::move(x)) : run_in_order(blocks_, std::move(x));
 }
 

@@ -34,8 +34,9 @@ class Model : public torch::nn::Module {
   /// installed (Note [Blocks]).
   virtual torch::Tensor forward(torch::Tensor x) { return run_blocks(std::move(x)); }
 
-  /// The forward as blocks in order (Note [Blocks]); empty when it cannot be split (`why_no_blocks`).
-  virtual std::vector<ModelBlock> blocks() { return {}; }
+  /// The forward as blocks in order (Note [Blocks]), declared once and the same list forward runs;
+  /// empty when it cannot be split (`why_no_blocks`).
+  const std::vector<ModelBlock>& blocks();
   /// Why blocks() is empty, as "it is not ...", for the pass that needed them.
   virtual std::string why_no_blocks() const {
     return "it is not a sequence of layers (gpt, mlp, convnet and a TorchScript module whose forward chains its "
@@ -62,6 +63,8 @@ class Model : public torch::nn::Module {
   virtual void save_extras(const std::string& output_dir) const { (void)output_dir; }
 
  protected:
+  /// The model's blocks, built on first use of blocks(): each model that can be split says what.
+  virtual std::vector<ModelBlock> declare_blocks() { return {}; }
   /// Whether a pass installed a runner: a model whose own forward is not its blocks (TorchScript)
   /// then runs them instead.
   bool has_block_runner() const { return runner_ != nullptr; }
@@ -69,7 +72,8 @@ class Model : public torch::nn::Module {
   torch::Tensor run_blocks(torch::Tensor x);
 
  private:
-  std::vector<ModelBlock> blocks_;
+  std::vector<ModelBlock> blocks_;  // declare_blocks(), once
+  bool declared_ = false;
   BlockRunner* runner_ = nullptr;
 };
 

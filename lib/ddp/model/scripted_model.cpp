@@ -191,7 +191,7 @@ class ScriptedModel : public Model {
   std::vector<int64_t> input_shape() const override { return {}; }
 
   // Note [Scripted units]: the chain's submodules are its blocks, in order.
-  std::vector<ModelBlock> blocks() override {
+  std::vector<ModelBlock> declare_blocks() override {
     std::vector<ModelBlock> blocks;
     for (const auto& path : chain_.paths) {
       auto mirror = mirror_of(path);
