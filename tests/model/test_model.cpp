@@ -121,6 +121,24 @@ TEST_CASE("the registry lists its models and names the fix for a wrong one", "[m
   CHECK_THROWS_AS(ddp::make_model(config("mlp", 10, true, true, {64, 0})), ddp::ConfigError);
 }
 
+TEST_CASE("a model's forward is its blocks in order, declared once; a model with neither blocks nor a forward of "
+          "its own fails instead of passing its input through",
+          "[model]") {
+  auto mlp = ddp::make_model(config("mlp"));
+  const auto& blocks = mlp->blocks();
+  REQUIRE(blocks.size() == 3);  // model.hidden's two widths and the classifier
+  CHECK(blocks[0].name == "layers.0");
+  CHECK(blocks[2].name == "layers.4");
+  CHECK(&mlp->blocks() == &blocks);  // the one list every pass and forward read
+  torch::NoGradGuard no_grad;
+  auto x = torch::rand({2, 1, 28, 28});
+  CHECK(torch::equal(mlp->forward(x), ddp::run_in_order(blocks, x)));
+  CHECK(ddp::make_model(config("linear3"))->blocks().empty());
+  struct Empty : ddp::Model {};
+  Empty empty;
+  CHECK_THROWS_WITH(empty.forward(x), "a model without declare_blocks() must override forward()");
+}
+
 TEST_CASE("state_dict keys and shapes equal the Python twin's", "[model][python]") {
   for (const auto& c : {config("convnet"), config("convnet", 10, false, true), config("convnet", 3, true, false),
                         config("linear3", 4), config("mlp"), config("mlp", 10, true, true, {})}) {
