@@ -121,7 +121,7 @@ TEST_CASE("the registry lists its models and names the fix for a wrong one", "[m
   CHECK_THROWS_AS(ddp::make_model(config("mlp", 10, true, true, {64, 0})), ddp::ConfigError);
 }
 
-TEST_CASE("a model's forward is its blocks in order, declared once; a model with neither blocks nor a forward of "
+TEST_CASE("a model's forward is its blocks in order, declared once, and a model with neither blocks nor a forward of "
           "its own fails instead of passing its input through",
           "[model]") {
   auto mlp = ddp::make_model(config("mlp"));
