@@ -17,6 +17,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/checkpoint/checkpointer.h"
+#include "ddp/checkpoint/sharded_checkpoint.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/optim/optimizer_factory.h"
@@ -45,8 +46,10 @@ TrainProgress load(const CheckpointInfo& checkpoint, torch::nn::Module& model, t
       throw FileError(checkpoint.data_path + " was written by world size " + std::to_string(saved.world_size) +
                       ", this run has " + std::to_string(world_size));
   };
-  return ddp::load_checkpoint_bytes(ddp::read_whole_file(checkpoint.data_path), checkpoint.data_path, model, optimizer,
-                                    0, accept);
+  std::string manifest = fs::exists(checkpoint.manifest_path) ? ddp::read_whole_file(checkpoint.manifest_path) : "";
+  return ddp::load_whole_checkpoint(manifest, checkpoint.manifest_path,
+                                    ddp::read_whole_file(ddp::common_file(manifest, checkpoint.manifest_path)), model,
+                                    optimizer, 0, accept);
 }
 
 // A small MLP and SGD with momentum, so a step leaves optimizer state that a load must restore.
@@ -124,7 +127,7 @@ CheckpointConfig checkpoint_config(int64_t keep_last, const std::string& resume 
 
 // Saves one checkpoint per step in `steps` from the same trained model.
 void save_steps(Checkpointer& checkpointer, Trainee& trainee, const std::vector<int64_t>& steps, int world_size = 1) {
-  for (int64_t step : steps) checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(step), world_size);
+  for (int64_t step : steps) ddp::save_whole_checkpoint(checkpointer, *trainee.model, *trainee.optimizer, progress_at(step), world_size);
 }
 
 std::vector<std::string> file_names(const std::string& directory) {
@@ -216,7 +219,7 @@ TEST_CASE("save then load into a fresh model restores weights, optimizer, progre
   torch::manual_seed(1);
   auto saved = trained_trainee();
   Checkpointer checkpointer(checkpoint_config(2), tmp.file("checkpoints"));
-  checkpointer.save(*saved.model, *saved.optimizer, progress_at(7, 2, 3), /*world_size=*/1);
+  ddp::save_whole_checkpoint(checkpointer, *saved.model, *saved.optimizer, progress_at(7, 2, 3), /*world_size=*/1);
   torch::Tensor random_after_save = torch::rand({16});
 
   torch::manual_seed(99);  // a different initialization and a different RNG position
@@ -341,14 +344,14 @@ TEST_CASE("resume=auto skips a torn or corrupt newest checkpoint and takes the p
   SECTION("a manifest with a field missing or of the wrong type is reported, not thrown") {
     std::string manifest = read_file(newest.manifest_path);
     SECTION("bytes missing") {
-      auto at = manifest.find("\"bytes\"");
+      auto at = manifest.find("bytes: ");  // the common file's
       REQUIRE(at != std::string::npos);
-      manifest.replace(at, 7, "\"bztes\"");
+      manifest.replace(at, 5, "bztes");
     }
     SECTION("crc32 not a number") {
-      auto at = manifest.find("\"crc32\": ");
+      auto at = manifest.find("crc32: ");
       REQUIRE(at != std::string::npos);
-      manifest.insert(at + 9, "x");
+      manifest.insert(at + 7, "x");
     }
     write_file(newest.manifest_path, manifest);
     std::string problem;
@@ -492,7 +495,7 @@ TEST_CASE("a failed save throws IoError naming the path and leaves the previous 
       WARN("skipped the read-only directory check: this user (root?) can write to a 0555 directory");
     } else {
       // Permissions: a usage error, which a restart would only repeat.
-      CHECK_THAT(file_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+      CHECK_THAT(file_error([&] { ddp::save_whole_checkpoint(checkpointer, *trainee.model, *trainee.optimizer, progress_at(2), 1); }),
                  Contains(dir));
       previous_is_intact();
     }
@@ -501,7 +504,7 @@ TEST_CASE("a failed save throws IoError naming the path and leaves the previous 
     write_file(tmp.file("afile"), "a file, not a directory");
     const std::string impossible = tmp.file("afile/checkpoints");
     Checkpointer doomed(checkpoint_config(2), impossible);
-    CHECK_THAT(io_error([&] { doomed.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+    CHECK_THAT(io_error([&] { ddp::save_whole_checkpoint(doomed, *trainee.model, *trainee.optimizer, progress_at(2), 1); }),
                Contains(impossible));
     previous_is_intact();
   }
@@ -509,7 +512,7 @@ TEST_CASE("a failed save throws IoError naming the path and leaves the previous 
     const std::string data = info_for(dir, 2).data_path;
     {
       WriteLimit full(checkpoint_bytes / 2);
-      CHECK_THAT(io_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+      CHECK_THAT(io_error([&] { ddp::save_whole_checkpoint(checkpointer, *trainee.model, *trainee.optimizer, progress_at(2), 1); }),
                  Contains(data) && Contains("File too large"));
     }
     CHECK(!temporary_left(data));
@@ -520,7 +523,7 @@ TEST_CASE("a failed save throws IoError naming the path and leaves the previous 
     const std::string manifest = info_for(dir, 2).manifest_path;
     fs::create_directory(manifest);  // a non-empty directory in the way of the rename
     write_file(manifest + "/inside", "x");
-    CHECK_THAT(io_error([&] { checkpointer.save(*trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+    CHECK_THAT(io_error([&] { ddp::save_whole_checkpoint(checkpointer, *trainee.model, *trainee.optimizer, progress_at(2), 1); }),
                Contains(manifest));
     CHECK(!temporary_left(manifest));
     auto steps = listed_steps(checkpointer);  // the directory in the way is listed as unreadable (-1)

@@ -1,7 +1,7 @@
 // Pipeline stages (dist.pipeline) by real ddprun processes: 2 stages × 1 and × 2 replicas train the
 // GPT, the MLP and a TorchScript nn.Sequential to world 1's weights under both schedules; 1F1B holds
 // fewer activations than GPipe; each stage holds its own parameters; the measured bubble is printed
-// beside (P-1)/(M+P-1); checkpoints resume at another layout; a stopped stage is named, a killed one
+// beside (P-1)/(M+P-1); checkpoints resume at another layout (and test_resume_matrix.cpp); a stopped stage is named, a killed one
 // resumes exactly; models and splits that cannot be had say why.
 #include <torch/torch.h>
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
@@ -192,41 +192,6 @@ TEST_CASE("at 8 microbatches 1F1B holds fewer activations than GPipe, each stage
   CHECK(metric_value(dir.file("1f1b/metrics.jsonl"), "pipeline_stage1_bubble") >= 0);
   std::string report = read_file(dir.file("1f1b/report.html"));
   CHECK_THAT(report, Contains("<h2>Pipeline stages</h2>") && Contains("bubble (measured)"));
-}
-
-TEST_CASE("a pipeline's sharded checkpoint resumes at world 1, and world 1's whole one in 2 stages × 2", "[pipeline]") {
-  TempDir dir;
-  std::string config = gpt_config(dir);
-  auto run = [&](int nproc, const std::string& name, const std::vector<std::string>& more) {
-    auto r = ddprun(nproc, config,
-                    with({"run.output_dir=" + dir.file(name), "train.max_steps=30", "checkpoint.every_steps=15",
-                          "checkpoint.keep_last=5", "data.eval_split=none"},
-                         more));
-    INFO(r.out << r.err);
-    REQUIRE(r.exit_code == 0);
-    return r.out;
-  };
-  // A finished run, cut back to its step-15 checkpoint: the resume goes on from there.
-  auto cut_back = [&](const std::string& from, const std::string& to) {
-    fs::copy(dir.file(from), dir.file(to), fs::copy_options::recursive);
-    for (const auto& entry : fs::directory_iterator(dir.file(to + "/checkpoints")))
-      if (entry.path().filename().string().find("0000000030") != std::string::npos) fs::remove(entry.path());
-    fs::remove(dir.file(to + "/model.pt"));
-    fs::remove(dir.file(to + "/metrics.jsonl"));
-  };
-  run(2, "pipeline", {"dist.pipeline=2"});
-  CHECK(fs::exists(dir.file("pipeline/checkpoints/step_0000000015.shard-1-of-2.pt")));
-  cut_back("pipeline", "to_one");
-  std::string out = run(1, "to_one", {});
-  CHECK_THAT(out, Contains("2 shards of pipeline 2 × data_replicate 1"));
-  CHECK(largest_difference(dir.file("pipeline/model.pt"), dir.file("to_one/model.pt")) < 1e-5);
-
-  run(1, "one", {});
-  CHECK(fs::exists(dir.file("one/checkpoints/step_0000000015.pt")));
-  cut_back("one", "to_pipeline");
-  out = run(4, "to_pipeline", {"dist.pipeline=2"});
-  CHECK_THAT(out, Contains("resumed from"));
-  CHECK(largest_difference(dir.file("one/model.pt"), dir.file("to_pipeline/model.pt")) < 1e-5);
 }
 
 TEST_CASE("dist.shard within each stage (2 stages × 2 shards of optimizer, gradients or parameters, and × 2 replicas) "

@@ -83,7 +83,7 @@ TEST_CASE("each checkpoint records the run's config: a re-run without config.yam
   std::string run = dir.file("run"), checkpoint = run + "/checkpoints/step_0000000005.json";
   REQUIRE(train(run, {"train.max_steps=5"}).exit_code == 0);
   std::string manifest = read_file(checkpoint);
-  CHECK_THAT(manifest, Contains("\"config\": \"") && Contains("lr: 0.05") && Contains("\"data\": \"training samples: 2048"));
+  CHECK_THAT(manifest, Contains("config: \"") && Contains("lr: 0.05") && Contains("data: \"training samples: 2048"));
 
   // A named checkpoint, resumed into another run directory with another learning rate.
   auto named = train(dir.file("elsewhere"), {"optim.lr=0.5", "checkpoint.resume=" + checkpoint});

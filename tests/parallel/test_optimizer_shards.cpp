@@ -100,17 +100,18 @@ TEST_CASE("ZeRO-1: every rank picks the same owners, largest first to the least-
   }
 }
 
-TEST_CASE("ZeRO-1: the gathered state is the replicated optimizer's, and each rank keeps its part of it, so a run "
-          "resumes at world 3, 2 and 1 bit for bit",
+TEST_CASE("ZeRO-1: the owners' ranges hold the replicated optimizer's state, each tensor once, and restoring "
+          "each rank's ranges from them resumes a run at world 3, 2 and 1 bit for bit",
           "[parallel][zero]") {
   constexpr int kSaved = 3, kResumed = 2;
   const auto saved_reference = replicated_after(kSaved);
   const auto expected = replicated_after(kSaved + kResumed);
 
-  // World 4 trains three steps; every rank gathers the whole state, rank 0 keeps it as a checkpoint would.
-  std::vector<torch::Tensor> saved_values;
-  std::vector<StateTensors> saved_states;
+  // World 4 trains three steps; each owner saves its ranges' values and state, as a checkpoint does.
+  std::vector<torch::Tensor> saved_values(kSizes.size());
+  std::vector<StateTensors> saved_states(kSizes.size());
   std::vector<int> state_mismatches(4, -1);
+  std::mutex saving;
   check_no_errors(ddp::test::run_ranks(4, [&](int rank, const ddp::Communicator& group) {
     auto parameters = make_parameters();
     OptimizerShards shards(parameters, group);
@@ -124,36 +125,37 @@ TEST_CASE("ZeRO-1: the gathered state is the replicated optimizer's, and each ra
       shards.share_updated_parameters();
       replicated.step();
     }
-    torch::optim::AdamW whole(parameters, adamw());
-    shards.gather_state(optimizer, whole);
+    std::lock_guard<std::mutex> lock(saving);
     state_mismatches[rank] = 0;
-    for (std::size_t i = 0; i < parameters.size(); ++i)
-      state_mismatches[rank] += !same_state(ddp::read_state(whole, parameters[i]), ddp::read_state(replicated, reference[i]));
-    if (rank == 0)
-      for (const auto& p : parameters) {
-        saved_values.push_back(p.detach().clone());
-        saved_states.push_back(ddp::read_state(whole, p));
-      }
+    for (const ddp::OwnedRange& range : shards.owned_ranges()) {
+      StateTensors state = ddp::read_state(optimizer, range.stepped);
+      state_mismatches[rank] += saved_values[range.parameter].defined() || range.begin != 0 ||
+                                !same_state(state, ddp::read_state(replicated, reference[range.parameter]));
+      saved_values[range.parameter] = range.value.detach().clone();
+      saved_states[range.parameter] = state;
+    }
   }));
   CHECK(state_mismatches == std::vector<int>(4, 0));
-  REQUIRE(saved_values.size() == kSizes.size());
-  for (std::size_t i = 0; i < kSizes.size(); ++i) CHECK(torch::equal(saved_values[i], saved_reference[i]));
+  for (std::size_t i = 0; i < kSizes.size(); ++i) {
+    REQUIRE(saved_values[i].defined());
+    CHECK(torch::equal(saved_values[i], saved_reference[i]));
+  }
 
   for (int world : {3, 2, 1}) {
     DYNAMIC_SECTION("resumed at world " << world) {
       std::vector<int> differing(world, -1);
       check_no_errors(ddp::test::run_ranks(world, [&](int rank, const ddp::Communicator& group) {
-        std::vector<torch::Tensor> parameters;
-        for (const auto& value : saved_values) parameters.push_back(value.clone().requires_grad_());
-        torch::optim::AdamW whole(parameters, adamw());
-        for (std::size_t i = 0; i < parameters.size(); ++i) {
-          StateTensors state{saved_states[i].step.clone(), {}};
-          for (const auto& slot : saved_states[i].slots) state.slots.push_back(slot.clone());
-          ddp::write_state(whole, parameters[i], state);
-        }
+        auto parameters = make_parameters();  // other values: the ranges' restore must reach every rank
         OptimizerShards shards(parameters, group);
         torch::optim::AdamW optimizer(shards.owned(), adamw());
-        shards.keep_owned_state(whole, optimizer);
+        torch::NoGradGuard no_grad;
+        for (const ddp::OwnedRange& range : shards.owned_ranges()) {
+          range.value.copy_(saved_values[range.parameter]);
+          StateTensors state{saved_states[range.parameter].step.clone(), {}};
+          for (const auto& slot : saved_states[range.parameter].slots) state.slots.push_back(slot.clone());
+          ddp::write_state(optimizer, range.stepped, state);
+        }
+        shards.share_updated_parameters();
         for (int step = kSaved; step < kSaved + kResumed; ++step) {
           set_gradients(parameters, step);
           optimizer.step();

@@ -11,7 +11,6 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
-#include "ddp/model/python_state_dict.h"
 
 namespace ddp {
 namespace {
@@ -67,35 +66,6 @@ std::string verify_file(const std::string& path, uint64_t bytes, uint32_t crc, s
 
 Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory)
     : config_(config), directory_(std::move(directory)) {}
-
-void Checkpointer::save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                        const TrainProgress& progress, int world_size,
-                        const std::vector<torch::Tensor>& rank_rng) {
-  ensure_directory();
-  torch::serialize::OutputArchive archive;
-  write_progress(archive, progress, world_size, rank_rng);
-  for (const auto& [name, tensor] : python_state_dict(model)) archive.write("model/" + name, tensor);
-  torch::serialize::OutputArchive optimizer_archive;
-  optimizer.save(optimizer_archive);
-  archive.write("optimizer", optimizer_archive);
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  std::string data = bytes.str();
-
-  std::string base = directory_ + "/" + checkpoint_stem(progress.step);
-  write_file_atomically(base + ".pt", data);
-  YAML::Emitter manifest;
-  manifest << YAML::DoubleQuoted << YAML::Flow << YAML::BeginMap;
-  manifest << YAML::Key << "format_version" << YAML::Value << kFormatVersion;
-  manifest << YAML::Key << "step" << YAML::Value << progress.step;
-  manifest << YAML::Key << "epoch" << YAML::Value << progress.epoch;
-  manifest << YAML::Key << "world_size" << YAML::Value << world_size;
-  manifest << YAML::Key << "bytes" << YAML::Value << data.size();
-  manifest << YAML::Key << "crc32" << YAML::Value << crc32_of(data);
-  write_run_identity(manifest);
-  manifest << YAML::EndMap;
-  commit(progress.step, std::string(manifest.c_str()) + "\n");
-}
 
 void Checkpointer::write_run_identity(YAML::Emitter& manifest) const {
   manifest << YAML::Key << "config" << YAML::Value << YAML::DoubleQuoted << identity_.config;
@@ -195,7 +165,8 @@ std::string verify_checkpoint(const CheckpointInfo& checkpoint) {
     return "unreadable manifest " + checkpoint.manifest_path;
   }
   try {  // a damaged manifest is a problem to report, not an exception to escape find_resume_point()
-    if (!manifest["format_version"] || manifest["format_version"].as<int>() != Checkpointer::kFormatVersion)
+    if (!manifest["format_version"] || manifest["format_version"].as<int>() < 1 ||
+        manifest["format_version"].as<int>() > Checkpointer::kFormatVersion)
       return "unsupported format version in " + checkpoint.manifest_path;
     // Sharded: the common file here; each rank verifies the shards it reads (they may be on its node only).
     YAML::Node data = manifest["shards"] ? manifest["common"] : manifest;
@@ -272,47 +243,6 @@ void restore_rng(torch::serialize::InputArchive& archive, int rank) {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   }
-}
-
-TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
-                                    torch::optim::Optimizer& optimizer, int rank,
-                                    const std::function<void(const TrainProgress&)>& accept) {
-  const std::string& path = source;
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(bytes.data(), bytes.size());
-  } catch (const c10::Error& e) {
-    throw FileError(path + ": not a readable checkpoint");
-  }
-  TrainProgress progress = read_progress(archive, path);
-  if (accept) accept(progress);
-  // Check every tensor before touching the model, so a mismatch leaves it as it was.
-  auto entries = python_state_dict(model);
-  std::vector<torch::Tensor> values;
-  std::string problems;
-  for (const auto& [name, tensor] : entries) {
-    torch::Tensor value;
-    if (!archive.try_read("model/" + name, value)) {
-      problems += " missing " + name + ";";
-    } else if (value.sizes() != tensor.sizes()) {
-      problems += " " + name + " has shape " + c10::str(value.sizes()) + " in the checkpoint, " +
-                  c10::str(tensor.sizes()) + " in the model;";
-    }
-    values.push_back(value);
-  }
-  if (!problems.empty())
-    throw FileError(path + " does not fit this model (was it written with another model config?):" + problems);
-  torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < entries.size(); ++i) entries[i].second.copy_(values[i]);
-  torch::serialize::InputArchive optimizer_archive;
-  if (!archive.try_read("optimizer", optimizer_archive)) throw FileError(path + ": no optimizer state");
-  try {
-    optimizer.load(optimizer_archive);
-  } catch (const c10::Error&) {
-    throw FileError(path + ": its optimizer state does not fit optim.name and the model of this run");
-  }
-  restore_rng(archive, rank);
-  return progress;
 }
 
 }  // namespace ddp

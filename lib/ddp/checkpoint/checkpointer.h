@@ -1,7 +1,7 @@
 #pragma once
 // Checkpoints: data files committed by an atomic rename, then a manifest (format version, world
 // size, step, each file's size and CRC-32). A checkpoint without a valid manifest never counts.
-// Whole checkpoints are one file rank 0 writes; sharded ones (sharded_checkpoint.h) a file per shard.
+// What the files hold, whole or sharded, is sharded_checkpoint.h's.
 
 #include <torch/torch.h>
 
@@ -45,7 +45,8 @@ struct CheckpointInfo {
 /// Saves, finds and loads checkpoints in one directory.
 class Checkpointer {
  public:
-  static constexpr int kFormatVersion = 1;
+  /// Format 2 (Note [Sharded checkpoints]); format 1's checkpoints are still read.
+  static constexpr int kFormatVersion = 2;
 
   /// Checkpoints live in `directory` (created on the first save).
   Checkpointer(const CheckpointConfig& config, std::string directory);
@@ -68,13 +69,6 @@ class Checkpointer {
   /// Every rank, whichever writes: the run has a checkpoint of step `step` now. The cadence is
   /// decided alike on every rank, as all take part in gathering a checkpoint.
   void mark_saved(int64_t step) { last_saved_step_ = step; }
-
-  /// Writes model, optimizer, progress and RNG state atomically, then prunes to keep_last.
-  /// `rank_rng`: every rank's CPU generator state, by rank (ranks draw different amounts, e.g.
-  /// dropout on batches of different sizes); empty: this process's alone. Throws IoError (the
-  /// previous checkpoints stay intact) when the disk is full or unwritable.
-  void save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-            const TrainProgress& progress, int world_size, const std::vector<torch::Tensor>& rank_rng = {});
 
   /// The checkpoint `checkpoint.resume` selects: auto → the newest one that verifies (a corrupt newer
   /// one is reported and skipped), never → none, a path → that one (FileError if it does not verify).
@@ -105,16 +99,6 @@ class Checkpointer {
   RunIdentity identity_;
   int64_t last_saved_step_ = -1;
 };
-
-/// Restores model, optimizer and RNG state from a checkpoint file's bytes; returns the progress.
-/// `accept` sees the checkpoint's progress (step, position, batch and world size) before anything is
-/// restored, and throws to refuse it. FileError if the checkpoint does not fit this model. Rank 0
-/// reads and verifies the file and broadcasts its bytes, so no other rank needs it (node-local
-/// storage is enough). `source` names them in errors. `rank` restores its own generator state
-/// where the checkpoint has one for it (the writer's otherwise).
-TrainProgress load_checkpoint_bytes(const std::string& bytes, const std::string& source, torch::nn::Module& model,
-                                    torch::optim::Optimizer& optimizer, int rank = 0,
-                                    const std::function<void(const TrainProgress&)>& accept = {});
 
 /// The checkpoint a path names: its manifest (.json), its data file (.pt), or their common stem.
 CheckpointInfo checkpoint_at(const std::string& path);

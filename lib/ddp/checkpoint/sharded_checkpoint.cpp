@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -17,33 +18,40 @@
 namespace ddp {
 
 // Note [Sharded checkpoints]
-// A checkpoint of step N under checkpoint.format sharded is, in the checkpoint directory:
-//   step_N.shard-S-of-K.pt  one per shard of the data-shard group, written by its rank of data
-//                           replica 0: for each run of a parameter's elements that rank keeps
-//                           (OwnedRange: a piece of a flat shard, a whole tensor under ZeRO-1),
-//                           the values and the optimizer state (step count and moments);
+// A checkpoint of step N is, in the checkpoint directory (format 2):
+//   step_N.shard-S-of-K.pt  one per shard of the layout (a pipeline stage's data shard), written by
+//                           its rank of data replica 0: for each piece of a parameter it keeps, the
+//                           values and the optimizer state (step count and moments), box-shaped;
 //   step_N.common.pt        rank 0's: the progress, the buffers, every rank's generator state;
 //   step_N.json             the manifest, written last by rank 0 once every shard is on disk: world
-//                           size and mesh, each parameter's name and shape, each file's size and
-//                           CRC-32, and for each shard its runs (parameter, first element, count).
-// The runs say where every element is, whatever layout wrote them, so a resume at any layout
-// (another world size, another dist.shard, none) reads the shard files whose runs overlap its own
-// and copies the overlaps: resharding is interval intersection on flattened parameters. A rank
-// reads only what it keeps: at the same layout its own shard; replicated, all of them. Every rank
-// checks the CRC-32 of what it reads, and the ranks agree before any restores, so a damaged shard
-// seen by one rank sends all of them to the previous checkpoint (checkpoint.resume: auto) or fails
-// all of them with that rank's message. The checkpoint directory must be readable where the shards
-// are needed: shared storage, or one node; checkpoint.format whole is the choice otherwise.
+//                           size and mesh, the optimizer, each parameter's name and whole shape,
+//                           each file's size and CRC-32, and for each shard its pieces as
+//                           [parameter, offsets, sizes]: the box of the whole tensor it holds.
+// A whole checkpoint (checkpoint.format whole) is the one-shard case in one file, step_N.pt, which
+// holds the common state too: rank 0 writes it, reads it on resume and sends its bytes to every
+// rank, so no other rank needs the file (Note [Resume from rank 0]).
+// The boxes say where every element is, whatever layout wrote them (a ZeRO flat shard's run of
+// elements is the few boxes that tile it, tensor parallelism's row or column block one box), so a
+// resume at any layout (another world size, dist.shard, pipeline split, none) reads the files whose
+// pieces overlap its own and copies the overlaps: resharding is box intersection. A rank reads only
+// what it keeps: at the same layout its own shard; replicated, all of them. Every rank checks the
+// CRC-32 of what it reads, and the ranks agree before any restores, so a damaged shard seen by one
+// rank sends all of them to the previous checkpoint (checkpoint.resume: auto) or fails all of them
+// with that rank's message. The checkpoint directory must be readable where the shards are needed:
+// shared storage, or one node; checkpoint.format whole is the choice otherwise.
+// Format 1 is still read: its sharded checkpoints held 1-D runs [parameter, first element, count]
+// (read as the boxes that tile them), its whole ones the model by name and LibTorch's optimizer
+// archive (read through an optimizer like this run's over whole tensors).
 
 namespace {
 
 namespace fs = std::filesystem;
 
+constexpr int kFormat = 2;
+
 std::string shard_file(int64_t step, int shard, int shards) {
   return checkpoint_stem(step) + ".shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".pt";
 }
-
-std::string range_key(std::size_t k, const std::string& what) { return "r" + std::to_string(k) + "/" + what; }
 
 std::string archive_bytes(torch::serialize::OutputArchive& archive) {
   std::ostringstream out;
@@ -60,42 +68,187 @@ std::vector<std::pair<std::string, torch::Tensor>> unique_buffers(const torch::n
   return buffers;
 }
 
-// What every rank tells the others after writing its shard: "ok BYTES CRC" and its runs, or the error.
-std::string shard_report(const ShardLayout& layout, const std::string& data) {
+// What the manifest says of a shard's piece: "parameter ndim offsets... sizes...".
+struct PieceEntry {
+  std::size_t parameter;
+  TensorBox box;
+};
+
+// A layout's file: each range's boxes (values, step, slots), and with `common` the progress, buffers
+// and generators. Returns the bytes and fills `entries` with the pieces, in key order.
+std::string shard_data(const ShardLayout& layout, const torch::optim::Optimizer& optimizer,
+                       const std::function<void(torch::serialize::OutputArchive&)>& common,
+                       std::vector<PieceEntry>& entries) {
+  torch::NoGradGuard no_grad;
+  torch::serialize::OutputArchive archive;
+  for (const OwnedRange& range : layout.ranges) {
+    StateTensors state = read_state(optimizer, range.stepped);
+    torch::Tensor value = range.value.reshape(-1);
+    for (const RunBox& piece : boxes_of_run(layout.shapes[range.parameter], range.begin, range.value.numel())) {
+      const std::string key = "p" + std::to_string(entries.size()) + "/";
+      // Copies: an archive writes a view's whole storage (a flat unit), not the view.
+      auto cut = [&](const torch::Tensor& flat) {
+        return flat.reshape(-1).narrow(0, piece.first, piece.box.numel()).reshape(piece.box.sizes).to(torch::kCPU).clone();
+      };
+      archive.write(key + "value", cut(value));
+      archive.write(key + "step", state.step.to(torch::kCPU));
+      for (std::size_t s = 0; s < state.slots.size(); ++s) archive.write(key + "slot" + std::to_string(s), cut(state.slots[s]));
+      entries.push_back({range.parameter, piece.box});
+    }
+  }
+  if (common) common(archive);
+  return archive_bytes(archive);
+}
+
+// What goes into the common file (or the whole checkpoint's one file).
+void write_common(torch::serialize::OutputArchive& archive, const torch::nn::Module& model,
+                  const TrainProgress& progress, int data_parallel_size, const std::vector<torch::Tensor>& rank_rng) {
+  write_progress(archive, progress, data_parallel_size, rank_rng);
+  for (const auto& [name, buffer] : unique_buffers(model)) archive.write("buffer/" + name, buffer.to(torch::kCPU));
+}
+
+// What every writer tells the others: "ok BYTES CRC" and its pieces, or the error.
+std::string shard_report(const std::string& data, const std::vector<PieceEntry>& entries) {
   std::ostringstream out;
   out << "ok " << data.size() << " " << crc32_of(data) << "\n";
-  for (const auto& range : layout.ranges)
-    out << range.parameter << " " << range.begin << " " << range.value.numel() << "\n";
+  for (const auto& entry : entries) {
+    out << entry.parameter << " " << entry.box.sizes.size();
+    for (int64_t v : entry.box.offsets) out << " " << v;
+    for (int64_t v : entry.box.sizes) out << " " << v;
+    out << "\n";
+  }
   return out.str();
+}
+
+// The manifest of step `progress.step`; `reports[s]` is shard s's shard_report.
+std::string manifest_text(const Checkpointer& checkpointer, const ShardLayout& layout,
+                          const torch::optim::Optimizer& optimizer, const TrainProgress& progress, int world_size,
+                          const std::string& common_file, const std::string& common_data,
+                          const std::vector<std::string>& reports) {
+  YAML::Emitter manifest;
+  manifest << YAML::BeginMap;
+  manifest << YAML::Key << "format_version" << YAML::Value << kFormat;
+  manifest << YAML::Key << "step" << YAML::Value << progress.step;
+  manifest << YAML::Key << "epoch" << YAML::Value << progress.epoch;
+  manifest << YAML::Key << "world_size" << YAML::Value << world_size;
+  manifest << YAML::Key << "mesh" << YAML::Value << YAML::DoubleQuoted << layout.mesh;
+  manifest << YAML::Key << "optimizer" << YAML::Value << optimizer_name(optimizer);
+  manifest << YAML::Key << "common" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  manifest << YAML::Key << "file" << YAML::Value << common_file << YAML::Key << "bytes" << YAML::Value
+           << common_data.size() << YAML::Key << "crc32" << YAML::Value << crc32_of(common_data) << YAML::EndMap;
+  manifest << YAML::Key << "parameters" << YAML::Value << YAML::BeginSeq;
+  for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
+    manifest << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << layout.names[i];
+    manifest << YAML::Key << "shape" << YAML::Value << YAML::Flow << layout.shapes[i] << YAML::EndMap;
+  }
+  manifest << YAML::EndSeq;
+  manifest << YAML::Key << "shards" << YAML::Value << YAML::BeginSeq;
+  for (int s = 0; s < layout.shards; ++s) {
+    std::istringstream in(reports[static_cast<std::size_t>(s)]);
+    std::string ok;
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    in >> ok >> bytes >> crc;
+    manifest << YAML::BeginMap << YAML::Key << "file" << YAML::Value
+             << (layout.single_file ? common_file : shard_file(progress.step, s, layout.shards));
+    manifest << YAML::Key << "bytes" << YAML::Value << bytes << YAML::Key << "crc32" << YAML::Value << crc;
+    manifest << YAML::Key << "pieces" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (std::size_t parameter = 0, dims = 0; in >> parameter >> dims;) {
+      std::vector<int64_t> offsets(dims), sizes(dims);
+      for (auto& v : offsets) in >> v;
+      for (auto& v : sizes) in >> v;
+      manifest << YAML::Flow << YAML::BeginSeq << parameter << YAML::Flow << offsets << YAML::Flow << sizes
+               << YAML::EndSeq;
+    }
+    manifest << YAML::EndSeq << YAML::EndMap;
+  }
+  manifest << YAML::EndSeq;
+  checkpointer.write_run_identity(manifest);
+  manifest << YAML::EndMap;
+  return std::string(manifest.c_str()) + "\n";
+}
+
+// One file from every shard's pieces: shard s's report `reports[s]` ("ok BYTES CRC" and its
+// pieces) and bytes `data[s]`, renumbered in shard order into `archive`, their entries in `merged`.
+void merge_pieces(const std::vector<std::string>& reports, const std::vector<std::string>& data, int slots,
+                  torch::serialize::OutputArchive& archive, std::vector<PieceEntry>& merged) {
+  for (std::size_t s = 0; s < reports.size(); ++s) {
+    torch::serialize::InputArchive shard;
+    shard.load_from(data[s].data(), data[s].size());
+    std::istringstream in(reports[s]);
+    std::string ok;
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    in >> ok >> bytes >> crc;
+    for (std::size_t k = 0, parameter = 0, dims = 0; in >> parameter >> dims; ++k) {
+      PieceEntry entry{parameter, {std::vector<int64_t>(dims), std::vector<int64_t>(dims)}};
+      for (auto& v : entry.box.offsets) in >> v;
+      for (auto& v : entry.box.sizes) in >> v;
+      const std::string from = "p" + std::to_string(k) + "/", to = "p" + std::to_string(merged.size()) + "/";
+      std::vector<std::string> what{"value", "step"};
+      for (int slot = 0; slot < slots; ++slot) what.push_back("slot" + std::to_string(slot));
+      for (const auto& w : what) {
+        torch::Tensor t;
+        shard.read(from + w, t);
+        archive.write(to + w, t);
+      }
+      merged.push_back(std::move(entry));
+    }
+  }
 }
 
 }  // namespace
 
 struct ShardedCheckpointReader::Common {
-  torch::serialize::InputArchive archive;
+  std::shared_ptr<torch::serialize::InputArchive> archive = std::make_shared<torch::serialize::InputArchive>();
 };
+
+ShardLayout whole_layout(const torch::nn::Module& model) {
+  ShardLayout layout;
+  std::set<const c10::TensorImpl*> seen;
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    layout.ranges.push_back({layout.parameters.size(), 0, p.detach(), p});
+    layout.names.push_back(item.key());
+    layout.parameters.push_back(p);
+    layout.shapes.push_back(p.sizes().vec());
+  }
+  layout.writes = true;
+  layout.single_file = true;
+  layout.mesh = "whole";
+  return layout;
+}
+
+void save_whole_checkpoint(Checkpointer& checkpointer, const torch::nn::Module& model,
+                           const torch::optim::Optimizer& optimizer, const TrainProgress& progress, int world_size,
+                           const std::vector<torch::Tensor>& rank_rng) {
+  ShardLayout layout = whole_layout(model);
+  checkpointer.ensure_directory();
+  std::vector<PieceEntry> entries;
+  std::string data = shard_data(layout, optimizer, [&](torch::serialize::OutputArchive& archive) {
+    write_common(archive, model, progress, world_size, rank_rng);
+  }, entries);
+  const std::string file = checkpoint_stem(progress.step) + ".pt";
+  write_file_atomically(checkpointer.directory() + "/" + file, data);
+  checkpointer.commit(progress.step, manifest_text(checkpointer, layout, optimizer, progress, world_size, file, data,
+                                                   {shard_report(data, entries)}));
+}
 
 void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& world, const ShardLayout& layout,
                              const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                              const TrainProgress& progress, const std::vector<torch::Tensor>& rank_rng) {
   const std::string directory = checkpointer.directory() + "/";
-  std::string report;
+  const int data_parallel_size = layout.data_parallel_size > 0 ? layout.data_parallel_size : world.world_size;
+  std::string report, data;
   if (layout.writes) {
     try {
       checkpointer.ensure_directory();
-      torch::serialize::OutputArchive archive;
-      for (std::size_t k = 0; k < layout.ranges.size(); ++k) {
-        const OwnedRange& range = layout.ranges[k];
-        StateTensors state = read_state(optimizer, range.stepped);
-        // Copies: an archive writes a view's whole storage (a flat unit), not the view.
-        archive.write(range_key(k, "value"), range.value.reshape(-1).to(torch::kCPU).clone());
-        archive.write(range_key(k, "step"), state.step.to(torch::kCPU));
-        for (std::size_t s = 0; s < state.slots.size(); ++s)
-          archive.write(range_key(k, "slot" + std::to_string(s)), state.slots[s].reshape(-1).to(torch::kCPU));
-      }
-      std::string data = archive_bytes(archive);
-      write_file_atomically(directory + shard_file(progress.step, layout.shard, layout.shards), data);
-      report = std::to_string(layout.shard) + " " + shard_report(layout, data);
+      std::vector<PieceEntry> entries;
+      data = shard_data(layout, optimizer, {}, entries);
+      if (!layout.single_file)
+        write_file_atomically(directory + shard_file(progress.step, layout.shard, layout.shards), data);
+      report = std::to_string(layout.shard) + " " + shard_report(data, entries);
     } catch (const std::exception& e) {
       report = std::string("error ") + e.what();
     }
@@ -109,69 +262,39 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
   for (int r = 0; r < world.world_size; ++r)
     if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0)
       throw IoError("rank " + std::to_string(r) + ": " + reports[static_cast<std::size_t>(r)].substr(6));
+  // Each shard's report and (one file) its pieces' bytes, from whichever rank wrote it (replica 0's, in any stage).
+  std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards)), shard_data_of(shard_reports.size());
+  for (int r = 0; r < world.world_size; ++r) {
+    const std::string& written = reports[static_cast<std::size_t>(r)];
+    auto space = written.find(' ');
+    auto shard = space == std::string::npos ? std::nullopt : parse_int(written.substr(0, space));
+    if (!shard || *shard < 0 || *shard >= layout.shards) continue;
+    shard_reports[static_cast<std::size_t>(*shard)] = written.substr(space + 1);
+    if (!layout.single_file) continue;
+    std::string bytes = r == world.rank ? data : "";
+    if (r != 0) broadcast_bytes(world, bytes, r);  // one file: the pieces go to rank 0, which writes it
+    if (world.rank == 0) shard_data_of[static_cast<std::size_t>(*shard)] = std::move(bytes);
+  }
   // Each writer prunes its own directory to the steps rank 0 kept: a node-local run.output_dir is
   // no other rank's to prune, and a shard left by a failed save (a full disk) goes with the rest.
   std::string kept;
   if (world.rank == 0) {
-    // Each shard's report, from whichever rank wrote it (replica 0's, in any stage).
-    std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards));
-    for (const auto& written : reports) {
-      auto space = written.find(' ');
-      if (written.empty() || space == std::string::npos) continue;
-      auto shard = parse_int(written.substr(0, space));
-      if (shard && *shard >= 0 && *shard < layout.shards)
-        shard_reports[static_cast<std::size_t>(*shard)] = written.substr(space + 1);
-    }
-
     torch::serialize::OutputArchive common;
-    write_progress(common, progress, layout.data_parallel_size > 0 ? layout.data_parallel_size : world.world_size,
-                   rank_rng);
-    for (const auto& [name, buffer] : unique_buffers(model)) common.write("buffer/" + name, buffer.to(torch::kCPU));
+    std::vector<PieceEntry> merged;
+    if (layout.single_file) merge_pieces(shard_reports, shard_data_of, slots_of(optimizer), common, merged);
+    write_common(common, model, progress, data_parallel_size, rank_rng);
     std::string common_data = archive_bytes(common);
-    std::string common_file = checkpoint_stem(progress.step) + ".common.pt";
-    write_file_atomically(directory + common_file, common_data);
-
-    YAML::Emitter manifest;
-    manifest << YAML::BeginMap;
-    manifest << YAML::Key << "format_version" << YAML::Value << Checkpointer::kFormatVersion;
-    manifest << YAML::Key << "step" << YAML::Value << progress.step;
-    manifest << YAML::Key << "epoch" << YAML::Value << progress.epoch;
-    manifest << YAML::Key << "world_size" << YAML::Value << world.world_size;
-    manifest << YAML::Key << "mesh" << YAML::Value << YAML::DoubleQuoted << layout.mesh;
-    manifest << YAML::Key << "optimizer" << YAML::Value << layout.optimizer;
-    manifest << YAML::Key << "common" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    manifest << YAML::Key << "file" << YAML::Value << common_file << YAML::Key << "bytes" << YAML::Value
-             << common_data.size() << YAML::Key << "crc32" << YAML::Value << crc32_of(common_data) << YAML::EndMap;
-    manifest << YAML::Key << "parameters" << YAML::Value << YAML::BeginSeq;
-    for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
-      manifest << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << layout.names[i];
-      manifest << YAML::Key << "shape" << YAML::Value << YAML::Flow << layout.shapes[i]
-               << YAML::EndMap;
-    }
-    manifest << YAML::EndSeq;
-    manifest << YAML::Key << "shards" << YAML::Value << YAML::BeginSeq;
-    for (int s = 0; s < layout.shards; ++s) {
-      std::istringstream in(shard_reports[static_cast<std::size_t>(s)]);
-      std::string ok;
-      uint64_t bytes = 0;
-      uint32_t crc = 0;
-      in >> ok >> bytes >> crc;
-      manifest << YAML::BeginMap << YAML::Key << "file" << YAML::Value << shard_file(progress.step, s, layout.shards);
-      manifest << YAML::Key << "bytes" << YAML::Value << bytes << YAML::Key << "crc32" << YAML::Value << crc;
-      manifest << YAML::Key << "ranges" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-      for (int64_t parameter = 0, begin = 0, numel = 0; in >> parameter >> begin >> numel;)
-        manifest << YAML::Flow << std::vector<int64_t>{parameter, begin, numel};
-      manifest << YAML::EndSeq << YAML::EndMap;
-    }
-    manifest << YAML::EndSeq;
-    checkpointer.write_run_identity(manifest);
-    manifest << YAML::EndMap;
-    checkpointer.commit(progress.step, std::string(manifest.c_str()) + "\n");
-
+    std::string common_name = checkpoint_stem(progress.step) + (layout.single_file ? ".pt" : ".common.pt");
+    write_file_atomically(directory + common_name, common_data);
+    if (layout.single_file) shard_reports = {shard_report(common_data, merged)};
+    ShardLayout written = layout;
+    if (layout.single_file) written.shards = 1;
+    checkpointer.commit(progress.step, manifest_text(checkpointer, written, optimizer, progress, world.world_size,
+                                                     common_name, common_data, shard_reports));
     for (const auto& committed : checkpointer.list()) kept += std::to_string(committed.step) + " ";
   }
   broadcast_bytes(world, kept, 0);
-  if (layout.writes && world.rank != 0) {
+  if (layout.writes && !layout.single_file && world.rank != 0) {
     std::set<int64_t> steps;
     std::istringstream in(kept);
     for (int64_t step; in >> step;) steps.insert(step);
@@ -179,20 +302,47 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
   }
 }
 
-bool is_sharded_manifest(const std::string& manifest) {
-  try {
-    return YAML::Load(manifest)["shards"].IsDefined();
-  } catch (const YAML::Exception&) {
-    return false;
-  }
+namespace {
+
+// An optimizer of `like`'s kind and default options over `parameters`.
+std::unique_ptr<torch::optim::Optimizer> optimizer_like(const torch::optim::Optimizer& like,
+                                                        const std::vector<torch::Tensor>& parameters) {
+  const std::string name = optimizer_name(like);
+  if (name == "sgd")
+    return std::make_unique<torch::optim::SGD>(parameters, static_cast<const torch::optim::SGDOptions&>(like.defaults()));
+  if (name == "adamw")
+    return std::make_unique<torch::optim::AdamW>(parameters,
+                                                 static_cast<const torch::optim::AdamWOptions&>(like.defaults()));
+  return std::make_unique<torch::optim::Adam>(parameters, static_cast<const torch::optim::AdamOptions&>(like.defaults()));
 }
 
-std::string sharded_common_file(const std::string& manifest, const std::string& manifest_path) {
+}  // namespace
+
+TrainProgress load_whole_checkpoint(const std::string& manifest, const std::string& manifest_path,
+                                    const std::string& data, torch::nn::Module& model,
+                                    torch::optim::Optimizer& optimizer, int rank,
+                                    const std::function<void(const TrainProgress&)>& accept) {
+  ShardedCheckpointReader reader(manifest, manifest_path, data);
+  if (accept) accept(reader.progress());
+  ShardLayout layout = whole_layout(model);
+  layout.whole_optimizer = [&optimizer](const std::vector<torch::Tensor>& parameters) {
+    return optimizer_like(optimizer, parameters);
+  };
+  reader.check_fits(layout, model, optimizer);
+  if (auto problem = reader.read_shards(layout); !problem.empty()) throw FileError(problem);
+  reader.restore(layout, model, optimizer, rank);
+  return reader.progress();
+}
+
+std::string common_file(const std::string& manifest, const std::string& manifest_path) {
   try {
-    return (fs::path(manifest_path).parent_path() / YAML::Load(manifest)["common"]["file"].as<std::string>()).string();
+    YAML::Node root = YAML::Load(manifest);
+    if (root.IsMap() && root["common"])
+      return (fs::path(manifest_path).parent_path() / root["common"]["file"].as<std::string>()).string();
   } catch (const YAML::Exception&) {
-    throw FileError(manifest_path + ": a sharded checkpoint manifest without its common file");
+    throw FileError(manifest_path + ": a malformed checkpoint manifest");
   }
+  return checkpoint_at(manifest_path).data_path;  // format 1's whole checkpoint
 }
 
 ShardedCheckpointReader::ShardedCheckpointReader(const std::string& manifest, const std::string& manifest_path,
@@ -200,8 +350,24 @@ ShardedCheckpointReader::ShardedCheckpointReader(const std::string& manifest, co
     : directory_(fs::path(manifest_path).parent_path().string()),
       manifest_path_(manifest_path),
       common_(std::make_unique<Common>()) {
+  const std::string common_path = common_file(manifest, manifest_path);
+  common_name_ = fs::path(common_path).filename().string();
+  try {
+    common_->archive->load_from(common.data(), common.size());
+  } catch (const c10::Error&) {
+    throw FileError(common_path + ": not a readable checkpoint");
+  }
+  progress_ = read_progress(*common_->archive, common_path);
   try {
     YAML::Node root = YAML::Load(manifest);
+    format_ = root.IsMap() && root["format_version"] ? root["format_version"].as<int>() : 1;
+    if (!root.IsMap() || !root["shards"]) {  // format 1's whole checkpoint: adopt_whole_file() reads it
+      mesh_ = "one whole file";
+      buffer_prefix_ = "model/";
+      whole_format_1_ = true;
+      shards_.push_back({common_name_, 0, 0});
+      return;
+    }
     mesh_ = root["mesh"].as<std::string>();
     optimizer_ = root["optimizer"].as<std::string>();
     for (const auto& p : root["parameters"]) {
@@ -209,38 +375,107 @@ ShardedCheckpointReader::ShardedCheckpointReader(const std::string& manifest, co
       shapes_.push_back(p["shape"].as<std::vector<int64_t>>());
     }
     for (const auto& s : root["shards"]) {
-      Shard shard{s["file"].as<std::string>(), s["bytes"].as<uint64_t>(), s["crc32"].as<uint32_t>(), {}};
-      for (const auto& r : s["ranges"]) {
-        auto v = r.as<std::vector<int64_t>>();
-        if (v.size() != 3 || v[0] < 0 || static_cast<std::size_t>(v[0]) >= names_.size() || v[1] < 0 || v[2] < 0)
-          throw FileError(manifest_path + ": malformed run " + YAML::Dump(r) + " in " + shard.file);
-        shard.ranges.push_back({static_cast<std::size_t>(v[0]), v[1], v[2]});
+      const std::size_t shard = shards_.size();
+      shards_.push_back({s["file"].as<std::string>(), s["bytes"].as<uint64_t>(), s["crc32"].as<uint32_t>()});
+      auto malformed = [&](const YAML::Node& entry) {
+        return FileError(manifest_path + ": malformed piece " + YAML::Dump(entry) + " of " + shards_.back().file);
+      };
+      std::size_t k = 0;
+      for (const auto& entry : s[format_ >= 2 ? "pieces" : "ranges"]) {
+        if (!entry.IsSequence() || entry.size() != 3) throw malformed(entry);
+        const auto parameter = entry[0].as<int64_t>();
+        if (parameter < 0 || static_cast<std::size_t>(parameter) >= names_.size()) throw malformed(entry);
+        const auto& shape = shapes_[static_cast<std::size_t>(parameter)];
+        if (format_ >= 2) {
+          TensorBox box{entry[1].as<std::vector<int64_t>>(), entry[2].as<std::vector<int64_t>>()};
+          bool inside = box.offsets.size() == shape.size() && box.sizes.size() == shape.size();
+          for (std::size_t d = 0; inside && d < shape.size(); ++d)
+            inside = box.offsets[d] >= 0 && box.sizes[d] > 0 && box.offsets[d] + box.sizes[d] <= shape[d];
+          if (!inside) throw malformed(entry);
+          pieces_.push_back({static_cast<std::size_t>(parameter), std::move(box), shard, "p" + std::to_string(k++) + "/"});
+          continue;
+        }
+        // Format 1: a run [parameter, first element, count] of the flattened parameter.
+        const auto begin = entry[1].as<int64_t>(), numel = entry[2].as<int64_t>();
+        int64_t elements = 1;
+        for (int64_t size : shape) elements *= size;
+        if (begin < 0 || numel < 0 || begin + numel > elements) throw malformed(entry);
+        const std::string key = "r" + std::to_string(k++) + "/";
+        for (RunBox& piece : boxes_of_run(shape, begin, numel))
+          pieces_.push_back({static_cast<std::size_t>(parameter), std::move(piece.box), shard, key, piece.first});
       }
-      shards_.push_back(std::move(shard));
     }
   } catch (const YAML::Exception& e) {
-    throw FileError(manifest_path + ": malformed sharded checkpoint manifest (" + e.msg + ")");
+    throw FileError(manifest_path + ": malformed checkpoint manifest (" + e.msg + ")");
   }
-  try {
-    common_->archive.load_from(common.data(), common.size());
-  } catch (const c10::Error&) {
-    throw FileError(manifest_path + ": its common file is not a readable checkpoint");
-  }
-  progress_ = read_progress(common_->archive, manifest_path);
+  for (std::size_t i = 0; i < pieces_.size(); ++i) by_parameter_[pieces_[i].parameter].push_back(i);
 }
 
 ShardedCheckpointReader::~ShardedCheckpointReader() = default;
 
 std::string ShardedCheckpointReader::describe() const {
+  if (single_file()) return "whole";
   return std::to_string(shards_.size()) + " shards of " + mesh_;
 }
 
-void ShardedCheckpointReader::check_fits(const ShardLayout& layout, const torch::nn::Module& model) const {
+std::string ShardedCheckpointReader::source() const {
+  return single_file() ? directory_ + "/" + common_name_ : manifest_path_;
+}
+
+const std::vector<std::size_t>& ShardedCheckpointReader::pieces_of(std::size_t parameter) const {
+  static const std::vector<std::size_t> none;
+  auto found = by_parameter_.find(parameter);
+  return found == by_parameter_.end() ? none : found->second;
+}
+
+void ShardedCheckpointReader::adopt_whole_file(const ShardLayout& layout) {
+  torch::NoGradGuard no_grad;
+  const std::string path = source();
+  torch::serialize::InputArchive& archive = *common_->archive;
+  std::vector<torch::Tensor> values;
+  for (std::size_t i = 0; i < layout.names.size(); ++i) {
+    torch::Tensor value;
+    if (!archive.try_read("model/" + layout.names[i], value)) continue;  // check_fits names it
+    names_.push_back(layout.names[i]);
+    shapes_.push_back(value.sizes().vec());
+    values.push_back(value);
+  }
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    pieces_.push_back({i, whole_box(shapes_[i]), 0, "p" + std::to_string(i) + "/"});
+    by_parameter_[i].push_back(i);
+    adopted_[pieces_.back().key + "value"] = values[i];
+  }
+  // The optimizer's state, through an optimizer like this run's over whole tensors of the same shapes.
+  if (names_.size() != layout.names.size() || shapes_ != layout.shapes) return;  // check_fits says why
+  if (!layout.whole_optimizer)
+    throw FileError(path + " is a whole checkpoint of format 1, whose optimizer state this reader cannot take");
+  std::vector<torch::Tensor> whole;
+  for (const auto& shape : shapes_) whole.push_back(torch::zeros(shape));
+  auto optimizer = layout.whole_optimizer(whole);
+  torch::serialize::InputArchive state;
+  if (!archive.try_read("optimizer", state)) throw FileError(path + ": no optimizer state");
+  try {
+    optimizer->load(state);
+  } catch (const c10::Error&) {
+    throw FileError(path + ": its optimizer state does not fit optim.name and the model of this run");
+  }
+  optimizer_ = optimizer_name(*optimizer);
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    StateTensors tensors = read_state(*optimizer, whole[i]);
+    const std::string key = "p" + std::to_string(i) + "/";
+    adopted_[key + "step"] = tensors.step;
+    for (std::size_t s = 0; s < tensors.slots.size(); ++s) adopted_[key + "slot" + std::to_string(s)] = tensors.slots[s];
+  }
+}
+
+void ShardedCheckpointReader::check_fits(const ShardLayout& layout, const torch::nn::Module& model,
+                                         const torch::optim::Optimizer& optimizer) {
+  if (whole_format_1_ && pieces_.empty()) adopt_whole_file(layout);
   std::map<std::string, std::size_t> saved;
   for (std::size_t i = 0; i < names_.size(); ++i) saved[names_[i]] = i;
-  if (optimizer_ != layout.optimizer)
-    throw FileError(manifest_path_ + " holds the state of optim.name " + optimizer_ + ", and this run's is " +
-                    layout.optimizer);
+  if (!optimizer_.empty() && optimizer_ != optimizer_name(optimizer))
+    throw FileError(source() + " holds the state of optim.name " + optimizer_ + ", and this run's is " +
+                    optimizer_name(optimizer));
   std::string problems;
   for (std::size_t i = 0; i < layout.names.size(); ++i) {
     auto found = saved.find(layout.names[i]);
@@ -257,45 +492,45 @@ void ShardedCheckpointReader::check_fits(const ShardLayout& layout, const torch:
   for (const auto& [name, index] : saved) problems += " unexpected " + name + ";";
   for (const auto& [name, buffer] : unique_buffers(model)) {
     torch::Tensor value;
-    if (!common_->archive.try_read("buffer/" + name, value))
+    if (!common_->archive->try_read(buffer_prefix_ + name, value))
       problems += " missing buffer " + name + ";";
     else if (value.sizes() != buffer.sizes())
       problems += " buffer " + name + " has shape " + c10::str(value.sizes()) + " in the checkpoint, " +
                   c10::str(buffer.sizes()) + " in the model;";
   }
   if (!problems.empty())
-    throw FileError(manifest_path_ + " does not fit this model (was it written with another model config?):" +
-                    problems);
+    throw FileError(source() + " does not fit this model (was it written with another model config?):" + problems);
 }
 
 std::string ShardedCheckpointReader::read_shards(const ShardLayout& layout) {
   std::map<std::string, std::size_t> saved;
   for (std::size_t i = 0; i < names_.size(); ++i) saved[names_[i]] = i;
-  // Every element this rank keeps must be in exactly one run: a manifest cut short or edited says
-  // so here, where the ranks still agree on going back to the previous checkpoint, not in restore().
+  // Every element this rank keeps must be in exactly one piece: a manifest cut short or edited
+  // says so here, where the ranks still agree on going back to the previous checkpoint, not in restore().
+  std::set<std::size_t> needed;
   for (const OwnedRange& mine : layout.ranges) {
     const std::size_t parameter = saved.at(layout.names[mine.parameter]);
-    const int64_t begin = mine.begin, end = mine.begin + mine.value.numel();
     int64_t covered = 0;
-    for (const auto& shard : shards_)
-      for (const auto& theirs : shard.ranges)
-        if (theirs.parameter == parameter)
-          covered += std::max<int64_t>(0, std::min(end, theirs.begin + theirs.numel) - std::max(begin, theirs.begin));
-    if (covered != end - begin)
-      return manifest_path_ + ": its shards' runs hold " + std::to_string(covered) + " of elements [" +
-             std::to_string(begin) + ", " + std::to_string(end) + ") of " + layout.names[mine.parameter] +
-             " (the manifest was cut short or edited)";
+    for (const RunBox& target : boxes_of_run(layout.shapes[mine.parameter], mine.begin, mine.value.numel()))
+      for (std::size_t k : pieces_of(parameter))
+        if (auto overlap = box_overlap(target.box, pieces_[k].box)) {
+          covered += overlap->numel();
+          needed.insert(pieces_[k].shard);
+        }
+    if (covered != mine.value.numel())
+      return manifest_path_ + ": its pieces hold " + std::to_string(covered) + " of elements [" +
+             std::to_string(mine.begin) + ", " + std::to_string(mine.begin + mine.value.numel()) + ") of " +
+             layout.names[mine.parameter] + " (the manifest was cut short or edited)";
   }
-  for (std::size_t s = 0; s < shards_.size(); ++s) {
-    bool needed = false;
-    for (const auto& theirs : shards_[s].ranges)
-      for (const auto& mine : layout.ranges)
-        needed |= saved.at(layout.names[mine.parameter]) == theirs.parameter && theirs.numel > 0 &&
-                  mine.begin < theirs.begin + theirs.numel && theirs.begin < mine.begin + mine.value.numel();
-    if (!needed || read_.count(s)) continue;
+  for (std::size_t s : needed) {
+    if (read_.count(s)) continue;
+    if (shards_[s].file == common_name_) {  // the whole checkpoint's one file: here already
+      read_[s] = common_->archive;
+      continue;
+    }
     std::string path = directory_ + "/" + shards_[s].file, data;
     if (auto problem = verify_file(path, shards_[s].bytes, shards_[s].crc32, &data); !problem.empty()) return problem;
-    auto archive = std::make_unique<torch::serialize::InputArchive>();
+    auto archive = std::make_shared<torch::serialize::InputArchive>();
     try {
       archive->load_from(data.data(), data.size());
     } catch (const c10::Error&) {
@@ -306,6 +541,22 @@ std::string ShardedCheckpointReader::read_shards(const ShardLayout& layout) {
   return "";
 }
 
+torch::Tensor ShardedCheckpointReader::piece_tensor(const Piece& piece, const std::string& what) {
+  const std::string key = piece.key + what;
+  torch::Tensor t;
+  if (auto adopted = adopted_.find(key); adopted != adopted_.end()) {
+    t = adopted->second;
+  } else if (!read_.at(piece.shard)->try_read(key, t)) {
+    throw FileError(directory_ + "/" + shards_[piece.shard].file + ": no " + key + " as its manifest says");
+  }
+  if (what == "step") return t;
+  const int64_t numel = piece.box.numel();
+  if (piece.first >= 0 ? t.numel() < piece.first + numel : t.numel() != numel)
+    throw FileError(directory_ + "/" + shards_[piece.shard].file + ": " + key + " holds " + std::to_string(t.numel()) +
+                    " elements, not the " + std::to_string(numel) + " of its box " + piece.box.describe());
+  return piece.first >= 0 ? t.reshape(-1).narrow(0, piece.first, numel).view(piece.box.sizes) : t.reshape(piece.box.sizes);
+}
+
 void ShardedCheckpointReader::restore(const ShardLayout& layout, torch::nn::Module& model,
                                       torch::optim::Optimizer& optimizer, int rank) {
   torch::NoGradGuard no_grad;
@@ -314,43 +565,43 @@ void ShardedCheckpointReader::restore(const ShardLayout& layout, torch::nn::Modu
   const std::size_t slots = static_cast<std::size_t>(slots_of(optimizer));
   for (const OwnedRange& mine : layout.ranges) {
     const std::size_t parameter = saved.at(layout.names[mine.parameter]);
-    const int64_t begin = mine.begin, end = mine.begin + mine.value.numel();
-    StateTensors state;
+    const int64_t numel = mine.value.numel();
+    torch::Tensor value = torch::empty({numel}, mine.value.options());
+    std::vector<torch::Tensor> state_slots;
+    for (std::size_t s = 0; s < slots; ++s) state_slots.push_back(torch::zeros({numel}, mine.value.options()));
     int64_t step = -1, covered = 0;
-    torch::Tensor value = torch::empty({end - begin}, mine.value.options());
-    for (std::size_t s = 0; s < slots; ++s) state.slots.push_back(torch::zeros({end - begin}, mine.value.options()));
-    for (const auto& [s, archive] : read_) {
-      const auto& theirs = shards_[s].ranges;
-      for (std::size_t k = 0; k < theirs.size(); ++k) {
-        const int64_t lo = std::max(begin, theirs[k].begin), hi = std::min(end, theirs[k].begin + theirs[k].numel);
-        if (theirs[k].parameter != parameter || lo >= hi) continue;
-        auto read = [&, s = s](const std::string& what) {
-          torch::Tensor t;
-          if (!archive->try_read(range_key(k, what), t) || (what != "step" && t.numel() != theirs[k].numel))
-            throw FileError(directory_ + "/" + shards_[s].file + ": no " + range_key(k, what) + " as its manifest says");
-          return what == "step" ? t : t.narrow(0, lo - theirs[k].begin, hi - lo);
-        };
-        value.narrow(0, lo - begin, hi - lo).copy_(read("value"));
-        step = std::max(step, read("step").item<int64_t>());
-        for (std::size_t slot = 0; slot < slots; ++slot)
-          state.slots[slot].narrow(0, lo - begin, hi - lo).copy_(read("slot" + std::to_string(slot)));
-        covered += hi - lo;
+    for (const RunBox& target : boxes_of_run(layout.shapes[mine.parameter], mine.begin, numel)) {
+      auto into = [&](const torch::Tensor& flat) {
+        return flat.narrow(0, target.first, target.box.numel()).view(target.box.sizes);
+      };
+      for (std::size_t k : pieces_of(parameter)) {
+        const Piece& piece = pieces_[k];
+        auto overlap = box_overlap(target.box, piece.box);
+        if (!overlap) continue;
+        narrow_to(into(value), target.box, *overlap).copy_(narrow_to(piece_tensor(piece, "value"), piece.box, *overlap));
+        step = std::max(step, piece_tensor(piece, "step").item<int64_t>());
+        for (std::size_t s = 0; s < slots; ++s)
+          narrow_to(into(state_slots[s]), target.box, *overlap)
+              .copy_(narrow_to(piece_tensor(piece, "slot" + std::to_string(s)), piece.box, *overlap));
+        covered += overlap->numel();
       }
     }
-    if (covered != end - begin)
-      throw FileError(manifest_path_ + ": its shards hold " + std::to_string(covered) + " of elements [" +
-                      std::to_string(begin) + ", " + std::to_string(end) + ") of " + layout.names[mine.parameter]);
+    if (covered != numel)
+      throw FileError(manifest_path_ + ": its pieces hold " + std::to_string(covered) + " of elements [" +
+                      std::to_string(mine.begin) + ", " + std::to_string(mine.begin + numel) + ") of " +
+                      layout.names[mine.parameter]);
     mine.value.copy_(value.view(mine.value.sizes()));  // logical order, whatever its layout
+    StateTensors state;
     state.step = torch::full({1}, step, torch::kLong);
-    for (auto& slot : state.slots) slot = slot.view(mine.stepped.sizes());
+    for (auto& slot : state_slots) state.slots.push_back(slot.view(mine.stepped.sizes()));
     write_state(optimizer, mine.stepped, state);
   }
   for (const auto& [name, buffer] : unique_buffers(model)) {
     torch::Tensor value;
-    common_->archive.read("buffer/" + name, value);
+    common_->archive->read(buffer_prefix_ + name, value);
     buffer.copy_(value);
   }
-  restore_rng(common_->archive, rank);
+  restore_rng(*common_->archive, rank);
   read_.clear();
 }
 

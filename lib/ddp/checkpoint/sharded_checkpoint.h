@@ -1,17 +1,19 @@
 #pragma once
-// Sharded checkpoints (checkpoint.format: sharded, the default under dist.shard): each shard of the
-// model and optimizer state is written by a rank that holds it, beside a small common file and a
-// manifest naming the layout, and a resume at any layout reads just the runs it needs. See
-// Note [Sharded checkpoints] in sharded_checkpoint.cpp.
+// The one checkpoint format: each shard of the model and optimizer state is written by a rank that
+// holds it, as pieces with their boxes in the whole tensors, beside a manifest naming the layout;
+// a resume at any layout reads just the pieces it needs. A whole checkpoint (checkpoint.format:
+// whole) is the one-file case. See Note [Sharded checkpoints] in sharded_checkpoint.cpp.
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ddp/checkpoint/checkpointer.h"
+#include "ddp/checkpoint/tensor_box.h"
 #include "ddp/checkpoint/train_progress.h"
 #include "ddp/comm/process_group.h"
 #include "ddp/parallel/owned_range.h"
@@ -28,42 +30,72 @@ struct ShardLayout {
   int shards = 1;
   bool writes = false;                    ///< one replica of each shard writes it
   std::string mesh;                       ///< the mesh, described, for the manifest
-  std::string optimizer;                  ///< optim.name: whose state the shards hold
   int data_parallel_size = 0;             ///< ranks that split the samples (0: the world), for the resume position
+  /// The whole checkpoint: one file, written by the one writer, holding the common state too.
+  bool single_file = false;
+  /// An optimizer like this run's over whole tensors, to read a format-1 whole checkpoint's state into.
+  std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<torch::Tensor>&)> whole_optimizer;
 };
+
+/// Every parameter of `model` whole, each tensor once (its first name), one piece each, in one
+/// file that the caller writes: the whole checkpoint's layout.
+ShardLayout whole_layout(const torch::nn::Module& model);
 
 /// Every rank: the writers each save their shard (ranges' values and optimizer state), then rank 0
 /// the common file (progress, buffers, `rank_rng`, every rank's generator) and the manifest that
-/// commits the checkpoint. A rank that cannot write fails every rank with its message (IoError);
-/// the previous checkpoints stay intact.
+/// commits the checkpoint. With `layout.single_file` (checkpoint.format whole) the writers send
+/// their pieces to rank 0 instead, which writes them and the common state as one file. A rank
+/// that cannot write fails every rank with its message (IoError); the previous checkpoints stay intact.
 void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& world, const ShardLayout& layout,
                              const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                              const TrainProgress& progress, const std::vector<torch::Tensor>& rank_rng);
 
-/// Whether a manifest's text is a sharded checkpoint's.
-bool is_sharded_manifest(const std::string& manifest);
-/// The path of a sharded checkpoint's common file, from its manifest's text and path; FileError if it names none.
-std::string sharded_common_file(const std::string& manifest, const std::string& manifest_path);
+/// One process: writes the whole checkpoint of `model` and `optimizer` (an optimizer over every
+/// parameter) as one file and commits it, then prunes to keep_last. `rank_rng` as in
+/// save_sharded_checkpoint (empty: this process's generator alone). IoError (the previous
+/// checkpoints stay intact) when the disk is full or unwritable.
+void save_whole_checkpoint(Checkpointer& checkpointer, const torch::nn::Module& model,
+                           const torch::optim::Optimizer& optimizer, const TrainProgress& progress, int world_size,
+                           const std::vector<torch::Tensor>& rank_rng = {});
+
+/// One process: restores `model` and `optimizer` (over every parameter) from a checkpoint of any
+/// layout whose manifest's text is `manifest` at `manifest_path`, `data` being the bytes of the file
+/// its manifest calls common (or a format-1 whole checkpoint's file); returns the progress. `accept`
+/// sees the progress before anything is restored and throws to refuse it. FileError if it does not
+/// fit the model, leaving the model unchanged.
+TrainProgress load_whole_checkpoint(const std::string& manifest, const std::string& manifest_path,
+                                    const std::string& data, torch::nn::Module& model,
+                                    torch::optim::Optimizer& optimizer, int rank = 0,
+                                    const std::function<void(const TrainProgress&)>& accept = {});
+
+/// The path of the file a checkpoint's manifest calls common, which rank 0 reads and sends to
+/// every rank: the one file of a whole checkpoint, the common file of a sharded one.
+std::string common_file(const std::string& manifest, const std::string& manifest_path);
 
 /// A sharded checkpoint being restored, on every rank.
 class ShardedCheckpointReader {
  public:
   /// `manifest`: the manifest's text, `manifest_path` where it lies (the files are beside it),
-  /// `common`: the common file's bytes, which rank 0 verified. FileError if they do not parse.
+  /// `common`: the common file's bytes (common_file()), which rank 0 verified. FileError if they do
+  /// not parse. Format 1 is read too: its sharded checkpoints' runs, and its whole ones' one file.
   ShardedCheckpointReader(const std::string& manifest, const std::string& manifest_path, const std::string& common);
   ~ShardedCheckpointReader();
 
   /// The progress the checkpoint records.
   const TrainProgress& progress() const { return progress_; }
-  /// "4 shards of data_replicate 1 × data_shard 4": what wrote it.
+  /// "4 shards of data_replicate 1 × data_shard 4", or "whole": what wrote it.
   std::string describe() const;
+  /// The file to name in messages: a whole checkpoint's one file, else the manifest.
+  std::string source() const;
+  /// Whether it is one file (a whole checkpoint), which rank 0 alone reads.
+  bool single_file() const { return shards_.size() == 1 && shards_.front().file == common_name_; }
 
-  /// FileError unless the checkpoint's optimizer, parameters and buffers are `layout`'s and
-  /// `model`'s, by name and shape.
-  void check_fits(const ShardLayout& layout, const torch::nn::Module& model) const;
+  /// FileError unless the checkpoint's optimizer, parameters and buffers are `optimizer`'s,
+  /// `layout`'s and `model`'s, by kind, name and shape.
+  void check_fits(const ShardLayout& layout, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer);
 
-  /// Reads and verifies the shard files `layout`'s ranges overlap; returns what is wrong with one,
-  /// or "". Every rank calls it, and the ranks agree before any restores.
+  /// Reads and verifies the shard files whose pieces `layout`'s ranges overlap; returns what is
+  /// wrong with one, or "". Every rank calls it, and the ranks agree before any restores.
   std::string read_shards(const ShardLayout& layout);
 
   /// Writes the checkpoint's values into `layout`'s ranges, their optimizer state into `optimizer`,
@@ -71,26 +103,42 @@ class ShardedCheckpointReader {
   void restore(const ShardLayout& layout, torch::nn::Module& model, torch::optim::Optimizer& optimizer, int rank);
 
  private:
-  struct Range {
+  // A piece of a parameter a file holds: its box, and where its tensors are.
+  struct Piece {
     std::size_t parameter;  // index in names_
-    int64_t begin, numel;
+    TensorBox box;
+    std::size_t shard;      // index in shards_
+    std::string key;        // its tensors' keys start with this: "p3/" ("r3/" in format 1's runs)
+    int64_t first = -1;     // format 1: the box's first element in the stored run; -1: stored box-shaped
   };
   struct Shard {
     std::string file;
     uint64_t bytes = 0;
     uint32_t crc32 = 0;
-    std::vector<Range> ranges;
   };
   struct Common;
 
+  // A format-1 whole checkpoint's file as one piece per parameter of `layout`.
+  void adopt_whole_file(const ShardLayout& layout);
+  // The tensor `what` ("value", "step", "slot0"...) of `piece`, box-shaped; FileError if it is not there.
+  torch::Tensor piece_tensor(const Piece& piece, const std::string& what);
+  // The pieces of `parameter` (this checkpoint's numbering).
+  const std::vector<std::size_t>& pieces_of(std::size_t parameter) const;
+
   std::string directory_, manifest_path_;
+  int format_ = 0;
+  bool whole_format_1_ = false;  // format 1's whole file: the model by name and LibTorch's optimizer archive
   std::vector<std::string> names_;
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<Shard> shards_;
-  std::string mesh_, optimizer_;
+  std::vector<Piece> pieces_;
+  std::map<std::size_t, std::vector<std::size_t>> by_parameter_;
+  std::string common_name_;  // the common file's name: a whole checkpoint's one file
+  std::string mesh_, optimizer_, buffer_prefix_ = "buffer/";
   TrainProgress progress_;
   std::unique_ptr<Common> common_;
-  std::map<std::size_t, std::unique_ptr<torch::serialize::InputArchive>> read_;  // shard → its file, read
+  std::map<std::size_t, std::shared_ptr<torch::serialize::InputArchive>> read_;  // shard → its file, read
+  std::map<std::string, torch::Tensor> adopted_;  // a format-1 whole file's state, by piece key
 };
 
 }  // namespace ddp

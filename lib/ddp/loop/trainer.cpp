@@ -220,8 +220,7 @@ void Trainer::resume() {
         path = found->manifest_path;
         manifest = read_whole_file(path);
         refusal = run_identity_refusal(read_run_identity(manifest), checkpointer_->run_identity(), path);
-        if (refusal.empty())
-          bytes = read_whole_file(is_sharded_manifest(manifest) ? sharded_common_file(manifest, path) : found->data_path);
+        if (refusal.empty()) bytes = read_whole_file(common_file(manifest, path));
       }
     }
     broadcast_bytes(world, refusal, 0);
@@ -230,32 +229,12 @@ void Trainer::resume() {
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
     if (bytes.empty()) return;
-    if (!is_sharded_manifest(manifest)) return resume_whole(checkpoint_at(path).data_path, bytes);
-    if (resume_sharded(path, manifest, bytes, older_than)) return;
+    if (resume_from(path, manifest, bytes, older_than)) return;
   }
 }
 
-void Trainer::resume_whole(const std::string& path, const std::string& bytes) {
-  const Communicator& world = plan_->world();
-  std::string source = world.rank == 0 ? path : "rank 0's checkpoint";
-  // A whole checkpoint holds the whole optimizer state (Note [Optimizer shards]): sharded, load it whole, keep a share.
-  // The checkpoint's weights go into the whole parameters, which the whole optimizer is made over
-  // (a pipeline stage's freed ones would have the wrong dimensions for optim.decay_params).
-  plan_->gather_parameters();
-  std::unique_ptr<torch::optim::Optimizer> whole;
-  if (plan_->shards_optimizer())
-    whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, replicas()));
-  auto accept = [&](const TrainProgress& saved) { check_resume_layout(saved, step_shape(), config_, source); };
-  TrainProgress loaded = load_checkpoint_bytes(bytes, source, task_->model(), whole ? *whole : *optimizer_,
-                                               world.rank, accept);
-  plan_->parameters_changed();
-  plan_->release_parameters();
-  if (whole) plan_->keep_optimizer_state(*whole, *optimizer_);
-  resumed(loaded, path, "");
-}
-
-bool Trainer::resume_sharded(const std::string& path, const std::string& manifest, const std::string& common,
-                             int64_t& older_than) {
+bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common,
+                          int64_t& older_than) {
   const Communicator& world = plan_->world();
   std::optional<ShardedCheckpointReader> parsed;
   try {
@@ -267,9 +246,14 @@ bool Trainer::resume_sharded(const std::string& path, const std::string& manifes
     return false;
   }
   ShardedCheckpointReader& reader = *parsed;
-  check_resume_layout(reader.progress(), step_shape(), config_, path);
+  // A whole checkpoint is rank 0's file, which the others only heard of.
+  const std::string source = reader.single_file() && world.rank != 0 ? "rank 0's checkpoint" : reader.source();
+  check_resume_layout(reader.progress(), step_shape(), config_, source);
   ShardLayout layout = shard_layout();
-  reader.check_fits(layout, task_->model());
+  layout.whole_optimizer = [this](const std::vector<torch::Tensor>& whole) {  // format 1's whole checkpoints
+    return make_optimizer(whole, config_.optim, scaled_lr(config_.optim, replicas()));
+  };
+  reader.check_fits(layout, task_->model(), *optimizer_);
   std::string problem = reader.read_shards(layout);
   // Every rank restores, or none: the first rank that could not read its shards says why.
   auto failed = torch::zeros({world.world_size}, torch::kDouble);
@@ -287,7 +271,7 @@ bool Trainer::resume_sharded(const std::string& path, const std::string& manifes
   reader.restore(layout, task_->model(), *optimizer_, world.rank);
   plan_->after_restore(*optimizer_);
   plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
-  resumed(reader.progress(), path, ", " + reader.describe());
+  resumed(reader.progress(), reader.source(), reader.single_file() ? "" : ", " + reader.describe());
   return true;
 }
 
@@ -336,7 +320,6 @@ ShardLayout Trainer::shard_layout() const {
   layout.writes = plan_->writes_shard();
   layout.mesh = plan_->mesh().describe() + ", dist.shard " + config_.mesh.shard;
   if (plan_->stages() > 1) layout.mesh += ", dist.pipeline_split " + stage_split_;
-  layout.optimizer = config_.optim.name;
   return layout;
 }
 
@@ -502,21 +485,9 @@ void Trainer::save_checkpoint() {
   auto pulse = recorder_->pulse(progress_);
   std::vector<torch::Tensor> rank_rng = plan_->gather_checkpoint_state();
   checkpointer_->mark_saved(progress_.step);
-  if (sharded_checkpoints()) {
-    save_sharded_checkpoint(*checkpointer_, plan_->world(), shard_layout(), task_->model(), *optimizer_, progress_,
-                            rank_rng);
-  } else {
-    // Every parameter whole first: a whole optimizer is made over them (pipeline stages free theirs).
-    plan_->gather_parameters();
-    std::unique_ptr<torch::optim::Optimizer> whole;  // sharded: every owner's state, gathered
-    if (plan_->shards_optimizer()) {
-      whole = make_optimizer(parameters_, config_.optim, scaled_lr(config_.optim, replicas()));
-      plan_->gather_optimizer_state(*optimizer_, *whole);
-    }
-    if (plan_->writes_checkpoints())
-      checkpointer_->save(task_->model(), whole ? *whole : *optimizer_, progress_, replicas(), rank_rng);
-    plan_->release_parameters();
-  }
+  ShardLayout layout = shard_layout();
+  layout.single_file = !sharded_checkpoints();  // whole: every piece in rank 0's one file
+  save_sharded_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
   barrier(plan_->world());
 }
 

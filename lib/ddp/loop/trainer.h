@@ -45,17 +45,16 @@ class Trainer {
 
  private:
   void resume();
-  /// Restores a whole checkpoint (`bytes`: its data file) from `path`.
-  void resume_whole(const std::string& path, const std::string& bytes);
-  /// Restores a sharded one (`common`: its common file); false when a rank could not read its
-  /// shards and checkpoint.resume auto should try one older than `older_than` (which it sets).
-  bool resume_sharded(const std::string& path, const std::string& manifest, const std::string& common,
-                      int64_t& older_than);
-  /// After either: the loop goes on from `loaded`.
+  /// Restores the checkpoint of manifest `path` (`common`: the file its manifest calls common),
+  /// whatever layout wrote it; false when it or a rank's pieces of it could not be read and
+  /// checkpoint.resume auto should try one older than `older_than` (which it sets).
+  bool resume_from(const std::string& path, const std::string& manifest, const std::string& common,
+                   int64_t& older_than);
+  /// After it: the loop goes on from `loaded`.
   void resumed(const TrainProgress& loaded, const std::string& path, const std::string& what);
-  /// Whether checkpoints are sharded (checkpoint.format, dist.shard).
   /// This run's samples a step, for check_resume_layout.
   StepShape step_shape() const;
+  /// Whether checkpoints are sharded (checkpoint.format, dist.shard), not whole.
   bool sharded_checkpoints() const;
   /// This rank's part of a sharded checkpoint.
   ShardLayout shard_layout() const;

@@ -36,14 +36,6 @@ class OptimizerShards {
   /// rank of the group. Every rank of the group calls it.
   void share_updated_parameters() const;
 
-  /// Fills `whole`, an optimizer of the same kind over every parameter (in the constructor's order),
-  /// with the state each owner's `sharded` optimizer holds, so that a checkpoint has all of it.
-  /// Every rank of the group calls it; each receives the whole state (briefly: it is checkpoint time).
-  void gather_state(const torch::optim::Optimizer& sharded, torch::optim::Optimizer& whole) const;
-
-  /// The reverse, on resume: this rank keeps, of `whole`'s state, what its parameters need.
-  void keep_owned_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const;
-
  private:
   std::vector<torch::Tensor> parameters_, owned_;
   std::vector<int> owners_;

@@ -45,6 +45,13 @@ std::vector<torch::Tensor> state_of(const torch::optim::Optimizer& optimizer, co
 
 }  // namespace
 
+std::string optimizer_name(const torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return "sgd";
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return "adamw";
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return "adam";
+  return "";
+}
+
 int slots_of(const torch::optim::Optimizer& optimizer) {
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return 1;
   if (dynamic_cast<const torch::optim::Adam*>(&optimizer) || dynamic_cast<const torch::optim::AdamW*>(&optimizer))

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ddp {
@@ -20,6 +21,9 @@ struct StateTensors {
 /// How many state tensors `optimizer` keeps per parameter; UserError for optimizers other than
 /// sgd, adam and adamw.
 int slots_of(const torch::optim::Optimizer& optimizer);
+
+/// optim.name of `optimizer`: sgd, adam or adamw ("" for another kind).
+std::string optimizer_name(const torch::optim::Optimizer& optimizer);
 
 /// `p`'s state in `optimizer`, copied (zeros and step -1 where it has none).
 StateTensors read_state(const torch::optim::Optimizer& optimizer, const torch::Tensor& p);

@@ -229,28 +229,6 @@ void ParallelPlan::after_optimizer_step() const {
   if (sharded_) sharded_->after_optimizer_step();
 }
 
-void ParallelPlan::gather_optimizer_state(const torch::optim::Optimizer& sharded,
-                                          torch::optim::Optimizer& whole) const {
-  if (stage_) {
-    // Within each stage first, then across the stages from there.
-    if (sharded_) sharded_->gather_optimizer_state(sharded, whole);
-    if (shards_) shards_->gather_state(sharded, whole);
-    stage_->gather_state(sharded_ || shards_ ? whole : sharded, whole);
-  } else if (sharded_)
-    sharded_->gather_optimizer_state(sharded, whole);
-  else
-    shards_->gather_state(sharded, whole);
-}
-
-void ParallelPlan::keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const {
-  if (sharded_)
-    sharded_->keep_optimizer_state(whole, sharded);
-  else if (shards_)
-    shards_->keep_owned_state(whole, sharded);
-  else
-    stage_->keep_state(whole, sharded);
-}
-
 std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tensor>& parameters) const {
   if (stage_ && (sharded_ || shards_)) {
     // The shards' runs of the stage's parameters, in the plan's numbering; a tied one's at its first stage.
@@ -277,10 +255,6 @@ void ParallelPlan::gather_parameters() const {
 void ParallelPlan::release_parameters() const {
   if (stage_) stage_->release();
   if (auto* engine = parameter_shards()) engine->release_parameters();
-}
-
-void ParallelPlan::parameters_changed() const {
-  if (sharded_) sharded_->parameters_changed();
 }
 
 std::vector<std::vector<int64_t>> ParallelPlan::whole_shapes(const std::vector<torch::Tensor>& parameters) const {

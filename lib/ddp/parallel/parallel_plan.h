@@ -75,18 +75,10 @@ class ParallelPlan {
   /// For optim.decay_params: the dimension count of each optimizer_parameters() tensor's parameter,
   /// where it is not the tensor's own (sharded pieces); empty otherwise (make_optimizer's default).
   std::vector<int64_t> optimizer_parameter_dims() const;
-  /// Whether the optimizer's state is split over ranks (any dist.shard, or pipeline stages), so a
-  /// whole checkpoint's optimizer is gathered (gather_optimizer_state) and kept (keep_optimizer_state).
-  bool shards_optimizer() const { return shard_ != "none" || stage_; }
   /// Clips the gradients (after the sync) to a global norm of `max_norm`, over every shard.
   void clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
   /// After the optimizer stepped: with sharding, the updated parameters where the layout wants them.
   void after_optimizer_step() const;
-  /// Checkpoints: `whole` (an optimizer over every parameter) given every owner's state; every rank
-  /// takes part. Only with sharding.
-  void gather_optimizer_state(const torch::optim::Optimizer& sharded, torch::optim::Optimizer& whole) const;
-  /// Resume: `sharded` keeps its share of `whole`'s state. Only with sharding.
-  void keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const;
 
   /// What this rank's part of a sharded checkpoint holds: the runs of `parameters` (from
   /// prepare_model) whose optimizer state it keeps; without sharding every parameter whole. After
@@ -102,8 +94,6 @@ class ParallelPlan {
   void gather_parameters() const;
   /// Frees what gather_parameters() or an evaluation gathered (dist.shard parameters).
   void release_parameters() const;
-  /// After the whole parameters were overwritten (a checkpoint loaded into the model): the shards follow.
-  void parameters_changed() const;
   /// After a sharded checkpoint was restored into the owned ranges and `optimizer`: what the ranges
   /// left out follows (pipeline stages: a tied weight and its state, from its first stage).
   void after_restore(torch::optim::Optimizer& optimizer) const;

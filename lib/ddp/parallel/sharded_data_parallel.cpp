@@ -375,66 +375,6 @@ void ShardedDataParallel::release_parameters() {
   for (std::size_t u = 0; u < units_.size(); ++u) release(u);
 }
 
-void ShardedDataParallel::parameters_changed() {
-  torch::NoGradGuard no_grad;
-  const int r = shard_group_.rank;
-  for (auto& unit : units_)
-    if (options_.shard_parameters) unit.shard.copy_(unit.full.narrow(0, r * unit.shard_numel, unit.shard_numel));
-}
-
-void ShardedDataParallel::gather_optimizer_state(const torch::optim::Optimizer& sharded,
-                                                 torch::optim::Optimizer& whole) const {
-  const int n = shard_group_.world_size;
-  const int slots = slots_of(whole);
-  std::vector<StateTensors> piece_state;
-  auto steps = torch::full({static_cast<int64_t>(parameters_.size())}, -1.0, torch::kDouble);
-  for (std::size_t j = 0; j < pieces_.size(); ++j) {
-    piece_state.push_back(read_state(sharded, pieces_[j]));
-    auto step = steps[static_cast<int64_t>(piece_parameter_[j])];
-    step.fill_(std::max(step.item<double>(), static_cast<double>(piece_state.back().step.item<int64_t>())));
-  }
-  // A parameter's pieces are stepped together (one gradient, defined everywhere or nowhere): the
-  // largest count over the ranks is every piece's, or -1 when none has state.
-  {
-    std::vector<torch::Tensor> buffer{steps.to(shard_group_.collective_device)};
-    c10d::AllreduceOptions max;
-    max.reduceOp = c10d::ReduceOp::MAX;
-    int64_t seq = shard_group_.tracker->begin("all_reduce");
-    shard_group_.tracker->wait(shard_group_.group->allreduce(buffer, max), seq);
-    steps = buffer[0].to(torch::kCPU);
-  }
-  std::vector<StateTensors> whole_state(parameters_.size());
-  for (std::size_t i = 0; i < parameters_.size(); ++i)
-    whole_state[i].step = torch::full({1}, static_cast<int64_t>(steps[static_cast<int64_t>(i)].item<double>()), torch::kLong);
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    const Unit& unit = units_[u];
-    if (unit.parameters.empty()) continue;
-    for (int s = 0; s < slots; ++s) {
-      auto mine = torch::zeros({unit.shard_numel}, unit.grad_shard.options());
-      for (std::size_t j = 0; j < pieces_.size(); ++j) {
-        if (unit_of_[piece_parameter_[j]] != u) continue;
-        mine.narrow(0, piece_at_[j], pieces_[j].numel()).copy_(piece_state[j].slots[static_cast<std::size_t>(s)]);
-      }
-      auto full = torch::zeros({n * unit.shard_numel}, mine.options());
-      all_gather(shard_group_, mine, full).wait();
-      for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
-        const torch::Tensor& p = parameters_[unit.parameters[k]];
-        whole_state[unit.parameters[k]].slots.push_back(full.narrow(0, unit.offsets[k], p.numel()).view(p.sizes()).clone());
-      }
-    }
-  }
-  for (std::size_t i = 0; i < parameters_.size(); ++i) write_state(whole, parameters_[i], whole_state[i]);
-}
-
-void ShardedDataParallel::keep_optimizer_state(const torch::optim::Optimizer& whole,
-                                               torch::optim::Optimizer& sharded) const {
-  for (std::size_t j = 0; j < pieces_.size(); ++j) {
-    StateTensors state = read_state(whole, parameters_[piece_parameter_[j]]);
-    for (auto& slot : state.slots) slot = slot.reshape(-1).narrow(0, piece_offset_[j], pieces_[j].numel()).clone();
-    write_state(sharded, pieces_[j], state);
-  }
-}
-
 int64_t ShardedDataParallel::parameter_bytes() const {
   int64_t bytes = 0;
   for (const auto& unit : units_) {

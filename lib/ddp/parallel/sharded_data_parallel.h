@@ -89,14 +89,6 @@ class ShardedDataParallel final : public GradientSync {
   void gather_parameters();
   /// Stage 3: frees whatever is gathered.
   void release_parameters();
-  /// After the whole parameters were written (a checkpoint loaded): the shards take their values.
-  void parameters_changed();
-
-  /// Checkpoints: `whole`, an optimizer of the same kind over the whole parameters, gets every
-  /// rank's state of its pieces. Every rank of the shard group calls it.
-  void gather_optimizer_state(const torch::optim::Optimizer& sharded, torch::optim::Optimizer& whole) const;
-  /// Resume: each piece's state in `sharded` is its part of `whole`'s.
-  void keep_optimizer_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& sharded) const;
 
   /// Bytes of parameters this rank holds now: its shards, and the whole units gathered.
   int64_t parameter_bytes() const;

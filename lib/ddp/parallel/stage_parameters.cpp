@@ -164,27 +164,4 @@ void StageParameters::release() const {
     if (!p.mine) p.tensor.set_data(torch::empty({0}, p.tensor.options()));
 }
 
-void StageParameters::gather_state(const torch::optim::Optimizer& stage, torch::optim::Optimizer& whole) const {
-  for (int owner = 0; owner < pipeline_.world_size; ++owner) {
-    std::vector<const Placed*> from;
-    std::vector<StateTensors> states;
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : placed_) {
-      if (p.owner != owner) continue;
-      from.push_back(&p);
-      // The owner sends its state; the others make room of the same shapes to receive it.
-      states.push_back(owner == pipeline_.rank ? read_state(stage, p.tensor) : read_state(whole, p.tensor));
-      flat.push_back(states.back().step);
-      for (auto& slot : states.back().slots) flat.push_back(slot);
-    }
-    if (flat.empty()) continue;
-    broadcast_coalesced(pipeline_, flat, owner);
-    for (std::size_t k = 0; k < from.size(); ++k) write_state(whole, from[k]->tensor, states[k]);
-  }
-}
-
-void StageParameters::keep_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& stage) const {
-  for (const auto& p : mine_) write_state(stage, p, read_state(whole, p));
-}
-
 }  // namespace ddp

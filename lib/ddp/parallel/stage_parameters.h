@@ -57,10 +57,6 @@ class StageParameters {
   /// release(); the buffers too.
   void materialize() const;
   void release() const;
-  /// After materialize(): `whole` (over every parameter) given each stage's `stage` optimizer state.
-  void gather_state(const torch::optim::Optimizer& stage, torch::optim::Optimizer& whole) const;
-  /// Resume: `stage` keeps, of `whole`'s state, what this stage's parameters need.
-  void keep_state(const torch::optim::Optimizer& whole, torch::optim::Optimizer& stage) const;
 
  private:
   struct Placed {

@@ -1,0 +1,173 @@
+// The one checkpoint format in-process: boxes tile any run of elements, and a checkpoint written by
+// one layout restores into another's pieces (flat runs of ZeRO shards, whole tensors), format 1's
+// whole files included.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <random>
+
+#include "ddp/checkpoint/checkpointer.h"
+#include "ddp/checkpoint/sharded_checkpoint.h"
+#include "ddp/checkpoint/tensor_box.h"
+#include "ddp/common/atomic_file.h"
+#include "ddp/model/model_registry.h"
+#include "ddp/optim/optimizer_factory.h"
+#include "ddp/parallel/optimizer_state.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using ddp::TensorBox;
+using Catch::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The elements of `whole` in `box`, in the box's row-major order.
+torch::Tensor elements_of(const torch::Tensor& whole, const TensorBox& box) {
+  return ddp::narrow_to(whole, ddp::whole_box(whole.sizes().vec()), box).reshape(-1);
+}
+
+struct Trainee {
+  std::shared_ptr<ddp::Model> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+// An MLP under AdamW after two steps: every parameter has moments and a step count.
+Trainee trained(uint64_t seed) {
+  torch::manual_seed(seed);
+  ddp::ModelConfig model_config;
+  model_config.name = "mlp";
+  model_config.hidden = {12, 5};
+  ddp::OptimConfig optim;
+  optim.name = "adamw";
+  Trainee trainee{ddp::make_model(model_config), nullptr};
+  trainee.optimizer = ddp::make_optimizer(trainee.model->parameters(), optim, 0.01);
+  for (int step = 0; step < 2; ++step) {
+    trainee.optimizer->zero_grad();
+    auto x = torch::randn({3, ddp::kInputChannels, ddp::kInputHeight, ddp::kInputWidth});
+    trainee.model->forward(x).square().mean().backward();
+    trainee.optimizer->step();
+  }
+  return trainee;
+}
+
+ddp::CheckpointConfig keep(int64_t n) {
+  ddp::CheckpointConfig config;
+  config.keep_last = n;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("the boxes of a run of elements tile exactly that run, in order, in at most 2 ndim - 1 boxes",
+          "[checkpoint]") {
+  std::mt19937 random(7);
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{10}, {4, 6}, {3, 1, 5}, {2, 3, 4, 5}, {}}) {
+    const int64_t numel = ddp::whole_box(shape).numel();
+    torch::Tensor whole = torch::arange(numel).reshape(shape);
+    for (int trial = 0; trial < 40; ++trial) {
+      int64_t begin = static_cast<int64_t>(random() % static_cast<uint32_t>(numel));
+      int64_t count = 1 + static_cast<int64_t>(random() % static_cast<uint32_t>(numel - begin));
+      auto boxes = ddp::boxes_of_run(shape, begin, count);
+      INFO("shape " << c10::IntArrayRef(shape) << ", elements [" << begin << ", " << begin + count << ")");
+      CHECK(boxes.size() <= std::max<std::size_t>(1, 2 * shape.size() - 1));
+      int64_t first = 0;
+      std::vector<torch::Tensor> parts;
+      for (const auto& piece : boxes) {
+        CHECK(piece.first == first);
+        first += piece.box.numel();
+        parts.push_back(elements_of(whole, piece.box));
+      }
+      CHECK(torch::equal(torch::cat(parts), torch::arange(begin, begin + count)));
+    }
+  }
+  CHECK(ddp::boxes_of_run({4, 6}, 0, 24).size() == 1);
+  CHECK(ddp::boxes_of_run({4, 6}, 3, 0).empty());
+  auto overlap = ddp::box_overlap({{0, 2}, {3, 4}}, {{2, 0}, {2, 3}});
+  REQUIRE(overlap.has_value());
+  CHECK(overlap->describe() == "[2:3, 2:3]");
+  CHECK_FALSE(ddp::box_overlap({{0}, {3}}, {{3}, {2}}).has_value());
+}
+
+TEST_CASE("a whole checkpoint restores into three ranks' flat runs, values and optimizer state alike, and back",
+          "[checkpoint]") {
+  TempDir dir;
+  Trainee saved = trained(1);
+  ddp::Checkpointer checkpointer(keep(3), dir.file("checkpoints"));
+  ddp::TrainProgress progress;
+  progress.step = 2;
+  ddp::save_whole_checkpoint(checkpointer, *saved.model, *saved.optimizer, progress, 1);
+  auto info = ddp::checkpoint_at(dir.file("checkpoints/step_0000000002.json"));
+  const std::string manifest = ddp::read_whole_file(info.manifest_path);
+  CHECK_THAT(manifest, Contains("format_version: 2") && Contains("pieces:") && Contains("file: step_0000000002.pt"));
+  const std::string data = ddp::read_whole_file(ddp::common_file(manifest, info.manifest_path));
+
+  // Three ranks, each keeping a third of every parameter's flattened elements (ZeRO's cut, not rows).
+  ddp::ShardLayout whole = ddp::whole_layout(*saved.model);
+  Trainee fresh = trained(2);  // other values everywhere
+  std::vector<torch::Tensor> mine;
+  for (int rank = 0; rank < 3; ++rank) {
+    ddp::ShardLayout layout = ddp::whole_layout(*fresh.model);
+    layout.ranges.clear();
+    std::vector<torch::Tensor> pieces;
+    for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
+      const int64_t numel = layout.parameters[i].numel(), lo = numel * rank / 3, hi = numel * (rank + 1) / 3;
+      pieces.push_back(torch::zeros({hi - lo}).requires_grad_());
+      layout.ranges.push_back({i, lo, pieces.back().detach(), pieces.back()});
+    }
+    auto optimizer = std::make_unique<torch::optim::AdamW>(pieces);
+    ddp::ShardedCheckpointReader reader(manifest, info.manifest_path, data);
+    CHECK(reader.describe() == "whole");
+    reader.check_fits(layout, *fresh.model, *optimizer);
+    REQUIRE(reader.read_shards(layout).empty());
+    reader.restore(layout, *fresh.model, *optimizer, 0);
+    for (const auto& range : layout.ranges) {
+      const torch::Tensor& p = whole.parameters[range.parameter];
+      auto expected = p.detach().reshape(-1).narrow(0, range.begin, range.value.numel());
+      CHECK(torch::equal(range.value, expected));
+      ddp::StateTensors theirs = ddp::read_state(*saved.optimizer, p), ours = ddp::read_state(*optimizer, range.stepped);
+      CHECK(ours.step.item<int64_t>() == theirs.step.item<int64_t>());
+      for (std::size_t s = 0; s < theirs.slots.size(); ++s)
+        CHECK(torch::equal(ours.slots[s], theirs.slots[s].reshape(-1).narrow(0, range.begin, range.value.numel())));
+    }
+  }
+}
+
+TEST_CASE("a format-1 whole checkpoint (the model by name and LibTorch's optimizer archive) still resumes",
+          "[checkpoint]") {
+  TempDir dir;
+  Trainee saved = trained(3);
+  fs::create_directories(dir.file("checkpoints"));
+  // What ddprun wrote before format 2, written here as it was.
+  torch::serialize::OutputArchive archive;
+  ddp::TrainProgress progress;
+  progress.step = 4;
+  ddp::write_progress(archive, progress, 1, {});
+  for (const auto& item : saved.model->named_parameters()) archive.write("model/" + item.key(), item.value());
+  torch::serialize::OutputArchive optimizer_archive;
+  saved.optimizer->save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  const std::string path = dir.file("checkpoints/step_0000000004.pt");
+  archive.save_to(path);
+  const std::string data = ddp::read_whole_file(path);
+  const std::string manifest = "{\"format_version\": 1, \"step\": 4, \"epoch\": 0, \"world_size\": 1, \"bytes\": " +
+                               std::to_string(data.size()) + ", \"crc32\": " + std::to_string(ddp::crc32_of(data)) + "}\n";
+  ddp::write_file_atomically(dir.file("checkpoints/step_0000000004.json"), manifest);
+
+  ddp::Checkpointer checkpointer(keep(3), dir.file("checkpoints"));
+  auto found = checkpointer.find_resume_point();
+  REQUIRE(found.has_value());
+  Trainee fresh = trained(4);
+  auto loaded = ddp::load_whole_checkpoint(manifest, found->manifest_path, data, *fresh.model, *fresh.optimizer);
+  CHECK(loaded.step == 4);
+  auto theirs = saved.model->parameters(), ours = fresh.model->parameters();
+  for (std::size_t i = 0; i < theirs.size(); ++i) {
+    CHECK(torch::equal(ours[i], theirs[i]));
+    auto a = ddp::read_state(*saved.optimizer, theirs[i]), b = ddp::read_state(*fresh.optimizer, ours[i]);
+    CHECK(a.step.item<int64_t>() == b.step.item<int64_t>());
+    for (std::size_t s = 0; s < a.slots.size(); ++s) CHECK(torch::equal(a.slots[s], b.slots[s]));
+  }
+}
