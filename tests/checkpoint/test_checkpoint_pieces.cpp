@@ -9,7 +9,7 @@
 #include <random>
 
 #include "ddp/checkpoint/checkpointer.h"
-#include "ddp/checkpoint/sharded_checkpoint.h"
+#include "ddp/checkpoint/checkpoint_format.h"
 #include "ddp/checkpoint/tensor_box.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/model/model_registry.h"
@@ -106,11 +106,11 @@ TEST_CASE("a whole checkpoint restores into three ranks' flat runs, values and o
   const std::string data = ddp::read_whole_file(ddp::common_file(manifest, info.manifest_path));
 
   // Three ranks, each keeping a third of every parameter's flattened elements (ZeRO's cut, not rows).
-  ddp::ShardLayout whole = ddp::whole_layout(*saved.model);
+  ddp::CheckpointLayout whole = ddp::whole_layout(*saved.model);
   Trainee fresh = trained(2);  // other values everywhere
   std::vector<torch::Tensor> mine;
   for (int rank = 0; rank < 3; ++rank) {
-    ddp::ShardLayout layout = ddp::whole_layout(*fresh.model);
+    ddp::CheckpointLayout layout = ddp::whole_layout(*fresh.model);
     layout.ranges.clear();
     std::vector<torch::Tensor> pieces;
     for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
@@ -119,10 +119,10 @@ TEST_CASE("a whole checkpoint restores into three ranks' flat runs, values and o
       layout.ranges.push_back({i, lo, pieces.back().detach(), pieces.back()});
     }
     auto optimizer = std::make_unique<torch::optim::AdamW>(pieces);
-    ddp::ShardedCheckpointReader reader(manifest, info.manifest_path, data);
+    ddp::CheckpointReader reader(manifest, info.manifest_path, data);
     CHECK(reader.describe() == "whole");
     reader.check_fits(layout, *fresh.model, *optimizer);
-    REQUIRE(reader.read_shards(layout).empty());
+    REQUIRE(reader.read_pieces(layout).empty());
     reader.restore(layout, *fresh.model, *optimizer, 0);
     for (const auto& range : layout.ranges) {
       const torch::Tensor& p = whole.parameters[range.parameter];

@@ -17,7 +17,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/checkpoint/checkpointer.h"
-#include "ddp/checkpoint/sharded_checkpoint.h"
+#include "ddp/checkpoint/checkpoint_format.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/optim/optimizer_factory.h"

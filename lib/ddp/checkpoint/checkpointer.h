@@ -1,7 +1,7 @@
 #pragma once
 // Checkpoints: data files committed by an atomic rename, then a manifest (format version, world
 // size, step, each file's size and CRC-32). A checkpoint without a valid manifest never counts.
-// What the files hold, whole or sharded, is sharded_checkpoint.h's.
+// What the files hold, whole or sharded, is checkpoint_format.h's.
 
 #include <torch/torch.h>
 
@@ -39,13 +39,13 @@ struct CheckpointInfo {
   std::string manifest_path;
   int64_t step = 0;
   int64_t world_size = 0;
-  bool sharded = false;  ///< its manifest lists shard files (sharded_checkpoint.h), not one data file
+  bool sharded = false;  ///< its manifest lists shard files (checkpoint_format.h), not one data file
 };
 
 /// Saves, finds and loads checkpoints in one directory.
 class Checkpointer {
  public:
-  /// Format 2 (Note [Sharded checkpoints]); format 1's checkpoints are still read.
+  /// Format 2 (Note [Checkpoint format]); format 1's checkpoints are still read.
   static constexpr int kFormatVersion = 2;
 
   /// Checkpoints live in `directory` (created on the first save).

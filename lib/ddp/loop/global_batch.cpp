@@ -26,4 +26,20 @@ GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max
   return {1, share};  // not reached: accum == share divides it
 }
 
+GlobalBatchShare share_fixed_microbatches(int64_t global_batch, int replicas, int64_t microbatches, int64_t batch,
+                                          int64_t accum) {
+  if (global_batch > 0) {
+    const int64_t parts = replicas * microbatches;
+    if (global_batch % parts != 0)
+      throw UserError("train.global_batch_size: " + std::to_string(global_batch) + " samples do not split into " +
+                      std::to_string(replicas) + " replica(s) × " + std::to_string(microbatches) +
+                      " microbatches (dist.microbatches); use a multiple of " + std::to_string(parts));
+    return {global_batch / parts, microbatches};
+  }
+  if (accum != 1)
+    throw ConfigError("train.grad_accum_steps: with dist.pipeline the microbatches are the accumulation; set "
+                      "dist.microbatches instead (now " + std::to_string(microbatches) + ")");
+  return {batch, microbatches};
+}
+
 }  // namespace ddp

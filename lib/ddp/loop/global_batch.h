@@ -17,4 +17,10 @@ struct GlobalBatchShare {
 /// naming the world sizes that would work, when `world` does not divide `global_batch`.
 GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max_batch);
 
+/// The same where the plan fixes the micro-batches a step (a pipeline's `microbatches`): a global
+/// batch splits into `replicas` × `microbatches` micro-batches, or without one each is `batch`.
+/// Throws UserError when it does not split, ConfigError for train.grad_accum_steps (`accum`) other than 1.
+GlobalBatchShare share_fixed_microbatches(int64_t global_batch, int replicas, int64_t microbatches, int64_t batch,
+                                          int64_t accum);
+
 }  // namespace ddp

@@ -71,8 +71,9 @@ class RunRecorder {
                            int64_t optimizer_bytes, int64_t unit_bytes = 0);
   /// The end of a run that finished: the summary line, the exit status and the report.
   void finished(const TrainProgress& progress);
-  /// Pipeline stages: this rank's stage, told to the launcher with each heartbeat.
-  void set_pipeline_stage(int stage) { heartbeat_.set_stage(stage); }
+  /// The part of the model this rank runs (its pipeline stage), told to the launcher with each
+  /// heartbeat; -1: all of it.
+  void set_rank_part(int part) { heartbeat_.set_stage(part); }
   /// Pipeline stages: a beat after this rank's part of microbatch `microbatch` of the step under way.
   void microbatch_done(const TrainProgress& progress, int microbatch) const { heartbeat_.beat(progress.step, microbatch); }
   /// Rank 0: a record of the run's own into metrics.jsonl (the pipeline's stages, say).

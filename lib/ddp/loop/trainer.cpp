@@ -11,14 +11,11 @@
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
-#include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/resume_check.h"
 #include "ddp/optim/optimizer_factory.h"
-#include "ddp/parallel/pipeline_split.h"
-#include "ddp/parallel/sharded_blocks.h"
 
 namespace ddp {
 namespace {
@@ -26,16 +23,6 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() ? "runs/" + run.name : run.output_dir; }
-
-// The model's blocks (Note [Blocks]); without them, ConfigError: `cannot`, why, then `fix`.
-std::vector<ModelBlock> blocks_of(torch::nn::Module& module, const std::string& cannot, const std::string& fix) {
-  auto* model = dynamic_cast<Model*>(&module);
-  std::vector<ModelBlock> blocks;
-  if (model) blocks = model->blocks();
-  if (blocks.empty())
-    throw ConfigError(cannot + ": " + (model ? model->why_no_blocks() : "it is not a sequence of layers") + ", " + fix);
-  return blocks;
-}
 
 }  // namespace
 
@@ -67,8 +54,12 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   }
   if (action == Action::kResume) changed_since_ = verdict.substr(1);
   const Communicator& replicas = plan_->data_parallel();  // the ranks that split the samples
-  if (plan_->stages() > 1) {
-    share_pipeline_batch();
+  if (const int64_t microbatches = plan_->microbatches_per_step()) {
+    GlobalBatchShare share = share_fixed_microbatches(config_.train.global_batch_size, replicas.world_size,
+                                                      microbatches, config_.train.batch_size,
+                                                      config_.train.grad_accum_steps);
+    config_.train.batch_size = share.batch_size;
+    config_.train.grad_accum_steps = share.grad_accum_steps;
   } else if (config_.train.global_batch_size > 0) {
     // Before anything is written: a world size that cannot share the global batch ends the run here.
     GlobalBatchShare share =
@@ -80,14 +71,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
                    config_.train.global_batch_size, world.world_size, share.batch_size, share.grad_accum_steps);
   }
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
-  if (plan_->stages() > 1) recorder_->set_pipeline_stage(plan_->stage());
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
-  if (world.rank == 0 && config_.mesh.shard != "none")
-    spdlog::info("dist.shard {}: {} split within each data_shard group of the mesh {}", config_.mesh.shard,
-                 config_.mesh.shard == "optimizer"   ? "the optimizer state is"
-                 : config_.mesh.shard == "gradients" ? "gradients and optimizer state are"
-                                                     : "parameters, gradients and optimizer state are",
-                 plan_->mesh().describe());
 
   TaskContext context;
   context.device = world.device;
@@ -99,8 +83,6 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
-  parameters_ = plan_->prepare_model(task_->model());
-  if (plan_->stages() > 1) split_into_stages();
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), replicas.world_size, replicas.rank,
                                                   config_.sampler);
@@ -114,28 +96,10 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
       config_.data, /*pin_memory=*/world.device.is_cuda());
   // The vote and the monitor's numbers (reserved by the recorder) travel with the gradients.
   stop_vote_ = std::make_unique<StopVote>(side_values_);
-  std::vector<std::vector<torch::Tensor>> units;
-  if (config_.mesh.shard == "parameters") {
-    std::vector<torch::Tensor> tied;  // the root's (Note [Sharded stages])
-    if (pipeline_)
-      for (std::size_t k : plan_->stage_parameters()->tied()) tied.push_back(plan_->stage_parameters()->mine()[k]);
-    sharded_blocks_ = std::make_unique<ShardedBlocks>(
-        pipeline_ ? pipeline_->blocks()
-                  : blocks_of(task_->model(), "dist.shard: model.name " + config_.model.name + " cannot be split into blocks",
-                              "or use dist.shard: gradients (parameters gathers each block's parameters as it runs)"),
-        tied);
-    units = sharded_blocks_->units();
-  }
-  gradient_sync_ = plan_->make_gradient_sync(parameters_, &side_values_, units);
-  if (auto* engine = plan_->parameter_shards()) {
-    sharded_blocks_->attach(*engine);
-    if (pipeline_)
-      pipeline_->set_block_runner(sharded_blocks_.get());
-    else
-      dynamic_cast<Model&>(task_->model()).set_block_runner(sharded_blocks_.get());
-  }
+  parallel_ = parallelize(*task_, *plan_, config_, side_values_);  // Note [Passes]
+  recorder_->set_rank_part(parallel_->part);
   double lr = scaled_lr(config_.optim, replicas.world_size);
-  std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parameters_);
+  std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parallel_->parameters);
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
@@ -145,72 +109,12 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   resume();
 }
 
-void Trainer::share_pipeline_batch() {
-  const int64_t microbatches = pipeline_microbatches(config_.mesh);
-  const int64_t replicas = plan_->data_parallel().world_size;
-  if (config_.train.global_batch_size > 0) {
-    const int64_t parts = replicas * microbatches;
-    if (config_.train.global_batch_size % parts != 0)
-      throw UserError("train.global_batch_size: " + std::to_string(config_.train.global_batch_size) +
-                      " samples do not split into " + std::to_string(replicas) + " replica(s) × " +
-                      std::to_string(microbatches) + " microbatches (dist.microbatches); use a multiple of " +
-                      std::to_string(parts));
-    config_.train.batch_size = config_.train.global_batch_size / parts;
-  } else if (config_.train.grad_accum_steps != 1) {
-    throw ConfigError("train.grad_accum_steps: with dist.pipeline the microbatches are the accumulation; set "
-                      "dist.microbatches instead (now " + std::to_string(microbatches) + ")");
-  }
-  config_.train.grad_accum_steps = microbatches;
-}
-
-void Trainer::split_into_stages() {
-  std::vector<ModelBlock> layers = blocks_of(
-      task_->model(), "dist.pipeline: model.name " + config_.model.name + " cannot be split into stages", "or use dist.pipeline: 1");
-  std::vector<std::string> names;
-  std::vector<int64_t> sizes;
-  for (const auto& layer : layers) {
-    names.push_back(layer.name);
-    int64_t elements = 0;
-    for (const auto& p : layer.parameters) elements += p.numel();
-    sizes.push_back(elements);
-  }
-  const int stages = plan_->stages();
-  std::vector<int> bounds = split_pipeline(names, sizes, stages, config_.mesh.pipeline_split);
-  std::vector<std::vector<torch::Tensor>> used(static_cast<std::size_t>(stages)), buffers(used.size());
-  for (int s = 0; s < stages; ++s)
-    for (int i = bounds[s]; i < bounds[s + 1]; ++i) {
-      for (const auto& p : layers[i].parameters) used[s].push_back(p);
-      for (const auto& b : layers[i].buffers) buffers[s].push_back(b);
-    }
-  for (int s = 1; s < stages; ++s) stage_split_ += (s > 1 ? "," : "") + names[bounds[s]];
-  if (plan_->world().rank == 0)
-    describe_stages(plan_->mesh().describe(), names, bounds, used, parameters_, config_.train.batch_size,
-                    config_.train.grad_accum_steps, config_.mesh.schedule);
-  plan_->split_stages(parameters_, used, buffers);
-  const int stage = plan_->stage();
-  std::vector<ModelBlock> mine(layers.begin() + bounds[stage], layers.begin() + bounds[stage + 1]);
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.timeout_s * 1000));
-  pipeline_ = std::make_unique<PipelineRunner>(std::move(mine), *task_, plan_->group(MeshDim::kPipeline),
-                                               config_.mesh.schedule, timeout, mixed_precision());
-}
-
-void Trainer::report_pipeline() {
-  MetricsRecord record = pipeline_->report(plan_->world(), plan_->data_parallel().world_size);
-  if (record.empty()) return;  // not rank 0
-  record.insert(record.begin(), {"step", static_cast<double>(progress_.step)});
-  recorder_->write_metrics(record);
-}
-
-Trainer::~Trainer() {
-  if (sharded_blocks_ && !pipeline_) dynamic_cast<Model&>(task_->model()).set_block_runner(nullptr);
-}
-
 void Trainer::resume() {
   // Note [Resume from rank 0]: rank 0 alone chooses and verifies the checkpoint, reads it, and
   // broadcasts its bytes; every rank loads those. The ranks then resume from the same state even
   // when their nodes hold different files at that path (node-local storage, a stale copy), and
-  // no rank but 0 needs the file at all. A sharded checkpoint's shards are the exception: each
-  // rank reads those it needs (Note [Sharded checkpoints]); rank 0 sends the manifest and the
+  // no rank but 0 needs the file at all. A checkpoint in a file per writer is the exception: each
+  // rank reads the files it needs (Note [Checkpoint format]); rank 0 sends the manifest and the
   // common file.
   const Communicator& world = plan_->world();
   for (int64_t older_than = INT64_MAX;;) {
@@ -236,7 +140,7 @@ void Trainer::resume() {
 bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common,
                           int64_t& older_than) {
   const Communicator& world = plan_->world();
-  std::optional<ShardedCheckpointReader> parsed;
+  std::optional<CheckpointReader> parsed;
   try {
     parsed.emplace(manifest, path, common);
   } catch (const FileError& e) {  // the same manifest on every rank: all go back alike
@@ -245,17 +149,17 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
     older_than = std::stoll(std::filesystem::path(path).stem().string().substr(5));  // auto: step_N.json
     return false;
   }
-  ShardedCheckpointReader& reader = *parsed;
+  CheckpointReader& reader = *parsed;
   // A whole checkpoint is rank 0's file, which the others only heard of.
   const std::string source = reader.single_file() && world.rank != 0 ? "rank 0's checkpoint" : reader.source();
   check_resume_layout(reader.progress(), step_shape(), config_, source);
-  ShardLayout layout = shard_layout();
+  CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   layout.whole_optimizer = [this](const std::vector<torch::Tensor>& whole) {  // format 1's whole checkpoints
     return make_optimizer(whole, config_.optim, scaled_lr(config_.optim, replicas()));
   };
   reader.check_fits(layout, task_->model(), *optimizer_);
-  std::string problem = reader.read_shards(layout);
-  // Every rank restores, or none: the first rank that could not read its shards says why.
+  std::string problem = reader.read_pieces(layout);
+  // Every rank restores, or none: the first rank that could not read its pieces says why.
   auto failed = torch::zeros({world.world_size}, torch::kDouble);
   if (!problem.empty()) failed[world.rank] = 1;
   failed = all_reduce_sum(world, failed);
@@ -296,31 +200,7 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
 }
 
 StepShape Trainer::step_shape() const {
-  return {replicas(), config_.train.batch_size, config_.train.grad_accum_steps, plan_->stages() > 1};
-}
-
-bool Trainer::sharded_checkpoints() const {
-  const std::string& format = config_.checkpoint.format;
-  return format == "sharded" || (format == "auto" && (config_.mesh.shard != "none" || plan_->stages() > 1));
-}
-
-ShardLayout Trainer::shard_layout() const {
-  ShardLayout layout;
-  std::map<const c10::TensorImpl*, std::string> names;  // a tied weight: its first name, as in the list
-  for (const auto& item : task_->model().named_parameters()) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
-  for (const auto& p : parameters_) layout.names.push_back(names.at(p.unsafeGetTensorImpl()));
-  layout.parameters = parameters_;
-  layout.shapes = plan_->whole_shapes(parameters_);
-  layout.ranges = plan_->owned_ranges(parameters_);
-  // One shard per stage and data shard: replica 0 of each writes it.
-  const Communicator& shard_group = plan_->group(MeshDim::kDataShard);
-  layout.shard = plan_->stage() * shard_group.world_size + shard_group.rank;
-  layout.shards = plan_->stages() * shard_group.world_size;
-  layout.data_parallel_size = replicas();
-  layout.writes = plan_->writes_shard();
-  layout.mesh = plan_->mesh().describe() + ", dist.shard " + config_.mesh.shard;
-  if (plan_->stages() > 1) layout.mesh += ", dist.pipeline_split " + stage_split_;
-  return layout;
+  return {replicas(), config_.train.batch_size, config_.train.grad_accum_steps, plan_->microbatches_per_step() > 0};
 }
 
 int64_t Trainer::steps_per_epoch() const {
@@ -357,7 +237,7 @@ int Trainer::fit() {
       profiler_->step_begins(progress_.step);
       StepStats step = train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
       profiler_->step_ends(progress_.step - 1);
-      recorder_->step_ends(progress_, step, prefetcher_->waited_ms(), gradient_sync_->timing());
+      recorder_->step_ends(progress_, step, prefetcher_->waited_ms(), parallel_->gradient_sync->timing());
       if (!state_memory_reported_) report_state_memory();
       after_step();
     }
@@ -370,79 +250,38 @@ int Trainer::fit() {
 }
 
 StepStats Trainer::train_step(int64_t micro_batches) {
-  if (pipeline_) return pipeline_step(micro_batches);
-  StepStats step;
-  // The losses are summed where they are and read once the whole step is queued: reading each one
-  // at once (item()) would keep a GPU idle while the CPU queues the optimizer's many small kernels.
-  torch::Tensor loss_sum;
-  for (int64_t m = 0; m < micro_batches; ++m) {
-    // Only the last micro-step's backward communicates (the buckets start during it); this
-    // rank's stop vote and the other side values travel with it.
-    if (m + 1 == micro_batches) {
-      stop_vote_->cast();
-      gradient_sync_->prepare();
-    }
-    Batch batch = prefetcher_->next().to(plan_->world().device);
-    torch::Tensor loss;
-    {
-      AutocastScope autocast(plan_->world().device, mixed_precision());
-      loss = task_->loss(batch);
-    }
-    // Micro-steps average, like one batch micro_batches times as large.
-    (loss / static_cast<double>(micro_batches)).backward();
-    auto loss_double = loss.detach().to(torch::kDouble);
-    loss_sum = m == 0 ? loss_double : loss_sum + loss_double;
-    step.batches += 1;
-    step.samples += batch.size();
-    step.sampled_edges += batch.sampled_edges;
-    step.tokens += batch.tokens;
-    progress_.batch_in_epoch += 1;
-  }
-  optimizer_step(step);
-  step.loss_sum = loss_sum.item<double>();
-  return step;
-}
-
-StepStats Trainer::pipeline_step(int64_t micro_batches) {
-  std::vector<Batch> batches;
-  for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(prefetcher_->next().to(plan_->world().device));
+  StepHooks hooks;
+  hooks.next_batch = [this] { return prefetcher_->next().to(plan_->world().device); };
+  hooks.before_last_backward = [this] {
+    stop_vote_->cast();  // this rank's vote and the other side values travel with the sync
+    parallel_->gradient_sync->prepare();
+  };
+  hooks.after_microbatch = [this](int microbatch) { recorder_->microbatch_done(progress_, microbatch); };
+  StepWork work = parallel_->step->train(micro_batches, hooks);
   progress_.batch_in_epoch += micro_batches;
-  torch::Tensor loss_sum = pipeline_->train(
-      batches,
-      [this] {
-        stop_vote_->cast();
-        gradient_sync_->prepare();
-      },
-      [this](int microbatch) { recorder_->microbatch_done(progress_, microbatch); });
-  StepStats step;
-  optimizer_step(step);
-  // The last stage speaks for each pipeline: the others' samples are the same ones.
-  if (pipeline_->last()) {
-    for (const auto& batch : batches) {
-      step.batches += 1;
-      step.samples += batch.size();
-      step.tokens += batch.tokens;
-    }
-    step.loss_sum = loss_sum.item<double>();
-  }
-  return step;
+  optimizer_step(work.stats);
+  // Read once the whole step is queued: reading each loss at once would keep a GPU idle while the
+  // CPU queues the optimizer's many small kernels.
+  if (work.loss_sum.defined()) work.stats.loss_sum = work.loss_sum.item<double>();
+  return work.stats;
 }
 
 void Trainer::optimizer_step(StepStats& step) {
-  gradient_sync_->finish();
+  parallel_->gradient_sync->finish();
   plan_->finish_gradients(side_values_);
-  if (config_.train.clip_grad_norm > 0) plan_->clip_grad_norm(parameters_, config_.train.clip_grad_norm);
+  if (config_.train.clip_grad_norm > 0) plan_->clip_grad_norm(parallel_->parameters, config_.train.clip_grad_norm);
   step.lr = schedule_->lr_at(progress_.step);
   set_learning_rate(*optimizer_, step.lr);
   optimizer_->step();
   plan_->after_optimizer_step();
-  gradient_sync_->zero_grad();  // not the optimizer's: the gradients may be views of the sync's buffers
+  parallel_->gradient_sync->zero_grad();  // not the optimizer's: the gradients may be views of the sync's buffers
   progress_.step += 1;
 }
 
 void Trainer::report_state_memory() {
   state_memory_reported_ = true;
-  recorder_->report_state_memory(progress_, plan_->parameter_bytes(parameters_), plan_->gradient_bytes(parameters_),
+  recorder_->report_state_memory(progress_, plan_->parameter_bytes(parallel_->parameters),
+                                 plan_->gradient_bytes(parallel_->parameters),
                                  optimizer_state_bytes(*optimizer_), plan_->largest_unit_bytes());
 }
 
@@ -469,7 +308,11 @@ int Trainer::stop_after_checkpoint() {
 }
 
 void Trainer::finish() {
-  if (pipeline_) report_pipeline();
+  MetricsRecord measured = parallel_->step->report();  // every rank takes part
+  if (!measured.empty()) {
+    measured.insert(measured.begin(), {"step", static_cast<double>(progress_.step)});
+    recorder_->write_metrics(measured);
+  }
   plan_->gather_parameters();
   if (plan_->writes_checkpoints()) task_->save_model(output_dir_of(config_.run));
   plan_->release_parameters();
@@ -485,30 +328,19 @@ void Trainer::save_checkpoint() {
   auto pulse = recorder_->pulse(progress_);
   std::vector<torch::Tensor> rank_rng = plan_->gather_checkpoint_state();
   checkpointer_->mark_saved(progress_.step);
-  ShardLayout layout = shard_layout();
-  layout.single_file = !sharded_checkpoints();  // whole: every piece in rank 0's one file
-  save_sharded_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
+  CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
+  write_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
   barrier(plan_->world());
 }
 
 void Trainer::run_eval() {
   recorder_->eval_begins(progress_);
   plan_->share_buffers();
-  EvalResult result;
-  if (pipeline_) {
-    // Each stage runs its own layers, gathered whole once with dist.shard parameters (see below).
-    auto* engine = plan_->parameter_shards();
-    if (engine) engine->gather_parameters();
-    result = evaluate_pipelined(*task_, config_.eval, *pipeline_, plan_->data_parallel(), plan_->world());
-    if (engine) engine->release_parameters();
-  } else {
-    // dist.shard parameters: the eval shards differ in batch count between ranks, and a forward that
-    // gathered unit by unit would wait for ranks with no batch left; the whole model is gathered once.
-    plan_->gather_parameters();
-    AutocastScope autocast(plan_->world().device, mixed_precision());
-    result = evaluate(*task_, config_.eval, plan_->world());
-    plan_->release_parameters();
-  }
+  // Ranks' eval batches differ in count, and a forward that gathered parameters block by block
+  // would wait for ranks with none left: whatever this rank's layers need is gathered once.
+  plan_->gather_local_parameters();
+  EvalResult result = parallel_->step->evaluate(config_.eval);
+  plan_->release_parameters();
   last_eval_step_ = progress_.step;
   recorder_->eval_ends(progress_, result);
 }

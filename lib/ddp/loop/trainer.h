@@ -8,14 +8,14 @@
 #include <memory>
 
 #include "ddp/checkpoint/checkpointer.h"
-#include "ddp/checkpoint/sharded_checkpoint.h"
+#include "ddp/checkpoint/checkpoint_format.h"
 #include "ddp/checkpoint/train_progress.h"
 #include "ddp/comm/gradient_sync.h"
 #include "ddp/common/value_slots.h"
 #include "ddp/common/worker_identity.h"
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/distributed_sampler.h"
-#include "ddp/loop/pipeline_runner.h"
+#include "ddp/loop/parallelize.h"
 #include "ddp/loop/resume_check.h"
 #include "ddp/loop/run_recorder.h"
 #include "ddp/loop/step_profiler.h"
@@ -23,7 +23,6 @@
 #include "ddp/loop/worker_signals.h"
 #include "ddp/optim/lr_schedule.h"
 #include "ddp/parallel/parallel_plan.h"
-#include "ddp/parallel/sharded_blocks.h"
 #include "ddp/task/task.h"
 
 namespace ddp {
@@ -33,7 +32,6 @@ class Trainer {
  public:
   /// Joins the process group, builds the plan and the task, synchronises the model, resumes if asked.
   Trainer(TrainConfig config, WorkerIdentity env);
-  ~Trainer();
   // Its reducer and prefetcher hold references into it.
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -54,27 +52,15 @@ class Trainer {
   void resumed(const TrainProgress& loaded, const std::string& path, const std::string& what);
   /// This run's samples a step, for check_resume_layout.
   StepShape step_shape() const;
-  /// Whether checkpoints are sharded (checkpoint.format, dist.shard), not whole.
-  bool sharded_checkpoints() const;
-  /// This rank's part of a sharded checkpoint.
-  ShardLayout shard_layout() const;
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
   bool mixed_precision() const { return config_.train.precision == "bf16"; }
-  /// Forward and backward of `micro_batches` micro-batches, then one optimizer step.
+  /// Forward and backward of `micro_batches` micro-batches (the step runner's), then one optimizer step.
   StepStats train_step(int64_t micro_batches);
-  /// The same with pipeline stages: the micro-batches are the pipeline's microbatches.
-  StepStats pipeline_step(int64_t micro_batches);
   /// After the backwards: the gradient sync's end, clipping, the optimizer's step.
   void optimizer_step(StepStats& step);
-  /// Pipeline stages: each step's samples as replicas × dist.microbatches × batch.
-  void share_pipeline_batch();
-  /// Pipeline stages: cuts the model's layers into stages and keeps this rank's.
-  void split_into_stages();
-  /// Pipeline stages: each stage's measured bubble and peak activation memory, in the log and metrics.
-  void report_pipeline();
-  /// The ranks that split the samples (the world, or with pipeline stages a stage's replicas).
+  /// The ranks that split the samples: the plan's data-parallel group.
   int replicas() const { return plan_->data_parallel().world_size; }
   void after_step();
   /// After the first step: parameters, gradients and optimizer state per rank, in the log.
@@ -93,14 +79,10 @@ class Trainer {
   std::string changed_since_;      ///< keys that steer the run and changed since the run being resumed
   std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<Task> task_;
-  std::unique_ptr<PipelineRunner> pipeline_;  // pipeline stages: this rank's
-  std::string stage_split_;                   // the layers that begin stages 1.., for the checkpoint's manifest
-  std::vector<torch::Tensor> parameters_;  // this rank's, each once (ParallelPlan::prepare_model)
+  std::unique_ptr<ParallelModel> parallel_;  // after task_: the passes applied to its model (Note [Passes])
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // after task_: its batches come from it
   std::unique_ptr<StopVote> stop_vote_;
-  std::unique_ptr<GradientSync> gradient_sync_;
-  std::unique_ptr<ShardedBlocks> sharded_blocks_;  // dist.shard parameters: runs the blocks inside the gathers
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -1,6 +1,6 @@
 #pragma once
 // A run of one parameter's elements whose value and optimizer state this rank keeps: the unit a
-// sharded checkpoint saves and restores (sharded_checkpoint.h), whatever the layout.
+// sharded checkpoint saves and restores (checkpoint_format.h), whatever the layout.
 
 #include <torch/torch.h>
 

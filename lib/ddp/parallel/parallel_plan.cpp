@@ -1,5 +1,7 @@
 #include "ddp/parallel/parallel_plan.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -129,7 +131,14 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
   if (mesh_.size(MeshDim::kPipeline) > 1) {
     auto ranks = mesh_.data_parallel_ranks(world_.rank);
     data_parallel_ = sub_communicator(world_, "data_parallel/" + std::to_string(ranks.front()), ranks);
+    microbatches_ = pipeline_microbatches(mesh);
   }
+  if (world_.rank == 0 && shard_ != "none")
+    spdlog::info("dist.shard {}: {} split within each data_shard group of the mesh {}", shard_,
+                 shard_ == "optimizer"   ? "the optimizer state is"
+                 : shard_ == "gradients" ? "gradients and optimizer state are"
+                                         : "parameters, gradients and optimizer state are",
+                 mesh_.describe());
 }
 
 std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model) {
@@ -250,6 +259,10 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tens
 void ParallelPlan::gather_parameters() const {
   if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
   if (stage_) stage_->materialize();
+}
+
+void ParallelPlan::gather_local_parameters() const {
+  if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
 }
 
 void ParallelPlan::release_parameters() const {

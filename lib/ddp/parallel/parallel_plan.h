@@ -43,6 +43,11 @@ class ParallelPlan {
   /// Pipeline stages (1: none), and this rank's.
   int stages() const { return mesh_.size(MeshDim::kPipeline); }
   int stage() const { return group(MeshDim::kPipeline).rank; }
+  /// The micro-batches every step must have (a pipeline's dist.microbatches); 0: any number.
+  int64_t microbatches_per_step() const { return microbatches_; }
+  /// Whether ranks keep different parts of the parameters or optimizer state (any dist.shard, or
+  /// pipeline stages), so that checkpoint.format auto writes a shard per writer, not one file.
+  bool splits_state() const { return shard_ != "none" || stages() > 1; }
 
   /// The parameters of `model` this rank trains, each tensor once (LibTorch lists a tensor
   /// registered under two names, as tied weights are, twice), after making the replicas equal:
@@ -94,6 +99,9 @@ class ParallelPlan {
   void gather_parameters() const;
   /// Frees what gather_parameters() or an evaluation gathered (dist.shard parameters).
   void release_parameters() const;
+  /// Every parameter of the layers this rank runs whole (dist.shard parameters gathers them; a
+  /// pipeline stage's own), for an evaluation, until release_parameters().
+  void gather_local_parameters() const;
   /// After a sharded checkpoint was restored into the owned ranges and `optimizer`: what the ranges
   /// left out follows (pipeline stages: a tied weight and its state, from its first stage).
   void after_restore(torch::optim::Optimizer& optimizer) const;
@@ -119,6 +127,7 @@ class ParallelPlan {
  private:
   DistConfig dist_;
   std::string shard_;  // dist.shard
+  int64_t microbatches_ = 0;
   Communicator world_;
   DeviceMesh mesh_;
   std::array<Communicator, kMeshDims.size()> groups_;

@@ -1,4 +1,4 @@
-#include "ddp/checkpoint/sharded_checkpoint.h"
+#include "ddp/checkpoint/checkpoint_format.h"
 
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
@@ -17,7 +17,7 @@
 
 namespace ddp {
 
-// Note [Sharded checkpoints]
+// Note [Checkpoint format]
 // A checkpoint of step N is, in the checkpoint directory (format 2):
 //   step_N.shard-S-of-K.pt  one per shard of the layout (a pipeline stage's data shard), written by
 //                           its rank of data replica 0: for each piece of a parameter it keeps, the
@@ -76,7 +76,7 @@ struct PieceEntry {
 
 // A layout's file: each range's boxes (values, step, slots), and with `common` the progress, buffers
 // and generators. Returns the bytes and fills `entries` with the pieces, in key order.
-std::string shard_data(const ShardLayout& layout, const torch::optim::Optimizer& optimizer,
+std::string shard_data(const CheckpointLayout& layout, const torch::optim::Optimizer& optimizer,
                        const std::function<void(torch::serialize::OutputArchive&)>& common,
                        std::vector<PieceEntry>& entries) {
   torch::NoGradGuard no_grad;
@@ -121,7 +121,7 @@ std::string shard_report(const std::string& data, const std::vector<PieceEntry>&
 }
 
 // The manifest of step `progress.step`; `reports[s]` is shard s's shard_report.
-std::string manifest_text(const Checkpointer& checkpointer, const ShardLayout& layout,
+std::string manifest_text(const Checkpointer& checkpointer, const CheckpointLayout& layout,
                           const torch::optim::Optimizer& optimizer, const TrainProgress& progress, int world_size,
                           const std::string& common_file, const std::string& common_data,
                           const std::vector<std::string>& reports) {
@@ -199,12 +199,12 @@ void merge_pieces(const std::vector<std::string>& reports, const std::vector<std
 
 }  // namespace
 
-struct ShardedCheckpointReader::Common {
+struct CheckpointReader::Common {
   std::shared_ptr<torch::serialize::InputArchive> archive = std::make_shared<torch::serialize::InputArchive>();
 };
 
-ShardLayout whole_layout(const torch::nn::Module& model) {
-  ShardLayout layout;
+CheckpointLayout whole_layout(const torch::nn::Module& model) {
+  CheckpointLayout layout;
   std::set<const c10::TensorImpl*> seen;
   for (const auto& item : model.named_parameters()) {
     const torch::Tensor& p = item.value();
@@ -223,7 +223,7 @@ ShardLayout whole_layout(const torch::nn::Module& model) {
 void save_whole_checkpoint(Checkpointer& checkpointer, const torch::nn::Module& model,
                            const torch::optim::Optimizer& optimizer, const TrainProgress& progress, int world_size,
                            const std::vector<torch::Tensor>& rank_rng) {
-  ShardLayout layout = whole_layout(model);
+  CheckpointLayout layout = whole_layout(model);
   checkpointer.ensure_directory();
   std::vector<PieceEntry> entries;
   std::string data = shard_data(layout, optimizer, [&](torch::serialize::OutputArchive& archive) {
@@ -235,9 +235,9 @@ void save_whole_checkpoint(Checkpointer& checkpointer, const torch::nn::Module& 
                                                    {shard_report(data, entries)}));
 }
 
-void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& world, const ShardLayout& layout,
-                             const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                             const TrainProgress& progress, const std::vector<torch::Tensor>& rank_rng) {
+void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, const CheckpointLayout& layout,
+                      const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                      const TrainProgress& progress, const std::vector<torch::Tensor>& rank_rng) {
   const std::string directory = checkpointer.directory() + "/";
   const int data_parallel_size = layout.data_parallel_size > 0 ? layout.data_parallel_size : world.world_size;
   std::string report, data;
@@ -287,7 +287,7 @@ void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& wor
     std::string common_name = checkpoint_stem(progress.step) + (layout.single_file ? ".pt" : ".common.pt");
     write_file_atomically(directory + common_name, common_data);
     if (layout.single_file) shard_reports = {shard_report(common_data, merged)};
-    ShardLayout written = layout;
+    CheckpointLayout written = layout;
     if (layout.single_file) written.shards = 1;
     checkpointer.commit(progress.step, manifest_text(checkpointer, written, optimizer, progress, world.world_size,
                                                      common_name, common_data, shard_reports));
@@ -322,14 +322,14 @@ TrainProgress load_whole_checkpoint(const std::string& manifest, const std::stri
                                     const std::string& data, torch::nn::Module& model,
                                     torch::optim::Optimizer& optimizer, int rank,
                                     const std::function<void(const TrainProgress&)>& accept) {
-  ShardedCheckpointReader reader(manifest, manifest_path, data);
+  CheckpointReader reader(manifest, manifest_path, data);
   if (accept) accept(reader.progress());
-  ShardLayout layout = whole_layout(model);
+  CheckpointLayout layout = whole_layout(model);
   layout.whole_optimizer = [&optimizer](const std::vector<torch::Tensor>& parameters) {
     return optimizer_like(optimizer, parameters);
   };
   reader.check_fits(layout, model, optimizer);
-  if (auto problem = reader.read_shards(layout); !problem.empty()) throw FileError(problem);
+  if (auto problem = reader.read_pieces(layout); !problem.empty()) throw FileError(problem);
   reader.restore(layout, model, optimizer, rank);
   return reader.progress();
 }
@@ -345,7 +345,7 @@ std::string common_file(const std::string& manifest, const std::string& manifest
   return checkpoint_at(manifest_path).data_path;  // format 1's whole checkpoint
 }
 
-ShardedCheckpointReader::ShardedCheckpointReader(const std::string& manifest, const std::string& manifest_path,
+CheckpointReader::CheckpointReader(const std::string& manifest, const std::string& manifest_path,
                                                  const std::string& common)
     : directory_(fs::path(manifest_path).parent_path().string()),
       manifest_path_(manifest_path),
@@ -411,24 +411,24 @@ ShardedCheckpointReader::ShardedCheckpointReader(const std::string& manifest, co
   for (std::size_t i = 0; i < pieces_.size(); ++i) by_parameter_[pieces_[i].parameter].push_back(i);
 }
 
-ShardedCheckpointReader::~ShardedCheckpointReader() = default;
+CheckpointReader::~CheckpointReader() = default;
 
-std::string ShardedCheckpointReader::describe() const {
+std::string CheckpointReader::describe() const {
   if (single_file()) return "whole";
   return std::to_string(shards_.size()) + " shards of " + mesh_;
 }
 
-std::string ShardedCheckpointReader::source() const {
+std::string CheckpointReader::source() const {
   return single_file() ? directory_ + "/" + common_name_ : manifest_path_;
 }
 
-const std::vector<std::size_t>& ShardedCheckpointReader::pieces_of(std::size_t parameter) const {
+const std::vector<std::size_t>& CheckpointReader::pieces_of(std::size_t parameter) const {
   static const std::vector<std::size_t> none;
   auto found = by_parameter_.find(parameter);
   return found == by_parameter_.end() ? none : found->second;
 }
 
-void ShardedCheckpointReader::adopt_whole_file(const ShardLayout& layout) {
+void CheckpointReader::adopt_whole_file(const CheckpointLayout& layout) {
   torch::NoGradGuard no_grad;
   const std::string path = source();
   torch::serialize::InputArchive& archive = *common_->archive;
@@ -468,7 +468,7 @@ void ShardedCheckpointReader::adopt_whole_file(const ShardLayout& layout) {
   }
 }
 
-void ShardedCheckpointReader::check_fits(const ShardLayout& layout, const torch::nn::Module& model,
+void CheckpointReader::check_fits(const CheckpointLayout& layout, const torch::nn::Module& model,
                                          const torch::optim::Optimizer& optimizer) {
   if (whole_format_1_ && pieces_.empty()) adopt_whole_file(layout);
   std::map<std::string, std::size_t> saved;
@@ -502,7 +502,7 @@ void ShardedCheckpointReader::check_fits(const ShardLayout& layout, const torch:
     throw FileError(source() + " does not fit this model (was it written with another model config?):" + problems);
 }
 
-std::string ShardedCheckpointReader::read_shards(const ShardLayout& layout) {
+std::string CheckpointReader::read_pieces(const CheckpointLayout& layout) {
   std::map<std::string, std::size_t> saved;
   for (std::size_t i = 0; i < names_.size(); ++i) saved[names_[i]] = i;
   // Every element this rank keeps must be in exactly one piece: a manifest cut short or edited
@@ -541,7 +541,7 @@ std::string ShardedCheckpointReader::read_shards(const ShardLayout& layout) {
   return "";
 }
 
-torch::Tensor ShardedCheckpointReader::piece_tensor(const Piece& piece, const std::string& what) {
+torch::Tensor CheckpointReader::piece_tensor(const Piece& piece, const std::string& what) {
   const std::string key = piece.key + what;
   torch::Tensor t;
   if (auto adopted = adopted_.find(key); adopted != adopted_.end()) {
@@ -557,7 +557,7 @@ torch::Tensor ShardedCheckpointReader::piece_tensor(const Piece& piece, const st
   return piece.first >= 0 ? t.reshape(-1).narrow(0, piece.first, numel).view(piece.box.sizes) : t.reshape(piece.box.sizes);
 }
 
-void ShardedCheckpointReader::restore(const ShardLayout& layout, torch::nn::Module& model,
+void CheckpointReader::restore(const CheckpointLayout& layout, torch::nn::Module& model,
                                       torch::optim::Optimizer& optimizer, int rank) {
   torch::NoGradGuard no_grad;
   std::map<std::string, std::size_t> saved;

@@ -2,7 +2,7 @@
 // The one checkpoint format: each shard of the model and optimizer state is written by a rank that
 // holds it, as pieces with their boxes in the whole tensors, beside a manifest naming the layout;
 // a resume at any layout reads just the pieces it needs. A whole checkpoint (checkpoint.format:
-// whole) is the one-file case. See Note [Sharded checkpoints] in sharded_checkpoint.cpp.
+// whole) is the one-file case. See Note [Checkpoint format] in checkpoint_format.cpp.
 
 #include <torch/torch.h>
 
@@ -21,7 +21,7 @@
 namespace ddp {
 
 /// One rank's view of the layout a sharded checkpoint saves or restores.
-struct ShardLayout {
+struct CheckpointLayout {
   std::vector<std::string> names;         ///< every parameter's name, in the plan's order
   std::vector<torch::Tensor> parameters;  ///< the plan's parameters (prepare_model's list)
   std::vector<std::vector<int64_t>> shapes;  ///< each one's whole shape (a pipeline stage frees the others')
@@ -39,20 +39,20 @@ struct ShardLayout {
 
 /// Every parameter of `model` whole, each tensor once (its first name), one piece each, in one
 /// file that the caller writes: the whole checkpoint's layout.
-ShardLayout whole_layout(const torch::nn::Module& model);
+CheckpointLayout whole_layout(const torch::nn::Module& model);
 
 /// Every rank: the writers each save their shard (ranges' values and optimizer state), then rank 0
 /// the common file (progress, buffers, `rank_rng`, every rank's generator) and the manifest that
 /// commits the checkpoint. With `layout.single_file` (checkpoint.format whole) the writers send
 /// their pieces to rank 0 instead, which writes them and the common state as one file. A rank
 /// that cannot write fails every rank with its message (IoError); the previous checkpoints stay intact.
-void save_sharded_checkpoint(Checkpointer& checkpointer, const Communicator& world, const ShardLayout& layout,
-                             const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                             const TrainProgress& progress, const std::vector<torch::Tensor>& rank_rng);
+void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, const CheckpointLayout& layout,
+                      const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                      const TrainProgress& progress, const std::vector<torch::Tensor>& rank_rng);
 
 /// One process: writes the whole checkpoint of `model` and `optimizer` (an optimizer over every
 /// parameter) as one file and commits it, then prunes to keep_last. `rank_rng` as in
-/// save_sharded_checkpoint (empty: this process's generator alone). IoError (the previous
+/// write_checkpoint (empty: this process's generator alone). IoError (the previous
 /// checkpoints stay intact) when the disk is full or unwritable.
 void save_whole_checkpoint(Checkpointer& checkpointer, const torch::nn::Module& model,
                            const torch::optim::Optimizer& optimizer, const TrainProgress& progress, int world_size,
@@ -73,13 +73,13 @@ TrainProgress load_whole_checkpoint(const std::string& manifest, const std::stri
 std::string common_file(const std::string& manifest, const std::string& manifest_path);
 
 /// A sharded checkpoint being restored, on every rank.
-class ShardedCheckpointReader {
+class CheckpointReader {
  public:
   /// `manifest`: the manifest's text, `manifest_path` where it lies (the files are beside it),
   /// `common`: the common file's bytes (common_file()), which rank 0 verified. FileError if they do
   /// not parse. Format 1 is read too: its sharded checkpoints' runs, and its whole ones' one file.
-  ShardedCheckpointReader(const std::string& manifest, const std::string& manifest_path, const std::string& common);
-  ~ShardedCheckpointReader();
+  CheckpointReader(const std::string& manifest, const std::string& manifest_path, const std::string& common);
+  ~CheckpointReader();
 
   /// The progress the checkpoint records.
   const TrainProgress& progress() const { return progress_; }
@@ -92,15 +92,15 @@ class ShardedCheckpointReader {
 
   /// FileError unless the checkpoint's optimizer, parameters and buffers are `optimizer`'s,
   /// `layout`'s and `model`'s, by kind, name and shape.
-  void check_fits(const ShardLayout& layout, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer);
+  void check_fits(const CheckpointLayout& layout, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer);
 
   /// Reads and verifies the shard files whose pieces `layout`'s ranges overlap; returns what is
   /// wrong with one, or "". Every rank calls it, and the ranks agree before any restores.
-  std::string read_shards(const ShardLayout& layout);
+  std::string read_pieces(const CheckpointLayout& layout);
 
   /// Writes the checkpoint's values into `layout`'s ranges, their optimizer state into `optimizer`,
-  /// the buffers into `model`, and rank `rank`'s generator state; after read_shards().
-  void restore(const ShardLayout& layout, torch::nn::Module& model, torch::optim::Optimizer& optimizer, int rank);
+  /// the buffers into `model`, and rank `rank`'s generator state; after read_pieces().
+  void restore(const CheckpointLayout& layout, torch::nn::Module& model, torch::optim::Optimizer& optimizer, int rank);
 
  private:
   // A piece of a parameter a file holds: its box, and where its tensors are.
@@ -119,7 +119,7 @@ class ShardedCheckpointReader {
   struct Common;
 
   // A format-1 whole checkpoint's file as one piece per parameter of `layout`.
-  void adopt_whole_file(const ShardLayout& layout);
+  void adopt_whole_file(const CheckpointLayout& layout);
   // The tensor `what` ("value", "step", "slot0"...) of `piece`, box-shaped; FileError if it is not there.
   torch::Tensor piece_tensor(const Piece& piece, const std::string& what);
   // The pieces of `parameter` (this checkpoint's numbering).

@@ -1,0 +1,51 @@
+#pragma once
+// The model made parallel from outside, as the plan's mesh says (Note [Passes] in parallelize.cpp):
+// what the loop trains with, whatever the strategies.
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/checkpoint/checkpoint_format.h"
+#include "ddp/comm/gradient_sync.h"
+#include "ddp/common/value_slots.h"
+#include "ddp/loop/step_runner.h"
+#include "ddp/loop/train_config.h"
+#include "ddp/model/model_registry.h"
+#include "ddp/parallel/parallel_plan.h"
+#include "ddp/parallel/sharded_blocks.h"
+#include "ddp/task/task.h"
+
+namespace ddp {
+
+/// This rank's part of the parallel model.
+struct ParallelModel {
+  ParallelModel() = default;
+  ParallelModel(const ParallelModel&) = delete;
+  ParallelModel& operator=(const ParallelModel&) = delete;
+  ~ParallelModel();  // takes its block runner out of the model first
+
+  std::vector<torch::Tensor> parameters;        ///< this rank's, each once (ParallelPlan::prepare_model)
+  std::unique_ptr<StepRunner> step;             ///< how this rank computes a step and an evaluation
+  std::unique_ptr<GradientSync> gradient_sync;  ///< what averages the gradients of `parameters`
+  int part = -1;       ///< the part of the model this rank runs, told with each heartbeat (-1: all of it)
+  std::string layout;  ///< the layout, described for checkpoint manifests
+
+  std::unique_ptr<ShardedBlocks> blocks;  ///< runs the model's blocks inside a pass's hooks, if one does
+  Model* runs_blocks = nullptr;           ///< the model `blocks` is installed in
+};
+
+/// Applies the passes to `task`'s model in their fixed order and returns what the loop needs;
+/// `side_values` travel with the gradient sync (their participants reserved theirs already). Every
+/// rank calls it, after the batch share (config.train's batch_size and grad_accum_steps are final).
+std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const TrainConfig& config,
+                                           ValueSlots& side_values);
+
+/// What this rank saves of a checkpoint and restores: its pieces, and who writes them; one file
+/// (checkpoint.format whole, or auto where the plan splits no state) or a shard per writer.
+CheckpointLayout checkpoint_layout(const ParallelModel& parallel, const ParallelPlan& plan, const torch::nn::Module& model,
+                              const std::string& format);
+
+}  // namespace ddp

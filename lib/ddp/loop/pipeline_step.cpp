@@ -1,0 +1,24 @@
+#include "ddp/loop/pipeline_step.h"
+
+namespace ddp {
+
+StepWork PipelineStep::train(int64_t micro_batches, const StepHooks& hooks) {
+  std::vector<Batch> batches;
+  for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(hooks.next_batch());
+  torch::Tensor loss_sum = stage_->train(batches, hooks.before_last_backward, hooks.after_microbatch);
+  StepWork work;
+  if (!stage_->last()) return work;  // the last stage speaks for each pipeline: the others' samples are the same ones
+  for (const auto& batch : batches) {
+    work.stats.batches += 1;
+    work.stats.samples += batch.size();
+    work.stats.tokens += batch.tokens;
+  }
+  work.loss_sum = loss_sum;
+  return work;
+}
+
+EvalResult PipelineStep::evaluate(const EvalConfig& config) {
+  return evaluate_pipelined(task_, config, *stage_, replicas_, world_);
+}
+
+}  // namespace ddp

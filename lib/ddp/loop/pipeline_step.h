@@ -1,0 +1,31 @@
+#pragma once
+// The step of a rank that runs one pipeline stage: the step's micro-batches are the pipeline's
+// microbatches, run through the stages in the schedule's order (PipelineRunner).
+
+#include <memory>
+
+#include "ddp/loop/pipeline_runner.h"
+#include "ddp/loop/step_runner.h"
+
+namespace ddp {
+
+class PipelineStep final : public StepRunner {
+ public:
+  /// `replicas`: the stage's ranks that split the samples; `world`: every rank. Both must outlive this.
+  PipelineStep(std::unique_ptr<PipelineRunner> stage, Task& task, const Communicator& replicas,
+               const Communicator& world)
+      : stage_(std::move(stage)), task_(task), replicas_(replicas), world_(world) {}
+
+  StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
+  EvalResult evaluate(const EvalConfig& config) override;
+  /// Each stage's measured bubble and peak activation memory.
+  MetricsRecord report() override { return stage_->report(world_, replicas_.world_size); }
+
+ private:
+  std::unique_ptr<PipelineRunner> stage_;
+  Task& task_;
+  const Communicator& replicas_;
+  const Communicator& world_;
+};
+
+}  // namespace ddp

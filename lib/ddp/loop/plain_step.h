@@ -1,0 +1,26 @@
+#pragma once
+// The step of a rank that runs the whole model (replicated or sharded): each micro-batch forward
+// and backward in turn.
+
+#include "ddp/comm/process_group.h"
+#include "ddp/loop/step_runner.h"
+#include "ddp/task/task.h"
+
+namespace ddp {
+
+class PlainStep final : public StepRunner {
+ public:
+  /// `replicas`: the ranks that split the samples, which must outlive this.
+  PlainStep(Task& task, const Communicator& replicas, bool mixed_precision)
+      : task_(task), replicas_(replicas), mixed_precision_(mixed_precision) {}
+
+  StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
+  EvalResult evaluate(const EvalConfig& config) override;
+
+ private:
+  Task& task_;
+  const Communicator& replicas_;
+  bool mixed_precision_;
+};
+
+}  // namespace ddp
