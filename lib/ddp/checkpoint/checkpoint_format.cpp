@@ -27,9 +27,10 @@ namespace ddp {
 //                           size and mesh, the optimizer, each parameter's name and whole shape,
 //                           each file's size and CRC-32, and for each shard its pieces as
 //                           [parameter, offsets, sizes]: the box of the whole tensor it holds.
-// A whole checkpoint (checkpoint.format whole) is the one-shard case in one file, step_N.pt, which
-// holds the common state too: rank 0 writes it, reads it on resume and sends its bytes to every
-// rank, so no other rank needs the file (Note [Resume from rank 0]).
+// A whole checkpoint (checkpoint.format whole, or auto where the plan splits no state) is the
+// one-file case, step_N.pt, which holds the common state too: every writer sends its pieces to
+// rank 0, which writes the file, reads it on resume and sends its bytes to every rank, so no other
+// rank needs it (Note [Resume from rank 0]).
 // The boxes say where every element is, whatever layout wrote them (a ZeRO flat shard's run of
 // elements is the few boxes that tile it, tensor parallelism's row or column block one box), so a
 // resume at any layout (another world size, dist.shard, pipeline split, none) reads the files whose
@@ -47,7 +48,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kFormat = 2;
+// The prefix of a piece's tensors' keys in its file: "p3/" (format 1's runs: "r3/").
+std::string piece_key(const char* kind, std::size_t k) { return fmt::format("{}{}/", kind, k); }
 
 std::string shard_file(int64_t step, int shard, int shards) {
   return checkpoint_stem(step) + ".shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".pt";
@@ -85,7 +87,7 @@ std::string shard_data(const CheckpointLayout& layout, const torch::optim::Optim
     StateTensors state = read_state(optimizer, range.stepped);
     torch::Tensor value = range.value.reshape(-1);
     for (const RunBox& piece : boxes_of_run(layout.shapes[range.parameter], range.begin, range.value.numel())) {
-      const std::string key = "p" + std::to_string(entries.size()) + "/";
+      const std::string key = piece_key("p", entries.size());
       // Copies: an archive writes a view's whole storage (a flat unit), not the view.
       auto cut = [&](const torch::Tensor& flat) {
         return flat.reshape(-1).narrow(0, piece.first, piece.box.numel()).reshape(piece.box.sizes).to(torch::kCPU).clone();
@@ -127,7 +129,7 @@ std::string manifest_text(const Checkpointer& checkpointer, const CheckpointLayo
                           const std::vector<std::string>& reports) {
   YAML::Emitter manifest;
   manifest << YAML::BeginMap;
-  manifest << YAML::Key << "format_version" << YAML::Value << kFormat;
+  manifest << YAML::Key << "format_version" << YAML::Value << Checkpointer::kFormatVersion;
   manifest << YAML::Key << "step" << YAML::Value << progress.step;
   manifest << YAML::Key << "epoch" << YAML::Value << progress.epoch;
   manifest << YAML::Key << "world_size" << YAML::Value << world_size;
@@ -184,7 +186,7 @@ void merge_pieces(const std::vector<std::string>& reports, const std::vector<std
       PieceEntry entry{parameter, {std::vector<int64_t>(dims), std::vector<int64_t>(dims)}};
       for (auto& v : entry.box.offsets) in >> v;
       for (auto& v : entry.box.sizes) in >> v;
-      const std::string from = "p" + std::to_string(k) + "/", to = "p" + std::to_string(merged.size()) + "/";
+      const std::string from = piece_key("p", k), to = piece_key("p", merged.size());
       std::vector<std::string> what{"value", "step"};
       for (int slot = 0; slot < slots; ++slot) what.push_back("slot" + std::to_string(slot));
       for (const auto& w : what) {
@@ -392,7 +394,7 @@ CheckpointReader::CheckpointReader(const std::string& manifest, const std::strin
           for (std::size_t d = 0; inside && d < shape.size(); ++d)
             inside = box.offsets[d] >= 0 && box.sizes[d] > 0 && box.offsets[d] + box.sizes[d] <= shape[d];
           if (!inside) throw malformed(entry);
-          pieces_.push_back({static_cast<std::size_t>(parameter), std::move(box), shard, "p" + std::to_string(k++) + "/"});
+          pieces_.push_back({static_cast<std::size_t>(parameter), std::move(box), shard, piece_key("p", k++)});
           continue;
         }
         // Format 1: a run [parameter, first element, count] of the flattened parameter.
@@ -400,7 +402,7 @@ CheckpointReader::CheckpointReader(const std::string& manifest, const std::strin
         int64_t elements = 1;
         for (int64_t size : shape) elements *= size;
         if (begin < 0 || numel < 0 || begin + numel > elements) throw malformed(entry);
-        const std::string key = "r" + std::to_string(k++) + "/";
+        const std::string key = piece_key("r", k++);
         for (RunBox& piece : boxes_of_run(shape, begin, numel))
           pieces_.push_back({static_cast<std::size_t>(parameter), std::move(piece.box), shard, key, piece.first});
       }
@@ -441,7 +443,7 @@ void CheckpointReader::adopt_whole_file(const CheckpointLayout& layout) {
     values.push_back(value);
   }
   for (std::size_t i = 0; i < names_.size(); ++i) {
-    pieces_.push_back({i, whole_box(shapes_[i]), 0, "p" + std::to_string(i) + "/"});
+    pieces_.push_back({i, whole_box(shapes_[i]), 0, piece_key("p", i)});
     by_parameter_[i].push_back(i);
     adopted_[pieces_.back().key + "value"] = values[i];
   }
@@ -462,7 +464,7 @@ void CheckpointReader::adopt_whole_file(const CheckpointLayout& layout) {
   optimizer_ = optimizer_name(*optimizer);
   for (std::size_t i = 0; i < whole.size(); ++i) {
     StateTensors tensors = read_state(*optimizer, whole[i]);
-    const std::string key = "p" + std::to_string(i) + "/";
+    const std::string key = piece_key("p", i);
     adopted_[key + "step"] = tensors.step;
     for (std::size_t s = 0; s < tensors.slots.size(); ++s) adopted_[key + "slot" + std::to_string(s)] = tensors.slots[s];
   }

@@ -55,7 +55,6 @@ class Trainer {
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
-  bool mixed_precision() const { return config_.train.precision == "bf16"; }
   /// Forward and backward of `micro_batches` micro-batches (the step runner's), then one optimizer step.
   StepStats train_step(int64_t micro_batches);
   /// After the backwards: the gradient sync's end, clipping, the optimizer's step.
