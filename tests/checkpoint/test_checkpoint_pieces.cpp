@@ -1,11 +1,12 @@
 // The one checkpoint format in-process: boxes tile any run of elements, and a checkpoint written by
 // one layout restores into another's pieces (flat runs of ZeRO shards, whole tensors), format 1's
-// whole files included.
+// whole files included; the writer and reader over ranks as threads, a file per writer or one.
 #include <torch/torch.h>
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 #include "ddp/checkpoint/checkpointer.h"
@@ -16,6 +17,7 @@
 #include "ddp/optim/optimizer_factory.h"
 #include "ddp/parallel/optimizer_state.h"
 #include "support/subprocess.h"
+#include "support/thread_ranks.h"
 
 using namespace ddp::test;
 using ddp::TensorBox;
@@ -169,5 +171,127 @@ TEST_CASE("a format-1 whole checkpoint (the model by name and LibTorch's optimiz
     auto a = ddp::read_state(*saved.optimizer, theirs[i]), b = ddp::read_state(*fresh.optimizer, ours[i]);
     CHECK(a.step.item<int64_t>() == b.step.item<int64_t>());
     for (std::size_t s = 0; s < a.slots.size(); ++s) CHECK(torch::equal(a.slots[s], b.slots[s]));
+  }
+}
+
+namespace {
+
+const std::vector<std::vector<int64_t>> kShapes{{7, 5}, {13}, {3, 4, 2}, {}};
+
+// Whole values, and gradients for one AdamW step, alike on every thread (no global RNG draws).
+std::vector<torch::Tensor> whole_values() {
+  std::vector<torch::Tensor> values;
+  for (std::size_t i = 0; i < kShapes.size(); ++i) {
+    const int64_t numel = ddp::whole_box(kShapes[i]).numel();
+    values.push_back(torch::sin(torch::arange(numel, torch::kFloat) * 0.3 + static_cast<double>(i)).reshape(kShapes[i]));
+  }
+  return values;
+}
+torch::Tensor gradient_of(std::size_t i) {
+  return torch::cos(torch::arange(ddp::whole_box(kShapes[i]).numel(), torch::kFloat) * 0.7 + static_cast<double>(i));
+}
+
+// Rank `rank` of `world`: a contiguous share of every parameter's flattened elements, as ZeRO cuts
+// them, with an AdamW over those pieces; `step` takes one step with the whole gradient's matching part.
+struct RankPieces {
+  ddp::CheckpointLayout layout;
+  std::vector<torch::Tensor> pieces;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+};
+
+RankPieces rank_pieces(int rank, int world, bool step) {
+  RankPieces mine;
+  auto values = whole_values();
+  for (std::size_t i = 0; i < kShapes.size(); ++i) {
+    const int64_t numel = values[i].numel(), lo = numel * rank / world, hi = numel * (rank + 1) / world;
+    mine.layout.names.push_back("w" + std::to_string(i));
+    mine.layout.parameters.push_back(values[i]);
+    mine.layout.shapes.push_back(kShapes[i]);
+    mine.pieces.push_back((step ? values[i].reshape(-1).narrow(0, lo, hi - lo).clone() : torch::zeros({hi - lo}))
+                              .requires_grad_());
+    mine.layout.ranges.push_back({i, lo, mine.pieces.back().detach(), mine.pieces.back()});
+  }
+  mine.optimizer = std::make_unique<torch::optim::AdamW>(mine.pieces, torch::optim::AdamWOptions(0.01));
+  if (step) {
+    for (const auto& range : mine.layout.ranges)
+      mine.pieces[range.parameter].mutable_grad() = gradient_of(range.parameter).narrow(0, range.begin, range.value.numel());
+    mine.optimizer->step();
+  }
+  mine.layout.shard = rank;
+  mine.layout.shards = world;
+  mine.layout.writes = true;
+  mine.layout.data_parallel_size = world;
+  mine.layout.mesh = "data_shard " + std::to_string(world);
+  return mine;
+}
+
+}  // namespace
+
+TEST_CASE("four ranks as threads write their pieces (a file each, or one file on rank 0), and three ranks and one "
+          "restore theirs: every value and moment where it was",
+          "[checkpoint][parallel]") {
+  // What the writers held, assembled whole: each parameter's values and AdamW moments, flattened.
+  std::vector<torch::Tensor> saved;
+  std::vector<std::vector<torch::Tensor>> saved_slots;
+  for (const auto& shape : kShapes) {
+    saved.push_back(torch::zeros({ddp::whole_box(shape).numel()}));
+    saved_slots.push_back({torch::zeros_like(saved.back()), torch::zeros_like(saved.back())});
+  }
+  std::mutex saving;
+
+  for (bool one_file : {false, true}) {
+    DYNAMIC_SECTION((one_file ? "one file" : "a file per writer")) {
+      TempDir dir;
+      ddp::CheckpointConfig config;
+      config.keep_last = 2;
+      ddp::TrainProgress progress;
+      progress.step = 1;
+      torch::nn::Module no_buffers;
+      auto errors = ddp::test::run_ranks(4, [&](int rank, const ddp::Communicator& group) {
+        RankPieces mine = rank_pieces(rank, 4, /*step=*/true);
+        mine.layout.single_file = one_file;
+        {
+          std::lock_guard<std::mutex> lock(saving);
+          for (const auto& range : mine.layout.ranges) {
+            const int64_t n = range.value.numel();
+            saved[range.parameter].narrow(0, range.begin, n).copy_(range.value);
+            auto state = ddp::read_state(*mine.optimizer, range.stepped);
+            for (std::size_t s = 0; s < 2; ++s) saved_slots[range.parameter][s].narrow(0, range.begin, n).copy_(state.slots[s]);
+          }
+        }
+        ddp::Checkpointer checkpointer(config, dir.file("checkpoints"));
+        ddp::write_checkpoint(checkpointer, group, mine.layout, no_buffers, *mine.optimizer, progress, {});
+      });
+      for (const auto& error : errors) CHECK(error.empty());
+      CHECK(fs::exists(dir.file("checkpoints/step_0000000001.pt")) == one_file);
+      CHECK(fs::exists(dir.file("checkpoints/step_0000000001.shard-3-of-4.pt")) == !one_file);
+
+      const std::string manifest_path = dir.file("checkpoints/step_0000000001.json");
+      const std::string manifest = ddp::read_whole_file(manifest_path);
+      const std::string common = ddp::read_whole_file(ddp::common_file(manifest, manifest_path));
+      for (int world : {3, 1}) {
+        std::vector<int> wrong(static_cast<std::size_t>(world), -1);
+        errors = ddp::test::run_ranks(world, [&](int rank, const ddp::Communicator&) {
+          RankPieces mine = rank_pieces(rank, world, /*step=*/false);
+          ddp::CheckpointReader reader(manifest, manifest_path, common);
+          reader.check_fits(mine.layout, no_buffers, *mine.optimizer);
+          if (auto problem = reader.read_pieces(mine.layout); !problem.empty()) throw std::runtime_error(problem);
+          reader.restore(mine.layout, no_buffers, *mine.optimizer, rank);
+          int differing = 0;
+          for (const auto& range : mine.layout.ranges) {
+            if (range.value.numel() == 0) continue;  // a share of no elements: no state either
+            auto part = [&](const torch::Tensor& t) { return t.narrow(0, range.begin, range.value.numel()); };
+            differing += !torch::equal(range.value, part(saved[range.parameter]));
+            auto ours = ddp::read_state(*mine.optimizer, range.stepped);
+            differing += ours.step.item<int64_t>() != 1;
+            for (std::size_t s = 0; s < 2; ++s) differing += !torch::equal(ours.slots[s], part(saved_slots[range.parameter][s]));
+          }
+          wrong[static_cast<std::size_t>(rank)] = differing;
+        });
+        for (const auto& error : errors) CHECK(error.empty());
+        INFO("restored at world " << world);
+        CHECK(wrong == std::vector<int>(static_cast<std::size_t>(world), 0));
+      }
+    }
   }
 }
