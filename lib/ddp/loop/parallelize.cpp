@@ -126,7 +126,7 @@ CheckpointLayout checkpoint_layout(const ParallelModel& parallel, const Parallel
   for (const auto& p : parallel.parameters) layout.names.push_back(names.at(p.unsafeGetTensorImpl()));
   layout.parameters = parallel.parameters;
   layout.shapes = plan.whole_shapes(parallel.parameters);
-  layout.ranges = plan.owned_ranges(parallel.parameters);
+  layout.ranges = plan.owned_ranges();
   // One shard per stage and data shard: replica 0 of each writes it.
   const Communicator& shard_group = plan.group(MeshDim::kDataShard);
   layout.shard = plan.stage() * shard_group.world_size + shard_group.rank;

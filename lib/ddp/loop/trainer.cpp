@@ -269,7 +269,7 @@ StepStats Trainer::train_step(int64_t micro_batches) {
 void Trainer::optimizer_step(StepStats& step) {
   parallel_->gradient_sync->finish();
   plan_->finish_gradients(side_values_);
-  if (config_.train.clip_grad_norm > 0) plan_->clip_grad_norm(parallel_->parameters, config_.train.clip_grad_norm);
+  if (config_.train.clip_grad_norm > 0) plan_->clip_grad_norm(config_.train.clip_grad_norm);
   step.lr = schedule_->lr_at(progress_.step);
   set_learning_rate(*optimizer_, step.lr);
   optimizer_->step();

@@ -164,97 +164,69 @@ void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
 }
 
 void ParallelPlan::finish_gradients(ValueSlots& side_values) const {
-  if (!stage_) return;
-  if (!sharded_) {
-    stage_->sum_tied_gradients();
-  } else if (const Communicator* tied = stage_->tied_group()) {
-    torch::NoGradGuard no_grad;
-    torch::Tensor grad = sharded_->root_gradient_shard();  // Note [Sharded stages]
-    grad.copy_(all_reduce_sum(*tied, grad.to(torch::kDouble)).to(grad.scalar_type()));
-  }
+  sum_copied_gradients(placements_);
+  if (!side_values_after_sync_) return;
   auto sums = all_reduce_sum(world_, torch::tensor(side_values.packed(), torch::kDouble)).contiguous();
   std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel(), side_values.packed().begin());
 }
 
 void ParallelPlan::after_restore(torch::optim::Optimizer& optimizer) const {
-  if (!stage_) return;
-  if (shards_) shards_->share_updated_parameters();  // a tied weight's from its owner first
-  if (!sharded_) return stage_->share_tied(optimizer);
-  const Communicator* tied = stage_->tied_group();
-  if (!tied) return;
-  // The root's shard and its pieces' state, from the first stage (Note [Sharded stages]).
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> pieces = sharded_->root_pieces(), flat{sharded_->root_shard()};
-  std::vector<StateTensors> states;
-  for (const auto& piece : pieces) {
-    states.push_back(read_state(optimizer, piece));
-    flat.push_back(states.back().step);
-    for (auto& slot : states.back().slots) flat.push_back(slot);
-  }
-  broadcast_coalesced(*tied, flat, 0);
-  for (std::size_t k = 0; k < pieces.size(); ++k) write_state(optimizer, pieces[k], states[k]);
+  bool copied = false;
+  for (const auto& piece : placements_.held) copied = copied || piece.copies;
+  if (!copied) return;
+  if (shards_) shards_->share_updated_parameters();  // a copied piece's values from its owner first
+  share_copied_pieces(placements_, optimizer);
 }
 
 std::vector<torch::Tensor> ParallelPlan::optimizer_parameters(const std::vector<torch::Tensor>& parameters) {
+  const std::vector<torch::Tensor>& held = stage_ ? stage_->mine() : parameters;
+  if (shard_ == "optimizer")
+    shards_ = stage_ ? std::make_unique<OptimizerShards>(held, group(MeshDim::kDataShard), stage_->tied())
+                     : std::make_unique<OptimizerShards>(held, group(MeshDim::kDataShard));
+  place(held);
   if (sharded_) return sharded_->pieces();
-  if (shard_ == "none") return stage_ ? stage_->mine() : parameters;
-  shards_ = stage_ ? std::make_unique<OptimizerShards>(stage_->mine(), group(MeshDim::kDataShard), stage_->tied())
-                   : std::make_unique<OptimizerShards>(parameters, group(MeshDim::kDataShard));
-  return shards_->owned();
+  return shards_ ? shards_->owned() : held;
+}
+
+void ParallelPlan::place(const std::vector<torch::Tensor>& held) {
+  // Note [Placements]: the passes in their order, each on what the previous left. The stage's
+  // parameters, numbered in the plan's list; each whole, or cut into runs by ZeRO-2/3.
+  std::vector<OwnedRange> held_ranges;
+  if (sharded_) {
+    held_ranges = sharded_->owned_ranges();
+  } else {
+    for (std::size_t i = 0; i < held.size(); ++i) held_ranges.push_back({i, 0, held[i].detach(), held[i]});
+  }
+  std::vector<OwnedRange> kept_ranges = shards_ ? shards_->owned_ranges() : held_ranges;
+  auto placed = [this](OwnedRange range) {
+    PlacedPiece piece;
+    if (stage_) {
+      range.parameter = stage_->mine_indices()[range.parameter];
+      piece.counted = stage_->counts(range.parameter);
+      piece.copies = stage_->copies(range.parameter);
+    }
+    piece.range = std::move(range);
+    return piece;
+  };
+  placements_ = {};
+  for (auto& range : held_ranges) placements_.held.push_back(placed(std::move(range)));
+  for (auto& range : kept_ranges) placements_.kept.push_back(placed(std::move(range)));
+  if (sharded_ && group(MeshDim::kDataShard).world_size > 1) placements_.split.push_back(&group(MeshDim::kDataShard));
+  if (stage_) placements_.split.push_back(&group(MeshDim::kPipeline));
 }
 
 std::vector<int64_t> ParallelPlan::optimizer_parameter_dims() const {
   return sharded_ ? sharded_->piece_dims() : std::vector<int64_t>{};  // empty: each tensor's own
 }
 
-void ParallelPlan::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
-  if (stage_ && sharded_) {
-    // Every stage's shards' squares; a tied weight's at its first stage only (Note [Sharded stages]).
-    const std::vector<std::size_t> tied = stage_->tied();
-    torch::Tensor squares =
-        sharded_->gradient_squares(tied.empty() || stage_->saves(stage_->mine_indices()[tied.front()]));
-    const Communicator& shards = group(MeshDim::kDataShard);
-    if (shards.world_size > 1) squares = all_reduce_sum(shards, squares);
-    squares = all_reduce_sum(group(MeshDim::kPipeline), squares);
-    return sharded_->scale_gradients(torch::clamp(max_norm / (squares.sqrt() + 1e-6), c10::nullopt, 1.0).reshape({}));
-  }
-  if (stage_) return stage_->clip_grad_norm(max_norm);
-  if (sharded_) return sharded_->clip_grad_norm(max_norm);
-  // torch::nn::utils::clip_grad_norm_'s arithmetic, without its closing item(): that read would wait
-  // for the GPU to finish before the optimizer's kernels are even queued.
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads, norms;
-  for (const auto& p : parameters)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return;
-  for (const auto& g : grads) norms.push_back(g.norm(2));
-  auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
-  auto coefficient = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-  for (auto& g : grads) g.mul_(coefficient);
-}
+void ParallelPlan::clip_grad_norm(double max_norm) const { ddp::clip_grad_norm(placements_, max_norm); }
 
 void ParallelPlan::after_optimizer_step() const {
   if (shards_) shards_->share_updated_parameters();
   if (sharded_) sharded_->after_optimizer_step();
 }
 
-std::vector<OwnedRange> ParallelPlan::owned_ranges(const std::vector<torch::Tensor>& parameters) const {
-  if (stage_ && (sharded_ || shards_)) {
-    // The shards' runs of the stage's parameters, in the plan's numbering; a tied one's at its first stage.
-    std::vector<OwnedRange> ranges;
-    for (OwnedRange range : sharded_ ? sharded_->owned_ranges() : shards_->owned_ranges()) {
-      range.parameter = stage_->mine_indices()[range.parameter];
-      if (stage_->saves(range.parameter)) ranges.push_back(std::move(range));
-    }
-    return ranges;
-  }
-  if (stage_) return stage_->owned_ranges();
-  if (sharded_) return sharded_->owned_ranges();
-  if (shards_) return shards_->owned_ranges();
-  std::vector<OwnedRange> ranges;
-  for (std::size_t i = 0; i < parameters.size(); ++i) ranges.push_back({i, 0, parameters[i].detach(), parameters[i]});
-  return ranges;
-}
+std::vector<OwnedRange> ParallelPlan::owned_ranges() const { return saved_ranges(placements_); }
 
 void ParallelPlan::gather_parameters() const {
   if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
@@ -301,6 +273,7 @@ std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch
   if (stage_) {
     parameters = stage_->mine();
     side_values = nullptr;
+    side_values_after_sync_ = true;
   }
   if (shard_ != "gradients" && shard_ != "parameters")
     return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
@@ -308,7 +281,10 @@ std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch
   options.shard_parameters = shard_ == "parameters";
   options.data_parallel_size = data_parallel().world_size;
   auto unit_indices = options.shard_parameters ? model_units(parameters, units) : size_units(parameters, dist_);
-  if (stage_) unit_indices = tied_in_root(std::move(unit_indices), stage_->tied());
+  if (stage_) {
+    stage_->check_one_tied_set();
+    unit_indices = tied_in_root(std::move(unit_indices), stage_->tied());
+  }
   auto engine = std::make_unique<ShardedDataParallel>(parameters, std::move(unit_indices), group(MeshDim::kDataShard),
                                                       group(MeshDim::kDataReplicate), data_parallel(), options,
                                                       side_values);

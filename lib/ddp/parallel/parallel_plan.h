@@ -17,6 +17,7 @@
 #include "ddp/parallel/device_mesh.h"
 #include "ddp/parallel/mesh_config.h"
 #include "ddp/parallel/optimizer_shards.h"
+#include "ddp/parallel/placements.h"
 #include "ddp/parallel/sharded_data_parallel.h"
 #include "ddp/parallel/stage_parameters.h"
 
@@ -80,16 +81,18 @@ class ParallelPlan {
   /// For optim.decay_params: the dimension count of each optimizer_parameters() tensor's parameter,
   /// where it is not the tensor's own (sharded pieces); empty otherwise (make_optimizer's default).
   std::vector<int64_t> optimizer_parameter_dims() const;
-  /// Clips the gradients (after the sync) to a global norm of `max_norm`, over every shard.
-  void clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+  /// Clips the gradients (after the sync) to a global norm of `max_norm`, over every piece on every rank.
+  void clip_grad_norm(double max_norm) const;
   /// After the optimizer stepped: with sharding, the updated parameters where the layout wants them.
   void after_optimizer_step() const;
 
-  /// What this rank's part of a sharded checkpoint holds: the runs of `parameters` (from
-  /// prepare_model) whose optimizer state it keeps; without sharding every parameter whole. After
+  /// Where the parameters live on this rank (Note [Placements]). After optimizer_parameters().
+  const Placements& placements() const { return placements_; }
+  /// What this rank's part of a sharded checkpoint holds: the runs of the parameters whose
+  /// optimizer state it keeps and whose copy counts; without sharding every parameter whole. After
   /// optimizer_parameters(). Restoring writes through them; after_optimizer_step() then puts the
   /// values where the layout wants them.
-  std::vector<OwnedRange> owned_ranges(const std::vector<torch::Tensor>& parameters) const;
+  std::vector<OwnedRange> owned_ranges() const;
   /// Whether this rank writes its shard of a sharded checkpoint: one replica of each shard does.
   bool writes_shard() const { return group(MeshDim::kDataReplicate).rank == 0; }
 
@@ -134,7 +137,11 @@ class ParallelPlan {
   Communicator data_parallel_;  // pipeline stages: this stage's replicas
   std::unique_ptr<StageParameters> stage_;
 
+  void place(const std::vector<torch::Tensor>& held);
+
   std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
+  Placements placements_;
+  bool side_values_after_sync_ = false;  // pipeline stages: the sync carries no side values
   std::unique_ptr<OptimizerShards> shards_;  // dist.shard: optimizer
   ShardedDataParallel* sharded_ = nullptr;   // dist.shard: gradients, parameters; the gradient sync
 };

@@ -266,36 +266,6 @@ void ShardedDataParallel::zero_grad() {
   std::fill(used_.begin(), used_.end(), 0);
 }
 
-void ShardedDataParallel::clip_grad_norm(double max_norm) {
-  // On the shards' device and never read back: a GPU is not waited for before the optimizer's step.
-  if (units_.empty()) return;
-  auto squares = gradient_squares(/*with_root=*/true);
-  if (shard_group_.world_size > 1) squares = all_reduce_sum(shard_group_, squares);
-  // torch.nn.utils.clip_grad_norm_'s coefficient; at 1 the gradients are unchanged. A 0-dim factor
-  // multiplies in the gradients' own precision, as a number would.
-  scale_gradients(torch::clamp(max_norm / (squares.sqrt() + 1e-6), c10::nullopt, 1.0).reshape({}));
-}
-
-torch::Tensor ShardedDataParallel::gradient_squares(bool with_root) const {
-  torch::NoGradGuard no_grad;
-  auto squares = torch::zeros({1}, units_.front().grad_shard.options().dtype(torch::kDouble));
-  for (std::size_t u = with_root ? 0 : 1; u < units_.size(); ++u)
-    squares += units_[u].grad_shard.to(torch::kDouble).pow(2).sum();
-  return squares;
-}
-
-void ShardedDataParallel::scale_gradients(const torch::Tensor& coefficient) {
-  torch::NoGradGuard no_grad;
-  for (auto& unit : units_) unit.grad_shard.mul_(coefficient);
-}
-
-std::vector<torch::Tensor> ShardedDataParallel::root_pieces() const {
-  std::vector<torch::Tensor> root;
-  for (std::size_t j = 0; j < pieces_.size(); ++j)
-    if (unit_of_[piece_parameter_[j]] == 0) root.push_back(pieces_[j]);
-  return root;
-}
-
 void ShardedDataParallel::after_optimizer_step() {
   // The values changed through the flat tensors, not through the parameters: their version
   // counters say so, for whatever caches on them (GraphSAGE's full-neighbourhood layers). No

@@ -58,22 +58,6 @@ class ShardedDataParallel final : public GradientSync {
   /// The pieces as runs of their parameters (indices into the constructor's list): sharded checkpoints.
   std::vector<OwnedRange> owned_ranges() const;
 
-  /// Scales the gradient shards so that the whole gradient's norm over every shard is at most
-  /// `max_norm`, as torch's clip_grad_norm_ does on a whole gradient.
-  void clip_grad_norm(double max_norm);
-  /// This rank's gradient shards' squares summed (float64 [1], on their device), the root's
-  /// (unit 0's) left out unless `with_root`.
-  torch::Tensor gradient_squares(bool with_root) const;
-  /// Multiplies every gradient shard by `coefficient` (0-dim).
-  void scale_gradients(const torch::Tensor& coefficient);
-
-  /// The root's (unit 0's) shard of the parameters and of the averaged gradient, and its pieces:
-  /// pipeline stages lay a weight they share out alone in the root, so that each shard of it pairs
-  /// with the same shard at the other stage (Note [Sharded stages] in parallel_plan.cpp).
-  torch::Tensor root_shard() const { return units_.front().shard; }
-  torch::Tensor root_gradient_shard() const { return units_.front().grad_shard; }
-  std::vector<torch::Tensor> root_pieces() const;
-
   /// After the optimizer stepped the pieces: stage 2 gathers every rank's whole parameters.
   void after_optimizer_step();
 

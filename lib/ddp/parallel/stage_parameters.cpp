@@ -1,10 +1,12 @@
 #include "ddp/parallel/stage_parameters.h"
 
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/fmt/ranges.h>
+
 #include <set>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/error.h"
-#include "ddp/parallel/optimizer_state.h"
 
 namespace ddp {
 
@@ -12,9 +14,9 @@ namespace ddp {
 // Every rank builds the whole model from the same seed, so the stages start as one model would;
 // each then frees the parameters its layers do not use (an empty tensor in their place), keeping
 // about 1/P of them. A weight two stages use (the GPT's embedding, tied to its head, in the first
-// and last stage) is held by both: each sums the other's gradient into its own after the
-// data-parallel sync, so both step the same gradient from the same state and stay equal, as one
-// tensor would. The norm for clipping counts it once. Writing model.pt or a whole checkpoint
+// and last stage) is held by both, as copies (Note [Placements]): each sums the other's gradient
+// into its own after the data-parallel sync, so both step the same gradient from the same state
+// and stay equal, as one tensor would. The norm for clipping counts it once. Writing model.pt or a whole checkpoint
 // briefly materialises every parameter on every rank from the stage that holds it.
 
 namespace {
@@ -23,12 +25,9 @@ namespace {
 Communicator make_tied_group(const Communicator& world, const DeviceMesh& mesh, const std::vector<int>& stages) {
   auto pipeline_ranks = mesh.group_ranks(world.rank, MeshDim::kPipeline);
   std::vector<int> ranks;
-  std::string name = "tied";
-  for (int s : stages) {
-    ranks.push_back(pipeline_ranks[static_cast<std::size_t>(s)]);
-    name += "/" + std::to_string(ranks.back());
-  }
-  return sub_communicator(world, name, ranks);
+  for (int s : stages) ranks.push_back(pipeline_ranks[static_cast<std::size_t>(s)]);
+  // fmt, not string +=: GCC 12 warns wrongly about the latter inlined here (stringop-overflow).
+  return sub_communicator(world, fmt::format("tied/{}", fmt::join(ranks, "/")), ranks);
 }
 
 }  // namespace
@@ -78,19 +77,16 @@ std::vector<std::size_t> StageParameters::tied() const {
   return tied;
 }
 
-const Communicator* StageParameters::tied_group() const {
+void StageParameters::check_one_tied_set() const {
   if (tied_groups_.size() > 1)
     throw ConfigError("dist.shard: this stage's weights are tied with " + std::to_string(tied_groups_.size()) +
                       " different sets of stages, and sharding within stages pairs one; use dist.shard: none or "
                       "another dist.pipeline_split");
-  return tied_groups_.empty() ? nullptr : &tied_groups_.begin()->second;
 }
 
-std::vector<OwnedRange> StageParameters::owned_ranges() const {
-  std::vector<OwnedRange> ranges;
-  for (std::size_t i = 0; i < placed_.size(); ++i)
-    if (placed_[i].owner == pipeline_.rank) ranges.push_back({i, 0, placed_[i].tensor.detach(), placed_[i].tensor});
-  return ranges;
+const Communicator* StageParameters::copies(std::size_t index) const {
+  const Placed& p = placed_[index];
+  return p.mine && p.stages.size() > 1 ? &tied_groups_.at(p.stages) : nullptr;
 }
 
 int64_t StageParameters::bytes() const {
@@ -103,41 +99,6 @@ std::vector<std::vector<int64_t>> StageParameters::shapes() const {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& p : placed_) shapes.push_back(p.shape);
   return shapes;
-}
-
-void StageParameters::sum_tied_gradients() const {
-  torch::NoGradGuard no_grad;
-  for (const auto& p : placed_) {
-    if (!p.mine || p.stages.size() < 2) continue;
-    auto grad = p.tensor.grad();
-    if (!grad.defined()) p.tensor.mutable_grad() = grad = torch::zeros_like(p.tensor);
-    grad.copy_(all_reduce_sum(tied_groups_.at(p.stages), grad.to(torch::kDouble)).to(grad.scalar_type()));
-  }
-}
-
-void StageParameters::clip_grad_norm(double max_norm) const {
-  torch::NoGradGuard no_grad;
-  auto squares = torch::zeros({1}, torch::kDouble);
-  for (const auto& p : placed_)
-    if (p.owner == pipeline_.rank && p.tensor.grad().defined())
-      squares += p.tensor.grad().to(torch::kDouble).pow(2).sum().to(torch::kCPU);
-  double total = std::sqrt(all_reduce_sum(pipeline_, squares).item<double>());
-  // torch.nn.utils.clip_grad_norm_'s coefficient, from the norm of every stage's gradients.
-  double coefficient = std::min(1.0, max_norm / (total + 1e-6));
-  for (const auto& p : mine_)
-    if (p.grad().defined()) p.grad().mul_(coefficient);
-}
-
-void StageParameters::share_tied(torch::optim::Optimizer& optimizer) const {
-  torch::NoGradGuard no_grad;
-  for (const auto& p : placed_) {
-    if (!p.mine || p.stages.size() < 2) continue;
-    StateTensors state = read_state(optimizer, p.tensor);
-    std::vector<torch::Tensor> flat{p.tensor, state.step};
-    for (auto& slot : state.slots) flat.push_back(slot);
-    broadcast_coalesced(tied_groups_.at(p.stages), flat, 0);  // group rank 0: the first stage
-    write_state(optimizer, p.tensor, state);
-  }
 }
 
 void StageParameters::share_buffers() const {

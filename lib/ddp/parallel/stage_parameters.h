@@ -9,7 +9,6 @@
 
 #include "ddp/comm/process_group.h"
 #include "ddp/parallel/device_mesh.h"
-#include "ddp/parallel/owned_range.h"
 
 namespace ddp {
 
@@ -30,25 +29,19 @@ class StageParameters {
   const std::vector<std::size_t>& mine_indices() const { return mine_indices_; }
   /// Those of mine() (indices into it) that another stage holds too: tied weights.
   std::vector<std::size_t> tied() const;
-  /// The group of this rank and its peers at the other stages that hold its tied weights (null:
-  /// none). ConfigError when they are tied with two different sets of stages (sharding pairs one).
-  const Communicator* tied_group() const;
-  /// Whether this stage saves parameter `index` (of the plan's list) in a sharded checkpoint: its
-  /// own, a tied one only in the first stage that uses it.
-  bool saves(std::size_t index) const { return placed_[index].owner == pipeline_.rank; }
-  /// Those this stage saves in a sharded checkpoint: its own, a tied one only in the first stage using it.
-  std::vector<OwnedRange> owned_ranges() const;
+  /// ConfigError unless this stage's tied weights are shared with one set of stages: sharding lays
+  /// them out together, so that each shard pairs with the same shard at the other stages.
+  void check_one_tied_set() const;
+  /// Whether sums over the pipeline count this stage's copy of parameter `index` (of the plan's
+  /// list): its own, a tied one only in the first stage that uses it. That copy is the one saved.
+  bool counts(std::size_t index) const { return placed_[index].owner == pipeline_.rank; }
+  /// The group of this rank and its peers at the other stages that hold parameter `index` too (a
+  /// tied weight; group rank 0 is its first stage); null: this stage alone holds it.
+  const Communicator* copies(std::size_t index) const;
   /// Bytes of this stage's parameters.
   int64_t bytes() const;
   /// Every parameter's whole shape, in the plan's order.
   std::vector<std::vector<int64_t>> shapes() const;
-
-  /// After the data-parallel sync: a tied weight's gradient summed over the stages that use it.
-  void sum_tied_gradients() const;
-  /// Clips this stage's gradients to a global norm of `max_norm` over every stage.
-  void clip_grad_norm(double max_norm) const;
-  /// After a sharded restore: each tied weight and its state in `optimizer` as its first stage has them.
-  void share_tied(torch::optim::Optimizer& optimizer) const;
 
   /// Every buffer on every rank of the pipeline as the stage that keeps it has it: what rank 0
   /// writes in checkpoints and model.pt.
