@@ -220,6 +220,45 @@ TEST_CASE("10 steps, stop, resume, 10 more equals 20 steps straight", "[trainer]
   CHECK(bit_identical(load_weights(dir.file("straight/model.pt")), load_weights(dir.file("resumed/model.pt"))));
 }
 
+TEST_CASE("a cosine run stopped at step 6 and resumed with train.max_steps 12 and schedule.decay_steps 9 has the "
+          "uninterrupted run's learning rate at every step, and without decay_steps the resume says the lr goes up",
+          "[trainer][checkpoint][schedule]") {
+  TempDir dir;
+  auto sets = [&](const std::string& out, int steps, int decay_steps) {
+    auto s = mlp_sets(dir.file(out), 16);
+    s[1] = "train.max_steps=" + std::to_string(steps);
+    s.insert(s.end(), {"train.log_every=1", "checkpoint.every_steps=6", "schedule.name=cosine",
+                       "schedule.warmup_steps=2", "schedule.min_lr=0.001",
+                       "schedule.decay_steps=" + std::to_string(decay_steps)});
+    return s;
+  };
+  auto lr_by_step = [&](const std::string& out) {
+    std::map<int64_t, double> lrs;
+    for (const auto& record : read_metrics(dir.file(out + "/metrics.jsonl")))
+      if (record.count("lr") && record.count("step")) lrs[static_cast<int64_t>(record.at("step"))] = record.at("lr");
+    return lrs;
+  };
+  train(1, "synthetic_mlp.yaml", sets("straight", 12, 9));
+  train(1, "synthetic_mlp.yaml", sets("resumed", 6, 9));
+  auto second = train(1, "synthetic_mlp.yaml", sets("resumed", 12, 9));
+  CHECK_THAT(second.out, Contains("at step 6"));
+  CHECK_THAT(second.err + second.out, !Contains("goes back up"));
+  const auto straight = lr_by_step("straight"), resumed = lr_by_step("resumed");
+  CHECK(straight.size() == 12);
+  CHECK(resumed == straight);
+  CHECK(straight.at(12) == Approx(0.001).epsilon(1e-9));  // at min_lr from decay_steps on
+  CHECK(bit_identical(load_weights(dir.file("straight/model.pt")), load_weights(dir.file("resumed/model.pt"))));
+
+  // Without decay_steps the cosine spans each run's own max_steps: 6, then 12, so step 7's lr is
+  // higher than step 6's, and the resume says so, naming the key that keeps the saved decay.
+  train(1, "synthetic_mlp.yaml", sets("stretched", 6, 0));
+  auto stretched = train(1, "synthetic_mlp.yaml", sets("stretched", 12, 0));
+  CHECK_THAT(stretched.err + stretched.out,
+             Contains("the learning rate goes back up on resume: step 6 had") && Contains("schedule.decay_steps"));
+  const auto lrs = lr_by_step("stretched");
+  CHECK(lrs.at(7) > lrs.at(6));
+}
+
 TEST_CASE("ranks started by hand in reverse order train like ddprun's", "[trainer]") {
   TempDir dir;
   std::string port = std::to_string(free_port());

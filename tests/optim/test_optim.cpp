@@ -67,6 +67,15 @@ TEST_CASE("LrSchedule: warmup, constant, step and cosine values", "[optim][sched
   CHECK(cosine.lr_at(35) == Approx(0.01 + 0.05 * (1 + std::cos(M_PI / 4))).epsilon(1e-12));
   CHECK(cosine.lr_at(110) == Approx(0.01).epsilon(1e-12));            // the end
   CHECK(cosine.lr_at(1000) == Approx(0.01).epsilon(1e-12));           // and after it
+
+  // schedule.decay_steps fixes the cosine's end whatever the run's length: a longer run's lr at
+  // each step is a shorter one's, and stays at min_lr after the end.
+  cosine_config.decay_steps = 60;
+  LrSchedule fixed_short(cosine_config, 0.11, 60), fixed_long(cosine_config, 0.11, 500);
+  for (int64_t step : {0, 9, 10, 35, 59, 60, 61, 200}) CHECK(fixed_short.lr_at(step) == fixed_long.lr_at(step));
+  CHECK(fixed_long.lr_at(35) == Approx(0.06).epsilon(1e-12));  // half way from 10 to 60
+  CHECK(fixed_long.lr_at(60) == Approx(0.01).epsilon(1e-12));
+  CHECK(fixed_long.lr_at(400) == Approx(0.01).epsilon(1e-12));
 }
 
 TEST_CASE("scaled_lr: none, linear and sqrt scaling with the world size", "[optim]") {

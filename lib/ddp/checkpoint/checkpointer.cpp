@@ -219,6 +219,7 @@ void write_progress(torch::serialize::OutputArchive& archive, const TrainProgres
   archive.write("batch_size", scalar(progress.batch_size));
   archive.write("accum_steps", scalar(progress.accum_steps));
   archive.write("world_size", scalar(world_size));
+  archive.write("lr", torch::tensor({progress.lr}, torch::kDouble));
   archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
   for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
 }
@@ -233,6 +234,8 @@ TrainProgress read_progress(torch::serialize::InputArchive& archive, const std::
   if (archive.try_read("batch_size", batch_size)) progress.batch_size = batch_size.item<int64_t>();
   torch::Tensor accum_steps;
   if (archive.try_read("accum_steps", accum_steps)) progress.accum_steps = accum_steps.item<int64_t>();
+  torch::Tensor lr;
+  if (archive.try_read("lr", lr)) progress.lr = lr.item<double>();
   return progress;
 }
 

@@ -19,6 +19,9 @@ struct TrainProgress {
   /// Micro-steps in each optimizer step (train.grad_accum_steps, or dist.microbatches under a
   /// pipeline): world_size × batch_size × accum_steps samples make a step. 0: unknown (older checkpoints).
   int64_t accum_steps = 0;
+  /// The learning rate of the last step done: a resume says when its schedule gives the next step
+  /// a higher one. Negative: unknown (no step yet, or a checkpoint from before it was recorded).
+  double lr = -1;
 };
 
 // Note [Epoch numbering]: epochs count from 1 wherever they are read (log lines, the progress line,

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "ddp/common/error.h"
@@ -231,8 +232,18 @@ class Attempt {
       }
       if (state_.hold_expired(Clock::now())) apply(state_.on_hold_expired());
       if (stop_deadline_ && Clock::now() >= *stop_deadline_) {
+        std::string killed;
         for (const auto& w : workers_)
-          if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
+          if (w.state == WorkerState::kHealthy) {
+            signal_group(w.pid, SIGKILL);
+            killed += (killed.empty() ? "" : ", ") + std::to_string(w.rank);
+          }
+        if (!killed.empty()) {  // what it was doing is lost: never silently
+          std::ostringstream grace;
+          grace << options_.shutdown_grace_s;
+          say("rank(s) " + killed + " had not stopped " + grace.str() +
+              " s after being asked (--shutdown-grace); killed them");
+        }
         stop_deadline_.reset();
       }
     }

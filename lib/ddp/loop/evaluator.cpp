@@ -1,5 +1,6 @@
 #include "ddp/loop/evaluator.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "ddp/comm/collectives.h"
@@ -8,11 +9,12 @@ namespace ddp {
 namespace {
 
 // Metric sums, then the sample count, summed over the ranks, as means.
-EvalResult eval_result(const Task& task, torch::Tensor sums) {
+EvalResult eval_result(const Task& task, torch::Tensor sums, int64_t planned) {
   sums = sums.to(torch::kCPU);
   auto names = task.metric_names();
   EvalResult result;
   result.samples = static_cast<int64_t>(sums[-1].item<double>());
+  result.planned = planned;
   for (std::size_t i = 0; i < names.size(); ++i)
     result.metrics.emplace_back(names[i], result.samples > 0 ? sums[i].item<double>() / result.samples : 0.0);
   if (result.samples > 0) task.add_derived_metrics(result.metrics);
@@ -21,10 +23,16 @@ EvalResult eval_result(const Task& task, torch::Tensor sums) {
 
 // The metrics of this rank's shard of `replicas`' eval samples, summed over `everyone`. `metrics`
 // gives a batch's metric sums, or an undefined tensor where this rank has none to add (a pipeline
-// stage before the last).
+// stage before the last). With eval.max_batches the samples are that many batches' worth, spread
+// evenly over the split (sample k·size/n for k < n), so that an ordered split (a text's windows)
+// is still seen whole.
 EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicator& replicas,
-                          const Communicator& everyone, const std::function<torch::Tensor(const Batch&)>& metrics) {
-  auto [begin, end] = eval_shard(task.size(Split::kEval), replicas.world_size, replicas.rank);
+                          const Communicator& everyone, const std::function<torch::Tensor(const Batch&)>& metrics,
+                          const EvalHooks& hooks, bool may_stop) {
+  const int64_t size = task.size(Split::kEval);
+  const int64_t planned = config.max_batches > 0 ? std::min(size, config.max_batches * config.batch_size) : size;
+  auto [begin, end] = eval_shard(planned, replicas.world_size, replicas.rank);
+  const int64_t batches = (end - begin + config.batch_size - 1) / config.batch_size;
   const auto count = static_cast<int64_t>(task.metric_names().size());
   auto& model = task.model();
   bool was_training = model.is_training();
@@ -33,29 +41,38 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
   auto sums = torch::zeros({count + 1}, torch::dtype(torch::kDouble).device(everyone.device));
   {
     torch::NoGradGuard no_grad;
+    int64_t done = 0;
     for (int64_t start = begin; start < end; start += config.batch_size) {
-      auto indices = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
+      if (may_stop && hooks.stop_requested && hooks.stop_requested()) break;
+      auto positions = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
+      auto indices = planned == size ? positions : positions.mul(size).div(planned, "floor");
       Batch batch = task.make_batch(Split::kEval, indices).to(everyone.device);
       torch::Tensor batch_sums = metrics(batch);
-      if (!batch_sums.defined()) continue;
-      sums.narrow(0, 0, count).add_(batch_sums);
-      sums[-1].add_(static_cast<double>(batch.size()));
+      if (batch_sums.defined()) {
+        sums.narrow(0, 0, count).add_(batch_sums);
+        sums[-1].add_(static_cast<double>(batch.size()));
+      }
+      if (hooks.batch_done) hooks.batch_done(++done, batches);
     }
   }
   model.train(was_training);
-  return eval_result(task, all_reduce_sum(everyone, sums));
+  return eval_result(task, all_reduce_sum(everyone, sums), planned);
 }
 
 }  // namespace
 
-EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm) {
-  return evaluate_shard(task, config, comm, comm, [&task](const Batch& batch) { return task.metric_sums(batch); });
+EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm, const EvalHooks& hooks) {
+  return evaluate_shard(
+      task, config, comm, comm, [&task](const Batch& batch) { return task.metric_sums(batch); }, hooks,
+      /*may_stop=*/true);
 }
 
 EvalResult evaluate_pipelined(Task& task, const EvalConfig& config, PipelineRunner& stage, const Communicator& replicas,
-                              const Communicator& world) {
+                              const Communicator& world, const EvalHooks& hooks) {
   // Each stage runs every batch; only the last has metrics, and the others add zeros.
-  return evaluate_shard(task, config, replicas, world, [&stage](const Batch& batch) { return stage.evaluate(batch); });
+  return evaluate_shard(
+      task, config, replicas, world, [&stage](const Batch& batch) { return stage.evaluate(batch); }, hooks,
+      /*may_stop=*/false);
 }
 
 }  // namespace ddp

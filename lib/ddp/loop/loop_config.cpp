@@ -64,6 +64,14 @@ void declare_config(ConfigSchema& schema, EvalConfig& config) {
   schema.add("eval.batch_size", &config.batch_size, "samples per eval batch").min(1)
       .max(1e7);
   schema.add("eval.at_start", &config.at_start, "evaluate once before the first step");
+  schema.add("eval.at_end", &config.at_end,
+             "evaluate once after the last step, unless that step was just evaluated; on even with "
+             "eval.every_epochs and eval.every_steps 0");
+  schema.add("eval.max_batches", &config.max_batches,
+             "evaluate on max_batches × eval.batch_size samples spread evenly over the eval split, the same ones "
+             "every time and at any world size (nanoGPT's eval_iters); 0: every sample")
+      .min(0)
+      .max(1e9);
   schema.add("eval.full_neighbourhood", &config.full_neighbourhood,
              "graphs: evaluate with every neighbour at every hop, by layer-wise inference over all nodes (as PyG's "
              "inference), rather than with sampler.fanouts");

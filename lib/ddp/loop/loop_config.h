@@ -32,6 +32,9 @@ struct EvalConfig {
   int64_t every_steps = 0;   ///< 0: off
   int64_t batch_size = 256;
   bool at_start = true;  ///< evaluate once before the first step
+  bool at_end = true;    ///< evaluate once after the last step (unless it was just evaluated)
+  /// Evaluate on this many batches' samples, spread evenly over the eval split; 0: all of it.
+  int64_t max_batches = 0;
   bool full_neighbourhood = false;  ///< graphs: layer-wise inference over every neighbour, not sampler.fanouts
 };
 

@@ -17,8 +17,8 @@ StepWork PipelineStep::train(int64_t micro_batches, const StepHooks& hooks) {
   return work;
 }
 
-EvalResult PipelineStep::evaluate(const EvalConfig& config) {
-  return evaluate_pipelined(task_, config, *stage_, replicas_, world_);
+EvalResult PipelineStep::evaluate(const EvalConfig& config, const EvalHooks& hooks) {
+  return evaluate_pipelined(task_, config, *stage_, replicas_, world_, hooks);
 }
 
 }  // namespace ddp

@@ -17,7 +17,7 @@ class PipelineStep final : public StepRunner {
       : stage_(std::move(stage)), task_(task), replicas_(replicas), world_(world) {}
 
   StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
-  EvalResult evaluate(const EvalConfig& config) override;
+  EvalResult evaluate(const EvalConfig& config, const EvalHooks& hooks) override;
   /// Each stage's measured bubble and peak activation memory.
   MetricsRecord report() override { return stage_->report(world_, replicas_.world_size); }
 

@@ -26,9 +26,9 @@ StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
   return work;
 }
 
-EvalResult PlainStep::evaluate(const EvalConfig& config) {
+EvalResult PlainStep::evaluate(const EvalConfig& config, const EvalHooks& hooks) {
   AutocastScope autocast(replicas_.device, mixed_precision_);
-  return ddp::evaluate(task_, config, replicas_);
+  return ddp::evaluate(task_, config, replicas_, hooks);
 }
 
 }  // namespace ddp

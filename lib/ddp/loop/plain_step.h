@@ -15,7 +15,7 @@ class PlainStep final : public StepRunner {
       : task_(task), replicas_(replicas), mixed_precision_(mixed_precision) {}
 
   StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
-  EvalResult evaluate(const EvalConfig& config) override;
+  EvalResult evaluate(const EvalConfig& config, const EvalHooks& hooks) override;
 
  private:
   Task& task_;

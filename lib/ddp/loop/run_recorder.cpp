@@ -72,7 +72,8 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
       monitor_(config.monitor, world.rank, world.world_size, world.device.is_cuda() ? world.device.index() : -1,
                side_values),
       test_step_delay_ms_(test_delay_ms("DDPRUN_TEST_STEP_DELAY", world.rank)),
-      test_eval_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_DELAY", world.rank)) {
+      test_eval_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_DELAY", world.rank)),
+      test_eval_batch_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_BATCH_DELAY", world.rank)) {
   const char* progress = std::getenv(env::kProgress);
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
   if (world_.rank != 0) return;
@@ -242,8 +243,30 @@ void RunRecorder::eval_begins(const TrainProgress& progress) {
     std::fflush(stdout);
     last_progress_line_ = eval_start_;
   }
+  last_eval_log_ = eval_start_;
   eval_pulse_ = pulse(progress);
   sleep_ms(test_eval_delay_ms_);
+}
+
+void RunRecorder::eval_progress(const TrainProgress& progress, int64_t done, int64_t total) {
+  sleep_ms(test_eval_batch_delay_ms_);
+  if (world_.rank != 0) return;
+  auto now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - eval_start_).count();
+  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+  if (progress_line_) {
+    if (now - last_progress_line_ < std::chrono::milliseconds(250)) return;
+    last_progress_line_ = now;
+    std::string line = fmt::format("{}step {}/{} | evaluating {}: batch {}/{} | ETA {}\n", kProgressMarker,
+                                   progress.step, total_steps_, epoch_text(progress), done, total,
+                                   format_duration(eta));
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+  } else if (now - last_eval_log_ >= kEvalLogInterval) {
+    last_eval_log_ = now;  // in a pipe or a log file, a sign of life that says how far
+    spdlog::info("evaluating at step {} ({}): batch {}/{} of rank 0's, ETA {}", progress.step, epoch_text(progress),
+                 done, total, format_duration(eta));
+  }
 }
 
 void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& result) {
@@ -259,7 +282,14 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
     record.emplace_back("eval_" + name, value);
   }
   record.emplace_back("eval_samples", static_cast<double>(result.samples));
-  spdlog::info("eval at step {} ({}):{} over {} samples", progress.step, epoch_text(progress), values, result.samples);
+  if (result.interrupted()) {
+    record.emplace_back("eval_interrupted", 1);
+    spdlog::warn("eval at step {} ({}) interrupted after {} of its {} samples:{} over those", progress.step,
+                 epoch_text(progress), result.samples, result.planned, values);
+  } else {
+    spdlog::info("eval at step {} ({}):{} over {} samples", progress.step, epoch_text(progress), values,
+                 result.samples);
+  }
   metrics_->write(record);
   write_report(progress, std::nullopt);
 }

@@ -26,6 +26,9 @@
 
 namespace ddp {
 
+/// The longest an evaluation goes without a log line when no terminal shows the progress line.
+inline constexpr std::chrono::seconds kEvalLogInterval{10};
+
 /// What one optimizer step did on this rank, for the record.
 struct StepStats {
   double loss_sum = 0;  ///< its micro-batches' mean losses, added up
@@ -61,6 +64,9 @@ class RunRecorder {
   std::unique_ptr<HeartbeatPulse> pulse(const TrainProgress& progress) const;
   /// Around an evaluation: its time is not training time, and it counts as progress (a pulse).
   void eval_begins(const TrainProgress& progress);
+  /// After each of this rank's `done` eval batches of `total`: on rank 0 the count and ETA, on the
+  /// progress line at a terminal, otherwise a log line at least every kEvalLogInterval.
+  void eval_progress(const TrainProgress& progress, int64_t done, int64_t total);
   void eval_ends(const TrainProgress& progress, const EvalResult& result);
   /// Every rank's peak RSS, on rank 0's log and in the metrics.
   void report_peak_memory(const TrainProgress& progress);
@@ -123,6 +129,8 @@ class RunRecorder {
   std::unique_ptr<HeartbeatPulse> first_step_pulse_, eval_pulse_;
   double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
   double test_eval_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_DELAY: a long evaluation for the stall check's
+  double test_eval_batch_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_BATCH_DELAY: a slow evaluation, batch by batch
+  Clock::time_point last_eval_log_;  // rank 0, not at a terminal: the last "evaluating" log line
   bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
   Clock::time_point last_progress_line_;
   ReportPacer report_pacer_;  // rank 0: the live report.html at evaluations, at a bounded cost

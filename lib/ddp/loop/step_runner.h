@@ -38,7 +38,7 @@ class StepRunner {
   /// mean's, as one batch that many times as large would give.
   virtual StepWork train(int64_t micro_batches, const StepHooks& hooks) = 0;
   /// The task's metrics over the eval split, its samples split over the data-parallel group.
-  virtual EvalResult evaluate(const EvalConfig& config) = 0;
+  virtual EvalResult evaluate(const EvalConfig& config, const EvalHooks& hooks) = 0;
   /// After training: what it measured, logged, and as a metrics record on rank 0 (empty elsewhere,
   /// and where there is nothing to say). Every rank calls it.
   virtual MetricsRecord report() { return {}; }

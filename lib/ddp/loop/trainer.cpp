@@ -197,6 +197,23 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
                      : fmt::format(", written by {} ranks of batch {}: the same samples per step", loaded.world_size,
                                    loaded.batch_size),
                  changed_since_.empty() ? "" : "; changed since that run: " + changed_since_);
+  warn_if_lr_rises(loaded.lr);
+}
+
+void Trainer::warn_if_lr_rises(double last_lr) const {
+  // A schedule tied to the run's length (a cosine without schedule.decay_steps) stretches when
+  // train.max_steps is raised on resume, which takes the lr back up: never silently.
+  const double next_lr = schedule_->lr_at(progress_.step);
+  if (plan_->world().rank != 0 || last_lr < 0 || progress_.step < config_.schedule.warmup_steps ||
+      next_lr <= last_lr * (1 + 1e-9))
+    return;
+  const bool stretched = config_.schedule.name == "cosine" && config_.schedule.decay_steps == 0;
+  spdlog::warn("the learning rate goes back up on resume: step {} had {:.6g}, step {} gets {:.6g}{}", progress_.step,
+               last_lr, progress_.step + 1, next_lr,
+               stretched ? fmt::format(", as the cosine now spans this run's {} steps; to continue the saved run's "
+                                       "decay, set schedule.decay_steps to the step it ended at (its train.max_steps)",
+                                       total_steps())
+                         : ", as this run's schedule.* gives it");
 }
 
 StepShape Trainer::step_shape() const {
@@ -226,13 +243,13 @@ int Trainer::fit() {
   bool has_eval = task_->size(Split::kEval) > 0;
   if (config_.eval.at_start && progress_.step == 0 && has_eval) run_eval();
 
-  while (!done() && !stop_vote_->agreed()) {
+  while (!done() && !stopping()) {
     sampler_->set_epoch(progress_.epoch);
     task_->set_epoch(progress_.epoch);
     torch::Tensor indices = sampler_->indices();
     int64_t batches = ceil_div(indices.size(0), config_.train.batch_size);
     prefetcher_->start(indices, config_.train.batch_size, progress_.batch_in_epoch);
-    while (progress_.batch_in_epoch < batches && !done() && !stop_vote_->agreed()) {
+    while (progress_.batch_in_epoch < batches && !done() && !stopping()) {
       recorder_->step_begins(progress_);
       profiler_->step_begins(progress_.step);
       StepStats step = train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
@@ -243,8 +260,9 @@ int Trainer::fit() {
     }
     if (progress_.batch_in_epoch >= batches) end_epoch();
   }
-  if (stop_vote_->agreed()) return stop_after_checkpoint();
-  if (has_eval && last_eval_step_ != progress_.step) run_eval();
+  if (stopping()) return stop_after_checkpoint();
+  if (has_eval && config_.eval.at_end && last_eval_step_ != progress_.step) run_eval();
+  if (stopping()) return stop_after_checkpoint();
   finish();
   return 0;
 }
@@ -270,7 +288,7 @@ void Trainer::optimizer_step(StepStats& step) {
   parallel_->gradient_sync->finish();
   plan_->finish_gradients(side_values_);
   if (config_.train.clip_grad_norm > 0) plan_->clip_grad_norm(config_.train.clip_grad_norm);
-  step.lr = schedule_->lr_at(progress_.step);
+  step.lr = progress_.lr = schedule_->lr_at(progress_.step);
   set_learning_rate(*optimizer_, step.lr);
   optimizer_->step();
   plan_->after_optimizer_step();
@@ -339,9 +357,14 @@ void Trainer::run_eval() {
   // Ranks' eval batches differ in count, and a forward that gathered parameters block by block
   // would wait for ranks with none left: whatever this rank's layers need is gathered once.
   plan_->gather_local_parameters();
-  EvalResult result = parallel_->step->evaluate(config_.eval);
+  EvalHooks hooks;
+  hooks.batch_done = [this](int64_t done, int64_t total) { recorder_->eval_progress(progress_, done, total); };
+  hooks.stop_requested = [] { return stop_signal() != 0; };  // within the launcher's grace, not after the split
+  EvalResult result = parallel_->step->evaluate(config_.eval, hooks);
   plan_->release_parameters();
   last_eval_step_ = progress_.step;
+  // Every rank sees the same sums, so all agree it was cut short, and stop as a vote would.
+  eval_interrupted_ = eval_interrupted_ || result.interrupted();
   recorder_->eval_ends(progress_, result);
 }
 

@@ -50,11 +50,16 @@ class Trainer {
                    int64_t& older_than);
   /// After it: the loop goes on from `loaded`.
   void resumed(const TrainProgress& loaded, const std::string& path, const std::string& what);
+  /// On rank 0, a warning when this run's schedule gives the next step a higher lr than `last_lr`,
+  /// the saved run's last step's (negative: unknown), after warmup.
+  void warn_if_lr_rises(double last_lr) const;
   /// This run's samples a step, for check_resume_layout.
   StepShape step_shape() const;
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
+  /// Whether the ranks agreed to stop: a signal's vote after a step, or an evaluation it cut short.
+  bool stopping() const { return eval_interrupted_ || stop_vote_->agreed(); }
   /// Forward and backward of `micro_batches` micro-batches (the step runner's), then one optimizer step.
   StepStats train_step(int64_t micro_batches);
   /// After the backwards: the gradient sync's end, clipping, the optimizer's step.
@@ -87,6 +92,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   TrainProgress progress_;
   int64_t last_eval_step_ = -1;
+  bool eval_interrupted_ = false;
   bool state_memory_reported_ = false;
 };
 

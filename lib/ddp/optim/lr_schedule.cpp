@@ -13,7 +13,8 @@ double LrSchedule::lr_at(int64_t step) const {
   int64_t after = step - config_.warmup_steps;
   if (config_.name == "step") return base_lr_ * std::pow(config_.gamma, static_cast<double>(after / config_.step_size));
   if (config_.name == "cosine") {
-    int64_t span = std::max<int64_t>(1, total_steps_ - config_.warmup_steps);
+    const int64_t end = config_.decay_steps > 0 ? config_.decay_steps : total_steps_;
+    int64_t span = std::max<int64_t>(1, end - config_.warmup_steps);
     double progress = std::min(1.0, static_cast<double>(after) / span);
     return config_.min_lr + (base_lr_ - config_.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
   }

@@ -10,7 +10,8 @@ namespace ddp {
 /// Linear warmup, then constant, step or cosine decay.
 class LrSchedule {
  public:
-  /// `total_steps`: the run's optimizer steps (cosine decays over those after warmup).
+  /// `total_steps`: the run's optimizer steps (cosine decays over those after warmup, unless
+  /// schedule.decay_steps says over how many).
   LrSchedule(const ScheduleConfig& config, double base_lr, int64_t total_steps);
 
   /// The learning rate for optimizer step `step` (0-based).

@@ -41,6 +41,19 @@ void declare_config(ConfigSchema& schema, ScheduleConfig& config) {
       .max(1e6);
   schema.add("schedule.min_lr", &config.min_lr, "cosine: the final lr").min(0)
       .max(1e6);
+  schema.add("schedule.decay_steps", &config.decay_steps,
+             "cosine: the step by which the lr reaches min_lr, warmup included, and stays there (nanoGPT's "
+             "lr_decay_iters); 0: the run's last step, so a resume with a larger train.max_steps stretches the "
+             "cosine and raises the lr again")
+      .min(0)
+      .max(kMaxSteps);
+  schema.rule("schedule.decay_steps", [&config]() -> std::string {
+    if (config.decay_steps == 0) return "";
+    if (config.name != "cosine") return "only schedule.name cosine decays over it, schedule.name is " + config.name;
+    return config.decay_steps > config.warmup_steps
+               ? ""
+               : "must be larger than schedule.warmup_steps (" + std::to_string(config.warmup_steps) + ")";
+  });
 }
 
 }  // namespace ddp

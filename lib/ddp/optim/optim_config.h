@@ -28,6 +28,9 @@ struct ScheduleConfig {
   int64_t step_size = 1000;       ///< step: multiply by gamma every step_size steps
   double gamma = 0.1;             ///< step
   double min_lr = 0;              ///< cosine: final lr
+  /// cosine: the step by which the lr has decayed to min_lr, warmup included (nanoGPT's
+  /// lr_decay_iters); 0: the run's last step, so that raising train.max_steps stretches it
+  int64_t decay_steps = 0;
 };
 
 /// Declares the `OptimConfig` keys, bound to `config`, with their defaults, docs and ranges.
