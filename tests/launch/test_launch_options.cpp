@@ -64,6 +64,9 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
                     Contains("unknown option --nproc-per-nod") && Contains("--nproc-per-node"));
   CHECK_THROWS_WITH(parse({}), Contains("nothing to run"));
   CHECK_THROWS_WITH(parse({"/nonexistent/train.yaml"}), Contains("config file not found: /nonexistent/train.yaml"));
+  // `ddprun hostname` meant `ddprun -- hostname`: said so, not "config file not found".
+  CHECK_THROWS_WITH(parse({"hostname"}), Contains("hostname is a program on PATH, not a config; run it with -- hostname"));
+  CHECK_THROWS_WITH(parse({"hostname.yaml"}), Contains("config file not found: hostname.yaml"));
   CHECK_THROWS_WITH(parse({"--", "/nonexistent/program"}), Contains("program not found"));
   CHECK_THROWS_WITH(parse({"--local-ranks-filter", "0,x", "--", "true"}), Contains("--local-ranks-filter"));
   CHECK_THROWS_WITH(parse({"--nproc-per-node", "2", "--local-ranks-filter", "2", "--", "true"}),

@@ -23,7 +23,15 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::dur
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  // An extra entry replaces the inherited one of its name: getenv reads the first of duplicates.
+  auto overridden = [&extra_env](const std::string& entry) {
+    const std::string key = entry.substr(0, entry.find('=') + 1);
+    for (const auto& kv : extra_env)
+      if (kv.rfind(key, 0) == 0) return true;
+    return false;
+  };
+  for (char** e = environ; *e; ++e)
+    if (!overridden(*e)) env_strings.emplace_back(*e);
   for (const auto& kv : extra_env) env_strings.push_back(kv);
   std::vector<char*> envp, args;
   for (auto& s : env_strings) envp.push_back(s.data());

@@ -28,6 +28,7 @@ namespace {
 constexpr const char* kUsage =
     "ddprun [OPTIONS] CONFIG.yaml [--set key=value ...]\n"
     "       ddprun [OPTIONS] SCRIPT.py [ARGS...]   (or -m MODULE, --no-python PROGRAM: torchrun's forms)\n"
+    "         a script or module runs under $DDPRUN_PYTHON, else python3 on PATH, named at start\n"
     "       ddprun [OPTIONS] -- PROGRAM [ARGS...]\n"
     "Starts one worker per GPU or CPU slot with the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, ...),\n"
     "hosts the rendezvous, relays output by rank, and stops every worker when one fails.\n"
@@ -482,6 +483,8 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
                       : run_path ? ScriptKind::kRunPath
                                  : ScriptKind::kPython;
     options.program = script_command(kind, script);
+    if (kind != ScriptKind::kExecutable) options.python = options.program.front();
+    if (kind == ScriptKind::kPython || kind == ScriptKind::kRunPath) options.python_script = script.front();
     return options;
   }
   if (!config.empty() && !program.empty())
@@ -494,8 +497,11 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     if (std::filesystem::is_directory(config))
       throw UserError(config + " is a directory; give a config file in it, e.g. " + config +
                       (config.back() == '/' ? "" : "/") + "NAME.yaml");
+    const bool yaml_name = config.ends_with(".yaml") || config.ends_with(".yml");
+    if (!std::filesystem::is_regular_file(config) && !yaml_name && !find_executable(config).empty())
+      throw UserError(config + " is a program on PATH, not a config; run it with -- " + config);  // `ddprun hostname`
     if (!std::filesystem::is_regular_file(config)) throw UserError("config file not found: " + config);
-    if (!config.ends_with(".yaml") && !config.ends_with(".yml") && access(config.c_str(), X_OK) == 0)
+    if (!yaml_name && access(config.c_str(), X_OK) == 0)
       throw UserError(config + " is a program, not a config; run it with --no-python " + config + " or -- " + config);
     std::string trainer = executable_dir() + "/ddp-train";
     if (find_executable(trainer).empty())

@@ -47,6 +47,10 @@ struct LaunchOptions {
   /// torchrun runs them, a Python script (`train.py ARGS`), module (-m) or program (--no-python).
   std::vector<std::string> program;
   bool runs_trainer = false;  ///< program is ddp-train on a config
+  /// The Python that runs a script or module (program[0]); empty for any other program.
+  std::string python;
+  /// The script it runs, which the launcher reads for an import of torch; empty for a module.
+  std::string python_script;
 
   /// --nnodes MIN:MAX with MIN < MAX: nodes may leave and join between rendezvous rounds.
   bool elastic() const { return min_nodes < nnodes; }

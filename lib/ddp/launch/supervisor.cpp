@@ -29,6 +29,7 @@
 #include "ddp/launch/machine.h"
 #include "ddp/launch/output_relay.h"
 #include "ddp/launch/process.h"
+#include "ddp/launch/python_check.h"
 #include "ddp/launch/rendezvous.h"
 #include "ddp/launch/signals.h"
 #include "ddp/launch/watchdog.h"
@@ -734,6 +735,8 @@ int supervise(JobMembership& job, int max_restarts, Watchdog& watchdog, SignalPi
 
 int run_launcher(const LaunchOptions& requested) {
   LaunchOptions options = requested;  // node_rank: as the rendezvous agreed
+  // Before any rank starts: a Python without torch fails here once, not in every rank.
+  if (!options.python.empty()) say(check_python(options.python, options.python_script));
   if (options.local_addr.empty()) options.local_addr = host_name();
   // One node running ddp-train needs no network rendezvous: a private FileStore keeps the run
   // off every interface. Several nodes, or any other program (torch's env:// expects
