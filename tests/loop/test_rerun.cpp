@@ -138,7 +138,7 @@ TEST_CASE("a finished run run again does nothing, says so once, and leaves its o
   for (auto at = all.find("already finished"); at != std::string::npos; at = all.find("already finished", at + 1)) ++said;
   CHECK(said == 1);  // rank 0 alone says it
   CHECK_THAT(again.out, Contains("run " + run + " already finished at step 10; nothing to do. Its outputs: " + run +
-                                 " (model.pt, report.html, metrics.jsonl). To train again: --set run.name=NEW for a "
+                                 " (model.pt, report.html, metrics.jsonl). To train again: --set run.output_dir=NEW_DIR for a "
                                  "new run beside it, or remove " + run + " first"));
   CHECK_THAT(again.out, !Contains("resolved config") && !Contains("step 5/"));
   CHECK(read_file(run + "/metrics.jsonl") == metrics);
@@ -161,7 +161,7 @@ TEST_CASE("resuming with a config that changes what is trained is refused, namin
   CHECK(changed.exit_code == 2);
   CHECK_THAT(changed.err, Contains(run + " holds a run of another config (model.hidden [64] → [32], optim.lr 0.05 → "
                                          "0.1), which its checkpoints do not fit. Start a new run beside it with --set "
-                                         "run.name=NEW (or run.output_dir), or remove " + run + " to start this one "
+                                         "run.output_dir=NEW_DIR, or remove " + run + " to start this one "
                                          "afresh; or resume it with model.hidden, optim.lr as before"));
   CHECK(read_file(run + "/metrics.jsonl") == metrics);
   // The directory still holds the first run's config: resuming with it works, and so does a new run.
@@ -169,6 +169,7 @@ TEST_CASE("resuming with a config that changes what is trained is refused, namin
   INFO(resumed.out << resumed.err);
   CHECK(resumed.exit_code == 0);
   CHECK_THAT(resumed.out, Contains("resumed from") && Contains("at step 5"));
+  // The advice names run.output_dir, which this config sets (run.name would change nothing), and works.
   auto beside = train(dir.file("other"), {"model.hidden=[32]"});
   CHECK(beside.exit_code == 0);
 }

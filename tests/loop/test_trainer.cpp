@@ -257,6 +257,14 @@ TEST_CASE("a cosine run stopped at step 6 and resumed with train.max_steps 12 an
              Contains("the learning rate goes back up on resume: step 6 had") && Contains("schedule.decay_steps"));
   const auto lrs = lr_by_step("stretched");
   CHECK(lrs.at(7) > lrs.at(6));
+
+  // Following that advice: schedule.decay_steps may change on resume, and the cosine stays ended.
+  train(1, "synthetic_mlp.yaml", sets("kept", 6, 0));
+  auto kept = train(1, "synthetic_mlp.yaml", sets("kept", 12, 6));
+  CHECK_THAT(kept.out, Contains("changed since that run: ") && Contains("schedule.decay_steps 0 → 6"));
+  CHECK_THAT(kept.err + kept.out, !Contains("goes back up"));
+  for (const auto& [step, lr] : lr_by_step("kept"))
+    if (step > 6) CHECK(lr == Approx(0.001).epsilon(1e-9));
 }
 
 TEST_CASE("ranks started by hand in reverse order train like ddprun's", "[trainer]") {

@@ -86,15 +86,16 @@ bool may_change_on_resume(const std::string& key) {
   for (const char* section : {"run.", "dist.", "eval.", "checkpoint.", "logging.", "monitor."})
     if (key.rfind(section, 0) == 0) return true;
   // The batch keys: the checkpoint checks that each step keeps its samples (check_resume_layout).
-  // model.channels_last: the same weights, laid out otherwise in memory.
+  // model.channels_last: the same weights, laid out otherwise in memory. schedule.decay_steps: how
+  // a lengthened run's cosine goes on, as train.max_steps does without it.
   for (const char* steering : {"train.epochs", "train.max_steps", "train.log_every", "train.batch_size",
                                "train.grad_accum_steps", "train.global_batch_size", "data.cache_dir", "data.workers",
-                               "data.prefetch", "model.channels_last"})
+                               "data.prefetch", "model.channels_last", "schedule.decay_steps"})
     if (key == steering) return true;
   return false;
 }
 
-PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config) {
+PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config, const std::string& new_run) {
   std::string config_path = dir + "/config.yaml";
   if (!std::filesystem::exists(config_path)) return {};
   auto changes = config_changes(read_text(config_path), resolved_config);
@@ -117,7 +118,7 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
   if (exit_status && *exit_status == 0 && refused.empty() && !lengthened)
     return {PriorRunVerdict::Action::kFinished,
             "run " + dir + " already finished" + (step ? " at step " + std::to_string(static_cast<int64_t>(*step)) : "") +
-                "; nothing to do. Its outputs: " + outputs(dir) + ". To train again: --set run.name=NEW for a new "
+                "; nothing to do. Its outputs: " + outputs(dir) + ". To train again: " + new_run + " for a new "
                 "run beside it, or remove " + dir + " first"};
 
   std::error_code ec;
@@ -125,7 +126,7 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
   if (!refused.empty()) {
     return {PriorRunVerdict::Action::kRefuse,
             dir + " holds a run of another config (" + describe_changes(refused) + "), which its checkpoints do not fit. " +
-                "Start a new run beside it with --set run.name=NEW (or run.output_dir), or remove " + dir +
+                "Start a new run beside it with " + new_run + ", or remove " + dir +
                 " to start this one afresh; or resume it with " + changed_keys(refused) + " as before"};
   }
   return {PriorRunVerdict::Action::kResume, describe_changes(steering)};

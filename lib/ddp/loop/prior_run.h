@@ -46,6 +46,8 @@ struct PriorRunVerdict {
 /// Reads DIR/config.yaml and DIR/metrics.jsonl (if any) and decides for a run whose checkpoints
 /// are in DIR/checkpoints: kStart when there is no earlier config, kFinished when the last run
 /// ended with exit status 0 and nothing that would lengthen it changed.
-PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config);
+/// `new_run` is how this config names another run directory, for the advice ("--set run.name=NEW",
+/// or with run.output_dir set "--set run.output_dir=NEW_DIR", since it outranks run.name).
+PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config, const std::string& new_run);
 
 }  // namespace ddp

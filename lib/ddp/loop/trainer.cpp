@@ -36,11 +36,13 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   // An explicit checkpoint.resume is judged too: it would overwrite a finished run's outputs.
   std::string verdict;
   if (world.rank == 0 && config_.checkpoint.resume != "never") {
-    PriorRunVerdict judged = judge_prior_run(output_dir_of(config_.run), resolved);
+    // run.output_dir outranks run.name: advice to change the name would change nothing.
+    const std::string new_run = config_.run.output_dir.empty() ? "--set run.name=NEW" : "--set run.output_dir=NEW_DIR";
+    PriorRunVerdict judged = judge_prior_run(output_dir_of(config_.run), resolved, new_run);
     if (judged.action == PriorRunVerdict::Action::kFinished && config_.checkpoint.resume != "auto")
       judged = {PriorRunVerdict::Action::kRefuse,
-                "checkpoint.resume: " + judged.message + " (resuming " + config_.checkpoint.resume +
-                    " there would overwrite them; --set run.name=NEW resumes it into a new run directory)"};
+                "checkpoint.resume: " + judged.message + " (resuming " + config_.checkpoint.resume + " there would " +
+                    "overwrite them; " + new_run + " resumes it into a new run directory)"};
     verdict = std::to_string(static_cast<int>(judged.action)) + judged.message;
   }
   broadcast_bytes(world, verdict, 0);
