@@ -267,6 +267,26 @@ TEST_CASE("a cosine run stopped at step 6 and resumed with train.max_steps 12 an
     if (step > 6) CHECK(lr == Approx(0.001).epsilon(1e-9));
 }
 
+TEST_CASE("the log's numbers mean what they say: no all-reduce time at world 1, the closing rate without the "
+          "evaluation, and a resume's batch out of its epoch's",
+          "[trainer][log]") {
+  TempDir dir;
+  // 2048 samples in batches of 16: 128 an epoch; stopped at step 10, resumed to 20 by 2 ranks of
+  // batch 8 (the same samples a step), whose 1024 samples each are 128 batches too.
+  auto sets = [&](int steps, int batch) {
+    auto s = mlp_sets(dir.file("run"), batch);
+    s[1] = "train.max_steps=" + std::to_string(steps);
+    s.insert(s.end(), {"checkpoint.every_steps=10", "data.eval_split=test"});
+    return s;
+  };
+  auto first = train(1, "synthetic_mlp.yaml", sets(10, 16));
+  CHECK_THAT(first.out, Contains("step 5/10 loss") && !Contains("all-reduce"));
+  CHECK(std::regex_search(first.out, std::regex(R"(done: 10 steps in [0-9.]+ s \([0-9.]+ steps/s besides [0-9.]+ s of evaluation\))")));
+  auto second = train(2, "synthetic_mlp.yaml", sets(20, 8));
+  CHECK_THAT(second.out, Contains("at step 10 (in epoch 1, after 10 of its 128 batches)") &&
+                             Contains("written by 1 rank of batch 16") && Contains("all-reduce"));
+}
+
 TEST_CASE("ranks started by hand in reverse order train like ddprun's", "[trainer]") {
   TempDir dir;
   std::string port = std::to_string(free_port());

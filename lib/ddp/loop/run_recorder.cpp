@@ -203,11 +203,12 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   double lr = last_lr_;
   std::string rates = edges_per_s > 0 ? fmt::format(" sampled edges/s {:.0f}", edges_per_s) : "";
   if (tokens_per_s > 0) rates += fmt::format(" tokens/s {:.0f}", tokens_per_s);
-  spdlog::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} all-reduce {:.2f} "
-               "ms ({:.2f} ms exposed) ETA {}",
+  // One rank syncs nothing: no all-reduce time to show.
+  if (world_.world_size > 1)
+    rates += fmt::format(" all-reduce {:.2f} ms ({:.2f} ms exposed)", allreduce_ms, exposed_ms);
+  spdlog::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} ETA {}",
                epoch_of(progress), total_epochs_, progress.step, total_steps_, loss, lr, samples_per_s,
-               samples_per_s / world_.world_size, rates, allreduce_ms, exposed_ms,
-               format_duration(eta_seconds(progress)));
+               samples_per_s / world_.world_size, rates, format_duration(eta_seconds(progress)));
   MetricsRecord record{{"step", static_cast<double>(progress.step)},
                        {"epoch", static_cast<double>(epoch_of(progress))},
                        {"loss", loss},
@@ -273,6 +274,7 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
   eval_pulse_.reset();
   heartbeat_.beat(progress.step);
   window_start_ += Clock::now() - eval_start_;  // throughput counts training time only
+  eval_seconds_ += seconds_since(eval_start_);
   if (eta_from_step_ >= 0) eta_from_ += Clock::now() - eval_start_;
   if (world_.rank != 0) return;
   std::string values;
@@ -356,8 +358,10 @@ void RunRecorder::finished(const TrainProgress& progress) {
   if (world_.rank == 0) {
     double elapsed = seconds_since(run_start_);
     int64_t steps = progress.step - run_start_step_;
-    spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s); model weights in {}/model.pt", steps, elapsed,
-                 steps / std::max(elapsed, 1e-9), output_dir_);
+    // The rate over the rest of the run: evaluations are not steps.
+    spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s{}); model weights in {}/model.pt", steps, elapsed,
+                 steps / std::max(elapsed - eval_seconds_, 1e-9),
+                 eval_seconds_ > 0 ? fmt::format(" besides {:.1f} s of evaluation", eval_seconds_) : "", output_dir_);
   }
   write_report(progress, 0);
 }

@@ -126,6 +126,7 @@ class RunRecorder {
   double last_data_wait_ms_ = 0;  // this rank's previous step, for the monitor
   double last_busy_ms_ = 0;
   Clock::time_point eval_start_;
+  double eval_seconds_ = 0;  // every evaluation of this run, for the closing line
   std::unique_ptr<HeartbeatPulse> first_step_pulse_, eval_pulse_;
   double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
   double test_eval_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_DELAY: a long evaluation for the stall check's
