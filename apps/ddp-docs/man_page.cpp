@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "ddp/common/worker_contract.h"
 
@@ -87,10 +89,30 @@ std::string ddprun_man_page(const std::vector<OptionReference>& options, const s
       << roff("The job's secret for the rendezvous store's control values; never passed to a worker.") << "\n"
       << ".TP\n.B " << roff(env::kPython) << "\n" << roff("The Python that runs a script (default: python3 on PATH).")
       << "\n";
-  out << ".SH EXIT STATUS\n"
-      << roff("0 when every worker succeeded; a failed worker's exit status (the first failure's); 2 for a bad "
-              "command line or config; 128+N when interrupted by signal N.")
-      << "\n.SH SEE ALSO\n.BR ddp\\-train (1)\n";
+  out << ".SH EXIT STATUS\n";
+  for (const auto& [status, meaning] : std::vector<std::pair<const char*, const char*>>{
+           {"0", "every worker succeeded (a finished run run again: nothing to do)"},
+           {"1", "a worker failed; otherwise a failed worker's own exit status, the first failure's"},
+           {"2", "a bad command line, config or input: nothing ran, and a restart would fail alike"},
+           {"74", "an output could not be written (disk full, I/O error)"},
+           {"130", "stopped by SIGINT (Ctrl-C), after the workers saved a checkpoint to resume from"},
+           {"143", "stopped by SIGTERM (a scheduler's preemption), likewise; 128+N for any other signal N"}})
+    out << ".TP\n.B " << status << "\n" << roff(meaning) << "\n";
+  out << ".SH EXAMPLES\n";
+  for (const auto& [command, what] : std::vector<std::pair<const char*, const char*>>{
+           {"ddprun --nproc-per-node 2 configs/fashion_mnist_convnet.yaml",
+            "Train the config's model with 2 workers; run again, it resumes or says it finished."},
+           {"ddprun --nproc-per-node 2 configs/fashion_mnist_convnet.yaml --set optim.lr=0.05 --set run.name=lr05",
+            "The same with a key changed, into a run directory of its own."},
+           {"DDPRUN_PYTHON=/usr/bin/python3 ddprun --nproc-per-node 4 train.py --epochs 3",
+            "A torchrun script, under the Python named."},
+           {"ddprun --nnodes 2 --node-rank 0 --master-addr node0 --nproc-per-node 4 train.yaml",
+            "Node 0 of two; node 1 runs the same with --node-rank 1."},
+           {"ddprun --nnodes 2:4 --rdzv-backend c10d --rdzv-endpoint node0:29500 --rdzv-id job7 train.yaml",
+            "An elastic job: 2 to 4 nodes, each started alike, joining and leaving between rounds."},
+           {"ddprun --nproc-per-node 2 -- hostname", "Any program, with each rank's output prefixed."}})
+    out << ".TP\n.B " << roff(command) << "\n" << roff(what) << "\n";
+  out << ".SH SEE ALSO\n.BR ddp\\-train (1)\n";
   return out.str();
 }
 

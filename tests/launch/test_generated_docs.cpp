@@ -55,6 +55,14 @@ TEST_CASE("every launcher option is in ddprun(1) and the bash completion", "[lau
     CHECK_THAT(trainer_man, Contains("\\fB" + as_roff(name) + "\\fR"));
 }
 
+TEST_CASE("ddprun(1) lists every exit status the launcher gives and has examples that parse", "[launch][docs]") {
+  std::string man = read_file(generated("man/man1/ddprun.1"));
+  for (const char* status : {"0", "1", "2", "74", "130", "143"}) CHECK_THAT(man, Contains(std::string(".B ") + status + "\n"));
+  auto examples = man.find(".SH EXAMPLES");
+  REQUIRE(examples != std::string::npos);
+  CHECK_THAT(man.substr(examples), Contains("ddprun \\-\\-nproc\\-per\\-node 2") && Contains("DDPRUN_PYTHON"));
+}
+
 TEST_CASE("ddp-generate(1) and ddp-report(1) name every option that the programs' --help lists", "[launch][docs]") {
   for (std::string program : {"ddp-generate", "ddp-report"}) {
     auto help = run_command({bin(program), "--help"});
