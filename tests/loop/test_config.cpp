@@ -14,6 +14,7 @@
 
 using Catch::Contains;
 using Catch::Equals;
+using Catch::StartsWith;
 using ddp::ConfigError;
 using ddp::parse_train_config;
 using ddp::TrainConfig;
@@ -317,6 +318,20 @@ TEST_CASE("config files: missing, malformed, fine", "[config]") {
   REQUIRE_THROWS_WITH(ddp::load_train_config(tabbed, {}),
                       Contains("invalid YAML") &&
                           Contains("(line 3 is indented with a tab, which YAML does not allow: indent with spaces)"));
+
+  // A key or value the schema refuses: the file's line and column of its key, the innermost one.
+  std::string wrong = dir.file("wrong.yaml");
+  ddp::test::write_file(wrong, "train:\n  epochs: 2\n  batch_size: many\nmodel: {hiden: [8]}\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {}),
+                      Equals(wrong + ":3:3: train.batch_size: expected an integer, got \"many\""));
+  ddp::test::write_file(wrong, "model:\n  name: mlp\n  hiden: [8]\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {}), StartsWith(wrong + ":3:3: model.hiden: unknown key"));
+  ddp::test::write_file(wrong, "train: {epochs: 2, epochs: 3}\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {}), StartsWith(wrong + ":1:20: train.epochs: duplicate key"));
+  // A --set value is not the file's: no location.
+  ddp::test::write_file(wrong, "train:\n  epochs: 2\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {"train.epochs=x"}),
+                      Equals("train.epochs: expected an integer, got \"x\""));
 
   std::string good = dir.file("good.yaml");
   ddp::test::write_file(good, "train:\n  epochs: 2\n");

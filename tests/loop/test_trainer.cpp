@@ -376,7 +376,8 @@ TEST_CASE("a config typo fails before any work, naming the key and the fix", "[t
   write_file(dir.file("typo.yaml"), "train: {bach_size: 32}\nrun: {output_dir: " + dir.file("out") + "}\n");
   auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", dir.file("typo.yaml")});
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Contains("train.bach_size: unknown key (did you mean train.batch_size?)"));
+  // Where it is, as a compiler says it: the file, line 1, the key's column.
+  CHECK_THAT(r.err, Contains(dir.file("typo.yaml") + ":1:9: train.bach_size: unknown key (did you mean train.batch_size?)"));
   CHECK_FALSE(std::filesystem::exists(dir.file("out")));
 }
 

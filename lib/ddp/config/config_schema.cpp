@@ -176,17 +176,33 @@ void write(const std::string& path, const ConfigSchema::Target& target, const YA
 }
 
 // Calls fn(path, value) for each entry of a YAML map, rejecting duplicates (yaml-cpp keeps both).
+// With a `source` (the config file), an error about an entry starts with its FILE:LINE:COLUMN, as a
+// compiler's does, the innermost entry's.
 template <typename Fn>
-void for_each_entry(const YAML::Node& map, const std::string& prefix, Fn&& fn) {
+void for_each_entry(const YAML::Node& map, const std::string& prefix, const std::string& source, Fn&& fn) {
+  auto located = [&source](const std::string& message, const YAML::Node& key) {
+    const YAML::Mark mark = key.Mark();
+    if (source.empty() || mark.is_null() || message.rfind(source + ":", 0) == 0) return ConfigError(message);
+    // yaml-cpp counts lines and columns from 0; editors count from 1. A stream, not string +: GCC 12
+    // warns wrongly about the latter inlined here (-Wrestrict).
+    std::ostringstream out;
+    out << source << ":" << mark.line + 1 << ":" << mark.column + 1 << ": " << message;
+    return ConfigError(out.str());
+  };
   std::set<std::string> seen;
   for (const auto& entry : map) {
     if (!entry.first.IsScalar()) {
-      throw ConfigError((prefix.empty() ? "config" : prefix) + ": keys must be names, got " + describe(entry.first));
+      throw located((prefix.empty() ? "config" : prefix) + ": keys must be names, got " + describe(entry.first),
+                    entry.first);
     }
     const std::string& key = entry.first.Scalar();
     std::string path = prefix.empty() ? key : prefix + "." + key;
-    if (!seen.insert(key).second) throw ConfigError(path + ": duplicate key");
-    fn(path, entry.second);
+    if (!seen.insert(key).second) throw located(path + ": duplicate key", entry.first);
+    try {
+      fn(path, entry.second);
+    } catch (const ConfigError& e) {
+      throw located(e.what(), entry.first);
+    }
   }
 }
 
@@ -358,10 +374,17 @@ ConfigSchema::Field* ConfigSchema::find_field(std::string_view path) {
 
 // --- reading ---
 
-void ConfigSchema::load(const YAML::Node& root) {
+void ConfigSchema::load(const YAML::Node& root, const std::string& source) {
   if (!root.IsDefined() || root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError("config: expected a map of sections (run:, train:, ...), got " + describe(root));
-  for_each_entry(root, "", [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
+  source_ = source;
+  try {
+    for_each_entry(root, "", source_, [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
+  } catch (...) {
+    source_.clear();
+    throw;
+  }
+  source_.clear();  // --set values are not the file's
 }
 
 // Note [Relative paths]: a relative path is resolved against the place it was written: a value in
@@ -418,7 +441,8 @@ void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
 void ConfigSchema::load_section(const Section& section, const YAML::Node& node) {
   if (node.IsNull()) return;  // `train:` with every key commented out
   if (!node.IsMap()) throw ConfigError(section.name + ": expected a map of keys (a section), got " + describe(node));
-  for_each_entry(node, section.name, [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
+  for_each_entry(node, section.name, source_,
+                 [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
 }
 
 std::string ConfigSchema::unknown_key(const std::string& path) const {
@@ -517,7 +541,12 @@ std::vector<ConfigSchema::SectionReference> ConfigSchema::reference() const {
       }
       if (field.non_empty_) limits.push_back("not empty");
       std::string meaning = field.doc_;
-      if (!limits.empty()) meaning += (meaning.empty() ? "" : " ") + ("(" + join(limits, "; ") + ")");
+      if (!limits.empty()) {  // appended piece by piece: GCC 12 warns wrongly on "(" + ... + ")" here
+        if (!meaning.empty()) meaning += ' ';
+        meaning += '(';
+        meaning += join(limits, "; ");
+        meaning += ')';
+      }
       std::vector<std::string> choices = field.choices_;
       if (std::holds_alternative<bool*>(field.target_)) choices = {"true", "false"};
       entry.keys.push_back({field.path_, type_name(field.target_), field.default_text_, meaning, choices});

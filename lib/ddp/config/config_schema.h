@@ -90,8 +90,9 @@ class ConfigSchema {
   void rule(const std::string& path, std::function<std::string()> check);
 
   /// Writes every key present in `root` (a map of sections; null means all defaults).
-  /// Throws ConfigError on an unknown key, a duplicate key, or a value of the wrong type.
-  void load(const YAML::Node& root);
+  /// Throws ConfigError on an unknown key, a duplicate key, or a value of the wrong type; with a
+  /// `source` (the file `root` was read from), its message starts with SOURCE:LINE:COLUMN.
+  void load(const YAML::Node& root, const std::string& source = "");
 
   /// Applies one `--set section.key=value`; the value is read as YAML, so `[1, 2]` is a list and
   /// an empty value is the empty string. Throws ConfigError like load().
@@ -152,6 +153,7 @@ class ConfigSchema {
   std::deque<Field> fields_;  // a deque: add() hands out references that must stay valid
   std::vector<Section> sections_;
   std::vector<Rule> rules_;
+  std::string source_;  // while load() reads a file: its name, for the errors' locations
 };
 
 }  // namespace ddp

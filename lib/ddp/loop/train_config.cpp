@@ -73,12 +73,12 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   }
 }
 
-TrainConfig build(const YAML::Node& root, const std::filesystem::path& file_dir,
+TrainConfig build(const YAML::Node& root, const std::string& source, const std::filesystem::path& file_dir,
                   const std::vector<std::string>& overrides) {
   TrainConfig config;
   ConfigSchema schema;
   declare_all(schema, config);
-  schema.load(root);
+  schema.load(root, source);
   schema.resolve_paths(file_dir);  // Note [Relative paths]
   for (const auto& assignment : overrides) schema.apply_override(assignment);
   schema.resolve_paths(std::filesystem::current_path());
@@ -96,11 +96,11 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   std::ostringstream text;
   text << in.rdbuf();
   if (!in || std::filesystem::is_directory(path, error)) throw ConfigError("cannot read config file: " + path);
-  return build(parse_yaml(text.str(), path), std::filesystem::absolute(path).parent_path(), overrides);
+  return build(parse_yaml(text.str(), path), path, std::filesystem::absolute(path).parent_path(), overrides);
 }
 
 TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides) {
-  return build(parse_yaml(yaml_text, "<config>"), std::filesystem::current_path(), overrides);
+  return build(parse_yaml(yaml_text, "<config>"), "", std::filesystem::current_path(), overrides);
 }
 
 std::string to_yaml(const TrainConfig& config) {
