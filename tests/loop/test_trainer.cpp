@@ -281,6 +281,12 @@ TEST_CASE("the log's numbers mean what they say: no all-reduce time at world 1, 
   };
   auto first = train(1, "synthetic_mlp.yaml", sets(10, 16));
   CHECK_THAT(first.out, Contains("step 5/10 loss") && !Contains("all-reduce"));
+  // A run shorter than train.log_every still logs its training loss, once, at its end.
+  auto short_run = train(1, "synthetic_mlp.yaml", {"run.output_dir=" + dir.file("short"), "train.max_steps=3",
+                                                   "train.log_every=50", "data.eval_split=none",
+                                                   "checkpoint.every_epochs=0"});
+  CHECK(std::regex_search(short_run.out, std::regex(R"(step 3/3 loss [0-9.]+)")));
+  CHECK(read_metrics(dir.file("short/metrics.jsonl")).size() > 0);
   CHECK(std::regex_search(first.out, std::regex(R"(done: 10 steps in [0-9.]+ s \([0-9.]+ steps/s besides [0-9.]+ s of evaluation\))")));
   auto second = train(2, "synthetic_mlp.yaml", sets(20, 8));
   CHECK_THAT(second.out, Contains("at step 10 (in epoch 1, after 10 of its 128 batches)") &&

@@ -355,6 +355,8 @@ void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t par
 }
 
 void RunRecorder::finished(const TrainProgress& progress) {
+  // Steps since the last log line (a run shorter than train.log_every: all of them) get one too.
+  if (config_.train.log_every > 0 && window_sums_.value(window_.steps) > 0) log_window(progress);
   if (world_.rank == 0) {
     double elapsed = seconds_since(run_start_);
     int64_t steps = progress.step - run_start_step_;

@@ -75,7 +75,8 @@ class RunRecorder {
   /// `unit_bytes`, when not 0, the largest unit dist.shard parameters gathers at a time.
   void report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,
                            int64_t optimizer_bytes, int64_t unit_bytes = 0);
-  /// The end of a run that finished: the summary line, the exit status and the report.
+  /// The end of a run that finished: the steps not yet logged, the summary line, the exit status
+  /// and the report. Every rank calls it.
   void finished(const TrainProgress& progress);
   /// The part of the model this rank runs (its pipeline stage), told to the launcher with each
   /// heartbeat; -1: all of it.
