@@ -138,6 +138,19 @@ TEST_CASE("the report draws each series as a polyline, overlays runs, and says h
   CHECK(count(">no data<") == 1);
   CHECK_THAT(html, !Contains("<script"));
   CHECK_THAT(html, !Contains("http://") && !Contains("https://"));
+  CHECK_THAT(html, Contains("<td>accuracy 0.9</td>"));  // the summary's eval metrics column
+}
+
+TEST_CASE("a language model's report shows its perplexity in the summary, not an empty accuracy column",
+          "[record][report]") {
+  TempDir dir;
+  MetricsLog log(dir.file("metrics.jsonl"), "");
+  log.write({{"step", 10}, {"loss", 3.2}, {"samples_per_s", 100}});
+  log.write({{"step", 10}, {"eval_loss", 2.5}, {"eval_perplexity", 12.1825}, {"eval_samples", 80}});
+  log.write({{"step", 10}, {"exit_status", 0}});
+  std::string html = render_report({read_run(dir.path())});
+  CHECK_THAT(html, Contains("<th>last eval metrics</th>") && Contains("<td>perplexity 12.18</td>"));
+  CHECK_THAT(html, !Contains("accuracy") && !Contains("samples 80"));
 }
 
 TEST_CASE("ddp-report writes one page for several runs, and names a directory that holds none", "[record][report]") {

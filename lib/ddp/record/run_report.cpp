@@ -129,25 +129,39 @@ std::string step_time_chart(const std::vector<RunRecords>& runs) {
   return svg_box_chart("Compute time per step, by rank (10th-90th percentile, median)", "ms", boxes);
 }
 
+// The task's own eval metrics (accuracy, perplexity...): not the loss, the sample count or a flag.
+bool is_eval_metric(const std::string& key) {
+  return key.rfind("eval_", 0) == 0 && key != "eval_loss" && key != "eval_samples" && key != "eval_interrupted";
+}
+
 std::string eval_keys_chart(const std::vector<RunRecords>& runs) {
   std::vector<std::pair<std::string, std::string>> keys;
   for (const auto& run : runs)
     for (const auto& key : run.keys())
-      if (key.rfind("eval_", 0) == 0 && key != "eval_loss" && key != "eval_samples" &&
+      if (is_eval_metric(key) &&
           std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; }) == keys.end())
         keys.emplace_back(key, key.substr(5));
   return chart_of(runs, "Evaluation", keys.size() == 1 ? keys[0].second : "value", keys);
 }
 
+// "accuracy 0.8912", "perplexity 12.31": whichever the run's task measures.
+std::string eval_metrics_cell(const RunRecords& run) {
+  std::string text;
+  for (const auto& key : run.keys())
+    if (auto value = is_eval_metric(key) ? run.last(key) : std::nullopt)
+      text += fmt::format("{}{} {:.4g}", text.empty() ? "" : ", ", key.substr(5), *value);
+  return html_escape(text);
+}
+
 std::string summary_table(const std::vector<RunRecords>& runs) {
   std::string out = "<table><tr><th>run</th><th>steps</th><th>last train loss</th><th>last eval loss</th>"
-                    "<th>last eval accuracy</th><th>samples/s (median)</th><th>peak RSS/rank (MiB)</th><th>ended</th></tr>";
+                    "<th>last eval metrics</th><th>samples/s (median)</th><th>peak RSS/rank (MiB)</th><th>ended</th></tr>";
   for (const auto& run : runs) {
     std::vector<double> throughput;
     for (const auto& [step, v] : run.series("samples_per_s")) throughput.push_back(v);
     out += "<tr><td>" + html_escape(run.name) + "</td><td>" + cell(run.last("step"), "{:.0f}") + "</td><td>" +
            cell(run.last("loss")) + "</td><td>" + cell(run.last("eval_loss")) + "</td><td>" +
-           cell(run.last("eval_accuracy")) + "</td><td>" +
+           eval_metrics_cell(run) + "</td><td>" +
            (throughput.empty() ? std::string() : fmt::format("{:.0f}", median(throughput))) + "</td><td>" +
            cell(run.last("peak_rss_mib_max"), "{:.0f}") + "</td><td>" + exit_text(run) +
            (run.skipped_lines ? fmt::format(" ({} unreadable line(s) skipped)", run.skipped_lines) : "") + "</td></tr>";
