@@ -58,6 +58,9 @@ TEST_CASE("probe_python tells a Python's version and whether it has torch, witho
   CHECK(without.version == with.version);
   CHECK_FALSE(without.has_torch);
   CHECK(ddp::probe_python(dir.file("no-such-python")).version.empty());
+  // A program that is no Python: one line naming it and how to choose another.
+  CHECK_THROWS_WITH(ddp::check_python("/bin/false", ""),
+                    Contains("/bin/false did not run as a Python") && Contains("$DDPRUN_PYTHON"));
 }
 
 TEST_CASE("ddprun train.py under a python3 without torch first on PATH fails in one line naming it and "
