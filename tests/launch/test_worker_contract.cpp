@@ -1,6 +1,6 @@
 // The launcher↔worker contract (ddp/common/worker_contract.h): every variable the launcher sets is
-// in it, and every variable in it is documented in the README. That the trainer reads its share is
-// tested in tests/common/test_worker_identity.cpp.
+// in it, and every variable in it is documented in docs/launcher.md. That the trainer reads its
+// share is tested in tests/common/test_worker_identity.cpp.
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -30,11 +30,11 @@ TEST_CASE("every variable the launcher sets is in the contract", "[launch][contr
   CHECK(contract.count(env::kOmpNumThreads) == 1);
 }
 
-TEST_CASE("every variable of the contract is documented in the README", "[launch][contract][docs]") {
-  std::string readme = test::read_file(std::string(DDP_SOURCE_DIR) + "/README.md");
-  REQUIRE(!readme.empty());
+TEST_CASE("every variable of the contract is documented in docs/launcher.md", "[launch][contract][docs]") {
+  std::string guide = test::read_file(std::string(DDP_SOURCE_DIR) + "/docs/launcher.md");
+  REQUIRE(!guide.empty());
   for (const auto& variable : kWorkerVariables) {
     INFO(variable.name);
-    CHECK(readme.find("`" + std::string(variable.name)) != std::string::npos);
+    CHECK(guide.find("`" + std::string(variable.name)) != std::string::npos);
   }
 }

@@ -60,6 +60,7 @@ MANPAGER=cat MANWIDTH=200 man ddp-generate | grep -F -- "--top-k"
 MANPAGER=cat MANWIDTH=200 man ddp-report | grep -F -- "--output"
 [ -f /usr/share/bash-completion/completions/ddprun ]
 [ -f /usr/share/doc/ddprun/README.md ]
+[ -f /usr/share/doc/ddprun/docs/launcher.md ]   # the guides, where the README's links find them
 ddprun --nproc-per-node 2 -- sh -c 'echo rank \$RANK'   # a program: the TCP store plugin from /usr/libexec/ddprun
 ddprun --nproc-per-node 2 /usr/share/ddprun/configs/fashion_mnist_convnet.yaml \
   --set run.output_dir="$work/run" --set train.max_steps=20 --set train.log_every=10

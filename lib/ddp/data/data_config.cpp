@@ -13,8 +13,8 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
       .choices(dataset_format_names());
   schema.add("data.path", &config.path,
              "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
-             "first dimension = samples); csv: the training table; graph: a graph directory (README: Graphs); tokens: a token file or a glob of shards, read in their "
-             "sorted order (README: Language models)")
+             "first dimension = samples); csv: the training table; graph: a graph directory (docs/graphs.md); tokens: a token file or a glob of shards, read in their "
+             "sorted order (docs/language-models.md)")
       .file_path();
   schema.add("data.labels", &config.labels, "npy: the training labels (.npy): int64/int32 classes or float32 targets")
       .file_path();

@@ -173,7 +173,7 @@ Rendezvous::Rendezvous(const LaunchOptions& options)
   if (options.nnodes > 1 && options.rdzv_secret.empty() && host)
     std::fprintf(stderr, "ddprun: warning: anyone who reaches port %d can read and write this job's rendezvous store, "
                          "and stop the job; set %s (or --rdzv-secret-file) to the same secret on every node, and keep "
-                         "the port off untrusted networks (README: Trust and failure model)\n",
+                         "the port off untrusted networks (docs/faults.md)\n",
                  options.master_port, env::kRdzvSecret);
 }
 
