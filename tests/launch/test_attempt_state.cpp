@@ -84,6 +84,22 @@ TEST_CASE("a stall is said, told to the others and stops the group, and another 
   CHECK(told.outcome().restartable);
   REQUIRE(told.failure() != nullptr);
   CHECK_FALSE(told.failure()->worker);  // none of ours: the summary names no local rank
+  CHECK_FALSE(told.failure()->interrupted);
+  CHECK(actions.stop_reason == ddp::StopReason::kPeerFailed);
+}
+
+TEST_CASE("another node's Ctrl-C stops this one as an interruption, not a failure, and its workers are told why",
+          "[launch][state]") {
+  auto node0 = machine(JobKind::kMultiNode);
+  auto report = node0.on_signal(SIGINT, 2).report;
+  REQUIRE(report);
+  auto node1 = machine(JobKind::kMultiNode);
+  auto actions = node1.on_remote_failure(*report);
+  CHECK(actions.stop_reason == ddp::StopReason::kPeerInterrupted);
+  CHECK(node1.outcome().status == 130);
+  CHECK_FALSE(node1.outcome().restartable);
+  REQUIRE(node1.failure() != nullptr);
+  CHECK(node1.failure()->interrupted);  // summarized as "stopped: node 1 (host-b) was interrupted by SIGINT"
 }
 
 TEST_CASE("elastic: a worker's failure is held for the node timeout, then counts and is told", "[launch][state]") {
@@ -113,6 +129,7 @@ TEST_CASE("elastic: a membership change explains a held failure, which then coun
   auto actions = state.on_membership_change(lost_node(), 4);
   CHECK(actions.say == "round 4 ends: node 2 (host-c) was lost: no heartbeat for 5 s; stopping this node's workers");
   CHECK(actions.stop_signal == SIGTERM);
+  CHECK(actions.stop_reason == ddp::StopReason::kMembershipChanged);
   CHECK_FALSE(state.holding());
   CHECK_FALSE(state.watches_membership());  // announced once
   auto end = state.outcome();

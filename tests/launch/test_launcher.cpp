@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "ddp/launch/machine.h"
@@ -60,7 +61,8 @@ TEST_CASE("workers reach the store the launcher hosts at MASTER_PORT") {
   CHECK(count_lines(r.out, "[rank 0] reached") == 1);
 }
 
-TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once, a user's value is kept") {
+TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once, a user's value is kept; ddp-train says "
+          "its threads in its own first line instead") {
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c", "echo omp=$OMP_NUM_THREADS"});
   int expected = std::max(1, ddp::available_cores() / 2);
   CHECK(count_lines(r.out, "[rank 0] omp=" + std::to_string(expected)) == 1);
@@ -68,6 +70,15 @@ TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once, a user
   auto kept = run_shell("OMP_NUM_THREADS=3 " + ddprun() + " --standalone -- sh -c 'echo omp=$OMP_NUM_THREADS'");
   CHECK(count_lines(kept.out, "[rank 0] omp=3") == 1);
   CHECK(kept.err.find("OMP_NUM_THREADS=") == std::string::npos);
+  // A config: no launcher line on every call (issue 44, item 12); the trainer's world line says it.
+  TempDir dir;
+  auto trained = run_shell("unset OMP_NUM_THREADS; " + ddprun() + " --standalone --nproc-per-node 2 " +
+                           std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set train.max_steps=2 " +
+                           "--set data.eval_split=none --set run.output_dir=" + dir.file("out"));
+  INFO(trained.out << trained.err);
+  CHECK(trained.exit_code == 0);
+  CHECK(trained.err.find("OMP_NUM_THREADS=") == std::string::npos);
+  CHECK_THAT(trained.out, Contains("thread" + std::string(expected == 1 ? "" : "s") + " a rank); global batch"));
 }
 
 TEST_CASE("a failing rank stops the others fast and is named with its exit code") {
@@ -126,6 +137,32 @@ TEST_CASE("output arrives as whole lines behind the rank prefix") {
   while (std::getline(lines, line)) CHECK((line.rfind("[rank 0] ", 0) == 0 || line.rfind("[rank 1] ", 0) == 0));
 }
 
+// Note [Log layout]: before, --log-dir alone wrote RUN_ID/attempt_0/rank_0.stdout, and with --tee
+// RUN_ID_XXXXXX/attempt_0/0/stdout.log.
+TEST_CASE("--log-dir alone and with torchrun's --tee lay the logs out alike: RUN_ID/attempt_N/RANK/{stdout,stderr}.log",
+          "[launch][logs]") {
+  TempDir dir;
+  auto listed = [&](const std::string& run_id) {
+    std::set<std::string> files;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.file(run_id)))
+      if (entry.is_regular_file()) files.insert(std::filesystem::relative(entry.path(), dir.file(run_id)).string());
+    return files;
+  };
+  for (std::string run_id : {"alone", "teed"}) {
+    std::vector<std::string> args{"--standalone", "--nproc-per-node", "2", "--log-dir", dir.path(), "--run-id", run_id};
+    if (run_id == "teed") args.insert(args.end(), {"--tee", "3"});
+    args.insert(args.end(), {"--", "sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
+    auto r = launch(args);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(count_lines(r.out, "[rank 1] out-1") == 1);
+    CHECK(read_file(dir.file(run_id + "/attempt_0/1/stderr.log")) == "err-1\n");
+  }
+  CHECK(listed("alone") == std::set<std::string>{"attempt_0/0/stdout.log", "attempt_0/0/stderr.log",
+                                                 "attempt_0/1/stdout.log", "attempt_0/1/stderr.log"});
+  CHECK(listed("teed") == listed("alone"));
+}
+
 TEST_CASE("local-ranks-filter limits the console, log-dir keeps every rank's streams") {
   TempDir dir;
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "1", "--log-dir", dir.path(),
@@ -133,9 +170,9 @@ TEST_CASE("local-ranks-filter limits the console, log-dir keeps every rank's str
   CHECK(r.exit_code == 0);
   CHECK(count_lines(r.out, "[rank 1] out-1") == 1);
   CHECK(r.out.find("out-0") == std::string::npos);
-  CHECK(read_file(dir.file("myrun/attempt_0/rank_0.stdout")) == "out-0\n");
-  CHECK(read_file(dir.file("myrun/attempt_0/rank_0.stderr")) == "err-0\n");
-  CHECK(read_file(dir.file("myrun/attempt_0/rank_1.stdout")) == "out-1\n");
+  CHECK(read_file(dir.file("myrun/attempt_0/0/stdout.log")) == "out-0\n");
+  CHECK(read_file(dir.file("myrun/attempt_0/0/stderr.log")) == "err-0\n");
+  CHECK(read_file(dir.file("myrun/attempt_0/1/stdout.log")) == "out-1\n");
 }
 
 TEST_CASE("SIGTERM and SIGINT to ddprun stop every worker, with 143 and 130") {
@@ -152,6 +189,21 @@ TEST_CASE("SIGTERM and SIGINT to ddprun stop every worker, with 143 and 130") {
     CHECK_THAT(r.err, Contains(std::string("received SIG") + signal));
     CHECK(find_processes(sleeper).empty());
   }
+}
+
+TEST_CASE("a worker that ignores the stop is killed after --shutdown-grace, and the launcher says which") {
+  TempDir dir;
+  std::string sleeper = unique_sleep(5);
+  auto r = run_shell(ddprun() + " --standalone --nproc-per-node 2 --shutdown-grace 1 -- sh -c '"
+                     "[ $RANK = 1 ] && trap \"\" TERM INT; " + sleeper + " & echo $! > " + dir.path() +
+                         "/pid.$RANK; wait; wait' & L=$!; "
+                         "while [ ! -s " + dir.path() + "/pid.1 ] || [ ! -s " + dir.path() + "/pid.0 ]; do sleep 0.05; done; "
+                         "kill -TERM $L; wait $L; echo status=$?",
+                     std::chrono::seconds(30));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=143") == 1);
+  CHECK_THAT(r.err, Contains("rank(s) 1 had not stopped 1 s after being asked (--shutdown-grace); killed them"));
+  CHECK(find_processes(sleeper).empty());
 }
 
 TEST_CASE("a SIGKILLed launcher leaves no worker behind") {
@@ -304,8 +356,8 @@ TEST_CASE("max-restarts restarts the whole group with a fresh attempt number and
   CHECK(count_lines(r.out, "[rank 1] attempt=0") == 1);
   CHECK(count_lines(r.out, "[rank 1] attempt=1") == 1);
   CHECK_THAT(r.err, Contains("restarting the workers (restart 1 of 1) after: rank 1 on") && Contains("exit code 3"));
-  CHECK(read_file(dir.file("r/attempt_0/rank_1.stdout")) == "attempt=0\n");
-  CHECK(read_file(dir.file("r/attempt_1/rank_1.stdout")) == "attempt=1\n");
+  CHECK(read_file(dir.file("r/attempt_0/1/stdout.log")) == "attempt=0\n");
+  CHECK(read_file(dir.file("r/attempt_1/1/stdout.log")) == "attempt=1\n");
 }
 
 TEST_CASE("max-restarts gives up after K restarts with the failure summary") {
@@ -410,7 +462,7 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
   CHECK_THAT(tty.out, Contains("[rank 0] progress=1"));
   CHECK_THAT(tty.out, Contains("\r\x1b[K[rank 0] step 1\r\x1b[K[rank 0] plain\r\n[rank 0] step 1"));
   CHECK_THAT(tty.out, Contains("\r\x1b[K[rank 0] step 2\r\x1b[K"));  // cleared at the end
-  std::string log = read_file(dir.file("tty/attempt_0/rank_0.stdout"));
+  std::string log = read_file(dir.file("tty/attempt_0/0/stdout.log"));
   CHECK(log == "progress=1\nplain\n\r 10%\n");
 
   // Not a terminal: no progress for anyone.

@@ -70,16 +70,16 @@ TEST_CASE("log files planted as symlinks are refused, never followed", "[launch]
   TempDir dir;
   std::string victim = dir.file("victim.txt");
   write_file(victim, "precious\n");
-  // --log-dir DIR writes DIR/<run id>/attempt_<n>/rank_<r>.stdout and .stderr: plant one.
-  fs::create_directories(dir.file("logs/planted/attempt_0"));
-  fs::create_symlink(victim, dir.file("logs/planted/attempt_0/rank_0.stdout"));
+  // --log-dir DIR writes DIR/<run id>/attempt_<n>/<rank>/stdout.log and stderr.log: plant one.
+  fs::create_directories(dir.file("logs/planted/attempt_0/0"));
+  fs::create_symlink(victim, dir.file("logs/planted/attempt_0/0/stdout.log"));
   auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "1", "--log-dir", dir.file("logs"), "--run-id",
                         "planted", "--", "echo", "overwritten"},
                        std::chrono::seconds(30));
   INFO(r.out << r.err);
   CHECK(read_file(victim) == "precious\n");
   CHECK(r.exit_code != 0);
-  CHECK_THAT(r.err, Contains("rank_0.stdout") && Contains("symbolic link"));
+  CHECK_THAT(r.err, Contains("0/stdout.log") && Contains("symbolic link"));
 }
 
 TEST_CASE("a SIGKILLed ddprun leaves no private store directory behind", "[launch][hardening]") {
@@ -148,11 +148,11 @@ TEST_CASE("a run id used again keeps the earlier launch's logs beside the new on
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
   }
-  std::string logs = dir.file("logs/again/attempt_0/rank_0");
-  CHECK(read_file(logs + ".stdout") == "third\n");
-  CHECK(read_file(logs + ".stdout.1") == "first\n");  // the oldest has the lowest number
-  CHECK(read_file(logs + ".stdout.2") == "second\n");
-  CHECK(read_file(logs + ".stderr.1") == "first\n");
+  std::string logs = dir.file("logs/again/attempt_0/0");
+  CHECK(read_file(logs + "/stdout.log") == "third\n");
+  CHECK(read_file(logs + "/stdout.log.1") == "first\n");  // the oldest has the lowest number
+  CHECK(read_file(logs + "/stdout.log.2") == "second\n");
+  CHECK(read_file(logs + "/stderr.log.1") == "first\n");
 }
 
 TEST_CASE("a --log-dir that is a dangling symbolic link is named as one, and nothing runs", "[launch][hardening]") {

@@ -151,6 +151,37 @@ TEST_CASE("a TorchScript chain whose weight is tied across the cut trains in 2 s
   CHECK(torch::equal(w.at("l1.weight"), w.at("l2.weight")));  // both stages stepped the same sum
 }
 
+// Note [Global batch]: without train.global_batch_size a step trains world size × train.batch_size
+// × train.grad_accum_steps samples whatever the layout; before, 2 stages trained 4 microbatches of
+// train.batch_size each, twice world 2's step.
+TEST_CASE("changing the layout never changes what a step trains: world 2 as data parallelism, as 2 pipeline "
+          "stages and sharded train the same global batch, to the same weights, and say so once",
+          "[pipeline][trainer]") {
+  TempDir dir;
+  auto run = [&](const std::string& name, const std::vector<std::string>& more) {
+    auto r = ddprun(2, mlp_config(),
+                    with(mlp_sets(), with({"train.global_batch_size=0", "train.batch_size=16", "train.grad_accum_steps=2",
+                                           "train.max_steps=20", "run.output_dir=" + dir.file(name)},
+                                          more)));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    auto said = r.out.find("global batch 64 = ");
+    CHECK(said != std::string::npos);
+    CHECK(r.out.find("global batch", said + 1) == std::string::npos);
+    return r.out;
+  };
+  CHECK_THAT(run("plain", {}), Contains("global batch 64 = 2 rank(s) × batch 16 × 2 micro-step(s) a step (world size × "
+                                        "train.batch_size × train.grad_accum_steps)"));
+  CHECK_THAT(run("stages", {"dist.pipeline=2"}),
+             Contains("global batch 64 = 1 replica(s) of 2 pipeline stages × 4 microbatches of 16 a step"));
+  run("sharded", {"dist.shard=parameters"});
+  for (std::string name : {"stages", "sharded"}) {
+    double worst = largest_difference(dir.file("plain/model.pt"), dir.file(name + "/model.pt"));
+    INFO(name << ": largest difference from data parallelism " << worst);
+    CHECK(worst < 1e-5);
+  }
+}
+
 TEST_CASE("at 8 microbatches 1F1B holds fewer activations than GPipe, each stage holds about half the parameters, "
           "and the measured bubble is printed and reported beside (P-1)/(M+P-1)",
           "[pipeline]") {
@@ -325,8 +356,10 @@ TEST_CASE("a model or split that cannot make the stages asked for: one message n
         "dist.pipeline_split: layer.2 is not one of the model's layers (did you mean layers.2?)");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.pipeline_split=layers.0"}),
         "dist.pipeline_split: layers.0 must come after the first layer");
-  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "train.global_batch_size=0", "train.grad_accum_steps=2"}),
-        "train.grad_accum_steps: with dist.pipeline the microbatches are the accumulation");
+  fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "train.global_batch_size=0", "train.batch_size=5",
+                                        "dist.microbatches=3"}),
+        "dist.microbatches: 10 samples do not split into 1 replica(s) × 3 microbatches (dist.microbatches); use a "
+        "dist.microbatches that divides each replica's 10 (1, 2, 5, 10)");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "dist.microbatches=3"}),
         "train.global_batch_size: 64 samples do not split into 1 replica(s) × 3 microbatches");
   fails(mlp_config(), with(mlp_sets(), {"dist.pipeline=2", "model.name=linear3"}),

@@ -52,17 +52,37 @@ void check_refusal_and_fix(std::vector<std::string> before, int nproc_before, st
   CHECK(largest_difference(dir.file("straight/model.pt"), dir.file("run/model.pt")) < 1e-5);
 }
 
+std::vector<std::string> with_sets(std::vector<std::string> sets, const std::vector<std::string>& more) {
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
 }  // namespace
 
-TEST_CASE("dist.microbatches changed on resume is refused (the samples a step would change), and the fix it names "
-          "resumes to the uninterrupted run's weights",
+TEST_CASE("dist.microbatches changed on resume cuts the same samples a step otherwise and resumes to the "
+          "uninterrupted run's weights; another train.batch_size is refused, and the fix it names resumes them too",
           "[trainer][rerun][pipeline][errors]") {
-  // 2 stages × 1 replica × 4 microbatches of 8: 32 samples a step. 8 microbatches would make 64.
-  check_refusal_and_fix({"dist.pipeline=2", "dist.microbatches=4", "train.batch_size=8"}, 2,
-                        {"dist.pipeline=2", "dist.microbatches=8", "train.batch_size=8"}, 2,
-                        "was written by 1 rank(s) × train.batch_size 8 × 4 micro-step(s) = 32 samples a step; this run "
-                        "has 1 × 8 × dist.microbatches 8 = 64, which would train other steps; ",
-                        "use train.batch_size 4");
+  // 2 stages × 1 replica: 2 × train.batch_size 8 = 16 samples a step (Note [Global batch]), as 4
+  // microbatches of 4 or 8 of 2.
+  TempDir dir;
+  std::vector<std::string> four{"dist.pipeline=2", "dist.microbatches=4", "train.batch_size=8"};
+  auto straight = train(dir.file("straight"), four);
+  INFO(straight.out << straight.err);
+  REQUIRE(straight.exit_code == 0);
+  CHECK_THAT(straight.out, Contains("global batch 16 = 1 replica(s) of 2 pipeline stages × 4 microbatches of 4 a step"));
+  auto part = train(dir.file("run"), with_sets(four, {"train.max_steps=5"}));
+  REQUIRE(part.exit_code == 0);
+  auto eight = train(dir.file("run"), {"dist.pipeline=2", "dist.microbatches=8", "train.batch_size=8"});
+  INFO(eight.out << eight.err);
+  REQUIRE(eight.exit_code == 0);
+  CHECK_THAT(eight.out, Contains("resumed from") && Contains("at step 5") && Contains("8 microbatches of 2 a step"));
+  CHECK(largest_difference(dir.file("straight/model.pt"), dir.file("run/model.pt")) < 1e-5);
+
+  // train.batch_size 4 would make 8 samples a step.
+  check_refusal_and_fix({"dist.pipeline=2", "train.batch_size=8"}, 2, {"dist.pipeline=2", "train.batch_size=4"}, 2,
+                        "was written by 1 rank(s) × train.batch_size 4 × 4 micro-step(s) = 16 samples a step; this run "
+                        "has 1 replica(s) × microbatches of 2 × dist.microbatches 4 = 8, which would train other steps; ",
+                        "use train.global_batch_size 16");
 }
 
 TEST_CASE("another world size on resume is refused when the samples a step would change, and the fix it names "

@@ -11,17 +11,20 @@
 
 namespace {
 
-// The run a user gets from its settings: train.global_batch_size, when set, decides the batch and
-// the micro-steps as the trainer does (share_global_batch; under a pipeline, an even split of the
-// microbatches).
+// The run a user gets from its settings, as the trainer makes it (share_step): train.global_batch_size,
+// when set, decides the batch and the micro-steps; a pipeline (of 2 stages) cuts each replica's share
+// of the global batch, replicas × 2 × train.batch_size without one, into accum_steps microbatches
+// (dist.microbatches).
 struct RunSettings {
   int64_t replicas = 1, batch_size = 1, accum_steps = 1, global_batch = 0;
   bool pipeline = false;
 
+  // Throws UserError where the trainer refuses the settings at start.
   ddp::StepShape shape() const {
     ddp::StepShape shape{replicas, batch_size, accum_steps, pipeline};
-    if (global_batch > 0 && pipeline) {
-      shape.batch_size = global_batch / (replicas * accum_steps);
+    if (pipeline) {
+      auto share = ddp::share_step(global_batch, batch_size, 1, static_cast<int>(2 * replicas), 2, accum_steps);
+      shape.batch_size = share.batch_size;
     } else if (global_batch > 0) {
       auto share = ddp::share_global_batch(global_batch, static_cast<int>(replicas), batch_size);
       shape.batch_size = share.batch_size;
@@ -29,9 +32,19 @@ struct RunSettings {
     }
     return shape;
   }
+  bool starts() const {
+    try {
+      shape();
+      return true;
+    } catch (const ddp::UserError&) {
+      return false;
+    }
+  }
   ddp::TrainConfig config() const {
     ddp::TrainConfig config;
     config.train.global_batch_size = global_batch;
+    config.mesh.pipeline = pipeline ? 2 : 1;
+    config.mesh.microbatches = pipeline ? accum_steps : 0;
     return config;
   }
 };
@@ -46,6 +59,9 @@ bool follow(const std::string& refusal, RunSettings& run) {
     if (m[2].matched) run.batch_size = number(m, 2);
   } else if (std::regex_search(refusal, m, std::regex("use train\\.batch_size (\\d+)"))) {
     run.batch_size = number(m, 1);
+  } else if (std::regex_search(refusal, m, std::regex("resume as written: train\\.global_batch_size (\\d+) with "
+                                                      "dist\\.microbatches (\\d+) over (\\d+) replica"))) {
+    run = RunSettings{number(m, 3), run.batch_size, number(m, 2), number(m, 1), run.pipeline};
   } else if (std::regex_search(refusal, m, std::regex("resume as written: (\\d+) \\w+\\(s\\) × train\\.batch_size "
                                                       "(\\d+) × [a-z_.]+ (\\d+)"))) {
     run = RunSettings{number(m, 1), number(m, 2), number(m, 3), 0, run.pipeline};
@@ -81,8 +97,7 @@ TEST_CASE("every resume refusal's fix, followed, resumes with the checkpoint's s
                     const int64_t samples = world * batch * accum;
                     RunSettings run{replicas, cap, now_accum, global_factor * samples, pipeline};
                     if (!valid(run)) continue;
-                    if (run.global_batch && run.global_batch % (replicas * (pipeline ? now_accum : 1)) != 0)
-                      continue;  // refused at start, before any checkpoint is read (share_global_batch)
+                    if (!run.starts()) continue;  // refused at start, before any checkpoint is read
                     INFO("checkpoint: " << world << " × " << batch << " × " << accum << " at micro-batch "
                                         << batch_in_epoch << "; run: " << replicas << " replicas, batch " << cap
                                         << ", accum " << now_accum << (pipeline ? " (pipeline)" : "")
@@ -98,6 +113,7 @@ TEST_CASE("every resume refusal's fix, followed, resumes with the checkpoint's s
                         INFO("refused: " << last);
                         REQUIRE(follow(last, run));
                         REQUIRE(valid(run));
+                        REQUIRE(run.starts());
                       }
                     }
                     INFO("last refusal: " << last);

@@ -127,7 +127,7 @@ TEST_CASE("train.global_batch_size: worlds 1, 2 and 3 take the same steps, and a
   };
   train(1, "synthetic_mlp.yaml", sets("w1", 20));
   auto w3 = train(3, "synthetic_mlp.yaml", sets("w3", 20));
-  CHECK_THAT(w3.err + w3.out, Contains("train.global_batch_size 12: 3 rank(s) × batch 4 × 1 micro-step(s) a step"));
+  CHECK_THAT(w3.err + w3.out, Contains("global batch 12 = 3 rank(s) × batch 4 × 1 micro-step(s) a step (train.global_batch_size)"));
   train(2, "synthetic_mlp.yaml", sets("w2", 20));
   auto w1 = load_weights(dir.file("w1/model.pt"));
   CHECK(max_difference(load_weights(dir.file("w2/model.pt")), w1) < 1e-5);

@@ -28,7 +28,7 @@ std::string quickstart(const std::string& out, const std::string& extra = "") {
   return "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node=2 " + std::string(DDP_SOURCE_DIR) +
          "/configs/fashion_mnist_convnet.yaml --set run.output_dir=" + out +
          " --set train.max_steps=60 --set train.log_every=10 --set eval.every_steps=30 --set eval.at_start=false"
-         " --set monitor.every_s=0.3 " + extra;
+         " --set monitor.every_s=0.3 --set monitor.log_every_s=0.3 " + extra;
 }
 
 std::vector<std::string> event_files(const std::string& out) {
@@ -141,6 +141,26 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
   CHECK(std::stoi(orange[1]) > 1000);
   if (const char* keep = std::getenv("DDP_KEEP_SCREENSHOT")) fs::copy_file(dir.file("report.png"), keep,
                                                                          fs::copy_options::overwrite_existing);
+
+  // The charts fill the page's width (before, fixed 640 px charts left half of a wide window empty):
+  // a copy of the page with a script that measures the first row of charts, read back from the DOM.
+  std::string measured = html;
+  measured.replace(measured.rfind("</body>"), 7,
+                   "<script>addEventListener('load', () => { const charts = [...document.querySelectorAll("
+                   "'.charts')[0].children]; const top = charts[0].getBoundingClientRect().top; const row = "
+                   "charts.filter(c => c.getBoundingClientRect().top === top).reduce((w, c) => w + "
+                   "c.getBoundingClientRect().width, 0); document.body.setAttribute('data-fill', (row / "
+                   "document.querySelector('.charts').getBoundingClientRect().width).toFixed(3)); });</script></body>");
+  write_file(dir.file("measured.html"), measured);
+  for (const char* width : {"1900", "1000"}) {
+    auto dom = run_shell(std::string("timeout 120 chromium --headless --no-sandbox --disable-gpu --window-size=") + width +
+                             ",1200 --dump-dom file://" + dir.file("measured.html") + " 2>/dev/null",
+                         std::chrono::seconds(150));
+    std::smatch fill;
+    INFO("window " << width << " px wide");
+    REQUIRE(std::regex_search(dom.out, fill, std::regex("data-fill=\"([0-9.]+)\"")));
+    CHECK(std::stod(fill[1]) > 0.95);
+  }
 }
 
 TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headless Chromium, legends that fit",
@@ -261,7 +281,7 @@ TEST_CASE("on a terminal rank 0 shows a live progress line, and logs and metrics
   std::smatch match;
   CHECK(std::regex_search(tty.out, match, std::regex("\r\x1b\[K\[rank 0\] epoch 1/1 step [0-9]+/60 \| [0-9]+ samples/s \| ETA 0:00:[0-9]{2}")));
   // 60 steps end in the first of the config's 3 epochs, and the lines count to that epoch.
-  CHECK_THAT(read_file(dir.file("logs/tty/attempt_0/rank_0.stdout")), !Contains("\r") && Contains("epoch 1/1 step 60/60"));
+  CHECK_THAT(read_file(dir.file("logs/tty/attempt_0/0/stdout.log")), !Contains("\r") && Contains("epoch 1/1 step 60/60"));
   auto piped = run_shell(command + " --set run.output_dir=" + dir.file("piped"), std::chrono::seconds(240));
   CHECK_THAT(piped.out, !Contains("samples/s | ETA"));
 }

@@ -97,6 +97,24 @@ TEST_CASE("the monitor records every rank, warns of starved input at once and of
   window(side, monitor, {{0.1, 10}, {0.1, 20}, {0.1, 10}}, 40);
   CHECK_THAT(log.text(), Contains("straggler: rank 1 computes 2.0x as long per step as the others (20.0 ms against "
                                   "10.0 ms)"));
+  // Every window made a record; only the first said its line, monitor.log_every_s (60 s) not having passed since.
+  CHECK_THAT(log.text(), !Contains("monitor at step 20") && !Contains("monitor at step 40"));
+}
+
+TEST_CASE("the monitor's log line comes every monitor.log_every_s, and never at 0, while every record is made",
+          "[monitor]") {
+  for (double log_every_s : {0.01, 0.0}) {
+    CapturedLog log;
+    ddp::MonitorConfig config;
+    config.every_s = 0.01;
+    config.log_every_s = log_every_s;
+    ddp::ValueSlots side;
+    ddp::SystemMonitor monitor(config, /*rank=*/0, /*world_size=*/2, /*gpu_index=*/-1, side);
+    for (int64_t step : {10, 20, 30}) CHECK(window(side, monitor, {{0.1, 10}, {0.1, 10}}, step));
+    INFO("monitor.log_every_s " << log_every_s << ": " << log.text());
+    for (std::string step : {"10", "20", "30"})
+      CHECK((log.text().find("monitor at step " + step + ":") != std::string::npos) == (log_every_s > 0));
+  }
 }
 
 TEST_CASE("with the monitor off there are no side values, no thread and no records", "[monitor]") {

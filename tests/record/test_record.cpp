@@ -153,6 +153,33 @@ TEST_CASE("a language model's report shows its perplexity in the summary, not an
   CHECK_THAT(html, !Contains("accuracy") && !Contains("samples 80"));
 }
 
+TEST_CASE("a report leaves out the panels a run has no data for, saying why, and shows what differs between the "
+          "runs' configs", "[record][report]") {
+  TempDir dir;
+  for (const char* name : {"a", "b"}) {  // world 1, monitor.every_s 0: no all-reduce, no monitor records
+    std::filesystem::create_directories(dir.file(name));
+    MetricsLog(dir.file(std::string(name) + "/metrics.jsonl"), "").write({{"step", 1}, {"loss", 2}, {"lr", 0.1}, {"samples_per_s", 50}});
+  }
+  write_file(dir.file("a/config.yaml"),
+             "# ddprun\nrun:\n  seed: 0\noptim:\n  lr: 0.01\n  name: sgd\nmodel:\n  hidden: [64]\nmonitor:\n  every_s: 0\n");
+  write_file(dir.file("b/config.yaml"), "# ddprun\nrun:\n  seed: 0\noptim:\n  lr: 0.5\n  name: sgd\n");
+  std::string one = render_report({read_run(dir.file("a"))});
+  CHECK_THAT(one, !Contains(">no data<"));
+  CHECK_THAT(one, Contains("No all-reduce was recorded: one rank") &&
+                      Contains("The system monitor was off (monitor.every_s: 0)"));
+  CHECK_THAT(one, !Contains("What differs"));
+  std::string both = render_report({read_run(dir.file("a")), read_run(dir.file("b"))});
+  CHECK_THAT(both, Contains("What differs between the runs' configs:"));
+  CHECK_THAT(both, Contains("<tr><td>optim.lr</td><td>0.01</td><td>0.5</td></tr>"));
+  CHECK_THAT(both, Contains("<tr><td>model.hidden</td><td>[64]</td><td>-</td></tr>"));
+  CHECK_THAT(both, !Contains("<td>run.seed</td>") && !Contains("<td>optim.name</td>"));
+  // b's monitor was on (its default) but recorded nothing.
+  CHECK_THAT(render_report({read_run(dir.file("b"))}), Contains("The system monitor recorded nothing: the run ended "
+                                                                 "before its first monitor.every_s"));
+  std::string same = render_report({read_run(dir.file("a")), read_run(dir.file("a"))});
+  CHECK_THAT(same, Contains("The runs' configs are the same, key for key."));
+}
+
 TEST_CASE("ddp-report writes one page for several runs, and names a directory that holds none", "[record][report]") {
   TempDir dir;
   std::filesystem::create_directories(dir.file("run"));

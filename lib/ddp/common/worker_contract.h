@@ -17,6 +17,16 @@ enum ExitStatus : int {
   kExitIoError = 74,  ///< an output could not be written (disk full, I/O error): restartable (sysexits' EX_IOERR)
 };
 
+/// Why the launcher stops its workers. A cause other than kAsked is sent first as the value of a
+/// sigqueue()d stop signal to each worker (then the signal to its process group, as to any program),
+/// so that a worker that reads it says why it stops rather than "as asked".
+enum class StopReason : int {
+  kAsked = 0,              ///< the launcher was asked (SIGTERM, SIGINT, SIGHUP), or someone signalled the worker
+  kMembershipChanged = 1,  ///< elastic: nodes joined or left, and the round ends
+  kPeerFailed = 2,         ///< another rank failed or stalled
+  kPeerInterrupted = 3,    ///< another node was interrupted (Ctrl-C there)
+};
+
 /// torchrun's default rendezvous address and port, for MASTER_ADDR and MASTER_PORT.
 inline constexpr const char* kDefaultMasterAddr = "127.0.0.1";
 inline constexpr int kDefaultMasterPort = 29500;

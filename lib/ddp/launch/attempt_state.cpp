@@ -19,6 +19,7 @@ void AttemptState::stop_for(Cause cause) {
 AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::time_point now) {
   AttemptActions actions;
   actions.stop_signal = SIGTERM;
+  actions.stop_reason = StopReason::kPeerFailed;
   failure_ = failure;
   if (kind_ == JobKind::kElastic) {
     // Note [Failure or membership change]: when a node is lost, its peers' workers fail at once
@@ -40,15 +41,19 @@ AttemptActions AttemptState::on_stall(const Failure& failure) {
   actions.say = failure.description + "; stopping the group";
   if (multi_node()) actions.report = RemoteFailure{failure.exit_code, failure.description, failure.restartable};
   actions.stop_signal = SIGTERM;
+  actions.stop_reason = StopReason::kPeerFailed;
   return actions;
 }
 
 AttemptActions AttemptState::on_remote_failure(const RemoteFailure& remote) {
-  failure_ = Failure{remote.exit_code, std::nullopt, remote.description, remote.restartable};
+  // A node interrupted by a signal reports 128 + it, and no restart (on_signal).
+  const bool interrupted = !remote.restartable && remote.exit_code > 128 && remote.exit_code < 128 + 32;
+  failure_ = Failure{remote.exit_code, std::nullopt, remote.description, remote.restartable, interrupted};
   stop_for(Cause::kFailed);
   AttemptActions actions;
   actions.say = "stopping this node's workers: " + remote.description;
   actions.stop_signal = SIGTERM;
+  actions.stop_reason = interrupted ? StopReason::kPeerInterrupted : StopReason::kPeerFailed;
   return actions;
 }
 
@@ -65,6 +70,7 @@ AttemptActions AttemptState::on_membership_change(const MembershipChange& change
   AttemptActions actions;
   actions.say = "round " + std::to_string(round) + " ends: " + change.description + "; stopping this node's workers";
   actions.stop_signal = SIGTERM;
+  actions.stop_reason = StopReason::kMembershipChanged;
   return actions;
 }
 

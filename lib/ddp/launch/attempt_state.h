@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "ddp/common/worker_contract.h"
 #include "ddp/launch/elastic_rendezvous.h"
 #include "ddp/launch/rendezvous.h"
 
@@ -32,6 +33,7 @@ struct Failure {
   std::optional<int> worker;  ///< local index, when one of this node's workers failed
   std::string description;
   bool restartable = true;
+  bool interrupted = false;  ///< another node was interrupted: this node stopped, it did not fail
 };
 
 /// How an attempt ended.
@@ -50,6 +52,7 @@ struct AttemptActions {
   std::optional<RemoteFailure> report;  ///< tell the other nodes
   bool kill_now = false;                ///< SIGKILL every live worker's process group now
   int stop_signal = 0;                  ///< ask every live worker's group to stop with it; SIGKILL after the grace
+  StopReason stop_reason = StopReason::kAsked;  ///< told to each worker with the signal
 };
 
 /// Which kind of job the node is in: who else hears of a failure, and whether failures are held.

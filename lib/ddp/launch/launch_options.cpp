@@ -242,7 +242,7 @@ void declare_options(CLI::App& app, CommandLine& line) {
                  with_default("Rendezvous port on node 0", master_port, "; 0 picks a free one"));
   app.add_flag("--standalone", options.standalone, "One node: loopback and a free port");
   app.add_option(both_spellings("--log-dir"), options.log_dir,
-                 "Also write each rank's stdout and stderr under DIR/RUN_ID/attempt_N/");
+                 "Also write each rank's stdout and stderr to DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log");
   app.add_option(both_spellings("--local-ranks-filter"), filter,
                  "Only these local ranks reach the console, e.g. 0 or 0,2 (logs keep all)");
   app.add_option(both_spellings("--run-id"), options.run_id, "Run id (default: generated; node 0's across nodes)");
@@ -371,7 +371,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     std::cout << version_line() << "\n";
     return std::nullopt;
   } catch (const CLI::CallForHelp&) {
-    std::cout << app.help() << "\nA config runs " << "ddp-train beside ddprun; see README.md for the environment.\n";
+    std::cout << app.help() << "\nA config runs " << "ddp-train beside ddprun; see docs/launcher.md for the environment.\n";
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     rethrow_parse_error(e, app);

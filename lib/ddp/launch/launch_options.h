@@ -38,8 +38,8 @@ struct LaunchOptions {
   std::string role = "default";        ///< torchrun's --role: the workers' ROLE_NAME
   std::string local_addr;              ///< this node's name in the rendezvous and in messages (default: host name)
   /// torchrun's --redirects and --tee, by local rank: which streams (1 stdout, 2 stderr, 3 both) go to
-  /// log files only, and which to the console and log files. Either given, each local rank's logs are
-  /// laid out as torchrun's: LOG_DIR/RUN_ID_XXXXXX/attempt_N/LOCAL_RANK/{stdout,stderr}.log.
+  /// log files only, and which to the console and log files, laid out as --log-dir alone lays them
+  /// out (Note [Log layout]): LOG_DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log.
   std::vector<int> redirects, tees;
   std::string rdzv_secret;  ///< tags the store's control values ($DDPRUN_RDZV_SECRET or --rdzv-secret-file); empty: none
 

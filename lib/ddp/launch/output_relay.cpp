@@ -31,8 +31,8 @@ void write_all(int fd, const std::string& data) {
 }
 
 // Note [Earlier launches' logs]: a run id may come back (a Slurm requeue keeps its job id, a user
-// repeats --run-id), and with it the same DIR/RUN_ID/attempt_N/rank_R.stdout. The earlier launch's
-// file is kept as rank_R.stdout.1 (then .2, ...: the oldest has the lowest number), never truncated:
+// repeats --run-id), and with it the same DIR/RUN_ID/attempt_N/RANK/stdout.log. The earlier launch's
+// file is kept as stdout.log.1 (then .2, ...: the oldest has the lowest number), never truncated:
 // a preempted attempt's logs are the ones that explain it. Each file has one writer (its node), so
 // nodes sharing a log directory do not race. A symbolic link is left for open_for_append to refuse.
 void keep_earlier_log(const std::string& path) {

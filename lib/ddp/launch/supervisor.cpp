@@ -126,19 +126,21 @@ class Attempt {
   }
 
  private:
-  // ddprun's layout: LOG_DIR/RUN_ID/attempt_N/rank_R.stdout, both streams of every rank. With
-  // torchrun's --redirects or --tee, torchrun's: LOG_DIR/attempt_N/LOCAL_RANK/stdout.log for the
-  // streams chosen, LOG_DIR being the RUN_ID_XXXXXX directory that run_launcher made.
+  // Note [Log layout]: one layout, torchrun's: LOG_DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log.
+  // --log-dir alone keeps both streams of every rank there (and on the console); torchrun's
+  // --redirects and --tee choose the streams (without --log-dir, LOG_DIR is a fresh
+  // $TMPDIR/ddprun_XXXXXX, as torchrun's torchelastic_XXXXXX). Unlike torchrun, RUN_ID has no random
+  // suffix and RANK is the global rank (the local one on a single node, as torchrun numbers them):
+  // nodes can share LOG_DIR, and a run id that comes back finds its earlier logs kept beside the
+  // new ones (Note [Earlier launches' logs]).
   bool torchrun_logs() const { return !options_.redirects.empty(); }
   std::string log_path(int rank, int local_rank, int stream_bit) const {
     if (options_.log_dir.empty()) return "";
-    if (!torchrun_logs()) return attempt_dir() + "/rank_" + std::to_string(rank) + (stream_bit == 1 ? ".stdout" : ".stderr");
-    if (!((options_.redirects[local_rank] | options_.tees[local_rank]) & stream_bit)) return "";
-    return attempt_dir() + "/" + std::to_string(local_rank) + (stream_bit == 1 ? "/stdout.log" : "/stderr.log");
+    if (torchrun_logs() && !((options_.redirects[local_rank] | options_.tees[local_rank]) & stream_bit)) return "";
+    return rank_log_dir(rank) + (stream_bit == 1 ? "/stdout.log" : "/stderr.log");
   }
-  std::string attempt_dir() const {
-    return options_.log_dir + (torchrun_logs() ? "" : "/" + layout_.run_id) + "/attempt_" + std::to_string(attempt_);
-  }
+  std::string attempt_dir() const { return options_.log_dir + "/" + layout_.run_id + "/attempt_" + std::to_string(attempt_); }
+  std::string rank_log_dir(int rank) const { return attempt_dir() + "/" + std::to_string(rank); }
 
   void start_workers() {
     if (!options_.log_dir.empty()) {
@@ -180,10 +182,8 @@ class Attempt {
       target.progress = progress;
       target.stdout_log = log_path(id.rank, local, 1);
       target.stderr_log = log_path(id.rank, local, 2);
-      if (torchrun_logs()) {
-        target.redirected = options_.redirects[local];
-        make_log_directory(attempt_dir() + "/" + std::to_string(local));
-      }
+      if (torchrun_logs()) target.redirected = options_.redirects[local];
+      if (!options_.log_dir.empty()) make_log_directory(rank_log_dir(id.rank));
 
       SpawnedProcess process = spawn_process(options_.program, merge_environment(base, variables));
       watchdog_.watch(process.pid);
@@ -327,7 +327,7 @@ class Attempt {
     if (actions.kill_now)
       for (const auto& w : workers_)
         if (w.state == WorkerState::kHealthy) signal_group(w.pid, SIGKILL);
-    if (actions.stop_signal) stop_all(actions.stop_signal);
+    if (actions.stop_signal) stop_all(actions.stop_signal, actions.stop_reason);
   }
 
   // Segments a worker created but died before unlinking (see shared_memory_names.h).
@@ -418,15 +418,22 @@ class Attempt {
   }
 
   /// Asks every live worker's group to stop; SIGKILL follows after the grace period.
-  void stop_all(int sig) {
-    for (const auto& w : workers_)
-      if (w.state == WorkerState::kHealthy) signal_group(w.pid, sig);
+  void stop_all(int sig, StopReason reason) {
+    for (const auto& w : workers_) {
+      if (w.state != WorkerState::kHealthy) continue;
+      if (reason != StopReason::kAsked) {  // the worker first, with why (worker_contract.h)
+        union sigval value {};
+        value.sival_int = static_cast<int>(reason);
+        sigqueue(w.pid, sig, value);
+      }
+      signal_group(w.pid, sig);
+    }
     stop_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_s * 1000));
   }
 
   void summarize(const Failure& f) const {
     if (!f.worker) {
-      say("failed: " + f.description);
+      say((f.interrupted ? "stopped: " : "failed: ") + f.description);
       return;
     }
     const Worker& w = workers_[*f.worker];
@@ -452,7 +459,7 @@ class Attempt {
     if (options_.log_dir.empty())
       say("full output: rerun with --log-dir DIR to keep each rank's stdout and stderr");
     else
-      say("full logs: " + attempt_dir() + "/rank_" + std::to_string(w.rank) + ".{stdout,stderr}");
+      say("full logs: " + rank_log_dir(w.rank) + "/");
   }
 
   const LaunchOptions& options_;
@@ -470,20 +477,20 @@ class Attempt {
   std::optional<Clock::time_point> stop_deadline_;
 };
 
-// torchrun's directory for one launch's logs under --redirects/--tee: LOG_DIR/RUN_ID_XXXXXX, or
-// $TMPDIR/ddprun_XXXXXX without --log-dir (torchrun's torchelastic_XXXXXX); said once on the console.
+// LOG_DIR under --redirects/--tee (Note [Log layout]): --log-dir, or without it a fresh
+// $TMPDIR/ddprun_XXXXXX (torchrun's torchelastic_XXXXXX); where the logs go is said once on the console.
 std::string make_torchrun_log_dir(const std::string& log_dir, const std::string& run_id) {
-  std::string base = log_dir;
-  if (base.empty()) {
+  std::string dir = log_dir;
+  if (dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    base = tmp && *tmp ? tmp : "/tmp";
+    std::string base = tmp && *tmp ? tmp : "/tmp";
+    make_log_directory(base);
+    dir = base + "/ddprun_XXXXXX";
+    if (!mkdtemp(dir.data()))
+      throw UserError("--redirects: cannot create a log directory in " + base + ": " + std::strerror(errno));
   }
-  make_log_directory(base);
-  std::string pattern = base + "/" + (log_dir.empty() ? std::string("ddprun") : run_id) + "_XXXXXX";
-  if (!mkdtemp(pattern.data()))
-    throw UserError("--log-dir: cannot create a directory in " + base + ": " + std::strerror(errno));
-  say("workers' logs (--redirects/--tee) go to " + pattern);
-  return pattern;
+  say("workers' logs (--redirects/--tee) go to " + dir + "/" + run_id);
+  return dir;
 }
 
 // Note [Job states]: the launcher's life is the same loop for every kind of job,
@@ -549,7 +556,8 @@ class StaticJob : public JobMembership {
   StaticJob(LaunchOptions options, WorldLayout layout, std::unique_ptr<Rendezvous> rendezvous)
       : options_(std::move(options)), layout_(std::move(layout)), rendezvous_(std::move(rendezvous)) {
     if (!options_.redirects.empty()) options_.log_dir = make_torchrun_log_dir(options_.log_dir, layout_.run_id);
-    if (!std::getenv(env::kOmpNumThreads)) {
+    // ddp-train says its threads in its first line; any other program hears it here, as under torchrun.
+    if (!std::getenv(env::kOmpNumThreads) && !options_.runs_trainer) {
       int threads = threads_per_worker(options_.nproc_per_node);
       say("OMP_NUM_THREADS=" + std::to_string(threads) + " for each worker (" + std::to_string(available_cores()) +
           " cores / " + std::to_string(options_.nproc_per_node) + " workers); set it to override");

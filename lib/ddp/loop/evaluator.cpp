@@ -8,13 +8,14 @@
 namespace ddp {
 namespace {
 
-// Metric sums, then the sample count, summed over the ranks, as means.
+// Metric sums, the sample count and the ranks that stopped early, summed over the ranks, as means.
 EvalResult eval_result(const Task& task, torch::Tensor sums, int64_t planned) {
   sums = sums.to(torch::kCPU);
   auto names = task.metric_names();
   EvalResult result;
-  result.samples = static_cast<int64_t>(sums[-1].item<double>());
+  result.samples = static_cast<int64_t>(sums[-2].item<double>());
   result.planned = planned;
+  result.interrupted = sums[-1].item<double>() > 0;
   for (std::size_t i = 0; i < names.size(); ++i)
     result.metrics.emplace_back(names[i], result.samples > 0 ? sums[i].item<double>() / result.samples : 0.0);
   if (result.samples > 0) task.add_derived_metrics(result.metrics);
@@ -37,20 +38,24 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
   auto& model = task.model();
   bool was_training = model.is_training();
   model.eval();
-  // The metric sums, then the sample count, accumulated on the device: no sync per batch.
-  auto sums = torch::zeros({count + 1}, torch::dtype(torch::kDouble).device(everyone.device));
+  // The metric sums, the sample count, then whether this rank stopped early, accumulated on the
+  // device: no sync per batch.
+  auto sums = torch::zeros({count + 2}, torch::dtype(torch::kDouble).device(everyone.device));
   {
     torch::NoGradGuard no_grad;
     int64_t done = 0;
     for (int64_t start = begin; start < end; start += config.batch_size) {
-      if (may_stop && hooks.stop_requested && hooks.stop_requested()) break;
+      if (may_stop && hooks.stop_requested && hooks.stop_requested()) {
+        sums[-1].fill_(1.0);
+        break;
+      }
       auto positions = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
       auto indices = planned == size ? positions : positions.mul(size).div(planned, "floor");
       Batch batch = task.make_batch(Split::kEval, indices).to(everyone.device);
       torch::Tensor batch_sums = metrics(batch);
       if (batch_sums.defined()) {
         sums.narrow(0, 0, count).add_(batch_sums);
-        sums[-1].add_(static_cast<double>(batch.size()));
+        sums[-2].add_(static_cast<double>(batch.size()));
       }
       if (hooks.batch_done) hooks.batch_done(++done, batches);
     }

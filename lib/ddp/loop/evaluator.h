@@ -20,8 +20,9 @@ struct EvalResult {
   std::vector<std::pair<std::string, double>> metrics;  ///< in the task's order
   int64_t samples = 0;  ///< evaluated, over every rank
   int64_t planned = 0;  ///< to be evaluated: the eval split, or eval.max_batches' share of it
-  /// Whether a stop request cut it short: the metrics are over `samples` of `planned`.
-  bool interrupted() const { return samples < planned; }
+  /// Whether a stop request cut it short on some rank (every rank sees the same): the metrics are
+  /// over `samples` of `planned`.
+  bool interrupted = false;
 };
 
 /// What an evaluation tells its caller as it goes, and asks it.

@@ -1,45 +1,85 @@
 #include "ddp/loop/global_batch.h"
 
+#include <fmt/format.h>
+
 #include "ddp/common/error.h"
 
 namespace ddp {
+namespace {
 
-// Note [Global batch]: with train.global_batch_size G set, a world of W ranks takes G/W samples per
-// rank and optimizer step, as `accum` equal micro-batches of B (B × accum = G/W, B ≤ train.batch_size).
-// The sampler deals rank r the positions r, r + W, ... of one permutation, so the micro-batches of
-// one step cover the positions [s·G, (s+1)·G) at every W: each optimizer step averages the same
+std::string divisors_up_to(int64_t n, int64_t limit) {
+  std::string fits;
+  for (int64_t d = 1; d <= n && d <= limit; ++d)
+    if (n % d == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d);
+  return fits;
+}
+
+}  // namespace
+
+// Note [Global batch]: one rule, whatever the layout: a step trains train.global_batch_size G
+// samples when it is set, else world size W × train.batch_size × train.grad_accum_steps (what W
+// ranks of plain data parallelism train), so that sharding, pipeline stages or their mix never
+// change what a step trains. Under data parallelism each rank takes G/W samples, as `accum` equal
+// micro-batches of B (B × accum = G/W, B ≤ train.batch_size). A pipeline's W ranks form W/P
+// replicas of P stages; each replica takes G/(W/P) samples, cut into dist.microbatches that flow
+// through its stages (its P ranks train the samples that P data-parallel ranks would).
+// The sampler deals replica r the positions r, r + R, ... of one permutation, so the micro-batches of
+// one step cover the positions [s·G, (s+1)·G) at every layout: each optimizer step averages the same
 // samples whatever W is, and a run that resumes at another world size (an elastic round, Note
 // [Resume at another world size]) goes on as if nothing had changed. The learning rate is the one
 // given: it belongs to the global batch, which does not change (optim.lr_scaling must be none).
 GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max_batch) {
-  if (world <= 0 || global_batch % world != 0) {
-    std::string fits;
-    for (int w = 1; w <= global_batch && w <= 64; ++w)
-      if (global_batch % w == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(w);
-    throw UserError("train.global_batch_size: " + std::to_string(global_batch) + " samples do not split evenly over " +
-                    std::to_string(world) + " ranks; this run needs a world size that divides it (" + fits +
-                    "), or a global batch that " + std::to_string(world) + " divides");
-  }
+  if (world <= 0 || global_batch % world != 0)
+    throw UserError(fmt::format("train.global_batch_size: {} samples do not split evenly over {} ranks; this run needs "
+                                "a world size that divides it ({}), or a global batch that {} divides",
+                                global_batch, world, divisors_up_to(global_batch, 64), world));
   const int64_t share = global_batch / world;
   for (int64_t accum = (share + max_batch - 1) / max_batch; accum <= share; ++accum)
-    if (share % accum == 0) return {share / accum, accum};
-  return {1, share};  // not reached: accum == share divides it
+    if (share % accum == 0)
+      return {share / accum, accum,
+              fmt::format("global batch {} = {} rank(s) × batch {} × {} micro-step(s) a step", global_batch, world,
+                          share / accum, accum)};
+  return {1, share, ""};  // not reached: accum == share divides it
 }
 
-GlobalBatchShare share_fixed_microbatches(int64_t global_batch, int replicas, int64_t microbatches, int64_t batch,
-                                          int64_t accum) {
-  if (global_batch > 0) {
-    const int64_t parts = replicas * microbatches;
-    if (global_batch % parts != 0)
-      throw UserError("train.global_batch_size: " + std::to_string(global_batch) + " samples do not split into " +
-                      std::to_string(replicas) + " replica(s) × " + std::to_string(microbatches) +
-                      " microbatches (dist.microbatches); use a multiple of " + std::to_string(parts));
-    return {global_batch / parts, microbatches};
+GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int stages, int64_t microbatches,
+                                      const std::string& key) {
+  if (replicas <= 0 || global_batch % replicas != 0)
+    throw UserError(fmt::format("{}: {} samples do not split evenly over {} pipeline replica(s); use a global batch "
+                                "that {} divides",
+                                key, global_batch, replicas, replicas));
+  const int64_t share = global_batch / replicas;
+  int64_t count = microbatches;
+  if (count == 0) count = share % (2 * stages) == 0 || share % stages != 0 ? 2 * stages : stages;
+  if (share % count != 0)
+    throw UserError(fmt::format("{}: {} samples do not split into {} replica(s) × {} microbatches (dist.microbatches); "
+                                "use a dist.microbatches that divides each replica's {} ({}){}",
+                                key, global_batch, replicas, count, share, divisors_up_to(share, 2000),
+                                key == "train.global_batch_size"
+                                    ? fmt::format(", or a global batch that is a multiple of {}", replicas * count)
+                                    : ""));
+  return {share / count, count,
+          fmt::format("global batch {} = {} replica(s) of {} pipeline stages × {} microbatches of {} a step",
+                      global_batch, replicas, stages, count, share / count)};
+}
+
+GlobalBatchShare share_step(int64_t global_batch, int64_t batch, int64_t accum, int world, int stages,
+                            int64_t microbatches) {
+  const bool given = global_batch > 0;
+  const std::string source = given ? " (train.global_batch_size)" : " (world size × train.batch_size × train.grad_accum_steps)";
+  GlobalBatchShare share;
+  if (stages > 1) {
+    share = share_pipeline_batch(given ? global_batch : world * batch * accum, world / stages, stages, microbatches,
+                                 given ? "train.global_batch_size" : "dist.microbatches");
+  } else if (given) {
+    share = share_global_batch(global_batch, world, batch);
+  } else {
+    share = {batch, accum,
+             fmt::format("global batch {} = {} rank(s) × batch {} × {} micro-step(s) a step", world * batch * accum,
+                         world, batch, accum)};
   }
-  if (accum != 1)
-    throw ConfigError("train.grad_accum_steps: with dist.pipeline the microbatches are the accumulation; set "
-                      "dist.microbatches instead (now " + std::to_string(microbatches) + ")");
-  return {batch, microbatches};
+  share.formation += source;
+  return share;
 }
 
 }  // namespace ddp

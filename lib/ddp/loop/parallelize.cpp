@@ -58,8 +58,8 @@ std::unique_ptr<PipelineRunner> split_into_stages(Task& task, ParallelPlan& plan
     }
   for (int s = 1; s < stages; ++s) cuts += (s > 1 ? "," : "") + names[bounds[s]];
   if (plan.world().rank == 0)
-    describe_stages(plan.mesh().describe(), names, bounds, used, parameters, config.train.batch_size,
-                    config.train.grad_accum_steps, config.mesh.schedule);
+    describe_stages(plan.mesh().describe(), names, bounds, used, parameters, config.train.grad_accum_steps,
+                    config.mesh.schedule);
   plan.split_stages(parameters, used, buffers);
   const int stage = plan.stage();
   std::vector<ModelBlock> mine(layers.begin() + bounds[stage], layers.begin() + bounds[stage + 1]);

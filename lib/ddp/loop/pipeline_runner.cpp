@@ -188,7 +188,7 @@ MetricsRecord PipelineRunner::report(const Communicator& world, int replicas) {
 
 void describe_stages(const std::string& mesh, const std::vector<std::string>& names, const std::vector<int>& bounds,
                      const std::vector<std::vector<torch::Tensor>>& used, const std::vector<torch::Tensor>& whole,
-                     int64_t batch, int64_t microbatches, const std::string& schedule) {
+                     int64_t microbatches, const std::string& schedule) {
   auto bytes_of = [](const std::vector<torch::Tensor>& tensors) {
     std::set<const c10::TensorImpl*> seen;
     double bytes = 0;
@@ -198,9 +198,8 @@ void describe_stages(const std::string& mesh, const std::vector<std::string>& na
   };
   const double all = bytes_of(whole);
   const int stages = static_cast<int>(used.size());
-  spdlog::info("dist.pipeline {}: mesh {}, {} microbatches of {} samples a step, schedule {}; ideal bubble "
-               "(P-1)/(M+P-1) = {:.3f}",
-               stages, mesh, microbatches, batch, schedule, ideal_bubble_fraction(stages, static_cast<int>(microbatches)));
+  spdlog::info("dist.pipeline {}: mesh {}, schedule {}; ideal bubble at {} microbatches (P-1)/(M+P-1) = {:.3f}",
+               stages, mesh, schedule, microbatches, ideal_bubble_fraction(stages, static_cast<int>(microbatches)));
   for (int s = 0; s < stages; ++s) {
     double bytes = bytes_of(used[s]);
     spdlog::info("  stage {}: layers {} .. {} ({}), parameters {:.2f} MiB per rank: {:.2f} of the model's {:.2f} MiB",

@@ -30,10 +30,10 @@ struct PipelineTiming {
 };
 
 /// Rank 0: the stages' layers ([bounds[s], bounds[s+1]) of `names`) and the parameters each holds
-/// (`used`, of `whole`), in the log, with the mesh and the microbatches (`microbatches` of `batch`).
+/// (`used`, of `whole`), in the log, with the mesh and the ideal bubble at `microbatches` a step.
 void describe_stages(const std::string& mesh, const std::vector<std::string>& names, const std::vector<int>& bounds,
                      const std::vector<std::vector<torch::Tensor>>& used, const std::vector<torch::Tensor>& whole,
-                     int64_t batch, int64_t microbatches, const std::string& schedule);
+                     int64_t microbatches, const std::string& schedule);
 
 /// This rank's stage.
 class PipelineRunner {

@@ -1,38 +1,16 @@
 #include "ddp/loop/prior_run.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 
+#include "ddp/config/config_keys.h"
 #include "ddp/record/metrics_reader.h"
 
 namespace ddp {
 namespace {
-
-// section.key → the value as flow YAML ("[256, 128]", "0.01").
-std::map<std::string, std::string> flatten(const std::string& yaml) {
-  std::map<std::string, std::string> keys;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception&) {
-    return keys;  // an unreadable old config compares as having no keys
-  }
-  if (!root.IsMap()) return keys;
-  for (const auto& section : root) {
-    if (!section.second.IsMap()) continue;
-    for (const auto& key : section.second) {
-      YAML::Emitter out;
-      out << YAML::Flow << key.second;
-      keys[section.first.as<std::string>() + "." + key.first.as<std::string>()] = out.c_str();
-    }
-  }
-  return keys;
-}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -52,7 +30,7 @@ std::string outputs(const std::string& dir) {
 }  // namespace
 
 std::vector<KeyChange> config_changes(const std::string& before_yaml, const std::string& after_yaml) {
-  auto before = flatten(before_yaml), after = flatten(after_yaml);
+  auto before = config_keys(before_yaml), after = config_keys(after_yaml);
   std::vector<KeyChange> changes;
   for (const auto& [key, value] : after) {
     auto it = before.find(key);

@@ -42,14 +42,20 @@ bool resumes(int64_t samples, int64_t position, const StepShape& shape) {
 std::string resume_fix(int64_t world, int64_t batch, int64_t accum, int64_t position, const StepShape& now,
                        const TrainConfig& config) {
   const int64_t samples = world * batch * accum;
-  const std::string who = now.pipeline ? " replica(s)" : " rank(s)";
-  const std::string accum_key = now.pipeline ? "dist.microbatches " : "train.grad_accum_steps ";
   const bool global = config.train.global_batch_size > 0;
-  if (global && now.pipeline) {  // an even split over the replicas and microbatches
-    const int64_t parts = now.replicas * now.accum_steps;
-    if (samples % parts == 0 && resumes(samples, position, {now.replicas, samples / parts, now.accum_steps, true}))
-      return "use train.global_batch_size " + number(samples) + " as written";
-  } else if (global) {
+  if (now.pipeline) {
+    // The global batch, named, splits over the replicas and microbatches as Note [Global batch] says.
+    try {
+      auto share = share_pipeline_batch(samples, static_cast<int>(now.replicas), static_cast<int>(config.mesh.pipeline),
+                                        config.mesh.microbatches);
+      if (resumes(samples, position, {now.replicas, share.batch_size, share.grad_accum_steps, true}))
+        return "use train.global_batch_size " + number(samples) + " as written";
+    } catch (const UserError&) {
+    }
+    return "resume as written: train.global_batch_size " + number(samples) + " with dist.microbatches " +
+           number(accum) + " over " + number(world) + " replica(s)";
+  }
+  if (global) {
     // The split depends on train.batch_size, the micro-batch's cap: named with the one this run has
     // now (Note [Global batch]), it splits as computed here.
     if (samples % now.replicas == 0) {
@@ -60,13 +66,13 @@ std::string resume_fix(int64_t world, int64_t batch, int64_t accum, int64_t posi
     }
   } else {
     const int64_t parts = now.replicas * now.accum_steps;
-    if (samples % parts == 0 && resumes(samples, position, {now.replicas, samples / parts, now.accum_steps, now.pipeline}))
-      return "use train.batch_size " + number(samples / parts) + " (" + number(now.replicas) + who + " × " +
-             number(samples / parts) + " × " + accum_key + number(now.accum_steps) + " = " + number(samples) +
-             " samples a step, as written)";
+    if (samples % parts == 0 && resumes(samples, position, {now.replicas, samples / parts, now.accum_steps, false}))
+      return "use train.batch_size " + number(samples / parts) + " (" + number(now.replicas) + " rank(s) × " +
+             number(samples / parts) + " × train.grad_accum_steps " + number(now.accum_steps) + " = " +
+             number(samples) + " samples a step, as written)";
   }
-  return "resume as written: " + number(world) + who + " × train.batch_size " + number(batch) + " × " + accum_key +
-         number(accum) + (global ? ", without train.global_batch_size" : "");
+  return "resume as written: " + number(world) + " rank(s) × train.batch_size " + number(batch) +
+         " × train.grad_accum_steps " + number(accum) + (global ? ", without train.global_batch_size" : "");
 }
 
 }  // namespace
@@ -121,8 +127,8 @@ void check_resume_layout(const TrainProgress& saved, const StepShape& now, const
   if (samples != now.samples())
     throw UserError("train.batch_size: " + source + " was written by " + number(world) + " rank(s) × train.batch_size " +
                     number(saved.batch_size) + " × " + number(accum) + " micro-step(s) = " + number(samples) +
-                    " samples a step; this run has " + number(now.replicas) + " × " + number(now.batch_size) + " × " + accum_key +
-                    " " + number(now.accum_steps) + " = " + number(now.samples()) + ", which would train other steps; " +
+                    " samples a step; this run has " + number(now.replicas) + (now.pipeline ? " replica(s) × microbatches of " : " × ") +
+                    number(now.batch_size) + " × " + accum_key + " " + number(now.accum_steps) + " = " + number(now.samples()) + ", which would train other steps; " +
                     resume_fix(world, saved.batch_size, accum, position, now, config) + kRestartHint);
   if (position % (now.replicas * now.batch_size) != 0)
     throw UserError("train.batch_size: " + source + " stopped " + number(position) + " samples into its epoch, not a whole " +

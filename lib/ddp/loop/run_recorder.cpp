@@ -51,6 +51,26 @@ std::string format_duration(double seconds) {
 
 MetricsRecord at_step(const TrainProgress& progress) { return {{"step", static_cast<double>(progress.step)}}; }
 
+// Why a run stops, after "stopping at step N": a signal to this rank (0: another rank's, which
+// the vote spread), and the reason its launcher, or the voters', gave.
+std::string stop_text(int signal, StopReason reason) {
+  const std::string resumes = "; checkpoint saved, the same command resumes from it";
+  switch (reason) {
+    case StopReason::kMembershipChanged:
+      return ": the job's nodes changed, and the launcher ends this round; checkpoint saved, the next round resumes "
+             "from it";
+    case StopReason::kPeerFailed:
+      return ": another rank failed, and the launcher stops the others; checkpoint saved";
+    case StopReason::kPeerInterrupted:
+      return ": another node was interrupted, and the launcher stops this one too" + resumes;
+    case StopReason::kAsked:
+      break;
+  }
+  if (signal == 0) return ": another rank was asked to stop, and every rank stops with it" + resumes;
+  return std::string(" as asked (") + (signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM") + ")" +
+         resumes;
+}
+
 }  // namespace
 
 RunRecorder::LogWindow::LogWindow(ValueSlots& sums)
@@ -64,7 +84,8 @@ RunRecorder::LogWindow::LogWindow(ValueSlots& sums)
       exposed_ms(sums.reserve("exposed gradient sync ms")) {}
 
 RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, const std::string& output_dir,
-                         const std::string& resolved_config, ValueSlots& side_values)
+                         const std::string& resolved_config, ValueSlots& side_values,
+                         const std::string& batch_formation)
     : config_(config),
       world_(world),
       output_dir_(output_dir),
@@ -85,10 +106,9 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
   std::filesystem::create_directories(output_dir_, ec);
   if (ec) throw_output_error("cannot create run.output_dir " + output_dir_ + ": " + ec.message(), ec.value());
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
-  spdlog::info("world size {} ({} backend, model on {}), per-rank batch {}, global batch {}", world_.world_size,
-               world_.backend, world_.device.str(), config_.train.batch_size,
-               config_.train.batch_size * config_.train.grad_accum_steps * world_.world_size /
-                   config_.mesh.pipeline);  // the stages of a pipeline share their samples
+  const int threads = torch::get_num_threads();
+  spdlog::info("world size {} ({} backend, model on {}, {} thread{} a rank); {}", world_.world_size, world_.backend,
+               world_.device.str(), threads, threads == 1 ? "" : "s", batch_formation);
 }
 
 RunRecorder::~RunRecorder() {
@@ -284,7 +304,7 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
     record.emplace_back("eval_" + name, value);
   }
   record.emplace_back("eval_samples", static_cast<double>(result.samples));
-  if (result.interrupted()) {
+  if (result.interrupted) {
     record.emplace_back("eval_interrupted", 1);
     spdlog::warn("eval at step {} ({}) interrupted after {} of its {} samples:{} over those", progress.step,
                  epoch_text(progress), result.samples, result.planned, values);
@@ -368,11 +388,9 @@ void RunRecorder::finished(const TrainProgress& progress) {
   write_report(progress, 0);
 }
 
-void RunRecorder::stopped(const TrainProgress& progress, int signal) {
-  if (world_.rank == 0)
-    spdlog::warn("stopping at step {} as asked ({}); checkpoint saved, the same command resumes from it",
-                 progress.step, signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM");
-  write_report(progress, 128 + signal);
+void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason reason) {
+  if (world_.rank == 0) spdlog::warn("stopping at step {}{}", progress.step, stop_text(signal, reason));
+  write_report(progress, 128 + (signal ? signal : SIGTERM));
 }
 
 void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status) {

@@ -43,9 +43,10 @@ struct StepStats {
 class RunRecorder {
  public:
   /// Rank 0 creates `output_dir` (locked against a second run), saves the resolved config, opens
-  /// the metrics (and TensorBoard) and says what the run is. The monitor reserves its side values.
+  /// the metrics (and TensorBoard) and says what the run is, with `batch_formation` (the global
+  /// batch and how the ranks form it). The monitor reserves its side values.
   RunRecorder(const TrainConfig& config, const Communicator& world, const std::string& output_dir,
-              const std::string& resolved_config, ValueSlots& side_values);
+              const std::string& resolved_config, ValueSlots& side_values, const std::string& batch_formation);
   /// A directory this run created is removed if the run fails before a step ends: no stub is left.
   ~RunRecorder();
   RunRecorder(const RunRecorder&) = delete;
@@ -85,8 +86,9 @@ class RunRecorder {
   void microbatch_done(const TrainProgress& progress, int microbatch) const { heartbeat_.beat(progress.step, microbatch); }
   /// Rank 0: a record of the run's own into metrics.jsonl (the pipeline's stages, say).
   void write_metrics(const MetricsRecord& record);
-  /// The end of a run stopped by `signal` after its checkpoint.
-  void stopped(const TrainProgress& progress, int signal);
+  /// The end of a run stopped by `signal` (0: another rank's, by the vote) after its checkpoint, saying
+  /// why (`reason`, from the launcher).
+  void stopped(const TrainProgress& progress, int signal, StopReason reason);
 
  private:
   void log_window(const TrainProgress& progress);

@@ -56,23 +56,14 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   }
   if (action == Action::kResume) changed_since_ = verdict.substr(1);
   const Communicator& replicas = plan_->data_parallel();  // the ranks that split the samples
-  if (const int64_t microbatches = plan_->microbatches_per_step()) {
-    GlobalBatchShare share = share_fixed_microbatches(config_.train.global_batch_size, replicas.world_size,
-                                                      microbatches, config_.train.batch_size,
-                                                      config_.train.grad_accum_steps);
-    config_.train.batch_size = share.batch_size;
-    config_.train.grad_accum_steps = share.grad_accum_steps;
-  } else if (config_.train.global_batch_size > 0) {
-    // Before anything is written: a world size that cannot share the global batch ends the run here.
-    GlobalBatchShare share =
-        share_global_batch(config_.train.global_batch_size, world.world_size, config_.train.batch_size);
-    config_.train.batch_size = share.batch_size;
-    config_.train.grad_accum_steps = share.grad_accum_steps;
-    if (world.rank == 0)
-      spdlog::info("train.global_batch_size {}: {} rank(s) × batch {} × {} micro-step(s) a step",
-                   config_.train.global_batch_size, world.world_size, share.batch_size, share.grad_accum_steps);
-  }
-  recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_);
+  // Before anything is written: a global batch the layout cannot split ends the run here.
+  GlobalBatchShare share = share_step(config_.train.global_batch_size, config_.train.batch_size,
+                                      config_.train.grad_accum_steps, world.world_size, plan_->stages(),
+                                      config_.mesh.microbatches);
+  config_.train.batch_size = share.batch_size;
+  config_.train.grad_accum_steps = share.grad_accum_steps;
+  recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_,
+                                            share.formation);
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
 
   TaskContext context;
@@ -223,7 +214,7 @@ void Trainer::warn_if_lr_rises(double last_lr) const {
 }
 
 StepShape Trainer::step_shape() const {
-  return {replicas(), config_.train.batch_size, config_.train.grad_accum_steps, plan_->microbatches_per_step() > 0};
+  return {replicas(), config_.train.batch_size, config_.train.grad_accum_steps, plan_->stages() > 1};
 }
 
 int64_t Trainer::steps_per_epoch() const {
@@ -325,8 +316,8 @@ void Trainer::end_epoch() {
 
 int Trainer::stop_after_checkpoint() {
   if (!checkpointer_->saved_at(progress_.step)) save_checkpoint();
+  recorder_->stopped(progress_, stop_signal(), stop_signal() ? stop_reason() : stop_vote_->reason());
   int sig = stop_signal() ? stop_signal() : SIGTERM;  // a rank that was not signalled follows the vote
-  recorder_->stopped(progress_, sig);
   barrier(plan_->world());
   return sig;
 }
@@ -370,7 +361,7 @@ void Trainer::run_eval() {
   plan_->release_parameters();
   last_eval_step_ = progress_.step;
   // Every rank sees the same sums, so all agree it was cut short, and stop as a vote would.
-  eval_interrupted_ = eval_interrupted_ || result.interrupted();
+  eval_interrupted_ = eval_interrupted_ || result.interrupted;
   recorder_->eval_ends(progress_, result);
 }
 

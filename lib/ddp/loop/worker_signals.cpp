@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -14,22 +15,47 @@ namespace ddp {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_stop_reason{0};
 
-void on_stop(int sig) { g_stop_signal.store(sig); }
+void on_stop(int sig, siginfo_t* info, void*) {
+  if (info && info->si_code == SI_QUEUE) g_stop_reason.store(info->si_value.sival_int);
+  g_stop_signal.store(sig);
+}
 
 }  // namespace
 
 void install_stop_handlers() {
   struct sigaction action = {};
-  action.sa_handler = on_stop;
+  action.sa_sigaction = on_stop;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGHUP, &action, nullptr);  // a lost terminal: checkpoint and stop, as for SIGTERM
 }
 
 int stop_signal() { return g_stop_signal.load(); }
+
+StopReason stop_reason() {
+  int reason = g_stop_reason.load();
+  return reason >= 0 && reason <= static_cast<int>(StopReason::kPeerInterrupted) ? static_cast<StopReason>(reason)
+                                                                                 : StopReason::kAsked;
+}
+
+void StopVote::cast() {
+  auto values = side_values_[slot_];
+  std::fill(values.begin(), values.end(), 0.0);
+  if (stop_signal() == 0) return;
+  values[0] = 1;
+  values[1 + static_cast<std::size_t>(stop_reason())] = 1;
+}
+
+StopReason StopVote::reason() const {
+  auto values = side_values_[slot_];
+  for (StopReason reason : {StopReason::kMembershipChanged, StopReason::kPeerInterrupted, StopReason::kPeerFailed})
+    if (values[1 + static_cast<std::size_t>(reason)] > 0) return reason;
+  return StopReason::kAsked;
+}
 
 Heartbeat::Heartbeat() {
   const char* value = std::getenv(env::kHeartbeatFd);

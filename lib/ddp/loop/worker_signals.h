@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ddp/common/value_slots.h"
+#include "ddp/common/worker_contract.h"
 
 namespace ddp {
 
@@ -18,17 +19,26 @@ void install_stop_handlers();
 /// The signal that asked this worker to stop, or 0.
 int stop_signal();
 
-/// Every rank's agreement to stop after the same step: a vote carried in the side values.
+/// Why the launcher asked (the value it queued with the signal), kAsked when it gave none.
+StopReason stop_reason();
+
+/// Every rank's agreement to stop after the same step: a vote carried in the side values, with the
+/// reasons the voters were given, so that a rank nobody signalled can say why it stops.
 class StopVote {
  public:
   /// Reserves the vote's slot in `side_values`, which must outlive it.
-  explicit StopVote(ValueSlots& side_values) : side_values_(side_values), slot_(side_values.reserve("stop vote")) {}
-  /// Before the step's transfer: this rank's vote (whether a signal asked it to stop).
-  void cast() { side_values_.value(slot_) = stop_signal() != 0 ? 1.0 : 0.0; }
+  explicit StopVote(ValueSlots& side_values)
+      : side_values_(side_values), slot_(side_values.reserve("stop vote", 1 + kReasons)) {}
+  /// Before the step's transfer: this rank's vote (whether a signal asked it to stop) and its reason.
+  void cast();
   /// After it: whether any rank voted to stop. Every rank sees the same sums, so all stop alike.
-  bool agreed() const { return side_values_.value(slot_) > 0; }
+  bool agreed() const { return side_values_[slot_][0] > 0; }
+  /// After an agreed vote: the voters' reason, the launcher's own first (a membership change, then
+  /// a peer's interruption or failure), else kAsked.
+  StopReason reason() const;
 
  private:
+  static constexpr std::size_t kReasons = static_cast<std::size_t>(StopReason::kPeerInterrupted) + 1;
   ValueSlots& side_values_;
   ValueSlots::Slot slot_;
 };

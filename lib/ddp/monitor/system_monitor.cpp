@@ -71,7 +71,7 @@ std::optional<std::pair<int, double>> find_straggler(const std::vector<double>& 
 
 SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index,
                              ValueSlots& side_values)
-    : every_s_(config.every_s), rank_(rank), world_size_(world_size), side_values_(side_values), window_(world_size) {
+    : every_s_(config.every_s), log_every_s_(config.log_every_s), rank_(rank), world_size_(world_size), side_values_(side_values), window_(world_size) {
   if (!enabled()) return;
   auto by_rank = [&](const char* name) {
     return side_values_.reserve(std::string("monitor ") + name, static_cast<std::size_t>(world_size_));
@@ -227,8 +227,11 @@ std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
                    r, 100 * wait_ms / (wait_ms + busy_p50), wait_ms, wait_ms + busy_p50);
     steps.clear();
   }
-  spdlog::info("monitor at step {}: CPU {} | RSS MiB {} | data wait ms/step {} | compute ms/step {}{} (by rank)", step,
-               cpu_text, rss_text, wait_text, busy_text, gpu_text.empty() ? "" : " | GPU " + gpu_text);
+  if (log_every_s_ > 0 && (!last_log_ || std::chrono::duration<double>(now - *last_log_).count() >= log_every_s_)) {
+    last_log_ = now;
+    spdlog::info("monitor at step {}: CPU {} | RSS MiB {} | data wait ms/step {} | compute ms/step {}{} (by rank)",
+                 step, cpu_text, rss_text, wait_text, busy_text, gpu_text.empty() ? "" : " | GPU " + gpu_text);
+  }
 
   auto straggler = find_straggler(busy_medians, kStragglerRatio);
   slow_windows_ = straggler && straggler->first == last_straggler_ ? slow_windows_ + 1 : straggler ? 1 : 0;

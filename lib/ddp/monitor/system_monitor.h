@@ -60,7 +60,7 @@ class SystemMonitor {
   void take_summed();
 
   /// Rank 0: when monitor.every_s has passed since the last one, a metrics record of the window
-  /// (and its log line and warnings, said here); else nullopt.
+  /// (and its warnings, said here, and its log line when monitor.log_every_s has passed); else nullopt.
   std::optional<MetricsRecord> record_if_due(int64_t step);
 
  private:
@@ -68,6 +68,7 @@ class SystemMonitor {
   std::vector<ValueSlots::Slot> slot_list() const;
 
   double every_s_;
+  double log_every_s_;
   int rank_;
   int world_size_;
   ValueSlots& side_values_;
@@ -79,6 +80,7 @@ class SystemMonitor {
   std::optional<GpuSample> gpu_sample_;
   std::vector<std::vector<RankSample>> window_;  // rank 0: per rank, the steps since the last record
   std::chrono::steady_clock::time_point last_record_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> last_log_;  // none yet: the first record says its line
   int slow_windows_ = 0;     // consecutive windows with the same straggler
   int last_straggler_ = -1;
   std::mutex mutex_;

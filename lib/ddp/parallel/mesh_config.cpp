@@ -27,9 +27,11 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "also keeps only its shard of the parameters, gathering each unit's whole for its forward and backward)")
       .choices({"none", "optimizer", "gradients", "parameters"});
   schema.add("dist.microbatches", &config.microbatches,
-             "pipeline: the microbatches each step's batch is cut into, which flow through the stages one "
-             "behind another (the idle share of a step is (P-1)/(M+P-1)); each is train.batch_size samples, or "
-             "with train.global_batch_size its share; 0: twice dist.pipeline")
+             "pipeline: the microbatches that each replica's share of a step is cut into, which flow through "
+             "the stages one behind another (the idle share of a step is (P-1)/(M+P-1)); the share is what its "
+             "P ranks would train under data parallelism (dist.pipeline × train.batch_size × "
+             "train.grad_accum_steps), or with train.global_batch_size its part of that; 0: twice dist.pipeline, "
+             "or dist.pipeline where twice does not divide the share")
       .min(0)
       .max(2000);  // the heartbeat has 11 bits for a microbatch (HeartbeatBeat)
   schema.add("dist.schedule", &config.schedule,

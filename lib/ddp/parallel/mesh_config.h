@@ -14,15 +14,11 @@ struct MeshConfig {
   int64_t data_replicate = 0;  ///< 0: what the others leave of the world
   int64_t data_shard = 0;      ///< ranks that split one replica's state; 0: 1, or with dist.shard the ranks of a node
   std::string shard = "none";  ///< none | optimizer (ZeRO-1) | gradients | parameters: what data_shard splits
-  int64_t microbatches = 0;    ///< pipeline: microbatches a step; 0: twice the stages
+  int64_t microbatches = 0;    ///< pipeline: microbatches a replica's share of a step is cut into; 0: 2P or P
   std::string schedule = "1f1b";  ///< pipeline: gpipe | 1f1b
   std::string pipeline_split;  ///< pipeline: the layers that begin stages 1.., comma-separated; empty: balanced
 };
 
-/// Microbatches a pipeline step has (dist.microbatches, or its default).
-inline int64_t pipeline_microbatches(const MeshConfig& config) {
-  return config.microbatches > 0 ? config.microbatches : 2 * config.pipeline;
-}
 
 /// Declares the `MeshConfig` keys (in the `dist:` section), bound to `config`.
 void declare_config(ConfigSchema& schema, MeshConfig& config);

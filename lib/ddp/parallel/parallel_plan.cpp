@@ -131,7 +131,6 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
   if (mesh_.size(MeshDim::kPipeline) > 1) {
     auto ranks = mesh_.data_parallel_ranks(world_.rank);
     data_parallel_ = sub_communicator(world_, "data_parallel/" + std::to_string(ranks.front()), ranks);
-    microbatches_ = pipeline_microbatches(mesh);
   }
   if (world_.rank == 0 && shard_ != "none")
     spdlog::info("dist.shard {}: {} split within each data_shard group of the mesh {}", shard_,

@@ -44,8 +44,6 @@ class ParallelPlan {
   /// Pipeline stages (1: none), and this rank's.
   int stages() const { return mesh_.size(MeshDim::kPipeline); }
   int stage() const { return group(MeshDim::kPipeline).rank; }
-  /// The micro-batches every step must have (a pipeline's dist.microbatches); 0: any number.
-  int64_t microbatches_per_step() const { return microbatches_; }
   /// Whether ranks keep different parts of the parameters or optimizer state (any dist.shard, or
   /// pipeline stages), so that checkpoint.format auto writes a shard per writer, not one file.
   bool splits_state() const { return shard_ != "none" || stages() > 1; }
@@ -130,7 +128,6 @@ class ParallelPlan {
  private:
   DistConfig dist_;
   std::string shard_;  // dist.shard
-  int64_t microbatches_ = 0;
   Communicator world_;
   DeviceMesh mesh_;
   std::array<Communicator, kMeshDims.size()> groups_;

@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <set>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/version.h"
+#include "ddp/config/config_keys.h"
 #include "ddp/record/svg_chart.h"
 
 namespace ddp {
@@ -23,8 +27,9 @@ h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 24px 0 8p
 .meta { color: #666; margin-bottom: 16px; }
 table { border-collapse: collapse; background: #fff; } td, th { padding: 4px 10px; border: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
-.charts { display: flex; flex-wrap: wrap; gap: 12px; }
-svg.chart { background: #fff; border: 1px solid #ddd; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 12px; }
+svg.chart { background: #fff; border: 1px solid #ddd; width: 100%; height: auto; }
+.differs td { font-family: ui-monospace, monospace; }
 svg .title { font-weight: 600; font-size: 14px; } svg .tick, svg .legend { font-size: 11px; fill: #444; }
 svg .axis { font-size: 12px; fill: #444; } svg .frame { fill: none; stroke: #bbb; } svg .empty { fill: #999; } svg .note { font-size: 12px; fill: #b00; }
 svg .grid { stroke: #eee; stroke-width: 1; }
@@ -129,6 +134,52 @@ std::string step_time_chart(const std::vector<RunRecords>& runs) {
   return svg_box_chart("Compute time per step, by rank (10th-90th percentile, median)", "ms", boxes);
 }
 
+bool any_series(const std::vector<RunRecords>& runs, const std::string& key) {
+  return std::any_of(runs.begin(), runs.end(), [&](const RunRecords& run) { return !run.series(key).empty(); });
+}
+
+// Why no run has monitor records: the monitor was off in every one, or the runs were shorter than
+// one of its intervals.
+std::string unmonitored_text(const std::vector<RunRecords>& runs) {
+  const bool off = std::all_of(runs.begin(), runs.end(), [](const RunRecords& run) {
+    auto keys = config_keys(run.config);
+    auto every = keys.find("monitor.every_s");
+    return every != keys.end() && std::strtod(every->second.c_str(), nullptr) == 0;
+  });
+  return std::string(off ? "The system monitor was off (monitor.every_s: 0)"
+                         : "The system monitor recorded nothing: the run ended before its first monitor.every_s") +
+         ": no compute time, data wait, CPU or memory by rank.";
+}
+
+// Several runs: a table of the config keys whose values are not the same in every run (a run
+// without the key shows "-"), above each run's whole config.
+std::string config_differences(const std::vector<RunRecords>& runs) {
+  if (runs.size() < 2) return "";
+  std::vector<std::map<std::string, std::string>> keys;
+  std::set<std::string> all;
+  for (const auto& run : runs) {
+    keys.push_back(config_keys(run.config));
+    for (const auto& [key, value] : keys.back()) all.insert(key);
+  }
+  std::string rows;
+  for (const auto& key : all) {
+    std::vector<std::string> values;
+    for (const auto& run_keys : keys) {
+      auto it = run_keys.find(key);
+      values.push_back(it == run_keys.end() ? "-" : it->second);
+    }
+    if (std::all_of(values.begin(), values.end(), [&](const std::string& v) { return v == values.front(); })) continue;
+    rows += "<tr><td>" + html_escape(key) + "</td>";
+    for (const auto& value : values) rows += "<td>" + html_escape(value) + "</td>";
+    rows += "</tr>";
+  }
+  if (rows.empty()) return "<p class=\"meta\">The runs' configs are the same, key for key.</p>";
+  std::string header = "<tr><th>key</th>";
+  for (const auto& run : runs) header += "<th>" + html_escape(run.name) + "</th>";
+  return "<p class=\"meta\">What differs between the runs' configs:</p><table class=\"differs\">" + header + "</tr>" +
+         rows + "</table>";
+}
+
 // The task's own eval metrics (accuracy, perplexity...): not the loss, the sample count or a flag.
 bool is_eval_metric(const std::string& key) {
   return key.rfind("eval_", 0) == 0 && key != "eval_loss" && key != "eval_samples" && key != "eval_interrupted";
@@ -141,6 +192,7 @@ std::string eval_keys_chart(const std::vector<RunRecords>& runs) {
       if (is_eval_metric(key) &&
           std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; }) == keys.end())
         keys.emplace_back(key, key.substr(5));
+  if (keys.empty()) return "";  // no evaluation, or one of the loss alone (in the loss chart)
   return chart_of(runs, "Evaluation", keys.size() == 1 ? keys[0].second : "value", keys);
 }
 
@@ -211,14 +263,25 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   bool language_model = std::any_of(runs.begin(), runs.end(), [](const RunRecords& run) { return run.last("tokens_per_s").has_value(); });
   if (language_model) html += chart_of(runs, "Tokens", "tokens/s", {{"tokens_per_s", "tokens/s"}});
   html += chart_of(runs, "Learning rate", "lr", {{"lr", "lr"}});
-  html += "</div>\n<h2>Communication and ranks</h2><div class=\"charts\">";
-  html += allreduce_chart(runs);
-  html += step_time_chart(runs);
-  html += per_rank_chart(runs, "Data wait per step, by rank", "ms", "sys_data_wait_ms_rank");
-  html += "</div>\n<h2>System monitor</h2><div class=\"charts\">";
-  html += per_rank_chart(runs, "CPU, by rank", "% of one core", "sys_cpu_percent_rank");
-  html += per_rank_chart(runs, "Resident memory, by rank", "MiB", "sys_rss_mib_rank");
-  html += "</div>\n<h2>Config</h2>";
+  html += "</div>\n";
+  // Panels that could only say "no data" are left out, with one line saying why.
+  const bool all_reduced = any_series(runs, "allreduce_ms");
+  const bool monitored = any_series(runs, "sys_rss_mib_rank0");
+  html += "<h2>Communication and ranks</h2>";
+  if (!all_reduced) html += "<p class=\"meta\">No all-reduce was recorded: one rank, which has nothing to exchange.</p>";
+  if (!monitored) html += "<p class=\"meta\">" + unmonitored_text(runs) + "</p>";
+  if (all_reduced || monitored) {
+    html += "<div class=\"charts\">";
+    if (all_reduced) html += allreduce_chart(runs);
+    if (monitored) {
+      html += step_time_chart(runs);
+      html += per_rank_chart(runs, "Data wait per step, by rank", "ms", "sys_data_wait_ms_rank");
+      html += per_rank_chart(runs, "CPU, by rank", "% of one core", "sys_cpu_percent_rank");
+      html += per_rank_chart(runs, "Resident memory, by rank", "MiB", "sys_rss_mib_rank");
+    }
+    html += "</div>\n";
+  }
+  html += "<h2>Config</h2>" + config_differences(runs);
   for (const auto& run : runs)
     html += "<details" + std::string(runs.size() == 1 ? " open" : "") + "><summary>" + html_escape(run.name) +
             "</summary><pre>" + html_escape(run.config.empty() ? "(no config.yaml)" : run.config) + "</pre></details>";
