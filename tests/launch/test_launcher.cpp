@@ -61,8 +61,8 @@ TEST_CASE("workers reach the store the launcher hosts at MASTER_PORT") {
   CHECK(count_lines(r.out, "[rank 0] reached") == 1);
 }
 
-TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once, a user's value is kept; ddp-train says "
-          "its threads in its own first line instead") {
+TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once, a user's value is kept, and ddp-train "
+          "says its threads in its own first line instead") {
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c", "echo omp=$OMP_NUM_THREADS"});
   int expected = std::max(1, ddp::available_cores() / 2);
   CHECK(count_lines(r.out, "[rank 0] omp=" + std::to_string(expected)) == 1);
@@ -139,7 +139,7 @@ TEST_CASE("output arrives as whole lines behind the rank prefix") {
 
 // Note [Log layout]: before, --log-dir alone wrote RUN_ID/attempt_0/rank_0.stdout, and with --tee
 // RUN_ID_XXXXXX/attempt_0/0/stdout.log.
-TEST_CASE("--log-dir alone and with torchrun's --tee lay the logs out alike: RUN_ID/attempt_N/RANK/{stdout,stderr}.log",
+TEST_CASE("logs under --log-dir alone and with torchrun's --tee are laid out alike: RUN_ID/attempt_N/RANK/{stdout,stderr}.log",
           "[launch][logs]") {
   TempDir dir;
   auto listed = [&](const std::string& run_id) {

@@ -72,7 +72,7 @@ print('seen rank', dist.get_rank(), 'of', dist.get_world_size(), 'local', os.env
 dist.destroy_process_group()
 )PY";
 
-// Every file under a log directory, by relative path with its RUN_ID_XXXXXX directory as RUN, and its content.
+// Every file under a log directory, by relative path with its RUN_ID directory as RUN, and its content.
 std::map<std::string, std::string> files(const std::string& root) {
   std::map<std::string, std::string> found;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {

@@ -388,6 +388,19 @@ TEST_CASE("every config key is in ddp-train(1) and the bash completion, generate
   CHECK(keys > 80);  // the sweep found the schema, not an empty list
 }
 
+TEST_CASE("a pipeline's default microbatches keep the stages busy and are never larger than train.batch_size",
+          "[config][pipeline]") {
+  using ddp::share_pipeline_batch;
+  CHECK(share_pipeline_batch(16, 1, 2, 0, 8).grad_accum_steps == 4);  // 2P
+  CHECK(share_pipeline_batch(6, 1, 2, 0, 8).grad_accum_steps == 2);   // P, where 2P does not divide 6
+  // train.grad_accum_steps 4 at batch 8 over 2 stages: 64 samples, 2P = 4 would cut microbatches of 16.
+  CHECK(share_pipeline_batch(64, 1, 2, 0, 8).grad_accum_steps == 8);
+  CHECK(share_pipeline_batch(64, 1, 2, 0, 8).batch_size == 8);
+  CHECK(share_pipeline_batch(60, 1, 2, 0, 8).grad_accum_steps == 10);  // the first count past 2P that divides 60
+  CHECK(share_pipeline_batch(64, 1, 2, 2, 8).batch_size == 32);        // dist.microbatches given: as given
+  CHECK_THROWS_WITH(share_pipeline_batch(64, 1, 2, 3, 8), Catch::Contains("use a dist.microbatches that divides"));
+}
+
 TEST_CASE("train.global_batch_size chooses the micro-steps, and refuses a second say in them", "[config][elastic]") {
   using ddp::share_global_batch;
   CHECK(share_global_batch(12, 1, 4).batch_size == 4);

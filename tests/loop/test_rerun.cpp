@@ -60,7 +60,7 @@ std::vector<std::string> with_sets(std::vector<std::string> sets, const std::vec
 }  // namespace
 
 TEST_CASE("dist.microbatches changed on resume cuts the same samples a step otherwise and resumes to the "
-          "uninterrupted run's weights; another train.batch_size is refused, and the fix it names resumes them too",
+          "uninterrupted run's weights, and another train.batch_size is refused, and the fix it names resumes them too",
           "[trainer][rerun][pipeline][errors]") {
   // 2 stages × 1 replica: 2 × train.batch_size 8 = 16 samples a step (Note [Global batch]), as 4
   // microbatches of 4 or 8 of 2.

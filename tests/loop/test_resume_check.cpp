@@ -23,7 +23,7 @@ struct RunSettings {
   ddp::StepShape shape() const {
     ddp::StepShape shape{replicas, batch_size, accum_steps, pipeline};
     if (pipeline) {
-      auto share = ddp::share_step(global_batch, batch_size, 1, static_cast<int>(2 * replicas), 2, accum_steps);
+      auto share = ddp::share_step(config(), static_cast<int>(2 * replicas));
       shape.batch_size = share.batch_size;
     } else if (global_batch > 0) {
       auto share = ddp::share_global_batch(global_batch, static_cast<int>(replicas), batch_size);
@@ -42,6 +42,7 @@ struct RunSettings {
   }
   ddp::TrainConfig config() const {
     ddp::TrainConfig config;
+    config.train.batch_size = batch_size;
     config.train.global_batch_size = global_batch;
     config.mesh.pipeline = pipeline ? 2 : 1;
     config.mesh.microbatches = pipeline ? accum_steps : 0;
@@ -137,4 +138,36 @@ TEST_CASE("a resume whose position falls inside this run's micro-batches is refu
                     "train.batch_size: step_10.pt stopped 6 samples into its epoch, not a whole number of this run's "
                     "micro-batches of 4 × 3; resume as written: 2 rank(s) × train.batch_size 3 × "
                     "train.grad_accum_steps 2; or start afresh with checkpoint.resume: never or another run.output_dir");
+}
+
+TEST_CASE("a pipeline's resume fix keeps to what train.global_batch_size allows: train.grad_accum_steps 1, and no "
+          "learning rate scaled by the world size", "[loop][resume][pipeline]") {
+  // Written by 1 replica of 2 stages, batch 8 × train.grad_accum_steps 2: 32 samples, as 4
+  // microbatches of 8. Resumed with train.batch_size 4: 16 samples a step, refused.
+  ddp::TrainProgress saved{10, 0, 0, 8, 1, 4};
+  ddp::TrainConfig config;
+  config.mesh.pipeline = 2;
+  config.train.batch_size = 4;
+  config.train.grad_accum_steps = 2;
+  auto share = ddp::share_step(config, 2);
+  ddp::StepShape now{1, share.batch_size, share.grad_accum_steps, share.microbatched, config.train.grad_accum_steps};
+  CHECK_THROWS_WITH(ddp::check_resume_layout(saved, now, config, "step_10.pt"),
+                    Catch::Contains("; use train.global_batch_size 32 and train.grad_accum_steps 1 as written;"));
+  // Followed, it starts (train.global_batch_size takes train.grad_accum_steps 1) and resumes.
+  config.train.global_batch_size = 32;
+  config.train.grad_accum_steps = 1;
+  share = ddp::share_step(config, 2);
+  CHECK_NOTHROW(ddp::check_resume_layout(
+      saved, {1, share.batch_size, share.grad_accum_steps, share.microbatched, 1}, config, "step_10.pt"));
+  // Under optim.lr_scaling, which train.global_batch_size refuses, it is train.batch_size, and followed resumes.
+  config.train.global_batch_size = 0;
+  config.train.grad_accum_steps = 2;
+  config.optim.lr_scaling = "linear";
+  CHECK_THROWS_WITH(ddp::check_resume_layout(saved, now, config, "step_10.pt"),
+                    Catch::Contains("; use train.batch_size 8 (2 rank(s) × 8 × train.grad_accum_steps 2 = 32 samples a "
+                                    "step, as written);"));
+  config.train.batch_size = 8;
+  share = ddp::share_step(config, 2);
+  CHECK_NOTHROW(ddp::check_resume_layout(
+      saved, {1, share.batch_size, share.grad_accum_steps, share.microbatched, 2}, config, "step_10.pt"));
 }

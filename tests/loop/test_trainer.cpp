@@ -281,6 +281,7 @@ TEST_CASE("the log's numbers mean what they say: no all-reduce time at world 1, 
   };
   auto first = train(1, "synthetic_mlp.yaml", sets(10, 16));
   CHECK_THAT(first.out, Contains("step 5/10 loss") && !Contains("all-reduce"));
+  for (const auto& record : read_metrics(dir.file("run/metrics.jsonl"))) CHECK(record.count("allreduce_ms") == 0);
   // A run shorter than train.log_every still logs its training loss, once, at its end.
   auto short_run = train(1, "synthetic_mlp.yaml", {"run.output_dir=" + dir.file("short"), "train.max_steps=3",
                                                    "train.log_every=50", "data.eval_split=none",

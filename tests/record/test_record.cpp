@@ -178,6 +178,14 @@ TEST_CASE("a report leaves out the panels a run has no data for, saying why, and
                                                                  "before its first monitor.every_s"));
   std::string same = render_report({read_run(dir.file("a")), read_run(dir.file("a"))});
   CHECK_THAT(same, Contains("The runs' configs are the same, key for key."));
+  // Runs without a config.yaml are never "the same".
+  std::filesystem::create_directories(dir.file("c"));
+  std::filesystem::copy_file(dir.file("a/metrics.jsonl"), dir.file("c/metrics.jsonl"));
+  std::string unknown = render_report({read_run(dir.file("c")), read_run(dir.file("c"))});
+  CHECK_THAT(unknown, Contains("The configs cannot be compared: 2 of the 2 runs kept no config.yaml.") &&
+                          !Contains("key for key"));
+  CHECK_THAT(render_report({read_run(dir.file("a")), read_run(dir.file("b")), read_run(dir.file("c"))}),
+             Contains("What differs between the runs' configs (of those that kept a config.yaml):"));
 }
 
 TEST_CASE("ddp-report writes one page for several runs, and names a directory that holds none", "[record][report]") {

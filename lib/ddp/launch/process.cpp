@@ -7,11 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ddp {
@@ -128,6 +130,23 @@ char process_state(pid_t pid) {
 
 void signal_group(pid_t pid, int signal) {
   if (pid > 0) kill(-pid, signal);
+}
+
+bool wait_groups_gone(const std::vector<pid_t>& groups, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    // kill(-g, 0) finds a group while any member lives or awaits reaping; the id is not reused before.
+    bool left = std::any_of(groups.begin(), groups.end(), [](pid_t group) { return group > 0 && kill(-group, 0) == 0; });
+    if (!left) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void queue_signal(pid_t pid, int signal, int value) {
+  union sigval carried {};
+  carried.sival_int = value;
+  if (pid > 0) sigqueue(pid, signal, carried);
 }
 
 std::string signal_name(int signal) {

@@ -2,6 +2,7 @@
 // Starting and signalling worker processes. Each worker leads its own process group, so a stop
 // reaches everything it started, and dies with the launcher (PR_SET_PDEATHSIG).
 
+#include <chrono>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -30,6 +31,14 @@ char process_state(pid_t pid);
 
 /// Sends `signal` to the process group led by `pid`; a group that is already gone is fine.
 void signal_group(pid_t pid, int signal);
+
+/// Waits, at most `limit`, until the process groups led by `groups` (sent SIGKILL already) have no
+/// member left, reaped ones included; false when some outlived the limit.
+bool wait_groups_gone(const std::vector<pid_t>& groups, std::chrono::milliseconds limit);
+
+/// Sends `signal` to the process `pid` alone, carrying `value` (sigqueue(3)), which a handler
+/// installed with SA_SIGINFO reads as si_value; a process that is already gone is fine.
+void queue_signal(pid_t pid, int signal, int value);
 
 /// "SIGTERM" for 15.
 std::string signal_name(int signal);

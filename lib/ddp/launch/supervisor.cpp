@@ -113,13 +113,19 @@ class Attempt {
     }
     monitor();
     relay_.drain_and_close();
+    std::vector<pid_t> groups;
     for (auto& worker : workers_) {
       if (!worker.group_cleared) {  // every worker was reaped by now; this is a safety net
         signal_group(worker.pid, SIGKILL);
         watchdog_.forget(worker.pid);
       }
       close(worker.heartbeat_fd);
+      groups.push_back(worker.pid);
     }
+    // What a worker left in its group was sent SIGKILL, which takes effect a moment later: no
+    // process of the attempt outlives it (a restart or ddprun's exit).
+    if (!wait_groups_gone(groups, std::chrono::seconds(2)))
+      say("some processes the workers started outlived SIGKILL for 2 s (in uninterruptible sleep?)");
     remove_leftover_shared_memory();
     if (state_.failure()) summarize(*state_.failure());
     return state_.outcome();
@@ -421,11 +427,8 @@ class Attempt {
   void stop_all(int sig, StopReason reason) {
     for (const auto& w : workers_) {
       if (w.state != WorkerState::kHealthy) continue;
-      if (reason != StopReason::kAsked) {  // the worker first, with why (worker_contract.h)
-        union sigval value {};
-        value.sival_int = static_cast<int>(reason);
-        sigqueue(w.pid, sig, value);
-      }
+      // ddp-train first, with why (worker_contract.h); any other program gets the signal once.
+      if (reason != StopReason::kAsked && options_.runs_trainer) queue_signal(w.pid, sig, static_cast<int>(reason));
       signal_group(w.pid, sig);
     }
     stop_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_s * 1000));
@@ -641,8 +644,9 @@ class ElasticJob : public JobMembership {
         std::to_string(layout->node_count) + " (" + hosts + "), world size " + std::to_string(layout->world_size) +
         "; failures so far " + std::to_string(layout->failures) + " (--max-restarts " +
         std::to_string(options_.max_restarts) + "), membership changes " + std::to_string(changes_));
-    if (round == 0 && !options_.redirects.empty())
+    if (!logs_placed_ && !options_.redirects.empty())  // this node's first round, which a late joiner starts at > 0
       options_.log_dir = make_torchrun_log_dir(options_.log_dir, layout->run_id);
+    logs_placed_ = true;
     AttemptPlan plan{options_, *layout, round, layout->failures};
     plan.options.master_addr = rendezvous_.store_address();  // the workers' store too
     plan.options.node_rank = layout->node_rank;
@@ -709,6 +713,7 @@ class ElasticJob : public JobMembership {
   LaunchOptions options_;  // log_dir: the one made in round 0
   ElasticRendezvous rendezvous_;
   int changes_ = 0;  // membership changes so far
+  bool logs_placed_ = false;  // LOG_DIR made (or taken from --log-dir) and said, in this node's first round
 };
 
 /// The loop of Note [Job states]; returns the launcher's exit status.

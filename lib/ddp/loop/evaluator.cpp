@@ -8,14 +8,23 @@
 namespace ddp {
 namespace {
 
+// Where evaluate_shard's sums keep, after the task's metric sums, the sample count and the ranks
+// that stopped early.
+struct EvalSums {
+  int64_t samples, stopped;
+  explicit EvalSums(const Task& task)
+      : samples(static_cast<int64_t>(task.metric_names().size())), stopped(samples + 1) {}
+};
+
 // Metric sums, the sample count and the ranks that stopped early, summed over the ranks, as means.
 EvalResult eval_result(const Task& task, torch::Tensor sums, int64_t planned) {
   sums = sums.to(torch::kCPU);
   auto names = task.metric_names();
+  const EvalSums at(task);
   EvalResult result;
-  result.samples = static_cast<int64_t>(sums[-2].item<double>());
+  result.samples = static_cast<int64_t>(sums[at.samples].item<double>());
   result.planned = planned;
-  result.interrupted = sums[-1].item<double>() > 0;
+  result.interrupted = sums[at.stopped].item<double>() > 0;
   for (std::size_t i = 0; i < names.size(); ++i)
     result.metrics.emplace_back(names[i], result.samples > 0 ? sums[i].item<double>() / result.samples : 0.0);
   if (result.samples > 0) task.add_derived_metrics(result.metrics);
@@ -40,13 +49,14 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
   model.eval();
   // The metric sums, the sample count, then whether this rank stopped early, accumulated on the
   // device: no sync per batch.
-  auto sums = torch::zeros({count + 2}, torch::dtype(torch::kDouble).device(everyone.device));
+  const EvalSums at(task);
+  auto sums = torch::zeros({at.stopped + 1}, torch::dtype(torch::kDouble).device(everyone.device));
   {
     torch::NoGradGuard no_grad;
     int64_t done = 0;
     for (int64_t start = begin; start < end; start += config.batch_size) {
       if (may_stop && hooks.stop_requested && hooks.stop_requested()) {
-        sums[-1].fill_(1.0);
+        sums[at.stopped].fill_(1.0);
         break;
       }
       auto positions = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
@@ -55,7 +65,7 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
       torch::Tensor batch_sums = metrics(batch);
       if (batch_sums.defined()) {
         sums.narrow(0, 0, count).add_(batch_sums);
-        sums[-2].add_(static_cast<double>(batch.size()));
+        sums[at.samples].add_(static_cast<double>(batch.size()));
       }
       if (hooks.batch_done) hooks.batch_done(++done, batches);
     }

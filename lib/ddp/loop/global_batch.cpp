@@ -1,8 +1,11 @@
 #include "ddp/loop/global_batch.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ddp/common/error.h"
+#include "ddp/loop/train_config.h"
 
 namespace ddp {
 namespace {
@@ -43,14 +46,20 @@ GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max
 }
 
 GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int stages, int64_t microbatches,
-                                      const std::string& key) {
+                                      int64_t max_batch, const std::string& key) {
   if (replicas <= 0 || global_batch % replicas != 0)
     throw UserError(fmt::format("{}: {} samples do not split evenly over {} pipeline replica(s); use a global batch "
                                 "that {} divides",
                                 key, global_batch, replicas, replicas));
   const int64_t share = global_batch / replicas;
   int64_t count = microbatches;
-  if (count == 0) count = share % (2 * stages) == 0 || share % stages != 0 ? 2 * stages : stages;
+  if (count == 0) {
+    // Enough microbatches to keep the stages busy (2P fills a 1F1B pipeline), and more where the
+    // share (grown by train.grad_accum_steps) would make them larger than train.batch_size.
+    count = share % (2 * stages) == 0 || share % stages != 0 ? 2 * stages : stages;
+    if (share % count == 0)
+      while (share / count > std::max<int64_t>(max_batch, 1) || share % count != 0) ++count;
+  }
   if (share % count != 0)
     throw UserError(fmt::format("{}: {} samples do not split into {} replica(s) × {} microbatches (dist.microbatches); "
                                 "use a dist.microbatches that divides each replica's {} ({}){}",
@@ -60,25 +69,27 @@ GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int st
                                     : ""));
   return {share / count, count,
           fmt::format("global batch {} = {} replica(s) of {} pipeline stages × {} microbatches of {} a step",
-                      global_batch, replicas, stages, count, share / count)};
+                      global_batch, replicas, stages, count, share / count),
+          true};
 }
 
-GlobalBatchShare share_step(int64_t global_batch, int64_t batch, int64_t accum, int world, int stages,
-                            int64_t microbatches) {
-  const bool given = global_batch > 0;
-  const std::string source = given ? " (train.global_batch_size)" : " (world size × train.batch_size × train.grad_accum_steps)";
+GlobalBatchShare share_step(const TrainConfig& config, int world) {
+  const auto& train = config.train;
+  const int stages = static_cast<int>(config.mesh.pipeline);
+  const bool given = train.global_batch_size > 0;
+  const int64_t global_batch = given ? train.global_batch_size : world * train.batch_size * train.grad_accum_steps;
   GlobalBatchShare share;
   if (stages > 1) {
-    share = share_pipeline_batch(given ? global_batch : world * batch * accum, world / stages, stages, microbatches,
+    share = share_pipeline_batch(global_batch, world / stages, stages, config.mesh.microbatches, train.batch_size,
                                  given ? "train.global_batch_size" : "dist.microbatches");
   } else if (given) {
-    share = share_global_batch(global_batch, world, batch);
+    share = share_global_batch(global_batch, world, train.batch_size);
   } else {
-    share = {batch, accum,
-             fmt::format("global batch {} = {} rank(s) × batch {} × {} micro-step(s) a step", world * batch * accum,
-                         world, batch, accum)};
+    share = {train.batch_size, train.grad_accum_steps,
+             fmt::format("global batch {} = {} rank(s) × batch {} × {} micro-step(s) a step", global_batch, world,
+                         train.batch_size, train.grad_accum_steps)};
   }
-  share.formation += source;
+  share.formation += given ? " (train.global_batch_size)" : " (world size × train.batch_size × train.grad_accum_steps)";
   return share;
 }
 

@@ -29,14 +29,16 @@ void declare_config(ConfigSchema& schema, TrainLoopConfig& config) {
       .max(kMaxEpochs);
   schema.add("train.max_steps", &config.max_steps, "stop after this many optimizer steps; 0: no limit").min(0)
       .max(kMaxSteps);
-  schema.add("train.batch_size", &config.batch_size, "samples per rank, per micro-step").min(1)
+  schema.add("train.batch_size", &config.batch_size, "samples per rank, per micro-step; with train.global_batch_size, or under a pipeline, the "
+             "largest micro-batch (a pipeline's microbatch)").min(1)
       .max(1e7);
-  schema.add("train.grad_accum_steps", &config.grad_accum_steps, "micro-steps per optimizer step").min(1)
+  schema.add("train.grad_accum_steps", &config.grad_accum_steps, "micro-steps per optimizer step; under a pipeline it multiplies the global batch, which "
+             "dist.microbatches then cuts").min(1)
       .max(1e6);
   schema.add("train.global_batch_size", &config.global_batch_size,
-             "samples per optimizer step over all ranks, the same at any world size: each rank takes its share in "
-             "micro-steps of at most train.batch_size (elastic jobs keep training the same); 0: off, "
-             "world size × batch_size × grad_accum_steps")
+             "samples per optimizer step over all ranks, the same at any world size and layout: each rank (each "
+             "pipeline replica) takes its share in micro-steps (microbatches) of at most train.batch_size (elastic "
+             "jobs keep training the same); 0: off, world size × batch_size × grad_accum_steps")
       .min(0)
       .max(1e9);
   schema.rule("train.grad_accum_steps", [&config]() -> std::string {

@@ -43,14 +43,31 @@ std::string resume_fix(int64_t world, int64_t batch, int64_t accum, int64_t posi
                        const TrainConfig& config) {
   const int64_t samples = world * batch * accum;
   const bool global = config.train.global_batch_size > 0;
-  if (now.pipeline) {
-    // The global batch, named, splits over the replicas and microbatches as Note [Global batch] says.
+  if (now.microbatched && config.optim.lr_scaling == "none") {
+    // The global batch, named, splits over the replicas and microbatches as Note [Global batch] says
+    // (it takes train.grad_accum_steps 1, and a learning rate that is not scaled).
     try {
       auto share = share_pipeline_batch(samples, static_cast<int>(now.replicas), static_cast<int>(config.mesh.pipeline),
-                                        config.mesh.microbatches);
+                                        config.mesh.microbatches, now.batch_size);
       if (resumes(samples, position, {now.replicas, share.batch_size, share.grad_accum_steps, true}))
-        return "use train.global_batch_size " + number(samples) + " as written";
+        return "use train.global_batch_size " + number(samples) +
+               (now.given_accum_steps != 1 ? " and train.grad_accum_steps 1" : "") + " as written";
     } catch (const UserError&) {
+    }
+  }
+  if (now.microbatched) {
+    // Else train.batch_size, the global batch being ranks × it × train.grad_accum_steps.
+    const int64_t parts = now.replicas * config.mesh.pipeline * now.given_accum_steps;
+    if (samples % parts == 0) {
+      try {
+        auto share = share_pipeline_batch(samples, static_cast<int>(now.replicas), static_cast<int>(config.mesh.pipeline),
+                                          config.mesh.microbatches, samples / parts);
+        if (resumes(samples, position, {now.replicas, share.batch_size, share.grad_accum_steps, true}))
+          return "use train.batch_size " + number(samples / parts) + " (" + number(parts / now.given_accum_steps) +
+                 " rank(s) × " + number(samples / parts) + " × train.grad_accum_steps " +
+                 number(now.given_accum_steps) + " = " + number(samples) + " samples a step, as written)";
+      } catch (const UserError&) {
+      }
     }
     return "resume as written: train.global_batch_size " + number(samples) + " with dist.microbatches " +
            number(accum) + " over " + number(world) + " replica(s)";
@@ -123,13 +140,15 @@ void check_resume_layout(const TrainProgress& saved, const StepShape& now, const
   const int64_t accum = saved.accum_steps != 0 ? saved.accum_steps : now.accum_steps;  // older: assumed kept
   const int64_t samples = world * saved.batch_size * accum;
   const int64_t position = saved.batch_in_epoch * world * saved.batch_size;  // samples into the epoch
-  const std::string accum_key = now.pipeline ? "dist.microbatches" : "train.grad_accum_steps";
+  const std::string accum_key = now.microbatched ? "dist.microbatches" : "train.grad_accum_steps";
   if (samples != now.samples())
     throw UserError("train.batch_size: " + source + " was written by " + number(world) + " rank(s) × train.batch_size " +
                     number(saved.batch_size) + " × " + number(accum) + " micro-step(s) = " + number(samples) +
-                    " samples a step; this run has " + number(now.replicas) + (now.pipeline ? " replica(s) × microbatches of " : " × ") +
-                    number(now.batch_size) + " × " + accum_key + " " + number(now.accum_steps) + " = " + number(now.samples()) + ", which would train other steps; " +
-                    resume_fix(world, saved.batch_size, accum, position, now, config) + kRestartHint);
+                    " samples a step; this run has " + number(now.replicas) +
+                    (now.microbatched ? " replica(s) × microbatches of " : " × ") + number(now.batch_size) + " × " +
+                    accum_key + " " + number(now.accum_steps) + " = " + number(now.samples()) +
+                    ", which would train other steps; " + resume_fix(world, saved.batch_size, accum, position, now, config) +
+                    kRestartHint);
   if (position % (now.replicas * now.batch_size) != 0)
     throw UserError("train.batch_size: " + source + " stopped " + number(position) + " samples into its epoch, not a whole " +
                     "number of this run's micro-batches of " + number(now.replicas) + " × " + number(now.batch_size) + "; " +

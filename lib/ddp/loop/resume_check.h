@@ -9,19 +9,10 @@
 #include <string>
 
 #include "ddp/checkpoint/checkpointer.h"
+#include "ddp/loop/global_batch.h"
 #include "ddp/loop/train_config.h"
 
 namespace ddp {
-
-/// How this run makes each optimizer step of samples.
-struct StepShape {
-  int64_t replicas = 1;     ///< the ranks that split the samples (the data-parallel group)
-  int64_t batch_size = 1;   ///< samples per replica and micro-step
-  int64_t accum_steps = 1;  ///< micro-steps per optimizer step (dist.microbatches under a pipeline)
-  bool pipeline = false;    ///< accum_steps is dist.microbatches, not train.grad_accum_steps
-
-  int64_t samples() const { return replicas * batch_size * accum_steps; }
-};
 
 /// "" when the checkpoint's recorded config and data fingerprint (its manifest's, read_run_identity)
 /// fit this run's, else the refusal: the keys that decide what is trained and differ, or the data

@@ -57,8 +57,9 @@ std::string stop_text(int signal, StopReason reason) {
   const std::string resumes = "; checkpoint saved, the same command resumes from it";
   switch (reason) {
     case StopReason::kMembershipChanged:
+      // The next round resumes; a node that is left out (it was frozen, or the job cannot go on) ends.
       return ": the job's nodes changed, and the launcher ends this round; checkpoint saved, the next round resumes "
-             "from it";
+             "from it, or where the job ends here, the same command resumes from it";
     case StopReason::kPeerFailed:
       return ": another rank failed, and the launcher stops the others; checkpoint saved";
     case StopReason::kPeerInterrupted:
@@ -223,9 +224,9 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   double lr = last_lr_;
   std::string rates = edges_per_s > 0 ? fmt::format(" sampled edges/s {:.0f}", edges_per_s) : "";
   if (tokens_per_s > 0) rates += fmt::format(" tokens/s {:.0f}", tokens_per_s);
-  // One rank syncs nothing: no all-reduce time to show.
-  if (world_.world_size > 1)
-    rates += fmt::format(" all-reduce {:.2f} ms ({:.2f} ms exposed)", allreduce_ms, exposed_ms);
+  // One rank, or one replica per pipeline stage, syncs nothing: no all-reduce time to show or record.
+  const bool synced = world_.world_size > 1 && allreduce_ms > 0;
+  if (synced) rates += fmt::format(" all-reduce {:.2f} ms ({:.2f} ms exposed)", allreduce_ms, exposed_ms);
   spdlog::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.3g} samples/s {:.0f} ({:.0f} per rank){} ETA {}",
                epoch_of(progress), total_epochs_, progress.step, total_steps_, loss, lr, samples_per_s,
                samples_per_s / world_.world_size, rates, format_duration(eta_seconds(progress)));
@@ -234,9 +235,8 @@ void RunRecorder::log_window(const TrainProgress& progress) {
                        {"loss", loss},
                        {"lr", lr},
                        {"samples_per_s", samples_per_s},
-                       {"samples_per_s_per_rank", samples_per_s / world_.world_size},
-                       {"allreduce_ms", allreduce_ms},
-                       {"allreduce_exposed_ms", exposed_ms}};
+                       {"samples_per_s_per_rank", samples_per_s / world_.world_size}};
+  if (synced) record.insert(record.end(), {{"allreduce_ms", allreduce_ms}, {"allreduce_exposed_ms", exposed_ms}});
   if (edges_per_s > 0) record.emplace_back("sampled_edges_per_s", edges_per_s);
   if (tokens_per_s > 0) record.emplace_back("tokens_per_s", tokens_per_s);
   metrics_->write(record);

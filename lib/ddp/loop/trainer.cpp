@@ -57,9 +57,9 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   if (action == Action::kResume) changed_since_ = verdict.substr(1);
   const Communicator& replicas = plan_->data_parallel();  // the ranks that split the samples
   // Before anything is written: a global batch the layout cannot split ends the run here.
-  GlobalBatchShare share = share_step(config_.train.global_batch_size, config_.train.batch_size,
-                                      config_.train.grad_accum_steps, world.world_size, plan_->stages(),
-                                      config_.mesh.microbatches);
+  GlobalBatchShare share = share_step(config_, world.world_size);
+  step_shape_ = {replicas.world_size, share.batch_size, share.grad_accum_steps, share.microbatched,
+                 config_.train.grad_accum_steps};
   config_.train.batch_size = share.batch_size;
   config_.train.grad_accum_steps = share.grad_accum_steps;
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_,
@@ -145,7 +145,7 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   CheckpointReader& reader = *parsed;
   // A whole checkpoint is rank 0's file, which the others only heard of.
   const std::string source = reader.single_file() && world.rank != 0 ? "rank 0's checkpoint" : reader.source();
-  check_resume_layout(reader.progress(), step_shape(), config_, source);
+  check_resume_layout(reader.progress(), step_shape_, config_, source);
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   layout.whole_optimizer = [this](const std::vector<torch::Tensor>& whole) {  // format 1's whole checkpoints
     return make_optimizer(whole, config_.optim, scaled_lr(config_.optim, replicas()));
@@ -211,10 +211,6 @@ void Trainer::warn_if_lr_rises(double last_lr) const {
                                        "decay, set schedule.decay_steps to the step it ended at (its train.max_steps)",
                                        total_steps())
                          : ", as this run's schedule.* gives it");
-}
-
-StepShape Trainer::step_shape() const {
-  return {replicas(), config_.train.batch_size, config_.train.grad_accum_steps, plan_->stages() > 1};
 }
 
 int64_t Trainer::steps_per_epoch() const {

@@ -53,8 +53,6 @@ class Trainer {
   /// On rank 0, a warning when this run's schedule gives the next step a higher lr than `last_lr`,
   /// the saved run's last step's (negative: unknown), after warmup.
   void warn_if_lr_rises(double last_lr) const;
-  /// This run's samples a step, for check_resume_layout.
-  StepShape step_shape() const;
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
@@ -76,6 +74,7 @@ class Trainer {
   void save_checkpoint();
 
   TrainConfig config_;
+  StepShape step_shape_;  ///< how this run makes a step's samples (Note [Global batch]), for check_resume_layout
   std::unique_ptr<ParallelPlan> plan_;
   ValueSlots side_values_;  // before their participants: the recorder's monitor, the stop vote, the gradient sync
   std::unique_ptr<RunRecorder> recorder_;

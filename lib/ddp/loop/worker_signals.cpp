@@ -17,7 +17,10 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 std::atomic<int> g_stop_reason{0};
 
+// The first stop signal and its reason stand: the launcher's plain signal to the group that follows a
+// queued one, or a user's Ctrl-C after it, says nothing new.
 void on_stop(int sig, siginfo_t* info, void*) {
+  if (g_stop_signal.load() != 0) return;
   if (info && info->si_code == SI_QUEUE) g_stop_reason.store(info->si_value.sival_int);
   g_stop_signal.store(sig);
 }
@@ -43,17 +46,19 @@ StopReason stop_reason() {
 }
 
 void StopVote::cast() {
-  auto values = side_values_[slot_];
-  std::fill(values.begin(), values.end(), 0.0);
+  auto vote = side_values_[vote_];
+  auto reasons = side_values_[reasons_];
+  std::fill(vote.begin(), vote.end(), 0.0);
+  std::fill(reasons.begin(), reasons.end(), 0.0);
   if (stop_signal() == 0) return;
-  values[0] = 1;
-  values[1 + static_cast<std::size_t>(stop_reason())] = 1;
+  vote[0] = 1;
+  reasons[static_cast<std::size_t>(stop_reason())] = 1;
 }
 
 StopReason StopVote::reason() const {
-  auto values = side_values_[slot_];
+  auto reasons = side_values_[reasons_];
   for (StopReason reason : {StopReason::kMembershipChanged, StopReason::kPeerInterrupted, StopReason::kPeerFailed})
-    if (values[1 + static_cast<std::size_t>(reason)] > 0) return reason;
+    if (reasons[static_cast<std::size_t>(reason)] > 0) return reason;
   return StopReason::kAsked;
 }
 

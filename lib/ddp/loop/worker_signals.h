@@ -28,11 +28,13 @@ class StopVote {
  public:
   /// Reserves the vote's slot in `side_values`, which must outlive it.
   explicit StopVote(ValueSlots& side_values)
-      : side_values_(side_values), slot_(side_values.reserve("stop vote", 1 + kReasons)) {}
+      : side_values_(side_values),
+        vote_(side_values.reserve("stop vote")),
+        reasons_(side_values.reserve("stop reasons", kReasons)) {}
   /// Before the step's transfer: this rank's vote (whether a signal asked it to stop) and its reason.
   void cast();
   /// After it: whether any rank voted to stop. Every rank sees the same sums, so all stop alike.
-  bool agreed() const { return side_values_[slot_][0] > 0; }
+  bool agreed() const { return side_values_[vote_][0] > 0; }
   /// After an agreed vote: the voters' reason, the launcher's own first (a membership change, then
   /// a peer's interruption or failure), else kAsked.
   StopReason reason() const;
@@ -40,7 +42,8 @@ class StopVote {
  private:
   static constexpr std::size_t kReasons = static_cast<std::size_t>(StopReason::kPeerInterrupted) + 1;
   ValueSlots& side_values_;
-  ValueSlots::Slot slot_;
+  ValueSlots::Slot vote_;     // 1 on each rank a signal asked to stop
+  ValueSlots::Slot reasons_;  // by StopReason: 1 on each rank that stops for it
 };
 
 /// Writes progress to DDPRUN_HEARTBEAT_FD, when the launcher gave one; never blocks.

@@ -19,7 +19,6 @@ struct MeshConfig {
   std::string pipeline_split;  ///< pipeline: the layers that begin stages 1.., comma-separated; empty: balanced
 };
 
-
 /// Declares the `MeshConfig` keys (in the `dist:` section), bound to `config`.
 void declare_config(ConfigSchema& schema, MeshConfig& config);
 

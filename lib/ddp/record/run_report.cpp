@@ -27,7 +27,7 @@ h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 24px 0 8p
 .meta { color: #666; margin-bottom: 16px; }
 table { border-collapse: collapse; background: #fff; } td, th { padding: 4px 10px; border: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 12px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 12px; }
 svg.chart { background: #fff; border: 1px solid #ddd; width: 100%; height: auto; }
 .differs td { font-family: ui-monospace, monospace; }
 svg .title { font-weight: 600; font-size: 14px; } svg .tick, svg .legend { font-size: 11px; fill: #444; }
@@ -153,12 +153,18 @@ std::string unmonitored_text(const std::vector<RunRecords>& runs) {
 
 // Several runs: a table of the config keys whose values are not the same in every run (a run
 // without the key shows "-"), above each run's whole config.
-std::string config_differences(const std::vector<RunRecords>& runs) {
-  if (runs.size() < 2) return "";
+std::string config_differences(const std::vector<RunRecords>& all_runs) {
+  if (all_runs.size() < 2) return "";
+  std::vector<const RunRecords*> runs;  // those that kept their config.yaml: no config is no evidence of sameness
+  for (const auto& run : all_runs)
+    if (!run.config.empty()) runs.push_back(&run);
+  if (runs.size() < 2)
+    return fmt::format("<p class=\"meta\">The configs cannot be compared: {} of the {} runs kept no config.yaml.</p>",
+                       all_runs.size() - runs.size(), all_runs.size());
   std::vector<std::map<std::string, std::string>> keys;
   std::set<std::string> all;
-  for (const auto& run : runs) {
-    keys.push_back(config_keys(run.config));
+  for (const auto* run : runs) {
+    keys.push_back(config_keys(run->config));
     for (const auto& [key, value] : keys.back()) all.insert(key);
   }
   std::string rows;
@@ -173,11 +179,12 @@ std::string config_differences(const std::vector<RunRecords>& runs) {
     for (const auto& value : values) rows += "<td>" + html_escape(value) + "</td>";
     rows += "</tr>";
   }
-  if (rows.empty()) return "<p class=\"meta\">The runs' configs are the same, key for key.</p>";
+  const std::string among = runs.size() < all_runs.size() ? " (of those that kept a config.yaml)" : "";
+  if (rows.empty()) return "<p class=\"meta\">The runs' configs" + among + " are the same, key for key.</p>";
   std::string header = "<tr><th>key</th>";
-  for (const auto& run : runs) header += "<th>" + html_escape(run.name) + "</th>";
-  return "<p class=\"meta\">What differs between the runs' configs:</p><table class=\"differs\">" + header + "</tr>" +
-         rows + "</table>";
+  for (const auto* run : runs) header += "<th>" + html_escape(run->name) + "</th>";
+  return "<p class=\"meta\">What differs between the runs' configs" + among + ":</p><table class=\"differs\">" +
+         header + "</tr>" + rows + "</table>";
 }
 
 // The task's own eval metrics (accuracy, perplexity...): not the loss, the sample count or a flag.
@@ -265,10 +272,13 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   html += chart_of(runs, "Learning rate", "lr", {{"lr", "lr"}});
   html += "</div>\n";
   // Panels that could only say "no data" are left out, with one line saying why.
-  const bool all_reduced = any_series(runs, "allreduce_ms");
+  const bool all_reduced = std::any_of(runs.begin(), runs.end(), [](const RunRecords& run) {
+    const auto& values = run.series("allreduce_ms");  // older runs wrote 0 where nothing was synced
+    return std::any_of(values.begin(), values.end(), [](const auto& point) { return point.second > 0; });
+  });
   const bool monitored = any_series(runs, "sys_rss_mib_rank0");
   html += "<h2>Communication and ranks</h2>";
-  if (!all_reduced) html += "<p class=\"meta\">No all-reduce was recorded: one rank, which has nothing to exchange.</p>";
+  if (!all_reduced) html += "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has no gradients to exchange.</p>";
   if (!monitored) html += "<p class=\"meta\">" + unmonitored_text(runs) + "</p>";
   if (all_reduced || monitored) {
     html += "<div class=\"charts\">";
