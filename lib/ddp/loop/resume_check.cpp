@@ -43,32 +43,28 @@ std::string resume_fix(int64_t world, int64_t batch, int64_t accum, int64_t posi
                        const TrainConfig& config) {
   const int64_t samples = world * batch * accum;
   const bool global = config.train.global_batch_size > 0;
-  if (now.microbatched && config.optim.lr_scaling == "none") {
-    // The global batch, named, splits over the replicas and microbatches as Note [Global batch] says
-    // (it takes train.grad_accum_steps 1, and a learning rate that is not scaled).
+  // Whether a pipeline cutting `samples` with microbatches of at most `max_batch` resumes.
+  auto pipeline_resumes = [&](int64_t max_batch) {
     try {
       auto share = share_pipeline_batch(samples, static_cast<int>(now.replicas), static_cast<int>(config.mesh.pipeline),
-                                        config.mesh.microbatches, now.batch_size);
-      if (resumes(samples, position, {now.replicas, share.batch_size, share.grad_accum_steps, true}))
-        return "use train.global_batch_size " + number(samples) +
-               (now.given_accum_steps != 1 ? " and train.grad_accum_steps 1" : "") + " as written";
+                                        config.mesh.microbatches, max_batch);
+      return resumes(samples, position, {now.replicas, share.batch_size, share.grad_accum_steps, true});
     } catch (const UserError&) {
+      return false;
     }
-  }
+  };
   if (now.microbatched) {
-    // Else train.batch_size, the global batch being ranks × it × train.grad_accum_steps.
+    // The global batch, named, splits as Note [Global batch] says (it takes train.grad_accum_steps 1,
+    // and a learning rate that is not scaled); else train.batch_size, the global batch being ranks ×
+    // it × train.grad_accum_steps.
+    if (config.optim.lr_scaling == "none" && pipeline_resumes(now.batch_size))
+      return "use train.global_batch_size " + number(samples) +
+             (now.given_accum_steps != 1 ? " and train.grad_accum_steps 1" : "") + " as written";
     const int64_t parts = now.replicas * config.mesh.pipeline * now.given_accum_steps;
-    if (samples % parts == 0) {
-      try {
-        auto share = share_pipeline_batch(samples, static_cast<int>(now.replicas), static_cast<int>(config.mesh.pipeline),
-                                          config.mesh.microbatches, samples / parts);
-        if (resumes(samples, position, {now.replicas, share.batch_size, share.grad_accum_steps, true}))
-          return "use train.batch_size " + number(samples / parts) + " (" + number(parts / now.given_accum_steps) +
-                 " rank(s) × " + number(samples / parts) + " × train.grad_accum_steps " +
-                 number(now.given_accum_steps) + " = " + number(samples) + " samples a step, as written)";
-      } catch (const UserError&) {
-      }
-    }
+    if (samples % parts == 0 && pipeline_resumes(samples / parts))
+      return "use train.batch_size " + number(samples / parts) + " (" + number(parts / now.given_accum_steps) +
+             " rank(s) × " + number(samples / parts) + " × train.grad_accum_steps " + number(now.given_accum_steps) +
+             " = " + number(samples) + " samples a step, as written)";
     return "resume as written: train.global_batch_size " + number(samples) + " with dist.microbatches " +
            number(accum) + " over " + number(world) + " replica(s)";
   }
