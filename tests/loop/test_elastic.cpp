@@ -337,16 +337,24 @@ TEST_CASE("elastic: a node that joins with another config, or with workers that 
 }
 
 TEST_CASE("elastic: SIGTERM to one node's launcher: it checkpoints, says it leaves, exits 143, and the others "
-          "go on to the same weights", "[elastic][slow]") {
+          "go on to the same weights, and two nodes on one host are told apart by their launchers' pids",
+          "[elastic][slow]") {
   ElasticJob job;
-  auto r = run_shell(job.three_running() + "kill -TERM $C; wait $C; SC=$?; wait $A; SA=$?; wait $B; echo statuses=$SA,$?,$SC",
+  // Nodes b and c share a host (c's --local-addr is b's): named by host alone, they would read alike.
+  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") + job.start("c", "C", "--local-addr node-b") +
+                         wait_for(job.out + "/checkpoints/step_0000000200.json") + "echo pids=$B,$C; " +
+                         "kill -TERM $C; wait $C; SC=$?; wait $A; SA=$?; wait $B; echo statuses=$SA,$?,$SC",
                      std::chrono::seconds(240));
   std::string a = job.log("a"), c = job.log("c");
   INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
   CHECK(count_lines(r.out, "statuses=0,0,143") == 1);
   CHECK_THAT(c, Contains("received SIGTERM: this node leaves the job"));
   CHECK_THAT(c, Contains("left the job"));
-  CHECK_THAT(a, Contains("(node-c) is leaving: received SIGTERM"));
+  std::smatch pids;
+  REQUIRE(std::regex_search(r.out, pids, std::regex("pids=([0-9]+),([0-9]+)")));
+  CHECK_THAT(a, Contains("rendezvous round 0: node rank 0 of 3 (node-a, pid " + std::string(pids[1]) + " on node-b, pid " +
+                         std::string(pids[2]) + " on node-b)"));
+  CHECK_THAT(a, Contains("(pid " + std::string(pids[2]) + " on node-b) is leaving: received SIGTERM"));
   CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 2 (node-a, node-b)"));
   // The workers stopped together at one step and saved it: round 1 starts there.
   std::smatch stopped;

@@ -101,7 +101,8 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
     int64_t index = store_->add(round_key(round, "arrivals"), 1) - 1;
     std::string key = round_key(round, "arrival/" + std::to_string(index));
     store_->set(key, tagged(key, std::to_string(launcher_) + " " + std::to_string(previous_rank) + " " +
-                                     o.local_addr + " " + std::to_string(o.nproc_per_node)));
+                                     o.local_addr + " " + std::to_string(o.nproc_per_node) + " " +
+                                     std::to_string(getpid())));
     if (hosts_store_ && !close_round(round, interrupted)) return std::nullopt;
     // Wait for node 0 to publish the members, beating meanwhile.
     std::string members_key = round_key(round, "members");
@@ -137,16 +138,16 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
       std::string member_key = round_key(round, "arrival/" + std::to_string(chosen[i]));
       auto value = read_verified(member_key);
       auto fields = value ? split(*value, ' ') : std::vector<std::string>{};
-      if (fields.size() != 4)
+      if (fields.size() != 5)
         throw UserError("rendezvous round " + std::to_string(round) + ": a member's registration does not verify");
       Member m{parse_int(fields[0]).value_or(0), static_cast<int>(parse_int(fields[1]).value_or(-1)), printable(fields[2]),
-               static_cast<int>(parse_int(fields[3]).value_or(0))};
+               static_cast<int>(parse_int(fields[3]).value_or(0)), parse_int(fields[4]).value_or(0)};
       if (chosen[i] == index) layout.node_rank = static_cast<int>(i);
       if (layout.node_rank < 0) layout.rank_offset += m.nproc;  // the nodes before this one
       layout.world_size += m.nproc;
-      layout.hosts.push_back(m.host);
       members_.push_back(m);
     }
+    for (const auto& m : members_) layout.hosts.push_back(label(m));
     layout.node_count = static_cast<int>(members_.size());
     // Failures before a store failover were counted by the store that was lost (Note [Store failover]).
     int counted_from = 0;
@@ -187,6 +188,12 @@ std::vector<std::string> ElasticRendezvous::newcomers() const {
     veterans = veterans || m.previous_rank >= 0;
   }
   return veterans ? hosts : std::vector<std::string>{};
+}
+
+std::string ElasticRendezvous::label(const Member& member) const {
+  const auto same_host = std::count_if(members_.begin(), members_.end(),
+                                       [&](const Member& m) { return m.host == member.host; });
+  return same_host > 1 ? "pid " + std::to_string(member.pid) + " on " + member.host : member.host;
 }
 
 bool ElasticRendezvous::newcomer() const {
@@ -243,7 +250,7 @@ bool ElasticRendezvous::close_round(int round, const std::function<bool()>& inte
   for (int64_t i = 0; i < seen; ++i) {
     auto value = read_verified(keys[i]);
     auto fields = value ? split(*value, ' ') : std::vector<std::string>{};
-    if (fields.size() != 4) continue;  // written from outside the job: not a member
+    if (fields.size() != 5) continue;  // written from outside the job: not a member
     arrived.push_back({i, static_cast<int>(parse_int(fields[1]).value_or(-1)),
                        parse_int(fields[0]).value_or(0) == launcher_});
   }
@@ -275,7 +282,7 @@ std::optional<std::string> ElasticRendezvous::take_over_store() {
   const Member& successor = members_[1];
   const bool host = successor.launcher == launcher_;
   const int port = this->port();
-  std::string was = "node 0 (" + lost.host + "), which hosted the rendezvous store at " + options_.master_addr + ":" +
+  std::string was = "node 0 (" + label(lost) + "), which hosted the rendezvous store at " + options_.master_addr + ":" +
                     std::to_string(port) + ", was lost";
   if (host && port_in_use(port)) {
     // c10d's store listens on every address of its machine: a stopped store host on this one holds
@@ -312,7 +319,7 @@ std::optional<std::string> ElasticRendezvous::take_over_store() {
                  cause.substr(0, cause.find('\n')).c_str());
     return std::nullopt;
   }
-  return was + "; node 1 (" + successor.host + ") hosts a new one at " + successor.host + ":" + std::to_string(port) +
+  return was + "; node 1 (" + label(successor) + ") hosts a new one at " + successor.host + ":" + std::to_string(port) +
          " from round " + std::to_string(round_ + 1);
 }
 
@@ -358,7 +365,7 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
       since = Clock::now();
     } else if (seconds_since(since) >= o.node_timeout_s) {
       announce(MembershipChange::Kind::kLost,
-               "node " + std::to_string(rank) + " (" + m.host + ") was lost: its launcher sent no heartbeat for " +
+               "node " + std::to_string(rank) + " (" + label(m) + ") was lost: its launcher sent no heartbeat for " +
                    seconds_text(seconds_since(since)) + " s (--node-timeout " + seconds_text(o.node_timeout_s) + ")");
       return check_membership();
     }
@@ -367,7 +374,7 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
     std::string who = "a node";
     if (auto value = read_verified(round_key(round_ + 1, "arrival/0"))) {
       auto fields = split(*value, ' ');
-      if (fields.size() == 4) who = "a node (" + printable(fields[2]) + ")";
+      if (fields.size() == 5) who = "a node (" + printable(fields[2]) + ")";
     }
     announce(MembershipChange::Kind::kJoined, who + " asks to join; room for " +
                                                   std::to_string(max_nodes_ - static_cast<int>(members_.size())) +
@@ -380,7 +387,10 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
 
 void ElasticRendezvous::leave(const std::string& why) {
   try {
-    announce(MembershipChange::Kind::kLeft, "node " + std::to_string(node_rank_in_round_) + " (" + options_.local_addr +
+    std::string who = options_.local_addr;
+    for (const auto& m : members_)
+      if (m.launcher == launcher_) who = label(m);
+    announce(MembershipChange::Kind::kLeft, "node " + std::to_string(node_rank_in_round_) + " (" + who +
                                                 ") is leaving: " + why);
   } catch (const std::exception&) {
     // The store may be gone; the others then notice this node's silence instead.

@@ -72,9 +72,13 @@ class ElasticRendezvous : public Rendezvous {
   struct Member {
     int64_t launcher = 0;  // this launcher's number for the job: names its heartbeat
     int previous_rank = -1;
-    std::string host;
+    std::string host;  // its --local-addr: where it can be reached
     int nproc = 0;
+    int64_t pid = 0;   // its launcher's process id, which tells apart nodes that share a host
   };
+  /// "host", or "pid N on host" where another member of the round has the same host (two nodes on one
+  /// machine), for messages that name a node.
+  std::string label(const Member& member) const;
   std::string round_key(int round, const std::string& what) const;
   /// Node 0: waits for MIN arrivals and the settle time, then publishes the members; false when
   /// `interrupted()` first (the store then goes with this launcher, and node 1 takes it over).
