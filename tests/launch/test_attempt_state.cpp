@@ -102,6 +102,17 @@ TEST_CASE("another node's Ctrl-C stops this one as an interruption, not a failur
   CHECK(node1.failure()->interrupted);  // summarized as "stopped: node 1 (host-b) was interrupted by SIGINT"
 }
 
+TEST_CASE("another node's worker killed by a signal, with no restart left, is a failure: the report says which, not "
+          "the exit code", "[launch][state]") {
+  auto node1 = machine(JobKind::kMultiNode);
+  auto actions = node1.on_remote_failure(RemoteFailure{143, "rank 0 on host-a: killed by SIGTERM", false});
+  CHECK(actions.stop_reason == ddp::StopReason::kPeerFailed);
+  CHECK(node1.outcome().status == 143);
+  CHECK_FALSE(node1.outcome().restartable);
+  REQUIRE(node1.failure() != nullptr);
+  CHECK_FALSE(node1.failure()->interrupted);  // summarized as "failed: rank 0 on host-a: killed by SIGTERM"
+}
+
 TEST_CASE("elastic: a worker's failure is held for the node timeout, then counts and is told", "[launch][state]") {
   auto state = machine(JobKind::kElastic);
   const auto t0 = Clock::now();

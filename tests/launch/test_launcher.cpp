@@ -298,6 +298,25 @@ TEST_CASE("a failure on one node stops the other node too") {
   CHECK(find_processes(sleeper).empty());
 }
 
+TEST_CASE("Ctrl-C on one node stops the other as an interruption, not a failure: both exit 130, the other says stopped") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string sleeper = unique_sleep(30);
+  std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 30 -- sh -c 'touch " + dir.path() +
+                       "/up$RANK; " + sleeper + "'";
+  auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
+                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
+                         dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
+                         "i=$((i+1)); done; kill -INT $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
+                     std::chrono::seconds(60));
+  std::string b = read_file(dir.file("b.err"));
+  INFO(r.out << r.err << "\n--- node 0:\n" << read_file(dir.file("a.err")) << "\n--- node 1:\n" << b);
+  CHECK(count_lines(r.out, "statuses=130,130") == 1);
+  CHECK_THAT(b, Contains("stopped: node 0 (") && Contains(") was interrupted by SIGINT"));
+  CHECK_THAT(b, !Contains("failed:"));
+  CHECK(find_processes(sleeper).empty());
+}
+
 TEST_CASE("a port in use is named at once") {
   TempDir dir;
   std::string port = std::to_string(free_port());

@@ -46,9 +46,11 @@ AttemptActions AttemptState::on_stall(const Failure& failure) {
 }
 
 AttemptActions AttemptState::on_remote_failure(const RemoteFailure& remote) {
-  // A node interrupted by a signal reports 128 + it, and no restart (on_signal).
-  const bool interrupted = !remote.restartable && remote.exit_code > 128 && remote.exit_code < 128 + 32;
-  failure_ = Failure{remote.exit_code, std::nullopt, remote.description, remote.restartable, interrupted};
+  // A node interrupted by a signal says so (on_signal): its exit code alone cannot tell, since a
+  // worker killed by a signal after the last restart gives the same 128 + N, not restartable.
+  const bool interrupted = remote.interrupted;
+  failure_ = Failure{remote.exit_code, std::nullopt, remote.description, remote.restartable && !interrupted,
+                     interrupted};
   stop_for(Cause::kFailed);
   AttemptActions actions;
   actions.say = "stopping this node's workers: " + remote.description;
@@ -93,7 +95,8 @@ AttemptActions AttemptState::on_signal(int sig, int live_workers) {
   }
   stop_for(cause_ == Cause::kNone ? Cause::kInterrupted : cause_);
   actions.say = "received " + signal_name(sig) + "; stopping " + std::to_string(live_workers) + " worker(s)";
-  if (multi_node()) actions.report = RemoteFailure{128 + sig, node_ + " was interrupted by " + signal_name(sig), false};
+  if (multi_node())
+    actions.report = RemoteFailure{128 + sig, node_ + " was interrupted by " + signal_name(sig), false, true};
   // A hangup (the terminal or ssh session gone) is a stop request, as SIGTERM: the workers
   // checkpoint and leave, rather than die of SIGHUP's default action with their progress.
   actions.stop_signal = sig == SIGHUP ? SIGTERM : sig;

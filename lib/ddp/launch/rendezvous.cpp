@@ -372,8 +372,8 @@ std::optional<std::string> Rendezvous::verified(const std::string& key, const st
 
 void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
   std::string key = kPrefix + "attempt_" + std::to_string(attempt) + "/failure";
-  std::string value = tagged(key, std::to_string(failure.exit_code) + (failure.restartable ? " r " : " f ") +
-                                       failure.description);
+  const char* kind = failure.interrupted ? " i " : failure.restartable ? " r " : " f ";
+  std::string value = tagged(key, std::to_string(failure.exit_code) + kind + failure.description);
   try {
     // The first report wins, unless what is there does not verify (squatted by an outsider).
     std::string current = store_->compare_set(key, "", value);
@@ -386,7 +386,7 @@ void Rendezvous::report_failure(int attempt, const RemoteFailure& failure) {
 std::optional<RemoteFailure> Rendezvous::remote_failure(int attempt) {
   std::string key = kPrefix + "attempt_" + std::to_string(attempt) + "/failure";
   if (!store_->check(key)) return std::nullopt;
-  // "CODE r|f DESCRIPTION"
+  // "CODE r|f|i DESCRIPTION": restartable, failed for good, or interrupted (a stop, not restartable)
   auto checked = verified(key, store_->get(key));
   if (!checked) return std::nullopt;
   const std::string& value = *checked;
@@ -394,6 +394,7 @@ std::optional<RemoteFailure> Rendezvous::remote_failure(int attempt) {
   auto space = value.find(' ');
   failure.exit_code = static_cast<int>(parse_int(value.substr(0, space)).value_or(1));
   failure.restartable = value.compare(space + 1, 1, "r") == 0;
+  failure.interrupted = value.compare(space + 1, 1, "i") == 0;
   // Anyone who reaches the store's port can write this: it reaches the terminal only as plain text.
   failure.description = printable(value.size() > space + 3 ? value.substr(space + 3) : value);
   return failure;

@@ -33,6 +33,7 @@ struct RemoteFailure {
   int exit_code = 1;
   std::string description;  ///< e.g. "rank 3 on host-b: exit code 7"
   bool restartable = true;  ///< false when a node was interrupted: nobody restarts then
+  bool interrupted = false;  ///< a node was stopped by a signal (not restartable): a stop, not a failure
 };
 
 /// Hosts (node 0) or joins the store and runs the node-level protocol on it. See Note [Who hosts the store].

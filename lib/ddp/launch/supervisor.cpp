@@ -577,7 +577,7 @@ class StaticJob : public JobMembership {
       rendezvous_->report_failure(attempt, {128 + sig,
                                             "node " + std::to_string(options_.node_rank) + " (" + options_.local_addr +
                                                 ") was interrupted by " + signal_name(sig) + " between attempts",
-                                            false});
+                                            false, true});
     exit_status = 128 + sig;
     return std::nullopt;
   }
