@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     if (config.model.name != "gpt")
       throw ddp::UserError(config_path + ": model.name is " + config.model.name +
                            "; ddp-generate samples from model.name gpt");
-    const int64_t vocab = config.model.vocab_size;
+    const int64_t vocab = config.model.gpt.vocab_size;
     if (!args.ids && vocab != kByteVocabulary)
       throw ddp::UserError(config_path + ": model.vocab_size is " + std::to_string(vocab) +
                            ", so its tokens are not bytes; byte-level text needs 256 (--ids prints token ids, "

@@ -42,7 +42,7 @@ Trainee trained(uint64_t seed) {
   torch::manual_seed(seed);
   ddp::ModelConfig model_config;
   model_config.name = "mlp";
-  model_config.hidden = {12, 5};
+  model_config.mlp.hidden = {12, 5};
   ddp::OptimConfig optim;
   optim.name = "adamw";
   Trainee trainee{ddp::make_model(model_config), nullptr};

@@ -61,7 +61,7 @@ struct Trainee {
 Trainee make_trainee(std::vector<int64_t> hidden = {8}) {
   ddp::ModelConfig model_config;
   model_config.name = "mlp";
-  model_config.hidden = std::move(hidden);
+  model_config.mlp.hidden = std::move(hidden);
   ddp::OptimConfig optim_config;
   optim_config.name = "sgd";
   optim_config.lr = 0.1;

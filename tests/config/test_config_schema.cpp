@@ -26,8 +26,45 @@ TEST_CASE("ConfigSchema on its own", "[config]") {
 
   bool flag = false;
   CHECK_THROWS_AS(schema.add("toplevel", &flag, ""), std::logic_error);
-  CHECK_THROWS_AS(schema.add("s.count", &small.count, ""), std::logic_error);
+  std::string other_type = "3";
+  CHECK_THROWS_AS(schema.add("s.count", &other_type, ""), std::logic_error);
   CHECK_THROWS_AS(schema.add("s.flag", &flag, "").min(0), std::logic_error);
+}
+
+TEST_CASE("a key that two parts read is declared by both and its one value reaches both (Note [Shared keys])",
+          "[config]") {
+  struct Mlp {
+    std::vector<int64_t> hidden = {256, 128};
+  } mlp;
+  struct Sage {
+    std::vector<int64_t> hidden = {256, 128};
+    std::string where = "x";
+  } sage;
+  ddp::ConfigSchema schema;
+  schema.add("model.hidden", &mlp.hidden, "mlp: widths").min(1);
+  schema.add("model.hidden", &sage.hidden, "graphsage: widths");
+  schema.add("model.where", &sage.where, "graphsage: where").file_path();
+  CHECK(schema.reference().front().keys.size() == 2);
+  CHECK(schema.reference().front().keys.front().meaning == "mlp: widths; graphsage: widths (each ≥ 1)");
+  schema.apply_override("model.hidden=[8, 4]");
+  CHECK(mlp.hidden == std::vector<int64_t>{8, 4});
+  CHECK(sage.hidden == std::vector<int64_t>{8, 4});
+  CHECK(schema.to_yaml() == "model:\n  hidden: [8, 4]\n  where: x\n");
+  // A check added through either declaration holds for the one value.
+  schema.apply_override("model.hidden=[0]");
+  CHECK(schema.problems() == std::vector<std::string>{"model.hidden[0]: must be >= 1, got 0"});
+
+  CHECK(schema.shared_disagreements().empty());
+  std::vector<int64_t> other_default = {1};
+  schema.add("model.hidden", &other_default, "");
+  CHECK(schema.shared_disagreements() == std::vector<std::string>{"model.hidden: [0] against [0] against [1]"});
+
+  // A path key shared is resolved in every member.
+  std::string where_too = "x";
+  schema.add("model.where", &where_too, "");
+  schema.resolve_paths("/base");
+  CHECK(sage.where == "/base/x");
+  CHECK(where_too == "/base/x");
 }
 
 TEST_CASE("a value outside the choices names the nearest choice, when one is near", "[config]") {

@@ -39,7 +39,7 @@ TEST_CASE("an empty document gives the defaults", "[config]") {
     CHECK(ddp::to_yaml(config) == ddp::to_yaml(defaults));
     CHECK(config.train.batch_size == 64);
     CHECK(config.optim.lr == 0.01);
-    CHECK(config.model.hidden == std::vector<int64_t>{256, 128});
+    CHECK(config.model.mlp.hidden == std::vector<int64_t>{256, 128});
     CHECK(config.dist.backend == "auto");
     CHECK(config.checkpoint.resume == "auto");
     CHECK(config.run.output_dir.empty());
@@ -75,7 +75,7 @@ checkpoint: {every_steps: 200, every_epochs: 0, keep_last: 5, resume: never}
   CHECK(config.data.path.empty());
   CHECK(config.data.prefetch == 4);
   CHECK(config.sampler.drop_last);
-  CHECK(config.model.hidden == std::vector<int64_t>{512, 256, 64});
+  CHECK(config.model.mlp.hidden == std::vector<int64_t>{512, 256, 64});
   CHECK(config.optim.name == "adamw");
   CHECK(config.optim.lr == 3e-4);
   CHECK(config.optim.eps == 1e-6);
@@ -223,8 +223,25 @@ TEST_CASE("cross-field rules", "[config]") {
   REQUIRE_THROWS_WITH(parse("optim: {nesterov: true, name: adam}"), Contains("optim.nesterov: only sgd"));
   REQUIRE_THROWS_WITH(parse("model: {name: mlp, hidden: []}"),
                       Equals("model.hidden: must not be empty when model.name is mlp"));
-  CHECK(parse("model: {name: convnet, hidden: []}").model.hidden.empty());
+  CHECK(parse("model: {name: convnet, hidden: []}").model.mlp.hidden.empty());
   REQUIRE_THROWS_WITH(parse("data: {dataset: idx, path: \"\"}"), Contains("data.path: must not be empty"));
+}
+
+TEST_CASE("each model family reads its own keys, and a key two families read reaches both (Note [Model families])",
+          "[config]") {
+  TrainConfig config = parse("model: {name: mlp, hidden: [8], dropout: 0.5, aggregation: max}",
+                             {"model.channels_last=false"});
+  CHECK(config.model.graphsage.hidden == std::vector<int64_t>{8});
+  CHECK(config.model.mlp.hidden == std::vector<int64_t>{8});
+  CHECK(config.model.graphsage.dropout == 0.5);
+  CHECK(config.model.gpt.dropout == 0.5);
+  CHECK(config.model.graphsage.aggregation == "max");
+  CHECK_FALSE(config.model.convnet.channels_last);
+  CHECK_FALSE(config.model.torchscript.channels_last);
+  // Written out once each, and read back the same.
+  std::string yaml = ddp::to_yaml(config);
+  CHECK(ddp::test::count_lines(yaml, "  hidden: [8]") == 1);
+  CHECK(ddp::to_yaml(parse(yaml)) == yaml);
 }
 
 TEST_CASE("run.name names one directory: it cannot leave runs/ (issue 22, item 16)", "[config]") {
@@ -254,7 +271,7 @@ TEST_CASE("set overrides use the same paths and messages", "[config]") {
                                                      "run.output_dir=", "eval={batch_size: 10, at_start: false}"});
   CHECK(config.train.epochs == 3);
   CHECK(config.optim.lr == 0.5);
-  CHECK(config.model.hidden == std::vector<int64_t>{512, 64});
+  CHECK(config.model.mlp.hidden == std::vector<int64_t>{512, 64});
   CHECK_FALSE(config.sampler.shuffle);
   CHECK(config.run.name == "my run");
   CHECK(config.run.output_dir.empty());
@@ -293,7 +310,7 @@ TEST_CASE("to_yaml writes every key and reads back the same", "[config]") {
   CHECK(again.data.path == "/data/with space: and #hash");
   CHECK(again.data.std == 0.30000000000000004);
   CHECK(again.optim.lr == 1e-8);
-  CHECK(again.model.hidden.empty());
+  CHECK(again.model.mlp.hidden.empty());
   CHECK(again.checkpoint.resume == (std::filesystem::current_path() / "123").string());  // a path, made absolute
 
   YAML::Node root = YAML::Load(yaml);

@@ -98,8 +98,9 @@ TEST_CASE("with BatchNorm and dropout at world 2, Python's torch.jit.load of the
   CHECK(std::stod(match[2]) == Approx(loss).epsilon(1e-4));
 }
 
-TEST_CASE("weights carry over: model.init_from a state_dict, and model_scripted.pt as model.path", "[torchscript]") {
-  TempDir first, from_state, from_module;
+TEST_CASE("weights carry over: model.init_from a state_dict or the model.safetensors beside it, and model_scripted.pt "
+          "as model.path", "[torchscript]") {
+  TempDir first, from_state, from_module, from_safetensors;
   auto r = ddprun(1, write_config(first, "mlp.pt"), {"train.epochs=1"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -116,10 +117,42 @@ TEST_CASE("weights carry over: model.init_from a state_dict, and model_scripted.
   REQUIRE(b.exit_code == 0);
   CHECK(metric_value(from_module.file("out/metrics.jsonl"), "eval_loss", false) == Approx(trained).epsilon(1e-6));
 
+  auto c = ddprun(1, write_config(from_safetensors, "mlp.pt"),
+                  {"model.init_from=" + first.file("out/model.safetensors"), "eval.at_start=true", "train.max_steps=1"});
+  INFO(c.out << c.err);
+  REQUIRE(c.exit_code == 0);
+  CHECK(metric_value(from_safetensors.file("out/metrics.jsonl"), "eval_loss", false) == Approx(trained).epsilon(1e-6));
+  // Python reads model.safetensors by the format's description alone (no safetensors package) to the
+  // same tensors as model.pt.
+  auto python = run_command({"/usr/bin/python3", "-c",
+                             "import json, struct, sys, torch\n"
+                             "raw = open(sys.argv[1], 'rb').read()\n"
+                             "n = struct.unpack('<Q', raw[:8])[0]\n"
+                             "header = json.loads(raw[8:8 + n])\n"
+                             "header.pop('__metadata__', None)\n"
+                             "state = torch.load(sys.argv[2])\n"
+                             "assert sorted(header) == sorted(state), (sorted(header), sorted(state))\n"
+                             "for name, info in header.items():\n"
+                             "    begin, end = info['data_offsets']\n"
+                             "    dtype = {'F32': torch.float32, 'I64': torch.int64}[info['dtype']]\n"
+                             "    t = torch.frombuffer(bytearray(raw[8 + n + begin:8 + n + end]), dtype=dtype)\n"
+                             "    assert torch.equal(t.reshape(info['shape']), state[name]), name\n"
+                             "print('same', len(header))\n",
+                             first.file("out/model.safetensors"), first.file("out/model.pt")});
+  INFO(python.out << python.err);
+  CHECK_THAT(python.out, Catch::StartsWith("same "));
+
   auto wrong = ddprun(1, write_config(from_state, "regressor.pt"), {"model.init_from=" + first.file("out/model.pt")});
   CHECK(wrong.exit_code == 2);
   CHECK_THAT(wrong.err, Contains("model.init_from: " + first.file("out/model.pt")) &&
                             Contains("wrong shapes fc2.weight (file [4, 32], model [1, 32])"));
+  // A safetensors file cut short is named with its fault, in one line.
+  std::string bytes = read_file(first.file("out/model.safetensors"));
+  write_file(first.file("cut.safetensors"), bytes.substr(0, bytes.size() - 100));
+  auto cut = ddprun(1, write_config(from_state, "mlp.pt"), {"model.init_from=" + first.file("cut.safetensors")});
+  CHECK(cut.exit_code == 2);
+  CHECK_THAT(cut.err, Contains("model.init_from: " + first.file("cut.safetensors") + ": tensor '") &&
+                          Contains("run past the end of the file's"));
 }
 
 TEST_CASE("a worker SIGKILLed mid-run resumes bit-identically with a TorchScript model on NPY data",

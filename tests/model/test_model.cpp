@@ -27,9 +27,9 @@ ModelConfig config(const std::string& name, int64_t num_classes = 10, bool batch
   ModelConfig config;
   config.name = name;
   config.num_classes = num_classes;
-  config.batchnorm = batchnorm;
-  config.relu = relu;
-  config.hidden = std::move(hidden);
+  config.convnet.batchnorm = batchnorm;
+  config.convnet.relu = relu;
+  config.mlp.hidden = std::move(hidden);
   return config;
 }
 
@@ -43,16 +43,17 @@ std::string hidden_list(const std::vector<int64_t>& hidden) {
 }
 
 std::string describe(const ModelConfig& c) {
-  return c.name + " num_classes=" + std::to_string(c.num_classes) + " batchnorm=" + std::to_string(c.batchnorm) +
-         " relu=" + std::to_string(c.relu) + " hidden=" + hidden_list(c.hidden);
+  return c.name + " num_classes=" + std::to_string(c.num_classes) + " batchnorm=" +
+         std::to_string(c.convnet.batchnorm) + " relu=" + std::to_string(c.convnet.relu) +
+         " hidden=" + hidden_list(c.mlp.hidden);
 }
 
 // The same model, as scripts/ddp_models.py's command-line options.
 std::vector<std::string> python_options(const ModelConfig& c) {
   std::vector<std::string> args = {c.name, "--num-classes", std::to_string(c.num_classes), "--hidden",
-                                   hidden_list(c.hidden)};
-  if (!c.batchnorm) args.push_back("--no-batchnorm");
-  if (!c.relu) args.push_back("--no-relu");
+                                   hidden_list(c.mlp.hidden)};
+  if (!c.convnet.batchnorm) args.push_back("--no-batchnorm");
+  if (!c.convnet.relu) args.push_back("--no-relu");
   return args;
 }
 
@@ -103,13 +104,13 @@ TEST_CASE("every model maps [B,1,28,28] to [B,num_classes]", "[model]") {
 }
 
 TEST_CASE("the registry lists its models and names the fix for a wrong one", "[model]") {
-  CHECK(ddp::model_names() == std::vector<std::string>({"convnet", "gpt", "linear3", "mlp", "torchscript"}));
+  CHECK(ddp::model_names() == std::vector<std::string>({"convnet", "gpt", "linear3", "llama", "mlp", "torchscript"}));
   CHECK_THROWS_AS(ddp::make_model(config("convnett")), ddp::ConfigError);
   CHECK_THROWS_WITH(ddp::make_model(config("convnett")),
                     "model.name: unknown model \"convnett\" (did you mean convnet?); "
-                    "available: convnet, gpt, linear3, mlp, torchscript");
+                    "available: convnet, gpt, linear3, llama, mlp, torchscript");
   CHECK_THROWS_WITH(ddp::make_model(config("resnet152")),
-                    "model.name: unknown model \"resnet152\"; available: convnet, gpt, linear3, mlp, torchscript");
+                    "model.name: unknown model \"resnet152\"; available: convnet, gpt, linear3, llama, mlp, torchscript");
   // The registry's bound is the schema's (kMinClasses), so no caller can build a degenerate head.
   CHECK_THROWS_WITH(ddp::make_model(config("linear3", 0)), "model.num_classes: must be >= 2, got 0");
   CHECK_THROWS_WITH(ddp::make_model(config("linear3", 1)), "model.num_classes: must be >= 2, got 1");
@@ -192,8 +193,9 @@ print("maxdiff %.9f" % (out - io["output"]).abs().max().item())
     ddp::test::write_file(dir.file("io.pt"), std::string(bytes.begin(), bytes.end()));
 
     std::string kwargs = "{\"num_classes\": " + std::to_string(c.num_classes) +
-                         ", \"batchnorm\": " + (c.batchnorm ? "true" : "false") +
-                         ", \"relu\": " + (c.relu ? "true" : "false") + ", \"hidden\": [" + hidden_list(c.hidden) + "]}";
+                         ", \"batchnorm\": " + (c.convnet.batchnorm ? "true" : "false") +
+                         ", \"relu\": " + (c.convnet.relu ? "true" : "false") + ", \"hidden\": [" +
+                         hidden_list(c.mlp.hidden) + "]}";
     std::string out = python({"-c", check, std::string(DDP_SOURCE_DIR) + "/scripts", c.name, kwargs,
                               dir.file("model.pt"), dir.file("io.pt")})
                           .out;
@@ -249,10 +251,10 @@ print("%.9f %.9f" % (model.fc.weight.double().sum().item(), model.layer1[1].runn
   std::string bytes = ddp::test::read_file(dir.file("ordered.pt"));
   ddp::test::write_file(dir.file("cut.pt"), bytes.substr(0, bytes.size() / 2));
   CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("cut.pt")),
-                    Catch::StartsWith(dir.file("cut.pt") + ": not a torch.save file ("));
+                    Catch::StartsWith(dir.file("cut.pt") + ": neither a torch.save file ("));
   ddp::test::write_file(dir.file("text.pt"), "weights\n");
   CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("text.pt")),
-                    Catch::StartsWith(dir.file("text.pt") + ": not a torch.save file ("));
+                    Catch::StartsWith(dir.file("text.pt") + ": neither a torch.save file ("));
 }
 
 TEST_CASE("load_python_state_dict restores every parameter and buffer", "[model]") {
@@ -312,7 +314,7 @@ TEST_CASE("bad weights files are FileErrors naming the file", "[model]") {
   ddp::test::write_file(dir.file("junk.pt"), "not a zip file at all");
   CHECK_THROWS_AS(ddp::load_python_state_dict(*model, dir.file("junk.pt")), ddp::FileError);
   CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("junk.pt")),
-                    Catch::StartsWith(dir.file("junk.pt") + ": not a torch.save file (") &&
+                    Catch::StartsWith(dir.file("junk.pt") + ": neither a torch.save file (") &&
                         Catch::Contains("not a ZIP archive"));
 
   const std::string unwritable = dir.file("no/such/dir/model.pt");

@@ -42,9 +42,9 @@ std::unique_ptr<GraphTask> make(const std::string& graph, const std::string& agg
   sampler.fanouts = {4, 3, 3};
   ModelConfig model;
   model.name = "graphsage";
-  model.hidden = {8, 6};
-  model.aggregation = aggregation;
-  model.normalize = normalize;
+  model.graphsage.hidden = {8, 6};
+  model.graphsage.aggregation = aggregation;
+  model.graphsage.normalize = normalize;
   model.num_classes = 3;
   TaskContext context;
   context.full_neighbourhood_eval = full_neighbourhood;

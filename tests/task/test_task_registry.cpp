@@ -35,7 +35,7 @@ Configs synthetic(const std::string& task, const std::string& loss) {
   c.data.synthetic_train_samples = 64;
   c.data.synthetic_test_samples = 16;
   c.model.name = "mlp";
-  c.model.hidden = {8};
+  c.model.mlp.hidden = {8};
   return c;
 }
 
@@ -80,7 +80,7 @@ TEST_CASE("train.task chooses the task, whatever the model is called", "[task]")
   nodes.data.eval_split = "none";
   nodes.data.cache_dir = "none";
   nodes.model.name = "graphsage";
-  nodes.model.hidden = {8};
+  nodes.model.graphsage.hidden = {8};
   nodes.model.num_classes = 2;
   auto node_task = make(nodes);
   REQUIRE(dynamic_cast<GraphTask*>(node_task.get()) != nullptr);

@@ -330,7 +330,13 @@ ConfigSchema::Field& ConfigSchema::add_field(const std::string& path, Target tar
   if (dot == 0 || dot == std::string::npos || dot + 1 == path.size() || path.find('.', dot + 1) != std::string::npos) {
     throw std::logic_error("config key must be section.key: " + path);
   }
-  if (find_field(path)) throw std::logic_error("config key declared twice: " + path);
+  if (Field* declared = find_field(path)) {  // Note [Shared keys]
+    if (declared->target_.index() != target.index())
+      throw std::logic_error("config key declared twice with another type: " + path);
+    declared->shared_.push_back(target);
+    if (!doc.empty()) declared->doc_ += (declared->doc_.empty() ? "" : "; ") + doc;
+    return *declared;
+  }
   std::string section_name = path.substr(0, dot);
   if (!find_section(section_name)) section(section_name, "");
   find_section(section_name)->keys.push_back(path.substr(dot + 1));
@@ -400,12 +406,16 @@ void ConfigSchema::resolve_paths(const std::filesystem::path& base) {
         std::find(field.path_words_.begin(), field.path_words_.end(), value) != field.path_words_.end())
       continue;
     value = (std::filesystem::absolute(base) / value).lexically_normal().string();
+    for (auto& shared : field.shared_) *std::get<std::string*>(shared) = value;
   }
 }
 
 void ConfigSchema::clear_paths() {
-  for (auto& field : fields_)
-    if (field.is_path_) std::get<std::string*>(field.target_)->clear();
+  for (auto& field : fields_) {
+    if (!field.is_path_) continue;
+    std::get<std::string*>(field.target_)->clear();
+    for (auto& shared : field.shared_) std::get<std::string*>(shared)->clear();
+  }
 }
 
 void ConfigSchema::apply_override(std::string_view assignment) {
@@ -431,6 +441,7 @@ void ConfigSchema::apply_override(std::string_view assignment) {
 void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
   if (Field* field = find_field(path)) {
     write(path, field->target_, value);
+    for (auto& shared : field->shared_) write(path, shared, value);
   } else if (Section* section = find_section(path)) {
     load_section(*section, value);
   } else {
@@ -495,6 +506,17 @@ std::vector<std::string> ConfigSchema::problems() const {
   for (const auto& rule : rules_) {
     std::string problem = rule.check();
     if (!problem.empty()) found.push_back(rule.path + ": " + problem);
+  }
+  return found;
+}
+
+std::vector<std::string> ConfigSchema::shared_disagreements() const {
+  std::vector<std::string> found;
+  for (const auto& field : fields_) {
+    std::vector<std::string> values = {format_target(field.target_)};
+    for (const auto& shared : field.shared_) values.push_back(format_target(shared));
+    if (std::any_of(values.begin(), values.end(), [&](const std::string& v) { return v != values.front(); }))
+      found.push_back(field.path_ + ": " + join(values, " against "));
   }
   return found;
 }

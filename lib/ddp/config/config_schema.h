@@ -59,6 +59,7 @@ class ConfigSchema {
 
     std::string path_;
     Target target_;
+    std::vector<Target> shared_;  // members that another declaration of this key bound (Note [Shared keys])
     std::string doc_;
     std::string default_text_;
     std::optional<double> lower_;
@@ -79,6 +80,10 @@ class ConfigSchema {
   void section(const std::string& name, const std::string& doc);
 
   /// Declares `section.key` bound to `*field`; the current value is recorded as its default.
+  /// Note [Shared keys]: a key declared again, by another part that reads it (model.hidden by the mlp
+  /// and graphsage families), binds that member too: one value, written to every member bound. The
+  /// type must be the same (else std::logic_error), and so must the defaults (shared_disagreements);
+  /// the docs are joined with "; ", and checks added through either declaration apply to the one value.
   Field& add(const std::string& path, bool* field, const std::string& doc);
   Field& add(const std::string& path, int64_t* field, const std::string& doc);
   Field& add(const std::string& path, double* field, const std::string& doc);
@@ -105,6 +110,10 @@ class ConfigSchema {
 
   /// Every range, choice and rule violation, one complete line each, in declaration order.
   std::vector<std::string> problems() const;
+
+  /// Shared keys (Note [Shared keys]) whose members hold different values now, "path: A against B":
+  /// declared on a default-constructed config, a family whose default differs from another's.
+  std::vector<std::string> shared_disagreements() const;
 
   /// Throws ConfigError with problems() joined by newlines, if there are any.
   void validate() const;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
@@ -118,17 +119,30 @@ std::string to_yaml_without_paths(const TrainConfig& config) {
   return schema.to_yaml();
 }
 
+namespace {
+
+// The schema on the defaults, as the references show it. Families that share a key must agree on
+// its default (Note [Shared keys]); the references' tests fail here if they do not.
+void declare_defaults(ConfigSchema& schema, TrainConfig& defaults) {
+  declare_all(schema, defaults);
+  std::string disagreements;
+  for (const auto& key : schema.shared_disagreements()) disagreements += (disagreements.empty() ? "" : "; ") + key;
+  if (!disagreements.empty()) throw std::logic_error("shared config keys with different defaults: " + disagreements);
+}
+
+}  // namespace
+
 std::vector<ConfigSchema::SectionReference> config_reference() {
   TrainConfig defaults;
   ConfigSchema schema;
-  declare_all(schema, defaults);
+  declare_defaults(schema, defaults);
   return schema.reference();
 }
 
 std::string config_reference_markdown() {
   TrainConfig defaults;
   ConfigSchema schema;
-  declare_all(schema, defaults);
+  declare_defaults(schema, defaults);
   return schema.markdown();
 }
 

@@ -14,6 +14,7 @@
 
 #include <torch/nn.h>
 
+#include "ddp/config/config_schema.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/sync_batchnorm.h"
 
@@ -22,9 +23,9 @@ namespace {
 
 class ConvNet : public Model {
  public:
-  ConvNet(const ModelConfig& config, const ModelContext& context) : channels_last_(config.channels_last) {
-    layer1_ = register_module("layer1", block(kInputChannels, 16, config, context));
-    layer2_ = register_module("layer2", block(16, 32, config, context));
+  ConvNet(const ModelConfig& config, const ModelContext& context) : channels_last_(config.convnet.channels_last) {
+    layer1_ = register_module("layer1", block(kInputChannels, 16, config.convnet, context));
+    layer2_ = register_module("layer2", block(16, 32, config.convnet, context));
     // Two 2x2 poolings quarter each side.
     fc_ = register_module("fc", torch::nn::Linear((kInputHeight / 4) * (kInputWidth / 4) * 32,
                                                   config.num_classes));
@@ -51,7 +52,7 @@ class ConvNet : public Model {
  private:
   // Parameters sit at the indices of the Python block() (conv 0, batch norm 1); optional layers are
   // left out, so indices shift as they do there.
-  static torch::nn::Sequential block(int64_t in_channels, int64_t out_channels, const ModelConfig& config,
+  static torch::nn::Sequential block(int64_t in_channels, int64_t out_channels, const ConvNetConfig& config,
                                      const ModelContext& context) {
     torch::nn::Sequential layers;
     layers->push_back(
@@ -72,6 +73,17 @@ class ConvNet : public Model {
 };
 
 }  // namespace
+
+void declare_config(ConfigSchema& schema, ConvNetConfig& config) {
+  schema.add("model.batchnorm", &config.batchnorm, "convnet: BatchNorm2d after each conv");
+  schema.add("model.sync_batchnorm", &config.sync_batchnorm,
+             "convnet: BatchNorm statistics over the global batch of all ranks, as torch.nn.SyncBatchNorm; "
+             "world N with batch b then trains as world 1 with batch N·b");
+  schema.add("model.relu", &config.relu, "convnet: ReLU after each max-pooling (the same as before it)");
+  schema.add("model.channels_last", &config.channels_last,
+             "convnet: channels-last (NHWC) memory format for 4-D weights and inputs, whose CPU kernels are "
+             "faster; same model and weights, results equal up to float rounding");
+}
 
 /// Registers "convnet"; called from model_registry.cpp (Note [Registries]).
 void register_convnet(ModelFactories& factories) {

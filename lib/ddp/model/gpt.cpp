@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ddp/common/error.h"
+#include "ddp/config/config_schema.h"
 #include "ddp/model/python_state_dict.h"
 
 namespace ddp {
@@ -160,7 +161,8 @@ class GptTransformer : public torch::nn::Module {
   std::shared_ptr<LayerNorm> ln_f;
 };
 
-GptOptions gpt_options(const ModelConfig& config) {
+GptOptions gpt_options(const ModelConfig& model) {
+  const GptConfig& config = model.gpt;
   if (config.n_embd % config.n_head != 0)
     throw ConfigError("model.n_head: model.n_embd " + std::to_string(config.n_embd) + " must divide by it (" +
                       std::to_string(config.n_head) + " heads)");
@@ -168,7 +170,7 @@ GptOptions gpt_options(const ModelConfig& config) {
   o.n_layer = config.n_layer;
   o.n_head = config.n_head;
   o.n_embd = config.n_embd;
-  o.block_size = config.block_size;
+  o.block_size = model.block_size;
   o.vocab_size = config.vocab_size;
   o.bias = config.bias;
   o.dropout = config.dropout;
@@ -241,6 +243,30 @@ std::vector<ModelBlock> Gpt::declare_blocks() {
   head_parameters.push_back(head_weight_);
   layers.push_back({"transformer.ln_f", head_parameters, {}, [this](torch::Tensor x) { return head(x); }});
   return layers;
+}
+
+void declare_config(ConfigSchema& schema, GptConfig& config, const std::string& model_name) {
+  schema.add("model.n_layer", &config.n_layer, "gpt: transformer blocks").min(1).max(1000);
+  schema.add("model.n_head", &config.n_head, "gpt: attention heads per block; model.n_embd must divide by it")
+      .min(1)
+      .max(1024);
+  schema.add("model.n_embd", &config.n_embd, "gpt: the width of the residual stream").min(1).max(1e6);
+  schema.add("model.vocab_size", &config.vocab_size,
+             "gpt: token ids 0 to vocab_size - 1; every token of the data is checked against it (256: byte-level "
+             "text, as scripts/make_tokens.py writes)")
+      .min(2)
+      .max(1e9);
+  schema.add("model.bias", &config.bias, "gpt: biases in the Linear and LayerNorm layers (nanoGPT's bias)");
+  schema.add("model.dropout", &config.dropout,
+             "gpt: after the embeddings, on the attention weights and after each residual branch, as nanoGPT")
+      .min(0)
+      .max(1);
+  schema.rule("model.n_head", [&config, &model_name]() -> std::string {
+    return model_name == "gpt" && config.n_head > 0 && config.n_embd % config.n_head != 0
+               ? "model.n_embd " + std::to_string(config.n_embd) + " must divide by it (" + std::to_string(config.n_head) +
+                     " heads)"
+               : "";
+  });
 }
 
 /// Registers "gpt"; called from model_registry.cpp (Note [Registries]).

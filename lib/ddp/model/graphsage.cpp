@@ -1,7 +1,9 @@
 #include "ddp/model/graphsage.h"
 
+#include "ddp/config/config_schema.h"
 #include "ddp/model/byte_mask_dropout.h"
 #include "ddp/model/gather_sum.h"
+#include "ddp/model/graphsage_config.h"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/normalization.h>
@@ -94,6 +96,14 @@ torch::Tensor GraphSageImpl::forward_aggregated(const torch::Tensor& self, const
 torch::Tensor GraphSageImpl::activate(torch::Tensor x, int64_t i) {
   if (i + 1 == layers()) return x;
   return relu_dropout(x, dropout_, is_training());
+}
+
+void declare_config(ConfigSchema& schema, GraphSageConfig& config) {
+  schema.add("model.hidden", &config.hidden, "graphsage: the same").min(1).max(1e6);
+  schema.add("model.aggregation", &config.aggregation, "graphsage: how a node combines its neighbours' features")
+      .choices({"mean", "max", "sum"});
+  schema.add("model.normalize", &config.normalize, "graphsage: L2-normalise each layer's output");
+  schema.add("model.dropout", &config.dropout, "graphsage: dropout between layers").min(0).max(1);
 }
 
 }  // namespace ddp

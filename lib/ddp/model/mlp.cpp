@@ -6,6 +6,7 @@
 #include <torch/nn.h>
 
 #include "ddp/common/error.h"
+#include "ddp/config/config_schema.h"
 #include "ddp/model/model_registry.h"
 
 namespace ddp {
@@ -16,7 +17,7 @@ class Mlp : public Model {
   explicit Mlp(const ModelConfig& config) {
     torch::nn::Sequential layers;
     int64_t width = kInputSize;
-    for (int64_t hidden : config.hidden) {
+    for (int64_t hidden : config.mlp.hidden) {
       linears_.emplace_back(width, hidden);
       layers->push_back(linears_.back());
       layers->push_back(torch::nn::ReLU());
@@ -49,11 +50,18 @@ class Mlp : public Model {
 
 }  // namespace
 
+void declare_config(ConfigSchema& schema, MlpConfig& config, const std::string& model_name) {
+  schema.add("model.hidden", &config.hidden, "mlp: hidden layer widths, input side first").min(1).max(1e6);
+  schema.rule("model.hidden", [&config, &model_name]() -> std::string {
+    return model_name == "mlp" && config.hidden.empty() ? "must not be empty when model.name is mlp" : "";
+  });
+}
+
 /// Registers "mlp"; called from model_registry.cpp (Note [Registries]).
 void register_mlp(ModelFactories& factories) {
   factories.add("mlp", [](const ModelConfig& config, const ModelContext&) {
     check_num_classes(config);
-    for (int64_t width : config.hidden)
+    for (int64_t width : config.mlp.hidden)
       if (width < 1) throw ConfigError("model.hidden: widths must be >= 1, got " + std::to_string(width));
     return std::make_shared<Mlp>(config);
   });

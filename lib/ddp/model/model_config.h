@@ -1,8 +1,17 @@
 #pragma once
+// `model.*`: which network, and its shape. Each family owns its keys (Note [Model families]); this
+// struct collects them, with the two that a task fits its data to.
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "ddp/model/convnet_config.h"
+#include "ddp/model/gpt_config.h"
+#include "ddp/model/graphsage_config.h"
+#include "ddp/model/llama_config.h"
+#include "ddp/model/mlp_config.h"
+#include "ddp/model/torchscript_config.h"
 
 namespace ddp {
 
@@ -11,27 +20,27 @@ class ConfigSchema;
 /// The fewest outputs a classifier may have (the config's bound and the registry's check).
 inline constexpr int64_t kMinClasses = 2;
 
-/// `model:` which network, by registry name, and its parameters.
+// Note [Model families]: a model family with keys of its own (the registry's convnet, gpt, llama, mlp, torchscript,
+// and graphsage, which its task builds) owns a config struct in <family>_config.h and declares its
+// keys in its own .cpp, next to the code that reads them; ModelConfig only collects them. A key two
+// families read (model.hidden: mlp and graphsage) is declared by both (Note [Shared keys] in
+// config_schema.h). model.num_classes and model.block_size stay here: they are what a task fits its
+// data to (a classifier's outputs, a language model's context), read by the task and by every family
+// of its kind. Adding a family is its .cpp and config header, one word in model_registry.cpp's list,
+// one member here and one declare_config call in model_config.cpp.
+
+/// The network to train; user-facing keys are model.<key> whichever family reads them.
 struct ModelConfig {
-  std::string name = "convnet";  ///< a registered model (convnet | gpt | linear3 | mlp | torchscript), or graphsage
-  std::string path;       ///< torchscript: the module file torch.jit.script(model).save() wrote
-  std::string init_from;  ///< any model: start from these weights (a state_dict file such as model.pt)
-  bool jit_optimize = false;  ///< torchscript: TorchScript's profiling executor optimises the graph
-  int64_t num_classes = 10;
-  bool batchnorm = true;  ///< convnet: BatchNorm2d after each conv
-  bool sync_batchnorm = false;  ///< convnet: batch statistics over all ranks (SyncBatchNorm)
-  bool relu = true;       ///< convnet: ReLU after each max-pooling
-  bool channels_last = true;  ///< convnet, torchscript: NHWC activations and 4-D weights (faster CPU kernels)
-  std::vector<int64_t> hidden = {256, 128};  ///< mlp, graphsage: hidden layer widths
-  std::string aggregation = "mean";  ///< graphsage: mean | max | sum of the neighbours' features
-  bool normalize = false;            ///< graphsage: L2-normalise each layer's output
-  double dropout = 0;                ///< graphsage: between layers; gpt: nanoGPT's dropouts
-  int64_t n_layer = 12;      ///< gpt: transformer blocks
-  int64_t n_head = 12;       ///< gpt: attention heads per block (n_embd divisible by it)
-  int64_t n_embd = 768;      ///< gpt: width
-  int64_t block_size = 1024; ///< gpt, causal_lm: tokens of context (a sample is block_size + 1 tokens)
-  int64_t vocab_size = 50304;  ///< gpt: token ids 0..vocab_size-1 (256 for byte-level text)
-  bool bias = true;          ///< gpt: biases in the Linears and LayerNorms
+  std::string name = "convnet";  ///< a registered model (convnet | gpt | linear3 | llama | mlp | torchscript), or graphsage
+  std::string init_from;         ///< any model: start from these weights (a state_dict file such as model.pt)
+  int64_t num_classes = 10;      ///< classifiers: outputs of the last layer
+  int64_t block_size = 1024;     ///< gpt, llama, causal_lm: tokens of context (a sample is block_size + 1 tokens)
+  ConvNetConfig convnet;
+  MlpConfig mlp;
+  GraphSageConfig graphsage;
+  GptConfig gpt;
+  LlamaConfig llama;
+  TorchScriptConfig torchscript;
 };
 
 /// Declares the `ModelConfig` keys, bound to `config`, with their defaults, docs and ranges.

@@ -13,6 +13,7 @@ namespace ddp {
   X(convnet)          \
   X(gpt)              \
   X(linear3)          \
+  X(llama)            \
   X(mlp)              \
   X(torchscript)
 

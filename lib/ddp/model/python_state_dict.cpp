@@ -12,6 +12,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/model/safetensors.h"
 #include "ddp/model/state_dict_file.h"
 
 namespace ddp {
@@ -110,6 +111,11 @@ void save_python_state_dict(const torch::nn::Module& model, const std::string& p
     dict.insert(name, found->second);
   }
   save_plain_dict(dict, path);
+}
+
+void save_model_weights(const torch::nn::Module& model, const std::string& output_dir) {
+  save_python_state_dict(model, output_dir + "/model.pt");
+  write_safetensors(output_dir + "/model.safetensors", python_state_dict(model), {{"format", "pt"}});
 }
 
 void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional) {

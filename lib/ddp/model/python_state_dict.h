@@ -18,6 +18,11 @@ std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch
 /// Writes python_state_dict(model) as a torch.save-compatible dict; atomic; FileError naming `path`.
 void save_python_state_dict(const torch::nn::Module& model, const std::string& path);
 
+/// A trained model's weights in `output_dir`, in both formats Python reads, under the same names:
+/// model.pt (torch.load) and model.safetensors (safetensors.torch.load_file). Atomic each; FileError
+/// or IoError naming the file.
+void save_model_weights(const torch::nn::Module& model, const std::string& output_dir);
+
 /// Keys a file may have or lack without being refused (e.g. a buffer one form of a model keeps).
 using OptionalKey = std::function<bool(const std::string& name)>;
 

@@ -36,6 +36,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/config/config_schema.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/scripted_chain.h"
 
@@ -120,7 +121,7 @@ bool looks_traced(const torch::jit::Module& module) {
 
 class ScriptedModel : public Model {
  public:
-  ScriptedModel(const ModelConfig& config, bool warn)
+  ScriptedModel(const TorchScriptConfig& config, bool warn)
       : path_(config.path), module_(load_module(config.path)), channels_last_(config.channels_last) {
     chain_ = scripted_chain(module_);
     // Process-wide, and this process trains one model. Unoptimised, the interpreter runs the saved
@@ -280,11 +281,34 @@ class ScriptedModel : public Model {
 
 }  // namespace
 
+void declare_config(ConfigSchema& schema, TorchScriptConfig& config, const std::string& model_name) {
+  schema.add("model.path", &config.path,
+             "torchscript: the module to train, as torch.jit.script(model).save(path) wrote it (a trained "
+             "model_scripted.pt too)")
+      .file_path();
+  schema.add("model.jit_optimize", &config.jit_optimize,
+             "torchscript: let TorchScript's profiling executor specialise and optimise the graph; off runs "
+             "it as saved, which measured faster for training on CPU");
+  schema.add("model.channels_last", &config.channels_last,
+             "torchscript: the same, turned off for a module whose code calls .view, which a channels-last "
+             "tensor cannot take");
+  schema.add("model.sync_batchnorm", &config.sync_batchnorm,
+             "torchscript: not available (a module's BatchNorms keep per-process statistics)");
+  schema.rule("model.sync_batchnorm", [&config, &model_name]() -> std::string {
+    return model_name == "torchscript" && config.sync_batchnorm ? "is not available for TorchScript modules" : "";
+  });
+  schema.rule("model.path", [&config, &model_name]() -> std::string {
+    return model_name == "torchscript" && config.path.empty() ? "must name the module file when model.name is torchscript"
+                                                              : "";
+  });
+}
+
 /// Registers "torchscript"; called from model_registry.cpp (Note [Registries]).
 void register_torchscript(ModelFactories& factories) {
   factories.add("torchscript", [](const ModelConfig& config, const ModelContext& context) {
-    if (config.path.empty()) throw ConfigError("model.path: must name the module file when model.name is torchscript");
-    return std::make_shared<ScriptedModel>(config, context.warn);
+    if (config.torchscript.path.empty())
+      throw ConfigError("model.path: must name the module file when model.name is torchscript");
+    return std::make_shared<ScriptedModel>(config.torchscript, context.warn);
   });
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "ddp/common/error.h"
+#include "ddp/model/safetensors.h"
 
 namespace ddp {
 namespace {
@@ -274,13 +275,20 @@ std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const st
     throw FileError("cannot read model weights " + path + ": No such file or directory");
   if (std::filesystem::is_directory(path, error))
     throw FileError(path + " is a directory; name the weights file in it (a run's model.pt, say)");
+  if (looks_like_safetensors(path)) {
+    SafetensorsFile file(path);
+    std::vector<std::pair<std::string, torch::Tensor>> entries;
+    for (const auto& entry : file.entries()) entries.emplace_back(entry.name, file.read(entry));
+    return entries;
+  }
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
   try {
     zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception& e) {
     std::string reason = e.what();
-    throw FileError(path + ": not a torch.save file (" + reason.substr(0, reason.find('\n')) +
-                    "); write it with torch.save(model.state_dict(), path)");
+    throw FileError(path + ": neither a torch.save file (" + reason.substr(0, reason.find('\n')) +
+                    ") nor a safetensors file; write it with torch.save(model.state_dict(), path) or "
+                    "safetensors.torch.save_file");
   }
   if (!zip->hasRecord("data.pkl")) throw FileError(path + ": not a torch.save file (no data.pkl in it)");
   auto [pickle, size] = zip->getRecord("data.pkl");

@@ -13,9 +13,10 @@
 
 namespace ddp {
 
-/// The name → tensor entries of the dict or OrderedDict torch.save wrote to `path`, in file order;
-/// FileError naming `path` and the cause for anything else (a directory, not a zip, a pickle that
-/// is not a dict of tensors, a storage record cut short).
+/// The name → tensor entries of the dict or OrderedDict torch.save wrote to `path`, or of a
+/// safetensors file (told apart by their first bytes, not by name), in file order; FileError naming
+/// `path` and the cause for anything else (a directory, neither format, a pickle that is not a dict
+/// of tensors, a storage record cut short, a safetensors header that does not check).
 std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const std::string& path);
 
 }  // namespace ddp

@@ -39,7 +39,7 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
   vocab_size_ = model_->output_width();
   model_source_ = "model.vocab_size";
   if (vocab_size_ == 0) {  // a TorchScript module: its output shows its vocabulary
-    model_source_ = "model.path " + model.path + "'s output width (its vocabulary)";
+    model_source_ = "model.path " + model.torchscript.path + "'s output width (its vocabulary)";
     vocab_size_ = probe_vocabulary(model.block_size);
   }
   // Before training, not at the first bad batch: the file and byte offset of the first bad token.
@@ -108,12 +108,12 @@ void CausalLmTask::add_derived_metrics(std::vector<std::pair<std::string, double
 }
 
 void CausalLmTask::save_model(const std::string& output_dir) const {
-  save_python_state_dict(*model_, output_dir + "/model.pt");
+  save_model_weights(*model_, output_dir);
   model_->save_extras(output_dir);
 }
 
 void register_causal_lm_tasks(TaskRegistrations& tasks) {
-  tasks.add("causal_lm", {DatasetKind::kTokens, {"cross_entropy"}, {"gpt", "torchscript"},
+  tasks.add("causal_lm", {DatasetKind::kTokens, {"cross_entropy"}, {"gpt", "llama", "torchscript"},
                           [](const DataConfig& data, const SamplerConfig&, const ModelConfig& model,
                              const LossConfig& loss, const TaskContext& context) -> std::unique_ptr<Task> {
                             return std::make_unique<CausalLmTask>(data, model, loss, context);

@@ -14,13 +14,14 @@ GraphTask::GraphTask(const DataConfig& data, const SamplerConfig& sampler, const
                      const LossConfig& loss, const TaskContext& context)
     : fanouts_(sampler.fanouts),
       sampler_seed_(sampler.seed),
-      aggregation_(model.aggregation),
+      aggregation_(model.graphsage.aggregation),
       full_neighbourhood_eval_(context.full_neighbourhood_eval),
       device_(context.device),
       loss_(loss) {
-  if (fanouts_.size() != model.hidden.size() + 1)
-    throw ConfigError("sampler.fanouts: one fanout per layer: model.hidden has " + std::to_string(model.hidden.size()) +
-                      " width(s), so " + std::to_string(model.hidden.size() + 1) + " layers, but " +
+  if (fanouts_.size() != model.graphsage.hidden.size() + 1)
+    throw ConfigError("sampler.fanouts: one fanout per layer: model.hidden has " +
+                      std::to_string(model.graphsage.hidden.size()) + " width(s), so " +
+                      std::to_string(model.graphsage.hidden.size() + 1) + " layers, but " +
                       std::to_string(fanouts_.size()) + " fanout(s) are given");
   graph_ = load_graph_cached(data.path, resolve_cache_dir(data.cache_dir));
   if (data.eval_split == "val") eval_nodes_ = graph_.val;
@@ -35,10 +36,10 @@ GraphTask::GraphTask(const DataConfig& data, const SamplerConfig& sampler, const
   GraphSageOptions options;
   options.in = graph_.num_features();
   options.out = model.num_classes;
-  options.hidden = model.hidden;
-  options.aggregation = model.aggregation;
-  options.normalize = model.normalize;
-  options.dropout = model.dropout;
+  options.hidden = model.graphsage.hidden;
+  options.aggregation = model.graphsage.aggregation;
+  options.normalize = model.graphsage.normalize;
+  options.dropout = model.graphsage.dropout;
   model_ = GraphSage(options);
   if (!model.init_from.empty()) load_python_state_dict(*model_, model.init_from);
   model_->to(context.device);
@@ -221,7 +222,7 @@ torch::Tensor GraphTask::loss(const Batch& batch) { return loss_.mean(forward(ba
 torch::Tensor GraphTask::metric_sums(const Batch& batch) { return loss_.metric_sums(forward(batch), batch.targets); }
 
 void GraphTask::save_model(const std::string& output_dir) const {
-  save_python_state_dict(*model_, output_dir + "/model.pt");
+  save_model_weights(*model_, output_dir);
 }
 
 void register_graph_tasks(TaskRegistrations& tasks) {

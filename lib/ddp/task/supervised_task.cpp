@@ -73,7 +73,7 @@ torch::Tensor SupervisedTask::output_metric_sums(const torch::Tensor& output, co
 }
 
 void SupervisedTask::save_model(const std::string& output_dir) const {
-  save_python_state_dict(*model_, output_dir + "/model.pt");
+  save_model_weights(*model_, output_dir);
   model_->save_extras(output_dir);
 }
 

@@ -8,7 +8,7 @@ void declare_config(ConfigSchema& schema, TaskConfig& config) {
   schema.add("train.task", &config.task,
              "what is learnt: classification (train.loss cross_entropy or bce_with_logits, a model from the "
              "registry), regression (train.loss mse), node_classification (data.dataset graph, model.name graphsage, "
-             "train.loss cross_entropy), causal_lm (data.dataset tokens, model.name gpt or torchscript, next-token "
+             "train.loss cross_entropy), causal_lm (data.dataset tokens, model.name gpt, llama or torchscript, next-token "
              "cross_entropy)")
       .choices(task_names());
 }

@@ -1,0 +1,333 @@
+// A Llama-family decoder with Hugging Face's LlamaForCausalLM semantics and parameter names, so its
+// weights move to and from theirs by name (model.init_from a safetensors file; model.safetensors):
+//   model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+//   post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head
+// As transformers' modeling_llama.py computes it:
+// - RMSNorm in float32: x · rsqrt(mean(x²) + eps), cast back, times the weight.
+// - Rotary positions over the two halves of each head (rotate_half), from inv_freq =
+//   1 / theta^(2i/d), with Llama 3.1's llama3 scaling of inv_freq when model.rope_scaling says so.
+// - Grouped-query attention: n_kv_heads key/value heads, each repeated for n_head / n_kv_heads query
+//   heads (repeat_kv); causal; softmax in float32. The fused attention where LibTorch has it (2.x).
+// - A SwiGLU MLP, down(silu(gate(x)) · up(x)); no biases anywhere.
+// Weights start as HF's _init_weights leaves them: normal(0, 0.02) for every Linear and the
+// embedding, ones for the norms.
+
+#include <torch/nn.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "ddp/common/error.h"
+#include "ddp/config/config_schema.h"
+#include "ddp/model/model_registry.h"
+
+namespace ddp {
+namespace {
+
+constexpr double kInitStd = 0.02;  // HF's initializer_range default
+
+torch::nn::Linear projection(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+class RmsNorm : public torch::nn::Module {
+ public:
+  RmsNorm(int64_t width, double eps) : eps_(eps) { weight = register_parameter("weight", torch::ones({width})); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = x.to(torch::kFloat);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight * h.to(x.scalar_type());
+  }
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+
+// The rotary tables and the causal mask for a sequence length, made once per length, device and
+// dtype and shared by every layer (all of a forward's layers ask for the same).
+class Positions {
+ public:
+  explicit Positions(const LlamaConfig& c) : head_dim_(c.dim / c.n_head) {
+    torch::Tensor exponents = torch::arange(0, head_dim_, 2, torch::kLong).to(torch::kFloat) / head_dim_;
+    inv_freq_ = 1.0 / torch::pow(c.rope_theta, exponents);
+    if (c.rope_scaling == "llama3") {  // transformers' _compute_llama3_parameters
+      const double old_context = static_cast<double>(c.rope_original_context);
+      const double low_wavelen = old_context / c.rope_low_freq_factor;
+      const double high_wavelen = old_context / c.rope_high_freq_factor;
+      torch::Tensor wavelen = 2 * M_PI / inv_freq_;
+      torch::Tensor scaled = torch::where(wavelen > low_wavelen, inv_freq_ / c.rope_factor, inv_freq_);
+      torch::Tensor smooth = (old_context / wavelen - c.rope_low_freq_factor) /
+                             (c.rope_high_freq_factor - c.rope_low_freq_factor);
+      torch::Tensor smoothed = (1 - smooth) * scaled / c.rope_factor + smooth * scaled;
+      torch::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+      inv_freq_ = torch::where(medium, smoothed, scaled);
+    }
+  }
+
+  struct Tables {
+    torch::Tensor cos, sin;  // [T, head_dim]
+    torch::Tensor mask;      // [T, T]: 0 on and below the diagonal, -inf above
+  };
+
+  const Tables& at(int64_t t, const torch::Device& device, torch::ScalarType dtype) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto key = std::make_tuple(t, device.str(), dtype);
+    auto found = cache_.find(key);
+    if (found != cache_.end()) return found->second;
+    if (cache_.size() > 8) cache_.clear();  // lengths vary only between training and generation
+    torch::NoGradGuard no_grad;
+    torch::Tensor positions = torch::arange(t, torch::kLong).to(torch::kFloat);
+    torch::Tensor freqs = positions.unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, head_dim / 2], in float32
+    torch::Tensor angles = torch::cat({freqs, freqs}, -1);
+    Tables tables{angles.cos().to(device, dtype), angles.sin().to(device, dtype),
+                  torch::full({t, t}, -INFINITY).triu(1).to(device, dtype)};
+    return cache_.emplace(key, std::move(tables)).first->second;
+  }
+
+  int64_t head_dim() const { return head_dim_; }
+
+ private:
+  int64_t head_dim_;
+  torch::Tensor inv_freq_;
+  std::mutex mutex_;
+  std::map<std::tuple<int64_t, std::string, torch::ScalarType>, Tables> cache_;
+};
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+class Attention : public torch::nn::Module {
+ public:
+  Attention(const LlamaConfig& c, std::shared_ptr<Positions> positions)
+      : heads_(c.n_head), kv_heads_(c.n_kv_heads > 0 ? c.n_kv_heads : c.n_head), positions_(std::move(positions)) {
+    const int64_t d = positions_->head_dim();
+    q_proj = register_module("q_proj", projection(c.dim, heads_ * d));
+    k_proj = register_module("k_proj", projection(c.dim, kv_heads_ * d));
+    v_proj = register_module("v_proj", projection(c.dim, kv_heads_ * d));
+    o_proj = register_module("o_proj", projection(heads_ * d, c.dim));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), d = positions_->head_dim();
+    const auto& tables = positions_->at(t, x.device(), x.scalar_type());
+    auto heads = [&](const torch::Tensor& z, int64_t n) { return z.view({b, t, n, d}).transpose(1, 2); };
+    torch::Tensor q = heads(q_proj->forward(x), heads_), k = heads(k_proj->forward(x), kv_heads_),
+                  v = heads(v_proj->forward(x), kv_heads_);
+    q = q * tables.cos + rotate_half(q) * tables.sin;
+    k = k * tables.cos + rotate_half(k) * tables.sin;
+    if (kv_heads_ != heads_) {  // repeat_kv: each key/value head serves heads_ / kv_heads_ query heads
+      const int64_t repeats = heads_ / kv_heads_;
+      k = k.unsqueeze(2).expand({b, kv_heads_, repeats, t, d}).reshape({b, heads_, t, d});
+      v = v.unsqueeze(2).expand({b, kv_heads_, repeats, t, d}).reshape({b, heads_, t, d});
+    }
+    torch::Tensor y;
+#if TORCH_VERSION_MAJOR >= 2
+    y = torch::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#else
+    torch::Tensor scores = torch::matmul(q, k.transpose(2, 3)) * std::pow(static_cast<double>(d), -0.5) + tables.mask;
+    y = torch::matmul(torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type()), v);
+#endif
+    return o_proj->forward(y.transpose(1, 2).reshape({b, t, heads_ * d}));
+  }
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_;
+  std::shared_ptr<Positions> positions_;
+};
+
+class SwiGlu : public torch::nn::Module {
+ public:
+  explicit SwiGlu(const LlamaConfig& c) {
+    const int64_t width = llama_ffn_dim(c);
+    gate_proj = register_module("gate_proj", projection(c.dim, width));
+    up_proj = register_module("up_proj", projection(c.dim, width));
+    down_proj = register_module("down_proj", projection(width, c.dim));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  }
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+
+class DecoderLayer : public torch::nn::Module {
+ public:
+  DecoderLayer(const LlamaConfig& c, std::shared_ptr<Positions> positions) {
+    input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(c.dim, c.norm_eps));
+    self_attn = register_module("self_attn", std::make_shared<Attention>(c, std::move(positions)));
+    post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.dim, c.norm_eps));
+    mlp = register_module("mlp", std::make_shared<SwiGlu>(c));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + self_attn->forward(input_layernorm->forward(x));
+    return x + mlp->forward(post_attention_layernorm->forward(x));
+  }
+  std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<Attention> self_attn;
+  std::shared_ptr<SwiGlu> mlp;
+};
+
+// HF's LlamaModel: what sits under "model." in their state_dict.
+class Decoder : public torch::nn::Module {
+ public:
+  explicit Decoder(const LlamaConfig& c) {
+    auto positions = std::make_shared<Positions>(c);
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.dim));
+    auto list = register_module("layers", torch::nn::ModuleList());
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      layers.push_back(std::make_shared<DecoderLayer>(c, positions));
+      list->push_back(layers.back());
+    }
+    norm = register_module("norm", std::make_shared<RmsNorm>(c.dim, c.norm_eps));
+  }
+  torch::nn::Embedding embed_tokens{nullptr};
+  std::vector<std::shared_ptr<DecoderLayer>> layers;
+  std::shared_ptr<RmsNorm> norm;
+};
+
+// lm_head: its own weight, or the token embedding's under its name (tie_embeddings).
+class Head : public torch::nn::Module {
+ public:
+  explicit Head(const torch::Tensor& weight) { this->weight = register_parameter("weight", weight); }
+  torch::Tensor weight;
+};
+
+class Llama : public Model {
+ public:
+  explicit Llama(const LlamaConfig& c) : vocab_size_(c.vocab_size) {
+    decoder_ = register_module("model", std::make_shared<Decoder>(c));
+    torch::Tensor head = c.tie_embeddings ? decoder_->embed_tokens->weight : torch::empty({c.vocab_size, c.dim});
+    head_ = register_module("lm_head", std::make_shared<Head>(head));
+    // HF's _init_weights, in module order: the embedding, each layer's projections, the head.
+    torch::NoGradGuard no_grad;
+    decoder_->embed_tokens->weight.normal_(0, kInitStd);
+    for (const auto& layer : decoder_->layers)
+      for (const auto& linear : {layer->self_attn->q_proj, layer->self_attn->k_proj, layer->self_attn->v_proj,
+                                 layer->self_attn->o_proj, layer->mlp->gate_proj, layer->mlp->up_proj,
+                                 layer->mlp->down_proj})
+        linear->weight.normal_(0, kInitStd);
+    if (!c.tie_embeddings) head_->weight.normal_(0, kInitStd);
+  }
+
+  std::vector<int64_t> input_shape() const override { return {}; }
+  int64_t output_width() const override { return vocab_size_; }
+
+  // The embedding, each decoder layer, then the final norm with the head: a stage boundary may fall
+  // before any layer; a tied head's weight is in the first block and the last.
+  std::vector<ModelBlock> declare_blocks() override {
+    std::vector<ModelBlock> blocks;
+    blocks.push_back({"model.embed_tokens", {decoder_->embed_tokens->weight}, {}, [this](torch::Tensor idx) {
+                        if (idx.dim() != 2 || idx.scalar_type() != torch::kLong)
+                          throw UserError("model.name llama takes int64 token ids [B, T], got " +
+                                          std::string(idx.toString()) + " of " + std::to_string(idx.dim()) +
+                                          " dimensions");
+                        return decoder_->embed_tokens->forward(idx);
+                      }});
+    for (std::size_t i = 0; i < decoder_->layers.size(); ++i) {
+      auto layer = decoder_->layers[i];
+      blocks.push_back({"model.layers." + std::to_string(i), layer->parameters(), {},
+                        [layer](torch::Tensor x) { return layer->forward(x); }});
+    }
+    blocks.push_back({"model.norm", {decoder_->norm->weight, head_->weight}, {}, [this](torch::Tensor x) {
+                        return torch::nn::functional::linear(decoder_->norm->forward(x), head_->weight);
+                      }});
+    return blocks;
+  }
+
+ private:
+  int64_t vocab_size_;
+  std::shared_ptr<Decoder> decoder_;
+  std::shared_ptr<Head> head_;
+};
+
+}  // namespace
+
+int64_t llama_ffn_dim(const LlamaConfig& config) {
+  if (config.ffn_dim > 0) return config.ffn_dim;
+  auto width = static_cast<int64_t>(2.0 * static_cast<double>(4 * config.dim) / 3.0);  // Meta's int(2 · 4d / 3)
+  if (config.ffn_dim_multiplier > 0) width = static_cast<int64_t>(config.ffn_dim_multiplier * static_cast<double>(width));
+  return config.multiple_of * ((width + config.multiple_of - 1) / config.multiple_of);
+}
+
+void declare_config(ConfigSchema& schema, LlamaConfig& config, const std::string& model_name) {
+  schema.add("model.n_layer", &config.n_layer, "llama: decoder layers");
+  schema.add("model.n_head", &config.n_head, "llama: query heads per layer; model.dim must divide by it");
+  schema.add("model.n_kv_heads", &config.n_kv_heads,
+             "llama: key/value heads, each shared by model.n_head / n_kv_heads query heads (grouped-query "
+             "attention); 0: model.n_head, multi-head attention")
+      .min(0)
+      .max(1024);
+  schema.add("model.dim", &config.dim, "llama: the width of the residual stream (HF hidden_size)").min(1).max(1e6);
+  schema.add("model.ffn_dim", &config.ffn_dim,
+             "llama: the MLP's width (HF intermediate_size); 0: Llama's rule, 8·dim/3 times model.ffn_dim_multiplier "
+             "rounded up to a multiple of model.multiple_of")
+      .min(0)
+      .max(1e7);
+  schema.add("model.multiple_of", &config.multiple_of, "llama: Llama's rule rounds the MLP's width up to a multiple "
+             "of this").min(1).max(1e6);
+  schema.add("model.ffn_dim_multiplier", &config.ffn_dim_multiplier,
+             "llama: Llama's rule scales 8·dim/3 by this first; 0: by 1").min(0).max(100);
+  schema.add("model.rope_theta", &config.rope_theta, "llama: the rotary positions' base (Llama 3: 500000)")
+      .greater_than(0)
+      .max(1e12);
+  schema.add("model.rope_scaling", &config.rope_scaling,
+             "llama: none, or llama3: Llama 3.1's scaling of the rotary frequencies (model.rope_factor, "
+             "rope_low_freq_factor, rope_high_freq_factor, rope_original_context)")
+      .choices({"none", "llama3"});
+  schema.add("model.rope_factor", &config.rope_factor, "llama: rope_scaling llama3's factor").greater_than(0).max(1e6);
+  schema.add("model.rope_low_freq_factor", &config.rope_low_freq_factor, "llama: rope_scaling llama3's low_freq_factor")
+      .greater_than(0)
+      .max(1e6);
+  schema.add("model.rope_high_freq_factor", &config.rope_high_freq_factor,
+             "llama: rope_scaling llama3's high_freq_factor (above low_freq_factor)")
+      .greater_than(0)
+      .max(1e6);
+  schema.add("model.rope_original_context", &config.rope_original_context,
+             "llama: rope_scaling llama3's original_max_position_embeddings")
+      .min(1)
+      .max(1e9);
+  schema.add("model.norm_eps", &config.norm_eps, "llama: RMSNorm's epsilon (HF rms_norm_eps)").greater_than(0).max(1);
+  schema.add("model.vocab_size", &config.vocab_size, "llama: the same");
+  schema.add("model.tie_embeddings", &config.tie_embeddings,
+             "llama: lm_head uses the token embedding's weight (HF tie_word_embeddings)");
+  schema.rule("model.n_head", [&config, &model_name]() -> std::string {
+    if (model_name != "llama" || config.n_head < 1) return "";
+    if (config.dim % config.n_head != 0 || (config.dim / config.n_head) % 2 != 0)
+      return "model.dim " + std::to_string(config.dim) + " must divide by it into heads of an even width (" +
+             std::to_string(config.n_head) + " heads)";
+    return "";
+  });
+  schema.rule("model.n_kv_heads", [&config, &model_name]() -> std::string {
+    return model_name == "llama" && config.n_kv_heads > 0 && config.n_head % config.n_kv_heads != 0
+               ? "model.n_head " + std::to_string(config.n_head) + " must divide by it (" +
+                     std::to_string(config.n_kv_heads) + " key/value heads)"
+               : "";
+  });
+  schema.rule("model.rope_high_freq_factor", [&config, &model_name]() -> std::string {
+    return model_name == "llama" && config.rope_scaling == "llama3" &&
+                   config.rope_high_freq_factor <= config.rope_low_freq_factor
+               ? "must be above model.rope_low_freq_factor for rope_scaling llama3"
+               : "";
+  });
+}
+
+/// Registers "llama"; called from model_registry.cpp (Note [Registries]).
+void register_llama(ModelFactories& factories) {
+  factories.add("llama", [](const ModelConfig& config, const ModelContext&) -> std::shared_ptr<Model> {
+    const LlamaConfig& c = config.llama;
+    if (c.dim % c.n_head != 0 || (c.dim / c.n_head) % 2 != 0 || (c.n_kv_heads > 0 && c.n_head % c.n_kv_heads != 0))
+      throw ConfigError("model.n_head: model.dim " + std::to_string(c.dim) + ", model.n_head " +
+                        std::to_string(c.n_head) + " and model.n_kv_heads " + std::to_string(c.n_kv_heads) +
+                        " do not make heads of an even width, each key/value head serving whole query heads");
+    return std::make_shared<Llama>(c);
+  });
+}
+
+}  // namespace ddp
