@@ -244,6 +244,21 @@ TEST_CASE("each model family reads its own keys, and a key two families read rea
   CHECK(ddp::to_yaml(parse(yaml)) == yaml);
 }
 
+TEST_CASE("a Llama's shape is checked before anything runs: heads, key/value heads and rope scaling", "[config]") {
+  const std::string llama = "data: {dataset: tokens, path: t.bin, eval_split: none}\ntrain: {task: causal_lm}\nmodel: {name: llama, dim: 48, ";
+  CHECK(parse(llama + "n_head: 6, n_kv_heads: 2}").model.llama.n_kv_heads == 2);
+  REQUIRE_THROWS_WITH(parse(llama + "n_head: 5}"),
+                      Equals("model.n_head: model.dim 48 must divide by it into heads of an even width (5 heads)"));
+  REQUIRE_THROWS_WITH(parse(llama + "n_head: 16}"),  // heads of 3: rotary positions pair a head's two halves
+                      Equals("model.n_head: model.dim 48 must divide by it into heads of an even width (16 heads)"));
+  REQUIRE_THROWS_WITH(parse(llama + "n_head: 6, n_kv_heads: 4}"),
+                      Equals("model.n_kv_heads: model.n_head 6 must divide by it (4 key/value heads)"));
+  REQUIRE_THROWS_WITH(parse(llama + "n_head: 6, rope_scaling: llama3, rope_low_freq_factor: 4, rope_high_freq_factor: 2}"),
+                      Equals("model.rope_high_freq_factor: must be above model.rope_low_freq_factor for rope_scaling "
+                             "llama3"));
+  REQUIRE_THROWS_WITH(parse(llama + "n_head: 6, rope_scaling: yarn}"), Contains("model.rope_scaling: must be one of none, llama3"));
+}
+
 TEST_CASE("run.name names one directory: it cannot leave runs/ (issue 22, item 16)", "[config]") {
   for (const char* name : {"..", ".", "../../x", "a/b", "/abs"})
     REQUIRE_THROWS_WITH(parse(std::string("run: {name: \"") + name + "\"}"),

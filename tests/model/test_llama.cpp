@@ -88,6 +88,11 @@ TEST_CASE("a Llama's MLP width follows Llama's rule, and shapes that cannot make
   config.llama.n_head = 5;  // 48 does not divide into 5 heads
   CHECK_THROWS_WITH(ddp::make_model(config), Catch::StartsWith("model.n_head: model.dim 48, model.n_head 5"));
 
+  // Its input is token ids.
+  auto model = ddp::make_model(reference_shape());
+  CHECK_THROWS_WITH(model->forward(torch::zeros({2, 8})),
+                    "model.name llama takes int64 token ids [B, T], got CPUFloatType of 2 dimensions");
+
   // Tied: the head is the embedding, one tensor under both names.
   config = reference_shape();
   config.llama.tie_embeddings = true;

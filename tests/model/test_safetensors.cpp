@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,8 @@ TEST_CASE("safetensors: what write_safetensors writes reads back the same, in ev
 
   CHECK_THROWS_WITH(ddp::write_safetensors(dir.file("twice.safetensors"), {{"a", torch::ones(1)}, {"a", torch::ones(1)}}),
                     dir.file("twice.safetensors") + ": cannot write tensor 'a': the name is given twice");
+  CHECK_THROWS_WITH(ddp::write_safetensors(dir.file("meta.safetensors"), {{"__metadata__", torch::ones(1)}}),
+                    dir.file("meta.safetensors") + ": cannot write tensor '__metadata__': the name is the header's own");
   CHECK_THROWS_WITH(ddp::write_safetensors(dir.file("c.safetensors"), {{"z", torch::ones(1, torch::kComplexFloat)}}),
                     Contains("cannot write tensor 'z' of ComplexFloat"));
 }
@@ -201,6 +204,15 @@ TEST_CASE("safetensors: each hostile file is refused in one line naming the file
            safetensors_bytes(R"({"__metadata__":{"step":3},"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
                              data));
   CHECK(refusal(p) == p + ": __metadata__ 'step' is not a string");
+  CHECK(refusal(dir.path()) == dir.path() + " is a directory, not a safetensors file");
+  CHECK(refusal(dir.file("absent.safetensors")) ==
+        "cannot read " + dir.file("absent.safetensors") + ": No such file or directory");
+  // A file that shrinks after its header was checked: an error when its data are read, not a SIGBUS.
+  ddp::write_safetensors(dir.file("shrinks.safetensors"), {{"t", torch::ones({1000})}});
+  ddp::SafetensorsFile shrinking(dir.file("shrinks.safetensors"));
+  std::filesystem::resize_file(dir.file("shrinks.safetensors"), 100);
+  CHECK_THROWS_WITH(shrinking.read(shrinking.entries().front()),
+                    dir.file("shrinks.safetensors") + ": ended early: it shrank while it was read");
   // Through the weights reader, a truncated safetensors file is still named as one, not as a bad zip.
   CHECK_THROWS_WITH(ddp::read_state_dict_file(dir.file("past.safetensors")), refusal(dir.file("past.safetensors")));
 }
