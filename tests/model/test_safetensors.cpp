@@ -204,6 +204,16 @@ TEST_CASE("safetensors: each hostile file is refused in one line naming the file
            safetensors_bytes(R"({"__metadata__":{"step":3},"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
                              data));
   CHECK(refusal(p) == p + ": __metadata__ 'step' is not a string");
+  p = file("metalist.safetensors", safetensors_bytes(R"({"__metadata__":[1]})", ""));
+  CHECK(refusal(p) == p + ": __metadata__ is not a map of strings");
+  p = file("entry.safetensors", safetensors_bytes(R"({"t":[1]})", ""));
+  CHECK(refusal(p) == p + ": tensor 't' is not described by a JSON object");
+  p = file("dtypenum.safetensors",
+           safetensors_bytes(R"({"t":{"dtype":7,"shape":[4],"data_offsets":[0,16]}})", data));
+  CHECK(refusal(p) == p + ": tensor 't': \"dtype\" is not a string");
+  p = file("shapeword.safetensors",
+           safetensors_bytes(R"({"t":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})", data));
+  CHECK(refusal(p) == p + ": tensor 't': \"shape\" is not a list");
   CHECK(refusal(dir.path()) == dir.path() + " is a directory, not a safetensors file");
   CHECK(refusal(dir.file("absent.safetensors")) ==
         "cannot read " + dir.file("absent.safetensors") + ": No such file or directory");
