@@ -12,6 +12,7 @@
 #include <fstream>
 #include <regex>
 
+#include "ddp/model/safetensors.h"
 #include "support/python_fixtures.h"
 #include "support/metric_values.h"
 #include "support/subprocess.h"
@@ -183,6 +184,79 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     CHECK(missing.exit_code == 2);
     CHECK_THAT(missing.err, Contains(dir.file("nowhere") + ": no such file"));
   }
+}
+
+TEST_CASE("a Llama's exported model.safetensors and config.json load strictly into an independent PyTorch Llama, "
+          "which scores ddprun's eval loss within 1e-4, and model.init_from that directory, sharded, continues "
+          "from it", "[llama][python]") {
+  TempDir dir;
+  const std::vector<std::string> llama = {"model.name=llama", "model.dim=32", "model.n_kv_heads=1",
+                                          "model.multiple_of=16", "model.rope_scaling=llama3",
+                                          "model.rope_original_context=16", "model.tie_embeddings=false"};
+  auto sets = llama;
+  sets.insert(sets.end(), {"train.epochs=3", "train.max_steps=60"});
+  auto trained = ddprun(2, write_gpt_config(dir), sets);
+  INFO(trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);
+  const double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_llama.py",
+                             dir.file("out")},
+                            std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("eval_loss ([0-9.]+)")));
+  CHECK(std::abs(std::stod(match[1]) - loss) < 1e-4);
+  CHECK_THAT(read_file(dir.file("out/config.json")), Contains("\"num_key_value_heads\": 1") &&
+                                                          Contains("\"rope_type\": \"llama3\""));
+
+  // As a hub's larger models come: the weights in two shards and an index, beside config.json.
+  TempDir hub;
+  {
+    ddp::SafetensorsFile whole(dir.file("out/model.safetensors"));
+    std::vector<std::pair<std::string, torch::Tensor>> first, second;
+    std::string map;
+    for (const auto& entry : whole.entries()) {
+      bool later = entry.name.rfind("model.layers.1.", 0) == 0 || entry.name.rfind("lm_head", 0) == 0;
+      (later ? second : first).emplace_back(entry.name, whole.read(entry));
+      map += std::string(map.empty() ? "" : ", ") + "\"" + entry.name + "\": \"model-0000" + (later ? "2" : "1") +
+             "-of-00002.safetensors\"";
+    }
+    ddp::write_safetensors(hub.file("model-00001-of-00002.safetensors"), first);
+    ddp::write_safetensors(hub.file("model-00002-of-00002.safetensors"), second);
+    write_file(hub.file("model.safetensors.index.json"), "{\"metadata\": {}, \"weight_map\": {" + map + "}}");
+    write_file(hub.file("config.json"), read_file(dir.file("out/config.json")));
+  }
+  // The YAML names only what it trains on: config.json gives the architecture.
+  auto again = [&](const std::string& name, std::vector<std::string> more) {
+    more.insert(more.end(), {"model.name=llama", "optim.lr=0.00001", "schedule.name=constant", "train.max_steps=3",
+                             "eval.at_start=true", "run.output_dir=" + dir.file(name)});
+    return ddprun(1, write_gpt_config(dir), more);
+  };
+  auto imported = again("imported", {"model.init_from=" + hub.path()});
+  INFO(imported.out << imported.err);
+  REQUIRE(imported.exit_code == 0);
+  auto fresh = again("fresh", {"model.n_kv_heads=1", "model.dim=32"});
+  REQUIRE(fresh.exit_code == 0);
+  const double start = metric_value(dir.file("imported/metrics.jsonl"), "eval_loss", /*last=*/false);
+  const double random = metric_value(dir.file("fresh/metrics.jsonl"), "eval_loss", /*last=*/false);
+  std::printf("eval loss at the first step: from the imported model %.6f (it ended its run at %.6f), from a random "
+              "model %.6f\n", start, loss, random);
+  CHECK(std::abs(start - loss) < 1e-5);
+  CHECK(random > loss + 1);
+  CHECK(std::abs(metric_value(dir.file("imported/metrics.jsonl"), "eval_loss") - loss) < 0.05);
+
+  // A key the YAML sets to another value than config.json's is named, with both values.
+  auto conflict = again("conflict", {"model.init_from=" + hub.path(), "model.n_kv_heads=2"});
+  CHECK(conflict.exit_code == 2);
+  CHECK_THAT(conflict.err, Contains("model.n_kv_heads: 2 here, but " + hub.path() +
+                                    "/config.json (model.init_from) makes it 1"));
+  // A shard missing from the hub's directory: named, with the tensor that needed it.
+  std::filesystem::remove(hub.file("model-00002-of-00002.safetensors"));
+  auto lost = again("lost", {"model.init_from=" + hub.path()});
+  CHECK(lost.exit_code == 2);
+  CHECK_THAT(lost.err, Contains("model.safetensors.index.json: weight_map.lm_head.weight is in "
+                                "model-00002-of-00002.safetensors, which is not in " + hub.path()));
 }
 
 TEST_CASE("a GPT worker SIGKILLed mid-run resumes bit-identically", "[gpt][faults][slow]") {

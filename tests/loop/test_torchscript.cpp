@@ -407,7 +407,8 @@ TEST_CASE("scripted modules users write: .view under channels_last, init_from Py
   CHECK(ordered.exit_code == 0);
   auto directory = ddprun(1, write_config(dir, "mlp.pt"), {"model.init_from=" + dir.path(), "train.max_steps=1"});
   CHECK(directory.exit_code == 2);
-  CHECK_THAT(directory.err, Contains("model.init_from: " + dir.path() + " is a directory; name the weights file in it"));
+  CHECK_THAT(directory.err, Contains("model.init_from: " + dir.path() + " is a directory without a config.json: "
+                                              "model.init_from takes a Hugging Face model directory"));
 
   // Item 14: outputs that cannot be trained name model.path, exit 2.
   auto run = [&](const std::string& module) {

@@ -247,7 +247,8 @@ print("%.9f %.9f" % (model.fc.weight.double().sum().item(), model.layer1[1].runn
                     dir.file("checkpoint.pt") + ": not a state dict: entry 'model' is not a tensor (a checkpoint of "
                                                 "several dicts? save the model's own: torch.save(model.state_dict(), path))");
   CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.path()),
-                    dir.path() + " is a directory; name the weights file in it (a run's model.pt, say)");
+                    dir.path() + " is a directory with neither model.safetensors nor model.safetensors.index.json; name the "
+                                 "weights file in it (a run's model.pt, say)");
   std::string bytes = ddp::test::read_file(dir.file("ordered.pt"));
   ddp::test::write_file(dir.file("cut.pt"), bytes.substr(0, bytes.size() / 2));
   CHECK_THROWS_WITH(ddp::load_python_state_dict(*model, dir.file("cut.pt")),

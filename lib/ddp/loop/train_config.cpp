@@ -10,6 +10,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/model/hugging_face.h"
 
 namespace ddp {
 namespace {
@@ -74,15 +75,57 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   }
 }
 
+// The file, then the overrides, on top of `under` (assignments as --set takes them) over the defaults.
+void layer(ConfigSchema& schema, const std::vector<std::string>& under, const YAML::Node& root,
+           const std::string& source, const std::filesystem::path& file_dir, const std::vector<std::string>& overrides) {
+  for (const auto& assignment : under) schema.apply_override(assignment);
+  schema.load(root, source);
+  schema.resolve_paths(file_dir);  // Note [Relative paths]
+  for (const auto& assignment : overrides) schema.apply_override(assignment);
+  schema.resolve_paths(std::filesystem::current_path());
+}
+
+// One key's value as to_yaml() writes it.
+std::string value_of(const YAML::Node& values, const std::string& path) {
+  auto dot = path.find('.');
+  return YAML::Dump(values[path.substr(0, dot)][path.substr(dot + 1)]);
+}
+
 TrainConfig build(const YAML::Node& root, const std::string& source, const std::filesystem::path& file_dir,
                   const std::vector<std::string>& overrides) {
   TrainConfig config;
   ConfigSchema schema;
   declare_all(schema, config);
-  schema.load(root, source);
-  schema.resolve_paths(file_dir);  // Note [Relative paths]
-  for (const auto& assignment : overrides) schema.apply_override(assignment);
-  schema.resolve_paths(std::filesystem::current_path());
+  layer(schema, {}, root, source, file_dir, overrides);
+  // Note [Hugging Face directories]: model.init_from's config.json, under the file and the overrides.
+  const std::string directory = config.model.init_from;
+  std::vector<std::string> imported;
+  try {
+    imported = hugging_face_model_keys(directory);
+  } catch (const FileError& e) {
+    throw ConfigError(std::string("model.init_from: ") + e.what());
+  }
+  if (!imported.empty()) {
+    TrainConfig alone, merged;
+    ConfigSchema alone_schema, merged_schema;
+    declare_all(alone_schema, alone);
+    declare_all(merged_schema, merged);
+    for (const auto& assignment : imported) alone_schema.apply_override(assignment);
+    layer(merged_schema, imported, root, source, file_dir, overrides);
+    // A key the file or an override set to another value than config.json's: which one is meant?
+    const YAML::Node ours = YAML::Load(merged_schema.to_yaml()), theirs = YAML::Load(alone_schema.to_yaml());
+    std::string conflicts;
+    for (const auto& assignment : imported) {
+      const std::string key = assignment.substr(0, assignment.find('='));
+      if (value_of(ours, key) != value_of(theirs, key))
+        conflicts += (conflicts.empty() ? "" : "\n") + key + ": " + value_of(ours, key) + " here, but " +
+                     directory + "/config.json (model.init_from) makes it " + value_of(theirs, key) +
+                     "; leave it out, or train another architecture without model.init_from";
+    }
+    if (!conflicts.empty()) throw ConfigError(conflicts);
+    merged_schema.validate();
+    return merged;
+  }
   // Only now, so that an override can fix a bad value from the file.
   schema.validate();
   return config;

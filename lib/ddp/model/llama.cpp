@@ -12,6 +12,7 @@
 // Weights start as HF's _init_weights leaves them: normal(0, 0.02) for every Linear and the
 // embedding, ones for the norms.
 
+#include <nlohmann/json.hpp>
 #include <torch/nn.h>
 #include <torch/version.h>
 
@@ -22,7 +23,9 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/model/hugging_face.h"
 #include "ddp/model/model_registry.h"
+#include "ddp/model/python_state_dict.h"
 
 namespace ddp {
 namespace {
@@ -201,7 +204,7 @@ class Head : public torch::nn::Module {
 
 class Llama : public Model {
  public:
-  explicit Llama(const LlamaConfig& c) : vocab_size_(c.vocab_size) {
+  Llama(const LlamaConfig& c, int64_t block_size) : config_(c), block_size_(block_size) {
     decoder_ = register_module("model", std::make_shared<Decoder>(c));
     torch::Tensor head = c.tie_embeddings ? decoder_->embed_tokens->weight : torch::empty({c.vocab_size, c.dim});
     head_ = register_module("lm_head", std::make_shared<Head>(head));
@@ -217,7 +220,48 @@ class Llama : public Model {
   }
 
   std::vector<int64_t> input_shape() const override { return {}; }
-  int64_t output_width() const override { return vocab_size_; }
+  int64_t output_width() const override { return config_.vocab_size; }
+
+  // A tied model's files may leave lm_head out: Hugging Face's do, its weight being the embedding's.
+  void load_weights(const std::string& path) override {
+    const bool tied = config_.tie_embeddings;
+    load_python_state_dict(*this, path, [tied](const std::string& name) { return tied && name == "lm_head.weight"; });
+  }
+
+  // config.json in transformers' LlamaConfig names (Note [Hugging Face directories]).
+  void save_extras(const std::string& output_dir) const override {
+    const LlamaConfig& c = config_;
+    nlohmann::json rope_scaling = nullptr;
+    if (c.rope_scaling == "llama3")
+      rope_scaling = {{"rope_type", "llama3"},
+                      {"factor", c.rope_factor},
+                      {"low_freq_factor", c.rope_low_freq_factor},
+                      {"high_freq_factor", c.rope_high_freq_factor},
+                      {"original_max_position_embeddings", c.rope_original_context}};
+    const auto dtype = decoder_->embed_tokens->weight.scalar_type();
+    write_hugging_face_config(output_dir, {{"architectures", {"LlamaForCausalLM"}},
+                                           {"model_type", "llama"},
+                                           {"vocab_size", c.vocab_size},
+                                           {"hidden_size", c.dim},
+                                           {"intermediate_size", llama_ffn_dim(c)},
+                                           {"num_hidden_layers", c.n_layer},
+                                           {"num_attention_heads", c.n_head},
+                                           {"num_key_value_heads", c.n_kv_heads > 0 ? c.n_kv_heads : c.n_head},
+                                           {"head_dim", c.dim / c.n_head},
+                                           {"hidden_act", "silu"},
+                                           {"max_position_embeddings", block_size_},
+                                           {"initializer_range", kInitStd},
+                                           {"rms_norm_eps", c.norm_eps},
+                                           {"rope_theta", c.rope_theta},
+                                           {"rope_scaling", rope_scaling},
+                                           {"attention_bias", false},
+                                           {"attention_dropout", 0.0},
+                                           {"mlp_bias", false},
+                                           {"tie_word_embeddings", c.tie_embeddings},
+                                           {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16"
+                                                           : dtype == torch::kHalf  ? "float16"
+                                                                                    : "float32"}});
+  }
 
   // The embedding, each decoder layer, then the final norm with the head: a stage boundary may fall
   // before any layer; a tied head's weight is in the first block and the last.
@@ -242,7 +286,8 @@ class Llama : public Model {
   }
 
  private:
-  int64_t vocab_size_;
+  LlamaConfig config_;
+  int64_t block_size_;
   std::shared_ptr<Decoder> decoder_;
   std::shared_ptr<Head> head_;
 };
@@ -318,6 +363,57 @@ void declare_config(ConfigSchema& schema, LlamaConfig& config, const std::string
   });
 }
 
+std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& config, const std::string& file) {
+  // What transformers' LlamaConfig can say that this Llama does not do is refused, never ignored.
+  auto lacks = [&file](const std::string& what) {
+    return FileError(file + ": " + what + ", which ddprun's Llama does not have (no biases, SiLU, heads of "
+                     "hidden_size / num_attention_heads, rope_scaling none or llama3)");
+  };
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (hugging_face_bool(config, bias, false, file) == "true") throw lacks(std::string(bias) + " true");
+  if (config.contains("hidden_act") && config["hidden_act"] != "silu")
+    throw lacks("hidden_act " + config["hidden_act"].dump());
+  const std::string heads = hugging_face_integer(config, "num_attention_heads", 32, file);
+  const std::string width = hugging_face_integer(config, "hidden_size", 4096, file);
+  if (std::stoll(heads) > 0) {
+    const std::string head_dim = hugging_face_integer(config, "head_dim", std::stoll(width) / std::stoll(heads), file);
+    if (std::stoll(head_dim) * std::stoll(heads) != std::stoll(width))
+      throw lacks("head_dim " + head_dim + " with hidden_size " + width + " and " + heads + " heads");
+  }
+  std::vector<std::string> keys = {
+      "model.name=llama",
+      "model.n_layer=" + hugging_face_integer(config, "num_hidden_layers", 32, file),
+      "model.n_head=" + heads,
+      "model.n_kv_heads=" + hugging_face_integer(config, "num_key_value_heads", std::stoll(heads), file),
+      "model.dim=" + width,
+      "model.ffn_dim=" + hugging_face_integer(config, "intermediate_size", 11008, file),
+      "model.vocab_size=" + hugging_face_integer(config, "vocab_size", 32000, file),
+      "model.rope_theta=" + hugging_face_number(config, "rope_theta", 10000, file),
+      "model.norm_eps=" + hugging_face_number(config, "rms_norm_eps", 1e-6, file),
+      "model.tie_embeddings=" + hugging_face_bool(config, "tie_word_embeddings", false, file)};
+  auto scaling = config.find("rope_scaling");
+  if (scaling == config.end() || scaling->is_null()) {
+    keys.push_back("model.rope_scaling=none");
+    return keys;
+  }
+  if (!scaling->is_object()) throw FileError(file + ": rope_scaling: expected an object or null, got " + scaling->dump());
+  // transformers reads rope_type, or type in older files; "default" is no scaling.
+  const nlohmann::json type = scaling->contains("rope_type") ? (*scaling)["rope_type"] : scaling->value("type", nlohmann::json());
+  if (type == "default") {
+    keys.push_back("model.rope_scaling=none");
+  } else if (type == "llama3") {
+    keys.insert(keys.end(),
+                {"model.rope_scaling=llama3", "model.rope_factor=" + hugging_face_number(*scaling, "factor", 8, file),
+                 "model.rope_low_freq_factor=" + hugging_face_number(*scaling, "low_freq_factor", 1, file),
+                 "model.rope_high_freq_factor=" + hugging_face_number(*scaling, "high_freq_factor", 4, file),
+                 "model.rope_original_context=" +
+                     hugging_face_integer(*scaling, "original_max_position_embeddings", 8192, file)});
+  } else {
+    throw lacks("rope_scaling of type " + type.dump());
+  }
+  return keys;
+}
+
 /// Registers "llama"; called from model_registry.cpp (Note [Registries]).
 void register_llama(ModelFactories& factories) {
   factories.add("llama", [](const ModelConfig& config, const ModelContext&) -> std::shared_ptr<Model> {
@@ -326,7 +422,7 @@ void register_llama(ModelFactories& factories) {
       throw ConfigError("model.n_head: model.dim " + std::to_string(c.dim) + ", model.n_head " +
                         std::to_string(c.n_head) + " and model.n_kv_heads " + std::to_string(c.n_kv_heads) +
                         " do not make heads of an even width, each key/value head serving whole query heads");
-    return std::make_shared<Llama>(c);
+    return std::make_shared<Llama>(c, config.block_size);
   });
 }
 

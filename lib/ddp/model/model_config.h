@@ -32,7 +32,7 @@ inline constexpr int64_t kMinClasses = 2;
 /// The network to train; user-facing keys are model.<key> whichever family reads them.
 struct ModelConfig {
   std::string name = "convnet";  ///< a registered model (convnet | gpt | linear3 | llama | mlp | torchscript), or graphsage
-  std::string init_from;         ///< any model: start from these weights (a state_dict file such as model.pt)
+  std::string init_from;         ///< any model: start from these weights (model.pt, a safetensors file, a Hugging Face directory)
   int64_t num_classes = 10;      ///< classifiers: outputs of the last layer
   int64_t block_size = 1024;     ///< gpt, llama, causal_lm: tokens of context (a sample is block_size + 1 tokens)
   ConvNetConfig convnet;

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "ddp/common/error.h"
+#include "ddp/model/hugging_face.h"
 #include "ddp/model/safetensors.h"
 
 namespace ddp {
@@ -267,14 +268,38 @@ class PickleMachine {
   std::unordered_map<int64_t, Item> memo_;
 };
 
+// A Hugging Face directory's weights (Note [Hugging Face directories]): every shard's tensors, each
+// where the index says it is, and no name twice.
+std::vector<std::pair<std::string, torch::Tensor>> read_hugging_face_weights(const std::string& dir) {
+  WeightFiles weights = hugging_face_weight_files(dir);
+  std::map<std::string, std::string> listed(weights.names.begin(), weights.names.end());
+  std::map<std::string, std::string> found;  // name → the file it was read from
+  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  for (const auto& path : weights.files) {
+    SafetensorsFile file(path);
+    for (const auto& entry : file.entries()) {
+      if (auto twice = found.find(entry.name); twice != found.end())
+        throw FileError(path + ": tensor '" + entry.name + "' is also in " + twice->second);
+      if (!listed.empty() && listed.count(entry.name) && listed.at(entry.name) != path)
+        throw FileError(path + ": tensor '" + entry.name + "' is here, but the index puts it in " + listed.at(entry.name));
+      if (!listed.empty() && !listed.count(entry.name))
+        throw FileError(path + ": tensor '" + entry.name + "' is not in the index's weight_map");
+      found.emplace(entry.name, path);
+      entries.emplace_back(entry.name, file.read(entry));
+    }
+  }
+  for (const auto& [name, path] : weights.names)
+    if (!found.count(name)) throw FileError(path + ": holds no tensor '" + name + "', which the index puts there");
+  return entries;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error))
     throw FileError("cannot read model weights " + path + ": No such file or directory");
-  if (std::filesystem::is_directory(path, error))
-    throw FileError(path + " is a directory; name the weights file in it (a run's model.pt, say)");
+  if (std::filesystem::is_directory(path, error)) return read_hugging_face_weights(path);
   if (looks_like_safetensors(path)) {
     SafetensorsFile file(path);
     std::vector<std::pair<std::string, torch::Tensor>> entries;

@@ -14,9 +14,10 @@
 namespace ddp {
 
 /// The name → tensor entries of the dict or OrderedDict torch.save wrote to `path`, or of a
-/// safetensors file (told apart by their first bytes, not by name), in file order; FileError naming
-/// `path` and the cause for anything else (a directory, neither format, a pickle that is not a dict
-/// of tensors, a storage record cut short, a safetensors header that does not check).
+/// safetensors file (told apart by their first bytes, not by name), in file order, or of a Hugging
+/// Face directory's safetensors shards (Note [Hugging Face directories]); FileError naming `path` and
+/// the cause for anything else (neither format, a pickle that is not a dict of tensors, a storage
+/// record cut short, a safetensors header that does not check, a shard the index does not match).
 std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const std::string& path);
 
 }  // namespace ddp

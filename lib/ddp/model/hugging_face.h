@@ -1,0 +1,58 @@
+#pragma once
+// Hugging Face model directories (Note [Hugging Face directories]): a pretrained model comes in as
+// model.init_from: DIR, and a trained Llama goes out as one.
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp {
+
+// Note [Hugging Face directories]: a model laid out as transformers' save_pretrained writes it:
+// config.json (model_type and the architecture's hyperparameters, in Hugging Face's names) and the
+// weights, one model.safetensors or shards that model.safetensors.index.json's weight_map lists.
+// - model.init_from: DIR reads config.json as model.* keys, applied under the YAML and --set: a key
+//   they leave out comes from config.json, and one they set to another value is refused, naming both
+//   (train_config.cpp). A feature the family does not have (biases, another activation, another rope
+//   type) is refused, not ignored.
+// - The shards are read as one state dict, in the index's order, each name from the file the index
+//   says holds it.
+// - A family with a Hugging Face twin writes config.json beside model.safetensors (save_extras), so a
+//   run's output directory is itself such a directory: from_pretrained, or model.init_from, reads it.
+
+/// The `model.KEY=VALUE` assignments (as --set takes them) that DIR/config.json describes, in the
+/// config's order; empty when `path` is not a directory. FileError naming config.json and the fault
+/// (missing, not JSON, a model_type no family here has, a value of the wrong type, a feature the family lacks).
+std::vector<std::string> hugging_face_model_keys(const std::string& path);
+
+/// The safetensors files holding DIR's weights: model.safetensors, or the shards
+/// model.safetensors.index.json lists, in its order, with `names` filled from its weight_map
+/// (tensor name → its file); FileError for a directory with neither, an index that is not one, or a
+/// shard outside DIR or missing.
+struct WeightFiles {
+  std::vector<std::string> files;
+  std::vector<std::pair<std::string, std::string>> names;  ///< from the index; empty for one file
+};
+WeightFiles hugging_face_weight_files(const std::string& dir);
+
+/// Writes `config` as DIR/config.json, indented as transformers writes it; atomic; FileError or IoError.
+void write_hugging_face_config(const std::string& dir, const nlohmann::json& config);
+
+// Each family with a Hugging Face twin reads its config.json, in its own .cpp (hugging_face.cpp
+// chooses by model_type): the model.* assignments, FileError naming `file` and the fault.
+std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& config, const std::string& file);
+
+/// One value of config.json as --set writes it: FileError naming `file` and `key` unless it holds
+/// what is `expected` (an integer, a number, a boolean); `fallback` when absent or null (the
+/// default transformers' config class gives it).
+std::string hugging_face_integer(const nlohmann::json& config, const std::string& key, int64_t fallback,
+                                 const std::string& file);
+std::string hugging_face_number(const nlohmann::json& config, const std::string& key, double fallback,
+                                const std::string& file);
+std::string hugging_face_bool(const nlohmann::json& config, const std::string& key, bool fallback,
+                              const std::string& file);
+
+}  // namespace ddp
