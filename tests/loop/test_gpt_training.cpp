@@ -80,8 +80,8 @@ TEST_CASE("a GPT at world 2 batch 8 matches world 1 batch 16 within 1e-5 after 3
   CHECK(metric_value(two.file("out/metrics.jsonl"), "tokens_per_s") > 0);
 }
 
-TEST_CASE("a Llama at world 2 (batch 8, under dist.shard parameters, in 2 pipeline stages) matches world 1 batch 16 "
-          "within 1e-5 after 30 AdamW steps", "[llama]") {
+TEST_CASE("a Llama at world 2 (batch 8, under dist.shard parameters, in 2 pipeline stages, each also with activation "
+          "checkpointing) matches world 1 batch 16 within 1e-5 after 30 AdamW steps", "[llama]") {
   auto sets = [](const TempDir& dir, std::vector<std::string> more) {
     std::vector<std::string> all = {"model.name=llama", "model.dim=32", "model.n_kv_heads=1", "model.multiple_of=16",
                                     "model.rope_theta=500000", "train.max_steps=30", "train.global_batch_size=16",
@@ -97,11 +97,19 @@ TEST_CASE("a Llama at world 2 (batch 8, under dist.shard parameters, in 2 pipeli
   REQUIRE(x.count("model.layers.1.self_attn.k_proj.weight"));
   CHECK(x.at("model.layers.1.self_attn.k_proj.weight").size(0) == 16);  // one key/value head of 16
   CHECK(x.at("model.layers.1.mlp.gate_proj.weight").size(0) == 96);     // 8 · 32 / 3, rounded up to 16s
-  for (const auto& layout : std::vector<std::vector<std::string>>{{}, {"dist.shard=parameters"}, {"dist.pipeline=2"}}) {
+  // Activation checkpointing composes: the recomputed blocks are sharded or cut into stages as any others.
+  for (const auto& layout : std::vector<std::vector<std::string>>{
+           {},
+           {"dist.shard=parameters"},
+           {"dist.pipeline=2"},
+           {"dist.shard=parameters", "model.activation_checkpointing=full"},
+           {"dist.pipeline=2", "model.activation_checkpointing=every_2"}}) {
     TempDir two;
     auto b = ddprun(2, write_gpt_config(two), sets(two, layout));
-    INFO((layout.empty() ? "replicated" : layout.front()) << "\n" << b.out << b.err);
+    INFO((layout.empty() ? "replicated" : layout.front() + (layout.size() > 1 ? " " + layout.back() : "")) << "\n"
+                                                                                                     << b.out << b.err);
     REQUIRE(b.exit_code == 0);
+    if (layout.size() > 1) CHECK_THAT(b.out + b.err, Contains("model.activation_checkpointing " + layout.back().substr(31)));
     auto y = load_weights(two.file("out/model.pt"));
     REQUIRE(y.size() == x.size());
     double worst = 0;

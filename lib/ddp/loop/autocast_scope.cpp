@@ -42,6 +42,10 @@ void set_dtype(torch::DeviceType type, torch::ScalarType dtype) {
 
 }  // namespace
 
+bool autocast_enabled(torch::Device device) { return is_enabled(device.type()); }
+
+torch::ScalarType autocast_dtype(torch::Device device) { return get_dtype(device.type()); }
+
 AutocastScope::AutocastScope(torch::Device device, bool enabled, torch::ScalarType dtype)
     : type_(device.type()), enabled_(enabled) {
   if (!enabled_) return;

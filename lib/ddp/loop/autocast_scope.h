@@ -8,6 +8,11 @@
 
 namespace ddp {
 
+/// Whether autocast is on for `device`'s type now, and to which dtype: what a recomputation
+/// (activation checkpointing) must run under to repeat the forward.
+bool autocast_enabled(torch::Device device);
+torch::ScalarType autocast_dtype(torch::Device device);
+
 /// Autocast to `dtype` on `device`'s type for the scope's lifetime; nothing when `enabled` is false.
 class AutocastScope {
  public:

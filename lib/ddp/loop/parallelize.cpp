@@ -1,8 +1,11 @@
 #include "ddp/loop/parallelize.h"
 
+#include <spdlog/spdlog.h>
+
 #include <map>
 
 #include "ddp/common/error.h"
+#include "ddp/loop/activation_checkpointing.h"
 #include "ddp/loop/pipeline_step.h"
 #include "ddp/loop/plain_step.h"
 #include "ddp/parallel/pipeline_split.h"
@@ -12,6 +15,8 @@ namespace ddp {
 // Note [Passes]
 // A model is plain (Note [Blocks]); each strategy is applied to it from outside, in this order,
 // as torchtitan's parallelize does:
+//   0. activation checkpointing (model.activation_checkpointing): the blocks it names run again in
+//      backward (Note [Activation checkpointing]); the passes below take them as any others;
 //   1. pipeline split (dist.pipeline): the blocks are cut into stages; this rank keeps its stage's
 //      (StageParameters frees the rest) and runs them in the schedule's order (PipelineStep);
 //   2. sharding (dist.shard): parameters runs each of the blocks this rank runs inside the
@@ -79,6 +84,15 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   auto parallel = std::make_unique<ParallelModel>();
   parallel->parameters = plan.prepare_model(task.model());
   parallel->layout = plan.mesh().describe() + ", dist.shard " + config.mesh.shard;
+  if (config.model.activation_checkpointing != "none") {
+    auto* model = dynamic_cast<Model*>(&task.model());
+    if (!model) throw ConfigError("model.activation_checkpointing: the model is not made of blocks; use none");
+    auto names = checkpoint_activations(*model, config.model.activation_checkpointing);
+    if (plan.world().rank == 0)
+      spdlog::info("model.activation_checkpointing {}: {} of {} blocks run again in backward ({} .. {})",
+                   config.model.activation_checkpointing, names.size(), model->blocks().size(), names.front(),
+                   names.back());
+  }
 
   std::unique_ptr<PipelineRunner> stage;
   if (plan.stages() > 1) {

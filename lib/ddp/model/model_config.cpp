@@ -1,5 +1,7 @@
 #include "ddp/model/model_config.h"
 
+#include <regex>
+
 #include "ddp/config/config_schema.h"
 
 namespace ddp {
@@ -26,6 +28,17 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
              "block_size + 1 tokens, its inputs and next-token targets)")
       .min(1)
       .max(1e7);
+  schema.add("model.activation_checkpointing", &config.activation_checkpointing,
+             "any model made of blocks: none; full, every block keeps only its input through forward and "
+             "runs again in backward (less memory for activations, one more forward); every_N, blocks 0, N, "
+             "2N, ... of the model (Note [Activation checkpointing])");
+  schema.rule("model.activation_checkpointing", [&config]() -> std::string {
+    static const std::regex valid("none|full|every_[1-9][0-9]{0,5}");
+    return std::regex_match(config.activation_checkpointing, valid)
+               ? ""
+               : "expected none, full or every_N (N from 1: every Nth block, from the first), got '" +
+                     config.activation_checkpointing + "'";
+  });
   // Note [Model families]: each family declares its own keys.
   declare_config(schema, config.convnet);
   declare_config(schema, config.mlp, config.name);

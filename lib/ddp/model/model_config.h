@@ -26,7 +26,8 @@ inline constexpr int64_t kMinClasses = 2;
 // families read (model.hidden: mlp and graphsage) is declared by both (Note [Shared keys] in
 // config_schema.h). model.num_classes and model.block_size stay here: they are what a task fits its
 // data to (a classifier's outputs, a language model's context), read by the task and by every family
-// of its kind. Adding a family is its .cpp and config header, one word in model_registry.cpp's list,
+// of its kind; model.init_from and model.activation_checkpointing too, as any family's model takes
+// them. Adding a family is its .cpp and config header, one word in model_registry.cpp's list,
 // one member here and one declare_config call in model_config.cpp.
 
 /// The network to train; user-facing keys are model.<key> whichever family reads them.
@@ -35,6 +36,7 @@ struct ModelConfig {
   std::string init_from;         ///< any model: start from these weights (model.pt, a safetensors file, a Hugging Face directory)
   int64_t num_classes = 10;      ///< classifiers: outputs of the last layer
   int64_t block_size = 1024;     ///< gpt, llama, causal_lm: tokens of context (a sample is block_size + 1 tokens)
+  std::string activation_checkpointing = "none";  ///< none | full | every_N: blocks recomputed in backward
   ConvNetConfig convnet;
   MlpConfig mlp;
   GraphSageConfig graphsage;

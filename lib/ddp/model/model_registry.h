@@ -42,6 +42,12 @@ class Model : public torch::nn::Module {
     return "it is not a sequence of layers (gpt, mlp, convnet and a TorchScript module whose forward chains its "
            "submodules are)";
   }
+  /// For a pass that changes how blocks run before any other pass sees them (activation
+  /// checkpointing): `wrap` may replace each block's forward, given the block and its index.
+  void wrap_blocks(const std::function<void(std::size_t index, ModelBlock& block)>& wrap) {
+    blocks();
+    for (std::size_t i = 0; i < blocks_.size(); ++i) wrap(i, blocks_[i]);
+  }
   /// From now on forward runs the blocks through `runner` (null: in order), which must outlive the
   /// model's use.
   void set_block_runner(BlockRunner* runner) { runner_ = runner; }

@@ -1,0 +1,108 @@
+#include "ddp/loop/activation_checkpointing.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "ddp/common/error.h"
+#include "ddp/loop/autocast_scope.h"
+
+namespace ddp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What a checkpointed block's recomputation needs: its own forward and the parameters it uses.
+struct CheckpointedBlock {
+  std::function<torch::Tensor(torch::Tensor)> forward;
+  std::vector<torch::Tensor> parameters;
+};
+
+// One checkpointed block's forward and backward (Note [Activation checkpointing]).
+struct Recompute : torch::autograd::Function<Recompute> {
+  // `parameters` are the block's, inputs here only so that autograd gives them their gradients.
+  static variable_list forward(AutogradContext* ctx, const CheckpointedBlock* block, torch::Tensor x,
+                               at::TensorList parameters) {
+    (void)parameters;
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+    ctx->saved_data["x_needs_grad"] = x.requires_grad();
+    {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      ctx->saved_data["rng"] = generator.get_state();
+    }
+    ctx->saved_data["autocast"] = autocast_enabled(x.device());
+    ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(autocast_dtype(x.device()));
+    ctx->save_for_backward({x});
+    return {block->forward(x)};  // gradients are off here: nothing inside the block is kept
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto* block = reinterpret_cast<const CheckpointedBlock*>(ctx->saved_data["block"].toInt());
+    const torch::Tensor saved = ctx->get_saved_variables()[0];
+    torch::Tensor x = saved.detach();
+    const bool x_needs_grad = ctx->saved_data["x_needs_grad"].toBool();
+    if (x_needs_grad) x.requires_grad_(true);
+    torch::Tensor out;
+    {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      torch::Tensor now;
+      {
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        now = generator.get_state();
+        generator.set_state(ctx->saved_data["rng"].toTensor());
+      }
+      torch::AutoGradMode enabled(true);
+      AutocastScope autocast(x.device(), ctx->saved_data["autocast"].toBool(),
+                             static_cast<torch::ScalarType>(ctx->saved_data["autocast_dtype"].toInt()));
+      out = block->forward(x);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(now);
+    }
+    const auto& parameters = block->parameters;
+    variable_list result(2 + parameters.size());  // for each input: the block, x, each parameter
+    std::vector<torch::Tensor> wanted;
+    if (x_needs_grad) wanted.push_back(x);
+    for (const torch::Tensor& p : parameters)
+      if (p.requires_grad()) wanted.push_back(p);
+    if (wanted.empty() || !out.requires_grad()) return result;
+    variable_list found = torch::autograd::grad({out}, wanted, {grads[0]}, /*retain_graph=*/false,
+                                                /*create_graph=*/false, /*allow_unused=*/true);
+    std::size_t next = 0;
+    if (x_needs_grad) result[1] = found[next++];
+    for (std::size_t i = 0; i < parameters.size(); ++i)
+      if (parameters[i].requires_grad()) result[2 + i] = found[next++];
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> checkpoint_activations(Model& model, const std::string& mode) {
+  std::vector<std::string> names;
+  if (mode == "none") return names;
+  if (model.blocks().empty())
+    throw ConfigError("model.activation_checkpointing: the model cannot be checkpointed block by block: " +
+                      model.why_no_blocks() + "; use model.activation_checkpointing: none");
+  if (mode != "full" && mode.rfind("every_", 0) != 0)  // the config's rule allows no other
+    throw std::logic_error("checkpoint_activations: mode '" + mode + "'");
+  const std::size_t every = mode == "full" ? 1 : std::stoul(mode.substr(6));
+  model.wrap_blocks([every, &names](std::size_t index, ModelBlock& block) {
+    if (index % every != 0) return;
+    names.push_back(block.name);
+    auto inner = std::make_shared<CheckpointedBlock>(CheckpointedBlock{block.forward, {}});
+    std::set<const c10::TensorImpl*> seen;  // each parameter one input, so its gradient is given once
+    for (const auto& p : block.parameters)
+      if (seen.insert(p.unsafeGetTensorImpl()).second) inner->parameters.push_back(p);
+    block.forward = [inner](torch::Tensor x) {
+      if (!torch::GradMode::is_enabled()) return inner->forward(std::move(x));  // evaluation keeps nothing anyway
+      return Recompute::apply(inner.get(), std::move(x), at::TensorList(inner->parameters))[0];
+    };
+  });
+  return names;
+}
+
+}  // namespace ddp
