@@ -21,6 +21,29 @@ struct CheckpointedBlock {
   std::vector<torch::Tensor> parameters;
 };
 
+// The random generators a block's forward may draw from (dropout): the CPU's and its device's.
+std::vector<at::Generator> generators_for(const torch::Device& device) {
+  std::vector<at::Generator> generators = {at::globalContext().defaultGenerator(torch::kCPU)};
+  if (!device.is_cpu()) generators.push_back(at::globalContext().defaultGenerator(device));
+  return generators;
+}
+
+std::vector<torch::Tensor> states_of(std::vector<at::Generator>& generators) {
+  std::vector<torch::Tensor> states;
+  for (auto& generator : generators) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    states.push_back(generator.get_state());
+  }
+  return states;
+}
+
+void set_states(std::vector<at::Generator>& generators, const std::vector<torch::Tensor>& states) {
+  for (std::size_t i = 0; i < generators.size(); ++i) {
+    std::lock_guard<std::mutex> lock(generators[i].mutex());
+    generators[i].set_state(states[i]);
+  }
+}
+
 // One checkpointed block's forward and backward (Note [Activation checkpointing]).
 struct Recompute : torch::autograd::Function<Recompute> {
   // `parameters` are the block's, inputs here only so that autograd gives them their gradients.
@@ -29,11 +52,8 @@ struct Recompute : torch::autograd::Function<Recompute> {
     (void)parameters;
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
     ctx->saved_data["x_needs_grad"] = x.requires_grad();
-    {
-      auto generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      ctx->saved_data["rng"] = generator.get_state();
-    }
+    auto generators = generators_for(x.device());
+    ctx->saved_data["rng"] = c10::List<torch::Tensor>(states_of(generators));
     ctx->saved_data["autocast"] = autocast_enabled(x.device());
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(autocast_dtype(x.device()));
     ctx->save_for_backward({x});
@@ -48,19 +68,14 @@ struct Recompute : torch::autograd::Function<Recompute> {
     if (x_needs_grad) x.requires_grad_(true);
     torch::Tensor out;
     {
-      auto generator = at::detail::getDefaultCPUGenerator();
-      torch::Tensor now;
-      {
-        std::lock_guard<std::mutex> lock(generator.mutex());
-        now = generator.get_state();
-        generator.set_state(ctx->saved_data["rng"].toTensor());
-      }
+      auto generators = generators_for(x.device());
+      const std::vector<torch::Tensor> now = states_of(generators);
+      set_states(generators, ctx->saved_data["rng"].toTensorVector());
       torch::AutoGradMode enabled(true);
       AutocastScope autocast(x.device(), ctx->saved_data["autocast"].toBool(),
                              static_cast<torch::ScalarType>(ctx->saved_data["autocast_dtype"].toInt()));
       out = block->forward(x);
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(now);
+      set_states(generators, now);  // the draws after backward are those there would have been
     }
     const auto& parameters = block->parameters;
     variable_list result(2 + parameters.size());  // for each input: the block, x, each parameter

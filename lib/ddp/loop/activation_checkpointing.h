@@ -15,8 +15,8 @@ namespace ddp {
 // of those blocks. It is the first pass (Note [Passes]): it replaces the forward of the blocks it
 // checkpoints, and pipeline stages and dist.shard parameters then cut and wrap those blocks as any
 // others (a sharded block's parameters are gathered again for backward before the recomputation
-// needs them). The recomputation repeats the forward exactly: the CPU random generator's state (for
-// dropout) and autocast's are those the forward ran under. As torch.utils.checkpoint(use_reentrant=
+// needs them). The recomputation repeats the forward exactly: the random generators' states (the
+// CPU's and the block's device's, for dropout) and autocast's are those the forward ran under. As torch.utils.checkpoint(use_reentrant=
 // False), the block's parameters are inputs of the checkpoint, so they get gradients even when the
 // block's input has none (the token embedding). A block that updates buffers as it runs (BatchNorm)
 // updates them twice, as under PyTorch's checkpointing.
