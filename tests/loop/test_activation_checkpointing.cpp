@@ -17,6 +17,7 @@
 #include "ddp/loop/activation_checkpointing.h"
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/train_config.h"
+#include "support/python_fixtures.h"
 
 using Catch::Contains;
 
@@ -125,7 +126,7 @@ TEST_CASE("activation checkpointing: an 8-layer Llama's and a dropout GPT's grad
       auto expected = gradients(*plain, rows, bf16);
       auto got = gradients(*checkpointed, rows, bf16);
       REQUIRE(got.size() == expected.size());
-      CHECK(expected.at("model.embed_tokens.weight").abs().sum().item<double>() > 0);  // no block input needs grad
+      CHECK(got.at("model.embed_tokens.weight").abs().sum().item<double>() > 0);  // its block's input needs no grad
       CHECK(largest_difference(expected, got) < 1e-6);
     }
   }
@@ -172,6 +173,33 @@ TEST_CASE("activation checkpointing: an 8-layer Llama's peak memory in a step is
   CHECK(peaks["none"] > 0);
   CHECK(peaks["full"] <= 0.6 * static_cast<double>(peaks["none"]));
   CHECK(peaks["every_2"] < peaks["none"]);
+}
+
+TEST_CASE("activation checkpointing: a chained TorchScript module's blocks run again in backward too, with the "
+          "same gradients",
+          "[activation_checkpointing][torchscript]") {
+  ddp::ModelConfig config;
+  config.name = "torchscript";
+  config.torchscript.path = ddp::test::python_fixture("sequential.pt");  // Linear, ReLU, Linear, Tanh, Linear
+  auto x = torch::randn({64, 20});
+  std::map<std::string, std::map<std::string, torch::Tensor>> grads;
+  for (const std::string mode : {"none", "full"}) {
+    auto model = ddp::make_model(config);
+    // Counted inside the checkpoint: once in forward, once more in backward when it recomputes.
+    auto runs = std::make_shared<int>(0);
+    model->wrap_blocks([runs](std::size_t, ddp::ModelBlock& block) {
+      block.forward = [runs, inner = block.forward](torch::Tensor in) {
+        ++*runs;
+        return inner(std::move(in));
+      };
+    });
+    ddp::checkpoint_activations(*model, mode);
+    model->forward(x).square().mean().backward();
+    const auto blocks = static_cast<int>(model->blocks().size());
+    CHECK(*runs == (mode == "full" ? 2 * blocks : blocks));
+    for (const auto& item : model->named_parameters()) grads[mode].emplace(item.key(), item.value().grad().clone());
+  }
+  CHECK(largest_difference(grads["none"], grads["full"]) < 1e-6);
 }
 
 TEST_CASE("activation checkpointing: a mode it does not know is refused by the config, naming the ones it does",

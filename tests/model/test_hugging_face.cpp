@@ -101,10 +101,11 @@ TEST_CASE("Hugging Face: a Llama's config.json, written at the end of a run, rea
                                  "model.rope_scaling=llama3", "model.rope_factor=16", "model.rope_low_freq_factor=1",
                                  "model.rope_high_freq_factor=4", "model.rope_original_context=32"});
 
-  // A tied model's weights without lm_head, as transformers saves them, load.
+  // A tied model's weights without lm_head, as transformers saves them, load; so do older exports' rotary buffers.
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   for (const auto& [name, tensor] : ddp::python_state_dict(*model))
     if (name != "lm_head.weight") weights.emplace_back(name, torch::full_like(tensor, 0.5));
+  weights.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", torch::ones({4}));  // as older exports have
   ddp::write_safetensors(dir.file("model.safetensors"), weights);
   model->load_weights(dir.path());
   for (const auto& [name, tensor] : ddp::python_state_dict(*model)) CHECK(tensor.eq(0.5).all().item<bool>());
@@ -119,7 +120,8 @@ TEST_CASE("Hugging Face: each hostile config.json is refused in one line naming 
                                                    "save_pretrained writes them) or a weights file");
   const std::string base = R"("model_type": "llama", "hidden_size": 64, "num_attention_heads": 4)";
   for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
-           {"{\"model_type\": ", ": not JSON ("},
+           {"{\"model_type\": ", ": not JSON that can be read ("},
+           {"{\"model_type\": \"llama\", \"rope_theta\": 1e400}", ": not JSON that can be read ("},
            {"[1, 2]", ": expected a JSON object, got array"},
            {"{\"hidden_size\": 64}", ": no model_type string, so the architecture is unknown"},
            {"{\"model_type\": \"qwen2\"}", ": model_type \"qwen2\" is no architecture ddprun has (it reads llama)"},
@@ -130,6 +132,11 @@ TEST_CASE("Hugging Face: each hostile config.json is refused in one line naming 
            {"{" + base + ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
             ": rope_scaling of type \"yarn\", which ddprun's Llama does not have"},
            {"{" + base + ", \"rope_scaling\": 4}", ": rope_scaling: expected an object or null, got 4"},
+           {"{" + base + ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}}",
+            ": rope_scaling of type llama3 lacks low_freq_factor"},
+           {"{" + base + ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"type\": \"default\"}}",
+            ": rope_scaling: type \"default\" and rope_type \"llama3\" disagree"},
+           {"{" + base + ", \"attention_dropout\": 0.1}", ": attention_dropout 0.1, which ddprun's Llama does not"},
            {"{" + base + ", \"num_hidden_layers\": \"2\"}", ": num_hidden_layers: expected an integer, got \"2\""},
            {"{" + base + ", \"rope_theta\": \"big\"}", ": rope_theta: expected a number, got \"big\""},
            {"{" + base + ", \"tie_word_embeddings\": 1}", ": tie_word_embeddings: expected true or false, got 1"}}) {

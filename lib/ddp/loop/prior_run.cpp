@@ -64,11 +64,13 @@ bool may_change_on_resume(const std::string& key) {
   for (const char* section : {"run.", "dist.", "eval.", "checkpoint.", "logging.", "monitor."})
     if (key.rfind(section, 0) == 0) return true;
   // The batch keys: the checkpoint checks that each step keeps its samples (check_resume_layout).
-  // model.channels_last: the same weights, laid out otherwise in memory. schedule.decay_steps: how
+  // model.channels_last: the same weights, laid out otherwise in memory; model.activation_checkpointing:
+  // the same gradients, for less memory (a resume that ran out of it). schedule.decay_steps: how
   // a lengthened run's cosine goes on, as train.max_steps does without it.
   for (const char* steering : {"train.epochs", "train.max_steps", "train.log_every", "train.batch_size",
                                "train.grad_accum_steps", "train.global_batch_size", "data.cache_dir", "data.workers",
-                               "data.prefetch", "model.channels_last", "schedule.decay_steps"})
+                               "data.prefetch", "model.channels_last", "model.activation_checkpointing",
+                               "schedule.decay_steps"})
     if (key == steering) return true;
   return false;
 }

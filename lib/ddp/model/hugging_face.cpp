@@ -32,8 +32,8 @@ const std::map<std::string, KeysReader>& readers() {
 Json read_json(const std::string& path) {
   try {
     return Json::parse(read_whole_file(path));
-  } catch (const Json::parse_error& e) {
-    throw FileError(path + ": not JSON (" + e.what() + ")");
+  } catch (const Json::exception& e) {  // a parse error, or a number beyond a double's range
+    throw FileError(path + ": not JSON that can be read (" + e.what() + ")");
   }
 }
 

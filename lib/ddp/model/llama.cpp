@@ -223,9 +223,14 @@ class Llama : public Model {
   int64_t output_width() const override { return config_.vocab_size; }
 
   // A tied model's files may leave lm_head out: Hugging Face's do, its weight being the embedding's.
+  // Older exports carry each layer's rotary inv_freq buffer, which transformers ignores, and so does this.
   void load_weights(const std::string& path) override {
     const bool tied = config_.tie_embeddings;
-    load_python_state_dict(*this, path, [tied](const std::string& name) { return tied && name == "lm_head.weight"; });
+    load_python_state_dict(*this, path, [tied](const std::string& name) {
+      const std::string buffer = "self_attn.rotary_emb.inv_freq";
+      return (tied && name == "lm_head.weight") ||
+             (name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0);
+    });
   }
 
   // config.json in transformers' LlamaConfig names (Note [Hugging Face directories]).
@@ -373,6 +378,8 @@ std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& conf
     if (hugging_face_bool(config, bias, false, file) == "true") throw lacks(std::string(bias) + " true");
   if (config.contains("hidden_act") && config["hidden_act"] != "silu")
     throw lacks("hidden_act " + config["hidden_act"].dump());
+  if (std::stod(hugging_face_number(config, "attention_dropout", 0, file)) != 0)
+    throw lacks("attention_dropout " + config["attention_dropout"].dump());
   const std::string heads = hugging_face_integer(config, "num_attention_heads", 32, file);
   const std::string width = hugging_face_integer(config, "hidden_size", 4096, file);
   if (std::stoll(heads) > 0) {
@@ -397,11 +404,19 @@ std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& conf
     return keys;
   }
   if (!scaling->is_object()) throw FileError(file + ": rope_scaling: expected an object or null, got " + scaling->dump());
-  // transformers reads rope_type, or type in older files; "default" is no scaling.
-  const nlohmann::json type = scaling->contains("rope_type") ? (*scaling)["rope_type"] : scaling->value("type", nlohmann::json());
+  // transformers reads rope_type, or type in older files (LlamaConfig copies type over rope_type);
+  // "default" is no scaling.
+  const nlohmann::json type = scaling->contains("type") ? (*scaling)["type"] : scaling->value("rope_type", nlohmann::json());
+  if (scaling->contains("type") && scaling->contains("rope_type") && (*scaling)["type"] != (*scaling)["rope_type"])
+    throw FileError(file + ": rope_scaling: type " + (*scaling)["type"].dump() + " and rope_type " +
+                    (*scaling)["rope_type"].dump() + " disagree");
   if (type == "default") {
     keys.push_back("model.rope_scaling=none");
   } else if (type == "llama3") {
+    // transformers needs all four, as does this: a default would be a guess at the model.
+    for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      if (!scaling->contains(key) || (*scaling)[key].is_null())
+        throw FileError(file + ": rope_scaling of type llama3 lacks " + key);
     keys.insert(keys.end(),
                 {"model.rope_scaling=llama3", "model.rope_factor=" + hugging_face_number(*scaling, "factor", 8, file),
                  "model.rope_low_freq_factor=" + hugging_face_number(*scaling, "low_freq_factor", 1, file),

@@ -47,6 +47,7 @@ class Model : public torch::nn::Module {
   void wrap_blocks(const std::function<void(std::size_t index, ModelBlock& block)>& wrap) {
     blocks();
     for (std::size_t i = 0; i < blocks_.size(); ++i) wrap(i, blocks_[i]);
+    wrapped_ = true;
   }
   /// From now on forward runs the blocks through `runner` (null: in order), which must outlive the
   /// model's use.
@@ -71,9 +72,9 @@ class Model : public torch::nn::Module {
  protected:
   /// The model's blocks, built on first use of blocks(): each model that can be split says what.
   virtual std::vector<ModelBlock> declare_blocks() { return {}; }
-  /// Whether a pass installed a runner: a model whose own forward is not its blocks (TorchScript)
-  /// then runs them instead.
-  bool has_block_runner() const { return runner_ != nullptr; }
+  /// Whether a pass acts on the blocks (installed a runner, or wrapped them): a model whose own
+  /// forward is not its blocks (TorchScript) then runs them instead.
+  bool pass_acts_on_blocks() const { return runner_ != nullptr || wrapped_; }
   /// The blocks (built once) on `x`, through the runner when there is one.
   torch::Tensor run_blocks(torch::Tensor x);
 
@@ -81,6 +82,7 @@ class Model : public torch::nn::Module {
   std::vector<ModelBlock> blocks_;  // declare_blocks(), once
   bool declared_ = false;
   BlockRunner* runner_ = nullptr;
+  bool wrapped_ = false;  // wrap_blocks() was called
 };
 
 /// Sums a tensor over every rank and returns the sum (autograd need not see it). Layers that share

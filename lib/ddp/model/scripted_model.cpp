@@ -161,7 +161,7 @@ class ScriptedModel : public Model {
     if (channels_last_ && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     c10::IValue output;
     try {
-      output = has_block_runner() ? c10::IValue(run_blocks(x)) : module_.forward({x});
+      output = pass_acts_on_blocks() ? c10::IValue(run_blocks(x)) : module_.forward({x});
     } catch (const std::exception& e) {
       std::string hint;
       if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
