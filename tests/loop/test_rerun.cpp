@@ -214,7 +214,8 @@ TEST_CASE("config changes are found key by key, and only steering keys may chang
   CHECK(changes[0].after == "[32]");
   CHECK(changes[1].key == "train.epochs");
   for (const char* key : {"train.epochs", "train.max_steps", "eval.every_steps", "checkpoint.keep_last", "dist.shard",
-                          "logging.report", "train.batch_size", "train.grad_accum_steps", "data.workers"})
+                          "logging.report", "train.batch_size", "train.grad_accum_steps", "data.workers",
+                          "model.activation_checkpointing"})
     CHECK(ddp::may_change_on_resume(key));
   for (const char* key : {"model.hidden", "optim.lr", "data.path", "train.precision", "sampler.seed", "schedule.name"})
     CHECK_FALSE(ddp::may_change_on_resume(key));
