@@ -202,7 +202,8 @@ TEST_CASE("activation checkpointing: a chained TorchScript module's blocks run a
   CHECK(largest_difference(grads["none"], grads["full"]) < 1e-6);
 }
 
-TEST_CASE("activation checkpointing: a mode it does not know is refused by the config, naming the ones it does",
+TEST_CASE("activation checkpointing: a mode it does not know is refused by the config, naming the ones it does, and a "
+          "model without blocks says why it cannot be checkpointed",
           "[activation_checkpointing]") {
   CHECK_THROWS_WITH(ddp::parse_train_config("model: {name: mlp}\n", {"model.activation_checkpointing=sometimes"}),
                     Contains("model.activation_checkpointing: expected none, full or every_N (N from 1: every Nth "
@@ -210,4 +211,15 @@ TEST_CASE("activation checkpointing: a mode it does not know is refused by the c
   CHECK_THROWS_WITH(ddp::parse_train_config("model: {name: mlp}\n", {"model.activation_checkpointing=every_0"}),
                     Contains("got 'every_0'"));
   CHECK_NOTHROW(ddp::parse_train_config("model: {name: mlp}\n", {"model.activation_checkpointing=every_3"}));
+  // A model that is no sequence of blocks cannot be: it says why.
+  ddp::ModelConfig config;
+  config.name = "torchscript";
+  config.torchscript.path = ddp::test::python_fixture("mlp.pt");
+  CHECK_THROWS_WITH(ddp::checkpoint_activations(*ddp::make_model(config), "full"),
+                    Contains("model.activation_checkpointing: the model cannot be checkpointed block by block: its "
+                             "forward computes aten::relu itself") &&
+                        Contains("use model.activation_checkpointing: none"));
+  config.name = "linear3";
+  CHECK_THROWS_WITH(ddp::checkpoint_activations(*ddp::make_model(config), "every_2"),
+                    Contains("block by block: it is not a sequence of layers"));
 }

@@ -55,6 +55,17 @@ CommandResult ddprun(int nproc, const std::string& config, const std::vector<std
   return run_shell(command, std::chrono::seconds(240));
 }
 
+// The eval loss a Python script (tests/support/eval_*.py) scores a run directory's model at.
+double python_eval_loss(const std::string& script, const std::string& run_dir) {
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/" + script, run_dir},
+                            std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("eval_loss ([0-9.]+)")));
+  return std::stod(match[1]);
+}
+
 }  // namespace
 
 TEST_CASE("a GPT at world 2 batch 8 matches world 1 batch 16 within 1e-5 after 30 AdamW steps", "[gpt]") {
@@ -130,14 +141,7 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
   REQUIRE(loss < 3.0);  // it learned: a uniform guess over bytes is ln 256 = 5.55
   CHECK(metric_value(dir.file("out/metrics.jsonl"), "eval_perplexity") == Approx(std::exp(loss)).epsilon(1e-9));
   CHECK(metric_value(dir.file("out/metrics.jsonl"), "eval_bits_per_byte") == Approx(loss / std::log(2.0)).epsilon(1e-9));
-  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_gpt.py",
-                             dir.file("out")},
-                            std::chrono::seconds(120));
-  INFO(python.out << python.err);
-  REQUIRE(python.exit_code == 0);
-  std::smatch match;
-  REQUIRE(std::regex_search(python.out, match, std::regex("eval_loss ([0-9.]+)")));
-  CHECK(std::abs(std::stod(match[1]) - loss) < 1e-4);
+  CHECK(std::abs(python_eval_loss("eval_gpt.py", dir.file("out")) - loss) < 1e-4);
 
   SECTION("and ddp-generate continues a prompt with words of the text") {
     auto generate = [&](const std::string& options) {
@@ -207,14 +211,7 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
   INFO(trained.out << trained.err);
   REQUIRE(trained.exit_code == 0);
   const double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
-  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_llama.py",
-                             dir.file("out")},
-                            std::chrono::seconds(120));
-  INFO(python.out << python.err);
-  REQUIRE(python.exit_code == 0);
-  std::smatch match;
-  REQUIRE(std::regex_search(python.out, match, std::regex("eval_loss ([0-9.]+)")));
-  CHECK(std::abs(std::stod(match[1]) - loss) < 1e-4);
+  CHECK(std::abs(python_eval_loss("eval_llama.py", dir.file("out")) - loss) < 1e-4);
   CHECK_THAT(read_file(dir.file("out/config.json")), Contains("\"num_key_value_heads\": 1") &&
                                                           Contains("\"rope_type\": \"llama3\""));
 

@@ -133,6 +133,11 @@ TEST_CASE("graph configs that cannot work are refused with one line naming the k
                                                              "--set eval.full_neighbourhood=true"));
   CHECK(full.exit_code == 2);
   CHECK_THAT(full.err, Contains("eval.full_neighbourhood: evaluating over every neighbour is for graphs (data.dataset: graph)"));
+  auto checkpointed = run_shell(graph_run(1, graph, dir.file("d3"), "--set model.activation_checkpointing=full"));
+  CHECK(checkpointed.exit_code == 2);
+  CHECK_THAT(checkpointed.err, Contains("model.activation_checkpointing: model.name graphsage cannot be checkpointed "
+                                        "block by block: it is not a sequence of layers, or use "
+                                        "model.activation_checkpointing: none"));
   auto loss = run_shell(graph_run(1, graph, dir.file("e"), "--set train.loss=mse"));
   CHECK(loss.exit_code == 2);
   CHECK_THAT(loss.err, Contains("train.loss: mse trains with train.task: regression, not node_classification "

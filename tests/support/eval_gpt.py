@@ -49,14 +49,19 @@ def main():
     windows = nanogpt.Windows(paths, model.config.block_size, config["data"].get("token_dtype") or None)
     if len(windows) == 0:
         sys.exit(f"eval_gpt.py: {pattern!r} holds no window of {model.config.block_size + 1} tokens")
+    print(f"eval_loss {mean_window_loss(lambda x: model(x)[0], windows, args.batch):.8f}")
+
+
+def mean_window_loss(logits_of, windows, batch):
+    """ddprun's eval loss: the mean over every window of its mean per-token cross-entropy, in float64."""
     total = 0.0
     with torch.no_grad():
-        for start in range(0, len(windows), args.batch):
-            x, y = windows.batch(range(start, min(start + args.batch, len(windows))))
-            logits, _ = model(x)
+        for start in range(0, len(windows), batch):
+            x, y = windows.batch(range(start, min(start + batch, len(windows))))
+            logits = logits_of(x)
             per_token = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
             total += per_token.view(y.shape).double().mean(1).sum().item()
-    print(f"eval_loss {total / len(windows):.8f}")
+    return total / len(windows)
 
 
 if __name__ == "__main__":

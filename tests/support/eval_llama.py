@@ -17,13 +17,12 @@ import json
 import os
 import sys
 
-import torch
-import torch.nn.functional as F
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
+import eval_gpt  # noqa: E402
 import llama_reference  # noqa: E402
 import nanogpt  # noqa: E402
 
@@ -54,14 +53,7 @@ def main():
     windows = nanogpt.Windows(paths, block_size, run["data"].get("token_dtype") or None)
     if len(windows) == 0:
         sys.exit(f"eval_llama.py: no window of {block_size + 1} tokens in {paths}")
-    total = 0.0
-    with torch.no_grad():
-        for start in range(0, len(windows), args.batch):
-            x, y = windows.batch(range(start, min(start + args.batch, len(windows))))
-            logits = model(x)
-            per_token = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
-            total += per_token.view(y.shape).double().mean(1).sum().item()
-    print(f"eval_loss {total / len(windows):.8f}")
+    print(f"eval_loss {eval_gpt.mean_window_loss(model, windows, args.batch):.8f}")
 
 
 if __name__ == "__main__":

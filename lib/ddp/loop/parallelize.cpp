@@ -84,14 +84,14 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   auto parallel = std::make_unique<ParallelModel>();
   parallel->parameters = plan.prepare_model(task.model());
   parallel->layout = plan.mesh().describe() + ", dist.shard " + config.mesh.shard;
-  if (config.model.activation_checkpointing != "none") {
-    auto* model = dynamic_cast<Model*>(&task.model());
-    if (!model) throw ConfigError("model.activation_checkpointing: the model is not made of blocks; use none");
-    auto names = checkpoint_activations(*model, config.model.activation_checkpointing);
+  if (config.model.activation_checkpointing != "none") {  // pass 0
+    auto blocks = blocks_of(task.model(), "model.activation_checkpointing: model.name " + config.model.name +
+                                              " cannot be checkpointed block by block",
+                            "or use model.activation_checkpointing: none");
+    auto names = checkpoint_activations(dynamic_cast<Model&>(task.model()), config.model.activation_checkpointing);
     if (plan.world().rank == 0)
       spdlog::info("model.activation_checkpointing {}: {} of {} blocks run again in backward ({} .. {})",
-                   config.model.activation_checkpointing, names.size(), model->blocks().size(), names.front(),
-                   names.back());
+                   config.model.activation_checkpointing, names.size(), blocks.size(), names.front(), names.back());
   }
 
   std::unique_ptr<PipelineRunner> stage;

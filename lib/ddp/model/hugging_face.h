@@ -28,14 +28,15 @@ namespace ddp {
 /// (missing, not JSON, a model_type no family here has, a value of the wrong type, a feature the family lacks).
 std::vector<std::string> hugging_face_model_keys(const std::string& path);
 
-/// The safetensors files holding DIR's weights: model.safetensors, or the shards
-/// model.safetensors.index.json lists, in its order, with `names` filled from its weight_map
-/// (tensor name → its file); FileError for a directory with neither, an index that is not one, or a
-/// shard outside DIR or missing.
+/// Where a Hugging Face directory's weights are.
 struct WeightFiles {
-  std::vector<std::string> files;
-  std::vector<std::pair<std::string, std::string>> names;  ///< from the index; empty for one file
+  std::vector<std::string> files;  ///< model.safetensors, or each shard once, in the index's order
+  std::vector<std::pair<std::string, std::string>> names;  ///< the index's tensor → shard path; empty for one file
 };
+
+/// DIR's weight files: model.safetensors, or the shards model.safetensors.index.json's weight_map
+/// lists; FileError for a directory with neither, an index that is not one, or a shard outside DIR
+/// or missing.
 WeightFiles hugging_face_weight_files(const std::string& dir);
 
 /// Writes `config` as DIR/config.json, indented as transformers writes it; atomic; FileError or IoError.
