@@ -37,24 +37,20 @@ constexpr const char* kLlama31 = R"({
   "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.43.0.dev0",
   "use_cache": true, "vocab_size": 128256})";
 
-// The one line `dir`'s config.json is refused with.
-std::string config_refusal(const std::string& dir) {
+// The one line `read` refuses `dir` with.
+template <typename Read>
+std::string refusal(Read read, const std::string& dir) {
   try {
-    ddp::hugging_face_model_keys(dir);
+    read(dir);
   } catch (const ddp::FileError& e) {
     return e.what();
   }
   return "(accepted)";
 }
 
-std::string weights_refusal(const std::string& dir) {
-  try {
-    ddp::read_state_dict_file(dir);
-  } catch (const ddp::FileError& e) {
-    return e.what();
-  }
-  return "(accepted)";
-}
+std::string config_refusal(const std::string& dir) { return refusal(ddp::hugging_face_model_keys, dir); }
+
+std::string weights_refusal(const std::string& dir) { return refusal(ddp::read_state_dict_file, dir); }
 
 }  // namespace
 
