@@ -13,12 +13,14 @@ run=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev zlib1g-dev
   libssl-dev libisal-dev libxxhash-dev nlohmann-json3-dev  # HMAC-SHA256, CRC-32C, XXH64, JSON: libraries, not our own code
+  libsentencepiece-dev  # ddp-tokenize and ddp-generate: SentencePiece tokenizers
   libopenblas0-openmp  # LibTorch's BLAS is Debian's libblas.so.3: without this, the slow reference one
   dataset-fashion-mnist
 )
 lm=(bible-kjv)  # the language-model corpus: scripts/make_tokens.py --kjv reads `bible`
 bench=(
   python3-torch  # the Python references (torchrun + DDP) and loading model.pt in Python
+  python3-sentencepiece  # the Python reference of ddp-tokenize (ids and throughput)
   python3-scipy  # PyG's Reddit files (scipy.sparse.save_npz) written for real
   "${lm[@]}"
 )

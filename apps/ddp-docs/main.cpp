@@ -11,6 +11,7 @@
 #include "generate_options.h"
 #include "man_page.h"
 #include "report_options.h"
+#include "tokenize_options.h"
 #include "trainer_options.h"
 
 int main(int argc, char** argv) {
@@ -32,6 +33,9 @@ int main(int argc, char** argv) {
   ddp::ReportArguments report_args;
   CLI::App report("ddp-report", "ddp-report");
   ddp::declare_report_options(report, report_args);
+  ddp::TokenizeArguments tokenize_args;
+  CLI::App tokenize("ddp-tokenize", "ddp-tokenize");
+  ddp::declare_tokenize_options(tokenize, tokenize_args);
   auto write = [&](const std::filesystem::path& path, const std::string& text) {
     std::filesystem::create_directories(path.parent_path());
     std::ofstream file(path, std::ios::binary);
@@ -42,6 +46,7 @@ int main(int argc, char** argv) {
     write(out / "man/man1/ddprun.1", ddp::ddprun_man_page(options, DDP_VERSION));
     write(out / "man/man1/ddp-train.1", ddp::ddp_train_man_page(trainer_options, sections, DDP_VERSION));
     write(out / "man/man1/ddp-generate.1", ddp::ddp_generate_man_page(ddp::option_reference(generate), DDP_VERSION));
+    write(out / "man/man1/ddp-tokenize.1", ddp::ddp_tokenize_man_page(ddp::option_reference(tokenize), DDP_VERSION));
     write(out / "man/man1/ddp-report.1", ddp::ddp_report_man_page(ddp::option_reference(report), DDP_VERSION));
     std::string completion = ddp::bash_completion(options, trainer_options, sections);
     write(out / "bash-completion/completions/ddprun", completion);

@@ -143,21 +143,45 @@ std::string ddp_train_man_page(const std::vector<OptionReference>& options,
 
 std::string ddp_generate_man_page(const std::vector<OptionReference>& options, const std::string& version) {
   std::ostringstream out;
-  out << header("ddp-generate", version, "sample text from a GPT that ddprun trained");
+  out << header("ddp-generate", version, "sample text from a language model that ddprun trained");
   out << ".SH SYNOPSIS\n.B ddp\\-generate\n\\fIRUN\\fR [\\fIOPTIONS\\fR]\n";
   out << ".SH DESCRIPTION\n"
-      << roff("Loads a finished run's model.pt (RUN is its run.output_dir, or the model.pt itself) into the GPT that "
-              "the run's config.yaml describes, and draws tokens after a prompt, printing each as it is drawn. A "
-              "byte-level model (model.vocab_size 256) reads its prompt as text and prints text; any other prints "
-              "token ids with --ids and takes them with --prompt-ids. The same seed, model and prompt give the same "
-              "text. A --config whose model: section differs from the run's own config.yaml is refused: the weights "
-              "would fit and sample nonsense.")
+      << roff("Loads a finished run's model.pt (RUN is its run.output_dir, or the model.pt itself) into the model "
+              "(gpt or llama) that the run's config.yaml describes, and draws tokens after a prompt, printing each as "
+              "it is drawn; a Llama keeps a KV cache, so each token costs one position's work. Text goes through the "
+              "SentencePiece tokenizer the run's tokens were made with: --tokenizer, or the tokenizer.model that "
+              "ddp-tokenize left in the run directory or beside data.path. Without one, a byte-level model "
+              "(model.vocab_size 256) reads and prints bytes; any model prints token ids with --ids and takes them "
+              "with --prompt-ids. The same seed, model and prompt give the same text. A --config whose model: "
+              "section differs from the run's own config.yaml is refused: the weights would fit and sample nonsense.")
       << "\n" << options_section(options);
   out << ".SH EXAMPLES\n.nf\nddp\\-generate runs/gpt_kjv \\-\\-prompt 'And God said' \\-\\-tokens 300\n"
          "ddp\\-generate runs/gpt_kjv/model.pt \\-\\-ids \\-\\-prompt\\-ids '65 110 100' \\-\\-temperature 0\n.fi\n";
-  out << tool_closing("0 when the tokens were drawn; 2 for a bad command line, a missing or unreadable model.pt or "
-                      "config.yaml, a model other than gpt, or a prompt outside the vocabulary; 1 for any other "
-                      "failure.");
+  out << tool_closing("0 when the tokens were drawn; 2 for a bad command line, a missing or unreadable model.pt, "
+                      "config.yaml or tokenizer, a model that is not a language model, or a prompt outside the "
+                      "vocabulary; 1 for any other failure.");
+  return out.str();
+}
+
+std::string ddp_tokenize_man_page(const std::vector<OptionReference>& options, const std::string& version) {
+  std::ostringstream out;
+  out << header("ddp-tokenize", version, "text into token shards for ddprun, through a SentencePiece tokenizer");
+  out << ".SH SYNOPSIS\n.B ddp\\-tokenize\n\\fIOUT_DIR\\fR \\fB\\-\\-text\\fR \\fIFILE\\fR... [\\fIOPTIONS\\fR]\n";
+  out << ".SH DESCRIPTION\n"
+      << roff("Reads UTF-8 text files as one text, trains a SentencePiece tokenizer on it (BPE or unigram, with "
+              "byte fallback, so that every text round-trips) or takes an existing tokenizer.model, and writes "
+              "OUT_DIR/tokenizer.model and llm.c token shards, NAME_train_NNNNNN.bin and NAME_val_NNNNNN.bin (uint16 "
+              "up to 65,536 pieces, uint32 above), which data.dataset tokens reads. Each line is encoded on its own, "
+              "after the tokenizer's BOS id, which stands for the line break; the last whole lines, about "
+              "--val-fraction of the text, are held out. Encoding uses every core and shows its progress; shards are "
+              "written whole or not at all, and a re-run's leftover shards are removed. ddp-generate finds "
+              "tokenizer.model beside the shards.")
+      << "\n" << options_section(options);
+  out << ".SH EXAMPLES\n.nf\nddp\\-tokenize data/kjv_sp \\-\\-text kjv.txt \\-\\-vocab\\-size 8000\n"
+         "ddp\\-tokenize data/mine \\-\\-text *.txt \\-\\-tokenizer llama/tokenizer.model\n.fi\n";
+  out << tool_closing("0 when the shards were written; 2 for a bad command line, a text file that is missing, empty "
+                      "or not UTF-8, a tokenizer.model that is not a SentencePiece model, or a vocabulary the text "
+                      "cannot fill; 74 when a file could not be written; 1 for any other failure.");
   return out.str();
 }
 

@@ -17,8 +17,11 @@ std::string ddprun_man_page(const std::vector<OptionReference>& options, const s
 std::string ddp_train_man_page(const std::vector<OptionReference>& options,
                                const std::vector<ConfigSchema::SectionReference>& sections, const std::string& version);
 
-/// ddp-generate(1): sampling from a trained GPT, its options and exit status.
+/// ddp-generate(1): sampling from a trained language model, its options and exit status.
 std::string ddp_generate_man_page(const std::vector<OptionReference>& options, const std::string& version);
+
+/// ddp-tokenize(1): text into token shards, its options and exit status.
+std::string ddp_tokenize_man_page(const std::vector<OptionReference>& options, const std::string& version);
 
 /// ddp-report(1): the HTML report of runs, its options and exit status.
 std::string ddp_report_man_page(const std::vector<OptionReference>& options, const std::string& version);

@@ -7,8 +7,12 @@ namespace ddp {
 void declare_generate_options(CLI::App& app, GenerateArguments& args) {
   app.add_option("run", args.run, "The run directory (config.yaml and model.pt), or a model.pt")->required();
   app.add_option("--config", args.config, "The config whose model: section built model.pt (default: the run's)");
-  app.add_option("--prompt", args.prompt, "Text to continue, one token per byte (byte-level models)")
-      ->capture_default_str();
+  app.add_option("--prompt", args.prompt,
+                 "Text to continue: through the tokenizer, or one token per byte (byte-level models); default: a new "
+                 "line");
+  app.add_option("--tokenizer", args.tokenizer,
+                 "The SentencePiece model the run's tokens were made with (default: tokenizer.model in the run "
+                 "directory, or beside the run's data.path, as ddp-tokenize leaves it)");
   app.add_option("--prompt-ids", args.prompt_ids, "Token ids to continue, separated by spaces (instead of --prompt)");
   app.add_option("--tokens", args.sampling.tokens, "New tokens to draw")->check(CLI::Range(0, 1000000))
       ->capture_default_str();
@@ -19,7 +23,7 @@ void declare_generate_options(CLI::App& app, GenerateArguments& args) {
       ->check(CLI::Range(0, 1000000000))
       ->capture_default_str();
   app.add_option("--seed", args.sampling.seed, "The same seed gives the same text")->capture_default_str();
-  app.add_flag("--ids", args.ids, "Print token ids, one per line, instead of bytes (vocabularies other than 256)");
+  app.add_flag("--ids", args.ids, "Print token ids, one per line, instead of text");
   app.set_version_flag("--version", version_line(), "Print the versions this binary was built with");
 }
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "ddp/model/gpt_sampler.h"
+#include "ddp/model/token_sampler.h"
 
 namespace ddp {
 
@@ -13,7 +13,8 @@ namespace ddp {
 struct GenerateArguments {
   std::string run;
   std::string config;
-  std::string prompt = "\n";
+  std::string prompt;  ///< "": a newline for byte-level models, the start of a line for a tokenizer's
+  std::string tokenizer;  ///< a SentencePiece model; "": tokenizer.model beside the run's data, if any
   std::string prompt_ids;
   bool ids = false;
   SamplingOptions sampling;

@@ -1,11 +1,13 @@
-// ddp-generate: text from a GPT that ddprun trained. Reads the run's config.yaml (the model's
-// shape) and model.pt (its weights), then samples after a prompt, printing as it goes.
+// ddp-generate: text from a language model that ddprun trained (gpt, llama). Reads the run's
+// config.yaml (the model's shape) and model.pt (its weights), then samples after a prompt, printing
+// as it goes: through the SentencePiece tokenizer the run's tokens were made with, or as bytes.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -15,7 +17,9 @@
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/train_config.h"
-#include "ddp/model/gpt_sampler.h"
+#include "ddp/model/token_sampler.h"
+#include "ddp/model/token_stepper.h"
+#include "ddp/text/sentencepiece_plugin.h"
 #include "generate_options.h"
 
 namespace {
@@ -71,8 +75,23 @@ std::vector<int64_t> prompt_tokens(const ddp::GenerateArguments& args, bool has_
     }
     return tokens;
   }
-  for (unsigned char byte : args.prompt) tokens.push_back(byte);
+  for (unsigned char byte : args.prompt.empty() ? std::string("\n") : args.prompt) tokens.push_back(byte);
   return tokens;
+}
+
+// --tokenizer, else tokenizer.model in the run directory or beside data.path's files; "" for none.
+std::string find_tokenizer(const ddp::GenerateArguments& args, const std::string& model_path,
+                           const ddp::TrainConfig& config) {
+  namespace fs = std::filesystem;
+  if (!args.tokenizer.empty()) {
+    if (!fs::is_regular_file(args.tokenizer)) throw ddp::FileError(args.tokenizer + ": no such file (--tokenizer)");
+    return args.tokenizer;
+  }
+  std::vector<fs::path> places = {fs::path(model_path).parent_path()};
+  if (!config.data.path.empty()) places.push_back(fs::path(config.data.path).parent_path());
+  for (const auto& place : places)
+    if (fs::is_regular_file(place / "tokenizer.model")) return (place / "tokenizer.model").string();
+  return "";
 }
 
 }  // namespace
@@ -83,7 +102,7 @@ int main(int argc, char** argv) {
   errors.failure = "failed";
   return ddp::run_main(errors, [&]() -> int {
     ddp::GenerateArguments args;
-    CLI::App app("ddp-generate: sample text from a GPT trained by ddprun (model.name: gpt)", "ddp-generate");
+    CLI::App app("ddp-generate: sample text from a language model trained by ddprun (model.name: gpt, llama)", "ddp-generate");
     ddp::declare_generate_options(app, args);
     try {
       app.parse(argc, argv);
@@ -98,38 +117,62 @@ int main(int argc, char** argv) {
     }
     auto [model_path, config_path] = model_and_config(args);
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
-    if (config.model.name != "gpt")
+    config.model.init_from.clear();  // model.pt's weights replace them: never read the run's starting point
+    std::shared_ptr<ddp::Model> model = ddp::make_model(config.model);
+    if (!model->token_stepper())
       throw ddp::UserError(config_path + ": model.name is " + config.model.name +
-                           "; ddp-generate samples from model.name gpt");
-    const int64_t vocab = config.model.gpt.vocab_size;
-    if (!args.ids && vocab != kByteVocabulary)
+                           "; ddp-generate samples from causal language models (gpt, llama)");
+    const int64_t vocab = model->output_width();
+
+    const bool has_prompt_ids = app.count("--prompt-ids") > 0;
+    const std::string tokenizer_path = find_tokenizer(args, model_path, config);
+    std::unique_ptr<ddp::TextTokenizer> tokenizer;
+    if (!tokenizer_path.empty()) {
+      tokenizer = ddp::load_sentencepiece(tokenizer_path);
+      if (tokenizer->vocab_size() > vocab)
+        throw ddp::UserError(tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
+                             " pieces, more than the model's " + std::to_string(vocab) +
+                             " (model.vocab_size): it is not the tokenizer this model was trained with");
+    } else if (vocab != kByteVocabulary && !(args.ids && has_prompt_ids)) {  // text in or out needs one
       throw ddp::UserError(config_path + ": model.vocab_size is " + std::to_string(vocab) +
-                           ", so its tokens are not bytes; byte-level text needs 256 (--ids prints token ids, "
+                           ", so its tokens are not bytes, and no tokenizer.model is in the run directory or beside "
+                           "data.path: --tokenizer names the one its tokens were made with (--ids prints token ids, "
                            "--prompt-ids takes them)");
-    ddp::Gpt model(ddp::gpt_options(config.model));
+    }
     try {
-      model.load_weights(model_path);
+      model->load_weights(model_path);
     } catch (const ddp::FileError& e) {
       throw ddp::FileError(std::string(e.what()) + " (is " + model_path + " from the run of " + config_path + "?)");
     }
     check_same_model(model_path, config_path, config);
-    auto emit = [&](int64_t token) {
-      if (args.ids) {
-        std::printf("%lld\n", static_cast<long long>(token));
-      } else {
-        std::putchar(static_cast<int>(token));
-      }
-      std::fflush(stdout);
-    };
-    std::vector<int64_t> prompt = prompt_tokens(args, app.count("--prompt-ids") > 0);  // even empty
+    std::vector<int64_t> prompt = tokenizer && !has_prompt_ids ? ddp::encode_text(*tokenizer, args.prompt)
+                                                              : prompt_tokens(args, has_prompt_ids);  // even empty
     for (int64_t id : prompt)  // before any is printed
       if (id < 0 || id >= vocab)
         throw ddp::UserError("--prompt-ids: " + std::to_string(id) + " is outside the model's vocabulary (ids 0 to " +
                              std::to_string(vocab - 1) + ")");
     if (prompt.empty()) throw ddp::UserError("--prompt-ids: no token ids given");
-    if (!args.ids)
+
+    std::optional<ddp::StreamDecoder> text;
+    if (tokenizer && !args.ids) {
+      text.emplace(*tokenizer);
+      std::string shown;
+      for (int64_t id : prompt) shown += text->push(id);
+      std::fputs(shown.c_str(), stdout);
+    } else if (!args.ids) {
       for (int64_t token : prompt) std::putchar(static_cast<int>(token));
-    ddp::sample_tokens(model, prompt, args.sampling, emit);
+    }
+    auto emit = [&](int64_t token) {
+      if (args.ids) {
+        std::printf("%lld\n", static_cast<long long>(token));
+      } else if (text) {
+        std::fputs(text->push(token).c_str(), stdout);
+      } else {
+        std::putchar(static_cast<int>(token));
+      }
+      std::fflush(stdout);
+    };
+    ddp::sample_tokens(*model, prompt, args.sampling, emit);
     if (!args.ids) std::putchar('\n');
     return ddp::kExitSuccess;
   });

@@ -471,3 +471,55 @@ TEST_CASE("a TorchScript language model trains as causal_lm, its vocabulary chec
   CHECK_THAT(flat.err, Contains("model.path: train.task causal_lm needs logits [B, T, V] for tokens [B, T]; for [1, "
                                 "32] it returned [1, 256]"));
 }
+
+TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards train a Llama at world 2, and "
+          "ddp-generate writes text through the tokenizer.model it finds beside them", "[llama][text]") {
+  TempDir dir;
+  auto tokenized = run_command({bin("ddp-tokenize"), dir.file("tokens"), "--text", kText, "--vocab-size", "400",
+                                "--name", "gpl"},
+                               std::chrono::seconds(120));
+  INFO(tokenized.out << tokenized.err);
+  REQUIRE(tokenized.exit_code == 0);
+  const std::string config = dir.file("llama.yaml");
+  std::ofstream(config) << "run: {output_dir: " << dir.file("out") << "}\n"
+                        << "data: {dataset: tokens, path: '" << dir.file("tokens/gpl_train_*.bin")
+                        << "', eval_path: '" << dir.file("tokens/gpl_val_*.bin") << "'}\n"
+                        << "model: {name: llama, n_layer: 2, n_head: 4, n_kv_heads: 2, dim: 64, multiple_of: 32, "
+                           "block_size: 32, vocab_size: 400}\n"
+                        << "optim: {name: adamw, lr: 0.003}\n"
+                        << "train: {task: causal_lm, epochs: 20, max_steps: 150, batch_size: 8, log_every: 50}\n"
+                        << "eval: {every_epochs: 0, at_start: false, batch_size: 64}\n"
+                        << "checkpoint: {every_epochs: 0}\n";
+  auto trained = ddprun(2, config, {});
+  INFO(trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);
+  const double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
+  CHECK(loss < std::log(400.0) - 1.0);  // it learned: a uniform guess is ln 400 = 5.99
+
+  auto generate = [&](const std::string& options) {
+    return run_shell(bin("ddp-generate") + " " + dir.file("out") + " " + options, std::chrono::seconds(60));
+  };
+  auto text = generate("--prompt 'the Program' --tokens 40 --temperature 0");
+  INFO(text.out << text.err);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.rfind("the Program", 0) == 0);
+  CHECK(std::regex_search(text.out, std::regex(" (the|of|to|and|or|this|that) ")));  // words, not pieces
+  CHECK(text.out.find("▁") == std::string::npos);
+  // The same draws as ids decode, by Python's sentencepiece, to the same text.
+  auto ids = generate("--prompt 'the Program' --tokens 40 --temperature 0 --ids");
+  REQUIRE(ids.exit_code == 0);
+  auto decoded = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/sentencepiece_decode.py",
+                              dir.file("tokens/tokenizer.model"), "the Program", ids.out},
+                             std::chrono::seconds(60));
+  INFO(decoded.err);
+  CHECK(decoded.out == text.out);
+
+  // A tokenizer of more pieces than the model has is not the one it was trained with.
+  auto other = run_command({bin("ddp-tokenize"), dir.file("other"), "--text", kText, "--vocab-size", "600"},
+                           std::chrono::seconds(120));
+  REQUIRE(other.exit_code == 0);
+  auto wrong = generate("--tokenizer " + dir.file("other/tokenizer.model") + " --tokens 3");
+  CHECK(wrong.exit_code == 2);
+  CHECK(wrong.out.empty());
+  CHECK_THAT(wrong.err, Contains(dir.file("other/tokenizer.model") + " has 600 pieces, more than the model's 400"));
+}

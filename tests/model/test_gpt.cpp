@@ -6,7 +6,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/model/gpt.h"
-#include "ddp/model/gpt_sampler.h"
+#include "ddp/model/token_sampler.h"
 #include "ddp/model/state_dict_file.h"
 #include "ddp/model/python_state_dict.h"
 #include "support/subprocess.h"

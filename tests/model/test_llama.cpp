@@ -8,6 +8,7 @@
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/model/safetensors.h"
+#include "ddp/model/token_stepper.h"
 #include "support/subprocess.h"
 
 namespace {
@@ -99,4 +100,33 @@ TEST_CASE("a Llama's MLP width follows Llama's rule, and shapes that cannot make
   auto tied = ddp::make_model(config);
   auto state = ddp::python_state_dict(*tied);
   CHECK(state.front().second.data_ptr() == state.back().second.data_ptr());
+}
+
+TEST_CASE("a Llama sampled with its KV cache gives the logits of a whole forward at every position, and past "
+          "model.block_size those of the window it keeps", "[model][llama]") {
+  torch::manual_seed(5);
+  ddp::ModelConfig config = reference_shape();
+  config.block_size = 24;
+  auto model = ddp::make_model(config);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto stepper = model->token_stepper();
+  REQUIRE(stepper);
+  std::vector<int64_t> history = {3, 14, 15, 92, 65};  // a prompt, then one token at a time
+  auto whole = [&](std::size_t window) {
+    std::vector<int64_t> last(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
+    return model->forward(torch::tensor(last, torch::kLong).unsqueeze(0)).select(1, -1).squeeze(0);
+  };
+  double worst = (stepper->feed(history) - whole(history.size())).abs().max().item<double>();
+  for (int64_t token = 0; history.size() < 24; token = (token * 31 + 7) % 97) {
+    history.push_back(token);
+    worst = std::max(worst, (stepper->feed({token}) - whole(history.size())).abs().max().item<double>());
+  }
+  CHECK(worst < 1e-5);
+  // The 25th token does not fit: the cache starts again from the last half of the window (12
+  // tokens), and grows from there.
+  for (std::size_t window = 12; window < 20; ++window) {
+    history.push_back(static_cast<int64_t>(window));
+    CHECK((stepper->feed({history.back()}) - whole(window)).abs().max().item<double>() < 1e-5);
+  }
 }

@@ -26,7 +26,7 @@ deb=$(ls "$build"/ddprun_*_*.deb)
 echo "built $deb"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
-for needed in libtorch1.13 libgloo0 libyaml-cpp0.7 libspdlog1.10 libfmt9 libssl3 libisal2; do
+for needed in libtorch1.13 libgloo0 libyaml-cpp0.7 libspdlog1.10 libfmt9 libssl3 libisal2 libsentencepiece0; do
   [[ $depends == *"$needed"* ]] || fail "Depends does not name $needed"
 done
 
@@ -58,6 +58,7 @@ MANPAGER=cat MANWIDTH=200 man ddprun | grep -F -- "--nproc-per-node"
 MANPAGER=cat MANWIDTH=200 man ddp-train | grep -F -- "optim.lr"
 MANPAGER=cat MANWIDTH=200 man ddp-generate | grep -F -- "--top-k"
 MANPAGER=cat MANWIDTH=200 man ddp-report | grep -F -- "--output"
+MANPAGER=cat MANWIDTH=200 man ddp-tokenize | grep -F -- "--vocab-size"
 [ -f /usr/share/bash-completion/completions/ddprun ]
 [ -f /usr/share/doc/ddprun/README.md ]
 [ -f /usr/share/doc/ddprun/docs/launcher.md ]   # the guides, where the README's links find them
@@ -65,6 +66,15 @@ ddprun --nproc-per-node 2 -- sh -c 'echo rank \$RANK'   # a program: the TCP sto
 ddprun --nproc-per-node 2 /usr/share/ddprun/configs/fashion_mnist_convnet.yaml \
   --set run.output_dir="$work/run" --set train.max_steps=20 --set train.log_every=10
 [ -s "$work/run/model.pt" ] || { echo "FAILED: no model.pt"; exit 1; }
+# Text to text: ddp-tokenize's shards train a Llama; ddp-generate reads them through the SentencePiece
+# plugin in /usr/libexec/ddprun and the tokenizer.model beside the shards.
+ddp-tokenize "$work/tokens" --text /usr/share/common-licenses/GPL-3 --vocab-size 400 --name gpl
+printf '%s\n' "data: {dataset: tokens, path: '$work/tokens/gpl_train_*.bin', eval_path: '$work/tokens/gpl_val_*.bin'}" \
+  "model: {name: llama, n_layer: 1, n_head: 2, dim: 32, multiple_of: 16, block_size: 16, vocab_size: 400}" \
+  "train: {task: causal_lm, epochs: 1, max_steps: 10, batch_size: 4}" "eval: {every_epochs: 0, at_start: false}" \
+  > "$work/llama.yaml"
+ddprun --nproc-per-node 1 "$work/llama.yaml" --set run.output_dir="$work/llama"
+ddp-generate "$work/llama" --prompt "the Program" --tokens 8 | grep -F "the Program"
 # Every config it ships trains on data that is there: a system data set, or none (synthetic).
 for config in /usr/share/ddprun/configs/*.yaml; do
   resolved=\$(ddp-train "\$config" --print-config)

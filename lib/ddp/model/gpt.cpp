@@ -8,6 +8,7 @@
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/token_stepper.h"
 
 namespace ddp {
 
@@ -210,6 +211,10 @@ void Gpt::load_weights(const std::string& path) {
   load_python_state_dict(*this, path, [&buffer](const std::string& name) {
     return name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
   });
+}
+
+std::unique_ptr<TokenStepper> Gpt::token_stepper() {
+  return std::make_unique<WindowStepper>(*this, options_.block_size);
 }
 
 torch::Tensor Gpt::embed(const torch::Tensor& idx) {

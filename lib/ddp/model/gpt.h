@@ -58,6 +58,8 @@ class Gpt : public Model {
   /// on 1.13 and back. FileError as load_python_state_dict's.
   void load_weights(const std::string& path) override;
   const GptOptions& options() const { return options_; }
+  /// nanoGPT's sampling: the last block_size tokens through the whole model for each new one.
+  std::unique_ptr<TokenStepper> token_stepper() override;
 
  private:
   GptOptions options_;

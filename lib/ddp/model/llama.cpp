@@ -26,6 +26,7 @@
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/token_stepper.h"
 
 namespace ddp {
 namespace {
@@ -100,6 +101,11 @@ class Positions {
   std::map<std::tuple<int64_t, std::string, torch::ScalarType>, Tables> cache_;
 };
 
+// One layer's keys and values of the positions read so far, [B, n_kv_heads, T, head_dim].
+struct KvCache {
+  torch::Tensor keys, values;
+};
+
 torch::Tensor rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -139,6 +145,34 @@ class Attention : public torch::nn::Module {
     return o_proj->forward(y.transpose(1, 2).reshape({b, t, heads_ * d}));
   }
 
+  // The same for tokens that follow those whose keys and values `cache` holds (before repeat_kv),
+  // which it then holds too: the rotary angles and the mask rows are those of positions p to p + t,
+  // cut from the tables of `span` positions (the most a cache holds: the same tables every step).
+  torch::Tensor forward_cached(const torch::Tensor& x, KvCache& cache, int64_t span) {
+    const int64_t b = x.size(0), t = x.size(1), d = positions_->head_dim();
+    const int64_t p = cache.keys.defined() ? cache.keys.size(2) : 0;
+    const auto& tables = positions_->at(span, x.device(), x.scalar_type());
+    torch::Tensor cos = tables.cos.narrow(0, p, t), sin = tables.sin.narrow(0, p, t);
+    auto heads = [&](const torch::Tensor& z, int64_t n) { return z.view({b, t, n, d}).transpose(1, 2); };
+    torch::Tensor q = heads(q_proj->forward(x), heads_), k = heads(k_proj->forward(x), kv_heads_),
+                  v = heads(v_proj->forward(x), kv_heads_);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    cache.keys = p > 0 ? torch::cat({cache.keys, k}, 2) : k;
+    cache.values = p > 0 ? torch::cat({cache.values, v}, 2) : v;
+    k = cache.keys;
+    v = cache.values;
+    if (kv_heads_ != heads_) {
+      const int64_t repeats = heads_ / kv_heads_;
+      k = k.unsqueeze(2).expand({b, kv_heads_, repeats, p + t, d}).reshape({b, heads_, p + t, d});
+      v = v.unsqueeze(2).expand({b, kv_heads_, repeats, p + t, d}).reshape({b, heads_, p + t, d});
+    }
+    torch::Tensor scores = torch::matmul(q, k.transpose(2, 3)) * std::pow(static_cast<double>(d), -0.5) +
+                           tables.mask.narrow(0, p, t).narrow(1, 0, p + t);
+    torch::Tensor y = torch::matmul(torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type()), v);
+    return o_proj->forward(y.transpose(1, 2).reshape({b, t, heads_ * d}));
+  }
+
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -172,6 +206,10 @@ class DecoderLayer : public torch::nn::Module {
     x = x + self_attn->forward(input_layernorm->forward(x));
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
+  torch::Tensor forward_cached(torch::Tensor x, KvCache& cache, int64_t span) {
+    x = x + self_attn->forward_cached(input_layernorm->forward(x), cache, span);
+    return x + mlp->forward(post_attention_layernorm->forward(x));
+  }
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<Attention> self_attn;
   std::shared_ptr<SwiGlu> mlp;
@@ -200,6 +238,40 @@ class Head : public torch::nn::Module {
  public:
   explicit Head(const torch::Tensor& weight) { this->weight = register_parameter("weight", weight); }
   torch::Tensor weight;
+};
+
+// Sampling with a KV cache. Past model.block_size positions the cache starts again from the last
+// half of the window, so a long text costs one recomputation every block_size / 2 tokens.
+class LlamaStepper : public TokenStepper {
+ public:
+  LlamaStepper(std::shared_ptr<Decoder> decoder, torch::Tensor head, int64_t block_size)
+      : decoder_(std::move(decoder)), head_(std::move(head)), block_size_(block_size),
+        caches_(decoder_->layers.size()) {}
+
+  torch::Tensor feed(const std::vector<int64_t>& tokens) override {
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+    std::vector<int64_t> run = tokens;
+    if (cached_ + static_cast<int64_t>(tokens.size()) > block_size_) {
+      const int64_t keep = std::min<int64_t>(static_cast<int64_t>(history_.size()),
+                                             std::max<int64_t>(block_size_ / 2, std::min<int64_t>(tokens.size(), block_size_)));
+      run.assign(history_.end() - keep, history_.end());
+      caches_.assign(caches_.size(), KvCache{});
+      cached_ = 0;
+    }
+    torch::Tensor x = decoder_->embed_tokens->forward(torch::tensor(run, torch::kLong).unsqueeze(0));
+    for (std::size_t i = 0; i < decoder_->layers.size(); ++i) x = decoder_->layers[i]->forward_cached(x, caches_[i], block_size_);
+    cached_ += static_cast<int64_t>(run.size());
+    torch::Tensor last = decoder_->norm->forward(x.select(1, -1));
+    return torch::nn::functional::linear(last, head_).squeeze(0).to(torch::kFloat);
+  }
+
+ private:
+  std::shared_ptr<Decoder> decoder_;
+  torch::Tensor head_;
+  int64_t block_size_;
+  std::vector<KvCache> caches_;
+  std::vector<int64_t> history_;
+  int64_t cached_ = 0;
 };
 
 class Llama : public Model {
@@ -231,6 +303,10 @@ class Llama : public Model {
       return (tied && name == "lm_head.weight") ||
              (name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0);
     });
+  }
+
+  std::unique_ptr<TokenStepper> token_stepper() override {
+    return std::make_unique<LlamaStepper>(decoder_, head_->weight, block_size_);
   }
 
   // config.json in transformers' LlamaConfig names (Note [Hugging Face directories]).

@@ -1,4 +1,5 @@
 #include "ddp/model/model_registry.h"
+#include "ddp/model/token_stepper.h"
 
 #include <stdexcept>
 
@@ -49,6 +50,8 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
 }
 
 void Model::load_weights(const std::string& path) { load_python_state_dict(*this, path); }
+
+std::unique_ptr<TokenStepper> Model::token_stepper() { return nullptr; }
 
 const std::vector<ModelBlock>& Model::blocks() {
   if (!declared_) blocks_ = declare_blocks();

@@ -17,6 +17,8 @@
 
 namespace ddp {
 
+class TokenStepper;
+
 /// Input geometry every model takes: MNIST-format images, one channel of 28x28.
 constexpr int64_t kInputChannels = 1;
 /// Input image height in pixels.
@@ -68,6 +70,10 @@ class Model : public torch::nn::Module {
   /// Writes the trained model in forms besides model.pt's state_dict into `output_dir`
   /// (TorchScript: model_scripted.pt). Throws FileError.
   virtual void save_extras(const std::string& output_dir) const { (void)output_dir; }
+
+  /// How a causal language model is read one token at a time for sampling (token_stepper.h);
+  /// null for a model that is not one.
+  virtual std::unique_ptr<TokenStepper> token_stepper();
 
  protected:
   /// The model's blocks, built on first use of blocks(): each model that can be split says what.

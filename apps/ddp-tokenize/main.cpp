@@ -1,0 +1,143 @@
+// ddp-tokenize: text into token shards that ddprun trains on, through a SentencePiece tokenizer
+// trained here (or given), with no Python in the path. Writes OUT_DIR/tokenizer.model (which
+// ddp-generate finds beside the shards) and llm.c-format shards with a held-out split.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/common/run_main.h"
+#include "ddp/common/version.h"
+#include "ddp/common/worker_contract.h"
+#include "ddp/text/parallel_encoder.h"
+#include "ddp/text/text_corpus.h"
+#include "ddp/text/token_shard_writer.h"
+#include "tokenize_options.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string megabytes(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return text;
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+int64_t token_count(const std::vector<std::vector<uint32_t>>& chunks) {
+  int64_t n = 0;
+  for (const auto& chunk : chunks) n += static_cast<int64_t>(chunk.size());
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ddp::ProgramErrors errors;
+  errors.program = "ddp-tokenize";
+  errors.failure = "failed";
+  return ddp::run_main(errors, [&]() -> int {
+    namespace fs = std::filesystem;
+    ddp::TokenizeArguments args;
+    CLI::App app("ddp-tokenize: text into token shards for ddprun, through a SentencePiece tokenizer", "ddp-tokenize");
+    ddp::declare_tokenize_options(app, args);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForVersion&) {
+      std::cout << ddp::version_line() << "\n";
+      return ddp::kExitSuccess;
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
+      return ddp::kExitSuccess;
+    } catch (const CLI::ParseError& e) {
+      throw ddp::UserError(std::string(e.what()) + "; see ddp-tokenize --help");
+    }
+    const int threads = args.threads > 0 ? args.threads : std::max(1u, std::thread::hardware_concurrency());
+    const std::string name = !args.name.empty() ? args.name : fs::path(args.text.front()).stem().string();
+
+    // Everything that can be refused is, before anything is written.
+    ddp::TextCorpus corpus = ddp::read_text_corpus(args.text, args.val_fraction);
+    std::string model_bytes;
+    std::string how;
+    if (!args.tokenizer.empty()) {
+      if (!fs::is_regular_file(args.tokenizer)) throw ddp::FileError(args.tokenizer + ": no such file (--tokenizer)");
+      model_bytes = ddp::read_whole_file(args.tokenizer);
+      how = "from " + args.tokenizer;
+    } else {
+      auto start = Clock::now();
+      args.training.threads = threads;
+      model_bytes = ddp::Tokenizer::train(corpus.training_lines(), args.training);
+      char text[128];
+      std::snprintf(text, sizeof text, "%s, trained on %s lines in %.1f s", args.training.model_type.c_str(),
+                    with_commas(static_cast<int64_t>(corpus.held_out_from)).c_str(), seconds_since(start));
+      how = text;
+    }
+    const std::string model_path = (fs::path(args.out_dir) / "tokenizer.model").string();
+    ddp::Tokenizer tokenizer = ddp::Tokenizer::from_serialized(model_bytes, args.tokenizer.empty() ? model_path
+                                                                                                  : args.tokenizer);
+
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    auto last_line = Clock::now();
+    auto progress = [&](int64_t done) {
+      if (!tty && seconds_since(last_line) < 10) return;  // a log gets a line every 10 s, a terminal one in place
+      last_line = Clock::now();
+      std::fprintf(stderr, "%sddp-tokenize: encoded %s of %s (%.0f%%)%s", tty ? "\r" : "", megabytes(done).c_str(),
+                   megabytes(corpus.bytes).c_str(), 100.0 * static_cast<double>(done) / static_cast<double>(corpus.bytes),
+                   tty ? "" : "\n");
+    };
+    // The two splits are encoded apart, so that no chunk of lines straddles them.
+    auto start = Clock::now();
+    const std::vector<std::string_view> train_lines = corpus.training_lines();
+    const std::vector<std::string_view> held_out_lines(corpus.lines.begin() + static_cast<std::ptrdiff_t>(corpus.held_out_from),
+                                                       corpus.lines.end());
+    int64_t train_bytes = 0;
+    auto train = ddp::encode_lines(tokenizer, train_lines, threads, [&](int64_t done) {
+      progress(done);
+      train_bytes = done;
+    });
+    auto held_out = ddp::encode_lines(tokenizer, held_out_lines, threads,
+                                      [&](int64_t done) { progress(train_bytes + done); });
+    const double encode_seconds = seconds_since(start);
+    if (tty) std::fprintf(stderr, "\n");
+
+    fs::create_directories(args.out_dir);
+    if (args.tokenizer.empty() || !fs::exists(model_path) || !fs::equivalent(args.tokenizer, model_path))
+      ddp::write_file_atomically(model_path, model_bytes);
+    ddp::ShardSpec spec{args.out_dir, name, args.shard_tokens, tokenizer.vocab_size()};
+    auto train_paths = ddp::write_token_shards(spec, "train", train);
+    std::vector<std::string> held_out_paths;
+    if (!held_out.empty()) held_out_paths = ddp::write_token_shards(spec, "val", held_out);
+
+    const int64_t train_tokens = token_count(train), held_out_tokens = token_count(held_out);
+    std::printf("tokenizer: %s (%s pieces, %s)\n", model_path.c_str(), with_commas(tokenizer.vocab_size()).c_str(),
+                how.c_str());
+    std::printf("train: %s tokens in %zu shard(s), %s\n", with_commas(train_tokens).c_str(), train_paths.size(),
+                (fs::path(args.out_dir) / (name + "_train_*.bin")).c_str());
+    if (!held_out.empty())
+      std::printf("val: %s tokens in %zu shard(s), %s\n", with_commas(held_out_tokens).c_str(), held_out_paths.size(),
+                  (fs::path(args.out_dir) / (name + "_val_*.bin")).c_str());
+    std::printf("encoded %s in %.2f s on %d thread(s): %.1f MB/s, %.2f bytes a token\n",
+                megabytes(corpus.bytes).c_str(), encode_seconds, threads,
+                static_cast<double>(corpus.bytes) / 1e6 / std::max(encode_seconds, 1e-9),
+                static_cast<double>(corpus.bytes) / static_cast<double>(std::max<int64_t>(train_tokens + held_out_tokens, 1)));
+    std::printf("train with model.vocab_size: %lld (or more)\n", static_cast<long long>(tokenizer.vocab_size()));
+    return ddp::kExitSuccess;
+  });
+}

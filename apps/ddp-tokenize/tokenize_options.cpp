@@ -1,0 +1,43 @@
+#include "tokenize_options.h"
+
+#include "ddp/common/version.h"
+
+namespace ddp {
+
+void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
+  app.add_option("out_dir", args.out_dir, "Where tokenizer.model and the shards go (made if missing)")->required();
+  app.add_option("--text", args.text, "UTF-8 text files, read as one text, line by line")->required();
+  auto* tokenizer = app.add_option("--tokenizer", args.tokenizer,
+                                   "An existing SentencePiece model (a tokenizer.model) to use as it is, instead of "
+                                   "training one");
+  auto* type = app.add_option("--model-type", args.training.model_type, "The tokenizer to train: bpe or unigram")
+                   ->check(CLI::IsMember({"bpe", "unigram"}))
+                   ->capture_default_str();
+  auto* vocab = app.add_option("--vocab-size", args.training.vocab_size,
+                               "Pieces of the tokenizer to train (model.vocab_size of the model that reads the shards)")
+                    ->check(CLI::Range(int64_t{260}, int64_t{1} << 31))
+                    ->capture_default_str();
+  auto* coverage = app.add_option("--character-coverage", args.training.character_coverage,
+                                  "Share of the text's characters that get pieces; the rarest fall back to bytes")
+                       ->check(CLI::Range(0.9, 1.0))
+                       ->capture_default_str();
+  auto* max_lines = app.add_option("--max-lines", args.training.max_lines,
+                                   "Lines sampled from a larger text to train the tokenizer on")
+                        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+                        ->capture_default_str();
+  for (auto* option : {type, vocab, coverage, max_lines}) option->excludes(tokenizer);
+  app.add_option("--name", args.name, "Shard names are NAME_train_NNNNNN.bin and NAME_val_NNNNNN.bin (default: the "
+                                      "first text file's name, without its extension)");
+  app.add_option("--val-fraction", args.val_fraction,
+                 "Held out for evaluation: the last whole lines making up this share of the text; 0: none")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
+  app.add_option("--shard-tokens", args.shard_tokens, "Tokens a shard holds at most")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
+      ->capture_default_str();
+  app.add_option("--threads", args.threads, "Threads to train and encode on (default: every core)")
+      ->check(CLI::Range(1, 4096));
+  app.set_version_flag("--version", version_line(), "Print the versions this binary was built with");
+}
+
+}  // namespace ddp

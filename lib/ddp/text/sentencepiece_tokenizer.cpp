@@ -1,0 +1,102 @@
+#include "ddp/text/sentencepiece_tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <filesystem>
+#include <unordered_map>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+// The training lines as SentencePiece's trainer reads them; it samples max_lines of them itself.
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::vector<std::string_view>& lines) : lines_(lines) { load(); }
+  bool done() const override { return next_ > lines_.size(); }
+  void Next() override { load(); }
+  const std::string& value() const override { return value_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void load() {
+    if (next_ < lines_.size()) value_.assign(lines_[next_]);
+    ++next_;
+  }
+  const std::vector<std::string_view>& lines_;
+  std::size_t next_ = 0;
+  std::string value_;
+};
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::shared_ptr<sentencepiece::SentencePieceProcessor> processor, const std::string& source)
+    : processor_(std::move(processor)) {
+  line_start_ = processor_->bos_id() >= 0 ? processor_->bos_id() : processor_->eos_id();
+  if (line_start_ < 0)
+    throw FileError(source + ": the SentencePiece model has neither a BOS nor an EOS piece, so lines cannot be told "
+                             "apart in its token stream");
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path))
+    throw FileError(path + ": no such file (a SentencePiece model, such as a tokenizer.model)");
+  return from_serialized(read_whole_file(path), path);
+}
+
+Tokenizer Tokenizer::from_serialized(const std::string& serialized, const std::string& source) {
+  auto processor = std::make_shared<sentencepiece::SentencePieceProcessor>();
+  auto status = processor->LoadFromSerializedProto(serialized);
+  if (!status.ok() || processor->GetPieceSize() == 0)
+    throw FileError(source + ": not a SentencePiece model (" + (status.ok() ? "no pieces" : status.ToString()) + ")");
+  return Tokenizer(std::move(processor), source);
+}
+
+std::string Tokenizer::train(const std::vector<std::string_view>& lines, const TokenizerTraining& training) {
+  if (lines.empty()) throw UserError("no text to train a tokenizer on");
+  // Llama's choices where they matter for text in, text out: unknown characters as their UTF-8
+  // bytes rather than <unk> (so every text round-trips), digits one by one.
+  const std::unordered_map<std::string, std::string> options = {
+      {"model_type", training.model_type},
+      {"vocab_size", std::to_string(training.vocab_size)},
+      {"character_coverage", std::to_string(training.character_coverage)},
+      {"input_sentence_size", std::to_string(training.max_lines)},
+      {"shuffle_input_sentence", "true"},
+      {"num_threads", std::to_string(training.threads)},
+      {"byte_fallback", "true"},
+      {"split_digits", "true"},
+      {"minloglevel", "2"}};  // its progress lines would drown ours
+  LineIterator iterator(lines);
+  std::string serialized;
+  auto status = sentencepiece::SentencePieceTrainer::Train(options, &iterator, &serialized);
+  if (!status.ok()) {
+    std::string reason = status.error_message();
+    auto bracket = reason.find("] ");  // "./src/trainer_interface.cc(660) [check] reason": the reason
+    if (bracket != std::string::npos) reason = reason.substr(bracket + 2);
+    const std::string their_option = "--character_coverage option";  // its command line's name, not ours
+    if (auto at = reason.find(their_option); at != std::string::npos) reason.replace(at, their_option.size(), "--character-coverage");
+    throw UserError("training the tokenizer failed: " + reason);
+  }
+  return serialized;
+}
+
+int64_t Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
+
+std::vector<int> Tokenizer::encode_line(std::string_view line) const {
+  std::vector<int> ids;
+  auto status = processor_->Encode(line, &ids);
+  if (!status.ok()) throw UserError("SentencePiece could not encode a line: " + status.ToString());
+  return ids;
+}
+
+std::string Tokenizer::decode_line(const std::vector<int>& ids) const {
+  std::string text;
+  auto status = processor_->Decode(ids, &text);
+  if (!status.ok()) throw UserError("SentencePiece could not decode: " + status.ToString());
+  return text;
+}
+
+}  // namespace ddp

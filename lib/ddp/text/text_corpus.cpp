@@ -1,0 +1,86 @@
+#include "ddp/text/text_corpus.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+// The length of the valid UTF-8 prefix of `text` (RFC 3629: no overlong forms, no surrogates).
+std::size_t valid_utf8_prefix(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    int extra;
+    unsigned char low = 0x80, high = 0xBF;
+    if (byte < 0x80) {
+      ++i;
+      continue;
+    } else if (byte >= 0xC2 && byte <= 0xDF) {
+      extra = 1;
+    } else if (byte >= 0xE0 && byte <= 0xEF) {
+      extra = 2;
+      if (byte == 0xE0) low = 0xA0;
+      if (byte == 0xED) high = 0x9F;
+    } else if (byte >= 0xF0 && byte <= 0xF4) {
+      extra = 3;
+      if (byte == 0xF0) low = 0x90;
+      if (byte == 0xF4) high = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + extra >= text.size()) return i;  // a character cut off by the end
+    for (int k = 1; k <= extra; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if (next < (k == 1 ? low : 0x80) || next > (k == 1 ? high : 0xBF)) return i;
+    }
+    i += 1 + extra;
+  }
+  return i;
+}
+
+}  // namespace
+
+TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_out_fraction) {
+  TextCorpus corpus;
+  if (files.empty()) throw UserError("no text files given");
+  corpus.contents.reserve(files.size());  // the lines point into these strings: no reallocation
+  for (const auto& file : files) {
+    if (!std::filesystem::is_regular_file(file)) throw FileError(file + ": no such file");
+    corpus.contents.push_back(read_whole_file(file));
+    std::string_view text = corpus.contents.back();
+    std::size_t valid = valid_utf8_prefix(text);
+    if (valid != text.size()) {
+      const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(valid), '\n');
+      throw FileError(file + ":" + std::to_string(line) + ": not UTF-8 text (byte " + std::to_string(valid) +
+                      "); convert it first, e.g. with iconv");
+    }
+    corpus.bytes += static_cast<int64_t>(text.size());
+    for (std::size_t start = 0; start < text.size();) {
+      std::size_t end = text.find('\n', start);
+      if (end == std::string_view::npos) end = text.size();
+      std::string_view line = text.substr(start, end - start);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF files
+      corpus.lines.push_back(line);
+      start = end + 1;
+    }
+  }
+  if (corpus.bytes == 0) throw FileError(files.front() + (files.size() > 1 ? " and the others" : "") + ": empty");
+  corpus.held_out_from = corpus.lines.size();
+  if (held_out_fraction <= 0) return corpus;
+  int64_t held = 0;
+  while (corpus.held_out_from > 0 && static_cast<double>(held) < held_out_fraction * static_cast<double>(corpus.bytes)) {
+    --corpus.held_out_from;
+    held += static_cast<int64_t>(corpus.lines[corpus.held_out_from].size()) + 1;
+  }
+  if (corpus.held_out_from == 0)
+    throw FileError(files.back() + ": the text has " + std::to_string(corpus.lines.size()) +
+                    " line(s), too few to hold out " + std::to_string(held_out_fraction) +
+                    " of it and train on the rest (lower --val-fraction, or give more text)");
+  return corpus;
+}
+
+}  // namespace ddp

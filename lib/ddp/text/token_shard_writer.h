@@ -1,0 +1,27 @@
+#pragma once
+// Token shards in llm.c's format, which data.dataset: tokens reads: a 1,024-byte header of 256
+// little-endian int32 (magic, version, token count), then the tokens. Vocabularies up to 65,536
+// ids take GPT-2's uint16 layout (magic 20240520, version 1); larger ones llm.c's Llama 3 layout
+// (magic 20240801, version 7, uint32).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+/// Where shards go and how large they are.
+struct ShardSpec {
+  std::string directory;
+  std::string name;                    ///< files are NAME_SPLIT_NNNNNN.bin
+  int64_t shard_tokens = 100'000'000;  ///< at most this many tokens a shard
+  int64_t vocab_size = 0;              ///< picks the token width
+};
+
+/// Writes `chunks`' tokens, in order, as SPLIT's shards, each committed by an atomic rename, then
+/// removes the split's shards of an earlier, longer run (a glob of the split would take them too).
+/// Returns the paths written. IoError/FileError naming the file when the disk refuses.
+std::vector<std::string> write_token_shards(const ShardSpec& spec, const std::string& split,
+                                            const std::vector<std::vector<uint32_t>>& chunks);
+
+}  // namespace ddp

@@ -1,0 +1,138 @@
+// ddp-tokenize as users run it: text in, tokenizer.model and llm.c shards out, every token the
+// tokenizer's encoding of the text; stale shards gone on a re-run; each bad input one line, exit 2,
+// nothing written.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+
+#include "ddp/text/sentencepiece_tokenizer.h"
+#include "ddp/text/token_shard_writer.h"
+#include "kjv_text.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// An llm.c shard's tokens, read from its format description; REQUIREs a sound header.
+std::vector<int64_t> shard_tokens(const std::string& path, int32_t magic = 20240520, int32_t version = 1) {
+  std::string bytes = read_file(path);
+  REQUIRE(bytes.size() >= 1024);
+  int32_t header[3];
+  std::memcpy(header, bytes.data(), sizeof header);
+  CHECK(header[0] == magic);
+  CHECK(header[1] == version);
+  const std::size_t width = version == 7 ? 4 : 2;
+  REQUIRE(bytes.size() == 1024 + width * static_cast<std::size_t>(header[2]));
+  std::vector<int64_t> tokens(header[2]);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    uint32_t value = 0;
+    std::memcpy(&value, bytes.data() + 1024 + width * i, width);
+    tokens[i] = value;
+  }
+  return tokens;
+}
+
+std::vector<std::string> shards(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) paths.push_back(entry.path().string());
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+std::vector<int64_t> all_tokens(const std::vector<std::string>& paths) {
+  std::vector<int64_t> tokens;
+  for (const auto& path : paths) {
+    auto part = shard_tokens(path);
+    tokens.insert(tokens.end(), part.begin(), part.end());
+  }
+  return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("ddp-tokenize trains a tokenizer on the Bible and writes shards that decode to the text, the last lines "
+          "held out; a re-run with its tokenizer.model gives the same tokens and leaves no stale shard",
+          "[text]") {
+  TempDir dir;
+  if (!write_kjv_text(dir.file("kjv.txt"))) return;
+  const std::string text = read_file(dir.file("kjv.txt"));
+  auto run = run_command({bin("ddp-tokenize"), dir.file("out"), "--text", dir.file("kjv.txt"), "--vocab-size", "1000",
+                          "--shard-tokens", "60000", "--threads", "2"},
+                         std::chrono::seconds(120));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.out, Contains("tokenizer: " + dir.file("out/tokenizer.model") + " (1,000 pieces, bpe, trained on") &&
+                          Contains("train with model.vocab_size: 1000") && Contains("MB/s"));
+  auto train = shards(dir.file("out"), "kjv_train_"), held_out = shards(dir.file("out"), "kjv_val_");
+  CHECK(train.size() == 2);  // about 104,000 tokens in shards of 60,000
+  REQUIRE(held_out.size() == 1);
+  for (std::size_t i = 0; i + 1 < train.size(); ++i) CHECK(shard_tokens(train[i]).size() == 60000);
+
+  auto tokenizer = ddp::Tokenizer::load(dir.file("out/tokenizer.model"));
+  auto train_ids = all_tokens(train), held_out_ids = all_tokens(held_out);
+  CHECK(held_out_ids.front() == tokenizer.line_start_id());
+  // The held-out split is whole lines at the end, about a tenth of the bytes.
+  std::string train_text = ddp::decode_text(tokenizer, train_ids), held_out_text = ddp::decode_text(tokenizer, held_out_ids);
+  CHECK(train_text + "\n" + held_out_text + "\n" == text);
+  CHECK(held_out_text.size() == Approx(text.size() * 0.1).margin(200));
+  CHECK(train_ids == ddp::encode_text(tokenizer, train_text));
+
+  auto again = run_command({bin("ddp-tokenize"), dir.file("out"), "--text", dir.file("kjv.txt"), "--tokenizer",
+                            dir.file("out/tokenizer.model"), "--threads", "1"},
+                           std::chrono::seconds(120));
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK_THAT(again.out, Contains("from " + dir.file("out/tokenizer.model")));
+  auto train_again = shards(dir.file("out"), "kjv_train_");
+  CHECK(train_again == std::vector<std::string>{dir.file("out/kjv_train_000000.bin")});  // the others are gone
+  CHECK(all_tokens(train_again) == train_ids);
+  CHECK(all_tokens(shards(dir.file("out"), "kjv_val_")) == held_out_ids);
+}
+
+TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothing written", "[text]") {
+  TempDir dir;
+  write_file(dir.file("words.txt"), "In the beginning\nwas the word\nand the word was\nwith the text\n");
+  write_file(dir.file("latin1.txt"), "caf\xE9\n");
+  write_file(dir.file("garbage.model"), "not a model at all");
+  const std::string out = dir.file("out");
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--text", dir.file("latin1.txt")}, dir.file("latin1.txt") + ":1: not UTF-8 text (byte 3)"},
+           {{"--text", dir.file("missing.txt")}, dir.file("missing.txt") + ": no such file"},
+           {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model")},
+            dir.file("garbage.model") + ": not a SentencePiece model"},
+           {{"--text", dir.file("words.txt"), "--vocab-size", "5000"}, "Vocabulary size too high (5000)"},
+           {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model"), "--vocab-size", "500"},
+            "--tokenizer excludes --vocab-size"},
+           {{"--text", dir.file("words.txt"), "--model-type", "wordpiece"}, "--model-type: wordpiece not in {bpe,unigram}"},
+           {{"--text", dir.file("words.txt"), "--val-fraction", "0.95"}, "--val-fraction: Value 0.95 not in range"}}) {
+    std::vector<std::string> argv = {bin("ddp-tokenize"), out};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run_command(argv, std::chrono::seconds(60));
+    INFO(args.back() << ": " << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("ddp-tokenize: ") && Contains(expected));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());
+    CHECK(!std::filesystem::exists(out));
+  }
+}
+
+TEST_CASE("token shards: uint16 up to 65,536 pieces, llm.c's uint32 layout above, a shard cut at shard_tokens",
+          "[text]") {
+  TempDir dir;
+  ddp::ShardSpec spec{dir.path(), "t", 3, 65536};
+  auto small = ddp::write_token_shards(spec, "train", {{1, 2}, {65535, 4, 5}});
+  REQUIRE(small.size() == 2);
+  CHECK(shard_tokens(small[0]) == std::vector<int64_t>{1, 2, 65535});
+  CHECK(shard_tokens(small[1]) == std::vector<int64_t>{4, 5});
+  spec.vocab_size = 128256;  // Llama 3's
+  spec.shard_tokens = 10;
+  auto large = ddp::write_token_shards(spec, "train", {{128000, 7}});
+  CHECK(large == std::vector<std::string>{dir.file("t_train_000000.bin")});
+  CHECK(shard_tokens(large[0], 20240801, 7) == std::vector<int64_t>{128000, 7});
+  CHECK(!std::filesystem::exists(dir.file("t_train_000001.bin")));  // the earlier run's second shard
+}
