@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding or BENCH_ONLY=pipeline runs only that table;
+BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding, BENCH_ONLY=pipeline or BENCH_ONLY=tokenize (ddp-tokenize against Python
+sentencepiece) runs only that table;
 BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
 utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors (BENCH_GPU_PRECISIONS,
 default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it);
@@ -20,6 +21,7 @@ The GPT table measures tokens/s the same way, over BENCH_GPT_STEPS steps (defaul
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -464,6 +466,63 @@ def pipeline(work):
               flush=True)
     print()
 
+def tokenize(work):
+    """ddp-tokenize's encoding throughput against Python sentencepiece's, on the King James Bible's text with
+    the same tokenizer.model (a BPE and a unigram of 8,000 pieces that ddp-tokenize trained): MB of text a
+    second, one thread and every core, each side timing its encoding call alone."""
+    text = os.path.join(work, "kjv.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write(kjv_text())
+    size = os.path.getsize(text)
+    cores = os.cpu_count()
+    print(f"ddp-tokenize against Python sentencepiece {python_sentencepiece_version()}: the King James Bible "
+          f"({size / 1e6:.1f} MB, {sum(1 for _ in open(text, encoding='utf-8'))} lines), best of {REPEATS} runs, "
+          f"{cores} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| tokenizer | threads | ddp-tokenize MB/s | Python sentencepiece MB/s | ddp-tokenize ÷ Python |")
+    print("|---|---:|---:|---:|---:|")
+    for model_type in ("bpe", "unigram"):
+        out = os.path.join(work, f"tok-{model_type}")
+        subprocess.run([os.path.join(BIN, "ddp-tokenize"), out, "--text", text, "--vocab-size", "8000",
+                        "--model-type", model_type], check=True, stdout=subprocess.DEVNULL)
+        model = os.path.join(out, "tokenizer.model")
+        for threads in sorted({1, cores}):
+            ours = max(ddp_tokenize_mb_per_s(out, text, model, threads) for _ in range(REPEATS))
+            theirs = max(python_sentencepiece_mb_per_s(model, text, threads) for _ in range(REPEATS))
+            print(f"| {model_type} 8,000 | {threads} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f}× |", flush=True)
+    print()
+
+
+def kjv_text():
+    """The King James Bible from Debian's bible-kjv, one verse a line without its reference."""
+    out = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], check=True, capture_output=True, text=True).stdout
+    verses = (re.sub(r"^\d?[A-Za-z]+\d+:\d+ ", "", line) for line in out.splitlines())
+    return "".join(verse + "\n" for verse in verses if verse)
+
+
+def ddp_tokenize_mb_per_s(out, text, model, threads):
+    result = subprocess.run([os.path.join(BIN, "ddp-tokenize"), out, "--text", text, "--tokenizer", model,
+                             "--threads", str(threads)], check=True, capture_output=True, text=True)
+    return float(re.search(r"thread\(s\): ([0-9.]+) MB/s", result.stdout).group(1))
+
+
+def python_sentencepiece_version():
+    return subprocess.run([PYTHON, "-c", "import sentencepiece; print(sentencepiece.__version__)"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def python_sentencepiece_mb_per_s(model, text, threads):
+    script = ("import sys, time, sentencepiece as s\n"
+              "p = s.SentencePieceProcessor(model_file=sys.argv[1])\n"
+              "data = open(sys.argv[2], 'rb').read()\n"
+              "lines = data.decode('utf-8').split('\\n')\n"
+              "lines = lines[:-1] if lines and lines[-1] == '' else lines\n"
+              "start = time.perf_counter()\n"
+              "p.encode(lines, num_threads=int(sys.argv[3]))\n"
+              "print(len(data) / 1e6 / (time.perf_counter() - start))\n")
+    result = subprocess.run([PYTHON, "-c", script, model, text, str(threads)], check=True, capture_output=True,
+                            text=True)
+    return float(result.stdout)
+
 
 def compare(work):
     """This build against BENCH_BASELINE's binaries, back to back: ConvNet, MLP and the GPT at world 1 and 2."""
@@ -500,7 +559,7 @@ def compare(work):
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
     only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "sharding": sharding,
-            "pipeline": pipeline, "compare": compare}.get(os.environ.get("BENCH_ONLY", ""))
+            "pipeline": pipeline, "compare": compare, "tokenize": tokenize}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
             only(work)
@@ -545,6 +604,7 @@ def main():
         monitor_cost(work)
         graph(work)
         gpt(work)
+        tokenize(work)
         result = subprocess.run([os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
                                  "--local-ranks-filter", "0", "--", os.path.join(BIN, "ddp-bench-allreduce")],
                                 env=ENV, capture_output=True, text=True)

@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_TESTS=OFF >/dev/null
 fi
-cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-bench-allreduce >/dev/null
+cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-tokenize ddp-bench-allreduce >/dev/null
 exec /usr/bin/python3 scripts/bench.py
