@@ -25,7 +25,7 @@ python=${PYTHON:-python3}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev catch2 libgloo-dev
           zlib1g-dev dataset-fashion-mnist libssl-dev libssl3 libisal-dev libisal2 libxxhash-dev libxxhash0
-          nlohmann-json3-dev pkgconf pkgconf-bin libpkgconf3)
+          nlohmann-json3-dev pkgconf pkgconf-bin libpkgconf3 libsentencepiece-dev libsentencepiece0)
 
 if [ "$stage" = fetch ]; then
   mkdir -p "$debs"

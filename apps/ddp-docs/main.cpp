@@ -12,6 +12,7 @@
 #include "man_page.h"
 #include "report_options.h"
 #include "tokenize_options.h"
+#include "export_options.h"
 #include "trainer_options.h"
 
 int main(int argc, char** argv) {
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
   ddp::TokenizeArguments tokenize_args;
   CLI::App tokenize("ddp-tokenize", "ddp-tokenize");
   ddp::declare_tokenize_options(tokenize, tokenize_args);
+  ddp::ExportArguments export_args;
+  CLI::App exporter("ddp-export", "ddp-export");
+  ddp::declare_export_options(exporter, export_args);
   auto write = [&](const std::filesystem::path& path, const std::string& text) {
     std::filesystem::create_directories(path.parent_path());
     std::ofstream file(path, std::ios::binary);
@@ -47,6 +51,7 @@ int main(int argc, char** argv) {
     write(out / "man/man1/ddp-train.1", ddp::ddp_train_man_page(trainer_options, sections, DDP_VERSION));
     write(out / "man/man1/ddp-generate.1", ddp::ddp_generate_man_page(ddp::option_reference(generate), DDP_VERSION));
     write(out / "man/man1/ddp-tokenize.1", ddp::ddp_tokenize_man_page(ddp::option_reference(tokenize), DDP_VERSION));
+    write(out / "man/man1/ddp-export.1", ddp::ddp_export_man_page(ddp::option_reference(exporter), DDP_VERSION));
     write(out / "man/man1/ddp-report.1", ddp::ddp_report_man_page(ddp::option_reference(report), DDP_VERSION));
     std::string completion = ddp::bash_completion(options, trainer_options, sections);
     write(out / "bash-completion/completions/ddprun", completion);

@@ -185,6 +185,26 @@ std::string ddp_tokenize_man_page(const std::vector<OptionReference>& options, c
   return out.str();
 }
 
+std::string ddp_export_man_page(const std::vector<OptionReference>& options, const std::string& version) {
+  std::ostringstream out;
+  out << header("ddp-export", version, "a run's checkpoint as a Hugging Face model directory");
+  out << ".SH SYNOPSIS\n.B ddp\\-export\n\\fIRUN\\fR [\\fIOPTIONS\\fR]\n";
+  out << ".SH DESCRIPTION\n"
+      << roff("Builds the model that RUN's config.yaml describes, loads a checkpoint of the run into it (the newest "
+              "that verifies, or --checkpoint; written by any world size, mesh or sharding), and writes a directory "
+              "that transformers' from_pretrained and model.init_from read: model.safetensors in the family's "
+              "Hugging Face layout (GPT-2's for the gpt, LlamaForCausalLM's for the llama; shards and "
+              "model.safetensors.index.json above --max-shard-size), config.json, model.pt, and the tokenizer.model "
+              "beside the run's data.path, if any. A run that kept no checkpoint exports its model.pt.")
+      << "\n" << options_section(options);
+  out << ".SH EXAMPLES\n.nf\nddp\\-export runs/llama_kjv\n"
+         "ddp\\-export runs/llama_kjv \\-\\-checkpoint runs/llama_kjv/checkpoints/step_0000000400 \\-o hub/llama\n.fi\n";
+  out << tool_closing("0 when the directory was written; 2 for a bad command line, a run without config.yaml, a "
+                      "checkpoint that does not verify or fit the model, or a run with nothing to export; 74 when a "
+                      "file could not be written; 1 for any other failure.");
+  return out.str();
+}
+
 std::string ddp_report_man_page(const std::vector<OptionReference>& options, const std::string& version) {
   std::ostringstream out;
   out << header("ddp-report", version, "one HTML report of one or several ddprun runs, overlaid");

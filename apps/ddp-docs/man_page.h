@@ -23,6 +23,9 @@ std::string ddp_generate_man_page(const std::vector<OptionReference>& options, c
 /// ddp-tokenize(1): text into token shards, its options and exit status.
 std::string ddp_tokenize_man_page(const std::vector<OptionReference>& options, const std::string& version);
 
+/// ddp-export(1): a checkpoint as a Hugging Face directory, its options and exit status.
+std::string ddp_export_man_page(const std::vector<OptionReference>& options, const std::string& version);
+
 /// ddp-report(1): the HTML report of runs, its options and exit status.
 std::string ddp_report_man_page(const std::vector<OptionReference>& options, const std::string& version);
 

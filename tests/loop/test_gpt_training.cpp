@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "ddp/model/safetensors.h"
+#include "ddp/model/state_dict_file.h"
 #include "support/python_fixtures.h"
 #include "support/metric_values.h"
 #include "support/subprocess.h"
@@ -522,4 +523,102 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
   CHECK(wrong.exit_code == 2);
   CHECK(wrong.out.empty());
   CHECK_THAT(wrong.err, Contains(dir.file("other/tokenizer.model") + " has 600 pieces, more than the model's 400"));
+}
+
+TEST_CASE("a GPT's run directory is a Hugging Face GPT-2 directory: an independent GPT-2 of Conv1D layers loads "
+          "its model.safetensors strictly from config.json alone and scores ddprun's eval loss within 1e-4, and "
+          "model.init_from that directory continues from it", "[gpt][python]") {
+  TempDir dir;
+  // No biases: GPT-2's are exported as zeros, and must be zeros to come back.
+  auto trained = ddprun(2, write_gpt_config(dir), {"train.epochs=3", "train.max_steps=60"});
+  INFO(trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);
+  const double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
+  CHECK(std::abs(python_eval_loss("eval_gpt2.py", dir.file("out")) - loss) < 1e-4);
+  const std::string config = read_file(dir.file("out/config.json"));
+  CHECK_THAT(config, Contains("\"model_type\": \"gpt2\"") && Contains("\"n_positions\": 32") &&
+                         Contains("\"activation_function\": \"gelu\"") && Contains("\"bias\": false"));
+  ddp::SafetensorsFile file(dir.file("out/model.safetensors"));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& entry : file.entries()) shapes[entry.name] = entry.shape;
+  CHECK(shapes.at("transformer.h.0.attn.c_attn.weight") == std::vector<int64_t>{32, 96});  // Conv1D: [in, out]
+  CHECK(shapes.at("transformer.h.1.mlp.c_proj.bias") == std::vector<int64_t>{32});
+  CHECK(shapes.count("lm_head.weight") == 0);  // tied to wte
+
+  // The directory back in: its config.json gives the model, and the first eval is the exported model's.
+  TempDir again;
+  std::string yaml = std::regex_replace(read_file(dir.file("config.yaml")), std::regex("model: \\{[^}]*\\}"),
+                                        "model: {init_from: " + dir.file("out") + "}");
+  yaml = std::regex_replace(yaml, std::regex(dir.file("out")), again.file("out"), std::regex_constants::format_first_only);
+  write_file(again.file("config.yaml"), yaml);
+  auto resumed = ddprun(1, again.file("config.yaml"), {"eval.at_start=true", "train.max_steps=1", "optim.lr=1e-9"});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  const std::string log = resumed.out + resumed.err;
+  std::smatch first;
+  REQUIRE(std::regex_search(log, first, std::regex("eval at step 0[^\n]*loss ([0-9.]+)")));
+  CHECK(std::stod(first[1]) == Approx(loss).margin(1e-4));
+
+  // GPT-2's own activation is refused, not approximated; a bias the model cannot hold is named.
+  TempDir broken;
+  std::filesystem::copy(dir.file("out/model.safetensors"), broken.file("model.safetensors"));
+  write_file(broken.file("config.json"), std::regex_replace(config, std::regex("\"gelu\""), "\"gelu_new\""));
+  auto gelu = ddprun(1, again.file("config.yaml"), {"model.init_from=" + broken.path()});
+  CHECK(gelu.exit_code == 2);
+  CHECK_THAT(gelu.err, Contains(broken.file("config.json") + ": activation_function \"gelu_new\" (GPT-2's own tanh "
+                                                             "approximation), which ddprun's GPT (nanoGPT's) does not have"));
+  auto weights = ddp::read_state_dict_file(dir.file("out/model.safetensors"));
+  for (auto& [name, tensor] : weights)
+    if (name == "transformer.h.0.ln_1.bias") tensor.fill_(0.5);
+  ddp::write_safetensors(broken.file("model.safetensors"), weights);
+  write_file(broken.file("config.json"), config);
+  auto bias = ddprun(1, again.file("config.yaml"), {"model.init_from=" + broken.path()});
+  CHECK(bias.exit_code == 2);
+  CHECK_THAT(bias.err, Contains("transformer.h.0.ln_1.bias is not zero, and model.bias false has no bias to take it"));
+}
+
+TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face directory, model.safetensors split above "
+          "--max-shard-size with its index, the weights those the run ended with", "[llama]") {
+  TempDir dir;
+  const std::string config = write_gpt_config(dir);
+  write_file(dir.file("tokenizer.model"), "the tokenizer the shards were made with");
+  auto trained = ddprun(2, config, {"model.name=llama", "model.dim=32", "model.n_kv_heads=1", "model.multiple_of=16",
+                                    "dist.shard=parameters", "train.epochs=3", "train.max_steps=40", "checkpoint.every_steps=20",
+                                    "data.eval_split=none"});
+  INFO(trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);
+  auto exported = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "100KB"}, std::chrono::seconds(120));
+  INFO(exported.out << exported.err);
+  REQUIRE(exported.exit_code == 0);
+  const std::string out = dir.file("out/export-step-40");
+  CHECK_THAT(exported.out, Contains("exported the checkpoint of step 40") && Contains(out));
+  CHECK(!fs::exists(out + "/model.safetensors"));  // over 100 KB: shards and their index
+  CHECK(fs::exists(out + "/model-00001-of-00002.safetensors"));
+  CHECK_THAT(read_file(out + "/model.safetensors.index.json"), Contains("\"total_size\"") && Contains("\"weight_map\""));
+  CHECK_THAT(read_file(out + "/config.json"), Contains("\"LlamaForCausalLM\""));
+  CHECK(read_file(out + "/tokenizer.model") == "the tokenizer the shards were made with");
+  // The checkpoint of the last step holds what the run saved at its end, tensor for tensor.
+  auto ended = load_weights(dir.file("out/model.pt")), checkpoint = load_weights(out + "/model.pt");
+  REQUIRE(ended.size() == checkpoint.size());
+  for (const auto& [name, tensor] : ended) CHECK(torch::equal(tensor, checkpoint.at(name)));
+  auto shards = ddp::read_state_dict_file(out);
+  CHECK(shards.size() == ended.size());
+  for (const auto& [name, tensor] : shards) CHECK(torch::equal(tensor, ended.at(name)));
+
+  // An earlier checkpoint, and a run directory that is not one: one line, exit 2.
+  auto earlier = run_command({bin("ddp-export"), dir.file("out"), "--checkpoint",
+                              dir.file("out/checkpoints/step_0000000020"), "-o", dir.file("step20")},
+                             std::chrono::seconds(120));
+  CHECK(earlier.exit_code == 0);
+  CHECK(fs::exists(dir.file("step20/model.safetensors")));
+  auto missing = run_command({bin("ddp-export"), dir.file("nowhere")}, std::chrono::seconds(60));
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains(dir.file("nowhere/config.yaml") + ": no such file"));
+  auto bogus = run_command({bin("ddp-export"), dir.file("out"), "--checkpoint", dir.file("out/config.yaml")},
+                           std::chrono::seconds(60));
+  CHECK(bogus.exit_code == 2);
+  CHECK(std::count(bogus.err.begin(), bogus.err.end(), '\n') == 1);
+  auto size = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "5 parsecs"}, std::chrono::seconds(60));
+  CHECK(size.exit_code == 2);
+  CHECK_THAT(size.err, Contains("--max-shard-size: expected a size such as 5GB, 500MB or 100KB, got '5 parsecs'"));
 }

@@ -120,7 +120,7 @@ TEST_CASE("Hugging Face: each hostile config.json is refused in one line naming 
            {"{\"model_type\": \"llama\", \"rope_theta\": 1e400}", ": not JSON that can be read ("},
            {"[1, 2]", ": expected a JSON object, got array"},
            {"{\"hidden_size\": 64}", ": no model_type string, so the architecture is unknown"},
-           {"{\"model_type\": \"qwen2\"}", ": model_type \"qwen2\" is no architecture ddprun has (it reads llama)"},
+           {"{\"model_type\": \"qwen2\"}", ": model_type \"qwen2\" is no architecture ddprun has (it reads gpt2, llama)"},
            {"{" + base + ", \"attention_bias\": true}", ": attention_bias true, which ddprun's Llama does not have"},
            {"{" + base + ", \"mlp_bias\": true}", ": mlp_bias true, which ddprun's Llama does not have"},
            {"{" + base + ", \"hidden_act\": \"gelu\"}", ": hidden_act \"gelu\", which ddprun's Llama does not have"},

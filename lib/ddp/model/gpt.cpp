@@ -1,5 +1,6 @@
 #include "ddp/model/gpt.h"
 
+#include <nlohmann/json.hpp>
 #include <torch/nn.h>
 #include <torch/version.h>
 
@@ -7,7 +8,10 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/model/gpt2_layout.h"
+#include "ddp/model/hugging_face.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/state_dict_file.h"
 #include "ddp/model/token_stepper.h"
 
 namespace ddp {
@@ -207,10 +211,24 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
 }
 
 void Gpt::load_weights(const std::string& path) {
+  auto file = read_state_dict_file(path);
+  if (is_gpt2_layout(file)) file = gpt_from_gpt2_layout(file, options_.bias, path);
+  // The mask buffer only one attention form keeps; lm_head, tied to wte, which GPT-2's files leave out.
   const std::string buffer = ".attn.bias";
-  load_python_state_dict(*this, path, [&buffer](const std::string& name) {
-    return name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
+  load_state_dict_entries(*this, std::move(file), path, [&buffer](const std::string& name) {
+    return name == "lm_head.weight" ||
+           (name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0);
   });
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Gpt::hugging_face_state_dict() const {
+  return gpt_to_gpt2_layout(python_state_dict(*this));
+}
+
+void Gpt::save_extras(const std::string& output_dir) const {
+  const GptOptions& o = options_;
+  write_hugging_face_config(output_dir, gpt2_config(o.n_layer, o.n_head, o.n_embd, o.block_size, o.vocab_size, o.bias,
+                                                    o.dropout, head_weight_.scalar_type()));
 }
 
 std::unique_ptr<TokenStepper> Gpt::token_stepper() {

@@ -56,7 +56,11 @@ class Gpt : public Model {
   /// model.pt (or any nanoGPT state_dict file), with or without the attn.bias mask buffers, which
   /// only one attention form keeps (Note [Attention forms]): a file from a LibTorch 2.x build loads
   /// on 1.13 and back. FileError as load_python_state_dict's.
+  /// Also a file in GPT-2's layout (Note [GPT-2's layout]), as a Hugging Face directory holds it.
   void load_weights(const std::string& path) override;
+  /// model.safetensors in GPT-2's layout, and config.json in its names: a directory from_pretrained reads.
+  std::vector<std::pair<std::string, torch::Tensor>> hugging_face_state_dict() const override;
+  void save_extras(const std::string& output_dir) const override;
   const GptOptions& options() const { return options_; }
   /// nanoGPT's sampling: the last block_size tokens through the whole model for each new one.
   std::unique_ptr<TokenStepper> token_stepper() override;

@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/model/safetensors.h"
 
 namespace ddp {
 namespace {
@@ -25,7 +27,8 @@ using KeysReader = std::vector<std::string> (*)(const Json&, const std::string&)
 
 // model_type → the family that reads it (Note [Hugging Face directories]).
 const std::map<std::string, KeysReader>& readers() {
-  static const std::map<std::string, KeysReader> all = {{"llama", &llama_keys_from_hugging_face}};
+  static const std::map<std::string, KeysReader> all = {{"llama", &llama_keys_from_hugging_face},
+                                                         {"gpt2", &gpt_keys_from_hugging_face}};
   return all;
 }
 
@@ -125,6 +128,50 @@ WeightFiles hugging_face_weight_files(const std::string& dir) {
   }
   if (weights.files.empty()) throw FileError(index + ": weight_map lists no tensor");
   return weights;
+}
+
+void write_hugging_face_weights(const std::string& dir, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                                int64_t max_shard_bytes) {
+  const fs::path root(dir);
+  const std::regex shard_name(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  auto remove_shards = [&](const std::set<std::string>& keep) {
+    for (const auto& entry : fs::directory_iterator(root))
+      if (std::regex_match(entry.path().filename().string(), shard_name) && !keep.count(entry.path().filename().string()))
+        fs::remove(entry.path());
+  };
+  // Shards of at most max_shard_bytes, each tensor whole in one, in the given order.
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> shards(1);
+  int64_t total = 0, in_shard = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace_back(name, tensor);
+    in_shard += bytes;
+    total += bytes;
+  }
+  if (shards.size() == 1) {
+    write_safetensors((root / kWeights).string(), tensors, {{"format", "pt"}});
+    fs::remove(root / kIndex);  // an earlier, sharded export's: the one file must not be shadowed
+    remove_shards({});
+    return;
+  }
+  Json weight_map = Json::object();
+  std::set<std::string> files;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    write_safetensors((root / file).string(), shards[i], {{"format", "pt"}});
+    for (const auto& entry : shards[i]) weight_map[entry.first] = file;
+    files.insert(file);
+  }
+  // model.safetensors would be read instead of the index (as transformers does): it goes first.
+  fs::remove(root / kWeights);
+  write_file_atomically((root / kIndex).string(),
+                        Json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+  remove_shards(files);
 }
 
 void write_hugging_face_config(const std::string& dir, const Json& config) {

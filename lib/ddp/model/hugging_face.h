@@ -3,6 +3,7 @@
 // model.init_from: DIR, and a trained Llama goes out as one.
 
 #include <nlohmann/json_fwd.hpp>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <string>
@@ -39,12 +40,19 @@ struct WeightFiles {
 /// or missing.
 WeightFiles hugging_face_weight_files(const std::string& dir);
 
+/// Writes `tensors` into DIR as save_pretrained does: model.safetensors, or above `max_shard_bytes`
+/// shards model-0000K-of-0000N.safetensors (each tensor whole, in order) and
+/// model.safetensors.index.json; removes what an earlier export of the other kind left. Atomic each.
+void write_hugging_face_weights(const std::string& dir, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                                int64_t max_shard_bytes);
+
 /// Writes `config` as DIR/config.json, indented as transformers writes it; atomic; FileError or IoError.
 void write_hugging_face_config(const std::string& dir, const nlohmann::json& config);
 
 // Each family with a Hugging Face twin reads its config.json, in its own .cpp (hugging_face.cpp
 // chooses by model_type): the model.* assignments, FileError naming `file` and the fault.
 std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& config, const std::string& file);
+std::vector<std::string> gpt_keys_from_hugging_face(const nlohmann::json& config, const std::string& file);
 
 /// One value of config.json as --set writes it: FileError naming `file` and `key` unless it holds
 /// what is `expected` (an integer, a number, a boolean); `fallback` when absent or null (the

@@ -5,6 +5,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/hugging_face.h"
 
 namespace ddp {
 
@@ -52,6 +53,13 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
 void Model::load_weights(const std::string& path) { load_python_state_dict(*this, path); }
 
 std::unique_ptr<TokenStepper> Model::token_stepper() { return nullptr; }
+
+void save_model(const Model& model, const std::string& output_dir, int64_t max_shard_bytes) {
+  save_python_state_dict(model, output_dir + "/model.pt");
+  auto exported = model.hugging_face_state_dict();
+  write_hugging_face_weights(output_dir, exported.empty() ? python_state_dict(model) : exported, max_shard_bytes);
+  model.save_extras(output_dir);
+}
 
 const std::vector<ModelBlock>& Model::blocks() {
   if (!declared_) blocks_ = declare_blocks();

@@ -67,9 +67,13 @@ class Model : public torch::nn::Module {
   /// buffers; FileError naming what does not match. A family whose files may lack a buffer says so.
   virtual void load_weights(const std::string& path);
 
-  /// Writes the trained model in forms besides model.pt's state_dict into `output_dir`
-  /// (TorchScript: model_scripted.pt). Throws FileError.
+  /// Writes the trained model in forms besides its weights into `output_dir` (TorchScript:
+  /// model_scripted.pt; a family with a Hugging Face twin: config.json). Throws FileError.
   virtual void save_extras(const std::string& output_dir) const { (void)output_dir; }
+
+  /// The weights as model.safetensors holds them, where the family's Hugging Face twin names or lays
+  /// them out otherwise than model.pt (the GPT: Note [GPT-2's layout]); empty: model.pt's.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> hugging_face_state_dict() const { return {}; }
 
   /// How a causal language model is read one token at a time for sampling (token_stepper.h);
   /// null for a model that is not one.
@@ -110,6 +114,11 @@ using ModelFactories = Registry<ModelFactory>;
 /// ConfigError unless model.num_classes leaves a classifier at least kMinClasses outputs: the
 /// classifiers' factories call it, so no caller can build a degenerate head.
 void check_num_classes(const ModelConfig& config);
+
+/// Writes a trained model into `output_dir`: model.pt (Python's state_dict), model.safetensors
+/// (hugging_face_state_dict, or model.pt's tensors; shards above `max_shard_bytes`, as
+/// write_hugging_face_weights) and the extras; atomic each; FileError or IoError.
+void save_model(const Model& model, const std::string& output_dir, int64_t max_shard_bytes = 5'000'000'000);  // save_pretrained's default
 
 /// Builds the model `config.name` names, from model.init_from's weights when set; ConfigError
 /// naming model.* on an unknown name or bad value.

@@ -119,9 +119,14 @@ void save_model_weights(const torch::nn::Module& model, const std::string& outpu
 }
 
 void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional) {
+  load_state_dict_entries(model, read_state_dict_file(path), path, optional);
+}
+
+void load_state_dict_entries(torch::nn::Module& model, std::vector<std::pair<std::string, torch::Tensor>> entries,
+                             const std::string& path, const OptionalKey& optional) {
   std::map<std::string, torch::Tensor> file;
   std::vector<std::string> file_order;
-  for (auto& [name, tensor] : read_state_dict_file(path)) {  // in file order, as messages list them
+  for (auto& [name, tensor] : entries) {  // in file order, as messages list them
     file_order.push_back(name);
     file.emplace(name, tensor);
   }

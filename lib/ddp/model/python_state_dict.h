@@ -31,4 +31,8 @@ using OptionalKey = std::function<bool(const std::string& name)>;
 /// A key `optional` accepts may be missing (the model keeps its own) or unexpected (ignored).
 void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional = {});
 
+/// The same for tensors already read (and converted) from `path`, which messages name.
+void load_state_dict_entries(torch::nn::Module& model, std::vector<std::pair<std::string, torch::Tensor>> entries,
+                             const std::string& path, const OptionalKey& optional = {});
+
 }  // namespace ddp

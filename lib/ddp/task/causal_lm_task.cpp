@@ -108,8 +108,7 @@ void CausalLmTask::add_derived_metrics(std::vector<std::pair<std::string, double
 }
 
 void CausalLmTask::save_model(const std::string& output_dir) const {
-  save_model_weights(*model_, output_dir);
-  model_->save_extras(output_dir);
+  ddp::save_model(*model_, output_dir);
 }
 
 void register_causal_lm_tasks(TaskRegistrations& tasks) {

@@ -73,8 +73,7 @@ torch::Tensor SupervisedTask::output_metric_sums(const torch::Tensor& output, co
 }
 
 void SupervisedTask::save_model(const std::string& output_dir) const {
-  save_model_weights(*model_, output_dir);
-  model_->save_extras(output_dir);
+  ddp::save_model(*model_, output_dir);
 }
 
 // One class, two train.task values: the loss they take tells its outputs apart.

@@ -1,0 +1,105 @@
+// ddp-export: any checkpoint of a run (or its model.pt) as a Hugging Face model directory:
+// model.safetensors (shards above --max-shard-size), config.json, model.pt, and the tokenizer.model
+// the run's tokens were made with. The run's config.yaml says the model.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "ddp/checkpoint/checkpoint_format.h"
+#include "ddp/checkpoint/checkpointer.h"
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/common/run_main.h"
+#include "ddp/common/version.h"
+#include "ddp/common/worker_contract.h"
+#include "ddp/loop/train_config.h"
+#include "ddp/model/model_registry.h"
+#include "ddp/optim/optimizer_factory.h"
+#include "export_options.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The checkpoint --checkpoint names, else the newest one of the run that verifies; none: nullopt.
+std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments& args, ddp::TrainConfig config) {
+  if (!args.checkpoint.empty()) {
+    config.checkpoint.resume = args.checkpoint;
+  } else {
+    config.checkpoint.resume = "auto";
+  }
+  ddp::Checkpointer checkpointer(config.checkpoint, (fs::path(args.run) / "checkpoints").string());
+  return checkpointer.find_resume_point();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ddp::ProgramErrors errors;
+  errors.program = "ddp-export";
+  errors.failure = "failed";
+  return ddp::run_main(errors, [&]() -> int {
+    ddp::ExportArguments args;
+    CLI::App app("ddp-export: a run's checkpoint as a Hugging Face model directory", "ddp-export");
+    ddp::declare_export_options(app, args);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForVersion&) {
+      std::cout << ddp::version_line() << "\n";
+      return ddp::kExitSuccess;
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
+      return ddp::kExitSuccess;
+    } catch (const CLI::ParseError& e) {
+      throw ddp::UserError(std::string(e.what()) + "; see ddp-export --help");
+    }
+    const int64_t max_shard_bytes = ddp::parse_shard_size(args.max_shard_size);
+    const std::string config_path = (fs::path(args.run) / "config.yaml").string();
+    if (!fs::is_regular_file(config_path))
+      throw ddp::FileError(config_path + ": no such file (RUN is a run directory: its config.yaml says the model)");
+    ddp::TrainConfig config = ddp::load_train_config(config_path, {});
+    config.model.init_from.clear();  // the checkpoint's weights replace them: never read the run's starting point
+    std::shared_ptr<ddp::Model> model = ddp::make_model(config.model);
+
+    std::string source;
+    int64_t step = -1;
+    if (auto checkpoint = chosen_checkpoint(args, config)) {
+      const std::string manifest =
+          fs::exists(checkpoint->manifest_path) ? ddp::read_whole_file(checkpoint->manifest_path) : "";
+      // The optimizer's state is read with the weights and dropped: an export holds the model alone.
+      auto optimizer = ddp::make_optimizer(model->parameters(), config.optim, config.optim.lr);
+      auto progress = ddp::load_whole_checkpoint(
+          manifest, checkpoint->manifest_path,
+          ddp::read_whole_file(ddp::common_file(manifest, checkpoint->manifest_path)), *model, *optimizer);
+      step = progress.step;
+      source = "the checkpoint of step " + std::to_string(step) + " (" + checkpoint->manifest_path + ")";
+    } else {
+      const std::string weights = (fs::path(args.run) / "model.pt").string();
+      if (!fs::exists(weights))
+        throw ddp::FileError(args.run + " has neither a checkpoint nor model.pt to export (checkpoint.every_steps or "
+                             "every_epochs keeps checkpoints; a finished run writes model.pt)");
+      model->load_weights(weights);
+      source = weights;
+    }
+    const std::string output = !args.output.empty() ? args.output
+                               : step >= 0         ? (fs::path(args.run) / ("export-step-" + std::to_string(step))).string()
+                                                   : (fs::path(args.run) / "export").string();
+    fs::create_directories(output);
+    ddp::save_model(*model, output, max_shard_bytes);
+    // The tokenizer the run's tokens were made with belongs with the model (as ddp-tokenize left it).
+    if (!config.data.path.empty()) {
+      const fs::path tokenizer = fs::path(config.data.path).parent_path() / "tokenizer.model";
+      if (fs::is_regular_file(tokenizer))
+        ddp::write_file_atomically((fs::path(output) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
+    }
+    std::printf("exported %s to %s\n", source.c_str(), output.c_str());
+    std::vector<fs::path> files(fs::directory_iterator(output), fs::directory_iterator{});
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files)
+      std::printf("  %s (%.1f MB)\n", file.filename().c_str(), static_cast<double>(fs::file_size(file)) / 1e6);
+    return ddp::kExitSuccess;
+  });
+}
