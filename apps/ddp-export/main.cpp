@@ -84,9 +84,8 @@ int main(int argc, char** argv) {
       model->load_weights(weights);
       source = weights;
     }
-    const std::string output = !args.output.empty() ? args.output
-                               : step >= 0         ? (fs::path(args.run) / ("export-step-" + std::to_string(step))).string()
-                                                   : (fs::path(args.run) / "export").string();
+    const std::string name = step >= 0 ? "export-step-" + std::to_string(step) : "export";
+    const std::string output = !args.output.empty() ? args.output : (fs::path(args.run) / name).string();
     fs::create_directories(output);
     ddp::save_model(*model, output, max_shard_bytes);
     // The tokenizer the run's tokens were made with belongs with the model (as ddp-tokenize left it).

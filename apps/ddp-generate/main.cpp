@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   errors.failure = "failed";
   return ddp::run_main(errors, [&]() -> int {
     ddp::GenerateArguments args;
-    CLI::App app("ddp-generate: sample text from a language model trained by ddprun (model.name: gpt, llama)", "ddp-generate");
+    CLI::App app("ddp-generate: sample text from a language model trained by ddprun (model.name: gpt, llama)",
+                 "ddp-generate");
     ddp::declare_generate_options(app, args);
     try {
       app.parse(argc, argv);

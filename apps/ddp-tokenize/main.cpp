@@ -99,14 +99,15 @@ int main(int argc, char** argv) {
       if (!tty && seconds_since(last_line) < 10) return;  // a log gets a line every 10 s, a terminal one in place
       last_line = Clock::now();
       std::fprintf(stderr, "%sddp-tokenize: encoded %s of %s (%.0f%%)%s", tty ? "\r" : "", megabytes(done).c_str(),
-                   megabytes(corpus.bytes).c_str(), 100.0 * static_cast<double>(done) / static_cast<double>(corpus.bytes),
+                   megabytes(corpus.bytes).c_str(),
+                   100.0 * static_cast<double>(done) / static_cast<double>(corpus.bytes),
                    tty ? "" : "\n");
     };
     // The two splits are encoded apart, so that no chunk of lines straddles them.
     auto start = Clock::now();
     const std::vector<std::string_view> train_lines = corpus.training_lines();
-    const std::vector<std::string_view> held_out_lines(corpus.lines.begin() + static_cast<std::ptrdiff_t>(corpus.held_out_from),
-                                                       corpus.lines.end());
+    const auto cut = corpus.lines.begin() + static_cast<std::ptrdiff_t>(corpus.held_out_from);
+    const std::vector<std::string_view> held_out_lines(cut, corpus.lines.end());
     int64_t train_bytes = 0;
     auto train = ddp::encode_lines(tokenizer, train_lines, threads, [&](int64_t done) {
       progress(done);
@@ -136,7 +137,8 @@ int main(int argc, char** argv) {
     std::printf("encoded %s in %.2f s on %d thread(s): %.1f MB/s, %.2f bytes a token\n",
                 megabytes(corpus.bytes).c_str(), encode_seconds, threads,
                 static_cast<double>(corpus.bytes) / 1e6 / std::max(encode_seconds, 1e-9),
-                static_cast<double>(corpus.bytes) / static_cast<double>(std::max<int64_t>(train_tokens + held_out_tokens, 1)));
+                static_cast<double>(corpus.bytes) /
+                    static_cast<double>(std::max<int64_t>(train_tokens + held_out_tokens, 1)));
     std::printf("train with model.vocab_size: %lld (or more)\n", static_cast<long long>(tokenizer.vocab_size()));
     return ddp::kExitSuccess;
   });

@@ -59,6 +59,7 @@ MANPAGER=cat MANWIDTH=200 man ddp-train | grep -F -- "optim.lr"
 MANPAGER=cat MANWIDTH=200 man ddp-generate | grep -F -- "--top-k"
 MANPAGER=cat MANWIDTH=200 man ddp-report | grep -F -- "--output"
 MANPAGER=cat MANWIDTH=200 man ddp-tokenize | grep -F -- "--vocab-size"
+MANPAGER=cat MANWIDTH=200 man ddp-export | grep -F -- "--max-shard-size"
 [ -f /usr/share/bash-completion/completions/ddprun ]
 [ -f /usr/share/doc/ddprun/README.md ]
 [ -f /usr/share/doc/ddprun/docs/launcher.md ]   # the guides, where the README's links find them
@@ -75,6 +76,7 @@ printf '%s\n' "data: {dataset: tokens, path: '$work/tokens/gpl_train_*.bin', eva
   > "$work/llama.yaml"
 ddprun --nproc-per-node 1 "$work/llama.yaml" --set run.output_dir="$work/llama"
 ddp-generate "$work/llama" --prompt "the Program" --tokens 8 | grep -F "the Program"
+ddp-export "$work/llama" -o "$work/hub" && [ -s "$work/hub/model.safetensors" ] && [ -s "$work/hub/tokenizer.model" ]
 # Every config it ships trains on data that is there: a system data set, or none (synthetic).
 for config in /usr/share/ddprun/configs/*.yaml; do
   resolved=\$(ddp-train "\$config" --print-config)

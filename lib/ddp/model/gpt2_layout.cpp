@@ -31,7 +31,9 @@ bool has_gpt2_bias(const std::string& weight_name) {
          ends_with(weight_name, ".ln_2.weight") || ends_with(weight_name, "ln_f.weight");
 }
 
-bool is_mask_buffer(const std::string& name) { return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"); }
+bool is_mask_buffer(const std::string& name) {
+  return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+}
 
 }  // namespace
 

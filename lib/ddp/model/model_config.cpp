@@ -17,7 +17,7 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
              "start from these weights instead of a fresh initialisation: a state_dict file, as model.pt "
              "or torch.save(model.state_dict(), path) writes it, or a safetensors file of the same names, as "
              "model.safetensors or safetensors.torch.save_file writes it; or a Hugging Face model directory "
-             "(config.json and model.safetensors or its shards' index, as save_pretrained and a llama run's output "
+             "(config.json and model.safetensors or its shards' index, as save_pretrained, ddp-export and a gpt or llama run's output "
              "directory have them), whose config.json gives the model.* keys the YAML leaves out")
       .file_path();
   schema.add("model.num_classes", &config.num_classes, "built-in models: outputs of the last layer").min(kMinClasses)
