@@ -6,19 +6,18 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 
 #include "ddp/checkpoint/checkpoint_format.h"
 #include "ddp/checkpoint/checkpointer.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
-#include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/optim/optimizer_factory.h"
 #include "export_options.h"
+#include "tool_command_line.h"
 
 namespace {
 
@@ -45,17 +44,7 @@ int main(int argc, char** argv) {
     ddp::ExportArguments args;
     CLI::App app("ddp-export: a run's checkpoint as a Hugging Face model directory", "ddp-export");
     ddp::declare_export_options(app, args);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForVersion&) {
-      std::cout << ddp::version_line() << "\n";
-      return ddp::kExitSuccess;
-    } catch (const CLI::CallForHelp&) {
-      std::cout << app.help();
-      return ddp::kExitSuccess;
-    } catch (const CLI::ParseError& e) {
-      throw ddp::UserError(std::string(e.what()) + "; see ddp-export --help");
-    }
+    if (!ddp::parse_tool_command_line(app, argc, argv, "ddp-export")) return ddp::kExitSuccess;
     const int64_t max_shard_bytes = ddp::parse_shard_size(args.max_shard_size);
     const std::string config_path = (fs::path(args.run) / "config.yaml").string();
     if (!fs::is_regular_file(config_path))

@@ -6,14 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <optional>
 #include <sstream>
 #include <string>
 
 #include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
-#include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/train_config.h"
@@ -21,6 +19,7 @@
 #include "ddp/model/token_stepper.h"
 #include "ddp/text/sentencepiece_plugin.h"
 #include "generate_options.h"
+#include "tool_command_line.h"
 
 namespace {
 
@@ -105,17 +104,7 @@ int main(int argc, char** argv) {
     CLI::App app("ddp-generate: sample text from a language model trained by ddprun (model.name: gpt, llama)",
                  "ddp-generate");
     ddp::declare_generate_options(app, args);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForVersion&) {
-      std::cout << ddp::version_line() << "\n";
-      return ddp::kExitSuccess;
-    } catch (const CLI::CallForHelp&) {
-      std::cout << app.help();
-      return ddp::kExitSuccess;
-    } catch (const CLI::ParseError& e) {
-      throw ddp::UserError(std::string(e.what()) + "; see ddp-generate --help");
-    }
+    if (!ddp::parse_tool_command_line(app, argc, argv, "ddp-generate")) return ddp::kExitSuccess;
     auto [model_path, config_path] = model_and_config(args);
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
     config.model.init_from.clear();  // model.pt's weights replace them: never read the run's starting point

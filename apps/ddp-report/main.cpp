@@ -2,14 +2,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <iostream>
 
 #include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
-#include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/record/run_report.h"
 #include "report_options.h"
+#include "tool_command_line.h"
 
 int main(int argc, char** argv) {
   ddp::ReportArguments args;
@@ -19,17 +18,7 @@ int main(int argc, char** argv) {
   errors.program = "ddp-report";
   errors.failure = "error";
   return ddp::run_main(errors, [&]() -> int {
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForVersion&) {
-      std::cout << ddp::version_line() << "\n";
-      return ddp::kExitSuccess;
-    } catch (const CLI::CallForHelp&) {
-      std::cout << app.help();
-      return ddp::kExitSuccess;
-    } catch (const CLI::ParseError& e) {  // exit 2 as every usage error, not CLI11's own codes
-      throw ddp::UserError(std::string(e.what()) + "; see ddp-report --help");
-    }
+    if (!ddp::parse_tool_command_line(app, argc, argv, "ddp-report")) return ddp::kExitSuccess;
     ddp::write_run_report(args.output, args.runs);
     std::printf("ddp-report: wrote %s (%zu run(s))\n", args.output.c_str(), args.runs.size());
     return ddp::kExitSuccess;

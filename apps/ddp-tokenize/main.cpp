@@ -7,18 +7,17 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <thread>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
-#include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/text/parallel_encoder.h"
 #include "ddp/text/text_corpus.h"
 #include "ddp/text/token_shard_writer.h"
 #include "tokenize_options.h"
+#include "tool_command_line.h"
 
 namespace {
 
@@ -58,17 +57,7 @@ int main(int argc, char** argv) {
     ddp::TokenizeArguments args;
     CLI::App app("ddp-tokenize: text into token shards for ddprun, through a SentencePiece tokenizer", "ddp-tokenize");
     ddp::declare_tokenize_options(app, args);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForVersion&) {
-      std::cout << ddp::version_line() << "\n";
-      return ddp::kExitSuccess;
-    } catch (const CLI::CallForHelp&) {
-      std::cout << app.help();
-      return ddp::kExitSuccess;
-    } catch (const CLI::ParseError& e) {
-      throw ddp::UserError(std::string(e.what()) + "; see ddp-tokenize --help");
-    }
+    if (!ddp::parse_tool_command_line(app, argc, argv, "ddp-tokenize")) return ddp::kExitSuccess;
     const int threads = args.threads > 0 ? args.threads : std::max(1u, std::thread::hardware_concurrency());
     const std::string name = !args.name.empty() ? args.name : fs::path(args.text.front()).stem().string();
 
