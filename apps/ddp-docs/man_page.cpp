@@ -194,8 +194,9 @@ std::string ddp_export_man_page(const std::vector<OptionReference>& options, con
               "that verifies, or --checkpoint; written by any world size, mesh or sharding), and writes a directory "
               "that transformers' from_pretrained and model.init_from read: model.safetensors in the family's "
               "Hugging Face layout (GPT-2's for the gpt, LlamaForCausalLM's for the llama; shards and "
-              "model.safetensors.index.json above --max-shard-size), config.json, model.pt, and the tokenizer.model "
-              "beside the run's data.path, if any. A run that kept no checkpoint exports its model.pt.")
+              "model.safetensors.index.json above --max-shard-size), config.json, model.pt, the run's config.yaml (so "
+              "that ddp-generate samples from the export), and the tokenizer.model beside the run's data.path, if "
+              "any. A run that kept no checkpoint exports its model.pt.")
       << "\n" << options_section(options);
   out << ".SH EXAMPLES\n.nf\nddp\\-export runs/llama_kjv\n"
          "ddp\\-export runs/llama_kjv \\-\\-checkpoint runs/llama_kjv/checkpoints/step_0000000400 \\-o hub/llama\n.fi\n";

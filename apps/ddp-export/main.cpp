@@ -1,6 +1,6 @@
 // ddp-export: any checkpoint of a run (or its model.pt) as a Hugging Face model directory:
-// model.safetensors (shards above --max-shard-size), config.json, model.pt, and the tokenizer.model
-// the run's tokens were made with. The run's config.yaml says the model.
+// model.safetensors (shards above --max-shard-size), config.json, model.pt, the run's config.yaml
+// (which says the model) and the tokenizer.model the run's tokens were made with.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -75,8 +75,13 @@ int main(int argc, char** argv) {
     }
     const std::string name = step >= 0 ? "export-step-" + std::to_string(step) : "export";
     const std::string output = !args.output.empty() ? args.output : (fs::path(args.run) / name).string();
-    fs::create_directories(output);
+    if (fs::exists(output) && fs::equivalent(output, args.run))
+      throw ddp::UserError("-o " + output + " is the run directory itself, whose model.pt and model.safetensors are "
+                           "the run's end; export elsewhere");
+    ddp::make_output_directory(output);
     ddp::save_model(*model, output, max_shard_bytes);
+    // The run's config.yaml, so that ddp-generate and ddp-export read the export as a run directory.
+    ddp::write_file_atomically((fs::path(output) / "config.yaml").string(), ddp::read_whole_file(config_path));
     // The tokenizer the run's tokens were made with belongs with the model (as ddp-tokenize left it).
     if (!config.data.path.empty()) {
       const fs::path tokenizer = fs::path(config.data.path).parent_path() / "tokenizer.model";
@@ -84,7 +89,9 @@ int main(int argc, char** argv) {
         ddp::write_file_atomically((fs::path(output) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
     }
     std::printf("exported %s to %s\n", source.c_str(), output.c_str());
-    std::vector<fs::path> files(fs::directory_iterator(output), fs::directory_iterator{});
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(output))
+      if (entry.is_regular_file()) files.push_back(entry.path());
     std::sort(files.begin(), files.end());
     for (const auto& file : files)
       std::printf("  %s (%.1f MB)\n", file.filename().c_str(), static_cast<double>(fs::file_size(file)) / 1e6);

@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
                              std::to_string(vocab - 1) + ")");
     if (prompt.empty()) throw ddp::UserError("--prompt-ids: no token ids given");
 
+    if (tokenizer) args.sampling.id_limit = tokenizer->vocab_size();
     std::optional<ddp::StreamDecoder> text;
     if (tokenizer && !args.ids) {
       text.emplace(*tokenizer);
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     ddp::sample_tokens(*model, prompt, args.sampling, emit);
+    if (text) std::fputs(text->finish().c_str(), stdout);
     if (!args.ids) std::putchar('\n');
     return ddp::kExitSuccess;
   });

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
     ddp::Tokenizer tokenizer = ddp::Tokenizer::from_serialized(model_bytes, args.tokenizer.empty() ? model_path
                                                                                                   : args.tokenizer);
 
+    ddp::make_output_directory(args.out_dir);
     const bool tty = isatty(STDERR_FILENO) != 0;
     auto last_line = Clock::now();
     auto progress = [&](int64_t done) {
@@ -107,20 +108,20 @@ int main(int argc, char** argv) {
     const double encode_seconds = seconds_since(start);
     if (tty) std::fprintf(stderr, "\n");
 
-    fs::create_directories(args.out_dir);
-    if (args.tokenizer.empty() || !fs::exists(model_path) || !fs::equivalent(args.tokenizer, model_path))
-      ddp::write_file_atomically(model_path, model_bytes);
     ddp::ShardSpec spec{args.out_dir, name, args.shard_tokens, tokenizer.vocab_size()};
     auto train_paths = ddp::write_token_shards(spec, "train", train);
-    std::vector<std::string> held_out_paths;
-    if (!held_out.empty()) held_out_paths = ddp::write_token_shards(spec, "val", held_out);
+    // No held-out split: an earlier run's would pass for this one's.
+    auto held_out_paths = ddp::write_token_shards(spec, "val", held_out);
+    // Last, so that shards and tokenizer.model change together or the old tokenizer stays.
+    if (args.tokenizer.empty() || !fs::exists(model_path) || !fs::equivalent(args.tokenizer, model_path))
+      ddp::write_file_atomically(model_path, model_bytes);
 
     const int64_t train_tokens = token_count(train), held_out_tokens = token_count(held_out);
     std::printf("tokenizer: %s (%s pieces, %s)\n", model_path.c_str(), with_commas(tokenizer.vocab_size()).c_str(),
                 how.c_str());
     std::printf("train: %s tokens in %zu shard(s), %s\n", with_commas(train_tokens).c_str(), train_paths.size(),
                 (fs::path(args.out_dir) / (name + "_train_*.bin")).c_str());
-    if (!held_out.empty())
+    if (!held_out_paths.empty())
       std::printf("val: %s tokens in %zu shard(s), %s\n", with_commas(held_out_tokens).c_str(), held_out_paths.size(),
                   (fs::path(args.out_dir) / (name + "_val_*.bin")).c_str());
     std::printf("encoded %s in %.2f s on %d thread(s): %.1f MB/s, %.2f bytes a token\n",

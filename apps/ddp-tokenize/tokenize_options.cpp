@@ -33,7 +33,7 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
   app.add_option("--shard-tokens", args.shard_tokens, "Tokens a shard holds at most")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
+      ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}))  // the header's count is an int32
       ->capture_default_str();
   app.add_option("--threads", args.threads, "Threads to train and encode on (default: every core)")
       ->check(CLI::Range(1, 4096));

@@ -91,6 +91,14 @@ TEST_CASE("ddp-tokenize trains a tokenizer on the Bible and writes shards that d
   CHECK(train_again == std::vector<std::string>{dir.file("out/kjv_train_000000.bin")});  // the others are gone
   CHECK(all_tokens(train_again) == train_ids);
   CHECK(all_tokens(shards(dir.file("out"), "kjv_val_")) == held_out_ids);
+
+  // Nothing held out now: the earlier held-out shards must not pass for this run's.
+  auto whole = run_command({bin("ddp-tokenize"), dir.file("out"), "--text", dir.file("kjv.txt"), "--tokenizer",
+                            dir.file("out/tokenizer.model"), "--val-fraction", "0"},
+                           std::chrono::seconds(120));
+  REQUIRE(whole.exit_code == 0);
+  CHECK(shards(dir.file("out"), "kjv_val_").empty());
+  CHECK(ddp::decode_text(tokenizer, all_tokens(shards(dir.file("out"), "kjv_train_"))) + "\n" == text);
 }
 
 TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothing written", "[text]") {
@@ -102,6 +110,7 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
   for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--text", dir.file("latin1.txt")}, dir.file("latin1.txt") + ":1: not UTF-8 text (byte 3)"},
            {{"--text", dir.file("missing.txt")}, dir.file("missing.txt") + ": no such file"},
+           {{"--text", dir.path()}, dir.path() + ": a directory, not a text file"},
            {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model")},
             dir.file("garbage.model") + ": not a SentencePiece model"},
            {{"--text", dir.file("words.txt"), "--vocab-size", "5000"}, "Vocabulary size too high (5000)"},

@@ -106,11 +106,17 @@ TEST_CASE("a SentencePiece tokenizer trained on the Bible: Python's ids line for
     ddp::StreamDecoder streaming(tokenizer);
     std::string shown;
     for (int64_t id : stream) shown += streaming.push(id);
-    CHECK(shown == normalised);
+    CHECK(shown + streaming.finish() == normalised);
+    CHECK_THROWS_WITH(streaming.push(1000), Contains("token 1000 is outside the tokenizer's vocabulary (ids 0 to 999)"));
 
     auto one = flat(ddp::encode_lines(tokenizer, sample.lines, 1));
     CHECK(one == stream);
-    CHECK(flat(ddp::encode_lines(tokenizer, corpus.lines, 3)) == flat(ddp::encode_lines(tokenizer, corpus.lines, 1)));
+    // 1.5 MB: six chunks of lines, so three threads each take some and finish out of order.
+    std::vector<std::string_view> many;
+    for (int copy = 0; copy < 4; ++copy) many.insert(many.end(), corpus.lines.begin(), corpus.lines.end());
+    auto three = ddp::encode_lines(tokenizer, many, 3);
+    CHECK(three.size() >= 6);
+    CHECK(flat(three) == flat(ddp::encode_lines(tokenizer, many, 1)));
   }
 }
 

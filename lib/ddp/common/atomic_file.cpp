@@ -104,4 +104,13 @@ std::string read_whole_file(const std::string& path) {
   return buffer.str();
 }
 
+void make_output_directory(const std::string& directory) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (!error && std::filesystem::is_directory(directory, error)) return;
+  if (!error || error.value() == EEXIST || error.value() == ENOTDIR)
+    throw FileError(directory + ": cannot be made a directory: a file of that name is in the way");
+  throw_output_error("cannot make the directory " + directory + ": " + error.message(), error.value());
+}
+
 }  // namespace ddp

@@ -25,6 +25,10 @@ int open_for_append(const std::string& path, bool truncate = false, mode_t mode 
 /// Flushes a directory's entries (a new file or subdirectory) to the disk; best effort.
 void fsync_directory(const std::string& directory);
 
+/// Makes `directory` and its parents where missing. FileError naming it when a file stands in the
+/// way or permissions forbid it; IoError for another failure (a full disk).
+void make_output_directory(const std::string& directory);
+
 /// Reads a whole file; FileError naming it when it cannot.
 std::string read_whole_file(const std::string& path);
 

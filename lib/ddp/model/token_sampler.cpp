@@ -31,6 +31,8 @@ std::vector<int64_t> sample_tokens(Model& model, const std::vector<int64_t>& pro
   torch::Tensor logits = stepper->feed(prompt);
   for (int64_t n = 0; n < options.tokens; ++n) {
     logits = logits.to(torch::kDouble);
+    if (options.id_limit > 0 && options.id_limit < logits.size(0))
+      logits.narrow(0, options.id_limit, logits.size(0) - options.id_limit).fill_(-INFINITY);
     int64_t next;
     if (options.temperature <= 0) {
       next = logits.argmax().item<int64_t>();

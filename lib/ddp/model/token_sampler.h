@@ -16,6 +16,9 @@ struct SamplingOptions {
   double temperature = 0.8;  ///< < 1 sharper, > 1 flatter; 0: always the most likely token
   int64_t top_k = 200;       ///< draw among the k most likely; 0: among all
   uint64_t seed = 1337;      ///< the same seed, model and prompt give the same text
+  /// Ids at or above this are never drawn: a tokenizer of fewer pieces than the model's vocabulary
+  /// (padded to a multiple, say) has no text for them. 0: every id may be.
+  int64_t id_limit = 0;
 };
 
 /// Draws `options.tokens` tokens after `prompt` (ids < the model's output_width(), at least one),

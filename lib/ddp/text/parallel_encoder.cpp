@@ -5,7 +5,10 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
+
+#include "ddp/common/error.h"
 
 namespace ddp {
 namespace {
@@ -57,7 +60,16 @@ std::vector<std::vector<uint32_t>> encode_lines(const TextTokenizer& tokenizer, 
   };
   std::vector<std::thread> pool;
   const int workers = running;
-  for (int t = 0; t < workers; ++t) pool.emplace_back(work);
+  for (int t = 0; t < workers; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error& e) {  // no thread to be had: the ones running finish the work
+      std::lock_guard<std::mutex> lock(mutex);
+      running -= workers - t;
+      if (pool.empty()) throw UserError(std::string("cannot start a thread to encode on: ") + e.what());
+      break;
+    }
+  }
   {
     std::unique_lock<std::mutex> lock(mutex);
     while (!finished.wait_for(lock, std::chrono::seconds(1), [&] { return running == 0; }))

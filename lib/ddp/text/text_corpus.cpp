@@ -49,6 +49,7 @@ TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_o
   if (files.empty()) throw UserError("no text files given");
   corpus.contents.reserve(files.size());  // the lines point into these strings: no reallocation
   for (const auto& file : files) {
+    if (std::filesystem::is_directory(file)) throw FileError(file + ": a directory, not a text file");
     if (!std::filesystem::is_regular_file(file)) throw FileError(file + ": no such file");
     corpus.contents.push_back(read_whole_file(file));
     std::string_view text = corpus.contents.back();

@@ -44,12 +44,16 @@ std::string decode_text(const TextTokenizer& tokenizer, const std::vector<int64_
 }
 
 std::string StreamDecoder::push(int64_t id) {
+  if (id < 0 || id >= tokenizer_.vocab_size())
+    throw UserError("token " + std::to_string(id) + " is outside the tokenizer's vocabulary (ids 0 to " +
+                    std::to_string(tokenizer_.vocab_size() - 1) + ")");
   if (id == tokenizer_.line_start_id()) {
+    std::string rest = finish();  // the line's held-back end, if it never became whole
     line_.clear();
     shown_.clear();
     const bool started = started_;
     started_ = true;
-    return started ? "\n" : "";
+    return started ? rest + "\n" : rest;
   }
   started_ = true;
   line_.push_back(static_cast<int>(id));
@@ -64,6 +68,14 @@ std::string StreamDecoder::push(int64_t id) {
   std::string added = text.substr(shown_.size());
   shown_ = std::move(text);
   return added;
+}
+
+std::string StreamDecoder::finish() {
+  std::string text = line_.empty() ? "" : tokenizer_.decode_line(line_);
+  if (text.compare(0, shown_.size(), shown_) != 0) return "";
+  std::string rest = text.substr(shown_.size());
+  shown_ = std::move(text);
+  return rest;
 }
 
 }  // namespace ddp

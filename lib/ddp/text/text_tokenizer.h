@@ -42,8 +42,10 @@ std::string decode_text(const TextTokenizer& tokenizer, const std::vector<int64_
 class StreamDecoder {
  public:
   explicit StreamDecoder(const TextTokenizer& tokenizer) : tokenizer_(tokenizer) {}
-  /// The text that `id` adds.
+  /// The text that `id` adds. UserError for an id outside the vocabulary.
   std::string push(int64_t id);
+  /// What the stream holds back at its end (a character whose last bytes never came, as U+FFFD).
+  std::string finish();
 
  private:
   const TextTokenizer& tokenizer_;

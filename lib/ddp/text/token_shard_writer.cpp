@@ -54,7 +54,7 @@ std::vector<std::string> write_token_shards(const ShardSpec& spec, const std::st
       if (static_cast<int64_t>(shard.size()) == spec.shard_tokens) flush();
     }
   }
-  if (!shard.empty() || paths.empty()) flush();
+  if (!shard.empty()) flush();
   const std::set<std::string> written(paths.begin(), paths.end());
   const std::regex stale(std::regex_replace(spec.name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") + "_" + split +
                          R"(_\d{6}\.bin)");

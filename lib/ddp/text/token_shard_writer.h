@@ -18,9 +18,10 @@ struct ShardSpec {
   int64_t vocab_size = 0;              ///< picks the token width
 };
 
-/// Writes `chunks`' tokens, in order, as SPLIT's shards, each committed by an atomic rename, then
-/// removes the split's shards of an earlier, longer run (a glob of the split would take them too).
-/// Returns the paths written. IoError/FileError naming the file when the disk refuses.
+/// Writes `chunks`' tokens, in order, as SPLIT's shards, each committed by an atomic rename (no
+/// tokens: none), then removes the split's shards of an earlier, longer run (a glob of the split
+/// would take them too). Returns the paths written. IoError/FileError naming the file when the disk
+/// refuses.
 std::vector<std::string> write_token_shards(const ShardSpec& spec, const std::string& split,
                                             const std::vector<std::vector<uint32_t>>& chunks);
 
