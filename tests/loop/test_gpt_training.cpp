@@ -528,6 +528,9 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
   CHECK(wrong.exit_code == 2);
   CHECK(wrong.out.empty());
   CHECK_THAT(wrong.err, Contains(dir.file("other/tokenizer.model") + " has 600 pieces, more than the model's 400"));
+  auto missing = generate("--tokenizer " + dir.file("nowhere.model") + " --tokens 3");
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains(dir.file("nowhere.model") + ": no such file (--tokenizer)"));
 }
 
 TEST_CASE("a GPT's run directory is a Hugging Face GPT-2 directory: an independent GPT-2 of Conv1D layers loads "
@@ -624,6 +627,14 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
                            std::chrono::seconds(60));
   CHECK(bogus.exit_code == 2);
   CHECK(std::count(bogus.err.begin(), bogus.err.end(), '\n') == 1);
+  auto itself = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("out")}, std::chrono::seconds(60));
+  CHECK(itself.exit_code == 2);
+  CHECK_THAT(itself.err, Contains("is the run directory itself"));
+  fs::create_directories(dir.file("empty"));
+  write_file(dir.file("empty/config.yaml"), read_file(dir.file("out/config.yaml")));
+  auto nothing = run_command({bin("ddp-export"), dir.file("empty")}, std::chrono::seconds(60));
+  CHECK(nothing.exit_code == 2);
+  CHECK_THAT(nothing.err, Contains(dir.file("empty") + " has neither a checkpoint nor model.pt to export"));
   auto size = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "5 parsecs"}, std::chrono::seconds(60));
   CHECK(size.exit_code == 2);
   CHECK_THAT(size.err, Contains("--max-shard-size: expected a size such as 5GB, 500MB or 100KB, got '5 parsecs'"));

@@ -142,6 +142,29 @@ TEST_CASE("Hugging Face: each hostile config.json is refused in one line naming 
   }
 }
 
+TEST_CASE("Hugging Face: a GPT-2 config.json reads as the GPT's keys, and what nanoGPT's GPT does not compute is "
+          "refused naming it", "[model][hugging_face]") {
+  TempDir dir;
+  const std::string file = dir.file("config.json");
+  const std::string base = R"("model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32, )"
+                           R"("vocab_size": 300, "activation_function": "gelu")";
+  write_file(file, "{" + base + ", \"resid_pdrop\": 0, \"embd_pdrop\": 0, \"attn_pdrop\": 0, \"bias\": false}");
+  CHECK(ddp::hugging_face_model_keys(dir.path()) ==
+        std::vector<std::string>{"model.name=gpt", "model.n_layer=2", "model.n_head=4", "model.n_embd=64",
+                                 "model.block_size=32", "model.vocab_size=300", "model.bias=false", "model.dropout=0"});
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model_type": "gpt2"})", R"(: activation_function "gelu_new" (GPT-2's own tanh approximation), which)"},
+           {"{" + base + ", \"n_inner\": 100}", ": n_inner 100, which ddprun's GPT (nanoGPT's) does not have"},
+           {"{" + base + ", \"layer_norm_epsilon\": 1e-6}", ": layer_norm_epsilon 1e-06, which ddprun's GPT"},
+           {"{" + base + ", \"scale_attn_by_inverse_layer_idx\": true}", ": scale_attn_by_inverse_layer_idx true, which"},
+           {"{" + base + ", \"tie_word_embeddings\": false}", ": tie_word_embeddings false, which ddprun's GPT"},
+           {"{" + base + ", \"resid_pdrop\": 0.1, \"attn_pdrop\": 0}", ": attn_pdrop other than resid_pdrop's 0.1"}}) {
+    INFO(text);
+    write_file(file, text);
+    CHECK_THAT(config_refusal(dir.path()), Catch::StartsWith(file + expected));
+  }
+}
+
 TEST_CASE("Hugging Face: shards are read through their index, and each fault of an index is named",
           "[model][hugging_face]") {
   TempDir dir;

@@ -55,7 +55,7 @@ std::vector<int64_t> all_tokens(const std::vector<std::string>& paths) {
 }  // namespace
 
 TEST_CASE("ddp-tokenize trains a tokenizer on the Bible and writes shards that decode to the text, the last lines "
-          "held out; a re-run with its tokenizer.model gives the same tokens and leaves no stale shard",
+          "held out, and a re-run with its tokenizer.model gives the same tokens and leaves no stale shard",
           "[text]") {
   TempDir dir;
   if (!write_kjv_text(dir.file("kjv.txt"))) return;
@@ -117,7 +117,10 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
            {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model"), "--vocab-size", "500"},
             "--tokenizer excludes --vocab-size"},
            {{"--text", dir.file("words.txt"), "--model-type", "wordpiece"}, "--model-type: wordpiece not in {bpe,unigram}"},
-           {{"--text", dir.file("words.txt"), "--val-fraction", "0.95"}, "--val-fraction: Value 0.95 not in range"}}) {
+           {{"--text", dir.file("words.txt"), "--val-fraction", "0.95"}, "--val-fraction: Value 0.95 not in range"},
+           {{"--text", dir.file("words.txt"), "--vocab-size", "300", "--name", "w", "--threads", "1", "--shard-tokens",
+             "2147483648"},
+            "--shard-tokens: Value 2147483648 not in range"}}) {
     std::vector<std::string> argv = {bin("ddp-tokenize"), out};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run_command(argv, std::chrono::seconds(60));
@@ -128,6 +131,13 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
     CHECK(r.out.empty());
     CHECK(!std::filesystem::exists(out));
   }
+  // An output directory a file stands in the way of: refused before the encoding, with nothing written.
+  write_file(dir.file("blocker"), "a file");
+  auto blocked = run_command({bin("ddp-tokenize"), dir.file("blocker"), "--text", dir.file("words.txt"),
+                              "--vocab-size", "300"}, std::chrono::seconds(60));
+  CHECK(blocked.exit_code == 2);
+  CHECK_THAT(blocked.err, Contains(dir.file("blocker") + ": cannot be made a directory: a file of that name is in the way"));
+  CHECK(read_file(dir.file("blocker")) == "a file");
 }
 
 TEST_CASE("token shards: uint16 up to 65,536 pieces, llm.c's uint32 layout above, a shard cut at shard_tokens",
