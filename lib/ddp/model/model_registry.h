@@ -116,9 +116,9 @@ using ModelFactories = Registry<ModelFactory>;
 void check_num_classes(const ModelConfig& config);
 
 /// Writes a trained model into `output_dir`: model.pt (Python's state_dict), model.safetensors
-/// (hugging_face_state_dict, or model.pt's tensors; shards above `max_shard_bytes`, as
-/// write_hugging_face_weights) and the extras; atomic each; FileError or IoError.
-void save_model(const Model& model, const std::string& output_dir, int64_t max_shard_bytes = 5'000'000'000);  // save_pretrained's default
+/// (hugging_face_state_dict, or model.pt's tensors; shards above `max_shard_bytes`, by default
+/// save_pretrained's 5 GB, as write_hugging_face_weights) and the extras; atomic each; FileError or IoError.
+void save_model(const Model& model, const std::string& output_dir, int64_t max_shard_bytes = 5'000'000'000);
 
 /// Builds the model `config.name` names, from model.init_from's weights when set; ConfigError
 /// naming model.* on an unknown name or bad value.
