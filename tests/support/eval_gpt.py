@@ -52,6 +52,18 @@ def main():
     print(f"eval_loss {mean_window_loss(lambda x: model(x)[0], windows, args.batch):.8f}")
 
 
+def run_eval_loss(model, run_dir, batch, block_size=None):
+    """ddprun's eval loss of `model` on a run's held-out shards (config.yaml's data.eval_path), windows of
+    `block_size` (default: config.yaml's model.block_size); exits naming the shards when none has a window."""
+    run = yaml.safe_load(open(os.path.join(run_dir, "config.yaml")))
+    paths = sorted(glob.glob(run["data"]["eval_path"]))
+    block_size = block_size or run["model"]["block_size"]
+    windows = nanogpt.Windows(paths, block_size, run["data"].get("token_dtype") or None)
+    if len(windows) == 0:
+        sys.exit(f"no window of {block_size + 1} tokens in {paths}")
+    return mean_window_loss(model, windows, batch)
+
+
 def mean_window_loss(logits_of, windows, batch):
     """ddprun's eval loss: the mean over every window of its mean per-token cross-entropy, in float64."""
     total = 0.0

@@ -10,7 +10,6 @@ Prints `eval_loss X` as eval_gpt.py does. Exits 1 with a message when config.jso
 this module implements, or the weights do not load strictly.
 """
 import argparse
-import glob
 import json
 import math
 import os
@@ -19,14 +18,12 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
 import eval_gpt  # noqa: E402
 import llama_reference  # noqa: E402
-import nanogpt  # noqa: E402
 
 
 class Conv1D(nn.Module):
@@ -124,11 +121,7 @@ def main():
     except RuntimeError as e:
         sys.exit(f"eval_gpt2.py: {weights_path} does not load strictly into GPT-2's structure:\n{e}")
     model.eval()
-
-    run = yaml.safe_load(open(os.path.join(args.run_dir, "config.yaml")))
-    paths = sorted(glob.glob(run["data"]["eval_path"]))
-    windows = nanogpt.Windows(paths, config["n_positions"], run["data"].get("token_dtype") or None)
-    print(f"eval_loss {eval_gpt.mean_window_loss(model, windows, args.batch):.8f}")
+    print(f"eval_loss {eval_gpt.run_eval_loss(model, args.run_dir, args.batch, config['n_positions']):.8f}")
 
 
 if __name__ == "__main__":

@@ -12,19 +12,16 @@ mean per-token cross-entropy, accumulated in float64. Exits 1 with a message whe
 load strictly.
 """
 import argparse
-import glob
 import json
 import os
 import sys
 
-import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
 import eval_gpt  # noqa: E402
 import llama_reference  # noqa: E402
-import nanogpt  # noqa: E402
 
 
 def main():
@@ -47,13 +44,7 @@ def main():
         sys.exit(f"eval_llama.py: {weights_path} does not load strictly into the reference Llama:\n{e}")
     model.eval()
 
-    run = yaml.safe_load(open(os.path.join(args.run_dir, "config.yaml")))
-    paths = sorted(glob.glob(run["data"]["eval_path"]))
-    block_size = run["model"]["block_size"]
-    windows = nanogpt.Windows(paths, block_size, run["data"].get("token_dtype") or None)
-    if len(windows) == 0:
-        sys.exit(f"eval_llama.py: no window of {block_size + 1} tokens in {paths}")
-    print(f"eval_loss {eval_gpt.mean_window_loss(model, windows, args.batch):.8f}")
+    print(f"eval_loss {eval_gpt.run_eval_loss(model, args.run_dir, args.batch):.8f}")
 
 
 if __name__ == "__main__":
