@@ -8,25 +8,26 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.section("data", "Where samples come from and how they are normalised.");
   schema.add("data.dataset", &config.dataset,
              "idx: MNIST-format IDX files under `path`; synthetic: generated samples; npy: NumPy arrays "
-             "(`path` features, `labels` labels); csv: a table with a header row (`path`, `label_column`); graph: a "
+             "(`path` features, `labels` labels); csv: a table with a header row (`path`, `label_column`); criteo: click logs in Criteo's "
+             "tab-separated layout (model.name dlrm, train.loss bce_with_logits; docs/click-through.md); graph: a "
              "graph directory (train.task: node_classification)")
       .choices(dataset_format_names());
   schema.add("data.path", &config.path,
              "idx: directory with the train-/t10k- IDX files (raw or .gz); npy: the training features (.npy, "
-             "first dimension = samples); csv: the training table; graph: a graph directory (docs/graphs.md); tokens: a token file or a glob of shards, read in their "
+             "first dimension = samples); csv: the training table; criteo: the training click log; graph: a graph directory (docs/graphs.md); tokens: a token file or a glob of shards, read in their "
              "sorted order (docs/language-models.md)")
       .file_path();
   schema.add("data.labels", &config.labels, "npy: the training labels (.npy): int64/int32 classes or float32 targets")
       .file_path();
   schema.add("data.eval_path", &config.eval_path,
-             "npy, csv: the test split's features or table; tokens: the held-out token file or glob")
+             "npy, csv, criteo: the test split's features, table or click log; tokens: the held-out token file or glob")
       .file_path();
   schema.add("data.token_dtype", &config.token_dtype,
              "tokens: the token type of headerless files (nanoGPT's train.bin/val.bin); empty for llm.c shards and "
              ".npy, whose headers say it");
   schema.add("data.eval_labels", &config.eval_labels, "npy: the test split's labels (.npy)").file_path();
   schema.add("data.eval_fraction", &config.eval_fraction,
-             "npy, csv: without eval_path, this share of `path` becomes the test split (a seeded random split)")
+             "npy, csv, criteo: without eval_path, this share of `path` becomes the test split (a seeded random split)")
       .min(0)
       .less_than(1);
   schema.add("data.split_seed", &config.split_seed, "seed of the eval_fraction split");
@@ -34,7 +35,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.add("data.normalize", &config.normalize,
              "fixed: (x - mean) / std with x = pixel/255 for uint8; global: one mean/std over the training "
              "features; per_feature: a mean/std per feature position; none: as stored; auto: fixed for "
-             "idx/synthetic, global for npy/csv")
+             "idx/synthetic, global for npy/csv; criteo's features are always as read")
       .choices({"auto", "fixed", "global", "per_feature", "none"});
   schema.add("data.mean", &config.mean, "fixed normalisation: (x - mean) / std")
       .min(-1e12)
@@ -63,11 +64,17 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.rule("data.eval_split", [&config]() -> std::string {
     return config.eval_split == "val" && config.dataset != "graph" ? "val is a graph's split (data.dataset: graph)" : "";
   });
+  schema.rule("data.normalize", [&config]() -> std::string {
+    return config.dataset == "criteo" && config.normalize != "auto" && config.normalize != "none"
+               ? "criteo: the counts are log-scaled and the hashes must stay whole, so the features are used as read "
+                 "(leave data.normalize out)"
+               : "";
+  });
   schema.rule("data.labels", [&config]() -> std::string {
     return config.dataset == "npy" && config.labels.empty() ? "must name the labels .npy when data.dataset is npy" : "";
   });
   schema.rule("data.eval_path", [&config]() -> std::string {
-    bool files = config.dataset == "npy" || config.dataset == "csv";
+    bool files = config.dataset == "npy" || config.dataset == "csv" || config.dataset == "criteo";
     if (config.dataset == "tokens" && config.eval_split == "test" && config.eval_path.empty())
       return "must name the held-out token file or glob (or set data.eval_split: none)";
     if (!files) return "";

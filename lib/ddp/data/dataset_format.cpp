@@ -6,6 +6,7 @@ namespace ddp {
 // calls them (Note [Registries] in ddp/common/registry.h): adding a format is its .cpp plus one
 // word here, and the data.dataset key's choices follow.
 #define DDP_DATASET_FORMATS(X) \
+  X(criteo)                    \
   X(csv)                       \
   X(graph)                     \
   X(idx)                       \

@@ -23,6 +23,7 @@ std::pair<torch::Tensor, torch::Tensor> feature_moments(const Dataset& data) {
 }  // namespace
 
 torch::Tensor Normalizer::apply(const torch::Tensor& stored) const {
+  if (as_stored) return stored;
   auto x = stored.to(torch::kFloat);
   if (divisor != 1) x.div_(divisor);
   if (mean_per_feature.defined()) return x.sub_(mean_per_feature).div_(std_per_feature);
@@ -33,6 +34,10 @@ Normalizer make_normalizer(const DataConfig& config, const Dataset& train) {
   Normalizer normalizer;
   std::string kind = config.normalize;
   if (kind == "auto") kind = config.dataset == "idx" || config.dataset == "synthetic" ? "fixed" : "global";
+  if (config.dataset == "criteo") {  // already as DLRM takes them; a hash must not be rounded to float32
+    normalizer.as_stored = true;
+    return normalizer;
+  }
   if (kind == "none") return normalizer;
   if (kind == "fixed") {
     normalizer.divisor = train.feature_dtype() == torch::kUInt8 ? 255.0 : 1.0;

@@ -13,8 +13,9 @@ struct Normalizer {
   double divisor = 1;                        ///< 255 for fixed normalisation of uint8 pixels
   double mean = 0, std = 1;                  ///< used when the tensors are undefined
   torch::Tensor mean_per_feature, std_per_feature;  ///< float32 [sample_shape...]
+  bool as_stored = false;  ///< inputs are the stored features unchanged (criteo: counts and hashes in float64)
 
-  /// Float32 model inputs from stored features [n, sample_shape...] of any dtype.
+  /// Float32 model inputs from stored features [n, sample_shape...] of any dtype (or, as_stored, those).
   torch::Tensor apply(const torch::Tensor& stored) const;
 };
 

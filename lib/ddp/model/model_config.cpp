@@ -41,6 +41,7 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
   });
   // Note [Model families]: each family declares its own keys.
   declare_config(schema, config.convnet);
+  declare_config(schema, config.dlrm, config.name);
   declare_config(schema, config.mlp, config.name);
   declare_config(schema, config.graphsage);
   declare_config(schema, config.gpt, config.name);

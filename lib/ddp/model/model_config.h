@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddp/model/convnet_config.h"
+#include "ddp/model/dlrm_config.h"
 #include "ddp/model/gpt_config.h"
 #include "ddp/model/graphsage_config.h"
 #include "ddp/model/llama_config.h"
@@ -20,7 +21,7 @@ class ConfigSchema;
 /// The fewest outputs a classifier may have (the config's bound and the registry's check).
 inline constexpr int64_t kMinClasses = 2;
 
-// Note [Model families]: a model family with keys of its own (the registry's convnet, gpt, llama, mlp, torchscript,
+// Note [Model families]: a model family with keys of its own (the registry's convnet, dlrm, gpt, llama, mlp, torchscript,
 // and graphsage, which its task builds) owns a config struct in <family>_config.h and declares its
 // keys in its own .cpp, next to the code that reads them; ModelConfig only collects them. A key two
 // families read (model.hidden: mlp and graphsage) is declared by both (Note [Shared keys] in
@@ -32,12 +33,13 @@ inline constexpr int64_t kMinClasses = 2;
 
 /// The network to train; user-facing keys are model.<key> whichever family reads them.
 struct ModelConfig {
-  std::string name = "convnet";  ///< a registered model (convnet | gpt | linear3 | llama | mlp | torchscript), or graphsage
+  std::string name = "convnet";  ///< a registered model (convnet | dlrm | gpt | linear3 | llama | mlp | torchscript), or graphsage
   std::string init_from;         ///< any model: start from these weights (model.pt, a safetensors file, a Hugging Face directory)
   int64_t num_classes = 10;      ///< classifiers: outputs of the last layer
   int64_t block_size = 1024;     ///< gpt, llama, causal_lm: tokens of context (a sample is block_size + 1 tokens)
   std::string activation_checkpointing = "none";  ///< none | full | every_N: blocks recomputed in backward
   ConvNetConfig convnet;
+  DlrmConfig dlrm;
   MlpConfig mlp;
   GraphSageConfig graphsage;
   GptConfig gpt;

@@ -13,6 +13,7 @@ namespace ddp {
 // (Note [Registries] in ddp/common/registry.h): adding a model is its .cpp plus one word here.
 #define DDP_MODELS(X) \
   X(convnet)          \
+  X(dlrm)             \
   X(gpt)              \
   X(linear3)          \
   X(llama)            \

@@ -4,6 +4,7 @@
 #include <torch/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddp {
@@ -36,11 +37,15 @@ class Loss {
   /// The mean loss over the batch.
   torch::Tensor mean(const torch::Tensor& output, const torch::Tensor& targets) const;
 
-  /// The eval metrics: loss and accuracy for classification, mse and mae for regression.
+  /// The eval metrics: loss and accuracy for classification, mse and mae for regression;
+  /// bce_with_logits adds the histograms its AUC comes from (Note [AUC from histograms]).
   std::vector<std::string> metric_names() const;
 
   /// Per-sample metrics summed over the batch, float64 [metric_names().size()].
   torch::Tensor metric_sums(const torch::Tensor& output, const torch::Tensor& targets) const;
+  /// Turns the means of the histograms metric_names() adds into "auc" (bce_with_logits, where the
+  /// split has both classes), in place; the histograms go.
+  void add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const;
 
  private:
   bool classes() const { return config_.loss == "cross_entropy"; }

@@ -82,7 +82,7 @@ void register_supervised_tasks(TaskRegistrations& tasks) {
                         const TaskContext& context) -> std::unique_ptr<Task> {
     return std::make_unique<SupervisedTask>(data, model, loss, context);
   };
-  const std::vector<std::string> models{"convnet", "linear3", "mlp", "torchscript"};
+  const std::vector<std::string> models{"convnet", "dlrm", "linear3", "mlp", "torchscript"};
   tasks.add("classification", {DatasetKind::kSamples, {"cross_entropy", "bce_with_logits"}, models, make});
   tasks.add("regression", {DatasetKind::kSamples, {"mse"}, models, make});
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Supervised learning: features in, one output per sample, a loss against its label. The built-in
-// image classifiers and TorchScript modules both train this way, on IDX, synthetic, NPY or CSV data.
+// image classifiers, DLRM and TorchScript modules train this way, on IDX, synthetic, NPY, CSV or Criteo data.
 
 #include <optional>
 
@@ -25,6 +25,9 @@ class SupervisedTask : public Task {
   torch::Tensor output_metric_sums(const torch::Tensor& output, const Batch& batch) override;
   std::vector<std::string> metric_names() const override { return loss_.metric_names(); }
   torch::Tensor metric_sums(const Batch& batch) override;
+  void add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const override {
+    loss_.add_derived_metrics(means);
+  }
   void save_model(const std::string& output_dir) const override;
 
  private:

@@ -1,0 +1,157 @@
+// DLRM (Naumov et al., arXiv 1906.00091; facebookresearch/dlrm's dot interaction), on the Criteo
+// layout. Input: float64 [B, 13 + 26], the 13 log counts then the 26 categorical hashes, which
+// float64 holds exactly (they are 32-bit). Each hash is folded into its table (hash mod rows), so a
+// table's size is the model's choice, as DLRM's --max-ind-range makes it. The bottom MLP maps the
+// counts to one vector of embedding_dim (ReLU after every layer); with the 26 looked-up rows that
+// makes 27 vectors, whose 351 pairwise dot products (i > j, row by row) follow the bottom output into
+// the top MLP, which ends in one logit (no ReLU after its last layer).
+//
+// Names: embeddings.F.weight (F = 0..25), bottom.K.weight / .bias and top.K.weight / .bias for the
+// K-th Linear. Blocks: the features (tables, bottom MLP, interaction), then each top Linear.
+
+#include <torch/nn.h>
+
+#include "ddp/common/error.h"
+#include "ddp/config/config_schema.h"
+#include "ddp/model/model_registry.h"
+
+namespace ddp {
+namespace {
+
+// The Criteo layout (ddp/data/criteo_file.h), which the click_through task checks against these.
+constexpr int64_t kCriteoDense = 13;
+constexpr int64_t kTables = 26;
+
+class Dlrm : public Model {
+ public:
+  explicit Dlrm(const DlrmConfig& config) : dim_(config.embedding_dim) {
+    torch::NoGradGuard no_grad;
+    torch::nn::ModuleList tables;
+    for (int64_t f = 0; f < kTables; ++f) {
+      const int64_t rows = config.embedding_rows.size() == 1 ? config.embedding_rows[0] : config.embedding_rows[f];
+      rows_.push_back(rows);
+      tables_.emplace_back(rows, dim_);
+      tables->push_back(tables_.back());
+      // DLRM's initialisation: uniform in ±sqrt(1 / rows).
+      const double bound = std::sqrt(1.0 / static_cast<double>(rows));
+      tables_.back()->weight.uniform_(-bound, bound);
+    }
+    register_module("embeddings", tables);
+    rows_tensor_ = torch::tensor(rows_, torch::kLong);
+    bottom_ = make_mlp("bottom", kCriteoDense, config.bottom_mlp, dim_);
+    const int64_t pairs = (kTables + 1) * kTables / 2;
+    top_ = make_mlp("top", dim_ + pairs, config.top_mlp, 1);
+    auto [i, j] = pair_indices();
+    pair_i_ = i;
+    pair_j_ = j;
+  }
+
+  std::vector<int64_t> input_shape() const override { return {kCriteoDense + kTables}; }
+  int64_t output_width() const override { return 1; }
+
+ protected:
+  std::vector<ModelBlock> declare_blocks() override {
+    std::vector<ModelBlock> blocks;
+    std::vector<torch::Tensor> features;
+    for (const auto& table : tables_) features.push_back(table->weight);
+    for (const auto& linear : bottom_)
+      for (const auto& p : linear->parameters()) features.push_back(p);
+    blocks.push_back({"features", features, {}, [this](torch::Tensor x) { return interact(x); }});
+    for (std::size_t k = 0; k < top_.size(); ++k) {
+      const bool last = k + 1 == top_.size();
+      blocks.push_back({"top." + std::to_string(k), top_[k]->parameters(), {},
+                        [linear = top_[k].ptr(), last](torch::Tensor x) {
+                          x = linear->forward(x);
+                          return last ? x : torch::relu(x);
+                        }});
+    }
+    return blocks;
+  }
+
+ private:
+  std::vector<torch::nn::Linear> make_mlp(const std::string& name, int64_t in, const std::vector<int64_t>& hidden,
+                                          int64_t out) {
+    std::vector<torch::nn::Linear> layers;
+    torch::nn::ModuleList list;
+    std::vector<int64_t> widths = hidden;
+    widths.push_back(out);
+    for (int64_t width : widths) {
+      layers.emplace_back(in, width);
+      list->push_back(layers.back());
+      in = width;
+    }
+    register_module(name, list);
+    return layers;
+  }
+
+  // The strictly lower triangle of the 27 × 27 products, row by row, as DLRM's dot interaction takes it.
+  static std::pair<torch::Tensor, torch::Tensor> pair_indices() {
+    std::vector<int64_t> is, js;
+    for (int64_t i = 0; i <= kTables; ++i)
+      for (int64_t j = 0; j < i; ++j) {
+        is.push_back(i);
+        js.push_back(j);
+      }
+    return {torch::tensor(is, torch::kLong), torch::tensor(js, torch::kLong)};
+  }
+
+  // Counts and hashes in, the top MLP's input out: [B, dim + 351].
+  torch::Tensor interact(const torch::Tensor& x) {
+    if (x.dim() != 2 || x.size(1) != kCriteoDense + kTables)
+      throw UserError("model.name dlrm takes [batch, 39] (13 counts, 26 categorical hashes), got " +
+                      std::string(c10::str(x.sizes())));
+    torch::Tensor dense = x.narrow(1, 0, kCriteoDense).to(torch::kFloat);
+    for (std::size_t k = 0; k < bottom_.size(); ++k) dense = torch::relu(bottom_[k]->forward(dense));
+    torch::Tensor ids = x.narrow(1, kCriteoDense, kTables).to(torch::kLong).remainder(rows_tensor_.to(x.device()));
+    std::vector<torch::Tensor> vectors{dense};
+    for (int64_t f = 0; f < kTables; ++f) vectors.push_back(tables_[f]->forward(ids.select(1, f)));
+    torch::Tensor stacked = torch::stack(vectors, 1);                     // [B, 27, dim]
+    torch::Tensor products = torch::bmm(stacked, stacked.transpose(1, 2));  // [B, 27, 27]
+    torch::Tensor pairs = products.index({torch::indexing::Slice(), pair_i_.to(x.device()), pair_j_.to(x.device())});
+    return torch::cat({dense, pairs}, 1);
+  }
+
+  int64_t dim_;
+  std::vector<int64_t> rows_;
+  torch::Tensor rows_tensor_, pair_i_, pair_j_;
+  std::vector<torch::nn::Embedding> tables_;
+  std::vector<torch::nn::Linear> bottom_, top_;
+};
+
+}  // namespace
+
+void declare_config(ConfigSchema& schema, DlrmConfig& config, const std::string& model_name) {
+  schema.add("model.embedding_dim", &config.embedding_dim,
+             "dlrm: the width of each embedding row and of the bottom MLP's output")
+      .min(1)
+      .max(1e5);
+  schema.add("model.embedding_rows", &config.embedding_rows,
+             "dlrm: rows of the 26 embedding tables, one value for all or one per table (C1..C26); each "
+             "categorical hash is taken modulo its table's rows")
+      .min(1)
+      .max(1e10);
+  schema.add("model.bottom_mlp", &config.bottom_mlp,
+             "dlrm: hidden widths of the MLP over the 13 counts, which then outputs model.embedding_dim")
+      .min(1)
+      .max(1e6);
+  schema.add("model.top_mlp", &config.top_mlp,
+             "dlrm: hidden widths of the MLP over the interactions, which then outputs one logit")
+      .min(1)
+      .max(1e6);
+  schema.rule("model.embedding_rows", [&config, &model_name]() -> std::string {
+    const auto n = config.embedding_rows.size();
+    return model_name == "dlrm" && n != 1 && n != static_cast<std::size_t>(kTables)
+               ? "expected one value for every table or " + std::to_string(kTables) + " (one per categorical feature), got " +
+                     std::to_string(n)
+               : "";
+  });
+}
+
+/// Registers "dlrm"; called from model_registry.cpp (Note [Registries]).
+void register_dlrm(ModelFactories& factories) {
+  factories.add("dlrm", [](const ModelConfig& config, const ModelContext&) {
+    return std::make_shared<Dlrm>(config.dlrm);
+  });
+}
+
+}  // namespace ddp

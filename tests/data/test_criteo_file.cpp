@@ -1,0 +1,106 @@
+// data.dataset criteo: Criteo's click-log layout read as DLRM reads it, and each broken file
+// refused in one line naming the file, the line and the fault.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "ddp/common/error.h"
+#include "ddp/data/criteo_file.h"
+#include "ddp/data/dataset_splits.h"
+#include "support/subprocess.h"
+
+using namespace ddp;
+using Catch::Contains;
+
+namespace {
+
+// A line of the layout: `label`, then `counts` (13 fields) and `hashes` (26 fields) joined by tabs.
+std::string line(const std::string& label, std::vector<std::string> counts, std::vector<std::string> hashes) {
+  counts.resize(13);
+  hashes.resize(26);
+  std::string out = label;
+  for (const auto& c : counts) out += "\t" + c;
+  for (const auto& h : hashes) out += "\t" + h;
+  return out;
+}
+
+struct ClickFiles {
+  test::TempDir dir;
+  std::string write(const std::string& text) {
+    std::string path = dir.file("day_0");
+    test::write_file(path, text);
+    return path;
+  }
+  void refused(const std::string& text, const std::string& cause) {
+    std::string path = write(text);
+    INFO(cause);
+    CHECK_THROWS_AS(read_criteo_file(path), FileError);
+    CHECK_THROWS_WITH(read_criteo_file(path), Contains(path) && Contains(cause));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a Criteo log: log counts (negatives as 0, missing 0), hashes kept exactly, labels", "[data][criteo]") {
+  ClickFiles files;
+  std::string text = line("1", {"0", "-1", "", "7", "1000000"}, {"ffffffff", "68fd1e64", "", "0000000a"}) + "\n" +
+                     line("0", {}, {}) + "\r\n";  // every field but the label empty; a Windows line end
+  Dataset data = read_criteo_file(files.write(text));
+  REQUIRE(data.features.sizes() == torch::IntArrayRef({2, 39}));
+  CHECK(data.features.scalar_type() == torch::kDouble);
+  CHECK(data.labels.sizes() == torch::IntArrayRef({2, 1}));
+  CHECK(data.labels[0][0].item<float>() == 1.0f);
+  CHECK(data.labels[1][0].item<float>() == 0.0f);
+  auto f = data.features[0];
+  CHECK(f[0].item<double>() == 0.0);
+  CHECK(f[1].item<double>() == 0.0);  // -1: clamped to 0, as DLRM does
+  CHECK(f[2].item<double>() == 0.0);  // missing
+  CHECK(f[3].item<double>() == Approx(std::log(8.0)));
+  CHECK(f[4].item<double>() == Approx(std::log(1000001.0)));
+  CHECK(f[13].item<double>() == 4294967295.0);  // every bit of a 32-bit hash
+  CHECK(f[14].item<double>() == static_cast<double>(0x68fd1e64));
+  CHECK(f[15].item<double>() == 0.0);
+  CHECK(f[16].item<double>() == 10.0);
+  CHECK(data.features[1].abs().sum().item<double>() == 0.0);
+}
+
+TEST_CASE("a broken Criteo log is refused naming the file, the line and the fault", "[data][criteo]") {
+  ClickFiles files;
+  const std::string good = line("0", {"1"}, {"abc"}) + "\n";
+  std::string short_line = good.substr(0, good.rfind('\t')) + "\n";  // 39 fields
+  files.refused(good + short_line, "line 2: 39 fields where Criteo's layout has 40");
+  std::string cut = good.substr(0, 10);  // the file ends inside its second line
+  files.refused(good + cut, "line 2: 9 fields where Criteo's layout has 40 (the label, 13 counts, 26 categorical "
+                            "values, tab-separated); the file ends inside this line, so it looks truncated");
+  files.refused(good + line("2", {}, {}) + "\n", "line 2: the label is '2', expected 0 or 1");
+  files.refused(good + line("", {}, {}) + "\n", "line 2: the label is '', expected 0 or 1");
+  files.refused(line("1", {"1", "2", "1.5"}, {}) + "\n", "line 1: count I3 is '1.5', expected an integer");
+  files.refused(line("1", {}, {"", "zz"}) + "\n", "line 1: categorical C2 is 'zz', expected a 32-bit hash in "
+                                                  "hexadecimal (at most 8 digits)");
+  files.refused(line("1", {}, {"123456789"}) + "\n", "line 1: categorical C1 is '123456789'");
+  files.refused(good + "\n", "line 2: 1 fields");  // a blank line
+  files.refused("", "holds no impressions");
+  CHECK_THROWS_AS(read_criteo_file(files.dir.file("missing")), FileError);
+}
+
+TEST_CASE("data.dataset criteo splits like npy and csv: eval_path, or eval_fraction of the training log",
+          "[data][criteo]") {
+  ClickFiles files;
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += line(i % 3 ? "0" : "1", {std::to_string(i)}, {"beef"}) + "\n";
+  DataConfig config;
+  config.dataset = "criteo";
+  config.path = files.write(text);
+  config.eval_fraction = 0.25;
+  DatasetSplits splits = load_dataset_splits(config, 0);
+  CHECK(splits.train.size() == 15);
+  REQUIRE(splits.eval);
+  CHECK(splits.eval->size() == 5);
+  CHECK(splits.train.sample_shape() == std::vector<int64_t>{39});
+  config.eval_fraction = 0;
+  config.eval_path = config.path;
+  splits = load_dataset_splits(config, 0);
+  CHECK(splits.eval->size() == 20);
+}
