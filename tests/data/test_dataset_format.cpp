@@ -11,7 +11,7 @@ using Catch::Contains;
 using Catch::Equals;
 
 TEST_CASE("the format registry lists every format, samples formats with a loader", "[data]") {
-  CHECK(dataset_format_names() == std::vector<std::string>{"csv", "graph", "idx", "npy", "synthetic", "tokens"});
+  CHECK(dataset_format_names() == std::vector<std::string>{"criteo", "csv", "graph", "idx", "npy", "synthetic", "tokens"});
   for (const auto& name : dataset_format_names()) {
     INFO(name);
     const DatasetFormat& format = find_dataset_format(name);
@@ -22,7 +22,7 @@ TEST_CASE("the format registry lists every format, samples formats with a loader
 
 TEST_CASE("an unknown format names the nearest, and a graph has no sample splits", "[data]") {
   CHECK_THROWS_WITH(find_dataset_format("nyp"),
-                    Equals("data.dataset: unknown format \"nyp\" (did you mean npy?); available: csv, graph, idx, npy, "
+                    Equals("data.dataset: unknown format \"nyp\" (did you mean npy?); available: criteo, csv, graph, idx, npy, "
                            "synthetic, tokens"));
   DataConfig config;
   config.dataset = "graph";

@@ -182,7 +182,7 @@ TEST_CASE("train.task chooses the task, and a key it does not train with is name
   REQUIRE_THROWS_WITH(parse("train: {task: clasification}"),
                       Equals("train.task: must be one of causal_lm, classification, node_classification, regression, got "
                              "\"clasification\" (did you mean classification?)"));
-  REQUIRE_THROWS_WITH(parse("data: {dataset: nyp}"), Contains("data.dataset: must be one of csv, graph, idx, npy, "
+  REQUIRE_THROWS_WITH(parse("data: {dataset: nyp}"), Contains("data.dataset: must be one of criteo, csv, graph, idx, npy, "
                                                               "synthetic, tokens, got \"nyp\" (did you mean npy?)"));
   REQUIRE_THROWS_WITH(parse("train: {task: regression}"),
                       Equals("train.loss: cross_entropy trains with train.task: causal_lm, classification or "

@@ -104,13 +104,13 @@ TEST_CASE("every model maps [B,1,28,28] to [B,num_classes]", "[model]") {
 }
 
 TEST_CASE("the registry lists its models and names the fix for a wrong one", "[model]") {
-  CHECK(ddp::model_names() == std::vector<std::string>({"convnet", "gpt", "linear3", "llama", "mlp", "torchscript"}));
+  CHECK(ddp::model_names() == std::vector<std::string>({"convnet", "dlrm", "gpt", "linear3", "llama", "mlp", "torchscript"}));
   CHECK_THROWS_AS(ddp::make_model(config("convnett")), ddp::ConfigError);
   CHECK_THROWS_WITH(ddp::make_model(config("convnett")),
                     "model.name: unknown model \"convnett\" (did you mean convnet?); "
-                    "available: convnet, gpt, linear3, llama, mlp, torchscript");
+                    "available: convnet, dlrm, gpt, linear3, llama, mlp, torchscript");
   CHECK_THROWS_WITH(ddp::make_model(config("resnet152")),
-                    "model.name: unknown model \"resnet152\"; available: convnet, gpt, linear3, llama, mlp, torchscript");
+                    "model.name: unknown model \"resnet152\"; available: convnet, dlrm, gpt, linear3, llama, mlp, torchscript");
   // The registry's bound is the schema's (kMinClasses), so no caller can build a degenerate head.
   CHECK_THROWS_WITH(ddp::make_model(config("linear3", 0)), "model.num_classes: must be >= 2, got 0");
   CHECK_THROWS_WITH(ddp::make_model(config("linear3", 1)), "model.num_classes: must be >= 2, got 1");

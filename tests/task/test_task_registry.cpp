@@ -99,9 +99,9 @@ TEST_CASE("a key the task does not train with is named, with what the task takes
   graph.model.name = "graphsage";
   CHECK_THAT(problem_of(graph),
              Equals("data.dataset: graph trains with train.task: node_classification, not classification (train.task "
-                    "classification takes data.dataset: csv, idx, npy or synthetic)\n"
+                    "classification takes data.dataset: criteo, csv, idx, npy or synthetic)\n"
                     "model.name: graphsage trains with train.task: node_classification, not classification (train.task "
-                    "classification takes model.name: convnet, linear3, mlp or torchscript)"));
+                    "classification takes model.name: convnet, dlrm, linear3, mlp or torchscript)"));
   Configs samples = synthetic("node_classification", "cross_entropy");
   CHECK_THAT(problem_of(samples),
              Equals("data.dataset: synthetic trains with train.task: classification or regression, not "
@@ -113,9 +113,9 @@ TEST_CASE("a key the task does not train with is named, with what the task takes
   tokens.model.name = "gpt";
   CHECK_THAT(problem_of(tokens),
              Equals("data.dataset: tokens trains with train.task: causal_lm, not classification (train.task "
-                    "classification takes data.dataset: csv, idx, npy or synthetic)\n"
+                    "classification takes data.dataset: criteo, csv, idx, npy or synthetic)\n"
                     "model.name: gpt trains with train.task: causal_lm, not classification (train.task "
-                    "classification takes model.name: convnet, linear3, mlp or torchscript)"));
+                    "classification takes model.name: convnet, dlrm, linear3, mlp or torchscript)"));
   // Values no task takes are left to the keys' own choices.
   Configs unknown = synthetic("classification", "hinge");
   unknown.model.name = "resnet";

@@ -1,0 +1,97 @@
+// Click-through prediction end to end: DLRM trained by ddprun on click logs in Criteo's layout
+// (scripts/make_clicks.py), its AUC rising from a guess's, its model.pt scoring the test log in an
+// independent Python DLRM as ddprun reported it, world sizes and dist.shard agreeing, and a
+// truncated log refused in one line.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+#include "ddp/record/metrics_reader.h"
+#include "support/subprocess.h"
+#include "support/weights.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+// A click log of `rows` impressions from scripts/make_clicks.py (train and test share the planted effects).
+std::string make_log(const TempDir& dir, const std::string& name, int rows, int seed) {
+  std::string path = dir.file(name);
+  auto made = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/scripts/make_clicks.py", path, "--rows",
+                           std::to_string(rows), "--seed", std::to_string(seed), "--vocabulary", "2000"},
+                          std::chrono::seconds(120));
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  return path;
+}
+
+CommandResult train(int nproc, const std::string& train_log, const std::string& test_log, const std::string& out,
+                    const std::string& sets) {
+  return run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " + std::to_string(nproc) +
+                       " " + std::string(DDP_SOURCE_DIR) + "/configs/clicks_dlrm.yaml --set data.path=" + train_log +
+                       " --set data.eval_path=" + test_log + " --set run.output_dir=" + out +
+                       " --set model.embedding_rows=[4000] --set train.log_every=20 --set checkpoint.every_epochs=0 " +
+                       sets,
+                   std::chrono::seconds(300));
+}
+
+}  // namespace
+
+TEST_CASE("DLRM learns a Criteo-layout click log at world 2, and an independent Python DLRM scores its model.pt "
+          "as ddprun did",
+          "[clicks][python]") {
+  TempDir dir;
+  std::string train_log = make_log(dir, "train.tsv", 12000, 1), test_log = make_log(dir, "test.tsv", 3000, 2);
+  auto r = train(2, train_log, test_log, dir.file("run"), "--set eval.at_start=true --set train.epochs=2 --set train.batch_size=64");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto run = ddp::read_run(dir.file("run"));
+  const auto& auc = run.series("eval_auc");
+  REQUIRE(auc.size() == 3);  // at the start, after each of the two epochs
+  INFO("AUC before training " << auc.front().second << ", after " << auc.back().second);
+  CHECK(auc.front().second > 0.4);
+  CHECK(auc.front().second < 0.6);
+  CHECK(auc.back().second > 0.75);
+  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_dlrm.py",
+                             dir.file("run/model.pt"), test_log},
+                            std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  REQUIRE(python.exit_code == 0);
+  double loss = 0, exact_auc = 0;
+  std::istringstream(python.out) >> loss >> exact_auc;
+  CHECK(std::abs(loss - run.last("eval_loss").value_or(0)) < 1e-4);
+  CHECK(std::abs(exact_auc - auc.back().second) < 2e-3);  // Note [AUC from histograms]: ties within a bin
+}
+
+TEST_CASE("DLRM: world 2 with batch 16 equals world 1 with batch 32, replicated and under dist.shard parameters",
+          "[clicks]") {
+  TempDir dir;
+  std::string train_log = make_log(dir, "train.tsv", 1600, 3), test_log = make_log(dir, "test.tsv", 200, 4);
+  const std::string steps = "--set train.epochs=1 --set train.max_steps=40 --set eval.every_epochs=0 ";
+  auto one = train(1, train_log, test_log, dir.file("one"), steps + "--set train.batch_size=32");
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  for (std::string shard : {"none", "parameters"}) {
+    auto two = train(2, train_log, test_log, dir.file(shard), steps + "--set train.batch_size=16 --set dist.shard=" + shard);
+    INFO(shard << "\n" << two.out << two.err);
+    REQUIRE(two.exit_code == 0);
+    CHECK(largest_difference(dir.file("one/model.pt"), dir.file(shard + "/model.pt")) < 1e-5);
+  }
+}
+
+TEST_CASE("a truncated click log stops the run at start in one line naming the file and the line", "[clicks]") {
+  TempDir dir;
+  std::string train_log = make_log(dir, "train.tsv", 300, 5);
+  std::string text = read_file(train_log);
+  std::string cut = dir.file("cut.tsv");
+  write_file(cut, text.substr(0, text.size() - 40));
+  auto r = train(2, cut, train_log, dir.file("run"), "");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains(cut + " line 300: ") && Contains("looks truncated"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("run/model.pt")));
+}
