@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -51,6 +52,11 @@ int main(int argc, char** argv) {
     ddp::validate(identity);
 
     ddp::TrainConfig config = ddp::load_train_config(args.config, args.overrides);
+    // Without it the keys its config.json gave fall back to their defaults, and a re-run of the run
+    // would be refused with a diff of all of them rather than this one line.
+    std::error_code missing;
+    if (!config.model.init_from.empty() && !std::filesystem::exists(config.model.init_from, missing))
+      throw ddp::ConfigError("model.init_from: " + config.model.init_from + " does not exist");
     if (args.print_config) {
       std::cout << ddp::to_yaml(config);
       return ddp::kExitSuccess;

@@ -563,6 +563,21 @@ TEST_CASE("write_file_atomically replaces a file whole, or leaves the old one an
     CHECK(read_file(path) == "old contents");
     CHECK(!temporary_left(path));
   }
+  SECTION("streamed: the producer's bytes in order; a producer that throws leaves the old file and no temporary") {
+    ddp::write_file_atomically(path, [](const ddp::ByteSink& sink) {
+      sink("new ", 4);
+      sink("contents", 8);
+    });
+    CHECK(read_file(path) == "new contents");
+    CHECK_THROWS_WITH(ddp::write_file_atomically(path,
+                                                 [](const ddp::ByteSink& sink) {
+                                                   sink("half", 4);
+                                                   throw std::runtime_error("the archive broke");
+                                                 }),
+                      "the archive broke");
+    CHECK(read_file(path) == "new contents");
+    CHECK(!temporary_left(path));
+  }
   SECTION("the rename fails (a directory is in the way)") {
     const std::string blocked = tmp.file("blocked");
     fs::create_directory(blocked);

@@ -264,6 +264,12 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
   CHECK(lost.exit_code == 2);
   CHECK_THAT(lost.err, Contains("model.safetensors.index.json: weight_map.lm_head.weight is in "
                                 "model-00002-of-00002.safetensors, which is not in " + hub.path()));
+  // The directory gone, running the imported run's config again is refused naming it, not with a
+  // diff of every key its config.json gave.
+  std::filesystem::remove_all(hub.path());
+  auto gone = again("imported", {"model.init_from=" + hub.path()});
+  CHECK(gone.exit_code == 2);
+  CHECK_THAT(gone.err, Contains("model.init_from: " + hub.path() + " does not exist"));
 }
 
 TEST_CASE("a GPT worker SIGKILLed mid-run resumes bit-identically", "[gpt][faults][slow]") {

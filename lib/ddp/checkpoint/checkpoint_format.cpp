@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -55,10 +56,48 @@ std::string shard_file(int64_t step, int shard, int shards) {
   return checkpoint_stem(step) + ".shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".pt";
 }
 
+// A file's size and CR-32, as a manifest records them.
+struct FileSummary {
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+FileSummary summary_of(std::string_view data) { return {data.size(), crc32_of(data)}; }
+
 std::string archive_bytes(torch::serialize::OutputArchive& archive) {
   std::ostringstream out;
   archive.save_to(out);
   return out.str();
+}
+
+// Note [Streamed checkpoint files]
+// A file that its writer alone needs goes from the archive to the disk as the archive serialises
+// it, never whole in memory: a rank writing a state of S bytes holds S more for the archive's
+// views, where a string of the bytes would add S and its growth (rank 0 of a replicated DLRM with
+// 100 MiB of state peaked 500 MiB above the other rank). Only a whole checkpoint whose pieces come
+// from several writers travels as bytes, to rank 0.
+FileSummary save_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  FileSummary summary;
+  write_file_atomically(path, [&](const ByteSink& sink) {
+    // LibTorch's archive writer aborts the process on a failed write (an exception, or a short
+    // write, reaches its destructor, which writes again): after the sink's first error the rest of
+    // the bytes are dropped as if written, and the error is thrown once the archive is done.
+    std::exception_ptr failure;
+    archive.save_to([&](const void* data, std::size_t size) -> std::size_t {
+      if (failure) return size;
+      try {
+        sink(static_cast<const char*>(data), size);
+      } catch (...) {
+        failure = std::current_exception();
+        return size;
+      }
+      summary.crc = crc32_of({static_cast<const char*>(data), size}, summary.crc);
+      summary.bytes += size;
+      return size;
+    });
+    if (failure) std::rethrow_exception(failure);
+  });
+  return summary;
 }
 
 // Model buffers, each tensor once, by name (the checkpoint's common file holds them).
@@ -76,21 +115,23 @@ struct PieceEntry {
   TensorBox box;
 };
 
-// A layout's file: each range's boxes (values, step, slots), and with `common` the progress, buffers
-// and generators. Returns the bytes and fills `entries` with the pieces, in key order.
-std::string shard_data(const CheckpointLayout& layout, const torch::optim::Optimizer& optimizer,
-                       const std::function<void(torch::serialize::OutputArchive&)>& common,
-                       std::vector<PieceEntry>& entries) {
+// A layout's file: each range's boxes (values, step, slots) into `archive`, and `entries` with the
+// pieces, in key order.
+void write_pieces(torch::serialize::OutputArchive& archive, const CheckpointLayout& layout,
+                  const torch::optim::Optimizer& optimizer, std::vector<PieceEntry>& entries) {
   torch::NoGradGuard no_grad;
-  torch::serialize::OutputArchive archive;
   for (const OwnedRange& range : layout.ranges) {
     StateTensors state = read_state(optimizer, range.stepped);
     torch::Tensor value = range.value.reshape(-1);
     for (const RunBox& piece : boxes_of_run(layout.shapes[range.parameter], range.begin, range.value.numel())) {
       const std::string key = piece_key("p", entries.size());
-      // Copies: an archive writes a view's whole storage (a flat unit), not the view.
+      // An archive writes a view's whole storage (a flat unit), not the view: a piece that is not
+      // all of its storage is copied.
       auto cut = [&](const torch::Tensor& flat) {
-        return flat.reshape(-1).narrow(0, piece.first, piece.box.numel()).reshape(piece.box.sizes).to(torch::kCPU).clone();
+        torch::Tensor t = flat.reshape(-1).narrow(0, piece.first, piece.box.numel()).reshape(piece.box.sizes).to(torch::kCPU);
+        const bool whole = t.is_contiguous() && t.storage_offset() == 0 &&
+                           t.storage().nbytes() == static_cast<std::size_t>(t.numel()) * t.element_size();
+        return whole ? t : t.clone();
       };
       archive.write(key + "value", cut(value));
       archive.write(key + "step", state.step.to(torch::kCPU));
@@ -98,8 +139,6 @@ std::string shard_data(const CheckpointLayout& layout, const torch::optim::Optim
       entries.push_back({range.parameter, piece.box});
     }
   }
-  if (common) common(archive);
-  return archive_bytes(archive);
 }
 
 // What goes into the common file (or the whole checkpoint's one file).
@@ -110,9 +149,9 @@ void write_common(torch::serialize::OutputArchive& archive, const torch::nn::Mod
 }
 
 // What every writer tells the others: "ok BYTES CRC" and its pieces, or the error.
-std::string shard_report(const std::string& data, const std::vector<PieceEntry>& entries) {
+std::string shard_report(const FileSummary& file, const std::vector<PieceEntry>& entries) {
   std::ostringstream out;
-  out << "ok " << data.size() << " " << crc32_of(data) << "\n";
+  out << "ok " << file.bytes << " " << file.crc << "\n";
   for (const auto& entry : entries) {
     out << entry.parameter << " " << entry.box.sizes.size();
     for (int64_t v : entry.box.offsets) out << " " << v;
@@ -125,7 +164,7 @@ std::string shard_report(const std::string& data, const std::vector<PieceEntry>&
 // The manifest of step `progress.step`; `reports[s]` is shard s's shard_report.
 std::string manifest_text(const Checkpointer& checkpointer, const CheckpointLayout& layout,
                           const torch::optim::Optimizer& optimizer, const TrainProgress& progress, int world_size,
-                          const std::string& common_file, const std::string& common_data,
+                          const std::string& common_file, const FileSummary& common,
                           const std::vector<std::string>& reports) {
   YAML::Emitter manifest;
   manifest << YAML::BeginMap;
@@ -137,7 +176,7 @@ std::string manifest_text(const Checkpointer& checkpointer, const CheckpointLayo
   manifest << YAML::Key << "optimizer" << YAML::Value << optimizer_name(optimizer);
   manifest << YAML::Key << "common" << YAML::Value << YAML::Flow << YAML::BeginMap;
   manifest << YAML::Key << "file" << YAML::Value << common_file << YAML::Key << "bytes" << YAML::Value
-           << common_data.size() << YAML::Key << "crc32" << YAML::Value << crc32_of(common_data) << YAML::EndMap;
+           << common.bytes << YAML::Key << "crc32" << YAML::Value << common.crc << YAML::EndMap;
   manifest << YAML::Key << "parameters" << YAML::Value << YAML::BeginSeq;
   for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
     manifest << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << layout.names[i];
@@ -228,13 +267,13 @@ void save_whole_checkpoint(Checkpointer& checkpointer, const torch::nn::Module& 
   CheckpointLayout layout = whole_layout(model);
   checkpointer.ensure_directory();
   std::vector<PieceEntry> entries;
-  std::string data = shard_data(layout, optimizer, [&](torch::serialize::OutputArchive& archive) {
-    write_common(archive, model, progress, world_size, rank_rng);
-  }, entries);
+  torch::serialize::OutputArchive archive;
+  write_pieces(archive, layout, optimizer, entries);
+  write_common(archive, model, progress, world_size, rank_rng);
   const std::string file = checkpoint_stem(progress.step) + ".pt";
-  write_file_atomically(checkpointer.directory() + "/" + file, data);
-  checkpointer.commit(progress.step, manifest_text(checkpointer, layout, optimizer, progress, world_size, file, data,
-                                                   {shard_report(data, entries)}));
+  FileSummary written = save_archive(archive, checkpointer.directory() + "/" + file);
+  checkpointer.commit(progress.step, manifest_text(checkpointer, layout, optimizer, progress, world_size, file, written,
+                                                   {shard_report(written, entries)}));
 }
 
 void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, const CheckpointLayout& layout,
@@ -243,14 +282,28 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
   const std::string directory = checkpointer.directory() + "/";
   const int data_parallel_size = layout.data_parallel_size > 0 ? layout.data_parallel_size : world.world_size;
   std::string report, data;
+  // One file of one writer's pieces: rank 0 (the writer then) writes it whole, the common state
+  // with its pieces, straight from the archive (Note [Streamed checkpoint files]).
+  const bool alone = layout.single_file && layout.shards == 1;
+  const std::string one_file = checkpoint_stem(progress.step) + ".pt";
+  FileSummary written_alone;
   if (layout.writes) {
     try {
       checkpointer.ensure_directory();
       std::vector<PieceEntry> entries;
-      data = shard_data(layout, optimizer, {}, entries);
-      if (!layout.single_file)
-        write_file_atomically(directory + shard_file(progress.step, layout.shard, layout.shards), data);
-      report = std::to_string(layout.shard) + " " + shard_report(data, entries);
+      torch::serialize::OutputArchive archive;
+      write_pieces(archive, layout, optimizer, entries);
+      FileSummary file;
+      if (alone) {
+        write_common(archive, model, progress, data_parallel_size, rank_rng);
+        file = written_alone = save_archive(archive, directory + one_file);
+      } else if (layout.single_file) {
+        data = archive_bytes(archive);  // to rank 0, which merges every writer's pieces into the file
+        file = summary_of(data);
+      } else {
+        file = save_archive(archive, directory + shard_file(progress.step, layout.shard, layout.shards));
+      }
+      report = std::to_string(layout.shard) + " " + shard_report(file, entries);
     } catch (const std::exception& e) {
       report = std::string("error ") + e.what();
     }
@@ -263,7 +316,8 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
   }
   for (int r = 0; r < world.world_size; ++r)
     if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0)
-      throw IoError("rank " + std::to_string(r) + ": " + reports[static_cast<std::size_t>(r)].substr(6));
+      throw IoError((r == world.rank ? "" : "rank " + std::to_string(r) + ": ") +  // this rank's own: it says so
+                    reports[static_cast<std::size_t>(r)].substr(6));
   // Each shard's report and (one file) its pieces' bytes, from whichever rank wrote it (replica 0's, in any stage).
   std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards)), shard_data_of(shard_reports.size());
   for (int r = 0; r < world.world_size; ++r) {
@@ -273,7 +327,7 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
     if (!shard || *shard < 0 || *shard >= layout.shards) continue;
     shard_reports[static_cast<std::size_t>(*shard)] = written.substr(space + 1);
     if (!layout.single_file) continue;
-    std::string bytes = r == world.rank ? data : "";
+    std::string bytes = r == world.rank ? std::move(data) : "";
     if (r != 0) broadcast_bytes(world, bytes, r);  // one file: the pieces go to rank 0, which writes it
     if (world.rank == 0) shard_data_of[static_cast<std::size_t>(*shard)] = std::move(bytes);
   }
@@ -281,18 +335,21 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
   // no other rank's to prune, and a shard left by a failed save (a full disk) goes with the rest.
   std::string kept;
   if (world.rank == 0) {
-    torch::serialize::OutputArchive common;
-    std::vector<PieceEntry> merged;
-    if (layout.single_file) merge_pieces(shard_reports, shard_data_of, slots_of(optimizer), common, merged);
-    write_common(common, model, progress, data_parallel_size, rank_rng);
-    std::string common_data = archive_bytes(common);
-    std::string common_name = checkpoint_stem(progress.step) + (layout.single_file ? ".pt" : ".common.pt");
-    write_file_atomically(directory + common_name, common_data);
-    if (layout.single_file) shard_reports = {shard_report(common_data, merged)};
+    std::string common_name = layout.single_file ? one_file : checkpoint_stem(progress.step) + ".common.pt";
+    FileSummary common_file = written_alone;
+    if (!alone) {
+      torch::serialize::OutputArchive common;
+      std::vector<PieceEntry> merged;
+      if (layout.single_file) merge_pieces(shard_reports, shard_data_of, slots_of(optimizer), common, merged);
+      shard_data_of.clear();
+      write_common(common, model, progress, data_parallel_size, rank_rng);
+      common_file = save_archive(common, directory + common_name);
+      if (layout.single_file) shard_reports = {shard_report(common_file, merged)};
+    }
     CheckpointLayout written = layout;
     if (layout.single_file) written.shards = 1;
     checkpointer.commit(progress.step, manifest_text(checkpointer, written, optimizer, progress, world.world_size,
-                                                     common_name, common_data, shard_reports));
+                                                     common_name, common_file, shard_reports));
     for (const auto& committed : checkpointer.list()) kept += std::to_string(committed.step) + " ";
   }
   broadcast_bytes(world, kept, 0);

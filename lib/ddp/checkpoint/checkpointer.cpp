@@ -39,8 +39,8 @@ std::string checkpoint_stem(int64_t step) {
   return name;
 }
 
-uint32_t crc32_of(std::string_view data) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint32_t crc32_of(std::string_view data, uint32_t previous) {
+  uLong crc = previous;  // crc32(0L, Z_NULL, 0) is 0: the CRC of no bytes
   // zlib takes uInt lengths; feed large buffers in pieces.
   for (std::size_t offset = 0; offset < data.size(); offset += 1u << 30) {
     std::size_t n = std::min<std::size_t>(1u << 30, data.size() - offset);

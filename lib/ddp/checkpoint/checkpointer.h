@@ -115,8 +115,8 @@ void restore_rng(torch::serialize::InputArchive& archive, int rank);
 /// The file name every file of step `step`'s checkpoint starts with: "step_0000000020".
 std::string checkpoint_stem(int64_t step);
 
-/// The CRC-32 manifests record.
-uint32_t crc32_of(std::string_view data);
+/// The CRC-32 manifests record; `crc`: that of the bytes before `data`, to go on from.
+uint32_t crc32_of(std::string_view data, uint32_t crc = 0);
 
 /// "" when the file at `path` has `bytes` bytes of CRC-32 `crc`, else what is wrong; its bytes in `data`.
 std::string verify_file(const std::string& path, uint64_t bytes, uint32_t crc, std::string* data = nullptr);

@@ -35,6 +35,15 @@ void write_file_atomically(const std::string& path, std::string_view data, mode_
 }
 
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode) {
+  write_file_atomically(
+      path,
+      [&pieces](const ByteSink& sink) {
+        for (std::string_view data : pieces) sink(data.data(), data.size());
+      },
+      mode);
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce, mode_t mode) {
   std::string temporary = path + ".tmp.XXXXXX";
   bool created = false;
   auto fail = [&](const char* what) {
@@ -51,20 +60,26 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
     close(fd);
     fail("chmod");
   }
-  for (std::string_view data : pieces) {
-    const char* p = data.data();
-    std::size_t left = data.size();
+  ByteSink sink = [&](const char* p, std::size_t left) {
     while (left > 0) {
       ssize_t n = write(fd, p, left);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         if (n == 0) errno = ENOSPC;
         close(fd);
+        fd = -1;
         fail("write");
       }
       p += n;
       left -= static_cast<std::size_t>(n);
     }
+  };
+  try {
+    produce(sink);
+  } catch (...) {
+    if (fd >= 0) close(fd);
+    std::remove(temporary.c_str());
+    throw;
   }
   if (fsync(fd) != 0) {
     close(fd);

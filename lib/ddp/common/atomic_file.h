@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,12 @@ void write_file_atomically(const std::string& path, std::string_view data, mode_
 /// The same for a file made of `pieces`, written in order without being joined first (a cache of
 /// gigabytes is written from the arrays it holds, not from a copy of them).
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode = 0644);
+/// Where a producer writes a file's bytes, in order.
+using ByteSink = std::function<void(const char* data, std::size_t size)>;
+/// The same for a file whose bytes `produce` writes into the sink as it makes them (a checkpoint
+/// streamed from its archive, never whole in memory); an exception from `produce` removes the temporary.
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce,
+                           mode_t mode = 0644);
 
 /// Opens `path` for appending (created with `mode` if missing) without following a symlink at it;
 /// returns the descriptor (close-on-exec). Throws as write_file_atomically does; a symlink is named.
