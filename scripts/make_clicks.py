@@ -12,6 +12,7 @@ non-clicks (AUC about 0.8 where a guess gets 0.5).
     /usr/bin/python3 scripts/make_clicks.py OUT.tsv --rows 100000 --seed 0
 """
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -52,6 +53,7 @@ def main():
     dense_missing = rng.random((n, DENSE)) < 0.05
     categorical_missing = rng.random((n, CATEGORICAL)) < 0.03
 
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     with open(args.output, "w") as out:
         for i in range(n):
             fields = [str(labels[i])]

@@ -72,15 +72,19 @@ TEST_CASE("a broken Criteo log is refused naming the file, the line and the faul
   std::string short_line = good.substr(0, good.rfind('\t')) + "\n";  // 39 fields
   files.refused(good + short_line, "line 2: 39 fields where Criteo's layout has 40");
   std::string cut = good.substr(0, 10);  // the file ends inside its second line
-  files.refused(good + cut, "line 2: 9 fields where Criteo's layout has 40 (the label, 13 counts, 26 categorical "
-                            "values, tab-separated); the file ends inside this line, so it looks truncated");
+  files.refused(good + cut, "line 2: the file ends inside this line, so it looks truncated");
+  // Cut inside its last hash, a line still has 40 fields: an unended last line is refused anyway.
+  const std::string full = line("1", {"1"}, std::vector<std::string>(26, "68fd1e64"));
+  files.refused(good + full.substr(0, full.size() - 4), "line 2: the file ends inside this line, so it looks truncated");
   files.refused(good + line("2", {}, {}) + "\n", "line 2: the label is '2', expected 0 or 1");
   files.refused(good + line("", {}, {}) + "\n", "line 2: the label is '', expected 0 or 1");
   files.refused(line("1", {"1", "2", "1.5"}, {}) + "\n", "line 1: count I3 is '1.5', expected an integer");
   files.refused(line("1", {}, {"", "zz"}) + "\n", "line 1: categorical C2 is 'zz', expected a 32-bit hash in "
                                                   "hexadecimal (at most 8 digits)");
   files.refused(line("1", {}, {"123456789"}) + "\n", "line 1: categorical C1 is '123456789'");
-  files.refused(good + "\n", "line 2: 1 fields");  // a blank line
+  files.refused(good + "\n" + good, "line 2: an empty line");
+  files.refused(line("1", {"99999999999999999999"}, {}) + "\n", "line 1: count I1 is '99999999999999999999', expected an "
+                                                                "integer of at most 64 bits");
   files.refused("", "holds no impressions");
   CHECK_THROWS_AS(read_criteo_file(files.dir.file("missing")), FileError);
 }

@@ -113,4 +113,16 @@ TEST_CASE("a truncated click log stops the run at start in one line naming the f
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains(cut + " line 300: ") && Contains("looks truncated"));
   CHECK_FALSE(std::filesystem::exists(dir.file("run/model.pt")));
+  // The same 39 columns as a CSV would be normalised to float32, which rounds the hashes: refused.
+  std::string header = "label", row = "1";
+  for (int j = 0; j < 39; ++j) {
+    header += ",f" + std::to_string(j);
+    row += "," + std::to_string(4000000000LL + j);
+  }
+  write_file(dir.file("clicks.csv"), header + "\n" + row + "\n" + row + "\n");
+  auto csv = train(1, dir.file("clicks.csv"), dir.file("clicks.csv"), dir.file("csv"), "--set data.dataset=csv");
+  INFO(csv.out << csv.err);
+  CHECK(csv.exit_code == 2);
+  CHECK_THAT(csv.err, Contains("model.name dlrm takes its features as stored (32-bit hashes that float32 would round), "
+                               "which data.dataset criteo gives; data.dataset csv is normalised to float32"));
 }

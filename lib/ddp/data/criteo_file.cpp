@@ -42,6 +42,10 @@ Dataset read_criteo_file(const std::string& path) {
     std::string_view line = rest.substr(0, ended ? newline : rest.size());
     rest.remove_prefix(ended ? newline + 1 : rest.size());
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    // Criteo's files end each line, the last too: one cut short may still have 40 fields, the last
+    // of them cut (a hash of 4 digits), so an unended line is refused whatever it holds.
+    if (!ended) throw fault("the file ends inside this line, so it looks truncated (Criteo's layout ends every line)");
+    if (line.empty()) throw fault("an empty line, where Criteo's layout has an impression on every line");
     int64_t count = 0;
     for (std::size_t start = 0;;) {
       std::size_t tab = line.find('\t', start);
@@ -53,7 +57,7 @@ Dataset read_criteo_file(const std::string& path) {
     if (count != kFields)
       throw fault(std::to_string(count) + " fields where Criteo's layout has " + std::to_string(kFields) +
                   " (the label, 13 counts, 26 categorical values, tab-separated)" +
-                  (ended ? "" : "; the file ends inside this line, so it looks truncated"));
+                  (line_number == 1 && text.rfind("\x1f\x8b", 0) == 0 ? "; it is gzip-compressed: decompress it first" : ""));
     if (fields[0] != "0" && fields[0] != "1")
       throw fault("the label is '" + std::string(fields[0]) + "', expected 0 or 1");
     labels.push_back(fields[0] == "1" ? 1.0f : 0.0f);
@@ -61,7 +65,8 @@ Dataset read_criteo_file(const std::string& path) {
       std::string_view field = fields[1 + j];
       int64_t value = 0;
       if (!field.empty() && !parse_whole(field, value, 10))
-        throw fault("count I" + std::to_string(j + 1) + " is '" + std::string(field) + "', expected an integer");
+        throw fault("count I" + std::to_string(j + 1) + " is '" + std::string(field) +
+                    "', expected an integer of at most 64 bits");
       features.push_back(std::log1p(static_cast<double>(std::max<int64_t>(value, 0))));
     }
     for (int64_t j = 0; j < kCriteoCategorical; ++j) {

@@ -25,9 +25,9 @@ EvalResult eval_result(const Task& task, torch::Tensor sums, int64_t planned) {
   result.samples = static_cast<int64_t>(sums[at.samples].item<double>());
   result.planned = planned;
   result.interrupted = sums[at.stopped].item<double>() > 0;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    result.metrics.emplace_back(names[i], result.samples > 0 ? sums[i].item<double>() / result.samples : 0.0);
-  if (result.samples > 0) task.add_derived_metrics(result.metrics);
+  if (result.samples == 0) return result;  // interrupted before its first batch: no means to give
+  for (std::size_t i = 0; i < names.size(); ++i) result.metrics.emplace_back(names[i], sums[i].item<double>() / result.samples);
+  task.add_derived_metrics(result.metrics);
   return result;
 }
 

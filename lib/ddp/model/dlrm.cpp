@@ -18,7 +18,8 @@
 namespace ddp {
 namespace {
 
-// The Criteo layout (ddp/data/criteo_file.h), which the click_through task checks against these.
+// The Criteo layout (ddp/data/criteo_file.h, which this area does not include): the task checks the
+// data against input_shape() and takes_stored_features().
 constexpr int64_t kCriteoDense = 13;
 constexpr int64_t kTables = 26;
 
@@ -48,6 +49,7 @@ class Dlrm : public Model {
 
   std::vector<int64_t> input_shape() const override { return {kCriteoDense + kTables}; }
   int64_t output_width() const override { return 1; }
+  bool takes_stored_features() const override { return true; }
 
  protected:
   std::vector<ModelBlock> declare_blocks() override {

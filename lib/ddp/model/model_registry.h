@@ -59,6 +59,9 @@ class Model : public torch::nn::Module {
   /// its first batch shows whether the data fits).
   virtual std::vector<int64_t> input_shape() const { return {kInputChannels, kInputHeight, kInputWidth}; }
 
+  /// Whether the model takes its inputs as the data stores them rather than normalised to float32
+  /// (DLRM: 32-bit hashes, which float32 would round); the task refuses data it would normalise.
+  virtual bool takes_stored_features() const { return false; }
   /// The size of the output's last dimension (classes, a vocabulary) when the model knows it before
   /// it runs; 0 when only an output shows it (TorchScript).
   virtual int64_t output_width() const { return 0; }

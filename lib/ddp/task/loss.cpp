@@ -123,8 +123,12 @@ torch::Tensor Loss::metric_sums(const torch::Tensor& output, const torch::Tensor
                       .floor()
                       .to(torch::kLong)
                       .clamp(0, kAucBins - 1);
-      return torch::cat({torch::stack({first.to(torch::kDouble), second.to(torch::kDouble)}),
-                         torch::bincount(bins, weights, kAucBins), torch::bincount(bins, 1 - weights, kAucBins)});
+      // index_add_, not bincount, which reads the bins' range back to the host on a GPU.
+      auto histogram = [&bins](const torch::Tensor& w) {
+        return torch::zeros({kAucBins}, w.options()).index_add_(0, bins, w);
+      };
+      return torch::cat({torch::stack({first.to(torch::kDouble), second.to(torch::kDouble)}), histogram(weights),
+                         histogram(1 - weights)});
     }
   }
   return torch::stack({first.to(torch::kDouble), second.to(torch::kDouble)});

@@ -20,6 +20,9 @@ SupervisedTask::SupervisedTask(const DataConfig& data, const ModelConfig& model,
   max_class_ = check(train_, model);
   if (eval_) max_class_ = std::max(max_class_, check(*eval_, model));
   normalizer_ = make_normalizer(data, train_);
+  if (model_->takes_stored_features() && !normalizer_.as_stored)
+    throw ConfigError("model.name " + model.name + " takes its features as stored (32-bit hashes that float32 would "
+                      "round), which data.dataset criteo gives; data.dataset " + data.dataset + " is normalised to float32");
   model_->to(context.device);
 }
 
