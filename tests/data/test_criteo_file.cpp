@@ -86,6 +86,8 @@ TEST_CASE("a broken Criteo log is refused naming the file, the line and the faul
   files.refused(line("1", {"99999999999999999999"}, {}) + "\n", "line 1: count I1 is '99999999999999999999', expected an "
                                                                 "integer of at most 64 bits");
   files.refused("", "holds no impressions");
+  files.refused(std::string("\x1f\x8b\x08\x00", 4) + "compressed bytes\n", "line 1: 1 fields where Criteo's layout has 40 "
+                "(the label, 13 counts, 26 categorical values, tab-separated); it is gzip-compressed: decompress it first");
   CHECK_THROWS_AS(read_criteo_file(files.dir.file("missing")), FileError);
 }
 

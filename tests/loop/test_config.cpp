@@ -457,3 +457,15 @@ TEST_CASE("train.global_batch_size chooses the micro-steps, and refuses a second
              Catch::Contains("optim.lr_scaling: must be none with train.global_batch_size"));
   CHECK(error_of("train: {global_batch_size: 12}").empty());
 }
+
+TEST_CASE("model.embedding_rows takes one size for every table or 26, and data.dataset criteo keeps its features",
+          "[config]") {
+  const std::string criteo = "data: {dataset: criteo, path: log.tsv, eval_split: none}\n";
+  CHECK_THROWS_WITH(parse(criteo + "model: {name: dlrm, embedding_rows: [10, 20, 30]}"),
+                    Contains("model.embedding_rows: expected one value for every table or 26 (one per categorical "
+                             "feature), got 3"));
+  CHECK_NOTHROW(parse(criteo + "model: {name: dlrm, embedding_rows: [100]}"));
+  CHECK_NOTHROW(parse("model: {name: mlp, embedding_rows: [10, 20, 30]}"));  // another family's key: not its rule
+  CHECK_THROWS_WITH(parse("data: {dataset: criteo, path: log.tsv, eval_split: none, normalize: global}"),
+                    Contains("data.normalize: criteo: the counts are log-scaled and the hashes must stay whole"));
+}
