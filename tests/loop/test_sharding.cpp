@@ -404,7 +404,11 @@ TEST_CASE("the ConvNet trains under dist.shard parameters block by block to the 
   auto sharded = ddprun(2, config_path("synthetic_mlp.yaml"), sets("parameters", "parameters", false));
   INFO(sharded.out << sharded.err);
   REQUIRE(sharded.exit_code == 0);
-  CHECK(largest_difference(dir.file("none/model.pt"), dir.file("parameters/model.pt")) < 1e-6);
+  // Within 1e-6 on the machines this was written on; 2.6e-5 on one with AVX-512 (avx512f, avx512_bf16),
+  // where the old code differed alike: oneDNN's convolution kernels there round otherwise for the
+  // flat shard's views (probably their alignment) than for whole tensors, and AdamW's normalised
+  // steps carry that rounding over 20 steps. The MLP's bound (above) stays 1e-6.
+  CHECK(largest_difference(dir.file("none/model.pt"), dir.file("parameters/model.pt")) < 1e-4);
   // The largest unit is the classifier (7·7·32 × 10), not the whole model.
   CHECK(metric_value(dir.file("parameters/metrics.jsonl"), "gathered_unit_mib") <
         0.8 * metric_value(dir.file("none/metrics.jsonl"), "parameter_mib_max"));
