@@ -122,7 +122,8 @@ struct PieceEntry {
 void write_pieces(torch::serialize::OutputArchive& archive, const CheckpointLayout& layout,
                   const torch::optim::Optimizer& optimizer, std::vector<PieceEntry>& entries) {
   torch::NoGradGuard no_grad;
-  for (const OwnedRange& range : layout.ranges) {
+  for (std::size_t r = layout.first_written; r < layout.ranges.size(); ++r) {
+    const OwnedRange& range = layout.ranges[r];
     StateTensors state = read_state(optimizer, range.stepped);
     torch::Tensor value = range.value.reshape(-1);
     for (const RunBox& piece : boxes_of_run(layout.shapes[range.parameter], range.begin, range.value.numel())) {
@@ -137,7 +138,9 @@ void write_pieces(torch::serialize::OutputArchive& archive, const CheckpointLayo
       };
       archive.write(key + "value", cut(value));
       archive.write(key + "step", state.step.to(torch::kCPU));
-      for (std::size_t s = 0; s < state.slots.size(); ++s) archive.write(key + "slot" + std::to_string(s), cut(state.slots[s]));
+      // No state yet (or a tensor the optimizer does not step: sharded tables' rows): no slots.
+      if (state.step.item<int64_t>() >= 0)
+        for (std::size_t s = 0; s < state.slots.size(); ++s) archive.write(key + "slot" + std::to_string(s), cut(state.slots[s]));
       entries.push_back({range.parameter, piece.box});
     }
   }
@@ -232,7 +235,10 @@ void merge_pieces(const std::vector<std::string>& reports, const std::vector<std
       for (int slot = 0; slot < slots; ++slot) what.push_back("slot" + std::to_string(slot));
       for (const auto& w : what) {
         torch::Tensor t;
-        shard.read(from + w, t);
+        if (w == "value" || w == "step")
+          shard.read(from + w, t);
+        else if (!shard.try_read(from + w, t))
+          continue;  // a piece without optimizer state has no slots
         archive.write(to + w, t);
       }
       merged.push_back(std::move(entry));
@@ -640,8 +646,9 @@ void CheckpointReader::restore(const CheckpointLayout& layout, torch::nn::Module
         auto overlap = box_overlap(target.box, piece.box);
         if (!overlap) continue;
         narrow_to(into(value), target.box, *overlap).copy_(narrow_to(piece_tensor(piece, "value"), piece.box, *overlap));
-        step = std::max(step, piece_tensor(piece, "step").item<int64_t>());
-        for (std::size_t s = 0; s < slots; ++s)
+        const int64_t piece_step = piece_tensor(piece, "step").item<int64_t>();
+        step = std::max(step, piece_step);
+        for (std::size_t s = 0; s < slots && piece_step >= 0; ++s)  // a piece without state has no slots
           narrow_to(into(state_slots[s]), target.box, *overlap)
               .copy_(narrow_to(piece_tensor(piece, "slot" + std::to_string(s)), piece.box, *overlap));
         covered += overlap->numel();

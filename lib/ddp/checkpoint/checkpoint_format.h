@@ -26,6 +26,9 @@ struct CheckpointLayout {
   std::vector<torch::Tensor> parameters;  ///< the plan's parameters (prepare_model's list)
   std::vector<std::vector<int64_t>> shapes;  ///< each one's whole shape (a pipeline stage frees the others')
   std::vector<OwnedRange> ranges;         ///< what this rank keeps of them
+  /// The ranges before this one are restored here but another rank writes them (a replicated
+  /// parameter beside this rank's rows of sharded tables).
+  std::size_t first_written = 0;
   int shard = 0;                          ///< this rank's shard, of `shards`
   int shards = 1;
   bool writes = false;                    ///< one replica of each shard writes it

@@ -82,6 +82,20 @@ torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values) {
   return buffer[0].to(values.device());
 }
 
+torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, const std::vector<int64_t>& send_counts,
+                         const std::vector<int64_t>& recv_counts) {
+  if (comm.world_size == 1) return input;
+  int64_t rows = 0;
+  for (int64_t n : recv_counts) rows += n;
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] = rows;
+  torch::Tensor in = input.contiguous(), out = torch::empty(shape, input.options());
+  std::vector<int64_t> out_splits = recv_counts, in_splits = send_counts;
+  int64_t seq = comm.tracker->begin("all_to_all");
+  comm.tracker->wait(comm.group->alltoall_base(out, in, out_splits, in_splits), seq);
+  return out;
+}
+
 void barrier(const Communicator& comm) {
   int64_t seq = comm.tracker->begin("barrier");
   comm.tracker->wait(comm.group->barrier(), seq);

@@ -20,6 +20,12 @@ void broadcast_bytes(const Communicator& comm, std::string& bytes, int root = 0)
 /// Sums `values` (float64) over all ranks, in place; returns it.
 torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values);
 
+/// All-to-all along dimension 0: `input`'s first `send_counts[0]` rows go to rank 0, the next
+/// `send_counts[1]` to rank 1, ...; returns what every rank sent this one, `recv_counts[r]` rows from
+/// rank r, in rank order. Every rank calls it; one rank returns `input` as it is.
+torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, const std::vector<int64_t>& send_counts,
+                         const std::vector<int64_t>& recv_counts);
+
 /// Waits until every rank has arrived.
 void barrier(const Communicator& comm);
 

@@ -38,11 +38,14 @@ EvalResult eval_result(const Task& task, torch::Tensor sums, int64_t planned) {
 // is still seen whole.
 EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicator& replicas,
                           const Communicator& everyone, const std::function<torch::Tensor(const Batch&)>& metrics,
-                          const EvalHooks& hooks, bool may_stop) {
+                          const EvalHooks& hooks, bool may_stop, bool lockstep = false) {
   const int64_t size = task.size(Split::kEval);
   const int64_t planned = config.max_batches > 0 ? std::min(size, config.max_batches * config.batch_size) : size;
   auto [begin, end] = eval_shard(planned, replicas.world_size, replicas.rank);
   const int64_t batches = (end - begin + config.batch_size - 1) / config.batch_size;
+  // Lockstep: rank 0's share is the largest (eval_shard gives the first ranks the remainder).
+  auto [first_begin, first_end] = eval_shard(planned, replicas.world_size, 0);
+  const int64_t forwards = lockstep ? (first_end - first_begin + config.batch_size - 1) / config.batch_size : batches;
   const auto count = static_cast<int64_t>(task.metric_names().size());
   auto& model = task.model();
   bool was_training = model.is_training();
@@ -54,8 +57,12 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
   {
     torch::NoGradGuard no_grad;
     int64_t done = 0;
-    for (int64_t start = begin; start < end; start += config.batch_size) {
-      if (may_stop && hooks.stop_requested && hooks.stop_requested()) {
+    for (int64_t k = 0, start = begin; k < forwards; ++k, start += config.batch_size) {
+      if (start >= end) {  // lockstep, past this rank's share: an empty batch keeps the others company
+        metrics(task.make_batch(Split::kEval, torch::empty({0}, torch::kLong)).to(everyone.device));
+        continue;
+      }
+      if (may_stop && !lockstep && hooks.stop_requested && hooks.stop_requested()) {
         sums[at.stopped].fill_(1.0);
         break;
       }
@@ -76,10 +83,11 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
 
 }  // namespace
 
-EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm, const EvalHooks& hooks) {
+EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm, const EvalHooks& hooks,
+                    bool lockstep) {
   return evaluate_shard(
       task, config, comm, comm, [&task](const Batch& batch) { return task.metric_sums(batch); }, hooks,
-      /*may_stop=*/true);
+      /*may_stop=*/true, lockstep);
 }
 
 EvalResult evaluate_pipelined(Task& task, const EvalConfig& config, PipelineRunner& stage, const Communicator& replicas,

@@ -35,8 +35,11 @@ struct EvalHooks {
 };
 
 /// Runs the task's model in eval mode over this rank's shard, eval.batch_size samples at a time,
-/// and all-reduces the sums.
-EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm, const EvalHooks& hooks = {});
+/// and all-reduces the sums. `lockstep`: the model's forward communicates over `comm` (sharded
+/// tables), so every rank runs as many forwards as the rank with the most batches (empty ones past
+/// its share) and none stops early.
+EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm, const EvalHooks& hooks = {},
+                    bool lockstep = false);
 
 /// The same through pipeline stages: `stage` is this rank's; the samples are split over `replicas`
 /// (this stage's), and the last stages' sums are added up over `world`. It is not cut short by

@@ -3,12 +3,15 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <set>
 
 #include "ddp/common/error.h"
 #include "ddp/loop/activation_checkpointing.h"
 #include "ddp/loop/pipeline_step.h"
 #include "ddp/loop/plain_step.h"
 #include "ddp/parallel/pipeline_split.h"
+#include "ddp/parallel/replicated_tables.h"
+#include "ddp/parallel/sharded_tables.h"
 
 namespace ddp {
 
@@ -22,7 +25,11 @@ namespace ddp {
 //   2. sharding (dist.shard): parameters runs each of the blocks this rank runs inside the
 //      engine's gathers (ShardedBlocks); optimizer and gradients need no hook in the model;
 //   3. the gradient sync over the data-parallel group the plan gives (bucketed all-reduce, or the
-//      sharded engine's reduce-scatter).
+//      sharded engine's reduce-scatter);
+//   4. embedding tables (model.embedding_sharding, optim.embeddings): spread over the data-parallel
+//      ranks and looked up by all-to-all (ShardedTables, Note [Sharded tables]), kept out of the
+//      plan's parameters; or replicated and updated row by row from their synced gradients
+//      (ReplicatedTables). Either steps its rows after the optimizer (Note [Row updates]).
 // Each pass sees only what the one before left: sharding wraps the stage's blocks, not the
 // model's. The loop then sees a StepRunner, a GradientSync and the plan, and names no strategy.
 
@@ -73,16 +80,51 @@ std::unique_ptr<PipelineRunner> split_into_stages(Task& task, ParallelPlan& plan
                                           timeout, config.train.precision == "bf16");
 }
 
+// optim.embeddings as it applies: "" (dense), sgd or rowwise_adagrad.
+std::string row_method(const TrainConfig& config) {
+  if (config.optim.embeddings == "auto") return config.model.embedding_sharding == "replicate" ? "" : "rowwise_adagrad";
+  return config.optim.embeddings == "dense" ? "" : config.optim.embeddings;
+}
+
+// The model's embedding tables and their names, for pass 4; ConfigError if it has none.
+std::vector<torch::Tensor> tables_of(Task& task, const TrainConfig& config, std::vector<std::string>& names) {
+  auto* model = dynamic_cast<Model*>(&task.model());
+  std::vector<torch::Tensor> tables = model ? model->embedding_tables() : std::vector<torch::Tensor>{};
+  if (tables.empty())
+    throw ConfigError((config.model.embedding_sharding != "replicate"
+                           ? "model.embedding_sharding " + config.model.embedding_sharding
+                           : "optim.embeddings " + config.optim.embeddings) +
+                      ": model.name " + config.model.name + " has no embedding tables (dlrm has)");
+  std::map<const c10::TensorImpl*, std::string> by_impl;
+  for (const auto& item : task.model().named_parameters()) by_impl.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  for (const auto& t : tables) names.push_back(by_impl.at(t.unsafeGetTensorImpl()));
+  return tables;
+}
+
 }  // namespace
 
 ParallelModel::~ParallelModel() {
   if (runs_blocks) runs_blocks->set_block_runner(nullptr);
+  if (looks_up) looks_up->set_table_lookup(nullptr);
+}
+
+std::vector<torch::Tensor> optimizer_parameters(const ParallelModel& parallel, ParallelPlan& plan) {
+  std::vector<torch::Tensor> stepped = plan.optimizer_parameters(parallel.parameters);
+  if (!parallel.tables) return stepped;
+  std::set<const c10::TensorImpl*> apart;
+  for (const auto& t : parallel.tables->updated()) apart.insert(t.unsafeGetTensorImpl());
+  std::erase_if(stepped, [&](const torch::Tensor& p) { return apart.count(p.unsafeGetTensorImpl()) > 0; });
+  return stepped;
 }
 
 std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const TrainConfig& config,
                                            ValueSlots& side_values) {
   auto parallel = std::make_unique<ParallelModel>();
-  parallel->parameters = plan.prepare_model(task.model());
+  const std::string rows = row_method(config);
+  const bool sharded_tables = config.model.embedding_sharding != "replicate";
+  std::vector<std::string> table_names;
+  std::vector<torch::Tensor> tables = rows.empty() ? std::vector<torch::Tensor>{} : tables_of(task, config, table_names);
+  parallel->parameters = plan.prepare_model(task.model(), sharded_tables ? tables : std::vector<torch::Tensor>{});
   parallel->layout = plan.mesh().describe() + ", dist.shard " + config.mesh.shard;
   if (config.model.activation_checkpointing != "none") {  // pass 0
     auto blocks = blocks_of(task.model(), "model.activation_checkpointing: model.name " + config.model.name +
@@ -125,10 +167,22 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
       parallel->runs_blocks->set_block_runner(parallel->blocks.get());
     }
   }
+  if (sharded_tables) {  // pass 4
+    auto sharded = std::make_unique<ShardedTables>(tables, table_names, config.model.embedding_sharding,
+                                                   plan.data_parallel(), rows, config.optim.eps);
+    if (plan.world().rank == 0) spdlog::info("{}", sharded->describe());
+    parallel->looks_up = &dynamic_cast<Model&>(task.model());
+    parallel->looks_up->set_table_lookup(sharded.get());
+    parallel->layout += ", model.embedding_sharding " + config.model.embedding_sharding;
+    parallel->tables = std::move(sharded);
+  } else if (!rows.empty()) {
+    parallel->tables = std::make_unique<ReplicatedTables>(tables, table_names, rows, config.optim.eps);
+  }
   if (stage)
     parallel->step = std::make_unique<PipelineStep>(std::move(stage), task, plan.data_parallel(), plan.world());
   else
-    parallel->step = std::make_unique<PlainStep>(task, plan.data_parallel(), config.train.precision == "bf16");
+    parallel->step = std::make_unique<PlainStep>(task, plan.data_parallel(), config.train.precision == "bf16",
+                                                 parallel->tables && parallel->tables->forward_communicates());
   return parallel;
 }
 
@@ -148,7 +202,25 @@ CheckpointLayout checkpoint_layout(const ParallelModel& parallel, const Parallel
   layout.data_parallel_size = plan.data_parallel().world_size;
   layout.writes = plan.writes_shard();
   layout.mesh = parallel.layout;
-  layout.single_file = format == "whole" || (format == "auto" && !plan.splits_state());
+  if (parallel.tables) {  // pass 4's tables and row state: more whole tensors, this rank's runs of them
+    const std::size_t first = layout.names.size();
+    for (const TableEntry& entry : parallel.tables->entries()) {
+      layout.names.push_back(entry.name);
+      layout.shapes.push_back(entry.shape);
+      layout.parameters.push_back(torch::Tensor());
+    }
+    if (parallel.tables->splits_state()) {  // every rank writes its rows, rank 0 the replicated rest too
+      const Communicator& replicas = plan.data_parallel();
+      if (replicas.rank != 0) layout.first_written = layout.ranges.size();
+      layout.shard = replicas.rank;
+      layout.shards = replicas.world_size;
+      layout.writes = true;
+    }
+    for (const TablePiece& piece : parallel.tables->pieces())
+      layout.ranges.push_back({first + piece.entry, piece.begin, piece.value, piece.value});
+  }
+  const bool splits = plan.splits_state() || (parallel.tables && parallel.tables->splits_state());
+  layout.single_file = format == "whole" || (format == "auto" && !splits);
   return layout;
 }
 

@@ -16,6 +16,7 @@
 #include "ddp/model/model_registry.h"
 #include "ddp/parallel/parallel_plan.h"
 #include "ddp/parallel/sharded_blocks.h"
+#include "ddp/parallel/table_updates.h"
 #include "ddp/task/task.h"
 
 namespace ddp {
@@ -35,7 +36,14 @@ struct ParallelModel {
 
   std::unique_ptr<ShardedBlocks> blocks;  ///< runs the model's blocks inside a pass's hooks, if one does
   Model* runs_blocks = nullptr;           ///< the model `blocks` is installed in
+  /// Embedding tables updated row by row, apart from the optimizer (Note [Row updates]), if any.
+  std::unique_ptr<TableUpdates> tables;
+  Model* looks_up = nullptr;              ///< the model `tables` is installed in as its lookup
 };
+
+/// The parameters the optimizer steps: the plan's (ParallelPlan::optimizer_parameters) but the
+/// tables' that `parallel.tables` updates itself.
+std::vector<torch::Tensor> optimizer_parameters(const ParallelModel& parallel, ParallelPlan& plan);
 
 /// Applies the passes to `task`'s model in their fixed order and returns what the loop needs;
 /// `side_values` travel with the gradient sync (their participants reserved theirs already). Every

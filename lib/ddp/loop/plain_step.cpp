@@ -28,7 +28,7 @@ StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
 
 EvalResult PlainStep::evaluate(const EvalConfig& config, const EvalHooks& hooks) {
   AutocastScope autocast(replicas_.device, mixed_precision_);
-  return ddp::evaluate(task_, config, replicas_, hooks);
+  return ddp::evaluate(task_, config, replicas_, hooks, lockstep_);
 }
 
 }  // namespace ddp

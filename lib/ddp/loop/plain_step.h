@@ -10,9 +10,10 @@ namespace ddp {
 
 class PlainStep final : public StepRunner {
  public:
-  /// `replicas`: the ranks that split the samples, which must outlive this.
-  PlainStep(Task& task, const Communicator& replicas, bool mixed_precision)
-      : task_(task), replicas_(replicas), mixed_precision_(mixed_precision) {}
+  /// `replicas`: the ranks that split the samples, which must outlive this. `lockstep`: the
+  /// forward communicates over them, so an evaluation runs every rank alike (evaluate()).
+  PlainStep(Task& task, const Communicator& replicas, bool mixed_precision, bool lockstep = false)
+      : task_(task), replicas_(replicas), mixed_precision_(mixed_precision), lockstep_(lockstep) {}
 
   StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
   EvalResult evaluate(const EvalConfig& config, const EvalHooks& hooks) override;
@@ -21,6 +22,7 @@ class PlainStep final : public StepRunner {
   Task& task_;
   const Communicator& replicas_;
   bool mixed_precision_;
+  bool lockstep_;
 };
 
 }  // namespace ddp

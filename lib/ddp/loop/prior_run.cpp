@@ -66,11 +66,12 @@ bool may_change_on_resume(const std::string& key) {
   // The batch keys: the checkpoint checks that each step keeps its samples (check_resume_layout).
   // model.channels_last: the same weights, laid out otherwise in memory; model.activation_checkpointing:
   // the same gradients, for less memory (a resume that ran out of it). schedule.decay_steps: how
-  // a lengthened run's cosine goes on, as train.max_steps does without it.
+  // a lengthened run's cosine goes on, as train.max_steps does without it. model.embedding_sharding:
+  // where the tables' rows live, which the checkpoint reshards (Note [Sharded tables]).
   for (const char* steering : {"train.epochs", "train.max_steps", "train.log_every", "train.batch_size",
                                "train.grad_accum_steps", "train.global_batch_size", "data.cache_dir", "data.workers",
                                "data.prefetch", "model.channels_last", "model.activation_checkpointing",
-                               "schedule.decay_steps"})
+                               "model.embedding_sharding", "schedule.decay_steps"})
     if (key == steering) return true;
   return false;
 }

@@ -41,6 +41,30 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
                  "so optim.lr is its rate as given"
                : "";
   });
+  // Note [Sharded tables]: what the table passes compose with so far.
+  schema.rule("model.embedding_sharding", [&config]() -> std::string {
+    if (config.model.embedding_sharding == "replicate") return "";
+    if (config.optim.embeddings == "dense")
+      return "sharded tables are updated only where a batch touched them: optim.embeddings must be sgd, "
+             "rowwise_adagrad or auto, not dense";
+    if (config.mesh.shard != "none")
+      return "shards the tables over the data-parallel ranks, which runs with dist.shard none for now (the "
+             "dense part replicated), not " + config.mesh.shard;
+    if (config.mesh.pipeline > 1) return "runs with dist.pipeline 1 for now, not " + std::to_string(config.mesh.pipeline);
+    return "";
+  });
+  schema.rule("optim.embeddings", [&config]() -> std::string {
+    const bool rows = config.optim.embeddings == "sgd" || config.optim.embeddings == "rowwise_adagrad";
+    if (rows && config.model.embedding_sharding == "replicate" && config.mesh.shard != "none")
+      return "updates replicated tables from their whole gradients, which dist.shard " + config.mesh.shard +
+             " splits: use dist.shard none, or optim.embeddings dense";
+    if ((rows || (config.optim.embeddings == "auto" && config.model.embedding_sharding != "replicate")) &&
+        config.train.clip_grad_norm > 0)
+      return "updates the tables' rows apart from the dense optimizer (as TorchRec's fused optimizers), outside "
+             "train.clip_grad_norm's global norm: set train.clip_grad_norm 0, or optim.embeddings dense with "
+             "model.embedding_sharding replicate";
+    return "";
+  });
   // The loop owns eval:, but only a graph has neighbours to evaluate over.
   schema.rule("eval.full_neighbourhood", [&config]() -> std::string {
     return config.eval.full_neighbourhood && config.data.dataset != "graph"

@@ -92,7 +92,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   parallel_ = parallelize(*task_, *plan_, config_, side_values_);  // Note [Passes]
   recorder_->set_rank_part(parallel_->part);
   double lr = scaled_lr(config_.optim, replicas.world_size);
-  std::vector<torch::Tensor> optimized = plan_->optimizer_parameters(parallel_->parameters);
+  std::vector<torch::Tensor> optimized = optimizer_parameters(*parallel_, *plan_);
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
@@ -284,6 +284,9 @@ void Trainer::optimizer_step(StepStats& step) {
   step.lr = progress_.lr = schedule_->lr_at(progress_.step);
   set_learning_rate(*optimizer_, step.lr);
   optimizer_->step();
+  if (parallel_->tables)  // at the schedule's lr, scaled to optim.embeddings_lr
+    parallel_->tables->step(config_.optim.embeddings_lr > 0 ? step.lr * config_.optim.embeddings_lr / config_.optim.lr
+                                                            : step.lr);
   plan_->after_optimizer_step();
   parallel_->gradient_sync->zero_grad();  // not the optimizer's: the gradients may be views of the sync's buffers
   progress_.step += 1;
@@ -291,9 +294,12 @@ void Trainer::optimizer_step(StepStats& step) {
 
 void Trainer::report_state_memory() {
   state_memory_reported_ = true;
-  recorder_->report_state_memory(progress_, plan_->parameter_bytes(parallel_->parameters),
+  const TableUpdates* tables = parallel_->tables.get();
+  recorder_->report_state_memory(progress_,
+                                 plan_->parameter_bytes(parallel_->parameters) + (tables ? tables->parameter_bytes() : 0),
                                  plan_->gradient_bytes(parallel_->parameters),
-                                 optimizer_state_bytes(*optimizer_), plan_->largest_unit_bytes());
+                                 optimizer_state_bytes(*optimizer_) + (tables ? tables->state_bytes() : 0),
+                                 plan_->largest_unit_bytes());
 }
 
 void Trainer::after_step() {
@@ -325,7 +331,9 @@ void Trainer::finish() {
     recorder_->write_metrics(measured);
   }
   plan_->gather_parameters();
+  if (parallel_->tables) parallel_->tables->gather_whole(0);
   if (plan_->writes_checkpoints()) task_->save_model(output_dir_of(config_.run));
+  if (parallel_->tables) parallel_->tables->release();
   plan_->release_parameters();
   recorder_->report_peak_memory(progress_);  // after model.pt, which may be the run's peak
   recorder_->finished(progress_);

@@ -50,6 +50,11 @@ class Dlrm : public Model {
   std::vector<int64_t> input_shape() const override { return {kCriteoDense + kTables}; }
   int64_t output_width() const override { return 1; }
   bool takes_stored_features() const override { return true; }
+  std::vector<torch::Tensor> embedding_tables() override {
+    std::vector<torch::Tensor> tables;
+    for (const auto& table : tables_) tables.push_back(table->weight);
+    return tables;
+  }
 
  protected:
   std::vector<ModelBlock> declare_blocks() override {
@@ -105,9 +110,7 @@ class Dlrm : public Model {
     torch::Tensor dense = x.narrow(1, 0, kCriteoDense).to(torch::kFloat);
     for (std::size_t k = 0; k < bottom_.size(); ++k) dense = torch::relu(bottom_[k]->forward(dense));
     torch::Tensor ids = x.narrow(1, kCriteoDense, kTables).to(torch::kLong).remainder(rows_tensor_.to(x.device()));
-    std::vector<torch::Tensor> vectors{dense};
-    for (int64_t f = 0; f < kTables; ++f) vectors.push_back(tables_[f]->forward(ids.select(1, f)));
-    torch::Tensor stacked = torch::stack(vectors, 1);                     // [B, 27, dim]
+    torch::Tensor stacked = torch::cat({dense.unsqueeze(1), look_up(ids)}, 1);  // [B, 27, dim]
     torch::Tensor products = torch::bmm(stacked, stacked.transpose(1, 2));  // [B, 27, 27]
     torch::Tensor pairs = products.index({torch::indexing::Slice(), pair_i_.to(x.device()), pair_j_.to(x.device())});
     return torch::cat({dense, pairs}, 1);

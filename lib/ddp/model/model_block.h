@@ -40,4 +40,25 @@ inline torch::Tensor run_in_order(const std::vector<ModelBlock>& blocks, torch::
   return x;
 }
 
+// Note [Embedding tables]: a model that looks rows up in tables by id (DLRM's categorical features,
+// one id per sample and feature) declares the tables, whole, and looks them up through one call; a
+// pass may then keep the tables elsewhere (Note [Sharded tables]) and install a TableLookup, and the
+// model's forward does not change.
+
+/// Looks up rows of a model's tables for a pass that keeps them.
+class TableLookup {
+ public:
+  virtual ~TableLookup() = default;
+  /// `ids` int64 [B, F], column f indexing table f (each id within its table) → rows [B, F, dim],
+  /// differentiable with respect to the rows.
+  virtual torch::Tensor look_up(const torch::Tensor& ids) = 0;
+};
+
+/// The rows of `tables` (each [rows, dim]) that `ids` [B, F] names, [B, F, dim]: the lookup without a pass.
+inline torch::Tensor look_up_in(const std::vector<torch::Tensor>& tables, const torch::Tensor& ids) {
+  std::vector<torch::Tensor> rows;
+  for (std::size_t f = 0; f < tables.size(); ++f) rows.push_back(tables[f].index_select(0, ids.select(1, static_cast<int64_t>(f))));
+  return torch::stack(rows, 1);
+}
+
 }  // namespace ddp

@@ -39,6 +39,12 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
                : "expected none, full or every_N (N from 1: every Nth block, from the first), got '" +
                      config.activation_checkpointing + "'";
   });
+  schema.add("model.embedding_sharding", &config.embedding_sharding,
+             "a model with embedding tables (dlrm): replicate, every rank holds every table whole and the "
+             "gradients are all-reduced densely; table, each table lives whole on one rank; row, each table's rows "
+             "are split evenly over the ranks. table and row look rows up by all-to-all and update only the rows a "
+             "batch touched (optim.embeddings; Note [Sharded tables])")
+      .choices({"replicate", "table", "row"});
   // Note [Model families]: each family declares its own keys.
   declare_config(schema, config.convnet);
   declare_config(schema, config.dlrm, config.name);

@@ -38,6 +38,7 @@ struct ModelConfig {
   int64_t num_classes = 10;      ///< classifiers: outputs of the last layer
   int64_t block_size = 1024;     ///< gpt, llama, causal_lm: tokens of context (a sample is block_size + 1 tokens)
   std::string activation_checkpointing = "none";  ///< none | full | every_N: blocks recomputed in backward
+  std::string embedding_sharding = "replicate";  ///< replicate | table | row: where an embedding table's rows live
   ConvNetConfig convnet;
   DlrmConfig dlrm;
   MlpConfig mlp;

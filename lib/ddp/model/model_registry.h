@@ -55,6 +55,13 @@ class Model : public torch::nn::Module {
   /// model's use.
   void set_block_runner(BlockRunner* runner) { runner_ = runner; }
 
+  /// Its embedding tables, each [rows, dim], in the order look_up's columns take them (Note
+  /// [Embedding tables]); empty for a model without.
+  virtual std::vector<torch::Tensor> embedding_tables() { return {}; }
+  /// From now on the tables are looked up through `lookup` (null: in the model's own tensors), which
+  /// must outlive the model's use.
+  void set_table_lookup(TableLookup* lookup) { lookup_ = lookup; }
+
   /// The shape of one input sample the model is built for; empty when it does not say (TorchScript:
   /// its first batch shows whether the data fits).
   virtual std::vector<int64_t> input_shape() const { return {kInputChannels, kInputHeight, kInputWidth}; }
@@ -90,11 +97,16 @@ class Model : public torch::nn::Module {
   bool pass_acts_on_blocks() const { return runner_ != nullptr || wrapped_; }
   /// The blocks (built once) on `x`, through the runner when there is one.
   torch::Tensor run_blocks(torch::Tensor x);
+  /// Rows [B, F, dim] of embedding_tables() for `ids` [B, F], through the lookup a pass installed.
+  torch::Tensor look_up(const torch::Tensor& ids) {
+    return lookup_ ? lookup_->look_up(ids) : look_up_in(embedding_tables(), ids);
+  }
 
  private:
   std::vector<ModelBlock> blocks_;  // declare_blocks(), once
   bool declared_ = false;
   BlockRunner* runner_ = nullptr;
+  TableLookup* lookup_ = nullptr;
   bool wrapped_ = false;  // wrap_blocks() was called
 };
 

@@ -19,8 +19,19 @@ void declare_config(ConfigSchema& schema, OptimConfig& config) {
       .choices({"all", "matrices"});
   schema.add("optim.beta1", &config.beta1, "adam, adamw").min(0).less_than(1);
   schema.add("optim.beta2", &config.beta2, "adam, adamw").min(0).less_than(1);
-  schema.add("optim.eps", &config.eps, "adam, adamw").greater_than(0)
+  schema.add("optim.eps", &config.eps, "adam, adamw, and optim.embeddings rowwise_adagrad").greater_than(0)
       .max(1);
+  schema.add("optim.embeddings", &config.embeddings,
+             "how embedding tables (dlrm's) are updated: dense, by optim.name like any parameter; sgd or "
+             "rowwise_adagrad, only the rows a step touched, apart from optim.name (rowwise_adagrad keeps one sum "
+             "of squares per row: TorchRec's default); auto, dense when model.embedding_sharding is replicate and "
+             "rowwise_adagrad when it shards the tables")
+      .choices({"auto", "dense", "sgd", "rowwise_adagrad"});
+  schema.add("optim.embeddings_lr", &config.embeddings_lr,
+             "the tables' learning rate under optim.embeddings sgd or rowwise_adagrad, following the schedule as "
+             "optim.lr does; 0: optim.lr")
+      .min(0)
+      .max(1e6);
   schema.add("optim.lr_scaling", &config.lr_scaling, "linear: lr × world_size; sqrt: lr × sqrt(world_size)")
       .choices({"none", "linear", "sqrt"});
   schema.rule("optim.nesterov", [&config]() -> std::string {

@@ -18,6 +18,10 @@ struct OptimConfig {
   double beta1 = 0.9;        ///< adam, adamw
   double beta2 = 0.999;      ///< adam, adamw
   double eps = 1e-8;         ///< adam, adamw
+  /// auto | dense | sgd | rowwise_adagrad: how embedding tables are updated (auto: dense when
+  /// replicated, rowwise_adagrad when sharded; Note [Row updates])
+  std::string embeddings = "auto";
+  double embeddings_lr = 0;  ///< the tables' base lr under sgd or rowwise_adagrad; 0: optim.lr
   std::string lr_scaling = "none";  ///< none | linear | sqrt: lr × world_size or × sqrt(world_size)
 };
 

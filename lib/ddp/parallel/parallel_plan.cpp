@@ -140,11 +140,12 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
                  mesh_.describe());
 }
 
-std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model) {
+std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model, const std::vector<torch::Tensor>& apart) {
   // Shapes first: broadcasting into a different architecture would fail obscurely or hang.
   check_identical_across_ranks(world_, "model parameters", parameter_signature(model));
   std::vector<torch::Tensor> parameters;
   std::set<const c10::TensorImpl*> seen;
+  for (const auto& p : apart) seen.insert(p.unsafeGetTensorImpl());
   for (const auto& p : model.parameters())
     if (seen.insert(p.unsafeGetTensorImpl()).second) parameters.push_back(p);
   buffers_.clear();

@@ -51,8 +51,9 @@ class ParallelPlan {
   /// The parameters of `model` this rank trains, each tensor once (LibTorch lists a tensor
   /// registered under two names, as tied weights are, twice), after making the replicas equal:
   /// rank 0's parameters and buffers everywhere. Fails on every rank unless every rank built the
-  /// same architecture.
-  std::vector<torch::Tensor> prepare_model(torch::nn::Module& model);
+  /// same architecture. `apart`: parameters a pass keeps elsewhere (sharded tables, which every rank
+  /// built alike from the seed): neither made equal nor listed.
+  std::vector<torch::Tensor> prepare_model(torch::nn::Module& model, const std::vector<torch::Tensor>& apart = {});
   /// Pipeline stages, after prepare_model: `used[s]` are the parameters stage s's layers use; this
   /// rank keeps its stage's and frees the rest (Note [Stage parameters]). Every rank calls it.
   void split_stages(const std::vector<torch::Tensor>& parameters, const std::vector<std::vector<torch::Tensor>>& used,
