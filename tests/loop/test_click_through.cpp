@@ -7,8 +7,11 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <set>
 #include <sstream>
 
+#include "ddp/loop/train_config.h"
+#include "ddp/model/model_registry.h"
 #include "ddp/record/metrics_reader.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
@@ -38,6 +41,32 @@ CommandResult train(int nproc, const std::string& train_log, const std::string& 
                        sets,
                    std::chrono::seconds(300));
 }
+
+// Rows of each of the 26 tables of `rows` rows that some impression of the log at `path` names
+// (an empty field names row 0, as the reader gives it hash 0).
+std::vector<std::set<int64_t>> named_rows(const std::string& path, int64_t rows) {
+  std::vector<std::set<int64_t>> named(26);
+  std::istringstream lines(read_file(path));
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> fields;
+    std::istringstream in(line);
+    for (std::string field; std::getline(in, field, '\t');) fields.push_back(field);
+    fields.resize(40);
+    for (int f = 0; f < 26; ++f) {
+      const std::string& hex = fields[static_cast<std::size_t>(14 + f)];
+      named[static_cast<std::size_t>(f)].insert(hex.empty() ? 0 : static_cast<int64_t>(std::stoull(hex, nullptr, 16) % rows));
+    }
+  }
+  return named;
+}
+
+// The tables-sharding runs' shared settings: 30 steps of a global batch of 32, one epoch of a 960-line
+// log; evaluations of 10 samples a batch, so that 203 test lines give ranks unequal batch counts.
+const std::string kTableSteps =
+    "--set train.max_steps=30 --set eval.every_epochs=1 --set eval.batch_size=10 --set optim.embeddings=rowwise_adagrad "
+    "--set optim.embeddings_lr=0.05 ";
+
+std::string batch_of(int world) { return "--set train.batch_size=" + std::to_string(32 / world) + " "; }
 
 }  // namespace
 
@@ -126,3 +155,81 @@ TEST_CASE("a truncated click log stops the run at start in one line naming the f
   CHECK_THAT(csv.err, Contains("model.name dlrm takes its features as stored (32-bit hashes that float32 would round), "
                                "which data.dataset criteo gives; data.dataset csv is normalised to float32"));
 }
+
+TEST_CASE("sharded tables, table-wise and row-wise at world 2 and 4, equal one process with the same row optimizer "
+          "after 30 steps, and rows no batch named keep their initial bits",
+          "[clicks][tables]") {
+  TempDir dir;
+  std::string train_log = make_log(dir, "train.tsv", 960, 3), test_log = make_log(dir, "test.tsv", 203, 4);
+  auto one = train(1, train_log, test_log, dir.file("one"), kTableSteps + batch_of(1));
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  // The model as every run starts it: built from the run's seed, as the trainer builds it.
+  ddp::TrainConfig config = ddp::load_train_config(std::string(DDP_SOURCE_DIR) + "/configs/clicks_dlrm.yaml",
+                                                   {"model.embedding_rows=[4000]", "data.path=" + train_log});
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+  auto initial = ddp::make_model(config.model)->named_parameters();
+  auto named = named_rows(train_log, 4000);
+  for (std::string mode : {"table", "row"})
+    for (int world : {2, 4}) {
+      const std::string out = dir.file(mode + std::to_string(world));
+      auto r = train(world, train_log, test_log, out, kTableSteps + batch_of(world) + "--set model.embedding_sharding=" + mode);
+      INFO(mode << " at world " << world << "\n" << r.out << r.err);
+      REQUIRE(r.exit_code == 0);
+      CHECK_THAT(r.out, Contains("model.embedding_sharding " + mode + ": 26 tables of 104000 rows"));
+      CHECK(largest_difference(dir.file("one/model.pt"), out + "/model.pt") < 1e-6);
+      // Evaluated in lockstep (Note [Sharded tables]): every test sample once, as one process does.
+      auto run = ddp::read_run(out);
+      CHECK(run.last("eval_samples").value_or(0) == 203);
+      CHECK(std::abs(run.last("eval_loss").value_or(0) - ddp::read_run(dir.file("one")).last("eval_loss").value_or(1)) < 1e-5);
+      auto trained = load_weights(out + "/model.pt");
+      int64_t unnamed = 0, moved = 0;
+      for (int f = 0; f < 26; ++f) {
+        const std::string name = "embeddings." + std::to_string(f) + ".weight";
+        torch::Tensor before = initial[name], after = trained.at(name);
+        REQUIRE(after.sizes() == before.sizes());
+        for (int64_t row = 0; row < 4000; ++row) {
+          if (named[static_cast<std::size_t>(f)].count(row)) {
+            moved += !torch::equal(after[row], before[row]);
+            continue;
+          }
+          ++unnamed;
+          if (!torch::equal(after[row], before[row])) FAIL(name << " row " << row << " changed, though no batch named it");
+        }
+      }
+      INFO(unnamed << " rows unnamed, " << moved << " named rows moved");
+      CHECK(unnamed > 26 * 1000);
+      CHECK(moved > 26 * 10);
+    }
+}
+
+TEST_CASE("a checkpoint of sharded tables resumes at another world size and sharding, and under replicate, as "
+          "if uninterrupted",
+          "[clicks][tables][checkpoint]") {
+  TempDir dir;
+  std::string train_log = make_log(dir, "train.tsv", 960, 3), test_log = make_log(dir, "test.tsv", 200, 4);
+  auto one = train(1, train_log, test_log, dir.file("one"), kTableSteps + batch_of(1));
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  struct Leg {
+    int world;
+    std::string sharding;
+  };
+  for (auto [first, second] : {std::pair<Leg, Leg>{{2, "row"}, {4, "table"}}, {{4, "row"}, {1, "replicate"}}}) {
+    const std::string out = dir.file(first.sharding + std::to_string(first.world) + "_then_" + second.sharding);
+    const std::string half = "--set checkpoint.every_steps=15 --set train.max_steps=15 ";
+    auto a = train(first.world, train_log, test_log, out,
+                   kTableSteps + half + batch_of(first.world) + "--set model.embedding_sharding=" + first.sharding);
+    INFO(a.out << a.err);
+    REQUIRE(a.exit_code == 0);
+    auto b = train(second.world, train_log, test_log, out,
+                   kTableSteps + "--set checkpoint.every_steps=15 " + batch_of(second.world) +
+                       "--set model.embedding_sharding=" + second.sharding);
+    INFO(b.out << b.err);
+    REQUIRE(b.exit_code == 0);
+    CHECK_THAT(b.out, Contains("resumed from") && Contains("at step 15") &&
+                          Contains("model.embedding_sharding " + first.sharding + " → " + second.sharding));
+    CHECK(largest_difference(dir.file("one/model.pt"), out + "/model.pt") < 1e-6);
+  }
+}
+

@@ -469,3 +469,27 @@ TEST_CASE("model.embedding_rows takes one size for every table or 26, and data.d
   CHECK_THROWS_WITH(parse("data: {dataset: criteo, path: log.tsv, eval_split: none, normalize: global}"),
                     Contains("data.normalize: criteo: the counts are log-scaled and the hashes must stay whole"));
 }
+
+TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, dist.shard, pipelines and clipping, "
+          "each naming the key",
+          "[config][tables]") {
+  const std::string dlrm = "data: {dataset: criteo, path: log.tsv, eval_split: none}\nmodel: {name: dlrm}\n";
+  CHECK_NOTHROW(parse(dlrm, {"model.embedding_sharding=row"}));
+  CHECK_NOTHROW(parse(dlrm, {"model.embedding_sharding=table", "optim.embeddings=sgd"}));
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=rows"}),
+                    Contains("model.embedding_sharding") && Contains("replicate, table, row"));
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "optim.embeddings=dense"}),
+                    Contains("model.embedding_sharding: sharded tables are updated only where a batch touched them"));
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=table", "dist.shard=parameters"}),
+                    Contains("model.embedding_sharding: shards the tables over the data-parallel ranks, which runs "
+                             "with dist.shard none for now"));
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "dist.pipeline=2"}),
+                    Contains("model.embedding_sharding: runs with dist.pipeline 1 for now, not 2"));
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "train.clip_grad_norm=1"}),
+                    Contains("optim.embeddings: updates the tables' rows apart from the dense optimizer"));
+  CHECK_THROWS_WITH(parse(dlrm, {"optim.embeddings=rowwise_adagrad", "dist.shard=optimizer"}),
+                    Contains("optim.embeddings: updates replicated tables from their whole gradients, which "
+                             "dist.shard optimizer splits"));
+  CHECK_NOTHROW(parse(dlrm, {"train.clip_grad_norm=1"}));  // replicated tables under the dense optimizer
+}
+

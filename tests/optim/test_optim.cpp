@@ -12,6 +12,7 @@
 #include "ddp/optim/foreach_adamw.h"
 #include "ddp/optim/lr_schedule.h"
 #include "ddp/optim/optimizer_factory.h"
+#include "ddp/optim/row_updates.h"
 #include "support/subprocess.h"
 
 using namespace ddp;
@@ -283,4 +284,42 @@ TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no dec
           config.name = "adamw";
           return config;
         }(), 0.1).get()) != nullptr);
+}
+
+TEST_CASE("row updates: rowwise_adagrad and sgd step only the rows given, by the formula; coalesce sums repeated rows",
+          "[optim][tables]") {
+  auto [rows, summed] = coalesce_rows(torch::tensor({5, 2, 5, 0}, torch::kLong),
+                                      torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).unsqueeze(1).repeat({1, 2}));
+  CHECK(torch::equal(rows, torch::tensor({0, 2, 5}, torch::kLong)));
+  CHECK(torch::equal(summed.select(1, 0), torch::tensor({4.0f, 2.0f, 4.0f})));
+
+  torch::Tensor table = torch::arange(12, torch::kFloat).reshape({6, 2});
+  const torch::Tensor before = table.clone();
+  RowUpdater adagrad("rowwise_adagrad", 6, 1e-8, table.options());
+  torch::Tensor g = torch::tensor({{0.5f, -1.5f}, {2.0f, 2.0f}});
+  adagrad.update(table, torch::tensor({1, 4}, torch::kLong), g, 0.1);
+  adagrad.update(table, torch::tensor({1, 4}, torch::kLong), g, 0.1);
+  // s = mean(g²) per row after each step; w -= lr·g/(sqrt(s) + eps).
+  for (int k : {0, 1}) {
+    const int row = k == 0 ? 1 : 4;
+    const double m = g[k].square().mean().item<double>();
+    for (int j = 0; j < 2; ++j) {
+      const double gj = g[k][j].item<double>();
+      const double expected = before[row][j].item<double>() - 0.1 * gj / (std::sqrt(m) + 1e-8) -
+                              0.1 * gj / (std::sqrt(2 * m) + 1e-8);
+      CHECK(table[row][j].item<double>() == Approx(expected).epsilon(1e-6));
+    }
+    CHECK(adagrad.state()[row].item<double>() == Approx(2 * m).epsilon(1e-6));
+  }
+  for (int row : {0, 2, 3, 5}) {  // untouched: the same bits, and no state
+    CHECK(torch::equal(table[row], before[row]));
+    CHECK(adagrad.state()[row].item<float>() == 0.0f);
+  }
+
+  torch::Tensor plain = before.clone();
+  RowUpdater sgd("sgd", 6, 1e-8, plain.options());
+  sgd.update(plain, torch::tensor({3}, torch::kLong), torch::tensor({{1.0f, -2.0f}}), 0.5);
+  CHECK(torch::allclose(plain[3], before[3] - 0.5 * torch::tensor({1.0f, -2.0f})));
+  CHECK(torch::equal(plain.narrow(0, 0, 3), before.narrow(0, 0, 3)));
+  CHECK_FALSE(sgd.state().defined());
 }

@@ -17,7 +17,9 @@ namespace F = torch::nn::functional;
 std::string shape(const torch::Tensor& x) { return format_shape(x.sizes().vec()); }
 
 // Per-sample means of an elementwise quantity [B, ...] → [B].
-torch::Tensor per_sample(const torch::Tensor& values) { return values.reshape({values.size(0), -1}).mean(1); }
+torch::Tensor per_sample(const torch::Tensor& values) {
+  return values.dim() > 1 ? values.flatten(1).mean(1) : values;  // flatten: an empty batch has no -1 to infer
+}
 
 // Note [AUC from histograms]
 // The area under the ROC curve needs every score of the eval split ranked together, but eval metrics
