@@ -425,6 +425,50 @@ def sharding(work):
     print()
 
 
+TABLE_ROWS = (1_000_000, 10_000_000)  # rows of the 26 tables together
+TABLE_STEPS = int(os.environ.get("BENCH_TABLE_STEPS", "60"))
+TABLE_BATCH = 128
+
+
+def tables(work):
+    """DLRM at world 2: row-wise sharded tables against replicated ones whose whole gradients are
+    all-reduced, both updated by row-wise Adagrad (issue 43's bench): steps/s and memory."""
+    log = os.path.join(work, "clicks.tsv")
+    subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "make_clicks.py"), log, "--rows", "40000", "--seed", "1"],
+                   check=True, stdout=subprocess.DEVNULL)
+    config = os.path.join(ROOT, "configs", "clicks_dlrm.yaml")
+    layouts = (("replicate", "replicated, dense all-reduce"), ("row", "row-wise sharded, all-to-all"))
+    print(f"Sharded embedding tables: DLRM (dimension 16, MLPs 64-32) at world 2, batch {TABLE_BATCH} per rank, "
+          f"{TABLE_STEPS} steps, row-wise Adagrad on the tables and Adam on the MLPs, best of {REPEATS}, "
+          f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| rows in 26 tables | tables | steps/s | ÷ replicated | all-reduce ms/step | tables, gradients and state MiB per rank "
+          "| peak RSS MiB per rank |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for total in TABLE_ROWS:
+        measured = {}
+        for layout, label in layouts:
+            sets = [f"data.path={log}", "eval.every_epochs=0", f"train.batch_size={TABLE_BATCH}",
+                    f"model.embedding_rows=[{total // 26}]", "optim.embeddings=rowwise_adagrad",
+                    f"model.embedding_sharding={layout}"]
+            runs = []
+            for i in range(REPEATS):
+                out, started, processes = start_run(work, f"tables-{total}-{layout}-{i}", 2, None, sets, config=config,
+                                                    steps=TABLE_STEPS, log_every=10)
+                r = finish_run(out, started, processes)
+                records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+                state = next(x for x in records if "optimizer_state_mib_max" in x)
+                r["state_mib"] = state["parameter_mib_max"] + state["gradient_mib_max"] + state["optimizer_state_mib_max"]
+                runs.append(r)
+            measured[layout] = best(runs)
+        for layout, label in layouts:
+            r = measured[layout]
+            steps = r["samples_per_s"] / (2 * TABLE_BATCH)
+            ratio = r["samples_per_s"] / measured["replicate"]["samples_per_s"]
+            print(f"| {total:,} | {label} | {steps:.1f} | {ratio:.2f} | {r['allreduce_ms']:.1f} | {r['state_mib']:.0f} "
+                  f"| {r['rss_mib']:.0f} |", flush=True)
+    print()
+
+
 def pipeline(work):
     """2 pipeline stages × 1 against 1 × 2 data-parallel ranks at world 2 on the GPT table's model, the
     same global batch: tokens/s, and each stage's measured bubble beside (P-1)/(M+P-1)."""
@@ -559,7 +603,7 @@ def compare(work):
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
     only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "sharding": sharding,
-            "pipeline": pipeline, "compare": compare, "tokenize": tokenize}.get(os.environ.get("BENCH_ONLY", ""))
+            "pipeline": pipeline, "compare": compare, "tokenize": tokenize, "tables": tables}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
             only(work)
@@ -605,6 +649,7 @@ def main():
         graph(work)
         gpt(work)
         tokenize(work)
+        tables(work)
         result = subprocess.run([os.path.join(BIN, "ddprun"), "--standalone", "--nproc-per-node", "2",
                                  "--local-ranks-filter", "0", "--", os.path.join(BIN, "ddp-bench-allreduce")],
                                 env=ENV, capture_output=True, text=True)

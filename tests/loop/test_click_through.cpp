@@ -61,10 +61,12 @@ std::vector<std::set<int64_t>> named_rows(const std::string& path, int64_t rows)
 }
 
 // The tables-sharding runs' shared settings: 30 steps of a global batch of 32, one epoch of a 960-line
-// log; evaluations of 10 samples a batch, so that 203 test lines give ranks unequal batch counts.
+// log; evaluations of 10 samples a batch, so that 203 test lines give ranks unequal batch counts. SGD
+// on the MLPs: Adam's step, about lr whatever the gradient, would turn the summation order's 1e-9 in
+// a near-zero gradient into 1e-6 of a weight.
 const std::string kTableSteps =
     "--set train.max_steps=30 --set eval.every_epochs=1 --set eval.batch_size=10 --set optim.embeddings=rowwise_adagrad "
-    "--set optim.embeddings_lr=0.05 ";
+    "--set optim.embeddings_lr=0.05 --set optim.name=sgd --set optim.lr=0.05 ";
 
 std::string batch_of(int world) { return "--set train.batch_size=" + std::to_string(32 / world) + " "; }
 

@@ -89,11 +89,13 @@ torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, c
   for (int64_t n : recv_counts) rows += n;
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] = rows;
-  torch::Tensor in = input.contiguous(), out = torch::empty(shape, input.options());
+  // On the backend's device (NCCL: the GPU, whatever `input`'s), and back.
+  torch::Tensor in = input.to(comm.collective_device).contiguous();
+  torch::Tensor out = torch::empty(shape, in.options());
   std::vector<int64_t> out_splits = recv_counts, in_splits = send_counts;
   int64_t seq = comm.tracker->begin("all_to_all");
   comm.tracker->wait(comm.group->alltoall_base(out, in, out_splits, in_splits), seq);
-  return out;
+  return out.to(input.device());
 }
 
 void barrier(const Communicator& comm) {

@@ -22,7 +22,7 @@ torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values);
 
 /// All-to-all along dimension 0: `input`'s first `send_counts[0]` rows go to rank 0, the next
 /// `send_counts[1]` to rank 1, ...; returns what every rank sent this one, `recv_counts[r]` rows from
-/// rank r, in rank order. Every rank calls it; one rank returns `input` as it is.
+/// rank r, in rank order, on `input`'s device. Every rank calls it; one rank returns `input` as it is.
 torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, const std::vector<int64_t>& send_counts,
                          const std::vector<int64_t>& recv_counts);
 

@@ -87,9 +87,9 @@ std::string row_method(const TrainConfig& config) {
 }
 
 // The model's embedding tables and their names, for pass 4; ConfigError if it has none.
-std::vector<torch::Tensor> tables_of(Task& task, const TrainConfig& config, std::vector<std::string>& names) {
+std::vector<EmbeddingTable> tables_of(Task& task, const TrainConfig& config, std::vector<std::string>& names) {
   auto* model = dynamic_cast<Model*>(&task.model());
-  std::vector<torch::Tensor> tables = model ? model->embedding_tables() : std::vector<torch::Tensor>{};
+  std::vector<EmbeddingTable> tables = model ? model->embedding_tables() : std::vector<EmbeddingTable>{};
   if (tables.empty())
     throw ConfigError((config.model.embedding_sharding != "replicate"
                            ? "model.embedding_sharding " + config.model.embedding_sharding
@@ -97,7 +97,7 @@ std::vector<torch::Tensor> tables_of(Task& task, const TrainConfig& config, std:
                       ": model.name " + config.model.name + " has no embedding tables (dlrm has)");
   std::map<const c10::TensorImpl*, std::string> by_impl;
   for (const auto& item : task.model().named_parameters()) by_impl.emplace(item.value().unsafeGetTensorImpl(), item.key());
-  for (const auto& t : tables) names.push_back(by_impl.at(t.unsafeGetTensorImpl()));
+  for (const auto& t : tables) names.push_back(by_impl.at(t.weight.unsafeGetTensorImpl()));
   return tables;
 }
 
@@ -123,8 +123,10 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   const std::string rows = row_method(config);
   const bool sharded_tables = config.model.embedding_sharding != "replicate";
   std::vector<std::string> table_names;
-  std::vector<torch::Tensor> tables = rows.empty() ? std::vector<torch::Tensor>{} : tables_of(task, config, table_names);
-  parallel->parameters = plan.prepare_model(task.model(), sharded_tables ? tables : std::vector<torch::Tensor>{});
+  std::vector<EmbeddingTable> tables = rows.empty() ? std::vector<EmbeddingTable>{} : tables_of(task, config, table_names);
+  std::vector<torch::Tensor> weights;
+  for (const auto& t : tables) weights.push_back(t.weight);
+  parallel->parameters = plan.prepare_model(task.model(), sharded_tables ? weights : std::vector<torch::Tensor>{});
   parallel->layout = plan.mesh().describe() + ", dist.shard " + config.mesh.shard;
   if (config.model.activation_checkpointing != "none") {  // pass 0
     auto blocks = blocks_of(task.model(), "model.activation_checkpointing: model.name " + config.model.name +
@@ -176,7 +178,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     parallel->layout += ", model.embedding_sharding " + config.model.embedding_sharding;
     parallel->tables = std::move(sharded);
   } else if (!rows.empty()) {
-    parallel->tables = std::make_unique<ReplicatedTables>(tables, table_names, rows, config.optim.eps);
+    parallel->tables = std::make_unique<ReplicatedTables>(weights, table_names, rows, config.optim.eps);
   }
   if (stage)
     parallel->step = std::make_unique<PipelineStep>(std::move(stage), task, plan.data_parallel(), plan.world());

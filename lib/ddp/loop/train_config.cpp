@@ -51,6 +51,13 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
       return "shards the tables over the data-parallel ranks, which runs with dist.shard none for now (the "
              "dense part replicated), not " + config.mesh.shard;
     if (config.mesh.pipeline > 1) return "runs with dist.pipeline 1 for now, not " + std::to_string(config.mesh.pipeline);
+    if (!config.model.init_from.empty())
+      return "makes each rank's rows from the seed, and cannot start from model.init_from yet: resume a "
+             "checkpoint of the run instead";
+    // A recomputed block's gradients reach only its parameters, and the rows' lookup is not one.
+    if (config.model.activation_checkpointing != "none")
+      return "runs with model.activation_checkpointing none for now (the features block that looks the rows up "
+             "would be recomputed without sending their gradients), not " + config.model.activation_checkpointing;
     return "";
   });
   schema.rule("optim.embeddings", [&config]() -> std::string {
@@ -58,6 +65,9 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
     if (rows && config.model.embedding_sharding == "replicate" && config.mesh.shard != "none")
       return "updates replicated tables from their whole gradients, which dist.shard " + config.mesh.shard +
              " splits: use dist.shard none, or optim.embeddings dense";
+    if (rows && config.model.embedding_sharding == "replicate" && config.mesh.pipeline > 1)
+      return "updates replicated tables row by row with dist.pipeline 1 for now, not " +
+             std::to_string(config.mesh.pipeline) + ": use optim.embeddings dense";
     if ((rows || (config.optim.embeddings == "auto" && config.model.embedding_sharding != "replicate")) &&
         config.train.clip_grad_norm > 0)
       return "updates the tables' rows apart from the dense optimizer (as TorchRec's fused optimizers), outside "

@@ -8,10 +8,16 @@
 //
 // Names: embeddings.F.weight (F = 0..25), bottom.K.weight / .bias and top.K.weight / .bias for the
 // K-th Linear. Blocks: the features (tables, bottom MLP, interaction), then each top Linear.
+//
+// The tables start as DLRM's do, uniform in ±sqrt(1 / rows), but each block of 65,536 rows from a
+// generator of its own, seeded from one draw of the run's: a rank that keeps some rows of a table
+// makes those alone, and gets what a whole table would hold (Note [Sharded tables]).
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn.h>
 
 #include "ddp/common/error.h"
+#include "ddp/common/splitmix64.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/model_registry.h"
 
@@ -22,20 +28,24 @@ namespace {
 // data against input_shape() and takes_stored_features().
 constexpr int64_t kCriteoDense = 13;
 constexpr int64_t kTables = 26;
+// Rows a table's generator makes at a time (Note above): a rank's rows cost at most two blocks more.
+constexpr int64_t kRowsPerSeed = 1 << 16;
 
 class Dlrm : public Model {
  public:
-  explicit Dlrm(const DlrmConfig& config) : dim_(config.embedding_dim) {
+  /// `defer_tables`: the tables empty, for a pass to fill (ModelContext).
+  Dlrm(const DlrmConfig& config, bool defer_tables)
+      : dim_(config.embedding_dim),
+        seed_(static_cast<uint64_t>(torch::randint(int64_t{1} << 62, {1}, torch::kLong).item<int64_t>())) {
     torch::NoGradGuard no_grad;
     torch::nn::ModuleList tables;
     for (int64_t f = 0; f < kTables; ++f) {
       const int64_t rows = config.embedding_rows.size() == 1 ? config.embedding_rows[0] : config.embedding_rows[f];
       rows_.push_back(rows);
-      tables_.emplace_back(rows, dim_);
-      tables->push_back(tables_.back());
-      // DLRM's initialisation: uniform in ±sqrt(1 / rows).
-      const double bound = std::sqrt(1.0 / static_cast<double>(rows));
-      tables_.back()->weight.uniform_(-bound, bound);
+      auto table = std::make_shared<torch::nn::Module>();
+      tables_.push_back(table->register_parameter(
+          "weight", defer_tables ? torch::empty({0, dim_}) : initial_rows(f, 0, rows)));
+      tables->push_back(table);
     }
     register_module("embeddings", tables);
     rows_tensor_ = torch::tensor(rows_, torch::kLong);
@@ -50,9 +60,12 @@ class Dlrm : public Model {
   std::vector<int64_t> input_shape() const override { return {kCriteoDense + kTables}; }
   int64_t output_width() const override { return 1; }
   bool takes_stored_features() const override { return true; }
-  std::vector<torch::Tensor> embedding_tables() override {
-    std::vector<torch::Tensor> tables;
-    for (const auto& table : tables_) tables.push_back(table->weight);
+  std::vector<EmbeddingTable> embedding_tables() override {
+    std::vector<EmbeddingTable> tables;
+    for (int64_t f = 0; f < kTables; ++f)
+      tables.push_back({tables_[f], rows_[f], dim_, [this, f](int64_t first, int64_t count) {
+                          return initial_rows(f, first, count);
+                        }});
     return tables;
   }
 
@@ -60,7 +73,7 @@ class Dlrm : public Model {
   std::vector<ModelBlock> declare_blocks() override {
     std::vector<ModelBlock> blocks;
     std::vector<torch::Tensor> features;
-    for (const auto& table : tables_) features.push_back(table->weight);
+    for (const auto& table : tables_) features.push_back(table);
     for (const auto& linear : bottom_)
       for (const auto& p : linear->parameters()) features.push_back(p);
     blocks.push_back({"features", features, {}, [this](torch::Tensor x) { return interact(x); }});
@@ -91,6 +104,23 @@ class Dlrm : public Model {
     return layers;
   }
 
+  // Rows [first, first + count) of table f as initialised: DLRM's uniform in ±sqrt(1 / rows), each
+  // block of kRowsPerSeed rows from its own generator.
+  torch::Tensor initial_rows(int64_t f, int64_t first, int64_t count) const {
+    const int64_t rows = rows_[static_cast<std::size_t>(f)];
+    const double bound = std::sqrt(1.0 / static_cast<double>(rows));
+    torch::Tensor out = torch::empty({count, dim_});
+    for (int64_t block = first / kRowsPerSeed; block * kRowsPerSeed < first + count; ++block) {
+      const int64_t begin = block * kRowsPerSeed, size = std::min(kRowsPerSeed, rows - begin);
+      uint64_t state = seed_ ^ (static_cast<uint64_t>(f) << 48) ^ static_cast<uint64_t>(block);
+      auto generator = at::detail::createCPUGenerator(splitmix64(state));
+      torch::Tensor made = torch::empty({size, dim_}).uniform_(-bound, bound, generator);
+      const int64_t from = std::max(first, begin), to = std::min(first + count, begin + size);
+      out.narrow(0, from - first, to - from).copy_(made.narrow(0, from - begin, to - from));
+    }
+    return out;
+  }
+
   // The strictly lower triangle of the 27 × 27 products, row by row, as DLRM's dot interaction takes it.
   static std::pair<torch::Tensor, torch::Tensor> pair_indices() {
     std::vector<int64_t> is, js;
@@ -117,9 +147,10 @@ class Dlrm : public Model {
   }
 
   int64_t dim_;
+  uint64_t seed_;  // the tables' generators' (Note above)
   std::vector<int64_t> rows_;
   torch::Tensor rows_tensor_, pair_i_, pair_j_;
-  std::vector<torch::nn::Embedding> tables_;
+  std::vector<torch::Tensor> tables_;  // embeddings.F.weight
   std::vector<torch::nn::Linear> bottom_, top_;
 };
 
@@ -154,8 +185,8 @@ void declare_config(ConfigSchema& schema, DlrmConfig& config, const std::string&
 
 /// Registers "dlrm"; called from model_registry.cpp (Note [Registries]).
 void register_dlrm(ModelFactories& factories) {
-  factories.add("dlrm", [](const ModelConfig& config, const ModelContext&) {
-    return std::make_shared<Dlrm>(config.dlrm);
+  factories.add("dlrm", [](const ModelConfig& config, const ModelContext& context) {
+    return std::make_shared<Dlrm>(config.dlrm, context.defer_tables);
   });
 }
 

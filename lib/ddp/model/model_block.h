@@ -45,6 +45,16 @@ inline torch::Tensor run_in_order(const std::vector<ModelBlock>& blocks, torch::
 // pass may then keep the tables elsewhere (Note [Sharded tables]) and install a TableLookup, and the
 // model's forward does not change.
 
+/// One of a model's embedding tables, as a pass that keeps its rows elsewhere needs it.
+struct EmbeddingTable {
+  torch::Tensor weight;  ///< the model's parameter: whole, or [0, dim] where built deferred (ModelContext)
+  int64_t rows = 0;
+  int64_t dim = 0;
+  /// Rows [first, first + count) as the model initialises them, on the CPU: the same on every rank
+  /// and whichever rows are asked for, so that a rank can make its own alone.
+  std::function<torch::Tensor(int64_t first, int64_t count)> initial_rows;
+};
+
 /// Looks up rows of a model's tables for a pass that keeps them.
 class TableLookup {
  public:
@@ -54,10 +64,11 @@ class TableLookup {
   virtual torch::Tensor look_up(const torch::Tensor& ids) = 0;
 };
 
-/// The rows of `tables` (each [rows, dim]) that `ids` [B, F] names, [B, F, dim]: the lookup without a pass.
-inline torch::Tensor look_up_in(const std::vector<torch::Tensor>& tables, const torch::Tensor& ids) {
+/// The rows of `tables` (each whole) that `ids` [B, F] names, [B, F, dim]: the lookup without a pass.
+inline torch::Tensor look_up_in(const std::vector<EmbeddingTable>& tables, const torch::Tensor& ids) {
   std::vector<torch::Tensor> rows;
-  for (std::size_t f = 0; f < tables.size(); ++f) rows.push_back(tables[f].index_select(0, ids.select(1, static_cast<int64_t>(f))));
+  for (std::size_t f = 0; f < tables.size(); ++f)
+    rows.push_back(at::embedding(tables[f].weight, ids.select(1, static_cast<int64_t>(f))));
   return torch::stack(rows, 1);
 }
 

@@ -55,9 +55,9 @@ class Model : public torch::nn::Module {
   /// model's use.
   void set_block_runner(BlockRunner* runner) { runner_ = runner; }
 
-  /// Its embedding tables, each [rows, dim], in the order look_up's columns take them (Note
-  /// [Embedding tables]); empty for a model without.
-  virtual std::vector<torch::Tensor> embedding_tables() { return {}; }
+  /// Its embedding tables, in the order look_up's columns take them (Note [Embedding tables]);
+  /// empty for a model without.
+  virtual std::vector<EmbeddingTable> embedding_tables() { return {}; }
   /// From now on the tables are looked up through `lookup` (null: in the model's own tensors), which
   /// must outlive the model's use.
   void set_table_lookup(TableLookup* lookup) { lookup_ = lookup; }
@@ -118,6 +118,9 @@ using CrossRankSum = std::function<torch::Tensor(const torch::Tensor&)>;
 struct ModelContext {
   CrossRankSum cross_rank_sum;  ///< unset: models that need it fall back to per-process statistics
   bool warn = true;  ///< warn about the model as it loads; false on every rank but 0, so it is said once
+  /// Build embedding tables empty ([0, dim]) for a pass to fill with its rows (initial_rows), so that
+  /// no rank holds a table whole (Note [Sharded tables]).
+  bool defer_tables = false;
 };
 
 /// Builds a fresh model from its config.

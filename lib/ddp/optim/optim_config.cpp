@@ -28,8 +28,8 @@ void declare_config(ConfigSchema& schema, OptimConfig& config) {
              "rowwise_adagrad when it shards the tables")
       .choices({"auto", "dense", "sgd", "rowwise_adagrad"});
   schema.add("optim.embeddings_lr", &config.embeddings_lr,
-             "the tables' learning rate under optim.embeddings sgd or rowwise_adagrad, following the schedule as "
-             "optim.lr does; 0: optim.lr")
+             "the tables' learning rate under optim.embeddings sgd or rowwise_adagrad, scaled by optim.lr_scaling and "
+             "following the schedule as optim.lr is; 0: optim.lr")
       .min(0)
       .max(1e6);
   schema.add("optim.lr_scaling", &config.lr_scaling, "linear: lr × world_size; sqrt: lr × sqrt(world_size)")

@@ -12,9 +12,9 @@ std::pair<torch::Tensor, torch::Tensor> coalesce_rows(const torch::Tensor& indic
   return {rows, summed};
 }
 
-RowUpdater::RowUpdater(std::string method, int64_t rows, double eps, const torch::TensorOptions& options)
-    : method_(std::move(method)), eps_(eps) {
-  if (method_ == "rowwise_adagrad") sums_ = torch::zeros({rows}, options.dtype(torch::kFloat));
+RowUpdater::RowUpdater(const std::string& method, int64_t rows, double eps, const torch::TensorOptions& options)
+    : eps_(eps) {
+  if (method == "rowwise_adagrad") sums_ = torch::zeros({rows}, options.dtype(torch::kFloat));
 }
 
 void RowUpdater::update(torch::Tensor& table, const torch::Tensor& rows, const torch::Tensor& grads, double lr) {

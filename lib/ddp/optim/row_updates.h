@@ -22,7 +22,7 @@ std::pair<torch::Tensor, torch::Tensor> coalesce_rows(const torch::Tensor& indic
 class RowUpdater {
  public:
   /// `method`: sgd or rowwise_adagrad, for a table of `rows` rows on `options`' device; `eps` for adagrad.
-  RowUpdater(std::string method, int64_t rows, double eps, const torch::TensorOptions& options);
+  RowUpdater(const std::string& method, int64_t rows, double eps, const torch::TensorOptions& options);
 
   /// Applies `grads` [n, dim] of the distinct rows `rows` [n] to `table` at learning rate `lr`.
   void update(torch::Tensor& table, const torch::Tensor& rows, const torch::Tensor& grads, double lr);
@@ -31,7 +31,6 @@ class RowUpdater {
   const torch::Tensor& state() const { return sums_; }
 
  private:
-  std::string method_;
   double eps_;
   torch::Tensor sums_;
 };

@@ -4,13 +4,12 @@
 // with the rest, then only the rows with a gradient stepped (Note [Row updates]). The reference the
 // sharded tables must equal, and the bench's dense all-reduce.
 
-#include <memory>
-
 #include "ddp/optim/row_updates.h"
 #include "ddp/parallel/table_updates.h"
 
 namespace ddp {
 
+/// The model's own tables, stepped row by row from their whole, synced gradients.
 class ReplicatedTables : public TableUpdates {
  public:
   /// `tables`: the model's, named `names`; `method`: sgd or rowwise_adagrad.

@@ -25,8 +25,8 @@ namespace ddp {
 // Every rank computes where every row lives from the table sizes alone, so a lookup needs no
 // directory. An evaluation runs every rank through as many forwards (empty ones where its share of
 // the split ran out), since each lookup waits for every rank.
-// Ranks' tables start as the plain model's do: each rank builds them whole from the same seed and
-// keeps its rows; a checkpoint saves each rank's rows as pieces of the whole tables, so that it
+// Ranks' tables start as the plain model's do: the model is built with its tables deferred (empty),
+// and each rank makes its own rows alone (EmbeddingTable::initial_rows); a checkpoint saves each rank's rows as pieces of the whole tables, so that it
 // resumes at any world size and under replicate too.
 
 namespace {
@@ -69,7 +69,7 @@ struct AllToAllLookup : torch::autograd::Function<AllToAllLookup> {
     auto* tables = reinterpret_cast<ShardedTables*>(ctx->saved_data["tables"].toInt());
     auto* group = reinterpret_cast<const Communicator*>(ctx->saved_data["group"].toInt());
     const auto send = ctx->saved_data["send"].toIntVector(), recv = ctx->saved_data["recv"].toIntVector();
-    torch::Tensor grad = grads[0].reshape({order.size(0), -1}).index_select(0, order);
+    torch::Tensor grad = grads[0].reshape({order.size(0), grads[0].size(-1)}).index_select(0, order);
     tables->add_gradients(saved[1], all_to_all(*group, grad, send, recv));
     return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -77,19 +77,19 @@ struct AllToAllLookup : torch::autograd::Function<AllToAllLookup> {
 
 }  // namespace
 
-ShardedTables::ShardedTables(std::vector<torch::Tensor> tables, std::vector<std::string> names, const std::string& mode,
-                             const Communicator& group, const std::string& method, double eps)
-    : tables_(std::move(tables)),
-      names_(std::move(names)),
+ShardedTables::ShardedTables(const std::vector<EmbeddingTable>& tables, std::vector<std::string> names,
+                             const std::string& mode, const Communicator& group, const std::string& method, double eps)
+    : names_(std::move(names)),
       mode_(mode),
       group_(group),
-      dim_(tables_.front().size(1)),
-      updater_(method, 0, eps, tables_.front().options()) {
+      dim_(tables.front().dim),
+      updater_(method, 0, eps, tables.front().weight.options()) {
   torch::NoGradGuard no_grad;
-  const auto world = static_cast<std::size_t>(group_.world_size), F = tables_.size();
-  for (const auto& t : tables_) {
-    if (t.size(1) != dim_) throw ConfigError("model.embedding_sharding " + mode_ + ": every table must be as wide");
-    sizes_.push_back(t.size(0));
+  const auto world = static_cast<std::size_t>(group_.world_size), F = tables.size();
+  for (const auto& t : tables) {
+    if (t.dim != dim_) throw ConfigError("model.embedding_sharding " + mode_ + ": every table must be as wide");
+    tables_.push_back(t.weight);
+    sizes_.push_back(t.rows);
   }
   first_.assign(F * world, 0);
   count_.assign(F * world, 0);
@@ -127,8 +127,8 @@ ShardedTables::ShardedTables(std::vector<torch::Tensor> tables, std::vector<std:
   rows_ = torch::empty({used[me], dim_}, options);
   for (std::size_t f = 0; f < F; ++f) {
     const std::size_t at = f * world + me;
-    if (count_[at] > 0) rows_.narrow(0, offset_[at], count_[at]).copy_(tables_[f].narrow(0, first_[at], count_[at]));
-    tables_[f].set_data(torch::empty({0, dim_}, options));
+    if (count_[at] > 0) rows_.narrow(0, offset_[at], count_[at]).copy_(tables[f].initial_rows(first_[at], count_[at]));
+    tables_[f].set_data(torch::empty({0, dim_}, options));  // a table built whole: freed
   }
   rows_.requires_grad_(true);
   updater_ = RowUpdater(method, used[me], eps, options);

@@ -2,8 +2,6 @@
 // Embedding tables spread over the data-parallel ranks (model.embedding_sharding table or row),
 // looked up by all-to-all and updated only where a batch touched them (Note [Sharded tables]).
 
-#include <memory>
-
 #include "ddp/comm/process_group.h"
 #include "ddp/model/model_block.h"
 #include "ddp/optim/row_updates.h"
@@ -11,13 +9,14 @@
 
 namespace ddp {
 
+/// Tables whose rows live on the data-parallel ranks that keep them: the model's lookup, and their updates.
 class ShardedTables : public TableLookup, public TableUpdates {
  public:
-  /// Takes this rank's rows of `tables` (the model's, whole, named `names`, all of one width) out of
-  /// them and frees the rest: `mode` table keeps each table whole on one rank (the largest first,
+  /// Makes this rank's rows of `tables` (the model's, named `names`, all of one width; built deferred,
+  /// or whole and then freed): `mode` table keeps each table whole on one rank (the largest first,
   /// each on the rank with the fewest rows yet), row splits every table's rows into `group`'s size
   /// contiguous blocks. `method`: sgd or rowwise_adagrad.
-  ShardedTables(std::vector<torch::Tensor> tables, std::vector<std::string> names, const std::string& mode,
+  ShardedTables(const std::vector<EmbeddingTable>& tables, std::vector<std::string> names, const std::string& mode,
                 const Communicator& group, const std::string& method, double eps);
 
   torch::Tensor look_up(const torch::Tensor& ids) override;
@@ -33,7 +32,7 @@ class ShardedTables : public TableLookup, public TableUpdates {
   int64_t parameter_bytes() const override { return rows_.numel() * rows_.element_size(); }
   int64_t state_bytes() const override;
 
-  /// A description for the log: "row: 26 tables, this rank 1,300 of their 2,600 rows".
+  /// For the log: "model.embedding_sharding row: 26 tables of 104000 rows, 52000 of them on rank 0 of 2".
   std::string describe() const;
 
   // The lookup's backward hands its rows' gradients here (store indices [m], gradients [m, dim]).

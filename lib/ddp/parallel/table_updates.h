@@ -24,6 +24,7 @@ struct TablePiece {
   torch::Tensor value;    ///< its elements here, which restoring writes through
 };
 
+/// Embedding tables a pass updates itself, after the optimizer's step (ParallelModel::tables).
 class TableUpdates {
  public:
   virtual ~TableUpdates() = default;
