@@ -235,3 +235,32 @@ TEST_CASE("a checkpoint of sharded tables resumes at another world size and shar
   }
 }
 
+
+TEST_CASE("row-sharded tables at world 4: no rank but model.pt's writer ever holds more than its quarter of the tables",
+          "[clicks][tables][memory]") {
+  TempDir dir;
+  std::string train_log = make_log(dir, "train.tsv", 1000, 7);
+  // 26 tables of 200,000 rows of 16 floats: 333 MB whole, 83 MB (and 5 MB of row sums) a rank.
+  const double tables_mib = 26.0 * 200000 * 16 * 4 / (1 << 20);
+  auto peaks = [&](const std::string& name, const std::string& rows) {
+    auto r = train(4, train_log, train_log, dir.file(name),
+                   "--set model.embedding_sharding=row --set model.embedding_rows=[" + rows +
+                       "] --set train.batch_size=32 --set train.max_steps=4 --set eval.every_epochs=0");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    auto run = ddp::read_run(dir.file(name));
+    std::vector<double> mib;
+    for (int rank = 0; rank < 4; ++rank) mib.push_back(run.last("peak_rss_mib_rank" + std::to_string(rank)).value_or(0));
+    return mib;
+  };
+  auto small = peaks("small", "1000"), large = peaks("large", "200000");
+  for (int rank = 1; rank < 4; ++rank) {
+    INFO("rank " << rank << ": peak RSS " << large[rank] << " MiB with the tables of " << tables_mib << " MiB, "
+                 << small[rank] << " MiB with tables of 1,000 rows");
+    REQUIRE(small[rank] > 0);
+    CHECK(large[rank] - small[rank] < 0.4 * tables_mib);
+  }
+  // Rank 0 gathers each table whole to write model.pt (and model.safetensors), and no more.
+  INFO("rank 0: " << large[0] << " MiB, " << small[0] << " MiB");
+  CHECK(large[0] - small[0] < 2.5 * tables_mib);
+}

@@ -491,5 +491,12 @@ TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, dist.
                     Contains("optim.embeddings: updates replicated tables from their whole gradients, which "
                              "dist.shard optimizer splits"));
   CHECK_NOTHROW(parse(dlrm, {"train.clip_grad_norm=1"}));  // replicated tables under the dense optimizer
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "model.activation_checkpointing=full"}),
+                    Contains("model.embedding_sharding: runs with model.activation_checkpointing none for now"));
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "model.init_from=model.pt"}),
+                    Contains("model.embedding_sharding: makes each rank's rows from the seed, and cannot start from "
+                             "model.init_from yet"));
+  CHECK_THROWS_WITH(parse(dlrm, {"optim.embeddings=sgd", "dist.pipeline=2"}),
+                    Contains("optim.embeddings: updates replicated tables row by row with dist.pipeline 1 for now"));
 }
 

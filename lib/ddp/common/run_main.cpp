@@ -43,7 +43,8 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
                     without_backtrace(e.what()) +
                         "; without dist.shard every rank holds the whole model, its gradients and its optimizer "
                         "state (16 bytes a parameter with Adam in float32): dist.shard optimizer, gradients or "
-                        "parameters split them over the ranks (docs/parallelism.md); or lower train.batch_size");
+                        "parameters split them over the ranks (docs/parallelism.md), and model.embedding_sharding "
+                        "table or row a model's embedding tables (docs/click-through.md); or lower train.batch_size");
     return report(errors, kExitFailure, errors.failure, without_backtrace(e.what()));
   }
 }
