@@ -13,6 +13,7 @@
 #include "ddp/loop/train_config.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/record/metrics_reader.h"
+#include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -263,4 +264,31 @@ TEST_CASE("row-sharded tables at world 4: no rank but model.pt's writer ever hol
   // Rank 0 gathers each table whole to write model.pt (and model.safetensors), and no more.
   INFO("rank 0: " << large[0] << " MiB, " << small[0] << " MiB");
   CHECK(large[0] - small[0] < 2.5 * tables_mib);
+}
+
+TEST_CASE("SIGINT during an evaluation of sharded tables stops every rank before the same batch, with 130",
+          "[clicks][tables][signals]") {
+  TempDir dir;
+  std::string train_log = make_log(dir, "train.tsv", 200, 8), test_log = make_log(dir, "test.tsv", 2000, 9);
+  // Rank 0 takes 0.3 s a batch over its 100 batches of 10: 30 s, unless it is stopped; the lookups
+  // keep rank 1 at its pace.
+  const std::string log = dir.file("log");
+  const std::string command =
+      "DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+      std::string(DDP_SOURCE_DIR) + "/configs/clicks_dlrm.yaml --set data.path=" + train_log +
+      " --set data.eval_path=" + test_log + " --set run.output_dir=" + dir.file("run") +
+      " --set model.embedding_rows=[4000] --set model.embedding_sharding=row --set eval.at_start=true"
+      " --set eval.batch_size=10 --set train.max_steps=2 --set train.batch_size=16 --set checkpoint.every_epochs=0";
+  auto r = run_shell(command + " > " + log + " 2>&1 & L=$!; "
+                     "until [ $(grep -c 'evaluating at step 0' " + log + ") -ge 1 ]; do sleep 0.2; done; "
+                     "kill -INT $L; wait $L; echo status=$?",
+                     std::chrono::seconds(90));
+  const std::string output = read_file(log);
+  INFO(r.out << r.err << output);
+  CHECK_THAT(r.out, Contains("status=130"));
+  CHECK_THAT(output, Contains("interrupted after") && !Contains("killed them"));
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  CHECK(metric_value(metrics, "eval_interrupted") == 1);
+  CHECK(metric_value(metrics, "eval_samples") < 2000);
+  CHECK(metric_value(metrics, "exit_status") == 130);
 }

@@ -58,13 +58,18 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
     torch::NoGradGuard no_grad;
     int64_t done = 0;
     for (int64_t k = 0, start = begin; k < forwards; ++k, start += config.batch_size) {
+      if (may_stop && hooks.stop_requested) {
+        bool stop = hooks.stop_requested();
+        // Lockstep: the ranks stop together, or one's next lookup would wait for a rank that left.
+        if (lockstep) stop = all_reduce_sum(replicas, torch::full({1}, stop ? 1.0 : 0.0, torch::kDouble)).item<double>() > 0;
+        if (stop) {
+          sums[at.stopped].fill_(1.0);
+          break;
+        }
+      }
       if (start >= end) {  // lockstep, past this rank's share: an empty batch keeps the others company
         metrics(task.make_batch(Split::kEval, torch::empty({0}, torch::kLong)).to(everyone.device));
         continue;
-      }
-      if (may_stop && !lockstep && hooks.stop_requested && hooks.stop_requested()) {
-        sums[at.stopped].fill_(1.0);
-        break;
       }
       auto positions = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
       auto indices = planned == size ? positions : positions.mul(size).div(planned, "floor");
