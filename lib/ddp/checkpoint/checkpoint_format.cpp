@@ -15,6 +15,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/parallel/optimizer_state.h"
+#include "ddp/parallel/table_updates.h"
 
 namespace ddp {
 
@@ -392,6 +393,7 @@ TrainProgress load_whole_checkpoint(const std::string& manifest, const std::stri
   CheckpointReader reader(manifest, manifest_path, data);
   if (accept) accept(reader.progress());
   CheckpointLayout layout = whole_layout(model);
+  layout.skips_row_state = true;  // tables' row state: an optimizer over every parameter has none of it
   layout.whole_optimizer = [&optimizer](const std::vector<torch::Tensor>& parameters) {
     return optimizer_like(optimizer, parameters);
   };
@@ -556,7 +558,8 @@ void CheckpointReader::check_fits(const CheckpointLayout& layout, const torch::n
                   c10::str(c10::IntArrayRef(layout.shapes[i])) + " in the model;";
     saved.erase(found);
   }
-  for (const auto& [name, index] : saved) problems += " unexpected " + name + ";";
+  for (const auto& [name, index] : saved)
+    if (!layout.skips_row_state || !name.ends_with(kRowStateSuffix)) problems += " unexpected " + name + ";";
   for (const auto& [name, buffer] : unique_buffers(model)) {
     torch::Tensor value;
     if (!common_->archive->try_read(buffer_prefix_ + name, value))

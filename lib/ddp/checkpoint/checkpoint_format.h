@@ -34,6 +34,9 @@ struct CheckpointLayout {
   bool writes = false;                    ///< one replica of each shard writes it
   std::string mesh;                       ///< the mesh, described, for the manifest
   int data_parallel_size = 0;             ///< ranks that split the samples (0: the world), for the resume position
+  /// Row updates' state of embedding tables (TableEntry, kRowStateSuffix) may be in the checkpoint
+  /// and not in the layout: a reader of the weights alone (ddp-export) skips it.
+  bool skips_row_state = false;
   /// The whole checkpoint: one file, written by the one writer, holding the common state too.
   bool single_file = false;
   /// An optimizer like this run's over whole tensors, to read a format-1 whole checkpoint's state into.

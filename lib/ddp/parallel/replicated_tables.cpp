@@ -23,7 +23,7 @@ void ReplicatedTables::step(double lr) {
 std::vector<TableEntry> ReplicatedTables::entries() const {
   std::vector<TableEntry> entries;
   for (std::size_t t = 0; t < tables_.size(); ++t)
-    if (updaters_[t].state().defined()) entries.push_back({names_[t] + ".row_sums", {tables_[t].size(0)}});
+    if (updaters_[t].state().defined()) entries.push_back({names_[t] + kRowStateSuffix, {tables_[t].size(0)}});
   return entries;
 }
 

@@ -171,7 +171,7 @@ std::vector<TableEntry> ShardedTables::entries() const {
   std::vector<TableEntry> entries;
   for (std::size_t f = 0; f < tables_.size(); ++f) entries.push_back({names_[f], {sizes_[f], dim_}});
   if (updater_.state().defined())
-    for (std::size_t f = 0; f < tables_.size(); ++f) entries.push_back({names_[f] + ".row_sums", {sizes_[f]}});
+    for (std::size_t f = 0; f < tables_.size(); ++f) entries.push_back({names_[f] + kRowStateSuffix, {sizes_[f]}});
   return entries;
 }
 

@@ -11,9 +11,12 @@
 
 namespace ddp {
 
+/// What a table's per-row optimizer state is called in a checkpoint: the table's name and this.
+inline constexpr const char* kRowStateSuffix = ".row_sums";
+
 /// A whole tensor a checkpoint holds of the tables: a table, or its per-row optimizer state.
 struct TableEntry {
-  std::string name;            ///< the table's parameter name, or that name + ".row_sums"
+  std::string name;            ///< the table's parameter name, or that name + kRowStateSuffix
   std::vector<int64_t> shape;  ///< its whole shape
 };
 
