@@ -239,6 +239,20 @@ TEST_CASE("a checkpoint of sharded tables resumes at another world size and shar
                           Contains("model.embedding_sharding " + first.sharding + " → " + second.sharding));
     CHECK(largest_difference(dir.file("one/model.pt"), out + "/model.pt") < 1e-6);
   }
+  // optim.embeddings auto is rowwise_adagrad when sharded and dense when replicated: such a resume
+  // would change the tables' optimizer, and is refused saying so.
+  const std::string auto_out = dir.file("auto");
+  const std::string half = "--set checkpoint.every_steps=15 --set train.max_steps=15 --set optim.embeddings=auto ";
+  auto sharded = train(2, train_log, test_log, auto_out, half + batch_of(2) + "--set model.embedding_sharding=row");
+  INFO(sharded.out << sharded.err);
+  REQUIRE(sharded.exit_code == 0);
+  auto replicated = train(1, train_log, test_log, auto_out,
+                          "--set checkpoint.every_steps=15 --set train.max_steps=30 --set optim.embeddings=auto " + batch_of(1));
+  INFO(replicated.out << replicated.err);
+  CHECK(replicated.exit_code == 2);
+  CHECK_THAT(replicated.err, Contains("does not fit this run: its embedding tables were updated row by row, and this "
+                                      "run's by optim.name") &&
+                                 Contains("set optim.embeddings as the run that wrote it had it"));
 }
 
 

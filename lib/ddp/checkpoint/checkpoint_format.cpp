@@ -546,10 +546,13 @@ void CheckpointReader::check_fits(const CheckpointLayout& layout, const torch::n
     throw FileError(source() + " holds the state of optim.name " + optimizer_ + ", and this run's is " +
                     optimizer_name(optimizer));
   std::string problems;
+  // Tables updated row by row in one run and not the other: optim.embeddings' doing, said as such.
+  bool row_state_missing = false, row_state_unexpected = false;
   for (std::size_t i = 0; i < layout.names.size(); ++i) {
     auto found = saved.find(layout.names[i]);
     if (found == saved.end()) {
       problems += " missing " + layout.names[i] + ";";
+      row_state_missing = row_state_missing || layout.names[i].ends_with(kRowStateSuffix);
       continue;
     }
     const auto& shape = shapes_[found->second];
@@ -558,8 +561,19 @@ void CheckpointReader::check_fits(const CheckpointLayout& layout, const torch::n
                   c10::str(c10::IntArrayRef(layout.shapes[i])) + " in the model;";
     saved.erase(found);
   }
-  for (const auto& [name, index] : saved)
-    if (!layout.skips_row_state || !name.ends_with(kRowStateSuffix)) problems += " unexpected " + name + ";";
+  for (const auto& [name, index] : saved) {
+    if (!name.ends_with(kRowStateSuffix)) {
+      problems += " unexpected " + name + ";";
+    } else if (!layout.skips_row_state) {
+      problems += " unexpected " + name + ";";
+      row_state_unexpected = true;
+    }
+  }
+  if (row_state_missing != row_state_unexpected)
+    throw FileError(source() + " does not fit this run: its embedding tables were updated " +
+                    (row_state_unexpected ? "row by row, and this run's by optim.name" : "by optim.name, and this run's row by row") +
+                    " (optim.embeddings auto means dense under model.embedding_sharding replicate and rowwise_adagrad "
+                    "under table or row): set optim.embeddings as the run that wrote it had it");
   for (const auto& [name, buffer] : unique_buffers(model)) {
     torch::Tensor value;
     if (!common_->archive->try_read(buffer_prefix_ + name, value))
