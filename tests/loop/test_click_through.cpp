@@ -71,6 +71,16 @@ const std::string kTableSteps =
 
 std::string batch_of(int world) { return "--set train.batch_size=" + std::to_string(32 / world) + " "; }
 
+// The tables tests' logs (960 training lines, `test_rows` test lines), and the one-process
+// reference run (row updates of replicated tables) in dir/one.
+std::pair<std::string, std::string> logs_and_reference(const TempDir& dir, int test_rows) {
+  std::string train_log = make_log(dir, "train.tsv", 960, 3), test_log = make_log(dir, "test.tsv", test_rows, 4);
+  auto one = train(1, train_log, test_log, dir.file("one"), kTableSteps + batch_of(1));
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  return {train_log, test_log};
+}
+
 }  // namespace
 
 TEST_CASE("DLRM learns a Criteo-layout click log at world 2, and an independent Python DLRM scores its model.pt "
@@ -163,10 +173,7 @@ TEST_CASE("sharded tables, table-wise and row-wise at world 2 and 4, equal one p
           "after 30 steps, and rows no batch named keep their initial bits",
           "[clicks][tables]") {
   TempDir dir;
-  std::string train_log = make_log(dir, "train.tsv", 960, 3), test_log = make_log(dir, "test.tsv", 203, 4);
-  auto one = train(1, train_log, test_log, dir.file("one"), kTableSteps + batch_of(1));
-  INFO(one.out << one.err);
-  REQUIRE(one.exit_code == 0);
+  auto [train_log, test_log] = logs_and_reference(dir, 203);
   // The model as every run starts it: built from the run's seed, as the trainer builds it.
   ddp::TrainConfig config = ddp::load_train_config(std::string(DDP_SOURCE_DIR) + "/configs/clicks_dlrm.yaml",
                                                    {"model.embedding_rows=[4000]", "data.path=" + train_log});
@@ -210,10 +217,7 @@ TEST_CASE("a checkpoint of sharded tables resumes at another world size and shar
           "if uninterrupted",
           "[clicks][tables][checkpoint]") {
   TempDir dir;
-  std::string train_log = make_log(dir, "train.tsv", 960, 3), test_log = make_log(dir, "test.tsv", 200, 4);
-  auto one = train(1, train_log, test_log, dir.file("one"), kTableSteps + batch_of(1));
-  INFO(one.out << one.err);
-  REQUIRE(one.exit_code == 0);
+  auto [train_log, test_log] = logs_and_reference(dir, 200);
   struct Leg {
     int world;
     std::string sharding;
