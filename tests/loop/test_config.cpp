@@ -496,6 +496,9 @@ TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, dist.
   CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "model.init_from=model.pt"}),
                     Contains("model.embedding_sharding: makes each rank's rows from the seed, and cannot start from "
                              "model.init_from yet"));
+  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=table", "checkpoint.format=whole"}),
+                    Contains("model.embedding_sharding: keeps each rank's rows on that rank, which "
+                             "checkpoint.format whole would pass through every rank"));
   CHECK_THROWS_WITH(parse(dlrm, {"optim.embeddings=sgd", "dist.pipeline=2"}),
                     Contains("optim.embeddings: updates replicated tables row by row with dist.pipeline 1 for now"));
 }

@@ -286,7 +286,7 @@ TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no dec
         }(), 0.1).get()) != nullptr);
 }
 
-TEST_CASE("row updates: rowwise_adagrad and sgd step only the rows given, by the formula; coalesce sums repeated rows",
+TEST_CASE("row updates: rowwise_adagrad and sgd step only the rows given, by the formula, and coalesce sums repeated rows",
           "[optim][tables]") {
   auto [rows, summed] = coalesce_rows(torch::tensor({5, 2, 5, 0}, torch::kLong),
                                       torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).unsqueeze(1).repeat({1, 2}));

@@ -54,6 +54,9 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
     if (!config.model.init_from.empty())
       return "makes each rank's rows from the seed, and cannot start from model.init_from yet: resume a "
              "checkpoint of the run instead";
+    if (config.checkpoint.format == "whole")
+      return "keeps each rank's rows on that rank, which checkpoint.format whole would pass through every "
+             "rank to write one file: use auto or sharded (a file per rank, which any layout resumes)";
     // A recomputed block's gradients reach only its parameters, and the rows' lookup is not one.
     if (config.model.activation_checkpointing != "none")
       return "runs with model.activation_checkpointing none for now (the features block that looks the rows up "
