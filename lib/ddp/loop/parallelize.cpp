@@ -108,6 +108,8 @@ ParallelModel::~ParallelModel() {
   if (looks_up) looks_up->set_table_lookup(nullptr);
 }
 
+bool pass_makes_tables(const TrainConfig& config) { return config.model.embedding_sharding != "replicate"; }
+
 std::vector<torch::Tensor> optimizer_parameters(const ParallelModel& parallel, ParallelPlan& plan) {
   std::vector<torch::Tensor> stepped = plan.optimizer_parameters(parallel.parameters);
   if (!parallel.tables) return stepped;
@@ -121,7 +123,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
                                            ValueSlots& side_values) {
   auto parallel = std::make_unique<ParallelModel>();
   const std::string rows = row_method(config);
-  const bool sharded_tables = config.model.embedding_sharding != "replicate";
+  const bool sharded_tables = pass_makes_tables(config);
   std::vector<std::string> table_names;
   std::vector<EmbeddingTable> tables = rows.empty() ? std::vector<EmbeddingTable>{} : tables_of(task, config, table_names);
   std::vector<torch::Tensor> weights;

@@ -41,6 +41,10 @@ struct ParallelModel {
   Model* looks_up = nullptr;              ///< the model `tables` is installed in as its lookup
 };
 
+/// Whether a pass makes each rank's rows of the model's embedding tables (Note [Sharded tables]), so
+/// that the model is built with them deferred (ModelContext::defer_tables).
+bool pass_makes_tables(const TrainConfig& config);
+
 /// The parameters the optimizer steps: the plan's (ParallelPlan::optimizer_parameters) but the
 /// tables' that `parallel.tables` updates itself.
 std::vector<torch::Tensor> optimizer_parameters(const ParallelModel& parallel, ParallelPlan& plan);

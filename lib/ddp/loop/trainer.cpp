@@ -73,7 +73,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
     return replicas.world_size > 1 ? all_reduce_sum(replicas, values) : values;
   };
   context.model.warn = world.rank == 0;
-  context.model.defer_tables = config_.model.embedding_sharding != "replicate";  // pass 4 makes each rank's rows
+  context.model.defer_tables = pass_makes_tables(config_);
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);

@@ -27,8 +27,8 @@ inline constexpr int64_t kMinClasses = 2;
 // families read (model.hidden: mlp and graphsage) is declared by both (Note [Shared keys] in
 // config_schema.h). model.num_classes and model.block_size stay here: they are what a task fits its
 // data to (a classifier's outputs, a language model's context), read by the task and by every family
-// of its kind; model.init_from and model.activation_checkpointing too, as any family's model takes
-// them. Adding a family is its .cpp and config header, one word in model_registry.cpp's list,
+// of its kind; model.init_from, model.activation_checkpointing and model.embedding_sharding too, as
+// any family's model takes them (the last, any family with embedding tables). Adding a family is its .cpp and config header, one word in model_registry.cpp's list,
 // one member here and one declare_config call in model_config.cpp.
 
 /// The network to train; user-facing keys are model.<key> whichever family reads them.
