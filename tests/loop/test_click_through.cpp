@@ -315,3 +315,19 @@ TEST_CASE("SIGINT during an evaluation of sharded tables stops every rank before
   CHECK(metric_value(metrics, "eval_samples") < 2000);
   CHECK(metric_value(metrics, "exit_status") == 130);
 }
+
+TEST_CASE("a model without embedding tables refuses model.embedding_sharding and row updates in one line",
+          "[clicks][tables]") {
+  TempDir dir;
+  for (std::string set : {"model.embedding_sharding=row", "optim.embeddings=sgd"}) {
+    auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                           std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" +
+                           dir.file("run") + " --set " + set,
+                       std::chrono::seconds(120));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    const std::string key = set.substr(0, set.find('=')) + " " + set.substr(set.find('=') + 1);
+    CHECK_THAT(r.err, Contains(key + ": model.name mlp has no embedding tables (dlrm has)"));
+    CHECK_FALSE(std::filesystem::exists(dir.file("run/model.pt")));
+  }
+}
