@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding, BENCH_ONLY=pipeline or BENCH_ONLY=tokenize (ddp-tokenize against Python
+BENCH_ONLY=threads (ranks as threads against processes), BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding, BENCH_ONLY=pipeline or BENCH_ONLY=tokenize (ddp-tokenize against Python
 sentencepiece) runs only that table;
 BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
 utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors (BENCH_GPU_PRECISIONS,
@@ -47,8 +47,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_run(work, name, nproc, model, extra=(), nodes=1, config=CONFIG, steps=STEPS, log_every=25):
-    """One run; with nodes > 1, that many launchers on this host (--nnodes), nproc ranks each."""
+def start_run(work, name, nproc, model, extra=(), nodes=1, config=CONFIG, steps=STEPS, log_every=25, threads=False):
+    """One run; with nodes > 1, that many launchers on this host (--nnodes), nproc ranks each; with
+    threads, one ddp-train running nproc ranks as its threads (--threads)."""
     out = os.path.join(work, name)
     sets = [f"run.output_dir={out}", f"train.max_steps={steps}", f"train.log_every={log_every}", "data.eval_split=none",
             "checkpoint.every_epochs=0", "checkpoint.resume=never", *MODELS.get(model, []), *extra]
@@ -58,6 +59,8 @@ def start_run(work, name, nproc, model, extra=(), nodes=1, config=CONFIG, steps=
     processes = []
     for launcher in launchers:
         argv = [os.path.join(BIN, "ddprun"), *launcher, "--nproc-per-node", str(nproc), config]
+        if threads:
+            argv = [os.path.join(BIN, "ddp-train"), config, "--threads", str(nproc)]
         for s in sets:
             argv += ["--set", s]
         # stderr to a file, not a pipe: launchers waited for one after another must not block on a full pipe.
@@ -83,6 +86,7 @@ def finish_run(out, started, processes):
     return {"samples_per_s": mean("samples_per_s"), "allreduce_ms": mean("allreduce_ms"), "loss": logs[-1].get("loss"),
             "exposed_ms": mean("allreduce_exposed_ms"), "first_step_s": first - started,
             "rss_mib": memory["peak_rss_mib_max"],
+            "rss_ranks_mib": [v for k, v in sorted(memory.items()) if k.startswith("peak_rss_mib_rank")],
             "tokens_per_s": mean("tokens_per_s") if "tokens_per_s" in logs[0] else 0,
             "sampled_edges_per_s": mean("sampled_edges_per_s") if "sampled_edges_per_s" in logs[0] else 0}
 
@@ -469,6 +473,25 @@ def tables(work):
     print()
 
 
+def threads(work):
+    """Ranks as threads of one process (ddp-train --threads N) against N ddprun processes (issue 43):
+    the same training, so samples/s should agree; what differs is the start and the memory. Peak RSS
+    is the processes' sum (each maps the dataset and LibTorch alone) against the one process's."""
+    print(f"Ranks as threads: {STEPS} steps, batch 64 per rank, 1 intra-op thread a rank, best of {REPEATS}, "
+          f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| model | ranks | as | samples/s | launch→first step s | peak RSS MiB, all ranks |")
+    print("|---|---:|---|---:|---:|---:|")
+    for model in MODELS:
+        for n in (2, 4):
+            for label, as_threads in (("processes (ddprun)", False), ("threads (ddp-train --threads)", True)):
+                r = best([finish_run(*start_run(work, f"threads-{model}-{n}-{as_threads}-{i}", n, model,
+                                                threads=as_threads)) for i in range(REPEATS)])
+                rss = max(r["rss_ranks_mib"]) if as_threads else sum(r["rss_ranks_mib"])
+                print(f"| {model} | {n} | {label} | {r['samples_per_s']:.0f} | {r['first_step_s']:.2f} | {rss:.0f} |",
+                      flush=True)
+    print()
+
+
 def pipeline(work):
     """2 pipeline stages × 1 against 1 × 2 data-parallel ranks at world 2 on the GPT table's model, the
     same global batch: tokens/s, and each stage's measured bubble beside (P-1)/(M+P-1)."""
@@ -603,7 +626,8 @@ def compare(work):
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
     only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "sharding": sharding,
-            "pipeline": pipeline, "compare": compare, "tokenize": tokenize, "tables": tables}.get(os.environ.get("BENCH_ONLY", ""))
+            "pipeline": pipeline, "compare": compare, "tokenize": tokenize, "tables": tables,
+            "threads": threads}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
             only(work)

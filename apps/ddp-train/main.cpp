@@ -1,5 +1,6 @@
 // ddp-train: one data-parallel worker. Started by ddprun (which sets RANK, WORLD_SIZE, ...),
-// or by hand, one process per rank, as the PyTorch tutorials do.
+// or by hand, one process per rank, as the PyTorch tutorials do; or, with --threads N, N ranks
+// as threads of this one process (Note [Ranks as threads]).
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -14,6 +15,7 @@
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
+#include "ddp/loop/thread_ranks.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/trainer.h"
 #include "trainer_options.h"
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
       throw ddp::UserError("--rank needs --world-size");
     ddp::validate(identity);
 
+    for (auto& assignment : ddp::rank_thread_overrides(args)) args.overrides.push_back(std::move(assignment));
     ddp::TrainConfig config = ddp::load_train_config(args.config, args.overrides);
     // Without it the keys its config.json gave fall back to their defaults, and a re-run of the run
     // would be refused with a diff of all of them rather than this one line.
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
     }
     spdlog::set_pattern("[%H:%M:%S] %^%l%$: %v");
     spdlog::set_level(identity.rank == 0 ? spdlog::level::info : spdlog::level::warn);
+    if (ddp::rank_threads(config.dist) > 0) return ddp::run_rank_threads(config, identity, errors);
     trainer = std::make_unique<ddp::Trainer>(std::move(config), identity);
     int stopped_by = trainer->fit();
     return stopped_by ? 128 + stopped_by : ddp::kExitSuccess;

@@ -1,5 +1,7 @@
 #include "trainer_options.h"
 
+#include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
 
@@ -16,8 +18,29 @@ void declare_trainer_options(CLI::App& app, TrainerArguments& args, WorkerIdenti
                  "Rendezvous host (default $MASTER_ADDR or " + std::string(kDefaultMasterAddr) + ")");
   app.add_option("--master-port", identity.master_port,
                  "Rendezvous port (default $MASTER_PORT or " + std::to_string(kDefaultMasterPort) + ")");
+  app.add_option("--threads", args.threads,
+                 "Run N ranks as threads of this process, on the CPU (dist.threads): one command, no launcher")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--devices", args.devices,
+                 "Run a rank thread on each of these CUDA devices, e.g. 0,1,2 (dist.devices)");
   app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");
   app.set_version_flag("--version", version_line(), "Print the versions this binary was built with");
+}
+
+std::vector<std::string> rank_thread_overrides(const TrainerArguments& args) {
+  std::vector<std::string> overrides;
+  if (args.threads > 0) overrides.push_back("dist.threads=" + std::to_string(args.threads));
+  if (!args.devices.empty()) {
+    std::string list;
+    for (const auto& device : split(args.devices, ',')) {
+      auto index = parse_int(device);
+      if (!index || *index < 0)
+        throw UserError("--devices: expected CUDA device numbers separated by commas (0,1,2), got '" + args.devices + "'");
+      list += (list.empty() ? "" : ", ") + std::to_string(*index);
+    }
+    overrides.push_back("dist.devices=[" + list + "]");
+  }
+  return overrides;
 }
 
 }  // namespace ddp

@@ -11,6 +11,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/model/rank_random.h"
 
 namespace ddp {
 namespace {
@@ -220,7 +221,7 @@ void write_progress(torch::serialize::OutputArchive& archive, const TrainProgres
   archive.write("accum_steps", scalar(progress.accum_steps));
   archive.write("world_size", scalar(world_size));
   archive.write("lr", torch::tensor({progress.lr}, torch::kDouble));
-  archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+  archive.write("rng/cpu", cpu_generator().get_state());
   for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
 }
 
@@ -242,7 +243,7 @@ TrainProgress read_progress(torch::serialize::InputArchive& archive, const std::
 void restore_rng(torch::serialize::InputArchive& archive, int rank) {
   torch::Tensor rng;
   if (archive.try_read("rng/cpu_rank" + std::to_string(rank), rng) || archive.try_read("rng/cpu", rng)) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    at::Generator generator = cpu_generator();  // a handle to the rank's (the global one, but in threads mode)
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   }

@@ -1,5 +1,7 @@
 #include "ddp/comm/dist_config.h"
 
+#include <set>
+
 #include "ddp/config/config_schema.h"
 
 namespace ddp {
@@ -31,6 +33,31 @@ void declare_config(ConfigSchema& schema, DistConfig& config) {
   schema.add("dist.shared_memory", &config.shared_memory,
              "sum gradients through shared memory among the ranks of each node on the CPU (across nodes: "
              "one Gloo leader per node); false: all through the backend (Gloo)");
+  schema.add("dist.threads", &config.threads,
+             "ranks as threads of this one process, each with its own replica (DataParallel's use, without "
+             "its GIL or its gather on one device): N ranks on the CPU with the cores split between them, "
+             "the same algorithm, results and outputs as N processes; 0: one rank per process (ddprun). "
+             "ddp-train --threads N sets it")
+      .min(0)
+      .max(1024);
+  schema.add("dist.devices", &config.devices,
+             "the CUDA devices of the rank threads, one rank each ([0, 1, 2]); sets the rank count. "
+             "ddp-train --devices 0,1,2 sets it")
+      .min(0);
+  schema.rule("dist.devices", [&config]() -> std::string {
+    if (config.devices.empty()) return "";
+    if (std::set<int64_t>(config.devices.begin(), config.devices.end()).size() != config.devices.size())
+      return "a device may appear once (each is one rank's)";
+    if (config.device == "cpu") return "names CUDA devices, and dist.device is cpu; use dist.threads for CPU ranks";
+    if (config.threads != 0 && config.threads != static_cast<int64_t>(config.devices.size()))
+      return "gives " + std::to_string(config.devices.size()) + " rank threads and dist.threads " +
+             std::to_string(config.threads) + "; set one of them";
+    return "";
+  });
+}
+
+int rank_threads(const DistConfig& config) {
+  return config.devices.empty() ? static_cast<int>(config.threads) : static_cast<int>(config.devices.size());
 }
 
 }  // namespace ddp

@@ -153,6 +153,19 @@ Placement resolve_placement(const DistConfig& config, int local_rank, int local_
 #ifdef DDP_WITH_CUDA
   if (config.device != "cpu" && torch::cuda::is_available()) gpus = static_cast<int>(torch::cuda::device_count());
 #endif
+  if (!config.devices.empty()) {
+#ifndef DDP_WITH_CUDA
+    throw ConfigError("dist.devices: CUDA devices need a CUDA build (cmake -DDDP_WITH_CUDA=ON against a CUDA "
+                      "LibTorch); ranks as threads on the CPU are dist.threads (ddp-train --threads N)");
+#endif
+    const int64_t index = config.devices[static_cast<std::size_t>(std::max(0, local_rank)) % config.devices.size()];
+    check_user(index < gpus, "dist.devices: device " + std::to_string(index) + " is not visible (" +
+                                 std::to_string(gpus) + " GPU(s) are; check CUDA_VISIBLE_DEVICES)");
+    Placement placement;
+    placement.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+    placement.backend = config.backend != "auto" ? config.backend : "nccl";  // a device each, by the rule on dist.devices
+    return placement;
+  }
   if (config.device == "cuda") {
 #ifndef DDP_WITH_CUDA
     throw ConfigError("dist.device: cuda needs a CUDA build (cmake -DDDP_WITH_CUDA=ON against a CUDA LibTorch)");
@@ -188,7 +201,7 @@ void connect_group(Communicator& comm, const WorkerIdentity& env, const DistConf
                    std::chrono::milliseconds timeout);
 }  // namespace
 
-Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
+Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::intrusive_ptr<c10d::Store> shared_store) {
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(env.master_port);
@@ -197,7 +210,7 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
   options.timeout = timeout;
   // Mode B under Slurm: the master is the job's first node by Slurm's name, which may not resolve.
   std::string master = env.master_addr;
-  if (env.store_path.empty() && env.world_size > 1) {
+  if (!shared_store && env.store_path.empty() && env.world_size > 1) {
     auto resolved = resolve_master_address(env.master_addr, "set MASTER_ADDR (or --master-addr) to an address of "
                                                             "rank 0's node that every rank can resolve");
     if (!resolved.note.empty()) spdlog::info("{}", resolved.note);
@@ -207,7 +220,9 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config) {
 
   c10::intrusive_ptr<c10d::Store> base_store;
   try {
-    if (!env.store_path.empty()) {
+    if (shared_store) {
+      base_store = std::move(shared_store);
+    } else if (!env.store_path.empty()) {
       auto file = env.store_path + "/attempt_" + std::to_string(env.round);
       base_store = c10::make_intrusive<c10d::FileStore>(file, env.world_size);
       base_store->setTimeout(timeout);

@@ -63,7 +63,9 @@ Placement resolve_placement(const DistConfig& config, int local_rank, int local_
 Communicator sub_communicator(const Communicator& world, const std::string& name, const std::vector<int>& ranks);
 
 /// Connects to (or, as rank 0 started by hand, hosts) the TCP store and creates the process group.
-/// Throws UserError naming the master address on a time-out.
-Communicator connect(const WorkerIdentity& env, const DistConfig& config);
+/// Throws UserError naming the master address on a time-out. With `shared_store`, the ranks meet
+/// there instead: ranks that are threads of one process (Note [Ranks as threads]).
+Communicator connect(const WorkerIdentity& env, const DistConfig& config,
+                     c10::intrusive_ptr<c10d::Store> shared_store = {});
 
 }  // namespace ddp

@@ -14,6 +14,7 @@ namespace ddp {
 namespace {
 
 int report(const ProgramErrors& errors, int status, const char* kind, const std::string& what) {
+  if (errors.claim) errors.claim();
   std::string prefix = errors.prefix ? errors.prefix() : "";
   std::fprintf(stderr, "%s: %s%s: %s\n", errors.program, prefix.c_str(), kind, what.c_str());
   std::fflush(stderr);

@@ -18,6 +18,9 @@ struct ProgramErrors {
   /// True once leaving through destructors could hang (Gloo's teardown can wait a whole timeout
   /// for collectives that will never finish): the process then ends with _Exit after the message.
   std::function<bool()> exit_at_once;
+  /// Called before the message is printed: rank threads of one process let only the first failure
+  /// speak (Note [Ranks as threads]); a later one waits here for the process to end.
+  std::function<void()> claim;
 };
 
 /// Runs `body` and returns its exit status. An exception becomes "PROGRAM: PREFIX KIND: what" and

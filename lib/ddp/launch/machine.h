@@ -3,10 +3,9 @@
 
 #include <string>
 
-namespace ddp {
+#include "ddp/common/available_cores.h"
 
-/// CPU cores this process may run on (its affinity mask).
-int available_cores();
+namespace ddp {
 
 /// Visible CUDA devices, found without loading CUDA: the driver's device list, narrowed by
 /// CUDA_VISIBLE_DEVICES when it is set.

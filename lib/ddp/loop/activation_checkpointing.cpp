@@ -8,6 +8,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/loop/autocast_scope.h"
+#include "ddp/model/rank_random.h"
 
 namespace ddp {
 namespace {
@@ -23,7 +24,7 @@ struct CheckpointedBlock {
 
 // The random generators a block's forward may draw from (dropout): the CPU's and its device's.
 std::vector<at::Generator> generators_for(const torch::Device& device) {
-  std::vector<at::Generator> generators = {at::globalContext().defaultGenerator(torch::kCPU)};
+  std::vector<at::Generator> generators = {cpu_generator()};
   if (!device.is_cpu()) generators.push_back(at::globalContext().defaultGenerator(device));
   return generators;
 }

@@ -37,6 +37,18 @@ double test_delay_ms(const char* variable, int rank) {
   return which == rank ? ms : 0;
 }
 
+// DDPRUN_TEST_FAIL_AT_STEP=RANK:STEP: the step at which rank RANK throws, for the tests of a
+// failing rank; -1 for the others, and when unset.
+int64_t test_fail_step(int rank) {
+  const char* value = std::getenv("DDPRUN_TEST_FAIL_AT_STEP");
+  if (!value) return -1;
+  int which = -1;
+  long long step = -1;
+  if (std::sscanf(value, "%d:%lld", &which, &step) != 2 || step < 0)
+    throw UserError(std::string("DDPRUN_TEST_FAIL_AT_STEP: expected RANK:STEP, got '") + value + "'");
+  return which == rank ? step : -1;
+}
+
 void sleep_ms(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
@@ -95,6 +107,7 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
                side_values),
       test_step_delay_ms_(test_delay_ms("DDPRUN_TEST_STEP_DELAY", world.rank)),
       test_eval_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_DELAY", world.rank)),
+      test_fail_step_(test_fail_step(world.rank)),
       test_eval_batch_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_BATCH_DELAY", world.rank)) {
   const char* progress = std::getenv(env::kProgress);
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
@@ -152,6 +165,8 @@ void RunRecorder::step_begins(const TrainProgress& progress) {
   // The first step sets up what the others reuse (allocations, a cache, the prefetch queue).
   if (progress.step == run_start_step_) first_step_pulse_ = pulse(progress);
   sleep_ms(test_step_delay_ms_);
+  if (progress.step == test_fail_step_)
+    throw std::runtime_error("DDPRUN_TEST_FAIL_AT_STEP: failing at step " + std::to_string(progress.step) + ", as asked");
   monitor_.put_local(last_data_wait_ms_, last_busy_ms_);
 }
 
@@ -346,8 +361,16 @@ void RunRecorder::report_peak_memory(const TrainProgress& progress) {
     text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
     record.emplace_back("peak_rss_mib_rank" + std::to_string(r), per_rank[r].item<double>());
   }
-  spdlog::info("peak RSS per rank (MiB): {}", text);
   metrics_->write(record);
+  // Rank threads share their process's memory (Note [Ranks as threads]): one number a process.
+  if (const int threads = rank_threads(config_.dist); threads > 0) {
+    text.clear();
+    for (int r = 0; r < world_.world_size; r += threads)
+      text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+    spdlog::info("peak RSS per process of {} rank threads (MiB): {}", threads, text);
+    return;
+  }
+  spdlog::info("peak RSS per rank (MiB): {}", text);
 }
 
 void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,

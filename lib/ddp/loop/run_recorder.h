@@ -133,6 +133,7 @@ class RunRecorder {
   std::unique_ptr<HeartbeatPulse> first_step_pulse_, eval_pulse_;
   double test_step_delay_ms_ = 0;  // DDPRUN_TEST_STEP_DELAY: a straggler for the monitor's tests
   double test_eval_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_DELAY: a long evaluation for the stall check's
+  int64_t test_fail_step_ = -1;    // DDPRUN_TEST_FAIL_AT_STEP: a rank that throws, for the failure tests
   double test_eval_batch_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_BATCH_DELAY: a slow evaluation, batch by batch
   Clock::time_point last_eval_log_;  // rank 0, not at a terminal: the last "evaluating" log line
   bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)

@@ -15,6 +15,7 @@
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/resume_check.h"
+#include "ddp/model/rank_random.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -26,8 +27,10 @@ std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() 
 
 }  // namespace
 
-Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(config)) {
-  plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist), config_.mesh, config_.dist, env.local_world_size);
+Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d::Store> shared_store)
+    : config_(std::move(config)) {
+  plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist, std::move(shared_store)), config_.mesh,
+                                         config_.dist, env.local_world_size);
   const Communicator& world = plan_->world();
   std::string resolved = to_yaml(config_);
   check_identical_across_ranks(world, "config", to_yaml_without_paths(config_));
@@ -75,8 +78,9 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env) : config_(std::move(con
   context.model.warn = world.rank == 0;
   context.model.defer_tables = pass_makes_tables(config_);
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
-  torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
+  build_seeded(static_cast<uint64_t>(config_.run.seed), [&] {
+    task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
+  });
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), replicas.world_size, replicas.rank,
                                                   config_.sampler);

@@ -31,7 +31,8 @@ namespace ddp {
 class Trainer {
  public:
   /// Joins the process group, builds the plan and the task, synchronises the model, resumes if asked.
-  Trainer(TrainConfig config, WorkerIdentity env);
+  /// `shared_store`: where rank threads of one process meet (connect()); none for a process per rank.
+  Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d::Store> shared_store = {});
   // Its reducer and prefetcher hold references into it.
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ddp/common/splitmix64.h"
+#include "ddp/model/rank_random.h"
 
 namespace ddp {
 namespace {
@@ -14,13 +15,13 @@ namespace {
 // Note [Byte-mask dropout]
 // LibTorch's CPU dropout draws a float per element from its Mersenne Twister and keeps a float
 // mask for backward. On a GraphSAGE batch of Reddit's size ([26k, 256] after the first layer) that
-// was 15% of a step and 27 MB of every rank's memory. Here one 64-bit draw from the global generator
+// was 15% of a step and 27 MB of every rank's memory. Here one 64-bit draw from the (rank's) CPU generator
 // seeds SplitMix64, whose each output gives four 16-bit lanes compared against p · 65536, and the
 // mask is one byte per element. The same distribution up to p's rounding to 1/65536; not the same
 // masks as torch's, which nothing needs.
 
 uint64_t draw_seed() {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  at::Generator generator = cpu_generator();
   std::lock_guard<std::mutex> lock(generator.mutex());
   return generator.get<at::CPUGeneratorImpl>()->random64();
 }

@@ -11,6 +11,7 @@
 #include "ddp/model/gpt2_layout.h"
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/rank_random.h"
 #include "ddp/model/state_dict_file.h"
 #include "ddp/model/token_stepper.h"
 
@@ -35,14 +36,12 @@ bool gpt_fused_attention() { return kFusedAttention; }
 
 namespace {
 
-namespace F = torch::nn::functional;
-
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
 torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
-  return p > 0 && training ? F::dropout(x, F::DropoutFuncOptions().p(p).training(true)) : x;
+  return p > 0 && training ? rank_dropout(x, p, true) : x;
 }
 
 // nanoGPT's LayerNorm: a weight, and a bias only when the model has biases.

@@ -12,6 +12,7 @@
 #include "ddp/comm/gradient_reducer.h"
 #include "ddp/comm/shm_allreduce.h"
 #include "ddp/common/error.h"
+#include "ddp/model/rank_random.h"
 #include "ddp/parallel/optimizer_state.h"
 
 namespace ddp {
@@ -303,7 +304,7 @@ void ParallelPlan::share_buffers() {
 
 std::vector<torch::Tensor> ParallelPlan::gather_checkpoint_state() const {
   if (stage_) stage_->share_buffers();
-  torch::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
+  torch::Tensor mine = cpu_generator().get_state();
   auto all = torch::zeros({world_.world_size, mine.numel()}, torch::kDouble);
   all[world_.rank].copy_(mine.to(torch::kDouble));
   all = all_reduce_sum(world_, all);

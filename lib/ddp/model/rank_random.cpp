@@ -1,0 +1,52 @@
+#include "ddp/model/rank_random.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <mutex>
+
+namespace ddp {
+namespace {
+
+thread_local at::Generator* t_rank_generator = nullptr;
+
+std::mutex& build_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace
+
+at::Generator cpu_generator() {
+  return t_rank_generator ? *t_rank_generator : at::detail::getDefaultCPUGenerator();
+}
+
+RankGeneratorScope::RankGeneratorScope() : generator_(at::detail::createCPUGenerator()) {
+  t_rank_generator = &generator_;
+}
+
+RankGeneratorScope::~RankGeneratorScope() { t_rank_generator = nullptr; }
+
+void build_seeded(uint64_t seed, const std::function<void()>& build) {
+  std::lock_guard<std::mutex> lock(build_mutex());
+  torch::manual_seed(seed);
+  build();
+  if (!t_rank_generator) return;
+  at::Generator global = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> state_lock(global.mutex());
+  t_rank_generator->set_state(global.get_state());
+}
+
+torch::Tensor rank_dropout(const torch::Tensor& x, double p, bool training) {
+  if (!x.device().is_cpu() || !training || p <= 0 || p >= 1 || x.numel() == 0) return torch::dropout(x, p, training);
+  // ATen's CPU path (_dropout_impl): a Bernoulli(1 - p) mask, divided by 1 - p, times the input.
+  torch::Tensor noise;
+  {
+    torch::NoGradGuard no_grad;
+    noise = torch::empty_like(x, at::MemoryFormat::Contiguous).bernoulli_(1 - p, cpu_generator());
+    noise.div_(1 - p);
+  }
+  return x * noise;
+}
+
+}  // namespace ddp

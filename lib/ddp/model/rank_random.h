@@ -1,0 +1,39 @@
+#pragma once
+// Random draws per rank when the ranks are threads of one process (Note [Ranks as threads]).
+// LibTorch's default CPU generator belongs to the process: rank threads drawing from it would
+// interleave their draws, differently each run. So each rank thread draws from a generator of its
+// own instead, which continues exactly where a process of its own would have left the default one.
+
+#include <ATen/core/Generator.h>
+#include <torch/types.h>
+
+#include <functional>
+
+namespace ddp {
+
+/// The CPU generator the calling thread's random draws come from: its rank's own while a
+/// RankGeneratorScope lives on this thread, else LibTorch's default.
+at::Generator cpu_generator();
+
+/// While it lives, cpu_generator() on this thread is a generator of its own.
+class RankGeneratorScope {
+ public:
+  RankGeneratorScope();
+  ~RankGeneratorScope();
+  RankGeneratorScope(const RankGeneratorScope&) = delete;
+  RankGeneratorScope& operator=(const RankGeneratorScope&) = delete;
+
+ private:
+  at::Generator generator_;
+};
+
+/// Seeds LibTorch's generators with `seed` (torch::manual_seed) and runs `build`, which draws from
+/// the default one (as nn::init does), one thread at a time; a rank thread's generator then takes
+/// the state the build left there. Every rank so builds what a process of its own would.
+void build_seeded(uint64_t seed, const std::function<void()>& build);
+
+/// torch::dropout, drawing from cpu_generator() on the CPU with the same arithmetic (the same
+/// masks and bits as LibTorch's CPU dropout); on other devices, torch::dropout.
+torch::Tensor rank_dropout(const torch::Tensor& x, double p, bool training);
+
+}  // namespace ddp

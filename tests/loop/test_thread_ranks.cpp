@@ -1,0 +1,236 @@
+// Ranks as threads of one process (ddp-train --threads N, Note [Ranks as threads]) by real runs:
+// model.pt bit-identical to N ddprun processes at 2 and 4 ranks, for the ConvNet and for a GPT
+// whose dropout draws from each rank's own generator; a failing rank thread ends the run with
+// one line naming it; SIGINT stops the threads with a checkpoint that processes resume to the
+// uninterrupted run's bits. And the pieces: identities, the core split, the log by rank.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <thread>
+
+#include "ddp/loop/rank_log.h"
+#include "ddp/loop/thread_ranks.h"
+#include "support/log_capture.h"
+#include "support/subprocess.h"
+#include "support/token_files.h"
+#include "support/weights.h"
+
+using namespace ddp::test;
+using Catch::Contains;
+
+namespace {
+
+// A small GPT on the GPL's bytes, with dropout: the ranks' draws must be their own.
+std::string write_gpt_config(const TempDir& dir) {
+  auto [train, val] = text_tokens();
+  write_file(dir.file("train.bin"), llmc_shard(train));
+  std::string path = dir.file("gpt.yaml");
+  std::ofstream(path) << "data: {dataset: tokens, path: " << dir.file("train.bin") << ", eval_split: none}\n"
+                      << "model: {name: gpt, n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256, "
+                         "bias: false, dropout: 0.1}\n"
+                      << "optim: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
+                      << "train: {task: causal_lm, epochs: 1, max_steps: 12, batch_size: 8, log_every: 1, "
+                         "clip_grad_norm: 1.0}\n"
+                      << "eval: {every_epochs: 0, at_start: false}\n"
+                      << "checkpoint: {every_epochs: 0}\n";
+  return path;
+}
+
+const std::string kConvNet = std::string(DDP_SOURCE_DIR) + "/configs/fashion_mnist_convnet.yaml";
+const std::vector<std::string> kConvNetSets = {"train.max_steps=12", "train.batch_size=16", "data.eval_split=none",
+                                               "eval.every_epochs=0", "checkpoint.every_epochs=0"};
+
+std::string sets_text(const std::vector<std::string>& sets) {
+  std::string text;
+  for (const auto& s : sets) text += " --set '" + s + "'";
+  return text;
+}
+
+// N ranks as ddprun's processes, or as threads of one ddp-train; one intra-op thread a rank either way.
+CommandResult processes(int n, const std::string& config, const std::vector<std::string>& sets) {
+  return run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " + std::to_string(n) + " " +
+                       config + sets_text(sets),
+                   std::chrono::seconds(240));
+}
+CommandResult threads(int n, const std::string& config, const std::vector<std::string>& sets,
+                      const std::string& env = "") {
+  return run_shell(env + " OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + config + " --threads " + std::to_string(n) +
+                       sets_text(sets),
+                   std::chrono::seconds(240));
+}
+
+// The names of the tensors in which two model.pt files differ at all ("" when none does).
+std::string differing(const std::string& a, const std::string& b) {
+  auto x = load_weights(a), y = load_weights(b);
+  REQUIRE(x.size() == y.size());
+  std::string names;
+  for (const auto& [name, tensor] : x)
+    if (!y.count(name) || !torch::equal(tensor, y.at(name))) names += name + " ";
+  return names;
+}
+
+void check_bit_identical(const std::string& config, std::vector<std::string> sets, int n) {
+  TempDir dir;
+  auto with_out = [&](const std::string& out) {
+    auto all = sets;
+    all.push_back("run.output_dir=" + dir.file(out));
+    return all;
+  };
+  auto p = processes(n, config, with_out("processes"));
+  INFO(p.out << p.err);
+  REQUIRE(p.exit_code == 0);
+  auto t = threads(n, config, with_out("threads"));
+  INFO(t.out << t.err);
+  REQUIRE(t.exit_code == 0);
+  CHECK_THAT(t.out, Contains("world size " + std::to_string(n)));
+  CHECK_THAT(t.out, Contains(std::to_string(n) + " ranks as threads of this process"));
+  CHECK_THAT(t.out, Contains("peak RSS per process of " + std::to_string(n) + " rank threads"));
+  CHECK(differing(dir.file("processes/model.pt"), dir.file("threads/model.pt")) == "");
+}
+
+}  // namespace
+
+TEST_CASE("rank threads train the ConvNet to ddprun's model.pt bit for bit, at 2 and 4 ranks", "[threads]") {
+  for (int n : {2, 4}) {
+    INFO(n << " ranks");
+    check_bit_identical(kConvNet, kConvNetSets, n);
+  }
+}
+
+TEST_CASE("rank threads train a GPT with dropout to ddprun's model.pt bit for bit, at 2 and 4 ranks", "[threads][gpt]") {
+  TempDir data;
+  const std::string config = write_gpt_config(data);
+  for (int n : {2, 4}) {
+    INFO(n << " ranks");
+    check_bit_identical(config, {}, n);
+  }
+  // The comparison can fail: another seed's dropout masks end elsewhere.
+  TempDir dir;
+  REQUIRE(threads(2, config, {"run.output_dir=" + dir.file("a")}).exit_code == 0);
+  REQUIRE(threads(2, config, {"run.output_dir=" + dir.file("b"), "run.seed=1"}).exit_code == 0);
+  CHECK(differing(dir.file("a/model.pt"), dir.file("b/model.pt")) != "");
+}
+
+TEST_CASE("a rank thread that throws ends the run at once, in one line naming its rank, non-zero", "[threads][errors]") {
+  TempDir dir;
+  auto r = threads(4, kConvNet, [&] {
+    auto sets = kConvNetSets;
+    sets.push_back("run.output_dir=" + dir.file("run"));
+    return sets;
+  }(), "DDPRUN_TEST_FAIL_AT_STEP=2:3");
+  INFO(r.out << r.err);
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.exit_code == 1);
+  CHECK(count_lines(r.err, "ddp-train: rank 2: failed: DDPRUN_TEST_FAIL_AT_STEP: failing at step 3, as asked") == 1);
+  int lines = 0;
+  for (char c : r.err) lines += c == '\n';
+  CHECK(lines == 1);  // the other ranks, left waiting for rank 2, say nothing
+  CHECK_FALSE(std::filesystem::exists(dir.file("run/model.pt")));
+}
+
+TEST_CASE("SIGINT stops rank threads with a checkpoint, which ddprun's processes resume to the same bits",
+          "[threads][signals][gpt]") {
+  TempDir data, dir;
+  const std::string config = write_gpt_config(data);
+  auto straight = threads(2, config, {"run.output_dir=" + dir.file("straight"), "train.max_steps=20"});
+  REQUIRE(straight.exit_code == 0);
+  const std::string log = dir.file("log");
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:200 OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + config +
+                         " --threads 2 --set run.output_dir=" + dir.file("cut") + " --set train.max_steps=20 > " + log +
+                         " 2>&1 & L=$!; until grep -q 'step 4/' " + log + "; do sleep 0.1; done; "
+                         "kill -INT $L; wait $L; echo status=$?",
+                     std::chrono::seconds(120));
+  const std::string output = read_file(log);
+  INFO(r.out << r.err << output);
+  CHECK_THAT(r.out, Contains("status=130"));
+  REQUIRE_FALSE(std::filesystem::exists(dir.file("cut/model.pt")));
+  auto resumed = processes(2, config, {"run.output_dir=" + dir.file("cut"), "train.max_steps=20"});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.out, Contains("resumed from"));
+  CHECK(differing(dir.file("straight/model.pt"), dir.file("cut/model.pt")) == "");
+}
+
+TEST_CASE("rank threads number ranks node by node and split the cores among them", "[threads]") {
+  ddp::WorkerIdentity alone;
+  auto third = ddp::rank_thread_identity(alone, 4, 3);
+  CHECK(third.rank == 3);
+  CHECK(third.world_size == 4);
+  CHECK(third.local_rank == 3);
+  CHECK(third.local_world_size == 4);
+  CHECK(third.node_rank == 0);
+  // One process per node under ddprun --nproc-per-node 1: process 1 of 2 holds ranks 4..7.
+  ddp::WorkerIdentity second_node;
+  second_node.rank = 1;
+  second_node.world_size = 2;
+  second_node.local_world_size = 1;
+  second_node.node_rank = 1;
+  second_node.node_count = 2;
+  auto sixth = ddp::rank_thread_identity(second_node, 4, 2);
+  CHECK(sixth.rank == 6);
+  CHECK(sixth.world_size == 8);
+  CHECK(sixth.local_rank == 2);
+  CHECK(sixth.node_rank == 1);
+  CHECK(sixth.node_count == 2);
+
+  CHECK(ddp::intra_op_threads_per_rank(nullptr, 16, 4) == 4);
+  CHECK(ddp::intra_op_threads_per_rank(nullptr, 2, 4) == 1);  // never none
+  CHECK(ddp::intra_op_threads_per_rank("8", 16, 4) == 2);    // OMP_NUM_THREADS is the process's budget
+  CHECK_THROWS_WITH(ddp::intra_op_threads_per_rank("lots", 16, 4), Contains("OMP_NUM_THREADS: expected a positive count"));
+}
+
+TEST_CASE("the log by rank thread: all of rank 0, the others' warnings named, nothing else", "[threads]") {
+  LogCapture capture;
+  spdlog::set_level(spdlog::level::info);
+  ddp::log_by_rank_thread();
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.emplace_back([r] {
+      ddp::set_log_rank(r);
+      spdlog::info("info from {}", r);
+      spdlog::warn("warning from {}", r);
+    });
+  for (auto& rank : ranks) rank.join();
+  spdlog::info("from no rank");
+  const std::string text = capture.text();
+  INFO(text);
+  CHECK(capture.count("info from 0") == 1);
+  CHECK(capture.count("info from 1") + capture.count("info from 2") == 0);
+  CHECK(capture.count("warning warning from 0") == 1);
+  CHECK(capture.count("warning rank 1: warning from 1") == 1);
+  CHECK(capture.count("warning rank 2: warning from 2") == 1);
+  CHECK(capture.count("from no rank") == 1);
+}
+
+TEST_CASE("rank threads refuse what they cannot be, each in one line naming the key", "[threads][errors]") {
+  TempDir dir;
+  auto refused = [&](const std::string& command) {
+    auto r = run_shell(command + " --set run.output_dir=" + dir.file("run") + sets_text(kConvNetSets),
+                       std::chrono::seconds(120));
+    INFO(command << "\n" << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    int lines = 0;
+    for (char c : r.err) lines += c == '\n';
+    CHECK(lines == 1);
+    return r.err;
+  };
+  const std::string train = bin("ddp-train") + " " + kConvNet;
+  CHECK_THAT(refused(train + " --devices 0,0"), Contains("dist.devices: a device may appear once"));
+  CHECK_THAT(refused(train + " --devices 0,x"), Contains("--devices: expected CUDA device numbers"));
+  CHECK_THAT(refused(train + " --devices 0,1 --threads 3"), Contains("dist.devices: gives 2 rank threads and dist.threads 3"));
+  CHECK_THAT(refused(train + " --devices 0 --set dist.device=cpu"), Contains("dist.devices: names CUDA devices"));
+#ifndef DDP_WITH_CUDA
+  CHECK_THAT(refused(train + " --devices 0"), Contains("dist.devices: CUDA devices need a CUDA build"));
+#endif
+  // Under a launcher that runs two processes on this node: one process a node is the layout.
+  auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " + kConvNet +
+                         " --set dist.threads=2 --set run.output_dir=" + dir.file("run") + sets_text(kConvNetSets),
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.out + r.err, Contains("dist.threads: this node runs 2 processes; rank threads need one process per node"));
+}
