@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -287,6 +288,45 @@ TEST_CASE("row-sharded tables at world 4: no rank but model.pt's writer ever hol
   // Rank 0 gathers each table whole to write model.pt (and model.safetensors), and no more.
   INFO("rank 0: " << large[0] << " MiB, " << small[0] << " MiB");
   CHECK(large[0] - small[0] < 2.5 * tables_mib);
+}
+
+TEST_CASE("tables twice a rank's memory cap train row-sharded at world 4, each rank under prlimit, and replicate "
+          "fails naming the rank",
+          "[clicks][tables][memory]") {
+  TempDir dir;
+  std::string log = make_log(dir, "train.tsv", 1000, 7);
+  // 26 tables of 2,000,000 rows of 16 floats: 3.33 GB, against a cap of 1.5 GiB a rank on the data
+  // segment (ulimit -d: the heap and every private writable mapping, where LibTorch's tensors live).
+  // A rank keeps a quarter of the rows, with their row sums, beside about 450 MiB of its own; rank 0
+  // gathers the whole tables for model.pt into files (the page cache), not into its heap.
+  constexpr int64_t kCap = int64_t{1536} << 20;
+  constexpr double kTableBytes = 26.0 * 2000000 * 16 * 4;
+  REQUIRE(kTableBytes > 2 * kCap);
+  auto capped = [&](const std::string& sharding, const std::string& out) {
+    return run_shell("OMP_NUM_THREADS=1 prlimit --data=" + std::to_string(kCap) + " " + bin("ddprun") +
+                         " --standalone --nproc-per-node 4 " + std::string(DDP_SOURCE_DIR) +
+                         "/configs/clicks_dlrm.yaml --set data.path=" + log + " --set data.eval_path=" + log +
+                         " --set run.output_dir=" + dir.file(out) + " --set model.embedding_rows=[2000000]" +
+                         " --set model.embedding_sharding=" + sharding +
+                         " --set train.max_steps=4 --set train.batch_size=32 --set checkpoint.every_epochs=0" +
+                         " --set eval.every_epochs=0",
+                     std::chrono::seconds(400));
+  };
+  auto replicated = capped("replicate", "replicated");
+  INFO(replicated.out << replicated.err);
+  CHECK(replicated.exit_code == 1);
+  CHECK_THAT(replicated.err, Contains("out of memory: DefaultCPUAllocator") &&
+                                 Contains("model.embedding_sharding table or row"));
+  std::smatch rank;
+  CHECK(std::regex_search(replicated.err, rank, std::regex("ddp-train: rank [0-3]: out of memory")));
+
+  auto sharded = capped("row", "sharded");
+  INFO(sharded.out << sharded.err);
+  REQUIRE(sharded.exit_code == 0);
+  CHECK(metric_value(dir.file("sharded/metrics.jsonl"), "parameter_mib_max") < 0.3 * kTableBytes / (1 << 20));
+  // model.pt and model.safetensors hold every table whole.
+  for (const char* file : {"model.pt", "model.safetensors"})
+    CHECK(static_cast<double>(std::filesystem::file_size(dir.file(std::string("sharded/") + file))) > kTableBytes);
 }
 
 TEST_CASE("SIGINT during an evaluation of sharded tables stops every rank before the same batch, with 130",

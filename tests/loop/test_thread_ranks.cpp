@@ -234,3 +234,27 @@ TEST_CASE("rank threads refuse what they cannot be, each in one line naming the 
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.out + r.err, Contains("dist.threads: this node runs 2 processes; rank threads need one process per node"));
 }
+
+TEST_CASE("one rank-thread process per node under ddprun --nnodes 2 trains to the processes' model.pt bit for bit",
+          "[threads][multinode]") {
+  TempDir dir;
+  // Two launchers on this host, as two nodes: 2 ranks each, as processes and then as threads.
+  auto two_nodes = [&](const std::string& per_node, const std::string& out, const std::string& more = "") {
+    std::string port = std::to_string(free_port());
+    std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun");
+    std::string common = " --nnodes 2 " + per_node + " --master-addr 127.0.0.1 --master-port " + port +
+                         " --rdzv-timeout 30 " + kConvNet + " --set run.output_dir=" + dir.file(out) +
+                         sets_text(kConvNetSets) + more;
+    auto r = run_shell(launch + " --node-rank 1" + common + " & B=$!; " + launch + " --node-rank 0" + common +
+                           "; A=$?; wait $B; echo statuses=$A,$?",
+                       std::chrono::seconds(240));
+    INFO(r.out << r.err);
+    CHECK(count_lines(r.out, "statuses=0,0") == 1);
+    CHECK_THAT(r.out, Contains("world size 4"));
+    return r;
+  };
+  two_nodes("--nproc-per-node 2", "processes");
+  auto threads = two_nodes("--nproc-per-node 1", "threads", " --set dist.threads=2");
+  CHECK_THAT(threads.out, Contains("2 ranks as threads of this process"));
+  CHECK(differing(dir.file("processes/model.pt"), dir.file("threads/model.pt")) == "");
+}

@@ -83,19 +83,21 @@ torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values) {
 }
 
 torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, const std::vector<int64_t>& send_counts,
-                         const std::vector<int64_t>& recv_counts) {
-  if (comm.world_size == 1) return input;
+                         const std::vector<int64_t>& recv_counts, torch::Tensor into) {
+  if (comm.world_size == 1) return into.defined() ? into.copy_(input) : input;
   int64_t rows = 0;
   for (int64_t n : recv_counts) rows += n;
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] = rows;
   // On the backend's device (NCCL: the GPU, whatever `input`'s), and back.
   torch::Tensor in = input.to(comm.collective_device).contiguous();
-  torch::Tensor out = torch::empty(shape, in.options());
+  const bool in_place = into.defined() && into.device() == comm.collective_device;
+  torch::Tensor out = in_place ? into : torch::empty(shape, in.options());
   std::vector<int64_t> out_splits = recv_counts, in_splits = send_counts;
   int64_t seq = comm.tracker->begin("all_to_all");
   comm.tracker->wait(comm.group->alltoall_base(out, in, out_splits, in_splits), seq);
-  return out.to(input.device());
+  if (in_place) return into;
+  return into.defined() ? into.copy_(out) : out.to(input.device());
 }
 
 void barrier(const Communicator& comm) {

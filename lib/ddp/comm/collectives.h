@@ -23,8 +23,9 @@ torch::Tensor all_reduce_sum(const Communicator& comm, torch::Tensor values);
 /// All-to-all along dimension 0: `input`'s first `send_counts[0]` rows go to rank 0, the next
 /// `send_counts[1]` to rank 1, ...; returns what every rank sent this one, `recv_counts[r]` rows from
 /// rank r, in rank order, on `input`'s device. Every rank calls it; one rank returns `input` as it is.
+/// With `into` (contiguous, of the received shape) the rows arrive there, and it is returned.
 torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, const std::vector<int64_t>& send_counts,
-                         const std::vector<int64_t>& recv_counts);
+                         const std::vector<int64_t>& recv_counts, torch::Tensor into = {});
 
 /// Waits until every rank has arrived.
 void barrier(const Communicator& comm);

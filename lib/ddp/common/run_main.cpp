@@ -26,7 +26,15 @@ int report(const ProgramErrors& errors, int status, const char* kind, const std:
 bool out_of_memory(const std::exception& e) {
   const std::string what = e.what();
   return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || what.find("can't allocate memory") != std::string::npos ||
+         what.find("not enough memory") != std::string::npos ||  // LibTorch 2.x's CPU allocator
          what.find("CUDA out of memory") != std::string::npos;
+}
+
+// LibTorch's allocator failure from its own words on: "[enforce fail at alloc_cpu.cpp:75] err == 0. "
+// says where in LibTorch, which is no use to a user.
+std::string allocator_words(const std::string& what) {
+  auto from = what.find("DefaultCPUAllocator:");
+  return from == std::string::npos ? what : what.substr(from);
 }
 
 }  // namespace
@@ -41,7 +49,7 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   } catch (const std::exception& e) {
     if (out_of_memory(e))
       return report(errors, kExitFailure, "out of memory",
-                    without_backtrace(e.what()) +
+                    allocator_words(without_backtrace(e.what())) +
                         "; without dist.shard every rank holds the whole model, its gradients and its optimizer "
                         "state (16 bytes a parameter with Adam in float32): dist.shard optimizer, gradients or "
                         "parameters split them over the ranks (docs/parallelism.md), and model.embedding_sharding "

@@ -336,7 +336,7 @@ void Trainer::finish() {
     recorder_->write_metrics(measured);
   }
   plan_->gather_parameters();
-  if (parallel_->tables) parallel_->tables->gather_whole(0);
+  if (parallel_->tables) parallel_->tables->gather_whole(0, output_dir_of(config_.run));
   if (plan_->writes_checkpoints()) task_->save_model(output_dir_of(config_.run));
   if (parallel_->tables) parallel_->tables->release();
   plan_->release_parameters();

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "ddp/comm/collectives.h"
+#include "ddp/parallel/file_backed_tensor.h"
 #include "ddp/common/error.h"
 
 namespace ddp {
@@ -188,7 +189,7 @@ std::vector<TablePiece> ShardedTables::pieces() const {
   return pieces;
 }
 
-void ShardedTables::gather_whole(int writer) {
+void ShardedTables::gather_whole(int writer, const std::string& scratch_dir) {
   torch::NoGradGuard no_grad;
   const auto world = static_cast<std::size_t>(group_.world_size), me = static_cast<std::size_t>(group_.rank);
   for (std::size_t f = 0; f < tables_.size(); ++f) {
@@ -198,8 +199,12 @@ void ShardedTables::gather_whole(int writer) {
     if (group_.rank == writer)
       for (std::size_t r = 0; r < world; ++r) recv[r] = count_[f * world + r];
     torch::Tensor mine = rows_.detach().narrow(0, offset_[f * world + me], count_[f * world + me]);
-    torch::Tensor whole = all_to_all(group_, mine, send, recv);
-    if (group_.rank == writer) tables_[f].set_data(group_.world_size == 1 ? whole.clone() : whole);
+    // The whole tables, together, may be more than the writer's memory: they go to files (the page
+    // cache), from which model.pt's writers read them.
+    torch::Tensor whole = group_.rank == writer ? file_backed_empty({sizes_[f], dim_}, rows_.scalar_type(), scratch_dir)
+                                                : torch::empty({0, dim_}, rows_.options());
+    all_to_all(group_, mine, send, recv, whole);
+    if (group_.rank == writer) tables_[f].set_data(whole);
   }
 }
 

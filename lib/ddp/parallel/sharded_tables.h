@@ -27,7 +27,7 @@ class ShardedTables : public TableLookup, public TableUpdates {
   std::vector<TablePiece> pieces() const override;
   bool splits_state() const override { return group_.world_size > 1; }
   bool forward_communicates() const override { return group_.world_size > 1; }
-  void gather_whole(int writer) override;
+  void gather_whole(int writer, const std::string& scratch_dir) override;
   void release() override;
   int64_t parameter_bytes() const override { return rows_.numel() * rows_.element_size(); }
   int64_t state_bytes() const override;

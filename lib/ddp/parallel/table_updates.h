@@ -44,8 +44,12 @@ class TableUpdates {
   /// Whether a forward communicates, so that every rank must run as many (an evaluation too).
   virtual bool forward_communicates() const { return false; }
   /// Every table whole in the model's parameters on rank `writer` (for model.pt) until release();
-  /// every rank calls both.
-  virtual void gather_whole(int writer) { (void)writer; }
+  /// every rank calls both. Where tables are apart, the writer holds them in files in `scratch_dir`
+  /// (file_backed_tensor.h): whole tables may be larger than its memory.
+  virtual void gather_whole(int writer, const std::string& scratch_dir) {
+    (void)writer;
+    (void)scratch_dir;
+  }
   virtual void release() {}
   /// Bytes of table rows and of their optimizer state this rank keeps apart from the model's parameters.
   virtual int64_t parameter_bytes() const { return 0; }
