@@ -214,6 +214,35 @@ TEST_CASE("sharded tables, table-wise and row-wise at world 2 and 4, equal one p
     }
 }
 
+TEST_CASE("the dense part under dist.shard optimizer, gradients and parameters beside row-sharded tables equals one "
+          "process, and its checkpoint resumes table-sharded at world 4 without dist.shard",
+          "[clicks][tables][sharding]") {
+  TempDir dir;
+  auto [train_log, test_log] = logs_and_reference(dir, 203);
+  for (std::string shard : {"optimizer", "gradients", "parameters"}) {
+    const std::string out = dir.file(shard);
+    auto r = train(2, train_log, test_log, out,
+                   kTableSteps + batch_of(2) + "--set model.embedding_sharding=row --set dist.shard=" + shard);
+    INFO(shard << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("dist.shard " + shard));
+    CHECK(largest_difference(dir.file("one/model.pt"), out + "/model.pt") < 1e-6);
+    CHECK(ddp::read_run(out).last("eval_samples").value_or(0) == 203);  // lockstep, blocks gathered alike
+  }
+  const std::string out = dir.file("parameters_then_table");
+  auto a = train(2, train_log, test_log, out,
+                 kTableSteps + "--set checkpoint.every_steps=15 --set train.max_steps=15 " + batch_of(2) +
+                     "--set model.embedding_sharding=row --set dist.shard=parameters");
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  auto b = train(4, train_log, test_log, out,
+                 kTableSteps + "--set checkpoint.every_steps=15 " + batch_of(4) + "--set model.embedding_sharding=table");
+  INFO(b.out << b.err);
+  REQUIRE(b.exit_code == 0);
+  CHECK_THAT(b.out, Contains("resumed from") && Contains("at step 15"));
+  CHECK(largest_difference(dir.file("one/model.pt"), out + "/model.pt") < 1e-6);
+}
+
 TEST_CASE("a checkpoint of sharded tables resumes at another world size and sharding, and under replicate, as "
           "if uninterrupted",
           "[clicks][tables][checkpoint]") {

@@ -1,6 +1,6 @@
 // Ranks as threads of one process (ddp-train --threads N, Note [Ranks as threads]) by real runs:
 // model.pt bit-identical to N ddprun processes at 2 and 4 ranks, for the ConvNet and for a GPT
-// whose dropout draws from each rank's own generator; a failing rank thread ends the run with
+// whose dropout draws from each rank's own generator, and for DLRM's sharded tables; a failing rank thread ends the run with
 // one line naming it; SIGINT stops the threads with a checkpoint that processes resume to the
 // uninterrupted run's bits. And the pieces: identities, the core split, the log by rank.
 #include <torch/torch.h>
@@ -113,6 +113,22 @@ TEST_CASE("rank threads train a GPT with dropout to ddprun's model.pt bit for bi
   REQUIRE(threads(2, config, {"run.output_dir=" + dir.file("a")}).exit_code == 0);
   REQUIRE(threads(2, config, {"run.output_dir=" + dir.file("b"), "run.seed=1"}).exit_code == 0);
   CHECK(differing(dir.file("a/model.pt"), dir.file("b/model.pt")) != "");
+}
+
+TEST_CASE("rank threads train DLRM with row-sharded tables to ddprun's model.pt bit for bit", "[threads][clicks]") {
+  TempDir data;
+  const std::string log = data.file("clicks.tsv");
+  auto made = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/scripts/make_clicks.py", log, "--rows",
+                           "1000", "--seed", "7", "--vocabulary", "2000"},
+                          std::chrono::seconds(120));
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  // The lookups' all-to-alls and the lockstep evaluation, between threads.
+  check_bit_identical(std::string(DDP_SOURCE_DIR) + "/configs/clicks_dlrm.yaml",
+                      {"data.path=" + log, "data.eval_path=" + log, "model.embedding_rows=[4000]",
+                       "model.embedding_sharding=row", "train.max_steps=20", "train.batch_size=16",
+                       "checkpoint.every_epochs=0"},
+                      2);
 }
 
 TEST_CASE("a rank thread that throws ends the run at once, in one line naming its rank, non-zero", "[threads][errors]") {

@@ -101,6 +101,16 @@ std::vector<EmbeddingTable> tables_of(Task& task, const TrainConfig& config, std
   return tables;
 }
 
+// `blocks` without the parameters in `apart`: sharded tables, which pass 4 keeps out of the plan
+// (Note [Sharded tables]), so that no block engine gathers or shards them.
+std::vector<ModelBlock> without(std::vector<ModelBlock> blocks, const std::vector<torch::Tensor>& apart) {
+  std::set<const c10::TensorImpl*> skipped;
+  for (const auto& t : apart) skipped.insert(t.unsafeGetTensorImpl());
+  for (auto& block : blocks)
+    std::erase_if(block.parameters, [&](const torch::Tensor& p) { return skipped.count(p.unsafeGetTensorImpl()) > 0; });
+  return blocks;
+}
+
 }  // namespace
 
 ParallelModel::~ParallelModel() {
@@ -154,9 +164,11 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     if (const StageParameters* kept = plan.stage_parameters())
       for (std::size_t k : kept->tied()) tied.push_back(kept->mine()[k]);
     parallel->blocks = std::make_unique<ShardedBlocks>(
-        stage ? stage->blocks()
-              : blocks_of(task.model(), "dist.shard: model.name " + config.model.name + " cannot be split into blocks",
-                          "or use dist.shard: gradients (parameters gathers each block's parameters as it runs)"),
+        without(stage ? stage->blocks()
+                      : blocks_of(task.model(), "dist.shard: model.name " + config.model.name +
+                                                    " cannot be split into blocks",
+                                  "or use dist.shard: gradients (parameters gathers each block's parameters as it runs)"),
+                sharded_tables ? weights : std::vector<torch::Tensor>{}),
         tied);
     units = parallel->blocks->units();
   }
@@ -213,9 +225,9 @@ CheckpointLayout checkpoint_layout(const ParallelModel& parallel, const Parallel
       layout.shapes.push_back(entry.shape);
       layout.parameters.push_back(torch::Tensor());
     }
-    if (parallel.tables->splits_state()) {  // every rank writes its rows, rank 0 the replicated rest too
+    if (parallel.tables->splits_state()) {  // every rank writes its rows, and the dense pieces the plan gives it
       const Communicator& replicas = plan.data_parallel();
-      if (replicas.rank != 0) layout.first_written = layout.ranges.size();
+      if (!layout.writes) layout.first_written = layout.ranges.size();
       layout.shard = replicas.rank;
       layout.shards = replicas.world_size;
       layout.writes = true;

@@ -47,9 +47,6 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
     if (config.optim.embeddings == "dense")
       return "sharded tables are updated only where a batch touched them: optim.embeddings must be sgd, "
              "rowwise_adagrad or auto, not dense";
-    if (config.mesh.shard != "none")
-      return "shards the tables over the data-parallel ranks, which runs with dist.shard none for now (the "
-             "dense part replicated), not " + config.mesh.shard;
     if (config.mesh.pipeline > 1) return "runs with dist.pipeline 1 for now, not " + std::to_string(config.mesh.pipeline);
     if (!config.model.init_from.empty())
       return "makes each rank's rows from the seed, and cannot start from model.init_from yet: resume a "
