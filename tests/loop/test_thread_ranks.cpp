@@ -274,3 +274,30 @@ TEST_CASE("one rank-thread process per node under ddprun --nnodes 2 trains to th
   CHECK_THAT(threads.out, Contains("2 ranks as threads of this process"));
   CHECK(differing(dir.file("processes/model.pt"), dir.file("threads/model.pt")) == "");
 }
+
+TEST_CASE("ddprun restarts a killed rank-thread process, which resumes to the uninterrupted run's bits",
+          "[threads][faults][gpt]") {
+  TempDir data, dir;
+  const std::string config = write_gpt_config(data);
+  const std::vector<std::string> sets = {"train.max_steps=20", "checkpoint.every_steps=5", "checkpoint.keep_last=10"};
+  auto with_out = [&](const std::string& out) {
+    auto all = sets;
+    all.push_back("run.output_dir=" + dir.file(out));
+    return all;
+  };
+  auto straight = threads(2, config, with_out("straight"));
+  INFO(straight.out << straight.err);
+  REQUIRE(straight.exit_code == 0);
+  const std::string killed = dir.file("killed");
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:100 OMP_NUM_THREADS=1 " + bin("ddprun") +
+                         " --standalone --nproc-per-node 1 --max-restarts 1 " + config + " --set dist.threads=2" +
+                         sets_text(with_out("killed")) + " & L=$!; i=0; while [ ! -e " + killed +
+                         "/checkpoints/step_0000000010.json ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                         "pkill -KILL -n -f '[d]dp-train.*" + killed + "'; wait $L; echo status=$?",
+                     std::chrono::seconds(240));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=0") == 1);
+  CHECK_THAT(r.err, Contains("signal 9 (SIGKILL)"));
+  CHECK_THAT(r.out, Contains("resumed from"));
+  CHECK(differing(dir.file("straight/model.pt"), killed + "/model.pt") == "");
+}
