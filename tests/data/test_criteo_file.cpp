@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 
 #include "ddp/common/error.h"
 #include "ddp/data/criteo_file.h"
@@ -109,4 +110,43 @@ TEST_CASE("data.dataset criteo splits like npy and csv: eval_path, or eval_fract
   config.eval_path = config.path;
   splits = load_dataset_splits(config, 0);
   CHECK(splits.eval->size() == 20);
+}
+
+TEST_CASE("a click log through the node cache: converted a line at a time, the same features read from the file, "
+          "the cache opened again, and a broken log refused alike with no cache left",
+          "[data][criteo][cache]") {
+  ClickFiles files;
+  test::TempDir cache;
+  // More impressions than one block of the conversion (8192), with every kind of field.
+  std::string text;
+  for (int i = 0; i < 20000; ++i)
+    text += line(i % 3 ? "0" : "1", {std::to_string(i), "", std::to_string(-i)},
+                 {std::to_string(i % 4096), "", "ffffffff"}) + "\n";
+  const std::string path = files.write(text);
+  Dataset memory = read_criteo_file(path);
+  Dataset cached = load_criteo_cached(path, cache.path());
+  CHECK_FALSE(cached.features.defined());  // in the file, read on demand
+  REQUIRE(cached.feature_file);
+  REQUIRE(cached.size() == 20000);
+  CHECK(cached.sample_shape() == std::vector<int64_t>{39});
+  auto all = torch::arange(20000, torch::kLong);
+  CHECK(torch::equal(cached.select(all), memory.features));
+  CHECK(torch::equal(cached.labels, memory.labels));
+  // Opened, not built again: the file stays as it was.
+  std::vector<std::filesystem::path> made;
+  for (const auto& entry : std::filesystem::directory_iterator(cache.path()))
+    if (entry.path().extension() == ".ddpcache") made.push_back(entry.path());
+  REQUIRE(made.size() == 1);
+  const auto written = std::filesystem::last_write_time(made[0]);
+  Dataset again = load_criteo_cached(path, cache.path());
+  CHECK(std::filesystem::last_write_time(made[0]) == written);
+  CHECK(torch::equal(again.select(torch::tensor({19999, 0, 8192})), memory.features.index_select(0, torch::tensor({19999, 0, 8192}))));
+  // A broken log: read_criteo_file's words, and no cache file of it.
+  test::TempDir broken_cache;
+  const std::string broken = files.dir.file("day_1");
+  test::write_file(broken, text + line("1", {"x"}, {}) + "\n");
+  CHECK_THROWS_WITH(load_criteo_cached(broken, broken_cache.path()),
+                    Contains(broken + " line 20001: count I1 is 'x', expected an integer"));
+  for (const auto& entry : std::filesystem::directory_iterator(broken_cache.path()))
+    CHECK(entry.path().extension() != ".ddpcache");
 }

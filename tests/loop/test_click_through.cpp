@@ -145,6 +145,27 @@ TEST_CASE("rank 0 writes a whole checkpoint of 192 MiB of state without holding 
   CHECK(std::filesystem::exists(dir.file("run/checkpoints/step_0000000004.pt")));
 }
 
+TEST_CASE("a click log goes through the node cache: ranks read impressions from the file, not a copy each in memory, "
+          "and train to the same bits",
+          "[clicks][memory]") {
+  TempDir dir;
+  // 200,000 impressions: 52 MB of text, 62 MB of features as float64.
+  std::string log = make_log(dir, "train.tsv", 200000, 5);
+  auto run = [&](const std::string& name, const std::string& cache) {
+    auto r = train(2, log, log, dir.file(name),
+                   "--set data.eval_path= --set data.eval_split=none --set eval.every_epochs=0 --set train.max_steps=5 "
+                   "--set data.cache_dir=" + cache);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return ddp::read_run(dir.file(name)).last("peak_rss_mib_max").value_or(0);
+  };
+  const double in_memory = run("memory", "none"), cached = run("cached", dir.file("cache"));
+  INFO("peak RSS per rank: " << in_memory << " MiB reading the log into memory, " << cached << " MiB through the cache");
+  CHECK(cached > 0);
+  CHECK(cached < in_memory - 60);
+  CHECK(read_file(dir.file("memory/model.pt")) == read_file(dir.file("cached/model.pt")));
+}
+
 TEST_CASE("a truncated click log stops the run at start in one line naming the file and the line", "[clicks]") {
   TempDir dir;
   std::string train_log = make_log(dir, "train.tsv", 300, 5);

@@ -64,22 +64,39 @@ std::string first_difference(const std::string& ours, const std::string& theirs)
 
 void write_sealed_cache(const std::string& path, const std::vector<CacheRegion>& regions, const std::string& sources,
                         mode_t mode) {
-  std::string seal;
-  std::vector<std::string_view> pieces;
-  for (const auto& region : regions) {
-    put(seal, static_cast<uint32_t>(region.name.size()));
-    seal += region.name;
-    put(seal, static_cast<uint64_t>(region.bytes.size()));
-    put(seal, checksum64(region.bytes));
-    pieces.push_back(region.bytes);
-  }
-  put(seal, static_cast<uint32_t>(sources.size()));
-  seal += sources;
-  put(seal, static_cast<uint32_t>(regions.size()));
-  put(seal, static_cast<uint64_t>(seal.size() + 8 + sizeof kSealMagic));
-  seal.append(kSealMagic, sizeof kSealMagic);
-  pieces.push_back(seal);
-  write_file_atomically(path, pieces, mode);
+  std::vector<StreamedCacheRegion> streamed;
+  for (const auto& region : regions)
+    streamed.push_back({region.name, [bytes = region.bytes](const ByteSink& sink) { sink(bytes.data(), bytes.size()); }});
+  write_sealed_cache(path, streamed, sources, mode);
+}
+
+void write_sealed_cache(const std::string& path, const std::vector<StreamedCacheRegion>& regions,
+                        const std::string& sources, mode_t mode) {
+  write_file_atomically(
+      path,
+      [&](const ByteSink& file) {
+        std::string seal;
+        for (const auto& region : regions) {
+          Checksum64 checksum;
+          uint64_t bytes = 0;
+          region.produce([&](const char* data, std::size_t size) {
+            checksum.update(data, size);
+            bytes += size;
+            file(data, size);
+          });
+          put(seal, static_cast<uint32_t>(region.name.size()));
+          seal += region.name;
+          put(seal, bytes);
+          put(seal, checksum.digest());
+        }
+        put(seal, static_cast<uint32_t>(sources.size()));
+        seal += sources;
+        put(seal, static_cast<uint32_t>(regions.size()));
+        put(seal, static_cast<uint64_t>(seal.size() + 8 + sizeof kSealMagic));
+        seal.append(kSealMagic, sizeof kSealMagic);
+        file(seal.data(), seal.size());
+      },
+      mode);
 }
 
 CacheSeal read_cache_seal(int fd) {

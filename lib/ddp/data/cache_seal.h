@@ -13,10 +13,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "ddp/common/atomic_file.h"
 
 namespace ddp {
 
@@ -37,6 +40,17 @@ struct CacheRegion {
 /// `sources`. The checksums are taken from the bytes in memory as they are written.
 void write_sealed_cache(const std::string& path, const std::vector<CacheRegion>& regions, const std::string& sources,
                         mode_t mode);
+
+/// A region whose bytes `produce` writes into the sink as it makes them, in order.
+struct StreamedCacheRegion {
+  std::string name;
+  std::function<void(const ByteSink&)> produce;
+};
+
+/// The same for regions made as they are written (a cache converted from a source larger than
+/// memory); the producers run in order, and an exception from one removes the temporary.
+void write_sealed_cache(const std::string& path, const std::vector<StreamedCacheRegion>& regions,
+                        const std::string& sources, mode_t mode);
 
 /// What a cache file's seal says.
 struct CacheSeal {

@@ -51,7 +51,8 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.add("data.synthetic_seed", &config.synthetic_seed,
              "synthetic: seed of the samples (train and test come from it together, sharing class prototypes)");
   schema.add("data.cache_dir", &config.cache_dir,
-             "where IDX files and graphs are kept decoded, read on demand and shared by every worker of a node; "
+             "where IDX files, graphs and Criteo click logs are kept decoded, read on demand and shared by every "
+             "worker of a node; "
              "empty: $XDG_CACHE_HOME/ddprun (or ~/.cache/ddprun); none: decode into each worker's memory")
       .file_path({"none"});
   schema.add("data.workers", &config.workers, "background threads assembling batches").min(1)
