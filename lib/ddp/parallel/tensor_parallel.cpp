@@ -1,0 +1,127 @@
+#include "ddp/parallel/tensor_parallel.h"
+
+#include <torch/torch.h>
+
+#include "ddp/comm/collectives.h"
+
+namespace ddp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// In place over the group, summed or by maximum.
+torch::Tensor all_reduce(const Communicator& group, torch::Tensor values, c10d::ReduceOp::RedOpType op) {
+  if (group.world_size == 1) return values;
+  std::vector<torch::Tensor> buffer{values.contiguous().to(group.collective_device)};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp(op);
+  const int64_t seq = group.tracker->begin("tensor all_reduce");
+  group.tracker->wait(group.group->allreduce(buffer, options), seq);
+  return buffer[0].to(values.device());
+}
+
+torch::Tensor sum_over(const Communicator& group, const torch::Tensor& values) {
+  return all_reduce(group, values.clone(), c10d::ReduceOp::SUM);
+}
+
+// The autograd context keeps the group by address: the functions below run inside a step, while
+// the plan that owns the group lives.
+const Communicator& group_of(AutogradContext* ctx) {
+  return *reinterpret_cast<const Communicator*>(ctx->saved_data["group"].toInt());
+}
+
+struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const Communicator* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {sum_over(group_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
+struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const Communicator* group) {
+    (void)ctx;
+    return sum_over(*group, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    (void)ctx;
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+// Note [Tensor regions]: Megatron's _VocabParallelCrossEntropy. With m the row's global maximum,
+// loss = log Σ_v exp(z_v − m) − (z_t − m), where each rank sums its slice's exponentials and only
+// the rank holding target t contributes z_t; the gradient is softmax − onehot(t) on each slice.
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
+                               int64_t first, const Communicator* group) {
+    torch::Tensor z = logits.to(torch::kFloat);
+    torch::Tensor maximum = all_reduce(*group, std::get<0>(z.max(-1)).contiguous(), c10d::ReduceOp::MAX);
+    z = z - maximum.unsqueeze(-1);
+    const int64_t width = z.size(-1);
+    torch::Tensor outside = (targets < first).logical_or(targets >= first + width);
+    torch::Tensor local = (targets - first).masked_fill(outside, 0);
+    torch::Tensor target_logit = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0);
+    target_logit = all_reduce(*group, target_logit.contiguous(), c10d::ReduceOp::SUM);
+    torch::Tensor exps = z.exp();
+    torch::Tensor sums = all_reduce(*group, exps.sum(-1).contiguous(), c10d::ReduceOp::SUM);
+    torch::Tensor loss = sums.log() - target_logit;
+    ctx->save_for_backward({exps.div_(sums.unsqueeze(-1)), local, outside});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    torch::Tensor grad = saved[0].clone();  // softmax on this slice
+    torch::Tensor hit = saved[2].logical_not().to(grad.dtype());
+    grad.scatter_add_(-1, saved[1].unsqueeze(-1), -hit.unsqueeze(-1));
+    grad.mul_(grads[0].unsqueeze(-1));
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor copy_to_tensor_region(const torch::Tensor& x, const Communicator& group) {
+  return group.world_size == 1 ? x : CopyToRegion::apply(x, &group);
+}
+
+torch::Tensor reduce_from_tensor_region(const torch::Tensor& x, const Communicator& group) {
+  return group.world_size == 1 ? x : ReduceFromRegion::apply(x, &group);
+}
+
+torch::Tensor tensor_slice(const torch::Tensor& whole, int64_t dim, int rank, int parts) {
+  const int64_t size = whole.size(dim);
+  TORCH_CHECK(size % parts == 0, "tensor_slice: dimension ", dim, " of ", size, " does not split into ", parts);
+  return whole.narrow(dim, rank * (size / parts), size / parts);
+}
+
+torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                     const Communicator& group) {
+  return torch::nn::functional::linear(copy_to_tensor_region(x, group), weight, bias);
+}
+
+torch::Tensor row_parallel_linear(const torch::Tensor& x_slice, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  const Communicator& group) {
+  torch::Tensor y = reduce_from_tensor_region(torch::nn::functional::linear(x_slice, weight), group);
+  return bias.defined() ? y + bias : y;
+}
+
+torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Tensor& weight, int64_t first,
+                                       const Communicator& group) {
+  torch::Tensor outside = (ids < first).logical_or(ids >= first + weight.size(0));
+  torch::Tensor rows = torch::embedding(weight, (ids - first).masked_fill(outside, 0));
+  rows = rows.masked_fill(outside.unsqueeze(-1), 0);
+  return reduce_from_tensor_region(rows, group);
+}
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t first,
+                                           const Communicator& group) {
+  return VocabParallelCrossEntropy::apply(logits, targets, first, &group);
+}
+
+}  // namespace ddp
