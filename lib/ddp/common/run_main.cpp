@@ -55,6 +55,8 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
                         "parameters split them over the ranks (docs/parallelism.md), and model.embedding_sharding "
                         "table or row a model's embedding tables (docs/click-through.md); or lower train.batch_size");
     return report(errors, kExitFailure, errors.failure, without_backtrace(e.what()));
+  } catch (...) {
+    return report(errors, kExitFailure, errors.failure, "an exception that says nothing of itself");
   }
 }
 

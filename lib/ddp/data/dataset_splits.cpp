@@ -49,10 +49,10 @@ void check_finite_features(const Dataset& data, const std::string& path) {
 
 }  // namespace
 
-DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load) {
+DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load, bool check_finite) {
   bool want_eval = config.eval_split == "test";
   Dataset train = load(config.path, config.labels);
-  check_finite_features(train, config.path);
+  if (check_finite) check_finite_features(train, config.path);
   DatasetSplits splits;
   if (config.eval_fraction > 0) {
     splits = carve(train, config.eval_fraction, config.split_seed);
@@ -62,7 +62,7 @@ DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load)
   splits.train = std::move(train);
   if (want_eval) {
     splits.eval = load(config.eval_path, config.eval_labels);
-    check_finite_features(*splits.eval, config.eval_path);
+    if (check_finite) check_finite_features(*splits.eval, config.eval_path);
     if (splits.eval->sample_shape() != splits.train.sample_shape())
       throw FileError(config.eval_path + " holds samples of shape " + format_shape(splits.eval->sample_shape()) + ", " +
                       config.path + " of shape " + format_shape(splits.train.sample_shape()));

@@ -28,7 +28,8 @@ using FileLoader = std::function<Dataset(const std::string& path, const std::str
 
 /// The splits of a format read from files (npy, csv): data.path (data.labels) for training, and for
 /// eval data.eval_path (data.eval_labels) or data.eval_fraction carved out of the training file by
-/// a seeded permutation. FileError when the two files' samples differ in shape.
-DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load);
+/// a seeded permutation. FileError when the two files' samples differ in shape, or (`check_finite`)
+/// when a feature is NaN or infinite.
+DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load, bool check_finite = true);
 
 }  // namespace ddp

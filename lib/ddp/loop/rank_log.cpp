@@ -48,6 +48,7 @@ class RankFilterSink final : public spdlog::sinks::sink {
 void log_by_rank_thread() {
   auto logger = spdlog::default_logger();
   std::vector<spdlog::sink_ptr> sinks = logger->sinks();
+  if (sinks.size() == 1 && std::dynamic_pointer_cast<RankFilterSink>(sinks[0])) return;  // already
   logger->sinks() = {std::make_shared<RankFilterSink>(std::move(sinks))};
 }
 

@@ -5,8 +5,12 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -70,7 +74,10 @@ int run_rank_threads(const TrainConfig& config, const WorkerIdentity& process, c
   const int intra_op = intra_op_threads_per_rank(std::getenv("OMP_NUM_THREADS"), available_cores(), threads);
   // Ranks of other processes meet through the TCP store (or ddprun's); these alone, in memory.
   c10::intrusive_ptr<c10d::Store> store;
-  if (process.world_size == 1) store = c10::make_intrusive<c10d::HashStore>();
+  if (process.world_size == 1) {
+    store = c10::make_intrusive<c10d::HashStore>();
+    store->setTimeout(std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_s * 1000)));
+  }
   log_by_rank_thread();
   spdlog::info("{} ranks as threads of this process{}, {} intra-op thread{} each", threads,
                config.dist.devices.empty() ? "" : " (one a CUDA device)", intra_op, intra_op == 1 ? "" : "s");
@@ -78,22 +85,34 @@ int run_rank_threads(const TrainConfig& config, const WorkerIdentity& process, c
   static std::mutex report_once;  // locked by the first failure, never released: the process ends
   std::vector<int> statuses(static_cast<std::size_t>(threads), kExitSuccess);
   std::vector<std::thread> ranks;
-  for (int t = 0; t < threads; ++t)
-    ranks.emplace_back([&, t] {
-      const WorkerIdentity identity = rank_thread_identity(process, threads, t);
-      set_log_rank(identity.rank);
-      at::set_num_threads(intra_op);
-      RankGeneratorScope generator;
-      ProgramErrors mine = errors;
-      mine.prefix = [rank = identity.rank] { return "rank " + std::to_string(rank) + ": "; };
-      mine.exit_at_once = [] { return true; };
-      mine.claim = [] { report_once.lock(); };
-      statuses[static_cast<std::size_t>(t)] = run_main(mine, [&] {
-        Trainer trainer(config, identity, store);
-        const int stopped_by = trainer.fit();
-        return stopped_by ? 128 + stopped_by : kExitSuccess;
-      });
+  auto run_rank = [&](int t) {
+    const WorkerIdentity identity = rank_thread_identity(process, threads, t);
+    set_log_rank(identity.rank);
+    at::set_num_threads(intra_op);
+    RankGeneratorScope generator;
+    ProgramErrors mine = errors;
+    mine.prefix = [rank = identity.rank] { return "rank " + std::to_string(rank) + ": "; };
+    mine.exit_at_once = [] { return true; };
+    mine.claim = [] { report_once.lock(); };
+    // Outside the body, as in ddp-train's main: a failure's line comes, and the process ends,
+    // before the trainer's teardown, which would free the other ranks to fail in words of their own.
+    std::unique_ptr<Trainer> trainer;
+    statuses[static_cast<std::size_t>(t)] = run_main(mine, [&] {
+      trainer = std::make_unique<Trainer>(config, identity, store);
+      const int stopped_by = trainer->fit();
+      return stopped_by ? 128 + stopped_by : kExitSuccess;
     });
+  };
+  for (int t = 0; t < threads; ++t) {
+    try {
+      ranks.emplace_back(run_rank, t);
+    } catch (const std::system_error& e) {  // the others are running: they cannot be left
+      report_once.lock();
+      std::fprintf(stderr, "%s: cannot start rank thread %d of %d: %s\n", errors.program, t, threads, e.what());
+      std::fflush(stderr);
+      std::_Exit(kExitFailure);
+    }
+  }
   for (auto& rank : ranks) rank.join();
   return *std::max_element(statuses.begin(), statuses.end());
 }

@@ -15,7 +15,6 @@
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/resume_check.h"
-#include "ddp/model/rank_random.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -78,9 +77,8 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   context.model.warn = world.rank == 0;
   context.model.defer_tables = pass_makes_tables(config_);
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
-  build_seeded(static_cast<uint64_t>(config_.run.seed), [&] {
-    task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
-  });
+  context.model.seed = static_cast<uint64_t>(config_.run.seed);
+  task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), replicas.world_size, replicas.rank,
                                                   config_.sampler);

@@ -74,7 +74,7 @@ torch::Tensor byte_mask_dropout(const torch::Tensor& x, double p, bool training)
   if (!training || p == 0) return x;
   if (p >= 1) return x * 0.0;  // still a function of x, with a zero gradient
   if (x.scalar_type() != torch::kFloat || !x.device().is_cpu())  // the fast path is for CPU float32
-    return torch::dropout(x, p, training);
+    return rank_dropout(x, p, training);
   return ByteMaskDropout::apply(x, p, false);
 }
 

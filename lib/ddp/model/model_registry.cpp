@@ -5,6 +5,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/rank_random.h"
 #include "ddp/model/hugging_face.h"
 
 namespace ddp {
@@ -40,7 +41,12 @@ const ModelFactories& factories() {
 }  // namespace
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context) {
-  std::shared_ptr<Model> model = factories().at(config.name)(config, context);
+  std::shared_ptr<Model> model;
+  auto build = [&] { model = factories().at(config.name)(config, context); };
+  if (context.seed)
+    build_seeded(*context.seed, build);
+  else
+    build();
   if (!config.init_from.empty()) {
     try {
       model->load_weights(config.init_from);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,9 @@ struct ModelContext {
   /// Build embedding tables empty ([0, dim]) for a pass to fill with its rows (initial_rows), so that
   /// no rank holds a table whole (Note [Sharded tables]).
   bool defer_tables = false;
+  /// When set, the model is built right after LibTorch's generators are seeded with it, one rank
+  /// thread at a time (build_seeded, Note [Ranks as threads]): every rank draws the same weights.
+  std::optional<uint64_t> seed;
 };
 
 /// Builds a fresh model from its config.

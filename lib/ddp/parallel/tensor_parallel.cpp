@@ -121,7 +121,7 @@ torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Te
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t first,
                                            const Communicator& group) {
-  return VocabParallelCrossEntropy::apply(logits, targets, first, &group);
+  return VocabParallelCrossEntropy::apply(logits, targets.to(torch::kLong), first, &group);
 }
 
 }  // namespace ddp

@@ -17,6 +17,9 @@
 
 namespace ddp {
 
+// Each function keeps `group` by address for its backward: the group must outlive the graph (the
+// plan's groups live for the whole run).
+
 /// Identity forward; the gradient summed over `group` backward (a column-parallel layer's input).
 torch::Tensor copy_to_tensor_region(const torch::Tensor& x, const Communicator& group);
 
@@ -43,7 +46,8 @@ torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Te
 /// Per-token cross-entropy of `logits` [N, V/T], this rank's vocabulary slice [first, first + V/T),
 /// against `targets` [N] (indices in the whole vocabulary): the max and the sum of exponentials are
 /// reduced over the group, and so is the target's logit; the logits are never gathered. Returns [N],
-/// the same on every rank; its gradient reaches this rank's slice of the logits only.
+/// the same on every rank; its gradient reaches this rank's slice of the logits only. Every target
+/// counts (no ignore index).
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t first,
                                            const Communicator& group);
 
