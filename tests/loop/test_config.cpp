@@ -470,8 +470,8 @@ TEST_CASE("model.embedding_rows takes one size for every table or 26, and data.d
                     Contains("data.normalize: criteo: the counts are log-scaled and the hashes must stay whole"));
 }
 
-TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, dist.shard, pipelines and clipping, "
-          "each naming the key",
+TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, pipelines and clipping, each naming the "
+          "key, and take any dist.shard",
           "[config][tables]") {
   const std::string dlrm = "data: {dataset: criteo, path: log.tsv, eval_split: none}\nmodel: {name: dlrm}\n";
   CHECK_NOTHROW(parse(dlrm, {"model.embedding_sharding=row"}));
@@ -480,9 +480,8 @@ TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, dist.
                     Contains("model.embedding_sharding") && Contains("replicate, table, row"));
   CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "optim.embeddings=dense"}),
                     Contains("model.embedding_sharding: sharded tables are updated only where a batch touched them"));
-  CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=table", "dist.shard=parameters"}),
-                    Contains("model.embedding_sharding: shards the tables over the data-parallel ranks, which runs "
-                             "with dist.shard none for now"));
+  for (std::string shard : {"optimizer", "gradients", "parameters"})
+    CHECK_NOTHROW(parse(dlrm, {"model.embedding_sharding=table", "dist.shard=" + shard}));
   CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "dist.pipeline=2"}),
                     Contains("model.embedding_sharding: runs with dist.pipeline 1 for now, not 2"));
   CHECK_THROWS_WITH(parse(dlrm, {"model.embedding_sharding=row", "train.clip_grad_norm=1"}),

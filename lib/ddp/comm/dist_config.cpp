@@ -43,7 +43,8 @@ void declare_config(ConfigSchema& schema, DistConfig& config) {
   schema.add("dist.devices", &config.devices,
              "the CUDA devices of the rank threads, one rank each ([0, 1, 2]); sets the rank count. "
              "ddp-train --devices 0,1,2 sets it")
-      .min(0);
+      .min(0)
+      .max(127);  // LibTorch 1.13 names a device by an 8-bit index
   schema.rule("dist.devices", [&config]() -> std::string {
     if (config.devices.empty()) return "";
     if (std::set<int64_t>(config.devices.begin(), config.devices.end()).size() != config.devices.size())

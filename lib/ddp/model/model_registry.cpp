@@ -42,11 +42,7 @@ const ModelFactories& factories() {
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context) {
   std::shared_ptr<Model> model;
-  auto build = [&] { model = factories().at(config.name)(config, context); };
-  if (context.seed)
-    build_seeded(*context.seed, build);
-  else
-    build();
+  build_model(context, [&] { model = factories().at(config.name)(config, context); });
   if (!config.init_from.empty()) {
     try {
       model->load_weights(config.init_from);
@@ -55,6 +51,13 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
     }
   }
   return model;
+}
+
+void build_model(const ModelContext& context, const std::function<void()>& build) {
+  if (context.seed)
+    build_seeded(*context.seed, build);
+  else
+    build();
 }
 
 void Model::load_weights(const std::string& path) { load_python_state_dict(*this, path); }

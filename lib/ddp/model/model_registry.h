@@ -146,4 +146,9 @@ void save_model(const Model& model, const std::string& output_dir, int64_t max_s
 /// naming model.* on an unknown name or bad value.
 std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context = {});
 
+/// Runs `build`, a model's construction, as `context` asks: right after seeding, one rank thread
+/// at a time, when it carries a seed (ModelContext::seed); make_model builds through it, and so
+/// must a task that builds its model itself.
+void build_model(const ModelContext& context, const std::function<void()>& build);
+
 }  // namespace ddp

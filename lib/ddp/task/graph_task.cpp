@@ -40,7 +40,7 @@ GraphTask::GraphTask(const DataConfig& data, const SamplerConfig& sampler, const
   options.aggregation = model.graphsage.aggregation;
   options.normalize = model.graphsage.normalize;
   options.dropout = model.graphsage.dropout;
-  model_ = GraphSage(options);
+  build_model(context.model, [&] { model_ = GraphSage(options); });
   if (!model.init_from.empty()) load_python_state_dict(*model_, model.init_from);
   model_->to(context.device);
 }
