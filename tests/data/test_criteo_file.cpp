@@ -83,6 +83,7 @@ TEST_CASE("a broken Criteo log is refused naming the file, the line and the faul
   files.refused(line("1", {}, {"", "zz"}) + "\n", "line 1: categorical C2 is 'zz', expected a 32-bit hash in "
                                                   "hexadecimal (at most 8 digits)");
   files.refused(line("1", {}, {"123456789"}) + "\n", "line 1: categorical C1 is '123456789'");
+  files.refused(line("1", {}, {"", "", "-5"}) + "\n", "line 1: categorical C3 is '-5', expected a 32-bit hash");
   files.refused(good + "\n" + good, "line 2: an empty line");
   files.refused(line("1", {"99999999999999999999"}, {}) + "\n", "line 1: count I1 is '99999999999999999999', expected an "
                                                                 "integer of at most 64 bits");
