@@ -11,7 +11,7 @@
 
 #include "ddp/checkpoint/checkpointer.h"
 #include "ddp/checkpoint/checkpoint_format.h"
-#include "ddp/checkpoint/tensor_box.h"
+#include "ddp/parallel/tensor_box.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/optim/optimizer_factory.h"
@@ -118,7 +118,7 @@ TEST_CASE("a whole checkpoint restores into three ranks' flat runs, values and o
     for (std::size_t i = 0; i < layout.parameters.size(); ++i) {
       const int64_t numel = layout.parameters[i].numel(), lo = numel * rank / 3, hi = numel * (rank + 1) / 3;
       pieces.push_back(torch::zeros({hi - lo}).requires_grad_());
-      layout.ranges.push_back({i, lo, pieces.back().detach(), pieces.back()});
+      layout.ranges.push_back({i, lo, pieces.back().detach(), pieces.back(), {}});
     }
     auto optimizer = std::make_unique<torch::optim::AdamW>(pieces);
     ddp::CheckpointReader reader(manifest, info.manifest_path, data);
@@ -209,7 +209,7 @@ RankPieces rank_pieces(int rank, int world, bool step) {
     mine.layout.shapes.push_back(kShapes[i]);
     mine.pieces.push_back((step ? values[i].reshape(-1).narrow(0, lo, hi - lo).clone() : torch::zeros({hi - lo}))
                               .requires_grad_());
-    mine.layout.ranges.push_back({i, lo, mine.pieces.back().detach(), mine.pieces.back()});
+    mine.layout.ranges.push_back({i, lo, mine.pieces.back().detach(), mine.pieces.back(), {}});
   }
   mine.optimizer = std::make_unique<torch::optim::AdamW>(mine.pieces, torch::optim::AdamWOptions(0.01));
   if (step) {

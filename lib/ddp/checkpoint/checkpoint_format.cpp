@@ -127,7 +127,7 @@ void write_pieces(torch::serialize::OutputArchive& archive, const CheckpointLayo
     const OwnedRange& range = layout.ranges[r];
     StateTensors state = read_state(optimizer, range.stepped);
     torch::Tensor value = range.value.reshape(-1);
-    for (const RunBox& piece : boxes_of_run(layout.shapes[range.parameter], range.begin, range.value.numel())) {
+    for (const RunBox& piece : boxes_of(range, layout.shapes[range.parameter])) {
       const std::string key = piece_key("p", entries.size());
       // An archive writes a view's whole storage (a flat unit), not the view: a piece that is not
       // all of its storage is copied.
@@ -259,7 +259,7 @@ CheckpointLayout whole_layout(const torch::nn::Module& model) {
   for (const auto& item : model.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
-    layout.ranges.push_back({layout.parameters.size(), 0, p.detach(), p});
+    layout.ranges.push_back({layout.parameters.size(), 0, p.detach(), p, {}});
     layout.names.push_back(item.key());
     layout.parameters.push_back(p);
     layout.shapes.push_back(p.sizes().vec());
@@ -595,7 +595,7 @@ std::string CheckpointReader::read_pieces(const CheckpointLayout& layout) {
   for (const OwnedRange& mine : layout.ranges) {
     const std::size_t parameter = saved.at(layout.names[mine.parameter]);
     int64_t covered = 0;
-    for (const RunBox& target : boxes_of_run(layout.shapes[mine.parameter], mine.begin, mine.value.numel()))
+    for (const RunBox& target : boxes_of(mine, layout.shapes[mine.parameter]))
       for (std::size_t k : pieces_of(parameter))
         if (auto overlap = box_overlap(target.box, pieces_[k].box)) {
           covered += overlap->numel();
@@ -654,7 +654,7 @@ void CheckpointReader::restore(const CheckpointLayout& layout, torch::nn::Module
     std::vector<torch::Tensor> state_slots;
     for (std::size_t s = 0; s < slots; ++s) state_slots.push_back(torch::zeros({numel}, mine.value.options()));
     int64_t step = -1, covered = 0;
-    for (const RunBox& target : boxes_of_run(layout.shapes[mine.parameter], mine.begin, numel)) {
+    for (const RunBox& target : boxes_of(mine, layout.shapes[mine.parameter])) {
       auto into = [&](const torch::Tensor& flat) {
         return flat.narrow(0, target.first, target.box.numel()).view(target.box.sizes);
       };

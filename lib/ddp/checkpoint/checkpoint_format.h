@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ddp/checkpoint/checkpointer.h"
-#include "ddp/checkpoint/tensor_box.h"
+#include "ddp/parallel/tensor_box.h"
 #include "ddp/checkpoint/train_progress.h"
 #include "ddp/comm/process_group.h"
 #include "ddp/parallel/owned_range.h"

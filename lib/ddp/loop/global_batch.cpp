@@ -74,6 +74,7 @@ GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int st
 }
 
 GlobalBatchShare share_step(const TrainConfig& config, int world) {
+  world /= static_cast<int>(config.mesh.tensor);  // a tensor group trains one replica's batch (Note [Tensor parallelism])
   const auto& train = config.train;
   const int stages = static_cast<int>(config.mesh.pipeline);
   const bool given = train.global_batch_size > 0;
@@ -89,6 +90,7 @@ GlobalBatchShare share_step(const TrainConfig& config, int world) {
              fmt::format("global batch {} = {} rank(s) × batch {} × {} micro-step(s) a step", global_batch, world,
                          train.batch_size, train.grad_accum_steps)};
   }
+  if (config.mesh.tensor > 1) share.formation += fmt::format(", each rank a tensor group of {} ranks", config.mesh.tensor);
   share.formation += given ? " (train.global_batch_size)" : " (world size × train.batch_size × train.grad_accum_steps)";
   return share;
 }

@@ -42,7 +42,8 @@ GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int st
 
 /// The step of `config` at world size `world`, whatever its layout: train.global_batch_size when
 /// set, else world × train.batch_size × train.grad_accum_steps, formed by world / dist.pipeline
-/// replicas (a pipeline cuts each replica's share into dist.microbatches).
+/// replicas (a pipeline cuts each replica's share into dist.microbatches). A tensor group of
+/// dist.tensor ranks counts as one rank: it trains one batch.
 GlobalBatchShare share_step(const TrainConfig& config, int world);
 
 }  // namespace ddp

@@ -12,6 +12,8 @@
 #include "ddp/parallel/pipeline_split.h"
 #include "ddp/parallel/replicated_tables.h"
 #include "ddp/parallel/sharded_tables.h"
+#include "ddp/parallel/tensor_parallel.h"
+#include "ddp/parallel/tensor_shards.h"
 
 namespace ddp {
 
@@ -22,11 +24,14 @@ namespace ddp {
 //      backward (Note [Activation checkpointing]); the passes below take them as any others;
 //   1. pipeline split (dist.pipeline): the blocks are cut into stages; this rank keeps its stage's
 //      (StageParameters frees the rest) and runs them in the schedule's order (PipelineStep);
-//   2. sharding (dist.shard): parameters runs each of the blocks this rank runs inside the
+//   2. tensor parallelism (dist.tensor): the layers the model family's plan names keep this rank's
+//      slice of their parameters and run through Megatron's regions (Note [Tensor parallelism]);
+//      a head split by vocabulary gives the task its loss-parallel cross-entropy;
+//   3. sharding (dist.shard): parameters runs each of the blocks this rank runs inside the
 //      engine's gathers (ShardedBlocks); optimizer and gradients need no hook in the model;
-//   3. the gradient sync over the data-parallel group the plan gives (bucketed all-reduce, or the
+//   4. the gradient sync over the data-parallel group the plan gives (bucketed all-reduce, or the
 //      sharded engine's reduce-scatter);
-//   4. embedding tables (model.embedding_sharding, optim.embeddings): spread over the data-parallel
+//   5. embedding tables (model.embedding_sharding, optim.embeddings): spread over the data-parallel
 //      ranks and looked up by all-to-all (ShardedTables, Note [Sharded tables]), kept out of the
 //      plan's parameters; or replicated and updated row by row from their synced gradients
 //      (ReplicatedTables). Either steps its rows after the optimizer (Note [Row updates]).
@@ -86,7 +91,7 @@ std::string row_method(const TrainConfig& config) {
   return config.optim.embeddings == "dense" ? "" : config.optim.embeddings;
 }
 
-// The model's embedding tables and their names, for pass 4; ConfigError if it has none.
+// The model's embedding tables and their names, for pass 5; ConfigError if it has none.
 std::vector<EmbeddingTable> tables_of(Task& task, const TrainConfig& config, std::vector<std::string>& names) {
   auto* model = dynamic_cast<Model*>(&task.model());
   std::vector<EmbeddingTable> tables = model ? model->embedding_tables() : std::vector<EmbeddingTable>{};
@@ -101,7 +106,7 @@ std::vector<EmbeddingTable> tables_of(Task& task, const TrainConfig& config, std
   return tables;
 }
 
-// `blocks` without the parameters in `apart`: sharded tables, which pass 4 keeps out of the plan
+// `blocks` without the parameters in `apart`: sharded tables, which pass 5 keeps out of the plan
 // (Note [Sharded tables]), so that no block engine gathers or shards them.
 std::vector<ModelBlock> without(std::vector<ModelBlock> blocks, const std::vector<torch::Tensor>& apart) {
   std::set<const c10::TensorImpl*> skipped;
@@ -158,6 +163,18 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     parallel->layout += ", dist.pipeline_split " + cuts;
   }
 
+  if (plan.group(MeshDim::kTensor).world_size > 1) {  // pass 2
+    plan.split_tensors(task.model(), builtin_tensor_plan(config.model, config.mesh.tensor), parallel->parameters);
+    const TensorShards& shards = *plan.tensor_shards();
+    auto loss = [&shards](const torch::Tensor& logits, const torch::Tensor& targets) {
+      return vocab_parallel_cross_entropy(logits, targets, shards.output_first(), shards.group());
+    };
+    if (shards.splits_output() && !task.take_token_loss(loss))
+      throw ConfigError("dist.tensor: train.task " + config.task.task +
+                        " takes no loss-parallel cross-entropy for the logits the plan splits by vocabulary");
+    if (plan.world().rank == 0) spdlog::info("{}", shards.describe());
+  }
+
   std::vector<std::vector<torch::Tensor>> units;
   if (config.mesh.shard == "parameters") {
     std::vector<torch::Tensor> tied;  // a weight tied across stages stays in the root (Note [Sharded stages])
@@ -183,7 +200,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
       parallel->runs_blocks->set_block_runner(parallel->blocks.get());
     }
   }
-  if (sharded_tables) {  // pass 4
+  if (sharded_tables) {  // pass 5
     auto sharded = std::make_unique<ShardedTables>(tables, table_names, config.model.embedding_sharding,
                                                    plan.data_parallel(), rows, config.optim.eps);
     if (plan.world().rank == 0) spdlog::info("{}", sharded->describe());
@@ -210,15 +227,16 @@ CheckpointLayout checkpoint_layout(const ParallelModel& parallel, const Parallel
   for (const auto& p : parallel.parameters) layout.names.push_back(names.at(p.unsafeGetTensorImpl()));
   layout.parameters = parallel.parameters;
   layout.shapes = plan.whole_shapes(parallel.parameters);
-  layout.ranges = plan.owned_ranges();
-  // One shard per stage and data shard: replica 0 of each writes it.
+  layout.ranges = plan.owned_ranges(&layout.first_written);
+  // One shard per stage, data shard and tensor slice: replica 0 of each writes it.
   const Communicator& shard_group = plan.group(MeshDim::kDataShard);
-  layout.shard = plan.stage() * shard_group.world_size + shard_group.rank;
-  layout.shards = plan.stages() * shard_group.world_size;
+  const Communicator& tensor_group = plan.group(MeshDim::kTensor);
+  layout.shard = (plan.stage() * shard_group.world_size + shard_group.rank) * tensor_group.world_size + tensor_group.rank;
+  layout.shards = plan.stages() * shard_group.world_size * tensor_group.world_size;
   layout.data_parallel_size = plan.data_parallel().world_size;
   layout.writes = plan.writes_shard();
   layout.mesh = parallel.layout;
-  if (parallel.tables) {  // pass 4's tables and row state: more whole tensors, this rank's runs of them
+  if (parallel.tables) {  // pass 5's tables and row state: more whole tensors, this rank's runs of them
     const std::size_t first = layout.names.size();
     for (const TableEntry& entry : parallel.tables->entries()) {
       layout.names.push_back(entry.name);
@@ -233,7 +251,7 @@ CheckpointLayout checkpoint_layout(const ParallelModel& parallel, const Parallel
       layout.writes = true;
     }
     for (const TablePiece& piece : parallel.tables->pieces())
-      layout.ranges.push_back({first + piece.entry, piece.begin, piece.value, piece.value});
+      layout.ranges.push_back({first + piece.entry, piece.begin, piece.value, piece.value, {}});
   }
   const bool splits = plan.splits_state() || (parallel.tables && parallel.tables->splits_state());
   layout.single_file = format == "whole" || (format == "auto" && !splits);

@@ -75,6 +75,21 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
              "model.embedding_sharding replicate";
     return "";
   });
+  // Note [Tensor parallelism]: what dist.tensor composes with so far.
+  schema.rule("dist.tensor", [&config]() -> std::string {
+    if (config.mesh.tensor == 1) return "";
+    if (config.mesh.pipeline > 1) return "runs with dist.pipeline 1 for now, not " + std::to_string(config.mesh.pipeline);
+    if (config.mesh.shard != "none")
+      return "runs beside data replicas only for now (dist.shard none), not dist.shard " + config.mesh.shard;
+    if (config.model.name == "gpt" && config.model.gpt.dropout > 0)
+      return "runs with model.dropout 0 for now: a tensor group's ranks would draw dropout masks that disagree "
+             "where their activations must agree (Megatron's RNG tracker is not built yet)";
+    if (config.loss.label_smoothing > 0)
+      return "the loss-parallel cross-entropy has no label smoothing yet: set train.label_smoothing 0";
+    if (config.model.activation_checkpointing != "none")
+      return "runs with model.activation_checkpointing none for now, not " + config.model.activation_checkpointing;
+    return "";
+  });
   // The loop owns eval:, but only a graph has neighbours to evaluate over.
   schema.rule("eval.full_neighbourhood", [&config]() -> std::string {
     return config.eval.full_neighbourhood && config.data.dataset != "graph"

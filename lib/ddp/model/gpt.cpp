@@ -12,6 +12,7 @@
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/model/rank_random.h"
+#include "ddp/model/routed_layers.h"
 #include "ddp/model/state_dict_file.h"
 #include "ddp/model/token_stepper.h"
 
@@ -40,6 +41,10 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
+std::shared_ptr<RoutedLinear> routed_linear(int64_t in, int64_t out, bool bias, int64_t fused = 1) {
+  return std::make_shared<RoutedLinear>(in, out, bias, fused);
+}
+
 torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
   return p > 0 && training ? rank_dropout(x, p, true) : x;
 }
@@ -62,9 +67,10 @@ class LayerNorm : public torch::nn::Module {
 
 class CausalSelfAttention : public torch::nn::Module {
  public:
-  explicit CausalSelfAttention(const GptOptions& o) : heads_(o.n_head), dropout_(o.dropout), fused_(o.fused_attention) {
-    c_attn = register_module("c_attn", linear(o.n_embd, 3 * o.n_embd, o.bias));
-    c_proj = register_module("c_proj", linear(o.n_embd, o.n_embd, o.bias));
+  explicit CausalSelfAttention(const GptOptions& o)
+      : head_dim_(o.n_embd / o.n_head), dropout_(o.dropout), fused_(o.fused_attention) {
+    c_attn = register_module("c_attn", routed_linear(o.n_embd, 3 * o.n_embd, o.bias, /*fused=*/3));
+    c_proj = register_module("c_proj", routed_linear(o.n_embd, o.n_embd, o.bias));
     if (!fused_) {  // Note [Attention forms]
       auto lower = torch::ones({o.block_size, o.block_size}).tril();
       register_buffer("bias", lower.view({1, 1, o.block_size, o.block_size}));
@@ -73,11 +79,13 @@ class CausalSelfAttention : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
-    auto qkv = c_attn->forward(x).split(c, 2);
-    // [B, T, C] → [B, H, T, d]
-    auto heads = [&](const torch::Tensor& z) { return z.view({b, t, heads_, d}).transpose(1, 2); };
-    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]), y;
+    // The heads this layer computes: all of them, or a tensor-parallel slice (Note [Routed layers]).
+    const int64_t b = x.size(0), t = x.size(1), d = head_dim_;
+    auto qkv = c_attn->forward(x).chunk(3, 2);
+    const int64_t heads = qkv[0].size(2) / d, c = heads * d;
+    // [B, T, H·d] → [B, H, T, d]
+    auto split_heads = [&](const torch::Tensor& z) { return z.view({b, t, heads, d}).transpose(1, 2); };
+    torch::Tensor q = split_heads(qkv[0]), k = split_heads(qkv[1]), v = split_heads(qkv[2]), y;
     double p = is_training() ? dropout_ : 0.0;
 #if TORCH_VERSION_MAJOR >= 2
     if (fused_) {
@@ -87,18 +95,18 @@ class CausalSelfAttention : public torch::nn::Module {
 #endif
     if (additive_mask_.device() != x.device()) additive_mask_ = additive_mask_.to(x.device());
     auto mask = additive_mask_.narrow(0, 0, t).narrow(1, 0, t);
-    auto scores = torch::baddbmm(mask, q.reshape({b * heads_, t, d}), k.reshape({b * heads_, t, d}).transpose(1, 2),
+    auto scores = torch::baddbmm(mask, q.reshape({b * heads, t, d}), k.reshape({b * heads, t, d}).transpose(1, 2),
                                  /*beta=*/1, /*alpha=*/1.0 / std::sqrt(static_cast<double>(d)));
     auto weights = maybe_dropout(torch::softmax(scores, -1), p, p > 0);
-    y = torch::bmm(weights, v.reshape({b * heads_, t, d})).view({b, heads_, t, d});
+    y = torch::bmm(weights, v.reshape({b * heads, t, d})).view({b, heads, t, d});
     y = y.transpose(1, 2).reshape({b, t, c});
     return maybe_dropout(c_proj->forward(y), dropout_, is_training());
   }
 
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  std::shared_ptr<RoutedLinear> c_attn, c_proj;
 
  private:
-  int64_t heads_;
+  int64_t head_dim_;
   double dropout_;
   bool fused_;
   torch::Tensor additive_mask_;
@@ -107,14 +115,14 @@ class CausalSelfAttention : public torch::nn::Module {
 class GptMlp : public torch::nn::Module {
  public:
   explicit GptMlp(const GptOptions& o) : dropout_(o.dropout) {
-    c_fc = register_module("c_fc", linear(o.n_embd, 4 * o.n_embd, o.bias));
-    c_proj = register_module("c_proj", linear(4 * o.n_embd, o.n_embd, o.bias));
+    c_fc = register_module("c_fc", routed_linear(o.n_embd, 4 * o.n_embd, o.bias));
+    c_proj = register_module("c_proj", routed_linear(4 * o.n_embd, o.n_embd, o.bias));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     return maybe_dropout(c_proj->forward(torch::gelu(c_fc->forward(x))), dropout_, is_training());
   }
 
-  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  std::shared_ptr<RoutedLinear> c_fc, c_proj;
 
  private:
   double dropout_;
@@ -138,18 +146,12 @@ class Block : public torch::nn::Module {
   std::shared_ptr<GptMlp> mlp;
 };
 
-// lm_head: no weight of its own, the token embedding's under its name.
-class TiedHead : public torch::nn::Module {
- public:
-  explicit TiedHead(const torch::Tensor& weight) { register_parameter("weight", weight); }
-};
-
 }  // namespace
 
 class GptTransformer : public torch::nn::Module {
  public:
   explicit GptTransformer(const GptOptions& o) {
-    wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.n_embd));
+    wte = register_module("wte", std::make_shared<RoutedEmbedding>(o.vocab_size, o.n_embd));
     wpe = register_module("wpe", torch::nn::Embedding(o.block_size, o.n_embd));
     h = register_module("h", torch::nn::ModuleList());
     for (int64_t i = 0; i < o.n_layer; ++i) {
@@ -159,7 +161,8 @@ class GptTransformer : public torch::nn::Module {
     ln_f = register_module("ln_f", std::make_shared<LayerNorm>(o.n_embd, o.bias));
   }
 
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::shared_ptr<RoutedEmbedding> wte;
+  torch::nn::Embedding wpe{nullptr};
   torch::nn::ModuleList h{nullptr};
   std::vector<std::shared_ptr<Block>> blocks;
   std::shared_ptr<LayerNorm> ln_f;
@@ -188,11 +191,12 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
   transformer_ = register_module("transformer", std::make_shared<GptTransformer>(options));
   (void)linear(options.n_embd, options.vocab_size, false);  // nanoGPT's lm_head, built and then tied
   head_weight_ = transformer_->wte->weight;
-  register_module("lm_head", std::make_shared<TiedHead>(head_weight_));
+  // lm_head: no weight of its own, the token embedding's under its name.
+  lm_head_ = register_module("lm_head", std::make_shared<RoutedLinear>(head_weight_));
   // ...then nanoGPT's _init_weights, in module.apply's order (the tied lm_head last, as its Linear),
   // and the residual projections scaled by 1/sqrt(2·n_layer).
   torch::NoGradGuard no_grad;
-  auto init_linear = [](const torch::nn::Linear& layer) {
+  auto init_linear = [](const std::shared_ptr<RoutedLinear>& layer) {
     layer->weight.normal_(0, 0.02);
     if (layer->bias.defined()) layer->bias.zero_();
   };
@@ -248,7 +252,7 @@ torch::Tensor Gpt::embed(const torch::Tensor& idx) {
 }
 
 torch::Tensor Gpt::head(const torch::Tensor& x) {
-  return torch::nn::functional::linear(transformer_->ln_f->forward(x), head_weight_);
+  return lm_head_->forward(transformer_->ln_f->forward(x));
 }
 
 std::vector<ModelBlock> Gpt::declare_blocks() {

@@ -40,6 +40,7 @@ struct GptOptions {
 GptOptions gpt_options(const ModelConfig& config);
 
 class GptTransformer;
+class RoutedLinear;
 
 /// Tokens int64 [B, T] (T <= block_size) in, next-token logits [B, T, vocab_size] out.
 class Gpt : public Model {
@@ -69,6 +70,7 @@ class Gpt : public Model {
   GptOptions options_;
   std::shared_ptr<GptTransformer> transformer_;  // "transformer": wte, wpe, h, ln_f
   torch::Tensor head_weight_;                         // lm_head.weight, the same tensor as wte's
+  std::shared_ptr<RoutedLinear> lm_head_;             // over head_weight_
 
   /// Tokens to the first block's input.
   torch::Tensor embed(const torch::Tensor& idx);

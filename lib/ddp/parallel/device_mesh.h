@@ -1,7 +1,8 @@
 #pragma once
 // The ranks laid out as a grid of named dimensions (torch's DeviceMesh, torchtitan's order:
-// pipeline outermost, then data_replicate, then data_shard), so that each parallel strategy talks
-// to the ranks along its own dimension only.
+// pipeline outermost, then data_replicate, data_shard, and tensor innermost, so that a tensor group,
+// which talks in every layer, is neighbouring ranks on one node), so that each parallel strategy
+// talks to the ranks along its own dimension only.
 
 #include <array>
 #include <string>
@@ -12,16 +13,18 @@
 namespace ddp {
 
 /// A dimension of the mesh.
-enum class MeshDim { kPipeline, kDataReplicate, kDataShard };
+enum class MeshDim { kPipeline, kDataReplicate, kDataShard, kTensor };
 
 /// Every dimension, outermost first.
-inline constexpr std::array<MeshDim, 3> kMeshDims{MeshDim::kPipeline, MeshDim::kDataReplicate, MeshDim::kDataShard};
+inline constexpr std::array<MeshDim, 4> kMeshDims{MeshDim::kPipeline, MeshDim::kDataReplicate, MeshDim::kDataShard,
+                                                  MeshDim::kTensor};
 
-/// "pipeline", "data_replicate", "data_shard": as the config keys spell them.
+/// "pipeline", "data_replicate", "data_shard", "tensor": as the config keys spell them.
 const char* mesh_dim_name(MeshDim dim);
 
-/// Sizes per dimension; rank = ((pipeline × R) + data_replicate) × S + data_shard (row-major), so the
-/// innermost dimension's groups are neighbouring ranks (on one node, under ddprun's numbering).
+/// Sizes per dimension; rank = (((pipeline × R) + data_replicate) × S + data_shard) × T + tensor
+/// (row-major), so the innermost dimension's groups are neighbouring ranks (on one node, under
+/// ddprun's numbering).
 class DeviceMesh {
  public:
   /// The mesh `config` describes for `world_size` ranks, `local_world_size` of them per node (0:
@@ -37,18 +40,18 @@ class DeviceMesh {
   /// The ranks that share all of `rank`'s coordinates but the one along `dim`, ascending: its group
   /// along `dim` (`rank` is among them).
   std::vector<int> group_ranks(int rank, MeshDim dim) const;
-  /// The ranks that hold the same pipeline stage as `rank`, ascending: its data-parallel replicas
-  /// and shards, which split the samples.
+  /// The ranks that hold the same pipeline stage and tensor slice as `rank`, ascending: its
+  /// data-parallel replicas and shards, which split the samples.
   std::vector<int> data_parallel_ranks(int rank) const;
-  /// "pipeline 2 × data_replicate 2 × data_shard 1".
+  /// "pipeline 2 × data_replicate 2 × data_shard 1" (and " × tensor 2" where the tensor is split).
   std::string describe() const;
 
  private:
-  explicit DeviceMesh(std::array<int, 3> sizes) : sizes_(sizes) {}
+  explicit DeviceMesh(std::array<int, 4> sizes) : sizes_(sizes) {}
   static std::size_t index(MeshDim dim) { return static_cast<std::size_t>(dim); }
   int stride(MeshDim dim) const;
 
-  std::array<int, 3> sizes_;
+  std::array<int, 4> sizes_;
 };
 
 }  // namespace ddp

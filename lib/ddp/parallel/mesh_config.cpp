@@ -12,13 +12,19 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
       .max(kMaxRanks);
   schema.add("dist.data_replicate", &config.data_replicate,
              "device mesh: model replicas whose gradients are averaged (DDP); 0: the world size divided by "
-             "dist.pipeline and dist.data_shard")
+             "dist.pipeline, dist.data_shard and dist.tensor")
       .min(0)
       .max(kMaxRanks);
   schema.add("dist.data_shard", &config.data_shard,
              "device mesh: ranks that split one replica's state (dist.shard says which); 0: 1 without dist.shard, "
              "with it the ranks of a node (shard within nodes, replicate across them, as PyTorch's HSDP)")
       .min(0)
+      .max(kMaxRanks);
+  schema.add("dist.tensor", &config.tensor,
+             "device mesh: ranks that split each transformer layer between them (Megatron-style tensor "
+             "parallelism: attention heads and MLP columns, the vocabulary of the embedding and head), neighbouring "
+             "ranks on one node; 1: none. Note [Tensor parallelism]")
+      .min(1)
       .max(kMaxRanks);
   schema.add("dist.shard", &config.shard,
              "what the ranks of a data_shard group split: none; optimizer (ZeRO-1: each rank keeps and steps the "

@@ -48,7 +48,7 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> parameters, const Co
 std::vector<OwnedRange> OptimizerShards::owned_ranges() const {
   std::vector<OwnedRange> ranges;
   for (std::size_t i = 0; i < parameters_.size(); ++i)
-    if (owners_[i] == group_.rank) ranges.push_back({i, 0, parameters_[i].detach(), parameters_[i]});
+    if (owners_[i] == group_.rank) ranges.push_back({i, 0, parameters_[i].detach(), parameters_[i], {}});
   return ranges;
 }
 

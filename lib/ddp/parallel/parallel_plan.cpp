@@ -129,7 +129,7 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
     if (dim == MeshDim::kDataShard && world_.shared_memory && world_.shared_memory->size() == group.world_size)
       group.shared_memory = world_.shared_memory;
   }
-  if (mesh_.size(MeshDim::kPipeline) > 1) {
+  if (mesh_.size(MeshDim::kPipeline) > 1 || mesh_.size(MeshDim::kTensor) > 1) {
     auto ranks = mesh_.data_parallel_ranks(world_.rank);
     data_parallel_ = sub_communicator(world_, "data_parallel/" + std::to_string(ranks.front()), ranks);
   }
@@ -164,6 +164,11 @@ void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
   stage_ = std::make_unique<StageParameters>(parameters, used, buffers, world_, mesh_, group(MeshDim::kPipeline));
 }
 
+void ParallelPlan::split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
+                                 const std::vector<torch::Tensor>& parameters) {
+  tensor_ = std::make_unique<TensorShards>(model, plan, parameters, group(MeshDim::kTensor));
+}
+
 void ParallelPlan::finish_gradients(ValueSlots& side_values) const {
   sum_copied_gradients(placements_);
   if (!side_values_after_sync_) return;
@@ -196,7 +201,8 @@ void ParallelPlan::place(const std::vector<torch::Tensor>& held) {
   if (sharded_) {
     held_ranges = sharded_->owned_ranges();
   } else {
-    for (std::size_t i = 0; i < held.size(); ++i) held_ranges.push_back({i, 0, held[i].detach(), held[i]});
+    for (std::size_t i = 0; i < held.size(); ++i)
+      held_ranges.push_back({i, 0, held[i].detach(), held[i], tensor_ ? tensor_->boxes(i) : std::vector<TensorBox>{}});
   }
   std::vector<OwnedRange> kept_ranges = shards_ ? shards_->owned_ranges() : held_ranges;
   auto placed = [this](OwnedRange range) {
@@ -206,6 +212,8 @@ void ParallelPlan::place(const std::vector<torch::Tensor>& held) {
       piece.counted = stage_->counts(range.parameter);
       piece.copies = stage_->copies(range.parameter);
     }
+    // Replicated over the tensor group: counted once, at its rank 0 (Note [Tensor parallelism]).
+    if (tensor_ && range.boxes.empty()) piece.counted = group(MeshDim::kTensor).rank == 0;
     piece.range = std::move(range);
     return piece;
   };
@@ -214,6 +222,7 @@ void ParallelPlan::place(const std::vector<torch::Tensor>& held) {
   for (auto& range : kept_ranges) placements_.kept.push_back(placed(std::move(range)));
   if (sharded_ && group(MeshDim::kDataShard).world_size > 1) placements_.split.push_back(&group(MeshDim::kDataShard));
   if (stage_) placements_.split.push_back(&group(MeshDim::kPipeline));
+  if (tensor_) placements_.split.push_back(&group(MeshDim::kTensor));
 }
 
 std::vector<int64_t> ParallelPlan::optimizer_parameter_dims() const {
@@ -227,11 +236,14 @@ void ParallelPlan::after_optimizer_step() const {
   if (sharded_) sharded_->after_optimizer_step();
 }
 
-std::vector<OwnedRange> ParallelPlan::owned_ranges() const { return saved_ranges(placements_); }
+std::vector<OwnedRange> ParallelPlan::owned_ranges(std::size_t* restored_only) const {
+  return saved_ranges(placements_, restored_only);
+}
 
 void ParallelPlan::gather_parameters() const {
   if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
   if (stage_) stage_->materialize();
+  if (tensor_) tensor_->materialize();
 }
 
 void ParallelPlan::gather_local_parameters() const {
@@ -239,6 +251,7 @@ void ParallelPlan::gather_local_parameters() const {
 }
 
 void ParallelPlan::release_parameters() const {
+  if (tensor_) tensor_->release();
   if (stage_) stage_->release();
   if (auto* engine = parameter_shards()) engine->release_parameters();
 }
@@ -246,7 +259,8 @@ void ParallelPlan::release_parameters() const {
 std::vector<std::vector<int64_t>> ParallelPlan::whole_shapes(const std::vector<torch::Tensor>& parameters) const {
   if (stage_) return stage_->shapes();
   std::vector<std::vector<int64_t>> shapes;
-  for (const auto& p : parameters) shapes.push_back(p.sizes().vec());
+  for (std::size_t i = 0; i < parameters.size(); ++i)
+    shapes.push_back(tensor_ ? tensor_->whole_shape(i) : parameters[i].sizes().vec());
   return shapes;
 }
 

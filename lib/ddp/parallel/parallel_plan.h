@@ -8,6 +8,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ddp/comm/dist_config.h"
@@ -20,6 +21,7 @@
 #include "ddp/parallel/placements.h"
 #include "ddp/parallel/sharded_data_parallel.h"
 #include "ddp/parallel/stage_parameters.h"
+#include "ddp/parallel/tensor_shards.h"
 
 namespace ddp {
 
@@ -39,14 +41,15 @@ class ParallelPlan {
   /// This rank's group along `dim`.
   const Communicator& group(MeshDim dim) const { return groups_[static_cast<std::size_t>(dim)]; }
   /// The ranks that hold this rank's layers, which split the samples and average their gradients:
-  /// the world, or with pipeline stages this stage's replicas (and shards).
-  const Communicator& data_parallel() const { return mesh_.size(MeshDim::kPipeline) > 1 ? data_parallel_ : world_; }
+  /// the world, or with pipeline stages or tensor groups the replicas (and shards) of this rank's
+  /// stage and tensor slice.
+  const Communicator& data_parallel() const { return data_parallel_ ? *data_parallel_ : world_; }
   /// Pipeline stages (1: none), and this rank's.
   int stages() const { return mesh_.size(MeshDim::kPipeline); }
   int stage() const { return group(MeshDim::kPipeline).rank; }
   /// Whether ranks keep different parts of the parameters or optimizer state (any dist.shard, or
   /// pipeline stages), so that checkpoint.format auto writes a shard per writer, not one file.
-  bool splits_state() const { return shard_ != "none" || stages() > 1; }
+  bool splits_state() const { return shard_ != "none" || stages() > 1 || group(MeshDim::kTensor).world_size > 1; }
 
   /// The parameters of `model` this rank trains, each tensor once (LibTorch lists a tensor
   /// registered under two names, as tied weights are, twice), after making the replicas equal:
@@ -60,6 +63,12 @@ class ParallelPlan {
                     const std::vector<std::vector<torch::Tensor>>& buffers);
   /// Pipeline stages: this rank's part (null without them).
   const StageParameters* stage_parameters() const { return stage_.get(); }
+  /// Tensor parallelism, after prepare_model: `model`'s layers that `plan` names split over the
+  /// tensor group (Note [Tensor parallelism]); `parameters` from prepare_model. Every rank calls it.
+  void split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
+                     const std::vector<torch::Tensor>& parameters);
+  /// Tensor parallelism: the split layers (null without it).
+  const TensorShards* tensor_shards() const { return tensor_.get(); }
   /// After the gradient sync: what else the gradients need before clipping (tied weights summed
   /// over the stages that share them), and `side_values` summed over the world where the sync only
   /// carried them over the stage's replicas.
@@ -90,8 +99,9 @@ class ParallelPlan {
   /// What this rank's part of a sharded checkpoint holds: the runs of the parameters whose
   /// optimizer state it keeps and whose copy counts; without sharding every parameter whole. After
   /// optimizer_parameters(). Restoring writes through them; after_optimizer_step() then puts the
-  /// values where the layout wants them.
-  std::vector<OwnedRange> owned_ranges() const;
+  /// values where the layout wants them. With `restored_only`, first those that this rank restores
+  /// but another writes (replicated over a tensor group: its rank 0), that many.
+  std::vector<OwnedRange> owned_ranges(std::size_t* restored_only = nullptr) const;
   /// Whether this rank writes its shard of a sharded checkpoint: one replica of each shard does.
   bool writes_shard() const { return group(MeshDim::kDataReplicate).rank == 0; }
 
@@ -132,8 +142,9 @@ class ParallelPlan {
   Communicator world_;
   DeviceMesh mesh_;
   std::array<Communicator, kMeshDims.size()> groups_;
-  Communicator data_parallel_;  // pipeline stages: this stage's replicas
+  std::optional<Communicator> data_parallel_;  // pipeline stages or tensor groups: the ranks of this stage and slice
   std::unique_ptr<StageParameters> stage_;
+  std::unique_ptr<TensorShards> tensor_;
 
   void place(const std::vector<torch::Tensor>& held);
 

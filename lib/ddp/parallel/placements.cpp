@@ -74,8 +74,12 @@ void share_copied_pieces(const Placements& placements, torch::optim::Optimizer& 
   }
 }
 
-std::vector<OwnedRange> saved_ranges(const Placements& placements) {
+std::vector<OwnedRange> saved_ranges(const Placements& placements, std::size_t* restored_only) {
   std::vector<OwnedRange> ranges;
+  for (const auto& piece : placements.kept)
+    if (!piece.counted && !piece.copies) ranges.push_back(piece.range);
+  if (restored_only) *restored_only = ranges.size();
+  else ranges.clear();
   for (const auto& piece : placements.kept)
     if (piece.counted) ranges.push_back(piece.range);
   return ranges;

@@ -44,7 +44,9 @@ void sum_copied_gradients(const Placements& placements);
 /// Each held piece with copies, its values and its optimizer state, as its first copy has them
 /// (after a restore that wrote the first copy alone).
 void share_copied_pieces(const Placements& placements, torch::optim::Optimizer& optimizer);
-/// What this rank saves in a sharded checkpoint: the kept pieces whose copy counts.
-std::vector<OwnedRange> saved_ranges(const Placements& placements);
+/// What this rank saves in a sharded checkpoint, and restores: the kept pieces whose copy counts,
+/// after those (`*restored_only` of them) that are the same on every rank of a group without being
+/// copies (replicated over a tensor group): each rank restores them, another writes them.
+std::vector<OwnedRange> saved_ranges(const Placements& placements, std::size_t* restored_only = nullptr);
 
 }  // namespace ddp

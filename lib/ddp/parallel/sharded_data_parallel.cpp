@@ -330,7 +330,7 @@ torch::Tensor ShardedDataParallel::after_unit(std::size_t unit, torch::Tensor ou
 
 std::vector<OwnedRange> ShardedDataParallel::owned_ranges() const {
   std::vector<OwnedRange> ranges;
-  for (std::size_t j = 0; j < pieces_.size(); ++j) ranges.push_back({piece_parameter_[j], piece_offset_[j], pieces_[j], pieces_[j]});
+  for (std::size_t j = 0; j < pieces_.size(); ++j) ranges.push_back({piece_parameter_[j], piece_offset_[j], pieces_[j], pieces_[j], {}});
   return ranges;
 }
 

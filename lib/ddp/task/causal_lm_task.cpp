@@ -91,13 +91,16 @@ torch::Tensor CausalLmTask::loss(const Batch& batch) { return output_loss(logits
 torch::Tensor CausalLmTask::metric_sums(const Batch& batch) { return output_metric_sums(logits(batch), batch); }
 
 torch::Tensor CausalLmTask::output_loss(const torch::Tensor& out, const Batch& batch) {
+  if (token_loss_) return token_loss_(out.reshape({-1, out.size(-1)}), batch.targets.reshape({-1})).mean();
   return F::cross_entropy(out.reshape({-1, out.size(-1)}), batch.targets.reshape({-1}),
                           F::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
 }
 
 torch::Tensor CausalLmTask::output_metric_sums(const torch::Tensor& out, const Batch& batch) {
-  auto per_token = F::cross_entropy(out.reshape({-1, out.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
-                                    F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  auto logits = out.reshape({-1, out.size(-1)}).to(torch::kFloat);
+  auto per_token = token_loss_ ? token_loss_(logits, batch.targets.reshape({-1}))
+                               : F::cross_entropy(logits, batch.targets.reshape({-1}),
+                                                  F::CrossEntropyFuncOptions().reduction(torch::kNone));
   return per_token.view({batch.targets.size(0), -1}).mean(1).to(torch::kDouble).sum().reshape({1});
 }
 

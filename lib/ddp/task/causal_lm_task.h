@@ -3,6 +3,7 @@
 // (ddp/data/token_shards.h); the model reads the first block_size and predicts each next token.
 
 #include <optional>
+#include <utility>
 
 #include "ddp/data/token_shards.h"
 #include "ddp/task/task.h"
@@ -33,6 +34,10 @@ class CausalLmTask : public Task {
   /// perplexity = exp(loss); bits_per_byte = loss / ln 2 when the vocabulary is bytes (256 ids).
   void add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const override;
   void save_model(const std::string& output_dir) const override;
+  bool take_token_loss(TokenLoss loss) override {
+    token_loss_ = std::move(loss);
+    return true;
+  }
 
  private:
   torch::Tensor logits(const Batch& batch);
@@ -43,6 +48,7 @@ class CausalLmTask : public Task {
   std::string model_source_;  ///< names the model in messages: "model.vocab_size 256" or model.path
   int64_t vocab_size_ = 0;    ///< model.vocab_size, or a TorchScript module's output width
   double label_smoothing_ = 0;
+  TokenLoss token_loss_;  ///< a pass's, or unset: F::cross_entropy over the whole vocabulary
 };
 
 }  // namespace ddp

@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,9 @@
 #include "ddp/task/task_config.h"
 
 namespace ddp {
+
+/// Per-row cross-entropy of logits [N, V] (or a rank's slice of the vocabulary) against targets [N].
+using TokenLoss = std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& targets)>;
 
 /// Which samples a batch comes from.
 enum class Split { kTrain, kEval };
@@ -82,6 +86,14 @@ class Task {
   /// Writes the trained model into `output_dir`: model.pt, a state_dict Python's torch.load reads,
   /// and whatever else the model has (TorchScript: model_scripted.pt). Throws FileError.
   virtual void save_model(const std::string& output_dir) const = 0;
+
+  /// For a pass that leaves each rank a slice of the vocabulary's logits (Note [Tensor parallelism]):
+  /// the loss and the metrics take the logits through `loss` from now on. False where the task's
+  /// loss is not a cross-entropy over a vocabulary.
+  virtual bool take_token_loss(TokenLoss loss) {
+    (void)loss;
+    return false;
+  }
 };
 
 /// What a task is built with besides the configs it reads.

@@ -1,4 +1,4 @@
-#include "ddp/checkpoint/tensor_box.h"
+#include "ddp/parallel/tensor_box.h"
 
 #include <algorithm>
 #include <functional>

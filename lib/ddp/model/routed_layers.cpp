@@ -1,0 +1,30 @@
+#include "ddp/model/routed_layers.h"
+
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+namespace ddp {
+
+RoutedLinear::RoutedLinear(int64_t in, int64_t out, bool bias, int64_t fused) : fused_(fused) {
+  torch::nn::Linear drawn(torch::nn::LinearOptions(in, out).bias(bias));  // its reset_parameters' draws
+  weight = register_parameter("weight", drawn->weight);
+  if (bias) this->bias = register_parameter("bias", drawn->bias);
+}
+
+RoutedLinear::RoutedLinear(const torch::Tensor& weight) : weight(register_parameter("weight", weight)) {}
+
+torch::Tensor RoutedLinear::forward(const torch::Tensor& x) const {
+  return route_ ? route_(x, weight, bias) : torch::nn::functional::linear(x, weight, bias);
+}
+
+RoutedEmbedding::RoutedEmbedding(int64_t rows, int64_t dim) {
+  torch::nn::Embedding drawn(rows, dim);
+  weight = register_parameter("weight", drawn->weight);
+}
+
+torch::Tensor RoutedEmbedding::forward(const torch::Tensor& ids) const {
+  return route_ ? route_(ids, weight) : torch::embedding(weight, ids);
+}
+
+}  // namespace ddp

@@ -1,0 +1,183 @@
+#include "ddp/parallel/tensor_shards.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "ddp/comm/collectives.h"
+#include "ddp/common/error.h"
+#include "ddp/model/routed_layers.h"
+#include "ddp/parallel/tensor_parallel.h"
+
+namespace ddp {
+
+// Note [Tensor parallelism]
+// dist.tensor T splits each transformer layer between the T neighbouring ranks of a tensor group,
+// as Megatron-LM does (arXiv 1909.08053) and torchtitan's plan for Llama says it: attention's fused
+// q/k/v projection and the MLP's first Linear column-parallel (each rank computes a slice of the heads
+// and of the hidden units), their output projections row-parallel (each rank's partial product,
+// summed over the group), the token embedding by vocabulary, and the head, tied to it, column-parallel
+// over the vocabulary with the loss-parallel cross-entropy, so the logits are never gathered whole.
+// A plan says which layer takes which style; the pass slices the parameters in place and routes
+// the layers (Note [Routed layers]) through the regions of Note [Tensor regions]: two all-reduces
+// forward and two backward per block.
+// What is not split (LayerNorms, positions, the row-parallel biases) is replicated: its gradient
+// is the same on every rank of the group (each comes after a sum over it), so nothing syncs it
+// there, and the clipping norm and the checkpoint count it once, at the group's rank 0. A split
+// parameter's slice is a box of the whole tensor (one per projection of a fused layer), which the
+// checkpoint saves as it is (Note [Checkpoint format]): any layout resumes it. The data-parallel
+// ranks are those of the same tensor rank; a tensor group trains one replica's batch.
+
+namespace {
+
+std::vector<std::string> components(const std::string& path) {
+  std::vector<std::string> parts;
+  std::size_t at = 0;
+  for (std::size_t dot; (dot = path.find('.', at)) != std::string::npos; at = dot + 1) parts.push_back(path.substr(at, dot - at));
+  parts.push_back(path.substr(at));
+  return parts;
+}
+
+bool path_matches(const std::string& pattern, const std::string& path) {
+  auto want = components(pattern), have = components(path);
+  if (want.size() != have.size()) return false;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (want[i] != "*" && want[i] != have[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64_t tensor) {
+  const std::string t = std::to_string(tensor);
+  if (model.name != "gpt")
+    throw ConfigError("dist.tensor " + t + ": model.name " + model.name +
+                      " has no tensor-parallel plan (gpt has); use dist.tensor: 1");
+  const GptConfig& gpt = model.gpt;
+  if (gpt.n_head % tensor != 0)
+    throw ConfigError("dist.tensor " + t + ": model.n_head " + std::to_string(gpt.n_head) +
+                      " must divide by it (each rank computes whole heads)");
+  if (gpt.vocab_size % tensor != 0)
+    throw ConfigError("dist.tensor " + t + ": model.vocab_size " + std::to_string(gpt.vocab_size) +
+                      " must divide by it (each rank holds a slice of the vocabulary; pad it, as nanoGPT's 50304)");
+  return {{"transformer.wte", "rowwise"},
+          {"transformer.h.*.attn.c_attn", "colwise"},
+          {"transformer.h.*.attn.c_proj", "rowwise"},
+          {"transformer.h.*.mlp.c_fc", "colwise"},
+          {"transformer.h.*.mlp.c_proj", "rowwise"},
+          {"lm_head", "colwise", /*output=*/true}};
+}
+
+TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
+                           const std::vector<torch::Tensor>& parameters, const Communicator& group)
+    : group_(group), parameters_(parameters), boxes_(parameters.size()) {
+  std::map<const c10::TensorImpl*, std::size_t> index;
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    index.emplace(parameters[i].unsafeGetTensorImpl(), i);
+    wholes_.push_back(parameters[i].sizes().vec());
+  }
+  const int rank = group_.rank, parts = group_.world_size;
+  torch::NoGradGuard no_grad;
+  // Keeps slice `rank` along `dim` of each of the `fused` equal chunks of parameter `p`.
+  auto split = [&](const torch::Tensor& p, int64_t dim, int64_t fused, const std::string& what) {
+    const std::size_t i = index.at(p.unsafeGetTensorImpl());
+    const std::vector<int64_t>& whole = wholes_[i];
+    if (whole[dim] % (fused * parts) != 0)
+      throw ConfigError(fmt::format("dist.tensor {}: {} has {} {} along dimension {}, which do not divide by it{}", parts,
+                                    what, whole[dim], dim == 0 ? "rows" : "columns", dim,
+                                    fused > 1 ? fmt::format(" in each of its {} projections", fused) : ""));
+    std::vector<TensorBox> boxes;
+    const int64_t chunk = whole[dim] / fused, mine = chunk / parts;
+    for (int64_t f = 0; f < fused; ++f) {
+      TensorBox box{std::vector<int64_t>(whole.size(), 0), whole};
+      box.offsets[dim] = f * chunk + rank * mine;
+      box.sizes[dim] = mine;
+      boxes.push_back(std::move(box));
+    }
+    if (!boxes_[i].empty()) {  // tied to a layer split already (the head to the embedding)
+      if (boxes_[i][0].offsets != boxes[0].offsets || boxes_[i].size() != boxes.size())
+        throw ConfigError("dist.tensor: " + what + " is tied to a layer split another way");
+      return;
+    }
+    std::vector<torch::Tensor> slices;
+    for (const auto& piece : p.detach().chunk(fused, dim)) slices.push_back(tensor_slice(piece, dim, rank, parts));
+    p.set_data(torch::cat(slices, dim).contiguous());
+    boxes_[i] = std::move(boxes);
+  };
+
+  for (const TensorPlanEntry& entry : plan) {
+    int matched = 0;
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      if (!path_matches(entry.path, item.key())) continue;
+      ++matched;
+      if (entry.style == "replicate") continue;
+      const std::string what = item.key();
+      if (auto* linear = dynamic_cast<RoutedLinear*>(item.value().get())) {
+        if (entry.style == "colwise") {
+          split(linear->weight, 0, linear->fused(), what + ".weight");
+          if (linear->bias.defined()) split(linear->bias, 0, linear->fused(), what + ".bias");
+          if (entry.output) output_first_ = rank * (linear->weight.size(0));
+          linear->route([this](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+            return column_parallel_linear(x, w, b, group_);
+          });
+          ++colwise_;
+        } else {
+          if (linear->fused() > 1)
+            throw ConfigError("dist.tensor: " + what + " computes " + std::to_string(linear->fused()) +
+                              " projections side by side, which split colwise, not " + entry.style);
+          split(linear->weight, 1, 1, what + ".weight");
+          linear->route([this](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+            return row_parallel_linear(x, w, b, group_);
+          });
+          ++rowwise_;
+        }
+      } else if (auto* embedding = dynamic_cast<RoutedEmbedding*>(item.value().get())) {
+        if (entry.style != "rowwise")
+          throw ConfigError("dist.tensor: " + what + " is an Embedding, which splits rowwise (by vocabulary), not " +
+                            entry.style);
+        split(embedding->weight, 0, 1, what + ".weight");
+        const int64_t first = rank * embedding->weight.size(0);
+        embedding->route([this, first](const torch::Tensor& ids, const torch::Tensor& w) {
+          return vocab_parallel_embedding(ids, w, first, group_);
+        });
+        ++embeddings_;
+      } else {
+        throw ConfigError("dist.tensor: " + what + " is a " + item.value()->name() + ", which cannot be split " +
+                          entry.style + " (a Linear or an Embedding of ddprun's models can)");
+      }
+    }
+    if (matched == 0) throw ConfigError("dist.tensor: the plan's " + entry.path + " matches no submodule of the model");
+  }
+}
+
+void TensorShards::materialize() {
+  torch::NoGradGuard no_grad;
+  kept_.assign(parameters_.size(), torch::Tensor());
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (boxes_[i].empty()) continue;
+    const torch::Tensor& p = parameters_[i];
+    auto whole = torch::zeros(wholes_[i], p.options());
+    auto flat = p.detach().reshape(-1);
+    int64_t first = 0;
+    for (const TensorBox& box : boxes_[i]) {
+      narrow_to(whole, whole_box(wholes_[i]), box).copy_(flat.narrow(0, first, box.numel()).view(box.sizes));
+      first += box.numel();
+    }
+    kept_[i] = p.detach();
+    p.set_data(all_reduce_sum(group_, whole));
+  }
+}
+
+void TensorShards::release() {
+  for (std::size_t i = 0; i < kept_.size(); ++i)
+    if (kept_[i].defined()) parameters_[i].set_data(kept_[i]);
+  kept_.clear();
+}
+
+std::string TensorShards::describe() const {
+  return fmt::format("dist.tensor {}: {} Linear layers split colwise and {} rowwise, {} Embedding by vocabulary{}",
+                     group_.world_size, colwise_, rowwise_, embeddings_,
+                     splits_output() ? "; the logits stay split by vocabulary (loss-parallel cross-entropy)" : "");
+}
+
+}  // namespace ddp

@@ -1,0 +1,66 @@
+#pragma once
+// Tensor parallelism applied to a model from outside (Note [Tensor parallelism]): the layers a plan
+// names split between the ranks of a tensor group, each keeping its slice of their parameters.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ddp/comm/process_group.h"
+#include "ddp/model/model_config.h"
+#include "ddp/parallel/tensor_box.h"
+
+namespace ddp {
+
+/// One entry of a tensor plan: how the submodules at a path are split.
+struct TensorPlanEntry {
+  std::string path;     ///< a submodule's path; `*` stands for one component (a block's index)
+  std::string style;    ///< colwise (output features) | rowwise (input features; an Embedding's vocabulary) | replicate
+  bool output = false;  ///< colwise: its output is the model's (the logits), which the loss takes by vocabulary slice
+};
+
+/// The built-in plan of `model.name` (Megatron's, as torchtitan applies it) for a tensor group of
+/// `tensor` ranks. ConfigError naming the key where the family has none, or where a head count or
+/// width does not divide by it.
+std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64_t tensor);
+
+/// The model's layers split over a tensor group, in place.
+class TensorShards {
+ public:
+  /// Slices the parameters of `model`'s layers that `plan` names (routed layers, Note [Routed
+  /// layers]) to this rank's part of `group` and routes them through Megatron's regions (Note
+  /// [Tensor regions]). `parameters`: the plan's list (ParallelPlan::prepare_model), whole. ConfigError
+  /// naming the path where an entry matches nothing, or a layer that cannot take its style.
+  TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
+               const std::vector<torch::Tensor>& parameters, const Communicator& group);
+  TensorShards(const TensorShards&) = delete;
+  TensorShards& operator=(const TensorShards&) = delete;
+
+  const Communicator& group() const { return group_; }
+  /// Whether the model's output is this rank's slice of the vocabulary, starting at output_first().
+  bool splits_output() const { return output_first_ >= 0; }
+  int64_t output_first() const { return output_first_; }
+  /// Parameter i's whole shape.
+  const std::vector<int64_t>& whole_shape(std::size_t i) const { return wholes_[i]; }
+  /// The boxes of whole parameter i that this rank holds, in its slice's row-major order; empty: it
+  /// holds all of it (replicated over the group).
+  const std::vector<TensorBox>& boxes(std::size_t i) const { return boxes_[i]; }
+  /// Every split parameter whole in the model (for model.pt) until release(). Every rank of the group.
+  void materialize();
+  void release();
+  /// "dist.tensor 2: 26 layers split (12 colwise, 12 rowwise, 1 embedding by vocabulary, the head loss-parallel)".
+  std::string describe() const;
+
+ private:
+  Communicator group_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<std::vector<int64_t>> wholes_;
+  std::vector<std::vector<TensorBox>> boxes_;
+  std::vector<torch::Tensor> kept_;  // while materialized: each split parameter's slice
+  int64_t output_first_ = -1;
+  int colwise_ = 0, rowwise_ = 0, embeddings_ = 0;
+};
+
+}  // namespace ddp

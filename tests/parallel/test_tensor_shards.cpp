@@ -1,0 +1,167 @@
+// Tensor parallelism applied to the GPT in-process (tensor_shards.h): ranks as threads split a GPT
+// as its family's plan says; each rank's logits are its slice of the whole model's, the
+// loss-parallel cross-entropy gives the whole model's loss, each slice's gradient is its slice of
+// the whole gradient, and materialize() gives the whole weights back.
+#include <torch/torch.h>
+#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/model/gpt.h"
+#include "ddp/parallel/tensor_parallel.h"
+#include "ddp/parallel/tensor_shards.h"
+#include "support/thread_ranks.h"
+
+namespace {
+
+constexpr int kParts = 2;
+constexpr int64_t kVocab = 64;
+
+ddp::GptOptions small_gpt() {
+  ddp::GptOptions o;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_embd = 32;
+  o.block_size = 16;
+  o.vocab_size = kVocab;
+  o.bias = true;
+  o.dropout = 0;
+  return o;
+}
+
+ddp::ModelConfig gpt_config() {
+  ddp::ModelConfig config;
+  config.name = "gpt";
+  config.gpt.n_head = 4;
+  config.gpt.n_embd = 32;
+  config.gpt.vocab_size = kVocab;
+  return config;
+}
+
+std::shared_ptr<ddp::Gpt> seeded_gpt() {
+  torch::manual_seed(5);
+  return std::make_shared<ddp::Gpt>(small_gpt());
+}
+
+// Each parameter once (the head's weight is the embedding's), in the model's order.
+std::vector<std::pair<std::string, torch::Tensor>> unique_parameters(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::set<const c10::TensorImpl*> seen;
+  for (const auto& item : model.named_parameters())
+    if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// `whole`'s elements in `boxes`, one after another: what a rank holding those boxes keeps.
+torch::Tensor in_boxes(const torch::Tensor& whole, const std::vector<ddp::TensorBox>& boxes) {
+  if (boxes.empty()) return whole;
+  std::vector<torch::Tensor> parts;
+  for (const auto& box : boxes) parts.push_back(ddp::narrow_to(whole, ddp::whole_box(whole.sizes().vec()), box).reshape(-1));
+  return torch::cat(parts);
+}
+
+}  // namespace
+
+TEST_CASE("the GPT split over 2 ranks by its plan gives the whole model's logits, loss and gradients, and its whole "
+          "weights back",
+          "[parallel][tensor]") {
+  auto whole = seeded_gpt();
+  torch::manual_seed(6);
+  auto ids = torch::randint(0, kVocab, {3, 16}), targets = torch::randint(0, kVocab, {3, 16});
+  auto logits = whole->forward(ids);
+  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), targets.reshape({-1}));
+  loss.backward();
+  auto reference = unique_parameters(*whole);
+
+  std::vector<std::shared_ptr<ddp::Gpt>> models{seeded_gpt(), seeded_gpt()};  // built here: one global generator
+  struct Result {
+    torch::Tensor logits, loss;
+    std::vector<torch::Tensor> grads, values_whole;
+    std::vector<std::vector<ddp::TensorBox>> boxes;
+    std::vector<int64_t> local_rows;  // wte's rows after release()
+    std::string described;
+  };
+  std::vector<Result> results(kParts);
+  auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
+    auto& model = *models[static_cast<std::size_t>(rank)];
+    std::vector<torch::Tensor> parameters;
+    for (const auto& [name, p] : unique_parameters(model)) parameters.push_back(p);
+    ddp::TensorShards shards(model, ddp::builtin_tensor_plan(gpt_config(), kParts), parameters, group);
+    Result& r = results[static_cast<std::size_t>(rank)];
+    r.described = shards.describe();
+    r.logits = model.forward(ids);
+    REQUIRE(shards.splits_output());
+    r.loss = ddp::vocab_parallel_cross_entropy(r.logits.reshape({-1, r.logits.size(-1)}), targets.reshape({-1}),
+                                               shards.output_first(), group)
+                 .mean();
+    r.loss.backward();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      r.grads.push_back(parameters[i].grad().clone());
+      r.boxes.push_back(shards.boxes(i));
+    }
+    shards.materialize();
+    for (const auto& p : parameters) r.values_whole.push_back(p.detach().clone());
+    shards.release();
+    r.local_rows.push_back(parameters[0].size(0));
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r);
+    REQUIRE(errors[r].empty());
+  }
+  for (int rank = 0; rank < kParts; ++rank) {
+    INFO("rank " << rank);
+    const Result& r = results[static_cast<std::size_t>(rank)];
+    CHECK(r.described ==
+          "dist.tensor 2: 5 Linear layers split colwise and 4 rowwise, 1 Embedding by vocabulary; the logits stay "
+          "split by vocabulary (loss-parallel cross-entropy)");
+    const int64_t slice = kVocab / kParts;
+    CHECK((r.logits - logits.narrow(2, rank * slice, slice)).abs().max().item<double>() < 1e-5);
+    CHECK(r.loss.item<double>() == Approx(loss.item<double>()).margin(1e-6));
+    REQUIRE(r.grads.size() == reference.size());
+    int split = 0;
+    for (std::size_t i = 0; i < reference.size(); ++i) {
+      INFO(reference[i].first);
+      split += r.boxes[i].empty() ? 0 : 1;
+      auto expected = in_boxes(reference[i].second.grad(), r.boxes[i]);
+      CHECK((r.grads[i].reshape(-1) - expected.reshape(-1)).abs().max().item<double>() < 1e-5);
+      CHECK(torch::equal(r.values_whole[i], reference[i].second.detach()));
+    }
+    CHECK(split == 13);  // wte; per block c_attn's and c_fc's weight and bias, both c_proj weights
+    CHECK(r.local_rows.front() == kVocab / kParts);  // wte again this rank's slice after release()
+    for (std::size_t i = 0; i < reference.size(); ++i) {
+      // c_attn computes q, k and v side by side: each rank keeps its heads of each, three boxes.
+      if (reference[i].first == "transformer.h.0.attn.c_attn.weight") {
+        REQUIRE(r.boxes[i].size() == 3);
+        for (int64_t f = 0; f < 3; ++f) {
+          CHECK(r.boxes[i][f].offsets == std::vector<int64_t>{f * 32 + rank * 16, 0});
+          CHECK(r.boxes[i][f].sizes == std::vector<int64_t>{16, 32});
+        }
+      }
+      // The MLP's output projection keeps a block of columns: its input features.
+      if (reference[i].first == "transformer.h.1.mlp.c_proj.weight") {
+        REQUIRE(r.boxes[i].size() == 1);
+        CHECK(r.boxes[i][0].offsets == std::vector<int64_t>{0, rank * 64});
+        CHECK(r.boxes[i][0].sizes == std::vector<int64_t>{32, 64});
+      }
+    }
+  }
+}
+
+TEST_CASE("a tensor plan that cannot split the model says why, naming the key", "[parallel][tensor]") {
+  ddp::ModelConfig config = gpt_config();
+  config.gpt.n_head = 3;
+  CHECK_THROWS_WITH(ddp::builtin_tensor_plan(config, 2),
+                    "dist.tensor 2: model.n_head 3 must divide by it (each rank computes whole heads)");
+  config = gpt_config();
+  config.gpt.vocab_size = 257;
+  CHECK_THROWS_WITH(ddp::builtin_tensor_plan(config, 2),
+                    Catch::Contains("model.vocab_size 257 must divide by it"));
+  config = gpt_config();
+  config.name = "mlp";
+  CHECK_THROWS_WITH(ddp::builtin_tensor_plan(config, 2),
+                    "dist.tensor 2: model.name mlp has no tensor-parallel plan (gpt has); use dist.tensor: 1");
+}
