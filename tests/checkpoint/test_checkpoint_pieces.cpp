@@ -94,6 +94,22 @@ TEST_CASE("the boxes of a run of elements tile exactly that run, in order, in at
   CHECK_FALSE(ddp::box_overlap({{0}, {3}}, {{3}, {2}}).has_value());
 }
 
+TEST_CASE("a run of a tensor-parallel slice is the boxes of the whole tensor it holds, in the run's order",
+          "[checkpoint]") {
+  auto described = [](const std::vector<ddp::TensorBox>& boxes) {
+    std::string text;
+    for (const auto& box : boxes) text += box.describe();
+    return text;
+  };
+  // Rank 1 of 2 of a fused layer's three projections, 2 rows each of [6, 4]: rows 1, 3 and 5.
+  std::vector<ddp::TensorBox> fused{{{1, 0}, {1, 4}}, {{3, 0}, {1, 4}}, {{5, 0}, {1, 4}}};
+  CHECK(described(ddp::boxes_of_slice_run({3, 4}, fused, 2, 8)) == "[1:2, 2:4][3:4, 0:4][5:6, 0:2]");
+  CHECK(described(ddp::boxes_of_slice_run({3, 4}, fused, 0, 12)) == "[1:2, 0:4][3:4, 0:4][5:6, 0:4]");
+  // Rank 1 of 2 of a row-parallel weight [4, 8]: columns 4 to 8.
+  std::vector<ddp::TensorBox> columns{{{0, 4}, {4, 4}}};
+  CHECK(described(ddp::boxes_of_slice_run({4, 4}, columns, 2, 5)) == "[0:1, 6:8][1:2, 4:7]");
+}
+
 TEST_CASE("a whole checkpoint restores into three ranks' flat runs, values and optimizer state alike, and back",
           "[checkpoint]") {
   TempDir dir;

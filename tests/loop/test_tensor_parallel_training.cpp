@@ -1,7 +1,8 @@
 // Tensor parallelism (dist.tensor) by real ddprun processes: the GPT split over a tensor group of 2,
-// alone and beside 2 data replicas, trains 30 AdamW steps (weight decay, clipping) to world 1's
-// weights within 1e-5 with the same held-out loss; its sharded checkpoints resume at world 1 and
-// at another tensor layout, to the same weights; what it does not compose with yet says so.
+// alone, beside 2 data replicas and beside ZeRO-3 or ZeRO-1 over 2 ranks, trains 30 AdamW steps
+// (weight decay, clipping) to world 1's weights within 1e-5 with the same held-out loss; its sharded
+// checkpoints resume at world 1, replicated, under ZeRO-3 and at other tensor layouts, to the same
+// weights; what it does not compose with yet says so.
 #include <torch/torch.h>
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
@@ -59,8 +60,8 @@ void cut_back(const TempDir& dir, const std::string& name, const std::string& co
 
 }  // namespace
 
-TEST_CASE("a GPT at dist.tensor 2, alone and × 2 data replicas, trains 30 AdamW steps to world 1's weights within "
-          "1e-5, and its checkpoints resume at other layouts",
+TEST_CASE("a GPT at dist.tensor 2, alone, × 2 data replicas, × ZeRO-3 and × ZeRO-1 over 2, trains 30 AdamW steps to "
+          "world 1's weights within 1e-5, and its checkpoints resume at other layouts",
           "[tensor]") {
   TempDir dir;
   const std::string config = gpt_config(dir);
@@ -77,8 +78,19 @@ TEST_CASE("a GPT at dist.tensor 2, alone and × 2 data replicas, trains 30 AdamW
   run(1, "one", {});
   const double eval_one = metric_value(dir.file("one/metrics.jsonl"), "eval_loss");
   CHECK(eval_one > 0);
-  for (auto [name, nproc] : std::vector<std::pair<std::string, int>>{{"tensor", 2}, {"tensor_data", 4}}) {
-    auto r = run(nproc, name, {"dist.tensor=2"});
+  struct Layout {
+    std::string name;
+    int world;
+    std::vector<std::string> sets;
+    std::string last_shard;  // of the step-15 checkpoint: one per tensor rank and data shard
+  };
+  const std::vector<Layout> layouts{
+      {"tensor", 2, {"dist.tensor=2"}, "shard-1-of-2"},
+      {"tensor_data", 4, {"dist.tensor=2"}, "shard-1-of-2"},
+      {"tensor_zero3", 4, {"dist.tensor=2", "dist.shard=parameters", "dist.data_shard=2"}, "shard-3-of-4"},
+      {"tensor_zero1", 4, {"dist.tensor=2", "dist.shard=optimizer", "dist.data_shard=2"}, "shard-3-of-4"}};
+  for (const auto& [name, nproc, sets, last_shard] : layouts) {
+    auto r = run(nproc, name, sets);
     CHECK_THAT(r.out, Contains("global batch 16 = " + std::to_string(nproc / 2) + " rank(s) × batch " +
                                std::to_string(16 / (nproc / 2)) +
                                " × 1 micro-step(s) a step, each rank a tensor group of 2 ranks"));
@@ -92,7 +104,7 @@ TEST_CASE("a GPT at dist.tensor 2, alone and × 2 data replicas, trains 30 AdamW
     auto w = load_weights(dir.file(name + "/model.pt"));
     CHECK(w.at("transformer.wte.weight").sizes() == torch::IntArrayRef({256, 32}));
     CHECK(torch::equal(w.at("lm_head.weight"), w.at("transformer.wte.weight")));
-    CHECK(fs::exists(dir.file(name + "/checkpoints/step_0000000015.shard-1-of-2.pt")));
+    CHECK(fs::exists(dir.file(name + "/checkpoints/step_0000000015." + last_shard + ".pt")));
   }
   // Resharding: a tensor-parallel checkpoint resumes replicated at world 1, a replicated one at
   // dist.tensor 2, and tensor × data at tensor alone; each ends at world 1's weights.
@@ -103,8 +115,10 @@ TEST_CASE("a GPT at dist.tensor 2, alone and × 2 data replicas, trains 30 AdamW
   };
   for (const Resume& resume : std::vector<Resume>{{"tensor", 1, {}},
                                                   {"one", 2, {"dist.tensor=2"}},
-                                                  {"tensor_data", 2, {"dist.tensor=2"}}}) {
-    const std::string name = resume.from + "_at_" + std::to_string(resume.world);
+                                                  {"tensor_data", 2, {"dist.tensor=2"}},
+                                                  {"tensor", 2, {"dist.shard=parameters"}},
+                                                  {"tensor_zero3", 4, {"dist.tensor=2"}}}) {
+    const std::string name = resume.from + "_at_" + std::to_string(resume.world) + (resume.layout.empty() ? "" : "_" + std::to_string(resume.layout.size()) + resume.layout.front().substr(5, 5));
     cut_back(dir, resume.from, name);
     auto r = run(resume.world, name, resume.layout);
     CHECK_THAT(r.out, Contains("at step 15"));
@@ -133,8 +147,6 @@ TEST_CASE("a tensor layout that cannot be had: one line naming the key, exit 2, 
         "dist.tensor 2: model.n_head 3 must divide by it (each rank computes whole heads)");
   fails(2, {"dist.tensor=2", "model.vocab_size=257"}, "dist.tensor 2: model.vocab_size 257 must divide by it");
   fails(2, {"dist.tensor=2", "model.dropout=0.1"}, "dist.tensor: runs with model.dropout 0 for now");
-  fails(2, {"dist.tensor=2", "dist.shard=optimizer"},
-        "dist.tensor: runs beside data replicas only for now (dist.shard none), not dist.shard optimizer");
   fails(4, {"dist.tensor=2", "dist.pipeline=2"}, "dist.tensor: runs with dist.pipeline 1 for now, not 2");
   fails(2, {"dist.tensor=2", "train.label_smoothing=0.1"}, "set train.label_smoothing 0");
 }

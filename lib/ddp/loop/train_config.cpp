@@ -79,8 +79,6 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   schema.rule("dist.tensor", [&config]() -> std::string {
     if (config.mesh.tensor == 1) return "";
     if (config.mesh.pipeline > 1) return "runs with dist.pipeline 1 for now, not " + std::to_string(config.mesh.pipeline);
-    if (config.mesh.shard != "none")
-      return "runs beside data replicas only for now (dist.shard none), not dist.shard " + config.mesh.shard;
     if (config.model.name == "gpt" && config.model.gpt.dropout > 0)
       return "runs with model.dropout 0 for now: a tensor group's ranks would draw dropout masks that disagree "
              "where their activations must agree (Megatron's RNG tracker is not built yet)";

@@ -201,19 +201,20 @@ void ParallelPlan::place(const std::vector<torch::Tensor>& held) {
   if (sharded_) {
     held_ranges = sharded_->owned_ranges();
   } else {
-    for (std::size_t i = 0; i < held.size(); ++i)
-      held_ranges.push_back({i, 0, held[i].detach(), held[i], tensor_ ? tensor_->boxes(i) : std::vector<TensorBox>{}});
+    for (std::size_t i = 0; i < held.size(); ++i) held_ranges.push_back({i, 0, held[i].detach(), held[i], {}});
   }
   std::vector<OwnedRange> kept_ranges = shards_ ? shards_->owned_ranges() : held_ranges;
   auto placed = [this](OwnedRange range) {
     PlacedPiece piece;
+    if (tensor_) {  // a tensor-parallel slice's runs are boxes of the whole parameter
+      piece.counted = !tensor_->boxes(range.parameter).empty() || group(MeshDim::kTensor).rank == 0;
+      range = tensor_->in_whole(std::move(range));
+    }
     if (stage_) {
       range.parameter = stage_->mine_indices()[range.parameter];
       piece.counted = stage_->counts(range.parameter);
       piece.copies = stage_->copies(range.parameter);
     }
-    // Replicated over the tensor group: counted once, at its rank 0 (Note [Tensor parallelism]).
-    if (tensor_ && range.boxes.empty()) piece.counted = group(MeshDim::kTensor).rank == 0;
     piece.range = std::move(range);
     return piece;
   };

@@ -17,8 +17,10 @@ namespace ddp {
 // - a piece with copies sums its gradient over them after the sync, and after a restore takes its
 //   values and state from the first copy, which alone was saved;
 // - a checkpoint saves the kept pieces that count; replicas skip writing by the layout's rule.
-// A new strategy (tensor parallelism's column and row shards) adds a kind of piece and a splitting
-// group; none of these needs a branch for it.
+// Tensor parallelism adds its kind of piece and its splitting group: a column or row slice (or a run
+// of one, cut by ZeRO) is boxes of the whole parameter, counted on every rank of the tensor group;
+// what it replicates counts at the group's rank 0 and is restored by every rank (Note [Tensor
+// parallelism]). None of these needed a branch for it.
 
 void clip_grad_norm(const Placements& placements, double max_norm) {
   torch::NoGradGuard no_grad;

@@ -65,6 +65,27 @@ std::vector<RunBox> boxes_of_run(const std::vector<int64_t>& shape, int64_t begi
   return boxes;
 }
 
+std::vector<TensorBox> boxes_of_slice_run(const std::vector<int64_t>& slice_shape, const std::vector<TensorBox>& slices,
+                                          int64_t begin, int64_t numel) {
+  std::vector<TensorBox> boxes;
+  for (const RunBox& run : boxes_of_run(slice_shape, begin, numel)) {
+    int64_t at = 0;  // where slice k begins along dimension 0 of the slice tensor
+    for (const TensorBox& slice : slices) {
+      const int64_t lo = std::max(run.box.offsets[0], at);
+      const int64_t hi = std::min(run.box.offsets[0] + run.box.sizes[0], at + slice.sizes[0]);
+      if (lo < hi) {  // cut along dimension 0 only: the run's order is kept
+        TensorBox box = run.box;
+        box.offsets[0] = lo - at;
+        box.sizes[0] = hi - lo;
+        for (std::size_t d = 0; d < box.offsets.size(); ++d) box.offsets[d] += slice.offsets[d];
+        boxes.push_back(std::move(box));
+      }
+      at += slice.sizes[0];
+    }
+  }
+  return boxes;
+}
+
 std::optional<TensorBox> box_overlap(const TensorBox& a, const TensorBox& b) {
   TensorBox overlap;
   for (std::size_t d = 0; d < a.sizes.size(); ++d) {

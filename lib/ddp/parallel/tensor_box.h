@@ -30,6 +30,12 @@ struct RunBox {
 /// each is a contiguous part of the run (its row-major order is the run's), at most 2·ndim − 1 of them.
 std::vector<RunBox> boxes_of_run(const std::vector<int64_t>& shape, int64_t begin, int64_t numel);
 
+/// The boxes of a whole tensor that elements [begin, begin + numel) of a slice of it hold, in the
+/// run's order. The slice (of `slice_shape`) is `slices`, boxes of the whole one after another: one,
+/// or several stacked along dimension 0 (a tensor-parallel slice of a fused layer's projections).
+std::vector<TensorBox> boxes_of_slice_run(const std::vector<int64_t>& slice_shape, const std::vector<TensorBox>& slices,
+                                          int64_t begin, int64_t numel);
+
 /// The box of the whole tensor.
 TensorBox whole_box(const std::vector<int64_t>& shape);
 

@@ -76,6 +76,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
     index.emplace(parameters[i].unsafeGetTensorImpl(), i);
     wholes_.push_back(parameters[i].sizes().vec());
   }
+  slice_shapes_ = wholes_;
   const int rank = group_.rank, parts = group_.world_size;
   torch::NoGradGuard no_grad;
   // Keeps slice `rank` along `dim` of each of the `fused` equal chunks of parameter `p`.
@@ -102,6 +103,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
     std::vector<torch::Tensor> slices;
     for (const auto& piece : p.detach().chunk(fused, dim)) slices.push_back(tensor_slice(piece, dim, rank, parts));
     p.set_data(torch::cat(slices, dim).contiguous());
+    slice_shapes_[i] = p.sizes().vec();
     boxes_[i] = std::move(boxes);
   };
 
@@ -148,6 +150,14 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
     }
     if (matched == 0) throw ConfigError("dist.tensor: the plan's " + entry.path + " matches no submodule of the model");
   }
+}
+
+OwnedRange TensorShards::in_whole(OwnedRange range) const {
+  const std::vector<TensorBox>& slices = boxes_[range.parameter];
+  if (slices.empty()) return range;
+  range.boxes = boxes_of_slice_run(slice_shapes_[range.parameter], slices, range.begin, range.value.numel());
+  range.begin = 0;
+  return range;
 }
 
 void TensorShards::materialize() {

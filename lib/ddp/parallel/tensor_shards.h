@@ -10,6 +10,7 @@
 
 #include "ddp/comm/process_group.h"
 #include "ddp/model/model_config.h"
+#include "ddp/parallel/owned_range.h"
 #include "ddp/parallel/tensor_box.h"
 
 namespace ddp {
@@ -47,6 +48,9 @@ class TensorShards {
   /// The boxes of whole parameter i that this rank holds, in its slice's row-major order; empty: it
   /// holds all of it (replicated over the group).
   const std::vector<TensorBox>& boxes(std::size_t i) const { return boxes_[i]; }
+  /// `range` (a run of parameter `range.parameter`'s slice, as a sharding engine cuts it, or all of
+  /// it) as the boxes of the whole parameter it holds; unchanged where the parameter is not split.
+  OwnedRange in_whole(OwnedRange range) const;
   /// Every split parameter whole in the model (for model.pt) until release(). Every rank of the group.
   void materialize();
   void release();
@@ -56,7 +60,7 @@ class TensorShards {
  private:
   Communicator group_;
   std::vector<torch::Tensor> parameters_;
-  std::vector<std::vector<int64_t>> wholes_;
+  std::vector<std::vector<int64_t>> wholes_, slice_shapes_;
   std::vector<std::vector<TensorBox>> boxes_;
   std::vector<torch::Tensor> kept_;  // while materialized: each split parameter's slice
   int64_t output_first_ = -1;
