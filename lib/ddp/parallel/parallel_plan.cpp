@@ -206,14 +206,14 @@ void ParallelPlan::place(const std::vector<torch::Tensor>& held) {
   std::vector<OwnedRange> kept_ranges = shards_ ? shards_->owned_ranges() : held_ranges;
   auto placed = [this](OwnedRange range) {
     PlacedPiece piece;
-    if (tensor_) {  // a tensor-parallel slice's runs are boxes of the whole parameter
-      piece.counted = !tensor_->boxes(range.parameter).empty() || group(MeshDim::kTensor).rank == 0;
-      range = tensor_->in_whole(std::move(range));
-    }
     if (stage_) {
       range.parameter = stage_->mine_indices()[range.parameter];
       piece.counted = stage_->counts(range.parameter);
       piece.copies = stage_->copies(range.parameter);
+    }
+    if (tensor_) {  // a tensor-parallel slice's runs are boxes of the whole parameter
+      piece.counted = piece.counted && (!tensor_->boxes(range.parameter).empty() || group(MeshDim::kTensor).rank == 0);
+      range = tensor_->in_whole(std::move(range));
     }
     piece.range = std::move(range);
     return piece;
@@ -243,8 +243,8 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(std::size_t* restored_only) c
 
 void ParallelPlan::gather_parameters() const {
   if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
+  if (tensor_) tensor_->materialize();  // the stage's own whole, then every stage's from its own
   if (stage_) stage_->materialize();
-  if (tensor_) tensor_->materialize();
 }
 
 void ParallelPlan::gather_local_parameters() const {

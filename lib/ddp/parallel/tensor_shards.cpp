@@ -82,6 +82,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
   // Keeps slice `rank` along `dim` of each of the `fused` equal chunks of parameter `p`.
   auto split = [&](const torch::Tensor& p, int64_t dim, int64_t fused, const std::string& what) {
     const std::size_t i = index.at(p.unsafeGetTensorImpl());
+    if (p.numel() == 0) return;  // another pipeline stage's, freed here (Note [Stage parameters])
     const std::vector<int64_t>& whole = wholes_[i];
     if (whole[dim] % (fused * parts) != 0)
       throw ConfigError(fmt::format("dist.tensor {}: {} has {} {} along dimension {}, which do not divide by it{}", parts,

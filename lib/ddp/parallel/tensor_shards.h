@@ -32,7 +32,8 @@ class TensorShards {
  public:
   /// Slices the parameters of `model`'s layers that `plan` names (routed layers, Note [Routed
   /// layers]) to this rank's part of `group` and routes them through Megatron's regions (Note
-  /// [Tensor regions]). `parameters`: the plan's list (ParallelPlan::prepare_model), whole. ConfigError
+  /// [Tensor regions]). `parameters`: the plan's list (ParallelPlan::prepare_model), whole, but for
+  /// those another pipeline stage holds, freed here (no elements), which stay so. ConfigError
   /// naming the path where an entry matches nothing, or a layer that cannot take its style.
   TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                const std::vector<torch::Tensor>& parameters, const Communicator& group);
