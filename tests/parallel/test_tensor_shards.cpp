@@ -12,6 +12,8 @@
 
 #include "ddp/common/error.h"
 #include "ddp/model/gpt.h"
+#include "ddp/model/rank_random.h"
+#include "ddp/model/routed_layers.h"
 #include "ddp/parallel/tensor_parallel.h"
 #include "ddp/parallel/tensor_shards.h"
 #include "support/thread_ranks.h"
@@ -164,4 +166,98 @@ TEST_CASE("a tensor plan that cannot split the model says why, naming the key", 
   config.name = "mlp";
   CHECK_THROWS_WITH(ddp::builtin_tensor_plan(config, 2),
                     "dist.tensor 2: model.name mlp has no tensor-parallel plan (gpt has); use dist.tensor: 1");
+}
+
+namespace {
+
+// A column-parallel Linear, dropout on its (split) output, a row-parallel Linear, dropout on its
+// (replicated) output: a tensor-parallel region and what follows it.
+class RegionChain : public torch::nn::Module {
+ public:
+  RegionChain() {
+    fc1 = register_module("fc1", std::make_shared<ddp::RoutedLinear>(8, 64, true));
+    fc2 = register_module("fc2", std::make_shared<ddp::RoutedLinear>(64, 256, true));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor inside = ddp::rank_dropout(torch::ones_like(fc1->forward(x)), 0.5, true);
+    region_mask = inside == 0;
+    torch::Tensor after = ddp::rank_dropout(torch::ones_like(fc2->forward(inside)), 0.5, true);
+    replicated_mask = after == 0;
+    return after;
+  }
+  std::shared_ptr<ddp::RoutedLinear> fc1, fc2;
+  torch::Tensor region_mask, replicated_mask;
+};
+
+}  // namespace
+
+TEST_CASE("dropout masks agree across a tensor group where activations are replicated and differ inside a "
+          "column-to-row region (Megatron's RNG tracker)",
+          "[parallel][tensor]") {
+  std::vector<std::shared_ptr<RegionChain>> chains;
+  for (int r = 0; r < kParts; ++r) {
+    torch::manual_seed(1);
+    chains.push_back(std::make_shared<RegionChain>());
+  }
+  auto x = torch::randn({4, 8});
+  std::vector<torch::Tensor> region(kParts), replicated(kParts);
+  auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
+    ddp::RankGeneratorScope own;  // each thread a rank's generator, seeded alike as ranks are
+    ddp::cpu_generator().set_current_seed(11);
+    auto& chain = *chains[static_cast<std::size_t>(rank)];
+    std::vector<torch::Tensor> parameters = chain.parameters();
+    ddp::TensorShards shards(chain, {{"fc1", "colwise"}, {"fc2", "rowwise"}}, parameters, group);
+    torch::NoGradGuard off;
+    chain.forward(x);
+    region[static_cast<std::size_t>(rank)] = chain.region_mask;
+    replicated[static_cast<std::size_t>(rank)] = chain.replicated_mask;
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r);
+    REQUIRE(errors[r].empty());
+  }
+  REQUIRE(region[0].sizes() == torch::IntArrayRef({4, 32}));  // each rank's half of the 64 hidden units
+  CHECK_FALSE(torch::equal(region[0], region[1]));
+  CHECK(torch::equal(replicated[0], replicated[1]));
+  CHECK(replicated[0].any().item<bool>());
+}
+
+TEST_CASE("with dropout, a GPT split over 2 ranks keeps its replicated parameters' gradients equal on both",
+          "[parallel][tensor]") {
+  ddp::GptOptions o = small_gpt();
+  o.dropout = 0.2;
+  std::vector<std::shared_ptr<ddp::Gpt>> models;
+  for (int r = 0; r < kParts; ++r) {
+    torch::manual_seed(5);
+    models.push_back(std::make_shared<ddp::Gpt>(o));
+  }
+  torch::manual_seed(6);
+  auto ids = torch::randint(0, kVocab, {3, 16}), targets = torch::randint(0, kVocab, {3, 16});
+  std::vector<std::map<std::string, torch::Tensor>> replicated_grads(kParts);
+  auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
+    ddp::RankGeneratorScope own;
+    ddp::cpu_generator().set_current_seed(11);
+    auto& model = *models[static_cast<std::size_t>(rank)];
+    std::vector<torch::Tensor> parameters;
+    auto named = unique_parameters(model);
+    for (const auto& [name, p] : named) parameters.push_back(p);
+    ddp::TensorShards shards(model, ddp::builtin_tensor_plan(gpt_config(), kParts), parameters, group);
+    model.train();
+    auto logits = model.forward(ids);
+    ddp::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+                                      shards.output_first(), group)
+        .mean()
+        .backward();
+    for (std::size_t i = 0; i < named.size(); ++i)
+      if (shards.boxes(i).empty()) replicated_grads[static_cast<std::size_t>(rank)][named[i].first] = named[i].second.grad();
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r);
+    REQUIRE(errors[r].empty());
+  }
+  REQUIRE(replicated_grads[0].size() == 15);  // wpe, ln_f's two; per block two LayerNorms' four, two c_proj biases
+  for (const auto& [name, grad] : replicated_grads[0]) {
+    INFO(name);
+    CHECK(torch::equal(grad, replicated_grads[1].at(name)));
+  }
 }

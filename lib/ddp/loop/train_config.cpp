@@ -78,9 +78,6 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   // Note [Tensor parallelism]: what dist.tensor composes with so far.
   schema.rule("dist.tensor", [&config]() -> std::string {
     if (config.mesh.tensor == 1) return "";
-    if (config.model.name == "gpt" && config.model.gpt.dropout > 0)
-      return "runs with model.dropout 0 for now: a tensor group's ranks would draw dropout masks that disagree "
-             "where their activations must agree (Megatron's RNG tracker is not built yet)";
     if (config.loss.label_smoothing > 0)
       return "the loss-parallel cross-entropy has no label smoothing yet: set train.label_smoothing 0";
     if (config.model.activation_checkpointing != "none")

@@ -9,6 +9,7 @@ namespace ddp {
 namespace {
 
 thread_local at::Generator* t_rank_generator = nullptr;
+thread_local at::Generator* t_region_generator = nullptr;
 
 std::mutex& build_mutex() {
   static std::mutex mutex;
@@ -18,7 +19,16 @@ std::mutex& build_mutex() {
 }  // namespace
 
 at::Generator cpu_generator() {
+  if (t_region_generator) return *t_region_generator;
   return t_rank_generator ? *t_rank_generator : at::detail::getDefaultCPUGenerator();
+}
+
+void set_region_generator(at::Generator* generator) { t_region_generator = generator; }
+
+uint64_t draw_seed() {
+  at::Generator generator = cpu_generator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
 }
 
 RankGeneratorScope::RankGeneratorScope() : generator_(at::detail::createCPUGenerator()) {

@@ -15,6 +15,14 @@ namespace ddp {
 /// RankGeneratorScope lives on this thread, else LibTorch's default.
 at::Generator cpu_generator();
 
+/// Megatron's RNG tracker fork: while set, cpu_generator() on this thread is `generator` (a
+/// tensor-parallel region's own, seeded apart on each rank of a tensor group: Note [Tensor
+/// parallelism]), which must outlive the setting; null: the rank's (or the default) again.
+void set_region_generator(at::Generator* generator);
+
+/// 64 random bits from cpu_generator(), under its lock.
+uint64_t draw_seed();
+
 /// While it lives, cpu_generator() on this thread is a generator of its own.
 class RankGeneratorScope {
  public:

@@ -1,11 +1,13 @@
 #include "ddp/parallel/tensor_shards.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <map>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/error.h"
+#include "ddp/model/rank_random.h"
 #include "ddp/model/routed_layers.h"
 #include "ddp/parallel/tensor_parallel.h"
 
@@ -27,6 +29,14 @@ namespace ddp {
 // parameter's slice is a box of the whole tensor (one per projection of a fused layer), which the
 // checkpoint saves as it is (Note [Checkpoint format]): any layout resumes it. The data-parallel
 // ranks are those of the same tensor rank; a tensor group trains one replica's batch.
+// Random numbers (Megatron's RNG tracker): every rank of a group starts from the same seed and
+// draws alike where the activations are replicated (the embedding's and the residual branches'
+// dropout), so its masks agree there. Between a column-parallel layer and the row-parallel one
+// that closes its region (attention's weights, each rank's heads) dropout draws from a generator of
+// the region's own, seeded from the rank's generator and the rank in the group: the heads of
+// different ranks get masks of their own. It is reseeded at each region's entry, so a checkpoint
+// needs only the ranks' generators. On CUDA, dropout draws from the device's generator (the same on
+// the group's ranks: the region's masks then repeat across ranks).
 
 namespace {
 
@@ -70,7 +80,8 @@ std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64
 
 TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                            const std::vector<torch::Tensor>& parameters, const Communicator& group)
-    : group_(group), parameters_(parameters), boxes_(parameters.size()) {
+    : group_(group), parameters_(parameters), boxes_(parameters.size()),
+      region_random_(at::detail::createCPUGenerator()) {
   std::map<const c10::TensorImpl*, std::size_t> index;
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     index.emplace(parameters[i].unsafeGetTensorImpl(), i);
@@ -120,8 +131,14 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
           split(linear->weight, 0, linear->fused(), what + ".weight");
           if (linear->bias.defined()) split(linear->bias, 0, linear->fused(), what + ".bias");
           if (entry.output) output_first_ = rank * (linear->weight.size(0));
-          linear->route([this](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-            return column_parallel_linear(x, w, b, group_);
+          const bool opens_region = !entry.output;  // a rowwise layer closes it
+          linear->route([this, opens_region](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+            torch::Tensor y = column_parallel_linear(x, w, b, group_);
+            if (opens_region) {  // reseeded from the rank's generator, which the group's ranks share
+              region_random_.set_current_seed(draw_seed() ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(group_.rank + 1)));
+              set_region_generator(&region_random_);
+            }
+            return y;
           });
           ++colwise_;
         } else {
@@ -130,6 +147,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
                               " projections side by side, which split colwise, not " + entry.style);
           split(linear->weight, 1, 1, what + ".weight");
           linear->route([this](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+            set_region_generator(nullptr);
             return row_parallel_linear(x, w, b, group_);
           });
           ++rowwise_;

@@ -65,6 +65,7 @@ class TensorShards {
   std::vector<std::vector<TensorBox>> boxes_;
   std::vector<torch::Tensor> kept_;  // while materialized: each split parameter's slice
   int64_t output_first_ = -1;
+  at::Generator region_random_;  // the sharded regions' dropout (Note [Tensor parallelism])
   int colwise_ = 0, rowwise_ = 0, embeddings_ = 0;
 };
 
