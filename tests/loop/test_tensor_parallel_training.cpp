@@ -1,5 +1,6 @@
 // Tensor parallelism (dist.tensor) by real ddprun processes: the GPT split over a tensor group of 2,
-// alone, beside 2 data replicas, beside ZeRO-3 or ZeRO-1 over 2 ranks, and in 2 pipeline stages (with
+// alone, beside 2 data replicas, beside ZeRO-3 or ZeRO-1 over 2 ranks, with sequence parallelism
+// (alone, × 2 replicas, × ZeRO-3), and in 2 pipeline stages (with
 // 2 replicas: pipeline × tensor × data at world 8), trains 30 AdamW steps
 // (weight decay, clipping) to world 1's weights within 1e-5 with the same held-out loss; its sharded
 // checkpoints resume at world 1, replicated, under ZeRO-3 and at other tensor layouts, to the same
@@ -63,8 +64,8 @@ void cut_back(const TempDir& dir, const std::string& name, const std::string& co
 
 }  // namespace
 
-TEST_CASE("a GPT at dist.tensor 2, alone, × 2 data replicas, × ZeRO-3 and × ZeRO-1 over 2, × 2 pipeline stages "
-          "(and × 2 replicas: 3-D), trains 30 AdamW steps to world 1's weights within 1e-5, and its checkpoints resume "
+TEST_CASE("a GPT at dist.tensor 2, alone, × 2 data replicas, × ZeRO-3 and × ZeRO-1 over 2, with sequence "
+          "parallelism, × 2 pipeline stages (and × 2 replicas: 3-D), trains 30 AdamW steps to world 1's weights within 1e-5, and its checkpoints resume "
           "at other layouts",
           "[tensor]") {
   TempDir dir;
@@ -93,6 +94,9 @@ TEST_CASE("a GPT at dist.tensor 2, alone, × 2 data replicas, × ZeRO-3 and × Z
       {"tensor_data", 4, {"dist.tensor=2"}, "shard-1-of-2"},
       {"tensor_zero3", 4, {"dist.tensor=2", "dist.shard=parameters", "dist.data_shard=2"}, "shard-3-of-4"},
       {"tensor_zero1", 4, {"dist.tensor=2", "dist.shard=optimizer", "dist.data_shard=2"}, "shard-3-of-4"},
+      {"tensor_sequence", 2, {"dist.tensor=2", "dist.sequence_parallel=true"}, "shard-1-of-2"},
+      {"tensor_sequence_data", 4, {"dist.tensor=2", "dist.sequence_parallel=true"}, "shard-1-of-2"},
+      {"tensor_sequence_zero3", 4, {"dist.tensor=2", "dist.sequence_parallel=true", "dist.shard=parameters"}, "shard-3-of-4"},
       {"pipeline_tensor", 4, {"dist.tensor=2", "dist.pipeline=2"}, "shard-3-of-4"},
       {"pipeline_tensor_data", 8, {"dist.tensor=2", "dist.pipeline=2"}, "shard-3-of-4"},
       {"pipeline_tensor_zero3", 8, {"dist.tensor=2", "dist.pipeline=2", "dist.shard=parameters"}, "shard-7-of-8"}};
@@ -181,4 +185,10 @@ TEST_CASE("a tensor layout that cannot be had: one line naming the key, exit 2, 
         "dist.tensor 2: model.n_head 3 must divide by it (each rank computes whole heads)");
   fails(2, {"dist.tensor=2", "model.vocab_size=257"}, "dist.tensor 2: model.vocab_size 257 must divide by it");
   fails(2, {"dist.tensor=2", "train.label_smoothing=0.1"}, "set train.label_smoothing 0");
+  fails(2, {"dist.sequence_parallel=true"},
+        "dist.sequence_parallel: splits the sequence over a tensor group: set dist.tensor above 1");
+  fails(2, {"dist.tensor=2", "dist.sequence_parallel=true", "model.block_size=31"},
+        "dist.sequence_parallel: model.block_size 31 must divide by dist.tensor 2");
+  fails(4, {"dist.tensor=2", "dist.sequence_parallel=true", "dist.pipeline=2"},
+        "dist.sequence_parallel: runs with dist.pipeline 1 for now, not 2");
 }

@@ -111,7 +111,7 @@ TEST_CASE("the GPT split over 2 ranks by its plan gives the whole model's logits
     r.local_rows.push_back(parameters[0].size(0));
   });
   for (std::size_t r = 0; r < errors.size(); ++r) {
-    INFO("rank " << r);
+    INFO("rank " << r << ": " << errors[r]);
     REQUIRE(errors[r].empty());
   }
   for (int rank = 0; rank < kParts; ++rank) {
@@ -213,7 +213,7 @@ TEST_CASE("dropout masks agree across a tensor group where activations are repli
     replicated[static_cast<std::size_t>(rank)] = chain.replicated_mask;
   });
   for (std::size_t r = 0; r < errors.size(); ++r) {
-    INFO("rank " << r);
+    INFO("rank " << r << ": " << errors[r]);
     REQUIRE(errors[r].empty());
   }
   REQUIRE(region[0].sizes() == torch::IntArrayRef({4, 32}));  // each rank's half of the 64 hidden units
@@ -252,12 +252,68 @@ TEST_CASE("with dropout, a GPT split over 2 ranks keeps its replicated parameter
       if (shards.boxes(i).empty()) replicated_grads[static_cast<std::size_t>(rank)][named[i].first] = named[i].second.grad();
   });
   for (std::size_t r = 0; r < errors.size(); ++r) {
-    INFO("rank " << r);
+    INFO("rank " << r << ": " << errors[r]);
     REQUIRE(errors[r].empty());
   }
   REQUIRE(replicated_grads[0].size() == 15);  // wpe, ln_f's two; per block two LayerNorms' four, two c_proj biases
   for (const auto& [name, grad] : replicated_grads[0]) {
     INFO(name);
     CHECK(torch::equal(grad, replicated_grads[1].at(name)));
+  }
+}
+
+TEST_CASE("with sequence parallelism, the GPT split over 2 ranks gives the whole model's logits, loss and gradients",
+          "[parallel][tensor]") {
+  auto whole = seeded_gpt();
+  torch::manual_seed(6);
+  auto ids = torch::randint(0, kVocab, {3, 16}), targets = torch::randint(0, kVocab, {3, 16});
+  auto logits = whole->forward(ids);
+  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), targets.reshape({-1}));
+  loss.backward();
+  auto reference = unique_parameters(*whole);
+
+  std::vector<std::shared_ptr<ddp::Gpt>> models{seeded_gpt(), seeded_gpt()};
+  std::vector<torch::Tensor> losses(kParts), logit_slices(kParts);
+  std::vector<std::vector<torch::Tensor>> grads(kParts);
+  std::vector<std::vector<std::vector<ddp::TensorBox>>> boxes(kParts);
+  auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
+    auto& model = *models[static_cast<std::size_t>(rank)];
+    std::vector<torch::Tensor> parameters;
+    for (const auto& [name, p] : unique_parameters(model)) parameters.push_back(p);
+    ddp::SequenceParallel sequence{true, model.blocks().front().parameters};
+    ddp::TensorShards shards(model, ddp::builtin_tensor_plan(gpt_config(), kParts), parameters, group, sequence);
+    model.wrap_blocks([&shards](std::size_t index, ddp::ModelBlock& block) {
+      if (index == 0) block.forward = [forward = block.forward, &shards](torch::Tensor x) { return shards.split_sequence(forward(x)); };
+    });
+    auto local = model.forward(ids);
+    logit_slices[static_cast<std::size_t>(rank)] = local.detach();
+    auto l = ddp::vocab_parallel_cross_entropy(local.reshape({-1, local.size(-1)}), targets.reshape({-1}),
+                                               shards.output_first(), group)
+                 .mean();
+    l.backward();
+    losses[static_cast<std::size_t>(rank)] = l.detach();
+    ddp::Placements placements;
+    for (std::size_t i = 0; i < parameters.size(); ++i)
+      placements.held.push_back({ddp::OwnedRange{i, 0, parameters[i].detach(), parameters[i], {}}});
+    shards.sum_sequence_gradients(placements);
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      grads[static_cast<std::size_t>(rank)].push_back(parameters[i].grad());
+      boxes[static_cast<std::size_t>(rank)].push_back(shards.boxes(i));
+    }
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+  }
+  for (int rank = 0; rank < kParts; ++rank) {
+    INFO("rank " << rank);
+    const auto r = static_cast<std::size_t>(rank);
+    CHECK((logit_slices[r] - logits.narrow(2, rank * kVocab / kParts, kVocab / kParts)).abs().max().item<double>() < 1e-5);
+    CHECK(losses[r].item<double>() == Approx(loss.item<double>()).margin(1e-6));
+    for (std::size_t i = 0; i < reference.size(); ++i) {
+      INFO(reference[i].first);
+      auto expected = in_boxes(reference[i].second.grad(), boxes[r][i]);
+      CHECK((grads[r][i].reshape(-1) - expected.reshape(-1)).abs().max().item<double>() < 1e-5);
+    }
   }
 }

@@ -26,7 +26,8 @@ namespace ddp {
 //      (StageParameters frees the rest) and runs them in the schedule's order (PipelineStep);
 //   2. tensor parallelism (dist.tensor): the layers the model family's plan names keep this rank's
 //      slice of their parameters and run through Megatron's regions (Note [Tensor parallelism]);
-//      a head split by vocabulary gives the task its loss-parallel cross-entropy;
+//      a head split by vocabulary gives the task its loss-parallel cross-entropy; with
+//      dist.sequence_parallel the first block's output is split along the sequence;
 //   3. sharding (dist.shard): parameters runs each of the blocks this rank runs inside the
 //      engine's gathers (ShardedBlocks); optimizer and gradients need no hook in the model;
 //   4. the gradient sync over the data-parallel group the plan gives (bucketed all-reduce, or the
@@ -164,8 +165,22 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   }
 
   if (plan.group(MeshDim::kTensor).world_size > 1) {  // pass 2
-    plan.split_tensors(task.model(), builtin_tensor_plan(config.model, config.mesh.tensor), parallel->parameters);
+    SequenceParallel sequence;
+    sequence.on = config.mesh.sequence_parallel;
+    if (sequence.on)  // the first block's output is split along the sequence
+      sequence.before_split = blocks_of(task.model(), "dist.sequence_parallel: model.name " + config.model.name +
+                                                          " has no first block to split the sequence after",
+                                        "or use dist.sequence_parallel: false")
+                                  .front()
+                                  .parameters;
+    plan.split_tensors(task.model(), builtin_tensor_plan(config.model, config.mesh.tensor), parallel->parameters,
+                       sequence);
     const TensorShards& shards = *plan.tensor_shards();
+    if (sequence.on)
+      dynamic_cast<Model&>(task.model()).wrap_blocks([&shards](std::size_t index, ModelBlock& block) {
+        if (index != 0) return;
+        block.forward = [forward = block.forward, &shards](torch::Tensor x) { return shards.split_sequence(forward(x)); };
+      });
     auto loss = [&shards](const torch::Tensor& logits, const torch::Tensor& targets) {
       return vocab_parallel_cross_entropy(logits, targets, shards.output_first(), shards.group());
     };

@@ -84,6 +84,15 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
       return "runs with model.activation_checkpointing none for now, not " + config.model.activation_checkpointing;
     return "";
   });
+  schema.rule("dist.sequence_parallel", [&config]() -> std::string {
+    if (!config.mesh.sequence_parallel) return "";
+    if (config.mesh.tensor == 1) return "splits the sequence over a tensor group: set dist.tensor above 1";
+    if (config.model.block_size % config.mesh.tensor != 0)
+      return "model.block_size " + std::to_string(config.model.block_size) + " must divide by dist.tensor " +
+             std::to_string(config.mesh.tensor) + " (each rank keeps an equal part of the sequence)";
+    if (config.mesh.pipeline > 1) return "runs with dist.pipeline 1 for now, not " + std::to_string(config.mesh.pipeline);
+    return "";
+  });
   // The loop owns eval:, but only a graph has neighbours to evaluate over.
   schema.rule("eval.full_neighbourhood", [&config]() -> std::string {
     return config.eval.full_neighbourhood && config.data.dataset != "graph"

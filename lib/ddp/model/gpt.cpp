@@ -79,9 +79,10 @@ class CausalSelfAttention : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    // The heads this layer computes: all of them, or a tensor-parallel slice (Note [Routed layers]).
-    const int64_t b = x.size(0), t = x.size(1), d = head_dim_;
+    // The heads and positions this layer computes: all of them, or a tensor-parallel slice of the
+    // heads over the whole sequence, whatever part of it `x` holds (Note [Routed layers]).
     auto qkv = c_attn->forward(x).chunk(3, 2);
+    const int64_t b = qkv[0].size(0), t = qkv[0].size(1), d = head_dim_;
     const int64_t heads = qkv[0].size(2) / d, c = heads * d;
     // [B, T, H·d] → [B, H, T, d]
     auto split_heads = [&](const torch::Tensor& z) { return z.view({b, t, heads, d}).transpose(1, 2); };

@@ -26,6 +26,11 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "ranks on one node; 1: none. Note [Tensor parallelism]")
       .min(1)
       .max(kMaxRanks);
+  schema.add("dist.sequence_parallel", &config.sequence_parallel,
+             "with dist.tensor: also split the activations between the tensor-parallel layers (LayerNorms, "
+             "dropout, residuals) along the sequence, each rank keeping 1/dist.tensor of the positions; each "
+             "all-reduce becomes a reduce-scatter and an all-gather of the same bytes (Megatron's sequence "
+             "parallelism)");
   schema.add("dist.shard", &config.shard,
              "what the ranks of a data_shard group split: none; optimizer (ZeRO-1: each rank keeps and steps the "
              "optimizer state of its share of the parameters, then sends them, updated, to the others); gradients "

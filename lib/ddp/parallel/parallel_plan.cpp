@@ -165,12 +165,13 @@ void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
 }
 
 void ParallelPlan::split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
-                                 const std::vector<torch::Tensor>& parameters) {
-  tensor_ = std::make_unique<TensorShards>(model, plan, parameters, group(MeshDim::kTensor));
+                                 const std::vector<torch::Tensor>& parameters, SequenceParallel sequence) {
+  tensor_ = std::make_unique<TensorShards>(model, plan, parameters, group(MeshDim::kTensor), std::move(sequence));
 }
 
 void ParallelPlan::finish_gradients(ValueSlots& side_values) const {
   sum_copied_gradients(placements_);
+  if (tensor_) tensor_->sum_sequence_gradients(placements_);
   if (!side_values_after_sync_) return;
   auto sums = all_reduce_sum(world_, torch::tensor(side_values.packed(), torch::kDouble)).contiguous();
   std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel(), side_values.packed().begin());

@@ -66,11 +66,13 @@ class ParallelPlan {
   /// Tensor parallelism, after prepare_model: `model`'s layers that `plan` names split over the
   /// tensor group (Note [Tensor parallelism]); `parameters` from prepare_model. Every rank calls it.
   void split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
-                     const std::vector<torch::Tensor>& parameters);
+                     const std::vector<torch::Tensor>& parameters, SequenceParallel sequence = {});
   /// Tensor parallelism: the split layers (null without it).
   const TensorShards* tensor_shards() const { return tensor_.get(); }
   /// After the gradient sync: what else the gradients need before clipping (tied weights summed
-  /// over the stages that share them), and `side_values` summed over the world where the sync only
+  /// over the stages that share them; under sequence parallelism the replicated parameters' gradients
+  /// of each rank's part of the sequence summed over the tensor group), and `side_values` summed
+  /// over the world where the sync only
   /// carried them over the stage's replicas.
   void finish_gradients(ValueSlots& side_values) const;
 

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "ddp/comm/collectives.h"
+#include "ddp/comm/shard_collectives.h"
 
 namespace ddp {
 namespace {
@@ -52,6 +53,68 @@ struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
   }
 };
 
+// The sequence (dimension 1) leading, contiguous, a copy: what the shard collectives take flat.
+torch::Tensor sequence_leading(const torch::Tensor& x) {
+  return x.transpose(0, 1).clone(at::MemoryFormat::Contiguous);
+}
+
+torch::Tensor gather_sequence(const Communicator& group, const torch::Tensor& x) {
+  torch::Tensor part = sequence_leading(x);
+  auto sizes = part.sizes().vec();
+  sizes[0] *= group.world_size;
+  torch::Tensor full = torch::empty(sizes, part.options());
+  all_gather(group, part.view(-1), full.view(-1)).wait();
+  return full.transpose(0, 1);
+}
+
+torch::Tensor scatter_sequence_sum(const Communicator& group, const torch::Tensor& x) {
+  torch::Tensor full = sequence_leading(x);
+  auto sizes = full.sizes().vec();
+  TORCH_CHECK(sizes[0] % group.world_size == 0, "sequence parallelism: a sequence of ", sizes[0],
+              " positions does not split over ", group.world_size, " ranks");
+  sizes[0] /= group.world_size;
+  torch::Tensor part = torch::empty(sizes, full.options());
+  reduce_scatter(group, full.view(-1), part.view(-1), 1.0).wait();
+  return part.transpose(0, 1);
+}
+
+torch::Tensor split_sequence(const Communicator& group, const torch::Tensor& x) {
+  const int64_t part = x.size(1) / group.world_size;
+  TORCH_CHECK(x.size(1) % group.world_size == 0, "sequence parallelism: a sequence of ", x.size(1),
+              " positions does not split over ", group.world_size, " ranks");
+  return x.narrow(1, group.rank * part, part).clone();
+}
+
+struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const Communicator* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return gather_sequence(*group, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {scatter_sequence_sum(group_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
+struct ReduceScatterToSequence : torch::autograd::Function<ReduceScatterToSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const Communicator* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return scatter_sequence_sum(*group, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {gather_sequence(group_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
+struct SplitToSequence : torch::autograd::Function<SplitToSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const Communicator* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return split_sequence(*group, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {gather_sequence(group_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
 // Note [Tensor regions]: Megatron's _VocabParallelCrossEntropy. With m the row's global maximum,
 // loss = log Σ_v exp(z_v − m) − (z_t − m), where each rank sums its slice's exponentials and only
 // the rank holding target t contributes z_t; the gradient is softmax − onehot(t) on each slice.
@@ -94,6 +157,18 @@ torch::Tensor reduce_from_tensor_region(const torch::Tensor& x, const Communicat
   return group.world_size == 1 ? x : ReduceFromRegion::apply(x, &group);
 }
 
+torch::Tensor gather_from_sequence_region(const torch::Tensor& x, const Communicator& group) {
+  return group.world_size == 1 ? x : GatherFromSequence::apply(x, &group);
+}
+
+torch::Tensor reduce_scatter_to_sequence_region(const torch::Tensor& x, const Communicator& group) {
+  return group.world_size == 1 ? x : ReduceScatterToSequence::apply(x, &group);
+}
+
+torch::Tensor split_to_sequence_region(const torch::Tensor& x, const Communicator& group) {
+  return group.world_size == 1 ? x : SplitToSequence::apply(x, &group);
+}
+
 torch::Tensor tensor_slice(const torch::Tensor& whole, int64_t dim, int rank, int parts) {
   const int64_t size = whole.size(dim);
   TORCH_CHECK(size % parts == 0, "tensor_slice: dimension ", dim, " of ", size, " does not split into ", parts);
@@ -101,13 +176,16 @@ torch::Tensor tensor_slice(const torch::Tensor& whole, int64_t dim, int rank, in
 }
 
 torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                                     const Communicator& group) {
-  return torch::nn::functional::linear(copy_to_tensor_region(x, group), weight, bias);
+                                     const Communicator& group, bool sequence_parallel) {
+  torch::Tensor whole = sequence_parallel ? gather_from_sequence_region(x, group) : copy_to_tensor_region(x, group);
+  return torch::nn::functional::linear(whole, weight, bias);
 }
 
 torch::Tensor row_parallel_linear(const torch::Tensor& x_slice, const torch::Tensor& weight, const torch::Tensor& bias,
-                                  const Communicator& group) {
-  torch::Tensor y = reduce_from_tensor_region(torch::nn::functional::linear(x_slice, weight), group);
+                                  const Communicator& group, bool sequence_parallel) {
+  torch::Tensor partial = torch::nn::functional::linear(x_slice, weight);
+  torch::Tensor y = sequence_parallel ? reduce_scatter_to_sequence_region(partial, group)
+                                      : reduce_from_tensor_region(partial, group);
   return bias.defined() ? y + bias : y;
 }
 

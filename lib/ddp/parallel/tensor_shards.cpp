@@ -79,8 +79,12 @@ std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64
 }
 
 TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
-                           const std::vector<torch::Tensor>& parameters, const Communicator& group)
-    : group_(group), parameters_(parameters), boxes_(parameters.size()),
+                           const std::vector<torch::Tensor>& parameters, const Communicator& group,
+                           SequenceParallel sequence)
+    : group_(group),
+      parameters_(parameters),
+      boxes_(parameters.size()),
+      sequence_parallel_(sequence.on),
       region_random_(at::detail::createCPUGenerator()) {
   std::map<const c10::TensorImpl*, std::size_t> index;
   for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -133,11 +137,8 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
           if (entry.output) output_first_ = rank * (linear->weight.size(0));
           const bool opens_region = !entry.output;  // a rowwise layer closes it
           linear->route([this, opens_region](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-            torch::Tensor y = column_parallel_linear(x, w, b, group_);
-            if (opens_region) {  // reseeded from the rank's generator, which the group's ranks share
-              region_random_.set_current_seed(draw_seed() ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(group_.rank + 1)));
-              set_region_generator(&region_random_);
-            }
+            torch::Tensor y = column_parallel_linear(x, w, b, group_, sequence_parallel_);
+            if (opens_region) open_region();
             return y;
           });
           ++colwise_;
@@ -148,7 +149,9 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
           split(linear->weight, 1, 1, what + ".weight");
           linear->route([this](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
             set_region_generator(nullptr);
-            return row_parallel_linear(x, w, b, group_);
+            torch::Tensor y = row_parallel_linear(x, w, b, group_, sequence_parallel_);
+            if (sequence_parallel_) open_region();  // the sequence region's activations are split too
+            return y;
           });
           ++rowwise_;
         }
@@ -168,6 +171,33 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
       }
     }
     if (matched == 0) throw ConfigError("dist.tensor: the plan's " + entry.path + " matches no submodule of the model");
+  }
+  sequence_partial_.assign(parameters.size(), false);
+  if (!sequence_parallel_) return;
+  for (std::size_t i = 0; i < parameters.size(); ++i) sequence_partial_[i] = boxes_[i].empty();
+  for (const auto& p : sequence.before_split)
+    if (auto found = index.find(p.unsafeGetTensorImpl()); found != index.end()) sequence_partial_[found->second] = false;
+}
+
+void TensorShards::open_region() const {
+  // Reseeded from the rank's generator, whose draws the group's ranks share, and the rank.
+  set_region_generator(nullptr);
+  region_random_.set_current_seed(draw_seed() ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(group_.rank + 1)));
+  set_region_generator(&region_random_);
+}
+
+torch::Tensor TensorShards::split_sequence(const torch::Tensor& x) const {
+  torch::Tensor part = split_to_sequence_region(x, group_);
+  open_region();
+  return part;
+}
+
+void TensorShards::sum_sequence_gradients(const Placements& placements) const {
+  torch::NoGradGuard no_grad;
+  for (const PlacedPiece& piece : placements.held) {
+    if (!sequence_partial_[piece.range.parameter]) continue;
+    torch::Tensor grad = piece.range.stepped.grad();
+    if (grad.defined()) grad.copy_(all_reduce_sum(group_, grad));
   }
 }
 

@@ -11,6 +11,7 @@
 #include "ddp/comm/process_group.h"
 #include "ddp/model/model_config.h"
 #include "ddp/parallel/owned_range.h"
+#include "ddp/parallel/placements.h"
 #include "ddp/parallel/tensor_box.h"
 
 namespace ddp {
@@ -27,6 +28,15 @@ struct TensorPlanEntry {
 /// width does not divide by it.
 std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64_t tensor);
 
+/// Sequence parallelism over a tensor group (Note [Tensor parallelism]).
+struct SequenceParallel {
+  bool on = false;
+  /// The parameters used before the activations are split along the sequence (the embedding
+  /// block's): their gradients are whole on every rank. Every other replicated parameter's gradient
+  /// is its rank's part of the sequence's, summed over the group after the sync.
+  std::vector<torch::Tensor> before_split;
+};
+
 /// The model's layers split over a tensor group, in place.
 class TensorShards {
  public:
@@ -36,7 +46,7 @@ class TensorShards {
   /// those another pipeline stage holds, freed here (no elements), which stay so. ConfigError
   /// naming the path where an entry matches nothing, or a layer that cannot take its style.
   TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
-               const std::vector<torch::Tensor>& parameters, const Communicator& group);
+               const std::vector<torch::Tensor>& parameters, const Communicator& group, SequenceParallel sequence = {});
   TensorShards(const TensorShards&) = delete;
   TensorShards& operator=(const TensorShards&) = delete;
 
@@ -52,6 +62,12 @@ class TensorShards {
   /// `range` (a run of parameter `range.parameter`'s slice, as a sharding engine cuts it, or all of
   /// it) as the boxes of the whole parameter it holds; unchanged where the parameter is not split.
   OwnedRange in_whole(OwnedRange range) const;
+  /// Sequence parallelism: `x` [B, S, ...], the same on every rank, to this rank's part of the
+  /// sequence, where the model's activations enter the sequence region (after its first block).
+  torch::Tensor split_sequence(const torch::Tensor& x) const;
+  /// Sequence parallelism, after the gradient sync: each replicated parameter's gradient that
+  /// covers this rank's part of the sequence summed over the group, of the pieces `placements` holds.
+  void sum_sequence_gradients(const Placements& placements) const;
   /// Every split parameter whole in the model (for model.pt) until release(). Every rank of the group.
   void materialize();
   void release();
@@ -65,7 +81,10 @@ class TensorShards {
   std::vector<std::vector<TensorBox>> boxes_;
   std::vector<torch::Tensor> kept_;  // while materialized: each split parameter's slice
   int64_t output_first_ = -1;
-  at::Generator region_random_;  // the sharded regions' dropout (Note [Tensor parallelism])
+  bool sequence_parallel_ = false;
+  std::vector<bool> sequence_partial_;  // by parameter: replicated, its gradient this rank's part of the sequence's
+  mutable at::Generator region_random_;  // the sharded regions' dropout (Note [Tensor parallelism])
+  void open_region() const;             // from now on dropout draws from region_random_, reseeded
   int colwise_ = 0, rowwise_ = 0, embeddings_ = 0;
 };
 
