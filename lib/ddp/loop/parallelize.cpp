@@ -181,8 +181,8 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
         if (index != 0) return;
         block.forward = [forward = block.forward, &shards](torch::Tensor x) { return shards.split_sequence(forward(x)); };
       });
-    auto loss = [&shards](const torch::Tensor& logits, const torch::Tensor& targets) {
-      return vocab_parallel_cross_entropy(logits, targets, shards.output_first(), shards.group());
+    auto loss = [&shards](const torch::Tensor& logits, const torch::Tensor& targets, double label_smoothing) {
+      return vocab_parallel_cross_entropy(logits, targets, shards.output_first(), shards.group(), label_smoothing);
     };
     if (shards.splits_output() && !task.take_token_loss(loss))
       throw ConfigError("dist.tensor: train.task " + config.task.task +

@@ -78,8 +78,6 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   // Note [Tensor parallelism]: what dist.tensor composes with so far.
   schema.rule("dist.tensor", [&config]() -> std::string {
     if (config.mesh.tensor == 1) return "";
-    if (config.loss.label_smoothing > 0)
-      return "the loss-parallel cross-entropy has no label smoothing yet: set train.label_smoothing 0";
     if (config.model.activation_checkpointing != "none")
       return "runs with model.activation_checkpointing none for now, not " + config.model.activation_checkpointing;
     return "";

@@ -118,9 +118,11 @@ struct SplitToSequence : torch::autograd::Function<SplitToSequence> {
 // Note [Tensor regions]: Megatron's _VocabParallelCrossEntropy. With m the row's global maximum,
 // loss = log Σ_v exp(z_v − m) − (z_t − m), where each rank sums its slice's exponentials and only
 // the rank holding target t contributes z_t; the gradient is softmax − onehot(t) on each slice.
+// With label smoothing ε (as torch's): (1 − ε)·that + ε·(log Σ_v exp(z_v − m) − mean_v (z_v − m)), the
+// mean over the whole vocabulary summed over the group too; its gradient softmax − (1 − ε)·onehot − ε/V.
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
-                               int64_t first, const Communicator* group) {
+                               int64_t first, const Communicator* group, double smoothing) {
     torch::Tensor z = logits.to(torch::kFloat);
     torch::Tensor maximum = all_reduce(*group, std::get<0>(z.max(-1)).contiguous(), c10d::ReduceOp::MAX);
     z = z - maximum.unsqueeze(-1);
@@ -132,18 +134,27 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     torch::Tensor exps = z.exp();
     torch::Tensor sums = all_reduce(*group, exps.sum(-1).contiguous(), c10d::ReduceOp::SUM);
     torch::Tensor loss = sums.log() - target_logit;
+    const int64_t vocabulary = width * group->world_size;
+    if (smoothing > 0) {
+      torch::Tensor mean = all_reduce(*group, z.sum(-1).contiguous(), c10d::ReduceOp::SUM) / static_cast<double>(vocabulary);
+      loss = (1 - smoothing) * loss + smoothing * (sums.log() - mean);
+    }
     ctx->save_for_backward({exps.div_(sums.unsqueeze(-1)), local, outside});
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    ctx->saved_data["smoothing"] = smoothing;
+    ctx->saved_data["vocabulary"] = vocabulary;
     return loss;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     torch::Tensor grad = saved[0].clone();  // softmax on this slice
-    torch::Tensor hit = saved[2].logical_not().to(grad.dtype());
+    const double smoothing = ctx->saved_data["smoothing"].toDouble();
+    torch::Tensor hit = saved[2].logical_not().to(grad.dtype()) * (1 - smoothing);
     grad.scatter_add_(-1, saved[1].unsqueeze(-1), -hit.unsqueeze(-1));
+    if (smoothing > 0) grad.sub_(smoothing / static_cast<double>(ctx->saved_data["vocabulary"].toInt()));
     grad.mul_(grads[0].unsqueeze(-1));
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -198,8 +209,8 @@ torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Te
 }
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t first,
-                                           const Communicator& group) {
-  return VocabParallelCrossEntropy::apply(logits, targets.to(torch::kLong), first, &group);
+                                           const Communicator& group, double label_smoothing) {
+  return VocabParallelCrossEntropy::apply(logits, targets.to(torch::kLong), first, &group, label_smoothing);
 }
 
 }  // namespace ddp

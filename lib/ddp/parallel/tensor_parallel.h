@@ -64,8 +64,8 @@ torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Te
 /// against `targets` [N] (indices in the whole vocabulary): the max and the sum of exponentials are
 /// reduced over the group, and so is the target's logit; the logits are never gathered. Returns [N],
 /// the same on every rank; its gradient reaches this rank's slice of the logits only. Every target
-/// counts (no ignore index).
+/// counts (no ignore index). `label_smoothing` as torch's cross_entropy's.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t first,
-                                           const Communicator& group);
+                                           const Communicator& group, double label_smoothing = 0);
 
 }  // namespace ddp

@@ -91,14 +91,15 @@ torch::Tensor CausalLmTask::loss(const Batch& batch) { return output_loss(logits
 torch::Tensor CausalLmTask::metric_sums(const Batch& batch) { return output_metric_sums(logits(batch), batch); }
 
 torch::Tensor CausalLmTask::output_loss(const torch::Tensor& out, const Batch& batch) {
-  if (token_loss_) return token_loss_(out.reshape({-1, out.size(-1)}), batch.targets.reshape({-1})).mean();
+  if (token_loss_)
+    return token_loss_(out.reshape({-1, out.size(-1)}), batch.targets.reshape({-1}), label_smoothing_).mean();
   return F::cross_entropy(out.reshape({-1, out.size(-1)}), batch.targets.reshape({-1}),
                           F::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
 }
 
 torch::Tensor CausalLmTask::output_metric_sums(const torch::Tensor& out, const Batch& batch) {
   auto logits = out.reshape({-1, out.size(-1)}).to(torch::kFloat);
-  auto per_token = token_loss_ ? token_loss_(logits, batch.targets.reshape({-1}))
+  auto per_token = token_loss_ ? token_loss_(logits, batch.targets.reshape({-1}), 0.0)
                                : F::cross_entropy(logits, batch.targets.reshape({-1}),
                                                   F::CrossEntropyFuncOptions().reduction(torch::kNone));
   return per_token.view({batch.targets.size(0), -1}).mean(1).to(torch::kDouble).sum().reshape({1});

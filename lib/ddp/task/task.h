@@ -23,8 +23,10 @@
 
 namespace ddp {
 
-/// Per-row cross-entropy of logits [N, V] (or a rank's slice of the vocabulary) against targets [N].
-using TokenLoss = std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& targets)>;
+/// Per-row cross-entropy of logits [N, V] (or a rank's slice of the vocabulary) against targets [N],
+/// with label smoothing as torch's.
+using TokenLoss =
+    std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& targets, double label_smoothing)>;
 
 /// Which samples a batch comes from.
 enum class Split { kTrain, kEval };
