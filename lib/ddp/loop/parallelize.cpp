@@ -229,8 +229,9 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   if (stage)
     parallel->step = std::make_unique<PipelineStep>(std::move(stage), task, plan.data_parallel(), plan.world());
   else
-    parallel->step = std::make_unique<PlainStep>(task, plan.data_parallel(), config.train.precision == "bf16",
-                                                 parallel->tables && parallel->tables->forward_communicates());
+    parallel->step =
+        std::make_unique<PlainStep>(task, plan.data_parallel(), plan.world(), config.train.precision == "bf16",
+                                    parallel->tables && parallel->tables->forward_communicates());
   return parallel;
 }
 

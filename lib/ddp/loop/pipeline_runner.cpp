@@ -1,11 +1,6 @@
 #include "ddp/loop/pipeline_runner.h"
 
-#include <malloc.h>
 #include <spdlog/spdlog.h>
-#ifdef DDP_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 #include <algorithm>
 #include <map>
@@ -15,6 +10,7 @@
 #include "ddp/comm/point_to_point.h"
 #include "ddp/common/error.h"
 #include "ddp/loop/autocast_scope.h"
+#include "ddp/loop/memory_in_use.h"
 
 namespace ddp {
 namespace {
@@ -24,20 +20,6 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-// Memory in use where the stage computes: what the step's activations add to it is what the stage
-// holds for them. On a GPU, the bytes the caching allocator has handed out (not what it reserved);
-// on the CPU, glibc's main arena (where the stage's thread allocates) and every mmapped block.
-int64_t memory_in_use(const torch::Device& device) {
-#ifdef DDP_WITH_CUDA
-  if (device.is_cuda()) {
-    auto index = device.has_index() ? device.index() : c10::cuda::current_device();
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0].current;  // 0: all pools
-  }
-#endif
-  struct mallinfo2 info = mallinfo2();
-  return static_cast<int64_t>(info.uordblks + info.hblkhd);
 }
 
 // Tags: a microbatch's activations forward and its gradients backward, apart.

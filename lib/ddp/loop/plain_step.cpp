@@ -1,6 +1,12 @@
 #include "ddp/loop/plain_step.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "ddp/comm/collectives.h"
 #include "ddp/loop/autocast_scope.h"
+#include "ddp/loop/memory_in_use.h"
 
 namespace ddp {
 
@@ -11,10 +17,12 @@ StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
     if (m + 1 == micro_batches) hooks.before_last_backward();
     Batch batch = hooks.next_batch();
     torch::Tensor loss;
+    const int64_t before = memory_in_use(replicas_.device);
     {
       AutocastScope autocast(replicas_.device, mixed_precision_);
       loss = task_.loss(batch);
     }
+    peak_activation_bytes_ = std::max(peak_activation_bytes_, memory_in_use(replicas_.device) - before);
     (loss / static_cast<double>(micro_batches)).backward();
     auto loss_double = loss.detach().to(torch::kDouble);
     work.loss_sum = m == 0 ? loss_double : work.loss_sum + loss_double;
@@ -24,6 +32,16 @@ StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
     work.stats.tokens += batch.tokens;
   }
   return work;
+}
+
+MetricsRecord PlainStep::report() {
+  auto per_rank = torch::zeros({world_.world_size}, torch::kDouble);
+  per_rank[world_.rank] = static_cast<double>(peak_activation_bytes_);
+  if (world_.world_size > 1) per_rank = all_reduce_sum(world_, per_rank);
+  const double mib = per_rank.max().item<double>() / (1024.0 * 1024.0);
+  if (world_.rank != 0) return {};
+  spdlog::info("peak activation memory per rank: {:.2f} MiB (what a forward held for its backward)", mib);
+  return {{"activation_mib_max", mib}};
 }
 
 EvalResult PlainStep::evaluate(const EvalConfig& config, const EvalHooks& hooks) {

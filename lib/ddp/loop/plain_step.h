@@ -10,17 +10,22 @@ namespace ddp {
 
 class PlainStep final : public StepRunner {
  public:
-  /// `replicas`: the ranks that split the samples, which must outlive this. `lockstep`: the
-  /// forward communicates over them, so an evaluation runs every rank alike (evaluate()).
-  PlainStep(Task& task, const Communicator& replicas, bool mixed_precision, bool lockstep = false)
-      : task_(task), replicas_(replicas), mixed_precision_(mixed_precision), lockstep_(lockstep) {}
+  /// `replicas`: the ranks that split the samples, and `world` every rank, which must outlive this.
+  /// `lockstep`: the forward communicates over them, so an evaluation runs every rank alike (evaluate()).
+  PlainStep(Task& task, const Communicator& replicas, const Communicator& world, bool mixed_precision,
+            bool lockstep = false)
+      : task_(task), replicas_(replicas), world_(world), mixed_precision_(mixed_precision), lockstep_(lockstep) {}
 
   StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
   EvalResult evaluate(const EvalConfig& config, const EvalHooks& hooks) override;
+  /// The most memory a forward held for its backward (its activations), on the rank that held most.
+  MetricsRecord report() override;
 
  private:
+  int64_t peak_activation_bytes_ = 0;
   Task& task_;
   const Communicator& replicas_;
+  const Communicator& world_;
   bool mixed_precision_;
   bool lockstep_;
 };
