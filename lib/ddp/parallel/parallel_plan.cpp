@@ -309,6 +309,25 @@ std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch
   return engine;
 }
 
+std::vector<std::pair<std::string, int64_t>> ParallelPlan::collectives_started() const {
+  std::vector<std::pair<const CollectiveTracker*, std::string>> named;
+  auto add = [&named](const Communicator& group, const std::string& name) {
+    if (group.world_size <= 1 || !group.tracker) return;
+    for (auto& [tracker, names] : named)
+      if (tracker == group.tracker.get()) {
+        names += "=" + name;
+        return;
+      }
+    named.emplace_back(group.tracker.get(), name);
+  };
+  add(world_, "world");
+  for (MeshDim dim : kMeshDims) add(group(dim), mesh_dim_name(dim));
+  if (data_parallel_) add(*data_parallel_, "data_parallel");
+  std::vector<std::pair<std::string, int64_t>> started;
+  for (const auto& [tracker, names] : named) started.emplace_back(names, tracker->started());
+  return started;
+}
+
 void ParallelPlan::share_buffers() {
   // Note [Lazy buffer broadcast]: DDP copies rank 0's buffers (BatchNorm running statistics) to
   // every rank before each forward. In training mode nothing reads them, and rank 0's own never

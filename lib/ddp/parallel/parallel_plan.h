@@ -127,6 +127,10 @@ class ParallelPlan {
   /// The largest unit's whole parameters, which dist.shard parameters gathers at a time; 0 otherwise.
   int64_t largest_unit_bytes() const { return parameter_shards() ? sharded_->largest_unit_bytes() : 0; }
 
+  /// The collectives this rank has begun so far on each of its process groups, named by the mesh
+  /// dimensions they are ("world", "tensor", "world=tensor" where one group is both, ...).
+  std::vector<std::pair<std::string, int64_t>> collectives_started() const;
+
   /// Before evaluation: rank 0's buffers (BatchNorm statistics) on every replica (Note [Lazy buffer broadcast]).
   void share_buffers();
 

@@ -194,10 +194,18 @@ torch::Tensor TensorShards::split_sequence(const torch::Tensor& x) const {
 
 void TensorShards::sum_sequence_gradients(const Placements& placements) const {
   torch::NoGradGuard no_grad;
-  for (const PlacedPiece& piece : placements.held) {
-    if (!sequence_partial_[piece.range.parameter]) continue;
-    torch::Tensor grad = piece.range.stepped.grad();
-    if (grad.defined()) grad.copy_(all_reduce_sum(group_, grad));
+  std::vector<torch::Tensor> grads;
+  for (const PlacedPiece& piece : placements.held)
+    if (sequence_partial_[piece.range.parameter] && piece.range.stepped.grad().defined())
+      grads.push_back(piece.range.stepped.grad());
+  if (grads.empty()) return;
+  std::vector<torch::Tensor> flat;  // one all-reduce for all of them (small: norms and biases)
+  for (const auto& g : grads) flat.push_back(g.reshape(-1));
+  torch::Tensor sums = all_reduce_sum(group_, torch::cat(flat));
+  int64_t at = 0;
+  for (auto& g : grads) {
+    g.copy_(sums.narrow(0, at, g.numel()).view_as(g));
+    at += g.numel();
   }
 }
 
