@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """ddprun's benchmark: prints markdown tables (see docs/performance.md). Run it with scripts/bench.sh;
-BENCH_ONLY=threads (ranks as threads against processes), BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding, BENCH_ONLY=pipeline or BENCH_ONLY=tokenize (ddp-tokenize against Python
+BENCH_ONLY=threads (ranks as threads against processes), BENCH_ONLY=tensor (dist.tensor against data
+parallelism), BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding, BENCH_ONLY=pipeline or BENCH_ONLY=tokenize (ddp-tokenize against Python
 sentencepiece) runs only that table;
 BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
 utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors (BENCH_GPU_PRECISIONS,
@@ -533,6 +534,47 @@ def pipeline(work):
               flush=True)
     print()
 
+WIDE_GPT = dict(GPT_SHAPE, n_head=8, n_embd=512)  # where a tensor group's matrix products are worth splitting
+
+
+def tensor(work):
+    """dist.tensor 2 (with and without dist.sequence_parallel) against 2 data-parallel replicas at world 2, the
+    same global batch, on the GPT table's model and on a wider one: tokens/s, the collectives a step on each
+    process group (counted by ddprun's tracker), and each rank's parameters and activations."""
+    train_glob, _ = kjv_tokens(work)
+    layouts = [("1 × 2 data-parallel", []), ("tensor 2", ["dist.tensor=2"]),
+               ("tensor 2, sequence parallel", ["dist.tensor=2", "dist.sequence_parallel=true"])]
+    print(f"dist.tensor at world 2: global batch {2 * GPT_BATCH} × {GPT_SHAPE['block_size']} tokens, {GPT_STEPS} steps, "
+          f"best of {REPEATS}, 1 intra-op thread a rank, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| model | layout | tokens/s | ÷ data-parallel | collectives a step (rank 0, by group) | parameters MiB "
+          "per rank | peak activation MiB per rank |")
+    print("|---|---|---:|---:|---|---:|---:|")
+    for label, shape in ((f"{GPT_SHAPE['n_layer']} layers × {GPT_SHAPE['n_embd']}", GPT_SHAPE),
+                         (f"{WIDE_GPT['n_layer']} layers × {WIDE_GPT['n_embd']}", WIDE_GPT)):
+        sets = [f"data.path={train_glob}", "data.eval_split=none", "eval.every_steps=0", "checkpoint.every_steps=0",
+                f"train.global_batch_size={2 * GPT_BATCH}",
+                *(f"model.{key}={str(value).lower()}" for key, value in shape.items())]
+        base = None
+        for i, (name, extra) in enumerate(layouts):
+            runs = []
+            for r in range(REPEATS):
+                out, started, processes = start_run(work, f"tensor-{shape['n_embd']}-{i}-{r}", 2, None, [*sets, *extra],
+                                                    config=GPT_CONFIG, steps=GPT_STEPS, log_every=GPT_LOG_EVERY)
+                result = finish_run(out, started, processes)
+                records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+                counts = next(r for r in records if any(k.startswith("collectives_per_step_") for k in r))
+                result["collectives"] = ", ".join(f"{k[len('collectives_per_step_'):]} {v:.0f}"
+                                                  for k, v in counts.items() if k.startswith("collectives_per_step_"))
+                result["parameters"] = next(r for r in records if "parameter_mib_max" in r)["parameter_mib_max"]
+                result["activations"] = next(r for r in records if "activation_mib_max" in r)["activation_mib_max"]
+                runs.append(result)
+            top = best(runs, "tokens_per_s")
+            base = base or top["tokens_per_s"]
+            print(f"| {label} | {name} | {top['tokens_per_s']:.0f} | {top['tokens_per_s'] / base:.3f} | "
+                  f"{top['collectives']} | {top['parameters']:.1f} | {top['activations']:.1f} |", flush=True)
+    print()
+
+
 def tokenize(work):
     """ddp-tokenize's encoding throughput against Python sentencepiece's, on the King James Bible's text with
     the same tokenizer.model (a BPE and a unigram of 8,000 pieces that ddp-tokenize trained): MB of text a
@@ -627,7 +669,7 @@ def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
     only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "sharding": sharding,
             "pipeline": pipeline, "compare": compare, "tokenize": tokenize, "tables": tables,
-            "threads": threads}.get(os.environ.get("BENCH_ONLY", ""))
+            "threads": threads, "tensor": tensor}.get(os.environ.get("BENCH_ONLY", ""))
     if only:
         try:
             only(work)

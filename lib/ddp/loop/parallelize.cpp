@@ -226,12 +226,14 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   } else if (!rows.empty()) {
     parallel->tables = std::make_unique<ReplicatedTables>(weights, table_names, rows, config.optim.eps);
   }
+  const bool counts_samples = plan.group(MeshDim::kTensor).rank == 0;
   if (stage)
-    parallel->step = std::make_unique<PipelineStep>(std::move(stage), task, plan.data_parallel(), plan.world());
+    parallel->step =
+        std::make_unique<PipelineStep>(std::move(stage), task, plan.data_parallel(), plan.world(), counts_samples);
   else
     parallel->step =
         std::make_unique<PlainStep>(task, plan.data_parallel(), plan.world(), config.train.precision == "bf16",
-                                    parallel->tables && parallel->tables->forward_communicates());
+                                    parallel->tables && parallel->tables->forward_communicates(), counts_samples);
   return parallel;
 }
 

@@ -7,7 +7,9 @@ StepWork PipelineStep::train(int64_t micro_batches, const StepHooks& hooks) {
   for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(hooks.next_batch());
   torch::Tensor loss_sum = stage_->train(batches, hooks.before_last_backward, hooks.after_microbatch);
   StepWork work;
-  if (!stage_->last()) return work;  // the last stage speaks for each pipeline: the others' samples are the same ones
+  // The last stage speaks for each pipeline, and a tensor group's rank 0 for the group: the others'
+  // samples are the same ones.
+  if (!stage_->last() || !counts_samples_) return work;
   for (const auto& batch : batches) {
     work.stats.batches += 1;
     work.stats.samples += batch.size();

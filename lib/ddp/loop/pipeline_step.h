@@ -12,9 +12,11 @@ namespace ddp {
 class PipelineStep final : public StepRunner {
  public:
   /// `replicas`: the stage's ranks that split the samples; `world`: every rank. Both must outlive this.
+  /// `counts_samples`: this rank's samples count in the step's numbers (not a tensor group's other
+  /// ranks, whose samples are the same ones).
   PipelineStep(std::unique_ptr<PipelineRunner> stage, Task& task, const Communicator& replicas,
-               const Communicator& world)
-      : stage_(std::move(stage)), task_(task), replicas_(replicas), world_(world) {}
+               const Communicator& world, bool counts_samples = true)
+      : stage_(std::move(stage)), task_(task), replicas_(replicas), world_(world), counts_samples_(counts_samples) {}
 
   StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
   EvalResult evaluate(const EvalConfig& config, const EvalHooks& hooks) override;
@@ -26,6 +28,7 @@ class PipelineStep final : public StepRunner {
   Task& task_;
   const Communicator& replicas_;
   const Communicator& world_;
+  bool counts_samples_;
 };
 
 }  // namespace ddp

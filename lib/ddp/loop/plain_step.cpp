@@ -31,6 +31,7 @@ StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
     work.stats.sampled_edges += batch.sampled_edges;
     work.stats.tokens += batch.tokens;
   }
+  if (!counts_samples_) return {};  // a tensor group's rank 0 speaks for it
   return work;
 }
 

@@ -12,9 +12,16 @@ class PlainStep final : public StepRunner {
  public:
   /// `replicas`: the ranks that split the samples, and `world` every rank, which must outlive this.
   /// `lockstep`: the forward communicates over them, so an evaluation runs every rank alike (evaluate()).
+  /// `counts_samples`: this rank's samples count in the step's numbers (not a tensor group's other
+  /// ranks, whose samples are the same ones).
   PlainStep(Task& task, const Communicator& replicas, const Communicator& world, bool mixed_precision,
-            bool lockstep = false)
-      : task_(task), replicas_(replicas), world_(world), mixed_precision_(mixed_precision), lockstep_(lockstep) {}
+            bool lockstep = false, bool counts_samples = true)
+      : task_(task),
+        replicas_(replicas),
+        world_(world),
+        mixed_precision_(mixed_precision),
+        lockstep_(lockstep),
+        counts_samples_(counts_samples) {}
 
   StepWork train(int64_t micro_batches, const StepHooks& hooks) override;
   EvalResult evaluate(const EvalConfig& config, const EvalHooks& hooks) override;
@@ -28,6 +35,7 @@ class PlainStep final : public StepRunner {
   const Communicator& world_;
   bool mixed_precision_;
   bool lockstep_;
+  bool counts_samples_;
 };
 
 }  // namespace ddp

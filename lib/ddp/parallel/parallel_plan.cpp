@@ -124,9 +124,11 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
     }
     auto ranks = mesh_.group_ranks(world_.rank, dim);
     group = sub_communicator(world_, group_name(dim, ranks), ranks);
-    // A data-shard group as large as a node is that node's ranks (innermost dimension, ranks
-    // numbered node by node): its reduce-scatters and all-gathers can go through shared memory.
-    if (dim == MeshDim::kDataShard && world_.shared_memory && world_.shared_memory->size() == group.world_size)
+    // A data-shard or tensor group of neighbouring ranks as many as a node's is that node's ranks
+    // (ranks numbered node by node): its collectives can go through shared memory.
+    const bool neighbours = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
+    if ((dim == MeshDim::kDataShard || dim == MeshDim::kTensor) && neighbours && world_.shared_memory &&
+        world_.shared_memory->size() == group.world_size)
       group.shared_memory = world_.shared_memory;
   }
   if (mesh_.size(MeshDim::kPipeline) > 1 || mesh_.size(MeshDim::kTensor) > 1) {

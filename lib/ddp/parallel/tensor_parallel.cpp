@@ -4,6 +4,7 @@
 
 #include "ddp/comm/collectives.h"
 #include "ddp/comm/shard_collectives.h"
+#include "ddp/comm/shm_allreduce.h"
 
 namespace ddp {
 namespace {
@@ -11,9 +12,16 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// In place over the group, summed or by maximum.
+// In place over the group, summed or by maximum; a sum through shared memory where the group is
+// its node's ranks (the shard collectives take the same path).
 torch::Tensor all_reduce(const Communicator& group, torch::Tensor values, c10d::ReduceOp::RedOpType op) {
   if (group.world_size == 1) return values;
+  SharedMemoryAllReduce* shm = group.shared_memory.get();
+  if (op == c10d::ReduceOp::SUM && shm && shm->size() == group.world_size && SharedMemoryAllReduce::supports(values)) {
+    const int64_t seq = group.tracker->begin("tensor all_reduce");
+    group.tracker->wait(shm->run_async([shm, values] { shm->sum(values); }), seq);
+    return values;
+  }
   std::vector<torch::Tensor> buffer{values.contiguous().to(group.collective_device)};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp(op);
