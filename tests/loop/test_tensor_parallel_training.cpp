@@ -157,6 +157,30 @@ TEST_CASE("with label smoothing 0.1, dist.tensor 2 with sequence parallelism tra
   CHECK(worst < 1e-5);
 }
 
+TEST_CASE("activation checkpointing under dist.tensor 2, with and without sequence parallelism, with dropout 0.1, "
+          "trains the same weights as without it",
+          "[tensor]") {
+  TempDir dir;
+  const std::string config = gpt_config(dir);
+  for (std::string sequence : {"false", "true"}) {
+    auto run = [&](const std::string& name, const std::string& checkpointing) {
+      auto r = ddprun(2, config, {"run.output_dir=" + dir.file(name), "model.dropout=0.1", "dist.tensor=2",
+                                  "dist.sequence_parallel=" + sequence, "model.activation_checkpointing=" + checkpointing,
+                                  "checkpoint.every_steps=0"});
+      INFO(r.out << r.err);
+      REQUIRE(r.exit_code == 0);
+    };
+    run("plain_" + sequence, "none");
+    run("recomputed_" + sequence, "full");
+    // The recomputation draws the same dropout masks (the rank's generator and each region's, Note
+    // [Tensor parallelism]), so only the order of float sums may differ.
+    double worst = largest_difference(dir.file("plain_" + sequence + "/model.pt"),
+                                      dir.file("recomputed_" + sequence + "/model.pt"));
+    INFO("sequence parallel " << sequence << ": largest difference " << worst);
+    CHECK(worst < 1e-6);
+  }
+}
+
 TEST_CASE("with dropout 0.1, dist.tensor 2 trains to world 1's held-out loss within noise, over 3 seeds of 240 steps",
           "[tensor]") {
   TempDir dir;

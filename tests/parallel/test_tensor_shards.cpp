@@ -222,8 +222,11 @@ TEST_CASE("dropout masks agree across a tensor group where activations are repli
   CHECK(replicated[0].any().item<bool>());
 }
 
-TEST_CASE("with dropout, a GPT split over 2 ranks keeps its replicated parameters' gradients equal on both",
+TEST_CASE("with dropout, a GPT split over 2 ranks keeps its replicated parameters' gradients equal on both, step "
+          "after step, with and without sequence parallelism",
           "[parallel][tensor]") {
+  const bool sequence_parallel = GENERATE(false, true);
+  INFO("sequence parallel " << sequence_parallel);
   ddp::GptOptions o = small_gpt();
   o.dropout = 0.2;
   std::vector<std::shared_ptr<ddp::Gpt>> models;
@@ -241,13 +244,26 @@ TEST_CASE("with dropout, a GPT split over 2 ranks keeps its replicated parameter
     std::vector<torch::Tensor> parameters;
     auto named = unique_parameters(model);
     for (const auto& [name, p] : named) parameters.push_back(p);
-    ddp::TensorShards shards(model, ddp::builtin_tensor_plan(gpt_config(), kParts), parameters, group);
+    std::vector<torch::Tensor> before_split = model.blocks().front().parameters;
+    ddp::TensorShards shards(model, ddp::builtin_tensor_plan(gpt_config(), kParts), parameters, group,
+                             {sequence_parallel, before_split});
+    if (sequence_parallel)
+      model.wrap_blocks([&shards](std::size_t index, ddp::ModelBlock& block) {
+        if (index == 0) block.forward = [forward = block.forward, &shards](torch::Tensor x) { return shards.split_sequence(forward(x)); };
+      });
     model.train();
-    auto logits = model.forward(ids);
-    ddp::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
-                                      shards.output_first(), group)
-        .mean()
-        .backward();
+    ddp::Placements placements;
+    for (std::size_t i = 0; i < parameters.size(); ++i)
+      placements.held.push_back({ddp::OwnedRange{i, 0, parameters[i].detach(), parameters[i], {}}});
+    for (int step = 0; step < 2; ++step) {  // the second forward starts where the first left the generators
+      for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+      auto logits = model.forward(ids);
+      ddp::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+                                        shards.output_first(), group)
+          .mean()
+          .backward();
+      shards.sum_sequence_gradients(placements);
+    }
     for (std::size_t i = 0; i < named.size(); ++i)
       if (shards.boxes(i).empty()) replicated_grads[static_cast<std::size_t>(rank)][named[i].first] = named[i].second.grad();
   });

@@ -22,11 +22,14 @@ struct CheckpointedBlock {
   std::vector<torch::Tensor> parameters;
 };
 
-// The random generators a block's forward may draw from (dropout): the rank's CPU one (`cpu`,
-// taken in forward: backward may run on an autograd device thread, which is no rank's) and its
-// device's.
-std::vector<at::Generator> generators_for(const torch::Device& device, const at::Generator& cpu) {
+// The random generators a block's forward may draw from (dropout): the CPU one current at its start
+// (`cpu`, taken in forward: backward may run on an autograd device thread, which is no rank's), the
+// rank's where that is a tensor-parallel region's (`rank`: its routes reseed regions from it, Note
+// [Tensor parallelism]), and its device's.
+std::vector<at::Generator> generators_for(const torch::Device& device, const at::Generator& cpu,
+                                          const at::Generator& rank) {
   std::vector<at::Generator> generators = {cpu};
+  if (rank.unsafeGetGeneratorImpl() != cpu.unsafeGetGeneratorImpl()) generators.push_back(rank);
   if (!device.is_cpu()) generators.push_back(at::globalContext().defaultGenerator(device));
   return generators;
 }
@@ -55,8 +58,9 @@ struct Recompute : torch::autograd::Function<Recompute> {
     (void)parameters;
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
     ctx->saved_data["x_needs_grad"] = x.requires_grad();
-    auto generators = generators_for(x.device(), cpu_generator());
+    auto generators = generators_for(x.device(), cpu_generator(), rank_cpu_generator());
     ctx->saved_data["cpu_generator"] = generators[0];
+    ctx->saved_data["rank_generator"] = rank_cpu_generator();
     ctx->saved_data["rng"] = c10::List<torch::Tensor>(states_of(generators));
     ctx->saved_data["autocast"] = autocast_enabled(x.device());
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(autocast_dtype(x.device()));
@@ -72,7 +76,8 @@ struct Recompute : torch::autograd::Function<Recompute> {
     if (x_needs_grad) x.requires_grad_(true);
     torch::Tensor out;
     {
-      auto generators = generators_for(x.device(), ctx->saved_data["cpu_generator"].toGenerator());
+      auto generators = generators_for(x.device(), ctx->saved_data["cpu_generator"].toGenerator(),
+                                       ctx->saved_data["rank_generator"].toGenerator());
       const std::vector<torch::Tensor> now = states_of(generators);
       set_states(generators, ctx->saved_data["rng"].toTensorVector());
       torch::AutoGradMode enabled(true);

@@ -75,13 +75,6 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
              "model.embedding_sharding replicate";
     return "";
   });
-  // Note [Tensor parallelism]: what dist.tensor composes with so far.
-  schema.rule("dist.tensor", [&config]() -> std::string {
-    if (config.mesh.tensor == 1) return "";
-    if (config.model.activation_checkpointing != "none")
-      return "runs with model.activation_checkpointing none for now, not " + config.model.activation_checkpointing;
-    return "";
-  });
   schema.rule("dist.sequence_parallel", [&config]() -> std::string {
     if (!config.mesh.sequence_parallel) return "";
     if (config.mesh.tensor == 1) return "splits the sequence over a tensor group: set dist.tensor above 1";

@@ -18,10 +18,11 @@ std::mutex& build_mutex() {
 
 }  // namespace
 
-at::Generator cpu_generator() {
-  if (t_region_generator) return *t_region_generator;
+at::Generator rank_cpu_generator() {
   return t_rank_generator ? *t_rank_generator : at::detail::getDefaultCPUGenerator();
 }
+
+at::Generator cpu_generator() { return t_region_generator ? *t_region_generator : rank_cpu_generator(); }
 
 void set_region_generator(at::Generator* generator) { t_region_generator = generator; }
 

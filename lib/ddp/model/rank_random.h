@@ -20,6 +20,10 @@ at::Generator cpu_generator();
 /// parallelism]), which must outlive the setting; null: the rank's (or the default) again.
 void set_region_generator(at::Generator* generator);
 
+/// The rank's CPU generator, as cpu_generator() is outside a region: its rank thread's own, or
+/// LibTorch's default.
+at::Generator rank_cpu_generator();
+
 /// 64 random bits from cpu_generator(), under its lock.
 uint64_t draw_seed();
 

@@ -162,6 +162,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
         split(embedding->weight, 0, 1, what + ".weight");
         const int64_t first = rank * embedding->weight.size(0);
         embedding->route([this, first](const torch::Tensor& ids, const torch::Tensor& w) {
+          set_region_generator(nullptr);  // a forward begins in the replicated region, whatever the last one left
           return vocab_parallel_embedding(ids, w, first, group_);
         });
         ++embeddings_;
