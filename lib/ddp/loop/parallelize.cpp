@@ -227,13 +227,15 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     parallel->tables = std::make_unique<ReplicatedTables>(weights, table_names, rows, config.optim.eps);
   }
   const bool counts_samples = plan.group(MeshDim::kTensor).rank == 0;
+  auto collectives = [&plan] { return plan.collectives_started(); };
   if (stage)
-    parallel->step =
-        std::make_unique<PipelineStep>(std::move(stage), task, plan.data_parallel(), plan.world(), counts_samples);
+    parallel->step = std::make_unique<PipelineStep>(std::move(stage), task, plan.data_parallel(), plan.world(),
+                                                    collectives, counts_samples);
   else
     parallel->step =
         std::make_unique<PlainStep>(task, plan.data_parallel(), plan.world(), config.train.precision == "bf16",
-                                    parallel->tables && parallel->tables->forward_communicates(), counts_samples);
+                                    collectives, parallel->tables && parallel->tables->forward_communicates(),
+                                    counts_samples);
   return parallel;
 }
 

@@ -3,6 +3,7 @@
 namespace ddp {
 
 StepWork PipelineStep::train(int64_t micro_batches, const StepHooks& hooks) {
+  collectives_.step_begins();
   std::vector<Batch> batches;
   for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(hooks.next_batch());
   torch::Tensor loss_sum = stage_->train(batches, hooks.before_last_backward, hooks.after_microbatch);
@@ -17,6 +18,12 @@ StepWork PipelineStep::train(int64_t micro_batches, const StepHooks& hooks) {
   }
   work.loss_sum = loss_sum;
   return work;
+}
+
+MetricsRecord PipelineStep::report() {
+  MetricsRecord record = stage_->report(world_, replicas_.world_size);
+  if (world_.rank == 0) collectives_.report(true, record);
+  return record;
 }
 
 EvalResult PipelineStep::evaluate(const EvalConfig& config, const EvalHooks& hooks) {

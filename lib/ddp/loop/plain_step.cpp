@@ -11,6 +11,7 @@
 namespace ddp {
 
 StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
+  collectives_.step_begins();
   StepWork work;
   for (int64_t m = 0; m < micro_batches; ++m) {
     // Only the last micro-step's backward communicates (the buckets start during it).
@@ -42,7 +43,9 @@ MetricsRecord PlainStep::report() {
   const double mib = per_rank.max().item<double>() / (1024.0 * 1024.0);
   if (world_.rank != 0) return {};
   spdlog::info("peak activation memory per rank: {:.2f} MiB (what a forward held for its backward)", mib);
-  return {{"activation_mib_max", mib}};
+  MetricsRecord record{{"activation_mib_max", mib}};
+  collectives_.report(true, record);
+  return record;
 }
 
 EvalResult PlainStep::evaluate(const EvalConfig& config, const EvalHooks& hooks) {

@@ -397,34 +397,9 @@ void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t par
   metrics_->write(record);
 }
 
-void RunRecorder::count_collectives(const TrainProgress& progress, std::vector<std::pair<std::string, int64_t>> started) {
-  if (collectives_first_step_ < 0) {
-    collectives_first_ = std::move(started);
-    collectives_first_step_ = progress.step;
-    return;
-  }
-  collectives_last_ = std::move(started);
-  collectives_last_step_ = progress.step;
-}
-
 void RunRecorder::finished(const TrainProgress& progress) {
   // Steps since the last log line (a run shorter than train.log_every: all of them) get one too.
   if (config_.train.log_every > 0 && window_sums_.value(window_.steps) > 0) log_window(progress);
-  const int64_t counted = collectives_last_step_ - collectives_first_step_;
-  if (world_.rank == 0 && counted > 0 && collectives_first_.size() == collectives_last_.size()) {
-    std::string text;
-    MetricsRecord record = at_step(progress);
-    for (std::size_t g = 0; g < collectives_last_.size(); ++g) {
-      const double per_step =
-          static_cast<double>(collectives_last_[g].second - collectives_first_[g].second) / static_cast<double>(counted);
-      text += fmt::format("{}{} {:.1f}", g ? ", " : "", collectives_last_[g].first, per_step);
-      record.emplace_back("collectives_per_step_" + collectives_last_[g].first, per_step);
-    }
-    if (!text.empty()) {
-      spdlog::info("collectives a step on rank 0, by process group (steps after the first): {}", text);
-      metrics_->write(record);
-    }
-  }
   if (world_.rank == 0) {
     double elapsed = seconds_since(run_start_);
     int64_t steps = progress.step - run_start_step_;

@@ -76,9 +76,6 @@ class RunRecorder {
   /// `unit_bytes`, when not 0, the largest unit dist.shard parameters gathers at a time.
   void report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,
                            int64_t optimizer_bytes, int64_t unit_bytes = 0);
-  /// After each step: the collectives this rank has begun so far, by group (ParallelPlan::
-  /// collectives_started); finished() logs rank 0's per step, over the steps after the first.
-  void count_collectives(const TrainProgress& progress, std::vector<std::pair<std::string, int64_t>> started);
   /// The end of a run that finished: the steps not yet logged, the summary line, the exit status
   /// and the report. Every rank calls it.
   void finished(const TrainProgress& progress);
@@ -98,10 +95,6 @@ class RunRecorder {
   void show_progress_line(const TrainProgress& progress);
   double eta_seconds(const TrainProgress& progress) const;
   void write_report(const TrainProgress& progress, std::optional<int> exit_status);
-
-  // count_collectives: after the first step counted, and after the last; and their steps.
-  std::vector<std::pair<std::string, int64_t>> collectives_first_, collectives_last_;
-  int64_t collectives_first_step_ = -1, collectives_last_step_ = -1;
 
   // Sums since the last log line, added up over ranks by name.
   struct LogWindow {

@@ -251,7 +251,6 @@ int Trainer::fit() {
       StepStats step = train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
       profiler_->step_ends(progress_.step - 1);
       recorder_->step_ends(progress_, step, prefetcher_->waited_ms(), parallel_->gradient_sync->timing());
-      recorder_->count_collectives(progress_, plan_->collectives_started());
       if (!state_memory_reported_) report_state_memory();
       after_step();
     }

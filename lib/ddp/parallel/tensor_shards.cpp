@@ -243,9 +243,19 @@ void TensorShards::release() {
 }
 
 std::string TensorShards::describe() const {
-  return fmt::format("dist.tensor {}: {} Linear layers split colwise and {} rowwise, {} Embedding by vocabulary{}",
+  int64_t held = 0, whole = 0;  // elements of the split parameters this rank holds, and of them whole
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (boxes_[i].empty()) continue;
+    for (const TensorBox& box : boxes_[i]) held += box.numel();
+    whole += whole_box(wholes_[i]).numel();
+  }
+  const double mib = static_cast<double>(parameters_.empty() ? 4 : parameters_.front().element_size()) / (1 << 20);
+  return fmt::format("dist.tensor {}: {} Linear layers split colwise and {} rowwise, {} Embedding by vocabulary{}; "
+                     "this rank holds {:.2f} MiB of their {:.2f} MiB of parameters (1/{:g})",
                      group_.world_size, colwise_, rowwise_, embeddings_,
-                     splits_output() ? "; the logits stay split by vocabulary (loss-parallel cross-entropy)" : "");
+                     splits_output() ? "; the logits stay split by vocabulary (loss-parallel cross-entropy)" : "",
+                     static_cast<double>(held) * mib, static_cast<double>(whole) * mib,
+                     held > 0 ? static_cast<double>(whole) / static_cast<double>(held) : 0.0);
 }
 
 }  // namespace ddp
