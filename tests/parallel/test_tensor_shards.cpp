@@ -58,6 +58,33 @@ std::vector<std::pair<std::string, torch::Tensor>> unique_parameters(const torch
   return out;
 }
 
+// The whole GPT's forward and backward on a batch: what each split must reproduce.
+struct WholeRun {
+  std::shared_ptr<ddp::Gpt> model;
+  torch::Tensor ids, targets, logits, loss;
+  std::vector<std::pair<std::string, torch::Tensor>> parameters;  // with their gradients
+};
+
+WholeRun whole_run() {
+  WholeRun run;
+  run.model = seeded_gpt();
+  torch::manual_seed(6);
+  run.ids = torch::randint(0, kVocab, {3, 16});
+  run.targets = torch::randint(0, kVocab, {3, 16});
+  run.logits = run.model->forward(run.ids);
+  run.loss = torch::nn::functional::cross_entropy(run.logits.reshape({-1, kVocab}), run.targets.reshape({-1}));
+  run.loss.backward();
+  run.parameters = unique_parameters(*run.model);
+  return run;
+}
+
+// Sequence parallelism as parallelize() applies it: the first block's output split along the sequence.
+void split_after_first_block(ddp::Gpt& model, const ddp::TensorShards& shards) {
+  model.wrap_blocks([&shards](std::size_t index, ddp::ModelBlock& block) {
+    if (index == 0) block.forward = [forward = block.forward, &shards](torch::Tensor x) { return shards.split_sequence(forward(x)); };
+  });
+}
+
 // `whole`'s elements in `boxes`, one after another: what a rank holding those boxes keeps.
 torch::Tensor in_boxes(const torch::Tensor& whole, const std::vector<ddp::TensorBox>& boxes) {
   if (boxes.empty()) return whole;
@@ -71,13 +98,8 @@ torch::Tensor in_boxes(const torch::Tensor& whole, const std::vector<ddp::Tensor
 TEST_CASE("the GPT split over 2 ranks by its plan gives the whole model's logits, loss and gradients, and its whole "
           "weights back",
           "[parallel][tensor]") {
-  auto whole = seeded_gpt();
-  torch::manual_seed(6);
-  auto ids = torch::randint(0, kVocab, {3, 16}), targets = torch::randint(0, kVocab, {3, 16});
-  auto logits = whole->forward(ids);
-  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), targets.reshape({-1}));
-  loss.backward();
-  auto reference = unique_parameters(*whole);
+  WholeRun run = whole_run();
+  const auto& [whole, ids, targets, logits, loss, reference] = run;
 
   std::vector<std::shared_ptr<ddp::Gpt>> models{seeded_gpt(), seeded_gpt()};  // built here: one global generator
   struct Result {
@@ -250,10 +272,7 @@ TEST_CASE("with dropout, a GPT split over 2 ranks keeps its replicated parameter
     std::vector<torch::Tensor> before_split = model.blocks().front().parameters;
     ddp::TensorShards shards(model, ddp::builtin_tensor_plan(gpt_config(), kParts), parameters, group,
                              {sequence_parallel, before_split});
-    if (sequence_parallel)
-      model.wrap_blocks([&shards](std::size_t index, ddp::ModelBlock& block) {
-        if (index == 0) block.forward = [forward = block.forward, &shards](torch::Tensor x) { return shards.split_sequence(forward(x)); };
-      });
+    if (sequence_parallel) split_after_first_block(model, shards);
     model.train();
     ddp::Placements placements;
     for (std::size_t i = 0; i < parameters.size(); ++i)
@@ -283,13 +302,8 @@ TEST_CASE("with dropout, a GPT split over 2 ranks keeps its replicated parameter
 
 TEST_CASE("with sequence parallelism, the GPT split over 2 ranks gives the whole model's logits, loss and gradients",
           "[parallel][tensor]") {
-  auto whole = seeded_gpt();
-  torch::manual_seed(6);
-  auto ids = torch::randint(0, kVocab, {3, 16}), targets = torch::randint(0, kVocab, {3, 16});
-  auto logits = whole->forward(ids);
-  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), targets.reshape({-1}));
-  loss.backward();
-  auto reference = unique_parameters(*whole);
+  WholeRun run = whole_run();
+  const auto& [whole, ids, targets, logits, loss, reference] = run;
 
   std::vector<std::shared_ptr<ddp::Gpt>> models{seeded_gpt(), seeded_gpt()};
   std::vector<torch::Tensor> losses(kParts), logit_slices(kParts);
@@ -301,9 +315,7 @@ TEST_CASE("with sequence parallelism, the GPT split over 2 ranks gives the whole
     for (const auto& [name, p] : unique_parameters(model)) parameters.push_back(p);
     ddp::SequenceParallel sequence{true, model.blocks().front().parameters};
     ddp::TensorShards shards(model, ddp::builtin_tensor_plan(gpt_config(), kParts), parameters, group, sequence);
-    model.wrap_blocks([&shards](std::size_t index, ddp::ModelBlock& block) {
-      if (index == 0) block.forward = [forward = block.forward, &shards](torch::Tensor x) { return shards.split_sequence(forward(x)); };
-    });
+    split_after_first_block(model, shards);
     auto local = model.forward(ids);
     logit_slices[static_cast<std::size_t>(rank)] = local.detach();
     auto l = ddp::vocab_parallel_cross_entropy(local.reshape({-1, local.size(-1)}), targets.reshape({-1}),
