@@ -12,22 +12,30 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// In place over the group, summed or by maximum; a sum through shared memory where the group is
-// its node's ranks (the shard collectives take the same path).
-torch::Tensor all_reduce(const Communicator& group, torch::Tensor values, c10d::ReduceOp::RedOpType op) {
+// What a collective sends for `t`: Gloo sums float32 and float64, not the bfloat16 or half of a
+// mixed-precision forward, which travel as float32 (and are rounded back after); NCCL takes them.
+torch::Tensor on_the_wire(const Communicator& group, const torch::Tensor& t) {
+  const bool narrow = t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+  return narrow && group.backend != "nccl" ? t.to(torch::kFloat) : t;
+}
+
+// Over the group, summed or by maximum, in `values`' type; a sum through shared memory where the
+// group is its node's ranks (the shard collectives take the same path).
+torch::Tensor all_reduce(const Communicator& group, const torch::Tensor& values, c10d::ReduceOp::RedOpType op) {
   if (group.world_size == 1) return values;
+  torch::Tensor wide = on_the_wire(group, values);
   SharedMemoryAllReduce* shm = group.shared_memory.get();
-  if (op == c10d::ReduceOp::SUM && shm && shm->size() == group.world_size && SharedMemoryAllReduce::supports(values)) {
+  if (op == c10d::ReduceOp::SUM && shm && shm->size() == group.world_size && SharedMemoryAllReduce::supports(wide)) {
     const int64_t seq = group.tracker->begin("tensor all_reduce");
-    group.tracker->wait(shm->run_async([shm, values] { shm->sum(values); }), seq);
-    return values;
+    group.tracker->wait(shm->run_async([shm, wide] { shm->sum(wide); }), seq);
+    return wide.to(values.scalar_type());
   }
-  std::vector<torch::Tensor> buffer{values.contiguous().to(group.collective_device)};
+  std::vector<torch::Tensor> buffer{wide.contiguous().to(group.collective_device)};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp(op);
   const int64_t seq = group.tracker->begin("tensor all_reduce");
   group.tracker->wait(group.group->allreduce(buffer, options), seq);
-  return buffer[0].to(values.device());
+  return buffer[0].to(values.device()).to(values.scalar_type());
 }
 
 torch::Tensor sum_over(const Communicator& group, const torch::Tensor& values) {
@@ -67,23 +75,23 @@ torch::Tensor sequence_leading(const torch::Tensor& x) {
 }
 
 torch::Tensor gather_sequence(const Communicator& group, const torch::Tensor& x) {
-  torch::Tensor part = sequence_leading(x);
+  torch::Tensor part = sequence_leading(on_the_wire(group, x));
   auto sizes = part.sizes().vec();
   sizes[0] *= group.world_size;
   torch::Tensor full = torch::empty(sizes, part.options());
   all_gather(group, part.view(-1), full.view(-1)).wait();
-  return full.transpose(0, 1);
+  return full.transpose(0, 1).to(x.scalar_type());
 }
 
 torch::Tensor scatter_sequence_sum(const Communicator& group, const torch::Tensor& x) {
-  torch::Tensor full = sequence_leading(x);
+  torch::Tensor full = sequence_leading(on_the_wire(group, x));
   auto sizes = full.sizes().vec();
   TORCH_CHECK(sizes[0] % group.world_size == 0, "sequence parallelism: a sequence of ", sizes[0],
               " positions does not split over ", group.world_size, " ranks");
   sizes[0] /= group.world_size;
   torch::Tensor part = torch::empty(sizes, full.options());
   reduce_scatter(group, full.view(-1), part.view(-1), 1.0).wait();
-  return part.transpose(0, 1);
+  return part.transpose(0, 1).to(x.scalar_type());
 }
 
 torch::Tensor split_sequence(const Communicator& group, const torch::Tensor& x) {
