@@ -178,6 +178,36 @@ TEST_CASE("the GPT split over 2 ranks by its plan gives the whole model's logits
   }
 }
 
+TEST_CASE("a plan entry that matches nothing, or a layer that cannot take its style, is refused naming the path",
+          "[parallel][tensor]") {
+  auto refused = [](const std::vector<ddp::TensorPlanEntry>& plan) {
+    std::string message;
+    auto model = seeded_gpt();
+    std::vector<torch::Tensor> parameters;
+    for (const auto& [name, p] : unique_parameters(*model)) parameters.push_back(p);
+    auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
+      if (rank != 0) return;  // the plan is refused before any collective
+      try {
+        ddp::TensorShards shards(*model, plan, parameters, group);
+      } catch (const ddp::ConfigError& e) {
+        message = e.what();
+      }
+    });
+    return message;
+  };
+  CHECK(refused({{"transformer.h.*.attn.c_atn", "colwise"}}) ==
+        "dist.tensor: the plan's transformer.h.*.attn.c_atn matches no submodule of the model");
+  CHECK_THAT(refused({{"transformer.ln_f", "colwise"}}),
+             Catch::StartsWith("dist.tensor: transformer.ln_f is a ") &&
+                 Catch::EndsWith(", which cannot be split colwise (a Linear or an Embedding of ddprun's models can)"));
+  CHECK(refused({{"transformer.wte", "colwise"}}) ==
+        "dist.tensor: transformer.wte is an Embedding, which splits rowwise (by vocabulary), not colwise");
+  CHECK(refused({{"transformer.wte", "rowwise"}, {"lm_head", "rowwise"}}) ==
+        "dist.tensor: lm_head.weight is tied to a layer split another way");
+  CHECK(refused({{"transformer.h.0.attn.c_attn", "rowwise"}}) ==
+        "dist.tensor: transformer.h.0.attn.c_attn computes 3 projections side by side, which split colwise, not rowwise");
+}
+
 TEST_CASE("a tensor plan that cannot split the model says why, naming the key", "[parallel][tensor]") {
   ddp::ModelConfig config = gpt_config();
   config.gpt.n_head = 3;

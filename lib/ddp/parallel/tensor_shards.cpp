@@ -112,7 +112,9 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
       boxes.push_back(std::move(box));
     }
     if (!boxes_[i].empty()) {  // tied to a layer split already (the head to the embedding)
-      if (boxes_[i][0].offsets != boxes[0].offsets || boxes_[i].size() != boxes.size())
+      const bool same = boxes_[i].size() == boxes.size() && boxes_[i][0].offsets == boxes[0].offsets &&
+                        boxes_[i][0].sizes == boxes[0].sizes;
+      if (!same)
         throw ConfigError("dist.tensor: " + what + " is tied to a layer split another way");
       return;
     }
