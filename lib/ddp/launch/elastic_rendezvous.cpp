@@ -371,8 +371,12 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
     }
   }
   if (static_cast<int>(members_.size()) < max_nodes_ && store_->add(round_key(round_ + 1, "arrivals"), 0) > 0) {
+    // A joiner counts itself in before it writes its arrival: until that is written, the next
+    // check names it (a loaded machine once announced "a node" here, unnamed).
+    std::string first = round_key(round_ + 1, "arrival/0");
+    if (!store_->check(first)) return std::nullopt;
     std::string who = "a node";
-    if (auto value = read_verified(round_key(round_ + 1, "arrival/0"))) {
+    if (auto value = read_verified(first)) {
       auto fields = split(*value, ' ');
       if (fields.size() == 5) who = "a node (" + printable(fields[2]) + ")";
     }

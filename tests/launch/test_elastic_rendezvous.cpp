@@ -1,0 +1,64 @@
+// The elastic rendezvous in-process: two launchers' rounds over a real store on loopback, and a
+// joiner seen between the two writes of its arrival (a race clean-clone CI once lost).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <future>
+
+#include "ddp/launch/elastic_rendezvous.h"
+#include "ddp/launch/kv_store.h"
+#include "support/subprocess.h"
+
+using namespace ddp::test;
+using namespace std::chrono_literals;
+using Catch::Contains;
+
+namespace {
+
+// Node `name` of a 2:3 job whose store is at 127.0.0.1:`port`; the first constructed hosts it.
+ddp::LaunchOptions elastic_node(int port, const std::string& name) {
+  ddp::LaunchOptions o;
+  o.nnodes = 3;
+  o.min_nodes = 2;
+  o.node_rank_by_arrival = true;
+  o.master_addr = "127.0.0.1";
+  o.master_port = port;
+  o.rdzv_timeout_s = 20;
+  o.rdzv_settle_s = 0.2;
+  o.node_timeout_s = 10;
+  o.local_addr = name;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a joiner that has counted itself in but not yet written its arrival is named once it has",
+          "[launch][elastic]") {
+  int port = free_port();
+  ddp::ElasticRendezvous a(elastic_node(port, "node-a"));
+  ddp::ElasticRendezvous b(elastic_node(port, "node-b"));
+  auto never = [] { return false; };
+  auto joined_b = std::async(std::launch::async, [&] { return b.join_round(0, never); });
+  auto layout_a = a.join_round(0, never);
+  auto layout_b = joined_b.get();
+  REQUIRE(layout_a);
+  REQUIRE(layout_b);
+  CHECK(a.round() == 0);
+  CHECK_FALSE(a.check_membership());
+
+  // A third launcher's first write: it takes arrival number 0 of round 1 ...
+  auto joiner = ddp::open_tcp_store({"127.0.0.1", port, false, 10s});
+  joiner->add("ddprun/elastic/round_1/arrivals", 1);
+  CHECK_FALSE(a.check_membership());  // ... and is not announced while its arrival is unwritten
+  CHECK_FALSE(b.check_membership());
+
+  // Its second: launcher number, previous rank, host, workers, pid.
+  joiner->set("ddprun/elastic/round_1/arrival/0", "3 -1 node-c 1 4242");
+  auto change = a.check_membership();
+  REQUIRE(change);
+  CHECK(change->kind == ddp::MembershipChange::Kind::kJoined);
+  CHECK(change->description == "a node (node-c) asks to join; room for 1 more (--nnodes 2:3)");
+  auto seen_by_b = b.check_membership();  // the first announcement stands for every node
+  REQUIRE(seen_by_b);
+  CHECK(seen_by_b->description == change->description);
+}
