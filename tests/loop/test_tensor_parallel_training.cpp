@@ -5,7 +5,8 @@
 // (weight decay, clipping) to world 1's weights within 1e-5 with the same held-out loss; its sharded
 // checkpoints resume at world 1, replicated, under ZeRO-3 and at other tensor layouts, to the same
 // weights; with dropout it trains to world 1's loss within noise; what it does not compose with yet
-// says so.
+// says so. A TorchScript transformer split by dist.tensor_plan trains to world 1's weights too.
+#include <torch/script.h>
 #include <torch/torch.h>
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
@@ -15,6 +16,7 @@
 #include <fstream>
 
 #include "support/metric_values.h"
+#include "support/python_fixtures.h"
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
@@ -273,4 +275,92 @@ TEST_CASE("a tensor layout that cannot be had: one line naming the key, exit 2, 
         "dist.sequence_parallel: model.block_size 31 must divide by dist.tensor 2");
   fails(4, {"dist.tensor=2", "dist.sequence_parallel=true", "dist.pipeline=2"},
         "dist.sequence_parallel: runs with dist.pipeline 1 for now, not 2");
+}
+
+namespace {
+
+// dist.tensor_plan for python_fixtures.py's Transformer: Megatron's split of its blocks, the
+// embedding by vocabulary, the head replicated.
+const std::string kTransformerPlan =
+    "dist.tensor_plan=embed=rowwise, layers.*.attn.q=colwise, layers.*.attn.k=colwise, layers.*.attn.v=colwise, "
+    "layers.*.attn.o=rowwise, layers.*.up=colwise, layers.*.down=rowwise, head=replicate";
+
+}  // namespace
+
+TEST_CASE("a TorchScript transformer split by dist.tensor_plan trains at dist.tensor 2, alone and × 2 replicas, to "
+          "world 1's weights within 1e-5, and model_scripted.pt is whole",
+          "[tensor][torchscript]") {
+  TempDir dir;
+  const std::string config = gpt_config(dir);
+  const std::vector<std::string> scripted{"model.name=torchscript", "model.path=" + python_fixture("transformer.pt")};
+  auto run = [&](int nproc, const std::string& name, std::vector<std::string> sets) {
+    sets.insert(sets.end(), scripted.begin(), scripted.end());
+    sets.push_back("run.output_dir=" + dir.file(name));
+    auto r = ddprun(nproc, config, sets);
+    INFO(name << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  run(1, "one", {});
+  const double eval_one = metric_value(dir.file("one/metrics.jsonl"), "eval_loss");
+  for (const auto& [name, nproc] : std::vector<std::pair<std::string, int>>{{"tensor", 2}, {"tensor_data", 4}}) {
+    auto r = run(nproc, name, {"dist.tensor=2", kTransformerPlan});
+    CHECK_THAT(r.out, Contains("dist.tensor 2: 8 Linear layers split colwise and 4 rowwise, 1 Embedding by "
+                               "vocabulary; this rank holds"));
+    double worst = largest_difference(dir.file("one/model.pt"), dir.file(name + "/model.pt"));
+    INFO(name << ": largest difference from world 1 " << worst);
+    CHECK(worst < 1e-5);
+    CHECK(metric_value(dir.file(name + "/metrics.jsonl"), "eval_loss") == Approx(eval_one).margin(1e-5));
+    // The scripted module saved beside model.pt holds the same whole weights, under Python's code.
+    auto whole = load_weights(dir.file(name + "/model.pt"));
+    auto saved = torch::jit::load(dir.file(name + "/model_scripted.pt"));
+    int compared = 0;
+    for (const auto& parameter : saved.named_parameters()) {
+      INFO(parameter.name);
+      CHECK(torch::equal(parameter.value, whole.at(parameter.name)));
+      ++compared;
+    }
+    CHECK(compared == static_cast<int>(whole.size()));
+    CHECK(saved.dump_to_str(true, false, false).find("ddprun::") == std::string::npos);
+  }
+  // A tensor-parallel checkpoint resumes replicated at world 1.
+  cut_back(dir, "tensor", "tensor_at_1");
+  auto r = run(1, "tensor_at_1", {});
+  CHECK_THAT(r.out, Contains("at step 15"));
+  CHECK(largest_difference(dir.file("one/model.pt"), dir.file("tensor_at_1/model.pt")) < 1e-5);
+}
+
+TEST_CASE("a dist.tensor_plan that cannot be had: one line naming the key or the submodule, exit 2, nothing written",
+          "[tensor][torchscript]") {
+  TempDir dir;
+  const std::string config = gpt_config(dir);
+  auto fails = [&](const std::string& model, const std::vector<std::string>& sets, const std::string& message) {
+    std::vector<std::string> all{"run.output_dir=" + dir.file("out"), "train.max_steps=2", "model.name=" + model};
+    if (model == "torchscript") all.push_back("model.path=" + python_fixture("transformer.pt"));
+    all.insert(all.end(), sets.begin(), sets.end());
+    auto r = ddprun(2, config, all);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(message));
+    CHECK(!fs::exists(dir.file("out/model.pt")));
+  };
+  fails("torchscript", {"dist.tensor=2"},
+        "dist.tensor 2: model.name torchscript has no built-in tensor-parallel plan (gpt has): give one in "
+        "dist.tensor_plan, or use dist.tensor: 1");
+  fails("torchscript", {kTransformerPlan}, "dist.tensor_plan: splits layers over a tensor group: set dist.tensor above 1");
+  fails("torchscript", {"dist.tensor=2", "dist.tensor_plan=layers.*.up=colwize"},
+        "dist.tensor_plan: layers.*.up's style 'colwize' is not colwise, rowwise or replicate (did you mean colwise?)");
+  fails("torchscript", {"dist.tensor=2", "dist.tensor_plan=layers.*.up"},
+        "dist.tensor_plan: 'layers.*.up' is not PATH=STYLE");
+  fails("torchscript", {"dist.tensor=2", "dist.tensor_plan=layers.*.attn.qq=colwise"},
+        "dist.tensor: the plan's layers.*.attn.qq matches no submodule of the model");
+  fails("torchscript", {"dist.tensor=2", "dist.tensor_plan=layers.*.norm1=colwise"},
+        "dist.tensor: layers.0.norm1 is a LayerNorm, which cannot be split colwise (a Linear can, or an Embedding rowwise)");
+  fails("torchscript", {"dist.tensor=2", "dist.tensor_plan=embed=colwise"},
+        "dist.tensor: embed is an Embedding, which splits rowwise (by vocabulary), not colwise");
+  fails("torchscript", {"dist.tensor=2", "dist.sequence_parallel=true", kTransformerPlan},
+        "dist.sequence_parallel: runs with a model's built-in plan (model.name gpt) for now, not with dist.tensor_plan");
+  // The built-in GPT's fused q/k/v layer cannot be split rowwise.
+  fails("gpt", {"dist.tensor=2", "dist.tensor_plan=transformer.h.*.attn.c_attn=rowwise"},
+        "dist.tensor: transformer.h.0.attn.c_attn computes 3 projections side by side, which split colwise, not rowwise");
 }

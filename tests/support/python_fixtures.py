@@ -166,6 +166,63 @@ class FlatLm(nn.Module):
         return self.head(self.emb(x).mean(1))
 
 
+class Attention(nn.Module):
+    """Causal self-attention whose head count comes from its input (view(b, t, -1, head_dim)), as
+    torchtitan's Llama writes it, so that a tensor-parallel rank can run it on a slice of the heads."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.head_dim = dim // heads
+        self.q = nn.Linear(dim, dim)
+        # No bias for k: softmax ignores a shift of a row's scores, so its gradient is zero but for
+        # rounding, on which Adam would take full steps (and layouts round apart).
+        self.k = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) / (self.head_dim ** 0.5)
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        return self.o((weights @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
+
+
+class Transformer(nn.Module):
+    """A pre-norm transformer language model of the user's own, for dist.tensor_plan."""
+
+    def __init__(self, vocab: int = 256, dim: int = 32, heads: int = 4, layers: int = 2, block: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(block, dim) * 0.02)
+        self.layers = nn.ModuleList([Block(dim, heads) for _ in range(layers)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, x):
+        h = self.embed(x) + self.pos[: x.shape[1]]
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(self.norm(h))
+
+
 class Pair(nn.Module):
     def __init__(self):
         super().__init__()
@@ -268,6 +325,7 @@ def modules(out):
     torch.jit.script(TinyLm(256)).save(f"{out}/tiny_lm.pt")
     torch.jit.script(TinyLm(64)).save(f"{out}/tiny_lm_64.pt")
     torch.jit.script(FlatLm()).save(f"{out}/flat_lm.pt")
+    torch.jit.script(Transformer()).save(f"{out}/transformer.pt")
     # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
         for item in src.infolist():

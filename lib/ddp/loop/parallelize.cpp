@@ -173,7 +173,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
                                         "or use dist.sequence_parallel: false")
                                   .front()
                                   .parameters;
-    plan.split_tensors(task.model(), builtin_tensor_plan(config.model, config.mesh.tensor), parallel->parameters,
+    plan.split_tensors(task.model(), tensor_plan(config.model, config.mesh), parallel->parameters,
                        sequence);
     const TensorShards& shards = *plan.tensor_shards();
     if (sequence.on)

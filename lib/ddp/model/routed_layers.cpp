@@ -12,7 +12,10 @@ RoutedLinear::RoutedLinear(int64_t in, int64_t out, bool bias, int64_t fused) : 
   if (bias) this->bias = register_parameter("bias", drawn->bias);
 }
 
-RoutedLinear::RoutedLinear(const torch::Tensor& weight) : weight(register_parameter("weight", weight)) {}
+RoutedLinear::RoutedLinear(const torch::Tensor& weight, const torch::Tensor& bias)
+    : weight(register_parameter("weight", weight)) {
+  if (bias.defined()) this->bias = register_parameter("bias", bias);
+}
 
 torch::Tensor RoutedLinear::forward(const torch::Tensor& x) const {
   return route_ ? route_(x, weight, bias) : torch::nn::functional::linear(x, weight, bias);
@@ -22,6 +25,8 @@ RoutedEmbedding::RoutedEmbedding(int64_t rows, int64_t dim) {
   torch::nn::Embedding drawn(rows, dim);
   weight = register_parameter("weight", drawn->weight);
 }
+
+RoutedEmbedding::RoutedEmbedding(const torch::Tensor& weight) : weight(register_parameter("weight", weight)) {}
 
 torch::Tensor RoutedEmbedding::forward(const torch::Tensor& ids) const {
   return route_ ? route_(ids, weight) : torch::embedding(weight, ids);

@@ -28,12 +28,14 @@ class RoutedLinear : public torch::nn::Module {
   /// many equal projections side by side (attention's q, k and v in one layer), each of which a pass
   /// that splits the outputs must split alike.
   RoutedLinear(int64_t in, int64_t out, bool bias, int64_t fused = 1);
-  /// A head over an existing weight [out, in] (tied to an embedding), registered as its `weight`; no bias.
-  explicit RoutedLinear(const torch::Tensor& weight);
+  /// Over existing tensors, registered as its `weight` [out, in] and `bias` [out] (undefined: none):
+  /// a head tied to an embedding, a TorchScript module's nn.Linear (Note [Scripted routes]).
+  explicit RoutedLinear(const torch::Tensor& weight, const torch::Tensor& bias = {});
 
   torch::Tensor forward(const torch::Tensor& x) const;
   /// From now on forward calls `route` (null: torch::nn's linear).
   void route(LinearRoute route) { route_ = std::move(route); }
+  bool routed() const { return static_cast<bool>(route_); }
   int64_t fused() const { return fused_; }
 
   torch::Tensor weight, bias;
@@ -48,10 +50,13 @@ class RoutedEmbedding : public torch::nn::Module {
  public:
   /// Initialised as torch::nn::Embedding(rows, dim) is, from the same draws.
   RoutedEmbedding(int64_t rows, int64_t dim);
+  /// Over an existing table, registered as its `weight`.
+  explicit RoutedEmbedding(const torch::Tensor& weight);
 
   torch::Tensor forward(const torch::Tensor& ids) const;
   /// From now on forward calls `route` (null: the plain lookup).
   void route(EmbeddingRoute route) { route_ = std::move(route); }
+  bool routed() const { return static_cast<bool>(route_); }
 
   torch::Tensor weight;
 

@@ -23,21 +23,42 @@
 // the chain calls, and forward calls them in turn once a pass installs a runner (otherwise the
 // compiled forward runs whole); any other scripted module has none, and says why.
 
+//
+// Note [Scripted routes]
+// A tensor-parallel pass splits a scripted module's nn.Linear and nn.Embedding layers as it splits a
+// built-in model's (Note [Routed layers]): their mirrors are RoutedLinear and RoutedEmbedding, over
+// the very same tensors. Once a pass routes one, forward runs a copy of the module that shares every
+// tensor, whose compiled code calls each nn.Linear and nn.Embedding through ddprun::routed_linear or
+// ddprun::routed_embedding; these find the layer's mirror by its weight and call it. By the weight,
+// as TorchScript compiles one class, and one forward, for all submodules of a shape (the layers of
+// every block): the code cannot name the instance. A copy, as model_scripted.pt must keep Python's
+// code, and TorchScript compiles a method at its first call, which has passed (the task probes the
+// module's output).
+
+#include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <spdlog/spdlog.h>
 
+#include <torch/library.h>
+
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/model_registry.h"
+#include "ddp/model/routed_layers.h"
 #include "ddp/model/scripted_chain.h"
 
 namespace ddp {
@@ -119,6 +140,85 @@ bool looks_traced(const torch::jit::Module& module) {
   return !reads_training && (mode_ops || tracer_names);
 }
 
+// "Linear" or "Embedding" for torch.nn's own classes of those names that a pass can route: an
+// Embedding without the options a split table cannot keep (padding_idx, max_norm, scale_grad_by_freq,
+// sparse); "" for any other class.
+std::string routable_kind(const c10::ClassTypePtr& type) {
+  const std::string name = type->name() ? type->name()->qualifiedName() : "";
+  if (name.rfind("__torch__.torch.nn.modules.", 0) != 0) return "";
+  const std::string kind = type->name()->name();
+  if (kind == "Linear") return kind;
+  if (kind != "Embedding") return "";
+  for (const char* option : {"padding_idx", "max_norm"})
+    if (auto value = type->findConstant(option); value && !value->isNone()) return "";
+  for (const char* option : {"scale_grad_by_freq", "sparse"})
+    if (auto value = type->findConstant(option); value && value->isBool() && value->toBool()) return "";
+  return kind;
+}
+
+// What a mirror is called in messages: its class's name (LayerNorm, Block).
+std::string class_name(const torch::jit::Module& module) {
+  return module.type()->name() ? module.type()->name()->name() : "Module";
+}
+
+// Note [Scripted routes]: the routed mirrors of every scripted model, by their weight.
+struct Routes {
+  std::mutex mutex;
+  std::unordered_map<const c10::TensorImpl*, const RoutedLinear*> linears;
+  std::unordered_map<const c10::TensorImpl*, const RoutedEmbedding*> embeddings;
+};
+Routes& routes() {
+  static Routes all;
+  return all;
+}
+template <typename Layer>
+const Layer* find_route(const std::unordered_map<const c10::TensorImpl*, const Layer*>& layers,
+                        const torch::Tensor& weight) {
+  std::lock_guard<std::mutex> lock(routes().mutex);
+  auto found = layers.find(weight.unsafeGetTensorImpl());
+  return found == layers.end() ? nullptr : found->second;
+}
+
+torch::Tensor routed_linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias) {
+  if (const RoutedLinear* layer = find_route(routes().linears, weight)) return layer->forward(x);
+  return torch::linear(x, weight, bias);
+}
+torch::Tensor routed_embedding(const torch::Tensor& ids, const torch::Tensor& weight) {
+  if (const RoutedEmbedding* layer = find_route(routes().embeddings, weight)) return layer->forward(ids);
+  return torch::embedding(weight, ids);
+}
+
+TORCH_LIBRARY(ddprun, m) {
+  m.def("routed_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor", routed_linear);
+  m.def("routed_embedding(Tensor ids, Tensor weight) -> Tensor", routed_embedding);
+}
+
+// Every call of an nn.Linear's or nn.Embedding's forward in `block` (and the blocks in it) through
+// the routed ops.
+void route_calls(torch::jit::Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* node = *it++;
+    for (torch::jit::Block* inner : node->blocks()) route_calls(inner);
+    if (node->kind() != c10::prim::CallMethod || node->s(c10::attr::name) != "forward" || node->inputs().size() != 2)
+      continue;
+    auto type = node->input(0)->type()->cast<c10::ClassType>();
+    const std::string kind = type ? routable_kind(type) : "";
+    if (kind.empty()) continue;
+    torch::jit::Graph& graph = *node->owningGraph();
+    torch::jit::WithInsertPoint here(node);
+    torch::jit::Value* weight = graph.insertGetAttr(node->input(0), "weight");
+    torch::jit::Value* routed =
+        kind == "Linear"
+            ? graph.insert(c10::Symbol::fromQualString("ddprun::routed_linear"),
+                           {torch::jit::NamedValue(node->input(1)), torch::jit::NamedValue(weight),
+                            torch::jit::NamedValue(graph.insertGetAttr(node->input(0), "bias"))})
+            : graph.insert(c10::Symbol::fromQualString("ddprun::routed_embedding"),
+                           {torch::jit::NamedValue(node->input(1)), torch::jit::NamedValue(weight)});
+    node->output()->replaceAllUsesWith(routed);
+    node->destroy();
+  }
+}
+
 class ScriptedModel : public Model {
  public:
   ScriptedModel(const TorchScriptConfig& config, bool warn)
@@ -161,7 +261,7 @@ class ScriptedModel : public Model {
     if (channels_last_ && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     c10::IValue output;
     try {
-      output = pass_acts_on_blocks() ? c10::IValue(run_blocks(x)) : module_.forward({x});
+      output = pass_acts_on_blocks() ? c10::IValue(run_blocks(x)) : running().forward({x});
     } catch (const std::exception& e) {
       std::string hint;
       if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
@@ -184,9 +284,16 @@ class ScriptedModel : public Model {
     return y;
   }
 
+  ~ScriptedModel() override {
+    std::lock_guard<std::mutex> lock(routes().mutex);
+    for (const RoutedLinear* layer : linears_) routes().linears.erase(layer->weight.unsafeGetTensorImpl());
+    for (const RoutedEmbedding* layer : embeddings_) routes().embeddings.erase(layer->weight.unsafeGetTensorImpl());
+  }
+
   void train(bool on) override {
     torch::nn::Module::train(on);
     module_.train(on);
+    if (routed_) routed_->train(on);
   }
 
   std::vector<int64_t> input_shape() const override { return {}; }
@@ -196,8 +303,8 @@ class ScriptedModel : public Model {
     std::vector<ModelBlock> blocks;
     for (const auto& path : chain_.paths) {
       auto mirror = mirror_of(path);
-      blocks.push_back({path, mirror->parameters(), mirror->buffers(), [this, m = submodule(path), path](torch::Tensor x) {
-                          c10::IValue y = torch::jit::Module(m).forward({x});
+      blocks.push_back({path, mirror->parameters(), mirror->buffers(), [this, path](torch::Tensor x) {
+                          c10::IValue y = submodule(running(), path).forward({x});
                           adopt_reassigned_buffers();
                           if (!y.isTensor())
                             throw UserError("model.path: " + path_ + "'s submodule " + path + " returned " +
@@ -227,11 +334,34 @@ class ScriptedModel : public Model {
     torch::Tensor tensor;
   };
 
-  // A chain's submodule (Note [Scripted units]) and its mirror.
-  torch::jit::Module submodule(const std::string& path) const {
-    torch::jit::Module m = module_;
+  // A submodule of `from` (a chain's: Note [Scripted units]), and a mirror.
+  static torch::jit::Module submodule(const torch::jit::Module& from, const std::string& path) {
+    torch::jit::Module m = from;
+    if (path.empty()) return m;
     for (const auto& name : split(path, '.')) m = m.attr(name).toModule();
     return m;
+  }
+  // The module forward runs (Note [Scripted routes]): the loaded one until a pass routes a layer.
+  torch::jit::Module& running() {
+    if (routed_) return *routed_;
+    const auto routed = [](const auto* layer) { return layer->routed(); };
+    if (std::none_of(linears_.begin(), linears_.end(), routed) &&
+        std::none_of(embeddings_.begin(), embeddings_.end(), routed))
+      return module_;
+    {
+      std::lock_guard<std::mutex> lock(routes().mutex);
+      for (const RoutedLinear* layer : linears_) routes().linears[layer->weight.unsafeGetTensorImpl()] = layer;
+      for (const RoutedEmbedding* layer : embeddings_) routes().embeddings[layer->weight.unsafeGetTensorImpl()] = layer;
+    }
+    routed_ = module_.clone(/*inplace=*/true);  // new classes, the same tensors
+    std::set<const c10::ClassType*> done;
+    for (const auto& sub : routed_->modules())
+      if (done.insert(sub.type().get()).second)
+        for (const auto& method : sub.get_methods()) route_calls(method.graph()->block());
+    for (auto& buffer : buffers_)  // Note [Reassigned buffers]: forward now assigns the copy's
+      buffer.owner = submodule(*routed_, buffer.path.substr(0, buffer.path.size() - buffer.name.size() -
+                                                                   (buffer.path == buffer.name ? 0 : 1)));
+    return *routed_;
   }
   std::shared_ptr<torch::nn::Module> mirror_of(const std::string& path) {
     return named_modules(/*name_prefix=*/"", /*include_self=*/false)[path];
@@ -266,10 +396,32 @@ class ScriptedModel : public Model {
       buffers_.push_back({from, buffer.name, prefix + buffer.name, buffer.value});
     }
     for (const auto& child : from.named_children()) {
-      auto mirrored = std::make_shared<torch::nn::Module>();
-      mirror(child.value, *mirrored, prefix + child.name + ".", frozen);
+      std::shared_ptr<torch::nn::Module> mirrored = routable_mirror(child.value, prefix + child.name + ".", frozen);
+      if (!mirrored) {
+        mirrored = std::make_shared<torch::nn::Module>(class_name(child.value));
+        mirror(child.value, *mirrored, prefix + child.name + ".", frozen);
+      }
       to.register_module(child.name, mirrored);
     }
+  }
+  // Note [Scripted routes]: a torch.nn Linear or Embedding's mirror, as a layer a pass can route;
+  // null for any other module.
+  std::shared_ptr<torch::nn::Module> routable_mirror(const torch::jit::Module& from, const std::string& prefix,
+                                                     std::vector<std::string>& frozen) {
+    const std::string kind = routable_kind(from.type());
+    if (kind.empty()) return nullptr;
+    for (const auto& parameter : from.named_parameters(/*recurse=*/false))
+      if (!parameter.value.requires_grad()) frozen.push_back(prefix + parameter.name);
+    const torch::Tensor weight = from.attr("weight").toTensor();
+    if (kind == "Embedding") {
+      auto layer = std::make_shared<RoutedEmbedding>(weight);
+      embeddings_.push_back(layer.get());
+      return layer;
+    }
+    const c10::IValue bias = from.attr("bias");
+    auto layer = std::make_shared<RoutedLinear>(weight, bias.isTensor() ? bias.toTensor() : torch::Tensor());
+    linears_.push_back(layer.get());
+    return layer;
   }
 
   std::string path_;
@@ -277,6 +429,9 @@ class ScriptedModel : public Model {
   bool channels_last_;
   ScriptedChain chain_;  // Note [Scripted units]
   std::vector<MirroredBuffer> buffers_;
+  std::vector<const RoutedLinear*> linears_;  // Note [Scripted routes]: the routable mirrors
+  std::vector<const RoutedEmbedding*> embeddings_;
+  std::optional<torch::jit::Module> routed_;  // the copy forward runs once a layer is routed
 };
 
 }  // namespace

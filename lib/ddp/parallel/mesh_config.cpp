@@ -1,7 +1,9 @@
 #include "ddp/parallel/mesh_config.h"
 
 #include "ddp/common/limits.h"
+#include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/parallel/tensor_plan.h"
 
 namespace ddp {
 
@@ -26,6 +28,23 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "ranks on one node; 1: none. Note [Tensor parallelism]")
       .min(1)
       .max(kMaxRanks);
+  schema.add("dist.tensor_plan", &config.tensor_plan,
+             "with dist.tensor: how your model's layers split, as comma-separated PATH=STYLE: a submodule's path "
+             "(* for a layer's index) and colwise (a Linear's output features: q, k, v, an MLP's first), rowwise "
+             "(its input features: attention's output projection, an MLP's second; an Embedding's vocabulary) or "
+             "replicate, as in layers.*.attn.q=colwise,layers.*.attn.o=rowwise; empty: the model's built-in plan "
+             "(gpt). Note [Tensor parallelism]");
+  schema.rule("dist.tensor_plan", [&config]() -> std::string {
+    if (config.tensor_plan.empty()) return "";
+    if (config.tensor == 1) return "splits layers over a tensor group: set dist.tensor above 1";
+    try {
+      parse_tensor_plan(config.tensor_plan);
+    } catch (const ConfigError& e) {
+      const std::string text = e.what(), prefix = "dist.tensor_plan: ";
+      return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text;
+    }
+    return "";
+  });
   schema.add("dist.sequence_parallel", &config.sequence_parallel,
              "with dist.tensor: also split the activations between the tensor-parallel layers (LayerNorms, "
              "dropout, residuals) along the sequence, each rank keeping 1/dist.tensor of the positions; each "

@@ -14,6 +14,7 @@ struct MeshConfig {
   int64_t data_replicate = 0;  ///< 0: what the others leave of the world
   int64_t data_shard = 0;      ///< ranks that split one replica's state; 0: 1, or with dist.shard the ranks of a node
   int64_t tensor = 1;          ///< ranks that split each layer (tensor parallelism); 1: none
+  std::string tensor_plan;  ///< tensor parallelism: PATH=STYLE, ...; empty: the model's built-in plan
   bool sequence_parallel = false;  ///< tensor parallelism: split the activations between its regions along the sequence
   std::string shard = "none";  ///< none | optimizer (ZeRO-1) | gradients | parameters: what data_shard splits
   int64_t microbatches = 0;    ///< pipeline: microbatches a replica's share of a step is cut into; 0: 2P or P

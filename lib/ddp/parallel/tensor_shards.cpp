@@ -58,26 +58,6 @@ bool path_matches(const std::string& pattern, const std::string& path) {
 
 }  // namespace
 
-std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64_t tensor) {
-  const std::string t = std::to_string(tensor);
-  if (model.name != "gpt")
-    throw ConfigError("dist.tensor " + t + ": model.name " + model.name +
-                      " has no tensor-parallel plan (gpt has); use dist.tensor: 1");
-  const GptConfig& gpt = model.gpt;
-  if (gpt.n_head % tensor != 0)
-    throw ConfigError("dist.tensor " + t + ": model.n_head " + std::to_string(gpt.n_head) +
-                      " must divide by it (each rank computes whole heads)");
-  if (gpt.vocab_size % tensor != 0)
-    throw ConfigError("dist.tensor " + t + ": model.vocab_size " + std::to_string(gpt.vocab_size) +
-                      " must divide by it (each rank holds a slice of the vocabulary; pad it, as nanoGPT's 50304)");
-  return {{"transformer.wte", "rowwise"},
-          {"transformer.h.*.attn.c_attn", "colwise"},
-          {"transformer.h.*.attn.c_proj", "rowwise"},
-          {"transformer.h.*.mlp.c_fc", "colwise"},
-          {"transformer.h.*.mlp.c_proj", "rowwise"},
-          {"lm_head", "colwise", /*output=*/true}};
-}
-
 TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                            const std::vector<torch::Tensor>& parameters, const Communicator& group,
                            SequenceParallel sequence)
@@ -169,8 +149,9 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
         });
         ++embeddings_;
       } else {
-        throw ConfigError("dist.tensor: " + what + " is a " + item.value()->name() + ", which cannot be split " +
-                          entry.style + " (a Linear or an Embedding of ddprun's models can)");
+        const std::string& type = item.value()->name();  // "ddp::(anonymous namespace)::LayerNorm"
+        throw ConfigError("dist.tensor: " + what + " is a " + type.substr(type.rfind(':') + 1) + ", which cannot be split " +
+                          entry.style + " (a Linear can, or an Embedding rowwise)");
       }
     }
     if (matched == 0) throw ConfigError("dist.tensor: the plan's " + entry.path + " matches no submodule of the model");

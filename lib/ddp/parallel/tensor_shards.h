@@ -9,24 +9,12 @@
 #include <vector>
 
 #include "ddp/comm/process_group.h"
-#include "ddp/model/model_config.h"
 #include "ddp/parallel/owned_range.h"
 #include "ddp/parallel/placements.h"
 #include "ddp/parallel/tensor_box.h"
+#include "ddp/parallel/tensor_plan.h"
 
 namespace ddp {
-
-/// One entry of a tensor plan: how the submodules at a path are split.
-struct TensorPlanEntry {
-  std::string path;     ///< a submodule's path; `*` stands for one component (a block's index)
-  std::string style;    ///< colwise (output features) | rowwise (input features; an Embedding's vocabulary) | replicate
-  bool output = false;  ///< colwise: its output is the model's (the logits), which the loss takes by vocabulary slice
-};
-
-/// The built-in plan of `model.name` (Megatron's, as torchtitan applies it) for a tensor group of
-/// `tensor` ranks. ConfigError naming the key where the family has none, or where a head count or
-/// width does not divide by it.
-std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64_t tensor);
 
 /// Sequence parallelism over a tensor group (Note [Tensor parallelism]).
 struct SequenceParallel {
