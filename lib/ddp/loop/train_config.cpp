@@ -83,7 +83,7 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
              std::to_string(config.mesh.tensor) + " (each rank keeps an equal part of the sequence)";
     if (config.mesh.pipeline > 1) return "runs with dist.pipeline 1 for now, not " + std::to_string(config.mesh.pipeline);
     if (!config.mesh.tensor_plan.empty())
-      return "runs with a model's built-in plan (model.name gpt) for now, not with dist.tensor_plan";
+      return "runs with a model's built-in plan (model.name gpt or llama) for now, not with dist.tensor_plan";
     return "";
   });
   // The loop owns eval:, but only a graph has neighbours to evaluate over.

@@ -26,6 +26,7 @@
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/routed_layers.h"
 #include "ddp/model/token_stepper.h"
 
 namespace ddp {
@@ -33,8 +34,9 @@ namespace {
 
 constexpr double kInitStd = 0.02;  // HF's initializer_range default
 
-torch::nn::Linear projection(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+// Routed (Note [Routed layers]): tensor parallelism splits them.
+std::shared_ptr<RoutedLinear> projection(int64_t in, int64_t out) {
+  return std::make_shared<RoutedLinear>(in, out, /*bias=*/false);
 }
 
 class RmsNorm : public torch::nn::Module {
@@ -122,18 +124,24 @@ class Attention : public torch::nn::Module {
     o_proj = register_module("o_proj", projection(heads_ * d, c.dim));
   }
 
+  // The head counts and the sequence come from the projections: a tensor-parallel rank computes a
+  // slice of the heads, from the whole sequence where sequence parallelism gave it a part.
   torch::Tensor forward(const torch::Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), d = positions_->head_dim();
+    const int64_t d = positions_->head_dim();
+    torch::Tensor q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+    const int64_t b = q.size(0), t = q.size(1);
     const auto& tables = positions_->at(t, x.device(), x.scalar_type());
-    auto heads = [&](const torch::Tensor& z, int64_t n) { return z.view({b, t, n, d}).transpose(1, 2); };
-    torch::Tensor q = heads(q_proj->forward(x), heads_), k = heads(k_proj->forward(x), kv_heads_),
-                  v = heads(v_proj->forward(x), kv_heads_);
+    auto heads = [&](const torch::Tensor& z) { return z.view({b, t, -1, d}).transpose(1, 2); };
+    q = heads(q);
+    k = heads(k);
+    v = heads(v);
+    const int64_t query_heads = q.size(1), kv_heads = k.size(1);
     q = q * tables.cos + rotate_half(q) * tables.sin;
     k = k * tables.cos + rotate_half(k) * tables.sin;
-    if (kv_heads_ != heads_) {  // repeat_kv: each key/value head serves heads_ / kv_heads_ query heads
-      const int64_t repeats = heads_ / kv_heads_;
-      k = k.unsqueeze(2).expand({b, kv_heads_, repeats, t, d}).reshape({b, heads_, t, d});
-      v = v.unsqueeze(2).expand({b, kv_heads_, repeats, t, d}).reshape({b, heads_, t, d});
+    if (kv_heads != query_heads) {  // repeat_kv: each key/value head serves query_heads / kv_heads query heads
+      const int64_t repeats = query_heads / kv_heads;
+      k = k.unsqueeze(2).expand({b, kv_heads, repeats, t, d}).reshape({b, query_heads, t, d});
+      v = v.unsqueeze(2).expand({b, kv_heads, repeats, t, d}).reshape({b, query_heads, t, d});
     }
     torch::Tensor y;
 #if TORCH_VERSION_MAJOR >= 2
@@ -142,7 +150,7 @@ class Attention : public torch::nn::Module {
     torch::Tensor scores = torch::matmul(q, k.transpose(2, 3)) * std::pow(static_cast<double>(d), -0.5) + tables.mask;
     y = torch::matmul(torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type()), v);
 #endif
-    return o_proj->forward(y.transpose(1, 2).reshape({b, t, heads_ * d}));
+    return o_proj->forward(y.transpose(1, 2).reshape({b, t, query_heads * d}));
   }
 
   // The same for tokens that follow those whose keys and values `cache` holds (before repeat_kv),
@@ -173,7 +181,7 @@ class Attention : public torch::nn::Module {
     return o_proj->forward(y.transpose(1, 2).reshape({b, t, heads_ * d}));
   }
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  std::shared_ptr<RoutedLinear> q_proj, k_proj, v_proj, o_proj;
 
  private:
   int64_t heads_, kv_heads_;
@@ -191,7 +199,7 @@ class SwiGlu : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
   }
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  std::shared_ptr<RoutedLinear> gate_proj, up_proj, down_proj;
 };
 
 class DecoderLayer : public torch::nn::Module {
@@ -220,7 +228,7 @@ class Decoder : public torch::nn::Module {
  public:
   explicit Decoder(const LlamaConfig& c) {
     auto positions = std::make_shared<Positions>(c);
-    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.dim));
+    embed_tokens = register_module("embed_tokens", std::make_shared<RoutedEmbedding>(c.vocab_size, c.dim));
     auto list = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.n_layer; ++i) {
       layers.push_back(std::make_shared<DecoderLayer>(c, positions));
@@ -228,16 +236,9 @@ class Decoder : public torch::nn::Module {
     }
     norm = register_module("norm", std::make_shared<RmsNorm>(c.dim, c.norm_eps));
   }
-  torch::nn::Embedding embed_tokens{nullptr};
+  std::shared_ptr<RoutedEmbedding> embed_tokens;
   std::vector<std::shared_ptr<DecoderLayer>> layers;
   std::shared_ptr<RmsNorm> norm;
-};
-
-// lm_head: its own weight, or the token embedding's under its name (tie_embeddings).
-class Head : public torch::nn::Module {
- public:
-  explicit Head(const torch::Tensor& weight) { this->weight = register_parameter("weight", weight); }
-  torch::Tensor weight;
 };
 
 // Sampling with a KV cache. Past model.block_size positions the cache starts again from the last
@@ -279,7 +280,7 @@ class Llama : public Model {
   Llama(const LlamaConfig& c, int64_t block_size) : config_(c), block_size_(block_size) {
     decoder_ = register_module("model", std::make_shared<Decoder>(c));
     torch::Tensor head = c.tie_embeddings ? decoder_->embed_tokens->weight : torch::empty({c.vocab_size, c.dim});
-    head_ = register_module("lm_head", std::make_shared<Head>(head));
+    head_ = register_module("lm_head", std::make_shared<RoutedLinear>(head));  // tied: the embedding's, by its name
     // HF's _init_weights, in module order: the embedding, each layer's projections, the head.
     torch::NoGradGuard no_grad;
     decoder_->embed_tokens->weight.normal_(0, kInitStd);
@@ -361,7 +362,7 @@ class Llama : public Model {
                         [layer](torch::Tensor x) { return layer->forward(x); }});
     }
     blocks.push_back({"model.norm", {decoder_->norm->weight, head_->weight}, {}, [this](torch::Tensor x) {
-                        return torch::nn::functional::linear(decoder_->norm->forward(x), head_->weight);
+                        return head_->forward(decoder_->norm->forward(x));
                       }});
     return blocks;
   }
@@ -370,7 +371,7 @@ class Llama : public Model {
   LlamaConfig config_;
   int64_t block_size_;
   std::shared_ptr<Decoder> decoder_;
-  std::shared_ptr<Head> head_;
+  std::shared_ptr<RoutedLinear> head_;
 };
 
 }  // namespace

@@ -33,7 +33,7 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "(* for a layer's index) and colwise (a Linear's output features: q, k, v, an MLP's first), rowwise "
              "(its input features: attention's output projection, an MLP's second; an Embedding's vocabulary) or "
              "replicate, as in layers.*.attn.q=colwise,layers.*.attn.o=rowwise; empty: the model's built-in plan "
-             "(gpt). Note [Tensor parallelism]");
+             "(gpt, llama). Note [Tensor parallelism]");
   schema.rule("dist.tensor_plan", [&config]() -> std::string {
     if (config.tensor_plan.empty()) return "";
     if (config.tensor == 1) return "splits layers over a tensor group: set dist.tensor above 1";

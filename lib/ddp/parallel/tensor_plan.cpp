@@ -17,17 +17,30 @@ std::string trimmed(const std::string& text) {
 
 std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64_t tensor) {
   const std::string t = std::to_string(tensor);
-  if (model.name != "gpt")
+  if (model.name != "gpt" && model.name != "llama")
     throw ConfigError("dist.tensor " + t + ": model.name " + model.name +
-                      " has no built-in tensor-parallel plan (gpt has): give one in dist.tensor_plan, or use "
-                      "dist.tensor: 1");
-  const GptConfig& gpt = model.gpt;
-  if (gpt.n_head % tensor != 0)
-    throw ConfigError("dist.tensor " + t + ": model.n_head " + std::to_string(gpt.n_head) +
-                      " must divide by it (each rank computes whole heads)");
-  if (gpt.vocab_size % tensor != 0)
-    throw ConfigError("dist.tensor " + t + ": model.vocab_size " + std::to_string(gpt.vocab_size) +
-                      " must divide by it (each rank holds a slice of the vocabulary; pad it, as nanoGPT's 50304)");
+                      " has no built-in tensor-parallel plan (gpt and llama have): give one in dist.tensor_plan, or "
+                      "use dist.tensor: 1");
+  const bool llama = model.name == "llama";
+  auto divides = [&](const std::string& key, int64_t value, const std::string& why) {
+    if (value % tensor != 0)
+      throw ConfigError("dist.tensor " + t + ": " + key + " " + std::to_string(value) + " must divide by it (" + why + ")");
+  };
+  divides("model.n_head", llama ? model.llama.n_head : model.gpt.n_head, "each rank computes whole heads");
+  if (llama && model.llama.n_kv_heads > 0)
+    divides("model.n_kv_heads", model.llama.n_kv_heads, "each rank holds whole key/value heads, those of its query heads");
+  divides("model.vocab_size", llama ? model.llama.vocab_size : model.gpt.vocab_size,
+          "each rank holds a slice of the vocabulary; pad it, as nanoGPT's 50304");
+  if (llama)  // torchtitan's plan for Llama
+    return {{"model.embed_tokens", "rowwise"},
+            {"model.layers.*.self_attn.q_proj", "colwise"},
+            {"model.layers.*.self_attn.k_proj", "colwise"},
+            {"model.layers.*.self_attn.v_proj", "colwise"},
+            {"model.layers.*.self_attn.o_proj", "rowwise"},
+            {"model.layers.*.mlp.gate_proj", "colwise"},
+            {"model.layers.*.mlp.up_proj", "colwise"},
+            {"model.layers.*.mlp.down_proj", "rowwise"},
+            {"lm_head", "colwise", /*output=*/true}};
   return {{"transformer.wte", "rowwise"},
           {"transformer.h.*.attn.c_attn", "colwise"},
           {"transformer.h.*.attn.c_proj", "rowwise"},
