@@ -75,6 +75,12 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
              "model.embedding_sharding replicate";
     return "";
   });
+  schema.rule("train.chunked_loss", [&config]() -> std::string {
+    return config.loss.chunked == "on" && config.mesh.tensor > 1 && config.mesh.tensor_plan.empty()
+               ? "on does not combine with dist.tensor's loss-parallel cross-entropy, which already leaves each rank "
+                 "a slice of the vocabulary's logits: use auto or off"
+               : "";
+  });
   schema.rule("dist.sequence_parallel", [&config]() -> std::string {
     if (!config.mesh.sequence_parallel) return "";
     if (config.mesh.tensor == 1) return "splits the sequence over a tensor group: set dist.tensor above 1";

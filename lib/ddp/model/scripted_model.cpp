@@ -22,7 +22,6 @@
 // nn.Sequential, or embed, a loop over an nn.ModuleList, head. Its blocks are then the submodules
 // the chain calls, and forward calls them in turn once a pass installs a runner (otherwise the
 // compiled forward runs whole); any other scripted module has none, and says why.
-
 //
 // Note [Scripted routes]
 // A tensor-parallel pass splits a scripted module's nn.Linear and nn.Embedding layers as it splits a
@@ -37,11 +36,10 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/library.h>
 #include <torch/script.h>
 
 #include <spdlog/spdlog.h>
-
-#include <torch/library.h>
 
 #include <algorithm>
 #include <functional>

@@ -7,6 +7,8 @@
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/routed_layers.h"
+#include "ddp/task/chunked_cross_entropy.h"
 #include "ddp/task/task_registry.h"
 
 namespace ddp {
@@ -46,6 +48,31 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
   train_->check_vocabulary(vocab_size_, model_source_);
   if (eval_) eval_->check_vocabulary(vocab_size_, model_source_);
   model_->to(context.device);
+  chunk_the_loss(loss.chunked, context.model.warn);
+}
+
+void CausalLmTask::chunk_the_loss(const std::string& chunked, bool say) {
+  constexpr int64_t kLargeVocabulary = 32768;
+  if (chunked == "off" || (chunked == "auto" && vocab_size_ < kLargeVocabulary)) return;
+  std::shared_ptr<RoutedLinear> head;
+  for (const auto& item : model_->named_modules("", /*include_self=*/false))
+    if (item.key() == "lm_head") head = std::dynamic_pointer_cast<RoutedLinear>(item.value());
+  if (!head) {
+    if (chunked == "on")
+      throw ConfigError("train.chunked_loss: on needs the model's output layer to be a Linear named lm_head (gpt, "
+                        "llama, or a TorchScript module's nn.Linear of that name); " + model_source_ +
+                        " has none: use auto or off");
+    return;
+  }
+  head->route([](const torch::Tensor& x, const torch::Tensor&, const torch::Tensor&) { return x; });
+  const int64_t chunk = loss_chunk_tokens(vocab_size_);
+  if (say)
+    spdlog::info("train.chunked_loss {}: lm_head and the cross-entropy run {} tokens at a time, the logits of a "
+                 "{}-token vocabulary never held whole (Note [Chunked cross-entropy])",
+                 chunked, chunk, vocab_size_);
+  token_loss_ = [head, chunk](const torch::Tensor& hidden, const torch::Tensor& targets, double smoothing) {
+    return chunked_cross_entropy(hidden, head->weight, head->bias, targets, smoothing, chunk);
+  };
 }
 
 int64_t CausalLmTask::size(Split split) const {

@@ -44,6 +44,12 @@ void declare_config(ConfigSchema& schema, LossConfig& config) {
   schema.add("train.label_smoothing", &config.label_smoothing, "cross_entropy: label smoothing, as PyTorch's")
       .min(0)
       .max(1);
+  schema.add("train.chunked_loss", &config.chunked,
+             "causal_lm: compute the head's logits and the cross-entropy together, a chunk of tokens at a time, "
+             "again in backward, so the [tokens, vocabulary] float32 logits are never held whole (one more matrix "
+             "product of the head); auto: on for a vocabulary of 32768 or more, for a model whose output layer is "
+             "lm_head (gpt, llama, a TorchScript module's nn.Linear of that name)")
+      .choices({"auto", "on", "off"});
 }
 
 torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::string& source) const {

@@ -15,6 +15,7 @@ class ConfigSchema;
 struct LossConfig {
   std::string loss = "cross_entropy";  ///< cross_entropy | mse | bce_with_logits
   double label_smoothing = 0;          ///< cross_entropy: as torch.nn.CrossEntropyLoss's
+  std::string chunked = "auto";        ///< causal_lm: auto | on | off (Note [Chunked cross-entropy])
 };
 
 /// Declares the `LossConfig` keys, bound to `config`, with their defaults, docs and ranges.
