@@ -79,3 +79,15 @@ TEST_CASE("SyncBatchNorm under bf16 autocast keeps float32 statistics", "[precis
   CHECK(torch::allclose(mixed->running_var, reference->running_var, /*rtol=*/5e-4, /*atol=*/1e-5));
   CHECK(mixed->running_var.scalar_type() == torch::kFloat);
 }
+
+TEST_CASE("train.tf32 sets what torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 set",
+          "[precision]") {
+  ddp::use_tf32(false);
+  CHECK_FALSE(at::globalContext().allowTF32CuBLAS());
+  CHECK_FALSE(at::globalContext().allowTF32CuDNN());
+  ddp::use_tf32(true);
+  CHECK(at::globalContext().allowTF32CuBLAS());
+  CHECK(at::globalContext().allowTF32CuDNN());
+  ddp::use_tf32(false);  // LibTorch's default for matrix products, as the other tests expect
+  CHECK_FALSE(at::globalContext().allowTF32CuBLAS());
+}

@@ -1,5 +1,6 @@
 #include "ddp/loop/autocast_scope.h"
 
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
@@ -62,6 +63,11 @@ AutocastScope::~AutocastScope() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   set_enabled(type_, was_enabled_);
   set_dtype(type_, was_dtype_);
+}
+
+void use_tf32(bool on) {
+  at::globalContext().setAllowTF32CuBLAS(on);
+  at::globalContext().setAllowTF32CuDNN(on);
 }
 
 }  // namespace ddp

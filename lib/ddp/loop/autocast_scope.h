@@ -13,6 +13,11 @@ namespace ddp {
 bool autocast_enabled(torch::Device device);
 torch::ScalarType autocast_dtype(torch::Device device);
 
+/// train.tf32: whether CUDA's float32 matrix products (cuBLAS) and convolutions (cuDNN) may run in
+/// TensorFloat-32, process-wide, as torch.backends.cuda.matmul.allow_tf32 and
+/// torch.backends.cudnn.allow_tf32 set it. The CPU's kernels ignore it.
+void use_tf32(bool on);
+
 /// Autocast to `dtype` on `device`'s type for the scope's lifetime; nothing when `enabled` is false.
 class AutocastScope {
  public:

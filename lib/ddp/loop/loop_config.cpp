@@ -55,6 +55,10 @@ void declare_config(ConfigSchema& schema, TrainLoopConfig& config) {
              "bf16: forward and loss under autocast (matrix products in bfloat16; weights, gradients and the "
              "optimizer in float32), on the GPU or the CPU; fp32: float32 throughout")
       .choices({"fp32", "bf16"});
+  schema.add("train.tf32", &config.tf32,
+             "on a GPU that has TensorFloat-32 (Ampere and later): float32 matrix products and convolutions in it "
+             "(10-bit mantissa, float32's range), as nanoGPT sets it, several times faster than full float32; "
+             "false: full float32. Nothing changes on the CPU");
 }
 
 void declare_config(ConfigSchema& schema, EvalConfig& config) {

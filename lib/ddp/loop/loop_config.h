@@ -24,6 +24,7 @@ struct TrainLoopConfig {
   double clip_grad_norm = 0;  ///< 0: off
   int64_t log_every = 50;     ///< optimizer steps
   std::string precision = "fp32";  ///< fp32 | bf16: autocast for forward and loss (ddp/loop/autocast_scope.h)
+  bool tf32 = true;  ///< CUDA: float32 matrix products and convolutions in TensorFloat-32 (use_tf32)
 };
 
 /// `eval:` evaluation on the eval split.

@@ -11,6 +11,7 @@
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
@@ -31,6 +32,10 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist, std::move(shared_store)), config_.mesh,
                                          config_.dist, env.local_world_size);
   const Communicator& world = plan_->world();
+  use_tf32(config_.train.tf32);
+  if (world.rank == 0 && world.device.is_cuda())
+    spdlog::info("train.tf32: float32 matrix products in {}", config_.train.tf32 ? "TensorFloat-32 where the GPU has it"
+                                                                                 : "full float32");
   std::string resolved = to_yaml(config_);
   check_identical_across_ranks(world, "config", to_yaml_without_paths(config_));
   // Note [Re-running a run]: rank 0 reads the run directory, before anything is written to it, and
