@@ -393,7 +393,6 @@ TEST_CASE("a Llama (grouped-query attention, untied and tied) at dist.tensor 2, 
          std::vector<Layout>{{"tensor", 2, {"dist.tensor=2"}},
                              {"tensor_sequence", 2, {"dist.tensor=2", "dist.sequence_parallel=true"}},
                              {"tensor_data", 4, {"dist.tensor=2"}}}) {
-      if (tied == "true" && name == "tensor_sequence") continue;
       auto all = sets;
       all.push_back(tie);
       auto r = run(world, name + "_" + tied, all);

@@ -233,6 +233,10 @@ TEST_CASE("dist.tensor_plan reads PATH=STYLE entries, and names what is not one"
   CHECK(plan[1].style == "colwise");
   CHECK(plan[2].style == "replicate");
   CHECK_FALSE(plan[1].output);
+  // Hugging Face's name for the head: split colwise, its logits stay split for the loss-parallel loss.
+  CHECK(ddp::parse_tensor_plan("lm_head=colwise")[0].output);
+  CHECK_FALSE(ddp::parse_tensor_plan("lm_head=replicate")[0].output);
+  CHECK_FALSE(ddp::parse_tensor_plan("head=colwise")[0].output);
   CHECK_THROWS_WITH(ddp::parse_tensor_plan("embed=rowwise,,head=colwise"),
                     Catch::StartsWith("dist.tensor_plan: '' is not PATH=STYLE"));
   CHECK_THROWS_WITH(ddp::parse_tensor_plan("=colwise"), Catch::StartsWith("dist.tensor_plan: '=colwise' is not PATH=STYLE"));

@@ -11,6 +11,7 @@
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/hugging_face.h"
+#include "ddp/parallel/tensor_plan.h"
 
 namespace ddp {
 namespace {
@@ -76,10 +77,15 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
     return "";
   });
   schema.rule("train.chunked_loss", [&config]() -> std::string {
-    return config.loss.chunked == "on" && config.mesh.tensor > 1 && config.mesh.tensor_plan.empty()
-               ? "on does not combine with dist.tensor's loss-parallel cross-entropy, which already leaves each rank "
-                 "a slice of the vocabulary's logits: use auto or off"
-               : "";
+    if (config.loss.chunked != "on") return "";
+    if (config.task.task != "causal_lm") return "is for train.task causal_lm, not " + config.task.task;
+    if (config.mesh.shard == "parameters")
+      return "on does not combine with dist.shard parameters yet, which frees lm_head's weights between its "
+             "forward and the loss's backward: use auto or off";
+    if (!head_stays_whole(config))
+      return "on does not combine with dist.tensor's loss-parallel cross-entropy, which already leaves each rank "
+             "a slice of the vocabulary's logits: use auto or off";
+    return "";
   });
   schema.rule("dist.sequence_parallel", [&config]() -> std::string {
     if (!config.mesh.sequence_parallel) return "";
@@ -231,6 +237,17 @@ std::vector<ConfigSchema::SectionReference> config_reference() {
   ConfigSchema schema;
   declare_defaults(schema, defaults);
   return schema.reference();
+}
+
+bool head_stays_whole(const TrainConfig& config) {
+  bool split = config.mesh.tensor > 1 && config.mesh.tensor_plan.empty();
+  if (config.mesh.tensor > 1 && !config.mesh.tensor_plan.empty()) {
+    try {
+      for (const TensorPlanEntry& entry : parse_tensor_plan(config.mesh.tensor_plan)) split = split || entry.output;
+    } catch (const ConfigError&) {  // dist.tensor_plan's own rule names it
+    }
+  }
+  return !split && config.mesh.shard != "parameters";
 }
 
 std::string config_reference_markdown() {

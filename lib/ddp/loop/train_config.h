@@ -51,6 +51,11 @@ std::string to_yaml(const TrainConfig& config);
 /// nodes may hold the same files at other absolute paths (Note [Relative paths]).
 std::string to_yaml_without_paths(const TrainConfig& config);
 
+/// Whether lm_head's weights stay whole and held from the forward through the backward: no pass
+/// splits them by vocabulary (dist.tensor's built-in plans, or a dist.tensor_plan with lm_head
+/// colwise) or frees them between blocks (dist.shard parameters). What train.chunked_loss needs.
+bool head_stays_whole(const TrainConfig& config);
+
 /// docs/config.md's reference table, made from the same declarations as the parser.
 std::string config_reference_markdown();
 

@@ -82,6 +82,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   context.model.warn = world.rank == 0;
   context.model.defer_tables = pass_makes_tables(config_);
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
+  context.head_stays_whole = head_stays_whole(config_);
   context.model.seed = static_cast<uint64_t>(config_.run.seed);
   task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
 

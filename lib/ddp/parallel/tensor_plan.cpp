@@ -59,6 +59,7 @@ std::vector<TensorPlanEntry> parse_tensor_plan(const std::string& text) {
       throw ConfigError("dist.tensor_plan: '" + entry + "' is not PATH=STYLE (a submodule's path, * for a layer's "
                         "index, = colwise, rowwise or replicate), as in layers.*.attn.q=colwise");
     TensorPlanEntry parsed{trimmed(entry.substr(0, equals)), trimmed(entry.substr(equals + 1))};
+    parsed.output = parsed.path == "lm_head" && parsed.style == "colwise";  // the logits, split by vocabulary
     if (std::find(kStyles.begin(), kStyles.end(), parsed.style) == kStyles.end()) {
       auto suggestion = nearest(parsed.style, kStyles);
       throw ConfigError("dist.tensor_plan: " + parsed.path + "'s style '" + parsed.style +

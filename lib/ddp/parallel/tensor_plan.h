@@ -23,8 +23,9 @@ struct TensorPlanEntry {
 /// width does not divide by it.
 std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64_t tensor);
 
-/// dist.tensor_plan, "PATH=STYLE, PATH=STYLE, ...": its entries; ConfigError naming the key and the
-/// entry that is not PATH=STYLE with a known style (and the nearest style).
+/// dist.tensor_plan, "PATH=STYLE, PATH=STYLE, ...": its entries, `lm_head=colwise` the output (Hugging
+/// Face's name for the head: its logits stay split, for the loss-parallel cross-entropy); ConfigError
+/// naming the key and the entry that is not PATH=STYLE with a known style (and the nearest style).
 std::vector<TensorPlanEntry> parse_tensor_plan(const std::string& text);
 
 /// The plan a run splits its model by: dist.tensor_plan where given, else the family's own.

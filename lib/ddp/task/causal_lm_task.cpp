@@ -48,12 +48,13 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
   train_->check_vocabulary(vocab_size_, model_source_);
   if (eval_) eval_->check_vocabulary(vocab_size_, model_source_);
   model_->to(context.device);
-  chunk_the_loss(loss.chunked, context.model.warn);
+  // auto: for the built-in families, whose head's output is the model's (a TorchScript module may
+  // do more after its lm_head), and where no pass splits the head or frees it between blocks.
+  const bool automatic = model.name != "torchscript" && context.head_stays_whole && vocab_size_ >= 32768;
+  if (loss.chunked == "on" || (loss.chunked == "auto" && automatic)) chunk_the_loss(loss.chunked, context.model.warn);
 }
 
 void CausalLmTask::chunk_the_loss(const std::string& chunked, bool say) {
-  constexpr int64_t kLargeVocabulary = 32768;
-  if (chunked == "off" || (chunked == "auto" && vocab_size_ < kLargeVocabulary)) return;
   std::shared_ptr<RoutedLinear> head;
   for (const auto& item : model_->named_modules("", /*include_self=*/false))
     if (item.key() == "lm_head") head = std::dynamic_pointer_cast<RoutedLinear>(item.value());

@@ -42,8 +42,9 @@ class CausalLmTask : public Task {
  private:
   torch::Tensor logits(const Batch& batch);
   int64_t probe_vocabulary(int64_t block_size);
-  /// train.chunked_loss: the model's lm_head gives its input, and the loss makes the logits a chunk
-  /// at a time (Note [Chunked cross-entropy]); `chunked` on without an lm_head is a ConfigError.
+  /// train.chunked_loss on, or auto where it applies: the model's lm_head gives its input, and the loss
+  /// makes the logits a chunk at a time (Note [Chunked cross-entropy]); on without an lm_head is a
+  /// ConfigError.
   void chunk_the_loss(const std::string& chunked, bool say);
 
   std::optional<TokenWindows> train_, eval_;

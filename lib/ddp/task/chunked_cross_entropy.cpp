@@ -23,12 +23,15 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// A chunk's logits in float32, from the hidden states' dtype (bf16 under autocast). `bias`: [V], or
-// [0] for none (an autograd function's inputs must all be tensors).
-torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, const torch::Tensor& bias) {
-  torch::Tensor w = weight.to(h.scalar_type());
-  torch::Tensor b = bias.numel() > 0 ? bias.to(h.scalar_type()) : torch::Tensor();
-  return torch::nn::functional::linear(h, w, b).to(torch::kFloat);
+// A chunk's logits in float32, the product in `w`'s dtype (the weight and bias cast once per pass).
+torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& b) {
+  return torch::nn::functional::linear(h.to(w.scalar_type()), w, b).to(torch::kFloat);
+}
+
+// `bias` as chunk_logits takes it: [V] in `dtype`, or undefined for the [0] that stands for none
+// (an autograd function's inputs must all be tensors).
+torch::Tensor bias_in(const torch::Tensor& bias, torch::ScalarType dtype) {
+  return bias.numel() > 0 ? bias.to(dtype) : torch::Tensor();
 }
 
 class ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntropy> {
@@ -37,10 +40,15 @@ class ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntropy
                                const torch::Tensor& bias, const torch::Tensor& targets, double smoothing,
                                int64_t chunk) {
     const int64_t n = hidden.size(0);
+    // The dtype the head's product runs in: under autocast, what it gives (bfloat16), which backward,
+    // outside autocast, must use too so that its logits are the forward's.
+    const torch::ScalarType compute =
+        torch::nn::functional::linear(hidden.narrow(0, 0, std::min<int64_t>(n, 1)), weight.narrow(0, 0, 1)).scalar_type();
+    const torch::Tensor w = weight.to(compute), b = bias_in(bias, compute);
     torch::Tensor losses = torch::empty({n}, hidden.options().dtype(torch::kFloat));
     for (int64_t first = 0; first < n; first += chunk) {
       const int64_t size = std::min(chunk, n - first);
-      torch::Tensor logits = chunk_logits(hidden.narrow(0, first, size), weight, bias);
+      torch::Tensor logits = chunk_logits(hidden.narrow(0, first, size), w, b);
       torch::Tensor lse = logits.logsumexp(1);
       torch::Tensor loss = lse - logits.gather(1, targets.narrow(0, first, size).unsqueeze(1)).squeeze(1);
       if (smoothing > 0) loss = (1 - smoothing) * loss + smoothing * (lse - logits.mean(1));
@@ -49,6 +57,7 @@ class ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntropy
     ctx->save_for_backward({hidden, weight, bias, targets});
     ctx->saved_data["smoothing"] = smoothing;
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["compute"] = static_cast<int64_t>(compute);
     return losses;
   }
 
@@ -62,19 +71,19 @@ class ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntropy
     torch::Tensor grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
     const bool biased = bias.numel() > 0;
     torch::Tensor grad_bias = biased ? torch::zeros({vocabulary}, weight.options().dtype(torch::kFloat)) : torch::Tensor();
-    const torch::Tensor w = weight.to(hidden.scalar_type());
+    const auto compute = static_cast<torch::ScalarType>(ctx->saved_data["compute"].toInt());
+    const torch::Tensor w = weight.to(compute), b = bias_in(bias, compute);
     for (int64_t first = 0; first < n; first += chunk) {
       const int64_t size = std::min(chunk, n - first);
       const torch::Tensor h = hidden.narrow(0, first, size);
-      torch::Tensor dlogits = chunk_logits(h, weight, bias).softmax(1);
+      torch::Tensor dlogits = chunk_logits(h, w, b).softmax(1);
       dlogits.scatter_add_(1, targets.narrow(0, first, size).unsqueeze(1),
                            torch::full({size, 1}, -(1 - smoothing), dlogits.options()));
       if (smoothing > 0) dlogits.sub_(smoothing / static_cast<double>(vocabulary));
       dlogits.mul_(incoming.narrow(0, first, size).unsqueeze(1));
       grad_weight.addmm_(dlogits.t(), h.to(torch::kFloat));
       if (grad_bias.defined()) grad_bias.add_(dlogits.sum(0));
-      const torch::Tensor d = dlogits.to(hidden.scalar_type());
-      grad_hidden.narrow(0, first, size).copy_(d.mm(w));
+      grad_hidden.narrow(0, first, size).copy_(dlogits.to(compute).mm(w));
     }
     return {grad_hidden, grad_weight.to(weight.scalar_type()),
             biased ? grad_bias.to(bias.scalar_type()) : torch::Tensor(), torch::Tensor(), torch::Tensor(),

@@ -47,8 +47,9 @@ void declare_config(ConfigSchema& schema, LossConfig& config) {
   schema.add("train.chunked_loss", &config.chunked,
              "causal_lm: compute the head's logits and the cross-entropy together, a chunk of tokens at a time, "
              "again in backward, so the [tokens, vocabulary] float32 logits are never held whole (one more matrix "
-             "product of the head); auto: on for a vocabulary of 32768 or more, for a model whose output layer is "
-             "lm_head (gpt, llama, a TorchScript module's nn.Linear of that name)")
+             "product of the head); on: for a model whose output layer is lm_head (gpt, llama, a TorchScript module's "
+             "nn.Linear of that name); auto: on for gpt and llama from a vocabulary of 32768, unless dist.tensor "
+             "splits the head or dist.shard parameters frees it between blocks")
       .choices({"auto", "on", "off"});
 }
 

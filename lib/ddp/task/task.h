@@ -103,6 +103,7 @@ struct TaskContext {
   torch::Device device = torch::kCPU;  ///< where the model and batches live
   ModelContext model;                  ///< for layers that share statistics across ranks
   bool full_neighbourhood_eval = false; ///< graphs: evaluate over every neighbour (eval.full_neighbourhood)
+  bool head_stays_whole = true;  ///< causal_lm: lm_head's weights outlive the forward (train.chunked_loss auto)
 };
 
 /// The task train.task names, from the registry (task_registry.h), its model initialised from the
