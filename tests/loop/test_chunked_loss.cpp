@@ -41,8 +41,12 @@ std::string gpt_config(const TempDir& dir) {
   return path;
 }
 
-CommandResult train(const std::string& config, const std::vector<std::string>& sets) {
-  std::string command = "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + config;
+// ddp-train at world 1, ddprun's ranks above.
+CommandResult train(const std::string& config, const std::vector<std::string>& sets, int nproc = 1) {
+  std::string command = "OMP_NUM_THREADS=1 " +
+                        (nproc == 1 ? bin("ddp-train")
+                                    : bin("ddprun") + " --standalone --nproc-per-node " + std::to_string(nproc)) +
+                        " " + config;
   for (const auto& s : sets) command += " --set '" + s + "'";
   return run_shell(command, std::chrono::seconds(300));
 }
@@ -54,9 +58,9 @@ TEST_CASE("train.chunked_loss: the GPT at vocabulary 50304 and a Llama train to 
           "[loss][gpt]") {
   TempDir dir;
   const std::string config = gpt_config(dir);
-  auto run = [&](const std::string& name, std::vector<std::string> sets) {
+  auto run = [&](const std::string& name, std::vector<std::string> sets, int nproc = 1) {
     sets.push_back("run.output_dir=" + dir.file(name));
-    auto r = train(config, sets);
+    auto r = train(config, sets, nproc);
     INFO(name << "\n" << r.out << r.err);
     REQUIRE(r.exit_code == 0);
     return r;
@@ -76,6 +80,13 @@ TEST_CASE("train.chunked_loss: the GPT at vocabulary 50304 and a Llama train to 
   CHECK(largest_difference(dir.file("off/model.pt"), dir.file("auto/model.pt")) < 1e-4);
   CHECK(metric_value(dir.file("auto/metrics.jsonl"), "eval_loss") ==
         Approx(metric_value(dir.file("off/metrics.jsonl"), "eval_loss")).margin(1e-5));
+
+  // In 2 pipeline stages the last one's loss is chunked too; under ZeRO-3, which frees the head
+  // between blocks, auto leaves it off.
+  CHECK_THAT(run("pipeline", {"dist.pipeline=2", "train.global_batch_size=8"}, 2).out,
+             Contains("train.chunked_loss auto:"));
+  CHECK(largest_difference(dir.file("off/model.pt"), dir.file("pipeline/model.pt")) < 1e-4);
+  CHECK_THAT(run("zero3", {"dist.shard=parameters"}, 2).out, !Contains("train.chunked_loss"));
 
   // A Llama at a byte vocabulary, chunked on purpose (auto leaves it off), tied and untied.
   for (const std::string tied : {"false", "true"}) {
