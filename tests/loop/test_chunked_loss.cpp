@@ -25,12 +25,8 @@ namespace fs = std::filesystem;
 // A one-layer GPT over the license's bytes with nanoGPT's padded vocabulary: the logits of a step's
 // 512 tokens are 98 MiB in float32, its weights 7 MiB.
 std::string gpt_config(const TempDir& dir) {
-  auto [train, val] = text_tokens();
-  write_file(dir.file("train.bin"), llmc_shard(train));
-  write_file(dir.file("val.bin"), llmc_shard(val));
   std::string path = dir.file("gpt.yaml");
-  std::ofstream(path) << "data: {dataset: tokens, path: " << dir.file("train.bin") << ", eval_path: "
-                      << dir.file("val.bin") << "}\n"
+  std::ofstream(path) << text_data_section(dir)
                       << "model: {name: gpt, n_layer: 1, n_head: 2, n_embd: 32, block_size: 64, vocab_size: 50304, "
                          "dropout: 0}\n"
                       << "optim: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"

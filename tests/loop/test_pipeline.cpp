@@ -34,12 +34,8 @@ CommandResult ddprun(int nproc, const std::string& config, const std::vector<std
 
 // A small GPT on the license's bytes (dropout 0: every layout draws the same nothing).
 std::string gpt_config(const TempDir& dir, const std::string& model = "n_layer: 2, n_head: 2, n_embd: 32") {
-  auto [train, val] = text_tokens();
-  write_file(dir.file("train.bin"), llmc_shard(train));
-  write_file(dir.file("val.bin"), llmc_shard(val));
   std::string path = dir.file("gpt.yaml");
-  std::ofstream(path) << "data: {dataset: tokens, path: " << dir.file("train.bin") << ", eval_path: "
-                      << dir.file("val.bin") << "}\n"
+  std::ofstream(path) << text_data_section(dir)
                       << "model: {name: gpt, " << model << ", block_size: 32, vocab_size: 256, bias: false, dropout: 0}\n"
                       << "optim: {name: adamw, lr: 0.003, weight_decay: 0.1, decay_params: matrices, beta2: 0.99}\n"
                       << "schedule: {name: cosine, warmup_steps: 10}\n"

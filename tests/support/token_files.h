@@ -42,4 +42,12 @@ inline std::pair<std::vector<int64_t>, std::vector<int64_t>> text_tokens() {
   return {{all.begin(), cut}, {cut, all.end()}};
 }
 
+/// The license's bytes as DIR/train.bin and DIR/val.bin, and the config's data: line that reads them.
+inline std::string text_data_section(const TempDir& dir) {
+  auto [train, val] = text_tokens();
+  write_file(dir.file("train.bin"), llmc_shard(train));
+  write_file(dir.file("val.bin"), llmc_shard(val));
+  return "data: {dataset: tokens, path: " + dir.file("train.bin") + ", eval_path: " + dir.file("val.bin") + "}\n";
+}
+
 }  // namespace ddp::test
