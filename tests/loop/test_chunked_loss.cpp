@@ -1,4 +1,4 @@
-// train.chunked_loss by real ddp-train runs (Note [Chunked cross-entropy]): the GPT at nanoGPT's
+// train.chunked_loss by real ddprun runs (Note [Chunked cross-entropy]): the GPT at nanoGPT's
 // vocabulary of 50,304 and a Llama train to the same weights with the head and the loss chunked as
 // without, holding less activation memory (printed); what it cannot chunk says so.
 #include <torch/torch.h>
@@ -37,12 +37,10 @@ std::string gpt_config(const TempDir& dir) {
   return path;
 }
 
-// ddp-train at world 1, ddprun's ranks above.
+// On a free port (--standalone): tests run side by side.
 CommandResult train(const std::string& config, const std::vector<std::string>& sets, int nproc = 1) {
-  std::string command = "OMP_NUM_THREADS=1 " +
-                        (nproc == 1 ? bin("ddp-train")
-                                    : bin("ddprun") + " --standalone --nproc-per-node " + std::to_string(nproc)) +
-                        " " + config;
+  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node " +
+                        std::to_string(nproc) + " " + config;
   for (const auto& s : sets) command += " --set '" + s + "'";
   return run_shell(command, std::chrono::seconds(300));
 }
