@@ -114,4 +114,5 @@ TEST_CASE("train.chunked_loss on where it cannot be had: one line naming the key
         "'s output width (its vocabulary) has none: use auto or off");
   fails({"dist.tensor=2"}, "train.chunked_loss: on does not combine with dist.tensor's loss-parallel cross-entropy");
   fails({"dist.shard=parameters"}, "train.chunked_loss: on does not combine with dist.shard parameters yet");
+  fails({"train.task=classification"}, "train.chunked_loss: is for train.task causal_lm, not classification");
 }
