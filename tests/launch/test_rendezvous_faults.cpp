@@ -107,6 +107,39 @@ TEST_CASE("a service on the master port that is not a store is named at once", "
   CHECK_THAT(r.err, !Contains("bad_alloc") && !Contains("internal error"));
 }
 
+TEST_CASE("a service on the master port that hangs up on every connection is named, and a store that hangs up "
+          "once as it closes is not taken for one", "[launch][rendezvous]") {
+  // times=-1: hang up on every connection; times=1: on the first, then stop listening, as the store
+  // of a job that is ending does to a node that comes too late.
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  write_file(dir.file("hangup.py"),
+             "import socket, sys\n"
+             "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(16); open(sys.argv[2], 'w').close()\n"
+             "times = int(sys.argv[3])\n"
+             "while times != 0:\n"
+             "    c, _ = s.accept(); c.close(); times -= 1\n"
+             "s.close()\n");
+  auto late_node = [&](int times) {
+    std::string up = dir.file("up" + std::to_string(times));
+    return run_shell("python3 " + dir.file("hangup.py") + " " + port + " " + up + " " + std::to_string(times) +
+                         " & S=$!; while [ ! -e " + up + " ]; do sleep 0.05; done; " + ddprun() +
+                         " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 3 -- true; "
+                         "echo status=$?; kill $S 2>/dev/null; wait $S",
+                     std::chrono::seconds(60));
+  };
+  auto always = late_node(-1);
+  INFO(always.out << always.err);
+  CHECK(count_lines(always.out, "status=2") == 1);
+  CHECK_THAT(always.err, Contains("something that is not a ddprun (c10d) store answers on 127.0.0.1:" + port +
+                                  " (it hung up at once)"));
+  auto once = late_node(1);
+  INFO(once.out << once.err);
+  CHECK(count_lines(once.out, "status=0") == 0);
+  CHECK_THAT(once.err, !Contains("not a ddprun (c10d) store") && Contains("ddprun: error: "));
+}
+
 TEST_CASE("a rank whose peers never arrive names them, not a bare Socket Timeout", "[launch][rendezvous]") {
   // ddp-train by hand, ranks 0 and 2 of 3: rank 1 never starts.
   TempDir dir;

@@ -99,6 +99,12 @@ struct ElasticJob {
     return start("a", "A") + "sleep 1.5; " + start("b", "B") + start("c", "C") +
            wait_for(out + "/checkpoints/step_0000000200.json");
   }
+  // Shell: as start, rank 0 slowed by 8 ms a step (DDPRUN_TEST_STEP_DELAY), so that the 820 steps after
+  // step 200 last over 6 s: a node that joins then comes mid-run, not as the job ends (CI saw a
+  // join, 1.5 s after step 200 on a loaded machine, land in the job's last steps).
+  std::string start_slowed(const std::string& name, const std::string& pid) const {
+    return "DDPRUN_TEST_STEP_DELAY=0:8 " + start(name, pid);
+  }
   std::string log(const std::string& name) const { return read_file(dir.file(name + ".log")); }
   double difference() const { return max_difference(load_weights(out + "/model.pt"), expected); }
 };
@@ -286,7 +292,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s on a mach
 TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the next round, and the job ends with "
           "the uninterrupted run's weights", "[elastic][slow]") {
   ElasticJob job;
-  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
+  auto r = run_shell(job.start_slowed("a", "A") + "sleep 1.5; " + job.start_slowed("b", "B") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") + job.start("c", "C") +
                          "wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
                      std::chrono::seconds(240));
@@ -312,7 +318,7 @@ TEST_CASE("elastic: a node that joins with another config, or with workers that 
   ElasticJob job;
   // Node c: another optim.lr. Node d, once c is gone: 3 workers, a world of 5 that cannot share
   // train.global_batch_size 12.
-  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
+  auto r = run_shell(job.start_slowed("a", "A") + "sleep 1.5; " + job.start_slowed("b", "B") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") +
                          node(job.dir, job.port, "c", training(job.out) + " --set optim.lr=0.5") + " & C=$!; " +
                          "wait $C; SC=$?; " + job.start("d", "D", "--nproc-per-node 3") +

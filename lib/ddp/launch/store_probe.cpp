@@ -6,10 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "ddp/common/text.h"
 
 namespace ddp {
 namespace {
+
+const char* const kHungUp = "it hung up at once";
 
 // A connected socket to one of host's addresses, or -1; bounded by `wait` per address.
 int connect_within(const std::string& host, int port, std::chrono::milliseconds wait) {
@@ -39,9 +43,7 @@ int connect_within(const std::string& host, int port, std::chrono::milliseconds 
   return connected;
 }
 
-}  // namespace
-
-std::optional<std::string> unprompted_reply(const std::string& host, int port, std::chrono::milliseconds wait) {
+std::optional<std::string> reply_once(const std::string& host, int port, std::chrono::milliseconds wait) {
   int fd = connect_within(host, port, wait);
   if (fd < 0) return std::nullopt;  // nothing listens yet: c10d's client retries until node 0 is up
   pollfd p{fd, POLLIN, 0};
@@ -53,10 +55,23 @@ std::optional<std::string> unprompted_reply(const std::string& host, int port, s
       std::string text(buffer, static_cast<std::size_t>(n));
       reply = "it greeted with '" + printable(text.substr(0, text.find_first_of("\r\n")), 80) + "'";
     } else {
-      reply = "it hung up at once";
+      reply = kHungUp;
     }
   }
   close(fd);
+  return reply;
+}
+
+}  // namespace
+
+std::optional<std::string> unprompted_reply(const std::string& host, int port, std::chrono::milliseconds wait) {
+  auto reply = reply_once(host, port, wait);
+  // A store closing as its job ends hangs up on a late node once (its listener gone with the
+  // connection in its backlog); a service that hangs up does so every time.
+  if (reply && *reply == kHungUp) {
+    std::this_thread::sleep_for(wait);
+    reply = reply_once(host, port, wait);
+  }
   return reply;
 }
 
