@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""The Python reference of ddprun's GPT training, for the bench's GPT table: nanoGPT's model
-(scripts/nanogpt.py) under DistributedDataParallel, Gloo on CPU (or NCCL on CUDA with --device cuda),
-on llm.c token shards. Run under torchrun:
+"""The Python reference of ddprun's GPT training, for the bench's GPT tables, written the way nanoGPT's
+train.py is: nanoGPT's model (scripts/nanogpt.py) under DistributedDataParallel, Gloo on CPU (or NCCL
+on CUDA with --device cuda), on llm.c token shards. Run under torchrun:
 
     /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 --redirects 1 --tee 1 \\
         scripts/bench_gpt_reference.py --data '/tmp/kjv/kjv_train_*.bin' --batch-size 8 --steps 50 [--warmup 10]
@@ -9,39 +9,33 @@ on llm.c token shards. Run under torchrun:
 (Debian's torch 1.13 torchrun fails at start under Python 3.11 unless --redirects and --tee are given a
 value other than 0; scripts/bench.py starts the ranks itself, with RANK, WORLD_SIZE, MASTER_ADDR/PORT.)
 
-The samples are ddprun's windows of block_size+1 tokens (nanogpt.Windows), shuffled by
-DistributedSampler(seed=0) and gathered straight from the memory-mapped shards; AdamW with nanoGPT's
-decay groups, ddprun's cosine schedule after --lr-warmup-steps, gradients clipped to norm 1.0.
+train.py's loop, line for line where it applies: get_batch draws --batch-size random windows of
+block_size+1 tokens from the memory-mapped shards (each rank its own seed, 1337 + rank), the next
+batch is drawn while the step's forward is done, then backward, clipping to norm 1.0, the optimizer's
+step and zero_grad(set_to_none=True); AdamW with nanoGPT's decay groups (fused where torch has it, on
+CUDA, as configure_optimizers does) and ddprun's cosine schedule after --lr-warmup-steps. The samples
+differ from ddprun's (a DistributedSampler's), the work per step does not.
 Rank 0 prints one line, `tokens_per_s N`: all ranks together, over the --steps steps after --warmup.
 
-On a GPU (scripts/gpu_check.sh gpt): --device cuda puts each rank on cuda:LOCAL_RANK under NCCL;
---precision bf16 runs forward and loss under autocast, as ddprun's train.precision does; --compile
-wraps the model in torch.compile (2.x) before DDP, as nanoGPT's train.py does.
+On a GPU (scripts/gpu_check.sh gpt): --device cuda puts each rank on cuda:LOCAL_RANK under NCCL with
+TF32 matrix products, batches copied from pinned memory without blocking; --precision bf16 runs
+forward and loss under autocast, as ddprun's train.precision does; --compile wraps the model in
+torch.compile (2.x) before DDP, as train.py does.
 """
 import argparse
 import glob
+import inspect
 import os
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data.distributed import DistributedSampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nanogpt  # noqa: E402
-
-
-def batches(windows, sampler, batch_size):
-    """(inputs, targets) forever, epoch after epoch; an epoch's last partial batch is dropped."""
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        indices = list(sampler)
-        for start in range(0, len(indices) - batch_size + 1, batch_size):
-            yield windows.batch(indices[start:start + batch_size])
-        epoch += 1
 
 
 def main():
@@ -72,27 +66,47 @@ def main():
     if not paths:
         sys.exit(f"bench_gpt_reference.py: no shard matches {args.data!r}")
     cuda = args.device == "cuda"
+    device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu"
     if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True  # train.py's two lines
+        torch.backends.cudnn.allow_tf32 = True
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    windows = nanogpt.Windows(paths, args.block_size)
-    sampler = DistributedSampler(windows, shuffle=True, seed=0)
+    torch.manual_seed(1337 + rank)
 
-    torch.manual_seed(0)
+    # train.py's get_batch, over every shard's tokens rather than one train.bin.
+    shards = [nanogpt.read_shard(p) for p in paths]
+    shards = [s for s in shards if s.size > args.block_size]
+    if not shards:
+        sys.exit(f"bench_gpt_reference.py: no shard of {args.data!r} holds more than {args.block_size} tokens")
+    data = shards[0] if len(shards) == 1 else np.concatenate(shards)
+    T = args.block_size
+
+    def get_batch():
+        ix = torch.randint(len(data) - T, (args.batch_size,))
+        x = torch.stack([torch.from_numpy(data[i:i + T].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + T].astype(np.int64)) for i in ix])
+        if cuda:
+            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        return x, y
+
+    torch.manual_seed(0)  # the same initial weights on every rank, as DDP would broadcast them
     config = nanogpt.GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size, n_layer=args.n_layer,
                                n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=bool(args.bias))
-    module = nanogpt.GPT(config).to(args.device)
+    model = nanogpt.GPT(config).to(device)
+    fused = cuda and "fused" in inspect.signature(torch.optim.AdamW).parameters  # configure_optimizers' test
+    optimizer = torch.optim.AdamW(nanogpt.decay_groups(model, args.weight_decay), lr=args.lr,
+                                  betas=(0.9, args.beta2), **({"fused": True} if fused else {}))
     if args.compile:
-        module = torch.compile(module)
-    model = DDP(module)
-    optimizer = torch.optim.AdamW(nanogpt.decay_groups(model.module, args.weight_decay), lr=args.lr,
-                                  betas=(0.9, args.beta2))
-    autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+        model = torch.compile(model)
+    model = DDP(model, device_ids=[torch.cuda.current_device()] if cuda else None)
+    ctx = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     total = args.warmup + args.steps
 
+    X, Y = get_batch()
     start = None
-    for step, (inputs, targets) in zip(range(total), batches(windows, sampler, args.batch_size)):
+    for step in range(total):
         if step == args.warmup:
             if cuda:
                 torch.cuda.synchronize()
@@ -100,12 +114,13 @@ def main():
             start = time.time()
         for group in optimizer.param_groups:
             group["lr"] = nanogpt.lr_at(step, args.lr, args.lr_warmup_steps, total)
-        with autocast:
-            _, loss = model(inputs.to(args.device, non_blocking=True), targets.to(args.device, non_blocking=True))
-        optimizer.zero_grad(set_to_none=True)
+        with ctx:
+            _, loss = model(X, Y)
+        X, Y = get_batch()  # while the forward runs on a GPU
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     if cuda:
         torch.cuda.synchronize()
     dist.barrier()
