@@ -88,7 +88,7 @@ class ShardedDataParallel final : public GradientSync {
     int64_t shard_numel = 0;              // S: the flat tensor is group size × S, zero-padded
     torch::Tensor full;                   // the whole parameters (stage 3: memory only while gathered)
     torch::Tensor shard;                  // this rank's S, which the optimizer steps (stage 2: a view of full)
-    torch::Tensor grad_full;              // the whole gradients while they accumulate; undefined otherwise
+    torch::Tensor grad_full;              // the whole gradients, flat, while they are reduced; undefined otherwise
     torch::Tensor grad_shard;             // this rank's S of the averaged gradient
     bool gathered = true;
     ShardWork gathering, reducing;
@@ -97,9 +97,9 @@ class ShardedDataParallel final : public GradientSync {
   };
   using Clock = std::chrono::steady_clock;
 
-  void on_gradient_arriving(std::size_t parameter);  // before accumulation: the whole gradients exist
-  void on_gradient_ready(std::size_t parameter);     // after it
+  void on_gradient_ready(std::size_t parameter);  // after accumulation: the parameter's .grad is whole
   void launch_ready(bool all);
+  void finish_reduces();  // waits for the launched reduce-scatters and frees their flat gradients
   void reduce(Unit& unit);
   void prefetch(std::size_t unit);
   void gather(std::size_t unit);

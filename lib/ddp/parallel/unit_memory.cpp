@@ -14,8 +14,8 @@ namespace ddp {
 // unit's whole gradients: blocks of tens to hundreds of MiB. From glibc's heap (the trainer serves
 // blocks up to 32 MiB there: Note [Malloc churn]) the freed blocks stay mapped and fragment, and a
 // run's RSS grew to twice what it held. Mapped straight from the kernel, a freed block goes back
-// at once; the few freed last (two gathered units and a gradient, about) are kept for the next
-// gathers, so a steady step neither faults pages in nor holds more than it uses.
+// at once; the blocks freed last, up to the bytes the owner asks to keep, are kept for the next
+// gathers, so a steady step faults fewer pages in and never holds more than it uses.
 
 struct UnitMemory::Pool {
   std::mutex mutex;
@@ -40,8 +40,8 @@ struct UnitMemory::Pool {
     return block;
   }
 
-  void give_back(void* block, std::size_t bytes) {
-    {
+  void give_back(void* block, std::size_t bytes, bool keep) {
+    if (keep) {
       std::lock_guard<std::mutex> lock(mutex);
       if (kept_bytes + bytes <= keep_bytes) {
         kept.emplace_back(block, bytes);
@@ -64,11 +64,12 @@ struct Block {
   std::shared_ptr<UnitMemory::Pool> pool;
   void* data;
   std::size_t bytes;
+  bool keep;  // kept for reuse when freed, or given back to the kernel
 };
 
 void give_back(void* context) {
   auto* block = static_cast<Block*>(context);
-  block->pool->give_back(block->data, block->bytes);
+  block->pool->give_back(block->data, block->bytes, block->keep);
   delete block;
 }
 
@@ -86,7 +87,7 @@ void UnitMemory::fill_storage(const torch::Tensor& t) {
   } else {
     bool fresh = false;
     void* data = pool_->take(bytes, fresh);
-    storage->set_data_ptr_noswap(c10::DataPtr(data, new Block{pool_, data, bytes}, &give_back, t.device()));
+    storage->set_data_ptr_noswap(c10::DataPtr(data, new Block{pool_, data, bytes, true}, &give_back, t.device()));
   }
   storage->set_nbytes(bytes);
 }
@@ -97,13 +98,13 @@ void UnitMemory::empty_storage(const torch::Tensor& t) {
   storage->set_nbytes(0);
 }
 
-torch::Tensor UnitMemory::zeros(int64_t numel, const torch::TensorOptions& options) {
+torch::Tensor UnitMemory::zeros(int64_t numel, const torch::TensorOptions& options, bool keep) {
   const auto bytes = static_cast<std::size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   if (options.device().is_cpu() && bytes > 0) {
     bool fresh = false;
     void* data = pool_->take(bytes, fresh);
     if (!fresh) std::memset(data, 0, bytes);
-    auto* block = new Block{pool_, data, bytes};
+    auto* block = new Block{pool_, data, bytes, keep};
     return torch::from_blob(data, {numel}, [block](void*) { give_back(block); }, options);
   }
   return torch::zeros({numel}, options);

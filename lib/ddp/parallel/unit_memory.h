@@ -23,8 +23,9 @@ class UnitMemory {
   void fill_storage(const torch::Tensor& t);
   /// Takes that memory back (the StorageImpl stays, holding nothing: Note [Unit hooks]).
   static void empty_storage(const torch::Tensor& t);
-  /// A zeroed 1-D tensor of `numel` elements.
-  torch::Tensor zeros(int64_t numel, const torch::TensorOptions& options);
+  /// A zeroed 1-D tensor of `numel` elements; with keep false, its memory goes back to the kernel
+  /// when it is freed rather than being kept for reuse.
+  torch::Tensor zeros(int64_t numel, const torch::TensorOptions& options, bool keep = true);
 
   struct Pool;  // public for the blocks' deleters; defined in the .cpp
 
