@@ -122,6 +122,9 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
       piece_at_.push_back(at);
     }
     units_.push_back(std::move(unit));
+    // Now, not after the last unit: the model's own storage is freed unit by unit as its flat
+    // copies are made, so a rank holds the whole model once, not twice, while this runs.
+    if (options_.shard_parameters) release(units_.size() - 1);
   }
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     TORCH_CHECK(unit_of_[i] != kNone, "ShardedDataParallel: parameter ", i, " is in no unit");
@@ -139,8 +142,6 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
   // One block of the largest unit's size is kept for reuse: a backward passes it from the gathered
   // unit to its flat gradient; keeping more holds it idle beside a unit's gradient (Note [Gradient memory]).
   memory_ = std::make_unique<UnitMemory>(static_cast<std::size_t>(largest_unit_bytes()));
-  if (options_.shard_parameters)
-    for (std::size_t u = 0; u < units_.size(); ++u) release(u);
 }
 
 ShardedDataParallel::~ShardedDataParallel() = default;
