@@ -168,6 +168,7 @@ void RunRecorder::step_begins(const TrainProgress& progress) {
   if (progress.step == test_fail_step_)
     throw std::runtime_error("DDPRUN_TEST_FAIL_AT_STEP: failing at step " + std::to_string(progress.step) + ", as asked");
   monitor_.put_local(last_data_wait_ms_, last_busy_ms_);
+  host_reads_.step_begins();
 }
 
 std::unique_ptr<HeartbeatPulse> RunRecorder::pulse(const TrainProgress& progress) const {
@@ -176,6 +177,7 @@ std::unique_ptr<HeartbeatPulse> RunRecorder::pulse(const TrainProgress& progress
 
 void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms,
                             const ReducerTiming& sync) {
+  host_reads_.step_ends();
   first_step_pulse_.reset();
   if (eta_from_step_ < 0) {
     eta_from_ = Clock::now();
@@ -184,7 +186,8 @@ void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step
   }
   stepped_ = true;
   monitor_.take_summed();
-  window_sums_.value(window_.loss) += step.loss_sum;
+  if (step.loss_sum.defined())
+    window_loss_ = window_loss_.defined() ? window_loss_ + step.loss_sum : step.loss_sum.detach().clone();
   window_sums_.value(window_.batches) += static_cast<double>(step.batches);
   window_sums_.value(window_.samples) += static_cast<double>(step.samples);
   window_sums_.value(window_.sampled_edges) += static_cast<double>(step.sampled_edges);
@@ -220,6 +223,8 @@ double RunRecorder::eta_seconds(const TrainProgress& progress) const {
 }
 
 void RunRecorder::log_window(const TrainProgress& progress) {
+  if (window_loss_.defined()) window_sums_.value(window_.loss) = window_loss_.item<double>();  // the window's one read
+  window_loss_ = torch::Tensor();
   // Every rank reaches the same log steps, so this small all-reduce is matched everywhere.
   auto sums = all_reduce_sum(world_, torch::tensor(window_sums_.packed(), torch::kDouble)).contiguous();
   std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel(), window_sums_.packed().begin());
@@ -400,6 +405,11 @@ void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t par
 void RunRecorder::finished(const TrainProgress& progress) {
   // Steps since the last log line (a run shorter than train.log_every: all of them) get one too.
   if (config_.train.log_every > 0 && window_sums_.value(window_.steps) > 0) log_window(progress);
+  if (world_.rank == 0 && stepped_) {
+    spdlog::info("tensor values read to the host a step on rank 0, log steps aside: {:.2f} (on a GPU, each a wait "
+                 "for the device)", host_reads_.per_step());
+    metrics_->write({{"step", static_cast<double>(progress.step)}, {"host_reads_per_step", host_reads_.per_step()}});
+  }
   if (world_.rank == 0) {
     double elapsed = seconds_since(run_start_);
     int64_t steps = progress.step - run_start_step_;

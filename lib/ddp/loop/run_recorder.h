@@ -18,6 +18,7 @@
 #include "ddp/common/value_slots.h"
 #include "ddp/data/batch.h"
 #include "ddp/loop/evaluator.h"
+#include "ddp/loop/host_read_counter.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/worker_signals.h"
 #include "ddp/monitor/system_monitor.h"
@@ -31,7 +32,9 @@ inline constexpr std::chrono::seconds kEvalLogInterval{10};
 
 /// What one optimizer step did on this rank, for the record.
 struct StepStats {
-  double loss_sum = 0;  ///< its micro-batches' mean losses, added up
+  /// Its micro-batches' mean losses, added up, float64 where they lie (undefined where this rank
+  /// computes no loss): read only at log steps, as reading it in a step would sync a GPU.
+  torch::Tensor loss_sum;
   int64_t batches = 0;
   int64_t samples = 0;
   int64_t sampled_edges = 0;
@@ -115,6 +118,8 @@ class RunRecorder {
   Heartbeat heartbeat_;
   ValueSlots window_sums_;
   LogWindow window_{window_sums_};
+  torch::Tensor window_loss_;  // the window's losses, summed where they lie, until it is logged
+  HostReadCounter host_reads_;
   Clock::time_point window_start_;
   double last_lr_ = 0;
   Clock::time_point run_start_;

@@ -280,9 +280,7 @@ StepStats Trainer::train_step(int64_t micro_batches) {
   StepWork work = parallel_->step->train(micro_batches, hooks);
   progress_.batch_in_epoch += micro_batches;
   optimizer_step(work.stats);
-  // Read once the whole step is queued: reading each loss at once would keep a GPU idle while the
-  // CPU queues the optimizer's many small kernels.
-  if (work.loss_sum.defined()) work.stats.loss_sum = work.loss_sum.item<double>();
+  work.stats.loss_sum = work.loss_sum;  // read at log steps only (StepStats)
   return work.stats;
 }
 

@@ -1,0 +1,42 @@
+#include "ddp/loop/host_read_counter.h"
+
+#include <cstring>
+
+namespace ddp {
+namespace {
+
+// Per thread: ranks run as threads of one process each count their own (Note [Ranks as threads]).
+thread_local bool t_counting = false;
+thread_local int64_t t_reads = 0;
+
+std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
+  if (t_counting && std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0) ++t_reads;
+  return nullptr;
+}
+
+}  // namespace
+
+HostReadCounter::HostReadCounter()
+    : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(on_op).scopes({at::RecordScope::FUNCTION}))) {}
+
+HostReadCounter::~HostReadCounter() {
+  t_counting = false;
+  at::removeCallback(handle_);
+}
+
+void HostReadCounter::step_begins() {
+  t_reads = 0;
+  t_counting = true;
+}
+
+void HostReadCounter::step_ends() {
+  t_counting = false;
+  reads_ += t_reads;
+  ++steps_;
+}
+
+double HostReadCounter::per_step() const {
+  return steps_ > 0 ? static_cast<double>(reads_) / static_cast<double>(steps_) : 0.0;
+}
+
+}  // namespace ddp

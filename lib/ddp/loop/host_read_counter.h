@@ -1,0 +1,30 @@
+#pragma once
+// The tensor values the training thread reads to the host inside steps (aten::_local_scalar_dense:
+// item(), a tensor used as a number or a bool). On a GPU each is a synchronisation that leaves the
+// device idle while the host catches up, so a step should make none; the log steps' reads of the
+// loss are outside the count. Ops on other threads (a CUDA backward's) are not seen.
+
+#include <ATen/record_function.h>
+
+#include <cstdint>
+
+namespace ddp {
+
+class HostReadCounter {
+ public:
+  HostReadCounter();  ///< starts watching this thread's ops
+  ~HostReadCounter();
+  HostReadCounter(const HostReadCounter&) = delete;
+  HostReadCounter& operator=(const HostReadCounter&) = delete;
+
+  void step_begins();
+  void step_ends();
+  /// Reads per step over the steps counted so far (0 before any).
+  double per_step() const;
+
+ private:
+  at::CallbackHandle handle_ = 0;
+  int64_t steps_ = 0, reads_ = 0;
+};
+
+}  // namespace ddp
