@@ -16,23 +16,27 @@ std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
 
 }  // namespace
 
-HostReadCounter::HostReadCounter()
-    : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(on_op).scopes({at::RecordScope::FUNCTION}))) {}
-
 HostReadCounter::~HostReadCounter() {
   t_counting = false;
-  at::removeCallback(handle_);
+  if (handle_) at::removeCallback(handle_);
 }
 
 void HostReadCounter::step_begins() {
+  if (steps_ >= kSampledSteps) return;
+  if (!handle_)  // on the thread that runs the steps
+    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(on_op).scopes({at::RecordScope::FUNCTION}));
   t_reads = 0;
   t_counting = true;
 }
 
 void HostReadCounter::step_ends() {
+  if (!t_counting) return;
   t_counting = false;
   reads_ += t_reads;
-  ++steps_;
+  if (++steps_ == kSampledSteps) {
+    at::removeCallback(handle_);
+    handle_ = 0;
+  }
 }
 
 double HostReadCounter::per_step() const {

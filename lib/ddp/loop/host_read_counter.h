@@ -2,7 +2,9 @@
 // The tensor values the training thread reads to the host inside steps (aten::_local_scalar_dense:
 // item(), a tensor used as a number or a bool). On a GPU each is a synchronisation that leaves the
 // device idle while the host catches up, so a step should make none; the log steps' reads of the
-// loss are outside the count. Ops on other threads (a CUDA backward's) are not seen.
+// loss are outside the count. Ops on other threads (a CUDA backward's) are not seen. The observer
+// watches the first kSampledSteps steps only: every op pays for it while it is on, and a step's
+// reads are a property of its code path, the same each step.
 
 #include <ATen/record_function.h>
 
@@ -12,7 +14,9 @@ namespace ddp {
 
 class HostReadCounter {
  public:
-  HostReadCounter();  ///< starts watching this thread's ops
+  static constexpr int64_t kSampledSteps = 20;
+
+  HostReadCounter() = default;
   ~HostReadCounter();
   HostReadCounter(const HostReadCounter&) = delete;
   HostReadCounter& operator=(const HostReadCounter&) = delete;
@@ -21,6 +25,7 @@ class HostReadCounter {
   void step_ends();
   /// Reads per step over the steps counted so far (0 before any).
   double per_step() const;
+  int64_t steps() const { return steps_; }
 
  private:
   at::CallbackHandle handle_ = 0;

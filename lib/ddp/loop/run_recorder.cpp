@@ -406,8 +406,8 @@ void RunRecorder::finished(const TrainProgress& progress) {
   // Steps since the last log line (a run shorter than train.log_every: all of them) get one too.
   if (config_.train.log_every > 0 && window_sums_.value(window_.steps) > 0) log_window(progress);
   if (world_.rank == 0 && stepped_) {
-    spdlog::info("tensor values read to the host a step on rank 0, log steps aside: {:.2f} (on a GPU, each a wait "
-                 "for the device)", host_reads_.per_step());
+    spdlog::info("tensor values read to the host a step on rank 0, log steps aside: {:.2f} over its first {} steps "
+                 "(on a GPU, each a wait for the device)", host_reads_.per_step(), host_reads_.steps());
     metrics_->write({{"step", static_cast<double>(progress.step)}, {"host_reads_per_step", host_reads_.per_step()}});
   }
   if (world_.rank == 0) {
