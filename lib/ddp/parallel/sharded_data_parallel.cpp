@@ -45,8 +45,8 @@ namespace ddp {
 // gradients are reduce-scattered. after_unit() frees the unit and puts a hook on its output, which
 // backward reaches just before the unit's own backward: the hook gathers it again; forward
 // prefetches the unit after. A unit's backward is over once every gradient accumulator of it has
-// fired (each fires once, after every use): its parameters are freed then, as its reduce-scatter
-// launches, and the unit before it is prefetched (or at once on an accumulation micro-step).
+// fired (each fires once, after every use): its parameters are freed then (as its reduce-scatter
+// launches, or at once on an accumulation micro-step), and the unit before it is prefetched.
 // Freeing keeps the flat tensor's StorageImpl and drops its memory, so the parameters, and the
 // tensors autograd saved of them, see the memory a later gather puts back; the gather writes
 // through the flat tensor, not through the parameters, whose version counters therefore stay as
@@ -166,10 +166,12 @@ void ShardedDataParallel::on_gradient_ready(std::size_t parameter) {
   const std::size_t u = unit_of_[parameter];
   Unit& unit = units_[u];
   if (unit.pending == 0 || --unit.pending > 0) return;
-  if (armed_)
+  if (armed_) {
     launch_ready(false);
-  else
+  } else {
     release(u);  // an accumulation micro-step: its backward is over, nothing to send yet
+    if (u > 1) prefetch(u - 1);
+  }
 }
 
 void ShardedDataParallel::launch_ready(bool all) {
