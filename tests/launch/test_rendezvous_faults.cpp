@@ -14,6 +14,17 @@ namespace {
 
 std::string ddprun() { return bin("ddprun"); }
 
+// A Python listener on 127.0.0.1:argv[1] that creates the file argv[2] once it listens, then runs
+// `serve` with the listening socket `s`; written to DIR/name, whose path it returns.
+std::string listener(const TempDir& dir, const std::string& name, const std::string& serve) {
+  write_file(dir.file(name),
+             "import socket, sys\n"
+             "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(16); open(sys.argv[2], 'w').close()\n" +
+                 serve);
+  return dir.file(name);
+}
+
 }  // namespace
 
 TEST_CASE("a launcher with another --rdzv-id is refused before it takes a node rank, and the job runs on",
@@ -87,15 +98,12 @@ TEST_CASE("a service on the master port that is not a store is named at once", "
   // A banner, as an SSH server sends: c10d would read it as a length and fail with std::bad_alloc.
   TempDir dir;
   std::string port = std::to_string(free_port());
-  write_file(dir.file("banner.py"),
-             "import socket, sys\n"
-             "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-             "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(16); open(sys.argv[2], 'w').close()\n"
-             "while True:\n"
-             "    c, _ = s.accept()\n"
-             "    try: c.sendall(b'SSH-2.0-OpenSSH_9.2\\r\\n')\n"
-             "    except Exception: pass\n");
-  auto r = run_shell("python3 " + dir.file("banner.py") + " " + port + " " + dir.file("up") + " & S=$!; while [ ! -e " +
+  auto banner = listener(dir, "banner.py",
+                         "while True:\n"
+                         "    c, _ = s.accept()\n"
+                         "    try: c.sendall(b'SSH-2.0-OpenSSH_9.2\\r\\n')\n"
+                         "    except Exception: pass\n");
+  auto r = run_shell("python3 " + banner + " " + port + " " + dir.file("up") + " & S=$!; while [ ! -e " +
                          dir.file("up") + " ]; do sleep 0.05; done; " + ddprun() +
                          " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 300 -- true; echo status=$?; "
                          "kill $S",
@@ -113,17 +121,14 @@ TEST_CASE("a service on the master port that hangs up on every connection is nam
   // of a job that is ending does to a node that comes too late.
   TempDir dir;
   std::string port = std::to_string(free_port());
-  write_file(dir.file("hangup.py"),
-             "import socket, sys\n"
-             "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-             "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(16); open(sys.argv[2], 'w').close()\n"
-             "times = int(sys.argv[3])\n"
-             "while times != 0:\n"
-             "    c, _ = s.accept(); c.close(); times -= 1\n"
-             "s.close()\n");
+  auto hangup = listener(dir, "hangup.py",
+                         "times = int(sys.argv[3])\n"
+                         "while times != 0:\n"
+                         "    c, _ = s.accept(); c.close(); times -= 1\n"
+                         "s.close()\n");
   auto late_node = [&](int times) {
     std::string up = dir.file("up" + std::to_string(times));
-    return run_shell("python3 " + dir.file("hangup.py") + " " + port + " " + up + " " + std::to_string(times) +
+    return run_shell("python3 " + hangup + " " + port + " " + up + " " + std::to_string(times) +
                          " & S=$!; while [ ! -e " + up + " ]; do sleep 0.05; done; " + ddprun() +
                          " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 3 -- true; "
                          "echo status=$?; kill $S 2>/dev/null; wait $S",
