@@ -276,6 +276,10 @@ TEST_CASE("mesh settings that are unknown, or split nothing, are refused, naming
   REQUIRE_THROWS_WITH(parse("dist: {data_shard: 2}"),
                       Equals("dist.data_shard: splits nothing with dist.shard: none; set dist.shard"));
   CHECK(parse("dist: {data_shard: 2, shard: optimizer}").mesh.data_shard == 2);
+  REQUIRE_THROWS_WITH(parse("dist: {shard: gradients, shard_overlap: true}"),
+                      Equals("dist.shard_overlap: applies to dist.shard: parameters only (this run has dist.shard: "
+                             "gradients)"));
+  CHECK(parse("dist: {shard: parameters, shard_overlap: true}").mesh.shard_overlap);
   CHECK(parse("dist: {data_replicate: 4}").mesh.data_replicate == 4);  // checked against the world at start
   REQUIRE_THROWS_WITH(parse("dist: {pipelin: 1}"), Contains("did you mean dist.pipeline?"));
 }

@@ -39,8 +39,8 @@ std::vector<std::string> mlp_sets(const TempDir& dir, const std::string& name, i
 
 }  // namespace
 
-TEST_CASE("every dist.shard at world 2 and 4 trains the MLP to the replicated run's weights within 1e-6, each rank "
-          "holding its share",
+TEST_CASE("every dist.shard at world 2 and 4 (parameters also with dist.shard_overlap) trains the MLP to the "
+          "replicated run's weights within 1e-6, each rank holding its share",
           "[sharding]") {
   TempDir dir;
   std::string config = config_path("synthetic_mlp.yaml");
@@ -54,15 +54,18 @@ TEST_CASE("every dist.shard at world 2 and 4 trains the MLP to the replicated ru
     const double parameters = metric_value(metrics, "parameter_mib_max");
     const double gradients = metric_value(metrics, "gradient_mib_max");
     const double state = metric_value(metrics, "optimizer_state_mib_max");
-    for (std::string shard : {"optimizer", "gradients", "parameters"}) {
-      auto sets = mlp_sets(dir, shard + tag, batch);
+    // "overlapped": parameters with dist.shard_overlap, the backward's communication during its compute.
+    for (std::string name : {"optimizer", "gradients", "parameters", "overlapped"}) {
+      const std::string shard = name == "overlapped" ? "parameters" : name;
+      auto sets = mlp_sets(dir, name + tag, batch);
       sets.push_back("dist.shard=" + shard);
+      if (name == "overlapped") sets.push_back("dist.shard_overlap=true");
       auto sharded = ddprun(world, config, sets);
-      INFO(shard << " at world " << world << "\n" << sharded.out << sharded.err);
+      INFO(name << " at world " << world << "\n" << sharded.out << sharded.err);
       REQUIRE(sharded.exit_code == 0);
-      CHECK(largest_difference(dir.file("none" + tag + "/model.pt"), dir.file(shard + tag + "/model.pt")) < 1e-6);
+      CHECK(largest_difference(dir.file("none" + tag + "/model.pt"), dir.file(name + tag + "/model.pt")) < 1e-6);
       CHECK_THAT(sharded.out, Contains("memory per rank (largest): parameters"));
-      std::string mine = dir.file(shard + tag + "/metrics.jsonl");
+      std::string mine = dir.file(name + tag + "/metrics.jsonl");
       // Whole tensors are dealt out with optimizer, and one weight (784 × 64) is 95% of this MLP:
       // its owner keeps nearly all the state. The flat shards of the others split every tensor.
       CHECK(metric_value(mine, "optimizer_state_mib_max") < (shard == "optimizer" ? state : 1.1 * state / world));

@@ -56,6 +56,11 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "(ZeRO-2: also reduce-scatters the gradients, keeping its shard of them); parameters (ZeRO-3, FSDP: "
              "also keeps only its shard of the parameters, gathering each unit's whole for its forward and backward)")
       .choices({"none", "optimizer", "gradients", "parameters"});
+  schema.add("dist.shard_overlap", &config.shard_overlap,
+             "dist.shard parameters: gather the unit before while a unit's backward runs, and reduce-scatter a "
+             "unit's gradients during the next one's (FSDP's BACKWARD_PRE): faster where communication takes "
+             "time, holding about two more units at once; false: a backward holds one unit gathered and its "
+             "gradients, and communicates between units");
   schema.add("dist.microbatches", &config.microbatches,
              "pipeline: the microbatches that each replica's share of a step is cut into, which flow through "
              "the stages one behind another (the idle share of a step is (P-1)/(M+P-1)); the share is what its "
@@ -73,6 +78,11 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "pipeline: the layers that begin stages 1, 2, ..., comma-separated (transformer.h.4 for a GPT, "
              "layers.2 for the MLP, a submodule's path for a TorchScript module that chains them: 3, layers.2); empty: cut where the stages "
              "hold about equal parameters");
+  schema.rule("dist.shard_overlap", [&config]() -> std::string {
+    return config.shard_overlap && config.shard != "parameters"
+               ? "applies to dist.shard: parameters only (this run has dist.shard: " + config.shard + ")"
+               : "";
+  });
   schema.rule("dist.data_shard", [&config]() -> std::string {
     return config.data_shard > 1 && config.shard == "none" ? "splits nothing with dist.shard: none; set dist.shard" : "";
   });

@@ -17,6 +17,7 @@ struct MeshConfig {
   std::string tensor_plan;  ///< tensor parallelism: PATH=STYLE, ...; empty: the model's built-in plan
   bool sequence_parallel = false;  ///< tensor parallelism: split the activations between its regions along the sequence
   std::string shard = "none";  ///< none | optimizer (ZeRO-1) | gradients | parameters: what data_shard splits
+  bool shard_overlap = false;  ///< parameters: a backward's gathers and reduce-scatters overlap its compute
   int64_t microbatches = 0;    ///< pipeline: microbatches a replica's share of a step is cut into; 0: 2P or P
   std::string schedule = "1f1b";  ///< pipeline: gpipe | 1f1b
   std::string pipeline_split;  ///< pipeline: the layers that begin stages 1.., comma-separated; empty: balanced

@@ -114,6 +114,7 @@ std::vector<std::vector<std::size_t>> tied_in_root(std::vector<std::vector<std::
 ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist, int local_world_size)
     : dist_(dist),
       shard_(mesh.shard),
+      shard_overlap_(mesh.shard_overlap),
       world_(std::move(world)),
       mesh_(DeviceMesh::from_config(mesh, world_.world_size, local_world_size)) {
   for (MeshDim dim : kMeshDims) {
@@ -298,6 +299,7 @@ std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch
     return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
   ShardedOptions options;
   options.shard_parameters = shard_ == "parameters";
+  options.overlap = shard_overlap_;
   options.data_parallel_size = data_parallel().world_size;
   auto unit_indices = options.shard_parameters ? model_units(parameters, units) : size_units(parameters, dist_);
   if (stage_) {

@@ -145,6 +145,7 @@ class ParallelPlan {
  private:
   DistConfig dist_;
   std::string shard_;  // dist.shard
+  bool shard_overlap_ = false;  // dist.shard_overlap
   Communicator world_;
   DeviceMesh mesh_;
   std::array<Communicator, kMeshDims.size()> groups_;

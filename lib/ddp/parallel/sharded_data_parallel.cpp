@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/parallel/optimizer_state.h"
@@ -64,7 +65,9 @@ namespace ddp {
 // (FSDP's BACKWARD_POST; before its backward, the two units and a gradient were held at once); and
 // a unit's backward starts only once the reduce-scatter before it has finished (a second flat
 // gradient in flight). The values are the same bits: a gradient copied into zeros is the gradient
-// accumulated into zeros.
+// accumulated into zeros. The price is overlap: a backward's communication runs between its units'
+// compute; dist.shard_overlap gathers the unit before during a unit's backward and lets a unit's
+// reduce-scatter run during the next one's (FSDP's BACKWARD_PRE), holding about two more units.
 
 namespace {
 
@@ -139,9 +142,10 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
     grad_accumulators_.push_back(std::move(accumulator));
   }
   used_.assign(parameters_.size(), 0);
-  // One block of the largest unit's size is kept for reuse: a backward passes it from the gathered
-  // unit to its flat gradient; keeping more holds it idle beside a unit's gradient (Note [Gradient memory]).
-  memory_ = std::make_unique<UnitMemory>(static_cast<std::size_t>(largest_unit_bytes()));
+  // Blocks of the largest unit's size kept for reuse: one passes from the gathered unit to its flat
+  // gradient; keeping more would hold it idle beside a unit's gradient (Note [Gradient memory]), but
+  // with overlap two gathered units and a gradient come and go at once.
+  memory_ = std::make_unique<UnitMemory>(static_cast<std::size_t>((options_.overlap ? 3 : 1) * largest_unit_bytes()));
 }
 
 ShardedDataParallel::~ShardedDataParallel() = default;
@@ -170,7 +174,7 @@ void ShardedDataParallel::on_gradient_ready(std::size_t parameter) {
     launch_ready(false);
   } else {
     release(u);  // an accumulation micro-step: its backward is over, nothing to send yet
-    if (u > 1) prefetch(u - 1);
+    if (!options_.overlap && u > 1) prefetch(u - 1);
   }
 }
 
@@ -183,29 +187,34 @@ void ShardedDataParallel::launch_ready(bool all) {
     finish_reduces();  // one flat gradient in flight at a time (Note [Gradient memory])
     reduce(units_[u]);
     ++launched_;
-    if (!all && u > 1) prefetch(u - 1);  // its backward is next: after this one's, as FSDP's BACKWARD_POST
+    if (!all && !options_.overlap && u > 1) prefetch(u - 1);  // its backward is next (FSDP's BACKWARD_POST)
   }
 }
 
 void ShardedDataParallel::finish_reduces() {
+  const auto start = Clock::now();
   for (std::size_t done = 0; done < launched_; ++done) {
     Unit& unit = units_[units_.size() - 1 - done];
     if (!unit.grad_full.defined()) continue;
     unit.reducing.wait();
     release_gradients(unit);
   }
+  // Waited inside backward: exposed, as the wait after it is (finish()).
+  backward_wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 void ShardedDataParallel::reduce(Unit& unit) {
   if (unit.parameters.empty()) return;
   torch::NoGradGuard no_grad;
-  // Zeros where a parameter has no gradient. Not kept once reduced: it is freed as the next unit's
-  // backward starts, which would hold it idle beside that unit's gradient (Note [Gradient memory]).
-  unit.grad_full = memory_->zeros(unit.full.numel(), unit.full.options(), /*keep=*/!options_.shard_parameters);
+  // Zeros where a parameter has no gradient. Without overlap, not kept once reduced: it is freed as
+  // the next unit's backward starts, which would hold it idle beside that unit's gradient.
+  const bool keep = !options_.shard_parameters || options_.overlap;
+  unit.grad_full = memory_->zeros(unit.full.numel(), unit.full.options(), keep);
   for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
     torch::Tensor& p = parameters_[unit.parameters[k]];
     if (!p.grad().defined()) continue;
-    unit.grad_full.narrow(0, unit.offsets[k], p.numel()).copy_(p.grad().reshape(-1));
+    const torch::Tensor grad = p.grad().is_sparse() ? p.grad().to_dense() : p.grad();  // nn.Embedding(sparse=True)
+    unit.grad_full.narrow(0, unit.offsets[k], p.numel()).copy_(grad.reshape(-1));
     p.mutable_grad().reset();  // at once: a unit's gradient is held twice only one parameter at a time
   }
   unit.reducing = reduce_scatter(shard_group_, unit.grad_full, unit.grad_shard, options_.data_parallel_size);
@@ -213,6 +222,7 @@ void ShardedDataParallel::reduce(Unit& unit) {
 
 void ShardedDataParallel::finish() {
   auto backward_done = Clock::now();
+  const double waited_in_backward = std::exchange(backward_wait_ms_, 0.0);
   launch_ready(/*all=*/true);
   armed_ = false;
   for (std::size_t u = units_.size(); u-- > 0;) {  // in launch order
@@ -221,7 +231,8 @@ void ShardedDataParallel::finish() {
   }
   auto done = Clock::now();
   timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
-  timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();
+  timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count() +
+                       waited_in_backward;
   if (replicate_group_.world_size > 1) {  // HSDP: each shard's sum over the replicas
     std::vector<torch::Tensor> shards;
     for (auto& unit : units_) shards.push_back(unit.grad_shard);
@@ -320,8 +331,9 @@ torch::Tensor ShardedDataParallel::after_unit(std::size_t unit, torch::Tensor ou
   const std::size_t u = unit + 1;
   if (torch::GradMode::is_enabled() && output.requires_grad()) {
     output.register_hook([this, u](const torch::Tensor&) {
-      if (armed_) finish_reduces();  // Note [Gradient memory]
+      if (armed_ && !options_.overlap) finish_reduces();  // Note [Gradient memory]
       gather(u);  // its backward is next (Note [Unit hooks])
+      if (options_.overlap && u > 1) prefetch(u - 1);  // FSDP's BACKWARD_PRE
     });
   }
   release(u);

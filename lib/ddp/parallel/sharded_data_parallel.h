@@ -26,6 +26,9 @@ namespace ddp {
 /// What is sharded and between which ranks.
 struct ShardedOptions {
   bool shard_parameters = false;  ///< stage 3: parameters live sharded between uses (else stage 2)
+  /// Stage 3: a backward's gathers and reduce-scatters overlap its compute, at the memory of about
+  /// two more units (Note [Gradient memory]).
+  bool overlap = false;
   int data_parallel_size = 1;     ///< ranks whose gradients are averaged: the divisor
 };
 
@@ -76,7 +79,7 @@ class ShardedDataParallel final : public GradientSync {
 
   /// Bytes of parameters this rank holds now: its shards, and the whole units gathered.
   int64_t parameter_bytes() const;
-  /// Bytes of gradients this rank holds now: its shards, and the whole gradients accumulating.
+  /// Bytes of gradients this rank holds now: its shards, and the flat gradients being reduced.
   int64_t gradient_bytes() const;
   /// The largest unit's whole parameters: what stage 3 gathers at a time (twice that with prefetch).
   int64_t largest_unit_bytes() const;
@@ -128,6 +131,7 @@ class ShardedDataParallel final : public GradientSync {
   bool armed_ = false;
   std::size_t launched_ = 0;  // units reduce-scattered this step, in launch order (the last unit first)
   Clock::time_point first_launch_;
+  double backward_wait_ms_ = 0;  // this step's waits for reduce-scatters inside backward (finish_reduces)
   ReducerTiming timing_;
 };
 
