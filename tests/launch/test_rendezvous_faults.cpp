@@ -25,6 +25,16 @@ std::string listener(const TempDir& dir, const std::string& name, const std::str
   return dir.file(name);
 }
 
+// `listener_command` (which creates `up` once it listens on `port`) in the background, then ddprun
+// as node 1 of 2 against that port; prints status=N and stops the listener.
+CommandResult node_against(const std::string& listener_command, const std::string& up, const std::string& port,
+                           int rdzv_timeout_s) {
+  return run_shell(listener_command + " & S=$!; while [ ! -e " + up + " ]; do sleep 0.05; done; " + ddprun() +
+                       " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout " +
+                       std::to_string(rdzv_timeout_s) + " -- true; echo status=$?; kill $S 2>/dev/null; wait $S",
+                   std::chrono::seconds(60));
+}
+
 }  // namespace
 
 TEST_CASE("a launcher with another --rdzv-id is refused before it takes a node rank, and the job runs on",
@@ -103,11 +113,7 @@ TEST_CASE("a service on the master port that is not a store is named at once", "
                          "    c, _ = s.accept()\n"
                          "    try: c.sendall(b'SSH-2.0-OpenSSH_9.2\\r\\n')\n"
                          "    except Exception: pass\n");
-  auto r = run_shell("python3 " + banner + " " + port + " " + dir.file("up") + " & S=$!; while [ ! -e " +
-                         dir.file("up") + " ]; do sleep 0.05; done; " + ddprun() +
-                         " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 300 -- true; echo status=$?; "
-                         "kill $S",
-                     std::chrono::seconds(60));
+  auto r = node_against("python3 " + banner + " " + port + " " + dir.file("up"), dir.file("up"), port, 300);
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=2") == 1);  // at once: --rdzv-timeout 300 outlasts the harness's limit
   CHECK_THAT(r.err, Contains("something that is not a ddprun (c10d) store answers on 127.0.0.1:" + port) &&
@@ -128,11 +134,7 @@ TEST_CASE("a service on the master port that hangs up on every connection is nam
                          "s.close()\n");
   auto late_node = [&](int times) {
     std::string up = dir.file("up" + std::to_string(times));
-    return run_shell("python3 " + hangup + " " + port + " " + up + " " + std::to_string(times) +
-                         " & S=$!; while [ ! -e " + up + " ]; do sleep 0.05; done; " + ddprun() +
-                         " --nnodes 2 --node-rank 1 --master-port " + port + " --rdzv-timeout 3 -- true; "
-                         "echo status=$?; kill $S 2>/dev/null; wait $S",
-                     std::chrono::seconds(60));
+    return node_against("python3 " + hangup + " " + port + " " + up + " " + std::to_string(times), up, port, 3);
   };
   auto always = late_node(-1);
   INFO(always.out << always.err);

@@ -187,7 +187,7 @@ void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step
   stepped_ = true;
   monitor_.take_summed();
   if (step.loss_sum.defined())
-    window_loss_ = window_loss_.defined() ? window_loss_ + step.loss_sum : step.loss_sum.detach().clone();
+    window_loss_ = window_loss_.defined() ? window_loss_ + step.loss_sum : step.loss_sum;
   window_sums_.value(window_.batches) += static_cast<double>(step.batches);
   window_sums_.value(window_.samples) += static_cast<double>(step.samples);
   window_sums_.value(window_.sampled_edges) += static_cast<double>(step.sampled_edges);
