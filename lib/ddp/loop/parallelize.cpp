@@ -9,6 +9,7 @@
 #include "ddp/loop/activation_checkpointing.h"
 #include "ddp/loop/pipeline_step.h"
 #include "ddp/loop/plain_step.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/parallel/pipeline_split.h"
 #include "ddp/parallel/replicated_tables.h"
 #include "ddp/parallel/sharded_tables.h"
@@ -126,6 +127,10 @@ ParallelModel::~ParallelModel() {
 
 bool pass_makes_tables(const TrainConfig& config) { return config.model.embedding_sharding != "replicate"; }
 
+bool pass_builds_parameters(const TrainConfig& config, const torch::Device& device) {
+  return config.mesh.shard == "parameters" && config.mesh.pipeline == 1 && config.mesh.tensor == 1 && device.is_cpu();
+}
+
 std::vector<torch::Tensor> optimizer_parameters(const ParallelModel& parallel, ParallelPlan& plan) {
   std::vector<torch::Tensor> stepped = plan.optimizer_parameters(parallel.parameters);
   if (!parallel.tables) return stepped;
@@ -205,7 +210,14 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     units = parallel->blocks->units();
   }
 
-  parallel->gradient_sync = plan.make_gradient_sync(parallel->parameters, &side_values, units);
+  // Pass 3 gives a deferred build's parameters their values unit by unit (Note [Deferred
+  // initialisation]); whatever no unit held gets them after.
+  auto* built = dynamic_cast<Model*>(&task.model());
+  DeferredInit* deferred = built ? built->deferred_init() : nullptr;
+  std::function<void(const std::vector<torch::Tensor>&)> materialize;
+  if (deferred) materialize = [deferred](const std::vector<torch::Tensor>& tensors) { deferred->materialize(tensors); };
+  parallel->gradient_sync = plan.make_gradient_sync(parallel->parameters, &side_values, units, materialize);
+  if (deferred) deferred->materialize_all();
   if (parallel->blocks) {
     parallel->blocks->attach(*plan.parameter_shards());
     if (stage) {

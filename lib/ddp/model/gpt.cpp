@@ -8,6 +8,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/model/gpt2_layout.h"
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/python_state_dict.h"
@@ -195,22 +196,23 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
   // lm_head: no weight of its own, the token embedding's under its name.
   lm_head_ = register_module("lm_head", std::make_shared<RoutedLinear>(head_weight_));
   // ...then nanoGPT's _init_weights, in module.apply's order (the tied lm_head last, as its Linear),
-  // and the residual projections scaled by 1/sqrt(2·n_layer).
-  torch::NoGradGuard no_grad;
-  auto init_linear = [](const std::shared_ptr<RoutedLinear>& layer) {
-    layer->weight.normal_(0, 0.02);
-    if (layer->bias.defined()) layer->bias.zero_();
+  // and the residual projections scaled by 1/sqrt(2·n_layer); each fill through init_parameter, so
+  // that a deferred build replays it (Note [Deferred initialisation]).
+  auto normal = [](double std) { return [std](torch::Tensor& t) { t.normal_(0, std); }; };
+  auto init_linear = [&normal](const std::shared_ptr<RoutedLinear>& layer) {
+    init_parameter(layer->weight, normal(0.02));
+    if (layer->bias.defined()) init_parameter(layer->bias, [](torch::Tensor& b) { b.zero_(); });
   };
-  transformer_->wte->weight.normal_(0, 0.02);
-  transformer_->wpe->weight.normal_(0, 0.02);
+  init_parameter(transformer_->wte->weight, normal(0.02));
+  init_parameter(transformer_->wpe->weight, normal(0.02));
   for (const auto& block : transformer_->blocks)
     for (const auto& layer : {block->attn->c_attn, block->attn->c_proj, block->mlp->c_fc, block->mlp->c_proj})
       init_linear(layer);
-  head_weight_.normal_(0, 0.02);
+  init_parameter(head_weight_, normal(0.02));
   double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options.n_layer));
   for (const auto& block : transformer_->blocks) {
-    block->attn->c_proj->weight.normal_(0, residual_std);
-    block->mlp->c_proj->weight.normal_(0, residual_std);
+    init_parameter(block->attn->c_proj->weight, normal(residual_std));
+    init_parameter(block->mlp->c_proj->weight, normal(residual_std));
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
@@ -281,15 +282,16 @@ class Llama : public Model {
     decoder_ = register_module("model", std::make_shared<Decoder>(c));
     torch::Tensor head = c.tie_embeddings ? decoder_->embed_tokens->weight : torch::empty({c.vocab_size, c.dim});
     head_ = register_module("lm_head", std::make_shared<RoutedLinear>(head));  // tied: the embedding's, by its name
-    // HF's _init_weights, in module order: the embedding, each layer's projections, the head.
-    torch::NoGradGuard no_grad;
-    decoder_->embed_tokens->weight.normal_(0, kInitStd);
+    // HF's _init_weights, in module order: the embedding, each layer's projections, the head; each
+    // through init_parameter, so that a deferred build replays it (Note [Deferred initialisation]).
+    auto normal = [](torch::Tensor& t) { t.normal_(0, kInitStd); };
+    init_parameter(decoder_->embed_tokens->weight, normal);
     for (const auto& layer : decoder_->layers)
       for (const auto& linear : {layer->self_attn->q_proj, layer->self_attn->k_proj, layer->self_attn->v_proj,
                                  layer->self_attn->o_proj, layer->mlp->gate_proj, layer->mlp->up_proj,
                                  layer->mlp->down_proj})
-        linear->weight.normal_(0, kInitStd);
-    if (!c.tie_embeddings) head_->weight.normal_(0, kInitStd);
+        init_parameter(linear->weight, normal);
+    if (!c.tie_embeddings) init_parameter(head_->weight, normal);
   }
 
   std::vector<int64_t> input_shape() const override { return {}; }

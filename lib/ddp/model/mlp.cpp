@@ -7,10 +7,23 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/model/model_registry.h"
 
 namespace ddp {
 namespace {
+
+// A Linear as LibTorch draws it; in a deferred build (Note [Deferred initialisation]) the same draws
+// are made again through init_parameter, as LinearImpl::reset_parameters makes them, so that one
+// layer at a time holds storage.
+torch::nn::Linear drawn_linear(int64_t in, int64_t out) {
+  torch::Tensor before = deferring() ? default_generator_state() : torch::Tensor();
+  torch::nn::Linear linear(in, out);
+  if (!before.defined()) return linear;
+  set_default_generator_state(before);
+  init_as_linear(linear->weight, linear->bias);
+  return linear;
+}
 
 class Mlp : public Model {
  public:
@@ -18,12 +31,12 @@ class Mlp : public Model {
     torch::nn::Sequential layers;
     int64_t width = kInputSize;
     for (int64_t hidden : config.mlp.hidden) {
-      linears_.emplace_back(width, hidden);
+      linears_.push_back(drawn_linear(width, hidden));
       layers->push_back(linears_.back());
       layers->push_back(torch::nn::ReLU());
       width = hidden;
     }
-    linears_.emplace_back(width, config.num_classes);
+    linears_.push_back(drawn_linear(width, config.num_classes));
     layers->push_back(linears_.back());
     register_module("layers", layers);
   }

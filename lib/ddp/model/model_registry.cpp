@@ -1,9 +1,11 @@
 #include "ddp/model/model_registry.h"
 #include "ddp/model/token_stepper.h"
 
+#include <optional>
 #include <stdexcept>
 
 #include "ddp/common/error.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/model/rank_random.h"
 #include "ddp/model/hugging_face.h"
@@ -42,7 +44,15 @@ const ModelFactories& factories() {
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context) {
   std::shared_ptr<Model> model;
-  build_model(context, [&] { model = factories().at(config.name)(config, context); });
+  auto deferred = context.defer_parameters && context.seed && config.init_from.empty()
+                      ? std::make_shared<DeferredInit>()
+                      : nullptr;
+  build_model(context, [&] {
+    std::optional<DeferredBuild> scope;
+    if (deferred) scope.emplace(*deferred);
+    model = factories().at(config.name)(config, context);
+  });
+  if (deferred && deferred->pending() > 0) model->deferred_init_ = std::move(deferred);
   if (!config.init_from.empty()) {
     try {
       model->load_weights(config.init_from);

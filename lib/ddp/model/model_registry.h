@@ -18,6 +18,8 @@
 
 namespace ddp {
 
+class DeferredInit;
+struct ModelContext;
 class TokenStepper;
 
 /// Input geometry every model takes: MNIST-format images, one channel of 28x28.
@@ -90,6 +92,10 @@ class Model : public torch::nn::Module {
   /// null for a model that is not one.
   virtual std::unique_ptr<TokenStepper> token_stepper();
 
+  /// What a deferred build left for the passes to give values to (Note [Deferred initialisation]);
+  /// null when the model was built whole.
+  DeferredInit* deferred_init() const { return deferred_init_.get(); }
+
  protected:
   /// The model's blocks, built on first use of blocks(): each model that can be split says what.
   virtual std::vector<ModelBlock> declare_blocks() { return {}; }
@@ -109,6 +115,8 @@ class Model : public torch::nn::Module {
   BlockRunner* runner_ = nullptr;
   TableLookup* lookup_ = nullptr;
   bool wrapped_ = false;  // wrap_blocks() was called
+  std::shared_ptr<DeferredInit> deferred_init_;
+  friend std::shared_ptr<Model> make_model(const ModelConfig&, const ModelContext&);
 };
 
 /// Sums a tensor over every rank and returns the sum (autograd need not see it). Layers that share
@@ -125,6 +133,10 @@ struct ModelContext {
   /// When set, the model is built right after LibTorch's generators are seeded with it, one rank
   /// thread at a time (build_seeded, Note [Ranks as threads]): every rank draws the same weights.
   std::optional<uint64_t> seed;
+  /// Build the parameters of a family that fills them through init_parameter without storage, for a
+  /// pass to give each rank's its values (Note [Deferred initialisation]); needs `seed`, and is
+  /// ignored when model.init_from gives the values.
+  bool defer_parameters = false;
 };
 
 /// Builds a fresh model from its config.

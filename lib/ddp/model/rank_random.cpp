@@ -48,6 +48,20 @@ void build_seeded(uint64_t seed, const std::function<void()>& build) {
   t_rank_generator->set_state(global.get_state());
 }
 
+void with_default_generator_at(const torch::Tensor& state, const std::function<void()>& fill) {
+  std::lock_guard<std::mutex> lock(build_mutex());
+  at::Generator global = at::detail::getDefaultCPUGenerator();
+  torch::Tensor saved;
+  {
+    std::lock_guard<std::mutex> state_lock(global.mutex());
+    saved = global.get_state();
+    global.set_state(state);
+  }
+  fill();
+  std::lock_guard<std::mutex> state_lock(global.mutex());
+  global.set_state(saved);
+}
+
 torch::Tensor rank_dropout(const torch::Tensor& x, double p, bool training) {
   if (!x.device().is_cpu() || !training || p <= 0 || p >= 1 || x.numel() == 0) return torch::dropout(x, p, training);
   // ATen's CPU path (_dropout_impl): a Bernoulli(1 - p) mask, divided by 1 - p, times the input.

@@ -44,6 +44,11 @@ class RankGeneratorScope {
 /// the state the build left there. Every rank so builds what a process of its own would.
 void build_seeded(uint64_t seed, const std::function<void()>& build);
 
+/// Runs `fill` with LibTorch's default CPU generator at `state`, one thread at a time as
+/// build_seeded builds, and puts the generator back as it was: a deferred parameter's draws replayed
+/// (Note [Deferred initialisation]).
+void with_default_generator_at(const torch::Tensor& state, const std::function<void()>& fill);
+
 /// torch::dropout, drawing from cpu_generator() on the CPU with the same arithmetic (the same
 /// masks and bits as LibTorch's CPU dropout); on other devices, torch::dropout.
 torch::Tensor rank_dropout(const torch::Tensor& x, double p, bool training);

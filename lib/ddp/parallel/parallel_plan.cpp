@@ -155,7 +155,11 @@ std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model,
   buffers_.clear();
   for (const auto& b : model.buffers())
     if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back(b);
-  std::vector<torch::Tensor> state = parameters;
+  // A parameter built deferred has no storage yet: every rank gives it the same values from the
+  // seed, when a pass needs them (Note [Deferred initialisation]).
+  std::vector<torch::Tensor> state;
+  for (const auto& t : parameters)
+    if (t.numel() == 0 || t.storage().nbytes() > 0) state.push_back(t);
   state.insert(state.end(), buffers_.begin(), buffers_.end());
   broadcast_coalesced(world_, state, 0);  // before any stage frees what it does not hold
   return parameters;
@@ -285,9 +289,9 @@ int64_t ParallelPlan::gradient_bytes(const std::vector<torch::Tensor>& parameter
   return bytes;
 }
 
-std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch::Tensor> parameters,
-                                                               ValueSlots* side_values,
-                                                               const std::vector<std::vector<torch::Tensor>>& units) {
+std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(
+    std::vector<torch::Tensor> parameters, ValueSlots* side_values, const std::vector<std::vector<torch::Tensor>>& units,
+    std::function<void(const std::vector<torch::Tensor>&)> materialize) {
   // Pipeline stages: each syncs what it holds; the side values go over the world afterwards
   // (finish_gradients), not with a stage's own replicas' sync.
   if (stage_) {
@@ -301,6 +305,7 @@ std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch
   options.shard_parameters = shard_ == "parameters";
   options.overlap = shard_overlap_;
   options.data_parallel_size = data_parallel().world_size;
+  options.materialize = std::move(materialize);
   auto unit_indices = options.shard_parameters ? model_units(parameters, units) : size_units(parameters, dist_);
   if (stage_) {
     stage_->check_one_tied_set();

@@ -80,9 +80,13 @@ class ParallelPlan {
   /// `side_values` (which must outlive it): the bucketed all-reduce over the data replicas, or with
   /// dist.shard gradients or parameters the sharded engine, which the plan keeps using while the
   /// returned sync lives. `units`: with dist.shard parameters, the model's shard units' parameters
-  /// in forward order; a tensor in none of them, or in several, goes to the root unit.
-  std::unique_ptr<GradientSync> make_gradient_sync(std::vector<torch::Tensor> parameters, ValueSlots* side_values,
-                                                   const std::vector<std::vector<torch::Tensor>>& units = {});
+  /// in forward order; a tensor in none of them, or in several, goes to the root unit. `materialize`
+  /// gives parameters built without values theirs (Note [Deferred initialisation]): the sharded
+  /// engine calls it unit by unit.
+  std::unique_ptr<GradientSync> make_gradient_sync(
+      std::vector<torch::Tensor> parameters, ValueSlots* side_values,
+      const std::vector<std::vector<torch::Tensor>>& units = {},
+      std::function<void(const std::vector<torch::Tensor>&)> materialize = {});
 
   /// The tensors this rank's optimizer steps, of `parameters` (from prepare_model): all of them;
   /// with dist.shard optimizer its share of them (Note [Optimizer shards]); with gradients or

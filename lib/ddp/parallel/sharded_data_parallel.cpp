@@ -99,6 +99,11 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
     }
     unit.parameters = std::move(ids);
     unit.shard_numel = (numel + n - 1) / n;
+    if (options_.materialize) {  // one unit's values at a time: no rank holds the whole model
+      std::vector<torch::Tensor> deferred;
+      for (std::size_t i : unit.parameters) deferred.push_back(parameters_[i]);
+      options_.materialize(deferred);
+    }
     auto tensor_options = unit.parameters.empty() ? torch::TensorOptions(torch::kFloat)
                                                   : parameters_[unit.parameters.front()].options();
     tensor_options = tensor_options.requires_grad(false);

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct ShardedOptions {
   /// two more units (Note [Gradient memory]).
   bool overlap = false;
   int data_parallel_size = 1;     ///< ranks whose gradients are averaged: the divisor
+  /// Gives the parameters of a unit that were built without values theirs, before the unit's flat
+  /// copy is made (Note [Deferred initialisation]); null: every parameter has its values.
+  std::function<void(const std::vector<torch::Tensor>&)> materialize;
 };
 
 /// The gradient sync, optimizer view and (stage 3) parameter gathering of a sharded run.

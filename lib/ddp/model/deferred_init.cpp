@@ -1,0 +1,94 @@
+#include "ddp/model/deferred_init.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <mutex>
+
+#include "ddp/model/rank_random.h"
+
+namespace ddp {
+namespace {
+
+thread_local DeferredInit* t_deferred = nullptr;
+
+bool has_storage(const torch::Tensor& t) { return t.numel() == 0 || t.storage().nbytes() > 0; }
+
+void free_storage(const torch::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
+}
+
+}  // namespace
+
+torch::Tensor default_generator_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_default_generator_state(const torch::Tensor& state) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+void init_as_linear(const torch::Tensor& weight, const torch::Tensor& bias) {
+  init_parameter(weight, [](torch::Tensor& w) { torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0)); });
+  if (!bias.defined()) return;
+  const double bound = 1 / std::sqrt(static_cast<double>(weight.size(1)));
+  init_parameter(bias, [bound](torch::Tensor& b) { torch::nn::init::uniform_(b, -bound, bound); });
+}
+
+DeferredBuild::DeferredBuild(DeferredInit& init) { t_deferred = &init; }
+
+DeferredBuild::~DeferredBuild() { t_deferred = nullptr; }
+
+bool deferring() { return t_deferred != nullptr; }
+
+void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fill) {
+  torch::NoGradGuard no_grad;
+  if (!t_deferred) {
+    torch::Tensor target = parameter;
+    fill(target);
+    return;
+  }
+  torch::Tensor state = default_generator_state();
+  // The draws a whole build makes here, into the parameter while it still has storage.
+  torch::Tensor scratch = has_storage(parameter) ? parameter : torch::empty(parameter.sizes(), parameter.options());
+  fill(scratch);
+  t_deferred->note(parameter, std::move(state), fill);
+}
+
+void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill) {
+  if (has_storage(tensor) && tensor.numel() > 0) free_storage(tensor);
+  entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill)};
+}
+
+bool DeferredInit::deferred(const torch::Tensor& tensor) const {
+  return entries_.count(tensor.unsafeGetTensorImpl()) > 0;
+}
+
+void DeferredInit::materialize(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  for (const auto& t : tensors) {
+    auto found = entries_.find(t.unsafeGetTensorImpl());
+    if (found == entries_.end()) continue;
+    Entry& entry = found->second;
+    torch::Tensor values = torch::empty(entry.tensor.sizes(), entry.tensor.options().requires_grad(false));
+    // The default generator is the process's: borrowed as a build borrows it (build_seeded's
+    // lock), at the state the fill began from, then given back as it was.
+    with_default_generator_at(entry.state, [&] { entry.fill(values); });
+    entry.tensor.set_data(values);
+    entries_.erase(found);
+  }
+}
+
+void DeferredInit::materialize_all() {
+  std::vector<torch::Tensor> all;
+  for (const auto& [impl, entry] : entries_) all.push_back(entry.tensor);
+  materialize(all);
+}
+
+}  // namespace ddp

@@ -1,0 +1,82 @@
+#pragma once
+// Parameters built without their values, which each rank gives only to those it holds (Note
+// [Deferred initialisation]).
+
+#include <ATen/core/Tensor.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+namespace ddp {
+
+// Note [Deferred initialisation]
+// Under dist.shard parameters no rank should hold the whole model, yet every rank must start from
+// the weights a whole build draws under the seed (the replicated run's, nanoGPT's). A model's
+// constructor therefore fills each parameter through init_parameter(). In a whole build that fills
+// it. In a deferred build (a DeferredBuild on this thread) it notes the CPU generator's state and
+// the fill, draws the same numbers into the tensor, so that every later draw is a whole build's,
+// and frees the tensor's storage: the model keeps every parameter's shape and holds one at a time.
+// materialize() later gives a parameter its values by running its fill again from the noted state,
+// as the sharding engine does unit by unit (torchtitan builds on the meta device and initialises
+// each rank's shards; LibTorch 1.13 has no such device for nn modules, hence the replay).
+// A parameter filled twice (a layer's default draws, then the family's own initialisation) keeps
+// the last fill; the first still draws, as in a whole build.
+
+/// What a deferred build noted for each parameter, and its replay.
+class DeferredInit {
+ public:
+  /// Writes a parameter's values into the tensor it is given (same shape and dtype), drawing from
+  /// LibTorch's default CPU generator as nn::init does.
+  using Fill = std::function<void(torch::Tensor&)>;
+
+  /// Gives each still-deferred tensor of `tensors` its values (others are left as they are).
+  void materialize(const std::vector<torch::Tensor>& tensors);
+  /// Gives every deferred tensor its values.
+  void materialize_all();
+  /// Whether `tensor` waits for its values.
+  bool deferred(const torch::Tensor& tensor) const;
+  /// How many tensors wait for their values.
+  std::size_t pending() const { return entries_.size(); }
+
+  /// For init_parameter: `tensor` (storage freed) takes `fill` from generator state `state`.
+  void note(const torch::Tensor& tensor, torch::Tensor state, Fill fill);
+
+ private:
+  struct Entry {
+    torch::Tensor tensor;  // the model's parameter, without storage until materialised
+    torch::Tensor state;   // the default CPU generator's state before the fill
+    Fill fill;
+  };
+  std::unordered_map<const c10::TensorImpl*, Entry> entries_;
+};
+
+/// While it lives, init_parameter() on this thread defers into `init` (Note [Deferred
+/// initialisation]); the build must run inside build_seeded, which holds the generator.
+class DeferredBuild {
+ public:
+  explicit DeferredBuild(DeferredInit& init);
+  ~DeferredBuild();
+  DeferredBuild(const DeferredBuild&) = delete;
+  DeferredBuild& operator=(const DeferredBuild&) = delete;
+};
+
+/// Whether this thread builds a model deferred.
+bool deferring();
+
+/// Fills `parameter` (no gradient recorded): now, or noted for later in a deferred build, where its
+/// storage is then freed. A parameter without storage already (filled once before) draws into a
+/// scratch tensor.
+void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fill);
+
+/// Fills a Linear's `weight` [out, in] and `bias` (undefined: none) through init_parameter, drawing
+/// as LinearImpl::reset_parameters does.
+void init_as_linear(const torch::Tensor& weight, const torch::Tensor& bias);
+
+/// LibTorch's default CPU generator's state, and setting it: for a layer that let LibTorch draw its
+/// parameters and now fills them again through init_parameter() from where those draws began.
+torch::Tensor default_generator_state();
+void set_default_generator_state(const torch::Tensor& state);
+
+}  // namespace ddp
