@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/model/deferred_init.h"
 #include "ddp/parallel/sharded_blocks.h"
 #include "ddp/parallel/sharded_data_parallel.h"
 #include "support/three_layers.h"
@@ -74,10 +75,29 @@ struct RankResult {
   std::string error;
   int64_t at_rest_bytes = -1;  // parameter bytes held between steps
   std::vector<torch::Tensor> whole;  // the parameters, gathered, after training
+  std::size_t stored_before = 0;  // built deferred: parameters with storage before the engine
+  std::size_t pending_after = 0;  // built deferred: parameters still without values after it
+  int64_t gathered_bytes = -1;    // parameter bytes held once gathered for model.pt
 };
 
+// The three layers built deferred (Note [Deferred initialisation]): shapes without storage, each
+// filled with its values when the engine materialises its unit.
+std::vector<torch::Tensor> deferred_three_layers(ddp::DeferredInit& deferred) {
+  std::vector<torch::Tensor> parameters;
+  ddp::DeferredBuild scope(deferred);
+  for (const auto& values : make_three_layer_parameters()) {
+    auto p = torch::empty_like(values).requires_grad_(values.requires_grad());
+    ddp::init_parameter(p, [values](torch::Tensor& t) { t.copy_(values); });
+    parameters.push_back(p);
+  }
+  return parameters;
+}
+
 // Trains on `kWorld` threads: shard groups of `shard_size` consecutive ranks, replicated across them.
-std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size) {
+// `deferred`: the layers built deferred; `writer_only`: gathered for model.pt on rank 0 alone, the
+// others taking part a unit at a time.
+std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size, bool deferred = false,
+                                      bool writer_only = false) {
   ddp::test::TempDir stores;
   const int replicas = kWorld / shard_size;
   // Each group meets through a FileStore of its own.
@@ -96,15 +116,22 @@ std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size) {
                                                           stores.file("shard" + std::to_string(r / shard_size)));
         auto replicate_group = ddp::test::connect_thread_rank(r / shard_size, replicas,
                                                               stores.file("replicate" + std::to_string(r % shard_size)));
-        auto parameters = make_three_layer_parameters();
+        ddp::DeferredInit deferred_init;
+        auto parameters = deferred ? deferred_three_layers(deferred_init) : make_three_layer_parameters();
+        for (const auto& p : parameters) results[r].stored_before += p.storage().nbytes() > 0 ? 1 : 0;
         ddp::ShardedOptions options;
         options.shard_parameters = shard_parameters;
         options.data_parallel_size = kWorld;
+        if (deferred)
+          options.materialize = [&deferred_init](const std::vector<torch::Tensor>& unit) {
+            deferred_init.materialize(unit);
+          };
         auto blocks = blocks_of(parameters);
         ddp::ShardedBlocks sharded_blocks(blocks, {});  // its units: each layer's (weight, bias)
         ShardedDataParallel engine(parameters, {{}, {0, 1}, {2, 3}, {4, 5}}, shard_group, replicate_group, world,
                                    options, nullptr);
         sharded_blocks.attach(engine);
+        results[r].pending_after = deferred_init.pending();
         torch::optim::SGD optimizer(engine.pieces(), sgd());
         for (int step = 0; step < kSteps; ++step) {
           auto [x, y] = samples(r, step);
@@ -116,8 +143,11 @@ std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size) {
           engine.zero_grad();
         }
         results[r].at_rest_bytes = engine.parameter_bytes();
-        if (shard_parameters) engine.gather_parameters();
-        for (const auto& p : parameters) results[r].whole.push_back(p.detach().clone());
+        const bool keep = !writer_only || r == 0;
+        if (shard_parameters) engine.gather_parameters(keep);
+        results[r].gathered_bytes = engine.parameter_bytes();
+        if (keep)
+          for (const auto& p : parameters) results[r].whole.push_back(p.detach().clone());
         if (shard_parameters) engine.release_parameters();
       } catch (const std::exception& e) {
         results[r].error = e.what();
@@ -164,6 +194,27 @@ TEST_CASE("ZeRO-2, ZeRO-3 and HSDP in-process: four ranks on their own samples t
           CHECK(results[r].at_rest_bytes == whole_bytes());  // ZeRO-2 keeps whole parameters
         }
       }
+    }
+  }
+}
+
+TEST_CASE("ZeRO-3 over layers built deferred gives each unit its values as it flattens it and trains to one "
+          "process's weights, and gathered for model.pt's writer alone no other rank holds more than its shards",
+          "[parallel][zero][deferred]") {
+  const auto expected = reference_after(kSteps);
+  auto results = train_sharded(/*shard_parameters=*/true, kWorld, /*deferred=*/true, /*writer_only=*/true);
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r);
+    REQUIRE(results[r].error == "");
+    CHECK(results[r].stored_before == 0);  // no layer had values before the engine
+    CHECK(results[r].pending_after == 0);  // every one has them after
+    if (r == 0) {
+      CHECK(results[r].gathered_bytes >= whole_bytes());
+      REQUIRE(results[r].whole.size() == expected.size());
+      for (std::size_t i = 0; i < expected.size(); ++i) CHECK(torch::allclose(results[r].whole[i], expected[i], 1e-5, 1e-6));
+    } else {
+      CHECK(results[r].gathered_bytes == results[r].at_rest_bytes);  // its shards, nothing gathered kept
+      CHECK(results[r].whole.empty());
     }
   }
 }

@@ -249,8 +249,9 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(std::size_t* restored_only) c
   return saved_ranges(placements_, restored_only);
 }
 
-void ParallelPlan::gather_parameters() const {
-  if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
+void ParallelPlan::gather_parameters(bool keep) const {
+  // the stage's own, whole
+  if (auto* engine = parameter_shards()) engine->gather_parameters(keep || tensor_ || stage_);
   if (tensor_) tensor_->materialize();  // the stage's own whole, then every stage's from its own
   if (stage_) stage_->materialize();
 }

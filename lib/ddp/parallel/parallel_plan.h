@@ -113,8 +113,11 @@ class ParallelPlan {
 
   /// dist.shard parameters: the engine the model's unit hooks call; null otherwise.
   ShardedDataParallel* parameter_shards() const { return shard_ == "parameters" ? sharded_ : nullptr; }
-  /// Every parameter whole in the model (dist.shard parameters gathers them) until release_parameters().
-  void gather_parameters() const;
+  /// Every parameter whole in the model (dist.shard parameters gathers them) until release_parameters(),
+  /// for model.pt: on every rank, or with `keep` false (a rank that does not write it) taking part in
+  /// the gathers while holding one unit at a time, where neither stages nor tensor parallelism need
+  /// the whole on every rank.
+  void gather_parameters(bool keep = true) const;
   /// Frees what gather_parameters() or an evaluation gathered (dist.shard parameters).
   void release_parameters() const;
   /// Every parameter of the layers this rank runs whole (dist.shard parameters gathers them; a

@@ -76,8 +76,9 @@ class ShardedDataParallel final : public GradientSync {
   torch::Tensor after_unit(std::size_t unit, torch::Tensor output);
 
   /// Stage 3: every parameter whole, and kept so by forwards, until release_parameters() (model.pt,
-  /// checkpoints, resume, evaluation).
-  void gather_parameters();
+  /// checkpoints, resume, evaluation). With `keep` false each unit is freed once gathered: this rank
+  /// takes part in the collectives for another that keeps them.
+  void gather_parameters(bool keep = true);
   /// Stage 3: frees whatever is gathered.
   void release_parameters();
 
