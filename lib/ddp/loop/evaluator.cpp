@@ -67,8 +67,10 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
           break;
         }
       }
-      if (start >= end) {  // lockstep, past this rank's share: an empty batch keeps the others company
-        metrics(task.make_batch(Split::kEval, torch::empty({0}, torch::kLong)).to(everyone.device));
+      if (start >= end) {  // lockstep, past this rank's share: one sample's forward, uncounted, keeps the
+        // others company (not an empty batch, which some forwards cannot reshape)
+        const int64_t filler = begin < end ? begin * size / planned : 0;
+        metrics(task.make_batch(Split::kEval, torch::full({1}, filler, torch::kLong)).to(everyone.device));
         continue;
       }
       auto positions = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);

@@ -36,8 +36,9 @@ struct EvalHooks {
 
 /// Runs the task's model in eval mode over this rank's shard, eval.batch_size samples at a time,
 /// and all-reduces the sums. `lockstep`: the model's forward communicates over `comm` (sharded
-/// tables), so every rank runs as many forwards as the rank with the most batches (empty ones past
-/// its share), and a stop request stops them all before the same batch.
+/// tables, parameters gathered block by block), so every rank runs as many forwards as the rank with
+/// the most batches (past its share, one sample's, uncounted), and a stop request stops them all
+/// before the same batch.
 EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& comm, const EvalHooks& hooks = {},
                     bool lockstep = false);
 

@@ -246,7 +246,8 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   else
     parallel->step =
         std::make_unique<PlainStep>(task, plan.data_parallel(), plan.world(), config.train.precision == "bf16",
-                                    collectives, parallel->tables && parallel->tables->forward_communicates(),
+                                    collectives,
+                                    plan.forward_gathers() || (parallel->tables && parallel->tables->forward_communicates()),
                                     counts_samples);
   return parallel;
 }

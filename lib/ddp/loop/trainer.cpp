@@ -363,8 +363,8 @@ void Trainer::save_checkpoint() {
 void Trainer::run_eval() {
   recorder_->eval_begins(progress_);
   plan_->share_buffers();
-  // Ranks' eval batches differ in count, and a forward that gathered parameters block by block
-  // would wait for ranks with none left: whatever this rank's layers need is gathered once.
+  // Ranks' eval batches differ in count: a forward that gathers parameters block by block runs in
+  // lockstep (ParallelPlan::forward_gathers); otherwise what this rank's layers need is gathered once.
   plan_->gather_local_parameters();
   EvalHooks hooks;
   hooks.batch_done = [this](int64_t done, int64_t total) { recorder_->eval_progress(progress_, done, total); };

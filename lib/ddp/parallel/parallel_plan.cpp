@@ -257,6 +257,7 @@ void ParallelPlan::gather_parameters(bool keep) const {
 }
 
 void ParallelPlan::gather_local_parameters() const {
+  if (forward_gathers()) return;
   if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
 }
 

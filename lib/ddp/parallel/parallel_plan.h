@@ -121,8 +121,13 @@ class ParallelPlan {
   /// Frees what gather_parameters() or an evaluation gathered (dist.shard parameters).
   void release_parameters() const;
   /// Every parameter of the layers this rank runs whole (dist.shard parameters gathers them; a
-  /// pipeline stage's own), for an evaluation, until release_parameters().
+  /// pipeline stage's own), for an evaluation, until release_parameters(); nothing where the
+  /// forward gathers block by block (forward_gathers()).
   void gather_local_parameters() const;
+  /// Whether each forward gathers its blocks' parameters over the shard group (dist.shard
+  /// parameters, without stages): an evaluation then runs every rank's forwards in lockstep instead
+  /// of holding the model whole.
+  bool forward_gathers() const { return parameter_shards() != nullptr && !stage_; }
   /// After a sharded checkpoint was restored into the owned ranges and `optimizer`: what the ranges
   /// left out follows (pipeline stages: a tied weight and its state, from its first stage).
   void after_restore(torch::optim::Optimizer& optimizer) const;
