@@ -413,18 +413,20 @@ def sharding(work):
         state = next(r for r in records if "optimizer_state_mib_max" in r)
         peak = next(r for r in records if "peak_rss_mib_max" in r)
         memory[mode] = {"state": state["parameter_mib_max"] + state["gradient_mib_max"] + state["optimizer_state_mib_max"],
-                        "unit": state.get("gathered_unit_mib", 0), "rss": peak["peak_rss_mib_max"]}
+                        "unit": state.get("gathered_unit_mib", 0), "rss": peak["peak_rss_mib_max"],
+                        "others": max(peak[f"peak_rss_mib_rank{r}"] for r in range(1, 4))}
     whole = memory["none"]["state"]
     print(f"dist.shard at world 4: nanoGPT's shape, {BIG_GPT['n_layer']} blocks of width {BIG_GPT['n_embd']} "
           f"(57M parameters), AdamW in float32, {BIG_GPT_STEPS} steps of batch 2 × {BIG_GPT['block_size']} tokens "
           f"per rank, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}\n")
     print("| dist.shard | parameters + gradients + optimizer state MiB per rank | ÷ replicated | with the largest "
-          "gathered unit | peak RSS MiB per rank |")
-    print("|---|---:|---:|---:|---:|")
+          "gathered unit | peak RSS MiB per rank | of ranks 1–3 (not model.pt's writer) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for mode in SHARD_MODES:
         m = memory[mode]
         gathered = f"{(m['state'] + m['unit']) / whole:.3f} ({m['unit']:.0f} MiB unit)" if m["unit"] else ""
-        print(f"| {mode} | {m['state']:.0f} | {m['state'] / whole:.3f} | {gathered} | {m['rss']:.0f} |", flush=True)
+        print(f"| {mode} | {m['state']:.0f} | {m['state'] / whole:.3f} | {gathered} | {m['rss']:.0f} | {m['others']:.0f} |",
+              flush=True)
     print()
     sets = [*data, f"train.batch_size={GPT_BATCH}", *shape(GPT_SHAPE)]
     speed = {mode: best([finish_run(*start_run(work, f"gpt-{mode}-{i}", 2, None, [*sets, f"dist.shard={mode}"],
