@@ -85,6 +85,13 @@ TEST_CASE("a build is whole without a seed, with model.init_from, and for a fami
   context.seed = 3;
   CHECK(ddp::make_model(family("mlp"), context)->deferred_init() != nullptr);
   CHECK(ddp::make_model(family("convnet"), context)->deferred_init() == nullptr);
+  // A parameter a pass freed (another stage's layer) gets no values: no fill runs on its no elements.
+  auto staged = ddp::make_model(family("mlp"), context);
+  REQUIRE(staged->deferred_init() != nullptr);
+  for (auto& p : staged->parameters()) p.set_data(torch::empty({0}));
+  staged->deferred_init()->materialize_all();
+  CHECK(staged->deferred_init()->pending() == 0);
+  CHECK(staged->parameters().front().numel() == 0);
   // The file gives the values: nothing to replay.
   ddp::test::TempDir dir;
   auto saved = ddp::make_model(family("mlp"));

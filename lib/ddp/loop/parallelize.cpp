@@ -128,7 +128,9 @@ ParallelModel::~ParallelModel() {
 bool pass_makes_tables(const TrainConfig& config) { return config.model.embedding_sharding != "replicate"; }
 
 bool pass_builds_parameters(const TrainConfig& config, const torch::Device& device) {
-  return config.mesh.shard == "parameters" && config.mesh.pipeline == 1 && config.mesh.tensor == 1 && device.is_cpu();
+  // Where a pass keeps part of the model: sharded parameters, a stage's layers, a layer's slice.
+  const bool part = config.mesh.shard == "parameters" || config.mesh.pipeline > 1 || config.mesh.tensor > 1;
+  return part && device.is_cpu();
 }
 
 std::vector<torch::Tensor> optimizer_parameters(const ParallelModel& parallel, ParallelPlan& plan) {
@@ -150,6 +152,13 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   std::vector<torch::Tensor> weights;
   for (const auto& t : tables) weights.push_back(t.weight);
   parallel->parameters = plan.prepare_model(task.model(), sharded_tables ? weights : std::vector<torch::Tensor>{});
+  // A deferred build's parameters get their values from the pass that keeps them: the tensor pass
+  // one layer at a time before slicing, the sharding engine unit by unit; what neither keeps (a
+  // stage's own, replicated ones) whole before the gradient sync (Note [Deferred initialisation]).
+  auto* built = dynamic_cast<Model*>(&task.model());
+  DeferredInit* deferred = built ? built->deferred_init() : nullptr;
+  std::function<void(const std::vector<torch::Tensor>&)> materialize;
+  if (deferred) materialize = [deferred](const std::vector<torch::Tensor>& tensors) { deferred->materialize(tensors); };
   parallel->layout = plan.mesh().describe() + ", dist.shard " + config.mesh.shard;
   if (config.model.activation_checkpointing != "none") {  // pass 0
     auto blocks = blocks_of(task.model(), "model.activation_checkpointing: model.name " + config.model.name +
@@ -179,7 +188,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
                                   .front()
                                   .parameters;
     plan.split_tensors(task.model(), tensor_plan(config.model, config.mesh), parallel->parameters,
-                       sequence);
+                       sequence, materialize);
     const TensorShards& shards = *plan.tensor_shards();
     if (sequence.on)
       dynamic_cast<Model&>(task.model()).wrap_blocks([&shards](std::size_t index, ModelBlock& block) {
@@ -210,14 +219,10 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     units = parallel->blocks->units();
   }
 
-  // Pass 3 gives a deferred build's parameters their values unit by unit (Note [Deferred
-  // initialisation]); whatever no unit held gets them after.
-  auto* built = dynamic_cast<Model*>(&task.model());
-  DeferredInit* deferred = built ? built->deferred_init() : nullptr;
-  std::function<void(const std::vector<torch::Tensor>&)> materialize;
-  if (deferred) materialize = [deferred](const std::vector<torch::Tensor>& tensors) { deferred->materialize(tensors); };
+  const bool engine_materializes = config.mesh.shard == "parameters" || config.mesh.shard == "gradients";
+  if (deferred && !engine_materializes) deferred->materialize_all();
   parallel->gradient_sync = plan.make_gradient_sync(parallel->parameters, &side_values, units, materialize);
-  if (deferred) deferred->materialize_all();
+  if (deferred) deferred->materialize_all();  // what no unit held, if anything
   if (parallel->blocks) {
     parallel->blocks->attach(*plan.parameter_shards());
     if (stage) {

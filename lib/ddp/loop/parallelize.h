@@ -45,9 +45,10 @@ struct ParallelModel {
 /// that the model is built with them deferred (ModelContext::defer_tables).
 bool pass_makes_tables(const TrainConfig& config);
 
-/// Whether a pass gives each rank's parameters their values (dist.shard parameters, neither stages
-/// nor tensor parallelism, on the CPU), so that the model is built with them deferred
-/// (ModelContext::defer_parameters, Note [Deferred initialisation]).
+/// Whether a pass keeps part of the model on each rank (dist.shard parameters, pipeline stages,
+/// tensor parallelism; on the CPU), so that the model is built with its parameters deferred and each
+/// rank gives values only to those it keeps (ModelContext::defer_parameters, Note [Deferred
+/// initialisation]).
 bool pass_builds_parameters(const TrainConfig& config, const torch::Device& device);
 
 /// The parameters the optimizer steps: the plan's (ParallelPlan::optimizer_parameters) but the

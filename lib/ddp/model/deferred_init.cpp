@@ -76,6 +76,10 @@ void DeferredInit::materialize(const std::vector<torch::Tensor>& tensors) {
     auto found = entries_.find(t.unsafeGetTensorImpl());
     if (found == entries_.end()) continue;
     Entry& entry = found->second;
+    if (entry.tensor.numel() == 0) {  // a pass freed it (another stage's layer): no values to give
+      entries_.erase(found);
+      continue;
+    }
     torch::Tensor values = torch::empty(entry.tensor.sizes(), entry.tensor.options().requires_grad(false));
     // The default generator is the process's: borrowed as a build borrows it (build_seeded's
     // lock), at the state the fill began from, then given back as it was.

@@ -172,8 +172,10 @@ void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
 }
 
 void ParallelPlan::split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
-                                 const std::vector<torch::Tensor>& parameters, SequenceParallel sequence) {
-  tensor_ = std::make_unique<TensorShards>(model, plan, parameters, group(MeshDim::kTensor), std::move(sequence));
+                                 const std::vector<torch::Tensor>& parameters, SequenceParallel sequence,
+                                 const std::function<void(const std::vector<torch::Tensor>&)>& materialize) {
+  tensor_ = std::make_unique<TensorShards>(model, plan, parameters, group(MeshDim::kTensor), std::move(sequence),
+                                           materialize);
 }
 
 void ParallelPlan::finish_gradients(ValueSlots& side_values) const {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -66,7 +67,8 @@ class ParallelPlan {
   /// Tensor parallelism, after prepare_model: `model`'s layers that `plan` names split over the
   /// tensor group (Note [Tensor parallelism]); `parameters` from prepare_model. Every rank calls it.
   void split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
-                     const std::vector<torch::Tensor>& parameters, SequenceParallel sequence = {});
+                     const std::vector<torch::Tensor>& parameters, SequenceParallel sequence = {},
+                     const std::function<void(const std::vector<torch::Tensor>&)>& materialize = {});
   /// Tensor parallelism: the split layers (null without it).
   const TensorShards* tensor_shards() const { return tensor_.get(); }
   /// After the gradient sync: what else the gradients need before clipping (tied weights summed

@@ -60,7 +60,8 @@ bool path_matches(const std::string& pattern, const std::string& path) {
 
 TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                            const std::vector<torch::Tensor>& parameters, const Communicator& group,
-                           SequenceParallel sequence)
+                           SequenceParallel sequence,
+                           const std::function<void(const std::vector<torch::Tensor>&)>& materialize)
     : group_(group),
       parameters_(parameters),
       boxes_(parameters.size()),
@@ -98,6 +99,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
         throw ConfigError("dist.tensor: " + what + " is tied to a layer split another way");
       return;
     }
+    if (materialize) materialize({p});  // whole for a moment, then this rank's slice alone
     std::vector<torch::Tensor> slices;
     for (const auto& piece : p.detach().chunk(fused, dim)) slices.push_back(tensor_slice(piece, dim, rank, parts));
     p.set_data(torch::cat(slices, dim).contiguous());
