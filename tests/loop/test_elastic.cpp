@@ -90,20 +90,17 @@ struct ElasticJob {
     fs::create_directories(dir.file("tmp"));
     expected = reference(dir);
   }
-  // Shell: starts node `name` in the background, its pid in $`pid`.
+  // Shell: starts node `name` in the background, its pid in $`pid`. Rank 0 is slowed by 8 ms a step
+  // (DDPRUN_TEST_STEP_DELAY), so that the 820 steps after step 200 last over 6 s: whatever a test
+  // does to a node then (a join, SIGKILL, SIGSTOP, SIGTERM) is seen mid-run, not as the job ends. CI
+  // saw both a join and a stopped store host, on a loaded machine, land in the job's last steps.
   std::string start(const std::string& name, const std::string& pid, const std::string& extra = "") const {
-    return node(dir, port, name, training(out), extra) + " & " + pid + "=$!; ";
+    return "DDPRUN_TEST_STEP_DELAY=0:8 " + node(dir, port, name, training(out), extra) + " & " + pid + "=$!; ";
   }
   // Shell: nodes a (first: it hosts the store, so it is node 0 of every round), b and c, until step 200 is saved.
   std::string three_running() const {
     return start("a", "A") + "sleep 1.5; " + start("b", "B") + start("c", "C") +
            wait_for(out + "/checkpoints/step_0000000200.json");
-  }
-  // Shell: as start, rank 0 slowed by 8 ms a step (DDPRUN_TEST_STEP_DELAY), so that the 820 steps after
-  // step 200 last over 6 s: a node that joins then comes mid-run, not as the job ends (CI saw a
-  // join, 1.5 s after step 200 on a loaded machine, land in the job's last steps).
-  std::string start_slowed(const std::string& name, const std::string& pid) const {
-    return "DDPRUN_TEST_STEP_DELAY=0:8 " + start(name, pid);
   }
   std::string log(const std::string& name) const { return read_file(dir.file(name + ".log")); }
   double difference() const { return max_difference(load_weights(out + "/model.pt"), expected); }
@@ -292,7 +289,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s on a mach
 TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the next round, and the job ends with "
           "the uninterrupted run's weights", "[elastic][slow]") {
   ElasticJob job;
-  auto r = run_shell(job.start_slowed("a", "A") + "sleep 1.5; " + job.start_slowed("b", "B") +
+  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") + job.start("c", "C") +
                          "wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
                      std::chrono::seconds(240));
@@ -318,7 +315,7 @@ TEST_CASE("elastic: a node that joins with another config, or with workers that 
   ElasticJob job;
   // Node c: another optim.lr. Node d, once c is gone: 3 workers, a world of 5 that cannot share
   // train.global_batch_size 12.
-  auto r = run_shell(job.start_slowed("a", "A") + "sleep 1.5; " + job.start_slowed("b", "B") +
+  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") +
                          node(job.dir, job.port, "c", training(job.out) + " --set optim.lr=0.5") + " & C=$!; " +
                          "wait $C; SC=$?; " + job.start("d", "D", "--nproc-per-node 3") +

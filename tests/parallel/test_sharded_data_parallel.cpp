@@ -93,11 +93,19 @@ std::vector<torch::Tensor> deferred_three_layers(ddp::DeferredInit& deferred) {
   return parameters;
 }
 
-// Trains on `kWorld` threads: shard groups of `shard_size` consecutive ranks, replicated across them.
-// `deferred`: the layers built deferred; `writer_only`: gathered for model.pt on rank 0 alone, the
-// others taking part a unit at a time.
-std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size, bool deferred = false,
-                                      bool writer_only = false) {
+// How train_sharded runs.
+struct Layout {
+  bool shard_parameters = false;  // ZeRO-3, else ZeRO-2
+  int shard_size = kWorld;        // consecutive ranks per shard group, replicated across them
+  bool deferred = false;          // the layers built deferred
+  bool writer_only = false;       // gathered for model.pt on rank 0 alone, the others taking part
+};
+
+// Trains on `kWorld` threads as `layout` says.
+std::vector<RankResult> train_sharded(const Layout& layout) {
+  const bool shard_parameters = layout.shard_parameters, deferred = layout.deferred,
+             writer_only = layout.writer_only;
+  const int shard_size = layout.shard_size;
   ddp::test::TempDir stores;
   const int replicas = kWorld / shard_size;
   // Each group meets through a FileStore of its own.
@@ -144,7 +152,8 @@ std::vector<RankResult> train_sharded(bool shard_parameters, int shard_size, boo
         }
         results[r].at_rest_bytes = engine.parameter_bytes();
         const bool keep = !writer_only || r == 0;
-        if (shard_parameters) engine.gather_parameters(keep);
+        if (shard_parameters && keep) engine.gather_parameters();
+        if (shard_parameters && !keep) engine.take_part_in_gather();
         results[r].gathered_bytes = engine.parameter_bytes();
         if (keep)
           for (const auto& p : parameters) results[r].whole.push_back(p.detach().clone());
@@ -169,14 +178,16 @@ TEST_CASE("ZeRO-2, ZeRO-3 and HSDP in-process: four ranks on their own samples t
           "all of them, and ZeRO-3 keeps only its shards between steps",
           "[parallel][zero]") {
   const auto expected = reference_after(kSteps);
-  struct Layout {
+  struct Named {
     const char* name;
-    bool shard_parameters;
-    int shard_size;
+    Layout layout;
   };
-  for (auto layout : {Layout{"ZeRO-2", false, 4}, Layout{"ZeRO-3", true, 4}, Layout{"HSDP: ZeRO-3 in pairs, replicated twice", true, 2}}) {
-    DYNAMIC_SECTION(layout.name) {
-      auto results = train_sharded(layout.shard_parameters, layout.shard_size);
+  for (const auto& [name, layout] : {Named{"ZeRO-2", {.shard_parameters = false, .shard_size = 4}},
+                                     Named{"ZeRO-3", {.shard_parameters = true, .shard_size = 4}},
+                                     Named{"HSDP: ZeRO-3 in pairs, replicated twice",
+                                           {.shard_parameters = true, .shard_size = 2}}}) {
+    DYNAMIC_SECTION(name) {
+      auto results = train_sharded(layout);
       for (int r = 0; r < kWorld; ++r) {
         INFO("rank " << r);
         REQUIRE(results[r].error == "");
@@ -202,7 +213,7 @@ TEST_CASE("ZeRO-3 over layers built deferred gives each unit its values as it fl
           "process's weights, and gathered for model.pt's writer alone no other rank holds more than its shards",
           "[parallel][zero][deferred]") {
   const auto expected = reference_after(kSteps);
-  auto results = train_sharded(/*shard_parameters=*/true, kWorld, /*deferred=*/true, /*writer_only=*/true);
+  auto results = train_sharded({.shard_parameters = true, .deferred = true, .writer_only = true});
   for (int r = 0; r < kWorld; ++r) {
     INFO("rank " << r);
     REQUIRE(results[r].error == "");

@@ -128,7 +128,8 @@ ParallelModel::~ParallelModel() {
 bool pass_makes_tables(const TrainConfig& config) { return config.model.embedding_sharding != "replicate"; }
 
 bool pass_builds_parameters(const TrainConfig& config, const torch::Device& device) {
-  // Where a pass keeps part of the model: sharded parameters, a stage's layers, a layer's slice.
+  // Where a pass keeps part of the model: sharded parameters, a stage's layers, a layer's slice. On
+  // the CPU only: a CUDA model is copied to its device right after its build, values and all.
   const bool part = config.mesh.shard == "parameters" || config.mesh.pipeline > 1 || config.mesh.tensor > 1;
   return part && device.is_cpu();
 }
@@ -153,11 +154,11 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   for (const auto& t : tables) weights.push_back(t.weight);
   parallel->parameters = plan.prepare_model(task.model(), sharded_tables ? weights : std::vector<torch::Tensor>{});
   // A deferred build's parameters get their values from the pass that keeps them: the tensor pass
-  // one layer at a time before slicing, the sharding engine unit by unit; what neither keeps (a
-  // stage's own, replicated ones) whole before the gradient sync (Note [Deferred initialisation]).
+  // one layer at a time before slicing, the sharding engine unit by unit, the all-reduce the rest
+  // (a stage's own) whole (Note [Deferred initialisation]).
   auto* built = dynamic_cast<Model*>(&task.model());
   DeferredInit* deferred = built ? built->deferred_init() : nullptr;
-  std::function<void(const std::vector<torch::Tensor>&)> materialize;
+  DeferredInit::Materialize materialize;
   if (deferred) materialize = [deferred](const std::vector<torch::Tensor>& tensors) { deferred->materialize(tensors); };
   parallel->layout = plan.mesh().describe() + ", dist.shard " + config.mesh.shard;
   if (config.model.activation_checkpointing != "none") {  // pass 0
@@ -219,10 +220,8 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     units = parallel->blocks->units();
   }
 
-  const bool engine_materializes = config.mesh.shard == "parameters" || config.mesh.shard == "gradients";
-  if (deferred && !engine_materializes) deferred->materialize_all();
   parallel->gradient_sync = plan.make_gradient_sync(parallel->parameters, &side_values, units, materialize);
-  if (deferred) deferred->materialize_all();  // what no unit held, if anything
+  if (deferred) deferred->materialize_all();  // what no pass kept, if anything (a frozen parameter)
   if (parallel->blocks) {
     parallel->blocks->attach(*plan.parameter_shards());
     if (stage) {

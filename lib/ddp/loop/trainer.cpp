@@ -338,7 +338,7 @@ void Trainer::finish() {
     measured.insert(measured.begin(), {"step", static_cast<double>(progress_.step)});
     recorder_->write_metrics(measured);
   }
-  plan_->gather_parameters(/*keep=*/plan_->writes_checkpoints());  // only model.pt's writer holds it whole
+  plan_->gather_parameters_for_writer();  // only model.pt's writer holds the model whole
   if (parallel_->tables) parallel_->tables->gather_whole(0, output_dir_of(config_.run));
   if (plan_->writes_checkpoints()) task_->save_model(output_dir_of(config_.run));
   if (parallel_->tables) parallel_->tables->release();

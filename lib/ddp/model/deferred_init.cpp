@@ -12,15 +12,15 @@ namespace {
 
 thread_local DeferredInit* t_deferred = nullptr;
 
-bool has_storage(const torch::Tensor& t) { return t.numel() == 0 || t.storage().nbytes() > 0; }
+}  // namespace
+
+bool has_values(const torch::Tensor& t) { return t.numel() == 0 || t.storage().nbytes() > 0; }
 
 void free_storage(const torch::Tensor& t) {
   c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
   storage->set_nbytes(0);
 }
-
-}  // namespace
 
 torch::Tensor default_generator_state() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -56,13 +56,13 @@ void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fi
   }
   torch::Tensor state = default_generator_state();
   // The draws a whole build makes here, into the parameter while it still has storage.
-  torch::Tensor scratch = has_storage(parameter) ? parameter : torch::empty(parameter.sizes(), parameter.options());
+  torch::Tensor scratch = has_values(parameter) ? parameter : torch::empty(parameter.sizes(), parameter.options());
   fill(scratch);
   t_deferred->note(parameter, std::move(state), fill);
 }
 
 void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill) {
-  if (has_storage(tensor) && tensor.numel() > 0) free_storage(tensor);
+  if (tensor.numel() > 0 && has_values(tensor)) free_storage(tensor);
   entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill)};
 }
 

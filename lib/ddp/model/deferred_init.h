@@ -12,15 +12,20 @@
 namespace ddp {
 
 // Note [Deferred initialisation]
-// Under dist.shard parameters no rank should hold the whole model, yet every rank must start from
-// the weights a whole build draws under the seed (the replicated run's, nanoGPT's). A model's
+// Where a pass keeps part of the model on each rank (dist.shard parameters, pipeline stages, tensor
+// parallelism) no rank should hold the whole model, yet every rank must start from the weights a
+// whole build draws under the seed (the replicated run's, nanoGPT's). A model's
 // constructor therefore fills each parameter through init_parameter(). In a whole build that fills
 // it. In a deferred build (a DeferredBuild on this thread) it notes the CPU generator's state and
 // the fill, draws the same numbers into the tensor, so that every later draw is a whole build's,
 // and frees the tensor's storage: the model keeps every parameter's shape and holds one at a time.
 // materialize() later gives a parameter its values by running its fill again from the noted state,
-// as the sharding engine does unit by unit (torchtitan builds on the meta device and initialises
-// each rank's shards; LibTorch 1.13 has no such device for nn modules, hence the replay).
+// and each pass calls it for what it keeps (Note [Passes]): the tensor pass a layer at a time before
+// slicing it, the sharding engine unit by unit, a stage its own layers; a parameter a pass freed
+// gets none. torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
+// has no such device for nn modules, hence the replay. Reading a parameter before its pass gave it
+// values would read no memory at all: only the CPU builds deferred (a CUDA model is copied to its
+// device right after the build, ParallelModel's passes later).
 // A parameter filled twice (a layer's default draws, then the family's own initialisation) keeps
 // the last fill; the first still draws, as in a whole build.
 
@@ -30,6 +35,8 @@ class DeferredInit {
   /// Writes a parameter's values into the tensor it is given (same shape and dtype), drawing from
   /// LibTorch's default CPU generator as nn::init does.
   using Fill = std::function<void(torch::Tensor&)>;
+  /// What a pass calls to give the tensors it keeps their values (materialize(), bound).
+  using Materialize = std::function<void(const std::vector<torch::Tensor>&)>;
 
   /// Gives each still-deferred tensor of `tensors` its values (others are left as they are).
   void materialize(const std::vector<torch::Tensor>& tensors);
@@ -53,7 +60,8 @@ class DeferredInit {
 };
 
 /// While it lives, init_parameter() on this thread defers into `init` (Note [Deferred
-/// initialisation]); the build must run inside build_seeded, which holds the generator.
+/// initialisation]). A build whose fills draw must run inside build_seeded (make_model's, when
+/// seeded), which holds the generator for it.
 class DeferredBuild {
  public:
   explicit DeferredBuild(DeferredInit& init);
@@ -64,6 +72,11 @@ class DeferredBuild {
 
 /// Whether this thread builds a model deferred.
 bool deferring();
+
+/// Whether `t` has its values: storage for its elements (a deferred parameter has none yet).
+bool has_values(const torch::Tensor& t);
+/// Frees `t`'s storage and keeps its shape: no values until new storage is given.
+void free_storage(const torch::Tensor& t);
 
 /// Fills `parameter` (no gradient recorded): now, or noted for later in a deferred build, where its
 /// storage is then freed. A parameter without storage already (filled once before) draws into a

@@ -47,7 +47,7 @@ inline torch::Tensor run_in_order(const std::vector<ModelBlock>& blocks, torch::
 
 /// One of a model's embedding tables, as a pass that keeps its rows elsewhere needs it.
 struct EmbeddingTable {
-  torch::Tensor weight;  ///< the model's parameter: whole, or [0, dim] where built deferred (ModelContext)
+  torch::Tensor weight;  ///< the model's parameter: whole, or [0, dim] where built apart (ModelContext::defer_tables)
   int64_t rows = 0;
   int64_t dim = 0;
   /// Rows [first, first + count) as the model initialises them, on the CPU: the same on every rank

@@ -50,16 +50,21 @@ void build_seeded(uint64_t seed, const std::function<void()>& build) {
 
 void with_default_generator_at(const torch::Tensor& state, const std::function<void()>& fill) {
   std::lock_guard<std::mutex> lock(build_mutex());
-  at::Generator global = at::detail::getDefaultCPUGenerator();
-  torch::Tensor saved;
+  // Puts the generator back as it was, whether the fill returns or throws.
+  struct Restore {
+    at::Generator global = at::detail::getDefaultCPUGenerator();
+    torch::Tensor saved;
+    ~Restore() {
+      std::lock_guard<std::mutex> state_lock(global.mutex());
+      global.set_state(saved);
+    }
+  } restore;
   {
-    std::lock_guard<std::mutex> state_lock(global.mutex());
-    saved = global.get_state();
-    global.set_state(state);
+    std::lock_guard<std::mutex> state_lock(restore.global.mutex());
+    restore.saved = restore.global.get_state();
+    restore.global.set_state(state);
   }
   fill();
-  std::lock_guard<std::mutex> state_lock(global.mutex());
-  global.set_state(saved);
 }
 
 torch::Tensor rank_dropout(const torch::Tensor& x, double p, bool training) {

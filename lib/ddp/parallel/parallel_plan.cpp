@@ -159,7 +159,7 @@ std::vector<torch::Tensor> ParallelPlan::prepare_model(torch::nn::Module& model,
   // seed, when a pass needs them (Note [Deferred initialisation]).
   std::vector<torch::Tensor> state;
   for (const auto& t : parameters)
-    if (t.numel() == 0 || t.storage().nbytes() > 0) state.push_back(t);
+    if (has_values(t)) state.push_back(t);
   state.insert(state.end(), buffers_.begin(), buffers_.end());
   broadcast_coalesced(world_, state, 0);  // before any stage frees what it does not hold
   return parameters;
@@ -251,11 +251,16 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(std::size_t* restored_only) c
   return saved_ranges(placements_, restored_only);
 }
 
-void ParallelPlan::gather_parameters(bool keep) const {
-  // the stage's own, whole
-  if (auto* engine = parameter_shards()) engine->gather_parameters(keep || tensor_ || stage_);
+void ParallelPlan::gather_parameters() const {
+  if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
   if (tensor_) tensor_->materialize();  // the stage's own whole, then every stage's from its own
   if (stage_) stage_->materialize();
+}
+
+void ParallelPlan::gather_parameters_for_writer() const {
+  auto* engine = parameter_shards();
+  if (writes_checkpoints() || tensor_ || stage_ || !engine) return gather_parameters();
+  engine->take_part_in_gather();
 }
 
 void ParallelPlan::gather_local_parameters() const {
@@ -293,9 +298,10 @@ int64_t ParallelPlan::gradient_bytes(const std::vector<torch::Tensor>& parameter
   return bytes;
 }
 
-std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(
-    std::vector<torch::Tensor> parameters, ValueSlots* side_values, const std::vector<std::vector<torch::Tensor>>& units,
-    std::function<void(const std::vector<torch::Tensor>&)> materialize) {
+std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch::Tensor> parameters,
+                                                               ValueSlots* side_values,
+                                                               const std::vector<std::vector<torch::Tensor>>& units,
+                                                               DeferredInit::Materialize materialize) {
   // Pipeline stages: each syncs what it holds; the side values go over the world afterwards
   // (finish_gradients), not with a stage's own replicas' sync.
   if (stage_) {
@@ -303,8 +309,10 @@ std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(
     side_values = nullptr;
     side_values_after_sync_ = true;
   }
-  if (shard_ != "gradients" && shard_ != "parameters")
+  if (shard_ != "gradients" && shard_ != "parameters") {
+    if (materialize) materialize(parameters);  // whole on every replica (Note [Deferred initialisation])
     return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
+  }
   ShardedOptions options;
   options.shard_parameters = shard_ == "parameters";
   options.overlap = shard_overlap_;

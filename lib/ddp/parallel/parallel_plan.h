@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include <array>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "ddp/comm/gradient_sync.h"
 #include "ddp/comm/process_group.h"
 #include "ddp/common/value_slots.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/parallel/device_mesh.h"
 #include "ddp/parallel/mesh_config.h"
 #include "ddp/parallel/optimizer_shards.h"
@@ -68,7 +68,7 @@ class ParallelPlan {
   /// tensor group (Note [Tensor parallelism]); `parameters` from prepare_model. Every rank calls it.
   void split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                      const std::vector<torch::Tensor>& parameters, SequenceParallel sequence = {},
-                     const std::function<void(const std::vector<torch::Tensor>&)>& materialize = {});
+                     const DeferredInit::Materialize& materialize = {});
   /// Tensor parallelism: the split layers (null without it).
   const TensorShards* tensor_shards() const { return tensor_.get(); }
   /// After the gradient sync: what else the gradients need before clipping (tied weights summed
@@ -84,11 +84,10 @@ class ParallelPlan {
   /// returned sync lives. `units`: with dist.shard parameters, the model's shard units' parameters
   /// in forward order; a tensor in none of them, or in several, goes to the root unit. `materialize`
   /// gives parameters built without values theirs (Note [Deferred initialisation]): the sharded
-  /// engine calls it unit by unit.
-  std::unique_ptr<GradientSync> make_gradient_sync(
-      std::vector<torch::Tensor> parameters, ValueSlots* side_values,
-      const std::vector<std::vector<torch::Tensor>>& units = {},
-      std::function<void(const std::vector<torch::Tensor>&)> materialize = {});
+  /// engine calls it unit by unit, the all-reduce for them all first.
+  std::unique_ptr<GradientSync> make_gradient_sync(std::vector<torch::Tensor> parameters, ValueSlots* side_values,
+                                                   const std::vector<std::vector<torch::Tensor>>& units = {},
+                                                   DeferredInit::Materialize materialize = {});
 
   /// The tensors this rank's optimizer steps, of `parameters` (from prepare_model): all of them;
   /// with dist.shard optimizer its share of them (Note [Optimizer shards]); with gradients or
@@ -115,11 +114,12 @@ class ParallelPlan {
 
   /// dist.shard parameters: the engine the model's unit hooks call; null otherwise.
   ShardedDataParallel* parameter_shards() const { return shard_ == "parameters" ? sharded_ : nullptr; }
-  /// Every parameter whole in the model (dist.shard parameters gathers them) until release_parameters(),
-  /// for model.pt: on every rank, or with `keep` false (a rank that does not write it) taking part in
-  /// the gathers while holding one unit at a time, where neither stages nor tensor parallelism need
-  /// the whole on every rank.
-  void gather_parameters(bool keep = true) const;
+  /// Every parameter whole in the model (dist.shard parameters gathers them) until release_parameters().
+  void gather_parameters() const;
+  /// For model.pt: gather_parameters() on its writer; the other ranks take part in the gathers
+  /// holding one unit at a time, where neither stages nor tensor parallelism need the whole model
+  /// on every rank.
+  void gather_parameters_for_writer() const;
   /// Frees what gather_parameters() or an evaluation gathered (dist.shard parameters).
   void release_parameters() const;
   /// Every parameter of the layers this rank runs whole (dist.shard parameters gathers them; a

@@ -351,14 +351,14 @@ std::vector<OwnedRange> ShardedDataParallel::owned_ranges() const {
   return ranges;
 }
 
-void ShardedDataParallel::gather_parameters(bool keep) {
-  if (!keep) {  // one unit at a time: the same collectives, in the same order, as a rank that keeps them
-    for (std::size_t u = 0; u < units_.size(); ++u) {
-      gather(u);
-      release(u);
-    }
-    return;
+void ShardedDataParallel::take_part_in_gather() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    gather(u);
+    release(u);
   }
+}
+
+void ShardedDataParallel::gather_parameters() {
   for (std::size_t u = 0; u < units_.size(); ++u) prefetch(u);
   for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
   held_ = options_.shard_parameters;  // forwards (evaluation) must not free them meanwhile

@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "ddp/comm/process_group.h"
 #include "ddp/comm/shard_collectives.h"
 #include "ddp/common/value_slots.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/parallel/owned_range.h"
 #include "ddp/parallel/unit_memory.h"
 
@@ -33,7 +33,7 @@ struct ShardedOptions {
   int data_parallel_size = 1;     ///< ranks whose gradients are averaged: the divisor
   /// Gives the parameters of a unit that were built without values theirs, before the unit's flat
   /// copy is made (Note [Deferred initialisation]); null: every parameter has its values.
-  std::function<void(const std::vector<torch::Tensor>&)> materialize;
+  DeferredInit::Materialize materialize;
 };
 
 /// The gradient sync, optimizer view and (stage 3) parameter gathering of a sharded run.
@@ -76,9 +76,11 @@ class ShardedDataParallel final : public GradientSync {
   torch::Tensor after_unit(std::size_t unit, torch::Tensor output);
 
   /// Stage 3: every parameter whole, and kept so by forwards, until release_parameters() (model.pt,
-  /// checkpoints, resume, evaluation). With `keep` false each unit is freed once gathered: this rank
-  /// takes part in the collectives for another that keeps them.
-  void gather_parameters(bool keep = true);
+  /// checkpoints, resume, evaluation).
+  void gather_parameters();
+  /// Stage 3: the collectives of gather_parameters(), in its order, for a rank that keeps what they
+  /// gather, each unit freed here once gathered.
+  void take_part_in_gather();
   /// Stage 3: frees whatever is gathered.
   void release_parameters();
 

@@ -11,9 +11,10 @@
 namespace ddp {
 
 // Note [Stage parameters]
-// Every rank builds the model from the same seed, so the stages start as one model would (built
-// deferred, Note [Deferred initialisation], the parameters have no values yet); each then frees the
-// parameters its layers do not use (an empty tensor in their place), keeping about 1/P of them. A weight two stages use (the GPT's embedding, tied to its head, in the first
+// Every rank builds the model from the same seed, so the stages start as one model would; each then
+// frees the parameters its layers do not use (an empty tensor in their place), keeping about 1/P
+// of them. Where the model was built deferred (Note [Deferred initialisation]) those freed never
+// get values, and the rest get theirs from the passes after this one. A weight two stages use (the GPT's embedding, tied to its head, in the first
 // and last stage) is held by both, as copies (Note [Placements]): each sums the other's gradient
 // into its own after the data-parallel sync, so both step the same gradient from the same state
 // and stay equal, as one tensor would. The norm for clipping counts it once. Writing model.pt or a whole checkpoint

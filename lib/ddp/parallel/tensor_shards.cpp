@@ -60,8 +60,7 @@ bool path_matches(const std::string& pattern, const std::string& path) {
 
 TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                            const std::vector<torch::Tensor>& parameters, const Communicator& group,
-                           SequenceParallel sequence,
-                           const std::function<void(const std::vector<torch::Tensor>&)>& materialize)
+                           SequenceParallel sequence, const DeferredInit::Materialize& materialize)
     : group_(group),
       parameters_(parameters),
       boxes_(parameters.size()),

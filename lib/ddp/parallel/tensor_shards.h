@@ -5,11 +5,11 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "ddp/comm/process_group.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/parallel/owned_range.h"
 #include "ddp/parallel/placements.h"
 #include "ddp/parallel/tensor_box.h"
@@ -38,7 +38,7 @@ class TensorShards {
   /// time (Note [Deferred initialisation]); null: all have them.
   TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                const std::vector<torch::Tensor>& parameters, const Communicator& group, SequenceParallel sequence = {},
-               const std::function<void(const std::vector<torch::Tensor>&)>& materialize = {});
+               const DeferredInit::Materialize& materialize = {});
   TensorShards(const TensorShards&) = delete;
   TensorShards& operator=(const TensorShards&) = delete;
 

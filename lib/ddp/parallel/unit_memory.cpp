@@ -7,6 +7,8 @@
 #include <new>
 #include <vector>
 
+#include "ddp/model/deferred_init.h"
+
 namespace ddp {
 
 // Note [Unit memory]
@@ -92,11 +94,7 @@ void UnitMemory::fill_storage(const torch::Tensor& t) {
   storage->set_nbytes(bytes);
 }
 
-void UnitMemory::empty_storage(const torch::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
-  storage->set_nbytes(0);
-}
+void UnitMemory::empty_storage(const torch::Tensor& t) { free_storage(t); }
 
 torch::Tensor UnitMemory::zeros(int64_t numel, const torch::TensorOptions& options, bool keep) {
   const auto bytes = static_cast<std::size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
