@@ -235,10 +235,10 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
     write_file(hub.file("config.json"), read_file(dir.file("out/config.json")));
   }
   // The YAML names only what it trains on: config.json gives the architecture.
-  auto again = [&](const std::string& name, std::vector<std::string> more) {
+  auto again = [&](const std::string& name, std::vector<std::string> more, int world = 1) {
     more.insert(more.end(), {"model.name=llama", "optim.lr=0.00001", "schedule.name=constant", "train.max_steps=3",
                              "eval.at_start=true", "run.output_dir=" + dir.file(name)});
-    return ddprun(1, write_gpt_config(dir), more);
+    return ddprun(world, write_gpt_config(dir), more);
   };
   auto imported = again("imported", {"model.init_from=" + hub.path()});
   INFO(imported.out << imported.err);
@@ -252,6 +252,15 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
   CHECK(std::abs(start - loss) < 1e-5);
   CHECK(random > loss + 1);
   CHECK(std::abs(metric_value(dir.file("imported/metrics.jsonl"), "eval_loss") - loss) < 0.05);
+  // Where each rank keeps part of the model it reads only that part from the shards (Note [Deferred
+  // initialisation]), and starts from the same model.
+  for (const std::string layout : {"shard=parameters", "pipeline=2"}) {
+    const std::string out = "part_" + layout.substr(0, layout.find('='));
+    auto part = again(out, {"model.init_from=" + hub.path(), "dist." + layout}, 2);
+    INFO(layout << "\n" << part.out << part.err);
+    REQUIRE(part.exit_code == 0);
+    CHECK(std::abs(metric_value(dir.file(out + "/metrics.jsonl"), "eval_loss", /*last=*/false) - loss) < 1e-5);
+  }
 
   // A key the YAML sets to another value than config.json's is named, with both values.
   auto conflict = again("conflict", {"model.init_from=" + hub.path(), "model.n_kv_heads=2"});

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "ddp/model/deferred_init.h"
 #include "ddp/model/model_registry.h"
@@ -76,8 +77,7 @@ TEST_CASE("a deferred build holds no parameter but the norms' and materialises e
   }
 }
 
-TEST_CASE("a build is whole without a seed, with model.init_from, and for a family that fills no parameter through "
-          "init_parameter",
+TEST_CASE("a build is whole without a seed and for a family that fills no parameter through init_parameter",
           "[model][deferred]") {
   ddp::ModelContext context;
   context.defer_parameters = true;
@@ -92,13 +92,48 @@ TEST_CASE("a build is whole without a seed, with model.init_from, and for a fami
   staged->deferred_init()->materialize_all();
   CHECK(staged->deferred_init()->pending() == 0);
   CHECK(staged->parameters().front().numel() == 0);
-  // The file gives the values: nothing to replay.
+}
+
+TEST_CASE("a deferred build reads model.init_from's values only as each parameter is materialised, from model.pt, "
+          "safetensors and GPT-2's layout, and a family that built whole reads them at once",
+          "[model][deferred]") {
   ddp::test::TempDir dir;
-  auto saved = ddp::make_model(family("mlp"));
-  ddp::save_python_state_dict(*saved, dir.file("model.pt"));
-  ddp::ModelConfig from_file = family("mlp");
-  from_file.init_from = dir.file("model.pt");
-  auto loaded = ddp::make_model(from_file, context);
+  ddp::ModelContext context;
+  context.defer_parameters = true;
+  context.seed = 3;  // not the saved models' seed: every value must come from the file
+  struct Source {
+    std::string family, file;
+  };
+  // save_model writes model.pt in nanoGPT's names and model.safetensors in Hugging Face's (GPT-2's
+  // transposed Conv1D weights, for the gpt) beside config.json.
+  for (const auto& [name, file] : {Source{"gpt", "gpt"}, Source{"gpt", "gpt/model.pt"}, Source{"llama", "llama"},
+                                   Source{"mlp", "mlp/model.pt"}, Source{"mlp", "mlp/model.safetensors"}}) {
+    INFO(name << " from " << file);
+    ddp::ModelContext saved_context;
+    saved_context.seed = 8;
+    auto saved = ddp::make_model(family(name), saved_context);
+    std::filesystem::create_directories(dir.file(name));
+    ddp::save_model(*saved, dir.file(name));
+    ddp::ModelConfig config = family(name);
+    config.init_from = dir.file(file);
+    auto loaded = ddp::make_model(config, context);
+    REQUIRE(loaded->deferred_init() != nullptr);
+    CHECK(stored_bytes(*loaded) == 0);  // the norms' too: the file gives them
+    auto named = loaded->named_parameters();
+    std::vector<std::string> backwards;
+    for (const auto& item : named) backwards.insert(backwards.begin(), item.key());
+    for (const auto& key : backwards) {
+      loaded->deferred_init()->materialize({named[key]});
+      CHECK(torch::equal(named[key], saved->named_parameters()[key]));
+    }
+    CHECK(loaded->deferred_init()->pending() == 0);
+  }
+  // The ConvNet builds whole (its channels-last layout reads its values): it reads the file at once.
+  ddp::ModelConfig convnet = family("convnet");
+  auto saved = ddp::make_model(convnet);
+  ddp::save_python_state_dict(*saved, dir.file("convnet.pt"));
+  convnet.init_from = dir.file("convnet.pt");
+  auto loaded = ddp::make_model(convnet, context);
   CHECK(loaded->deferred_init() == nullptr);
   CHECK(torch::equal(loaded->parameters().front(), saved->parameters().front()));
 }

@@ -61,6 +61,16 @@ void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fi
   t_deferred->note(parameter, std::move(state), fill);
 }
 
+void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read) {
+  if (!t_deferred) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor target = parameter;
+    read(target);
+    return;
+  }
+  t_deferred->note(parameter, torch::Tensor(), std::move(read));
+}
+
 void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill) {
   if (tensor.numel() > 0 && has_values(tensor)) free_storage(tensor);
   entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill)};
@@ -83,7 +93,10 @@ void DeferredInit::materialize(const std::vector<torch::Tensor>& tensors) {
     torch::Tensor values = torch::empty(entry.tensor.sizes(), entry.tensor.options().requires_grad(false));
     // The default generator is the process's: borrowed as a build borrows it (build_seeded's
     // lock), at the state the fill began from, then given back as it was.
-    with_default_generator_at(entry.state, [&] { entry.fill(values); });
+    if (entry.state.defined())
+      with_default_generator_at(entry.state, [&] { entry.fill(values); });
+    else  // a read, which draws nothing
+      entry.fill(values);
     entry.tensor.set_data(values);
     entries_.erase(found);
   }

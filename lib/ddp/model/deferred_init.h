@@ -22,7 +22,9 @@ namespace ddp {
 // materialize() later gives a parameter its values by running its fill again from the noted state,
 // and each pass calls it for what it keeps (Note [Passes]): the tensor pass a layer at a time before
 // slicing it, the sharding engine unit by unit, a stage its own layers; a parameter a pass freed
-// gets none. torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
+// gets none. model.init_from's values come the same way: load_parameter() notes a read of the
+// parameter's tensor from the file in place of its fill, so a rank reads only the tensors it keeps
+// (the tensor pass reads a layer's whole tensors, then slices them). torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
 // has no such device for nn modules, hence the replay. Reading a parameter before its pass gave it
 // values would read no memory at all: only the CPU builds deferred (a CUDA model is copied to its
 // device right after the build, ParallelModel's passes later).
@@ -82,6 +84,10 @@ void free_storage(const torch::Tensor& t);
 /// storage is then freed. A parameter without storage already (filled once before) draws into a
 /// scratch tensor.
 void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fill);
+
+/// Gives `parameter` the values `read` writes without drawing (a weights file's): now, or, in a
+/// deferred build, when a pass materialises it, in place of the fill noted before.
+void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read);
 
 /// Fills a Linear's `weight` [out, in] and `bias` (undefined: none) through init_parameter, drawing
 /// as LinearImpl::reset_parameters does.

@@ -217,7 +217,7 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
 }
 
 void Gpt::load_weights(const std::string& path) {
-  auto file = read_state_dict_file(path);
+  auto file = open_state_dict_file(path);
   if (is_gpt2_layout(file)) file = gpt_from_gpt2_layout(file, options_.bias, path);
   // The mask buffer only one attention form keeps; lm_head, tied to wte, which GPT-2's files leave out.
   const std::string buffer = ".attn.bias";

@@ -51,24 +51,32 @@ NamedTensors gpt_to_gpt2_layout(const NamedTensors& nanogpt) {
   return out;
 }
 
-bool is_gpt2_layout(const NamedTensors& file) {
+bool is_gpt2_layout(const StoredTensors& file) {
   for (const auto& [name, tensor] : file)
-    if (ends_with(name, "h.0.attn.c_attn.weight") && tensor.dim() == 2) return tensor.size(1) == 3 * tensor.size(0);
+    if (ends_with(name, "h.0.attn.c_attn.weight") && tensor.shape.size() == 2)
+      return tensor.shape[1] == 3 * tensor.shape[0];
   return false;
 }
 
-NamedTensors gpt_from_gpt2_layout(const NamedTensors& gpt2, bool bias, const std::string& source) {
-  NamedTensors out;
+StoredTensors gpt_from_gpt2_layout(const StoredTensors& gpt2, bool bias, const std::string& source) {
+  StoredTensors out;
   for (const auto& [stored, tensor] : gpt2) {
     if (is_mask_buffer(stored)) continue;
     const std::string name = stored.rfind(kPrefix, 0) == 0 || stored == "lm_head.weight" ? stored : kPrefix + stored;
     if (!bias && ends_with(name, ".bias")) {
-      if (tensor.count_nonzero().item<int64_t>() != 0)
+      // Read now, however the run is laid out: a bias is small, and a refusal must come before training.
+      if (tensor.read().count_nonzero().item<int64_t>() != 0)
         throw FileError(source + ": " + stored + " is not zero, and model.bias false has no bias to take it "
                         "(config.json's \"bias\" says whether the model has biases; GPT-2's own do)");
       continue;
     }
-    out.emplace_back(name, is_conv1d_weight(name) ? tensor.t().contiguous() : tensor);
+    if (!is_conv1d_weight(name) || tensor.shape.size() != 2) {
+      out.emplace_back(name, tensor);
+      continue;
+    }
+    StoredTensor transposed{{tensor.shape[1], tensor.shape[0]}, tensor.dtype,
+                            [read = tensor.read] { return read().t().contiguous(); }};
+    out.emplace_back(name, std::move(transposed));
   }
   return out;
 }

@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/model/state_dict_file.h"
+
 namespace ddp {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
@@ -31,11 +33,12 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 NamedTensors gpt_to_gpt2_layout(const NamedTensors& nanogpt);
 
 /// Whether `file`'s tensors are in GPT-2's layout (Note [GPT-2's layout]).
-bool is_gpt2_layout(const NamedTensors& file);
+bool is_gpt2_layout(const StoredTensors& file);
 
 /// GPT-2's layout back to nanoGPT's, for a model with or without biases; FileError naming `source`
 /// and the tensor when a bias-free model would drop a bias that is not zero.
-NamedTensors gpt_from_gpt2_layout(const NamedTensors& gpt2, bool bias, const std::string& source);
+/// The weights are read when the result's are.
+StoredTensors gpt_from_gpt2_layout(const StoredTensors& gpt2, bool bias, const std::string& source);
 
 /// The GPT's config.json in transformers' GPT2Config names (plus "bias", which GPT2Config lacks).
 nlohmann::json gpt2_config(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t block_size, int64_t vocab_size,

@@ -44,22 +44,23 @@ const ModelFactories& factories() {
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext& context) {
   std::shared_ptr<Model> model;
-  auto deferred = context.defer_parameters && context.seed && config.init_from.empty()
-                      ? std::make_shared<DeferredInit>()
-                      : nullptr;
-  build_model(context, [&] {
+  auto deferred = context.defer_parameters && context.seed ? std::make_shared<DeferredInit>() : nullptr;
+  {
     std::optional<DeferredBuild> scope;
     if (deferred) scope.emplace(*deferred);
-    model = factories().at(config.name)(config, context);
-  });
-  if (deferred && deferred->pending() > 0) model->deferred_init_ = std::move(deferred);
-  if (!config.init_from.empty()) {
-    try {
-      model->load_weights(config.init_from);
-    } catch (const FileError& e) {
-      throw FileError(std::string("model.init_from: ") + e.what());
+    build_model(context, [&] { model = factories().at(config.name)(config, context); });
+    // A family that deferred its build reads model.init_from's values when a pass gives a parameter
+    // them; one that built whole (Note [Deferred initialisation]) reads them now.
+    if (deferred && deferred->pending() == 0) scope.reset();
+    if (!config.init_from.empty()) {
+      try {
+        model->load_weights(config.init_from);
+      } catch (const FileError& e) {
+        throw FileError(std::string("model.init_from: ") + e.what());
+      }
     }
   }
+  if (deferred && deferred->pending() > 0) model->deferred_init_ = std::move(deferred);
   return model;
 }
 

@@ -12,6 +12,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/model/deferred_init.h"
 #include "ddp/model/safetensors.h"
 #include "ddp/model/state_dict_file.h"
 
@@ -29,9 +30,9 @@ void collect(const torch::nn::Module& module, const std::string& prefix,
   for (const auto& child : module.named_children()) collect(*child.value(), prefix + child.key() + ".", out);
 }
 
-std::string shape(const torch::Tensor& tensor) {
+std::string shape(c10::IntArrayRef sizes) {
   std::ostringstream out;
-  out << tensor.sizes();
+  out << sizes;
   return out.str();
 }
 
@@ -119,16 +120,16 @@ void save_model_weights(const torch::nn::Module& model, const std::string& outpu
 }
 
 void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional) {
-  load_state_dict_entries(model, read_state_dict_file(path), path, optional);
+  load_state_dict_entries(model, open_state_dict_file(path), path, optional);
 }
 
-void load_state_dict_entries(torch::nn::Module& model, std::vector<std::pair<std::string, torch::Tensor>> entries,
-                             const std::string& path, const OptionalKey& optional) {
-  std::map<std::string, torch::Tensor> file;
+void load_state_dict_entries(torch::nn::Module& model, const StoredTensors& entries, const std::string& path,
+                             const OptionalKey& optional) {
+  std::map<std::string, const StoredTensor*> file;
   std::vector<std::string> file_order;
-  for (auto& [name, tensor] : entries) {  // in file order, as messages list them
+  for (const auto& [name, tensor] : entries) {  // in file order, as messages list them
     file_order.push_back(name);
-    file.emplace(name, tensor);
+    file.emplace(name, &tensor);
   }
   auto targets = python_state_dict(model);
   std::vector<std::string> missing, unexpected, mismatched;
@@ -136,8 +137,8 @@ void load_state_dict_entries(torch::nn::Module& model, std::vector<std::pair<std
     auto found = file.find(name);
     if (found == file.end()) {
       if (!optional || !optional(name)) missing.push_back(name);
-    } else if (found->second.sizes() != target.sizes()) {
-      mismatched.push_back(name + " (file " + shape(found->second) + ", model " + shape(target) + ")");
+    } else if (target.sizes() != c10::IntArrayRef(found->second->shape)) {
+      mismatched.push_back(name + " (file " + shape(found->second->shape) + ", model " + shape(target.sizes()) + ")");
     }
   }
   std::set<std::string> known;
@@ -152,10 +153,24 @@ void load_state_dict_entries(torch::nn::Module& model, std::vector<std::pair<std
     message.pop_back();
     throw FileError(message);
   }
-  // Every key was checked first, so a bad file leaves the model untouched.
+  // Every key was checked, and every value read now is read, before the model changes: a bad file
+  // leaves it untouched.
+  std::set<const c10::TensorImpl*> parameters;
+  for (const auto& parameter : model.parameters()) parameters.insert(parameter.unsafeGetTensorImpl());
+  std::vector<std::pair<torch::Tensor, const StoredTensor*>> later;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> now;
+  for (const auto& [name, target] : targets) {
+    auto found = file.find(name);
+    if (found == file.end()) continue;
+    if (deferring() && parameters.count(target.unsafeGetTensorImpl()))
+      later.emplace_back(target, found->second);
+    else
+      now.emplace_back(target, found->second->read());
+  }
+  for (const auto& [target, stored] : later)
+    load_parameter(target, [read = stored->read](torch::Tensor& values) { values.copy_(read()); });
   torch::NoGradGuard no_grad;
-  for (auto& [name, target] : targets)
-    if (auto found = file.find(name); found != file.end()) target.copy_(found->second);
+  for (auto& [target, values] : now) target.copy_(values);
 }
 
 }  // namespace ddp

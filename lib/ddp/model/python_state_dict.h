@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/model/state_dict_file.h"
+
 namespace ddp {
 
 /// Parameters and buffers under their dotted names, in the order Python's `module.state_dict()` has.
@@ -31,8 +33,10 @@ using OptionalKey = std::function<bool(const std::string& name)>;
 /// A key `optional` accepts may be missing (the model keeps its own) or unexpected (ignored).
 void load_python_state_dict(torch::nn::Module& model, const std::string& path, const OptionalKey& optional = {});
 
-/// The same for tensors already read (and converted) from `path`, which messages name.
-void load_state_dict_entries(torch::nn::Module& model, std::vector<std::pair<std::string, torch::Tensor>> entries,
-                             const std::string& path, const OptionalKey& optional = {});
+/// The same for the entries of `path` (converted, say, from another layout), which messages name.
+/// In a deferred build (Note [Deferred initialisation]) a parameter's values are read from the file
+/// only when a pass gives it them; the rest are read now.
+void load_state_dict_entries(torch::nn::Module& model, const StoredTensors& entries, const std::string& path,
+                             const OptionalKey& optional = {});
 
 }  // namespace ddp

@@ -88,6 +88,7 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
   if (!find_dtype(entry.dtype))
     throw FileError(tensor + " has dtype \"" + entry.dtype + "\", which ddprun does not read (it reads " +
                     known_dtypes() + ")");
+  entry.type = find_dtype(entry.dtype)->type;
   const auto& shape = value["shape"];
   if (!shape.is_array()) throw FileError(tensor + ": \"shape\" is not a list");
   for (const auto& size : shape) {
@@ -195,7 +196,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 SafetensorsFile::~SafetensorsFile() { ::close(fd_); }
 
 torch::Tensor SafetensorsFile::read(const SafetensorsEntry& entry) const {
-  torch::Tensor tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(find_dtype(entry.dtype)->type));
+  torch::Tensor tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(entry.type));
   read_exactly(fd_, tensor.data_ptr(), entry.end - entry.begin, data_offset_ + entry.begin, path_);
   return tensor;
 }

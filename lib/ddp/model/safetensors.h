@@ -25,6 +25,7 @@ namespace ddp {
 struct SafetensorsEntry {
   std::string name;
   std::string dtype;  ///< the format's name: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL
+  torch::ScalarType type = torch::kFloat;  ///< `dtype` as LibTorch names it
   std::vector<int64_t> shape;
   uint64_t begin = 0;  ///< byte offsets into the data section
   uint64_t end = 0;

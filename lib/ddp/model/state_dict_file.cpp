@@ -19,14 +19,15 @@ namespace {
 // A value on the pickle machine's stack. Containers are shared, as Python's objects are, so a
 // memoised dict that SETITEMS fills later is filled for every holder.
 struct Item {
-  enum class Kind { kMark, kNone, kInt, kFloat, kString, kTuple, kList, kDict, kGlobal, kTensor };
+  enum class Kind { kMark, kNone, kInt, kFloat, kString, kTuple, kList, kDict, kGlobal, kStorage, kTensor };
   Kind kind = Kind::kNone;
-  int64_t integer = 0;                                   // kInt (and bools)
+  int64_t integer = 0;                                   // kInt (and bools); kStorage: its element count
   double real = 0;                                       // kFloat
-  std::string text;                                      // kString; kGlobal as "module.name"
+  std::string text;                                      // kString; kGlobal as "module.name"; kStorage: its record
+  torch::Dtype dtype = torch::kFloat;                    // kStorage
   std::shared_ptr<std::vector<Item>> items;              // kTuple, kList
   std::shared_ptr<std::vector<std::pair<Item, Item>>> entries;  // kDict, in insertion order
-  torch::Tensor tensor;                                  // kTensor: a storage, or a tensor over one
+  StoredTensor stored;                                   // kTensor: a view of a storage, read when asked
 };
 
 Item make(Item::Kind kind) {
@@ -54,8 +55,9 @@ torch::Dtype storage_dtype(const std::string& name, const std::string& path) {
 // The opcodes torch.save's pickles use (protocol 2, the default, and 3 to 5), run over data.pkl.
 class PickleMachine {
  public:
-  PickleMachine(const char* data, std::size_t size, caffe2::serialize::PyTorchStreamReader& zip, std::string path)
-      : data_(data), size_(size), zip_(zip), path_(std::move(path)) {}
+  PickleMachine(const char* data, std::size_t size, std::shared_ptr<caffe2::serialize::PyTorchStreamReader> zip,
+                std::string path)
+      : data_(data), size_(size), zip_(std::move(zip)), path_(std::move(path)) {}
 
   Item run() {
     for (;;) {
@@ -215,18 +217,52 @@ class PickleMachine {
     if (id.kind != Item::Kind::kTuple || id.items->size() < 5 || (*id.items)[0].text != "storage")
       fail("a persistent id that is not a storage");
     const auto& fields = *id.items;
-    torch::Dtype dtype = storage_dtype(fields[1].text, path_);
-    int64_t count = fields[4].integer;
-    std::string record = "data/" + fields[2].text;
-    if (!zip_.hasRecord(record)) fail("its storage " + record + " is missing");
-    auto [bytes, size] = zip_.getRecord(record);
+    Item item = make(Item::Kind::kStorage);
+    item.dtype = storage_dtype(fields[1].text, path_);
+    item.integer = fields[4].integer;
+    item.text = "data/" + fields[2].text;
+    if (!zip_->hasRecord(item.text)) fail("its storage " + item.text + " is missing");
+    if (item.integer < 0) fail("storage " + item.text + " has a negative size");
+    return item;
+  }
+
+  // A tensor over `storage`: its extent checked now, its bytes read when asked.
+  Item tensor_over(const Item& storage, int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    if (sizes.size() != strides.size() || offset < 0) fail("a tensor whose sizes and strides do not agree");
+    int64_t last = offset;  // the last element it reads, for a tensor of any elements
+    bool empty = false;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] < 0 || strides[d] < 0) fail("a tensor with a negative size or stride");
+      empty = empty || sizes[d] == 0;
+      last += (sizes[d] - 1) * strides[d];
+    }
+    if (!empty && last >= storage.integer)
+      fail("a tensor reaches element " + std::to_string(last) + " of storage " + storage.text + ", which holds " +
+           std::to_string(storage.integer));
     Item item = make(Item::Kind::kTensor);
-    item.tensor = torch::empty({count}, torch::TensorOptions().dtype(dtype));
-    std::size_t expected = static_cast<std::size_t>(count) * item.tensor.element_size();
-    if (count < 0 || size != expected)
-      fail("storage " + record + " holds " + std::to_string(size) + " bytes, not the " + std::to_string(expected) +
-           " its tensor needs");
-    std::memcpy(item.tensor.data_ptr(), bytes.get(), size);
+    item.stored.shape = sizes;
+    item.stored.dtype = storage.dtype;
+    item.stored.read = [zip = zip_, path = path_, record = storage.text, count = storage.integer,
+                        dtype = storage.dtype, offset, sizes, strides] {
+      std::tuple<at::DataPtr, size_t> got;
+      try {
+        got = zip->getRecord(record);
+      } catch (const c10::Error& e) {
+        std::string reason = e.what();
+        throw FileError(path + ": cannot read storage " + record + ": " + reason.substr(0, reason.find('\n')));
+      }
+      const auto& [bytes, size] = got;
+      torch::Tensor values = torch::empty({count}, torch::TensorOptions().dtype(dtype));
+      const std::size_t expected = static_cast<std::size_t>(count) * values.element_size();
+      if (size != expected)
+        throw FileError(path + ": not a torch.save state dict (storage " + record + " holds " + std::to_string(size) +
+                        " bytes, not the " + std::to_string(expected) + " its tensor needs)");
+      std::memcpy(values.data_ptr(), bytes.get(), size);
+      torch::Tensor view = values.as_strided(sizes, strides, offset);
+      // A tensor that is its whole storage is returned as it is; a part of one is copied out, so that
+      // it does not keep the rest alive.
+      return view.is_contiguous() && view.numel() == count ? view : view.clone(at::MemoryFormat::Contiguous);
+    };
     return item;
   }
 
@@ -241,11 +277,8 @@ class PickleMachine {
     const auto& a = *args.items;
     const std::string& name = callable.text;
     if (name == "collections.OrderedDict" || name == "builtins.dict") return make(Item::Kind::kDict);
-    if (name == "torch._utils._rebuild_tensor_v2" && a.size() >= 4 && a[0].kind == Item::Kind::kTensor) {
-      Item item = make(Item::Kind::kTensor);
-      item.tensor = a[0].tensor.as_strided(ints(a[2]), ints(a[3]), a[1].integer);
-      return item;
-    }
+    if (name == "torch._utils._rebuild_tensor_v2" && a.size() >= 4 && a[0].kind == Item::Kind::kStorage)
+      return tensor_over(a[0], a[1].integer, ints(a[2]), ints(a[3]));
     if ((name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") &&
         !a.empty() && a[0].kind == Item::Kind::kTensor)
       return a[0];
@@ -262,22 +295,27 @@ class PickleMachine {
   const char* data_;
   std::size_t size_;
   std::size_t at_ = 0;
-  caffe2::serialize::PyTorchStreamReader& zip_;
+  std::shared_ptr<caffe2::serialize::PyTorchStreamReader> zip_;
   std::string path_;
   std::vector<Item> stack_;
   std::unordered_map<int64_t, Item> memo_;
 };
 
+// Every tensor of a safetensors file, read through `file`, which they keep open.
+void add_stored(const std::shared_ptr<SafetensorsFile>& file, const SafetensorsEntry& entry, StoredTensors& out) {
+  out.emplace_back(entry.name, StoredTensor{entry.shape, entry.type, [file, &entry] { return file->read(entry); }});
+}
+
 // A Hugging Face directory's weights (Note [Hugging Face directories]): every shard's tensors, each
 // where the index says it is, and no name twice.
-std::vector<std::pair<std::string, torch::Tensor>> read_hugging_face_weights(const std::string& dir) {
+StoredTensors open_hugging_face_weights(const std::string& dir) {
   WeightFiles weights = hugging_face_weight_files(dir);
   std::map<std::string, std::string> listed(weights.names.begin(), weights.names.end());
   std::map<std::string, std::string> found;  // name → the file it was read from
-  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  StoredTensors entries;
   for (const auto& path : weights.files) {
-    SafetensorsFile file(path);
-    for (const auto& entry : file.entries()) {
+    auto file = std::make_shared<SafetensorsFile>(path);
+    for (const auto& entry : file->entries()) {
       if (auto twice = found.find(entry.name); twice != found.end())
         throw FileError(path + ": tensor '" + entry.name + "' is also in " + twice->second);
       if (!listed.empty() && listed.count(entry.name) && listed.at(entry.name) != path)
@@ -285,7 +323,7 @@ std::vector<std::pair<std::string, torch::Tensor>> read_hugging_face_weights(con
       if (!listed.empty() && !listed.count(entry.name))
         throw FileError(path + ": tensor '" + entry.name + "' is not in the index's weight_map");
       found.emplace(entry.name, path);
-      entries.emplace_back(entry.name, file.read(entry));
+      add_stored(file, entry, entries);
     }
   }
   for (const auto& [name, path] : weights.names)
@@ -295,20 +333,20 @@ std::vector<std::pair<std::string, torch::Tensor>> read_hugging_face_weights(con
 
 }  // namespace
 
-std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const std::string& path) {
+StoredTensors open_state_dict_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error))
     throw FileError("cannot read model weights " + path + ": No such file or directory");
-  if (std::filesystem::is_directory(path, error)) return read_hugging_face_weights(path);
+  if (std::filesystem::is_directory(path, error)) return open_hugging_face_weights(path);
   if (looks_like_safetensors(path)) {
-    SafetensorsFile file(path);
-    std::vector<std::pair<std::string, torch::Tensor>> entries;
-    for (const auto& entry : file.entries()) entries.emplace_back(entry.name, file.read(entry));
+    auto file = std::make_shared<SafetensorsFile>(path);
+    StoredTensors entries;
+    for (const auto& entry : file->entries()) add_stored(file, entry, entries);
     return entries;
   }
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
+  std::shared_ptr<caffe2::serialize::PyTorchStreamReader> zip;
   try {
-    zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    zip = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception& e) {
     std::string reason = e.what();
     throw FileError(path + ": neither a torch.save file (" + reason.substr(0, reason.find('\n')) +
@@ -317,17 +355,23 @@ std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const st
   }
   if (!zip->hasRecord("data.pkl")) throw FileError(path + ": not a torch.save file (no data.pkl in it)");
   auto [pickle, size] = zip->getRecord("data.pkl");
-  Item top = PickleMachine(static_cast<const char*>(pickle.get()), size, *zip, path).run();
+  Item top = PickleMachine(static_cast<const char*>(pickle.get()), size, zip, path).run();
   if (top.kind != Item::Kind::kDict) throw FileError(path + ": not a state dict (it holds no dict)");
-  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  StoredTensors entries;
   for (const auto& [key, value] : *top.entries) {
     if (key.kind != Item::Kind::kString) throw FileError(path + ": not a state dict (a key is not a name)");
     if (value.kind != Item::Kind::kTensor)
       throw FileError(path + ": not a state dict: entry '" + key.text +
                       "' is not a tensor (a checkpoint of several dicts? save the model's own: "
                       "torch.save(model.state_dict(), path))");
-    entries.emplace_back(key.text, value.tensor);
+    entries.emplace_back(key.text, value.stored);
   }
+  return entries;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> read_state_dict_file(const std::string& path) {
+  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  for (auto& [name, stored] : open_state_dict_file(path)) entries.emplace_back(name, stored.read());
   return entries;
 }
 

@@ -7,11 +7,27 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace ddp {
+
+/// A tensor of a weights file as its header or pickle describes it, its values read only when asked:
+/// a rank that keeps part of the model reads only that part (Note [Deferred initialisation]).
+struct StoredTensor {
+  std::vector<int64_t> shape;
+  torch::ScalarType dtype = torch::kFloat;
+  /// The values, read from the file now, in `dtype`; FileError naming the file when they cannot be
+  /// (a storage record cut short, a file that shrank). Keeps the file open while it lives.
+  std::function<torch::Tensor()> read;
+};
+using StoredTensors = std::vector<std::pair<std::string, StoredTensor>>;
+
+/// The entries of a weights file as read_state_dict_file() takes them, every check that needs no
+/// values done, and no values read.
+StoredTensors open_state_dict_file(const std::string& path);
 
 /// The name → tensor entries of the dict or OrderedDict torch.save wrote to `path`, or of a
 /// safetensors file (told apart by their first bytes, not by name), in file order, or of a Hugging
