@@ -1,6 +1,7 @@
 // The pipeline runner in-process (Note [Pipeline schedules]): two stages as threads over Gloo run a
 // three-layer network's microbatches under GPipe and 1F1B, against one process that runs the whole
-// network on the whole batch; and a stage whose neighbour never sends fails, naming it.
+// network on the whole batch; a stage whose neighbour never sends fails, naming it; and one whose
+// output shape changes for inputs of the same shape stops, saying so (Note [Shapes between stages]).
 #include <torch/torch.h>
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
@@ -17,7 +18,7 @@ using Catch::Contains;
 namespace {
 
 constexpr int kMicrobatches = 4;
-constexpr int kSteps = 3;
+constexpr int kSteps = 4;
 constexpr int64_t kMicrobatch = 3;  // samples
 
 using ddp::test::make_three_layer_parameters;  // three units of (weight, bias)
@@ -33,11 +34,14 @@ ddp::ModelBlock layer(const std::vector<torch::Tensor>& p, std::size_t index) {
           }};
 }
 
+// From the second step on, the last microbatch is a sample short: a shape the stages learn then,
+// with a header, and send without one the step after (Note [Shapes between stages]).
 ddp::Batch microbatch(int step, int m) {
+  const int64_t samples = step > 0 && m == kMicrobatches - 1 ? kMicrobatch - 1 : kMicrobatch;
   ddp::Batch batch;
-  auto at = torch::arange(kMicrobatch * 8, torch::kFloat).reshape({kMicrobatch, 8});
+  auto at = torch::arange(samples * 8, torch::kFloat).reshape({samples, 8});
   batch.inputs = {torch::cos(at * 0.13 + m * 1.7 + step * 0.5)};
-  batch.targets = torch::sin(torch::arange(kMicrobatch * 4, torch::kFloat).reshape({kMicrobatch, 4}) * 0.29 + m - step);
+  batch.targets = torch::sin(torch::arange(samples * 4, torch::kFloat).reshape({samples, 4}) * 0.29 + m - step);
   return batch;
 }
 
@@ -155,4 +159,27 @@ TEST_CASE("a pipeline stage whose neighbour never sends fails after the time-out
   CHECK(errors[0] == "");
   CHECK_THAT(errors[1], Contains("pipeline stage 1 waited for the activations of microbatch 0 from stage 0 "
                                  "(dist.timeout_s 1): "));
+}
+
+TEST_CASE("a pipeline stage whose output shape changes for inputs of the same shape stops, naming both shapes",
+          "[pipeline]") {
+  auto errors = ddp::test::run_ranks(2, [&](int stage, const ddp::Communicator& pipeline) {
+    auto parameters = make_three_layer_parameters();
+    std::vector<ddp::ModelBlock> layers;
+    int forwards = 0;
+    if (stage == 0) {
+      layers.push_back(layer(parameters, 0));
+      // A width that follows how many forwards ran, not the input's shape.
+      layers.push_back({"cut", {}, {}, [&forwards](torch::Tensor x) { return x.narrow(1, 0, ++forwards > 1 ? 12 : 16); }});
+    } else {
+      layers.push_back(layer(parameters, 2));
+    }
+    MseTask task;
+    ddp::PipelineRunner runner(std::move(layers), task, pipeline, "gpipe", std::chrono::seconds(1), false);
+    for (int step = 0; step < 2; ++step) runner.train({microbatch(0, 0)}, [] {}, [](int) {});
+  });
+  CHECK_THAT(errors[0], Contains("pipeline stage 0: microbatch 0's activations are [3, 12] of Float, where an earlier "
+                                 "step's, for inputs of shape [3, 8], were [3, 16] of Float: a stage's output shape "
+                                 "must follow its input's shape"));
+  CHECK_THAT(errors[1], Contains("pipeline stage 1 waited for the activations of microbatch 0 from stage 0"));
 }

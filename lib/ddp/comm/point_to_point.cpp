@@ -47,10 +47,22 @@ PendingSend send_tensor(const Communicator& comm, const torch::Tensor& tensor, i
 torch::Tensor recv_tensor(const Communicator& comm, int peer, int tag, std::chrono::milliseconds timeout) {
   std::vector<torch::Tensor> head{torch::zeros({kHeaderSize}, torch::kLong).to(transport_device(comm))};
   wait_for(comm.group->recv(head, peer, 2 * tag), timeout);
-  auto header = head[0].to(torch::kCPU);
-  auto dtype = static_cast<c10::ScalarType>(header[0].item<int64_t>());
-  std::vector<int64_t> sizes;
-  for (int64_t d = 0; d < header[1].item<int64_t>(); ++d) sizes.push_back(header[d + 2].item<int64_t>());
+  auto header = head[0].to(torch::kCPU).contiguous();
+  const int64_t* fields = header.data_ptr<int64_t>();
+  TORCH_CHECK(fields[1] >= 0 && fields[1] <= kMaxDims, "recv_tensor: a header of ", fields[1], " dimensions");
+  std::vector<int64_t> sizes(fields + 2, fields + 2 + fields[1]);
+  return recv_known_tensor(comm, peer, tag, sizes, static_cast<c10::ScalarType>(fields[0]), timeout);
+}
+
+PendingSend send_known_tensor(const Communicator& comm, const torch::Tensor& tensor, int peer, int tag) {
+  std::vector<torch::Tensor> body{tensor.detach().to(transport_device(comm)).contiguous()};
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(comm.group->send(body, peer, 2 * tag + 1));
+  return PendingSend(std::move(works), {body[0]});
+}
+
+torch::Tensor recv_known_tensor(const Communicator& comm, int peer, int tag, c10::IntArrayRef sizes,
+                                c10::ScalarType dtype, std::chrono::milliseconds timeout) {
   std::vector<torch::Tensor> body{torch::empty(sizes, torch::dtype(dtype).device(transport_device(comm)))};
   wait_for(comm.group->recv(body, peer, 2 * tag + 1), timeout);
   return body[0].to(comm.device);

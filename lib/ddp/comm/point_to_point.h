@@ -1,6 +1,7 @@
 #pragma once
 // Tensors between two ranks of a group, for pipeline stages: activations forward, their gradients
-// back. The receiver need not know the shape: a small header travels first.
+// back. A receiver that does not know the shape gets a small header first; one that knows it gets
+// the data alone (Note [Shapes between stages]).
 
 #include <torch/torch.h>
 
@@ -36,5 +37,12 @@ PendingSend send_tensor(const Communicator& comm, const torch::Tensor& tensor, i
 /// Receives what rank `peer` of `comm` sent under `tag`, on `comm.device`. Waits at most `timeout`,
 /// then throws std::runtime_error (the caller says who was waited for).
 torch::Tensor recv_tensor(const Communicator& comm, int peer, int tag, std::chrono::milliseconds timeout);
+
+/// send_tensor without the header, for a receiver that knows the shape and dtype.
+PendingSend send_known_tensor(const Communicator& comm, const torch::Tensor& tensor, int peer, int tag);
+
+/// Receives a tensor of `sizes` and `dtype` that send_known_tensor sent; as recv_tensor otherwise.
+torch::Tensor recv_known_tensor(const Communicator& comm, int peer, int tag, c10::IntArrayRef sizes,
+                                c10::ScalarType dtype, std::chrono::milliseconds timeout);
 
 }  // namespace ddp

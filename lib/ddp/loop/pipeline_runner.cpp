@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "ddp/comm/collectives.h"
 #include "ddp/comm/point_to_point.h"
@@ -26,6 +27,13 @@ double ms_since(Clock::time_point start) {
 int forward_tag(int microbatch) { return 2 * microbatch; }
 int backward_tag(int microbatch) { return 2 * microbatch + 1; }
 
+std::string shape_text(c10::IntArrayRef sizes, c10::ScalarType dtype = c10::ScalarType::Undefined) {
+  std::ostringstream out;
+  out << sizes;
+  if (dtype != c10::ScalarType::Undefined) out << " of " << c10::toString(dtype);
+  return out.str();
+}
+
 }  // namespace
 
 PipelineRunner::PipelineRunner(std::vector<ModelBlock> layers, Task& task, const Communicator& pipeline,
@@ -41,10 +49,12 @@ torch::Tensor PipelineRunner::run_layers(torch::Tensor x) {
   return runner_ ? runner_->run(layers_, std::move(x)) : run_in_order(layers_, std::move(x));
 }
 
-torch::Tensor PipelineRunner::receive(int from, int tag, int microbatch, const char* what) {
+torch::Tensor PipelineRunner::receive(int from, int tag, int microbatch, const char* what,
+                                      const std::optional<StageShapes::Shape>& shape) {
   auto start = Clock::now();
   try {
-    torch::Tensor t = recv_tensor(pipeline_, from, tag, timeout_);
+    torch::Tensor t = shape ? recv_known_tensor(pipeline_, from, tag, shape->sizes, shape->dtype, timeout_)
+                            : recv_tensor(pipeline_, from, tag, timeout_);
     waited_ms_ += ms_since(start);
     return t;
   } catch (const std::exception& e) {
@@ -52,6 +62,23 @@ torch::Tensor PipelineRunner::receive(int from, int tag, int microbatch, const c
                           " of microbatch " + std::to_string(microbatch) + " from stage " + std::to_string(from) +
                           " (dist.timeout_s " + std::to_string(timeout_.count() / 1000) + "): " + e.what());
   }
+}
+
+PendingSend PipelineRunner::send_activations(const torch::Tensor& output, int microbatch,
+                                             const std::vector<int64_t>& key) {
+  StageShapes::Shape shape{output.sizes().vec(), output.scalar_type()};
+  auto known = sent_.known(key);
+  if (!known) {
+    sent_.learn(key, shape);
+    return send_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(microbatch));
+  }
+  if (*known != shape)
+    throw UserError(fmt::format("pipeline stage {}: microbatch {}'s activations are {}, where an earlier step's, for "
+                                "inputs of shape {}, were {}: a stage's output shape must follow its input's shape, not "
+                                "its values (Note [Shapes between stages])",
+                                pipeline_.rank, microbatch, shape_text(shape.sizes, shape.dtype), shape_text(key),
+                                shape_text(known->sizes, known->dtype)));
+  return send_known_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(microbatch));
 }
 
 torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
@@ -74,12 +101,15 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
   for (const auto& action : actions) {
     const int m = action.microbatch;
     const Batch& batch = microbatches[static_cast<std::size_t>(m)];
+    const std::vector<int64_t> key = batch.inputs[0].sizes().vec();  // every stage loads the batch
     if (action.kind == PipelineAction::kForward) {
       InFlight flight;
       if (first()) {
         flight.input = batch.inputs[0];
       } else {
-        flight.input = receive(pipeline_.rank - 1, forward_tag(m), m, "activations");
+        auto shape = received_.known(key);
+        flight.input = receive(pipeline_.rank - 1, forward_tag(m), m, "activations", shape);
+        if (!shape) received_.learn(key, {flight.input.sizes().vec(), flight.input.scalar_type()});
         if (flight.input.is_floating_point()) flight.input.requires_grad_(true);
       }
       AutocastScope autocast(pipeline_.device, mixed_precision_);  // the loss too, as without stages
@@ -90,7 +120,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
         loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
       } else {
         flight.output = output;
-        sends.push_back(send_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(m)));
+        sends.push_back(send_activations(output, m, key));
       }
       held.emplace(m, std::move(flight));
       memory_peak = std::max(memory_peak, memory_in_use(pipeline_.device));
@@ -100,11 +130,13 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
       if (last()) {
         (flight.output / static_cast<double>(count)).backward();
       } else {
-        torch::Tensor grad = receive(pipeline_.rank + 1, backward_tag(m), m, "gradients");
+        // An output's gradient has the output's shape and dtype: no header (Note [Shapes between stages]).
+        StageShapes::Shape shape{flight.output.sizes().vec(), flight.output.scalar_type()};
+        torch::Tensor grad = receive(pipeline_.rank + 1, backward_tag(m), m, "gradients", shape);
         flight.output.backward(grad);
       }
       if (!first() && flight.input.requires_grad())
-        sends.push_back(send_tensor(pipeline_, flight.input.grad(), pipeline_.rank - 1, backward_tag(m)));
+        sends.push_back(send_known_tensor(pipeline_, flight.input.grad(), pipeline_.rank - 1, backward_tag(m)));
       held.erase(m);
     }
     after_action(m);
@@ -116,6 +148,8 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
     });
   }
   for (auto& send : sends) send.wait(timeout_);
+  received_.step_ends();
+  sent_.step_ends();
   // The first step connects the stages and allocates the gradients: not what a step costs.
   if (steps_run_++ == 0) return loss_sum;
   double step_ms = ms_since(start);
@@ -127,7 +161,8 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
 }
 
 torch::Tensor PipelineRunner::evaluate(const Batch& batch) {
-  torch::Tensor x = first() ? batch.inputs[0] : receive(pipeline_.rank - 1, forward_tag(0), 0, "activations");
+  torch::Tensor x =
+      first() ? batch.inputs[0] : receive(pipeline_.rank - 1, forward_tag(0), 0, "activations", std::nullopt);
   AutocastScope autocast(pipeline_.device, mixed_precision_);
   torch::Tensor output = run_layers(x);
   if (last()) return task_.output_metric_sums(output, batch);

@@ -7,11 +7,14 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ddp/comm/point_to_point.h"
 #include "ddp/comm/process_group.h"
 #include "ddp/data/batch.h"
+#include "ddp/loop/stage_shapes.h"
 #include "ddp/model/model_block.h"
 #include "ddp/parallel/pipeline_schedule.h"
 #include "ddp/record/metrics_log.h"
@@ -71,8 +74,13 @@ class PipelineRunner {
 
  private:
   torch::Tensor run_layers(torch::Tensor x);
-  /// The activations (or gradients) for microbatch `microbatch` from stage `from`.
-  torch::Tensor receive(int from, int tag, int microbatch, const char* what);
+  /// The activations (or gradients) for microbatch `microbatch` from stage `from`, of `shape` when
+  /// known, else with a header that says it.
+  torch::Tensor receive(int from, int tag, int microbatch, const char* what,
+                        const std::optional<StageShapes::Shape>& shape);
+  /// Sends microbatch `microbatch`'s activations, of input shape `key`, to the next stage, with a
+  /// header while `key` is new (Note [Shapes between stages]).
+  PendingSend send_activations(const torch::Tensor& output, int microbatch, const std::vector<int64_t>& key);
 
   std::vector<ModelBlock> layers_;
   BlockRunner* runner_ = nullptr;
@@ -85,6 +93,7 @@ class PipelineRunner {
   int microbatches_ = 0;  // in the steps measured
   double waited_ms_ = 0;  // in this step's receives
   int64_t steps_run_ = 0;
+  StageShapes received_, sent_;  // the links to the stage before and the stage after
 };
 
 }  // namespace ddp

@@ -405,10 +405,16 @@ void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t par
 void RunRecorder::finished(const TrainProgress& progress) {
   // Steps since the last log line (a run shorter than train.log_every: all of them) get one too.
   if (config_.train.log_every > 0 && window_sums_.value(window_.steps) > 0) log_window(progress);
+  // Every rank's count: ranks read different things (a pipeline's later stages receive, the first sends).
+  auto reads = torch::zeros({world_.world_size}, torch::kDouble);
+  reads[world_.rank] = host_reads_.per_step();
+  reads = all_reduce_sum(world_, reads);
   if (world_.rank == 0 && stepped_) {
-    spdlog::info("tensor values read to the host a step on rank 0, log steps aside: {:.2f} over its first {} steps "
-                 "(on a GPU, each a wait for the device)", host_reads_.per_step(), host_reads_.steps());
-    metrics_->write({{"step", static_cast<double>(progress.step)}, {"host_reads_per_step", host_reads_.per_step()}});
+    const auto most = reads.argmax().item<int64_t>();
+    const double per_step = reads[most].item<double>();
+    spdlog::info("tensor values read to the host a step, log steps aside: {:.2f} on the rank that reads most (rank {}) "
+                 "over its first {} steps (on a GPU, each a wait for the device)", per_step, most, host_reads_.steps());
+    metrics_->write({{"step", static_cast<double>(progress.step)}, {"host_reads_per_step", per_step}});
   }
   if (world_.rank == 0) {
     double elapsed = seconds_since(run_start_);
