@@ -36,6 +36,28 @@ int64_t stored_bytes(const torch::nn::Module& model) {
   return bytes;
 }
 
+// Takes parts of deferred `p` as the passes do (take_parts): a matrix as two tensor-parallel boxes,
+// anything else as a run of its elements, as a sharded unit's share; each must equal the same part
+// of `expected`.
+void check_parts(ddp::DeferredInit& deferred, const torch::Tensor& p, const torch::Tensor& expected) {
+  std::vector<int64_t> view = p.sizes().vec();
+  std::vector<ddp::TensorPart> parts;
+  if (p.dim() == 2 && p.size(0) > 1 && p.size(1) > 1) {
+    parts = {{{0, 0}, {view[0] / 2, view[1]}}, {{1, view[1] / 2}, {view[0] - 1, view[1] - view[1] / 2}}};
+  } else {
+    view = {p.numel()};
+    parts = {{{p.numel() / 3}, {p.numel() - p.numel() / 3}}};
+  }
+  auto taken = deferred.take_parts(p, view, parts);
+  REQUIRE(taken);
+  REQUIRE(taken->size() == parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    CHECK((*taken)[i].scalar_type() == p.scalar_type());
+    CHECK(torch::equal((*taken)[i], ddp::cut_part(expected, view, parts[i])));
+  }
+  CHECK(!deferred.deferred(p));
+}
+
 }  // namespace
 
 TEST_CASE("a deferred build holds no parameter but the norms' and materialises each alone, in any order, to the "
@@ -74,6 +96,10 @@ TEST_CASE("a deferred build holds no parameter but the norms' and materialises e
       INFO(item.key());
       CHECK(torch::equal(item.value(), named[item.key()]));
     }
+    // Parts alone, as the tensor pass and the sharding engine take them: cut from the fill.
+    auto again = ddp::make_model(config, deferred_context);
+    for (const auto& item : again->named_parameters())
+      if (again->deferred_init()->deferred(item.value())) check_parts(*again->deferred_init(), item.value(), reference[item.key()]);
   }
 }
 
@@ -127,6 +153,15 @@ TEST_CASE("a deferred build reads model.init_from's values only as each paramete
       CHECK(torch::equal(named[key], saved->named_parameters()[key]));
     }
     CHECK(loaded->deferred_init()->pending() == 0);
+    // Parts alone: only their bytes from safetensors (GPT-2's transposed weights as mirrored boxes),
+    // cut from the whole record from model.pt.
+    auto parted = ddp::make_model(config, context);
+    for (const auto& item : parted->named_parameters()) {
+      INFO(item.key());
+      if (!parted->deferred_init()->deferred(item.value())) continue;  // tied to one taken already
+      check_parts(*parted->deferred_init(), item.value(), saved->named_parameters()[item.key()]);
+    }
+    CHECK(parted->deferred_init()->pending() == 0);
   }
   // The ConvNet builds whole (its channels-last layout reads its values): it reads the file at once.
   ddp::ModelConfig convnet = family("convnet");

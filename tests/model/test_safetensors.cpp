@@ -226,3 +226,39 @@ TEST_CASE("safetensors: each hostile file is refused in one line naming the file
   // Through the weights reader, a truncated safetensors file is still named as one, not as a bad zip.
   CHECK_THROWS_WITH(ddp::read_state_dict_file(dir.file("past.safetensors")), refusal(dir.file("past.safetensors")));
 }
+
+TEST_CASE("safetensors: a part of a tensor reads alone, a box along any dimensions or a run of its elements, "
+          "equal to the same part cut from the whole, and a part outside it is refused",
+          "[safetensors][deferred]") {
+  ddp::test::TempDir dir;
+  auto a = torch::arange(4 * 5 * 6, torch::kFloat).reshape({4, 5, 6});
+  ddp::write_safetensors(dir.file("parts.safetensors"), {{"before", torch::ones({3})}, {"a", a},
+                                                           {"b", a.to(torch::kBFloat16)}});
+  ddp::SafetensorsFile file(dir.file("parts.safetensors"));
+  struct Case {
+    std::vector<int64_t> view;
+    ddp::TensorPart part;
+  };
+  const std::vector<Case> cases = {
+      {{4, 5, 6}, {{0, 0, 0}, {4, 5, 6}}},  // whole: one run
+      {{4, 5, 6}, {{1, 0, 0}, {2, 5, 6}}},  // rows: one run
+      {{4, 5, 6}, {{0, 2, 0}, {4, 2, 6}}},  // a column-parallel slice of each row: a run per row
+      {{4, 5, 6}, {{0, 0, 3}, {4, 5, 3}}},  // innermost: a run per (row, column)
+      {{4, 5, 6}, {{3, 1, 2}, {1, 3, 4}}},  // any box
+      {{4, 5, 6}, {{1, 4, 5}, {0, 1, 1}}},  // nothing
+      {{120}, {{37}, {50}}},                // a run of the elements, as a sharded unit takes them
+      {{20, 6}, {{5}, {0}}}};               // (refused below: a part of another rank)
+  for (const auto& entry : file.entries()) {
+    if (entry.name == "before") continue;
+    INFO(entry.name);
+    for (std::size_t c = 0; c + 1 < cases.size(); ++c) {
+      INFO("case " << c);
+      auto part = file.read_part(entry, cases[c].view, cases[c].part);
+      CHECK(part.scalar_type() == entry.type);
+      CHECK(torch::equal(part, ddp::cut_part(file.read(entry), cases[c].view, cases[c].part)));
+    }
+    CHECK_THROWS_AS(file.read_part(entry, cases.back().view, cases.back().part), std::invalid_argument);
+    CHECK_THROWS_AS(file.read_part(entry, {4, 5, 6}, {{0, 4, 0}, {4, 2, 6}}), std::invalid_argument);  // past the end
+    CHECK_THROWS_AS(file.read_part(entry, {4, 5, 7}, {{0, 0, 0}, {1, 1, 1}}), std::invalid_argument);  // not its view
+  }
+}

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "ddp/model/deferred_init.h"
+#include "ddp/model/safetensors.h"
+#include "ddp/model/state_dict_file.h"
 #include "ddp/parallel/sharded_blocks.h"
 #include "ddp/parallel/sharded_data_parallel.h"
 #include "support/three_layers.h"
@@ -71,6 +73,11 @@ std::vector<torch::Tensor> reference_after(int steps) {
   return parameters;
 }
 
+// What a rank read of a weights file, in elements: whole tensors, and parts alone.
+struct FileReads {
+  int64_t whole = 0, parts = 0;
+};
+
 struct RankResult {
   std::string error;
   int64_t at_rest_bytes = -1;  // parameter bytes held between steps
@@ -78,16 +85,37 @@ struct RankResult {
   std::size_t stored_before = 0;  // built deferred: parameters with storage before the engine
   std::size_t pending_after = 0;  // built deferred: parameters still without values after it
   int64_t gathered_bytes = -1;    // parameter bytes held once gathered for model.pt
+  FileReads reads;                // built deferred from a file
 };
 
 // The three layers built deferred (Note [Deferred initialisation]): shapes without storage, each
-// filled with its values when the engine materialises its unit.
-std::vector<torch::Tensor> deferred_three_layers(ddp::DeferredInit& deferred) {
+// given its values by the engine, filled as a seeded build would, or read from `file` (a
+// safetensors file of them in order) as model.init_from reads, counting into `reads`.
+std::vector<torch::Tensor> deferred_three_layers(ddp::DeferredInit& deferred, const std::string& file = "",
+                                                 FileReads* reads = nullptr) {
   std::vector<torch::Tensor> parameters;
+  const ddp::StoredTensors stored = file.empty() ? ddp::StoredTensors{} : ddp::open_state_dict_file(file);
   ddp::DeferredBuild scope(deferred);
-  for (const auto& values : make_three_layer_parameters()) {
+  const auto all = make_three_layer_parameters();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& values = all[i];
     auto p = torch::empty_like(values).requires_grad_(values.requires_grad());
-    ddp::init_parameter(p, [values](torch::Tensor& t) { t.copy_(values); });
+    if (file.empty()) {
+      ddp::init_parameter(p, [values](torch::Tensor& t) { t.copy_(values); });
+    } else {
+      const ddp::StoredTensor s = stored.at(i).second;
+      ddp::load_parameter(
+          p,
+          [s, reads](torch::Tensor& t) {
+            reads->whole += t.numel();
+            t.copy_(s.read());
+          },
+          [s, reads](c10::IntArrayRef view, const ddp::TensorPart& part) {
+            auto values = s.read_part(view, part);
+            reads->parts += values.numel();
+            return values;
+          });
+    }
     parameters.push_back(p);
   }
   return parameters;
@@ -99,6 +127,7 @@ struct Layout {
   int shard_size = kWorld;        // consecutive ranks per shard group, replicated across them
   bool deferred = false;          // the layers built deferred
   bool writer_only = false;       // gathered for model.pt on rank 0 alone, the others taking part
+  std::string from_file;          // deferred: read from this safetensors file of the layers
 };
 
 // Trains on `kWorld` threads as `layout` says.
@@ -125,15 +154,13 @@ std::vector<RankResult> train_sharded(const Layout& layout) {
         auto replicate_group = ddp::test::connect_thread_rank(r / shard_size, replicas,
                                                               stores.file("replicate" + std::to_string(r % shard_size)));
         ddp::DeferredInit deferred_init;
-        auto parameters = deferred ? deferred_three_layers(deferred_init) : make_three_layer_parameters();
+        auto parameters = deferred ? deferred_three_layers(deferred_init, layout.from_file, &results[r].reads)
+                                   : make_three_layer_parameters();
         for (const auto& p : parameters) results[r].stored_before += p.storage().nbytes() > 0 ? 1 : 0;
         ddp::ShardedOptions options;
         options.shard_parameters = shard_parameters;
         options.data_parallel_size = kWorld;
-        if (deferred)
-          options.materialize = [&deferred_init](const std::vector<torch::Tensor>& unit) {
-            deferred_init.materialize(unit);
-          };
+        if (deferred) options.deferred = &deferred_init;
         auto blocks = blocks_of(parameters);
         ddp::ShardedBlocks sharded_blocks(blocks, {});  // its units: each layer's (weight, bias)
         ShardedDataParallel engine(parameters, {{}, {0, 1}, {2, 3}, {4, 5}}, shard_group, replicate_group, world,
@@ -227,6 +254,32 @@ TEST_CASE("ZeRO-3 over layers built deferred gives each unit its values as it fl
       CHECK(results[r].gathered_bytes == results[r].at_rest_bytes);  // its shards, nothing gathered kept
       CHECK(results[r].whole.empty());
     }
+  }
+}
+
+TEST_CASE("ZeRO-3 over layers deferred to a weights file reads each rank's share of each unit's elements alone, "
+          "and trains to one process's weights",
+          "[parallel][zero][deferred]") {
+  ddp::test::TempDir dir;
+  std::vector<std::pair<std::string, torch::Tensor>> layers;
+  for (const auto& p : make_three_layer_parameters()) layers.emplace_back("p" + std::to_string(layers.size()), p);
+  ddp::write_safetensors(dir.file("layers.safetensors"), layers);
+  const auto expected = reference_after(kSteps);
+  auto results = train_sharded({.shard_parameters = true, .deferred = true, .from_file = dir.file("layers.safetensors")});
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r);
+    REQUIRE(results[r].error == "");
+    CHECK(results[r].stored_before == 0);
+    CHECK(results[r].reads.whole == 0);
+    int64_t share = 0;  // of each unit, (weight, bias) flat, cut in kWorld
+    for (std::size_t u = 0; u < 3; ++u) {
+      const int64_t numel = layers[2 * u].second.numel() + layers[2 * u + 1].second.numel();
+      const int64_t each = (numel + kWorld - 1) / kWorld;
+      share += std::max<int64_t>(0, std::min(numel, (r + 1) * each) - r * each);
+    }
+    CHECK(results[r].reads.parts == share);
+    REQUIRE(results[r].whole.size() == expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) CHECK(torch::allclose(results[r].whole[i], expected[i], 1e-5, 1e-6));
   }
 }
 

@@ -154,12 +154,10 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   for (const auto& t : tables) weights.push_back(t.weight);
   parallel->parameters = plan.prepare_model(task.model(), sharded_tables ? weights : std::vector<torch::Tensor>{});
   // A deferred build's parameters get their values from the pass that keeps them: the tensor pass
-  // one layer at a time before slicing, the sharding engine unit by unit, the all-reduce the rest
-  // (a stage's own) whole (Note [Deferred initialisation]).
+  // its slices, the sharding engine unit by unit (under stage 3 each rank its share alone), the
+  // all-reduce the rest (a stage's own) whole (Note [Deferred initialisation]).
   auto* built = dynamic_cast<Model*>(&task.model());
   DeferredInit* deferred = built ? built->deferred_init() : nullptr;
-  DeferredInit::Materialize materialize;
-  if (deferred) materialize = [deferred](const std::vector<torch::Tensor>& tensors) { deferred->materialize(tensors); };
   parallel->layout = plan.mesh().describe() + ", dist.shard " + config.mesh.shard;
   if (config.model.activation_checkpointing != "none") {  // pass 0
     auto blocks = blocks_of(task.model(), "model.activation_checkpointing: model.name " + config.model.name +
@@ -189,7 +187,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
                                   .front()
                                   .parameters;
     plan.split_tensors(task.model(), tensor_plan(config.model, config.mesh), parallel->parameters,
-                       sequence, materialize);
+                       sequence, deferred);
     const TensorShards& shards = *plan.tensor_shards();
     if (sequence.on)
       dynamic_cast<Model&>(task.model()).wrap_blocks([&shards](std::size_t index, ModelBlock& block) {
@@ -220,7 +218,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     units = parallel->blocks->units();
   }
 
-  parallel->gradient_sync = plan.make_gradient_sync(parallel->parameters, &side_values, units, materialize);
+  parallel->gradient_sync = plan.make_gradient_sync(parallel->parameters, &side_values, units, deferred);
   if (deferred) deferred->materialize_all();  // what no pass kept, if anything (a frozen parameter)
   if (parallel->blocks) {
     parallel->blocks->attach(*plan.parameter_shards());

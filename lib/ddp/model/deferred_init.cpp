@@ -61,19 +61,52 @@ void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fi
   t_deferred->note(parameter, std::move(state), fill);
 }
 
-void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read) {
+void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read, DeferredInit::ReadPart read_part) {
   if (!t_deferred) {
     torch::NoGradGuard no_grad;
     torch::Tensor target = parameter;
     read(target);
     return;
   }
-  t_deferred->note(parameter, torch::Tensor(), std::move(read));
+  t_deferred->note(parameter, torch::Tensor(), std::move(read), std::move(read_part));
 }
 
-void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill) {
+void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill, ReadPart read_part) {
   if (tensor.numel() > 0 && has_values(tensor)) free_storage(tensor);
-  entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill)};
+  entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill), std::move(read_part)};
+}
+
+torch::Tensor DeferredInit::whole_values(Entry& entry) const {
+  torch::Tensor values = torch::empty(entry.tensor.sizes(), entry.tensor.options().requires_grad(false));
+  // The default generator is the process's: borrowed as a build borrows it (build_seeded's
+  // lock), at the state the fill began from, then given back as it was.
+  if (entry.state.defined())
+    with_default_generator_at(entry.state, [&] { entry.fill(values); });
+  else  // a read, which draws nothing
+    entry.fill(values);
+  return values;
+}
+
+std::optional<std::vector<torch::Tensor>> DeferredInit::take_parts(const torch::Tensor& tensor, c10::IntArrayRef view,
+                                                                   const std::vector<TensorPart>& parts) {
+  torch::NoGradGuard no_grad;
+  auto found = entries_.find(tensor.unsafeGetTensorImpl());
+  if (found == entries_.end()) return std::nullopt;
+  Entry& entry = found->second;
+  std::vector<torch::Tensor> values;
+  bool any = false;  // a part with elements: else nothing is drawn or read
+  for (const auto& part : parts)
+    any = any || c10::multiply_integers(part.sizes) > 0;
+  if (!any || entry.tensor.numel() == 0) {
+    for (const auto& part : parts) values.push_back(torch::empty(part.sizes, entry.tensor.options()));
+  } else if (entry.read_part) {
+    for (const auto& part : parts) values.push_back(entry.read_part(view, part).to(entry.tensor.scalar_type()));
+  } else {
+    torch::Tensor whole = whole_values(entry);
+    for (const auto& part : parts) values.push_back(cut_part(whole, view, part));
+  }
+  entries_.erase(found);
+  return values;
 }
 
 bool DeferredInit::deferred(const torch::Tensor& tensor) const {
@@ -90,14 +123,7 @@ void DeferredInit::materialize(const std::vector<torch::Tensor>& tensors) {
       entries_.erase(found);
       continue;
     }
-    torch::Tensor values = torch::empty(entry.tensor.sizes(), entry.tensor.options().requires_grad(false));
-    // The default generator is the process's: borrowed as a build borrows it (build_seeded's
-    // lock), at the state the fill began from, then given back as it was.
-    if (entry.state.defined())
-      with_default_generator_at(entry.state, [&] { entry.fill(values); });
-    else  // a read, which draws nothing
-      entry.fill(values);
-    entry.tensor.set_data(values);
+    entry.tensor.set_data(whole_values(entry));
     entries_.erase(found);
   }
 }

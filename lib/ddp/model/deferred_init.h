@@ -6,8 +6,11 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <optional>
 #include <unordered_map>
 #include <vector>
+
+#include "ddp/model/tensor_part.h"
 
 namespace ddp {
 
@@ -23,8 +26,10 @@ namespace ddp {
 // and each pass calls it for what it keeps (Note [Passes]): the tensor pass a layer at a time before
 // slicing it, the sharding engine unit by unit, a stage its own layers; a parameter a pass freed
 // gets none. model.init_from's values come the same way: load_parameter() notes a read of the
-// parameter's tensor from the file in place of its fill, so a rank reads only the tensors it keeps
-// (the tensor pass reads a layer's whole tensors, then slices them). torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
+// parameter's tensor from the file in place of its fill, so a rank reads only what it keeps. A
+// pass that keeps part of a parameter takes that part alone (take_parts): the tensor pass its
+// slice, the sharding engine its share of a unit's elements; read from the file, that is only the
+// part's bytes; a fill that draws still draws the whole tensor, for a moment, and is cut. torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
 // has no such device for nn modules, hence the replay. Reading a parameter before its pass gave it
 // values would read no memory at all: only the CPU builds deferred (a CUDA model is copied to its
 // device right after the build, ParallelModel's passes later).
@@ -37,27 +42,35 @@ class DeferredInit {
   /// Writes a parameter's values into the tensor it is given (same shape and dtype), drawing from
   /// LibTorch's default CPU generator as nn::init does.
   using Fill = std::function<void(torch::Tensor&)>;
-  /// What a pass calls to give the tensors it keeps their values (materialize(), bound).
-  using Materialize = std::function<void(const std::vector<torch::Tensor>&)>;
+  /// Reads `part` of the values viewed as `view` alone (a weights file's bytes for it).
+  using ReadPart = std::function<torch::Tensor(c10::IntArrayRef view, const TensorPart& part)>;
 
   /// Gives each still-deferred tensor of `tensors` its values (others are left as they are).
   void materialize(const std::vector<torch::Tensor>& tensors);
   /// Gives every deferred tensor its values.
   void materialize_all();
+  /// The values of `parts` of `tensor` viewed as `view` (its shape, or [numel] for runs of its
+  /// elements), in its dtype, read alone where they come from a file; `tensor` waits no more, and has
+  /// no values until the caller gives it some. nullopt for a tensor that does not wait.
+  std::optional<std::vector<torch::Tensor>> take_parts(const torch::Tensor& tensor, c10::IntArrayRef view,
+                                                       const std::vector<TensorPart>& parts);
   /// Whether `tensor` waits for its values.
   bool deferred(const torch::Tensor& tensor) const;
   /// How many tensors wait for their values.
   std::size_t pending() const { return entries_.size(); }
 
-  /// For init_parameter: `tensor` (storage freed) takes `fill` from generator state `state`.
-  void note(const torch::Tensor& tensor, torch::Tensor state, Fill fill);
+  /// For init_parameter: `tensor` (storage freed) takes `fill` from generator state `state`
+  /// (undefined: a fill that draws nothing), or `read_part` for a part alone where it is given.
+  void note(const torch::Tensor& tensor, torch::Tensor state, Fill fill, ReadPart read_part = {});
 
  private:
   struct Entry {
     torch::Tensor tensor;  // the model's parameter, without storage until materialised
     torch::Tensor state;   // the default CPU generator's state before the fill
     Fill fill;
+    ReadPart read_part;
   };
+  torch::Tensor whole_values(Entry& entry) const;
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;
 };
 
@@ -86,8 +99,9 @@ void free_storage(const torch::Tensor& t);
 void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fill);
 
 /// Gives `parameter` the values `read` writes without drawing (a weights file's): now, or, in a
-/// deferred build, when a pass materialises it, in place of the fill noted before.
-void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read);
+/// deferred build, when a pass materialises it, in place of the fill noted before; `read_part`
+/// (may be null) reads a part of them alone.
+void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read, DeferredInit::ReadPart read_part = {});
 
 /// Fills a Linear's `weight` [out, in] and `bias` (undefined: none) through init_parameter, drawing
 /// as LinearImpl::reset_parameters does.

@@ -75,7 +75,18 @@ StoredTensors gpt_from_gpt2_layout(const StoredTensors& gpt2, bool bias, const s
       continue;
     }
     StoredTensor transposed{{tensor.shape[1], tensor.shape[0]}, tensor.dtype,
-                            [read = tensor.read] { return read().t().contiguous(); }};
+                            [read = tensor.read] { return read().t().contiguous(); }, nullptr};
+    const std::vector<int64_t> shape = transposed.shape;
+    // A box of the transpose is the transpose of the box mirrored; a run of its elements is not one
+    // of the file's, so that is cut from the whole.
+    transposed.read_part = [read = tensor.read, read_part = tensor.read_part, shape](c10::IntArrayRef view,
+                                                                                     const TensorPart& part) {
+      if (read_part && view == c10::IntArrayRef(shape))
+        return read_part({shape[1], shape[0]}, {{part.offsets[1], part.offsets[0]}, {part.sizes[1], part.sizes[0]}})
+            .t()
+            .contiguous();
+      return cut_part(read().t(), view, part);
+    };
     out.emplace_back(name, std::move(transposed));
   }
   return out;

@@ -168,7 +168,7 @@ void load_state_dict_entries(torch::nn::Module& model, const StoredTensors& entr
       now.emplace_back(target, found->second->read());
   }
   for (const auto& [target, stored] : later)
-    load_parameter(target, [read = stored->read](torch::Tensor& values) { values.copy_(read()); });
+    load_parameter(target, [read = stored->read](torch::Tensor& values) { values.copy_(read()); }, stored->read_part);
   torch::NoGradGuard no_grad;
   for (auto& [target, values] : now) target.copy_(values);
 }

@@ -201,6 +201,44 @@ torch::Tensor SafetensorsFile::read(const SafetensorsEntry& entry) const {
   return tensor;
 }
 
+torch::Tensor SafetensorsFile::read_part(const SafetensorsEntry& entry, c10::IntArrayRef view,
+                                         const TensorPart& part) const {
+  const auto dims = view.size();
+  int64_t numel = 1;
+  for (int64_t size : entry.shape) numel *= size;
+  int64_t view_numel = 1;
+  for (int64_t size : view) view_numel *= size;
+  if (view_numel != numel || part.offsets.size() != dims || part.sizes.size() != dims)
+    throw std::invalid_argument("SafetensorsFile::read_part: a view or part that is not of tensor '" + entry.name + "'");
+  for (std::size_t d = 0; d < dims; ++d)
+    if (part.offsets[d] < 0 || part.sizes[d] < 0 || part.offsets[d] + part.sizes[d] > view[d])
+      throw std::invalid_argument("SafetensorsFile::read_part: a part outside tensor '" + entry.name + "'");
+  torch::Tensor out = torch::empty(part.sizes, torch::TensorOptions().dtype(entry.type));
+  if (out.numel() == 0) return out;
+  // The innermost dimensions the part spans whole, and the one outside them, make one run in the
+  // file; the dimensions outside that are walked.
+  std::size_t outer = dims;  // the part spans dimensions outer.. whole
+  while (outer > 0 && part.sizes[outer - 1] == view[outer - 1]) --outer;
+  std::vector<int64_t> stride(dims, 1);  // the view's, in elements
+  for (std::size_t d = dims; d-- > 1;) stride[d - 1] = stride[d] * view[d];
+  const std::size_t run_dim = outer == 0 ? 0 : outer - 1;
+  const int64_t element = static_cast<int64_t>(c10::elementSize(entry.type));
+  const int64_t run = (dims == 0 ? 1 : part.sizes[run_dim] * stride[run_dim]) * element;
+  auto* into = static_cast<char*>(out.data_ptr());
+  std::vector<int64_t> index(run_dim, 0);  // over the walked dimensions
+  for (;;) {
+    int64_t at = dims == 0 ? 0 : part.offsets[run_dim] * stride[run_dim];
+    for (std::size_t d = 0; d < run_dim; ++d) at += (part.offsets[d] + index[d]) * stride[d];
+    read_exactly(fd_, into, static_cast<uint64_t>(run), data_offset_ + entry.begin + static_cast<uint64_t>(at * element),
+                 path_);
+    into += run;
+    std::size_t d = run_dim;
+    while (d > 0 && ++index[d - 1] == part.sizes[d - 1]) index[--d] = 0;
+    if (d == 0) break;
+  }
+  return out;
+}
+
 bool looks_like_safetensors(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;

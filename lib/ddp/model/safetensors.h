@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/model/tensor_part.h"
+
 namespace ddp {
 
 // Note [safetensors]: a file is 8 bytes of little-endian header length N, N bytes of a JSON object
@@ -49,6 +51,9 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   /// The tensor `entry` describes, copied out of the file in its own dtype.
   torch::Tensor read(const SafetensorsEntry& entry) const;
+  /// `part` of that tensor viewed as `view` (its shape, or [numel] for a run of elements), reading
+  /// only its bytes: one read per contiguous run. std::invalid_argument for a part outside the view.
+  torch::Tensor read_part(const SafetensorsEntry& entry, c10::IntArrayRef view, const TensorPart& part) const;
 
  private:
   std::string path_;

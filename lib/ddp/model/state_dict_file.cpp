@@ -303,7 +303,10 @@ class PickleMachine {
 
 // Every tensor of a safetensors file, read through `file`, which they keep open.
 void add_stored(const std::shared_ptr<SafetensorsFile>& file, const SafetensorsEntry& entry, StoredTensors& out) {
-  out.emplace_back(entry.name, StoredTensor{entry.shape, entry.type, [file, &entry] { return file->read(entry); }});
+  out.emplace_back(entry.name, StoredTensor{entry.shape, entry.type, [file, &entry] { return file->read(entry); },
+                                            [file, &entry](c10::IntArrayRef view, const TensorPart& part) {
+                                              return file->read_part(entry, view, part);
+                                            }});
 }
 
 // A Hugging Face directory's weights (Note [Hugging Face directories]): every shard's tensors, each

@@ -173,9 +173,9 @@ void ParallelPlan::split_stages(const std::vector<torch::Tensor>& parameters,
 
 void ParallelPlan::split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                                  const std::vector<torch::Tensor>& parameters, SequenceParallel sequence,
-                                 const std::function<void(const std::vector<torch::Tensor>&)>& materialize) {
+                                 DeferredInit* deferred) {
   tensor_ = std::make_unique<TensorShards>(model, plan, parameters, group(MeshDim::kTensor), std::move(sequence),
-                                           materialize);
+                                           deferred);
 }
 
 void ParallelPlan::finish_gradients(ValueSlots& side_values) const {
@@ -301,7 +301,7 @@ int64_t ParallelPlan::gradient_bytes(const std::vector<torch::Tensor>& parameter
 std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch::Tensor> parameters,
                                                                ValueSlots* side_values,
                                                                const std::vector<std::vector<torch::Tensor>>& units,
-                                                               DeferredInit::Materialize materialize) {
+                                                               DeferredInit* deferred) {
   // Pipeline stages: each syncs what it holds; the side values go over the world afterwards
   // (finish_gradients), not with a stage's own replicas' sync.
   if (stage_) {
@@ -310,14 +310,14 @@ std::unique_ptr<GradientSync> ParallelPlan::make_gradient_sync(std::vector<torch
     side_values_after_sync_ = true;
   }
   if (shard_ != "gradients" && shard_ != "parameters") {
-    if (materialize) materialize(parameters);  // whole on every replica (Note [Deferred initialisation])
+    if (deferred) deferred->materialize(parameters);  // whole on every replica (Note [Deferred initialisation])
     return std::make_unique<GradientReducer>(std::move(parameters), data_parallel(), dist_, side_values);
   }
   ShardedOptions options;
   options.shard_parameters = shard_ == "parameters";
   options.overlap = shard_overlap_;
   options.data_parallel_size = data_parallel().world_size;
-  options.materialize = std::move(materialize);
+  options.deferred = deferred;
   auto unit_indices = options.shard_parameters ? model_units(parameters, units) : size_units(parameters, dist_);
   if (stage_) {
     stage_->check_one_tied_set();

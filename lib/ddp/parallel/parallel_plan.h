@@ -68,7 +68,7 @@ class ParallelPlan {
   /// tensor group (Note [Tensor parallelism]); `parameters` from prepare_model. Every rank calls it.
   void split_tensors(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                      const std::vector<torch::Tensor>& parameters, SequenceParallel sequence = {},
-                     const DeferredInit::Materialize& materialize = {});
+                     DeferredInit* deferred = nullptr);
   /// Tensor parallelism: the split layers (null without it).
   const TensorShards* tensor_shards() const { return tensor_.get(); }
   /// After the gradient sync: what else the gradients need before clipping (tied weights summed
@@ -82,12 +82,12 @@ class ParallelPlan {
   /// `side_values` (which must outlive it): the bucketed all-reduce over the data replicas, or with
   /// dist.shard gradients or parameters the sharded engine, which the plan keeps using while the
   /// returned sync lives. `units`: with dist.shard parameters, the model's shard units' parameters
-  /// in forward order; a tensor in none of them, or in several, goes to the root unit. `materialize`
-  /// gives parameters built without values theirs (Note [Deferred initialisation]): the sharded
-  /// engine calls it unit by unit, the all-reduce for them all first.
+  /// in forward order; a tensor in none of them, or in several, goes to the root unit. `deferred`
+  /// holds parameters built without values (Note [Deferred initialisation]): the sharded engine
+  /// takes them unit by unit, each rank its share alone under stage 3, the all-reduce all first.
   std::unique_ptr<GradientSync> make_gradient_sync(std::vector<torch::Tensor> parameters, ValueSlots* side_values,
                                                    const std::vector<std::vector<torch::Tensor>>& units = {},
-                                                   DeferredInit::Materialize materialize = {});
+                                                   DeferredInit* deferred = nullptr);
 
   /// The tensors this rank's optimizer steps, of `parameters` (from prepare_model): all of them;
   /// with dist.shard optimizer its share of them (Note [Optimizer shards]); with gradients or

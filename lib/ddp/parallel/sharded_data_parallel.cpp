@@ -99,19 +99,33 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
     }
     unit.parameters = std::move(ids);
     unit.shard_numel = (numel + n - 1) / n;
-    if (options_.materialize) {  // one unit's values at a time: no rank holds the whole model
-      std::vector<torch::Tensor> deferred;
-      for (std::size_t i : unit.parameters) deferred.push_back(parameters_[i]);
-      options_.materialize(deferred);
+    // Values for what was built without them (Note [Deferred initialisation]), a unit at a time: no
+    // rank holds the whole model. Under stage 3 a rank keeps only its share of the unit's elements,
+    // and takes only that; the rest of the flat copy is never written, so never given memory.
+    DeferredInit* const deferred = options_.deferred;
+    if (deferred && !options_.shard_parameters) {
+      std::vector<torch::Tensor> whole;
+      for (std::size_t i : unit.parameters) whole.push_back(parameters_[i]);
+      deferred->materialize(whole);
     }
     auto tensor_options = unit.parameters.empty() ? torch::TensorOptions(torch::kFloat)
                                                   : parameters_[unit.parameters.front()].options();
     tensor_options = tensor_options.requires_grad(false);
-    unit.full = torch::zeros({n * unit.shard_numel}, tensor_options);
+    unit.full = torch::empty({n * unit.shard_numel}, tensor_options);
+    unit.full.narrow(0, numel, n * unit.shard_numel - numel).zero_();  // the padding
+    const int64_t share_begin = r * unit.shard_numel, share_end = share_begin + unit.shard_numel;
     for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
       torch::Tensor& p = parameters_[unit.parameters[k]];
       auto place = unit.full.narrow(0, unit.offsets[k], p.numel());
-      place.copy_(p.detach().reshape(-1));
+      const int64_t begin = std::max(unit.offsets[k], share_begin);
+      const int64_t count = std::max<int64_t>(0, std::min(unit.offsets[k] + p.numel(), share_end) - begin);
+      auto taken = deferred && options_.shard_parameters
+                       ? deferred->take_parts(p, {p.numel()}, {TensorPart{{begin - unit.offsets[k]}, {count}}})
+                       : std::nullopt;
+      if (taken)
+        unit.full.narrow(0, begin, count).copy_(taken->front());
+      else
+        place.copy_(p.detach().reshape(-1));
       p.set_data(place.view(p.sizes()));
     }
     auto mine = unit.full.narrow(0, r * unit.shard_numel, unit.shard_numel);

@@ -31,9 +31,10 @@ struct ShardedOptions {
   /// two more units (Note [Gradient memory]).
   bool overlap = false;
   int data_parallel_size = 1;     ///< ranks whose gradients are averaged: the divisor
-  /// Gives the parameters of a unit that were built without values theirs, before the unit's flat
-  /// copy is made (Note [Deferred initialisation]); null: every parameter has its values.
-  DeferredInit::Materialize materialize;
+  /// Parameters built without values (Note [Deferred initialisation]), given theirs unit by unit as
+  /// the flat copies are made: under stage 3 each rank takes only its share of a unit's elements;
+  /// null: every parameter has its values.
+  DeferredInit* deferred = nullptr;
 };
 
 /// The gradient sync, optimizer view and (stage 3) parameter gathering of a sharded run.

@@ -60,7 +60,7 @@ bool path_matches(const std::string& pattern, const std::string& path) {
 
 TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                            const std::vector<torch::Tensor>& parameters, const Communicator& group,
-                           SequenceParallel sequence, const DeferredInit::Materialize& materialize)
+                           SequenceParallel sequence, DeferredInit* deferred)
     : group_(group),
       parameters_(parameters),
       boxes_(parameters.size()),
@@ -98,9 +98,13 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
         throw ConfigError("dist.tensor: " + what + " is tied to a layer split another way");
       return;
     }
-    if (materialize) materialize({p});  // whole for a moment, then this rank's slice alone
     std::vector<torch::Tensor> slices;
-    for (const auto& piece : p.detach().chunk(fused, dim)) slices.push_back(tensor_slice(piece, dim, rank, parts));
+    std::vector<TensorPart> parts_kept;
+    for (const TensorBox& box : boxes) parts_kept.push_back({box.offsets, box.sizes});
+    if (auto taken = deferred ? deferred->take_parts(p, whole, parts_kept) : std::nullopt)
+      slices = std::move(*taken);  // read alone, or cut from a fill (Note [Deferred initialisation])
+    else
+      for (const auto& piece : p.detach().chunk(fused, dim)) slices.push_back(tensor_slice(piece, dim, rank, parts));
     p.set_data(torch::cat(slices, dim).contiguous());
     slice_shapes_[i] = p.sizes().vec();
     boxes_[i] = std::move(boxes);

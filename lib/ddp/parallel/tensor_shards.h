@@ -34,11 +34,11 @@ class TensorShards {
   /// [Tensor regions]). `parameters`: the plan's list (ParallelPlan::prepare_model), whole, but for
   /// those another pipeline stage holds, freed here (no elements), which stay so. ConfigError
   /// naming the path where an entry matches nothing, or a layer that cannot take its style.
-  /// `materialize` gives a parameter built without values its values before it is sliced, one at a
-  /// time (Note [Deferred initialisation]); null: all have them.
+  /// `deferred` holds parameters built without values, of which each rank takes its slices alone
+  /// (Note [Deferred initialisation]); null: all have them.
   TensorShards(torch::nn::Module& model, const std::vector<TensorPlanEntry>& plan,
                const std::vector<torch::Tensor>& parameters, const Communicator& group, SequenceParallel sequence = {},
-               const DeferredInit::Materialize& materialize = {});
+               DeferredInit* deferred = nullptr);
   TensorShards(const TensorShards&) = delete;
   TensorShards& operator=(const TensorShards&) = delete;
 
