@@ -428,7 +428,7 @@ TEST_CASE("the ConvNet trains under dist.shard parameters block by block to the 
 }
 
 TEST_CASE("a 37M-parameter MLP under dist.shard parameters at world 4 peaks at most 0.62x the replicated run's "
-          "RSS on every rank, and trains to its weights",
+          "RSS on every rank, trains to its weights, and built from a file holds no more than from the seed",
           "[sharding][memory][slow]") {
   // 784·4096 + 2·4096² + 4096·10 ≈ 36.8M parameters, AdamW: 562 MiB of state a rank replicated, 140
   // sharded. What a sharded backward holds besides is one unit gathered and its gradient (Note
@@ -453,6 +453,22 @@ TEST_CASE("a 37M-parameter MLP under dist.shard parameters at world 4 peaks at m
   REQUIRE(whole > 0);
   CHECK(mine <= 0.62 * whole);
   CHECK(largest_difference(dir.file("replicated/model.pt"), dir.file("sharded/model.pt")) < 1e-5);
+
+  // From a file each rank reads only its share (Note [Deferred initialisation]): with the model
+  // built and placed, no more than from the seed, give or take noise. Reading it whole on every
+  // rank, as before, took the model twice more (a whole build, then the file's tensors).
+  auto more = sets("from_file", "parameters");
+  more.push_back("model.init_from=" + dir.file("replicated/model.safetensors"));
+  auto from_file = ddprun(4, config_path("synthetic_mlp.yaml"), more);
+  INFO(from_file.out << from_file.err);
+  REQUIRE(from_file.exit_code == 0);
+  const double model_mib = 36.8e6 * 4 / (1 << 20);
+  const double seeded = metric_value(dir.file("sharded/metrics.jsonl"), "setup_peak_rss_mib_max");
+  const double read = metric_value(dir.file("from_file/metrics.jsonl"), "setup_peak_rss_mib_max");
+  std::printf("peak RSS with the model built and placed, the largest rank: from the seed %.0f MiB, from a file %.0f "
+              "MiB, replicated %.0f MiB\n", seeded, read,
+              metric_value(dir.file("replicated/metrics.jsonl"), "setup_peak_rss_mib_max"));
+  CHECK(read - seeded < 0.5 * model_mib);
 }
 
 TEST_CASE("under an address-space cap that the replicated run exceeds, dist.shard parameters trains a "

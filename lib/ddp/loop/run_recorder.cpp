@@ -152,6 +152,10 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int6
     std::string indented;
     for (const auto& line : split(version_line() + "\n\n" + resolved_config_, '\n')) indented += "    " + line + "\n";
     metrics_->write_text("config", 0, indented);
+    if (!setup_memory_.empty()) {  // measured before the file could be written
+      setup_memory_.insert(setup_memory_.begin(), {"step", static_cast<double>(progress.step)});
+      metrics_->write(setup_memory_);
+    }
   }
   heartbeat_.beat(progress.step);
   run_start_ = window_start_ = Clock::now();
@@ -348,6 +352,22 @@ double peak_address_space_mib() {
 }
 
 }  // namespace
+
+void RunRecorder::report_setup_memory() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto per_rank = torch::zeros({world_.world_size}, torch::kDouble);
+  per_rank[world_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
+  per_rank = all_reduce_sum(world_, per_rank);
+  if (world_.rank != 0) return;
+  std::string text;
+  setup_memory_ = {{"setup_peak_rss_mib_max", per_rank.max().item<double>()}};
+  for (int r = 0; r < world_.world_size; ++r) {
+    text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+    setup_memory_.emplace_back("setup_peak_rss_mib_rank" + std::to_string(r), per_rank[r].item<double>());
+  }
+  spdlog::info("peak RSS per rank with the model built and placed (MiB): {}", text);
+}
 
 void RunRecorder::report_peak_memory(const TrainProgress& progress) {
   rusage usage{};

@@ -101,6 +101,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   stop_vote_ = std::make_unique<StopVote>(side_values_);
   parallel_ = parallelize(*task_, *plan_, config_, side_values_);  // Note [Passes]
   recorder_->set_rank_part(parallel_->part);
+  recorder_->report_setup_memory();
   double lr = scaled_lr(config_.optim, replicas.world_size);
   std::vector<torch::Tensor> optimized = optimizer_parameters(*parallel_, *plan_);
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
