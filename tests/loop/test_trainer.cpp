@@ -535,8 +535,9 @@ TEST_CASE("a step reads no tensor value to the host, the loss included (read at 
           "clipped, under ZeRO-3 and in pipeline stages",
           "[trainer][log]") {
   // Each read (item(), a tensor used as a number) is a wait for the device on a GPU (issue 42). The
-  // count is the rank that reads most's: a pipeline's second stage receives, with no header once
-  // the shapes are known (Note [Shapes between stages]).
+  // count is the rank that reads most's, over the steps after the first: a pipeline's second stage
+  // reads a shape header for each microbatch of the first step, and none after (Note [Shapes
+  // between stages]).
   TempDir dir;
   const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
       {"accumulated", {"train.grad_accum_steps=2", "train.clip_grad_norm=0.5"}},

@@ -27,6 +27,8 @@ ddp::ModelConfig family(const std::string& name) {
   config.llama.n_kv_heads = 2;
   config.llama.dim = 32;
   config.llama.vocab_size = 97;
+  config.dlrm.embedding_rows = {70000};  // more than a block of rows from one generator (dlrm.cpp)
+  config.dlrm.embedding_dim = 4;
   return config;
 }
 
@@ -36,13 +38,13 @@ int64_t stored_bytes(const torch::nn::Module& model) {
   return bytes;
 }
 
-// Takes parts of deferred `p` as the passes do (take_parts): a matrix as two tensor-parallel boxes,
-// anything else as a run of its elements, as a sharded unit's share; each must equal the same part
-// of `expected`.
-void check_parts(ddp::DeferredInit& deferred, const torch::Tensor& p, const torch::Tensor& expected) {
+// Takes parts of deferred `p` as the passes do (take_parts): a matrix as two tensor-parallel boxes
+// unless `flat`, anything else as a run of its elements, as a sharded unit's share; each must equal
+// the same part of `expected`.
+void check_parts(ddp::DeferredInit& deferred, const torch::Tensor& p, const torch::Tensor& expected, bool flat = false) {
   std::vector<int64_t> view = p.sizes().vec();
   std::vector<ddp::TensorPart> parts;
-  if (p.dim() == 2 && p.size(0) > 1 && p.size(1) > 1) {
+  if (!flat && p.dim() == 2 && p.size(0) > 1 && p.size(1) > 1) {
     parts = {{{0, 0}, {view[0] / 2, view[1]}}, {{1, view[1] / 2}, {view[0] - 1, view[1] - view[1] / 2}}};
   } else {
     view = {p.numel()};
@@ -61,9 +63,10 @@ void check_parts(ddp::DeferredInit& deferred, const torch::Tensor& p, const torc
 }  // namespace
 
 TEST_CASE("a deferred build holds no parameter but the norms' and materialises each alone, in any order, to the "
-          "whole build's values, for the gpt, the llama (tied and untied) and the mlp",
+          "whole build's values, for the gpt, the llama (tied and untied), the mlp and DLRM, and each part taken "
+          "alone has the same part's values",
           "[model][deferred]") {
-  for (const std::string name : {"gpt", "llama", "llama_tied", "mlp"}) {
+  for (const std::string name : {"gpt", "llama", "llama_tied", "mlp", "dlrm"}) {
     ddp::ModelConfig config = family(name == "llama_tied" ? "llama" : name);
     config.llama.tie_embeddings = name == "llama_tied";
     ddp::ModelContext whole_context;
@@ -97,9 +100,12 @@ TEST_CASE("a deferred build holds no parameter but the norms' and materialises e
       CHECK(torch::equal(item.value(), named[item.key()]));
     }
     // Parts alone, as the tensor pass and the sharding engine take them: cut from the fill.
-    auto again = ddp::make_model(config, deferred_context);
-    for (const auto& item : again->named_parameters())
-      if (again->deferred_init()->deferred(item.value())) check_parts(*again->deferred_init(), item.value(), reference[item.key()]);
+    for (const bool flat : {false, true}) {
+      auto again = ddp::make_model(config, deferred_context);
+      for (const auto& item : again->named_parameters())
+        if (again->deferred_init()->deferred(item.value()))
+          check_parts(*again->deferred_init(), item.value(), reference[item.key()], flat);
+    }
   }
 }
 

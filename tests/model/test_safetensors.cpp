@@ -105,7 +105,7 @@ TEST_CASE("safetensors: a file put together by hand from the format's descriptio
       R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}   )";
   const std::string path = dir.file("hand.safetensors");
   ddp::test::write_file(path, safetensors_bytes(header, float_bytes({1, 2, 3, 4, 5, 6, -1.5f, 0.25f})));
-  auto entries = ddp::read_state_dict_file(path);  // as model.init_from reads weights
+  auto entries = ddp::read_state_dict_file(path);  // every value, as a whole build's model.init_from reads them
   REQUIRE(entries.size() == 2);
   CHECK(entries[0].first == "a");
   CHECK(torch::equal(entries[0].second, torch::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}).reshape({2, 3})));

@@ -104,7 +104,7 @@ std::vector<torch::Tensor> deferred_three_layers(ddp::DeferredInit& deferred, co
       ddp::init_parameter(p, [values](torch::Tensor& t) { t.copy_(values); });
     } else {
       const ddp::StoredTensor s = stored.at(i).second;
-      ddp::load_parameter(
+      ddp::init_parameter_without_draws(
           p,
           [s, reads](torch::Tensor& t) {
             reads->whole += t.numel();

@@ -47,11 +47,14 @@ PendingSend send_tensor(const Communicator& comm, const torch::Tensor& tensor, i
 torch::Tensor recv_tensor(const Communicator& comm, int peer, int tag, std::chrono::milliseconds timeout) {
   std::vector<torch::Tensor> head{torch::zeros({kHeaderSize}, torch::kLong).to(transport_device(comm))};
   wait_for(comm.group->recv(head, peer, 2 * tag), timeout);
-  auto header = head[0].to(torch::kCPU).contiguous();
-  const int64_t* fields = header.data_ptr<int64_t>();
-  TORCH_CHECK(fields[1] >= 0 && fields[1] <= kMaxDims, "recv_tensor: a header of ", fields[1], " dimensions");
-  std::vector<int64_t> sizes(fields + 2, fields + 2 + fields[1]);
-  return recv_known_tensor(comm, peer, tag, sizes, static_cast<c10::ScalarType>(fields[0]), timeout);
+  // Read as values (item()), each a wait for the device on NCCL: what a host-read count sees.
+  auto header = head[0].to(torch::kCPU);
+  const auto dtype = static_cast<c10::ScalarType>(header[0].item<int64_t>());
+  const int64_t dims = header[1].item<int64_t>();
+  TORCH_CHECK(dims >= 0 && dims <= kMaxDims, "recv_tensor: a header of ", dims, " dimensions");
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < dims; ++d) sizes.push_back(header[d + 2].item<int64_t>());
+  return recv_known_tensor(comm, peer, tag, sizes, dtype, timeout);
 }
 
 PendingSend send_known_tensor(const Communicator& comm, const torch::Tensor& tensor, int peer, int tag) {

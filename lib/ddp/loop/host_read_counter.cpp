@@ -1,6 +1,7 @@
 #include "ddp/loop/host_read_counter.h"
 
 #include <cstring>
+#include <utility>
 
 namespace ddp {
 namespace {
@@ -22,6 +23,7 @@ HostReadCounter::~HostReadCounter() {
 }
 
 void HostReadCounter::step_begins() {
+  if (!std::exchange(first_seen_, true)) return;  // the first step sets up: not counted
   if (steps_ >= kSampledSteps) return;
   if (!handle_)  // on the thread that runs the steps
     handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(on_op).scopes({at::RecordScope::FUNCTION}));

@@ -3,8 +3,9 @@
 // item(), a tensor used as a number or a bool). On a GPU each is a synchronisation that leaves the
 // device idle while the host catches up, so a step should make none; the log steps' reads of the
 // loss are outside the count. Ops on other threads (a CUDA backward's) are not seen. The observer
-// watches the first kSampledSteps steps only: every op pays for it while it is on, and a step's
-// reads are a property of its code path, the same each step.
+// watches kSampledSteps steps after the first only: every op pays for it while it is on, and a
+// step's reads are a property of its code path, the same each step but the first, which sets up
+// (pipeline stages read the shape headers of what they receive then, Note [Shapes between stages]).
 
 #include <ATen/record_function.h>
 
@@ -30,6 +31,7 @@ class HostReadCounter {
  private:
   at::CallbackHandle handle_ = 0;
   int64_t steps_ = 0, reads_ = 0;
+  bool first_seen_ = false;
 };
 
 }  // namespace ddp

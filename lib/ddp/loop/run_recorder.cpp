@@ -152,10 +152,6 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int6
     std::string indented;
     for (const auto& line : split(version_line() + "\n\n" + resolved_config_, '\n')) indented += "    " + line + "\n";
     metrics_->write_text("config", 0, indented);
-    if (!setup_memory_.empty()) {  // measured before the file could be written
-      setup_memory_.insert(setup_memory_.begin(), {"step", static_cast<double>(progress.step)});
-      metrics_->write(setup_memory_);
-    }
   }
   heartbeat_.beat(progress.step);
   run_start_ = window_start_ = Clock::now();
@@ -386,6 +382,7 @@ void RunRecorder::report_peak_memory(const TrainProgress& progress) {
     text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
     record.emplace_back("peak_rss_mib_rank" + std::to_string(r), per_rank[r].item<double>());
   }
+  record.insert(record.end(), setup_memory_.begin(), setup_memory_.end());  // measured before metrics.jsonl was
   metrics_->write(record);
   // Rank threads share their process's memory (Note [Ranks as threads]): one number a process.
   if (const int threads = rank_threads(config_.dist); threads > 0) {
@@ -433,7 +430,7 @@ void RunRecorder::finished(const TrainProgress& progress) {
     const auto most = reads.argmax().item<int64_t>();
     const double per_step = reads[most].item<double>();
     spdlog::info("tensor values read to the host a step, log steps aside: {:.2f} on the rank that reads most (rank {}) "
-                 "over its first {} steps (on a GPU, each a wait for the device)", per_step, most, host_reads_.steps());
+                 "over {} steps after the first (on a GPU, each a wait for the device)", per_step, most, host_reads_.steps());
     metrics_->write({{"step", static_cast<double>(progress.step)}, {"host_reads_per_step", per_step}});
   }
   if (world_.rank == 0) {

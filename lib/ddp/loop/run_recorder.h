@@ -75,8 +75,8 @@ class RunRecorder {
   /// Every rank's peak RSS, on rank 0's log and in the metrics.
   void report_peak_memory(const TrainProgress& progress);
   /// Every rank's peak RSS once the model is built and placed, before the first step: what the
-  /// build, model.init_from's read and the passes took (Note [Deferred initialisation]). Every rank
-  /// calls it.
+  /// build, model.init_from's read and the passes took (Note [Deferred initialisation]), logged now
+  /// and written with report_peak_memory's record. Every rank calls it.
   void report_setup_memory();
   /// Once, after the first step (when the optimizer's state exists): each rank's bytes of
   /// parameters, gradients and optimizer state, the largest over ranks logged and recorded;
@@ -115,7 +115,7 @@ class RunRecorder {
   std::string output_dir_;
   std::string resolved_config_;  ///< config.yaml's body, written when the run begins (Note [Re-running a run])
   std::unique_ptr<DirectoryLock> output_lock_;  // rank 0 only: no second run in output_dir_
-  MetricsRecord setup_memory_;  // report_setup_memory's, written once metrics.jsonl is
+  MetricsRecord setup_memory_;  // report_setup_memory's, written with report_peak_memory's
   std::unique_ptr<MetricsLog> metrics_;         // rank 0 only, from begin()
   std::string created_dir_;                     // rank 0: the outermost directory this run made ("": none)
   bool stepped_ = false;                        // a step has ended

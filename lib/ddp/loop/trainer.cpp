@@ -16,6 +16,7 @@
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/resume_check.h"
+#include "ddp/loop/same_weights.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -73,6 +74,8 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
                                             share.formation);
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank);
 
+  // Each rank reads model.init_from on its own node, only what it keeps: the same weights everywhere.
+  if (!config_.model.init_from.empty() && world.world_size > 1) check_same_weights(world, config_.model.init_from);
   TaskContext context;
   context.device = world.device;
   // One rank sums with itself: the same layers and arithmetic at every world size.

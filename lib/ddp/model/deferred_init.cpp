@@ -61,19 +61,20 @@ void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fi
   t_deferred->note(parameter, std::move(state), fill);
 }
 
-void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read, DeferredInit::ReadPart read_part) {
+void init_parameter_without_draws(const torch::Tensor& parameter, DeferredInit::Fill fill,
+                                  MakePart fill_part) {
   if (!t_deferred) {
     torch::NoGradGuard no_grad;
     torch::Tensor target = parameter;
-    read(target);
+    fill(target);
     return;
   }
-  t_deferred->note(parameter, torch::Tensor(), std::move(read), std::move(read_part));
+  t_deferred->note(parameter, torch::Tensor(), std::move(fill), std::move(fill_part));
 }
 
-void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill, ReadPart read_part) {
+void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill, MakePart fill_part) {
   if (tensor.numel() > 0 && has_values(tensor)) free_storage(tensor);
-  entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill), std::move(read_part)};
+  entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill), std::move(fill_part)};
 }
 
 torch::Tensor DeferredInit::whole_values(Entry& entry) const {
@@ -99,8 +100,8 @@ std::optional<std::vector<torch::Tensor>> DeferredInit::take_parts(const torch::
     any = any || c10::multiply_integers(part.sizes) > 0;
   if (!any || entry.tensor.numel() == 0) {
     for (const auto& part : parts) values.push_back(torch::empty(part.sizes, entry.tensor.options()));
-  } else if (entry.read_part) {
-    for (const auto& part : parts) values.push_back(entry.read_part(view, part).to(entry.tensor.scalar_type()));
+  } else if (entry.fill_part) {
+    for (const auto& part : parts) values.push_back(entry.fill_part(view, part).to(entry.tensor.scalar_type()));
   } else {
     torch::Tensor whole = whole_values(entry);
     for (const auto& part : parts) values.push_back(cut_part(whole, view, part));

@@ -23,13 +23,15 @@ namespace ddp {
 // the fill, draws the same numbers into the tensor, so that every later draw is a whole build's,
 // and frees the tensor's storage: the model keeps every parameter's shape and holds one at a time.
 // materialize() later gives a parameter its values by running its fill again from the noted state,
-// and each pass calls it for what it keeps (Note [Passes]): the tensor pass a layer at a time before
-// slicing it, the sharding engine unit by unit, a stage its own layers; a parameter a pass freed
-// gets none. model.init_from's values come the same way: load_parameter() notes a read of the
-// parameter's tensor from the file in place of its fill, so a rank reads only what it keeps. A
-// pass that keeps part of a parameter takes that part alone (take_parts): the tensor pass its
-// slice, the sharding engine its share of a unit's elements; read from the file, that is only the
-// part's bytes; a fill that draws still draws the whole tensor, for a moment, and is cut. torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
+// and each pass calls it, or take_parts(), for what it keeps (Note [Passes]): a stage its own
+// layers, the all-reduce what it syncs; a parameter a pass freed gets none. Values that draw nothing
+// from the default generator come the same way, through init_parameter_without_draws():
+// model.init_from's (a read of the parameter's tensor from the file, in place of its fill), and
+// DLRM's tables (rows from generators of their own). A pass that keeps part of a parameter takes
+// that part alone (take_parts): the tensor pass its slice, the sharding engine its share of a
+// unit's elements. Such a part is made alone where its source can (a file's bytes for it, a table's
+// rows); a fill that draws still draws the whole tensor, for a moment, and is cut.
+// torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
 // has no such device for nn modules, hence the replay. Reading a parameter before its pass gave it
 // values would read no memory at all: only the CPU builds deferred (a CUDA model is copied to its
 // device right after the build, ParallelModel's passes later).
@@ -42,8 +44,6 @@ class DeferredInit {
   /// Writes a parameter's values into the tensor it is given (same shape and dtype), drawing from
   /// LibTorch's default CPU generator as nn::init does.
   using Fill = std::function<void(torch::Tensor&)>;
-  /// Reads `part` of the values viewed as `view` alone (a weights file's bytes for it).
-  using ReadPart = std::function<torch::Tensor(c10::IntArrayRef view, const TensorPart& part)>;
 
   /// Gives each still-deferred tensor of `tensors` its values (others are left as they are).
   void materialize(const std::vector<torch::Tensor>& tensors);
@@ -60,15 +60,15 @@ class DeferredInit {
   std::size_t pending() const { return entries_.size(); }
 
   /// For init_parameter: `tensor` (storage freed) takes `fill` from generator state `state`
-  /// (undefined: a fill that draws nothing), or `read_part` for a part alone where it is given.
-  void note(const torch::Tensor& tensor, torch::Tensor state, Fill fill, ReadPart read_part = {});
+  /// (undefined: a fill that draws nothing), or `fill_part` for a part alone where it is given.
+  void note(const torch::Tensor& tensor, torch::Tensor state, Fill fill, MakePart fill_part = {});
 
  private:
   struct Entry {
     torch::Tensor tensor;  // the model's parameter, without storage until materialised
     torch::Tensor state;   // the default CPU generator's state before the fill
     Fill fill;
-    ReadPart read_part;
+    MakePart fill_part;
   };
   torch::Tensor whole_values(Entry& entry) const;
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;
@@ -98,10 +98,11 @@ void free_storage(const torch::Tensor& t);
 /// scratch tensor.
 void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fill);
 
-/// Gives `parameter` the values `read` writes without drawing (a weights file's): now, or, in a
-/// deferred build, when a pass materialises it, in place of the fill noted before; `read_part`
-/// (may be null) reads a part of them alone.
-void load_parameter(const torch::Tensor& parameter, DeferredInit::Fill read, DeferredInit::ReadPart read_part = {});
+/// Gives `parameter` the values `fill` writes without drawing from the default generator (a weights
+/// file's; rows from a model's own generators): now, or, in a deferred build, when a pass takes it,
+/// in place of the fill noted before; `fill_part` (may be null) makes a part of them alone.
+void init_parameter_without_draws(const torch::Tensor& parameter, DeferredInit::Fill fill,
+                                  MakePart fill_part = {});
 
 /// Fills a Linear's `weight` [out, in] and `bias` (undefined: none) through init_parameter, drawing
 /// as LinearImpl::reset_parameters does.

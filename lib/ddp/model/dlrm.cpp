@@ -11,7 +11,9 @@
 //
 // The tables start as DLRM's do, uniform in ±sqrt(1 / rows), but each block of 65,536 rows from a
 // generator of its own, seeded from one draw of the run's: a rank that keeps some rows of a table
-// makes those alone, and gets what a whole table would hold (Note [Sharded tables]).
+// makes those alone, and gets what a whole table would hold (Note [Sharded tables]). So does a
+// rank that keeps part of a replicated table in a deferred build (dist.shard parameters, Note
+// [Deferred initialisation]), and the MLPs' layers are deferred as the mlp family's are.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn.h>
@@ -19,6 +21,8 @@
 #include "ddp/common/error.h"
 #include "ddp/common/splitmix64.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/model/deferred_init.h"
+#include "ddp/model/drawn_linear.h"
 #include "ddp/model/model_registry.h"
 
 namespace ddp {
@@ -43,8 +47,11 @@ class Dlrm : public Model {
       const int64_t rows = config.embedding_rows.size() == 1 ? config.embedding_rows[0] : config.embedding_rows[f];
       rows_.push_back(rows);
       auto table = std::make_shared<torch::nn::Module>();
-      tables_.push_back(table->register_parameter(
-          "weight", defer_tables ? torch::empty({0, dim_}) : initial_rows(f, 0, rows)));
+      tables_.push_back(table->register_parameter("weight", torch::empty({defer_tables ? 0 : rows, dim_})));
+      if (!defer_tables)
+        init_parameter_without_draws(
+            tables_.back(), [this, f](torch::Tensor& weight) { weight.copy_(initial_rows(f, 0, rows_[f])); },
+            [this, f](c10::IntArrayRef view, const TensorPart& part) { return table_part(f, view, part); });
       tables->push_back(table);
     }
     register_module("embeddings", tables);
@@ -96,7 +103,7 @@ class Dlrm : public Model {
     std::vector<int64_t> widths = hidden;
     widths.push_back(out);
     for (int64_t width : widths) {
-      layers.emplace_back(in, width);
+      layers.push_back(drawn_linear(in, width));
       list->push_back(layers.back());
       in = width;
     }
@@ -119,6 +126,18 @@ class Dlrm : public Model {
       out.narrow(0, from - first, to - from).copy_(made.narrow(0, from - begin, to - from));
     }
     return out;
+  }
+
+  // `part` of table f viewed as `view`: its rows alone are made (a run of its elements is a run of rows).
+  torch::Tensor table_part(int64_t f, c10::IntArrayRef view, const TensorPart& part) const {
+    const int64_t rows = rows_[static_cast<std::size_t>(f)];
+    if (view.size() == 2)
+      return initial_rows(f, part.offsets[0], part.sizes[0]).narrow(1, part.offsets[1], part.sizes[1]).contiguous();
+    if (view.size() != 1) return cut_part(initial_rows(f, 0, rows), view, part);
+    const int64_t begin = part.offsets[0], end = begin + part.sizes[0];
+    if (end <= begin) return torch::empty({0});
+    const int64_t first = begin / dim_, last = (end - 1) / dim_;
+    return initial_rows(f, first, last - first + 1).reshape(-1).narrow(0, begin - first * dim_, end - begin).clone();
   }
 
   // The strictly lower triangle of the 27 × 27 products, row by row, as DLRM's dot interaction takes it.

@@ -221,7 +221,7 @@ void Gpt::load_weights(const std::string& path) {
   if (is_gpt2_layout(file)) file = gpt_from_gpt2_layout(file, options_.bias, path);
   // The mask buffer only one attention form keeps; lm_head, tied to wte, which GPT-2's files leave out.
   const std::string buffer = ".attn.bias";
-  load_state_dict_entries(*this, std::move(file), path, [&buffer](const std::string& name) {
+  load_state_dict_entries(*this, file, path, [&buffer](const std::string& name) {
     return name == "lm_head.weight" ||
            (name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0);
   });

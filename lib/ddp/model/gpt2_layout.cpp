@@ -77,14 +77,22 @@ StoredTensors gpt_from_gpt2_layout(const StoredTensors& gpt2, bool bias, const s
     StoredTensor transposed{{tensor.shape[1], tensor.shape[0]}, tensor.dtype,
                             [read = tensor.read] { return read().t().contiguous(); }, nullptr};
     const std::vector<int64_t> shape = transposed.shape;
-    // A box of the transpose is the transpose of the box mirrored; a run of its elements is not one
-    // of the file's, so that is cut from the whole.
+    // A box of the transpose is the transpose of the box mirrored, and a run of its elements (a
+    // sharded unit's share) is at most three boxes.
     transposed.read_part = [read = tensor.read, read_part = tensor.read_part, shape](c10::IntArrayRef view,
                                                                                      const TensorPart& part) {
-      if (read_part && view == c10::IntArrayRef(shape))
-        return read_part({shape[1], shape[0]}, {{part.offsets[1], part.offsets[0]}, {part.sizes[1], part.sizes[0]}})
-            .t()
-            .contiguous();
+      auto box = [&](const TensorPart& of_transpose) {
+        const auto& o = of_transpose.offsets;
+        const auto& s = of_transpose.sizes;
+        return read_part({shape[1], shape[0]}, {{o[1], o[0]}, {s[1], s[0]}}).t();
+      };
+      if (read_part && view == c10::IntArrayRef(shape)) return box(part).contiguous();
+      if (read_part && view.size() == 1) {
+        std::vector<torch::Tensor> pieces;
+        for (const TensorPart& rows : run_as_boxes(shape[1], part.offsets[0], part.sizes[0]))
+          pieces.push_back(box(rows).reshape(-1));
+        return pieces.empty() ? torch::empty({0}) : torch::cat(pieces);
+      }
       return cut_part(read().t(), view, part);
     };
     out.emplace_back(name, std::move(transposed));

@@ -7,23 +7,11 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
-#include "ddp/model/deferred_init.h"
+#include "ddp/model/drawn_linear.h"
 #include "ddp/model/model_registry.h"
 
 namespace ddp {
 namespace {
-
-// A Linear as LibTorch draws it; in a deferred build (Note [Deferred initialisation]) the same draws
-// are made again through init_parameter, as LinearImpl::reset_parameters makes them, so that one
-// layer at a time holds storage.
-torch::nn::Linear drawn_linear(int64_t in, int64_t out) {
-  torch::Tensor before = deferring() ? default_generator_state() : torch::Tensor();
-  torch::nn::Linear linear(in, out);
-  if (!before.defined()) return linear;
-  set_default_generator_state(before);
-  init_as_linear(linear->weight, linear->bias);
-  return linear;
-}
 
 class Mlp : public Model {
  public:

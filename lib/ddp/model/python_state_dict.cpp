@@ -154,21 +154,45 @@ void load_state_dict_entries(torch::nn::Module& model, const StoredTensors& entr
     throw FileError(message);
   }
   // Every key was checked, and every value read now is read, before the model changes: a bad file
-  // leaves it untouched.
+  // leaves it untouched. In a deferred build (make_model's of model.init_from) a parameter's values
+  // are read when a pass takes them; an error then names the tensor.
   std::set<const c10::TensorImpl*> parameters;
   for (const auto& parameter : model.parameters()) parameters.insert(parameter.unsafeGetTensorImpl());
-  std::vector<std::pair<torch::Tensor, const StoredTensor*>> later;
+  std::vector<std::pair<torch::Tensor, std::string>> later;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> now;
   for (const auto& [name, target] : targets) {
     auto found = file.find(name);
     if (found == file.end()) continue;
     if (deferring() && parameters.count(target.unsafeGetTensorImpl()))
-      later.emplace_back(target, found->second);
+      later.emplace_back(target, name);
     else
       now.emplace_back(target, found->second->read());
   }
-  for (const auto& [target, stored] : later)
-    load_parameter(target, [read = stored->read](torch::Tensor& values) { values.copy_(read()); }, stored->read_part);
+  for (const auto& [target, name] : later) {
+    const StoredTensor& stored = *file.at(name);
+    auto failed = [name = name](const std::exception& e) {
+      return FileError("model.init_from: reading tensor '" + name + "': " + e.what());
+    };
+    MakePart part;
+    if (stored.read_part)
+      part = [read_part = stored.read_part, failed](c10::IntArrayRef view, const TensorPart& kept) {
+        try {
+          return read_part(view, kept);
+        } catch (const std::exception& e) {
+          throw failed(e);
+        }
+      };
+    init_parameter_without_draws(
+        target,
+        [read = stored.read, failed](torch::Tensor& values) {
+          try {
+            values.copy_(read());
+          } catch (const std::exception& e) {
+            throw failed(e);
+          }
+        },
+        std::move(part));
+  }
   torch::NoGradGuard no_grad;
   for (auto& [target, values] : now) target.copy_(values);
 }

@@ -243,7 +243,14 @@ class PickleMachine {
     item.stored.shape = sizes;
     item.stored.dtype = storage.dtype;
     item.stored.read = [zip = zip_, path = path_, record = storage.text, count = storage.integer,
-                        dtype = storage.dtype, offset, sizes, strides] {
+                        dtype = storage.dtype, offset, sizes, strides, read = read_]() -> torch::Tensor {
+      // Tensors over one storage (tied, or views of a flat buffer) read it once while any holds it.
+      if (auto held = read->storages.find(record); held != read->storages.end())
+        if (auto storage = held->second.lock()) {
+          torch::Tensor values = torch::empty({0}, torch::TensorOptions().dtype(dtype));
+          values.set_(c10::Storage(std::move(storage)), 0, {count}, {1});
+          return values.as_strided(sizes, strides, offset);
+        }
       std::tuple<at::DataPtr, size_t> got;
       try {
         got = zip->getRecord(record);
@@ -258,10 +265,8 @@ class PickleMachine {
         throw FileError(path + ": not a torch.save state dict (storage " + record + " holds " + std::to_string(size) +
                         " bytes, not the " + std::to_string(expected) + " its tensor needs)");
       std::memcpy(values.data_ptr(), bytes.get(), size);
-      torch::Tensor view = values.as_strided(sizes, strides, offset);
-      // A tensor that is its whole storage is returned as it is; a part of one is copied out, so that
-      // it does not keep the rest alive.
-      return view.is_contiguous() && view.numel() == count ? view : view.clone(at::MemoryFormat::Contiguous);
+      read->storages.insert_or_assign(record, values.storage().getWeakStorageImpl());
+      return values.as_strided(sizes, strides, offset);
     };
     return item;
   }
@@ -296,6 +301,11 @@ class PickleMachine {
   std::size_t size_;
   std::size_t at_ = 0;
   std::shared_ptr<caffe2::serialize::PyTorchStreamReader> zip_;
+  // The storages read and still held by a tensor, by record: one file's, shared by its tensors' reads.
+  struct Read {
+    std::map<std::string, c10::weak_intrusive_ptr<c10::StorageImpl>> storages;
+  };
+  std::shared_ptr<Read> read_ = std::make_shared<Read>();
   std::string path_;
   std::vector<Item> stack_;
   std::unordered_map<int64_t, Item> memo_;

@@ -24,10 +24,9 @@ struct StoredTensor {
   /// The values, read from the file now, in `dtype`; FileError naming the file when they cannot be
   /// (a storage record cut short, a file that shrank). Keeps the file open while it lives.
   std::function<torch::Tensor()> read;
-  using ReadPart = std::function<torch::Tensor(c10::IntArrayRef view, const TensorPart& part)>;
   /// `part` of the values viewed as `view`, reading only its bytes; null where the format cannot
   /// (torch.save's records are read whole): cut_part(read(), ...) then.
-  ReadPart read_part;
+  MakePart read_part;
 };
 using StoredTensors = std::vector<std::pair<std::string, StoredTensor>>;
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "ddp/comm/collectives.h"
@@ -85,6 +86,9 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
       replicate_group_(replicate_group), world_(world), options_(options), side_values_(side_values) {
   const int n = shard_group_.world_size, r = shard_group_.rank;
   torch::NoGradGuard no_grad;
+  std::set<const c10::TensorImpl*> distinct;  // one tensor twice would be taken once, then copied unwritten
+  for (const auto& p : parameters_)
+    TORCH_CHECK(distinct.insert(p.unsafeGetTensorImpl()).second, "ShardedDataParallel: a parameter is given twice");
   for (auto& ids : units) {
     Unit unit;
     int64_t numel = 0;
@@ -101,7 +105,8 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
     unit.shard_numel = (numel + n - 1) / n;
     // Values for what was built without them (Note [Deferred initialisation]), a unit at a time: no
     // rank holds the whole model. Under stage 3 a rank keeps only its share of the unit's elements,
-    // and takes only that; the rest of the flat copy is never written, so never given memory.
+    // and takes only that; the rest of the flat copy is never written (pages the allocator maps
+    // afresh, as it does for large blocks, never become resident).
     DeferredInit* const deferred = options_.deferred;
     if (deferred && !options_.shard_parameters) {
       std::vector<torch::Tensor> whole;
