@@ -178,3 +178,29 @@ TEST_CASE("a deferred build reads model.init_from's values only as each paramete
   CHECK(loaded->deferred_init() == nullptr);
   CHECK(torch::equal(loaded->parameters().front(), saved->parameters().front()));
 }
+
+TEST_CASE("a weights file that shrinks before a pass reads a deferred parameter stops that read in one line naming "
+          "the tensor",
+          "[model][deferred]") {
+  ddp::test::TempDir dir;
+  ddp::ModelContext saved_context;
+  saved_context.seed = 8;
+  std::filesystem::create_directories(dir.file("mlp"));
+  ddp::save_model(*ddp::make_model(family("mlp"), saved_context), dir.file("mlp"));
+  ddp::ModelConfig config = family("mlp");
+  config.init_from = dir.file("mlp/model.safetensors");
+  ddp::ModelContext context;
+  context.defer_parameters = true;
+  context.seed = 3;
+  auto loaded = ddp::make_model(config, context);
+  REQUIRE(loaded->deferred_init() != nullptr);
+  std::filesystem::resize_file(config.init_from, 200);  // its header was read; its data are gone
+  auto named = loaded->named_parameters();
+  CHECK_THROWS_WITH(loaded->deferred_init()->materialize({named["layers.0.weight"]}),
+                    Catch::Contains("model.init_from: reading tensor 'layers.0.weight': " + config.init_from +
+                                    ": ended early"));
+  const torch::Tensor& last = named["layers.4.weight"];
+  CHECK_THROWS_WITH(loaded->deferred_init()->take_parts(last, last.sizes(), {{{0, 0}, {1, last.size(1)}}}),
+                    Catch::Contains("model.init_from: reading tensor 'layers.4.weight': " + config.init_from +
+                                    ": ended early"));
+}

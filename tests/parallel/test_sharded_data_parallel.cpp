@@ -303,3 +303,12 @@ TEST_CASE("a model's blocks make the shard units: a weight two blocks use, or on
   CHECK(torch::equal(sharded.run(blocks, torch::ones({2})), torch::ones({2})));
   CHECK_THROWS_WITH(sharded.run({block({a})}, torch::ones({2})), Catch::Contains("1 blocks, built for 4"));
 }
+
+TEST_CASE("the sharding engine refuses a tensor given twice, which it would take once and copy unwritten",
+          "[parallel][zero]") {
+  auto errors = ddp::test::run_ranks(1, [](int, const ddp::Communicator& world) {
+    auto p = torch::zeros({4}, torch::requires_grad());
+    ShardedDataParallel engine({p, p}, {{0, 1}}, world, world, world, ddp::ShardedOptions{}, nullptr);
+  });
+  CHECK_THAT(errors[0], Catch::Contains("ShardedDataParallel: a parameter is given twice"));
+}
