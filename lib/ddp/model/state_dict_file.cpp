@@ -311,7 +311,7 @@ class PickleMachine {
   std::unordered_map<int64_t, Item> memo_;
 };
 
-// Every tensor of a safetensors file, read through `file`, which they keep open.
+// One tensor of a safetensors file, read through `file`, which its reads keep open.
 void add_stored(const std::shared_ptr<SafetensorsFile>& file, const SafetensorsEntry& entry, StoredTensors& out) {
   out.emplace_back(entry.name, StoredTensor{entry.shape, entry.type, [file, &entry] { return file->read(entry); },
                                             [file, &entry](c10::IntArrayRef view, const TensorPart& part) {

@@ -21,8 +21,9 @@ namespace ddp {
 struct StoredTensor {
   std::vector<int64_t> shape;
   torch::ScalarType dtype = torch::kFloat;
-  /// The values, read from the file now, in `dtype`; FileError naming the file when they cannot be
-  /// (a storage record cut short, a file that shrank). Keeps the file open while it lives.
+  /// The values, read from the file now, in `dtype` (torch.save's: a view of their storage, read once
+  /// while any tensor holds it); FileError naming the file when they cannot be (a storage record cut
+  /// short, a file that shrank). Keeps the file open while it lives.
   std::function<torch::Tensor()> read;
   /// `part` of the values viewed as `view`, reading only its bytes; null where the format cannot
   /// (torch.save's records are read whole): cut_part(read(), ...) then.
