@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -81,6 +82,8 @@ struct FileReads {
 struct RankResult {
   std::string error;
   int64_t at_rest_bytes = -1;  // parameter bytes held between steps
+  int64_t gradients_at_rest = -1;  // bytes the pieces' gradients hold between steps
+  int64_t gradients_stepped = -1;  // and when the optimizer steps
   std::vector<torch::Tensor> whole;  // the parameters, gathered, after training
   std::size_t stored_before = 0;  // built deferred: parameters with storage before the engine
   std::size_t pending_after = 0;  // built deferred: parameters still without values after it
@@ -119,6 +122,16 @@ std::vector<torch::Tensor> deferred_three_layers(ddp::DeferredInit& deferred, co
     parameters.push_back(p);
   }
   return parameters;
+}
+
+// Bytes of memory under the pieces' gradients, each storage once.
+int64_t gradient_storage_bytes(const std::vector<torch::Tensor>& pieces) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& p : pieces)
+    if (p.grad().defined() && seen.insert(p.grad().storage().unsafeGetStorageImpl()).second)
+      bytes += static_cast<int64_t>(p.grad().storage().nbytes());
+  return bytes;
 }
 
 // How train_sharded runs.
@@ -173,10 +186,12 @@ std::vector<RankResult> train_sharded(const Layout& layout) {
           engine.prepare();
           loss_of(blocks, x, y, shard_parameters ? &sharded_blocks : nullptr).backward();
           engine.finish();
+          results[r].gradients_stepped = gradient_storage_bytes(engine.pieces());
           optimizer.step();
           engine.after_optimizer_step();
           engine.zero_grad();
         }
+        results[r].gradients_at_rest = gradient_storage_bytes(engine.pieces());
         results[r].at_rest_bytes = engine.parameter_bytes();
         const bool keep = !writer_only || r == 0;
         if (shard_parameters && keep) engine.gather_parameters();
@@ -202,7 +217,7 @@ int64_t whole_bytes() {
 }  // namespace
 
 TEST_CASE("ZeRO-2, ZeRO-3 and HSDP in-process: four ranks on their own samples train to one process's weights on "
-          "all of them, and ZeRO-3 keeps only its shards between steps",
+          "all of them, ZeRO-3 keeps only its shards between steps, and no gradient memory is held between them",
           "[parallel][zero]") {
   const auto expected = reference_after(kSteps);
   struct Named {
@@ -231,6 +246,9 @@ TEST_CASE("ZeRO-2, ZeRO-3 and HSDP in-process: four ranks on their own samples t
         } else {
           CHECK(results[r].at_rest_bytes == whole_bytes());  // ZeRO-2 keeps whole parameters
         }
+        // Gradient shards hold memory from their reduce-scatter to the optimizer's step only.
+        CHECK(results[r].gradients_stepped >= whole_bytes() / layout.shard_size);
+        CHECK(results[r].gradients_at_rest == 0);
       }
     }
   }

@@ -17,4 +17,9 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+// Setup frees blocks that a step, holding other shapes, leaves idle: under dist.shard parameters
+// they were 40 of a 37M-parameter MLP's 290 MiB when its first step began, and the run's peak
+// carried them.
+void return_setup_memory() { malloc_trim(0); }
+
 }  // namespace ddp

@@ -11,6 +11,7 @@
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/malloc_tuning.h"
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/loop/global_batch.h"
@@ -114,6 +115,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   progress_.batch_size = config_.train.batch_size;
   progress_.accum_steps = config_.train.grad_accum_steps;
   resume();
+  return_setup_memory();
 }
 
 void Trainer::resume() {

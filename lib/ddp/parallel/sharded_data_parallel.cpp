@@ -69,6 +69,9 @@ namespace ddp {
 // accumulated into zeros. The price is overlap: a backward's communication runs between its units'
 // compute; dist.shard_overlap gathers the unit before during a unit's backward and lets a unit's
 // reduce-scatter run during the next one's (FSDP's BACKWARD_PRE), holding about two more units.
+// The gradient shards, too, hold memory only from their unit's reduce-scatter to the optimizer's
+// step (as set_to_none does, but keeping the StorageImpl the pieces' gradients view): while the
+// largest unit is differentiated, only the shards of the units after it exist.
 
 namespace {
 
@@ -135,7 +138,7 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
     }
     auto mine = unit.full.narrow(0, r * unit.shard_numel, unit.shard_numel);
     unit.shard = options_.shard_parameters ? mine.clone() : mine;
-    unit.grad_shard = torch::zeros({unit.shard_numel}, tensor_options);
+    unit.grad_shard = torch::empty({unit.shard_numel}, tensor_options);
     for (std::size_t k = 0; k < unit.parameters.size(); ++k) {
       const int64_t begin = std::max(unit.offsets[k], r * unit.shard_numel);
       const int64_t end = std::min(unit.offsets[k] + parameters_[unit.parameters[k]].numel(), (r + 1) * unit.shard_numel);
@@ -148,6 +151,7 @@ ShardedDataParallel::ShardedDataParallel(std::vector<torch::Tensor> parameters,
       piece_offset_.push_back(begin - unit.offsets[k]);
       piece_at_.push_back(at);
     }
+    UnitMemory::empty_storage(unit.grad_shard);  // its views made: memory from its reduce-scatter on (Note [Gradient memory])
     units_.push_back(std::move(unit));
     // Now, not after the last unit: the model's own storage is freed unit by unit as its flat
     // copies are made, so a rank holds the whole model once, not twice, while this runs.
@@ -241,6 +245,8 @@ void ShardedDataParallel::reduce(Unit& unit) {
     unit.grad_full.narrow(0, unit.offsets[k], p.numel()).copy_(grad.reshape(-1));
     p.mutable_grad().reset();  // at once: a unit's gradient is held twice only one parameter at a time
   }
+  // Mapped from the kernel and given back: from the heap, a step's freed shards fragmented it.
+  if (unit.grad_shard.storage().nbytes() == 0) memory_->fill_storage(unit.grad_shard, /*keep=*/false);  // all written
   unit.reducing = reduce_scatter(shard_group_, unit.grad_full, unit.grad_shard, options_.data_parallel_size);
 }
 
@@ -294,7 +300,7 @@ void ShardedDataParallel::release_gradients(Unit& unit) {
 void ShardedDataParallel::zero_grad() {
   torch::NoGradGuard no_grad;
   for (auto& unit : units_) {
-    unit.grad_shard.zero_();
+    UnitMemory::empty_storage(unit.grad_shard);  // its views, the pieces' gradients, stay (Note [Gradient memory])
     unit.grad_full = torch::Tensor();
   }
   for (auto& p : parameters_) p.mutable_grad().reset();

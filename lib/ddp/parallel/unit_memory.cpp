@@ -81,7 +81,7 @@ UnitMemory::UnitMemory(std::size_t keep_bytes) : pool_(std::make_shared<Pool>())
 
 UnitMemory::~UnitMemory() = default;
 
-void UnitMemory::fill_storage(const torch::Tensor& t) {
+void UnitMemory::fill_storage(const torch::Tensor& t, bool keep) {
   c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
   const auto bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
   if (!t.device().is_cpu() || bytes == 0) {
@@ -89,7 +89,7 @@ void UnitMemory::fill_storage(const torch::Tensor& t) {
   } else {
     bool fresh = false;
     void* data = pool_->take(bytes, fresh);
-    storage->set_data_ptr_noswap(c10::DataPtr(data, new Block{pool_, data, bytes, true}, &give_back, t.device()));
+    storage->set_data_ptr_noswap(c10::DataPtr(data, new Block{pool_, data, bytes, keep}, &give_back, t.device()));
   }
   storage->set_nbytes(bytes);
 }

@@ -19,8 +19,9 @@ class UnitMemory {
   UnitMemory(const UnitMemory&) = delete;
   UnitMemory& operator=(const UnitMemory&) = delete;
 
-  /// Gives the StorageImpl of `t` memory for its elements again (contents undefined).
-  void fill_storage(const torch::Tensor& t);
+  /// Gives the StorageImpl of `t` memory for its elements again (contents undefined); with keep
+  /// false, that memory goes back to the kernel when it is freed rather than being kept for reuse.
+  void fill_storage(const torch::Tensor& t, bool keep = true);
   /// Takes that memory back (the StorageImpl stays, holding nothing: Note [Unit hooks]).
   static void empty_storage(const torch::Tensor& t);
   /// A zeroed 1-D tensor of `numel` elements; with keep false, its memory goes back to the kernel
