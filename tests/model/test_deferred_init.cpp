@@ -63,12 +63,13 @@ void check_parts(ddp::DeferredInit& deferred, const torch::Tensor& p, const torc
 }  // namespace
 
 TEST_CASE("a deferred build holds no parameter but the norms' and materialises each alone, in any order, to the "
-          "whole build's values, for the gpt, the llama (tied and untied), the mlp and DLRM, and each part taken "
-          "alone has the same part's values",
+          "whole build's values, for the gpt, the llama (tied and untied), the mlp, DLRM and the ConvNet (channels-last "
+          "and not), and each part taken alone has the same part's values",
           "[model][deferred]") {
-  for (const std::string name : {"gpt", "llama", "llama_tied", "mlp", "dlrm"}) {
-    ddp::ModelConfig config = family(name == "llama_tied" ? "llama" : name);
+  for (const std::string name : {"gpt", "llama", "llama_tied", "mlp", "dlrm", "convnet", "convnet_nchw"}) {
+    ddp::ModelConfig config = family(name == "llama_tied" ? "llama" : name == "convnet_nchw" ? "convnet" : name);
     config.llama.tie_embeddings = name == "llama_tied";
+    config.convnet.channels_last = name == "convnet";
     ddp::ModelContext whole_context;
     whole_context.seed = 11;
     auto whole = ddp::make_model(config, whole_context);
@@ -98,6 +99,7 @@ TEST_CASE("a deferred build holds no parameter but the norms' and materialises e
     for (const auto& item : reference) {
       INFO(item.key());
       CHECK(torch::equal(item.value(), named[item.key()]));
+      CHECK(item.value().strides() == named[item.key()].strides());  // channels-last weights stay so
     }
     // Parts alone, as the tensor pass and the sharding engine take them: cut from the fill.
     for (const bool flat : {false, true}) {
@@ -116,7 +118,7 @@ TEST_CASE("a build is whole without a seed and for a family that fills no parame
   CHECK(ddp::make_model(family("mlp"), context)->deferred_init() == nullptr);  // no seed: no replay
   context.seed = 3;
   CHECK(ddp::make_model(family("mlp"), context)->deferred_init() != nullptr);
-  CHECK(ddp::make_model(family("convnet"), context)->deferred_init() == nullptr);
+  CHECK(ddp::make_model(family("linear3"), context)->deferred_init() == nullptr);
   // A parameter a pass freed (another stage's layer) gets no values: no fill runs on its no elements.
   auto staged = ddp::make_model(family("mlp"), context);
   REQUIRE(staged->deferred_init() != nullptr);
@@ -139,7 +141,8 @@ TEST_CASE("a deferred build reads model.init_from's values only as each paramete
   // save_model writes model.pt in nanoGPT's names and model.safetensors in Hugging Face's (GPT-2's
   // transposed Conv1D weights, for the gpt) beside config.json.
   for (const auto& [name, file] : {Source{"gpt", "gpt"}, Source{"gpt", "gpt/model.pt"}, Source{"llama", "llama"},
-                                   Source{"mlp", "mlp/model.pt"}, Source{"mlp", "mlp/model.safetensors"}}) {
+                                   Source{"mlp", "mlp/model.pt"}, Source{"mlp", "mlp/model.safetensors"},
+                                   Source{"convnet", "convnet/model.safetensors"}}) {
     INFO(name << " from " << file);
     ddp::ModelContext saved_context;
     saved_context.seed = 8;
@@ -169,13 +172,13 @@ TEST_CASE("a deferred build reads model.init_from's values only as each paramete
     }
     CHECK(parted->deferred_init()->pending() == 0);
   }
-  // The ConvNet builds whole (its channels-last layout reads its values): it reads the file at once.
-  ddp::ModelConfig convnet = family("convnet");
-  auto saved = ddp::make_model(convnet);
-  ddp::save_python_state_dict(*saved, dir.file("convnet.pt"));
-  convnet.init_from = dir.file("convnet.pt");
-  auto loaded = ddp::make_model(convnet, context);
-  CHECK(loaded->deferred_init() == nullptr);
+  // The tutorial's three layers build whole (LibTorch draws them): they read the file at once.
+  ddp::ModelConfig linear3 = family("linear3");
+  auto saved = ddp::make_model(linear3);
+  ddp::save_python_state_dict(*saved, dir.file("linear3.pt"));
+  linear3.init_from = dir.file("linear3.pt");
+  auto loaded = ddp::make_model(linear3, context);
+  REQUIRE(loaded->deferred_init() == nullptr);
   CHECK(torch::equal(loaded->parameters().front(), saved->parameters().front()));
 }
 

@@ -15,6 +15,8 @@
 #include <torch/nn.h>
 
 #include "ddp/config/config_schema.h"
+#include "ddp/model/deferred_init.h"
+#include "ddp/model/drawn_layers.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/sync_batchnorm.h"
 
@@ -27,13 +29,10 @@ class ConvNet : public Model {
     layer1_ = register_module("layer1", block(kInputChannels, 16, config.convnet, context));
     layer2_ = register_module("layer2", block(16, 32, config.convnet, context));
     // Two 2x2 poolings quarter each side.
-    fc_ = register_module("fc", torch::nn::Linear((kInputHeight / 4) * (kInputWidth / 4) * 32,
-                                                  config.num_classes));
-    if (channels_last_) {
-      torch::NoGradGuard no_grad;
+    fc_ = register_module("fc", drawn_linear((kInputHeight / 4) * (kInputWidth / 4) * 32, config.num_classes));
+    if (channels_last_)
       for (auto& p : parameters())
-        if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
-    }
+        if (p.dim() == 4) set_memory_format(p, torch::MemoryFormat::ChannelsLast);
   }
 
   // The two conv blocks and the classifier.
@@ -55,8 +54,7 @@ class ConvNet : public Model {
   static torch::nn::Sequential block(int64_t in_channels, int64_t out_channels, const ConvNetConfig& config,
                                      const ModelContext& context) {
     torch::nn::Sequential layers;
-    layers->push_back(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, out_channels, 5).stride(1).padding(2)));
+    layers->push_back(drawn_conv2d(torch::nn::Conv2dOptions(in_channels, out_channels, 5).stride(1).padding(2)));
     if (config.batchnorm && config.sync_batchnorm && context.cross_rank_sum)
       layers->push_back(SyncBatchNorm2d(out_channels, context.cross_rank_sum));
     else if (config.batchnorm)

@@ -34,10 +34,11 @@ void set_default_generator_state(const torch::Tensor& state) {
   generator.set_state(state);
 }
 
-void init_as_linear(const torch::Tensor& weight, const torch::Tensor& bias) {
+void init_as_layer(const torch::Tensor& weight, const torch::Tensor& bias) {
   init_parameter(weight, [](torch::Tensor& w) { torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0)); });
   if (!bias.defined()) return;
-  const double bound = 1 / std::sqrt(static_cast<double>(weight.size(1)));
+  const int64_t fan_in = weight.numel() / weight.size(0);  // inputs × receptive field, as nn::init's
+  const double bound = 1 / std::sqrt(static_cast<double>(fan_in));
   init_parameter(bias, [bound](torch::Tensor& b) { torch::nn::init::uniform_(b, -bound, bound); });
 }
 
@@ -59,6 +60,17 @@ void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fi
   torch::Tensor scratch = has_values(parameter) ? parameter : torch::empty(parameter.sizes(), parameter.options());
   fill(scratch);
   t_deferred->note(parameter, std::move(state), fill);
+}
+
+void set_memory_format(const torch::Tensor& parameter, c10::MemoryFormat format) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor p = parameter;
+  if (has_values(p)) {
+    p.set_data(p.contiguous(format));
+    return;
+  }
+  p.set_data(torch::empty(p.sizes(), p.options().memory_format(format)));  // the strides alone:
+  free_storage(p);                                                        // still no values
 }
 
 void init_parameter_without_draws(const torch::Tensor& parameter, DeferredInit::Fill fill,
@@ -85,6 +97,8 @@ torch::Tensor DeferredInit::whole_values(Entry& entry) const {
     with_default_generator_at(entry.state, [&] { entry.fill(values); });
   else  // a read, which draws nothing
     entry.fill(values);
+  // Drawn in logical order, as a whole build draws them before converting (set_memory_format).
+  if (!entry.tensor.is_contiguous()) values = values.contiguous(entry.tensor.suggest_memory_format());
   return values;
 }
 

@@ -104,9 +104,13 @@ void init_parameter(const torch::Tensor& parameter, const DeferredInit::Fill& fi
 void init_parameter_without_draws(const torch::Tensor& parameter, DeferredInit::Fill fill,
                                   MakePart fill_part = {});
 
-/// Fills a Linear's `weight` [out, in] and `bias` (undefined: none) through init_parameter, drawing
-/// as LinearImpl::reset_parameters does.
-void init_as_linear(const torch::Tensor& weight, const torch::Tensor& bias);
+/// Fills a Linear's or a Conv's `weight` [out, in, kernel...] and `bias` (undefined: none) through
+/// init_parameter, drawing as LinearImpl's and ConvNdImpl's reset_parameters do.
+void init_as_layer(const torch::Tensor& weight, const torch::Tensor& bias);
+
+/// Lays `parameter` out in `format` (channels-last conv weights), with its values or, deferred, for
+/// them: they are then drawn in logical order, as a whole build draws them, and laid out so.
+void set_memory_format(const torch::Tensor& parameter, c10::MemoryFormat format);
 
 /// LibTorch's default CPU generator's state, and setting it: for a layer that let LibTorch draw its
 /// parameters and now fills them again through init_parameter() from where those draws began.

@@ -22,7 +22,7 @@
 #include "ddp/common/splitmix64.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/deferred_init.h"
-#include "ddp/model/drawn_linear.h"
+#include "ddp/model/drawn_layers.h"
 #include "ddp/model/model_registry.h"
 
 namespace ddp {

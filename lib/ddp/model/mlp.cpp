@@ -7,7 +7,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
-#include "ddp/model/drawn_linear.h"
+#include "ddp/model/drawn_layers.h"
 #include "ddp/model/model_registry.h"
 
 namespace ddp {

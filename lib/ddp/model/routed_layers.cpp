@@ -16,7 +16,7 @@ RoutedLinear::RoutedLinear(int64_t in, int64_t out, bool bias, int64_t fused) : 
   if (!before.defined()) return;
   // Deferred (Note [Deferred initialisation]): the same draws again, noted to be replayed.
   set_default_generator_state(before);
-  init_as_linear(weight, this->bias);
+  init_as_layer(weight, this->bias);
 }
 
 RoutedLinear::RoutedLinear(const torch::Tensor& weight, const torch::Tensor& bias)
