@@ -11,7 +11,8 @@ script (`set -ex`: a failing command fails the test, naming the block's file and
 scripts/ and examples/ and links to its tests/ and build/ (so runs/ and data/ are made there), with
 BUILD_DIR/bin first on PATH, as the quick start tells. Short settings: a command
 that trains a config (`ddprun`, `ddp-train` or the quick start, given a .yaml) gets
-`--set train.max_steps=20 --set train.epochs=1` appended, so all the blocks run in minutes. A port
+`--set train.max_steps=20 --set train.epochs=1 --set eval.max_batches=4` appended (an evaluation of 4
+batches, not of the whole split: it took half of a Llama's 20-step run), so all the blocks run in minutes. A port
 written in a block (`--master-port 29511`) becomes one free now, the same for each mention in that block,
 so a block never meets a test that runs beside it. Standard library only.
 """
@@ -26,7 +27,7 @@ import tempfile
 import time
 
 MARK = "<!-- runnable -->"
-SHORT = " --set train.max_steps=20 --set train.epochs=1"
+SHORT = " --set train.max_steps=20 --set train.epochs=1 --set eval.max_batches=4"
 TRAINS = re.compile(r"(^|[\s/])(ddprun|ddp-train|quickstart\.sh)\b.*\.yaml|quickstart\.sh")
 # The guides whose blocks run right after the README's, in this order, since a block may use what an
 # earlier one made: watching.md's ddp-report overlays the two runs of graphs.md's block. Every other

@@ -264,9 +264,9 @@ TEST_CASE("regression on NPY and classification on CSV train end to end", "[torc
   CHECK(metric_value(csv.file("out/metrics.jsonl"), "eval_accuracy") > 0.7);
 }
 
-// Three of the example's six epochs (its cosine schedule over three): 0.904 here, where six give 0.917;
-// the run is the example's all the same, at half the suite's longest test time.
-TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.90 in 3 epochs at world 2, and "
+// One of the example's six epochs (its cosine schedule over one): 0.872 here, where three gave 0.904 and
+// six 0.917; the run is the example's all the same, in a third of the time three took (175 s in CI).
+TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.86 in 1 epoch at world 2, and "
           "Python agrees",
           "[torchscript][example][slow]") {
   TempDir dir;
@@ -280,12 +280,12 @@ TEST_CASE("examples/byo: the scripted ResNet on Fashion-MNIST as NPY reaches 0.9
   std::filesystem::copy_file(std::string(DDP_SOURCE_DIR) + "/examples/byo/resnet.yaml", dir.file("resnet.yaml"));
   std::filesystem::create_directory(dir.file("elsewhere"));
   auto r = run_shell("cd " + dir.file("elsewhere") + " && OMP_NUM_THREADS=1 " + bin("ddprun") +
-                         " --nproc-per-node 2 ../resnet.yaml --set run.output_dir=../out --set train.epochs=3",
+                         " --nproc-per-node 2 ../resnet.yaml --set run.output_dir=../out --set train.epochs=1",
                      std::chrono::seconds(900));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   double accuracy = metric_value(dir.file("out/metrics.jsonl"), "eval_accuracy");
-  CHECK(accuracy >= 0.90);
+  CHECK(accuracy >= 0.86);
   auto python = run_shell("cd " + dir.path() + " && /usr/bin/python3 -c '"
                           "import numpy as np, torch\n"
                           "m = torch.jit.load(\"out/model_scripted.pt\").eval()\n"
