@@ -8,6 +8,7 @@
 #include <regex>
 #include <unistd.h>
 
+#include "support/shared_run.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -54,13 +55,16 @@ std::string wait_for(const std::string& path) {
   return "i=0; while [ ! -e " + path + " ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
 }
 
-// The uninterrupted run at world 3, one node.
-std::map<std::string, torch::Tensor> reference(const TempDir& dir) {
-  auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 3 " + training(dir.file("ref")),
-                     std::chrono::seconds(120));
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-  return load_weights(dir.file("ref/model.pt"));
+// The uninterrupted run at world 3, one node: made once for every test here (Note [Shared runs]).
+std::map<std::string, torch::Tensor> reference() {
+  const std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 3 ";
+  const std::string run = shared_run("elastic_reference", command + training("OUT") + "\n" + read_file(kConfig),
+                                     [&](const std::string& out) {
+                                       auto r = run_shell(command + training(out), std::chrono::seconds(120));
+                                       INFO(r.out << r.err);
+                                       REQUIRE(r.exit_code == 0);
+                                     });
+  return load_weights(run + "/model.pt");
 }
 
 double max_difference(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
@@ -88,7 +92,7 @@ struct ElasticJob {
 
   ElasticJob() {
     fs::create_directories(dir.file("tmp"));
-    expected = reference(dir);
+    expected = reference();
   }
   // Shell: starts node `name` in the background, its pid in $`pid`. Rank 0 is slowed by 8 ms a step
   // (DDPRUN_TEST_STEP_DELAY), so that the 820 steps after step 200 last over 6 s: whatever a test

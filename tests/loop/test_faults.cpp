@@ -247,12 +247,13 @@ TEST_CASE("images of the wrong size and ranks out of range are clear errors", "[
 TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finishes, checkpoints and exits 0 "
           "(issue 22, item 7)",
           "[faults][checkpoint]") {
-  // Rank 0's evaluations take 20 s; rank 1 waits for it in the eval's all-reduce. Both beat while
-  // they do. Before, the heartbeat came only after steps: the run was stopped as stalled.
+  // Rank 0's evaluations take 9 s, three times --stall-timeout; rank 1 waits for it in the eval's
+  // all-reduce. Both beat while they do. Before, the heartbeat came only after steps: the run was
+  // stopped as stalled.
   TempDir dir;
   std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=20", "checkpoint.every_steps=10",
                                 "eval.every_steps=10", "eval.at_start=false"};
-  auto r = run_shell("DDPRUN_TEST_EVAL_DELAY=0:20000 " +
+  auto r = run_shell("DDPRUN_TEST_EVAL_DELAY=0:9000 " +
                          ddprun_command(2, "synthetic_mlp.yaml", sets, "--stall-timeout 3 --max-restarts 1"),
                      std::chrono::seconds(180));
   INFO(r.out << r.err);
