@@ -55,6 +55,9 @@ class MseTask final : public ddp::Task {
   torch::Tensor output_loss(const torch::Tensor& output, const ddp::Batch& batch) override {
     return torch::mse_loss(output, batch.targets);
   }
+  torch::Tensor output_metric_sums(const torch::Tensor& output, const ddp::Batch& batch) override {
+    return torch::mse_loss(output, batch.targets, torch::Reduction::Sum).to(torch::kDouble).reshape({1});
+  }
   std::vector<std::string> metric_names() const override { return {"loss"}; }
   torch::Tensor metric_sums(const ddp::Batch&) override { throw std::logic_error("runs as stages only"); }
   void save_model(const std::string&) const override {}
@@ -182,4 +185,53 @@ TEST_CASE("a pipeline stage whose output shape changes for inputs of the same sh
                                  "step's, for inputs of shape [3, 8], were [3, 16] of Float: a stage's output shape "
                                  "must follow its input's shape"));
   CHECK_THAT(errors[1], Contains("pipeline stage 1 waited for the activations of microbatch 0 from stage 0"));
+}
+
+TEST_CASE("pipeline evaluation in-process: two stages give one process's metric sums over batches whose last is "
+          "short, and a stage whose eval output shape changes for inputs of the same shape stops, naming both",
+          "[pipeline]") {
+  const auto parameters = make_three_layer_parameters();
+  std::vector<double> expected;
+  for (int b = 0; b < 4; ++b) {
+    auto batch = microbatch(b == 3 ? 1 : 0, b == 3 ? kMicrobatches - 1 : b);  // the last a sample short
+    torch::NoGradGuard no_grad;
+    torch::Tensor x = batch.inputs[0];
+    for (std::size_t l = 0; l < 3; ++l) x = layer(parameters, l).forward(x);
+    expected.push_back(torch::mse_loss(x, batch.targets, torch::Reduction::Sum).item<double>());
+  }
+  for (const bool changing : {false, true}) {
+    std::vector<double> sums;
+    auto errors = ddp::test::run_ranks(2, [&](int stage, const ddp::Communicator& pipeline) {
+      std::vector<ddp::ModelBlock> layers;
+      int forwards = 0;
+      if (stage == 0) {
+        layers = {layer(parameters, 0), layer(parameters, 1)};
+        // Past the first batch, a width that follows how many forwards ran, not the input's shape.
+        if (changing)
+          layers.push_back({"pad", {}, {}, [&forwards](torch::Tensor x) {
+                              return ++forwards > 1 ? torch::cat({x, x.narrow(1, 0, 1)}, 1) : x;
+                            }});
+      } else {
+        layers = {layer(parameters, 2)};
+      }
+      MseTask task;
+      ddp::PipelineRunner runner(std::move(layers), task, pipeline, "gpipe", std::chrono::seconds(1), false);
+      torch::NoGradGuard no_grad;
+      for (int b = 0; b < 4; ++b) {
+        auto out = runner.evaluate(microbatch(b == 3 ? 1 : 0, b == 3 ? kMicrobatches - 1 : b));
+        if (stage == 1) sums.push_back(out.item<double>());
+      }
+    });
+    INFO("changing " << changing);
+    if (!changing) {
+      REQUIRE(errors[0].empty());
+      REQUIRE(errors[1].empty());
+      REQUIRE(sums.size() == expected.size());
+      for (std::size_t b = 0; b < sums.size(); ++b) CHECK(sums[b] == Approx(expected[b]).epsilon(1e-6));
+    } else {
+      CHECK_THAT(errors[0], Contains("pipeline stage 0: microbatch 0's activations are [3, 17] of Float, where an "
+                                     "earlier step's, for inputs of shape [3, 8], were [3, 16] of Float"));
+      CHECK_THAT(errors[1], Contains("pipeline stage 1 waited for the activations of microbatch 0 from stage 0"));
+    }
+  }
 }

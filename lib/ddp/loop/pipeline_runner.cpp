@@ -64,12 +64,20 @@ torch::Tensor PipelineRunner::receive(int from, int tag, int microbatch, const c
   }
 }
 
+torch::Tensor PipelineRunner::receive_activations(int microbatch, const std::vector<int64_t>& key,
+                                                  StageShapes& received) {
+  auto shape = received.known(key);
+  torch::Tensor t = receive(pipeline_.rank - 1, forward_tag(microbatch), microbatch, "activations", shape);
+  if (!shape) received.learn(key, {t.sizes().vec(), t.scalar_type()});
+  return t;
+}
+
 PendingSend PipelineRunner::send_activations(const torch::Tensor& output, int microbatch,
-                                             const std::vector<int64_t>& key) {
+                                             const std::vector<int64_t>& key, StageShapes& sent) {
   StageShapes::Shape shape{output.sizes().vec(), output.scalar_type()};
-  auto known = sent_.known(key);
+  auto known = sent.known(key);
   if (!known) {
-    sent_.learn(key, shape);
+    sent.learn(key, shape);
     return send_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(microbatch));
   }
   if (*known != shape)
@@ -107,9 +115,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
       if (first()) {
         flight.input = batch.inputs[0];
       } else {
-        auto shape = received_.known(key);
-        flight.input = receive(pipeline_.rank - 1, forward_tag(m), m, "activations", shape);
-        if (!shape) received_.learn(key, {flight.input.sizes().vec(), flight.input.scalar_type()});
+        flight.input = receive_activations(m, key, received_);
         if (flight.input.is_floating_point()) flight.input.requires_grad_(true);
       }
       AutocastScope autocast(pipeline_.device, mixed_precision_);  // the loss too, as without stages
@@ -120,7 +126,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
         loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
       } else {
         flight.output = output;
-        sends.push_back(send_activations(output, m, key));
+        sends.push_back(send_activations(output, m, key, sent_));
       }
       held.emplace(m, std::move(flight));
       memory_peak = std::max(memory_peak, memory_in_use(pipeline_.device));
@@ -161,12 +167,15 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
 }
 
 torch::Tensor PipelineRunner::evaluate(const Batch& batch) {
-  torch::Tensor x =
-      first() ? batch.inputs[0] : receive(pipeline_.rank - 1, forward_tag(0), 0, "activations", std::nullopt);
+  // Each batch is a step of its own for the tables: a shape new at one batch is known at the next.
+  const std::vector<int64_t> key = batch.inputs[0].sizes().vec();
+  torch::Tensor x = first() ? batch.inputs[0] : receive_activations(0, key, eval_received_);
+  eval_received_.step_ends();
   AutocastScope autocast(pipeline_.device, mixed_precision_);
   torch::Tensor output = run_layers(x);
   if (last()) return task_.output_metric_sums(output, batch);
-  send_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(0)).wait(timeout_);
+  send_activations(output, 0, key, eval_sent_).wait(timeout_);
+  eval_sent_.step_ends();
   return {};
 }
 

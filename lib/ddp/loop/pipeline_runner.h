@@ -78,9 +78,12 @@ class PipelineRunner {
   /// known, else with a header that says it.
   torch::Tensor receive(int from, int tag, int microbatch, const char* what,
                         const std::optional<StageShapes::Shape>& shape);
+  /// The activations of a microbatch of input shape `key` from the stage before, through `received`.
+  torch::Tensor receive_activations(int microbatch, const std::vector<int64_t>& key, StageShapes& received);
   /// Sends microbatch `microbatch`'s activations, of input shape `key`, to the next stage, with a
-  /// header while `key` is new (Note [Shapes between stages]).
-  PendingSend send_activations(const torch::Tensor& output, int microbatch, const std::vector<int64_t>& key);
+  /// header while `key` is new to `sent` (Note [Shapes between stages]).
+  PendingSend send_activations(const torch::Tensor& output, int microbatch, const std::vector<int64_t>& key,
+                               StageShapes& sent);
 
   std::vector<ModelBlock> layers_;
   BlockRunner* runner_ = nullptr;
@@ -94,6 +97,7 @@ class PipelineRunner {
   double waited_ms_ = 0;  // in this step's receives
   int64_t steps_run_ = 0;
   StageShapes received_, sent_;  // the links to the stage before and the stage after
+  StageShapes eval_received_, eval_sent_;  // the same in evaluation, whose batches are steps of their own
 };
 
 }  // namespace ddp

@@ -20,7 +20,8 @@ namespace ddp {
 // a header exactly when its key was not in the table as the step began: both ends saw the same
 // steps, so they agree without a word. A sender whose output for a known key has another shape (a
 // model whose shapes follow values, not the batch's shape) stops, saying so. Gradients need no
-// header at all: a stage's output gradient has its output's shape and dtype.
+// header at all: a stage's output gradient has its output's shape and dtype. Evaluation keeps
+// tables of its own, each batch a step: a shape new at one batch crosses bare from the next.
 
 /// One end's table for one link (Note [Shapes between stages]).
 class StageShapes {
