@@ -293,8 +293,11 @@ TEST_CASE("a SIGSTOPped stage is named with its stage, and a SIGKILLed one resum
                      std::chrono::seconds(120));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=1") == 1);
+  // Stopped within a step, its last heartbeat was a microbatch's; stopped between steps (waiting for
+  // stage 0's first activations, often on a small model), the step's end. CI saw both.
   CHECK_THAT(r.err, Contains("rank 1 (pipeline stage 1) on") && Contains("is stopped (process state T") &&
-                        Contains("after its part of microbatch") && Contains("rank 0 (pipeline stage 0) at step"));
+                        (Contains("after its part of microbatch") || Contains("its last heartbeat was at step")) &&
+                        Contains("rank 0 (pipeline stage 0) at step"));
   CHECK(run_shell("pgrep -f '[d]dp-train.*" + stopped + "'").out.empty());
 
   auto sets = [&](const std::string& name) {
