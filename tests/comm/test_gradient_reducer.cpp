@@ -4,6 +4,7 @@
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <thread>
 #include <vector>
 
@@ -58,7 +59,7 @@ TEST_CASE("reduced gradients are the average, stay in the buckets, and survive b
     ddp::test::TempDir store;
     std::vector<Gradients> result(2);
     std::vector<std::vector<double>> side(2);
-    std::vector<bool> in_buckets(2);
+    std::array<bool, 2> in_buckets{};  // not vector<bool>: its packed bits are no place for two threads' writes
     std::vector<torch::nn::Sequential> models{make_model(), make_model()};
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r)
@@ -175,7 +176,7 @@ TEST_CASE("a parameter no rank used is left without a gradient, and one used on 
       ddp::test::TempDir store;
       std::vector<std::vector<bool>> defined(2);
       std::vector<Gradients> result(2);
-      std::vector<bool> restored(2);
+      std::array<bool, 2> restored{};
       std::vector<std::thread> threads;
       for (int r = 0; r < 2; ++r)
         threads.emplace_back([&, r] {

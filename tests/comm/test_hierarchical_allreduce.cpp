@@ -4,6 +4,7 @@
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <thread>
 #include <vector>
 
@@ -42,7 +43,7 @@ TEST_CASE("across two nodes every rank gets (x0/4 + x1/4) + (x2/4 + x3/4) bit fo
   for (int r = 0; r < kWorld; ++r)
     for (auto n : sizes) inputs[r].push_back(values_of(r, n));
   std::vector<std::vector<torch::Tensor>> results(kWorld);
-  std::vector<bool> engaged(kWorld);
+  std::array<bool, kWorld> engaged{};  // one byte each: rank threads write them at once
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r)
     threads.emplace_back([&, r] {

@@ -4,6 +4,7 @@
 #undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <thread>
 #include <vector>
 
@@ -123,7 +124,7 @@ TEST_CASE("a 2 x 2 mesh of four ranks gives each rank its pipeline and data grou
 TEST_CASE("by default the plan is plain data parallelism: the data group is the world's own", "[parallel][dist]") {
   ddp::test::TempDir store;
   constexpr int kWorld = 2;
-  std::vector<bool> same_group(kWorld), trivial_pipeline(kWorld);
+  std::array<bool, kWorld> same_group{}, trivial_pipeline{};  // one byte each: rank threads write them at once
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r)
     threads.emplace_back([&, r] {
@@ -132,6 +133,6 @@ TEST_CASE("by default the plan is plain data parallelism: the data group is the 
       trivial_pipeline[r] = plan.group(MeshDim::kPipeline).world_size == 1 && plan.mesh().size(MeshDim::kPipeline) == 1;
     });
   for (auto& t : threads) t.join();
-  CHECK(same_group == std::vector<bool>{true, true});
-  CHECK(trivial_pipeline == std::vector<bool>{true, true});
+  CHECK(same_group == std::array<bool, kWorld>{true, true});
+  CHECK(trivial_pipeline == std::array<bool, kWorld>{true, true});
 }
