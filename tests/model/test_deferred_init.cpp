@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include "ddp/model/deferred_init.h"
 #include "ddp/model/model_registry.h"
@@ -58,6 +59,56 @@ void check_parts(ddp::DeferredInit& deferred, const torch::Tensor& p, const torc
     CHECK(torch::equal((*taken)[i], ddp::cut_part(expected, view, parts[i])));
   }
   CHECK(!deferred.deferred(p));
+}
+
+// A deferred build moved by `move` (Model::to) before any pass gave it values: each waiting
+// parameter is where the move put it, still without storage, and its values, whole or in parts, are a
+// whole build's moved afterwards, bit for bit; from model.init_from's safetensors too.
+void check_moved_before_values(const std::function<void(ddp::Model&)>& move, torch::Device device, torch::Dtype dtype) {
+  ddp::test::TempDir dir;
+  ddp::ModelContext saved_context;
+  saved_context.seed = 8;
+  std::filesystem::create_directories(dir.file("mlp"));
+  ddp::save_model(*ddp::make_model(family("mlp"), saved_context), dir.file("mlp"));
+  for (const std::string name : {"gpt", "llama", "mlp", "dlrm", "convnet", "mlp_from_file"}) {
+    INFO(name);
+    ddp::ModelConfig config = family(name == "mlp_from_file" ? "mlp" : name);
+    if (name == "mlp_from_file") config.init_from = dir.file("mlp/model.safetensors");
+    ddp::ModelContext context;
+    context.seed = 11;
+    auto whole = ddp::make_model(config, context);
+    move(*whole);
+    context.defer_parameters = true;
+    for (const bool in_parts : {false, true}) {
+      auto deferred = ddp::make_model(config, context);
+      REQUIRE(deferred->deferred_init() != nullptr);
+      const std::size_t waiting = deferred->deferred_init()->pending();
+      move(*deferred);
+      CHECK(deferred->deferred_init()->pending() == waiting);
+      auto reference = whole->named_parameters();
+      for (const auto& item : deferred->named_parameters()) {
+        INFO(item.key());
+        const torch::Tensor& p = item.value();
+        CHECK(p.device() == device);
+        CHECK(p.scalar_type() == dtype);
+        if (!deferred->deferred_init()->deferred(p)) {
+          if (ddp::has_values(p))  // else taken in parts already, under a name it is tied to
+            CHECK(torch::equal(p, reference[item.key()]));  // built with its values, moved as any
+          continue;
+        }
+        CHECK(p.storage().nbytes() == 0);
+        if (in_parts) {
+          check_parts(*deferred->deferred_init(), p, reference[item.key()]);
+          continue;
+        }
+        deferred->deferred_init()->materialize({p});
+        CHECK(p.device() == device);
+        CHECK(torch::equal(p, reference[item.key()]));
+        CHECK(p.strides() == reference[item.key()].strides());  // channels-last weights stay so
+      }
+      CHECK(deferred->deferred_init()->pending() == 0);
+    }
+  }
 }
 
 }  // namespace
@@ -206,4 +257,23 @@ TEST_CASE("a weights file that shrinks before a pass reads a deferred parameter 
   CHECK_THROWS_WITH(loaded->deferred_init()->take_parts(last, last.sizes(), {{{0, 0}, {1, last.size(1)}}}),
                     Catch::Contains("model.init_from: reading tensor 'layers.4.weight': " + config.init_from +
                                     ": ended early"));
+}
+
+TEST_CASE("a deferred build cast before its passes casts what waits without reading it, and gets a whole build's "
+          "values cast, whole and in parts",
+          "[model][deferred]") {
+  check_moved_before_values([](ddp::Model& m) { m.to(torch::kDouble); }, torch::kCPU, torch::kDouble);
+  check_moved_before_values([](ddp::Model& m) { m.to(torch::kCPU, torch::kBFloat16); }, torch::kCPU, torch::kBFloat16);
+}
+
+TEST_CASE("on a GPU: a deferred build moved to the GPU before its passes moves what waits without values, and gets "
+          "a whole build's values there, whole and in parts",
+          "[model][deferred][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
+    return;
+  }
+  const torch::Device gpu(torch::kCUDA, 0);
+  check_moved_before_values([&](ddp::Model& m) { m.to(gpu); }, gpu, torch::kFloat);
+  check_moved_before_values([&](ddp::Model& m) { m.to(gpu, torch::kBFloat16); }, gpu, torch::kBFloat16);
 }

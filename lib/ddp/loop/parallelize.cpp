@@ -127,11 +127,10 @@ ParallelModel::~ParallelModel() {
 
 bool pass_makes_tables(const TrainConfig& config) { return config.model.embedding_sharding != "replicate"; }
 
-bool pass_builds_parameters(const TrainConfig& config, const torch::Device& device) {
-  // Where a pass keeps part of the model: sharded parameters, a stage's layers, a layer's slice. On
-  // the CPU only: a CUDA model is copied to its device right after its build, values and all.
-  const bool part = config.mesh.shard == "parameters" || config.mesh.pipeline > 1 || config.mesh.tensor > 1;
-  return part && device.is_cpu();
+bool pass_builds_parameters(const TrainConfig& config) {
+  // Where a pass keeps part of the model: sharded parameters, a stage's layers, a layer's slice. A
+  // model moved to a GPU moves what waits without values (Model::to), on any device.
+  return config.mesh.shard == "parameters" || config.mesh.pipeline > 1 || config.mesh.tensor > 1;
 }
 
 std::vector<torch::Tensor> optimizer_parameters(const ParallelModel& parallel, ParallelPlan& plan) {

@@ -46,10 +46,9 @@ struct ParallelModel {
 bool pass_makes_tables(const TrainConfig& config);
 
 /// Whether a pass keeps part of the model on each rank (dist.shard parameters, pipeline stages,
-/// tensor parallelism; on the CPU), so that the model is built with its parameters deferred and each
-/// rank gives values only to those it keeps (ModelContext::defer_parameters, Note [Deferred
-/// initialisation]).
-bool pass_builds_parameters(const TrainConfig& config, const torch::Device& device);
+/// tensor parallelism), so that the model is built with its parameters deferred and each rank gives
+/// values only to those it keeps (ModelContext::defer_parameters, Note [Deferred initialisation]).
+bool pass_builds_parameters(const TrainConfig& config);
 
 /// The parameters the optimizer steps: the plan's (ParallelPlan::optimizer_parameters) but the
 /// tables' that `parallel.tables` updates itself.

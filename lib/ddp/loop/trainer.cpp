@@ -85,7 +85,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   };
   context.model.warn = world.rank == 0;
   context.model.defer_tables = pass_makes_tables(config_);
-  context.model.defer_parameters = pass_builds_parameters(config_, world.device);
+  context.model.defer_parameters = pass_builds_parameters(config_);
   context.full_neighbourhood_eval = config_.eval.full_neighbourhood;
   context.head_stays_whole = head_stays_whole(config_);
   context.model.seed = static_cast<uint64_t>(config_.run.seed);

@@ -86,11 +86,27 @@ void init_parameter_without_draws(const torch::Tensor& parameter, DeferredInit::
 
 void DeferredInit::note(const torch::Tensor& tensor, torch::Tensor state, Fill fill, MakePart fill_part) {
   if (tensor.numel() > 0 && has_values(tensor)) free_storage(tensor);
-  entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), std::move(fill), std::move(fill_part)};
+  auto built = tensor.options().device(torch::kCPU).requires_grad(false);
+  entries_[tensor.unsafeGetTensorImpl()] = Entry{tensor, std::move(state), built, std::move(fill), std::move(fill_part)};
+}
+
+void DeferredInit::move_waiting(std::optional<torch::Device> device, std::optional<torch::Dtype> dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& [impl, entry] : entries_) {
+    torch::Tensor& t = entry.tensor;
+    auto options = t.options().device(device.value_or(t.device())).dtype(dtype.value_or(t.scalar_type())).requires_grad(false);
+    if (options.device() == t.device() && options.dtype() == t.dtype()) continue;
+    t.set_data(torch::empty_strided(t.sizes(), t.strides(), options));  // the strides alone, as
+    free_storage(t);                                                     // set_memory_format's
+  }
+}
+
+torch::Tensor DeferredInit::placed(const Entry& entry, const torch::Tensor& values) {
+  return values.to(entry.tensor.device(), entry.tensor.scalar_type());  // a no-op where the build was
 }
 
 torch::Tensor DeferredInit::whole_values(Entry& entry) const {
-  torch::Tensor values = torch::empty(entry.tensor.sizes(), entry.tensor.options().requires_grad(false));
+  torch::Tensor values = torch::empty(entry.tensor.sizes(), entry.built);
   // The default generator is the process's: borrowed as a build borrows it (build_seeded's
   // lock), at the state the fill began from, then given back as it was.
   if (entry.state.defined())
@@ -99,7 +115,7 @@ torch::Tensor DeferredInit::whole_values(Entry& entry) const {
     entry.fill(values);
   // Drawn in logical order, as a whole build draws them before converting (set_memory_format).
   if (!entry.tensor.is_contiguous()) values = values.contiguous(entry.tensor.suggest_memory_format());
-  return values;
+  return placed(entry, values);
 }
 
 std::optional<std::vector<torch::Tensor>> DeferredInit::take_parts(const torch::Tensor& tensor, c10::IntArrayRef view,
@@ -115,7 +131,7 @@ std::optional<std::vector<torch::Tensor>> DeferredInit::take_parts(const torch::
   if (!any || entry.tensor.numel() == 0) {
     for (const auto& part : parts) values.push_back(torch::empty(part.sizes, entry.tensor.options()));
   } else if (entry.fill_part) {
-    for (const auto& part : parts) values.push_back(entry.fill_part(view, part).to(entry.tensor.scalar_type()));
+    for (const auto& part : parts) values.push_back(placed(entry, entry.fill_part(view, part)));
   } else {
     torch::Tensor whole = whole_values(entry);
     for (const auto& part : parts) values.push_back(cut_part(whole, view, part));

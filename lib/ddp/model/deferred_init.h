@@ -32,9 +32,10 @@ namespace ddp {
 // unit's elements. Such a part is made alone where its source can (a file's bytes for it, a table's
 // rows); a fill that draws still draws the whole tensor, for a moment, and is cut.
 // torchtitan builds on the meta device and initialises each rank's shards; LibTorch 1.13
-// has no such device for nn modules, hence the replay. Reading a parameter before its pass gave it
-// values would read no memory at all: only the CPU builds deferred (a CUDA model is copied to its
-// device right after the build, ParallelModel's passes later).
+// has no such device for nn modules, hence the replay. A model moved to a GPU or cast (Model::to)
+// before its passes moves its waiting parameters without values (move_waiting): their fills still
+// draw on the CPU, in the dtype the build made them, and the values are then converted, which is
+// what a whole build moved afterwards holds.
 // A parameter filled twice (a layer's default draws, then the family's own initialisation) keeps
 // the last fill; the first still draws, as in a whole build.
 
@@ -56,6 +57,9 @@ class DeferredInit {
                                                        const std::vector<TensorPart>& parts);
   /// Whether `tensor` waits for its values.
   bool deferred(const torch::Tensor& tensor) const;
+  /// Moves each waiting tensor to `device` and `dtype` (each given or not), still without values
+  /// (Model::to): the values it gets later are drawn as built, then converted to where it now is.
+  void move_waiting(std::optional<torch::Device> device, std::optional<torch::Dtype> dtype);
   /// How many tensors wait for their values.
   std::size_t pending() const { return entries_.size(); }
 
@@ -67,10 +71,12 @@ class DeferredInit {
   struct Entry {
     torch::Tensor tensor;  // the model's parameter, without storage until materialised
     torch::Tensor state;   // the default CPU generator's state before the fill
+    torch::TensorOptions built;  // where and how the fill draws: the CPU, the dtype at the build
     Fill fill;
     MakePart fill_part;
   };
   torch::Tensor whole_values(Entry& entry) const;
+  static torch::Tensor placed(const Entry& entry, const torch::Tensor& values);
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;
 };
 

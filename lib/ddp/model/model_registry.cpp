@@ -73,6 +73,21 @@ void build_model(const ModelContext& context, const std::function<void()>& build
 
 void Model::load_weights(const std::string& path) { load_python_state_dict(*this, path); }
 
+void Model::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  if (deferred_init_) deferred_init_->move_waiting(device, dtype);
+  torch::nn::Module::to(device, dtype, non_blocking);  // a waiting tensor is where it goes: not read
+}
+
+void Model::to(torch::Dtype dtype, bool non_blocking) {
+  if (deferred_init_) deferred_init_->move_waiting(std::nullopt, dtype);
+  torch::nn::Module::to(dtype, non_blocking);
+}
+
+void Model::to(torch::Device device, bool non_blocking) {
+  if (deferred_init_) deferred_init_->move_waiting(device, std::nullopt);
+  torch::nn::Module::to(device, non_blocking);
+}
+
 std::unique_ptr<TokenStepper> Model::token_stepper() { return nullptr; }
 
 void save_model(const Model& model, const std::string& output_dir, int64_t max_shard_bytes) {

@@ -96,6 +96,12 @@ class Model : public torch::nn::Module {
   /// null when the model was built whole.
   DeferredInit* deferred_init() const { return deferred_init_.get(); }
 
+  /// nn::Module's moves, which would read a parameter that waits for its values: such a one moves
+  /// without them (DeferredInit::move_waiting), and gets them where it now is.
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
+
  protected:
   /// The model's blocks, built on first use of blocks(): each model that can be split says what.
   virtual std::vector<ModelBlock> declare_blocks() { return {}; }
