@@ -98,11 +98,15 @@ gpu_and_build() {
 # The CUDA build and its [gpu] tests; then the stages below train the baby GPT on data/kjv, fp32 on
 # CUDA tensors, 32 sequences a step at any world size (Note [Global batch]), ranks sharing the one GPU
 # through Gloo.
+gpu_unit_tests() {  # every test executable that has [gpu] cases
+  check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm test_model
+  check "tests tagged [gpu]: placement" build/bin/test_comm "[gpu]" "$@"
+  check "tests tagged [gpu]: deferred initialisation on the GPU" build/bin/test_model "[gpu]" "$@"
+}
 gpu_tests() {
   tests=ON
   gpu_and_build
-  check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
-  check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
+  gpu_unit_tests
 }
 kjv_gpt=(configs/gpt_kjv.yaml --set "data.path=data/kjv/kjv_train_*.bin" --set "data.eval_path=data/kjv/kjv_val_*.bin"
          --set dist.device=cuda --set dist.backend=gloo --set train.global_batch_size=32 --set train.max_steps=300
@@ -137,15 +141,13 @@ case "$stage" in
   tests)
     tests=ON
     check "CUDA build" build
-    check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm
-    check "tests tagged [gpu]" build/bin/test_comm "[gpu]" --success
+    gpu_unit_tests --success
     ;;
   gpt)
     tests=ON
     gpu_and_build
     if [ "${GPT_TESTS:-1}" = 1 ]; then
-      check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm test_model
-      check "tests tagged [gpu]" build/bin/test_comm "[gpu]"
+      gpu_unit_tests
       check "the GPT tests, fused attention included" build/bin/test_model "[gpt]~[python]"
     fi
     check "GPU GPT table" env BENCH_ONLY=gpt_gpu BENCH_PYTHON="$python" BENCH_TOKENS=data/kjv "$python" scripts/bench.py
