@@ -2,7 +2,6 @@
 // one layout restores into another's pieces (flat runs of ZeRO shards, whole tensors), format 1's
 // whole files included; the writer and reader over ranks as threads, a file per writer or one.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -18,6 +17,8 @@
 #include "ddp/parallel/optimizer_state.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using ddp::TensorBox;
@@ -311,3 +312,5 @@ TEST_CASE("four ranks as threads write their pieces (a file each, or one file on
     }
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -23,8 +23,9 @@
 #include "ddp/optim/optimizer_factory.h"
 #include "support/log_capture.h"
 #include "support/subprocess.h"
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace fs = std::filesystem;
 using namespace ddp::test;
@@ -623,3 +624,5 @@ TEST_CASE("a save removes a data file no manifest commits and stray temporaries,
   REQUIRE(found.has_value());
   CHECK(found->step == 1);
 }
+
+}  // namespace DDP_TEST_FILE

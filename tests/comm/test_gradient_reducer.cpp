@@ -1,7 +1,6 @@
 // The gradient reducer over a real communicator: two ranks as threads of this process, meeting
 // through a FileStore, summing through shared memory or through Gloo.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -11,6 +10,8 @@
 #include "ddp/comm/gradient_reducer.h"
 #include "ddp/comm/process_group.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace {
 
@@ -210,3 +211,5 @@ TEST_CASE("a parameter no rank used is left without a gradient, and one used on 
       }
     }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,7 +1,6 @@
 // Sums across nodes: shared memory within each node, Gloo between the nodes' leaders (Note
 // [Hierarchical all-reduce]). Four ranks as threads of this process, as two "nodes" of two.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -11,6 +10,8 @@
 #include "ddp/comm/process_group.h"
 #include "ddp/comm/shm_allreduce.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace {
 
@@ -118,3 +119,5 @@ TEST_CASE("nodes of different sizes (2 ranks and 1) agree on Gloo alone, with no
   for (auto& t : threads) t.join();
   CHECK(engaged == std::vector<int>(3, 0));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,10 +1,11 @@
 // Where a worker's tensors live and which backend sums them (dist.device, dist.backend).
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include "ddp/comm/process_group.h"
 #include "ddp/common/error.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -78,3 +79,5 @@ TEST_CASE("on a GPU: NCCL with a GPU per rank, Gloo on CUDA tensors when ranks s
   CHECK(place("cpu", "auto").device == torch::Device(torch::kCPU));
 #endif
 }
+
+}  // namespace DDP_TEST_FILE

@@ -2,7 +2,6 @@
 // test_faults.cpp and every single-node trainer test).
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -13,6 +12,8 @@
 
 #include "ddp/comm/shared_segment.h"
 #include "ddp/comm/shm_allreduce.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 using ddp::SharedMemoryAllReduce;
@@ -182,3 +183,5 @@ TEST_CASE("a segment /dev/shm cannot hold, or a byte lock someone holds, is a cl
   CHECK_FALSE(opened.is_locked(1));
   CHECK_THROWS_WITH(opened.lock_byte(0), Contains("cannot lock a byte of shared memory " + created.name()));
 }
+
+}  // namespace DDP_TEST_FILE

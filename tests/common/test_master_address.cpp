@@ -12,6 +12,8 @@
 #include "ddp/common/error.h"
 #include "ddp/common/master_address.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using Catch::Contains;
 
 namespace {
@@ -53,3 +55,5 @@ TEST_CASE("a master nobody knows, or whose NodeAddr does not resolve either, fai
                     Contains("the master address sn9 does not resolve (") && Contains("): set MASTER_ADDR"));
   CHECK_THROWS_AS(ddp::resolve_master_address("sn1", "FIX", fake({}, {{"sn1", "sn1-ib"}})), ddp::UserError);
 }
+
+}  // namespace DDP_TEST_FILE

@@ -12,6 +12,8 @@
 #include "ddp/common/worker_contract.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 
 namespace {
@@ -74,3 +76,5 @@ TEST_CASE("run_main names the failure and the rank as the program asks", "[commo
   CHECK(other.status == kExitFailure);
   CHECK(other.err == "ddp-train: rank 2: failed: odd\n");
 }
+
+}  // namespace DDP_TEST_FILE

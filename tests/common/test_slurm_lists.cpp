@@ -7,6 +7,8 @@
 #include "ddp/common/slurm_lists.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 using Strings = std::vector<std::string>;
@@ -57,3 +59,5 @@ TEST_CASE("the host list parser agrees with scontrol show hostnames", "[launch][
     CHECK(ddp::expand_hostlist(list) == expected);
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -2,6 +2,8 @@
 
 #include "ddp/common/text.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 
 TEST_CASE("edit_distance counts single-character edits") {
@@ -47,3 +49,5 @@ TEST_CASE("printable escapes control characters and bounds the length") {
   CHECK(ddp::printable("\x1b]2;owned\x07 ok\n") == "\\x1b]2;owned\\x07 ok\\x0a");
   CHECK(ddp::printable(std::string(2000, 'a'), 10) == "aaaaaaaaaa...");
 }
+
+}  // namespace DDP_TEST_FILE

@@ -2,6 +2,8 @@
 
 #include "ddp/common/value_slots.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 TEST_CASE("value slots hand each participant its own named values", "[common]") {
   ddp::ValueSlots slots;
   auto vote = slots.reserve("stop vote");
@@ -18,3 +20,5 @@ TEST_CASE("value slots hand each participant its own named values", "[common]") 
   CHECK(slots.packed() == std::vector<double>{0, 0, 0, 0});
   CHECK_THROWS_WITH(slots.reserve("monitor"), "value slot 'monitor' reserved twice");
 }
+
+}  // namespace DDP_TEST_FILE

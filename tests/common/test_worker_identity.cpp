@@ -13,6 +13,8 @@
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 using Catch::Contains;
 
@@ -200,3 +202,5 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
   CHECK(big->master_port == slurm_master_port(31234567));
   CHECK(identity_of({{"SLURM_JOB_ID", "31234567"}, {"SLURM_PROCID", "0"}}).run_id == "slurm-31234567");
 }
+
+}  // namespace DDP_TEST_FILE

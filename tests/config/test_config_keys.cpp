@@ -3,6 +3,8 @@
 
 #include "ddp/config/config_keys.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 TEST_CASE("a saved config flattens to section.key with flow values, and what is no map of sections to no keys",
           "[config]") {
   auto keys = ddp::config_keys("# ddprun\nrun:\n  seed: 3\nmodel:\n  hidden: [256, 128]\n  name: mlp\noptim: {lr: 0.01}\n");
@@ -13,3 +15,5 @@ TEST_CASE("a saved config flattens to section.key with flow values, and what is 
   CHECK(ddp::config_keys("run: [unclosed\n").empty());  // not YAML
   CHECK(ddp::config_keys("top: 1\nrun:\n  seed: 1\n") == std::map<std::string, std::string>{{"run.seed", "1"}});
 }
+
+}  // namespace DDP_TEST_FILE

@@ -7,6 +7,8 @@
 
 #include "ddp/config/config_schema.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 TEST_CASE("ConfigSchema on its own", "[config]") {
   struct Small {
     int64_t count = 3;
@@ -77,3 +79,5 @@ TEST_CASE("a value outside the choices names the nearest choice, when one is nea
   schema.apply_override("data.format=parquet");
   CHECK(schema.problems() == std::vector<std::string>{"data.format: must be one of csv, idx, npy, got \"parquet\""});
 }
+
+}  // namespace DDP_TEST_FILE

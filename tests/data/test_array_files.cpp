@@ -1,6 +1,5 @@
 // NPY and CSV readers on files numpy wrote (tests/support/python_fixtures.py) and on broken copies.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,6 +13,8 @@
 #include "ddp/data/npy_reader.h"
 #include "support/python_fixtures.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -249,3 +250,5 @@ TEST_CASE("normalisation: fixed, global and per-feature statistics of the traini
   CHECK(ddp::make_normalizer(config, data).apply(data.features)[0][0].item<double>() ==
         Approx((1 - config.mean) / config.std));
 }
+
+}  // namespace DDP_TEST_FILE

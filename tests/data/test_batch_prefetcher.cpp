@@ -3,8 +3,9 @@
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/synthetic_dataset.h"
 
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 
@@ -39,3 +40,5 @@ TEST_CASE("prefetched batches equal direct gathering, in order, from any start",
     CHECK(torch::equal(prefetcher.next().targets, data.labels.index_select(0, second_order.slice(0, 0, 100))));
   }
 }
+
+}  // namespace DDP_TEST_FILE

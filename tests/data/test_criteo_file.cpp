@@ -1,7 +1,6 @@
 // data.dataset criteo: Criteo's click-log layout read as DLRM reads it, and each broken file
 // refused in one line naming the file, the line and the fault.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -11,6 +10,8 @@
 #include "ddp/data/criteo_file.h"
 #include "ddp/data/dataset_splits.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -151,3 +152,5 @@ TEST_CASE("a click log through the node cache: converted a line at a time, the s
   for (const auto& entry : std::filesystem::directory_iterator(broken_cache.path()))
     CHECK(entry.path().extension() != ".ddpcache");
 }
+
+}  // namespace DDP_TEST_FILE

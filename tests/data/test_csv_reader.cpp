@@ -1,7 +1,6 @@
 // The CSV reader on the awkward files of issue 22, item 4: quoted cells (RFC 4180), a byte-order
 // mark, repeated column names, and lines too long to split.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <sys/resource.h>
@@ -9,6 +8,8 @@
 #include "ddp/common/error.h"
 #include "ddp/data/csv_reader.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -79,3 +80,5 @@ TEST_CASE("a line too long, or with more cells than the header, is refused befor
   CHECK(after.ru_maxrss - before.ru_maxrss < 200 * 1024);  // KiB: the old reader peaked at 2.4 GB here
   files.refused("label\n" + std::string(5 << 20, '7') + "\n", "t.csv:2: the line is longer than");
 }
+
+}  // namespace DDP_TEST_FILE

@@ -20,8 +20,9 @@
 #include <vector>
 
 // LibTorch's headers pull in glog, whose CHECK(cond) would shadow Catch's; Catch must come last.
-#undef CHECK
 #include <catch2/catch.hpp>
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 using ddp::test::TempDir;
@@ -487,3 +488,5 @@ TEST_CASE("eval_shard splits the eval set without padding or overlap", "[data][b
   CHECK_THROWS_AS(ddp::eval_shard(10, 2, 2), std::invalid_argument);
   CHECK_THROWS_AS(ddp::eval_shard(10, 0, 0), std::invalid_argument);
 }
+
+}  // namespace DDP_TEST_FILE

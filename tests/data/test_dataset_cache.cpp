@@ -12,8 +12,9 @@
 #include "support/log_capture.h"
 #include "support/subprocess.h"
 
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using namespace ddp::test;
@@ -204,3 +205,5 @@ TEST_CASE("checksum64 is XXH64 with seed 0, whole or in pieces", "[data][cache]"
   pieces.update(bytes.data() + 603, bytes.size() - 603);
   CHECK(pieces.digest() == ddp::checksum64(bytes));
 }
+
+}  // namespace DDP_TEST_FILE

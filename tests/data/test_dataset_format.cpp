@@ -1,10 +1,11 @@
 // data.dataset: the format registry lists what registered, and an unknown name gets the nearest one.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.h"
 #include "ddp/data/dataset_format.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -42,3 +43,5 @@ TEST_CASE("the synthetic format loads through the registry", "[data]") {
   config.eval_split = "train";
   CHECK(load_dataset_splits(config, 3).eval->size() == 30);
 }
+
+}  // namespace DDP_TEST_FILE

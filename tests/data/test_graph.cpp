@@ -2,7 +2,6 @@
 // duplicates, min(fanout, degree), the same key the same draw, uniform), the blocks' shape, and the
 // loader on good and broken files.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -13,6 +12,8 @@
 #include "ddp/data/neighbor_sampler.h"
 #include "support/npy_writer.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -183,3 +184,5 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   std::filesystem::remove(d + "/train_idx.npy");
   refused(d, "has no training nodes");
 }
+
+}  // namespace DDP_TEST_FILE

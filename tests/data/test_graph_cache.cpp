@@ -2,7 +2,6 @@
 // from these sources and its arrays match their checksums; otherwise it is rebuilt, with one line
 // saying why (without Python: the Reddit files' cache is in test_reddit_graph.cpp).
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -15,6 +14,8 @@
 #include "support/log_capture.h"
 #include "support/npy_writer.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 namespace fs = std::filesystem;
@@ -78,3 +79,5 @@ TEST_CASE("a graph cache file copied over another graph's is detected and rebuil
   INFO(log.text());
   CHECK(log.count(" is not used: it was built from " + fs::absolute(a).string()) == 1);
 }
+
+}  // namespace DDP_TEST_FILE

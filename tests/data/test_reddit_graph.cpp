@@ -2,7 +2,6 @@
 // np.savez_compressed, scipy.sparse.save_npz as COO and CSR) and on broken ones; and the graph
 // cache: one file per node, read on demand, giving what the source gives.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -15,6 +14,8 @@
 #include "ddp/data/npz_reader.h"
 #include "ddp/data/reddit_graph.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -317,3 +318,5 @@ TEST_CASE("a graph cache file changed while in use stops the sampler, naming it"
   CHECK_THROWS_WITH(g.read_feature_rows(g.num_nodes() - 2, 2, rows.data()),
                     Contains(g.feature_file->path() + ": cannot read samples 48..49 (the file was cut short while in use)"));
 }
+
+}  // namespace DDP_TEST_FILE

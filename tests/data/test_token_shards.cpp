@@ -2,7 +2,6 @@
 // the format's description, nanoGPT's headerless files, numpy's 1-D arrays; windows across a glob
 // of shards; and one message for each bad file.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -13,6 +12,8 @@
 #include "ddp/common/error.h"
 #include "ddp/data/token_shards.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using namespace ddp::test;
@@ -193,3 +194,5 @@ TEST_CASE("a shard of more than 2^31 tokens (5 GB, sparse) is mapped, not read, 
   auto last = windows.read(torch::tensor({windows.size() - 1}, torch::kLong));
   CHECK(row(last, 0) == std::vector<int64_t>{0, 7, 8});
 }
+
+}  // namespace DDP_TEST_FILE

@@ -6,6 +6,8 @@
 
 #include "ddp/launch/attempt_state.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 using Phase = AttemptState::Phase;
 using Cause = AttemptState::Cause;
@@ -249,3 +251,5 @@ TEST_CASE("elastic: a launcher that was frozen leaves, once, whatever it was doi
   CHECK(after_change.outcome().left);
   CHECK_FALSE(after_change.outcome().membership);
 }
+
+}  // namespace DDP_TEST_FILE

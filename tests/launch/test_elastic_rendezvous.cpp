@@ -9,6 +9,8 @@
 #include "ddp/launch/kv_store.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using namespace std::chrono_literals;
 using Catch::Contains;
@@ -62,3 +64,5 @@ TEST_CASE("elastic: a joiner that has counted itself in but not yet written its 
   REQUIRE(seen_by_b);
   CHECK(seen_by_b->description == change->description);
 }
+
+}  // namespace DDP_TEST_FILE

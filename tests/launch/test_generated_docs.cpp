@@ -9,6 +9,8 @@
 #include "ddp/launch/launch_options.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -106,3 +108,5 @@ TEST_CASE("bash completes ddprun's options, their values, config keys and their 
   auto commands = complete("ddprun -- sh");
   CHECK(std::count(commands.begin(), commands.end(), "sh") >= 1);  // once per PATH directory that has it
 }
+
+}  // namespace DDP_TEST_FILE

@@ -3,6 +3,8 @@
 
 #include "ddp/launch/hmac_sha256.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 TEST_CASE("hmac_sha256_hex gives RFC 4231's test vectors", "[launch][hmac]") {
   // Test case 1: a 20-byte key of 0x0b, "Hi There".
   CHECK(ddp::hmac_sha256_hex(std::string(20, '\x0b'), "Hi There") ==
@@ -23,3 +25,5 @@ TEST_CASE("constant_time_equal compares whole strings", "[launch][hmac]") {
   CHECK_FALSE(ddp::constant_time_equal("abc", "abcd"));
   CHECK(ddp::constant_time_equal("", ""));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -16,6 +16,8 @@
 #include "ddp/launch/kv_store.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using namespace std::chrono_literals;
 
@@ -171,3 +173,5 @@ TEST_CASE("store errors say their cause by kind: a port in use, a wait that ran 
   CHECK(kind_of([&] { orphan->add("after", 1); }) == Kind::kFailed);
   CHECK(kind_of([&] { host->set("fine", "1"); }) == std::nullopt);
 }
+
+}  // namespace DDP_TEST_FILE

@@ -13,6 +13,8 @@
 #include "ddp/launch/worker_env.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 
 namespace {
@@ -382,3 +384,5 @@ TEST_CASE("every launcher option has a reference entry, short names first", "[la
   CHECK(find("--rdzv-backend")->choices == std::vector<std::string>{"static", "c10d"});
   CHECK(find("--log-dir")->takes_path);
 }
+
+}  // namespace DDP_TEST_FILE

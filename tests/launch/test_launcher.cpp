@@ -9,6 +9,8 @@
 #include "ddp/launch/machine.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -488,3 +490,5 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
   auto piped = run_shell(ddprun() + " --nproc-per-node 1" + worker, std::chrono::seconds(60));
   CHECK_THAT(piped.out, Contains("[rank 0] progress=none"));
 }
+
+}  // namespace DDP_TEST_FILE

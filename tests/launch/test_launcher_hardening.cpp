@@ -11,6 +11,8 @@
 #include "support/leftovers.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -257,3 +259,5 @@ TEST_CASE("the failure summary shows a worker's message, not the C++ backtrace a
   CHECK_THAT(summary, Contains("| the real message"));
   CHECK_THAT(summary, !Contains("| frame #"));
 }
+
+}  // namespace DDP_TEST_FILE

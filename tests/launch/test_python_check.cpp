@@ -10,6 +10,8 @@
 #include "ddp/launch/python_check.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -99,3 +101,5 @@ TEST_CASE("ddprun train.py under a python3 without torch first on PATH fails in 
   CHECK_THAT(chosen.err, Contains(std::string("Python: ") + kPython) && Contains(", torch ") && !Contains("no torch"));
   CHECK(std::filesystem::exists(marker));
 }
+
+}  // namespace DDP_TEST_FILE

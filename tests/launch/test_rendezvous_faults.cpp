@@ -7,6 +7,8 @@
 #include "support/leftovers.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -184,3 +186,5 @@ TEST_CASE("rank 0 started by hand on a port in use says so, checked by binding i
   CHECK_THAT(r.err, Contains("rank 0 cannot host the store at 127.0.0.1:" + port + ": ") &&
                         Contains(" (the port is in use: choose another --master-port)"));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -5,6 +5,8 @@
 
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -30,3 +32,5 @@ TEST_CASE("ddprun in a Slurm job step takes its layout from it and says so, whil
   CHECK_THAT(off.err, !Contains("Slurm job step"));
   CHECK_THAT(off.out, !Contains("slurm-4242"));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -12,6 +12,8 @@
 
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -184,3 +186,5 @@ TEST_CASE("torchrun's options that mean nothing here are accepted with one line 
                            "worker with fork and exec") == 1);
   CHECK(count_lines(r.err, "ddprun: --rdzv-conf read_timeout is ignored (only join_timeout and last_call_timeout mean something here)") == 1);
 }
+
+}  // namespace DDP_TEST_FILE

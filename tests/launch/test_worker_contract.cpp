@@ -10,6 +10,8 @@
 #include "ddp/common/worker_identity.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 
 TEST_CASE("every variable the launcher sets is in the contract", "[launch][contract]") {
@@ -38,3 +40,5 @@ TEST_CASE("every variable of the contract is documented in docs/launcher.md", "[
     CHECK(guide.find("`" + std::string(variable.name)) != std::string::npos);
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -7,6 +7,8 @@
 
 #include "ddp/launch/worker_state.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 
 namespace {
@@ -55,3 +57,5 @@ TEST_CASE("after an attempt: finish, restart while restarts are left, then give 
   CHECK(decide_after_attempt(137, true, 1, 2) == AttemptDecision::kRestart);
   CHECK(decide_after_attempt(1, true, 2, 2) == AttemptDecision::kGiveUp);
 }
+
+}  // namespace DDP_TEST_FILE

@@ -4,7 +4,6 @@
 // an allocator installed for the test, falls to at most 0.6× (printed). Composition with sharding and
 // pipeline stages runs in real processes: tests/loop/test_gpt_training.cpp.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
@@ -18,6 +17,8 @@
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/train_config.h"
 #include "support/python_fixtures.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 
@@ -223,3 +224,5 @@ TEST_CASE("activation checkpointing: a mode it does not know is refused by the c
   CHECK_THROWS_WITH(ddp::checkpoint_activations(*ddp::make_model(config), "every_2"),
                     Contains("block by block: it is not a sequence of layers"));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,11 +1,12 @@
 // train.precision: bf16 — the autocast scope, and GraphSAGE's own arithmetic under it.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/model/graphsage.h"
 #include "ddp/model/sync_batchnorm.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 
@@ -91,3 +92,5 @@ TEST_CASE("train.tf32 sets what torch.backends.cuda.matmul.allow_tf32 and torch.
   ddp::use_tf32(false);  // LibTorch's default for matrix products, as the other tests expect
   CHECK_FALSE(at::globalContext().allowTF32CuBLAS());
 }
+
+}  // namespace DDP_TEST_FILE

@@ -2,7 +2,6 @@
 // vocabulary of 50,304 and a Llama train to the same weights with the head and the loss chunked as
 // without, holding less activation memory (printed); what it cannot chunk says so.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -14,6 +13,8 @@
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -116,3 +117,5 @@ TEST_CASE("train.chunked_loss on where it cannot be had: one line naming the key
   fails({"dist.shard=parameters"}, "train.chunked_loss: on does not combine with dist.shard parameters yet");
   fails({"train.task=classification"}, "train.chunked_loss: is for train.task causal_lm, not classification");
 }
+
+}  // namespace DDP_TEST_FILE

@@ -3,7 +3,6 @@
 // independent Python DLRM as ddprun reported it, world sizes and dist.shard agreeing, and a
 // truncated log refused in one line.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -17,6 +16,8 @@
 #include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -429,3 +430,5 @@ TEST_CASE("a model without embedding tables refuses model.embedding_sharding and
     CHECK_FALSE(std::filesystem::exists(dir.file("run/model.pt")));
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -12,6 +12,8 @@
 #include "ddp/loop/train_config.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using Catch::Contains;
 using Catch::Equals;
 using Catch::StartsWith;
@@ -506,3 +508,4 @@ TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, pipel
                     Contains("optim.embeddings: updates replicated tables row by row with dist.pipeline 1 for now"));
 }
 
+}  // namespace DDP_TEST_FILE

@@ -5,8 +5,9 @@
 #include "ddp/common/error.h"
 #include "ddp/loop/train_config.h"
 
-#undef CHECK
 #include <catch2/catch.hpp>
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -95,3 +96,5 @@ TEST_CASE("out-of-range values name the key and what was expected", "[config]") 
     CHECK_THAT(message, Contains(path + ":") || Contains(path + "["));
   }
 }
+
+}  // namespace DDP_TEST_FILE

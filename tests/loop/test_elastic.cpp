@@ -1,7 +1,6 @@
 // Elastic jobs (--nnodes MIN:MAX) with real launchers over loopback: a node lost, a node joining, a
 // node drained with SIGTERM, a node that keeps failing and rejoining, and too few nodes.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -11,6 +10,8 @@
 #include "support/shared_run.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -418,3 +419,5 @@ TEST_CASE("elastic: below MIN nodes the job waits --rdzv-timeout, then says how 
   std::string message = "rendezvous round 0 had 1 node(s) after --rdzv-timeout 3 s, and --nnodes 2:3 needs at least 2";
   CHECK(count_lines(r.err, "ddprun: error: " + message) == 1);
 }
+
+}  // namespace DDP_TEST_FILE

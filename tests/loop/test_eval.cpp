@@ -12,6 +12,8 @@
 #include "support/metric_values.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Contains;
 
@@ -97,3 +99,5 @@ TEST_CASE("a long evaluation in a pipe logs its progress at least every 10 s, an
   CHECK(metric_value(metrics, "exit_status") == 130);
   CHECK(std::filesystem::exists(dir.file("run/report.html")));
 }
+
+}  // namespace DDP_TEST_FILE

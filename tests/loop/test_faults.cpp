@@ -1,6 +1,5 @@
 // Faults with real processes: killed workers, preemption, hangs, damaged checkpoints, full disks.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -8,6 +7,8 @@
 #include <regex>
 
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -264,3 +265,5 @@ TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finish
   CHECK(fs::exists(dir.file("run/checkpoints/step_0000000020.pt")));
   CHECK(fs::exists(dir.file("run/model.pt")));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -4,7 +4,6 @@
 // scoring what ddprun reported, exact resume after a SIGKILL, every bad token file's one line, and
 // text from ddp-generate.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -19,6 +18,8 @@
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -665,3 +666,5 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(size.exit_code == 2);
   CHECK_THAT(size.err, Contains("--max-shard-size: expected a size such as 5GB, 500MB or 100KB, got '5 parsecs'"));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -2,7 +2,6 @@
 // pure-torch SAGE in Python that gives the accuracy ddprun reported, world 1 with batch 2B matches
 // world 2 with batch B, and a stopped run resumes bit-identically.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -12,6 +11,8 @@
 #include "support/npy_writer.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -282,3 +283,5 @@ TEST_CASE("a generated graph in PyG's Reddit files trains through the node's gra
   REQUIRE(python.exit_code == 0);
   CHECK_THAT(python.out, Contains("bench-result {\"world\": 1, \"seed_nodes_per_s\": "));
 }
+
+}  // namespace DDP_TEST_FILE

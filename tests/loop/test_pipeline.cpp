@@ -4,7 +4,6 @@
 // beside (P-1)/(M+P-1); checkpoints resume at another layout (and test_resume_matrix.cpp); a stopped stage is named, a killed one
 // resumes exactly; models and splits that cannot be had say why.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -16,6 +15,8 @@
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -397,3 +398,5 @@ TEST_CASE("a stage that waits past dist.timeout_s for its neighbour names the st
                              "(dist.timeout_s 2)"));
   CHECK(run_shell("pgrep -f '[d]dp-train.*" + dir.path() + "'").out.empty());
 }
+
+}  // namespace DDP_TEST_FILE

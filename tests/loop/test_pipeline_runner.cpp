@@ -3,7 +3,6 @@
 // network on the whole batch; a stage whose neighbour never sends fails, naming it; and one whose
 // output shape changes for inputs of the same shape stops, saying so (Note [Shapes between stages]).
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -12,6 +11,8 @@
 #include "ddp/loop/pipeline_runner.h"
 #include "support/three_layers.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 
@@ -235,3 +236,5 @@ TEST_CASE("pipeline evaluation in-process: two stages give one process's metric 
     }
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -2,7 +2,6 @@
 // an I/O failure that is restarted, files planted as symlinks are never followed, an output
 // directory holds one run, and a lying IDX header costs nothing.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -10,6 +9,8 @@
 
 #include "support/leftovers.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -231,3 +232,5 @@ TEST_CASE("eval labels out of range fail at load, before any training, naming th
   CHECK_THAT(r.err, Contains("ddp-train: rank ") && Contains(": error:"));
   check_nothing_left(dir.path());
 }
+
+}  // namespace DDP_TEST_FILE

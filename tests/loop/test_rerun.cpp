@@ -1,7 +1,6 @@
 // Note [Re-running a run]: a config run again over its own run directory resumes only what fits
 // it, says so, and never overwrites a finished run's outputs with a no-op.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -9,6 +8,8 @@
 #include "ddp/loop/prior_run.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -262,3 +263,5 @@ TEST_CASE("relative paths: a config's against its own directory, --set's against
   CHECK(stub.exit_code == 2);
   CHECK_FALSE(std::filesystem::exists(dir.file("elsewhere/runs")));
 }
+
+}  // namespace DDP_TEST_FILE

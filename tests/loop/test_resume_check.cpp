@@ -9,6 +9,8 @@
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/resume_check.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 namespace {
 
 // The run a user gets from its settings, as the trainer makes it (share_step): train.global_batch_size,
@@ -171,3 +173,5 @@ TEST_CASE("a pipeline's resume fix keeps to what train.global_batch_size allows:
   CHECK_NOTHROW(ddp::check_resume_layout(
       saved, {1, share.batch_size, share.grad_accum_steps, share.microbatched, 2}, config, "step_10.pt"));
 }
+
+}  // namespace DDP_TEST_FILE

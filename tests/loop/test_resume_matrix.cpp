@@ -3,7 +3,6 @@
 // world 2 and at world 1, and each continues to the uninterrupted run's weights within 1e-5; so
 // does ZeRO-3's whole checkpoint (checkpoint.format whole), the one-file case.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -11,6 +10,8 @@
 
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -100,3 +101,5 @@ TEST_CASE("a checkpoint saved at world 4 under each layout resumes under another
     CHECK(worst < 1e-5);
   }
 }
+
+}  // namespace DDP_TEST_FILE

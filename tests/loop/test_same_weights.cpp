@@ -1,7 +1,6 @@
 // model.init_from is read by every rank on its own node, only the part it keeps (Note [Deferred
 // initialisation]): ranks whose copy is not rank 0's stop, named, where copies agree.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -14,6 +13,8 @@
 #include "ddp/model/weights_fingerprint.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 
@@ -56,3 +57,5 @@ TEST_CASE("model.init_from: ranks whose weights are not rank 0's stop, named, an
   CHECK_THAT(missing[2], Contains("model.init_from: cannot read " + dir.file("nowhere.pt")));
   CHECK_THAT(missing[0], Contains("on rank(s) 2 is not rank 0's"));
 }
+
+}  // namespace DDP_TEST_FILE

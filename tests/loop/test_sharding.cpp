@@ -3,7 +3,6 @@
 // holds its share of the state; checkpoints are written shard by shard, and a sharded run resumes
 // replicated and back, at another world size, and after a SIGKILL exactly.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -14,6 +13,8 @@
 #include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -531,3 +532,5 @@ TEST_CASE("dist.shard parameters evaluates when the ranks' eval shards hold diff
   CHECK(a > 0);
   CHECK(std::abs(a - b) < 1e-5);
 }
+
+}  // namespace DDP_TEST_FILE

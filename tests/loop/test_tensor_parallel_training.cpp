@@ -9,7 +9,6 @@
 // train to world 1's weights too.
 #include <torch/script.h>
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -21,6 +20,8 @@
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -411,3 +412,5 @@ TEST_CASE("a Llama (grouped-query attention, untied and tied) at dist.tensor 2, 
   CHECK_THAT(r.err, Contains("dist.tensor 2: model.n_kv_heads 1 must divide by it (each rank holds whole key/value "
                              "heads, those of its query heads)"));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -4,7 +4,6 @@
 // one line naming it; SIGINT stops the threads with a checkpoint that processes resume to the
 // uninterrupted run's bits. And the pieces: identities, the core split, the log by rank.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <spdlog/spdlog.h>
@@ -18,6 +17,8 @@
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -301,3 +302,5 @@ TEST_CASE("ddprun restarts a killed rank-thread process, which resumes to the un
   CHECK_THAT(r.out, Contains("resumed from"));
   CHECK(differing(dir.file("straight/model.pt"), killed + "/model.pt") == "");
 }
+
+}  // namespace DDP_TEST_FILE

@@ -3,7 +3,6 @@
 // the load-time checks.
 #include <torch/script.h>
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -14,6 +13,8 @@
 #include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -471,3 +472,5 @@ TEST_CASE("a scripted nn.Sequential, and a module chaining an nn.ModuleList, und
                                  "computes aten::relu itself"));
   CHECK_THAT(other.err, Contains("or use dist.shard: gradients"));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,6 +1,5 @@
 // Integration tests of the trainer: real ddprun/ddp-train processes over loopback.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -16,6 +15,8 @@
 
 #include "support/subprocess.h"
 #include "support/weights.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -557,3 +558,5 @@ TEST_CASE("a step reads no tensor value to the host, the loss included (read at 
     CHECK(reads == 0);
   }
 }
+
+}  // namespace DDP_TEST_FILE

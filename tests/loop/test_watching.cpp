@@ -1,7 +1,6 @@
 // Watching a run: the quick start's TensorBoard events against its metrics.jsonl, its report in a
 // real browser, the monitor naming a straggler, and a resumed run adding an event file.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -14,6 +13,8 @@
 #include "ddp/record/metrics_log.h"
 #include "ddp/record/metrics_reader.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp::test;
 using Catch::Contains;
@@ -286,3 +287,5 @@ TEST_CASE("on a terminal rank 0 shows a live progress line, and logs and metrics
   auto piped = run_shell(command + " --set run.output_dir=" + dir.file("piped"), std::chrono::seconds(240));
   CHECK_THAT(piped.out, !Contains("samples/s | ETA"));
 }
+
+}  // namespace DDP_TEST_FILE

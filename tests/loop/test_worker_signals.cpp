@@ -12,6 +12,8 @@
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/worker_signals.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 namespace {
 
 // Runs `body` in a child that has installed the stop handlers; its exit code (0: every expectation held).
@@ -59,3 +61,5 @@ TEST_CASE("a stop signal carries the launcher's reason, a plain one is a stop as
           return ddp::stop_signal() == SIGHUP && ddp::stop_reason() == StopReason::kAsked ? 0 : 1;
         }) == 0);
 }
+
+}  // namespace DDP_TEST_FILE

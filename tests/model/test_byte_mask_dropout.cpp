@@ -1,10 +1,11 @@
 // Byte-mask dropout: torch's dropout in distribution, its gradient, and its masks replayed from the
 // global generator's state (what a checkpoint restores).
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include "ddp/model/byte_mask_dropout.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using ddp::byte_mask_dropout;
 
@@ -51,3 +52,5 @@ TEST_CASE("relu_dropout is byte-mask dropout of relu(x): the same values, gradie
   CHECK(torch::equal(x.grad(), x_ref.grad()));
   CHECK(torch::equal(ddp::relu_dropout(x, 0.3, /*training=*/false), torch::relu(x)));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -12,6 +12,8 @@
 #include "ddp/model/python_state_dict.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 namespace {
 
 ddp::ModelConfig family(const std::string& name) {
@@ -277,3 +279,5 @@ TEST_CASE("on a GPU: a deferred build moved to the GPU before its passes moves w
   check_moved_before_values([&](ddp::Model& m) { m.to(gpu); }, gpu, torch::kFloat);
   check_moved_before_values([&](ddp::Model& m) { m.to(gpu, torch::kBFloat16); }, gpu, torch::kBFloat16);
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,9 +1,10 @@
 // gather_sum gives index_select + index_add_'s sums and gradient bit for bit, without the messages.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include "ddp/model/gather_sum.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 TEST_CASE("gather_sum equals index_select then index_add_ and narrow, forward and backward, bit for bit", "[model]") {
   torch::manual_seed(9);
@@ -20,3 +21,5 @@ TEST_CASE("gather_sum equals index_select then index_add_ and narrow, forward an
   (reference * weights + self_reference * self_weights).sum().backward();
   CHECK(torch::allclose(x.grad(), x_ref.grad(), 0, 1e-6));  // one tensor's sum in place of autograd's two
 }
+
+}  // namespace DDP_TEST_FILE

@@ -11,6 +11,8 @@
 #include "ddp/model/python_state_dict.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using Catch::Contains;
 
 namespace {
@@ -121,3 +123,5 @@ TEST_CASE("fused and explicit attention agree, where the LibTorch has the fused 
   auto ga = a.named_parameters(), gb = b.named_parameters();
   for (const auto& item : ga) CHECK(torch::allclose(item.value().grad(), gb[item.key()].grad(), 1e-4, 1e-5));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -19,6 +19,8 @@
 #include "ddp/model/state_dict_file.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 namespace {
 
 using Catch::Contains;
@@ -208,3 +210,5 @@ TEST_CASE("Hugging Face: shards are read through their index, and each fault of 
   ddp::write_safetensors(dir.file("model.safetensors"), {{"a", a}});
   CHECK(ddp::read_state_dict_file(dir.path()).size() == 1);  // one model.safetensors wins over an index
 }
+
+}  // namespace DDP_TEST_FILE

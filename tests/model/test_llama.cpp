@@ -11,6 +11,8 @@
 #include "ddp/model/token_stepper.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 namespace {
 
 // The reference's shape (llama_reference.py's constants).
@@ -130,3 +132,5 @@ TEST_CASE("a Llama sampled with its KV cache gives the logits of a whole forward
     CHECK((stepper->feed({history.back()}) - whole(window)).abs().max().item<double>() < 1e-5);
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -15,6 +15,8 @@
 #include "ddp/model/python_state_dict.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 namespace {
 
 using ddp::ModelConfig;
@@ -336,3 +338,5 @@ TEST_CASE("ddp_models.py eval reports accuracy on the t10k set", "[model][python
   std::string out = python({kScript, "eval", dir.file("model.pt"), "linear3", "--data", data}).out;
   CHECK(std::regex_match(out, std::regex("accuracy 0\\.[0-9]{4}\n")));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,13 +1,14 @@
 // Random draws per rank thread (rank_random.h): dropout with the bits of LibTorch's own, and rank
 // threads that each draw what a process of their own would, however the threads interleave.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <thread>
 #include <vector>
 
 #include "ddp/model/rank_random.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace {
 
@@ -67,3 +68,5 @@ TEST_CASE("rank threads each draw what a process of their own draws, however the
   // The check can fail: another seed draws otherwise.
   CHECK_FALSE(torch::equal(build_then_drop(12), alone));
 }
+
+}  // namespace DDP_TEST_FILE

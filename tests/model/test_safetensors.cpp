@@ -16,6 +16,8 @@
 #include "ddp/model/state_dict_file.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 namespace {
 
 using Catch::Contains;
@@ -262,3 +264,5 @@ TEST_CASE("safetensors: a part of a tensor reads alone, a box along any dimensio
     CHECK_THROWS_AS(file.read_part(entry, {4, 5, 7}, {{0, 0, 0}, {1, 1, 1}}), std::invalid_argument);  // not its view
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,7 +1,6 @@
 // SyncBatchNorm2d against BatchNorm2d: with an identity "sum over ranks" they are the same layer,
 // and with two halves of a batch summed by hand they give the whole batch's results.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <barrier>
@@ -10,6 +9,8 @@
 
 #include "ddp/model/python_state_dict.h"
 #include "ddp/model/sync_batchnorm.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 
@@ -110,3 +111,5 @@ TEST_CASE("two ranks with half a batch each get the whole batch's outputs and gr
   CHECK(torch::equal(running_var[0], running_var[1]));
   CHECK(max_difference(running_var[0], whole->running_var) < 1e-6);
 }
+
+}  // namespace DDP_TEST_FILE

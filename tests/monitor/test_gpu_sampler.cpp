@@ -4,6 +4,8 @@
 #include "ddp/monitor/gpu_sampler.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 
 TEST_CASE("NVML is opened at run time: without the driver's library there is no GPU sampler, and no error",
@@ -20,3 +22,5 @@ TEST_CASE("NVML is opened at run time: without the driver's library there is no 
   REQUIRE(reading);
   CHECK(reading->memory_total_mib > 0);
 }
+
+}  // namespace DDP_TEST_FILE

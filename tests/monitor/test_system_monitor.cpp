@@ -1,7 +1,6 @@
 // The system monitor's judgement, fed every rank's numbers as the side values would bring them:
 // its record, its log line, and the warnings for starved input and for a straggler.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +9,8 @@
 #include <thread>
 
 #include "ddp/monitor/system_monitor.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 
@@ -128,3 +129,5 @@ TEST_CASE("with the monitor off there are no side values, no thread and no recor
   monitor.take_summed();
   CHECK_FALSE(monitor.record_if_due(5));
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,7 +1,6 @@
 // Optimizers, learning-rate schedules and clipping: values by formula, and PyTorch's Python
 // implementation on the same steps (python3-torch).
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,6 +13,8 @@
 #include "ddp/optim/optimizer_factory.h"
 #include "ddp/optim/row_updates.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 
@@ -323,3 +324,5 @@ TEST_CASE("row updates: rowwise_adagrad and sgd step only the rows given, by the
   CHECK(torch::equal(plain.narrow(0, 0, 3), before.narrow(0, 0, 3)));
   CHECK_FALSE(sgd.state().defined());
 }
+
+}  // namespace DDP_TEST_FILE

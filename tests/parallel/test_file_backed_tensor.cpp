@@ -1,7 +1,6 @@
 // Tensors whose memory is an unlinked file (file_backed_tensor.h): written and read like any, no
 // file left behind, and a directory that cannot hold one named in the error.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -9,6 +8,8 @@
 #include "ddp/common/error.h"
 #include "ddp/parallel/file_backed_tensor.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 
@@ -28,3 +29,5 @@ TEST_CASE("a file-backed tensor holds what is written to it, leaves no file, and
   CHECK_THROWS_WITH(ddp::file_backed_empty({4, 4}, torch::kFloat, missing),
                     Contains("cannot make a scratch file in " + missing));
 }
+
+}  // namespace DDP_TEST_FILE

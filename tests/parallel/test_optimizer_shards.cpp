@@ -1,7 +1,6 @@
 // ZeRO-1's engine in-process (Note [Optimizer shards]): ranks as threads over Gloo, small tensors,
 // against a replicated AdamW that sees the same gradients.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -11,6 +10,8 @@
 #include "ddp/parallel/optimizer_shards.h"
 #include "ddp/parallel/optimizer_state.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using ddp::OptimizerShards;
 using ddp::StateTensors;
@@ -168,3 +169,5 @@ TEST_CASE("ZeRO-1: the owners' ranges hold the replicated optimizer's state, eac
     }
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,7 +1,6 @@
 // The parallel plan: the device mesh's arithmetic, and each rank's process group along each
 // dimension, with four ranks as threads of this process meeting through a FileStore.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -13,6 +12,8 @@
 #include "ddp/parallel/parallel_plan.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 using ddp::MeshDim;
@@ -136,3 +137,5 @@ TEST_CASE("by default the plan is plain data parallelism: the data group is the 
   CHECK(same_group == std::array<bool, kWorld>{true, true});
   CHECK(trivial_pipeline == std::array<bool, kWorld>{true, true});
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,11 +1,12 @@
 // Pipeline schedules and stage splits, as plain functions.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.h"
 #include "ddp/parallel/pipeline_schedule.h"
 #include "ddp/parallel/pipeline_split.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -51,3 +52,5 @@ TEST_CASE("stages split at the named layers, or balanced by parameters, and bad 
   CHECK_THROWS_WITH(split_pipeline(names, sizes, 7, ""), Contains("7 stages need at least as many layers"));
   CHECK_THROWS_AS(split_pipeline(names, sizes, 2, "h.9"), ConfigError);
 }
+
+}  // namespace DDP_TEST_FILE

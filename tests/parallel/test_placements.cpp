@@ -2,7 +2,6 @@
 // two pipeline stages, one weight tied across them, with each sharding; what every rank holds,
 // counts and saves, and the gradients after the sync and clipping, against one whole model's.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <mutex>
@@ -12,6 +11,8 @@
 #include "ddp/parallel/parallel_plan.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace {
 
@@ -116,3 +117,5 @@ TEST_CASE("placements over 2 stages of four ranks, a weight tied across them: ev
     }
   }
 }
+
+}  // namespace DDP_TEST_FILE

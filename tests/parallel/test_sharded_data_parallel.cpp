@@ -2,7 +2,6 @@
 // threads over Gloo train a three-layer network, each on its own samples, against one process that
 // trains the same network on all of them.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -17,6 +16,8 @@
 #include "ddp/parallel/sharded_data_parallel.h"
 #include "support/three_layers.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using ddp::ShardedDataParallel;
 
@@ -330,3 +331,5 @@ TEST_CASE("the sharding engine refuses a tensor given twice, which it would take
   });
   CHECK_THAT(errors[0], Catch::Contains("ShardedDataParallel: a parameter is given twice"));
 }
+
+}  // namespace DDP_TEST_FILE

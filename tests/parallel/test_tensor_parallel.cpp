@@ -2,13 +2,14 @@
 // row-parallel MLP, a vocabulary-parallel embedding and the loss-parallel cross-entropy give the
 // whole layers' outputs and each rank's slice of their gradients.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <vector>
 
 #include "ddp/parallel/tensor_parallel.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace {
 
@@ -131,3 +132,5 @@ TEST_CASE("the loss-parallel cross-entropy with label smoothing equals torch's w
     CHECK(largest_difference(grads[rank], ddp::tensor_slice(logits.grad(), 1, rank, kParts)) < 1e-6);
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -3,7 +3,6 @@
 // loss-parallel cross-entropy gives the whole model's loss, each slice's gradient is its slice of
 // the whole gradient, and materialize() gives the whole weights back.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -17,6 +16,8 @@
 #include "ddp/parallel/tensor_parallel.h"
 #include "ddp/parallel/tensor_shards.h"
 #include "support/thread_ranks.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace {
 
@@ -409,3 +410,5 @@ TEST_CASE("with sequence parallelism, the GPT split over 2 ranks gives the whole
     }
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -16,6 +16,8 @@
 #include "ddp/record/svg_chart.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp;
 using namespace ddp::test;
 using Catch::Contains;
@@ -295,3 +297,5 @@ TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range re
   ChartSeries flat{"flat", chart_color(0), false, {{0, 0.1}, {1, std::nextafter(0.1, 1.0)}}};
   CHECK_THAT(svg_line_chart("flat", "step", "x", {flat}), Contains("<polyline"));
 }
+
+}  // namespace DDP_TEST_FILE

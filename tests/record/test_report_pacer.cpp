@@ -5,6 +5,8 @@
 
 #include "ddp/record/report_pacer.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using ddp::ReportPacer;
 using namespace std::chrono_literals;
 
@@ -37,3 +39,5 @@ TEST_CASE("evaluations every step for many steps render a bounded number of time
   }
   CHECK(renders == 2);
 }
+
+}  // namespace DDP_TEST_FILE

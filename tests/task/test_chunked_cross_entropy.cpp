@@ -1,12 +1,13 @@
 // The chunked head-and-loss (Note [Chunked cross-entropy]) against the head's linear and
 // torch's cross-entropy: the same losses and gradients, at any chunk size, with label smoothing.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <ATen/autocast_mode.h>
 
 #include "ddp/task/chunked_cross_entropy.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 namespace F = torch::nn::functional;
 
@@ -81,3 +82,5 @@ TEST_CASE("a loss chunk's logits stay about 32 MiB", "[task][loss]") {
   CHECK(ddp::loss_chunk_tokens(256) == 32768);
   CHECK(ddp::loss_chunk_tokens(1 << 30) == 1);
 }
+
+}  // namespace DDP_TEST_FILE

@@ -2,7 +2,6 @@
 // prefetch threads (Note [First layer in the pipeline]) and layer-wise inference over every
 // neighbour (Note [Layer-wise inference]), for each aggregation, normalised or not, on three layers.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -11,6 +10,8 @@
 #include "ddp/task/graph_task.h"
 #include "support/npy_writer.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 
@@ -109,3 +110,5 @@ TEST_CASE("eval.full_neighbourhood gives the model over every neighbour, and fol
     CHECK(task->metric_sums(task->make_batch(Split::kEval, indices))[0].item<double>() == Approx(after).epsilon(1e-4));
   }
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,6 +1,5 @@
 // train.loss: each loss and its metrics against direct computations, and the shape checks.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,6 +7,8 @@
 
 #include "ddp/common/error.h"
 #include "ddp/task/loss.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
 
@@ -135,3 +136,5 @@ TEST_CASE("bce_with_logits: the AUC from summed histograms equals the AUC of the
   CHECK(one_class.size() == 2);  // no negatives: no AUC, and no histograms left in the metrics
   CHECK(loss("cross_entropy").metric_names() == std::vector<std::string>{"loss", "accuracy"});
 }
+
+}  // namespace DDP_TEST_FILE

@@ -1,7 +1,6 @@
 // train.task: the registry lists its tasks, builds the one the key names, and refuses a key that the
 // task does not train with, naming the key and what the task takes instead.
 #include <torch/torch.h>
-#undef CHECK  // glog's CHECK (via LibTorch) must not shadow Catch's
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -12,6 +11,8 @@
 #include "ddp/task/task_config.h"
 #include "support/npy_writer.h"
 #include "support/subprocess.h"
+
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using namespace ddp;
 using Catch::Contains;
@@ -128,3 +129,5 @@ TEST_CASE("an unknown train.task names the nearest", "[task]") {
              Equals("train.task: unknown task \"clasification\" (did you mean classification?); available: "
                     "causal_lm, classification, node_classification, regression"));
 }
+
+}  // namespace DDP_TEST_FILE

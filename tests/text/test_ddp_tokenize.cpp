@@ -11,6 +11,8 @@
 #include "kjv_text.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Matchers::Contains;
 
@@ -155,3 +157,5 @@ TEST_CASE("token shards: uint16 up to 65,536 pieces, llm.c's uint32 layout above
   CHECK(shard_tokens(large[0], 20240801, 7) == std::vector<int64_t>{128000, 7});
   CHECK(!std::filesystem::exists(dir.file("t_train_000001.bin")));  // the earlier run's second shard
 }
+
+}  // namespace DDP_TEST_FILE

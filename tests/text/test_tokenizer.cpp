@@ -12,6 +12,8 @@
 #include "kjv_text.h"
 #include "support/subprocess.h"
 
+namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
+
 using namespace ddp::test;
 using Catch::Matchers::Contains;
 
@@ -135,3 +137,5 @@ TEST_CASE("the tokenizer refuses what is not a SentencePiece model, and a vocabu
   CHECK_THROWS_WITH(ddp::Tokenizer::train(corpus.training_lines(), training),
                     Contains("training the tokenizer failed: Vocabulary size too high (5000). Please set it to a value <="));
 }
+
+}  // namespace DDP_TEST_FILE
