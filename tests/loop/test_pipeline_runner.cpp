@@ -182,8 +182,8 @@ TEST_CASE("a pipeline stage whose output shape changes for inputs of the same sh
     ddp::PipelineRunner runner(std::move(layers), task, pipeline, "gpipe", std::chrono::seconds(1), false);
     for (int step = 0; step < 2; ++step) runner.train({microbatch(0, 0)}, [] {}, [](int) {});
   });
-  CHECK_THAT(errors[0], Contains("pipeline stage 0: microbatch 0's activations are [3, 12] of Float, where an earlier "
-                                 "step's, for inputs of shape [3, 8], were [3, 16] of Float: a stage's output shape "
+  CHECK_THAT(errors[0], Contains("pipeline stage 0: microbatch 0's activations are [3, 12] of Float, where earlier "
+                                 "ones, for inputs of shape [3, 8], were [3, 16] of Float: a stage's output shape "
                                  "must follow its input's shape"));
   CHECK_THAT(errors[1], Contains("pipeline stage 1 waited for the activations of microbatch 0 from stage 0"));
 }
@@ -230,8 +230,8 @@ TEST_CASE("pipeline evaluation in-process: two stages give one process's metric 
       REQUIRE(sums.size() == expected.size());
       for (std::size_t b = 0; b < sums.size(); ++b) CHECK(sums[b] == Approx(expected[b]).epsilon(1e-6));
     } else {
-      CHECK_THAT(errors[0], Contains("pipeline stage 0: microbatch 0's activations are [3, 17] of Float, where an "
-                                     "earlier step's, for inputs of shape [3, 8], were [3, 16] of Float"));
+      CHECK_THAT(errors[0], Contains("pipeline stage 0: microbatch 0's activations are [3, 17] of Float, where "
+                                     "earlier ones, for inputs of shape [3, 8], were [3, 16] of Float"));
       CHECK_THAT(errors[1], Contains("pipeline stage 1 waited for the activations of microbatch 0 from stage 0"));
     }
   }

@@ -81,8 +81,8 @@ PendingSend PipelineRunner::send_activations(const torch::Tensor& output, int mi
     return send_tensor(pipeline_, output, pipeline_.rank + 1, forward_tag(microbatch));
   }
   if (*known != shape)
-    throw UserError(fmt::format("pipeline stage {}: microbatch {}'s activations are {}, where an earlier step's, for "
-                                "inputs of shape {}, were {}: a stage's output shape must follow its input's shape, not "
+    throw UserError(fmt::format("pipeline stage {}: microbatch {}'s activations are {}, where earlier ones, for inputs "
+                                "of shape {}, were {}: a stage's output shape must follow its input's shape, not "
                                 "its values (Note [Shapes between stages])",
                                 pipeline_.rank, microbatch, shape_text(shape.sizes, shape.dtype), shape_text(key),
                                 shape_text(known->sizes, known->dtype)));
