@@ -23,6 +23,7 @@ namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLis
 using namespace ddp::test;
 using ddp::TensorBox;
 using Catch::Contains;
+using Catch::StartsWith;
 
 namespace {
 
@@ -309,6 +310,39 @@ TEST_CASE("four ranks as threads write their pieces (a file each, or one file on
         INFO("restored at world " << world);
         CHECK(wrong == std::vector<int>(static_cast<std::size_t>(world), 0));
       }
+    }
+  }
+}
+
+TEST_CASE("when rank 0 cannot write its own file of a checkpoint every rank fails naming its cause, and none is "
+          "committed",
+          "[checkpoint][parallel]") {
+  // A directory where rank 0's file goes (the common state, or the one file it merges): its rename
+  // fails there alone, after the other writers wrote their shards. The others used to fail in the
+  // next broadcast, as rank 0 left it, with "never arrived: rank 0 ... Connection closed by peer".
+  for (bool one_file : {false, true}) {
+    DYNAMIC_SECTION((one_file ? "one file" : "a file per writer")) {
+      TempDir dir;
+      ddp::CheckpointConfig config;
+      ddp::TrainProgress progress;
+      progress.step = 1;
+      const std::string blocked = one_file ? "step_0000000001.pt" : "step_0000000001.common.pt";
+      fs::create_directories(dir.file("checkpoints/" + blocked));
+      torch::nn::Module no_buffers;
+      auto errors = ddp::test::run_ranks(4, [&](int rank, const ddp::Communicator& group) {
+        RankPieces mine = rank_pieces(rank, 4, /*step=*/true);
+        mine.layout.single_file = one_file;
+        ddp::Checkpointer checkpointer(config, dir.file("checkpoints"));
+        ddp::write_checkpoint(checkpointer, group, mine.layout, no_buffers, *mine.optimizer, progress, {});
+      });
+      REQUIRE(errors.size() == 4);
+      CHECK_THAT(errors[0], Contains(blocked));
+      CHECK_THAT(errors[0], !Contains("rank 0: "));  // its own, as it was thrown
+      for (std::size_t r = 1; r < errors.size(); ++r) {
+        INFO("rank " << r);
+        CHECK_THAT(errors[r], StartsWith("rank 0: ") && Contains(blocked));
+      }
+      CHECK_FALSE(fs::exists(dir.file("checkpoints/step_0000000001.json")));  // nothing committed
     }
   }
 }

@@ -343,25 +343,35 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
   // Each writer prunes its own directory to the steps rank 0 kept: a node-local run.output_dir is
   // no other rank's to prune, and a shard left by a failed save (a full disk) goes with the rest.
   std::string kept;
+  std::exception_ptr failed;  // rank 0's own, rethrown as it is once the others know
   if (world.rank == 0) {
-    std::string common_name = layout.single_file ? one_file : checkpoint_stem(progress.step) + ".common.pt";
-    FileSummary common_file = written_alone;
-    if (!alone) {
-      torch::serialize::OutputArchive common;
-      std::vector<PieceEntry> merged;
-      if (layout.single_file) merge_pieces(shard_reports, shard_data_of, slots_of(optimizer), common, merged);
-      shard_data_of.clear();
-      write_common(common, model, progress, data_parallel_size, rank_rng);
-      common_file = save_archive(common, directory + common_name);
-      if (layout.single_file) shard_reports = {shard_report(common_file, merged)};
+    try {
+      std::string common_name = layout.single_file ? one_file : checkpoint_stem(progress.step) + ".common.pt";
+      FileSummary common_file = written_alone;
+      if (!alone) {
+        torch::serialize::OutputArchive common;
+        std::vector<PieceEntry> merged;
+        if (layout.single_file) merge_pieces(shard_reports, shard_data_of, slots_of(optimizer), common, merged);
+        shard_data_of.clear();
+        write_common(common, model, progress, data_parallel_size, rank_rng);
+        common_file = save_archive(common, directory + common_name);
+        if (layout.single_file) shard_reports = {shard_report(common_file, merged)};
+      }
+      CheckpointLayout written = layout;
+      if (layout.single_file) written.shards = 1;
+      checkpointer.commit(progress.step, manifest_text(checkpointer, written, optimizer, progress, world.world_size,
+                                                       common_name, common_file, shard_reports));
+      for (const auto& committed : checkpointer.list()) kept += std::to_string(committed.step) + " ";
+    } catch (const std::exception& e) {
+      failed = std::current_exception();
+      kept = std::string("error ") + e.what();
     }
-    CheckpointLayout written = layout;
-    if (layout.single_file) written.shards = 1;
-    checkpointer.commit(progress.step, manifest_text(checkpointer, written, optimizer, progress, world.world_size,
-                                                     common_name, common_file, shard_reports));
-    for (const auto& committed : checkpointer.list()) kept += std::to_string(committed.step) + " ";
   }
+  // The others wait here for what rank 0 kept: a failure of its own (a full disk for the common
+  // file) reaches them with its cause, where rank 0 leaving would say only that it left.
   broadcast_bytes(world, kept, 0);
+  if (failed) std::rethrow_exception(failed);
+  if (kept.rfind("error ", 0) == 0) throw IoError("rank 0: " + kept.substr(6));
   if (layout.writes && !layout.single_file && world.rank != 0) {
     std::set<int64_t> steps;
     std::istringstream in(kept);
