@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "ddp/common/atomic_file.h"
@@ -38,6 +40,33 @@ std::string with_commas(int64_t n) {
     out += digits[i];
   }
   return out;
+}
+
+// A run's staging directory (ddp::staging_directory): made empty (an interrupted run's is cleared
+// first), and removed with whatever is left in it when the run ends, written or failed.
+class StagingDirectory {
+ public:
+  explicit StagingDirectory(std::string path) : path_(std::move(path)) {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+    ddp::make_output_directory(path_);
+  }
+  ~StagingDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  StagingDirectory(const StagingDirectory&) = delete;
+  StagingDirectory& operator=(const StagingDirectory&) = delete;
+
+ private:
+  std::string path_;
+};
+
+void move_into_place(const std::string& from, const std::string& to) {
+  std::error_code error;
+  std::filesystem::rename(from, to, error);
+  if (error) throw ddp::IoError(to + ": cannot be replaced: " + error.message());
+  ddp::fsync_directory(std::filesystem::path(to).parent_path().string());
 }
 
 int64_t token_count(const std::vector<std::vector<uint32_t>>& chunks) {
@@ -108,13 +137,21 @@ int main(int argc, char** argv) {
     const double encode_seconds = seconds_since(start);
     if (tty) std::fprintf(stderr, "\n");
 
+    // Everything is written beside the output first, and moved in (renames) only once it all was:
+    // a disk that fills part-way leaves an earlier run's shards and tokenizer.model as they were,
+    // never some shards of each run beside either tokenizer.
     ddp::ShardSpec spec{args.out_dir, name, args.shard_tokens, tokenizer.vocab_size()};
-    auto train_paths = ddp::write_token_shards(spec, "train", train);
-    // No held-out split: an earlier run's would pass for this one's.
-    auto held_out_paths = ddp::write_token_shards(spec, "val", held_out);
-    // Last, so that shards and tokenizer.model change together or the old tokenizer stays.
-    if (args.tokenizer.empty() || !fs::exists(model_path) || !fs::equivalent(args.tokenizer, model_path))
-      ddp::write_file_atomically(model_path, model_bytes);
+    ddp::ShardSpec staged = spec;
+    staged.directory = ddp::staging_directory(spec);
+    StagingDirectory staging(staged.directory);
+    auto train_paths = ddp::write_token_shards(staged, "train", train);
+    auto held_out_paths = ddp::write_token_shards(staged, "val", held_out);
+    const std::string staged_model = (fs::path(staged.directory) / "tokenizer.model").string();
+    const bool new_model = args.tokenizer.empty() || !fs::exists(model_path) || !fs::equivalent(args.tokenizer, model_path);
+    if (new_model) ddp::write_file_atomically(staged_model, model_bytes);
+    // No held-out split: an earlier run's is removed too, or it would pass for this one's.
+    ddp::commit_token_shards(spec, staged.directory, {"train", "val"});
+    if (new_model) move_into_place(staged_model, model_path);  // last: the shards' tokenizer with them
 
     const int64_t train_tokens = token_count(train), held_out_tokens = token_count(held_out);
     std::printf("tokenizer: %s (%s pieces, %s)\n", model_path.c_str(), with_commas(tokenizer.vocab_size()).c_str(),

@@ -30,8 +30,6 @@ std::string ddprun_command(int nproc, const std::vector<std::string>& sets, cons
   return command;
 }
 
-bool can_mount_tmpfs() { return run_shell("unshare -m sh -c 'mount -t tmpfs tmpfs /mnt'").exit_code == 0; }
-
 }  // namespace
 
 TEST_CASE("a full disk during a save is an I/O failure: exit 74, restarted, and resumable once there is room",

@@ -165,6 +165,8 @@ std::vector<int> find_processes(const std::string& command_line) {
   return pids;
 }
 
+bool can_mount_tmpfs() { return run_shell("unshare -m sh -c 'mount -t tmpfs tmpfs /mnt'").exit_code == 0; }
+
 int count_lines(const std::string& text, const std::string& line) {
   std::istringstream in(text);
   std::string current;

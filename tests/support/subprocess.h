@@ -25,6 +25,10 @@ CommandResult run_command(const std::vector<std::string>& argv,
 CommandResult run_shell(const std::string& script,
                         std::chrono::duration<double> timeout = std::chrono::seconds(60));
 
+/// Whether a test may mount a tmpfs in a mount namespace of its own (`unshare -m`, as root): a
+/// small disk to fill, a directory that differs between two "nodes".
+bool can_mount_tmpfs();
+
 /// Path of a built binary: build/bin/<name>.
 std::string bin(const std::string& name);
 

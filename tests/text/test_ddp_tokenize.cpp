@@ -1,8 +1,9 @@
 // ddp-tokenize as users run it: text in, tokenizer.model and llm.c shards out, every token the
-// tokenizer's encoding of the text; stale shards gone on a re-run; each bad input one line, exit 2,
-// nothing written.
+// tokenizer's encoding of the text; stale shards gone on a re-run; a full disk leaves an earlier
+// run's output as it was; each bad input one line, exit 2, nothing written.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -100,6 +101,7 @@ TEST_CASE("ddp-tokenize trains a tokenizer on the Bible and writes shards that d
                            std::chrono::seconds(120));
   REQUIRE(whole.exit_code == 0);
   CHECK(shards(dir.file("out"), "kjv_val_").empty());
+  CHECK(!std::filesystem::exists(dir.file("out/.kjv.partial")));  // where the shards were written first
   CHECK(ddp::decode_text(tokenizer, all_tokens(shards(dir.file("out"), "kjv_train_"))) + "\n" == text);
 }
 
@@ -140,6 +142,53 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
   CHECK(blocked.exit_code == 2);
   CHECK_THAT(blocked.err, Contains(dir.file("blocker") + ": cannot be made a directory: a file of that name is in the way"));
   CHECK(read_file(dir.file("blocker")) == "a file");
+}
+
+TEST_CASE("ddp-tokenize: a disk that fills part-way leaves the earlier run's shards and tokenizer.model as they "
+          "were, and nothing of its own",
+          "[text]") {
+  if (!can_mount_tmpfs()) {
+    WARN("skipped: cannot mount a small tmpfs here (needs root and mount namespaces) to fill a disk");
+    return;
+  }
+  TempDir dir;
+  if (!write_kjv_text(dir.file("kjv.txt"))) return;
+  const std::string text = read_file(dir.file("kjv.txt"));
+  std::string first_lines = text.substr(0, text.size() / 4);
+  write_file(dir.file("part.txt"), first_lines.substr(0, first_lines.rfind('\n') + 1));
+  // 560 KiB: room for the first run's output (its tokenizer.model alone is 245 KiB), not for the
+  // second run's shards beside it. Both run in the tmpfs's own mount namespace, which the copies
+  // of the output before and after the second run leave.
+  const std::string out = dir.file("out");
+  auto tokenize = [&](const std::string& text_file, const std::string& vocab) {
+    return bin("ddp-tokenize") + " " + out + " --text " + text_file + " --name kjv --vocab-size " + vocab +
+           " --shard-tokens 10000 --threads 1";
+  };
+  std::filesystem::create_directories(out);
+  auto r = run_shell("unshare -m sh -c 'mount -t tmpfs -o size=560k tmpfs " + out + " && " +
+                         tokenize(dir.file("part.txt"), "500") + " > /dev/null && cp -a " + out + " " +
+                         dir.file("before") + " && " + tokenize(dir.file("kjv.txt"), "600") + "; echo second=$?; cp -a " +
+                         out + " " + dir.file("after") + "'",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(std::filesystem::exists(dir.file("before/tokenizer.model")));
+  CHECK_THAT(r.out, Contains("second=74"));  // an I/O failure
+  CHECK_THAT(r.err, Contains("No space left on device"));
+  std::vector<std::string> before, after;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("before")))
+    before.push_back(entry.path().filename().string());
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("after")))
+    after.push_back(entry.path().filename().string());
+  std::sort(before.begin(), before.end());
+  std::sort(after.begin(), after.end());
+  CHECK(after == before);  // no staging directory either
+  CHECK(std::count_if(before.begin(), before.end(), [](const std::string& f) { return f.rfind("kjv_train_", 0) == 0; }) >= 2);
+  CHECK(std::count(before.begin(), before.end(), "kjv_val_000000.bin") == 1);
+  CHECK(std::count(before.begin(), before.end(), "tokenizer.model") == 1);
+  for (const auto& file : before) {
+    INFO(file);
+    CHECK(read_file(dir.file("after/" + file)) == read_file(dir.file("before/" + file)));
+  }
 }
 
 TEST_CASE("token shards: uint16 up to 65,536 pieces, llm.c's uint32 layout above, a shard cut at shard_tokens",

@@ -1,11 +1,13 @@
 #include "ddp/text/token_shard_writer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <regex>
 #include <set>
 
 #include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
 
 namespace ddp {
 namespace {
@@ -28,6 +30,12 @@ std::string shard_bytes(const std::vector<uint32_t>& tokens, int width) {
   out.append(4 * (kHeaderInts - 3), '\0');
   for (uint32_t token : tokens) append_le(out, token, width);
   return out;
+}
+
+// NAME_SPLIT_NNNNNN.bin, with NAME's regex characters taken literally.
+std::regex shard_name(const std::string& name, const std::string& split) {
+  return std::regex(std::regex_replace(name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") + "_" + split +
+                    R"(_\d{6}\.bin)");
 }
 
 }  // namespace
@@ -56,12 +64,41 @@ std::vector<std::string> write_token_shards(const ShardSpec& spec, const std::st
   }
   if (!shard.empty()) flush();
   const std::set<std::string> written(paths.begin(), paths.end());
-  const std::regex stale(std::regex_replace(spec.name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") + "_" + split +
-                         R"(_\d{6}\.bin)");
+  const std::regex stale = shard_name(spec.name, split);
   for (const auto& entry : fs::directory_iterator(spec.directory))
     if (std::regex_match(entry.path().filename().string(), stale) && !written.count(entry.path().string()))
       fs::remove(entry.path());
   return paths;
+}
+
+std::string staging_directory(const ShardSpec& spec) {
+  return (std::filesystem::path(spec.directory) / ("." + spec.name + ".partial")).string();
+}
+
+void commit_token_shards(const ShardSpec& spec, const std::string& staging, const std::vector<std::string>& splits) {
+  namespace fs = std::filesystem;
+  std::vector<std::regex> patterns;
+  for (const auto& split : splits) patterns.push_back(shard_name(spec.name, split));
+  auto is_shard = [&](const fs::path& path) {
+    const std::string file = path.filename().string();
+    return std::any_of(patterns.begin(), patterns.end(), [&](const std::regex& p) { return std::regex_match(file, p); });
+  };
+  std::string at;  // the file being moved or removed, for the message
+  try {
+    for (const auto& entry : fs::directory_iterator(spec.directory))
+      if (is_shard(entry.path())) fs::remove(at = entry.path().string());
+    std::vector<fs::path> staged;
+    for (const auto& entry : fs::directory_iterator(staging))
+      if (is_shard(entry.path())) staged.push_back(entry.path());
+    std::sort(staged.begin(), staged.end());
+    for (const auto& path : staged) {
+      at = path.string();
+      fs::rename(path, fs::path(spec.directory) / path.filename());
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw IoError(at + ": " + e.code().message() + " (replacing the earlier run's shards)");
+  }
+  fsync_directory(spec.directory);
 }
 
 }  // namespace ddp

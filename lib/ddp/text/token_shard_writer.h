@@ -25,4 +25,14 @@ struct ShardSpec {
 std::vector<std::string> write_token_shards(const ShardSpec& spec, const std::string& split,
                                             const std::vector<std::vector<uint32_t>>& chunks);
 
+/// Where a run writes its shards before they replace the directory's (commit_token_shards):
+/// DIRECTORY/.NAME.partial, a directory on the same file system, so that moving them is a rename.
+std::string staging_directory(const ShardSpec& spec);
+
+/// Replaces NAME's shards of `splits` in `spec.directory` by those written into `staging`: the
+/// earlier run's go first, then each staged one is renamed in (no space needed), so a split never
+/// holds shards of two runs. A failure while they were written (a full disk) left the earlier run's
+/// as they were. IoError naming the file when one cannot be moved.
+void commit_token_shards(const ShardSpec& spec, const std::string& staging, const std::vector<std::string>& splits);
+
 }  // namespace ddp
