@@ -501,11 +501,12 @@ TEST_CASE("a failed save throws IoError naming the path and leaves the previous 
       previous_is_intact();
     }
   }
-  SECTION("checkpoint directory under a regular file (ENOTDIR for every user)") {
+  SECTION("checkpoint directory under a regular file (ENOTDIR for every user): a usage error, which a restart "
+          "would only repeat") {
     write_file(tmp.file("afile"), "a file, not a directory");
     const std::string impossible = tmp.file("afile/checkpoints");
     Checkpointer doomed(checkpoint_config(2), impossible);
-    CHECK_THAT(io_error([&] { ddp::save_whole_checkpoint(doomed, *trainee.model, *trainee.optimizer, progress_at(2), 1); }),
+    CHECK_THAT(file_error([&] { ddp::save_whole_checkpoint(doomed, *trainee.model, *trainee.optimizer, progress_at(2), 1); }),
                Contains(impossible));
     previous_is_intact();
   }

@@ -65,6 +65,20 @@ TEST_CASE("a full disk during a save is an I/O failure: exit 74, restarted, and 
   check_nothing_left(out);
 }
 
+TEST_CASE("a run.output_dir a file stands in the way of is a usage error: exit 2, one line, never restarted",
+          "[reliability]") {
+  TempDir dir;
+  write_file(dir.file("afile"), "a file, not a directory");
+  for (const std::string& out : {dir.file("afile"), dir.file("afile/run")}) {
+    auto r = run_shell(ddprun_command(2, {"train.max_steps=3", "run.output_dir=" + out}, "--max-restarts 2"));
+    INFO(out << ": " << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("rank 0: error: cannot create run.output_dir " + out));
+    CHECK_THAT(r.err, !Contains("restarting"));
+  }
+  CHECK(read_file(dir.file("afile")) == "a file, not a directory");
+}
+
 TEST_CASE("files planted as symlinks in the output directory are never followed", "[reliability][hardening]") {
   TempDir dir;
   std::string out = dir.file("run");

@@ -9,7 +9,9 @@ void check_user(bool condition, const std::string& message) {
 }
 
 void throw_output_error(const std::string& message, int errnum) {
-  if (errnum == EACCES || errnum == EPERM || errnum == EROFS) throw FileError(message);
+  // A restart would meet these again: permissions, and a file where a directory of the path goes.
+  for (int again : {EACCES, EPERM, EROFS, ENOTDIR, EEXIST})
+    if (errnum == again) throw FileError(message);
   throw IoError(message);
 }
 

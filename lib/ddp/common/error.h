@@ -33,8 +33,9 @@ class IoError : public std::runtime_error {
 };
 
 /// Throws the error for an output that could not be written because of `errnum`: FileError (a
-/// usage error, not restarted) for permissions a restart would meet again (EACCES, EPERM, EROFS),
-/// IoError otherwise.
+/// usage error, not restarted) for what a restart would meet again (permissions: EACCES, EPERM,
+/// EROFS; a file where a directory of the path goes: ENOTDIR, EEXIST), IoError otherwise (a full
+/// disk, a failing device, something in the way that a restart's clean-up may remove).
 [[noreturn]] void throw_output_error(const std::string& message, int errnum);
 
 /// Throws UserError(message) unless `condition` holds.
