@@ -357,6 +357,15 @@ TEST_CASE("config files: missing, malformed, fine", "[config]") {
                       Contains("invalid YAML") &&
                           Contains("(line 3 is indented with a tab, which YAML does not allow: indent with spaces)"));
 
+  // Two documents: the second's keys would be dropped unread, a typo or a new value alike.
+  std::string two = dir.file("two.yaml");
+  ddp::test::write_file(two, "train:\n  epochs: 2\n---\ntrain: {epochs: 5, bogus_key: 1}\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(two, {}),
+                      Equals(two + ":4: a second YAML document, of 2 in the file (after a `---` or `...` line): a "
+                                   "config is one document; merge them, or keep each in a file of its own"));
+  ddp::test::write_file(two, "---\ntrain:\n  epochs: 2\n...\n");  // one document, marked as such
+  CHECK(ddp::load_train_config(two, {}).train.epochs == 2);
+
   // A key or value the schema refuses: the file's line and column of its key, the innermost one.
   std::string wrong = dir.file("wrong.yaml");
   ddp::test::write_file(wrong, "train:\n  epochs: 2\n  batch_size: many\nmodel: {hiden: [8]}\n");

@@ -122,7 +122,15 @@ std::string tab_hint(const std::string& text, std::size_t error_line) {
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   try {
-    return YAML::Load(text);
+    // Every document is parsed: a second one (after `---`) would otherwise be dropped unread, its
+    // keys and values, wrong or not, never applied.
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1)
+      throw ConfigError(source + ":" + std::to_string(documents[1].Mark().line + 1) + ": a second YAML document, of " +
+                        std::to_string(documents.size()) +
+                        " in the file (after a `---` or `...` line): a config is one document; merge them, or keep "
+                        "each in a file of its own");
+    return documents.empty() ? YAML::Node() : documents.front();
   } catch (const YAML::ParserException& e) {
     // yaml-cpp counts lines and columns from 0; editors count from 1.
     throw ConfigError(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
