@@ -31,7 +31,12 @@ std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments&
     config.checkpoint.resume = "auto";
   }
   ddp::Checkpointer checkpointer(config.checkpoint, (fs::path(args.run) / "checkpoints").string());
-  return checkpointer.find_resume_point();
+  try {
+    return checkpointer.find_resume_point();
+  } catch (const ddp::FileError& e) {  // the checkpointer names its key; here the user gave an option
+    const std::string what = e.what(), key = "checkpoint.resume: ";
+    throw ddp::FileError(what.rfind(key, 0) == 0 ? "--checkpoint: " + what.substr(key.size()) : what);
+  }
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLis
 namespace fs = std::filesystem;
 using namespace ddp::test;
 using Catch::Contains;
+using Catch::Equals;
+using Catch::StartsWith;
 using ddp::CheckpointConfig;
 using ddp::Checkpointer;
 using ddp::CheckpointInfo;
@@ -395,7 +397,31 @@ TEST_CASE("resume=never refuses an earlier run's checkpoints, resume=PATH takes 
   SECTION("a path to a missing checkpoint") {
     const std::string missing = dir + "/step_0000000042";
     CHECK_THAT(file_error([&] { Checkpointer(checkpoint_config(5, missing), dir).find_resume_point(); }),
-               Contains(missing));
+               Equals("checkpoint.resume: " + missing + ": no such file"));
+  }
+  SECTION("a directory") {
+    CHECK_THAT(file_error([&] { Checkpointer(checkpoint_config(5, dir), dir).find_resume_point(); }),
+               StartsWith("checkpoint.resume: " + dir + " is a directory: name a checkpoint in it"));
+  }
+  SECTION("a file whose manifest names another: renamed together, or a manifest copied beside it") {
+    fs::copy_file(base + ".pt", dir + "/best.pt");
+    fs::copy_file(base + ".json", dir + "/best.json");
+    fs::copy_file(dir + "/step_0000000001.pt", dir + "/older.pt");  // another step's state
+    fs::copy_file(base + ".json", dir + "/older.json");
+    for (const std::string& given : {dir + "/best.pt", dir + "/older.pt"}) {
+      INFO(given);
+      const std::string manifest = given.substr(0, given.size() - 3) + ".json";
+      CHECK_THAT(file_error([&] { Checkpointer(checkpoint_config(5, given), dir).find_resume_point(); }),
+                 Equals("checkpoint.resume: " + manifest + " is the manifest of step_0000000002.pt, not of " +
+                        fs::path(given).filename().string() +
+                        ": a checkpoint is its manifest and the files it names, renamed together if at all; name "
+                        "the manifest to resume from what it names"));
+    }
+    // Named by its manifest, it is what the manifest names.
+    auto found = Checkpointer(checkpoint_config(5, dir + "/best.json"), dir).find_resume_point();
+    REQUIRE(found.has_value());
+    auto restored = make_trainee();
+    CHECK(load(*found, *restored.model, *restored.optimizer, 1).step == 2);
   }
   SECTION("a path to a truncated checkpoint") {
     fs::resize_file(base + ".pt", fs::file_size(base + ".pt") / 2);

@@ -654,6 +654,11 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
                            std::chrono::seconds(60));
   CHECK(bogus.exit_code == 2);
   CHECK(std::count(bogus.err.begin(), bogus.err.end(), '\n') == 1);
+  auto absent = run_command({bin("ddp-export"), dir.file("out"), "--checkpoint", dir.file("out/checkpoints/step_9")},
+                            std::chrono::seconds(60));
+  CHECK(absent.exit_code == 2);
+  CHECK_THAT(absent.err, Contains("ddp-export: error: --checkpoint: " + dir.file("out/checkpoints/step_9") +
+                                  ": no such file"));
   auto itself = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("out")}, std::chrono::seconds(60));
   CHECK(itself.exit_code == 2);
   CHECK_THAT(itself.err, Contains("is the run directory itself"));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "ddp/common/atomic_file.h"
@@ -149,6 +150,21 @@ std::vector<CheckpointInfo> Checkpointer::list() const {
   return found;
 }
 
+namespace {
+
+// The file a manifest (format 2) names for its common state; nullopt for format 1, whose data file
+// is its manifest's stem, or for a manifest that does not say (verify_checkpoint reports it).
+std::optional<std::string> data_file_of(const std::string& manifest_path) {
+  try {
+    YAML::Node manifest = YAML::LoadFile(manifest_path);
+    if (manifest["common"] && manifest["common"]["file"]) return manifest["common"]["file"].as<std::string>();
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 CheckpointInfo checkpoint_at(const std::string& path) {
   fs::path stem(path);
   if (stem.extension() == ".json" || stem.extension() == ".pt") stem.replace_extension();
@@ -190,9 +206,25 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
     return std::nullopt;
   }
   if (config_.resume != "auto") {
+    const fs::path named(config_.resume);
+    if (fs::is_directory(named))
+      throw FileError("checkpoint.resume: " + config_.resume +
+                      " is a directory: name a checkpoint in it (its .pt or .json), or resume: auto resumes the "
+                      "newest one of run.output_dir");
     CheckpointInfo info = checkpoint_at(config_.resume);
-    if (!fs::exists(info.manifest_path))
+    if (!fs::exists(info.manifest_path)) {
+      if (!fs::exists(named)) throw FileError("checkpoint.resume: " + config_.resume + ": no such file");
       throw FileError("checkpoint.resume: " + config_.resume + " has no manifest " + info.manifest_path);
+    }
+    // The manifest says which file holds the state: a file the user named must be that one, or a
+    // copied or renamed manifest would resume from another file than the one asked for. (A sharded
+    // checkpoint's STEM.pt is no file: its manifest names the common file and the shards.)
+    if (named.extension() == ".pt" && fs::exists(named))
+      if (auto holds = data_file_of(info.manifest_path); holds && *holds != named.filename().string())
+        throw FileError("checkpoint.resume: " + info.manifest_path + " is the manifest of " + *holds + ", not of " +
+                        named.filename().string() +
+                        ": a checkpoint is its manifest and the files it names, renamed together if at all; "
+                        "name the manifest to resume from what it names");
     if (auto problem = verify_checkpoint(info); !problem.empty()) throw FileError("checkpoint.resume: " + problem);
     return info;
   }
