@@ -449,6 +449,18 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
   CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
   CHECK_THAT(r.err, !Contains("rerun with --log-dir"));
 
+  // The summary names the rank whose words are shown: rank 1's here, shown when its next line came,
+  // while rank 0's copy was held until its exit, which makes rank 0 the first to fail.
+  auto held = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+                      "if [ $RANK = 0 ]; then echo \"ddp-train: rank 0: error: optim.lr: expected a number\" >&2; "
+                      "sleep 2; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
+                      "echo \"rank 1 goes on\" >&2; sleep 30; exit 2"});
+  INFO(held.err);
+  CHECK(held.exit_code == 2);
+  CHECK_THAT(held.err, Contains("[rank 1] ddp-train: rank 1: error: optim.lr: expected a number"));
+  CHECK_THAT(held.err, !Contains("ddp-train: rank 0: error"));
+  CHECK_THAT(held.err, Contains("ddprun: rank 1 stopped on a usage error (exit code 2), for the reason above"));
+
   // Messages that differ between ranks are each shown (both written before either rank exits).
   auto differing = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
                            "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; sleep 0.5; exit 2"});

@@ -146,12 +146,13 @@ std::string without_rank(const std::string& line) {
 void OutputRelay::release_held(Stream& stream) {
   for (const auto& line : stream.held)
     if (!usage_errors_shown_.count(without_rank(line)) && to_console(stream, line))
-      usage_errors_shown_.insert(without_rank(line));
+      usage_errors_shown_.emplace(without_rank(line), stream.worker);
   stream.held.clear();
 }
 
-bool OutputRelay::usage_error_shown(const std::string& line) const {
-  return usage_errors_shown_.count(without_rank(line)) > 0;
+std::optional<int> OutputRelay::usage_error_shown_by(const std::string& line) const {
+  auto found = usage_errors_shown_.find(without_rank(line));
+  return found == usage_errors_shown_.end() ? std::nullopt : std::optional<int>(found->second);
 }
 
 bool OutputRelay::to_console(const Stream& stream, const std::string& line) {

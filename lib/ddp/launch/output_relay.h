@@ -53,8 +53,9 @@ class OutputRelay {
   /// The last kTailLines stderr lines of a worker.
   std::vector<std::string> stderr_tail(int worker) const;
 
-  /// Whether this usage error line (any rank's) reached the console (Note [One usage error]).
-  bool usage_error_shown(const std::string& line) const;
+  /// The worker whose copy of usage error `line` (any rank's) is on the console (Note [One usage
+  /// error]), or nullopt when none is.
+  std::optional<int> usage_error_shown_by(const std::string& line) const;
 
  private:
   struct Stream {
@@ -74,7 +75,7 @@ class OutputRelay {
   std::map<int, Stream> streams_;  // by pipe fd
   std::map<int, RelayTarget> targets_;
   std::map<int, std::deque<std::string>> tails_;
-  std::set<std::string> usage_errors_shown_;  // without their rank
+  std::map<std::string, int> usage_errors_shown_;  // without their rank: the worker whose was shown
   std::string progress_;  // the last progress line, prefix included ("" if none)
   int progress_worker_ = -1;
 };

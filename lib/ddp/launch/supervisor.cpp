@@ -441,10 +441,17 @@ class Attempt {
     }
     const Worker& w = workers_[*f.worker];
     auto tail = relay_.stderr_tail(w.local_rank);
-    if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitUsage && !tail.empty() &&
-        is_usage_error_line(tail.back()) && relay_.usage_error_shown(tail.back())) {
-      // Note [One usage error]: the message is on the console once already; the logs would add nothing.
-      say("rank " + std::to_string(w.rank) + " stopped on a usage error (exit code " + std::to_string(kExitUsage) +
+    auto shown = WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitUsage && !tail.empty() &&
+                         is_usage_error_line(tail.back())
+                     ? relay_.usage_error_shown_by(tail.back())
+                     : std::nullopt;
+    if (shown) {
+      // Note [One usage error]: the message is on the console once already, in whichever rank's words
+      // came first; the logs would add nothing. The rank named is the one whose words those are.
+      int rank = w.rank;
+      for (const auto& said : workers_)
+        if (said.local_rank == *shown) rank = said.rank;
+      say("rank " + std::to_string(rank) + " stopped on a usage error (exit code " + std::to_string(kExitUsage) +
           "), for the reason above");
       return;
     }
