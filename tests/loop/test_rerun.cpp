@@ -142,6 +142,40 @@ TEST_CASE("each checkpoint records the run's config: a re-run without config.yam
   CHECK(read_file(done + "/config.yaml") == config);
 }
 
+TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpoint is refused, naming both, and its "
+          "outputs stay as they were",
+          "[trainer][rerun][errors]") {
+  TempDir dir;
+  // 10 steps (checkpoints at 5 and 10); 2 epochs of synthetic_mlp.yaml's 2,048 samples at batch 32
+  // on 2 ranks, 64 steps (a checkpoint at each epoch's end, the last at epoch 2).
+  const std::string steps = dir.file("steps"), epochs = dir.file("epochs");
+  REQUIRE(train(steps, {}).exit_code == 0);
+  REQUIRE(train(epochs, {"train.max_steps=0", "train.epochs=2", "checkpoint.every_steps=0"}).exit_code == 0);
+  struct Shortened {
+    std::string dir, set, message;
+  };
+  for (const auto& [run, set, message] :
+       {Shortened{steps, "train.max_steps=3",
+                  "train.max_steps 3 is behind step 10 of the checkpoint it resumes (" + steps +
+                      "/checkpoints/step_0000000010.pt): the run has trained past it. To go on, raise train.max_steps "
+                      "above 10; to train less, start a new run (another run.output_dir)"},
+        Shortened{epochs, "train.epochs=1",
+                  "train.epochs 1 is behind epoch 2 of the checkpoint it resumes (" + epochs +
+                      "/checkpoints/step_0000000064.pt)"}}) {
+    const std::string model = read_file(run + "/model.pt"), metrics = read_file(run + "/metrics.jsonl");
+    const std::string config = read_file(run + "/config.yaml");
+    std::vector<std::string> sets{set};
+    if (run == epochs) sets = {"train.max_steps=0", "checkpoint.every_steps=0", set};
+    auto shorter = train(run, sets);
+    INFO(shorter.out << shorter.err);
+    CHECK(shorter.exit_code == 2);
+    CHECK_THAT(shorter.err, Contains(message));
+    CHECK(read_file(run + "/model.pt") == model);
+    CHECK(read_file(run + "/metrics.jsonl") == metrics);
+    CHECK(read_file(run + "/config.yaml") == config);
+  }
+}
+
 TEST_CASE("a finished run run again does nothing, says so once, and leaves its outputs byte-identical",
           "[trainer][rerun]") {
   TempDir dir;

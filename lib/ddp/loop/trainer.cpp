@@ -189,6 +189,16 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
 }
 
 void Trainer::resumed(const TrainProgress& loaded, const std::string& path, const std::string& what) {
+  // A run shortened below what it has trained cannot be shortened: refused before config.yaml,
+  // metrics or model.pt would say it trained that length.
+  auto behind = [&](const std::string& key, int64_t value, const std::string& unit, int64_t at) {
+    return ConfigError(key + " " + std::to_string(value) + " is behind " + unit + " " + std::to_string(at) +
+                       " of the checkpoint it resumes (" + path + "): the run has trained past it. To go on, raise " +
+                       key + " above " + std::to_string(at) + "; to train less, start a new run (another run.output_dir)");
+  };
+  if (config_.train.max_steps > 0 && loaded.step > config_.train.max_steps)
+    throw behind("train.max_steps", config_.train.max_steps, "step", loaded.step);
+  if (loaded.epoch > config_.train.epochs) throw behind("train.epochs", config_.train.epochs, "epoch", loaded.epoch);
   progress_ = loaded;
   // Micro-batches of the saved size, counted in this run's (the same when world × batch is).
   if (loaded.world_size > 0 && loaded.batch_size > 0)
