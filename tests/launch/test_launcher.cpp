@@ -426,6 +426,16 @@ TEST_CASE("an installed ddprun finds ddp-train and its store plugin") {
   CHECK_THAT(missing.err, Contains("cannot load ddprun's TCP store plugin") && Contains("reinstall ddprun"));
 }
 
+TEST_CASE("under --standalone ddprun says once that it does not use a rendezvous address or port it was given") {
+  auto r = launch({"--standalone", "--nproc-per-node", "1", "--master-port", "29533", "--", "true"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.err, "ddprun: --standalone runs on loopback with a free port: --master-port not used (drop "
+                           "--standalone to use it)") == 1);
+  auto plain = launch({"--standalone", "--nproc-per-node", "1", "--", "true"});
+  CHECK_THAT(plain.err, !Contains("not used"));
+}
+
 TEST_CASE("a worker's usage error (exit 2) is not restarted") {
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "--", "sh", "-c",
                    "[ $RANK = 1 ] && exit 2; sleep 300"});

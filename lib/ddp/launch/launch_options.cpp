@@ -463,6 +463,12 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
 
   if (options.standalone) {
     if (options.nnodes != 1) throw UserError("--standalone runs one node; drop --nnodes " + nnodes);
+    std::string unused;  // as torchrun, which ignores them silently: said once here
+    for (const char* option : {"--master-addr", "--master-port", "--rdzv-endpoint"})
+      if (given(option)) unused += (unused.empty() ? "" : ", ") + std::string(option);
+    if (!unused.empty())
+      std::cerr << "ddprun: --standalone runs on loopback with a free port: " << unused
+                << " not used (drop --standalone to use it)\n";
     options.master_addr = "127.0.0.1";  // loopback, whatever the default address
     options.master_port = 0;
   }
