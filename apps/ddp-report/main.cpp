@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   errors.failure = "error";
   return ddp::run_main(errors, [&]() -> int {
     if (!ddp::parse_tool_command_line(app, argc, argv, "ddp-report")) return ddp::kExitSuccess;
-    ddp::write_run_report(args.output, args.runs);
+    for (const auto& note : ddp::write_run_report(args.output, args.runs))
+      std::fprintf(stderr, "ddp-report: warning: %s\n", note.c_str());
     std::printf("ddp-report: wrote %s (%zu run(s))\n", args.output.c_str(), args.runs.size());
     return ddp::kExitSuccess;
   });

@@ -199,6 +199,19 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   CHECK(ok.exit_code == 0);
   CHECK_THAT(ok.out, Contains("wrote " + dir.file("both.html") + " (2 run(s))"));
   CHECK_THAT(read_file(dir.file("both.html")), Contains("ddprun report: run, run"));
+  CHECK(ok.err.empty());
+  // Lines that are no record, or none that is: said on the command line, not only in the page.
+  std::filesystem::create_directories(dir.file("edited"));
+  std::filesystem::create_directories(dir.file("empty"));
+  write_file(dir.file("edited/metrics.jsonl"), read_file(dir.file("run/metrics.jsonl")) + "not json at all\n");
+  write_file(dir.file("empty/metrics.jsonl"), "not json at all\n{\"step\": \"x\"}\n");
+  auto damaged = run_command({bin("ddp-report"), dir.file("edited"), dir.file("empty"), "-o", dir.file("d.html")});
+  INFO(damaged.err);
+  CHECK(damaged.exit_code == 0);
+  CHECK(damaged.err == "ddp-report: warning: " + dir.file("edited") +
+                           "/metrics.jsonl: 1 line(s) that are no record skipped (a line a crash cut short, or an "
+                           "edit)\nddp-report: warning: " +
+                           dir.file("empty") + "/metrics.jsonl: no record in it, so no chart of this run\n");
   auto missing = run_command({bin("ddp-report"), dir.file("nothing"), "-o", dir.file("x.html")});
   CHECK(missing.exit_code == 2);
   CHECK(missing.err == "ddp-report: error: no run in " + dir.file("nothing") + ": cannot read " +

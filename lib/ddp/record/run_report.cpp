@@ -298,7 +298,7 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   return html + "\n</body></html>\n";
 }
 
-void write_run_report(const std::string& path, const std::vector<std::string>& run_dirs) {
+std::vector<std::string> write_run_report(const std::string& path, const std::vector<std::string>& run_dirs) {
   // A report written over a run's own files (metrics.jsonl, config.yaml, a checkpoint) would destroy
   // what it reports; an earlier page (.html) is the one file of a run it may replace.
   namespace fs = std::filesystem;
@@ -323,6 +323,16 @@ void write_run_report(const std::string& path, const std::vector<std::string>& r
                       " is not an exit status (an integer 0-255); the file was not written by ddp-train as it is");
   }
   write_file_atomically(path, render_report(runs));
+  std::vector<std::string> notes;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::string file = run_dirs[i] + "/metrics.jsonl";
+    if (runs[i].records.empty())
+      notes.push_back(file + ": no record in it, so no chart of this run");
+    else if (runs[i].skipped_lines > 0)
+      notes.push_back(file + ": " + std::to_string(runs[i].skipped_lines) +
+                      " line(s) that are no record skipped (a line a crash cut short, or an edit)");
+  }
+  return notes;
 }
 
 }  // namespace ddp

@@ -13,7 +13,9 @@ namespace ddp {
 std::string render_report(const std::vector<RunRecords>& runs);
 
 /// Reads each run directory and writes the page to `path` atomically. UserError when a directory
-/// holds no run; FileError or IoError when the page cannot be written.
-void write_run_report(const std::string& path, const std::vector<std::string>& run_dirs);
+/// holds no run; FileError or IoError when the page cannot be written. Returns what the page says
+/// of the files themselves, for a command line to say too: lines that are no record, a file with
+/// none.
+std::vector<std::string> write_run_report(const std::string& path, const std::vector<std::string>& run_dirs);
 
 }  // namespace ddp
