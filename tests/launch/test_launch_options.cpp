@@ -350,6 +350,7 @@ TEST_CASE("torchrun's other options: --tee, --redirects, --role, --local-addr, -
 
 TEST_CASE("torchrun's forms refuse what cannot run, with one line each", "[launch][options][torchrun][errors]") {
   using Catch::Contains;
+  using Catch::Equals;
   ddp::test::TempDir dir;
   CHECK_THROWS_WITH(parse({"/nonexistent/train.py", "--lr", "1"}), Contains("script not found: /nonexistent/train.py"));
   CHECK_THROWS_WITH(parse({"--no-python", "/nonexistent/prog"}),
@@ -362,6 +363,11 @@ TEST_CASE("torchrun's forms refuse what cannot run, with one line each", "[launc
   unsetenv(env::kPython);
   // A config that is a directory, or a program given where a config goes.
   CHECK_THROWS_WITH(parse({dir.path()}), Contains(dir.path() + " is a directory; give a config file in it"));
+  ddp::test::write_file(dir.file("orphan.sh"), "#!/no/such/interp -e\necho hi\n");
+  chmod(dir.file("orphan.sh").c_str(), 0755);
+  CHECK_THROWS_WITH(parse({"--", dir.file("orphan.sh")}),
+                    Equals(dir.file("orphan.sh") +
+                           ": its interpreter /no/such/interp (the #! line) is not found or not executable"));
   ddp::test::write_file(dir.file("run.sh"), "#!/bin/sh\n");
   chmod(dir.file("run.sh").c_str(), 0755);
   CHECK_THROWS_WITH(parse({dir.file("run.sh")}), Contains("is a program, not a config; run it with --no-python"));

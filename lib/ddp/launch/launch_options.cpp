@@ -129,6 +129,20 @@ std::string read_secret(const std::string& file) {
   return secret;
 }
 
+// A script whose #! interpreter is missing fails in exec with ENOENT, "No such file or directory",
+// which reads as if the script were missing: its interpreter is checked here, by name.
+void check_interpreter(const std::string& program) {
+  std::ifstream in(program, std::ios::binary);
+  std::string line;
+  if (!in || !std::getline(in, line) || line.rfind("#!", 0) != 0) return;
+  std::istringstream words(line.substr(2));
+  std::string interpreter;
+  words >> interpreter;
+  if (interpreter.empty() || interpreter.front() != '/') return;  // relative: the kernel's own message
+  if (access(interpreter.c_str(), X_OK) != 0)
+    throw UserError(program + ": its interpreter " + interpreter + " (the #! line) is not found or not executable");
+}
+
 // torchrun's --rdzv-endpoint: HOST, HOST:PORT or [IPv6]:PORT; the port defaults to torchrun's.
 std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) {
   std::string host = endpoint, port = kDefaultEndpointPort;
@@ -519,8 +533,9 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     }
     options.runs_trainer = true;
   } else {
-    if (find_executable(program[0]).empty())
-      throw UserError("program not found or not executable: " + program[0]);
+    const std::string found = find_executable(program[0]);
+    if (found.empty()) throw UserError("program not found or not executable: " + program[0]);
+    check_interpreter(found);
     options.program = program;
   }
   return options;
