@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -137,9 +139,19 @@ int64_t read_int(const std::string& path, const YAML::Node& node) {
   type_error(path, "an integer", node);
 }
 
+// Whether `text` is a number beyond a double's range (1e400): strtod reads all of it as an infinity
+// and says ERANGE.
+bool overflows_double(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size() && errno == ERANGE && std::isinf(value);
+}
+
 double read_double(const std::string& path, const YAML::Node& node) {
   if (node.IsScalar()) {
     if (auto value = parse_double(node.Scalar())) return *value;
+    if (overflows_double(node.Scalar())) type_error(path, "a number", node, " (out of range)");
   }
   type_error(path, "a number", node);
 }
