@@ -2,6 +2,8 @@
 // model.safetensors (shards above --max-shard-size), config.json, model.pt, the run's config.yaml
 // (which says the model) and the tokenizer.model the run's tokens were made with.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -45,6 +47,10 @@ int main(int argc, char** argv) {
   ddp::ProgramErrors errors;
   errors.program = "ddp-export";
   errors.failure = "failed";
+  // The checkpointer's warnings (a damaged newest checkpoint skipped) are the tool's own lines, on
+  // stderr beside its errors, not spdlog's timestamped ones on stdout.
+  spdlog::set_default_logger(spdlog::stderr_logger_st("ddp-export"));
+  spdlog::set_pattern("ddp-export: %l: %v");
   return ddp::run_main(errors, [&]() -> int {
     ddp::ExportArguments args;
     CLI::App app("ddp-export: a run's checkpoint as a Hugging Face model directory", "ddp-export");

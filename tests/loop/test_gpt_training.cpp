@@ -23,6 +23,7 @@ namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLis
 
 using namespace ddp::test;
 using Catch::Contains;
+using Catch::StartsWith;
 
 namespace {
 
@@ -670,6 +671,16 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   auto size = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "5 parsecs"}, std::chrono::seconds(60));
   CHECK(size.exit_code == 2);
   CHECK_THAT(size.err, Contains("--max-shard-size: expected a size such as 5GB, 500MB or 100KB, got '5 parsecs'"));
+
+  // A damaged newest checkpoint: the one before it is exported, and the warning is the tool's line on stderr.
+  const std::string common = dir.file("out/checkpoints/step_0000000040.common.pt");
+  REQUIRE(fs::exists(common));
+  fs::resize_file(common, fs::file_size(common) / 2);
+  auto fallback = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("fallback")}, std::chrono::seconds(120));
+  INFO(fallback.out << fallback.err);
+  CHECK(fallback.exit_code == 0);
+  CHECK_THAT(fallback.out, Contains("exported the checkpoint of step 20") && !Contains("skipping"));
+  CHECK_THAT(fallback.err, StartsWith("ddp-export: warning: skipping checkpoint " + dir.file("out/checkpoints/")));
 }
 
 }  // namespace DDP_TEST_FILE
