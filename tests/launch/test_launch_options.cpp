@@ -363,6 +363,10 @@ TEST_CASE("torchrun's forms refuse what cannot run, with one line each", "[launc
   unsetenv(env::kPython);
   // A config that is a directory, or a program given where a config goes.
   CHECK_THROWS_WITH(parse({dir.path()}), Contains(dir.path() + " is a directory; give a config file in it"));
+  CHECK_THROWS_WITH(parse({"--set", dir.file("t.yaml"), "--set", "train.epochs=2"}),
+                    Equals("--set " + dir.file("t.yaml") +
+                           ": expected key=value; a CONFIG.yaml goes before the first --set, not as its value"));
+  CHECK_THROWS_WITH(parse({"--set", "train.epochs=2"}), Equals("--set needs a CONFIG.yaml to override"));
   ddp::test::write_file(dir.file("orphan.sh"), "#!/no/such/interp -e\necho hi\n");
   chmod(dir.file("orphan.sh").c_str(), 0755);
   CHECK_THROWS_WITH(parse({"--", dir.file("orphan.sh")}),

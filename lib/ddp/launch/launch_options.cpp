@@ -509,7 +509,14 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   }
   if (!config.empty() && !program.empty())
     throw UserError("give either CONFIG.yaml or -- PROGRAM, not both");
-  if (!overrides.empty() && config.empty()) throw UserError("--set needs a CONFIG.yaml to override");
+  if (!overrides.empty() && config.empty()) {
+    // `--set CONFIG.yaml --set k=v`: the config was taken as the first --set's value.
+    for (const auto& assignment : overrides)
+      if (assignment.find('=') == std::string::npos)
+        throw UserError("--set " + assignment + ": expected key=value; a CONFIG.yaml goes before the first --set, "
+                        "not as its value");
+    throw UserError("--set needs a CONFIG.yaml to override");
+  }
   if (config.empty() && program.empty())
     throw UserError("nothing to run: give CONFIG.yaml, or -- PROGRAM [ARGS...]; see ddprun --help");
 
