@@ -116,6 +116,8 @@ TEST_CASE("wrong types name the path, the value and the expectation", "[config]"
   REQUIRE_THROWS_WITH(parse("train: {batch_size: 99999999999999999999}"), Contains("(out of range)"));
   REQUIRE_THROWS_WITH(parse("optim: {lr: 1e400}"), Equals("optim.lr: expected a number, got \"1e400\" (out of range)"));
   REQUIRE_THROWS_WITH(parse("optim: {lr: .inf}"), !Contains("out of range"));  // infinite as written: no number
+  // A time-out no rendezvous could meet.
+  REQUIRE_THROWS_WITH(parse("dist: {timeout_s: 0.001}"), Equals("dist.timeout_s: must be in [1, 604800], got 0.001"));
   REQUIRE_THROWS_WITH(parse("train: {batch_size:}"), Equals("train.batch_size: expected an integer, got null"));
   // Booleans are true/false only: YAML 1.1's yes/no and 1/0 are refused rather than guessed.
   REQUIRE_THROWS_WITH(parse("sampler: {shuffle: yes}"), Equals("sampler.shuffle: expected true or false, got \"yes\""));

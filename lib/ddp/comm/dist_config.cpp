@@ -20,8 +20,9 @@ void declare_config(ConfigSchema& schema, DistConfig& config) {
     return config.backend == "nccl" && config.device == "cpu" ? "nccl sums CUDA tensors, and dist.device is cpu; use gloo"
                                                               : "";
   });
+  // Below a second no rendezvous connects, and every collective fails with a bare time-out.
   schema.add("dist.timeout_s", &config.timeout_s, "seconds a collective or the rendezvous may wait before it fails")
-      .greater_than(0)
+      .min(1)
       .max(kMaxSeconds);
   schema.add("dist.bucket_cap_mb", &config.bucket_cap_mb, "gradient bucket size in MiB").greater_than(0)
       .max(4096);
