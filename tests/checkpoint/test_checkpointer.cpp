@@ -433,6 +433,18 @@ TEST_CASE("resume=never refuses an earlier run's checkpoints, resume=PATH takes 
     CHECK_THAT(file_error([&] { Checkpointer(checkpoint_config(5, base + ".pt"), dir).find_resume_point(); }),
                Contains(base) && Contains("CRC"));
   }
+  SECTION("a manifest whose step was edited is refused as it is read, naming both steps") {
+    std::string manifest = read_file(base + ".json");
+    const auto at = manifest.find("step: 2\n");
+    REQUIRE(at != std::string::npos);
+    write_file(base + ".json", manifest.replace(at, 8, "step: 99\n"));
+    auto found = Checkpointer(checkpoint_config(5, base + ".json"), dir).find_resume_point();
+    REQUIRE(found.has_value());
+    auto restored = make_trainee();
+    CHECK_THAT(file_error([&] { load(*found, *restored.model, *restored.optimizer, 1); }),
+               Equals(base + ".json says step 99, but " + base + ".pt holds step 2: the manifest was edited, or is "
+                      "another checkpoint's"));
+  }
   SECTION("a path to garbage with no manifest") {
     const std::string garbage = tmp.file("garbage.pt");
     write_file(garbage, "this is not a checkpoint");

@@ -439,6 +439,12 @@ CheckpointReader::CheckpointReader(const std::string& manifest, const std::strin
   progress_ = read_progress(*common_->archive, common_path);
   try {
     YAML::Node root = YAML::Load(manifest);
+    // The manifest's step orders the checkpoints (the newest is resumed): it must be the step its
+    // data holds, or an edited or mismatched manifest would pass for another checkpoint.
+    if (root.IsMap() && root["step"] && root["step"].as<int64_t>() != progress_.step)
+      throw FileError(manifest_path + " says step " + root["step"].as<std::string>() + ", but " + common_path +
+                      " holds step " + std::to_string(progress_.step) +
+                      ": the manifest was edited, or is another checkpoint's");
     format_ = root.IsMap() && root["format_version"] ? root["format_version"].as<int>() : 1;
     if (!root.IsMap() || !root["shards"]) {  // format 1's whole checkpoint: adopt_whole_file() reads it
       mesh_ = "one whole file";
