@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "ddp/common/error.h"
 #include "ddp/text/sentencepiece_tokenizer.h"
 #include "ddp/text/token_shard_writer.h"
 #include "kjv_text.h"
@@ -189,6 +190,38 @@ TEST_CASE("ddp-tokenize: a disk that fills part-way leaves the earlier run's sha
     INFO(file);
     CHECK(read_file(dir.file("after/" + file)) == read_file(dir.file("before/" + file)));
   }
+}
+
+TEST_CASE("staged shards replace a split's earlier ones whole, and what cannot be moved in is named", "[text]") {
+  TempDir dir;
+  ddp::ShardSpec spec{dir.path(), "t", 2, 1000};
+  ddp::write_token_shards(spec, "train", {{1, 2, 3, 4, 5}});  // three shards of an earlier run
+  ddp::ShardSpec staged = spec;
+  staged.directory = ddp::staging_directory(spec);
+  std::filesystem::create_directories(staged.directory);
+  ddp::write_token_shards(staged, "train", {{7, 8}});
+  ddp::commit_token_shards(spec, staged.directory, {"train", "val"});
+  CHECK(shards(dir.path(), "t_train_") == std::vector<std::string>{dir.file("t_train_000000.bin")});
+  CHECK(shard_tokens(dir.file("t_train_000000.bin")) == std::vector<int64_t>{7, 8});
+  // Something of the shards' name that cannot be removed (a directory with a file in it): named.
+  std::filesystem::create_directories(dir.file("t_val_000000.bin/inside"));
+  ddp::write_token_shards(staged, "train", {{9, 10}});
+  CHECK_THROWS_AS(ddp::commit_token_shards(spec, staged.directory, {"train", "val"}), ddp::IoError);
+  CHECK_THROWS_WITH(ddp::commit_token_shards(spec, staged.directory, {"train", "val"}),
+                    Contains(dir.file("t_val_000000.bin") + ": ") && Contains("(replacing the earlier run's shards)"));
+}
+
+TEST_CASE("ddp-tokenize: a tokenizer.model it cannot replace is named, exit 74", "[text]") {
+  TempDir dir;
+  if (!write_kjv_text(dir.file("kjv.txt"))) return;
+  std::filesystem::create_directories(dir.file("out/tokenizer.model/inside"));  // a directory in its place
+  auto r = run_command({bin("ddp-tokenize"), dir.file("out"), "--text", dir.file("kjv.txt"), "--vocab-size", "400",
+                        "--threads", "1"},
+                       std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 74);
+  CHECK_THAT(r.err, Contains(dir.file("out/tokenizer.model") + ": cannot be replaced: "));
+  CHECK(!std::filesystem::exists(dir.file("out/.kjv.partial")));
 }
 
 TEST_CASE("token shards: uint16 up to 65,536 pieces, llm.c's uint32 layout above, a shard cut at shard_tokens",
