@@ -229,6 +229,27 @@ TEST_CASE("optim.decay_params matrices decays weights of two or more dimensions 
   CHECK(ddp::make_optimizer({bias, weight}, config, 0.1)->param_groups().size() == 1);
 }
 
+// Counts, on this thread, the ATen ops of one name run while it lives (the trainer's HostReadCounter's way).
+class OpCounter {
+ public:
+  explicit OpCounter(std::string name) {
+    t_name = std::move(name);
+    t_count = 0;
+    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(on_op).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~OpCounter() { at::removeCallback(handle_); }
+  int64_t count() const { return t_count; }
+
+ private:
+  static std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
+    if (t_name == fn.name()) ++t_count;
+    return nullptr;
+  }
+  static inline thread_local std::string t_name;
+  static inline thread_local int64_t t_count = 0;
+  at::CallbackHandle handle_;
+};
+
 TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no decay, a skipped parameter",
           "[optim]") {
   torch::manual_seed(3);
@@ -263,7 +284,9 @@ TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no dec
         p.mutable_grad() = torch::sin(p.detach() * (step + 1) + static_cast<double>(i));
       }
     }
+    OpCounter host_reads("aten::_local_scalar_dense");  // a tensor's value read as a number
     foreach_form.step();
+    CHECK(host_reads.count() == 0);
     reference.step();
     for (std::size_t i = 0; i < ours.size(); ++i) REQUIRE(torch::equal(ours[i], theirs[i]));
   }
@@ -285,6 +308,66 @@ TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no dec
           config.name = "adamw";
           return config;
         }(), 0.1).get()) != nullptr);
+}
+
+TEST_CASE("on a GPU: ForeachAdamW steps each group with ATen's fused Adam kernel, as torch::optim::AdamW "
+          "within float rounding, reads nothing back, and resumes from a saved state",
+          "[optim][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
+    return;
+  }
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> start{torch::randn({5, 7}), torch::randn({7}), torch::randn({3, 2, 2}), torch::randn({4})};
+  auto copies = [&] {
+    std::vector<torch::Tensor> out;
+    for (const auto& t : start) out.push_back(t.to(gpu).set_requires_grad(true));
+    return out;
+  };
+  auto ours = copies(), theirs = copies();
+  auto make_groups = [](const std::vector<torch::Tensor>& p) {
+    torch::optim::AdamWOptions plain(0.01);
+    plain.weight_decay(0);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{p[0], p[2]});
+    groups.emplace_back(std::vector<torch::Tensor>{p[1], p[3]}, std::make_unique<torch::optim::AdamWOptions>(plain));
+    return groups;
+  };
+  torch::optim::AdamWOptions defaults(0.01);
+  defaults.betas({0.9, 0.95}).weight_decay(0.1).eps(1e-8);
+  auto fused_form = std::make_unique<ForeachAdamW>(make_groups(ours), defaults);
+  torch::optim::AdamW reference(make_groups(theirs), defaults);
+  for (int step = 0; step < 8; ++step) {
+    if (step == 4) {  // saved and loaded into a fresh optimizer: its device step counts come from the state's
+      torch::serialize::OutputArchive out;
+      fused_form->save(out);
+      std::stringstream bytes;
+      out.save_to(bytes);
+      torch::serialize::InputArchive in;
+      in.load_from(bytes, gpu);
+      fused_form = std::make_unique<ForeachAdamW>(make_groups(ours), defaults);
+      fused_form->load(in);
+    }
+    for (auto* params : {&ours, &theirs})
+      for (std::size_t i = 0; i < params->size(); ++i) {
+        auto& p = (*params)[i];
+        if (i == 3 && step % 2 == 0) {  // no gradient on even steps: its count falls behind
+          p.mutable_grad() = torch::Tensor();
+          continue;
+        }
+        p.mutable_grad() = torch::sin(p.detach() * (step + 1) + static_cast<double>(i));
+      }
+    OpCounter fused("aten::_fused_adam_"), host_reads("aten::_local_scalar_dense");
+    fused_form->step();
+    CHECK(fused.count() == 2);  // one launch per group
+    CHECK(host_reads.count() == 0);
+    reference.step();
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      INFO("step " << step << ", parameter " << i);
+      REQUIRE(torch::allclose(ours[i], theirs[i], /*rtol=*/1e-5, /*atol=*/1e-7));
+    }
+  }
 }
 
 TEST_CASE("row updates: rowwise_adagrad and sgd step only the rows given, by the formula, and coalesce sums repeated rows",

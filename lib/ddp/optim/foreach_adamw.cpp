@@ -21,6 +21,21 @@ Key state_key(const torch::Tensor& p) {
   }
 }
 
+// The fused kernel takes tensors of one device and one floating dtype (as Python's AdamW(fused=True)
+// groups them), each dense and laid out as its gradient (ATen's fast-path rule); anything else takes
+// the _foreach_ form.
+bool fusable(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads) {
+  const auto& first = params.front();
+  if (!first.is_cuda() || !at::isFloatingType(first.scalar_type())) return false;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto &p = params[i], &g = grads[i];
+    if (p.device() != first.device() || p.scalar_type() != first.scalar_type() || g.device() != first.device() ||
+        g.scalar_type() != first.scalar_type() || g.strides() != p.strides() || !p.is_non_overlapping_and_dense())
+      return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 torch::Tensor ForeachAdamW::step(LossClosure closure) {
@@ -36,47 +51,89 @@ torch::Tensor ForeachAdamW::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  using Key = typename std::decay_t<decltype(state_)>::key_type;
   for (auto& group : param_groups_) {
-    auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
-    const auto [beta1, beta2] = options.betas();
-    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-    std::vector<c10::Scalar> bias_roots, step_sizes;  // per parameter: their step counts may differ
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "AdamW does not support sparse gradients");
-      auto& slot = state_[state_key<Key>(p)];
-      if (!slot) {
-        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
-        fresh->step(0);
-        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(fresh);
-      }
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
-      state.step(state.step() + 1);
-      const double bias_correction1 = 1 - std::pow(beta1, state.step());
-      const double bias_correction2 = 1 - std::pow(beta2, state.step());
-      params.push_back(p);
-      grads.push_back(p.grad());
-      exp_avgs.push_back(state.exp_avg());
-      exp_avg_sqs.push_back(state.exp_avg_sq());
-      bias_roots.emplace_back(std::sqrt(bias_correction2));
-      step_sizes.emplace_back(-options.lr() / bias_correction1);
-    }
-    if (params.empty()) continue;
-    // torch::optim::AdamW::step's operations, in its order.
-    if (options.weight_decay() != 0) at::_foreach_mul_(params, 1 - options.lr() * options.weight_decay());
-    at::_foreach_mul_(exp_avgs, beta1);
-    at::_foreach_add_(exp_avgs, grads, 1 - beta1);
-    at::_foreach_mul_(exp_avg_sqs, beta2);
-    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
-    auto denominators = at::_foreach_sqrt(exp_avg_sqs);
-    at::_foreach_div_(denominators, bias_roots);
-    at::_foreach_add_(denominators, options.eps());
-    at::_foreach_addcdiv_(params, exp_avgs, denominators, step_sizes);
+    GroupStep work = gather(group);
+    if (work.params.empty()) continue;
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    if (fusable(work.params, work.grads))
+      fused_update(work, options);
+    else
+      foreach_update(work, options);
   }
   return loss;
+}
+
+ForeachAdamW::GroupStep ForeachAdamW::gather(torch::optim::OptimizerParamGroup& group) {
+  using Key = typename std::decay_t<decltype(state_)>::key_type;
+  GroupStep work;
+  for (auto& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    TORCH_CHECK(!p.grad().is_sparse(), "AdamW does not support sparse gradients");
+    auto& slot = state_[state_key<Key>(p)];
+    if (!slot) {
+      auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+      fresh->step(0);
+      fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      slot = std::move(fresh);
+    }
+    auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+    state.step(state.step() + 1);
+    work.params.push_back(p);
+    work.grads.push_back(p.grad());
+    work.exp_avgs.push_back(state.exp_avg());
+    work.exp_avg_sqs.push_back(state.exp_avg_sq());
+    work.steps.push_back(state.step());
+  }
+  return work;
+}
+
+void ForeachAdamW::foreach_update(const GroupStep& work, const torch::optim::AdamWOptions& options) {
+  const auto [beta1, beta2] = options.betas();
+  // Per parameter: their step counts may differ (a parameter without a gradient skips its step).
+  std::vector<c10::Scalar> bias_roots, step_sizes;
+  for (int64_t step : work.steps) {
+    bias_roots.emplace_back(std::sqrt(1 - std::pow(beta2, step)));
+    step_sizes.emplace_back(-options.lr() / (1 - std::pow(beta1, step)));
+  }
+  // torch::optim::AdamW::step's operations, in its order.
+  if (options.weight_decay() != 0) at::_foreach_mul_(work.params, 1 - options.lr() * options.weight_decay());
+  at::_foreach_mul_(work.exp_avgs, beta1);
+  at::_foreach_add_(work.exp_avgs, work.grads, 1 - beta1);
+  at::_foreach_mul_(work.exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(work.exp_avg_sqs, work.grads, work.grads, 1 - beta2);
+  auto denominators = at::_foreach_sqrt(work.exp_avg_sqs);
+  at::_foreach_div_(denominators, bias_roots);
+  at::_foreach_add_(denominators, options.eps());
+  at::_foreach_addcdiv_(work.params, work.exp_avgs, denominators, step_sizes);
+}
+
+void ForeachAdamW::fused_update(const GroupStep& work, const torch::optim::AdamWOptions& options) {
+  const auto [beta1, beta2] = options.betas();
+  std::vector<torch::Tensor> counts = device_steps(work);
+  // AdamW's decoupled decay first, as the base class; the kernel's own weight_decay is Adam's (L2).
+  if (options.weight_decay() != 0) at::_foreach_mul_(work.params, 1 - options.lr() * options.weight_decay());
+  at::_fused_adam_(work.params, work.grads, work.exp_avgs, work.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, counts,
+                   options.lr(), beta1, beta2, /*weight_decay=*/0.0, options.eps(), /*amsgrad=*/false,
+                   /*maximize=*/false);
+}
+
+std::vector<torch::Tensor> ForeachAdamW::device_steps(const GroupStep& work) {
+  std::vector<torch::Tensor> counts, counted_on;
+  counts.reserve(work.params.size());
+  for (std::size_t i = 0; i < work.params.size(); ++i) {
+    const torch::Tensor& p = work.params[i];
+    const int64_t step = work.steps[i];
+    DeviceStep& entry = device_steps_[p.unsafeGetTensorImpl()];
+    if (entry.count.defined() && entry.host == step - 1 && entry.count.device() == p.device())
+      counted_on.push_back(entry.count);
+    else  // new, or the state was replaced since (a checkpoint loaded): from the state's count
+      entry.count = torch::full({}, static_cast<double>(step), p.options().dtype(torch::kFloat));
+    entry.host = step;
+    counts.push_back(entry.count);
+  }
+  if (!counted_on.empty()) at::_foreach_add_(counted_on, 1);  // on the device: nothing is read back
+  return counts;
 }
 
 }  // namespace ddp

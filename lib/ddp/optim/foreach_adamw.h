@@ -1,19 +1,25 @@
 #pragma once
-// torch::optim::AdamW stepped a kernel per operation over all parameters at once (ATen's _foreach_
-// ops) instead of nine per parameter: on a GPU, the CPU otherwise spends the step queueing hundreds
-// of tiny kernels while the GPU waits (85M-parameter GPT on an H200: see docs/gpu.md). Same
-// arithmetic, same state and checkpoints: the base class's step is used on the CPU, where the
-// _foreach_ ops would run the same per-tensor loop and hold every parameter's denominator at once.
+// torch::optim::AdamW stepped without a launch per parameter and operation: on a GPU the CPU otherwise
+// spends the step queueing hundreds of tiny kernels while the GPU waits (85M-parameter GPT on an H200:
+// see docs/gpu.md). Same arithmetic, same state and checkpoints:
+// - on a GPU, ATen's fused Adam kernel (one pass over each parameter's four tensors, as Python's
+//   AdamW(fused=True)), after the decoupled weight decay as one _foreach_ multiply; its step counts are
+//   float32 tensors on the device, kept equal to the state's host counts without reading them;
+// - with `always` (the tests, on the CPU), a kernel per operation over all parameters (_foreach_ ops);
+// - otherwise (the CPU) the base class's step: the _foreach_ ops would run the same per-tensor loop
+//   there and hold every parameter's denominator at once.
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace ddp {
 
 class ForeachAdamW : public torch::optim::AdamW {
  public:
-  /// `always` uses the _foreach_ form on any device (the tests compare it with the base class on the CPU).
+  /// `always` uses the _foreach_ form on the CPU too (the tests compare it with the base class).
   ForeachAdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
                bool always = false)
       : torch::optim::AdamW(std::move(groups), std::move(defaults)), always_(always) {}
@@ -21,6 +27,24 @@ class ForeachAdamW : public torch::optim::AdamW {
   torch::Tensor step(LossClosure closure = nullptr) override;
 
  private:
+  // One group's parameters that have gradients, with their state, already counted for this step.
+  struct GroupStep {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    std::vector<int64_t> steps;  ///< the state's counts, this step included
+  };
+  GroupStep gather(torch::optim::OptimizerParamGroup& group);
+  static void foreach_update(const GroupStep& work, const torch::optim::AdamWOptions& options);
+  void fused_update(const GroupStep& work, const torch::optim::AdamWOptions& options);
+  /// The fused kernel's step counts (float32, on each parameter's device), equal to `work.steps`:
+  /// made from the state's count when new or when the state was replaced (a checkpoint loaded), else
+  /// incremented there, all in one launch.
+  std::vector<torch::Tensor> device_steps(const GroupStep& work);
+
+  struct DeviceStep {
+    torch::Tensor count;  ///< float32, 0-dim, on the parameter's device
+    int64_t host = -1;    ///< the state's count it equals
+  };
+  std::unordered_map<const c10::TensorImpl*, DeviceStep> device_steps_;
   bool always_;
 };
 
