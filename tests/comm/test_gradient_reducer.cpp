@@ -38,11 +38,11 @@ Gradients gradients_alone(int rank) {
   return grads;
 }
 
-// Rank `rank` of two, meeting the other (a thread of this process) through a FileStore in `store_dir`.
-ddp::Communicator connect_rank(int rank, const std::string& store_dir, bool shared_memory) {
+// Rank `rank` of `world` (two: the other a thread of this process), meeting through a FileStore in `store_dir`.
+ddp::Communicator connect_rank(int rank, const std::string& store_dir, bool shared_memory, int world = 2) {
   ddp::WorkerIdentity env;
   env.rank = rank;
-  env.world_size = env.local_world_size = 2;
+  env.world_size = env.local_world_size = world;
   env.store_path = store_dir;
   ddp::DistConfig config;
   config.shared_memory = shared_memory;
@@ -210,6 +210,31 @@ TEST_CASE("a parameter no rank used is left without a gradient, and one used on 
         CHECK(restored[r]);  // zero_grad() points it back at its bucket
       }
     }
+}
+
+TEST_CASE("alone, the reducer reads nothing back: its side values stay exactly its own, and a parameter it did not "
+          "use is left without a gradient",
+          "[dist][reducer]") {
+  // At world 1 finish() keeps the sums on the host (on a GPU a read back would wait for the backward).
+  ddp::test::TempDir store;
+  ddp::Communicator comm = connect_rank(0, store.path(), /*shared_memory=*/false, /*world=*/1);
+  std::vector<torch::Tensor> parameters{torch::ones({3}).requires_grad_(), torch::ones({3}).requires_grad_()};
+  ddp::ValueSlots side;
+  auto slot = side.reserve("test", 2);
+  ddp::GradientReducer reducer(parameters, comm, ddp::DistConfig{}, &side);
+  for (int step = 0; step < 2; ++step) {
+    side[slot][0] = 0.1;  // not a float32: a trip through the bucket would round it
+    side[slot][1] = 1e300;
+    reducer.prepare();
+    (parameters[0] * 2).sum().backward();
+    reducer.finish();
+    CHECK(side[slot][0] == 0.1);
+    CHECK(side[slot][1] == 1e300);
+    REQUIRE(parameters[0].grad().defined());
+    CHECK(torch::equal(parameters[0].grad(), torch::full({3}, 2.0f)));
+    CHECK_FALSE(parameters[1].grad().defined());
+    reducer.zero_grad();
+  }
 }
 
 }  // namespace DDP_TEST_FILE

@@ -559,4 +559,27 @@ TEST_CASE("a step reads no tensor value to the host, the loss included (read at 
   }
 }
 
+TEST_CASE("on a GPU: a step at world 1 waits for the device nowhere: no value read, no copy to the host, in "
+          "micro-steps, clipped, under ZeRO-3",
+          "[trainer][log][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
+    return;
+  }
+  // On a GPU each read or copy to the host leaves the device idle until the host has queued more work.
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"accumulated", {"train.grad_accum_steps=2", "train.clip_grad_norm=0.5"}},
+      {"zero3", {"dist.shard=parameters", "train.clip_grad_norm=0.5"}}};
+  for (const auto& [name, extra] : runs) {
+    auto sets = mlp_sets(dir.file(name), 8);
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    sets.push_back("dist.device=cuda");
+    auto r = train(1, "synthetic_mlp.yaml", sets);
+    INFO(name << ":\n" << r.out << r.err);
+    CHECK_THAT(r.out, Contains("tensor values read to the host a step, log steps aside: 0.00 on the rank that reads "
+                               "most"));
+  }
+}
+
 }  // namespace DDP_TEST_FILE

@@ -150,7 +150,7 @@ void GradientReducer::launch(Bucket& bucket, bool last) {
       gradient_views_[i].copy_(p.grad());  // replaced (see the Note)
   }
   auto& flat = bucket.flat[0];
-  if (last) {
+  if (last && comm_.world_size > 1) {  // one rank's sums are its own: finish() keeps them on the host
     // Multiplied by the world size, because the bucket is averaged, not summed.
     const auto count = static_cast<int64_t>(parameters_.size());
     if (side_count_ > 0) {
@@ -183,8 +183,15 @@ void GradientReducer::finish() {
   auto done = Clock::now();
   timing_.total_ms = std::chrono::duration<double, std::milli>(done - first_launch_).count();
   timing_.exposed_ms = std::chrono::duration<double, std::milli>(done - std::max(backward_done, first_launch_)).count();
-  const auto& last = buckets_.back().flat[0];
   const auto count = static_cast<int64_t>(parameters_.size());
+  if (comm_.world_size == 1) {
+    // The side values stay this rank's, and its use flags are the sums: reading them back from a GPU
+    // would wait there for the whole backward every step.
+    for (int64_t i = 0; i < count; ++i)
+      if (!used_[static_cast<std::size_t>(i)]) parameters_[static_cast<std::size_t>(i)].mutable_grad().reset();
+    return;
+  }
+  const auto& last = buckets_.back().flat[0];
   auto sums = last.narrow(0, last.size(0) - count - side_count_, side_count_ + count).to(torch::kCPU, torch::kDouble).contiguous();
   const double* sum = sums.data_ptr<double>();
   if (side_count_ > 0) std::copy(sum, sum + side_count_, side_values_->packed().begin());

@@ -10,8 +10,17 @@ namespace {
 thread_local bool t_counting = false;
 thread_local int64_t t_reads = 0;
 
+// A copy into host memory from a device's (copy_(self, src): what .to(kCPU) and .cpu() come to):
+// it waits for the device as a value read does.
+bool copies_to_host(const at::RecordFunction& fn) {
+  if (std::strcmp(fn.name(), "aten::copy_") != 0) return false;
+  auto inputs = fn.inputs();
+  return inputs.size() >= 2 && inputs[0].isTensor() && inputs[1].isTensor() && inputs[0].toTensor().is_cpu() &&
+         !inputs[1].toTensor().is_cpu();
+}
+
 std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
-  if (t_counting && std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0) ++t_reads;
+  if (t_counting && (std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || copies_to_host(fn))) ++t_reads;
   return nullptr;
 }
 
@@ -26,7 +35,8 @@ void HostReadCounter::step_begins() {
   if (!std::exchange(first_seen_, true)) return;  // the first step sets up: not counted
   if (steps_ >= kSampledSteps) return;
   if (!handle_)  // on the thread that runs the steps
-    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(on_op).scopes({at::RecordScope::FUNCTION}));
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(on_op).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
   t_reads = 0;
   t_counting = true;
 }
