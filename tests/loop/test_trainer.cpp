@@ -556,11 +556,12 @@ TEST_CASE("a step reads no tensor value to the host, the loss included (read at 
     for (const auto& record : read_metrics(dir.file(name + "/metrics.jsonl")))
       if (record.count("host_reads_per_step")) reads = record.at("host_reads_per_step");
     CHECK(reads == 0);
+    CHECK_THAT(r.out, !Contains("peak CUDA memory"));  // no rank on a GPU
   }
 }
 
 TEST_CASE("on a GPU: a step at world 1 waits for the device nowhere: no value read, no copy to the host, in "
-          "micro-steps, clipped, under ZeRO-3",
+          "micro-steps, clipped, under ZeRO-3; the peak CUDA memory is logged and kept",
           "[trainer][log][gpu]") {
   if (!torch::cuda::is_available()) {
     WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
@@ -579,6 +580,11 @@ TEST_CASE("on a GPU: a step at world 1 waits for the device nowhere: no value re
     INFO(name << ":\n" << r.out << r.err);
     CHECK_THAT(r.out, Contains("tensor values read to the host a step, log steps aside: 0.00 on the rank that reads "
                                "most"));
+    CHECK_THAT(r.out, Contains("peak CUDA memory per rank (MiB, the most the caching allocator had handed out): "));
+    double peak = -1;
+    for (const auto& record : read_metrics(dir.file(name + "/metrics.jsonl")))
+      if (record.count("peak_cuda_mib_max")) peak = record.at("peak_cuda_mib_max");
+    CHECK(peak > 0);
   }
 }
 

@@ -20,4 +20,15 @@ int64_t memory_in_use(const torch::Device& device) {
   return static_cast<int64_t>(info.uordblks + info.hblkhd);
 }
 
+int64_t peak_memory_in_use(const torch::Device& device) {
+#ifdef DDP_WITH_CUDA
+  if (device.is_cuda()) {
+    auto index = device.has_index() ? device.index() : c10::cuda::current_device();
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0].peak;
+  }
+#endif
+  (void)device;
+  return -1;
+}
+
 }  // namespace ddp

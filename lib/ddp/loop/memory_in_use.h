@@ -12,4 +12,8 @@ namespace ddp {
 /// block: of the whole process, so ranks as threads see each other's.
 int64_t memory_in_use(const torch::Device& device);
 
+/// On a GPU, the most the caching allocator has had handed out at once since the process began
+/// (torch.cuda.max_memory_allocated); -1 elsewhere, where peak RSS tells.
+int64_t peak_memory_in_use(const torch::Device& device);
+
 }  // namespace ddp

@@ -16,6 +16,7 @@
 #include "ddp/common/text.h"
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
+#include "ddp/loop/memory_in_use.h"
 #include "ddp/record/run_report.h"
 
 namespace ddp {
@@ -368,11 +369,13 @@ void RunRecorder::report_setup_memory() {
 void RunRecorder::report_peak_memory(const TrainProgress& progress) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  auto all = torch::zeros({2, world_.world_size}, torch::kDouble);
+  auto all = torch::zeros({3, world_.world_size}, torch::kDouble);
   all[0][world_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
   all[1][world_.rank] = peak_address_space_mib();  // what a ulimit -v (RLIMIT_AS) caps
+  all[2][world_.rank] = static_cast<double>(peak_memory_in_use(world_.device)) / (1024.0 * 1024.0);  // < 0: a CPU's
   all = all_reduce_sum(world_, all);
   if (world_.rank != 0) return;
+  report_peak_device_memory(progress, all[2]);
   auto per_rank = all[0];
   std::string text;
   MetricsRecord record = at_step(progress);
@@ -393,6 +396,21 @@ void RunRecorder::report_peak_memory(const TrainProgress& progress) {
     return;
   }
   spdlog::info("peak RSS per rank (MiB): {}", text);
+}
+
+void RunRecorder::report_peak_device_memory(const TrainProgress& progress, const torch::Tensor& per_rank_mib) {
+  if (per_rank_mib.max().item<double>() < 0) return;  // no rank on a GPU
+  std::string text;
+  MetricsRecord record = at_step(progress);
+  record.emplace_back("peak_cuda_mib_max", per_rank_mib.max().item<double>());
+  for (int r = 0; r < world_.world_size; ++r) {
+    const double mib = per_rank_mib[r].item<double>();
+    text += r ? ", " : "";
+    text += mib < 0 ? "(CPU)" : fmt::format("{:.0f}", mib);
+    if (mib >= 0) record.emplace_back("peak_cuda_mib_rank" + std::to_string(r), mib);
+  }
+  metrics_->write(record);
+  spdlog::info("peak CUDA memory per rank (MiB, the most the caching allocator had handed out): {}", text);
 }
 
 void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,

@@ -98,6 +98,8 @@ class RunRecorder {
   void stopped(const TrainProgress& progress, int signal, StopReason reason);
 
  private:
+  /// On rank 0, when a rank ran on a GPU: each rank's peak CUDA memory (MiB; < 0 for a CPU rank), logged and kept.
+  void report_peak_device_memory(const TrainProgress& progress, const torch::Tensor& per_rank_mib);
   void log_window(const TrainProgress& progress);
   void show_progress_line(const TrainProgress& progress);
   double eta_seconds(const TrainProgress& progress) const;
