@@ -3,9 +3,12 @@
 BENCH_ONLY=threads (ranks as threads against processes), BENCH_ONLY=tensor (dist.tensor against data
 parallelism), BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_ONLY=gpt, BENCH_ONLY=sharding, BENCH_ONLY=pipeline or BENCH_ONLY=tokenize (ddp-tokenize against Python
 sentencepiece) runs only that table;
-BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: tokens/s and model FLOPs
-utilisation against Python DDP, eager and compiled, and dist.shard on CUDA tensors (BENCH_GPU_PRECISIONS,
-default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it);
+BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: GPT-2 124M's tokens/s, model
+FLOPs utilisation and peak CUDA memory against the Python peer, eager and compiled (BENCH_GPU_PRECISIONS,
+default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it; BENCH_GPU_SHARD=1 adds dist.shard on CUDA
+tensors; BENCH_GPU_SMOKE=1 runs it all on the CPU at a toy shape, to check the bench itself);
+BENCH_ONLY=gpu_profile records one bf16 step of that GPT on each side and sums it by operator and by
+kernel (scripts/profile_summary.py), with how much of a step the GPU was busy;
 BENCH_ONLY=compare BENCH_BASELINE=DIR compares this build's ConvNet, MLP and GPT throughput with another
 build's bin/ (an earlier commit's), runs of the two alternating so that both see the same machine. The graph table runs on
 BENCH_DEVICE (cpu, or cuda on a CUDA build) in BENCH_PRECISION (fp32 or bf16), ddprun and the Python
@@ -49,9 +52,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_run(work, name, nproc, model, extra=(), nodes=1, config=CONFIG, steps=STEPS, log_every=25, threads=False):
+def start_run(work, name, nproc, model, extra=(), nodes=1, config=CONFIG, steps=STEPS, log_every=25, threads=False,
+              env=None):
     """One run; with nodes > 1, that many launchers on this host (--nnodes), nproc ranks each; with
-    threads, one ddp-train running nproc ranks as its threads (--threads)."""
+    threads, one ddp-train running nproc ranks as its threads (--threads); `env` adds variables."""
     out = os.path.join(work, name)
     sets = [f"run.output_dir={out}", f"train.max_steps={steps}", f"train.log_every={log_every}", "data.eval_split=none",
             "checkpoint.every_epochs=0", "checkpoint.resume=never", *MODELS.get(model, []), *extra]
@@ -67,7 +71,8 @@ def start_run(work, name, nproc, model, extra=(), nodes=1, config=CONFIG, steps=
             argv += ["--set", s]
         # stderr to a file, not a pipe: launchers waited for one after another must not block on a full pipe.
         err = tempfile.TemporaryFile()
-        processes.append((subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=err), err))
+        processes.append((subprocess.Popen(argv, env=dict(ENV, **(env or {})), stdout=subprocess.DEVNULL, stderr=err),
+                          err))
     return out, time.time(), processes
 
 
@@ -274,7 +279,21 @@ def gpt_reference(nproc, train_glob, shape=GPT_SHAPE, batch=GPT_BATCH, steps=GPT
     outputs = [p.communicate() for p in processes]
     if any(p.returncode != 0 for p in processes):
         sys.exit("bench: the Python GPT reference failed:\n" + "".join(err[-2000:] for _, err in outputs))
-    return float(outputs[0][0].split()[1])
+    return reference_values(outputs[0][0])
+
+
+def reference_values(stdout):
+    """A Python reference's `name value` lines (tokens_per_s, peak_cuda_mib on a GPU) as a dict."""
+    values = {}
+    for line in stdout.splitlines():
+        name, _, value = line.partition(" ")
+        try:
+            values[name] = float(value)
+        except ValueError:
+            pass
+    if "tokens_per_s" not in values:
+        sys.exit(f"bench: the Python reference printed no tokens_per_s:\n{stdout[-2000:]}")
+    return values
 
 
 def kjv_tokens(work):
@@ -302,7 +321,7 @@ def gpt(work):
     for i in range(GPT_REPEATS):
         for n in (1, 2):
             ours[n].append(finish_run(*run(f"gpt-w{n}-{i}", n)))
-            python[n].append(gpt_reference(n, train_glob))
+            python[n].append(gpt_reference(n, train_glob)["tokens_per_s"])
         # The two single-rank runs are both started before either is waited for.
         limits.append(sum(finish_run(*r)["tokens_per_s"] for r in [run(f"gpt-limit-{i}-{j}", 1) for j in range(2)]))
     ours = {n: best(runs, "tokens_per_s") for n, runs in ours.items()}
@@ -324,10 +343,18 @@ def gpt(work):
     print()
 
 
-# GPT-2 small's body (12 layers, 12 heads, width 768, block 1024) on bytes: 85M parameters.
-GPU_GPT = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "vocab_size": 256, "bias": False,
+# GPT-2 124M as nanoGPT trains it (12 layers, 12 heads, width 768, block 1024, its vocabulary of
+# 50,304: GPT-2's 50,257 padded to a multiple of 64), on the byte shards: the ids use 256 of the rows,
+# the work per token is the full vocabulary's.
+GPU_GPT = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "vocab_size": 50304, "bias": False,
            "dropout": 0.0}
 GPU_GPT_BATCH = int(os.environ.get("BENCH_GPU_GPT_BATCH", "16"))
+# BENCH_GPU_SMOKE=1 runs the table's every row on the CPU at a toy shape, to check the bench itself
+# before a GPU's few minutes are spent on it (no torch.compile there: Debian's torch is 1.13).
+GPU_SMOKE = os.environ.get("BENCH_GPU_SMOKE") == "1"
+if GPU_SMOKE:
+    GPU_GPT = dict(GPU_GPT, n_layer=2, n_head=2, n_embd=64, block_size=64)
+    GPU_GPT_BATCH = 4
 # Dense bf16 tensor-core peaks (NVIDIA's data sheets, SXM parts), for model FLOPs utilisation.
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
@@ -341,43 +368,70 @@ def flops_per_token(shape):
 
 
 def gpt_gpu(work):
-    """The GPU GPT table: ddprun and Python DDP (eager; torch.compile'd) on one GPU, fp32 and bf16, each
-    row's tokens/s and its model FLOPs utilisation against the card's bf16 peak; then dist.shard on
-    CUDA tensors: world 1 under NCCL, world 2 sharing the GPU through Gloo, against replicated."""
-    name = subprocess.run([PYTHON, "-c", "import torch; print(torch.cuda.get_device_name(0))"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    """The GPU GPT table (issue 42's): GPT-2 124M at world 1 on one GPU, fp32 (TF32 on both sides) and
+    bf16; ddprun against the Python peer (nanoGPT's recipe), eager and torch.compile'd, in one call:
+    each row's tokens/s, model FLOPs utilisation against the card's bf16 peak, and peak CUDA memory
+    (the caching allocator's most handed out); then ddprun without the chunked loss, for its memory.
+    BENCH_GPU_SHARD=1 adds dist.shard on CUDA tensors."""
+    device = "cpu" if GPU_SMOKE else "cuda"
+    name = "CPU (BENCH_GPU_SMOKE)" if GPU_SMOKE else subprocess.run(
+        [PYTHON, "-c", "import torch; print(torch.cuda.get_device_name(0))"], check=True, capture_output=True,
+        text=True).stdout.strip()
     peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None)
     train_glob, _ = kjv_tokens(work)
-    steps = int(os.environ.get("BENCH_GPU_GPT_STEPS", "60"))
+    steps = int(os.environ.get("BENCH_GPU_GPT_STEPS", "20" if GPU_SMOKE else "60"))
+    compile_too = not GPU_SMOKE and os.environ.get("BENCH_GPU_COMPILE", "1") == "1"
     per_token = flops_per_token(GPU_GPT)
-    sets = [f"data.path={train_glob}", "eval.every_steps=0", "checkpoint.every_steps=0", "dist.device=cuda",
+    sets = [f"data.path={train_glob}", "eval.every_steps=0", "checkpoint.every_steps=0", f"dist.device={device}",
             f"train.batch_size={GPU_GPT_BATCH}", *(f"model.{k}={str(v).lower()}" for k, v in GPU_GPT.items())]
-    ours = lambda label, nproc, extra, n=steps: (label, finish_run(*start_run(
-        work, label.replace(" ", "_").replace(",", ""), nproc, None, [*sets, *extra], config=GPT_CONFIG, steps=n,
-        log_every=GPT_LOG_EVERY)))
-    theirs = lambda label, extra: (label, {"tokens_per_s": gpt_reference(
-        1, train_glob, GPU_GPT, GPU_GPT_BATCH, steps, ["--device", "cuda", *extra]), "loss": None})
-    print(f"GPT on one {name}: {GPU_GPT['n_layer']} layers, {GPU_GPT['n_head']} heads, width {GPU_GPT['n_embd']}, "
-          f"block {GPU_GPT['block_size']}, byte vocabulary, batch {GPU_GPT_BATCH} × {GPU_GPT['block_size']} tokens, "
-          f"{steps} steps ({GPT_LOG_EVERY} untimed), world 1; MFU = tokens/s × {per_token / 1e6:.0f} MFLOP/token ÷ "
-          f"{peak or '(unknown card)'} TFLOP/s (dense bf16), {time.strftime('%Y-%m-%d %H:%M')}\n")
-    print("| run | tokens/s | MFU | ÷ Python eager, same precision |")
-    print("|---|---:|---:|---:|", flush=True)
-    eager = {}
-    # Each row is printed as it ends: a run cut short keeps the rows before it.
+
+    def ours(label, nproc, extra, n=steps):
+        out, started, processes = start_run(work, re.sub(r"[^A-Za-z0-9]+", "_", label), nproc, None, [*sets, *extra],
+                                            config=GPT_CONFIG, steps=n, log_every=GPT_LOG_EVERY)
+        r = finish_run(out, started, processes)
+        records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+        r["peak_cuda_mib"] = next((x["peak_cuda_mib_max"] for x in records if "peak_cuda_mib_max" in x), None)
+        return label, r
+
+    def theirs(label, extra):
+        values = gpt_reference(1, train_glob, GPU_GPT, GPU_GPT_BATCH, steps, ["--device", device, *extra])
+        return label, {"tokens_per_s": values["tokens_per_s"], "peak_cuda_mib": values.get("peak_cuda_mib")}
+
+    print(f"GPT-2 124M on one {name}: {GPU_GPT['n_layer']} layers, {GPU_GPT['n_head']} heads, width "
+          f"{GPU_GPT['n_embd']}, block {GPU_GPT['block_size']}, vocabulary {GPU_GPT['vocab_size']}, batch "
+          f"{GPU_GPT_BATCH} × {GPU_GPT['block_size']} tokens, {steps} steps ({GPT_LOG_EVERY} untimed), world 1; "
+          f"fp32 is TF32 matrix products on both sides (train.tf32, allow_tf32); MFU = tokens/s × "
+          f"{per_token / 1e6:.0f} MFLOP/token ÷ {peak or '(unknown card)'} TFLOP/s (dense bf16); Python: "
+          f"scripts/bench_gpt_reference.py (nanoGPT's train.py: fused AdamW, scaled_dot_product_attention, "
+          f"pinned non-blocking copies), {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| run | tokens/s | MFU | peak CUDA MiB | ÷ Python eager | ÷ Python compiled |")
+    print("|---|---:|---:|---:|---:|---:|", flush=True)
+    baseline = {}  # (precision, "eager" or "compiled") → the Python peer's tokens/s
+
+    def row(label, r, precision):
+        tokens = r["tokens_per_s"]
+        mfu = f"{tokens * per_token / (peak * 1e12):.1%}" if peak else "?"
+        memory = f"{r['peak_cuda_mib']:.0f}" if r.get("peak_cuda_mib") is not None else "–"
+        ratio = lambda kind: f"{tokens / baseline[precision, kind]:.2f}×" if (precision, kind) in baseline else "–"
+        # Each row is printed as it ends: a run cut short keeps the rows before it.
+        print(f"| {label} | {tokens:.0f} | {mfu} | {memory} | {ratio('eager')} | {ratio('compiled')} |", flush=True)
+
     for precision in os.environ.get("BENCH_GPU_PRECISIONS", "fp32 bf16").split():
-        runs = [lambda: theirs(f"Python DDP eager, {precision}", ["--precision", precision]),
-                lambda: ours(f"ddprun, {precision}", 1, [f"train.precision={precision}"])]
-        if precision == "bf16" and os.environ.get("BENCH_GPU_COMPILE", "1") == "1":
-            runs.append(lambda: theirs("Python DDP torch.compile, bf16", ["--precision", "bf16", "--compile"]))
-        for run in runs:
-            label, r = run()
-            eager.setdefault(precision, r["tokens_per_s"])
-            mfu = f"{r['tokens_per_s'] * per_token / (peak * 1e12):.1%}" if peak else "?"
-            print(f"| {label} | {r['tokens_per_s']:.0f} | {mfu} | {r['tokens_per_s'] / eager[precision]:.2f} |",
-                  flush=True)
+        label, r = theirs(f"Python eager, {precision}", ["--precision", precision])
+        baseline[precision, "eager"] = r["tokens_per_s"]
+        row(label, r, precision)
+        if compile_too:
+            label, r = theirs(f"Python torch.compile, {precision}", ["--precision", precision, "--compile"])
+            baseline[precision, "compiled"] = r["tokens_per_s"]
+            row(label, r, precision)
+        row(*ours(f"ddprun, {precision}", 1, [f"train.precision={precision}"]), precision)
+        if precision == "bf16":  # the head and loss over the whole [B, T, V] at once, for its memory
+            row(*ours("ddprun, bf16, train.chunked_loss=off", 1, ["train.precision=bf16", "train.chunked_loss=off"]),
+                precision)
     print()
-    short = max(2 * GPT_LOG_EVERY, steps // 2)  # world 2 sums 340 MB of gradients through the host a step
+    if os.environ.get("BENCH_GPU_SHARD") != "1":
+        return
+    short = max(2 * GPT_LOG_EVERY, steps // 2)  # world 2 sums the gradients through the host a step
     print(f"dist.shard on CUDA tensors, the model above in bf16 ({short} steps at world 2; replicated at world 1 is "
           f"the row ddprun, bf16 above)\n")
     print("| run | tokens/s | last logged loss |")
@@ -387,6 +441,34 @@ def gpt_gpu(work):
                                    ("world 2 Gloo, parameters", 2, ["dist.backend=gloo", "dist.shard=parameters"], short)):
         label, r = ours(label, nproc, ["train.precision=bf16", *extra], n)
         print(f"| {label} | {r['tokens_per_s']:.0f} | {r['loss']:.4f} |", flush=True)
+    print()
+
+
+def gpu_profile(work):
+    """Issue 42's first item: one bf16 step of GPT-2 124M (the GPU table's shape and batch) recorded on
+    each side, ddprun (DDPRUN_PROFILE, Kineto's kernels on a CUDA build) and the Python peer
+    (torch.profiler), each summed by scripts/profile_summary.py: operators, kernels, and how much of
+    a step the GPU was busy."""
+    device = "cpu" if GPU_SMOKE else "cuda"
+    train_glob, _ = kjv_tokens(work)
+    first, count = 2 * GPT_LOG_EVERY, 5
+    summary = lambda trace: subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "profile_summary.py"), trace,
+                                            "--steps", str(count)], check=True)
+    sets = [f"data.path={train_glob}", "eval.every_steps=0", "checkpoint.every_steps=0", f"dist.device={device}",
+            f"train.batch_size={GPU_GPT_BATCH}", "train.precision=bf16",
+            *(f"model.{k}={str(v).lower()}" for k, v in GPU_GPT.items())]
+    print(f"A bf16 step of the GPU table's GPT on {device}, steps {first}–{first + count - 1} recorded, per step\n")
+    print("ddprun (DDPRUN_PROFILE):\n", flush=True)
+    out, started, processes = start_run(work, "profile", 1, None, sets, config=GPT_CONFIG, steps=first + count,
+                                        log_every=GPT_LOG_EVERY, env={"DDPRUN_PROFILE": f"{first}:{count}"})
+    finish_run(out, started, processes)
+    summary(os.path.join(out, "profile_rank0.trace.json"))
+    print("\nPython (torch.profiler):\n", flush=True)
+    trace = os.path.join(work, "python_profile.json")
+    # gpt_reference's warm-up is GPT_LOG_EVERY steps: the recorded ones are the `count` after it.
+    gpt_reference(1, train_glob, GPU_GPT, GPU_GPT_BATCH, GPT_LOG_EVERY + count,
+                  ["--device", device, "--precision", "bf16", "--profile", trace])
+    summary(trace)
     print()
 
 
@@ -678,7 +760,8 @@ def compare(work):
 
 def main():
     work = tempfile.mkdtemp(prefix="ddprun-bench-")
-    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "sharding": sharding,
+    only = {"multinode": multinode, "monitor": monitor_cost, "graph": graph, "gpt": gpt, "gpt_gpu": gpt_gpu, "gpu_profile": gpu_profile,
+            "sharding": sharding,
             "pipeline": pipeline, "compare": compare, "tokenize": tokenize, "tables": tables,
             "threads": threads, "tensor": tensor}.get(os.environ.get("BENCH_ONLY", ""))
     if only:

@@ -15,7 +15,8 @@ batch is drawn while the step's forward is done, then backward, clipping to norm
 step and zero_grad(set_to_none=True); AdamW with nanoGPT's decay groups (fused where torch has it, on
 CUDA, as configure_optimizers does) and ddprun's cosine schedule after --lr-warmup-steps. The samples
 differ from ddprun's (a DistributedSampler's), the work per step does not.
-Rank 0 prints one line, `tokens_per_s N`: all ranks together, over the --steps steps after --warmup.
+Rank 0 prints `tokens_per_s N`: all ranks together, over the --steps steps after --warmup; on a GPU
+also `peak_cuda_mib M`, torch.cuda.max_memory_allocated() in MiB.
 
 On a GPU (scripts/gpu_check.sh gpt): --device cuda puts each rank on cuda:LOCAL_RANK under NCCL with
 TF32 matrix products, batches copied from pinned memory without blocking; --precision bf16 runs
@@ -58,6 +59,9 @@ def main():
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
+    parser.add_argument("--profile", metavar="TRACE",
+                        help="record the timed steps with torch.profiler (the GPU's kernels too on a GPU) into this "
+                             "Chrome trace, for scripts/profile_summary.py; tokens/s then includes its cost")
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -106,12 +110,17 @@ def main():
 
     X, Y = get_batch()
     start = None
+    profiler = None
     for step in range(total):
         if step == args.warmup:
             if cuda:
                 torch.cuda.synchronize()
             dist.barrier()
             start = time.time()
+            if args.profile:
+                activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+                profiler = torch.profiler.profile(activities=activities)
+                profiler.__enter__()
         for group in optimizer.param_groups:
             group["lr"] = nanogpt.lr_at(step, args.lr, args.lr_warmup_steps, total)
         with ctx:
@@ -125,8 +134,14 @@ def main():
         torch.cuda.synchronize()
     dist.barrier()
     elapsed = time.time() - start
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        if rank == 0:
+            profiler.export_chrome_trace(args.profile)
     if rank == 0:
         print(f"tokens_per_s {args.steps * args.batch_size * args.block_size * world / elapsed:.1f}")
+        if cuda:  # the most the caching allocator handed out at once, as ddprun's peak_cuda_mib_max
+            print(f"peak_cuda_mib {torch.cuda.max_memory_allocated() / 2**20:.1f}")
     dist.destroy_process_group()
 
 

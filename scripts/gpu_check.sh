@@ -7,7 +7,10 @@
 #   scripts/gpu_check.sh bench [DIR]   there: build if needed, then the GraphSAGE bench on the GPU
 #   scripts/gpu_check.sh tests [DIR]   there: build and run the unit tests that need a GPU ([gpu])
 #   scripts/gpu_check.sh gpt [DIR]     there: the [gpu] tests, then the GPU GPT table (scripts/bench.py
-#                                      BENCH_ONLY=gpt_gpu) on data/kjv, made here by scripts/make_tokens.py
+#                                      BENCH_ONLY=gpt_gpu: GPT-2 124M against the Python peer, eager and
+#                                      compiled) and a step's profile on each side (BENCH_ONLY=gpu_profile),
+#                                      on data/kjv, made here by scripts/make_tokens.py (BENCH_GPU_SMOKE=1
+#                                      runs both here on the CPU at a toy shape, to check them first)
 #   scripts/gpu_check.sh quickstart [DIR]  there: the quick start's build and training (on the CPU), timed
 #   scripts/gpu_check.sh elastic [DIR] there: the [gpu] tests, then train.global_batch_size and an elastic
 #                                      job (a node joins, another is drained) on CUDA tensors, on data/kjv
@@ -153,6 +156,8 @@ case "$stage" in
       check "the GPT tests, fused attention included" build/bin/test_model "[gpt]~[python]"
     fi
     check "GPU GPT table" env BENCH_ONLY=gpt_gpu BENCH_PYTHON="$python" BENCH_TOKENS=data/kjv "$python" scripts/bench.py
+    check "a step's profile, both sides" env BENCH_ONLY=gpu_profile BENCH_PYTHON="$python" BENCH_TOKENS=data/kjv \
+      "$python" scripts/bench.py
     ;;
   quickstart)  # what scripts/quickstart.sh does after its set-up, on this machine's cores
     rebuild() { rm -rf build && build; }

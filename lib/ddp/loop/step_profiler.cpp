@@ -1,6 +1,7 @@
 #include "ddp/loop/step_profiler.h"
 
 #include <spdlog/spdlog.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <cerrno>
@@ -9,12 +10,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "ddp/common/error.h"
 
 namespace ddp {
 
-StepProfiler::StepProfiler(const std::string& output_dir, int rank) {
+StepProfiler::StepProfiler(const std::string& output_dir, int rank, const torch::Device& device)
+    : kineto_(device.is_cuda()) {
   const char* value = std::getenv("DDPRUN_PROFILE");
   if (!value || !*value) return;
   long long first = -1, count = 0;
@@ -35,15 +38,39 @@ void StepProfiler::step_begins(int64_t step) {
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
   file_ = std::make_unique<std::ofstream>(path_);
   if (!*file_) throw IoError("DDPRUN_PROFILE: cannot write " + path_ + " (" + std::strerror(errno) + ")");
+  if (kineto_) {  // torch.profiler's way: this thread's operators (and autograd's), every kernel
+    using torch::profiler::impl::ActivityType;
+    const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+    const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
+    try {
+      torch::autograd::profiler::prepareProfiler(config, activities);
+      torch::autograd::profiler::enableProfiler(config, activities);
+      file_.reset();  // Kineto writes the file itself
+      kineto_recording_ = true;
+      return;
+    } catch (const c10::Error& e) {  // a LibTorch built without Kineto
+      kineto_ = false;
+      spdlog::warn("DDPRUN_PROFILE: this LibTorch cannot record the GPU's kernels ({}): the host's operators only",
+                   e.what_without_backtrace());
+    }
+  }
   recording_ = std::make_unique<torch::autograd::profiler::RecordProfile>(*file_);
 }
 
 void StepProfiler::step_ends(int64_t step) {
-  if (step != last_ || !recording_) return;
-  recording_.reset();  // writes the trace
-  file_->close();
-  if (!*file_) throw IoError("DDPRUN_PROFILE: cannot write " + path_);
-  spdlog::info("profile of steps {} to {} written to {}", first_, last_, path_);
+  if (step != last_ || (!recording_ && !kineto_recording_)) return;
+  if (kineto_recording_) {
+    kineto_recording_ = false;
+    torch::autograd::profiler::disableProfiler()->save(path_);
+    std::error_code ec;
+    if (std::filesystem::file_size(path_, ec) == 0 || ec) throw IoError("DDPRUN_PROFILE: cannot write " + path_);
+  } else {
+    recording_.reset();  // writes the trace
+    file_->close();
+    if (!*file_) throw IoError("DDPRUN_PROFILE: cannot write " + path_);
+  }
+  spdlog::info("profile of steps {} to {} written to {}{}", first_, last_, path_,
+               kineto_ ? " (the host's operators and the GPU's kernels)" : "");
 }
 
 }  // namespace ddp
