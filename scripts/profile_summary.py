@@ -25,7 +25,11 @@ def main():
     parser.add_argument("--steps", type=int, required=True, help="the COUNT of DDPRUN_PROFILE")
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
-    trace = json.load(open(args.trace))
+    try:
+        with open(args.trace) as f:
+            trace = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"profile_summary.py: {args.trace}: cannot be read as a Chrome trace ({e})")
     events = [e for e in (trace["traceEvents"] if isinstance(trace, dict) else trace) if e.get("ph") == "X"]
     device = [e for e in events if e.get("cat") in GPU_CATEGORIES]
     events = [e for e in events if e.get("cat", "cpu_op").lower() in HOST_CATEGORIES]

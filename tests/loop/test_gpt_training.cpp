@@ -466,6 +466,43 @@ TEST_CASE("DDPRUN_PROFILE writes each rank's operator trace of the steps asked f
   CHECK_THAT(bad.err, Contains("DDPRUN_PROFILE: expected FIRST:COUNT (steps, COUNT >= 1), got '3'"));
 }
 
+TEST_CASE("profile_summary.py reads a GPU trace's kernels and the GPU's busy share, and names a broken trace",
+          "[gpt]") {
+  // Kineto's form (a CUDA build's DDPRUN_PROFILE, torch.profiler's export): an object of traceEvents,
+  // host operators and GPU kernels and copies by category. Kernels 20-320 and 200-250 us overlap, a
+  // copy 400-500: busy 400 of the 480 us from the first start to the last end.
+  TempDir dir;
+  write_file(dir.file("kineto.json"), R"({"schemaVersion": 1, "traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 150, "dur": 20},
+    {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 300},
+    {"ph": "X", "cat": "kernel", "name": "add_kernel", "pid": 0, "tid": 7, "ts": 200, "dur": 50},
+    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 8, "ts": 400, "dur": 100},
+    {"ph": "i", "name": "a marker", "ts": 5}]})");
+  auto summary = [&](const std::string& name) {
+    return run_command({"python3", std::string(DDP_SOURCE_DIR) + "/scripts/profile_summary.py", dir.file(name),
+                        "--steps", "1"},
+                       std::chrono::seconds(60));
+  };
+  auto r = summary("kineto.json");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("| aten::mm | 0.10 | 83.3% |") && Contains("| sm90_gemm | 0.30 | 66.7% |") &&
+                        Contains("| Memcpy HtoD | 0.10 | 22.2% |"));
+  CHECK_THAT(r.out, Contains("GPU: 3 kernels, copies and sets per step, 0.5 ms/step of them; busy 0.4 of the 0.5 "
+                             "ms/step from its first to its last (83.3%)"));
+  CHECK_THAT(r.out, !Contains("cudaLaunchKernel"));  // the runtime's calls are neither operators nor kernels
+  write_file(dir.file("cut.json"), R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "na)");
+  auto cut = summary("cut.json");
+  CHECK(cut.exit_code != 0);
+  CHECK_THAT(cut.err, Contains(dir.file("cut.json") + ": cannot be read as a Chrome trace"));
+  write_file(dir.file("empty.json"), R"({"traceEvents": []})");
+  auto empty = summary("empty.json");
+  CHECK(empty.exit_code != 0);
+  CHECK_THAT(empty.err, Contains(dir.file("empty.json") + " holds no operator events"));
+}
+
 TEST_CASE("a TorchScript language model trains as causal_lm, its vocabulary checked at its first output", "[gpt]") {
   TempDir dir;
   std::string config = write_gpt_config(dir);
