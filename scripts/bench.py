@@ -425,6 +425,9 @@ def gpt_gpu(work):
             baseline[precision, "compiled"] = r["tokens_per_s"]
             row(label, r, precision)
         row(*ours(f"ddprun, {precision}", 1, [f"train.precision={precision}"]), precision)
+        if not GPU_SMOKE:  # the step as one CUDA graph (Note [CUDA graphs]); on the CPU it would only say why not
+            row(*ours(f"ddprun, {precision}, train.cuda_graphs=on", 1,
+                      [f"train.precision={precision}", "train.cuda_graphs=on"]), precision)
         if precision == "bf16":  # the head and loss over the whole [B, T, V] at once, for its memory
             row(*ours("ddprun, bf16, train.chunked_loss=off", 1, ["train.precision=bf16", "train.chunked_loss=off"]),
                 precision)

@@ -561,7 +561,7 @@ TEST_CASE("a step reads no tensor value to the host, the loss included (read at 
 }
 
 TEST_CASE("on a GPU: a step at world 1 waits for the device nowhere: no value read, no copy to the host, in "
-          "micro-steps, clipped, under ZeRO-3; the peak CUDA memory is logged and kept",
+          "micro-steps, clipped, under ZeRO-3, and the peak CUDA memory is logged and kept",
           "[trainer][log][gpu]") {
   if (!torch::cuda::is_available()) {
     WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");

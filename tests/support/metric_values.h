@@ -4,6 +4,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 namespace ddp::test {
 
@@ -20,6 +21,18 @@ inline double metric_value(const std::string& path, const std::string& key, bool
       if (!last) return value;
     }
   return value;
+}
+
+/// Every value of `key` in the metrics file `path`, in order.
+inline std::vector<double> metric_values(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<double> values;
+  std::regex field("\"" + key + "\": ([-0-9.e+]+)");
+  std::smatch match;
+  while (std::getline(in, line))
+    if (std::regex_search(line, match, field)) values.push_back(std::stod(match[1]));
+  return values;
 }
 
 }  // namespace ddp::test

@@ -59,6 +59,13 @@ void declare_config(ConfigSchema& schema, TrainLoopConfig& config) {
              "on a GPU that has TensorFloat-32 (Ampere and later): float32 matrix products and convolutions in it "
              "(10-bit mantissa, float32's range), as nanoGPT sets it, several times faster than full float32; "
              "false: full float32. Nothing changes on the CPU");
+  schema.add("train.cuda_graphs", &config.cuda_graphs,
+             "capture a whole training step on the GPU as one CUDA graph after two eager steps, and replay it for "
+             "each later step of the same batch shapes (a short last batch runs eagerly): the step's kernels start "
+             "from one launch. on: say on one line why when a run cannot (the CPU, several ranks, dist.shard, "
+             "embedding tables stepped by rows, an optimizer other than adamw, a LibTorch before 2.3) and run "
+             "eagerly; auto: the same, quietly on the CPU; off: eagerly. Not yet measured on a GPU, hence off")
+      .choices({"off", "on", "auto"});
 }
 
 void declare_config(ConfigSchema& schema, EvalConfig& config) {

@@ -25,6 +25,7 @@ struct TrainLoopConfig {
   int64_t log_every = 50;     ///< optimizer steps
   std::string precision = "fp32";  ///< fp32 | bf16: autocast for forward and loss (ddp/loop/autocast_scope.h)
   bool tf32 = true;  ///< CUDA: float32 matrix products and convolutions in TensorFloat-32 (use_tf32)
+  std::string cuda_graphs = "off";  ///< off | on | auto: a step captured as a CUDA graph (Note [CUDA graphs])
 };
 
 /// `eval:` evaluation on the eval split.

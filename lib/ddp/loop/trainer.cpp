@@ -12,12 +12,14 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
+#include "ddp/common/text.h"
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/resume_check.h"
 #include "ddp/loop/same_weights.h"
+#include "ddp/optim/foreach_adamw.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -115,6 +117,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   progress_.batch_size = config_.train.batch_size;
   progress_.accum_steps = config_.train.grad_accum_steps;
   resume();
+  set_up_step_graph();  // after resume: the optimizer's state is the one steps will update
   return_setup_memory();
 }
 
@@ -287,8 +290,13 @@ int Trainer::fit() {
 }
 
 StepStats Trainer::train_step(int64_t micro_batches) {
+  if (graph_) return graphed_step(micro_batches);
+  return eager_step(micro_batches, [this] { return prefetcher_->next().to(plan_->world().device); });
+}
+
+StepStats Trainer::eager_step(int64_t micro_batches, std::function<Batch()> next_batch) {
   StepHooks hooks;
-  hooks.next_batch = [this] { return prefetcher_->next().to(plan_->world().device); };
+  hooks.next_batch = std::move(next_batch);
   hooks.before_last_backward = [this] {
     stop_vote_->cast();  // this rank's vote and the other side values travel with the sync
     parallel_->gradient_sync->prepare();
@@ -299,6 +307,86 @@ StepStats Trainer::train_step(int64_t micro_batches) {
   optimizer_step(work.stats);
   work.stats.loss_sum = work.loss_sum;  // read at log steps only (StepStats)
   return work.stats;
+}
+
+void Trainer::set_up_step_graph() {
+  const std::string& mode = config_.train.cuda_graphs;
+  if (mode == "off") return;
+  const Communicator& world = plan_->world();
+  auto* adamw = dynamic_cast<ForeachAdamW*>(optimizer_.get());
+  const StepGraphFacts facts = step_graph_facts(config_, world.device, world.world_size, parallel_->tables != nullptr);
+  std::optional<std::string> blocker = step_graph_blocker(facts);
+  if (!blocker && !adamw) blocker = "the optimizer is not the fused AdamW";
+  if (blocker) {
+    if (world.rank == 0 && mode == "on") spdlog::warn("train.cuda_graphs: on, but {}: steps run eagerly", *blocker);
+    if (world.rank == 0 && mode == "auto" && facts.on_gpu)
+      spdlog::info("train.cuda_graphs: auto: {}: steps run eagerly", *blocker);
+    return;
+  }
+  graph_ = std::make_unique<StepGraph>(world.device);
+  adamw->hold_lr_on_device(world.device);
+}
+
+// Note [CUDA graphs]: two eager steps, the third captured, then replays of steps of its shapes.
+StepStats Trainer::graphed_step(int64_t micro_batches) {
+  auto& adamw = static_cast<ForeachAdamW&>(*optimizer_);  // set_up_step_graph admits only it
+  std::vector<Batch> batches;
+  for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(prefetcher_->next());
+  // The rate this step steps with, into the tensor the fused kernel reads, before a replay or a capture.
+  set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
+  adamw.load_lr();
+  if (graph_->fits(batches)) {
+    stop_vote_->cast();  // a replay's host work: the vote, the counts, the step
+    StepStats stats;
+    stats.loss_sum = graph_->replay(batches);
+    adamw.replayed();
+    for (const Batch& batch : batches) {
+      stats.batches += 1;
+      stats.samples += batch.size();
+      stats.sampled_edges += batch.sampled_edges;
+      stats.tokens += batch.tokens;
+    }
+    stats.lr = progress_.lr = schedule_->lr_at(progress_.step);
+    progress_.batch_in_epoch += micro_batches;
+    progress_.step += 1;
+    return stats;
+  }
+  std::vector<Batch> on_device;
+  for (const Batch& batch : batches) on_device.push_back(batch.to(plan_->world().device));
+  StepStats stats;
+  const StepGraph::Body body = [this, micro_batches, &stats](const std::vector<Batch>& inputs) {
+    std::size_t next = 0;
+    stats = eager_step(micro_batches, [&inputs, &next] { return inputs.at(next++); });
+    return stats.loss_sum;
+  };
+  const int rank = plan_->world().rank;
+  if (graph_->captured() || micro_batches != config_.train.grad_accum_steps) {  // other shapes: eagerly
+    if (graph_->captured() && !graph_misfit_said_ && rank == 0) {
+      graph_misfit_said_ = true;
+      spdlog::info("train.cuda_graphs: step {}'s batches differ from the captured step's ({}): such steps run eagerly",
+                   progress_.step, graph_->shapes());
+    }
+    body(on_device);
+    return stats;
+  }
+  if (graph_warm_ups_ < 2) {  // the second on the capture stream: its lazy set-ups outside the capture
+    if (++graph_warm_ups_ == 2)
+      graph_->run_on_capture_stream(on_device, body);
+    else
+      body(on_device);
+    return stats;
+  }
+  const int64_t step = progress_.step;
+  try {
+    stats.loss_sum = graph_->capture(std::move(on_device), body);
+  } catch (const std::exception& e) {
+    throw UserError(std::string("train.cuda_graphs: step ") + std::to_string(step) + " could not be captured (" +
+                    without_backtrace(e.what()) + "); train.cuda_graphs: off runs every step eagerly");
+  }
+  if (rank == 0)
+    spdlog::info("train.cuda_graphs: step {} captured ({}): later steps of these shapes replay it", step,
+                 graph_->shapes());
+  return stats;
 }
 
 void Trainer::optimizer_step(StepStats& step) {

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 
 #include "ddp/checkpoint/checkpointer.h"
@@ -18,6 +19,7 @@
 #include "ddp/loop/parallelize.h"
 #include "ddp/loop/resume_check.h"
 #include "ddp/loop/run_recorder.h"
+#include "ddp/loop/step_graph.h"
 #include "ddp/loop/step_profiler.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/worker_signals.h"
@@ -61,6 +63,12 @@ class Trainer {
   bool stopping() const { return eval_interrupted_ || stop_vote_->agreed(); }
   /// Forward and backward of `micro_batches` micro-batches (the step runner's), then one optimizer step.
   StepStats train_step(int64_t micro_batches);
+  /// That step, eagerly, on the micro-batches `next_batch` gives (on this rank's device).
+  StepStats eager_step(int64_t micro_batches, std::function<Batch()> next_batch);
+  /// train.cuda_graphs (Note [CUDA graphs]): a StepGraph where nothing keeps the steps from being captured.
+  void set_up_step_graph();
+  /// That step with a StepGraph: eager warm-ups, the capture, then replays.
+  StepStats graphed_step(int64_t micro_batches);
   /// After the backwards: the gradient sync's end, clipping, the optimizer's step.
   void optimizer_step(StepStats& step);
   /// The ranks that split the samples: the plan's data-parallel group.
@@ -94,6 +102,9 @@ class Trainer {
   int64_t last_eval_step_ = -1;
   bool eval_interrupted_ = false;
   bool state_memory_reported_ = false;
+  std::unique_ptr<StepGraph> graph_;  ///< train.cuda_graphs, where a step can be captured
+  int graph_warm_ups_ = 0;
+  bool graph_misfit_said_ = false;
 };
 
 }  // namespace ddp

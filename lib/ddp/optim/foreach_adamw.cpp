@@ -2,8 +2,13 @@
 
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
+
+// AdamW's fused kernel, with the learning rate as a number or as a tensor: LibTorch 2.3 (as
+// step_graph.cpp's capture). Before it, Adam's fused kernel after a decay of our own.
+#define DDP_FUSED_ADAMW_TENSOR_LR (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
 
 namespace ddp {
 namespace {
@@ -51,16 +56,45 @@ torch::Tensor ForeachAdamW::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  for (auto& group : param_groups_) {
-    GroupStep work = gather(group);
+  last_stepped_.clear();
+  for (std::size_t g = 0; g < param_groups_.size(); ++g) {
+    GroupStep work = gather(param_groups_[g]);
     if (work.params.empty()) continue;
-    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    if (fusable(work.params, work.grads))
-      fused_update(work, options);
-    else
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(param_groups_[g].options());
+    if (fusable(work.params, work.grads)) {
+      fused_update(work, options, g);
+    } else {
+      TORCH_CHECK(device_lrs_.empty(), "ForeachAdamW: a learning rate held on the device needs the fused kernel, "
+                                       "which these parameters cannot take (mixed devices, dtypes or layouts)");
       foreach_update(work, options);
+      for (auto* state : work.states) last_stepped_.emplace_back(state, nullptr);
+    }
   }
   return loss;
+}
+
+void ForeachAdamW::hold_lr_on_device(const torch::Device& device) {
+#if DDP_FUSED_ADAMW_TENSOR_LR
+  device_lrs_.clear();
+  for (std::size_t g = 0; g < param_groups_.size(); ++g)
+    device_lrs_.push_back(torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device)));
+  load_lr();
+#else
+  (void)device;
+  throw std::logic_error("ForeachAdamW: a learning rate held on the device needs LibTorch 2.3 or later");
+#endif
+}
+
+void ForeachAdamW::load_lr() {
+  for (std::size_t g = 0; g < device_lrs_.size(); ++g)
+    device_lrs_[g].fill_(static_cast<const torch::optim::AdamWOptions&>(param_groups_[g].options()).lr());
+}
+
+void ForeachAdamW::replayed() {
+  for (auto& [state, count] : last_stepped_) {
+    state->step(state->step() + 1);
+    if (count) count->host += 1;
+  }
 }
 
 ForeachAdamW::GroupStep ForeachAdamW::gather(torch::optim::OptimizerParamGroup& group) {
@@ -84,6 +118,7 @@ ForeachAdamW::GroupStep ForeachAdamW::gather(torch::optim::OptimizerParamGroup& 
     work.exp_avgs.push_back(state.exp_avg());
     work.exp_avg_sqs.push_back(state.exp_avg_sq());
     work.steps.push_back(state.step());
+    work.states.push_back(&state);
   }
   return work;
 }
@@ -108,10 +143,28 @@ void ForeachAdamW::foreach_update(const GroupStep& work, const torch::optim::Ada
   at::_foreach_addcdiv_(work.params, work.exp_avgs, denominators, step_sizes);
 }
 
-void ForeachAdamW::fused_update(const GroupStep& work, const torch::optim::AdamWOptions& options) {
+void ForeachAdamW::fused_update(const GroupStep& work, const torch::optim::AdamWOptions& options, std::size_t group) {
   const auto [beta1, beta2] = options.betas();
   std::vector<torch::Tensor> counts = device_steps(work);
-  // AdamW's decoupled decay first, as the base class; the kernel's own weight_decay is Adam's (L2).
+  for (std::size_t i = 0; i < work.states.size(); ++i)
+    last_stepped_.emplace_back(work.states[i], &device_steps_.at(work.params[i].unsafeGetTensorImpl()));
+#if DDP_FUSED_ADAMW_TENSOR_LR
+  // AdamW's own kernel, its decoupled decay included; the rate from the device where it is held
+  // there, so that a captured step and an eager one run the same arithmetic.
+  if (!device_lrs_.empty())
+    at::_fused_adamw_(work.params, work.grads, work.exp_avgs, work.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, counts,
+                      device_lrs_.at(group), beta1, beta2, options.weight_decay(), options.eps(), /*amsgrad=*/false,
+                      /*maximize=*/false);
+  else
+    at::_fused_adamw_(work.params, work.grads, work.exp_avgs, work.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, counts,
+                      options.lr(), beta1, beta2, options.weight_decay(), options.eps(), /*amsgrad=*/false,
+                      /*maximize=*/false);
+  return;
+#else
+  (void)group;
+#endif
+  // Before LibTorch 2.3: AdamW's decoupled decay first, as the base class, then Adam's kernel with
+  // weight decay 0 (its own is Adam's, L2).
   if (options.weight_decay() != 0) at::_foreach_mul_(work.params, 1 - options.lr() * options.weight_decay());
   at::_fused_adam_(work.params, work.grads, work.exp_avgs, work.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, counts,
                    options.lr(), beta1, beta2, /*weight_decay=*/0.0, options.eps(), /*amsgrad=*/false,
