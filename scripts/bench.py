@@ -5,7 +5,8 @@ parallelism), BENCH_ONLY=multinode, BENCH_ONLY=monitor, BENCH_ONLY=graph, BENCH_
 sentencepiece) runs only that table;
 BENCH_ONLY=gpt_gpu (a CUDA build on a GPU machine) runs the GPU GPT table: GPT-2 124M's tokens/s, model
 FLOPs utilisation and peak CUDA memory against the Python peer, eager and compiled (BENCH_GPU_PRECISIONS,
-default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it; BENCH_GPU_SHARD=1 adds dist.shard on CUDA
+default "fp32 bf16", and BENCH_GPU_COMPILE=0 narrow it; BENCH_GPU_MODELS="gpt llama" adds the Llama of
+issue 41 at GPT-2 124M's size; BENCH_GPU_SHARD=1 adds dist.shard on CUDA
 tensors; BENCH_GPU_SMOKE=1 runs it all on the CPU at a toy shape, to check the bench itself);
 BENCH_ONLY=gpu_profile records one bf16 step of that GPT on each side and sums it by operator and by
 kernel (scripts/profile_summary.py), with how much of a step the GPU was busy;
@@ -256,6 +257,7 @@ def graph(work):
 
 
 GPT_CONFIG = os.path.join(ROOT, "configs", "gpt_kjv.yaml")
+LLAMA_CONFIG = os.path.join(ROOT, "configs", "llama_kjv.yaml")
 GPT_STEPS = int(os.environ.get("BENCH_GPT_STEPS", "60"))  # a GPT step is several ConvNet steps
 GPT_LOG_EVERY = 10  # the first window, warm-up, is skipped: ddprun's and the reference's alike
 # The shape both sides train, set here on both so that they cannot differ.
@@ -352,8 +354,13 @@ GPU_GPT_BATCH = int(os.environ.get("BENCH_GPU_GPT_BATCH", "16"))
 # BENCH_GPU_SMOKE=1 runs the table's every row on the CPU at a toy shape, to check the bench itself
 # before a GPU's few minutes are spent on it (no torch.compile there: Debian's torch is 1.13).
 GPU_SMOKE = os.environ.get("BENCH_GPU_SMOKE") == "1"
+# The Llama of issue 41 at that size (scripts/llama_peer.py on the Python side): grouped-query
+# attention (4 key/value heads for 12), SwiGLU of Llama's width rule, an untied head, Llama 2's vocabulary.
+GPU_LLAMA = {"n_layer": 12, "n_head": 12, "n_kv_heads": 4, "dim": 768, "multiple_of": 256, "block_size": 1024,
+             "vocab_size": 32000, "rope_theta": 10000.0, "tie_embeddings": False}
 if GPU_SMOKE:
     GPU_GPT = dict(GPU_GPT, n_layer=2, n_head=2, n_embd=64, block_size=64)
+    GPU_LLAMA = dict(GPU_LLAMA, n_layer=2, n_head=4, n_kv_heads=2, dim=64, block_size=64)
     GPU_GPT_BATCH = 4
 # Dense bf16 tensor-core peaks (NVIDIA's data sheets, SXM parts), for model FLOPs utilisation.
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
@@ -361,18 +368,26 @@ BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
 def flops_per_token(shape):
     """nanoGPT's estimate (its estimate_mfu, after the PaLM paper): 6N for the matrices' forward and
-    backward, plus 12·L·C·T for attention's two sequence-long products; N counts no position embedding."""
+    backward, plus 12·L·C·T for attention's two sequence-long products; N counts no position embedding,
+    nor a Llama's untied input embedding (a lookup, not a product)."""
+    if "dim" in shape:  # a Llama: q and o square, k and v one per key/value head, three SwiGLU matrices, the head
+        L, C, T, V, H, K = (shape[k] for k in ("n_layer", "dim", "block_size", "vocab_size", "n_head", "n_kv_heads"))
+        width = 8 * C // 3
+        F = shape["multiple_of"] * ((width + shape["multiple_of"] - 1) // shape["multiple_of"])
+        n = V * C + L * (2 * C * C + 2 * C * (C // H) * K + 3 * C * F + 2 * C) + C
+        return 6 * n + 12 * L * C * T
     L, C, T, V = shape["n_layer"], shape["n_embd"], shape["block_size"], shape["vocab_size"]
     n = V * C + L * (12 * C * C + 2 * C) + C  # tied embedding, blocks (no biases), final norm
     return 6 * n + 12 * L * C * T
 
 
 def gpt_gpu(work):
-    """The GPU GPT table (issue 42's): GPT-2 124M at world 1 on one GPU, fp32 (TF32 on both sides) and
-    bf16; ddprun against the Python peer (nanoGPT's recipe), eager and torch.compile'd, in one call:
-    each row's tokens/s, model FLOPs utilisation against the card's bf16 peak, and peak CUDA memory
-    (the caching allocator's most handed out); then ddprun without the chunked loss, for its memory.
-    BENCH_GPU_SHARD=1 adds dist.shard on CUDA tensors."""
+    """The GPU language-model table (issue 42's): GPT-2 124M (and with BENCH_GPU_MODELS="gpt llama" the
+    Llama of issue 41 at that size) at world 1 on one GPU, fp32 (TF32 on both sides) and bf16; ddprun
+    against the Python peer (nanoGPT's recipe), eager and torch.compile'd, in one call: each row's
+    tokens/s, model FLOPs utilisation against the card's bf16 peak, and peak CUDA memory (the caching
+    allocator's most handed out); ddprun with the step as a CUDA graph; ddprun without the chunked loss,
+    for its memory. BENCH_GPU_SHARD=1 adds dist.shard on CUDA tensors."""
     device = "cpu" if GPU_SMOKE else "cuda"
     name = "CPU (BENCH_GPU_SMOKE)" if GPU_SMOKE else subprocess.run(
         [PYTHON, "-c", "import torch; print(torch.cuda.get_device_name(0))"], check=True, capture_output=True,
@@ -381,29 +396,56 @@ def gpt_gpu(work):
     train_glob, _ = kjv_tokens(work)
     steps = int(os.environ.get("BENCH_GPU_GPT_STEPS", "20" if GPU_SMOKE else "60"))
     compile_too = not GPU_SMOKE and os.environ.get("BENCH_GPU_COMPILE", "1") == "1"
-    per_token = flops_per_token(GPU_GPT)
-    sets = [f"data.path={train_glob}", "eval.every_steps=0", "checkpoint.every_steps=0", f"dist.device={device}",
-            f"train.batch_size={GPU_GPT_BATCH}", *(f"model.{k}={str(v).lower()}" for k, v in GPU_GPT.items())]
+    common = [f"data.path={train_glob}", "eval.every_steps=0", "checkpoint.every_steps=0", f"dist.device={device}",
+              f"train.batch_size={GPU_GPT_BATCH}"]
+    for model in os.environ.get("BENCH_GPU_MODELS", "gpt").split():
+        shape, config = {"gpt": (GPU_GPT, GPT_CONFIG), "llama": (GPU_LLAMA, LLAMA_CONFIG)}[model]
+        lm_table(work, name, peak, device, model, shape, config, common, train_glob, steps, compile_too)
+    if os.environ.get("BENCH_GPU_SHARD") != "1":
+        return
+    sets = [*common, *(f"model.{k}={str(v).lower()}" for k, v in GPU_GPT.items())]
+    short = max(2 * GPT_LOG_EVERY, steps // 2)  # world 2 sums the gradients through the host a step
+    print(f"dist.shard on CUDA tensors, the GPT above in bf16 ({short} steps at world 2; replicated at world 1 is "
+          f"the row ddprun, bf16 above)\n")
+    print("| run | tokens/s | last logged loss |")
+    print("|---|---:|---:|", flush=True)
+    for label, nproc, extra, n in (("world 1 NCCL, parameters", 1, ["dist.shard=parameters"], steps),
+                                   ("world 2 Gloo, none", 2, ["dist.backend=gloo"], short),
+                                   ("world 2 Gloo, parameters", 2, ["dist.backend=gloo", "dist.shard=parameters"], short)):
+        out, started, processes = start_run(work, re.sub(r"[^A-Za-z0-9]+", "_", label), nproc, None,
+                                            [*sets, "train.precision=bf16", *extra], config=GPT_CONFIG, steps=n,
+                                            log_every=GPT_LOG_EVERY)
+        r = finish_run(out, started, processes)
+        print(f"| {label} | {r['tokens_per_s']:.0f} | {r['loss']:.4f} |", flush=True)
+    print()
 
-    def ours(label, nproc, extra, n=steps):
-        out, started, processes = start_run(work, re.sub(r"[^A-Za-z0-9]+", "_", label), nproc, None, [*sets, *extra],
-                                            config=GPT_CONFIG, steps=n, log_every=GPT_LOG_EVERY)
+
+def lm_table(work, card, peak, device, model, shape, config, common, train_glob, steps, compile_too):
+    """One model's rows of the GPU table (gpt_gpu)."""
+    per_token = flops_per_token(shape)
+    sets = [*common, f"model.name={model}", *(f"model.{k}={str(v).lower()}" for k, v in shape.items())]
+
+    def ours(label, extra):
+        out, started, processes = start_run(work, re.sub(r"[^A-Za-z0-9]+", "_", f"{model} {label}"), 1, None,
+                                            [*sets, *extra], config=config, steps=steps, log_every=GPT_LOG_EVERY)
         r = finish_run(out, started, processes)
         records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
         r["peak_cuda_mib"] = next((x["peak_cuda_mib_max"] for x in records if "peak_cuda_mib_max" in x), None)
         return label, r
 
     def theirs(label, extra):
-        values = gpt_reference(1, train_glob, GPU_GPT, GPU_GPT_BATCH, steps, ["--device", device, *extra])
+        values = gpt_reference(1, train_glob, shape, GPU_GPT_BATCH, steps, ["--model", model, "--device", device, *extra])
         return label, {"tokens_per_s": values["tokens_per_s"], "peak_cuda_mib": values.get("peak_cuda_mib")}
 
-    print(f"GPT-2 124M on one {name}: {GPU_GPT['n_layer']} layers, {GPU_GPT['n_head']} heads, width "
-          f"{GPU_GPT['n_embd']}, block {GPU_GPT['block_size']}, vocabulary {GPU_GPT['vocab_size']}, batch "
-          f"{GPU_GPT_BATCH} × {GPU_GPT['block_size']} tokens, {steps} steps ({GPT_LOG_EVERY} untimed), world 1; "
-          f"fp32 is TF32 matrix products on both sides (train.tf32, allow_tf32); MFU = tokens/s × "
-          f"{per_token / 1e6:.0f} MFLOP/token ÷ {peak or '(unknown card)'} TFLOP/s (dense bf16); Python: "
-          f"scripts/bench_gpt_reference.py (nanoGPT's train.py: fused AdamW, scaled_dot_product_attention, "
-          f"pinned non-blocking copies), {time.strftime('%Y-%m-%d %H:%M')}\n")
+    title = "GPT-2 124M" if model == "gpt" else f"Llama ({shape['n_kv_heads']} key/value heads, untied head)"
+    width = shape.get("n_embd", shape.get("dim"))
+    print(f"{title} on one {card}: {shape['n_layer']} layers, {shape['n_head']} heads, width {width}, block "
+          f"{shape['block_size']}, vocabulary {shape['vocab_size']}, batch {GPU_GPT_BATCH} × {shape['block_size']} "
+          f"tokens, {steps} steps ({GPT_LOG_EVERY} untimed), world 1; fp32 is TF32 matrix products on both sides "
+          f"(train.tf32, allow_tf32); MFU = tokens/s × {per_token / 1e6:.0f} MFLOP/token ÷ "
+          f"{peak or '(unknown card)'} TFLOP/s (dense bf16); Python: scripts/bench_gpt_reference.py (nanoGPT's "
+          f"train.py: fused AdamW, scaled_dot_product_attention, pinned non-blocking copies), "
+          f"{time.strftime('%Y-%m-%d %H:%M')}\n")
     print("| run | tokens/s | MFU | peak CUDA MiB | ÷ Python eager | ÷ Python compiled |")
     print("|---|---:|---:|---:|---:|---:|", flush=True)
     baseline = {}  # (precision, "eager" or "compiled") → the Python peer's tokens/s
@@ -424,26 +466,13 @@ def gpt_gpu(work):
             label, r = theirs(f"Python torch.compile, {precision}", ["--precision", precision, "--compile"])
             baseline[precision, "compiled"] = r["tokens_per_s"]
             row(label, r, precision)
-        row(*ours(f"ddprun, {precision}", 1, [f"train.precision={precision}"]), precision)
+        row(*ours(f"ddprun, {precision}", [f"train.precision={precision}"]), precision)
         if not GPU_SMOKE:  # the step as one CUDA graph (Note [CUDA graphs]); on the CPU it would only say why not
-            row(*ours(f"ddprun, {precision}, train.cuda_graphs=on", 1,
+            row(*ours(f"ddprun, {precision}, train.cuda_graphs=on",
                       [f"train.precision={precision}", "train.cuda_graphs=on"]), precision)
         if precision == "bf16":  # the head and loss over the whole [B, T, V] at once, for its memory
-            row(*ours("ddprun, bf16, train.chunked_loss=off", 1, ["train.precision=bf16", "train.chunked_loss=off"]),
+            row(*ours("ddprun, bf16, train.chunked_loss=off", ["train.precision=bf16", "train.chunked_loss=off"]),
                 precision)
-    print()
-    if os.environ.get("BENCH_GPU_SHARD") != "1":
-        return
-    short = max(2 * GPT_LOG_EVERY, steps // 2)  # world 2 sums the gradients through the host a step
-    print(f"dist.shard on CUDA tensors, the model above in bf16 ({short} steps at world 2; replicated at world 1 is "
-          f"the row ddprun, bf16 above)\n")
-    print("| run | tokens/s | last logged loss |")
-    print("|---|---:|---:|", flush=True)
-    for label, nproc, extra, n in (("world 1 NCCL, parameters", 1, ["dist.shard=parameters"], steps),
-                                   ("world 2 Gloo, none", 2, ["dist.backend=gloo"], short),
-                                   ("world 2 Gloo, parameters", 2, ["dist.backend=gloo", "dist.shard=parameters"], short)):
-        label, r = ours(label, nproc, ["train.precision=bf16", *extra], n)
-        print(f"| {label} | {r['tokens_per_s']:.0f} | {r['loss']:.4f} |", flush=True)
     print()
 
 

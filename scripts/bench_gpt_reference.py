@@ -36,12 +36,22 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_peer  # noqa: E402
 import nanogpt  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True, help="a glob of training shards")
+    parser.add_argument("--model", choices=("gpt", "llama"), default="gpt",
+                        help="nanoGPT's GPT, or the Llama of scripts/llama_peer.py (its shape: --dim, --n-kv-heads, "
+                             "--multiple-of, --rope-theta, --tie-embeddings; --n-layer, --n-head, --block-size and "
+                             "--vocab-size serve both)")
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--n-kv-heads", type=int, default=4)
+    parser.add_argument("--multiple-of", type=int, default=256)
+    parser.add_argument("--rope-theta", type=float, default=10000.0)
+    parser.add_argument("--tie-embeddings", type=int, choices=(0, 1), default=0)
     parser.add_argument("--n-layer", type=int, default=4)
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--n-embd", type=int, default=128)
@@ -96,9 +106,15 @@ def main():
         return x, y
 
     torch.manual_seed(0)  # the same initial weights on every rank, as DDP would broadcast them
-    config = nanogpt.GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size, n_layer=args.n_layer,
-                               n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=bool(args.bias))
-    model = nanogpt.GPT(config).to(device)
+    if args.model == "llama":
+        model = llama_peer.Llama(llama_peer.LlamaConfig(
+            n_layer=args.n_layer, n_head=args.n_head, n_kv_heads=args.n_kv_heads, dim=args.dim,
+            multiple_of=args.multiple_of, block_size=args.block_size, vocab_size=args.vocab_size,
+            rope_theta=args.rope_theta, tie_embeddings=bool(args.tie_embeddings))).to(device)
+    else:
+        config = nanogpt.GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size, n_layer=args.n_layer,
+                                   n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=bool(args.bias))
+        model = nanogpt.GPT(config).to(device)
     fused = cuda and "fused" in inspect.signature(torch.optim.AdamW).parameters  # configure_optimizers' test
     optimizer = torch.optim.AdamW(nanogpt.decay_groups(model, args.weight_decay), lr=args.lr,
                                   betas=(0.9, args.beta2), **({"fused": True} if fused else {}))
