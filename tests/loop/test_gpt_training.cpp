@@ -500,33 +500,50 @@ TEST_CASE("train.cuda_graphs on the CPU: on says once why it runs eagerly, auto 
 }
 
 TEST_CASE("on a GPU: a step captured as a CUDA graph and replayed trains as the eager step, within 1e-6 a loss over "
-          "50 steps, under a warmed-up cosine schedule",
+          "50 steps, under a warmed-up cosine schedule, and across a checkpoint and a resume",
           "[gpt][step_graph][gpu]") {
   if (!torch::cuda::is_available()) {
     WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
     return;
   }
   TempDir dir;
-  std::string config = write_gpt_config(dir);  // cosine after 10 warm-up steps: the rate changes every step
-  auto run = [&](const std::string& mode) {
-    auto r = ddprun(1, config, {"run.output_dir=" + dir.file(mode), "train.max_steps=50", "train.log_every=1",
-                                "data.eval_split=none", "dist.device=cuda", "train.tf32=false",
-                                "train.cuda_graphs=" + mode});
+  // Cosine after 10 warm-up steps, spanning 50 steps whatever max_steps is: the rate changes every step.
+  std::string config = write_gpt_config(dir);
+  auto run = [&](const std::string& name, const std::string& mode, int64_t steps,
+                 std::vector<std::string> extra = {}) {
+    std::vector<std::string> sets{"run.output_dir=" + dir.file(name), "train.max_steps=" + std::to_string(steps),
+                                  "train.log_every=1", "data.eval_split=none", "dist.device=cuda", "train.tf32=false",
+                                  "schedule.decay_steps=50", "train.cuda_graphs=" + mode};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    auto r = ddprun(1, config, sets);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
     return r;
   };
-  run("off");
-  auto on = run("on");
+  auto losses = [&](const std::string& name) { return metric_values(dir.file(name + "/metrics.jsonl"), "loss"); };
+  run("eager", "off", 50);
+  auto on = run("graphs", "on", 50);
   CHECK_THAT(on.out, Contains("train.cuda_graphs: step 2 captured (1 × [16, 32] Long): later steps of these shapes "
                               "replay it"));
-  auto losses = [&](const std::string& mode) { return metric_values(dir.file(mode + "/metrics.jsonl"), "loss"); };
-  auto eager = losses("off"), replayed = losses("on");
+  CHECK_THAT(on.out, Contains("train.cuda_graphs: 47 of this run's 50 steps replayed the captured one"));
+  CHECK_THAT(on.out, !Contains("differ from the captured step's"));
+  auto eager = losses("eager"), replayed = losses("graphs");
   REQUIRE(eager.size() == 50);
   REQUIRE(replayed.size() == eager.size());
   for (std::size_t i = 0; i < eager.size(); ++i) {
     INFO("step " << i + 1);
     CHECK(std::abs(replayed[i] - eager[i]) <= 1e-6);
+  }
+  // Stopped at 25 with a checkpoint, resumed to 50: the host's step counts the replays advanced are in
+  // the checkpoint, so AdamW's bias corrections after the resume are the uninterrupted run's.
+  run("resumed", "on", 25, {"checkpoint.every_steps=25"});
+  auto second = run("resumed", "on", 50, {"checkpoint.every_steps=25"});
+  CHECK_THAT(second.out, Contains("train.cuda_graphs: 22 of this run's 25 steps replayed the captured one"));
+  auto resumed = losses("resumed");
+  REQUIRE(resumed.size() == 50);
+  for (std::size_t i = 25; i < eager.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(resumed[i] - eager[i]) <= 1e-6);
   }
 }
 

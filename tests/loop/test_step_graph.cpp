@@ -49,6 +49,21 @@ TEST_CASE("a step graph is refused, with its reason, for what a replay would get
   facts = capturable();
   facts.optimizer = "sgd";
   CHECK(reason(facts) == "optim.name: sgd keeps state on the host; only adamw's step is captured");
+  facts = capturable();
+  facts.task = "node_classification";
+  CHECK(reason(facts) == "train.task: node_classification reads its sampled blocks' sizes on the host in each step");
+  facts = capturable();
+  facts.activation_checkpointing = "every_2";
+  CHECK(reason(facts) == "model.activation_checkpointing: every_2 sets the CUDA generator's state to recompute "
+                         "blocks, which a capture refuses");
+  facts = capturable();
+  facts.model = "torchscript";
+  CHECK(reason(facts) == "model.name: torchscript's executor may still be compiling the module when the capture "
+                         "comes");
+  facts = capturable();
+  facts.task = "classification";
+  facts.model = "llama";
+  CHECK_FALSE(step_graph_blocker(facts));  // llama, mlp, convnet...: plain modules, fixed batch shapes
   // The CPU comes first: on a CPU run the other reasons are beside the point.
   facts.on_gpu = false;
   CHECK(reason(facts) == "the model is on the CPU (a CUDA graph is a GPU's)");
@@ -82,15 +97,19 @@ TEST_CASE("ForeachAdamW::replayed advances the state's step counts as the step i
   };
   a.mutable_grad() = torch::ones({3});
   adamw.step();  // b has no gradient: its count does not start
+  adamw.note_captured();
   CHECK(counts() == std::vector<int64_t>{1});
   adamw.replayed();
   adamw.replayed();
   CHECK(counts() == std::vector<int64_t>{3});
   b.mutable_grad() = torch::ones({2});
-  adamw.step();
+  adamw.step();  // an eager step between replays (a short batch): the captured step's set stays the one replayed
   CHECK(counts() == std::vector<int64_t>{1, 4});
   adamw.replayed();
-  CHECK(counts() == std::vector<int64_t>{2, 5});
+  CHECK(counts() == std::vector<int64_t>{1, 5});
+  adamw.note_captured();  // a step that stepped both, captured
+  adamw.replayed();
+  CHECK(counts() == std::vector<int64_t>{2, 6});
 }
 
 }  // namespace DDP_TEST_FILE

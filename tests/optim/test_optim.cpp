@@ -296,6 +296,11 @@ TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no dec
     OpCounter host_reads("aten::_local_scalar_dense");  // a tensor's value read as a number
     foreach_form.step();
     CHECK(host_reads.count() == 0);
+    if (step == 0) {  // the counter counts: one read is one
+      OpCounter probe("aten::_local_scalar_dense");
+      CHECK(ours[0].sum().item<double>() != 0);
+      CHECK(probe.count() == 1);
+    }
     reference.step();
     for (std::size_t i = 0; i < ours.size(); ++i) REQUIRE(torch::equal(ours[i], theirs[i]));
   }

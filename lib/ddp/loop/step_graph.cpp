@@ -42,6 +42,9 @@ StepGraphFacts step_graph_facts(const TrainConfig& config, const torch::Device& 
   facts.shard = config.mesh.shard;
   facts.row_updates = row_updates;
   facts.optimizer = config.optim.name;
+  facts.task = config.task.task;
+  facts.model = config.model.name;
+  facts.activation_checkpointing = config.model.activation_checkpointing;
   return facts;
 }
 
@@ -58,6 +61,13 @@ std::optional<std::string> step_graph_blocker(const StepGraphFacts& facts) {
   if (facts.row_updates) return "embedding tables stepped by rows (optim.embeddings) choose their rows on the host";
   if (facts.optimizer != "adamw")
     return "optim.name: " + facts.optimizer + " keeps state on the host; only adamw's step is captured";
+  if (facts.task == "node_classification")
+    return "train.task: node_classification reads its sampled blocks' sizes on the host in each step";
+  if (facts.activation_checkpointing != "none")
+    return "model.activation_checkpointing: " + facts.activation_checkpointing +
+           " sets the CUDA generator's state to recompute blocks, which a capture refuses";
+  if (facts.model == "torchscript")
+    return "model.name: torchscript's executor may still be compiling the module when the capture comes";
   return std::nullopt;
 }
 

@@ -17,8 +17,11 @@
 // workspace for that stream, happen outside the capture), then the third full step is captured and
 // replayed at once. Capture uses CUDA's thread-local mode, so the batch threads' pinned-memory
 // calls do not break it, and the fused AdamW's tensor learning rate: both need LibTorch 2.3 or later.
-// What cannot be captured yet (several ranks: their collectives; sharded or row-updated state that
-// the step gathers and frees; optimizers other than adamw) runs eagerly, with one line saying why.
+// What cannot be captured yet runs eagerly, with one line saying why: several ranks (their
+// collectives), sharded or row-updated state (gathered, freed or chosen on the host), optimizers
+// other than adamw, graph tasks (their sampled blocks are read on the host), recomputed blocks (they
+// set the CUDA generator's state, which a capture refuses) and TorchScript modules (their executor
+// may still be compiling when the capture comes).
 
 #include <torch/torch.h>
 
@@ -41,6 +44,9 @@ struct StepGraphFacts {
   std::string shard = "none";   ///< dist.shard
   bool row_updates = false;     ///< embedding tables stepped by rows, apart from the optimizer
   std::string optimizer;        ///< optim.name
+  std::string task = "causal_lm";             ///< train.task
+  std::string model = "gpt";                  ///< model.name
+  std::string activation_checkpointing = "none";  ///< model.activation_checkpointing
 };
 
 /// A run's facts: its config, this rank's device and world, and whether a pass steps tables by rows.

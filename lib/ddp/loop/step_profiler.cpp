@@ -1,6 +1,7 @@
 #include "ddp/loop/step_profiler.h"
 
 #include <spdlog/spdlog.h>
+#include <torch/cuda.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
@@ -17,7 +18,7 @@
 namespace ddp {
 
 StepProfiler::StepProfiler(const std::string& output_dir, int rank, const torch::Device& device)
-    : kineto_(device.is_cuda()) {
+    : kineto_(device.is_cuda()), device_index_(device.is_cuda() && device.has_index() ? device.index() : -1) {
   const char* value = std::getenv("DDPRUN_PROFILE");
   if (!value || !*value) return;
   long long first = -1, count = 0;
@@ -29,10 +30,25 @@ StepProfiler::StepProfiler(const std::string& output_dir, int rank, const torch:
   path_ = output_dir + "/profile_rank" + std::to_string(rank) + ".trace.json";
 }
 
-StepProfiler::~StepProfiler() = default;
+// Kineto's trace of what the GPU ran, written once the GPU has run everything queued: the last
+// step's kernels would be missing otherwise (nothing in a step waits for them).
+void StepProfiler::save_kineto_trace() {
+  kineto_recording_ = false;
+  torch::cuda::synchronize(device_index_);
+  torch::autograd::profiler::disableProfiler()->save(path_);
+}
+
+StepProfiler::~StepProfiler() {
+  if (!kineto_recording_) return;  // the legacy recording writes its trace as it is destroyed
+  try {  // a run that ended before the last step asked for: what was recorded
+    save_kineto_trace();
+  } catch (const std::exception& e) {
+    spdlog::warn("DDPRUN_PROFILE: the trace of the steps recorded could not be written to {}: {}", path_, e.what());
+  }
+}
 
 void StepProfiler::step_begins(int64_t step) {
-  if (step != first_ || recording_) return;
+  if (step != first_ || recording_ || kineto_recording_) return;
   // This rank's node may not have the output directory yet (rank 0 makes it on its own node).
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
@@ -60,8 +76,7 @@ void StepProfiler::step_begins(int64_t step) {
 void StepProfiler::step_ends(int64_t step) {
   if (step != last_ || (!recording_ && !kineto_recording_)) return;
   if (kineto_recording_) {
-    kineto_recording_ = false;
-    torch::autograd::profiler::disableProfiler()->save(path_);
+    save_kineto_trace();
     std::error_code ec;
     if (std::filesystem::file_size(path_, ec) == 0 || ec) throw IoError("DDPRUN_PROFILE: cannot write " + path_);
   } else {

@@ -36,7 +36,10 @@ class StepProfiler {
   int64_t first_ = -1, last_ = -1;
   std::unique_ptr<std::ofstream> file_;
   std::unique_ptr<torch::autograd::profiler::RecordProfile> recording_;  // destroyed first: it writes into file_
+  void save_kineto_trace();
+
   bool kineto_ = false;  ///< the GPU's side too, through Kineto
+  int64_t device_index_ = -1;
   bool kineto_recording_ = false;
 };
 

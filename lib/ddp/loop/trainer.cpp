@@ -262,6 +262,7 @@ int Trainer::fit() {
   int64_t per_epoch = std::max<int64_t>(1, steps_per_epoch());
   recorder_->begin(progress_, total_steps(), (total_steps() + per_epoch - 1) / per_epoch);
   task_->model().train();
+  first_step_ = progress_.step;
   bool has_eval = task_->size(Split::kEval) > 0;
   if (config_.eval.at_start && progress_.step == 0 && has_eval) run_eval();
 
@@ -276,12 +277,17 @@ int Trainer::fit() {
       profiler_->step_begins(progress_.step);
       StepStats step = train_step(std::min(config_.train.grad_accum_steps, batches - progress_.batch_in_epoch));
       profiler_->step_ends(progress_.step - 1);
-      recorder_->step_ends(progress_, step, prefetcher_->waited_ms(), parallel_->gradient_sync->timing());
+      // A replay's sync has no host timing of its own (what the reducer holds is the capture's).
+      recorder_->step_ends(progress_, step, prefetcher_->waited_ms(),
+                           step_replayed_ ? ReducerTiming{} : parallel_->gradient_sync->timing());
       if (!state_memory_reported_) report_state_memory();
       after_step();
     }
     if (progress_.batch_in_epoch >= batches) end_epoch();
   }
+  if (graph_ && plan_->world().rank == 0)
+    spdlog::info("train.cuda_graphs: {} of this run's {} steps replayed the captured one", graph_replays_,
+                 progress_.step - first_step_);
   if (stopping()) return stop_after_checkpoint();
   if (has_eval && config_.eval.at_end && last_eval_step_ != progress_.step) run_eval();
   if (stopping()) return stop_after_checkpoint();
@@ -335,11 +341,13 @@ StepStats Trainer::graphed_step(int64_t micro_batches) {
   // The rate this step steps with, into the tensor the fused kernel reads, before a replay or a capture.
   set_learning_rate(*optimizer_, schedule_->lr_at(progress_.step));
   adamw.load_lr();
-  if (graph_->fits(batches)) {
+  step_replayed_ = graph_->fits(batches);
+  if (step_replayed_) {
     stop_vote_->cast();  // a replay's host work: the vote, the counts, the step
     StepStats stats;
     stats.loss_sum = graph_->replay(batches);
     adamw.replayed();
+    ++graph_replays_;
     for (const Batch& batch : batches) {
       stats.batches += 1;
       stats.samples += batch.size();
@@ -360,7 +368,11 @@ StepStats Trainer::graphed_step(int64_t micro_batches) {
     return stats.loss_sum;
   };
   const int rank = plan_->world().rank;
-  if (graph_->captured() || micro_batches != config_.train.grad_accum_steps) {  // other shapes: eagerly
+  // Only a full step is captured: an epoch's short last one would leave the full ones eager.
+  const bool full = micro_batches == config_.train.grad_accum_steps &&
+                    std::all_of(batches.begin(), batches.end(),
+                                [this](const Batch& batch) { return batch.size() == config_.train.batch_size; });
+  if (graph_->captured() || !full) {  // other shapes: eagerly
     if (graph_->captured() && !graph_misfit_said_ && rank == 0) {
       graph_misfit_said_ = true;
       spdlog::info("train.cuda_graphs: step {}'s batches differ from the captured step's ({}): such steps run eagerly",
@@ -379,6 +391,9 @@ StepStats Trainer::graphed_step(int64_t micro_batches) {
   const int64_t step = progress_.step;
   try {
     stats.loss_sum = graph_->capture(std::move(on_device), body);
+    adamw.note_captured();
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // run_main's advice on memory applies
   } catch (const std::exception& e) {
     throw UserError(std::string("train.cuda_graphs: step ") + std::to_string(step) + " could not be captured (" +
                     without_backtrace(e.what()) + "); train.cuda_graphs: off runs every step eagerly");

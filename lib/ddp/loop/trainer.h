@@ -105,6 +105,9 @@ class Trainer {
   std::unique_ptr<StepGraph> graph_;  ///< train.cuda_graphs, where a step can be captured
   int graph_warm_ups_ = 0;
   bool graph_misfit_said_ = false;
+  bool step_replayed_ = false;  ///< the last step was a replay
+  int64_t graph_replays_ = 0;
+  int64_t first_step_ = 0;  ///< the step this process began at (after a resume, not 0)
 };
 
 }  // namespace ddp

@@ -57,6 +57,7 @@ torch::Tensor ForeachAdamW::step(LossClosure closure) {
     loss = closure();
   }
   last_stepped_.clear();
+  made_counts_ = false;
   for (std::size_t g = 0; g < param_groups_.size(); ++g) {
     GroupStep work = gather(param_groups_[g]);
     if (work.params.empty()) continue;
@@ -90,8 +91,15 @@ void ForeachAdamW::load_lr() {
     device_lrs_[g].fill_(static_cast<const torch::optim::AdamWOptions&>(param_groups_[g].options()).lr());
 }
 
+void ForeachAdamW::note_captured() {
+  if (made_counts_)
+    throw std::runtime_error("a parameter had its first gradient in the captured step, so its step count would "
+                             "start again at each replay");
+  captured_stepped_ = last_stepped_;
+}
+
 void ForeachAdamW::replayed() {
-  for (auto& [state, count] : last_stepped_) {
+  for (auto& [state, count] : captured_stepped_) {
     state->step(state->step() + 1);
     if (count) count->host += 1;
   }
@@ -155,10 +163,10 @@ void ForeachAdamW::fused_update(const GroupStep& work, const torch::optim::AdamW
     at::_fused_adamw_(work.params, work.grads, work.exp_avgs, work.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, counts,
                       device_lrs_.at(group), beta1, beta2, options.weight_decay(), options.eps(), /*amsgrad=*/false,
                       /*maximize=*/false);
-  else
+  else  // the rate as float32, as the device's tensor holds it: eager and captured steps agree to the bit
     at::_fused_adamw_(work.params, work.grads, work.exp_avgs, work.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, counts,
-                      options.lr(), beta1, beta2, options.weight_decay(), options.eps(), /*amsgrad=*/false,
-                      /*maximize=*/false);
+                      static_cast<double>(static_cast<float>(options.lr())), beta1, beta2, options.weight_decay(),
+                      options.eps(), /*amsgrad=*/false, /*maximize=*/false);
   return;
 #else
   (void)group;
@@ -180,8 +188,10 @@ std::vector<torch::Tensor> ForeachAdamW::device_steps(const GroupStep& work) {
     DeviceStep& entry = device_steps_[p.unsafeGetTensorImpl()];
     if (entry.count.defined() && entry.host == step - 1 && entry.count.device() == p.device())
       counted_on.push_back(entry.count);
-    else  // new, or the state was replaced since (a checkpoint loaded): from the state's count
+    else {  // new, or the state was replaced since (a checkpoint loaded): from the state's count
       entry.count = torch::full({}, static_cast<double>(step), p.options().dtype(torch::kFloat));
+      made_counts_ = true;
+    }
     entry.host = step;
     counts.push_back(entry.count);
   }

@@ -34,7 +34,11 @@ class ForeachAdamW : public torch::optim::AdamW {
   void hold_lr_on_device(const torch::Device& device);
   /// Each group's learning rate (its options') into its device tensor: before each step or replay.
   void load_lr();
-  /// After a replay of a captured step(): the state's host counts (what checkpoints hold) advance
+  /// Right after the step() a graph captured: notes what it stepped, for replayed(). Throws
+  /// std::runtime_error when that step made a device count (a parameter's first gradient): the
+  /// graph would set it again at each replay.
+  void note_captured();
+  /// After a replay of the captured step(): the state's host counts (what checkpoints hold) advance
   /// as that step advanced them; the device's advanced in the replay.
   void replayed();
 
@@ -59,7 +63,8 @@ class ForeachAdamW : public torch::optim::AdamW {
   };
   std::unordered_map<const c10::TensorImpl*, DeviceStep> device_steps_;
   /// What the last step() advanced: each state, and its device count where the fused kernel has one.
-  std::vector<std::pair<torch::optim::AdamWParamState*, DeviceStep*>> last_stepped_;
+  std::vector<std::pair<torch::optim::AdamWParamState*, DeviceStep*>> last_stepped_, captured_stepped_;
+  bool made_counts_ = false;  ///< the last step() made a device count
   std::vector<torch::Tensor> device_lrs_;  ///< a group's learning rate, float32 on the device (hold_lr_on_device)
   bool always_;
 };
