@@ -10,13 +10,17 @@ namespace {
 thread_local bool t_counting = false;
 thread_local int64_t t_reads = 0;
 
-// A copy into host memory from a device's (copy_(self, src): what .to(kCPU) and .cpu() come to):
-// it waits for the device as a value read does.
+// A copy into host memory from a device's (copy_(self, src, non_blocking): what .to(kCPU) and .cpu()
+// come to): it waits for the device as a value read does, unless it goes into pinned memory
+// without blocking.
 bool copies_to_host(const at::RecordFunction& fn) {
   if (std::strcmp(fn.name(), "aten::copy_") != 0) return false;
   auto inputs = fn.inputs();
-  return inputs.size() >= 2 && inputs[0].isTensor() && inputs[1].isTensor() && inputs[0].toTensor().is_cpu() &&
-         !inputs[1].toTensor().is_cpu();
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return false;
+  const auto &to = inputs[0].toTensor(), &from = inputs[1].toTensor();
+  if (!to.is_cpu() || from.is_cpu()) return false;
+  const bool non_blocking = inputs.size() >= 3 && inputs[2].isBool() && inputs[2].toBool();
+  return !(non_blocking && to.is_pinned());
 }
 
 std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
