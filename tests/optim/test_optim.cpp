@@ -230,6 +230,16 @@ TEST_CASE("optim.decay_params matrices decays weights of two or more dimensions 
   CHECK(ddp::make_optimizer({bias, weight}, config, 0.1)->param_groups().size() == 1);
 }
 
+// Parameters 0 and 2 under the defaults' weight decay, 1 and 3 in a group without decay.
+std::vector<torch::optim::OptimizerParamGroup> two_groups(const std::vector<torch::Tensor>& p) {
+  torch::optim::AdamWOptions plain(0.01);
+  plain.weight_decay(0);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{p[0], p[2]});
+  groups.emplace_back(std::vector<torch::Tensor>{p[1], p[3]}, std::make_unique<torch::optim::AdamWOptions>(plain));
+  return groups;
+}
+
 // Counts, on this thread, the ATen ops of one name run while it lives (the trainer's HostReadCounter's
 // way). Several may live at once: one callback serves them all.
 class OpCounter {
@@ -269,18 +279,10 @@ TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no dec
     return out;
   };
   auto ours = copies(), theirs = copies();
-  auto make_groups = [](const std::vector<torch::Tensor>& p) {
-    torch::optim::AdamWOptions plain(0.01);
-    plain.weight_decay(0);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(std::vector<torch::Tensor>{p[0], p[2]});  // the defaults' weight decay
-    groups.emplace_back(std::vector<torch::Tensor>{p[1], p[3]}, std::make_unique<torch::optim::AdamWOptions>(plain));
-    return groups;
-  };
   torch::optim::AdamWOptions defaults(0.01);
   defaults.betas({0.9, 0.95}).weight_decay(0.1).eps(1e-8);
-  ForeachAdamW foreach_form(make_groups(ours), defaults, /*always=*/true);
-  torch::optim::AdamW reference(make_groups(theirs), defaults);
+  ForeachAdamW foreach_form(two_groups(ours), defaults, /*always=*/true);
+  torch::optim::AdamW reference(two_groups(theirs), defaults);
   for (int step = 0; step < 6; ++step) {
     for (auto* params : {&ours, &theirs}) {
       for (std::size_t i = 0; i < params->size(); ++i) {
@@ -340,18 +342,10 @@ TEST_CASE("on a GPU: ForeachAdamW steps each group with ATen's fused Adam kernel
     return out;
   };
   auto ours = copies(), theirs = copies();
-  auto make_groups = [](const std::vector<torch::Tensor>& p) {
-    torch::optim::AdamWOptions plain(0.01);
-    plain.weight_decay(0);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(std::vector<torch::Tensor>{p[0], p[2]});
-    groups.emplace_back(std::vector<torch::Tensor>{p[1], p[3]}, std::make_unique<torch::optim::AdamWOptions>(plain));
-    return groups;
-  };
   torch::optim::AdamWOptions defaults(0.01);
   defaults.betas({0.9, 0.95}).weight_decay(0.1).eps(1e-8);
-  auto fused_form = std::make_unique<ForeachAdamW>(make_groups(ours), defaults);
-  torch::optim::AdamW reference(make_groups(theirs), defaults);
+  auto fused_form = std::make_unique<ForeachAdamW>(two_groups(ours), defaults);
+  torch::optim::AdamW reference(two_groups(theirs), defaults);
   for (int step = 0; step < 8; ++step) {
     if (step == 4) {  // saved and loaded into a fresh optimizer: its device step counts come from the state's
       torch::serialize::OutputArchive out;
@@ -360,7 +354,7 @@ TEST_CASE("on a GPU: ForeachAdamW steps each group with ATen's fused Adam kernel
       out.save_to(bytes);
       torch::serialize::InputArchive in;
       in.load_from(bytes, gpu);
-      fused_form = std::make_unique<ForeachAdamW>(make_groups(ours), defaults);
+      fused_form = std::make_unique<ForeachAdamW>(two_groups(ours), defaults);
       fused_form->load(in);
     }
     for (auto* params : {&ours, &theirs})
