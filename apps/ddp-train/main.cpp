@@ -2,6 +2,7 @@
 // or by hand, one process per rank, as the PyTorch tutorials do; or, with --threads N, N ranks
 // as threads of this one process (Note [Ranks as threads]).
 #include <CLI/CLI.hpp>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -21,6 +22,9 @@
 #include "trainer_options.h"
 
 int main(int argc, char** argv) {
+  // As CPython does at start-up, so torchrun's workers too: a write to a peer that has gone (Gloo
+  // writes its sockets with plain writev) is an error that names the peer, not a silent SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
   ddp::keep_freed_memory_for_reuse();
   ddp::WorkerIdentity identity;
   // Outside the body: on an error the message comes first, and the process then leaves without

@@ -66,6 +66,48 @@ TEST_CASE("a usage error is a failure no restart cures", "[launch][state]") {
   CHECK_FALSE(state.outcome().restartable);
 }
 
+TEST_CASE("a usage error that comes after the failure it caused is kept instead: exit 2, no restart",
+          "[launch][state]") {
+  Failure usage{2, 1, "rank 0 on host-b: exit code 2", false};
+  SECTION("a peer's broken connection was reaped first") {
+    auto state = machine(JobKind::kSingleNode);
+    state.on_worker_failed(worker_failure(1), Clock::now());
+    state.on_usage_error_while_stopping(usage);
+    auto end = state.outcome();
+    CHECK(end.status == 2);
+    CHECK_FALSE(end.restartable);
+    REQUIRE(state.failure() != nullptr);
+    CHECK(state.failure()->worker == 1);  // the summary names the rank whose error it was
+  }
+  SECTION("elastic: while the failure is held, and once its hold runs out") {
+    auto state = machine(JobKind::kElastic);
+    state.on_worker_failed(worker_failure(1), Clock::now());
+    state.on_usage_error_while_stopping(usage);
+    auto actions = state.on_hold_expired();
+    REQUIRE(actions.report);
+    CHECK(actions.report->exit_code == 2);
+    CHECK_FALSE(actions.report->restartable);
+    CHECK(state.outcome().status == 2);
+  }
+  SECTION("the first failure that no restart cures stands") {
+    auto state = machine(JobKind::kSingleNode);
+    state.on_worker_failed(worker_failure(3, false), Clock::now());
+    state.on_usage_error_while_stopping(usage);
+    CHECK(state.outcome().status == 3);
+  }
+  SECTION("a signal, or a membership change, still decides") {
+    auto interrupted = machine(JobKind::kSingleNode);
+    interrupted.on_signal(SIGINT, 2);
+    interrupted.on_usage_error_while_stopping(usage);
+    CHECK(interrupted.outcome().status == 128 + SIGINT);
+    auto changed = machine(JobKind::kElastic);
+    changed.on_membership_change(lost_node(), 1);
+    changed.on_usage_error_while_stopping(usage);
+    CHECK(changed.outcome().status == 0);
+    CHECK(changed.failure() == nullptr);
+  }
+}
+
 TEST_CASE("a stall is said, told to the others and stops the group, and another node's failure stops it untold",
           "[launch][state]") {
   auto stalled = machine(JobKind::kMultiNode);

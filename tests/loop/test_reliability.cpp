@@ -79,6 +79,23 @@ TEST_CASE("a run.output_dir a file stands in the way of is a usage error: exit 2
   CHECK(read_file(dir.file("afile")) == "a file, not a directory");
 }
 
+TEST_CASE("ddp-train ignores SIGPIPE, as a Python worker does: a closed reader is an error to handle, never a silent "
+          "death",
+          "[reliability]") {
+  // The same holds for a peer's socket that Gloo writes after the peer has gone; a closed stdout
+  // is the case a test can make without a race. Here the output is lost and the run goes on.
+  TempDir dir;
+  // env resets SIGPIPE first: an ignored one would be inherited (whatever runs the tests may ignore
+  // it), and the test could not fail.
+  auto r = run_shell("{ OMP_NUM_THREADS=1 env --default-signal=PIPE " + bin("ddp-train") + " " +
+                     std::string(DDP_SOURCE_DIR) +
+                     "/configs/synthetic_mlp.yaml --set train.max_steps=30 --set data.eval_split=none --set "
+                     "run.output_dir=" + dir.file("run") + " 2>/dev/null; echo status=$? >&2; } | head -c0");
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.err, "status=0") == 1);
+  CHECK(fs::is_regular_file(dir.file("run/model.pt")));
+}
+
 TEST_CASE("files planted as symlinks in the output directory are never followed", "[reliability][hardening]") {
   TempDir dir;
   std::string out = dir.file("run");

@@ -34,6 +34,19 @@ AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::tim
   return actions;
 }
 
+// Note [A usage error outranks its echoes]: rank 0 finds run.output_dir blocked and exits 2; its
+// sockets close while it exits, and rank 1, in a collective with it, fails on the closed
+// connection. Which of the two the launcher reaps first is a race (CI saw rank 1 first, and the
+// job restarted a config error). The usage error is kept whichever comes first: it is the cause,
+// and it decides the exit status (2) and that there is no restart. Only this node's outcome
+// changes; what was told to other nodes stands, first report wins (Rendezvous::report_failure).
+void AttemptState::on_usage_error_while_stopping(const Failure& failure) {
+  if (cause_ != Cause::kFailed && phase_ != Phase::kHolding) return;  // interrupted, left, nodes changed
+  if (!failure_.restartable || failure_.interrupted) return;
+  failure_ = failure;
+  failure_.restartable = false;
+}
+
 AttemptActions AttemptState::on_stall(const Failure& failure) {
   failure_ = failure;
   stop_for(Cause::kFailed);

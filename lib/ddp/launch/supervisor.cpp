@@ -356,12 +356,13 @@ class Attempt {
       w.group_cleared = true;
       w.status = status;
       w.state = state_after_exit(status, state_.stopping());
+      Failure failure{exit_code_of(status), w.local_rank,
+                      "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status),
+                      restartable_failure(status)};
       if (w.state == WorkerState::kFailed)
-        apply(state_.on_worker_failed(Failure{exit_code_of(status), w.local_rank,
-                                              "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " +
-                                                  describe_wait_status(status),
-                                              restartable_failure(status)},
-                                      Clock::now()));
+        apply(state_.on_worker_failed(failure, Clock::now()));
+      else if (w.state == WorkerState::kStopped && !failure.restartable)
+        state_.on_usage_error_while_stopping(failure);
     }
   }
 
