@@ -2,6 +2,7 @@
 // descriptors leaking into workers, SIGHUP, log files planted as symlinks.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -258,6 +259,28 @@ TEST_CASE("the failure summary shows a worker's message, not the C++ backtrace a
   auto summary = r.err.substr(r.err.find("failed first"));
   CHECK_THAT(summary, Contains("| the real message"));
   CHECK_THAT(summary, !Contains("| frame #"));
+}
+
+TEST_CASE("what a worker started in a session of its own ends with the run, named on one line", "[launch][hardening]") {
+  // setsid takes the process out of the worker's group, which is what the launcher signals; the
+  // launcher, a subreaper, adopts it when the worker ends and ends it with the attempt (torchrun
+  // leaves it running). The stray writes its pid once it is in its new session, and the worker
+  // then exits 0.
+  TempDir dir;
+  const std::string stray = "sleep 83.25";
+  write_file(dir.file("worker.sh"), "setsid sh -c 'echo $$ > " + dir.path() + "/stray; exec " + stray + "' &\n"
+                                    "while [ ! -s " + dir.path() + "/stray ]; do sleep 0.05; done\n");
+  auto r = run_shell(bin("ddprun") + " --standalone --nproc-per-node 1 -- sh " + dir.file("worker.sh"),
+                     std::chrono::seconds(30));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  const std::string pid = read_file(dir.file("stray")).substr(0, read_file(dir.file("stray")).find('\n'));
+  CHECK(count_lines(r.err, "ddprun: ended 1 process the workers left running outside their process groups (a "
+                           "setsid or a daemon): " + pid + " (sleep)") == 1);
+  for (int i = 0; i < 50 && !find_processes(stray).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(find_processes(stray).empty());
+  for (const int left : find_processes(stray)) kill(left, SIGKILL);  // not left behind by a failed run
 }
 
 }  // namespace DDP_TEST_FILE

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -141,6 +143,76 @@ bool wait_groups_gone(const std::vector<pid_t>& groups, std::chrono::millisecond
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); }
+
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  std::string command;
+  bool running = false;  // not a zombie
+};
+
+// This process's children, from each /proc/<pid>/stat: "pid (comm) S ppid ...".
+std::vector<Child> children_of_self(const std::vector<pid_t>& keep) {
+  std::vector<Child> children;
+  const pid_t self = getpid();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 4 >= line.size()) continue;
+    char state = line[close + 2];
+    pid_t parent = static_cast<pid_t>(std::strtol(line.c_str() + close + 4, nullptr, 10));
+    pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (parent != self || std::find(keep.begin(), keep.end(), pid) != keep.end()) continue;
+    children.push_back({pid, line.substr(open + 1, close - open - 1), state != 'Z'});
+  }
+  return children;
+}
+
+// Signals `pid`, and its process group where it leads one (setsid made it): what it started goes too.
+void signal_with_group(pid_t pid, int signal) {
+  if (getpgid(pid) == pid) kill(-pid, signal);
+  kill(pid, signal);
+}
+
+}  // namespace
+
+std::vector<std::string> end_adopted_children(const std::vector<pid_t>& keep, std::chrono::milliseconds grace) {
+  std::vector<std::string> ended;
+  // Rounds: what an ended child leaves behind is adopted in its turn; a few rounds are plenty.
+  for (int round = 0; round < 8; ++round) {
+    std::vector<Child> children = children_of_self(keep);
+    if (children.empty()) break;
+    for (const Child& child : children) {
+      if (child.running) {
+        ended.push_back(std::to_string(child.pid) + " (" + child.command + ")");
+        signal_with_group(child.pid, SIGTERM);
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    std::vector<pid_t> left;
+    for (const Child& child : children) left.push_back(child.pid);
+    while (!left.empty()) {
+      left.erase(std::remove_if(left.begin(), left.end(), [](pid_t pid) { return waitpid(pid, nullptr, WNOHANG) != 0; }),
+                 left.end());
+      if (left.empty()) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        for (pid_t pid : left) signal_with_group(pid, SIGKILL);
+        for (pid_t pid : left) waitpid(pid, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return ended;
 }
 
 void queue_signal(pid_t pid, int signal, int value) {

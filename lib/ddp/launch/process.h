@@ -36,6 +36,17 @@ void signal_group(pid_t pid, int signal);
 /// member left, reaped ones included; false when some outlived the limit.
 bool wait_groups_gone(const std::vector<pid_t>& groups, std::chrono::milliseconds limit);
 
+/// Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER): what a worker
+/// started outside its process group (setsid, a daemon's double fork) is re-parented here when its
+/// parent ends, not to init, so that end_adopted_children can end it. The workers do not inherit it.
+void become_subreaper();
+
+/// Ends this process's children but `keep`: at the end of an attempt, once its workers are reaped,
+/// what it adopted. SIGTERM to each and its process group, SIGKILL to what is left after `grace`,
+/// each reaped; what they leave is adopted in turn and ended the same way. "pid (command)" of each
+/// that was running (one that had exited is only reaped).
+std::vector<std::string> end_adopted_children(const std::vector<pid_t>& keep, std::chrono::milliseconds grace);
+
 /// Sends `signal` to the process `pid` alone, carrying `value` (sigqueue(3)), which a handler
 /// installed with SA_SIGINFO reads as si_value; a process that is already gone is fine.
 void queue_signal(pid_t pid, int signal, int value);

@@ -126,6 +126,14 @@ class Attempt {
     // process of the attempt outlives it (a restart or ddprun's exit).
     if (!wait_groups_gone(groups, std::chrono::seconds(2)))
       say("some processes the workers started outlived SIGKILL for 2 s (in uninterruptible sleep?)");
+    // What they started outside their groups (setsid), adopted here (become_subreaper), ends too.
+    std::vector<std::string> strays = end_adopted_children({watchdog_.pid()}, std::chrono::seconds(2));
+    if (!strays.empty()) {
+      std::string named;
+      for (const auto& stray : strays) named += (named.empty() ? "" : ", ") + stray;
+      say("ended " + std::to_string(strays.size()) + (strays.size() == 1 ? " process" : " processes") +
+          " the workers left running outside their process groups (a setsid or a daemon): " + named);
+    }
     remove_leftover_shared_memory();
     if (state_.failure()) summarize(*state_.failure());
     return state_.outcome();
@@ -756,6 +764,7 @@ int supervise(JobMembership& job, int max_restarts, Watchdog& watchdog, SignalPi
 
 int run_launcher(const LaunchOptions& requested) {
   LaunchOptions options = requested;  // node_rank: as the rendezvous agreed
+  become_subreaper();  // a worker's setsid child comes back here when the worker ends, not to init
   // Before any rank starts: a Python without torch fails here once, not in every rank.
   if (!options.python.empty()) say(check_python(options.python, options.python_script));
   if (options.local_addr.empty()) options.local_addr = host_name();

@@ -22,6 +22,8 @@ class Watchdog {
   void watch(pid_t group);
   /// The group is gone (reaped and killed): forget it, so a reused id is never hit.
   void forget(pid_t group);
+  /// The watchdog's own pid: a child of the launcher that is no worker.
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
