@@ -17,7 +17,7 @@ TEST_CASE("prefetched batches equal direct gathering, in order, from any start",
     config.workers = workers;
     config.prefetch = 4;
     BatchPrefetcher prefetcher([&](const torch::Tensor& indices) { return gather_batch(data, indices, normalizer); },
-                               config, /*pin_memory=*/false);
+                               config, torch::kCPU);
     for (int64_t first : {0, 5}) {
       auto indices = torch::randperm(1000, torch::kLong);
       prefetcher.start(indices, 64, first);
@@ -38,6 +38,40 @@ TEST_CASE("prefetched batches equal direct gathering, in order, from any start",
     auto second_order = torch::arange(999, -1, -1, torch::kLong);
     prefetcher.start(second_order, 100, 0);
     CHECK(torch::equal(prefetcher.next().targets, data.labels.index_select(0, second_order.slice(0, 0, 100))));
+  }
+}
+
+TEST_CASE("on a GPU: batches come out on the device, copied on a stream of their own, whole by the time a "
+          "kernel the step queues at once reads them",
+          "[data][prefetch][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
+    return;
+  }
+  const torch::Device gpu(torch::kCUDA, 0);
+  constexpr int64_t kWidth = int64_t{1} << 22;  // 16 MB a row: a copy long enough to race the step
+  DataConfig config;
+  config.workers = 2;
+  config.prefetch = 3;
+  BatchPrefetcher prefetcher(
+      [&](const torch::Tensor& indices) {
+        Batch batch;
+        batch.inputs = {indices.to(torch::kFloat).unsqueeze(1).expand({indices.size(0), kWidth}).contiguous()};
+        batch.targets = indices.clone();
+        return batch;
+      },
+      config, gpu);
+  auto order = torch::randperm(64, torch::kLong);
+  prefetcher.start(order, 4, 0);
+  for (int64_t b = 0; b < 16; ++b) {
+    Batch got = prefetcher.next();
+    REQUIRE(got.inputs[0].device() == gpu);
+    REQUIRE(got.targets.device() == gpu);
+    // Queued on the step's stream at once: without the wait for the copy it would read a part.
+    const auto want = order.slice(0, b * 4, (b + 1) * 4);
+    INFO("batch " << b);
+    CHECK(got.inputs[0].sum().item<double>() == static_cast<double>(want.sum().item<int64_t>()) * kWidth);
+    CHECK(torch::equal(got.targets.cpu(), want));
   }
 }
 

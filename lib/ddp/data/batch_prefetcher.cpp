@@ -5,8 +5,8 @@
 
 namespace ddp {
 
-BatchPrefetcher::BatchPrefetcher(BatchMaker make, const DataConfig& config, bool pin_memory)
-    : make_(std::move(make)), depth_(config.prefetch), pin_memory_(pin_memory) {
+BatchPrefetcher::BatchPrefetcher(BatchMaker make, const DataConfig& config, const torch::Device& device)
+    : make_(std::move(make)), depth_(config.prefetch), staging_(device) {
   for (int64_t i = 0; i < std::max<int64_t>(1, config.workers); ++i) threads_.emplace_back([this] { work(); });
 }
 
@@ -43,10 +43,11 @@ Batch BatchPrefetcher::next() {
   if (next_to_hand_out_ >= batches_) throw std::logic_error("BatchPrefetcher: the epoch has no more batches");
   changed_.wait(lock, [&] { return error_ || ready_.count(next_to_hand_out_) > 0; });
   if (error_) std::rethrow_exception(error_);
-  Batch batch = std::move(ready_[next_to_hand_out_]);
+  StagedBatch staged = std::move(ready_[next_to_hand_out_]);
   ready_.erase(next_to_hand_out_++);
   changed_.notify_all();  // room for one more
-  return batch;
+  lock.unlock();
+  return staging_.hand_over(std::move(staged));
 }
 
 void BatchPrefetcher::work() {
@@ -60,11 +61,12 @@ void BatchPrefetcher::work() {
     int64_t generation = generation_;
     auto slice = indices_.slice(0, b * batch_size_, std::min(indices_.size(0), (b + 1) * batch_size_));
     lock.unlock();
-    Batch batch;
+    StagedBatch batch;
     std::exception_ptr error;
     try {
-      batch = make_(slice);
-      if (pin_memory_) batch = batch.pinned();
+      Batch made = make_(slice);
+      if (staging_.device().is_cuda()) made = made.pinned();
+      batch = staging_.stage(std::move(made));
     } catch (...) {
       error = std::current_exception();
     }

@@ -1,5 +1,6 @@
 #pragma once
-// Batches made ahead of the step by background threads, handed out in order.
+// Batches made ahead of the step by background threads, handed out in order, on the step's device
+// (Note [Staged batches]).
 
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 
 #include "ddp/data/batch.h"
 #include "ddp/data/data_config.h"
+#include "ddp/data/device_staging.h"
 
 namespace ddp {
 
@@ -19,9 +21,9 @@ namespace ddp {
 /// data.prefetch ahead of the consumer.
 class BatchPrefetcher {
  public:
-  /// Starts the threads; whatever `make` reads must outlive the prefetcher. `pin_memory`: hand
-  /// out page-locked batches, for non-blocking copies to a GPU.
-  BatchPrefetcher(BatchMaker make, const DataConfig& config, bool pin_memory);
+  /// Starts the threads; whatever `make` reads must outlive the prefetcher. Batches are handed out
+  /// on `device`: for a GPU, the threads pin each and start its copy there.
+  BatchPrefetcher(BatchMaker make, const DataConfig& config, const torch::Device& device);
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
@@ -30,7 +32,8 @@ class BatchPrefetcher {
   /// Drops whatever the previous epoch had prepared.
   void start(torch::Tensor indices, int64_t batch_size, int64_t first_batch);
 
-  /// The next batch in order; waits if it is not ready yet.
+  /// The next batch in order, on the device; waits if it is not ready yet (a copy to a GPU is
+  /// waited for by the step's stream, not here).
   Batch next();
 
   /// The time next() has spent so far, in ms: how long training waited for data.
@@ -41,7 +44,7 @@ class BatchPrefetcher {
 
   BatchMaker make_;
   int64_t depth_;
-  bool pin_memory_;
+  DeviceStaging staging_;
   std::mutex mutex_;
   std::condition_variable changed_;
   bool stopping_ = false;
@@ -51,7 +54,7 @@ class BatchPrefetcher {
   int64_t batches_ = 0;
   int64_t next_to_make_ = 0;
   int64_t next_to_hand_out_ = 0;
-  std::map<int64_t, Batch> ready_;
+  std::map<int64_t, StagedBatch> ready_;
   std::exception_ptr error_;  // a failed batch, rethrown by next()
   double waited_ms_ = 0;      // by next(), on the caller's thread
   std::vector<std::thread> threads_;

@@ -26,7 +26,7 @@ bool same_layout(const torch::Tensor& a, const torch::Tensor& b) {
   return a.defined() == b.defined() && (!a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type()));
 }
 
-// Into a static input: from pinned host memory this does not block the host.
+// Into a static input, from a batch the prefetcher staged on the device (Note [Staged batches]).
 [[maybe_unused]] void copy_into(torch::Tensor& to, const torch::Tensor& from) {
   if (to.defined()) to.copy_(from, /*non_blocking=*/true);
 }

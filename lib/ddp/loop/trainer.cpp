@@ -102,7 +102,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
                     " ranks; use fewer ranks or sampler.drop_last: false");
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       [task = task_.get()](const torch::Tensor& indices) { return task->make_batch(Split::kTrain, indices); },
-      config_.data, /*pin_memory=*/world.device.is_cuda());
+      config_.data, world.device);
   // The vote and the monitor's numbers (reserved by the recorder) travel with the gradients.
   stop_vote_ = std::make_unique<StopVote>(side_values_);
   parallel_ = parallelize(*task_, *plan_, config_, side_values_);  // Note [Passes]
@@ -297,7 +297,7 @@ int Trainer::fit() {
 
 StepStats Trainer::train_step(int64_t micro_batches) {
   if (graph_) return graphed_step(micro_batches);
-  return eager_step(micro_batches, [this] { return prefetcher_->next().to(plan_->world().device); });
+  return eager_step(micro_batches, [this] { return prefetcher_->next(); });
 }
 
 StepStats Trainer::eager_step(int64_t micro_batches, std::function<Batch()> next_batch) {
@@ -359,8 +359,6 @@ StepStats Trainer::graphed_step(int64_t micro_batches) {
     progress_.step += 1;
     return stats;
   }
-  std::vector<Batch> on_device;
-  for (const Batch& batch : batches) on_device.push_back(batch.to(plan_->world().device));
   StepStats stats;
   const StepGraph::Body body = [this, micro_batches, &stats](const std::vector<Batch>& inputs) {
     std::size_t next = 0;
@@ -378,19 +376,19 @@ StepStats Trainer::graphed_step(int64_t micro_batches) {
       spdlog::info("train.cuda_graphs: step {}'s batches differ from the captured step's ({}): such steps run eagerly",
                    progress_.step, graph_->shapes());
     }
-    body(on_device);
+    body(batches);
     return stats;
   }
   if (graph_warm_ups_ < 2) {  // the second on the capture stream: its lazy set-ups outside the capture
     if (++graph_warm_ups_ == 2)
-      graph_->run_on_capture_stream(on_device, body);
+      graph_->run_on_capture_stream(batches, body);
     else
-      body(on_device);
+      body(batches);
     return stats;
   }
   const int64_t step = progress_.step;
   try {
-    stats.loss_sum = graph_->capture(std::move(on_device), body);
+    stats.loss_sum = graph_->capture(std::move(batches), body);
     adamw.note_captured();
   } catch (const c10::OutOfMemoryError&) {
     throw;  // run_main's advice on memory applies
