@@ -2,6 +2,7 @@
 
 #include "ddp/data/batch_prefetcher.h"
 #include "ddp/data/synthetic_dataset.h"
+#include "support/gpu.h"
 
 #include <catch2/catch.hpp>
 
@@ -44,10 +45,7 @@ TEST_CASE("prefetched batches equal direct gathering, in order, from any start",
 TEST_CASE("on a GPU: batches come out on the device, copied on a stream of their own, whole by the time a "
           "kernel the step queues at once reads them",
           "[data][prefetch][gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
-    return;
-  }
+  SKIP_WITHOUT_GPU();
   const torch::Device gpu(torch::kCUDA, 0);
   constexpr int64_t kWidth = int64_t{1} << 22;  // 16 MB a row: a copy long enough to race the step
   DataConfig config;

@@ -13,8 +13,9 @@
 
 #include "ddp/model/safetensors.h"
 #include "ddp/model/state_dict_file.h"
-#include "support/python_fixtures.h"
+#include "support/gpu.h"
 #include "support/metric_values.h"
+#include "support/python_fixtures.h"
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
@@ -502,10 +503,7 @@ TEST_CASE("train.cuda_graphs on the CPU: on says once why it runs eagerly, auto 
 TEST_CASE("on a GPU: a step captured as a CUDA graph and replayed trains as the eager step, within 1e-6 a loss over "
           "50 steps, under a warmed-up cosine schedule, and across a checkpoint and a resume",
           "[gpt][step_graph][gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
-    return;
-  }
+  SKIP_WITHOUT_GPU();
   TempDir dir;
   // Cosine after 10 warm-up steps, spanning 50 steps whatever max_steps is: the rate changes every step.
   std::string config = write_gpt_config(dir);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <sstream>
 
+#include "support/gpu.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -563,10 +564,7 @@ TEST_CASE("a step reads no tensor value to the host, the loss included (read at 
 TEST_CASE("on a GPU: a step at world 1 waits for the device nowhere: no value read, no copy to the host, in "
           "micro-steps, clipped, under ZeRO-3, and the peak CUDA memory is logged and kept",
           "[trainer][log][gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
-    return;
-  }
+  SKIP_WITHOUT_GPU();
   // On a GPU each read or copy to the host leaves the device idle until the host has queued more work.
   TempDir dir;
   const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {

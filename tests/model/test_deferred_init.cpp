@@ -10,6 +10,7 @@
 #include "ddp/model/deferred_init.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/model/python_state_dict.h"
+#include "support/gpu.h"
 #include "support/subprocess.h"
 
 namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
@@ -271,10 +272,7 @@ TEST_CASE("a deferred build cast before its passes casts what waits without read
 TEST_CASE("on a GPU: a deferred build moved to the GPU before its passes moves what waits without values, and gets "
           "a whole build's values there, whole and in parts",
           "[model][deferred][gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
-    return;
-  }
+  SKIP_WITHOUT_GPU();
   const torch::Device gpu(torch::kCUDA, 0);
   check_moved_before_values([&](ddp::Model& m) { m.to(gpu); }, gpu, torch::kFloat);
   check_moved_before_values([&](ddp::Model& m) { m.to(gpu, torch::kBFloat16); }, gpu, torch::kBFloat16);

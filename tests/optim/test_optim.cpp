@@ -13,6 +13,7 @@
 #include "ddp/optim/lr_schedule.h"
 #include "ddp/optim/optimizer_factory.h"
 #include "ddp/optim/row_updates.h"
+#include "support/gpu.h"
 #include "support/subprocess.h"
 
 namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
@@ -329,10 +330,7 @@ TEST_CASE("ForeachAdamW steps bit for bit as torch::optim::AdamW: groups, no dec
 TEST_CASE("on a GPU: ForeachAdamW steps each group with ATen's fused Adam kernel, as torch::optim::AdamW "
           "within float rounding, reads nothing back, and resumes from a saved state",
           "[optim][gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device here (CPU build, or no GPU visible)");
-    return;
-  }
+  SKIP_WITHOUT_GPU();
   const torch::Device gpu(torch::kCUDA, 0);
   torch::manual_seed(3);
   std::vector<torch::Tensor> start{torch::randn({5, 7}), torch::randn({7}), torch::randn({3, 2, 2}), torch::randn({4})};
