@@ -26,7 +26,7 @@ namespace {
 double shared_memory_sum(const ddp::Communicator& comm, int i) {
   if (!comm.shared_memory) throw std::runtime_error("no shared-memory all-reduce on a single-node run");
   auto values = torch::ones({i * 40000 + 3});
-  int64_t seq = comm.tracker->begin("all_reduce");
+  int64_t seq = comm.tracker->begin("gradient all_reduce");
   comm.tracker->wait(comm.shared_memory->sum_async(values), seq);
   double first = values[0].item<double>();
   return (values == first).all().item<bool>() ? first : std::nan("");

@@ -102,14 +102,17 @@ std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause) {
     } catch (const std::exception&) {
       return cause + " (the store is unreachable, so the other ranks' progress is unknown)";
     }
-    auto fields = split(text, ' ');
-    int64_t their_seq = fields.size() == 3 ? parse_int(fields[0]).value_or(0) : 0;
-    std::string where = fields.size() == 3 ? "its last collective is " + fields[1] + " #" + fields[0] + " at step " +
-                                                 fields[2]
-                                           : "it started no collective";
+    // "SEQ OP STEP", where OP may have spaces of its own ("gradient all_reduce").
+    const auto first = text.find(' '), last = text.rfind(' ');
+    const bool whole = first != std::string::npos && last > first;
+    const std::string their_op = whole ? text.substr(first + 1, last - first - 1) : "";
+    int64_t their_seq = whole ? parse_int(text.substr(0, first)).value_or(0) : 0;
+    std::string where = whole ? "its last collective is " + their_op + " #" + text.substr(0, first) + " at step " +
+                                    text.substr(last + 1)
+                              : "it started no collective";
     if (their_seq < seq)
       behind.push_back(rank_name(r) + " (" + where + ")");
-    else if (their_seq == seq && fields[1] != my_op)
+    else if (their_seq == seq && their_op != my_op)
       different.push_back(rank_name(r) + " (" + where + ")");
   }
   std::string report;
