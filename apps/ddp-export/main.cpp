@@ -25,8 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The checkpoint --checkpoint names, else the newest one of the run that verifies; none: nullopt.
-std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments& args, ddp::TrainConfig config) {
+// The checkpoint --checkpoint names, else the newest one of the run older than `older_than` that
+// verifies; none: nullopt.
+std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments& args, ddp::TrainConfig config,
+                                                     int64_t older_than) {
   if (!args.checkpoint.empty()) {
     config.checkpoint.resume = args.checkpoint;
   } else {
@@ -34,7 +36,7 @@ std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments&
   }
   ddp::Checkpointer checkpointer(config.checkpoint, (fs::path(args.run) / "checkpoints").string());
   try {
-    return checkpointer.find_resume_point();
+    return checkpointer.find_resume_point(older_than);
   } catch (const ddp::FileError& e) {  // the checkpointer names its key; here the user gave an option
     const std::string what = e.what(), key = "checkpoint.resume: ";
     throw ddp::FileError(what.rfind(key, 0) == 0 ? "--checkpoint: " + what.substr(key.size()) : what);
@@ -66,15 +68,27 @@ int main(int argc, char** argv) {
 
     std::string source;
     int64_t step = -1;
-    if (auto checkpoint = chosen_checkpoint(args, config)) {
+    std::optional<ddp::CheckpointInfo> checkpoint;
+    // Without --checkpoint, one that verifies but cannot be read (a manifest that disagrees with its
+    // files) gives way to the one before it, as a run's resume does.
+    for (int64_t older_than = INT64_MAX; step < 0 && (checkpoint = chosen_checkpoint(args, config, older_than));) {
       const std::string manifest =
           fs::exists(checkpoint->manifest_path) ? ddp::read_whole_file(checkpoint->manifest_path) : "";
       // The optimizer's state is read with the weights and dropped: an export holds the model alone.
       auto optimizer = ddp::make_optimizer(model->parameters(), config.optim, config.optim.lr);
-      auto progress = ddp::load_whole_checkpoint(
-          manifest, checkpoint->manifest_path,
-          ddp::read_whole_file(ddp::common_file(manifest, checkpoint->manifest_path)), *model, *optimizer);
-      step = progress.step;
+      try {
+        step = ddp::load_whole_checkpoint(
+                   manifest, checkpoint->manifest_path,
+                   ddp::read_whole_file(ddp::common_file(manifest, checkpoint->manifest_path)), *model, *optimizer)
+                   .step;
+      } catch (const ddp::FileError& e) {
+        if (!args.checkpoint.empty()) throw;
+        spdlog::warn("skipping checkpoint {}: {}; trying the previous one", checkpoint->manifest_path, e.what());
+        older_than = checkpoint->step;
+        model = ddp::make_model(config.model);  // nothing half-read goes out
+      }
+    }
+    if (step >= 0) {
       source = "the checkpoint of step " + std::to_string(step) + " (" + checkpoint->manifest_path + ")";
     } else {
       const std::string weights = (fs::path(args.run) / "model.pt").string();

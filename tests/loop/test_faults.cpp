@@ -163,6 +163,36 @@ TEST_CASE("a truncated newest checkpoint is reported and the previous one is use
   CHECK_THAT(resumed.out, Contains("resumed from " + out + "/checkpoints/step_0000000020.pt at step 20"));
 }
 
+TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",
+          "[faults][checkpoint]") {
+  // The manifest says 38 where its file holds 40. Resume used to try "older than 40" again, which
+  // its step of 38 is, and looped on it with a warning a millisecond.
+  TempDir dir;
+  std::string out = dir.file("run");
+  auto sets = [&](int steps) {
+    return std::vector<std::string>{"run.output_dir=" + out, "train.max_steps=" + std::to_string(steps),
+                                    "checkpoint.every_steps=20", "checkpoint.every_epochs=0", "checkpoint.keep_last=3",
+                                    "data.eval_split=none"};
+  };
+  REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(40))).exit_code == 0);
+  const std::string manifest = out + "/checkpoints/step_0000000040.json";
+  std::string text = read_file(manifest);
+  REQUIRE(text.find("step: 40\n") != std::string::npos);
+  text.replace(text.find("step: 40\n"), 9, "step: 38\n");
+  write_file(manifest, text);
+  auto resumed = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(60)), std::chrono::seconds(60));
+  INFO(resumed.out << resumed.err);
+  CHECK_FALSE(resumed.timed_out);
+  CHECK(resumed.exit_code == 0);
+  int skips = 0;
+  for (auto at = resumed.out.find("skipping checkpoint " + manifest); at != std::string::npos;
+       at = resumed.out.find("skipping checkpoint " + manifest, at + 1))
+    ++skips;
+  CHECK(skips == 1);
+  CHECK_THAT(resumed.out, Contains("says step 38, but") && Contains("holds step 40"));
+  CHECK_THAT(resumed.out, Contains("resumed from " + out + "/checkpoints/step_0000000020.pt at step 20"));
+}
+
 TEST_CASE("resuming at another world size with another number of samples a step is refused, naming the batch "
           "size that fits",
           "[faults][checkpoint]") {

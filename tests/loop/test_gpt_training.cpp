@@ -788,6 +788,19 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(size.exit_code == 2);
   CHECK_THAT(size.err, Contains("--max-shard-size: expected a size such as 5GB, 500MB or 100KB, got '5 parsecs'"));
 
+  // A newest manifest whose step disagrees with its files is skipped once, and the one before it exported.
+  const std::string manifest = dir.file("out/checkpoints/step_0000000040.json");
+  const std::string as_written = read_file(manifest);
+  REQUIRE(as_written.find("step: 40\n") != std::string::npos);
+  write_file(manifest, std::string(as_written).replace(as_written.find("step: 40\n"), 9, "step: 38\n"));
+  auto disagreeing = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("disagreeing")},
+                                 std::chrono::seconds(120));
+  INFO(disagreeing.out << disagreeing.err);
+  CHECK(disagreeing.exit_code == 0);
+  CHECK_THAT(disagreeing.out, Contains("exported the checkpoint of step 20"));
+  CHECK_THAT(disagreeing.err, Contains("skipping checkpoint " + manifest) && Contains("says step 38, but"));
+  write_file(manifest, as_written);
+
   // A damaged newest checkpoint: the one before it is exported, and the warning is the tool's line on stderr.
   const std::string common = dir.file("out/checkpoints/step_0000000040.common.pt");
   REQUIRE(fs::exists(common));

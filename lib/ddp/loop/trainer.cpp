@@ -133,6 +133,10 @@ void Trainer::resume() {
     std::string path, manifest, bytes, refusal;
     if (world.rank == 0) {
       if (auto found = checkpointer_->find_resume_point(older_than)) {
+        // The next try is older than this one by the step find_resume_point compares, its manifest's,
+        // whatever the file name or the state says: a manifest that disagrees with them cannot
+        // bring the same checkpoint back forever.
+        older_than = found->step;
         path = found->manifest_path;
         manifest = read_whole_file(path);
         refusal = run_identity_refusal(read_run_identity(manifest), checkpointer_->run_identity(), path);
@@ -145,12 +149,11 @@ void Trainer::resume() {
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
     if (bytes.empty()) return;
-    if (resume_from(path, manifest, bytes, older_than)) return;
+    if (resume_from(path, manifest, bytes)) return;
   }
 }
 
-bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common,
-                          int64_t& older_than) {
+bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common) {
   const Communicator& world = plan_->world();
   std::optional<CheckpointReader> parsed;
   try {
@@ -158,7 +161,6 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   } catch (const FileError& e) {  // the same manifest on every rank: all go back alike
     if (config_.checkpoint.resume != "auto") throw;
     if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, e.what());
-    older_than = std::stoll(std::filesystem::path(path).stem().string().substr(5));  // auto: step_N.json
     return false;
   }
   CheckpointReader& reader = *parsed;
@@ -181,7 +183,6 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
     problem = "rank " + std::to_string(r) + ": " + problem;
     if (config_.checkpoint.resume != "auto") throw FileError("checkpoint.resume: " + problem);
     if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
-    older_than = reader.progress().step;
     return false;
   }
   reader.restore(layout, task_->model(), *optimizer_, world.rank);
