@@ -300,6 +300,34 @@ TEST_CASE("a failure on one node stops the other node too") {
   CHECK(find_processes(sleeper).empty());
 }
 
+TEST_CASE("node 0 waiting for a SIGKILLed node before closing the store stops waiting on Ctrl-C, with the run's status") {
+  // Node 1's launcher is SIGKILLed, so it never says it is done; node 0's worker then fails, and
+  // node 0 waits (up to --rdzv-timeout, here past the harness's limit) for node 1 before closing its store.
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string sleeper = unique_sleep(31);
+  std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 120 -- sh -c 'touch " + dir.path() +
+                       "/up$RANK; if [ $RANK = 0 ]; then while [ ! -e " + dir.path() +
+                       "/go ]; do sleep 0.05; done; exit 3; fi; " + sleeper + "'";
+  auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
+                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
+                         dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
+                         "i=$((i+1)); done; kill -KILL $B; wait $B; touch " + dir.path() + "/go; i=0; until grep -q " +
+                         "'before closing the store' " + dir.file("a.err") + " || [ $i -ge 600 ]; do sleep 0.05; " +
+                         "i=$((i+1)); done; kill -INT $A; wait $A; echo status=$?",
+                     std::chrono::seconds(60));
+  std::string a = read_file(dir.file("a.err"));
+  INFO(r.out << r.err << "\n--- node 0:\n" << a);
+  CHECK_FALSE(r.timed_out);
+  CHECK(count_lines(r.out, "status=3") == 1);
+  CHECK_THAT(a, Contains("waiting up to 120 s for 1 other node(s) to finish before closing the store (Ctrl-C stops "
+                         "waiting)"));
+  CHECK_THAT(a, Contains("a signal: closing the store without waiting for 1 other node(s)"));
+  for (int i = 0; i < 50 && !find_processes(sleeper).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(find_processes(sleeper).empty());
+}
+
 TEST_CASE("Ctrl-C on one node stops the other as an interruption, not a failure: both exit 130, the other says stopped") {
   TempDir dir;
   std::string port = std::to_string(free_port());

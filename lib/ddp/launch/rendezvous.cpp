@@ -417,19 +417,35 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
   }
 }
 
-void Rendezvous::finish(int attempt) {
+void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted) {
   std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/done/";
   try {
     store_->set(prefix + std::to_string(options_.node_rank), "1");
     if (options_.node_rank != 0) return;
-    std::vector<std::string> keys;
-    for (int r = 1; r < options_.nnodes; ++r)
-      if (!store_->check(prefix + std::to_string(r))) keys.push_back(prefix + std::to_string(r));
+    auto waiting_for = [&] {
+      std::vector<std::string> keys;
+      for (int r = 1; r < options_.nnodes; ++r)
+        if (!store_->check(prefix + std::to_string(r))) keys.push_back(prefix + std::to_string(r));
+      return keys;
+    };
+    auto keys = waiting_for();
     if (keys.empty()) return;
-    // The store must outlive every other node's last use of it.
-    std::fprintf(stderr, "ddprun: waiting up to %lld s for %zu other node(s) to finish before closing the store\n",
+    // The store must outlive every other node's last use of it. Polled, as barrier_before is: a
+    // node that was SIGKILLed never says it is done, and a signal here must not wait for it.
+    std::fprintf(stderr,
+                 "ddprun: waiting up to %lld s for %zu other node(s) to finish before closing the store "
+                 "(Ctrl-C stops waiting)\n",
                  static_cast<long long>(timeout_.count() / 1000), keys.size());
-    store_->wait(keys, timeout_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (!keys.empty() && std::chrono::steady_clock::now() < deadline) {
+      if (interrupted()) {
+        std::fprintf(stderr, "ddprun: a signal: closing the store without waiting for %zu other node(s)\n",
+                     keys.size());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      keys = waiting_for();
+    }
   } catch (const std::exception&) {
     // A node that never reports done has failed or vanished; its own launcher says so.
   }

@@ -65,8 +65,8 @@ class Rendezvous {
   bool barrier_before(int attempt, const std::function<bool()>& interrupted);
 
   /// Marks this node finished with `attempt`; node 0 waits (bounded) for the rest so its store
-  /// outlives every client.
-  void finish(int attempt);
+  /// outlives every client, and stops waiting as soon as `interrupted()` is.
+  void finish(int attempt, const std::function<bool()>& interrupted);
 
  protected:
   /// Hosts or connects to the store; UserError naming the endpoint, except that a lost race to bind

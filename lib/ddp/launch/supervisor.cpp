@@ -561,7 +561,8 @@ class JobMembership {
   /// SETTLE: whether the outcome is for the restart decision, a new meeting, or the end (`exit_status`).
   virtual Settled settle(const AttemptPlan&, AttemptOutcome&, int& /*exit_status*/) { return Settled::kDecide; }
   /// FINISH: says a give-up and tells the other nodes.
-  virtual void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision) = 0;
+  virtual void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision,
+                      BetweenAttempts& signals) = 0;
   /// RESTART: the line that says so.
   virtual std::string restarting(const AttemptPlan& plan, const AttemptOutcome& outcome) const = 0;
   virtual Rendezvous* rendezvous() = 0;
@@ -598,10 +599,11 @@ class StaticJob : public JobMembership {
     return std::nullopt;
   }
 
-  void finish(const AttemptPlan& plan, const AttemptOutcome&, AttemptDecision decision) override {
+  void finish(const AttemptPlan& plan, const AttemptOutcome&, AttemptDecision decision,
+              BetweenAttempts& signals) override {
     if (decision == AttemptDecision::kGiveUp)
       say("giving up after " + std::to_string(options_.max_restarts) + " restart(s)");
-    if (rendezvous_) rendezvous_->finish(plan.attempt);
+    if (rendezvous_) rendezvous_->finish(plan.attempt, signals.check());
   }
 
   std::string restarting(const AttemptPlan& plan, const AttemptOutcome& outcome) const override {
@@ -708,12 +710,13 @@ class ElasticJob : public JobMembership {
     return Settled::kDecide;
   }
 
-  void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision) override {
+  void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision,
+              BetweenAttempts& signals) override {
     if (decision == AttemptDecision::kGiveUp)
       say("giving up after " + std::to_string(options_.max_restarts) + " restart(s) for failures (and " +
           std::to_string(changes_) + " membership change(s), which do not count)");
     if (outcome.status == 0 && plan.layout.node_rank == 0) rendezvous_.job_finished();
-    rendezvous_.finish(plan.attempt);
+    rendezvous_.finish(plan.attempt, signals.check());
   }
 
   std::string restarting(const AttemptPlan& plan, const AttemptOutcome& outcome) const override {
@@ -753,7 +756,8 @@ int supervise(JobMembership& job, int max_restarts, Watchdog& watchdog, SignalPi
     }
     auto decision = decide_after_attempt(outcome.status, outcome.restartable, plan->failures_before, max_restarts);
     if (decision != AttemptDecision::kRestart) {
-      job.finish(*plan, outcome, decision);
+      BetweenAttempts after(signal_pipe);
+      job.finish(*plan, outcome, decision, after);
       return outcome.status;
     }
     say(job.restarting(*plan, outcome));
