@@ -27,7 +27,12 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
                         ->capture_default_str();
   for (auto* option : {type, vocab, coverage, max_lines}) option->excludes(tokenizer);
   app.add_option("--name", args.name, "Shard names are NAME_train_NNNNNN.bin and NAME_val_NNNNNN.bin (default: the "
-                                      "first text file's name, without its extension)");
+                                      "first text file's name, without its extension)")
+      ->check([](const std::string& name) -> std::string {  // the shards go in OUT_DIR, and nowhere else
+        if (name.find('/') != std::string::npos || name == "." || name == "..")
+          return "'" + name + "' is a file name's start, without a '/' (the shards go in OUT_DIR)";
+        return "";
+      });
   app.add_option("--val-fraction", args.val_fraction,
                  "Held out for evaluation: the last whole lines making up this share of the text; 0: none")
       ->check(CLI::Range(0.0, 0.9))

@@ -123,6 +123,8 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
             "--tokenizer excludes --vocab-size"},
            {{"--text", dir.file("words.txt"), "--model-type", "wordpiece"}, "--model-type: wordpiece not in {bpe,unigram}"},
            {{"--text", dir.file("words.txt"), "--val-fraction", "0.95"}, "--val-fraction: Value 0.95 not in range"},
+           {{"--text", dir.file("words.txt"), "--vocab-size", "300", "--name", "../w"},
+            "--name: '../w' is a file name's start, without a '/' (the shards go in OUT_DIR)"},
            {{"--text", dir.file("words.txt"), "--vocab-size", "300", "--name", "w", "--threads", "1", "--shard-tokens",
              "2147483648"},
             "--shard-tokens: Value 2147483648 not in range"}}) {
