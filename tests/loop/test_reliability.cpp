@@ -79,6 +79,50 @@ TEST_CASE("a run.output_dir a file stands in the way of is a usage error: exit 2
   CHECK(read_file(dir.file("afile")) == "a file, not a directory");
 }
 
+TEST_CASE("a config with two problems: at world 2 each is said once, on a line of its own, and the summary is the "
+          "usage error's",
+          "[reliability]") {
+  TempDir dir;
+  auto r = run_shell(ddprun_command(2, {"optim.lr=0", "train.epochs=0", "run.output_dir=" + dir.file("run")}));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  for (const std::string problem : {"error: optim.lr: must be in (0, 1e+06], got 0",
+                                    "error: train.epochs: must be in [1, 1e+06], got 0"}) {
+    int said = 0;
+    for (auto at = r.err.find(problem); at != std::string::npos; at = r.err.find(problem, at + 1)) ++said;
+    CHECK(said == 1);
+  }
+  CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
+  CHECK_THAT(r.err, !Contains("failed first"));
+}
+
+TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, said once, no model.pt, never "
+          "restarted",
+          "[reliability]") {
+  // Starting weights whose last 64 bytes are 0xff, NaN as float32: every loss after is NaN. The
+  // run used to train on to exit 0 and write a NaN model.pt.
+  TempDir dir;
+  REQUIRE(run_shell(ddprun_command(1, {"train.max_steps=2", "data.eval_split=none",
+                                       "run.output_dir=" + dir.file("first")})).exit_code == 0);
+  std::string weights = read_file(dir.file("first/model.safetensors"));
+  REQUIRE(weights.size() > 64);
+  weights.replace(weights.size() - 64, 64, std::string(64, '\xff'));
+  write_file(dir.file("nan.safetensors"), weights);
+  auto r = run_shell(ddprun_command(2, {"train.max_steps=30", "train.log_every=10", "data.eval_split=none",
+                                        "model.init_from=" + dir.file("nan.safetensors"),
+                                        "run.output_dir=" + dir.file("run")},
+                                    "--max-restarts 1"));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  const std::string said = "error: the training loss over steps 1-10 is nan: training diverged";
+  int times = 0;
+  for (auto at = r.err.find(said); at != std::string::npos; at = r.err.find(said, at + 1)) ++times;
+  CHECK(times == 1);
+  CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
+  CHECK_THAT(r.err, !Contains("restarting"));
+  CHECK_FALSE(fs::exists(dir.file("run/model.pt")));
+}
+
 TEST_CASE("ddp-train ignores SIGPIPE, as a Python worker does: a closed reader is an error to handle, never a silent "
           "death",
           "[reliability]") {

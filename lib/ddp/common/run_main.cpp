@@ -1,5 +1,6 @@
 #include "ddp/common/run_main.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -13,10 +14,20 @@
 namespace ddp {
 namespace {
 
+// Each line of a message with several (a config with two problems) gets the program, the rank
+// and the kind of its own: every line then reads alone, and ddprun, which shows a usage error once
+// for all ranks, knows each line for one (Note [One usage error]).
 int report(const ProgramErrors& errors, int status, const char* kind, const std::string& what) {
   if (errors.claim) errors.claim();
   std::string prefix = errors.prefix ? errors.prefix() : "";
-  std::fprintf(stderr, "%s: %s%s: %s\n", errors.program, prefix.c_str(), kind, what.c_str());
+  std::string text;
+  for (std::size_t from = 0; from <= what.size();) {
+    std::size_t end = std::min(what.find('\n', from), what.size());
+    if (end > from || text.empty())
+      text += std::string(errors.program) + ": " + prefix + kind + ": " + what.substr(from, end - from) + "\n";
+    from = end + 1;
+  }
+  std::fputs(text.c_str(), stderr);  // one write: the lines stay together between ranks'
   std::fflush(stderr);
   if (errors.exit_at_once && errors.exit_at_once()) std::_Exit(status);
   return status;

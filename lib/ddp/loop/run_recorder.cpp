@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -156,7 +157,7 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int6
   }
   heartbeat_.beat(progress.step);
   run_start_ = window_start_ = Clock::now();
-  run_start_step_ = progress.step;
+  run_start_step_ = window_from_step_ = progress.step;
   total_steps_ = total_steps;
   total_epochs_ = total_epochs;
 }
@@ -232,6 +233,15 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   const ValueSlots& total = window_sums_;
   double elapsed = std::max(seconds_since(window_start_), 1e-9);
   double loss = total.value(window_.loss) / std::max(1.0, total.value(window_.batches));
+  // A loss that is no number ends the run, on every rank alike (they summed the same): each later
+  // step would train NaN weights, and a restart would resume, bit-identically, into the same.
+  if (!std::isfinite(loss))
+    throw UserError("the training loss over steps " + std::to_string(window_from_step_ + 1) + "-" +
+                    std::to_string(progress.step) + " is " + (std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") +
+                    ": training diverged (too high an optim.lr, no train.clip_grad_norm, or broken starting "
+                    "weights); stopped without saving model.pt, and a checkpoint after step " +
+                    std::to_string(window_from_step_) + " may hold diverged weights");
+  window_from_step_ = progress.step;
   double samples_per_s = total.value(window_.samples) / elapsed;
   // Per step and rank: gradient sync time, and the part of it backward did not hide.
   double rank_steps = std::max(1.0, total.value(window_.steps));
