@@ -123,6 +123,29 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
   CHECK_FALSE(fs::exists(dir.file("run/model.pt")));
 }
 
+TEST_CASE("a model.pt with one bit flipped is refused as model.init_from, naming the damaged record, where LibTorch "
+          "loads it",
+          "[reliability]") {
+  TempDir dir;
+  REQUIRE(run_shell(ddprun_command(1, {"train.max_steps=2", "data.eval_split=none",
+                                       "run.output_dir=" + dir.file("first")})).exit_code == 0);
+  std::string weights = read_file(dir.file("first/model.pt"));
+  REQUIRE(weights.size() > 100000);
+  weights[weights.size() / 2] ^= 0x10;  // inside the largest tensor's record: a weight, not the zip's structure
+  write_file(dir.file("flipped.pt"), weights);
+  auto r = run_shell(ddprun_command(1, {"train.max_steps=2", "data.eval_split=none",
+                                        "model.init_from=" + dir.file("flipped.pt"), "run.output_dir=" + dir.file("run")}));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("error: model.init_from: " + dir.file("flipped.pt") + ": damaged: record data/") &&
+                        Contains("is not what was written (its CRC-32 is "));
+  // The file as written loads.
+  write_file(dir.file("whole.pt"), read_file(dir.file("first/model.pt")));
+  CHECK(run_shell(ddprun_command(1, {"train.max_steps=2", "data.eval_split=none",
+                                     "model.init_from=" + dir.file("whole.pt"), "run.output_dir=" + dir.file("again")}))
+            .exit_code == 0);
+}
+
 TEST_CASE("ddp-train ignores SIGPIPE, as a Python worker does: a closed reader is an error to handle, never a silent "
           "death",
           "[reliability]") {

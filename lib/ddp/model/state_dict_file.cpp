@@ -12,6 +12,7 @@
 #include "ddp/common/error.h"
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/safetensors.h"
+#include "ddp/model/zip_checksums.h"
 
 namespace ddp {
 namespace {
@@ -56,8 +57,8 @@ torch::Dtype storage_dtype(const std::string& name, const std::string& path) {
 class PickleMachine {
  public:
   PickleMachine(const char* data, std::size_t size, std::shared_ptr<caffe2::serialize::PyTorchStreamReader> zip,
-                std::string path)
-      : data_(data), size_(size), zip_(std::move(zip)), path_(std::move(path)) {}
+                std::shared_ptr<const ZipChecksums> checksums, std::string path)
+      : data_(data), size_(size), zip_(std::move(zip)), checksums_(std::move(checksums)), path_(std::move(path)) {}
 
   Item run() {
     for (;;) {
@@ -242,8 +243,9 @@ class PickleMachine {
     Item item = make(Item::Kind::kTensor);
     item.stored.shape = sizes;
     item.stored.dtype = storage.dtype;
-    item.stored.read = [zip = zip_, path = path_, record = storage.text, count = storage.integer,
-                        dtype = storage.dtype, offset, sizes, strides, read = read_]() -> torch::Tensor {
+    item.stored.read = [zip = zip_, checksums = checksums_, path = path_, record = storage.text,
+                        count = storage.integer, dtype = storage.dtype, offset, sizes, strides,
+                        read = read_]() -> torch::Tensor {
       // Tensors over one storage (tied, or views of a flat buffer) read it once while any holds it.
       if (auto held = read->storages.find(record); held != read->storages.end())
         if (auto storage = held->second.lock()) {
@@ -264,6 +266,7 @@ class PickleMachine {
       if (size != expected)
         throw FileError(path + ": not a torch.save state dict (storage " + record + " holds " + std::to_string(size) +
                         " bytes, not the " + std::to_string(expected) + " its tensor needs)");
+      checksums->check(record, bytes.get(), size);  // Note [torch.save's checksums]
       std::memcpy(values.data_ptr(), bytes.get(), size);
       read->storages.insert_or_assign(record, values.storage().getWeakStorageImpl());
       return values.as_strided(sizes, strides, offset);
@@ -301,6 +304,7 @@ class PickleMachine {
   std::size_t size_;
   std::size_t at_ = 0;
   std::shared_ptr<caffe2::serialize::PyTorchStreamReader> zip_;
+  std::shared_ptr<const ZipChecksums> checksums_;
   // The storages read and still held by a tensor, by record: one file's, shared by its tensors' reads.
   struct Read {
     std::map<std::string, c10::weak_intrusive_ptr<c10::StorageImpl>> storages;
@@ -367,8 +371,10 @@ StoredTensors open_state_dict_file(const std::string& path) {
                     "safetensors.torch.save_file");
   }
   if (!zip->hasRecord("data.pkl")) throw FileError(path + ": not a torch.save file (no data.pkl in it)");
+  auto checksums = std::make_shared<const ZipChecksums>(path);
   auto [pickle, size] = zip->getRecord("data.pkl");
-  Item top = PickleMachine(static_cast<const char*>(pickle.get()), size, zip, path).run();
+  checksums->check("data.pkl", pickle.get(), size);
+  Item top = PickleMachine(static_cast<const char*>(pickle.get()), size, zip, checksums, path).run();
   if (top.kind != Item::Kind::kDict) throw FileError(path + ": not a state dict (it holds no dict)");
   StoredTensors entries;
   for (const auto& [key, value] : *top.entries) {
