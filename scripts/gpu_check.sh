@@ -102,8 +102,9 @@ gpu_and_build() {
 # CUDA tensors, 32 sequences a step at any world size (Note [Global batch]), ranks sharing the one GPU
 # through Gloo.
 gpu_unit_tests() {  # every test executable that has [gpu] cases
-  check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm test_model test_optim test_loop
+  check "its tests' build" cmake --build build --parallel "$(nproc)" --target test_comm test_data test_model test_optim test_loop
   check "tests tagged [gpu]: placement" build/bin/test_comm "[gpu]" "$@"
+  check "tests tagged [gpu]: batches staged on the GPU" build/bin/test_data "[gpu]" "$@"
   check "tests tagged [gpu]: deferred initialisation on the GPU" build/bin/test_model "[gpu]" "$@"
   check "tests tagged [gpu]: the fused AdamW" build/bin/test_optim "[gpu]" "$@"
   check "tests tagged [gpu]: no wait for the device in a step" build/bin/test_loop "[gpu]" "$@"
