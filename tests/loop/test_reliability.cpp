@@ -108,19 +108,24 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
   REQUIRE(weights.size() > 64);
   weights.replace(weights.size() - 64, 64, std::string(64, '\xff'));
   write_file(dir.file("nan.safetensors"), weights);
-  auto r = run_shell(ddprun_command(2, {"train.max_steps=30", "train.log_every=10", "data.eval_split=none",
-                                        "model.init_from=" + dir.file("nan.safetensors"),
-                                        "run.output_dir=" + dir.file("run")},
-                                    "--max-restarts 1"));
-  INFO(r.out << r.err);
-  CHECK(r.exit_code == 2);
-  const std::string said = "error: the training loss over steps 1-10 is nan: training diverged";
-  int times = 0;
-  for (auto at = r.err.find(said); at != std::string::npos; at = r.err.find(said, at + 1)) ++times;
-  CHECK(times == 1);
-  CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
-  CHECK_THAT(r.err, !Contains("restarting"));
-  CHECK_FALSE(fs::exists(dir.file("run/model.pt")));
+  // At a log step; and in a run shorter than train.log_every, at its end, before model.pt.
+  for (const auto& [steps, log_every] : std::vector<std::pair<std::string, std::string>>{{"30", "10"}, {"5", "1000"}}) {
+    const std::string out = dir.file("run" + steps);
+    auto r = run_shell(ddprun_command(2, {"train.max_steps=" + steps, "train.log_every=" + log_every,
+                                          "data.eval_split=none", "model.init_from=" + dir.file("nan.safetensors"),
+                                          "run.output_dir=" + out},
+                                      "--max-restarts 1"));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    const std::string said = "error: the training loss over steps 1-" + std::to_string(std::min(
+                                 std::stoi(steps), std::stoi(log_every))) + " is nan: training diverged";
+    int times = 0;
+    for (auto at = r.err.find(said); at != std::string::npos; at = r.err.find(said, at + 1)) ++times;
+    CHECK(times == 1);
+    CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
+    CHECK_THAT(r.err, !Contains("restarting"));
+    CHECK_FALSE(fs::exists(out + "/model.pt"));
+  }
 }
 
 TEST_CASE("a model.pt with one bit flipped is refused as model.init_from, naming the damaged record, where LibTorch "

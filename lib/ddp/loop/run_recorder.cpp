@@ -447,9 +447,12 @@ void RunRecorder::report_state_memory(const TrainProgress& progress, int64_t par
   metrics_->write(record);
 }
 
-void RunRecorder::finished(const TrainProgress& progress) {
-  // Steps since the last log line (a run shorter than train.log_every: all of them) get one too.
+void RunRecorder::log_last_steps(const TrainProgress& progress) {
   if (config_.train.log_every > 0 && window_sums_.value(window_.steps) > 0) log_window(progress);
+}
+
+void RunRecorder::finished(const TrainProgress& progress) {
+  log_last_steps(progress);  // where the trainer has not already
   // Every rank's count: ranks read different things (a pipeline's later stages receive, the first sends).
   auto reads = torch::zeros({world_.world_size}, torch::kDouble);
   reads[world_.rank] = host_reads_.per_step();

@@ -83,6 +83,9 @@ class RunRecorder {
   /// `unit_bytes`, when not 0, the largest unit dist.shard parameters gathers at a time.
   void report_state_memory(const TrainProgress& progress, int64_t parameter_bytes, int64_t gradient_bytes,
                            int64_t optimizer_bytes, int64_t unit_bytes = 0);
+  /// The steps not yet logged (a run shorter than train.log_every: all of them) get their line, and
+  /// their loss its check, before anything of the run's end is written. Every rank calls it.
+  void log_last_steps(const TrainProgress& progress);
   /// The end of a run that finished: the steps not yet logged, the summary line, the exit status
   /// and the report. Every rank calls it.
   void finished(const TrainProgress& progress);

@@ -451,6 +451,7 @@ int Trainer::stop_after_checkpoint() {
 }
 
 void Trainer::finish() {
+  recorder_->log_last_steps(progress_);  // a loss that is no number stops the run before model.pt
   MetricsRecord measured = parallel_->step->report();  // every rank takes part
   if (!measured.empty()) {
     measured.insert(measured.begin(), {"step", static_cast<double>(progress_.step)});
