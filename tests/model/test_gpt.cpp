@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cmath>
+
 #include "ddp/common/error.h"
 #include "ddp/model/gpt.h"
 #include "ddp/model/token_sampler.h"
@@ -100,6 +102,17 @@ TEST_CASE("sampling is seeded, greedy at temperature 0, and checks the prompt", 
   CHECK(emitted == 20);
   CHECK_THROWS_WITH(ddp::sample_tokens(model, {}, options), Contains("the prompt is empty"));
   CHECK_THROWS_WITH(ddp::sample_tokens(model, {11}, options), Contains("outside the model's vocabulary (ids 0 to 10)"));
+  // Weights that are no numbers, as a diverged run's: said as such, at temperature 0 and above.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : model.parameters()) parameter.fill_(std::nan(""));
+  }
+  for (double temperature : {0.0, 1.0}) {
+    options.temperature = temperature;
+    CHECK_THROWS_WITH(ddp::sample_tokens(model, {1}, options),
+                      "the model's output for token 1 is not a number (NaN or infinite): its weights are broken, as a "
+                      "diverged run's are");
+  }
 }
 
 TEST_CASE("fused and explicit attention agree, where the LibTorch has the fused form", "[gpt]") {

@@ -31,6 +31,11 @@ std::vector<int64_t> sample_tokens(Model& model, const std::vector<int64_t>& pro
   torch::Tensor logits = stepper->feed(prompt);
   for (int64_t n = 0; n < options.tokens; ++n) {
     logits = logits.to(torch::kDouble);
+    // A model whose weights hold NaN or infinity (a run that diverged) gives logits that are no
+    // numbers; said so here, not as multinomial's "probability tensor contains either inf, nan".
+    if (!torch::isfinite(logits).all().item<bool>())
+      throw UserError("the model's output for token " + std::to_string(n + 1) +
+                      " is not a number (NaN or infinite): its weights are broken, as a diverged run's are");
     if (options.id_limit > 0 && options.id_limit < logits.size(0))
       logits.narrow(0, options.id_limit, logits.size(0) - options.id_limit).fill_(-INFINITY);
     int64_t next;
