@@ -253,7 +253,7 @@ void write_progress(torch::serialize::OutputArchive& archive, const TrainProgres
   archive.write("accum_steps", scalar(progress.accum_steps));
   archive.write("world_size", scalar(world_size));
   archive.write("lr", torch::tensor({progress.lr}, torch::kDouble));
-  archive.write("rng/cpu", cpu_generator().get_state());
+  archive.write("rng/cpu", rank_cpu_generator().get_state());  // not a tensor region's
   for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
 }
 
@@ -275,7 +275,7 @@ TrainProgress read_progress(torch::serialize::InputArchive& archive, const std::
 void restore_rng(torch::serialize::InputArchive& archive, int rank) {
   torch::Tensor rng;
   if (archive.try_read("rng/cpu_rank" + std::to_string(rank), rng) || archive.try_read("rng/cpu", rng)) {
-    at::Generator generator = cpu_generator();  // a handle to the rank's (the global one, but in threads mode)
+    at::Generator generator = rank_cpu_generator();  // the global one, but in threads mode the rank thread's
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   }

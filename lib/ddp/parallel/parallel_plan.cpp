@@ -360,7 +360,8 @@ void ParallelPlan::share_buffers() {
 
 std::vector<torch::Tensor> ParallelPlan::gather_checkpoint_state() const {
   if (stage_) stage_->share_buffers();
-  torch::Tensor mine = cpu_generator().get_state();
+  // The rank's own, never a tensor region's that a forward may have left set (Note [Tensor parallelism]).
+  torch::Tensor mine = rank_cpu_generator().get_state();
   auto all = torch::zeros({world_.world_size, mine.numel()}, torch::kDouble);
   all[world_.rank].copy_(mine.to(torch::kDouble));
   all = all_reduce_sum(world_, all);
