@@ -113,6 +113,9 @@ TEST_CASE("a GPT at dist.tensor 2, alone, × 2 data replicas, × ZeRO-3 and × Z
     INFO(name << ": largest difference from world 1 " << worst);
     CHECK(worst < 1e-5);
     CHECK(metric_value(dir.file(name + "/metrics.jsonl"), "eval_loss") == Approx(eval_one).margin(1e-5));
+    // Each held-out sample counted once: a tensor group's ranks all see the last stage's batches.
+    CHECK(metric_value(dir.file(name + "/metrics.jsonl"), "eval_samples") ==
+          metric_value(dir.file("one/metrics.jsonl"), "eval_samples"));
     // model.pt is whole, the head still the embedding; each tensor rank wrote its shard of the checkpoint.
     auto w = load_weights(dir.file(name + "/model.pt"));
     CHECK(w.at("transformer.wte.weight").sizes() == torch::IntArrayRef({256, 32}));

@@ -98,11 +98,16 @@ EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& co
 }
 
 EvalResult evaluate_pipelined(Task& task, const EvalConfig& config, PipelineRunner& stage, const Communicator& replicas,
-                              const Communicator& world, const EvalHooks& hooks) {
-  // Each stage runs every batch; only the last has metrics, and the others add zeros.
+                              const Communicator& world, const EvalHooks& hooks, bool counts_samples) {
+  // Each stage runs every batch; only the last has metrics, and the others add zeros. A tensor
+  // group's ranks all run the last stage's batch: only one of them counts it.
   return evaluate_shard(
-      task, config, replicas, world, [&stage](const Batch& batch) { return stage.evaluate(batch); }, hooks,
-      /*may_stop=*/false);
+      task, config, replicas, world,
+      [&stage, counts_samples](const Batch& batch) {
+        torch::Tensor sums = stage.evaluate(batch);  // on every rank: the tensor group computes it together
+        return counts_samples ? sums : torch::Tensor();
+      },
+      hooks, /*may_stop=*/false);
 }
 
 }  // namespace ddp

@@ -43,9 +43,10 @@ EvalResult evaluate(Task& task, const EvalConfig& config, const Communicator& co
                     bool lockstep = false);
 
 /// The same through pipeline stages: `stage` is this rank's; the samples are split over `replicas`
-/// (this stage's), and the last stages' sums are added up over `world`. It is not cut short by
-/// hooks.stop_requested: the stages exchange every batch, so they could stop only together.
+/// (this stage's), and the last stages' sums are added up over `world`, from the ranks that
+/// `counts_samples` (one of each tensor group). It is not cut short by hooks.stop_requested: the
+/// stages exchange every batch, so they could stop only together.
 EvalResult evaluate_pipelined(Task& task, const EvalConfig& config, PipelineRunner& stage, const Communicator& replicas,
-                              const Communicator& world, const EvalHooks& hooks = {});
+                              const Communicator& world, const EvalHooks& hooks = {}, bool counts_samples = true);
 
 }  // namespace ddp

@@ -27,7 +27,7 @@ MetricsRecord PipelineStep::report() {
 }
 
 EvalResult PipelineStep::evaluate(const EvalConfig& config, const EvalHooks& hooks) {
-  return evaluate_pipelined(task_, config, *stage_, replicas_, world_, hooks);
+  return evaluate_pipelined(task_, config, *stage_, replicas_, world_, hooks, counts_samples_);
 }
 
 }  // namespace ddp
