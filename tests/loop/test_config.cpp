@@ -279,12 +279,6 @@ TEST_CASE("mesh settings that are unknown, or split nothing, are refused, naming
   CHECK(parse("dist: {pipeline: 2}").mesh.pipeline == 2);
   CHECK(parse("dist: {pipeline: 2, shard: parameters}").mesh.shard == "parameters");
   REQUIRE_THROWS_WITH(parse("dist: {schedule: zb}"), Contains("dist.schedule"));
-  for (const char* key : {"microbatches: 4", "schedule: gpipe", "pipeline_split: layers.2"}) {
-    const std::string name = std::string(key).substr(0, std::string(key).find(':'));
-    REQUIRE_THROWS_WITH(parse(std::string("dist: {") + key + "}"),
-                        Equals("dist." + name + ": applies to pipeline stages: set dist.pipeline above 1"));
-    CHECK_NOTHROW(parse(std::string("dist: {pipeline: 2, ") + key + "}"));
-  }
   REQUIRE_THROWS_WITH(parse("dist: {data_shard: 2}"),
                       Equals("dist.data_shard: splits nothing with dist.shard: none; set dist.shard"));
   CHECK(parse("dist: {data_shard: 2, shard: optimizer}").mesh.data_shard == 2);

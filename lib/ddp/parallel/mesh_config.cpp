@@ -78,13 +78,6 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "pipeline: the layers that begin stages 1, 2, ..., comma-separated (transformer.h.4 for a GPT, "
              "layers.2 for the MLP, a submodule's path for a TorchScript module that chains them: 3, layers.2); empty: cut where the stages "
              "hold about equal parameters");
-  // The pipeline's own keys do nothing without stages: said, as for the other keys of the mesh.
-  const auto needs_stages = [&config](bool set) -> std::string {
-    return set && config.pipeline == 1 ? "applies to pipeline stages: set dist.pipeline above 1" : "";
-  };
-  schema.rule("dist.microbatches", [&config, needs_stages] { return needs_stages(config.microbatches > 0); });
-  schema.rule("dist.schedule", [&config, needs_stages] { return needs_stages(config.schedule != "1f1b"); });
-  schema.rule("dist.pipeline_split", [&config, needs_stages] { return needs_stages(!config.pipeline_split.empty()); });
   schema.rule("dist.shard_overlap", [&config]() -> std::string {
     return config.shard_overlap && config.shard != "parameters"
                ? "applies to dist.shard: parameters only (this run has dist.shard: " + config.shard + ")"
