@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
 
 #include "bash_completion.h"
 #include "ddp/common/version.h"
@@ -16,8 +17,13 @@
 #include "trainer_options.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: ddp-docs OUTPUT_DIR\n";
+  const std::string usage = "usage: ddp-docs OUTPUT_DIR (writes man/man1/*.1 and bash-completion/completions/* there)\n";
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << usage;
+    return 0;
+  }
+  if (argc != 2 || argv[1][0] == '-') {  // an option it does not have, never a directory named like one
+    std::cerr << usage;
     return 2;
   }
   const std::filesystem::path out = argv[1];

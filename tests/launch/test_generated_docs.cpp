@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "ddp/launch/launch_options.h"
@@ -107,6 +108,19 @@ TEST_CASE("bash completes ddprun's options, their values, config keys and their 
   // After `--`, commands.
   auto commands = complete("ddprun -- sh");
   CHECK(std::count(commands.begin(), commands.end(), "sh") >= 1);  // once per PATH directory that has it
+}
+
+TEST_CASE("ddp-docs --help prints its usage and writes nothing, and an option it lacks is refused, never taken for a "
+          "directory",
+          "[launch][docs]") {
+  TempDir dir;
+  auto help = run_shell("cd " + dir.path() + " && " + bin("ddp-docs") + " --help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Contains("usage: ddp-docs OUTPUT_DIR"));
+  auto bogus = run_shell("cd " + dir.path() + " && " + bin("ddp-docs") + " --out");
+  CHECK(bogus.exit_code == 2);
+  CHECK_THAT(bogus.err, Contains("usage: ddp-docs OUTPUT_DIR"));
+  CHECK(std::filesystem::is_empty(dir.path()));
 }
 
 }  // namespace DDP_TEST_FILE
