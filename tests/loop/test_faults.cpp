@@ -41,6 +41,12 @@ std::vector<std::string> fast_convnet(const std::string& out) {
           "data.eval_split=none",  "train.log_every=20"};
 }
 
+// The synthetic MLP into `out` up to step `steps`, a checkpoint every 20 steps, the last 3 kept.
+std::vector<std::string> checkpointed_every_20(const std::string& out, int steps) {
+  return {"run.output_dir=" + out, "train.max_steps=" + std::to_string(steps), "checkpoint.every_steps=20",
+          "checkpoint.every_epochs=0", "checkpoint.keep_last=3", "data.eval_split=none"};
+}
+
 }  // namespace
 
 TEST_CASE("a worker SIGKILLed mid-epoch is restarted and the result is bit-identical", "[faults][slow]") {
@@ -148,11 +154,7 @@ TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that s
 TEST_CASE("a truncated newest checkpoint is reported and the previous one is used", "[faults][checkpoint]") {
   TempDir dir;
   std::string out = dir.file("run");
-  auto sets = [&](int steps) {
-    return std::vector<std::string>{"run.output_dir=" + out, "train.max_steps=" + std::to_string(steps),
-                                    "checkpoint.every_steps=20", "checkpoint.every_epochs=0", "checkpoint.keep_last=3",
-                                    "data.eval_split=none"};
-  };
+  auto sets = [&](int steps) { return checkpointed_every_20(out, steps); };
   REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(40))).exit_code == 0);
   std::string newest = out + "/checkpoints/step_0000000040.pt";
   fs::resize_file(newest, fs::file_size(newest) / 2);
@@ -169,11 +171,7 @@ TEST_CASE("a newest manifest whose step disagrees with its file is skipped once,
   // its step of 38 is, and looped on it with a warning a millisecond.
   TempDir dir;
   std::string out = dir.file("run");
-  auto sets = [&](int steps) {
-    return std::vector<std::string>{"run.output_dir=" + out, "train.max_steps=" + std::to_string(steps),
-                                    "checkpoint.every_steps=20", "checkpoint.every_epochs=0", "checkpoint.keep_last=3",
-                                    "data.eval_split=none"};
-  };
+  auto sets = [&](int steps) { return checkpointed_every_20(out, steps); };
   REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(40))).exit_code == 0);
   const std::string manifest = out + "/checkpoints/step_0000000040.json";
   std::string text = read_file(manifest);

@@ -30,6 +30,13 @@ std::string ddprun_command(int nproc, const std::vector<std::string>& sets, cons
   return command;
 }
 
+// The bytes of `file` (model.pt, model.safetensors) from a 2-step run into `dir`'s first/.
+std::string trained_weights(const TempDir& dir, const std::string& file) {
+  REQUIRE(run_shell(ddprun_command(1, {"train.max_steps=2", "data.eval_split=none",
+                                       "run.output_dir=" + dir.file("first")})).exit_code == 0);
+  return read_file(dir.file("first/" + file));
+}
+
 }  // namespace
 
 TEST_CASE("a full disk during a save is an I/O failure: exit 74, restarted, and resumable once there is room",
@@ -102,9 +109,7 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
   // Starting weights whose last 64 bytes are 0xff, NaN as float32: every loss after is NaN. The
   // run used to train on to exit 0 and write a NaN model.pt.
   TempDir dir;
-  REQUIRE(run_shell(ddprun_command(1, {"train.max_steps=2", "data.eval_split=none",
-                                       "run.output_dir=" + dir.file("first")})).exit_code == 0);
-  std::string weights = read_file(dir.file("first/model.safetensors"));
+  std::string weights = trained_weights(dir, "model.safetensors");
   REQUIRE(weights.size() > 64);
   weights.replace(weights.size() - 64, 64, std::string(64, '\xff'));
   write_file(dir.file("nan.safetensors"), weights);
@@ -132,9 +137,7 @@ TEST_CASE("a model.pt with one bit flipped is refused as model.init_from, naming
           "loads it",
           "[reliability]") {
   TempDir dir;
-  REQUIRE(run_shell(ddprun_command(1, {"train.max_steps=2", "data.eval_split=none",
-                                       "run.output_dir=" + dir.file("first")})).exit_code == 0);
-  std::string weights = read_file(dir.file("first/model.pt"));
+  std::string weights = trained_weights(dir, "model.pt");
   REQUIRE(weights.size() > 100000);
   weights[weights.size() / 2] ^= 0x10;  // inside the largest tensor's record: a weight, not the zip's structure
   write_file(dir.file("flipped.pt"), weights);
