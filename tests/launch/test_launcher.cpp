@@ -248,16 +248,11 @@ TEST_CASE("with --rdzv-backend c10d and no node ranks, three launchers take 0, 1
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "statuses=0,0,0") == 1);
-  auto occurrences = [](const std::string& text, const std::string& needle) {
-    int n = 0;
-    for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-    return n;
-  };
   for (int rank = 0; rank < 3; ++rank) {
     std::string r_ = std::to_string(rank);
     CHECK(count_lines(r.out, "[" + ddp::host_name() + ":rank " + r_ + "] rank=" + r_ + " world=3 group=" + r_ +
                                  " run=arrival") == 1);
-    CHECK(occurrences(r.err, "ddprun: node rank " + r_ + " of 3 (by arrival at 127.0.0.1:") == 1);
+    CHECK(count_occurrences(r.err, "ddprun: node rank " + r_ + " of 3 (by arrival at 127.0.0.1:") == 1);
   }
   CHECK_THAT(r.err, !Contains("failed to bind") && !Contains("in use"));
 }

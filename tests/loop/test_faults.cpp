@@ -182,11 +182,7 @@ TEST_CASE("a newest manifest whose step disagrees with its file is skipped once,
   INFO(resumed.out << resumed.err);
   CHECK_FALSE(resumed.timed_out);
   CHECK(resumed.exit_code == 0);
-  int skips = 0;
-  for (auto at = resumed.out.find("skipping checkpoint " + manifest); at != std::string::npos;
-       at = resumed.out.find("skipping checkpoint " + manifest, at + 1))
-    ++skips;
-  CHECK(skips == 1);
+  CHECK(count_occurrences(resumed.out, "skipping checkpoint " + manifest) == 1);
   CHECK_THAT(resumed.out, Contains("says step 38, but") && Contains("holds step 40"));
   CHECK_THAT(resumed.out, Contains("resumed from " + out + "/checkpoints/step_0000000020.pt at step 20"));
 }

@@ -95,9 +95,7 @@ TEST_CASE("a config with two problems: at world 2 each is said once, on a line o
   CHECK(r.exit_code == 2);
   for (const std::string problem : {"error: optim.lr: must be in (0, 1e+06], got 0",
                                     "error: train.epochs: must be in [1, 1e+06], got 0"}) {
-    int said = 0;
-    for (auto at = r.err.find(problem); at != std::string::npos; at = r.err.find(problem, at + 1)) ++said;
-    CHECK(said == 1);
+    CHECK(count_occurrences(r.err, problem) == 1);
   }
   CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
   CHECK_THAT(r.err, !Contains("failed first"));
@@ -124,9 +122,7 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
     CHECK(r.exit_code == 2);
     const std::string said = "error: the training loss over steps 1-" + std::to_string(std::min(
                                  std::stoi(steps), std::stoi(log_every))) + " is nan: training diverged";
-    int times = 0;
-    for (auto at = r.err.find(said); at != std::string::npos; at = r.err.find(said, at + 1)) ++times;
-    CHECK(times == 1);
+    CHECK(count_occurrences(r.err, said) == 1);
     CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
     CHECK_THAT(r.err, !Contains("restarting"));
     CHECK_FALSE(fs::exists(out + "/model.pt"));

@@ -67,10 +67,27 @@ TEST_CASE("a zip whose directory does not read is refused in one line naming the
   far[far.size() - 22 + 16] = '\xff';  // the directory's offset, past the end
   far[far.size() - 22 + 19] = '\x7f';
   write_file(moved, far);
+  // The entry count 0xffff says zip64, but no zip64 locator precedes the end record.
+  const std::string no_locator = dir.file("no_locator.zip");
+  std::string counted = bytes;
+  counted[counted.size() - 22 + 10] = counted[counted.size() - 22 + 11] = '\xff';
+  write_file(no_locator, counted);
+  // The directory's first entry: its signature broken, or its name's length past the directory's end.
+  const std::size_t directory_at = static_cast<unsigned char>(bytes[bytes.size() - 22 + 16]) |
+                                   static_cast<unsigned char>(bytes[bytes.size() - 22 + 17]) << 8;
+  const std::string unsigned_entry = dir.file("unsigned_entry.zip"), long_name = dir.file("long_name.zip");
+  std::string unsigned_bytes = bytes, long_bytes = bytes;
+  unsigned_bytes[directory_at] = 'X';
+  long_bytes[directory_at + 28] = long_bytes[directory_at + 29] = '\xff';
+  write_file(unsigned_entry, unsigned_bytes);
+  write_file(long_name, long_bytes);
   for (const auto& [path, why] : std::vector<std::pair<std::string, std::string>>{
            {cut, "no zip directory at its end: cut short?"},
            {tiny, "too short for a zip"},
            {moved, "its zip directory lies outside it"},
+           {no_locator, "a zip64 directory without its locator"},
+           {unsigned_entry, "a zip directory entry that does not read"},
+           {long_name, "a zip directory entry cut short"},
            {dir.file("absent.zip"), "cannot be opened"}}) {
     CHECK_THROWS_AS(ddp::ZipChecksums(path), ddp::FileError);
     CHECK_THROWS_WITH(ddp::ZipChecksums(path), path + ": not a whole torch.save file (" + why + ")");

@@ -175,4 +175,10 @@ int count_lines(const std::string& text, const std::string& line) {
   return count;
 }
 
+int count_occurrences(const std::string& text, const std::string& part) {
+  int count = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
 }  // namespace ddp::test

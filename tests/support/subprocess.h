@@ -68,4 +68,7 @@ std::vector<int> find_processes(const std::string& command_line);
 /// Number of lines of `text` equal to `line`.
 int count_lines(const std::string& text, const std::string& line);
 
+/// Number of places `part` starts in `text` (overlapping ones too).
+int count_occurrences(const std::string& text, const std::string& part);
+
 }  // namespace ddp::test
