@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
     }
     spdlog::set_pattern("[%H:%M:%S] %^%l%$: %v");
     spdlog::set_level(identity.rank == 0 ? spdlog::level::info : spdlog::level::warn);
+    if (identity.rank == 0)
+      for (const auto& notice : ddp::config_notices(config)) spdlog::warn("{}", notice);
     if (ddp::rank_threads(config.dist) > 0) return ddp::run_rank_threads(config, identity, errors);
     trainer = std::make_unique<ddp::Trainer>(std::move(config), identity);
     int stopped_by = trainer->fit();

@@ -290,6 +290,18 @@ TEST_CASE("mesh settings that are unknown, or split nothing, are refused, naming
   REQUIRE_THROWS_WITH(parse("dist: {pipelin: 1}"), Contains("did you mean dist.pipeline?"));
 }
 
+TEST_CASE("pipeline keys set without a pipeline are notices, not errors, one line each",
+          "[config]") {
+  using Notices = std::vector<std::string>;
+  CHECK(ddp::config_notices(parse("")) == Notices{});
+  CHECK(ddp::config_notices(parse("dist: {pipeline: 2, microbatches: 4, schedule: gpipe, pipeline_split: h.1}")) ==
+        Notices{});
+  CHECK(ddp::config_notices(parse("dist: {microbatches: 4, schedule: gpipe, pipeline_split: h.1}")) ==
+        Notices{"dist.microbatches: does nothing without a pipeline (dist.pipeline is 1)",
+                "dist.schedule: does nothing without a pipeline (dist.pipeline is 1)",
+                "dist.pipeline_split: does nothing without a pipeline (dist.pipeline is 1)"});
+}
+
 TEST_CASE("set overrides use the same paths and messages", "[config]") {
   TrainConfig config = parse("train: {epochs: 5}", {"train.epochs=3", "optim.lr = 0.5", "model.hidden=[512,64]",
                                                      "sampler.shuffle=false", "run.name=my run",

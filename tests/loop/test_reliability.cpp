@@ -101,6 +101,16 @@ TEST_CASE("a config with two problems: at world 2 each is said once, on a line o
   CHECK_THAT(r.err, !Contains("failed first"));
 }
 
+TEST_CASE("a key set where it does nothing is said once, by rank 0, and the run goes on", "[reliability][config]") {
+  TempDir dir;
+  auto r = run_shell(ddprun_command(2, {"train.max_steps=2", "data.eval_split=none", "dist.microbatches=4",
+                                        "run.output_dir=" + dir.file("run")}));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_occurrences(r.out + r.err, "dist.microbatches: does nothing without a pipeline (dist.pipeline is 1)") ==
+        1);
+}
+
 TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, said once, no model.pt, never "
           "restarted",
           "[reliability]") {

@@ -376,6 +376,10 @@ void ConfigSchema::rule(const std::string& path, std::function<std::string()> ch
   rules_.push_back({path, std::move(check)});
 }
 
+void ConfigSchema::notice(const std::string& path, std::function<std::string()> check) {
+  notices_.push_back({path, std::move(check)});
+}
+
 ConfigSchema::Section* ConfigSchema::find_section(std::string_view name) {
   for (auto& section : sections_) {
     if (section.name == name) return &section;
@@ -518,6 +522,15 @@ std::vector<std::string> ConfigSchema::problems() const {
   for (const auto& rule : rules_) {
     std::string problem = rule.check();
     if (!problem.empty()) found.push_back(rule.path + ": " + problem);
+  }
+  return found;
+}
+
+std::vector<std::string> ConfigSchema::notices() const {
+  std::vector<std::string> found;
+  for (const auto& notice : notices_) {
+    std::string finding = notice.check();
+    if (!finding.empty()) found.push_back(notice.path + ": " + finding);
   }
   return found;
 }

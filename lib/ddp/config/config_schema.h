@@ -94,6 +94,10 @@ class ConfigSchema {
   /// which is reported as "path: problem".
   void rule(const std::string& path, std::function<std::string()> check);
 
+  /// A check across keys whose finding is no error but worth a line: a key set where it does
+  /// nothing (dist.microbatches without a pipeline). Reported by notices() as "path: finding".
+  void notice(const std::string& path, std::function<std::string()> check);
+
   /// Writes every key present in `root` (a map of sections; null means all defaults).
   /// Throws ConfigError on an unknown key, a duplicate key, or a value of the wrong type; with a
   /// `source` (the file `root` was read from), its message starts with SOURCE:LINE:COLUMN.
@@ -110,6 +114,9 @@ class ConfigSchema {
 
   /// Every range, choice and rule violation, one complete line each, in declaration order.
   std::vector<std::string> problems() const;
+
+  /// Every notice that applies to the current values, in declaration order.
+  std::vector<std::string> notices() const;
 
   /// Shared keys (Note [Shared keys]) whose members hold different values now, "path: A against B":
   /// declared on a default-constructed config, a family whose default differs from another's.
@@ -162,6 +169,7 @@ class ConfigSchema {
   std::deque<Field> fields_;  // a deque: add() hands out references that must stay valid
   std::vector<Section> sections_;
   std::vector<Rule> rules_;
+  std::vector<Rule> notices_;
   std::string source_;  // while load() reads a file: its name, for the errors' locations
 };
 

@@ -219,6 +219,13 @@ std::string to_yaml(const TrainConfig& config) {
   return schema.to_yaml();
 }
 
+std::vector<std::string> config_notices(const TrainConfig& config) {
+  TrainConfig copy = config;
+  ConfigSchema schema;
+  declare_all(schema, copy);
+  return schema.notices();
+}
+
 std::string to_yaml_without_paths(const TrainConfig& config) {
   TrainConfig copy = config;
   ConfigSchema schema;

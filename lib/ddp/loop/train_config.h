@@ -47,6 +47,9 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<s
 /// The resolved config as YAML, every key present (printed by rank 0 and saved in the run dir).
 std::string to_yaml(const TrainConfig& config);
 
+/// Keys set where they do nothing ("dist.microbatches: ..."), one line each; rank 0 warns of them.
+std::vector<std::string> config_notices(const TrainConfig& config);
+
 /// to_yaml() with every path key empty: the part of a config that every rank must share, since
 /// nodes may hold the same files at other absolute paths (Note [Relative paths]).
 std::string to_yaml_without_paths(const TrainConfig& config);

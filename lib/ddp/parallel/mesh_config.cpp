@@ -83,6 +83,15 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
                ? "applies to dist.shard: parameters only (this run has dist.shard: " + config.shard + ")"
                : "";
   });
+  // Notices, not errors: one config run at dist.pipeline 1 beside its pipelined runs is how they
+  // are compared.
+  const MeshConfig defaults;
+  auto without_pipeline = [&config](bool set) -> std::string {
+    return set && config.pipeline == 1 ? "does nothing without a pipeline (dist.pipeline is 1)" : "";
+  };
+  schema.notice("dist.microbatches", [=, &config] { return without_pipeline(config.microbatches != defaults.microbatches); });
+  schema.notice("dist.schedule", [=, &config] { return without_pipeline(config.schedule != defaults.schedule); });
+  schema.notice("dist.pipeline_split", [=, &config] { return without_pipeline(!config.pipeline_split.empty()); });
   schema.rule("dist.data_shard", [&config]() -> std::string {
     return config.data_shard > 1 && config.shard == "none" ? "splits nothing with dist.shard: none; set dist.shard" : "";
   });
