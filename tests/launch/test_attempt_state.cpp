@@ -217,6 +217,12 @@ TEST_CASE("a signal stops the workers with it and decides the exit status", "[la
     CHECK_FALSE(actions.report);
     CHECK(state.outcome().status == 128 + SIGHUP);
   }
+  SECTION("Ctrl-\\ (SIGQUIT) is passed on, as torchrun does; ddp-train takes it as a stop request") {
+    auto state = machine(JobKind::kSingleNode);
+    auto actions = state.on_signal(SIGQUIT, 2);
+    CHECK(actions.stop_signal == SIGQUIT);
+    CHECK(state.outcome().status == 128 + SIGQUIT);
+  }
   SECTION("a second signal kills at once") {
     auto state = machine(JobKind::kSingleNode);
     state.on_signal(SIGINT, 2);

@@ -48,25 +48,32 @@ TEST_CASE("a worker inherits stdin, stdout, stderr and the heartbeat pipe, nothi
   CHECK(count_lines(r.out, "[rank 1] 3 end") == 1);
 }
 
-TEST_CASE("SIGHUP to ddprun is a stop request: the workers checkpoint and stop, and ddprun exits 129", "[launch][hardening][slow]") {
-  TempDir dir;
-  std::string out = dir.file("run");
-  std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
-                        std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
-                        " --set train.max_steps=100000 --set train.epochs=1000 --set checkpoint.every_epochs=0"
-                        " --set data.eval_split=none --set train.log_every=10";
-  auto first = run_shell(command + " & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; "
-                                   "i=$((i+1)); done; sleep 0.3; kill -HUP $L; wait $L; echo status=$?",
-                         std::chrono::seconds(120));
-  INFO(first.out << first.err);
-  CHECK(count_lines(first.out, "status=129") == 1);
-  CHECK_THAT(first.err, Contains("received SIGHUP"));
-  CHECK_THAT(first.out, Contains("as asked (SIGTERM); checkpoint saved"));
-  CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
-  bool saved = false;
-  for (const auto& entry : fs::directory_iterator(out + "/checkpoints")) saved |= entry.path().extension() == ".json";
-  CHECK(saved);
-  check_nothing_left(out);
+TEST_CASE("SIGHUP or SIGQUIT to ddprun is a stop request: the workers checkpoint and stop, and ddprun exits 129 or 131",
+          "[launch][hardening][slow]") {
+  // A hangup reaches the workers as SIGTERM; Ctrl-\\ as itself, as under torchrun, and ddp-train stops
+  // for it too. ddprun used not to handle SIGQUIT: it died of it, and the watchdog killed the workers.
+  for (const auto& [signal, passed_on] : std::vector<std::pair<std::string, std::string>>{{"HUP", "TERM"}, {"QUIT", "QUIT"}}) {
+    INFO("SIG" << signal);
+    TempDir dir;
+    std::string out = dir.file("run");
+    std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                          std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
+                          " --set train.max_steps=100000 --set train.epochs=1000 --set checkpoint.every_epochs=0"
+                          " --set data.eval_split=none --set train.log_every=10";
+    auto first = run_shell(command + " & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do "
+                                     "sleep 0.05; i=$((i+1)); done; sleep 0.3; kill -" + signal + " $L; wait $L; "
+                                     "echo status=$?",
+                           std::chrono::seconds(120));
+    INFO(first.out << first.err);
+    CHECK(count_lines(first.out, "status=" + std::to_string(signal == "HUP" ? 129 : 131)) == 1);
+    CHECK_THAT(first.err, Contains("received SIG" + signal));
+    CHECK_THAT(first.out, Contains("as asked (SIG" + passed_on + "); checkpoint saved"));
+    CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
+    bool saved = false;
+    for (const auto& entry : fs::directory_iterator(out + "/checkpoints")) saved |= entry.path().extension() == ".json";
+    CHECK(saved);
+    check_nothing_left(out);
+  }
 }
 
 TEST_CASE("log files planted as symlinks are refused, never followed", "[launch][hardening]") {
@@ -281,6 +288,21 @@ TEST_CASE("what a worker started in a session of its own ends with the run, name
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(find_processes(stray).empty());
   for (const int left : find_processes(stray)) kill(left, SIGKILL);  // not left behind by a failed run
+}
+
+TEST_CASE("what a worker left in its own group ends with it, and its zombie does not read as a survivor",
+          "[launch][hardening]") {
+  // The background sleep, killed with the worker's group, is adopted by the launcher (a subreaper):
+  // unreaped, it kept the group found, and every stop waited 2 s to say "outlived SIGKILL".
+  const std::string left = "sleep 83.5";
+  auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", "--", "sh", "-c", left + " & echo done"},
+                       std::chrono::seconds(30));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_lines(r.out, "[rank 1] done") == 1);
+  CHECK_THAT(r.err, !Contains("outlived SIGKILL"));
+  CHECK(find_processes(left).empty());
+  for (const int pid : find_processes(left)) kill(pid, SIGKILL);  // not left behind by a failed run
 }
 
 }  // namespace DDP_TEST_FILE

@@ -80,7 +80,7 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     throw std::runtime_error("fork: " + cause);
   }
   if (pid == 0) {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -138,6 +138,11 @@ bool wait_groups_gone(const std::vector<pid_t>& groups, std::chrono::millisecond
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     // kill(-g, 0) finds a group while any member lives or awaits reaping; the id is not reused before.
+    // A member whose parent went first was adopted here (become_subreaper): reap it, or its zombie
+    // keeps the group found.
+    for (pid_t group : groups)
+      while (group > 0 && waitpid(-group, nullptr, WNOHANG) > 0) {
+      }
     bool left = std::any_of(groups.begin(), groups.end(), [](pid_t group) { return group > 0 && kill(-group, 0) == 0; });
     if (!left) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;

@@ -11,7 +11,7 @@ namespace ddp {
 namespace {
 
 int g_write_fd = -1;
-constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
 
 void on_signal(int sig) {
   int saved = errno;

@@ -35,6 +35,7 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGHUP, &action, nullptr);  // a lost terminal: checkpoint and stop, as for SIGTERM
+  sigaction(SIGQUIT, &action, nullptr);  // Ctrl-\ (which ddprun passes on, as torchrun does): the same
 }
 
 int stop_signal() { return g_stop_signal.load(); }
