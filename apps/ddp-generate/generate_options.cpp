@@ -1,5 +1,8 @@
 #include "generate_options.h"
 
+#include <limits>
+
+#include "ddp/common/cli_integers.h"
 #include "ddp/common/version.h"
 
 namespace ddp {
@@ -14,15 +17,17 @@ void declare_generate_options(CLI::App& app, GenerateArguments& args) {
                  "The SentencePiece model the run's tokens were made with (default: tokenizer.model in the run "
                  "directory, or beside the run's data.path, as ddp-tokenize leaves it)");
   app.add_option("--prompt-ids", args.prompt_ids, "Token ids to continue, separated by spaces (instead of --prompt)");
-  app.add_option("--tokens", args.sampling.tokens, "New tokens to draw")->check(CLI::Range(0, 1000000))
+  app.add_option("--tokens", args.sampling.tokens, "New tokens to draw")->transform(integer_in(0, 1000000))
       ->capture_default_str();
   app.add_option("--temperature", args.sampling.temperature, "Below 1 sharper, above 1 flatter; 0: most likely token")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   app.add_option("--top-k", args.sampling.top_k, "Draw among the k most likely tokens; 0: among all")
-      ->check(CLI::Range(0, 1000000000))
+      ->transform(integer_in(0, 1000000000))
       ->capture_default_str();
-  app.add_option("--seed", args.sampling.seed, "The same seed gives the same text")->capture_default_str();
+  app.add_option("--seed", args.sampling.seed, "The same seed gives the same text")
+      ->transform(integer_in(0, std::numeric_limits<long long>::max(), /*in_help=*/false))
+      ->capture_default_str();
   app.add_flag("--ids", args.ids, "Print token ids, one per line, instead of text");
   app.set_version_flag("--version", version_line(), "Print the versions this binary was built with");
 }

@@ -1,5 +1,9 @@
 #include "tokenize_options.h"
 
+#include <climits>
+#include <cstdint>
+
+#include "ddp/common/cli_integers.h"
 #include "ddp/common/version.h"
 
 namespace ddp {
@@ -15,7 +19,7 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
                    ->capture_default_str();
   auto* vocab = app.add_option("--vocab-size", args.training.vocab_size,
                                "Pieces of the tokenizer to train (model.vocab_size of the model that reads the shards)")
-                    ->check(CLI::Range(int64_t{260}, int64_t{1} << 31))
+                    ->transform(integer_in(260, INT32_MAX))  // SentencePiece reads an int
                     ->capture_default_str();
   auto* coverage = app.add_option("--character-coverage", args.training.character_coverage,
                                   "Share of the text's characters that get pieces; the rarest fall back to bytes")
@@ -23,7 +27,7 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
                        ->capture_default_str();
   auto* max_lines = app.add_option("--max-lines", args.training.max_lines,
                                    "Lines sampled from a larger text to train the tokenizer on")
-                        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+                        ->transform(integer_in(1, int64_t{1} << 40))
                         ->capture_default_str();
   for (auto* option : {type, vocab, coverage, max_lines}) option->excludes(tokenizer);
   app.add_option("--name", args.name, "Shard names are NAME_train_NNNNNN.bin and NAME_val_NNNNNN.bin (default: the "
@@ -38,10 +42,10 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
   app.add_option("--shard-tokens", args.shard_tokens, "Tokens a shard holds at most")
-      ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}))  // the header's count is an int32
+      ->transform(integer_in(1, INT32_MAX))  // the header's count is an int32
       ->capture_default_str();
   app.add_option("--threads", args.threads, "Threads to train and encode on (default: every core)")
-      ->check(CLI::Range(1, 4096));
+      ->transform(integer_in(1, 4096));
   app.set_version_flag("--version", version_line(), "Print the versions this binary was built with");
 }
 

@@ -1,5 +1,8 @@
 #include "trainer_options.h"
 
+#include <climits>
+
+#include "ddp/common/cli_integers.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/common/version.h"
@@ -12,15 +15,18 @@ void declare_trainer_options(CLI::App& app, TrainerArguments& args, WorkerIdenti
   app.add_option("--set", args.overrides, "Override a config key, e.g. --set train.epochs=3 (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--rank", identity.rank, "This process's rank (default $RANK or 0)");
-  app.add_option("--world-size", identity.world_size, "Number of processes (default $WORLD_SIZE or 1)");
+  app.add_option("--rank", identity.rank, "This process's rank (default $RANK or 0)")
+      ->transform(integer_in(INT_MIN, INT_MAX, /*in_help=*/false));  // validate() says what fits
+  app.add_option("--world-size", identity.world_size, "Number of processes (default $WORLD_SIZE or 1)")
+      ->transform(integer_in(INT_MIN, INT_MAX, /*in_help=*/false));
   app.add_option("--master-addr", identity.master_addr,
                  "Rendezvous host (default $MASTER_ADDR or " + std::string(kDefaultMasterAddr) + ")");
   app.add_option("--master-port", identity.master_port,
-                 "Rendezvous port (default $MASTER_PORT or " + std::to_string(kDefaultMasterPort) + ")");
+                 "Rendezvous port (default $MASTER_PORT or " + std::to_string(kDefaultMasterPort) + ")")
+      ->transform(integer_in(INT_MIN, INT_MAX, /*in_help=*/false));
   app.add_option("--threads", args.threads,
                  "Run N ranks as threads of this process, on the CPU (dist.threads): one command, no launcher")
-      ->check(CLI::Range(1, 1024));
+      ->transform(integer_in(1, 1024));
   app.add_option("--devices", args.devices,
                  "Run a rank thread on each of these CUDA devices, e.g. 0,1,2 (dist.devices)");
   app.add_flag("--print-config", args.print_config, "Print the resolved config and exit");

@@ -108,6 +108,11 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   }
   CHECK_THAT(negative, Contains("--max-restarts") && Contains("-1") && Contains("1000000"));
   CHECK(negative.size() < 200);  // was a 300-digit upper end
+  // Base 10, as torchrun reads it: CLI11 took 010 for 8 and 0x10 for 16, and called 3x out of range.
+  CHECK(parse({"--max-restarts", "010", "--", "true"}).max_restarts == 10);
+  for (const char* value : {"0x10", "3x", ""})
+    CHECK_THROWS_WITH(parse({"--max-restarts", value, "--", "true"}),
+                      "--max-restarts: expected a base-10 integer, got '" + std::string(value) + "'; see ddprun --help");
   CHECK_THROWS_WITH(parse({"--nnodes", "9999999", "--", "true"}),
                     Contains("--nnodes: expected an integer from 1 to 1048576, got '9999999'"));
   CHECK_THROWS_AS(parse({"--set", "a=1", "--", "true"}), UserError);

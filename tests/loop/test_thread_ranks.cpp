@@ -240,6 +240,10 @@ TEST_CASE("rank threads refuse what they cannot be, each in one line naming the 
   CHECK_THAT(refused(train + " --devices 0,x"), Contains("--devices: expected CUDA device numbers"));
   CHECK_THAT(refused(train + " --devices 0,1 --threads 3"), Contains("dist.devices: gives 2 rank threads and dist.threads 3"));
   CHECK_THAT(refused(train + " --devices 0 --set dist.device=cpu"), Contains("dist.devices: names CUDA devices"));
+  CHECK_THAT(refused(train + " --threads 2x"), Contains("--threads: expected a base-10 integer, got '2x'"));
+  // Base 10, as --set dist.threads=010 reads it (CLI11 took 010 for 8).
+  auto printed = run_shell(train + " --threads 010 --print-config");
+  CHECK(count_lines(printed.out, "  threads: 10") == 1);
 #ifndef DDP_WITH_CUDA
   CHECK_THAT(refused(train + " --devices 0"), Contains("dist.devices: CUDA devices need a CUDA build"));
 #endif

@@ -127,7 +127,8 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
             "--name: '../w' is a file name's start, without a '/' (the shards go in OUT_DIR)"},
            {{"--text", dir.file("words.txt"), "--vocab-size", "300", "--name", "w", "--threads", "1", "--shard-tokens",
              "2147483648"},
-            "--shard-tokens: Value 2147483648 not in range"}}) {
+            "--shard-tokens: expected an integer in [1, 2147483647], got 2147483648"},
+           {{"--text", dir.file("words.txt"), "--vocab-size", "0x200"}, "--vocab-size: expected a base-10 integer, got '0x200'"}}) {
     std::vector<std::string> argv = {bin("ddp-tokenize"), out};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run_command(argv, std::chrono::seconds(60));

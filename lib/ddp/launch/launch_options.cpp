@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "ddp/common/cli_integers.h"
 #include "ddp/common/error.h"
 #include "ddp/common/limits.h"
 #include "ddp/common/text.h"
@@ -280,7 +281,7 @@ void declare_options(CLI::App& app, CommandLine& line) {
       ->type_name("SECONDS");
   app.add_option(both_spellings("--max-restarts"), options.max_restarts,
                  with_default("Restart the whole group up to K times after a failure", defaults.max_restarts))
-      ->check(CLI::Range(0, 1000000).description(""))
+      ->transform(integer_in(0, 1000000, /*in_help=*/false))
       ->type_name("K");
   app.add_option(both_spellings("--monitor-interval"), options.monitor_interval_s,
                  with_default("Seconds between health checks of the workers", defaults.monitor_interval_s))

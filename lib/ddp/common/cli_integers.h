@@ -1,0 +1,30 @@
+#pragma once
+// Integer options read as --set reads an integer: base 10, whole, in range. CLI11's own reading
+// takes 010 for 8 (octal) and 0x10 for 16, where torchrun says 10 and refuses 0x10, and its range
+// check calls "3x" out of range rather than no integer.
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "ddp/common/text.h"
+
+namespace ddp {
+
+/// A whole base-10 integer in [low, high], the text rewritten without leading zeros so that CLI11's
+/// conversion after it reads the same number: for ->transform(), since ->check() drops the rewrite.
+/// The help shows the range after the option's type unless `in_help` is false.
+inline CLI::Validator integer_in(long long low, long long high, bool in_help = true) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        const auto value = parse_int(text);
+        if (!value) return "expected a base-10 integer, got '" + text + "'";
+        if (*value < low || *value > high)
+          return "expected an integer in [" + std::to_string(low) + ", " + std::to_string(high) + "], got " + text;
+        text = std::to_string(*value);
+        return "";
+      },
+      in_help ? "in [" + std::to_string(low) + ", " + std::to_string(high) + "]" : "");
+}
+
+}  // namespace ddp
