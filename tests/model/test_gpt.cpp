@@ -11,6 +11,7 @@
 #include "ddp/model/token_sampler.h"
 #include "ddp/model/state_dict_file.h"
 #include "ddp/model/python_state_dict.h"
+#include "ddp/model/safetensors.h"
 #include "support/subprocess.h"
 
 namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
@@ -78,6 +79,40 @@ TEST_CASE("a GPT is causal, its head is the token embedding, and it refuses over
   CHECK_THROWS_WITH(model.forward(torch::zeros({1, 9}, torch::kLong)),
                     Contains("a sequence of 9 tokens is longer than the 8 positions the model has"));
   CHECK_THROWS_WITH(model.forward(torch::zeros({1, 3})), Contains("takes int64 token ids [B, T]"));
+}
+
+TEST_CASE("a file whose lm_head.weight differs from transformer.wte.weight is refused, not loaded over the "
+          "embedding; integers for float weights too",
+          "[gpt]") {
+  // Note [Tied weights in a file]: the tied head, loaded last, used to replace the file's embedding.
+  ddp::test::TempDir dir;
+  torch::manual_seed(3);
+  ddp::Gpt source(small(false)), target(small(false));
+  auto entries = ddp::python_state_dict(source);
+  ddp::write_safetensors(dir.file("tied.safetensors"), entries, {});
+  target.load_weights(dir.file("tied.safetensors"));  // both names, the same values: one tensor
+  CHECK(torch::equal(target.named_parameters()["transformer.wte.weight"], source.named_parameters()["transformer.wte.weight"]));
+
+  ddp::Gpt other(small(false));
+  CHECK(torch::equal(other.named_parameters()["lm_head.weight"], other.named_parameters()["transformer.wte.weight"]));
+  auto untied = entries;
+  untied.back().second = torch::randn_like(untied.back().second);  // lm_head.weight, last
+  REQUIRE(untied.back().first == "lm_head.weight");
+  ddp::write_safetensors(dir.file("untied.safetensors"), untied, {});
+  CHECK_THROWS_WITH(other.load_weights(dir.file("untied.safetensors")),
+                    dir.file("untied.safetensors") + ": transformer.wte.weight and lm_head.weight differ, but this "
+                                                     "model ties them (one tensor for both): the file's weights are "
+                                                     "untied, and neither can stand for the other");
+
+  auto integers = entries;
+  integers.front().second = integers.front().second.to(torch::kInt);
+  integers.back().second = integers.front().second;
+  ddp::write_safetensors(dir.file("integers.safetensors"), integers, {});
+  const auto kept = other.named_parameters()["transformer.wte.weight"].clone();
+  CHECK_THROWS_WITH(other.load_weights(dir.file("integers.safetensors")),
+                    Contains("integers for floating-point tensors transformer.wte.weight (file Int, model Float), "
+                             "lm_head.weight (file Int, model Float)"));
+  CHECK(torch::equal(other.named_parameters()["transformer.wte.weight"], kept));  // a refused file changes nothing
 }
 
 TEST_CASE("sampling is seeded, greedy at temperature 0, and checks the prompt", "[gpt]") {

@@ -86,6 +86,22 @@ void save_plain_dict(const c10::Dict<std::string, torch::Tensor>& dict, const st
   write_file_atomically(path, pieces);
 }
 
+// Note [Tied weights in a file]: a model whose two names share one tensor (a GPT's lm_head.weight
+// and transformer.wte.weight) takes one value for both. A file holding both names with different
+// values has untied weights; loaded, the last name's would silently replace the first's.
+void check_tied_values(const std::vector<std::pair<std::string, torch::Tensor>>& targets,
+                       const std::map<std::string, const StoredTensor*>& file, const std::string& path) {
+  std::map<const c10::TensorImpl*, std::string> first_name;
+  for (const auto& [name, target] : targets) {
+    if (!file.count(name)) continue;
+    auto [tied, fresh] = first_name.emplace(target.unsafeGetTensorImpl(), name);
+    if (fresh) continue;
+    if (!torch::equal(file.at(tied->second)->read(), file.at(name)->read()))
+      throw FileError(path + ": " + tied->second + " and " + name + " differ, but this model ties them (one tensor "
+                      "for both): the file's weights are untied, and neither can stand for the other");
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> python_state_dict(const torch::nn::Module& module) {
@@ -132,27 +148,33 @@ void load_state_dict_entries(torch::nn::Module& model, const StoredTensors& entr
     file.emplace(name, &tensor);
   }
   auto targets = python_state_dict(model);
-  std::vector<std::string> missing, unexpected, mismatched;
+  std::vector<std::string> missing, unexpected, mismatched, mistyped;
   for (const auto& [name, target] : targets) {
     auto found = file.find(name);
     if (found == file.end()) {
       if (!optional || !optional(name)) missing.push_back(name);
     } else if (target.sizes() != c10::IntArrayRef(found->second->shape)) {
       mismatched.push_back(name + " (file " + shape(found->second->shape) + ", model " + shape(target.sizes()) + ")");
+    } else if (target.is_floating_point() && !c10::isFloatingType(found->second->dtype)) {
+      // copy_ would convert them without a word; float bytes labelled I32 are a damaged file.
+      mistyped.push_back(name + " (file " + std::string(c10::toString(found->second->dtype)) + ", model " +
+                         std::string(c10::toString(target.scalar_type())) + ")");
     }
   }
   std::set<std::string> known;
   for (const auto& target : targets) known.insert(target.first);
   for (const auto& name : file_order)
     if (!known.count(name) && (!optional || !optional(name))) unexpected.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty() || !mistyped.empty()) {
     std::string message = path + ": state dict does not match the model:";
     if (!missing.empty()) message += " missing keys " + list(missing) + ";";
     if (!unexpected.empty()) message += " unexpected keys " + list(unexpected) + ";";
     if (!mismatched.empty()) message += " wrong shapes " + list(mismatched) + ";";
+    if (!mistyped.empty()) message += " integers for floating-point tensors " + list(mistyped) + ";";
     message.pop_back();
     throw FileError(message);
   }
+  check_tied_values(targets, file, path);
   // Every key was checked, and every value read now is read, before the model changes: a bad file
   // leaves it untouched. In a deferred build (make_model's of model.init_from) a parameter's values
   // are read when a pass takes them; an error then names the tensor.
