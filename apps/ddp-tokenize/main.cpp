@@ -111,6 +111,16 @@ int main(int argc, char** argv) {
     ddp::Tokenizer tokenizer = ddp::Tokenizer::from_serialized(model_bytes, args.tokenizer.empty() ? model_path
                                                                                                   : args.tokenizer);
 
+    // Shards of other names here were encoded with this tokenizer.model; a different one in its place
+    // would decode them to the wrong text (shards of this name are replaced with it).
+    if (fs::is_regular_file(model_path) && ddp::read_whole_file(model_path) != model_bytes) {
+      std::string others;
+      for (const auto& other : ddp::shard_names_in(args.out_dir))
+        if (other != name) others += (others.empty() ? "" : ", ") + other + "_*.bin";
+      if (!others.empty())
+        throw ddp::UserError(model_path + " is the tokenizer of " + others + ", and this one differs: tokenize with "
+                             "it (--tokenizer " + model_path + ") or into another OUT_DIR");
+    }
     ddp::make_output_directory(args.out_dir);
     const bool tty = isatty(STDERR_FILENO) != 0;
     auto last_line = Clock::now();

@@ -106,6 +106,38 @@ TEST_CASE("ddp-tokenize trains a tokenizer on the Bible and writes shards that d
   CHECK(ddp::decode_text(tokenizer, all_tokens(shards(dir.file("out"), "kjv_train_"))) + "\n" == text);
 }
 
+TEST_CASE("ddp-tokenize: a different tokenizer.model in place of the one other names' shards were encoded with is "
+          "refused, naming them",
+          "[text]") {
+  // It used to be replaced: gen's shards then decoded, through exo's tokenizer, to other words.
+  TempDir dir;
+  if (!write_kjv_text(dir.file("kjv.txt"))) return;
+  const std::string text = read_file(dir.file("kjv.txt"));
+  const std::size_t exodus = text.find("Now these are the names of the children of Israel");
+  REQUIRE(exodus != std::string::npos);
+  write_file(dir.file("gen.txt"), text.substr(0, exodus));
+  write_file(dir.file("exo.txt"), text.substr(exodus));
+  const std::string out = dir.file("out"), model = dir.file("out/tokenizer.model");
+  auto tokenize = [&](const std::string& name, std::vector<std::string> more = {"--vocab-size", "500"}) {
+    std::vector<std::string> argv = {bin("ddp-tokenize"), out, "--text", dir.file(name + ".txt"), "--threads", "1"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return run_command(argv, std::chrono::seconds(120));
+  };
+  REQUIRE(tokenize("gen").exit_code == 0);
+  const std::string gen_model = read_file(model), gen_shard = read_file(dir.file("out/gen_train_000000.bin"));
+  auto refused = tokenize("exo");
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err == "ddp-tokenize: error: " + model + " is the tokenizer of gen_*.bin, and this one differs: "
+                       "tokenize with it (--tokenizer " + model + ") or into another OUT_DIR\n");
+  CHECK(read_file(model) == gen_model);
+  CHECK(read_file(dir.file("out/gen_train_000000.bin")) == gen_shard);
+  CHECK(shards(out, "exo_").empty());
+  CHECK(tokenize("exo", {"--tokenizer", model}).exit_code == 0);  // the same tokenizer: both names decode
+  CHECK(read_file(model) == gen_model);
+  CHECK(shards(out, "exo_train_").size() == 1);
+}
+
 TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothing written", "[text]") {
   TempDir dir;
   write_file(dir.file("words.txt"), "In the beginning\nwas the word\nand the word was\nwith the text\n");

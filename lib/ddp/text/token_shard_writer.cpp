@@ -101,4 +101,16 @@ void commit_token_shards(const ShardSpec& spec, const std::string& staging, cons
   fsync_directory(spec.directory);
 }
 
+std::vector<std::string> shard_names_in(const std::string& directory) {
+  static const std::regex any_shard(R"((.+)_(train|val)_\d{6}\.bin)");
+  std::set<std::string> names;
+  std::error_code missing;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, missing)) {
+    std::smatch match;
+    const std::string file = entry.path().filename().string();
+    if (std::regex_match(file, match, any_shard)) names.insert(match[1].str());
+  }
+  return {names.begin(), names.end()};
+}
+
 }  // namespace ddp

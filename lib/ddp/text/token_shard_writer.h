@@ -35,4 +35,8 @@ std::string staging_directory(const ShardSpec& spec);
 /// as they were. IoError naming the file when one cannot be moved.
 void commit_token_shards(const ShardSpec& spec, const std::string& staging, const std::vector<std::string>& splits);
 
+/// The NAMEs of the shards (NAME_train_NNNNNN.bin, NAME_val_NNNNNN.bin) in `directory`, sorted;
+/// none for a directory that does not exist.
+std::vector<std::string> shard_names_in(const std::string& directory);
+
 }  // namespace ddp
