@@ -161,6 +161,13 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   std::filesystem::remove(d + "/edge_index.npy");
   test::write_file(d + "/edges.csv", "1,0\n2;0\n");
   refused(d, "edges.csv:2: expected two node ids \"src,dst\", got '2;0'");
+  // The first line is a header only when it holds no number; a byte order mark before it is no edge.
+  test::write_file(d + "/edges.csv", "0,1,2\n1,0\n");
+  refused(d, "edges.csv:1: expected two node ids \"src,dst\", got '0,1,2'");
+  for (const std::string first : {"\xEF\xBB\xBF" "1,0\n", "\xEF\xBB\xBF" "src,dst\n1,0\n", "from,to\r\n1,0\r\n"}) {
+    test::write_file(d + "/edges.csv", first + "2,0\n3,1\n0,3\n");
+    CHECK(load_graph_directory(d).indices.numel() == 4);
+  }
   d = make("mask");
   test::write_npy(d + "/val_mask.npy", torch::tensor({true, false}));
   refused(d, "val_mask.npy: expected one flag per node (4), got shape [2]");
@@ -170,6 +177,14 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   d = make("int_features");
   test::write_npy(d + "/features.npy", torch::zeros({4, 3}, torch::kInt64));
   refused(d, "features.npy: expected a float array [nodes, features], got [4, 3] of Long");
+  for (const auto& [value, what] : {std::pair{std::nan(""), "NaN"}, std::pair{1e300, "infinite (as float32)"}}) {
+    d = make(std::string("nonfinite_features_") + what[0]);
+    auto features = torch::ones({4, 3}, torch::kDouble);
+    features[2][1] = value;  // 1e300: finite as float64, beyond float32's range
+    test::write_npy(d + "/features.npy", features);
+    refused(d, std::string("features.npy: feature 1 of node 2 is ") + what + "; training needs finite features (fix "
+                                                                             "that node's)");
+  }
   d = make("negative_label");
   test::write_npy(d + "/labels.npy", torch::tensor({0, -1, 2, 1}, torch::kInt64));
   refused(d, "labels.npy: labels must be >= 0");

@@ -220,6 +220,8 @@ def write(name, data=good, graph=coo):
   np.savez(f"{out}/{name}/reddit_data.npz", **data)
   np.savez(f"{out}/{name}/reddit_graph.npz", **graph)
 write("feature_int", dict(good, feature=np.zeros((n, 3), np.int64)))
+inf = good["feature"].copy(); inf[5, 2] = np.inf
+write("feature_inf", dict(good, feature=inf))
 write("label_2d", dict(good, label=np.zeros((n, 2), np.int64)))
 write("negative_label", dict(good, label=-np.ones(n, np.int64)))
 write("no_train", dict(good, node_types=np.full(n, 2)))
@@ -249,7 +251,9 @@ with zipfile.ZipFile(f"{out}/trailing/reddit_data.npz", "w") as z:
     CHECK_THROWS_AS(load_reddit_graph(dir.file(variant)), FileError);
     CHECK_THROWS_WITH(load_reddit_graph(dir.file(variant)), Contains(cause));
   };
-  refused("feature_int", "reddit_data.npz: 'feature' must be a float array [nodes, features], got [20, 3] of Long");
+  refused("feature_int", "reddit_data.npz: 'feature': expected a float array [nodes, features], got [20, 3] of Long");
+  refused("feature_inf", "reddit_data.npz: 'feature': feature 2 of node 5 is infinite (as float32); training needs "
+                         "finite features (fix that node's)");
   refused("label_2d", "reddit_data.npz: 'label' must be a 1-D integer array, got [20, 2]");
   refused("negative_label", "reddit_data.npz: 'label' must be >= 0");
   refused("no_train", "reddit_data.npz: no node has node_types 1 (train)");

@@ -1,6 +1,7 @@
 #include "ddp/data/graph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -20,12 +21,17 @@ torch::Tensor read_edges_csv(const std::string& path) {
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte order mark
     if (line.empty()) continue;
     auto fields = split(line, ',');
     auto a = fields.size() == 2 ? parse_int(fields[0]) : std::nullopt;
     auto b = fields.size() == 2 ? parse_int(fields[1]) : std::nullopt;
     if (!a || !b) {
-      if (number == 1) continue;  // a header such as "src,dst"
+      // A header such as "src,dst": a first line with no number in it. One with numbers ("0,1,2")
+      // is a broken edge, not a header to drop without a word.
+      const bool header = number == 1 && std::none_of(fields.begin(), fields.end(),
+                                                      [](const std::string& f) { return parse_int(f).has_value(); });
+      if (header) continue;
       throw FileError(path + ":" + std::to_string(number) + ": expected two node ids \"src,dst\", got '" +
                       printable(line, 80) + "'");
     }
@@ -105,15 +111,31 @@ void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst,
   graph.indptr = torch::cat({torch::zeros({1}, torch::kInt64), counts.cumsum(0)}).contiguous();
 }
 
+torch::Tensor node_features(const torch::Tensor& features, const std::string& source) {
+  if (features.dim() != 2 || !features.is_floating_point())
+    throw FileError(source + ": expected a float array [nodes, features], got " + format_shape(features.sizes().vec()) +
+                    " of " + std::string(c10::toString(features.scalar_type())));
+  torch::Tensor converted = features.to(torch::kFloat32).contiguous();
+  // Non-finite features evaluate to NaN with exit 0, or train to a loss blamed on optim.lr: refused
+  // here, the first named, as dataset_splits.cpp refuses them in samples. In chunks of rows.
+  constexpr int64_t kChunk = 4096;
+  for (int64_t start = 0; start < converted.size(0); start += kChunk) {
+    auto rows = converted.narrow(0, start, std::min(kChunk, converted.size(0) - start));
+    auto hit = torch::logical_not(torch::isfinite(rows)).nonzero();
+    if (hit.numel() == 0) continue;
+    const int64_t row = hit[0][0].item<int64_t>(), column = hit[0][1].item<int64_t>();
+    const bool nan = std::isnan(rows[row][column].item<float>());
+    throw FileError(source + ": feature " + std::to_string(column) + " of node " + std::to_string(start + row) + " is " +
+                    (nan ? "NaN" : "infinite (as float32)") + "; training needs finite features (fix that node's)");
+  }
+  return converted;
+}
+
 Graph load_graph_directory(const std::string& dir) {
   if (!std::filesystem::is_directory(dir)) throw FileError("data.path: no graph directory " + dir);
   Graph graph;
   std::string features_path = dir + "/features.npy", labels_path = dir + "/labels.npy";
-  graph.features = read_npy(features_path);
-  if (graph.features.dim() != 2 || !graph.features.is_floating_point())
-    throw FileError(features_path + ": expected a float array [nodes, features], got " +
-                    format_shape(graph.features.sizes().vec()) + " of " + std::string(c10::toString(graph.features.scalar_type())));
-  graph.features = graph.features.to(torch::kFloat32).contiguous();
+  graph.features = node_features(read_npy(features_path), features_path);
   int64_t n = graph.num_nodes();
   graph.labels = read_npy(labels_path);
   if (graph.labels.dim() != 1 || graph.labels.size(0) != n || !c10::isIntegralType(graph.labels.scalar_type(), false))

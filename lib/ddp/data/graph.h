@@ -43,9 +43,13 @@ struct Graph {
 /// id is out of range.
 void build_csr(Graph& graph, const torch::Tensor& src, const torch::Tensor& dst, const std::string& source);
 
+/// Node features as float32 [N, F]: `features` (any floating type), converted; FileError naming
+/// `source` for another type or shape, or for a value that is NaN or infinite as float32 (the first).
+torch::Tensor node_features(const torch::Tensor& features, const std::string& source);
+
 /// Reads a graph directory:
 ///   edge_index.npy  int [2, E] (row 0: sources, row 1: destinations), or edges.csv ("src,dst" lines,
-///                   an optional header line);
+///                   an optional header line with no number in it);
 ///   features.npy    float [N, F];   labels.npy  int [N];
 ///   train / val / test as node ids (train_idx.npy, ...) or boolean masks (train_mask.npy, ...).
 /// Throws FileError naming the file and the cause: missing, malformed, sizes that disagree, ids out

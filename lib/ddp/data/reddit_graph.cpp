@@ -68,11 +68,7 @@ bool is_reddit_directory(const std::string& dir) { return std::filesystem::is_re
 Graph load_reddit_graph(const std::string& dir) {
   NpzFile data(dir + "/reddit_data.npz");
   Graph graph;
-  graph.features = data.read("feature");
-  if (graph.features.dim() != 2 || !graph.features.is_floating_point())
-    throw FileError(data.path() + ": 'feature' must be a float array [nodes, features], got " + shape_text(graph.features) +
-                    " of " + c10::toString(graph.features.scalar_type()));
-  graph.features = graph.features.to(torch::kFloat32).contiguous();
+  graph.features = node_features(data.read("feature"), data.path() + ": 'feature'");
   const int64_t n = graph.features.size(0);
   graph.labels = integer_member(data, "label", 1);
   auto types = integer_member(data, "node_types", 1);
