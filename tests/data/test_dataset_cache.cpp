@@ -93,6 +93,24 @@ TEST_CASE("a changed source file gets a new cache entry", "[data][cache]") {
   CHECK(cache_files(cache.path()).size() == 2);
 }
 
+TEST_CASE("a directory named as a raw IDX file is passed over by the cache's key as by the reader: a changed .gz "
+          "is not served stale",
+          "[data][cache]") {
+  // The reader reads the .gz beside the directory; the cache used to key on the directory, which did not change.
+  TempDir data, cache;
+  for (const char* name : {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    fs::copy_file(kFashion + "/" + name, data.file(name));
+  fs::create_directory(data.file("t10k-labels-idx1-ubyte"));
+  const auto first = load_idx_split_cached(data.path(), "test", cache.path());
+  const auto relabelled = load_idx_split(kFashion, "test").labels.remainder(2);  // the test split, labels changed
+  auto r = run_shell("/usr/bin/python3 -c \"import gzip,sys\nd=gzip.open(sys.argv[1]).read()\ngzip.open(sys.argv[1],'wb')"
+                     ".write(d[:8]+bytes(b%2 for b in d[8:]))\" " + data.file("t10k-labels-idx1-ubyte.gz"));
+  REQUIRE(r.exit_code == 0);
+  const auto second = load_idx_split_cached(data.path(), "test", cache.path());
+  CHECK(torch::equal(second.labels.to(torch::kLong), relabelled.to(torch::kLong)));
+  CHECK_FALSE(torch::equal(second.labels.to(torch::kLong), first.labels.to(torch::kLong)));
+}
+
 TEST_CASE("a source rewritten with the same size and timestamp is not served stale, and the cache keeps its permissions",
           "[data][cache]") {
   TempDir data, cache;

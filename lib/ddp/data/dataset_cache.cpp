@@ -28,9 +28,12 @@ struct Header {
   int64_t count, height, width;
 };
 
+// The file the reader reads (idx_reader.cpp's find_split_file): a directory of the raw file's name
+// is passed over there, so here too, or the cache would be keyed on another file than the data.
 std::string source_file(const std::string& dir, const std::string& stem) {
+  std::error_code ignored;
   for (const auto& name : {stem, stem + ".gz"})
-    if (fs::exists(dir + "/" + name)) return dir + "/" + name;
+    if (fs::is_regular_file(dir + "/" + name, ignored)) return dir + "/" + name;
   return "";
 }
 
