@@ -143,11 +143,13 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
   write_file(dir.file("words.txt"), "In the beginning\nwas the word\nand the word was\nwith the text\n");
   write_file(dir.file("latin1.txt"), "caf\xE9\n");
   write_file(dir.file("garbage.model"), "not a model at all");
+  write_file(dir.file("blank.txt"), "\n \n\t\n\n");
   const std::string out = dir.file("out");
   for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--text", dir.file("latin1.txt")}, dir.file("latin1.txt") + ":1: not UTF-8 text (byte 3)"},
            {{"--text", dir.file("missing.txt")}, dir.file("missing.txt") + ": no such file"},
            {{"--text", dir.path()}, dir.path() + ": a directory, not a text file"},
+           {{"--text", dir.file("blank.txt")}, dir.file("blank.txt") + ": no text, only blank lines"},
            {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model")},
             dir.file("garbage.model") + ": not a SentencePiece model"},
            {{"--text", dir.file("words.txt"), "--vocab-size", "5000"}, "Vocabulary size too high (5000)"},

@@ -75,7 +75,13 @@ std::string Tokenizer::train(const std::vector<std::string_view>& lines, const T
   if (!status.ok()) {
     std::string reason = status.error_message();
     auto bracket = reason.find("] ");  // "./src/trainer_interface.cc(660) [check] reason": the reason
-    if (bracket != std::string::npos) reason = reason.substr(bracket + 2);
+    if (bracket != std::string::npos) {
+      // A failed check has no words after it ("[!sentences_.empty()] "): the check is the reason then.
+      const std::size_t open = reason.rfind('[', bracket);
+      reason = bracket + 2 < reason.size() || open == std::string::npos
+                   ? reason.substr(bracket + 2)
+                   : "its check " + reason.substr(open + 1, bracket - open - 1) + " failed";
+    }
     const std::string their_option = "--character_coverage option";  // its command line's name, not ours
     if (auto at = reason.find(their_option); at != std::string::npos) reason.replace(at, their_option.size(), "--character-coverage");
     throw UserError("training the tokenizer failed: " + reason);

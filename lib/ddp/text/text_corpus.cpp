@@ -69,7 +69,11 @@ TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_o
       start = end + 1;
     }
   }
-  if (corpus.bytes == 0) throw FileError(files.front() + (files.size() > 1 ? " and the others" : "") + ": empty");
+  const std::string named = files.front() + (files.size() > 1 ? " and the others" : "");
+  if (corpus.bytes == 0) throw FileError(named + ": empty");
+  if (std::all_of(corpus.lines.begin(), corpus.lines.end(),
+                  [](std::string_view line) { return line.find_first_not_of(" \t\v\f") == std::string_view::npos; }))
+    throw FileError(named + ": no text, only blank lines");
   corpus.held_out_from = corpus.lines.size();
   if (held_out_fraction <= 0) return corpus;
   int64_t held = 0;
