@@ -408,6 +408,13 @@ TEST_CASE("drop_last with fewer samples than ranks is an error, not zero steps a
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("sampler.drop_last: the 1 training samples leave none for each of 2 ranks"));
   CHECK_FALSE(std::filesystem::exists(dir.file("out/model.pt")));
+  // sampler.split: chunk drops the remainder whatever drop_last says: the message names it.
+  auto chunk = train(2, "synthetic_mlp.yaml",
+                     {"data.synthetic_train_samples=1", "sampler.split=chunk", "run.output_dir=" + dir.file("chunk")},
+                     false);
+  CHECK(chunk.exit_code == 2);
+  CHECK_THAT(chunk.err, Contains("sampler.split: chunk: the 1 training samples leave none for each of 2 ranks; use "
+                                 "fewer ranks or sampler.split: distributed (which repeats some to fill up)"));
 }
 
 TEST_CASE("a truncated data file is one clear error naming it", "[trainer][errors]") {

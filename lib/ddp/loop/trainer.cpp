@@ -96,10 +96,14 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), replicas.world_size, replicas.rank,
                                                   config_.sampler);
   // Zero steps would "finish" at once with exit 0 and an untrained model (issue 22, item 16).
-  if (sampler_->num_samples() == 0)
-    throw UserError("sampler.drop_last: the " + std::to_string(task_->size(Split::kTrain)) +
-                    " training samples leave none for each of " + std::to_string(replicas.world_size) +
-                    " ranks; use fewer ranks or sampler.drop_last: false");
+  if (sampler_->num_samples() == 0) {
+    // Which key drops the remainder: chunk always does, distributed only with drop_last.
+    const bool chunk = config_.sampler.split == "chunk";
+    throw UserError(std::string(chunk ? "sampler.split: chunk" : "sampler.drop_last") + ": the " +
+                    std::to_string(task_->size(Split::kTrain)) + " training samples leave none for each of " +
+                    std::to_string(replicas.world_size) + " ranks; use fewer ranks or " +
+                    (chunk ? "sampler.split: distributed (which repeats some to fill up)" : "sampler.drop_last: false"));
+  }
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       [task = task_.get()](const torch::Tensor& indices) { return task->make_batch(Split::kTrain, indices); },
       config_.data, world.device);
