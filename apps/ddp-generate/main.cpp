@@ -25,6 +25,9 @@ namespace {
 
 constexpr int64_t kByteVocabulary = 256;
 
+// Decoded text as its bytes, NULs too (a byte piece <0x00>): fputs would stop at the first.
+void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
 // RUN is a run directory or its model.pt; the config is the run's config.yaml unless --config names one.
 std::pair<std::string, std::string> model_and_config(const ddp::GenerateArguments& args) {
   namespace fs = std::filesystem;
@@ -149,7 +152,7 @@ int main(int argc, char** argv) {
       text.emplace(*tokenizer);
       std::string shown;
       for (int64_t id : prompt) shown += text->push(id);
-      std::fputs(shown.c_str(), stdout);
+      print(shown);
     } else if (!args.ids) {
       for (int64_t token : prompt) std::putchar(static_cast<int>(token));
     }
@@ -157,14 +160,14 @@ int main(int argc, char** argv) {
       if (args.ids) {
         std::printf("%lld\n", static_cast<long long>(token));
       } else if (text) {
-        std::fputs(text->push(token).c_str(), stdout);
+        print(text->push(token));
       } else {
         std::putchar(static_cast<int>(token));
       }
       std::fflush(stdout);
     };
     ddp::sample_tokens(*model, prompt, args.sampling, emit);
-    if (text) std::fputs(text->finish().c_str(), stdout);
+    if (text) print(text->finish());
     if (!args.ids) std::putchar('\n');
     return ddp::kExitSuccess;
   });

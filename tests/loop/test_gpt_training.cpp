@@ -652,6 +652,10 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
     INFO(decoded.err);
     CHECK(decoded.out == text.out);
   }
+  // The byte piece <0x00> (id 3, after <unk>, <s> and </s>) is a NUL, printed as any text is: output
+  // used to stop at it.
+  auto nul = generate("--prompt-ids '3 3' --tokens 0");
+  CHECK(nul.out == std::string("\0\0\n", 3));
 
   // A tokenizer of more pieces than the model has is not the one it was trained with.
   auto other = run_command({bin("ddp-tokenize"), dir.file("other"), "--text", kText, "--vocab-size", "600"},

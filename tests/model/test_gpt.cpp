@@ -132,6 +132,9 @@ TEST_CASE("sampling is seeded, greedy at temperature 0, and checks the prompt", 
   options.temperature = 1;
   options.top_k = 1;  // only the most likely token is left to draw
   CHECK(ddp::sample_tokens(model, {1, 2}, options) == greedy);
+  options.top_k = 0;
+  options.temperature = 1e-320;  // the logits overflow divided by it: temperature 0's limit, not NaNs
+  CHECK(ddp::sample_tokens(model, {1, 2}, options) == greedy);
   int64_t emitted = 0;
   ddp::sample_tokens(model, {1}, options, [&](int64_t) { ++emitted; });
   CHECK(emitted == 20);

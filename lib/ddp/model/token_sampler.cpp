@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "ddp/common/error.h"
 #include "ddp/model/token_stepper.h"
 
@@ -39,10 +41,13 @@ std::vector<int64_t> sample_tokens(Model& model, const std::vector<int64_t>& pro
     if (options.id_limit > 0 && options.id_limit < logits.size(0))
       logits.narrow(0, options.id_limit, logits.size(0) - options.id_limit).fill_(-INFINITY);
     int64_t next;
-    if (options.temperature <= 0) {
+    // A temperature so small that the logits overflow divided by it (1e-320) is temperature 0's
+    // limit, the most likely token; multinomial would be handed NaNs.
+    torch::Tensor scaled = options.temperature > 0 ? logits / options.temperature : logits;
+    if (options.temperature <= 0 || std::isinf(scaled.max().item<double>())) {
       next = logits.argmax().item<int64_t>();
     } else {
-      logits = logits / options.temperature;
+      logits = scaled;
       if (options.top_k > 0 && options.top_k < logits.size(0)) {
         double kth = std::get<0>(logits.topk(options.top_k)).index({-1}).item<double>();
         logits.masked_fill_(logits < kth, -INFINITY);
