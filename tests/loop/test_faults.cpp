@@ -163,6 +163,14 @@ TEST_CASE("a truncated newest checkpoint is reported and the previous one is use
   CHECK(resumed.exit_code == 0);
   CHECK_THAT(resumed.out, Contains("skipping checkpoint " + newest) && Contains("truncated"));
   CHECK_THAT(resumed.out, Contains("resumed from " + out + "/checkpoints/step_0000000020.pt at step 20"));
+  // None that verifies: a fresh start, said once, by rank 0.
+  for (const auto& entry : fs::directory_iterator(out + "/checkpoints"))
+    if (entry.path().extension() == ".pt") fs::resize_file(entry.path(), fs::file_size(entry.path()) / 2);
+  auto fresh = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(80)));
+  INFO(fresh.out << fresh.err);
+  CHECK(fresh.exit_code == 0);
+  CHECK(count_occurrences(fresh.out + fresh.err, "no checkpoint in " + out + "/checkpoints could be resumed from; "
+                                                 "training starts afresh from step 0") == 1);
 }
 
 TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",

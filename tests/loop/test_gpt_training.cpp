@@ -814,6 +814,17 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(fallback.exit_code == 0);
   CHECK_THAT(fallback.out, Contains("exported the checkpoint of step 20") && !Contains("skipping"));
   CHECK_THAT(fallback.err, StartsWith("ddp-export: warning: skipping checkpoint " + dir.file("out/checkpoints/")));
+
+  // None left that reads: model.pt is exported, said in the tool's words (not a trainer's "training starts afresh").
+  const std::string older = dir.file("out/checkpoints/step_0000000020.common.pt");
+  REQUIRE(fs::exists(older));
+  fs::resize_file(older, fs::file_size(older) / 2);
+  auto weights = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("weights")}, std::chrono::seconds(120));
+  INFO(weights.out << weights.err);
+  CHECK(weights.exit_code == 0);
+  CHECK_THAT(weights.err, Contains("ddp-export: warning: no checkpoint in " + dir.file("out/checkpoints") +
+                                   " could be read; exporting " + dir.file("out/model.pt")) &&
+                              !Contains("afresh"));
 }
 
 }  // namespace DDP_TEST_FILE

@@ -238,8 +238,6 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
     if (problem.empty()) return candidate;
     spdlog::warn("skipping checkpoint {}: {}; trying the previous one", candidate.data_path, problem);
   }
-  if (!candidates.empty())  // a fresh start after a run that saved checkpoints: never a silent one
-    spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0", directory_);
   return std::nullopt;
 }
 

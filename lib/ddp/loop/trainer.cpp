@@ -145,6 +145,10 @@ void Trainer::resume() {
         manifest = read_whole_file(path);
         refusal = run_identity_refusal(read_run_identity(manifest), checkpointer_->run_identity(), path);
         if (refusal.empty()) bytes = read_whole_file(common_file(manifest, path));
+      } else if (config_.checkpoint.resume == "auto" && !checkpointer_->list().empty()) {
+        // A fresh start after a run that saved checkpoints: never a silent one.
+        spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0",
+                     checkpointer_->directory());
       }
     }
     broadcast_bytes(world, refusal, 0);
