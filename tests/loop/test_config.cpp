@@ -101,6 +101,11 @@ TEST_CASE("unknown keys are errors with a hint", "[config]") {
   REQUIRE_THROWS_WITH(parse("train: {xyz: 1}"),
                       Contains("train.xyz: unknown key (valid keys of train: epochs, max_steps, batch_size"));
   REQUIRE_THROWS_WITH(parse("train: {epochs: 1, epochs: 2}"), Equals("train.epochs: duplicate key"));
+  // One key spelled both ways in one file: the last one silently won.
+  for (const char* twice : {"train: {epochs: 3}\ntrain.epochs: 5\n", "train.epochs: 5\ntrain: {epochs: 3}\n"})
+    REQUIRE_THROWS_WITH(parse(twice), Equals("train.epochs: duplicate key (written both in its section and as "
+                                             "train.epochs)"));
+  CHECK(parse("train.epochs: 5\ntrain: {max_steps: 3}\n").train.epochs == 5);
 }
 
 TEST_CASE("sections must be maps and values must be scalars", "[config]") {

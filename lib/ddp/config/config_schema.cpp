@@ -400,13 +400,17 @@ void ConfigSchema::load(const YAML::Node& root, const std::string& source) {
   if (!root.IsDefined() || root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError("config: expected a map of sections (run:, train:, ...), got " + describe(root));
   source_ = source;
+  std::set<std::string> written;  // a key's two spellings in one file (train: {epochs: 3} and train.epochs: 5)
+  written_in_load_ = &written;
   try {
     for_each_entry(root, "", source_, [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
   } catch (...) {
     source_.clear();
+    written_in_load_ = nullptr;
     throw;
   }
   source_.clear();  // --set values are not the file's
+  written_in_load_ = nullptr;
 }
 
 // Note [Relative paths]: a relative path is resolved against the place it was written: a value in
@@ -456,6 +460,8 @@ void ConfigSchema::apply_override(std::string_view assignment) {
 
 void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
   if (Field* field = find_field(path)) {
+    if (written_in_load_ && !written_in_load_->insert(path).second)
+      throw ConfigError(path + ": duplicate key (written both in its section and as " + path + ")");
     write(path, field->target_, value);
     for (auto& shared : field->shared_) write(path, shared, value);
   } else if (Section* section = find_section(path)) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -171,6 +172,7 @@ class ConfigSchema {
   std::vector<Rule> rules_;
   std::vector<Rule> notices_;
   std::string source_;  // while load() reads a file: its name, for the errors' locations
+  std::set<std::string>* written_in_load_ = nullptr;  // while load() reads: the keys written so far
 };
 
 }  // namespace ddp
