@@ -30,6 +30,16 @@ TEST_CASE("parse_int and parse_double reject junk") {
   CHECK_FALSE(parse_double("inf").has_value());
 }
 
+TEST_CASE("number_runs writes ascending numbers as runs, and at most so many") {
+  CHECK(ddp::number_runs({}) == "");
+  CHECK(ddp::number_runs({4}) == "4");
+  CHECK(ddp::number_runs({1, 2, 3, 5, 7, 8}) == "1-3, 5, 7-8");
+  std::vector<long long> all(1048575);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<long long>(i) + 1;
+  CHECK(ddp::number_runs(all) == "1-1048575");  // was every one of them, 8 MB on one line
+  CHECK(ddp::number_runs({0, 2, 4, 6}, 2) == "0, 2 (+2 more)");
+}
+
 TEST_CASE("split keeps empty pieces") {
   CHECK(split("a,,b", ',') == std::vector<std::string>{"a", "", "b"});
   CHECK(split("", ',') == std::vector<std::string>{""});

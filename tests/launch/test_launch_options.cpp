@@ -73,7 +73,7 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   CHECK_THROWS_WITH(parse({"--local-ranks-filter", "0,x", "--", "true"}), Contains("--local-ranks-filter"));
   CHECK_THROWS_WITH(parse({"--nproc-per-node", "2", "--local-ranks-filter", "2", "--", "true"}),
                     Contains("local rank 2 does not exist with 2 worker(s)"));
-  CHECK_THROWS_WITH(parse({"--nnodes", "2", "--master-port", "0", "--", "true"}), Contains("--master-port 0"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "2", "--master-port", "0", "--", "true"}), Contains("--master-port gives port 0"));
   CHECK_THROWS_WITH(parse({"--run-id", "a b", "--", "true"}), Contains("--run-id"));
   // A run id becomes a file name under --log-dir: nothing that leaves it (issue 12, item 13).
   for (const char* escape : {"..", ".", ".hidden", "../x", "a/b"})
@@ -108,6 +108,13 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   }
   CHECK_THAT(negative, Contains("--max-restarts") && Contains("-1") && Contains("1000000"));
   CHECK(negative.size() < 200);  // was a 300-digit upper end
+  // A bad port in --rdzv-endpoint names that option, not --master-port, which was not given.
+  CHECK_THROWS_WITH(parse({"--rdzv-endpoint", "localhost:abc", "--", "true"}),
+                    "--rdzv-endpoint: expected a port 0..65535, got 'abc' (in 'localhost:abc')");
+  CHECK_THROWS_WITH(parse({"--rdzv-endpoint", "localhost:70000", "--", "true"}),
+                    Contains("--rdzv-endpoint: expected a port 0..65535, got '70000'"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "--", "true"}),
+                    Contains("--rdzv-endpoint gives port 0, which picks a port only node 0 knows"));
   // Base 10, as torchrun reads it: CLI11 took 010 for 8 and 0x10 for 16, and called 3x out of range.
   CHECK(parse({"--max-restarts", "010", "--", "true"}).max_restarts == 10);
   for (const char* value : {"0x10", "3x", ""})

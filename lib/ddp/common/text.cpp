@@ -52,6 +52,20 @@ std::vector<std::string> split(std::string_view text, char sep) {
   return parts;
 }
 
+std::string number_runs(const std::vector<long long>& ascending, std::size_t most) {
+  std::vector<std::string> runs;
+  for (std::size_t i = 0; i < ascending.size();) {
+    std::size_t j = i;
+    while (j + 1 < ascending.size() && ascending[j + 1] == ascending[j] + 1) ++j;
+    runs.push_back(std::to_string(ascending[i]) + (j > i ? "-" + std::to_string(ascending[j]) : ""));
+    i = j + 1;
+  }
+  std::string text;
+  for (std::size_t r = 0; r < runs.size() && r < most; ++r) text += (r ? ", " : "") + runs[r];
+  if (runs.size() > most) text += " (+" + std::to_string(runs.size() - most) + " more)";
+  return text;
+}
+
 std::optional<long long> parse_int(std::string_view text) {
   long long value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

@@ -18,6 +18,9 @@ std::optional<std::string> nearest(std::string_view word, const std::vector<std:
 /// Splits on `sep`, keeping empty pieces.
 std::vector<std::string> split(std::string_view text, char sep);
 
+/// Ascending numbers as runs, "1-3, 5, 7-1048575": at most `most` runs, then "(+N more)".
+std::string number_runs(const std::vector<long long>& ascending, std::size_t most = 20);
+
 /// Parses a whole string as a base-10 integer; nullopt on any junk or overflow.
 std::optional<long long> parse_int(std::string_view text);
 

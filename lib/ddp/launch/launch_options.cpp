@@ -459,9 +459,12 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     throw UserError("--node-rank: expected 0.." + std::to_string(options.nnodes - 1) + " for --nnodes " +
                     std::to_string(options.nnodes) + ", got '" + node_rank + "'");
   options.node_rank = static_cast<int>(*rank);
+  // The option the port came from: --rdzv-endpoint HOST:PORT sets it too.
+  const std::string port_option = rdzv_endpoint.empty() ? "--master-port" : "--rdzv-endpoint";
   auto port = parse_int(master_port);
   if (!port || *port < 0 || *port > 65535)
-    throw UserError("--master-port: expected a port 0..65535, got '" + master_port + "'");
+    throw UserError(port_option + ": expected a port 0..65535, got '" + master_port + "'" +
+                    (rdzv_endpoint.empty() ? "" : " (in '" + rdzv_endpoint + "')"));
   options.master_port = static_cast<int>(*port);
   if (!filter.empty()) {
     options.local_ranks_filter = parse_rank_list(filter);
@@ -489,7 +492,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   }
   if (options.standalone || options.nnodes == 1) options.node_rank_by_arrival = false;
   if (options.master_port == 0 && options.nnodes > 1)
-    throw UserError("--master-port 0 picks a port only node 0 knows; give every node the same --master-port");
+    throw UserError(port_option + " gives port 0, which picks a port only node 0 knows; give every node the same port");
 
   if (no_python + module + run_path > 1)
     throw UserError("give one of --no-python, -m/--module and --run-path: each says how to run the script");

@@ -269,11 +269,11 @@ WorldLayout Rendezvous::join_store() {
   try {
     store_->wait(keys, timeout_);
   } catch (const std::exception&) {
-    std::string missing;
+    std::vector<long long> missing;
     for (int r = 0; r < o.nnodes; ++r)
-      if (!store_->check(keys[r])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (!store_->check(keys[r])) missing.push_back(r);
     throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(timeout_.count() / 1000) +
-                    " s waiting for node(s) " + missing + " of " + std::to_string(o.nnodes) +
+                    " s waiting for node(s) " + number_runs(missing) + " of " + std::to_string(o.nnodes) +
                     " (never started, or cannot reach " + endpoint(o) + "? see their output)");
   }
   // Note [Checked before the store closes]: every node checks what the others registered, and a
