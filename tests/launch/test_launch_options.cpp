@@ -280,7 +280,7 @@ TEST_CASE("torchrun's rendezvous spellings set the endpoint, the run id and node
              Catch::Contains("either --rdzv-endpoint or --master-addr/--master-port"));
   CHECK_THAT(error({"--rdzv-id", "a", "--run-id", "b", "--", "true"}), Catch::Contains("--rdzv-id a and --run-id b differ"));
   CHECK_THAT(error({"--rdzv-endpoint", "::1:5", "--", "true"}), Catch::Contains("[ADDRESS]:PORT"));
-  CHECK_THAT(error({"--rdzv-endpoint", "h:x", "--", "true"}), Catch::Contains("--master-port: expected a port"));
+  CHECK_THAT(error({"--rdzv-endpoint", "h:x", "--", "true"}), Catch::Contains("--rdzv-endpoint: expected a port 0..65535, got 'x' (in 'h:x')"));
   CHECK_THAT(error({"--rdzv-endpoint", "[::1", "--", "true"}), Catch::Contains("--rdzv-endpoint: no ']' in '[::1'"));
   CHECK_THAT(error({"--rdzv-endpoint", "[::1]5", "--", "true"}),
              Catch::Contains("--rdzv-endpoint: expected [ADDRESS]:PORT, got '[::1]5'"));
