@@ -465,7 +465,13 @@ TEST_CASE("a worker's usage error (exit 2) is not restarted") {
   INFO(r.err);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("rank 1 failed first: exit code 2"));
-  CHECK(r.err.find("restarting") == std::string::npos);
+  CHECK(r.err.find("restarting the workers") == std::string::npos);
+  // Said, since torchrun restarts any failure; and not said where no restart was left.
+  CHECK(count_lines(r.err, "ddprun: not restarting: exit code 2 is a usage error (a bad config, command line or "
+                           "input), which a restart would repeat") == 1);
+  auto none_left = launch({"--standalone", "--nproc-per-node", "1", "--", "sh", "-c", "exit 2"});
+  CHECK(none_left.exit_code == 2);
+  CHECK_THAT(none_left.err, !Contains("not restarting"));
 }
 
 TEST_CASE("a usage error every rank reports alike is printed once, and the summary does not repeat it") {

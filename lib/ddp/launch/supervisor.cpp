@@ -755,6 +755,11 @@ int supervise(JobMembership& job, int max_restarts, Watchdog& watchdog, SignalPi
         break;
     }
     auto decision = decide_after_attempt(outcome.status, outcome.restartable, plan->failures_before, max_restarts);
+    // A restart was left, and exit code 2 forgoes it: said, since torchrun restarts any failure.
+    if (decision == AttemptDecision::kFinish && outcome.status == kExitUsage && !outcome.restartable &&
+        plan->failures_before < max_restarts)
+      say("not restarting: exit code 2 is a usage error (a bad config, command line or input), which a restart "
+          "would repeat");
     if (decision != AttemptDecision::kRestart) {
       BetweenAttempts after(signal_pipe);
       job.finish(*plan, outcome, decision, after);
