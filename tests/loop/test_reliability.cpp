@@ -111,6 +111,19 @@ TEST_CASE("a key set where it does nothing is said once, by rank 0, and the run 
         1);
 }
 
+TEST_CASE("a data.cache_dir that cannot be written is said once a node, not once a rank", "[reliability][cache]") {
+  TempDir dir;
+  write_file(dir.file("a-file"), "x");
+  auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                     std::string(DDP_SOURCE_DIR) + "/configs/fashion_mnist_linear3.yaml --set train.max_steps=2 "
+                     "--set data.eval_split=none --set data.cache_dir=" + dir.file("a-file/cache") +
+                     " --set run.output_dir=" + dir.file("run"),
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count_occurrences(r.out + r.err, "data.cache_dir " + dir.file("a-file/cache") + " is not writable") == 1);
+}
+
 TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, said once, no model.pt, never "
           "restarted",
           "[reliability]") {

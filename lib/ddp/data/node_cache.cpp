@@ -11,15 +11,31 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/worker_contract.h"
+#include "ddp/common/worker_identity.h"
 #include "ddp/data/cache_seal.h"
 
 namespace ddp {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A node's cache is the node's: what goes wrong with it is said by the node's first worker
+// (LOCAL_RANK 0, or a process on its own), once per process (rank threads share one), not once a rank.
+void warn_for_node(const std::string& message) {
+  const char* local_rank = process_variable(env::kLocalRank);
+  if (local_rank && std::string(local_rank) != "0") return;
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said.insert(message).second) spdlog::warn("{}", message);
+}
 
 // A hash of up to three 64 KiB samples of the file (its start, middle and end): a rewrite that
 // kept the size and the timestamps still changes it.
@@ -139,8 +155,8 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
   fs::create_directories(fs::path(path).parent_path(), ec);
   int lock = open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (lock < 0) {
-    spdlog::warn("data.cache_dir {} is not writable ({}); reading {} into memory", fs::path(path).parent_path().string(),
-                 std::strerror(errno), what);
+    warn_for_node(fmt::format("data.cache_dir {} is not writable ({}); reading {} into memory",
+                              fs::path(path).parent_path().string(), std::strerror(errno), what));
     return false;
   }
   // One worker of the node verifies or builds; the others wait here and then open its result.
@@ -168,7 +184,7 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
                                 why.empty() ? "it is missing" : why, what);
     }
   } catch (const IoError& e) {  // the cache cannot be written; a broken source (FileError) goes on up
-    spdlog::warn("cannot write the dataset cache ({}); reading {} into memory", e.what(), what);
+    warn_for_node(fmt::format("cannot write the dataset cache ({}); reading {} into memory", e.what(), what));
   } catch (...) {
     flock(lock, LOCK_UN);
     close(lock);
