@@ -323,6 +323,34 @@ TEST_CASE("node 0 waiting for a SIGKILLed node before closing the store stops wa
   CHECK(find_processes(sleeper).empty());
 }
 
+TEST_CASE("node 0 waits no longer for a node whose launcher's heartbeats stopped: it closes the store, naming the "
+          "node, with the run's status") {
+  // Note [Silent nodes]. As above, but no Ctrl-C: --rdzv-timeout (120 s) is past the harness's
+  // limit, so only the silence (15 s) can end node 0's wait in time.
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string sleeper = unique_sleep(32);
+  std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 120 -- sh -c 'touch " + dir.path() +
+                       "/up$RANK; if [ $RANK = 0 ]; then while [ ! -e " + dir.path() +
+                       "/go ]; do sleep 0.05; done; exit 3; fi; " + sleeper + "'";
+  auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
+                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
+                         dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
+                         "i=$((i+1)); done; kill -KILL $B; wait $B; touch " + dir.path() + "/go; wait $A; " +
+                         "echo status=$?",
+                     std::chrono::seconds(90));
+  std::string a = read_file(dir.file("a.err"));
+  INFO(r.out << r.err << "\n--- node 0:\n" << a);
+  CHECK_FALSE(r.timed_out);
+  CHECK(count_lines(r.out, "status=3") == 1);
+  CHECK(count_lines(a, "ddprun: node 1's launcher has sent no heartbeat for 15 s (killed, or its host lost): closing "
+                       "the store without waiting for it") == 1);
+  for (int i = 0; i < 50 && !find_processes(sleeper).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(find_processes(sleeper).empty());
+  for (const int pid : find_processes(sleeper)) kill(pid, SIGKILL);  // not left behind by a failed run
+}
+
 TEST_CASE("Ctrl-C on one node stops the other as an interruption, not a failure: both exit 130, the other says stopped") {
   TempDir dir;
   std::string port = std::to_string(free_port());

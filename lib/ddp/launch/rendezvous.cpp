@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -410,10 +412,21 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
     for (int r = 0; r < options_.nnodes && all; ++r) all = store_->check(prefix + std::to_string(r));
     if (all) return true;
     if (interrupted()) return false;
+    beat_alive();  // Note [Silent nodes]: node 0 may be finishing, not restarting
     if (std::chrono::steady_clock::now() > deadline)
       throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +
                       std::to_string(timeout_.count() / 1000) + " s");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void Rendezvous::beat_alive() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_alive_beat_ < std::chrono::seconds(1)) return;
+  last_alive_beat_ = now;
+  try {
+    store_->add(kPrefix + "alive/" + std::to_string(options_.node_rank), 1);
+  } catch (const std::exception&) {
   }
 }
 
@@ -436,8 +449,16 @@ void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted) {
                  "ddprun: waiting up to %lld s for %zu other node(s) to finish before closing the store "
                  "(Ctrl-C stops waiting)\n",
                  static_cast<long long>(timeout_.count() / 1000), keys.size());
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    while (!keys.empty() && std::chrono::steady_clock::now() < deadline) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + timeout_;
+    // Note [Silent nodes]: every launcher beats in the store while it lives (beat_alive, from its
+    // monitor loop, at least every --monitor-interval); one whose beats stop for long after its
+    // last (SIGKILLed, its host lost) will never say it is done, and is waited for no longer.
+    const auto silence = std::max<Clock::duration>(
+        std::chrono::seconds(15), std::chrono::milliseconds(static_cast<int64_t>(4000 * options_.monitor_interval_s)));
+    std::map<std::string, std::pair<int64_t, Clock::time_point>> beats;  // by done key: the count, when it last moved
+    std::set<std::string> silent;
+    while (!keys.empty() && Clock::now() < deadline) {
       if (interrupted()) {
         std::fprintf(stderr, "ddprun: a signal: closing the store without waiting for %zu other node(s)\n",
                      keys.size());
@@ -445,6 +466,20 @@ void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       keys = waiting_for();
+      for (const auto& key : keys) {
+        const std::string node = key.substr(prefix.size());
+        const int64_t count = store_->add(kPrefix + "alive/" + node, 0);
+        auto [seen, fresh] = beats.emplace(key, std::make_pair(count, Clock::now()));
+        if (!fresh && seen->second.first != count) seen->second = {count, Clock::now()};
+        if (Clock::now() - seen->second.second >= silence && silent.insert(key).second)
+          std::fprintf(stderr,
+                       "ddprun: node %s's launcher has sent no heartbeat for %lld s (killed, or its host lost): "
+                       "closing the store without waiting for it\n",
+                       node.c_str(),
+                       static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(silence).count()));
+      }
+      keys.erase(std::remove_if(keys.begin(), keys.end(), [&](const std::string& k) { return silent.count(k) > 0; }),
+                 keys.end());
     }
   } catch (const std::exception&) {
     // A node that never reports done has failed or vanished; its own launcher says so.

@@ -65,8 +65,13 @@ class Rendezvous {
   bool barrier_before(int attempt, const std::function<bool()>& interrupted);
 
   /// Marks this node finished with `attempt`; node 0 waits (bounded) for the rest so its store
-  /// outlives every client, and stops waiting as soon as `interrupted()` is.
+  /// outlives every client, and stops waiting as soon as `interrupted()` is, or for a node whose
+  /// launcher has gone silent (Note [Silent nodes]).
   void finish(int attempt, const std::function<bool()>& interrupted);
+
+  /// Says this node's launcher lives, at most once a second (Note [Silent nodes]); a store that
+  /// does not answer is left for the caller's next call to name.
+  void beat_alive();
 
  protected:
   /// Hosts or connects to the store; UserError naming the endpoint, except that a lost race to bind
@@ -92,6 +97,7 @@ class Rendezvous {
   /// store host]); 0 otherwise. Fixed at the start: options_.nnodes later counts a round's nodes.
   std::chrono::milliseconds answer_within_{0};
   std::unique_ptr<KvStore> store_;
+  std::chrono::steady_clock::time_point last_alive_beat_{};
 };
 
 /// A directory only this user can enter, removed with everything in it when destroyed. Single-node

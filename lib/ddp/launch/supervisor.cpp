@@ -235,6 +235,7 @@ class Attempt {
           if (sig != SIGCHLD) on_launcher_signal(sig);
       }
       read_heartbeats();
+      if (rendezvous_ && multi_node()) rendezvous_->beat_alive();  // Note [Silent nodes]
       reap();
       if (options_.stall_timeout_s > 0 && !state_.stopping()) check_stalls();
       if (multi_node() && !state_.stopping() && Clock::now() >= next_remote_check) {
