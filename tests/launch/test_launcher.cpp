@@ -370,6 +370,29 @@ TEST_CASE("Ctrl-C on one node stops the other as an interruption, not a failure:
   CHECK(find_processes(sleeper).empty());
 }
 
+TEST_CASE("a rank that stops at once for a node interrupted elsewhere is stopped, not a failure to restart") {
+  // Note [Another node's report first]: node 1's worker exits 143 as soon as node 0's is asked to
+  // stop (as ddp-train's ranks do at the agreed step), long before node 1's launcher would look at
+  // the store again; node 1 used to class the exit as its own failure and restart.
+  TempDir dir;
+  const std::string d = dir.path();
+  std::string port = std::to_string(free_port());
+  std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 30 --max-restarts 2 -- sh -c '"
+                       "if [ $RANK = 0 ]; then trap \"touch " + d + "/asked; sleep 0.5; exit 143\" TERM; touch " + d +
+                       "/up0; while :; do sleep 0.02; done; fi; touch " + d + "/up1; while [ ! -e " + d + "/asked ]; "
+                       "do sleep 0.01; done; exit 143'";
+  auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
+                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " + d +
+                         "/up0 ] && [ -e " + d + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); done; " +
+                         "kill -TERM $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
+                     std::chrono::seconds(60));
+  std::string b = read_file(dir.file("b.err"));
+  INFO(r.out << r.err << "\n--- node 0:\n" << read_file(dir.file("a.err")) << "\n--- node 1:\n" << b);
+  CHECK(count_lines(r.out, "statuses=143,143") == 1);
+  CHECK_THAT(b, Contains("stopped: node 0 (") && Contains(") was interrupted by SIGTERM"));
+  CHECK_THAT(b, !Contains("failed") && !Contains("restarting the workers"));
+}
+
 TEST_CASE("a port in use is named at once") {
   TempDir dir;
   std::string port = std::to_string(free_port());

@@ -125,8 +125,9 @@ torch::Tensor node_features(const torch::Tensor& features, const std::string& so
     if (hit.numel() == 0) continue;
     const int64_t row = hit[0][0].item<int64_t>(), column = hit[0][1].item<int64_t>();
     const bool nan = std::isnan(rows[row][column].item<float>());
-    throw FileError(source + ": feature " + std::to_string(column) + " of node " + std::to_string(start + row) + " is " +
-                    (nan ? "NaN" : "infinite (as float32)") + "; training needs finite features (fix that node's)");
+    throw FileError(source + ": feature " + std::to_string(column) + " of node " + std::to_string(start + row) +
+                    " is " + (nan ? "NaN" : "infinite (as float32)") +
+                    "; training needs finite features (fix that node's)");
   }
   return converted;
 }

@@ -355,6 +355,15 @@ class Attempt {
   void reap() {
     for (auto& w : workers_) {
       if (w.state != WorkerState::kHealthy) continue;
+      // Note [Another node's report first]: a rank stopped for a rank interrupted on another node
+      // exits 143 at the agreed step, maybe before this loop's next look at the store. The store is
+      // read before such an exit is classed, so that it is "stopped", not a failure to restart;
+      // the worker is left unreaped meanwhile, as what the report asks may signal its group.
+      siginfo_t exited{};
+      const bool peeked = multi_node() && !state_.stopping() &&
+                          waitid(P_PID, static_cast<id_t>(w.pid), &exited, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                          exited.si_pid == w.pid;
+      if (peeked && !(exited.si_code == CLD_EXITED && exited.si_status == 0)) check_other_nodes();
       int status = 0;
       pid_t done = waitpid(w.pid, &status, WNOHANG);
       if (done != w.pid) continue;

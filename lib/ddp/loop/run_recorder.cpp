@@ -82,7 +82,10 @@ std::string stop_text(int signal, StopReason reason) {
       break;
   }
   if (signal == 0) return ": another rank was asked to stop, and every rank stops with it" + resumes;
-  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : signal == SIGQUIT ? "SIGQUIT" : "SIGTERM";
+  const char* name = signal == SIGINT    ? "SIGINT"
+                     : signal == SIGHUP  ? "SIGHUP"
+                     : signal == SIGQUIT ? "SIGQUIT"
+                                         : "SIGTERM";
   return std::string(" as asked (") + name + ")" + resumes;
 }
 

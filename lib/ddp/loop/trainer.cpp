@@ -102,7 +102,8 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
     throw UserError(std::string(chunk ? "sampler.split: chunk" : "sampler.drop_last") + ": the " +
                     std::to_string(task_->size(Split::kTrain)) + " training samples leave none for each of " +
                     std::to_string(replicas.world_size) + " ranks; use fewer ranks or " +
-                    (chunk ? "sampler.split: distributed (which repeats some to fill up)" : "sampler.drop_last: false"));
+                    (chunk ? "sampler.split: distributed (which repeats some to fill up)"
+                           : "sampler.drop_last: false"));
   }
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       [task = task_.get()](const torch::Tensor& indices) { return task->make_batch(Split::kTrain, indices); },

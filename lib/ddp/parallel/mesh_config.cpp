@@ -89,7 +89,8 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
   auto without_pipeline = [&config](bool set) -> std::string {
     return set && config.pipeline == 1 ? "does nothing without a pipeline (dist.pipeline is 1)" : "";
   };
-  schema.notice("dist.microbatches", [=, &config] { return without_pipeline(config.microbatches != defaults.microbatches); });
+  schema.notice("dist.microbatches",
+                [=, &config] { return without_pipeline(config.microbatches != defaults.microbatches); });
   schema.notice("dist.schedule", [=, &config] { return without_pipeline(config.schedule != defaults.schedule); });
   schema.notice("dist.pipeline_split", [=, &config] { return without_pipeline(!config.pipeline_split.empty()); });
   schema.rule("dist.data_shard", [&config]() -> std::string {
