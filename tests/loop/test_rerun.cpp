@@ -229,6 +229,37 @@ TEST_CASE("resuming with a config that changes what is trained is refused, namin
   CHECK(beside.exit_code == 0);
 }
 
+TEST_CASE("a run with no checkpoint is not trained over by another config, and one of the same config that starts "
+          "over says so",
+          "[trainer][rerun][errors]") {
+  // It used to start afresh without a word: model.pt replaced, another config's records after its own.
+  TempDir dir;
+  std::string run = dir.file("run");
+  auto first = train(run, {"checkpoint.every_steps=0", "checkpoint.every_epochs=0", "train.max_steps=6"});
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  std::error_code missing;
+  const bool empty = std::filesystem::is_empty(run + "/checkpoints", missing);
+  REQUIRE((empty || missing));
+  const std::string metrics = read_file(run + "/metrics.jsonl"), model = read_file(run + "/model.pt");
+  auto other = train(run, {"checkpoint.every_steps=0", "checkpoint.every_epochs=0", "train.max_steps=6",
+                           "optim.lr=0.1"});
+  INFO(other.out << other.err);
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains(run + " holds a run of another config (optim.lr 0.05 → 0.1), with no checkpoint. "
+                                       "Start a new run beside it with --set run.output_dir=NEW_DIR, or remove " +
+                                       run + " to start this one there"));
+  CHECK(read_file(run + "/metrics.jsonl") == metrics);
+  CHECK(read_file(run + "/model.pt") == model);
+  // Lengthened, with nothing to lengthen it from: it starts over, and says so.
+  auto longer = train(run, {"checkpoint.every_steps=0", "checkpoint.every_epochs=0", "train.max_steps=8"});
+  INFO(longer.out << longer.err);
+  CHECK(longer.exit_code == 0);
+  CHECK(count_occurrences(longer.out + longer.err,
+                          run + " holds an earlier run of this config (to step 6) with no checkpoint to resume from: "
+                                "this one starts afresh from step 0 over its outputs") == 1);
+}
+
 TEST_CASE("keys that only steer a run change on resume, and the resume line names them", "[trainer][rerun]") {
   TempDir dir;
   std::string run = dir.file("run");

@@ -40,7 +40,7 @@ std::string changed_keys(const std::vector<KeyChange>& changes);
 struct PriorRunVerdict {
   enum class Action { kStart, kResume, kFinished, kRefuse };
   Action action = Action::kStart;
-  std::string message;  ///< kResume: the changed keys (may be empty); kFinished, kRefuse: the line to show
+  std::string message;  ///< kResume: the changed keys (may be empty); kFinished, kRefuse, kStart: the line to show
 };
 
 /// Reads DIR/config.yaml and DIR/metrics.jsonl (if any) and decides for a run whose checkpoints

@@ -66,6 +66,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
     return;
   }
   if (action == Action::kResume) changed_since_ = verdict.substr(1);
+  if (action == Action::kStart && verdict.size() > 1 && world.rank == 0) spdlog::warn("{}", verdict.substr(1));
   const Communicator& replicas = plan_->data_parallel();  // the ranks that split the samples
   // Before anything is written: a global batch the layout cannot split ends the run here.
   GlobalBatchShare share = share_step(config_, world.world_size);
