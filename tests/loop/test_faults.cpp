@@ -173,6 +173,24 @@ TEST_CASE("a truncated newest checkpoint is reported and the previous one is use
                                                  "training starts afresh from step 0") == 1);
 }
 
+TEST_CASE("a restart that finds no checkpoint to resume says it starts from step 0", "[faults][checkpoint]") {
+  // As an elastic round whose rank 0 is on a node with its own, empty, run directory: a silent
+  // retrain from step 0 was the risk (helper-reproduced with node-local output directories).
+  TempDir dir;
+  const std::string out = dir.file("run");
+  auto r = run_shell("DDPRUN_TEST_FAIL_AT_STEP=1:3 " + ddprun_command(2, "synthetic_mlp.yaml",
+                                                                      {"run.output_dir=" + out, "train.max_steps=10",
+                                                                       "checkpoint.every_steps=0",
+                                                                       "checkpoint.every_epochs=0",
+                                                                       "data.eval_split=none"},
+                                                                      "--max-restarts 1"));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(count_occurrences(r.out + r.err, "round 1 of this job (a restart or an elastic round) finds no checkpoint in " +
+                                             out + "/checkpoints: training starts from step 0") == 1);
+  CHECK_THAT(r.out + r.err, !Contains("round 0 of this job"));
+}
+
 TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",
           "[faults][checkpoint]") {
   // The manifest says 38 where its file holds 40. Resume used to try "older than 40" again, which

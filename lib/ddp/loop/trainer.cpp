@@ -32,7 +32,7 @@ std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() 
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d::Store> shared_store)
-    : config_(std::move(config)) {
+    : config_(std::move(config)), later_attempt_{env.round, env.node_count} {
   plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist, std::move(shared_store)), config_.mesh,
                                          config_.dist, env.local_world_size);
   const Communicator& world = plan_->world();
@@ -151,6 +151,15 @@ void Trainer::resume() {
         // A fresh start after a run that saved checkpoints: never a silent one.
         spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0",
                      checkpointer_->directory());
+      } else if (config_.checkpoint.resume == "auto" && later_attempt_.round > 0) {
+        // Nor a restart's, or an elastic round's, with none to resume: with node-local run
+        // directories, a rank 0 on another node than before finds none.
+        spdlog::warn("round {} of this job (a restart or an elastic round) finds no checkpoint in {}: training starts "
+                     "from step 0{}",
+                     later_attempt_.round, checkpointer_->directory(),
+                     later_attempt_.node_count > 1 ? "; rank 0 writes checkpoints on its own node, so give every node "
+                                                     "one run.output_dir on storage they share"
+                                                   : "");
       }
     }
     broadcast_bytes(world, refusal, 0);

@@ -98,6 +98,10 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<Checkpointer> checkpointer_;
   TrainProgress progress_;
+  struct {
+    int round = 0;       // DDPRUN_ROUND: > 0 after a restart or an elastic membership change
+    int node_count = 1;  // GROUP_WORLD_SIZE
+  } later_attempt_;      // what a start with no checkpoint says
   int64_t last_eval_step_ = -1;
   bool eval_interrupted_ = false;
   bool state_memory_reported_ = false;
