@@ -143,6 +143,37 @@ TEST_CASE("the report draws each series as a polyline, overlays runs, and says h
   CHECK_THAT(html, Contains("<td>accuracy 0.9</td>"));  // the summary's eval metrics column
 }
 
+TEST_CASE("a resume's records supersede what the attempt before it wrote past its checkpoint; a cut-short "
+          "evaluation and an earlier attempt's exit are left out",
+          "[record][report]") {
+  // Note [Superseded records]: steps used to be shown twice (70, 80, 70, 80), a partial evaluation as
+  // a whole one, and a run going on as "stopped by signal 2".
+  TempDir dir;
+  {
+    MetricsLog log(dir.file("metrics.jsonl"), "");
+    for (int step : {10, 20, 30}) log.write({{"step", step}, {"loss", 1.0 / step}});
+    log.write({{"step", 30}, {"eval_loss", 9}, {"eval_samples", 5}, {"eval_interrupted", 1}});
+    log.write({{"step", 30}, {"exit_status", 130}});  // stopped there, with a checkpoint
+    log.write({{"step", 31}, {"first_step_unix_s", 1}});  // each attempt's first step, as the trainer writes it
+    for (int step : {40, 50}) log.write({{"step", step}, {"loss", 1.0 / step}});  // a crash after 50
+    log.write({{"step", 41}, {"first_step_unix_s", 2}});  // resumed from 40's checkpoint
+    for (int step : {50, 60}) log.write({{"step", step}, {"loss", 2.0 / step}});
+  }
+  RunRecords run = read_run(dir.path());
+  using Points = std::vector<std::pair<double, double>>;
+  CHECK(run.series("loss") == Points{{10, 0.1}, {20, 0.05}, {30, 1.0 / 30}, {40, 0.025}, {50, 0.04}, {60, 2.0 / 60}});
+  CHECK(run.superseded == 1);
+  CHECK(run.interrupted_evals == 1);
+  CHECK(run.series("eval_loss").empty());
+  CHECK_FALSE(run.exit_status());  // 130 was an earlier attempt's, which the run went on from
+  const std::string html = render_report({run});
+  CHECK_THAT(html, Contains("no exit recorded") && !Contains("stopped by signal") &&
+                       Contains("(1 record(s) a resume wrote again left out)") &&
+                       Contains("(1 evaluation(s) a stop cut short left out)"));
+  std::ofstream(dir.file("metrics.jsonl"), std::ios::app) << "{\"step\": 60, \"exit_status\": 0}\n";
+  CHECK(read_run(dir.path()).exit_status() == 0.0);
+}
+
 TEST_CASE("a language model's report shows its perplexity in the summary, not an empty accuracy column",
           "[record][report]") {
   TempDir dir;

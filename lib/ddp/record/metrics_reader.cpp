@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +75,13 @@ std::vector<std::string> RunRecords::keys() const {
   return keys;
 }
 
+std::optional<double> RunRecords::exit_status() const {
+  if (records.empty()) return std::nullopt;
+  for (const auto& [key, value] : records.back())
+    if (key == "exit_status") return value;
+  return std::nullopt;
+}
+
 RunRecords read_run(const std::string& dir) {
   RunRecords run;
   run.name = std::filesystem::path(dir).lexically_normal().filename().string();
@@ -81,12 +89,45 @@ RunRecords read_run(const std::string& dir) {
   std::string path = dir + "/metrics.jsonl";
   std::ifstream in(path);
   if (!in) throw UserError("no run in " + dir + ": cannot read " + path);
+  // Note [Superseded records]: a resumed run appends from its checkpoint's step, after what the
+  // attempt before it wrote past that step (a crash loses the steps since the last checkpoint, and
+  // they are trained again). A record whose step is below the last kept one's, or an attempt's
+  // first (first_step_unix_s, at the first step it trains) at or below it, supersedes every kept
+  // record of its step or later, so that no step is shown twice. An evaluation a stop cut short
+  // (eval_interrupted) is no evaluation of the model: left out too, and counted.
+  auto step_of = [](const MetricsRecord& record) -> std::optional<double> {
+    for (const auto& [key, value] : record)
+      if (key == "step") return value;
+    return std::nullopt;
+  };
+  std::optional<double> last_step;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
-    if (auto record = parse_metrics_line(line))
-      run.records.push_back(std::move(*record));
-    else
+    auto record = parse_metrics_line(line);
+    if (!record) {
       ++run.skipped_lines;
+      continue;
+    }
+    if (std::any_of(record->begin(), record->end(),
+                    [](const auto& entry) { return entry.first == "eval_interrupted" && entry.second != 0; })) {
+      ++run.interrupted_evals;
+      continue;
+    }
+    const auto step = step_of(*record);
+    const bool starts_attempt = std::any_of(record->begin(), record->end(),
+                                            [](const auto& entry) { return entry.first == "first_step_unix_s"; });
+    if (step && last_step && (*step < *last_step || (starts_attempt && *step <= *last_step))) {
+      const std::size_t before = run.records.size();
+      run.records.erase(std::remove_if(run.records.begin(), run.records.end(),
+                                       [&](const MetricsRecord& kept) {
+                                         const auto at = step_of(kept);
+                                         return at && *at >= *step;
+                                       }),
+                        run.records.end());
+      run.superseded += static_cast<int>(before - run.records.size());
+    }
+    if (step) last_step = step;
+    run.records.push_back(std::move(*record));
   }
   std::ifstream config(dir + "/config.yaml");
   std::ostringstream text;

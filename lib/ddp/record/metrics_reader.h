@@ -15,6 +15,8 @@ struct RunRecords {
   std::string name;  ///< the directory's last component
   std::vector<MetricsRecord> records;
   int skipped_lines = 0;  ///< lines that are no record (a line cut short by a crash)
+  int superseded = 0;     ///< records a resume wrote again (Note [Superseded records]), left out
+  int interrupted_evals = 0;  ///< evaluations cut short by a stop (eval_interrupted), left out
   std::string config;     ///< config.yaml's text ("" if missing)
 
   /// The values of `key` by step, in file order (records without it are left out).
@@ -24,6 +26,9 @@ struct RunRecords {
   std::vector<std::pair<double, double>> points(const std::string& key) const;
   /// The last value of `key`, if any record has it.
   std::optional<double> last(const std::string& key) const;
+  /// How the run ended: the exit status in its last record; none while it runs (an exit status
+  /// followed by other records is an earlier attempt's, which the run went on from).
+  std::optional<double> exit_status() const;
   /// The keys that occur, each once, in order of first occurrence.
   std::vector<std::string> keys() const;
 

@@ -38,7 +38,7 @@ pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow: auto; ma
 )";
 
 std::string exit_text(const RunRecords& run) {
-  auto status = run.last("exit_status");
+  auto status = run.exit_status();
   if (!status) return R"(<span class="failed">no exit recorded</span> (still running, or the run failed))";
   int code = static_cast<int>(*status);
   if (code == 0) return R"(<span class="ok">finished</span> (exit 0))";
@@ -223,7 +223,12 @@ std::string summary_table(const std::vector<RunRecords>& runs) {
            eval_metrics_cell(run) + "</td><td>" +
            (throughput.empty() ? std::string() : fmt::format("{:.0f}", median(throughput))) + "</td><td>" +
            cell(run.last("peak_rss_mib_max"), "{:.0f}") + "</td><td>" + exit_text(run) +
-           (run.skipped_lines ? fmt::format(" ({} unreadable line(s) skipped)", run.skipped_lines) : "") + "</td></tr>";
+           (run.skipped_lines ? fmt::format(" ({} unreadable line(s) skipped)", run.skipped_lines) : "") +
+           (run.superseded ? fmt::format(" ({} record(s) a resume wrote again left out)", run.superseded) : "") +
+           (run.interrupted_evals
+                ? fmt::format(" ({} evaluation(s) a stop cut short left out)", run.interrupted_evals)
+                : "") +
+           "</td></tr>";
   }
   return out + "</table>";
 }
