@@ -14,6 +14,9 @@ TEST_CASE("a saved config flattens to section.key with flow values, and what is 
   CHECK(ddp::config_keys("- a\n- b\n").empty());        // a list
   CHECK(ddp::config_keys("run: [unclosed\n").empty());  // not YAML
   CHECK(ddp::config_keys("top: 1\nrun:\n  seed: 1\n") == std::map<std::string, std::string>{{"run.seed", "1"}});
+  // Keys that are no names are left out (as() threw "bad conversion": ddp-report and a re-run exited 1).
+  CHECK(ddp::config_keys("run:\n  ? [a, b]\n  : 1\n  seed: 2\n? [c]\n: {x: 1}\n") ==
+        std::map<std::string, std::string>{{"run.seed", "2"}});
 }
 
 }  // namespace DDP_TEST_FILE
