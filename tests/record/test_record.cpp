@@ -340,6 +340,18 @@ TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range re
   // below the values' precision would never have.
   ChartSeries flat{"flat", chart_color(0), false, {{0, 0.1}, {1, std::nextafter(0.1, 1.0)}}};
   CHECK_THAT(svg_line_chart("flat", "step", "x", {flat}), Contains("<polyline"));
+
+  // Finite values near the largest double: their range and rounded ends overflowed into NaN
+  // coordinates, or a huge value was drawn at the bottom beside 0.
+  ChartSeries wide{"wide", chart_color(0), false, {{-1e308, 1e308}, {1e308, -1e308}}};
+  std::string huge = svg_line_chart("wide", "step", "x", {wide});
+  CHECK_THAT(huge, Contains("points=\"64.0,46.0 624.0,236.0 \"") && !Contains("nan") && !Contains(">inf<"));
+  ChartSeries zero_to_max{"z", chart_color(0), false, {{0, 0}, {1, 1.7e308}}};
+  CHECK_THAT(svg_line_chart("z", "step", "x", {zero_to_max}), Contains("points=\"64.0,236.0 624.0,46.0 \""));
+  // Ticks closer than four digits tell apart get the digits that do.
+  ChartSeries close{"close", chart_color(0), false, {{0, 1}, {1, 1.0000001}}};
+  std::string near = svg_line_chart("close", "step", "x", {close});
+  CHECK_THAT(near, Contains(">1.00000005</text>") && Contains(">1.0000001</text>"));
 }
 
 }  // namespace DDP_TEST_FILE

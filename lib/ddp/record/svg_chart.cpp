@@ -14,9 +14,14 @@ constexpr double kLeft = 64, kRight = 16, kTop = 46, kBottom = 44;
 constexpr double kLegendRow = 14, kLegendChar = 6.5;  // a legend line's height, a character's width
 constexpr std::size_t kLegendLabelMax = 48;           // longer labels end in "..."
 
-std::string number(double v) {
-  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3)) return fmt::format("{:.3g}", v);
-  return fmt::format("{:.4g}", v);
+// A tick's label, with as many digits as tell it from the next one `step` away (1.0000001 is not 1).
+std::string number(double v, double step) {
+  const bool far = v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3);
+  int digits = far ? 3 : 4;
+  if (v != 0 && step > 0)
+    digits = std::clamp(static_cast<int>(std::floor(std::log10(std::fabs(v))) - std::floor(std::log10(step))) + 1,
+                        digits, 15);
+  return fmt::format("{:.{}g}", v, digits);
 }
 
 std::string open_svg(const std::string& title) {
@@ -36,20 +41,26 @@ std::string no_data(const std::string& title) {
 struct Scale {
   double lo, hi;
   std::vector<double> ticks;
+  double step = 0;
+  /// Where v lies from lo (0) to hi (1): in halves, so that no finite range overflows (-1e308 to 1e308).
+  double fraction(double v) const { return (v / 2 - lo / 2) / (hi / 2 - lo / 2); }
 };
 
 Scale nice_scale(double lo, double hi) {
-  double raw = (hi - lo) / 5, magnitude = std::pow(10.0, std::floor(std::log10(raw))), step = magnitude;
+  // In halves where a difference or a rounding up could overflow (values near the largest double).
+  double raw = (hi / 2 - lo / 2) / 2.5, magnitude = std::pow(10.0, std::floor(std::log10(raw))), step = magnitude;
   for (double m : {1.0, 2.0, 5.0, 10.0})
     if (m * magnitude >= raw) {
       step = m * magnitude;
       break;
     }
-  Scale scale{std::floor(lo / step) * step, std::ceil(hi / step) * step, {}};
+  if (!std::isfinite(step)) step = std::numeric_limits<double>::max() / 4;
+  auto rounded = [](double nice, double value) { return std::isfinite(nice) ? nice : value; };
+  Scale scale{rounded(std::floor(lo / step) * step, lo), rounded(std::ceil(hi / step) * step, hi), {}, step};
   // Counted, not stepped: a step below the values' precision would never move t.
-  const auto count = std::min<long long>(std::llround((scale.hi - scale.lo) / step), 20);
+  const auto count = std::min<long long>(std::llround((scale.hi / 2 - scale.lo / 2) / (step / 2)), 20);
   for (long long i = 0; i <= count; ++i) {
-    double t = scale.lo + static_cast<double>(i) * step;
+    double t = (scale.lo / 2 + static_cast<double>(i) * (step / 2)) * 2;  // halves: exact, and no overflow
     scale.ticks.push_back(std::fabs(t) < step / 1e6 ? 0 : t);
   }
   if (scale.hi <= scale.lo) scale.hi = scale.lo + step;  // a range within rounding: one tick, a visible band
@@ -61,18 +72,18 @@ Scale nice_scale(double lo, double hi) {
 std::string axes(double top, const Scale& x, const Scale& y, bool x_ticks, const std::string& x_label,
                  const std::string& y_label) {
   double right = kWidth - kRight, bottom = kHeight - kBottom;
-  auto px = [&](double v) { return kLeft + (v - x.lo) / (x.hi - x.lo) * (right - kLeft); };
-  auto py = [&](double v) { return bottom - (v - y.lo) / (y.hi - y.lo) * (bottom - top); };
+  auto px = [&](double v) { return kLeft + x.fraction(v) * (right - kLeft); };
+  auto py = [&](double v) { return bottom - y.fraction(v) * (bottom - top); };
   std::string out;
   for (double t : y.ticks)
     out += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" class="grid"/>)"
                        R"(<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>)",
-                       kLeft, right, py(t), py(t), kLeft - 6, py(t) + 4, number(t));
+                       kLeft, right, py(t), py(t), kLeft - 6, py(t) + 4, number(t, y.step));
   if (x_ticks)
     for (double t : x.ticks)
       out += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" class="grid"/>)"
                          R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>)",
-                         px(t), px(t), top, bottom, px(t), bottom + 16, number(t));
+                         px(t), px(t), top, bottom, px(t), bottom + 16, number(t, x.step));
   return out + fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>)", kLeft, top, right - kLeft,
                            bottom - top) +
          fmt::format(R"(<text x="{}" y="{}" class="axis" text-anchor="middle">{}</text>)", (kLeft + right) / 2,
@@ -145,16 +156,21 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
                                  std::isfinite(first_undrawn) ? fmt::format(", from {} {}", x_label, first_undrawn) : "");
   if (!std::isfinite(x0)) return undrawn == 0 ? no_data(title) : open_svg(title) + note + "</svg>";
   if (x1 - x0 <= 1e-9 * std::max(std::fabs(x0), std::fabs(x1))) x1 = x0 + 1;
-  if (y1 - y0 <= 1e-9 * std::max(std::fabs(y0), std::fabs(y1)))  // flat, to rounding
-    y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
+  if (y1 - y0 <= 1e-9 * std::max(std::fabs(y0), std::fabs(y1))) {  // flat, to rounding
+    const double widen = y0 == 0 ? 1 : std::fabs(y0) * 0.1;
+    if (std::isfinite(y0 + widen))
+      y1 = y0 + widen;
+    else
+      y0 -= widen;  // near the largest double: below it
+  }
   std::vector<std::pair<std::string, std::string>> entries;
   for (const auto& s : series)
     if (!s.points.empty()) entries.emplace_back(s.label, s.color);
   auto [legend_svg, top] = legend(entries);
   Scale xs = nice_scale(x0, x1), ys = nice_scale(y0, y1);
   double right = kWidth - kRight, bottom = kHeight - kBottom;
-  auto px = [&](double x) { return kLeft + (x - xs.lo) / (xs.hi - xs.lo) * (right - kLeft); };
-  auto py = [&](double y) { return bottom - (y - ys.lo) / (ys.hi - ys.lo) * (bottom - top); };
+  auto px = [&](double x) { return kLeft + xs.fraction(x) * (right - kLeft); };
+  auto py = [&](double y) { return bottom - ys.fraction(y) * (bottom - top); };
 
   std::string out = open_svg(title) + axes(top, xs, ys, true, x_label, y_label);
   for (const auto& s : series) {
@@ -178,8 +194,8 @@ std::string svg_box_chart(const std::string& title, const std::string& y_label, 
   if (y1 <= 0) y1 = 1;
   Scale ys = nice_scale(0, y1);
   double right = kWidth - kRight, bottom = kHeight - kBottom;
-  auto py = [&](double y) { return bottom - (y - ys.lo) / (ys.hi - ys.lo) * (bottom - kTop); };
-  std::string out = open_svg(title) + axes(kTop, Scale{0, 1, {}}, ys, false, "", y_label);
+  auto py = [&](double y) { return bottom - ys.fraction(y) * (bottom - kTop); };
+  std::string out = open_svg(title) + axes(kTop, Scale{0, 1, {}, 0}, ys, false, "", y_label);
   double slot = (right - kLeft) / static_cast<double>(boxes.size());
   for (std::size_t i = 0; i < boxes.size(); ++i) {
     const auto& b = boxes[i];
