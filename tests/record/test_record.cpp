@@ -248,6 +248,13 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   CHECK(missing.err == "ddp-report: error: no run in " + dir.file("nothing") + ": cannot read " +
                            dir.file("nothing") + "/metrics.jsonl\n");
   CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
+  // -o naming a directory: said so, with the file it may mean (was rename's "Is a directory", exit 74).
+  for (const std::string output : {dir.file("run"), dir.file("run") + "/"}) {
+    auto into = run_command({bin("ddp-report"), dir.file("run"), "-o", output});
+    CHECK(into.exit_code == 2);
+    CHECK(into.err == "ddp-report: error: --output: " + output + " is a directory; name the page's file, as " +
+                          dir.file("run/report.html") + "\n");
+  }
 }
 
 TEST_CASE("ddp-report -o never writes over a run's own files, and may replace its earlier page", "[record][report]") {
