@@ -248,6 +248,15 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   CHECK(missing.err == "ddp-report: error: no run in " + dir.file("nothing") + ": cannot read " +
                            dir.file("nothing") + "/metrics.jsonl\n");
   CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
+  // Runs of one name in other directories are told apart by their paths; "." by its directory's name.
+  std::filesystem::create_directories(dir.file("p1"));
+  std::filesystem::copy(dir.file("run"), dir.file("p1/run"));
+  auto same = run_command({bin("ddp-report"), dir.file("run"), dir.file("p1/run"), "-o", dir.file("same.html")});
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(read_file(dir.file("same.html")), Contains("ddprun report: " + dir.file("run") + ", " + dir.file("p1/run")));
+  auto here = run_shell("cd " + dir.file("run") + " && " + bin("ddp-report") + " . -o " + dir.file("here.html"));
+  CHECK(here.exit_code == 0);
+  CHECK_THAT(read_file(dir.file("here.html")), Contains("ddprun report: run<"));
   // -o naming a directory: said so, with the file it may mean (was rename's "Is a directory", exit 74).
   for (const std::string output : {dir.file("run"), dir.file("run") + "/"}) {
     auto into = run_command({bin("ddp-report"), dir.file("run"), "-o", output});

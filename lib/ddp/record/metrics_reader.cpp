@@ -82,10 +82,16 @@ std::optional<double> RunRecords::exit_status() const {
   return std::nullopt;
 }
 
+std::string read_run_name(const std::string& dir) {
+  // Absolute first: "." and "run/" are named by the directory they are.
+  const std::filesystem::path whole = std::filesystem::absolute(dir).lexically_normal();
+  const std::string name = whole.filename().string();
+  return name.empty() ? whole.parent_path().filename().string() : name;
+}
+
 RunRecords read_run(const std::string& dir) {
   RunRecords run;
-  run.name = std::filesystem::path(dir).lexically_normal().filename().string();
-  if (run.name.empty()) run.name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+  run.name = read_run_name(dir);
   std::string path = dir + "/metrics.jsonl";
   std::ifstream in(path);
   if (!in) throw UserError("no run in " + dir + ": cannot read " + path);

@@ -42,6 +42,9 @@ struct RunRecords {
 /// The record of one metrics.jsonl line; nullopt if it is not a flat JSON object of numbers (and nulls).
 std::optional<MetricsRecord> parse_metrics_line(const std::string& line);
 
+/// A run's name: its directory's last component ("." and "run/" too).
+std::string read_run_name(const std::string& dir);
+
 /// Reads DIR/metrics.jsonl and DIR/config.yaml; UserError naming the file when there are no metrics.
 RunRecords read_run(const std::string& dir);
 

@@ -330,6 +330,13 @@ std::vector<std::string> write_run_report(const std::string& path, const std::ve
       throw FileError(dir + "/metrics.jsonl: exit_status " + fmt::format("{}", *status) +
                       " is not an exit status (an integer 0-255); the file was not written by ddp-train as it is");
   }
+  // Runs of one name in other directories (p1/run, p2/run) would read alike in every row and
+  // legend: those are named by their paths as given.
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    for (std::size_t j = 0; j < runs.size(); ++j)
+      if (i != j && read_run_name(run_dirs[i]) == read_run_name(run_dirs[j]) &&
+          fs::weakly_canonical(run_dirs[i], ec) != fs::weakly_canonical(run_dirs[j], ec))
+        runs[i].name = fs::path(run_dirs[i]).lexically_normal().string();
   write_file_atomically(path, render_report(runs));
   std::vector<std::string> notes;
   for (std::size_t i = 0; i < runs.size(); ++i) {
