@@ -92,12 +92,12 @@ int main(int argc, char** argv) {
       source = "the checkpoint of step " + std::to_string(step) + " (" + checkpoint->manifest_path + ")";
     } else {
       const std::string weights = (fs::path(args.run) / "model.pt").string();
-      if (ddp::Checkpointer(config.checkpoint, (fs::path(args.run) / "checkpoints").string()).list().size() > 0)
-        spdlog::warn("no checkpoint in {} could be read; exporting {}", (fs::path(args.run) / "checkpoints").string(),
-                     weights);
       if (!fs::exists(weights))
         throw ddp::FileError(args.run + " has neither a checkpoint nor model.pt to export (checkpoint.every_steps or "
                              "every_epochs keeps checkpoints; a finished run writes model.pt)");
+      if (!ddp::Checkpointer(config.checkpoint, (fs::path(args.run) / "checkpoints").string()).list().empty())
+        spdlog::warn("no checkpoint in {} could be read; exporting {}", (fs::path(args.run) / "checkpoints").string(),
+                     weights);
       model->load_weights(weights);
       source = weights;
     }
