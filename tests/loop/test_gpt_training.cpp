@@ -461,7 +461,8 @@ TEST_CASE("DDPRUN_PROFILE writes each rank's operator trace of the steps asked f
   INFO(summary.out << summary.err);
   CHECK(summary.exit_code == 0);
   CHECK_THAT(summary.out, Contains("| aten::mm |") && Contains("inside operators"));
-  auto bad = run_shell("DDPRUN_PROFILE=3 " + bin("ddprun") + " --standalone " + config + " --set train.max_steps=2",
+  auto bad = run_shell("DDPRUN_PROFILE=3 " + bin("ddprun") + " --standalone " + config +
+                           " --set train.max_steps=2 --set run.output_dir=" + dir.file("bad"),
                        std::chrono::seconds(60));
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Contains("DDPRUN_PROFILE: expected FIRST:COUNT (steps, COUNT >= 1), got '3'"));
@@ -719,7 +720,7 @@ TEST_CASE("a GPT's run directory is a Hugging Face GPT-2 directory: an independe
   TempDir broken;
   std::filesystem::copy(dir.file("out/model.safetensors"), broken.file("model.safetensors"));
   write_file(broken.file("config.json"), std::regex_replace(config, std::regex("\"gelu\""), "\"gelu_new\""));
-  auto gelu = ddprun(1, again.file("config.yaml"), {"model.init_from=" + broken.path()});
+  auto gelu = ddprun(1, again.file("config.yaml"), {"model.init_from=" + broken.path(), "run.output_dir=" + broken.file("gelu")});
   CHECK(gelu.exit_code == 2);
   CHECK_THAT(gelu.err, Contains(broken.file("config.json") + ": activation_function \"gelu_new\" (GPT-2's own tanh "
                                                              "approximation), which ddprun's GPT (nanoGPT's) does not have"));
@@ -728,7 +729,7 @@ TEST_CASE("a GPT's run directory is a Hugging Face GPT-2 directory: an independe
     if (name == "transformer.h.0.ln_1.bias") tensor.fill_(0.5);
   ddp::write_safetensors(broken.file("model.safetensors"), weights);
   write_file(broken.file("config.json"), config);
-  auto bias = ddprun(1, again.file("config.yaml"), {"model.init_from=" + broken.path()});
+  auto bias = ddprun(1, again.file("config.yaml"), {"model.init_from=" + broken.path(), "run.output_dir=" + broken.file("bias")});
   CHECK(bias.exit_code == 2);
   CHECK_THAT(bias.err, Contains("transformer.h.0.ln_1.bias is not zero, and model.bias false has no bias to take it"));
 }

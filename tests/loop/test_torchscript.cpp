@@ -143,14 +143,16 @@ TEST_CASE("weights carry over: model.init_from a state_dict or the model.safeten
   INFO(python.out << python.err);
   CHECK_THAT(python.out, Catch::StartsWith("same "));
 
-  auto wrong = ddprun(1, write_config(from_state, "regressor.pt"), {"model.init_from=" + first.file("out/model.pt")});
+  // Each into a directory of its own: from_state's holds a trained run of another config, refused as such.
+  TempDir wrong_dir, cut_dir;
+  auto wrong = ddprun(1, write_config(wrong_dir, "regressor.pt"), {"model.init_from=" + first.file("out/model.pt")});
   CHECK(wrong.exit_code == 2);
   CHECK_THAT(wrong.err, Contains("model.init_from: " + first.file("out/model.pt")) &&
                             Contains("wrong shapes fc2.weight (file [4, 32], model [1, 32])"));
   // A safetensors file cut short is named with its fault, in one line.
   std::string bytes = read_file(first.file("out/model.safetensors"));
   write_file(first.file("cut.safetensors"), bytes.substr(0, bytes.size() - 100));
-  auto cut = ddprun(1, write_config(from_state, "mlp.pt"), {"model.init_from=" + first.file("cut.safetensors")});
+  auto cut = ddprun(1, write_config(cut_dir, "mlp.pt"), {"model.init_from=" + first.file("cut.safetensors")});
   CHECK(cut.exit_code == 2);
   CHECK_THAT(cut.err, Contains("model.init_from: " + first.file("cut.safetensors") + ": tensor '") &&
                           Contains("run past the end of the file's"));
@@ -187,7 +189,9 @@ TEST_CASE("a worker SIGKILLed mid-run resumes bit-identically with a TorchScript
 
 TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   TempDir dir;
+  int runs = 0;  // each run a directory of its own: one holding another config's trained run is refused
   auto run = [&](const std::string& module, std::vector<std::string> sets = {}, int nproc = 1) {
+    sets.push_back("run.output_dir=" + dir.file("out" + std::to_string(runs++)));
     sets.push_back("train.max_steps=2");
     sets.push_back("data.eval_split=none");
     return ddprun(nproc, write_config(dir, module), sets);
@@ -387,9 +391,11 @@ TEST_CASE("a buffer forward replaces is saved with its trained value, as in PyTo
 TEST_CASE("scripted modules users write: .view under channels_last, init_from Python's state_dict(), wrong outputs",
           "[torchscript][python]") {
   TempDir dir;
+  int runs = 0;  // each run a directory of its own: one holding another config's trained run is refused
+  auto own = [&] { return "run.output_dir=" + dir.file("out" + std::to_string(runs++)); };
   auto images = [&](std::vector<std::string> sets) {
     sets.insert(sets.end(), {"data.path=" + python_fixture("images_u8.npy"), "data.labels=" + python_fixture("labels_u8.npy"),
-                             "train.max_steps=2", "data.eval_split=none"});
+                             "train.max_steps=2", "data.eval_split=none", own()});
     return ddprun(1, write_config(dir, "view_cnn.pt"), sets);
   };
   // Item 11: x.view(x.size(0), -1) cannot take a channels-last tensor; it used to fail on the first batch.
@@ -406,17 +412,17 @@ TEST_CASE("scripted modules users write: .view under channels_last, init_from Py
                            std::chrono::seconds(120));
   REQUIRE(saved.exit_code == 0);
   auto ordered = ddprun(1, write_config(dir, "mlp.pt"), {"model.init_from=" + dir.file("ordered.pt"), "train.max_steps=1",
-                                                         "data.eval_split=none"});
+                                                         "data.eval_split=none", own()});
   INFO(ordered.out << ordered.err);
   CHECK(ordered.exit_code == 0);
-  auto directory = ddprun(1, write_config(dir, "mlp.pt"), {"model.init_from=" + dir.path(), "train.max_steps=1"});
+  auto directory = ddprun(1, write_config(dir, "mlp.pt"), {"model.init_from=" + dir.path(), "train.max_steps=1", own()});
   CHECK(directory.exit_code == 2);
   CHECK_THAT(directory.err, Contains("model.init_from: " + dir.path() + " is a directory without a config.json: "
                                               "model.init_from takes a Hugging Face model directory"));
 
   // Item 14: outputs that cannot be trained name model.path, exit 2.
   auto run = [&](const std::string& module) {
-    return ddprun(1, write_config(dir, module), {"train.max_steps=2", "data.eval_split=none"});
+    return ddprun(1, write_config(dir, module), {"train.max_steps=2", "data.eval_split=none", own()});
   };
   auto returns_int = run("returns_int.pt");
   CHECK(returns_int.exit_code == 2);

@@ -82,7 +82,7 @@ TEST_CASE("a GPT is causal, its head is the token embedding, and it refuses over
 }
 
 TEST_CASE("a file whose lm_head.weight differs from transformer.wte.weight is refused, not loaded over the "
-          "embedding; integers for float weights too",
+          "embedding, and integers for float weights too",
           "[gpt]") {
   // Note [Tied weights in a file]: the tied head, loaded last, used to replace the file's embedding.
   ddp::test::TempDir dir;

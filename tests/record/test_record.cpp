@@ -143,7 +143,7 @@ TEST_CASE("the report draws each series as a polyline, overlays runs, and says h
   CHECK_THAT(html, Contains("<td>accuracy 0.9</td>"));  // the summary's eval metrics column
 }
 
-TEST_CASE("a resume's records supersede what the attempt before it wrote past its checkpoint; a cut-short "
+TEST_CASE("a resume's records supersede what the attempt before it wrote past its checkpoint, and a cut-short "
           "evaluation and an earlier attempt's exit are left out",
           "[record][report]") {
   // Note [Superseded records]: steps used to be shown twice (70, 80, 70, 80), a partial evaluation as

@@ -104,19 +104,19 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
 
   std::error_code ec;
   if (std::filesystem::is_empty(dir + "/checkpoints", ec) || ec) {
-    // Nothing to resume: a fresh start, but an earlier run of another config is not trained over
-    // silently (its model.pt replaced, its records followed by another config's), and one of this
-    // config is said to start over.
+    // Nothing to resume: a fresh start, but an earlier run of another config that trained (its
+    // records have steps) is not trained over silently (its model.pt replaced, its records followed
+    // by another config's), and one of this config is said to start over. One that stopped before
+    // training (a bad model.init_from) left nothing to keep.
+    if (!step) return {};
     if (!refused.empty())
       return {PriorRunVerdict::Action::kRefuse,
               dir + " holds a run of another config (" + describe_changes(refused) + "), with no checkpoint. " +
                   "Start a new run beside it with " + new_run + ", or remove " + dir + " to start this one there"};
-    if (step)
-      return {PriorRunVerdict::Action::kStart,
-              dir + " holds an earlier run of this config (to step " + std::to_string(static_cast<int64_t>(*step)) +
-                  ") with no checkpoint to resume from: this one starts afresh from step 0 over its outputs "
-                  "(checkpoint.every_steps keeps checkpoints)"};
-    return {};
+    return {PriorRunVerdict::Action::kStart,
+            dir + " holds an earlier run of this config (to step " + std::to_string(static_cast<int64_t>(*step)) +
+                ") with no checkpoint to resume from: this one starts afresh from step 0 over its outputs "
+                "(checkpoint.every_steps keeps checkpoints)"};
   }
   if (!refused.empty()) {
     return {PriorRunVerdict::Action::kRefuse,
