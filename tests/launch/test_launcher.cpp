@@ -295,22 +295,31 @@ TEST_CASE("a failure on one node stops the other node too") {
   CHECK(find_processes(sleeper).empty());
 }
 
-TEST_CASE("node 0 waiting for a SIGKILLed node before closing the store stops waiting on Ctrl-C, with the run's status") {
-  // Node 1's launcher is SIGKILLed, so it never says it is done; node 0's worker then fails, and
-  // node 0 waits (up to --rdzv-timeout, here past the harness's limit) for node 1 before closing its store.
-  TempDir dir;
+// Two nodes, each one worker; once both are up, node 1's launcher is SIGKILLed, so it never says it
+// is done, and node 0's worker exits 3. `then` is the shell that follows, with node 0's pid in $A;
+// node 0's stderr goes to DIR/a.err.
+CommandResult node_1_killed(const TempDir& dir, const std::string& sleeper, const std::string& then,
+                            std::chrono::seconds limit) {
   std::string port = std::to_string(free_port());
-  std::string sleeper = unique_sleep(31);
   std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 120 -- sh -c 'touch " + dir.path() +
                        "/up$RANK; if [ $RANK = 0 ]; then while [ ! -e " + dir.path() +
                        "/go ]; do sleep 0.05; done; exit 3; fi; " + sleeper + "'";
-  auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
-                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
-                         dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
-                         "i=$((i+1)); done; kill -KILL $B; wait $B; touch " + dir.path() + "/go; i=0; until grep -q " +
-                         "'before closing the store' " + dir.file("a.err") + " || [ $i -ge 600 ]; do sleep 0.05; " +
-                         "i=$((i+1)); done; kill -INT $A; wait $A; echo status=$?",
-                     std::chrono::seconds(60));
+  return run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
+                       " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
+                       dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
+                       "i=$((i+1)); done; kill -KILL $B; wait $B; touch " + dir.path() + "/go; " + then,
+                   limit);
+}
+
+TEST_CASE("node 0 waiting for a SIGKILLed node before closing the store stops waiting on Ctrl-C, with the run's status") {
+  // Node 0 waits (up to --rdzv-timeout, here past the harness's limit) for node 1 before closing its store.
+  TempDir dir;
+  std::string sleeper = unique_sleep(31);
+  auto r = node_1_killed(dir, sleeper,
+                         "i=0; until grep -q 'before closing the store' " + dir.file("a.err") +
+                             " || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $A; wait $A; "
+                             "echo status=$?",
+                         std::chrono::seconds(60));
   std::string a = read_file(dir.file("a.err"));
   INFO(r.out << r.err << "\n--- node 0:\n" << a);
   CHECK_FALSE(r.timed_out);
@@ -328,17 +337,8 @@ TEST_CASE("node 0 waits no longer for a node whose launcher's heartbeats stopped
   // Note [Silent nodes]. As above, but no Ctrl-C: --rdzv-timeout (120 s) is past the harness's
   // limit, so only the silence (15 s) can end node 0's wait in time.
   TempDir dir;
-  std::string port = std::to_string(free_port());
   std::string sleeper = unique_sleep(32);
-  std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 120 -- sh -c 'touch " + dir.path() +
-                       "/up$RANK; if [ $RANK = 0 ]; then while [ ! -e " + dir.path() +
-                       "/go ]; do sleep 0.05; done; exit 3; fi; " + sleeper + "'";
-  auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
-                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
-                         dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
-                         "i=$((i+1)); done; kill -KILL $B; wait $B; touch " + dir.path() + "/go; wait $A; " +
-                         "echo status=$?",
-                     std::chrono::seconds(90));
+  auto r = node_1_killed(dir, sleeper, "wait $A; echo status=$?", std::chrono::seconds(90));
   std::string a = read_file(dir.file("a.err"));
   INFO(r.out << r.err << "\n--- node 0:\n" << a);
   CHECK_FALSE(r.timed_out);

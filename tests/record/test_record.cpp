@@ -128,11 +128,7 @@ TEST_CASE("the report draws each series as a polyline, overlays runs, and says h
   CHECK_THAT(html, Contains("ddprun report: a, b"));
   CHECK_THAT(html, Contains("finished</span> (exit 0)") && Contains("no exit recorded") &&
                        Contains("1 unreadable line(s) skipped"));
-  auto count = [&](const std::string& needle) {
-    int n = 0;
-    for (auto at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1)) ++n;
-    return n;
-  };
+  auto count = [&](const std::string& needle) { return count_occurrences(html, needle); };
   // Loss (train, eval), eval accuracy, throughput, all-reduce (exposed, hidden), data wait, CPU,
   // RSS: 9 lines per run; the learning rate has no data, so "no data" once.
   CHECK(count("<polyline class=\"series\"") == 18);
