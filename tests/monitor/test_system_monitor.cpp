@@ -9,10 +9,12 @@
 #include <thread>
 
 #include "ddp/monitor/system_monitor.h"
+#include "support/subprocess.h"
 
 namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
 
 using Catch::Contains;
+using ddp::test::count_occurrences;
 
 namespace {
 
@@ -100,6 +102,34 @@ TEST_CASE("the monitor records every rank, warns of starved input at once and of
                                   "10.0 ms)"));
   // Every window made a record; only the first said its line, monitor.log_every_s (60 s) not having passed since.
   CHECK_THAT(log.text(), !Contains("monitor at step 20") && !Contains("monitor at step 40"));
+}
+
+TEST_CASE("starved input is one line for all starved ranks, said again when they change or after monitor.log_every_s",
+          "[monitor]") {
+  for (double log_every_s : {60.0, 0.05}) {
+    CapturedLog log;
+    ddp::MonitorConfig config;
+    config.every_s = 0.01;
+    config.log_every_s = log_every_s;
+    ddp::ValueSlots side;
+    ddp::SystemMonitor monitor(config, /*rank=*/0, /*world_size=*/3, /*gpu_index=*/-1, side);
+    INFO("monitor.log_every_s " << log_every_s);
+    const std::string rank2 = "starved input: rank 2 waits for data 33% of its step (5.0 of 15.0 ms); raise";
+    const std::string ranks02 = "starved input: rank 0 waits for data 50% of its step (10.0 of 20.0 ms); rank 2 "
+                                "waits for data 33% of its step (5.0 of 15.0 ms); raise";
+    for (int64_t step : {10, 20, 30}) window(side, monitor, {{0.1, 10}, {0.1, 10}, {5, 10}}, step);
+    // Each window took at least 30 ms: the 60 s interval keeps the second and third quiet, 0.05 s not both.
+    if (log_every_s > 1)
+      CHECK(count_occurrences(log.text(), rank2) == 1);
+    else
+      CHECK(count_occurrences(log.text(), rank2) >= 2);
+    window(side, monitor, {{10, 10}, {0.1, 10}, {5, 10}}, 40);  // rank 0 joins: said at once, in one line
+    CHECK(count_occurrences(log.text(), ranks02) == 1);
+    window(side, monitor, {{0.1, 10}, {0.1, 10}, {0.1, 10}}, 50);  // fed again
+    const int said = count_occurrences(log.text(), "starved input");
+    window(side, monitor, {{0.1, 10}, {0.1, 10}, {5, 10}}, 60);  // starved again: said again
+    CHECK(count_occurrences(log.text(), "starved input") == said + 1);
+  }
 }
 
 TEST_CASE("the monitor's log line comes every monitor.log_every_s, and never at 0, while every record is made",

@@ -185,8 +185,9 @@ std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
   last_record_ = now;
 
   MetricsRecord record{{"step", static_cast<double>(step)}};
-  std::string cpu_text, rss_text, wait_text, busy_text, gpu_text;
+  std::string cpu_text, rss_text, wait_text, busy_text, gpu_text, starved_text;
   std::vector<double> busy_medians;
+  std::vector<int> starved;
   for (int r = 0; r < world_size_; ++r) {
     auto& steps = window_[static_cast<std::size_t>(r)];
     std::vector<double> busy, wait;
@@ -221,11 +222,24 @@ std::optional<MetricsRecord> SystemMonitor::record_if_due(int64_t step) {
     rss_text += sep + fmt::format("{:.0f}", last.rss_mib);
     wait_text += sep + fmt::format("{:.2f}", wait_ms);
     busy_text += sep + fmt::format("{:.1f}", busy_p50);
-    if (wait_ms > kStarvedShare * (wait_ms + busy_p50))
-      spdlog::warn("starved input: rank {} waits for data {:.0f}% of its step ({:.1f} of {:.1f} ms); raise "
-                   "data.workers or data.prefetch",
-                   r, 100 * wait_ms / (wait_ms + busy_p50), wait_ms, wait_ms + busy_p50);
+    if (wait_ms > kStarvedShare * (wait_ms + busy_p50)) {
+      starved.push_back(r);
+      starved_text += fmt::format("{}rank {} waits for data {:.0f}% of its step ({:.1f} of {:.1f} ms)",
+                                  starved_text.empty() ? "" : "; ", r, 100 * wait_ms / (wait_ms + busy_p50), wait_ms,
+                                  wait_ms + busy_p50);
+    }
     steps.clear();
+  }
+  // One line for all starved ranks, said when the set of them changes and otherwise at most every
+  // monitor.log_every_s, as the log line is: a run starved throughout would else repeat it every
+  // monitor.every_s for every rank.
+  if (starved.empty()) {
+    last_starved_.clear();
+  } else if (starved != last_starved_ ||
+             (log_every_s_ > 0 && std::chrono::duration<double>(now - last_starved_said_).count() >= log_every_s_)) {
+    spdlog::warn("starved input: {}; raise data.workers or data.prefetch", starved_text);
+    last_starved_ = starved;
+    last_starved_said_ = now;
   }
   if (log_every_s_ > 0 && (!last_log_ || std::chrono::duration<double>(now - *last_log_).count() >= log_every_s_)) {
     last_log_ = now;

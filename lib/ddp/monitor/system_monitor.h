@@ -81,6 +81,8 @@ class SystemMonitor {
   std::vector<std::vector<RankSample>> window_;  // rank 0: per rank, the steps since the last record
   std::chrono::steady_clock::time_point last_record_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> last_log_;  // none yet: the first record says its line
+  std::vector<int> last_starved_;  // the starved ranks last said, while they stay starved
+  std::chrono::steady_clock::time_point last_starved_said_;
   int slow_windows_ = 0;     // consecutive windows with the same straggler
   int last_straggler_ = -1;
   std::mutex mutex_;
