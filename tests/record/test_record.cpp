@@ -211,10 +211,22 @@ TEST_CASE("a report leaves out the panels a run has no data for, saying why, and
   std::filesystem::create_directories(dir.file("c"));
   std::filesystem::copy_file(dir.file("a/metrics.jsonl"), dir.file("c/metrics.jsonl"));
   std::string unknown = render_report({read_run(dir.file("c")), read_run(dir.file("c"))});
-  CHECK_THAT(unknown, Contains("The configs cannot be compared: 2 of the 2 runs kept no config.yaml.") &&
+  CHECK_THAT(unknown, Contains("The configs cannot be compared: 2 of the 2 runs kept no readable config.yaml.") &&
                           !Contains("key for key"));
   CHECK_THAT(render_report({read_run(dir.file("a")), read_run(dir.file("b")), read_run(dir.file("c"))}),
-             Contains("What differs between the runs' configs (of those that kept a config.yaml):"));
+             Contains("What differs between the runs' configs (of those that kept a readable config.yaml):"));
+  // Nor is a config.yaml that is not YAML, or not a map of sections: it is no config "with no keys".
+  for (const char* unreadable : {"run: [unclosed\n", "just a line\n"}) {
+    INFO(unreadable);
+    std::filesystem::create_directories(dir.file("d"));
+    std::filesystem::copy_file(dir.file("a/metrics.jsonl"), dir.file("d/metrics.jsonl"),
+                               std::filesystem::copy_options::overwrite_existing);
+    write_file(dir.file("d/config.yaml"), unreadable);
+    CHECK_THAT(render_report({read_run(dir.file("d")), read_run(dir.file("d"))}),
+               Contains("The configs cannot be compared: 2 of the 2 runs kept no readable config.yaml."));
+    std::string beside = render_report({read_run(dir.file("a")), read_run(dir.file("b")), read_run(dir.file("d"))});
+    CHECK_THAT(beside, Contains("(of those that kept a readable config.yaml)") && !Contains("<td>-</td><td>-</td>"));
+  }
 }
 
 TEST_CASE("ddp-report writes one page for several runs, and names a directory that holds none", "[record][report]") {

@@ -155,18 +155,21 @@ std::string unmonitored_text(const std::vector<RunRecords>& runs) {
 // without the key shows "-"), above each run's whole config.
 std::string config_differences(const std::vector<RunRecords>& all_runs) {
   if (all_runs.size() < 2) return "";
-  std::vector<const RunRecords*> runs;  // those that kept their config.yaml: no config is no evidence of sameness
-  for (const auto& run : all_runs)
-    if (!run.config.empty()) runs.push_back(&run);
-  if (runs.size() < 2)
-    return fmt::format("<p class=\"meta\">The configs cannot be compared: {} of the {} runs kept no config.yaml.</p>",
-                       all_runs.size() - runs.size(), all_runs.size());
+  // Those that kept a config.yaml with keys: none, or one that is not YAML, is no evidence of sameness.
+  std::vector<const RunRecords*> runs;
   std::vector<std::map<std::string, std::string>> keys;
+  for (const auto& run : all_runs)
+    if (auto run_keys = config_keys(run.config); !run_keys.empty()) {
+      runs.push_back(&run);
+      keys.push_back(std::move(run_keys));
+    }
+  if (runs.size() < 2)
+    return fmt::format("<p class=\"meta\">The configs cannot be compared: {} of the {} runs kept no readable "
+                       "config.yaml.</p>",
+                       all_runs.size() - runs.size(), all_runs.size());
   std::set<std::string> all;
-  for (const auto* run : runs) {
-    keys.push_back(config_keys(run->config));
-    for (const auto& [key, value] : keys.back()) all.insert(key);
-  }
+  for (const auto& run_keys : keys)
+    for (const auto& [key, value] : run_keys) all.insert(key);
   std::string rows;
   for (const auto& key : all) {
     std::vector<std::string> values;
@@ -179,7 +182,7 @@ std::string config_differences(const std::vector<RunRecords>& all_runs) {
     for (const auto& value : values) rows += "<td>" + html_escape(value) + "</td>";
     rows += "</tr>";
   }
-  const std::string among = runs.size() < all_runs.size() ? " (of those that kept a config.yaml)" : "";
+  const std::string among = runs.size() < all_runs.size() ? " (of those that kept a readable config.yaml)" : "";
   if (rows.empty()) return "<p class=\"meta\">The runs' configs" + among + " are the same, key for key.</p>";
   std::string header = "<tr><th>key</th>";
   for (const auto* run : runs) header += "<th>" + html_escape(run->name) + "</th>";
