@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <sstream>
 
 #include "support/leftovers.h"
 #include "support/subprocess.h"
@@ -122,6 +123,33 @@ TEST_CASE("a data.cache_dir that cannot be written is said once a node, not once
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count_occurrences(r.out + r.err, "data.cache_dir " + dir.file("a-file/cache") + " is not writable") == 1);
+}
+
+TEST_CASE("a dataset cache that a full disk cuts short is said once a node, leaves no part behind, and the run "
+          "reads into memory",
+          "[reliability][cache]") {
+  if (!can_mount_tmpfs()) {
+    WARN("skipped: cannot mount a small tmpfs here (needs root and mount namespaces) to fill a disk");
+    return;
+  }
+  TempDir dir;
+  const std::string cache = dir.file("cache");
+  fs::create_directories(cache);
+  auto r = run_shell("unshare -m sh -c 'mount -t tmpfs -o size=256k tmpfs " + cache + " && OMP_NUM_THREADS=1 " +
+                         bin("ddprun") + " --standalone --nproc-per-node 2 " + std::string(DDP_SOURCE_DIR) +
+                         "/configs/fashion_mnist_linear3.yaml --set train.max_steps=2 --set data.eval_split=none "
+                         "--set data.cache_dir=" + cache + " --set run.output_dir=" + dir.file("run") +
+                         "; echo status=$?; ls -A " + cache + "'",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=0") == 1);
+  CHECK(count_occurrences(r.out + r.err, "cannot write the dataset cache (") == 1);
+  CHECK_THAT(r.out + r.err, Contains("No space left on device") && Contains("into memory"));
+  // What the tmpfs held at the end: the lock files alone, no cut-short cache file or temporary.
+  std::istringstream listed(r.out.substr(r.out.find("status=0")));
+  std::string line;
+  std::getline(listed, line);
+  while (std::getline(listed, line)) CHECK_THAT(line, Catch::EndsWith(".lock"));
 }
 
 TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, said once, no model.pt, never "
