@@ -189,9 +189,7 @@ TEST_CASE("a finished run run again does nothing, says so once, and leaves its o
   INFO(again.out << again.err);
   CHECK(again.exit_code == 0);
   std::string all = again.out + again.err;
-  std::size_t said = 0;
-  for (auto at = all.find("already finished"); at != std::string::npos; at = all.find("already finished", at + 1)) ++said;
-  CHECK(said == 1);  // rank 0 alone says it
+  CHECK(count_occurrences(all, "already finished") == 1);  // rank 0 alone says it
   CHECK_THAT(again.out, Contains("run " + run + " already finished at step 10; nothing to do. Its outputs: " + run +
                                  " (model.pt, report.html, metrics.jsonl). To train again: --set run.output_dir=NEW_DIR for a "
                                  "new run beside it, or remove " + run + " first"));
@@ -200,6 +198,20 @@ TEST_CASE("a finished run run again does nothing, says so once, and leaves its o
   CHECK(read_file(run + "/report.html") == report);
   CHECK(read_file(run + "/config.yaml") == config);
   CHECK(read_file(run + "/model.pt") == model);
+
+  // A config.yaml edited into something that is not a config: another config must not be called
+  // finished (nor trained over), since which config ran there can no longer be told.
+  for (const char* unreadable : {"optim: [unclosed\n", ""}) {
+    write_file(run + "/config.yaml", unreadable);
+    auto other = train(run, {"optim.lr=0.5"});
+    INFO(other.out << other.err);
+    CHECK(other.exit_code == 2);
+    CHECK_THAT(other.err, Contains(run + "/config.yaml is not a config that can be read (not YAML, or no map of "
+                                         "sections), so whether this config is the run's there cannot be told. Start "
+                                         "a new run beside it with --set run.output_dir=NEW_DIR, or remove " + run));
+    CHECK(read_file(run + "/model.pt") == model);
+    CHECK(read_file(run + "/metrics.jsonl") == metrics);
+  }
 }
 
 TEST_CASE("resuming with a config that changes what is trained is refused, naming the key and the ways out",

@@ -79,7 +79,8 @@ bool may_change_on_resume(const std::string& key) {
 PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config, const std::string& new_run) {
   std::string config_path = dir + "/config.yaml";
   if (!std::filesystem::exists(config_path)) return {};
-  auto changes = config_changes(read_text(config_path), resolved_config);
+  const std::string before = read_text(config_path);
+  auto changes = config_changes(before, resolved_config);
   std::vector<KeyChange> refused, steering;
   for (auto& change : changes) (may_change_on_resume(change.key) ? steering : refused).push_back(change);
   bool lengthened = false;
@@ -96,14 +97,22 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
         if (name == "step") step = value;
       }
   }
+  std::error_code ec;
+  const bool checkpointed = !std::filesystem::is_empty(dir + "/checkpoints", ec) && !ec;
+  // A config.yaml with no keys (edited into something that is not YAML) compares as the same
+  // config: the run there would be called finished, or trained over, for any config.
+  if (config_keys(before).empty() && (step || checkpointed))
+    return {PriorRunVerdict::Action::kRefuse,
+            config_path + " is not a config that can be read (not YAML, or no map of sections), so whether this "
+                          "config is the run's there cannot be told. Start a new run beside it with " + new_run +
+                ", or remove " + dir + " to start this one there"};
   if (exit_status && *exit_status == 0 && refused.empty() && !lengthened)
     return {PriorRunVerdict::Action::kFinished,
             "run " + dir + " already finished" + (step ? " at step " + std::to_string(static_cast<int64_t>(*step)) : "") +
                 "; nothing to do. Its outputs: " + outputs(dir) + ". To train again: " + new_run + " for a new "
                 "run beside it, or remove " + dir + " first"};
 
-  std::error_code ec;
-  if (std::filesystem::is_empty(dir + "/checkpoints", ec) || ec) {
+  if (!checkpointed) {
     // Nothing to resume: a fresh start, but an earlier run of another config that trained (its
     // records have steps) is not trained over silently (its model.pt replaced, its records followed
     // by another config's), and one of this config is said to start over. One that stopped before
