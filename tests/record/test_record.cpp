@@ -76,6 +76,28 @@ TEST_CASE("an event file is read back by an independent reader: every CRC valid,
   CHECK_THAT(damaged.err, Contains("record 3: bad data CRC"));
 }
 
+TEST_CASE("an evaluation a stop cut short reaches TensorBoard as cut short, without its loss or metrics",
+          "[record][tensorboard]") {
+  if (!has_protobuf()) {
+    WARN("skipped: no python3-protobuf for the independent reader (scripts/setup.sh installs it)");
+    return;
+  }
+  TempDir dir;
+  {
+    MetricsLog log(dir.file("metrics.jsonl"), dir.file("tb"));
+    log.write({{"step", 10}, {"eval_loss", 0.5}, {"eval_accuracy", 0.75}, {"eval_samples", 100}});
+    log.write({{"step", 20}, {"eval_loss", 9.5}, {"eval_accuracy", 0.25}, {"eval_samples", 3}, {"eval_interrupted", 1}});
+  }
+  auto r = run_command({"/usr/bin/python3", kReader, only_event_file(dir.file("tb"))});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains(R"({"tag": "eval/loss", "value": 0.5})") && Contains(R"({"tag": "eval/accuracy", "value": 0.75})"));
+  CHECK_THAT(r.out, !Contains("9.5") && !Contains(R"("value": 0.25)"));
+  CHECK_THAT(r.out, Contains(R"({"tag": "eval/samples", "value": 3.0})") &&
+                        Contains(R"({"tag": "eval/interrupted", "value": 1.0})"));
+  CHECK_THAT(read_file(dir.file("metrics.jsonl")), Contains(R"("eval_loss": 9.5)"));  // the record itself is whole
+}
+
 TEST_CASE("metrics keys map to TensorBoard tags by group, and the step is no series", "[record][tensorboard]") {
   CHECK(tensorboard_tag("loss") == "train/loss");
   CHECK(tensorboard_tag("eval_accuracy") == "eval/accuracy");

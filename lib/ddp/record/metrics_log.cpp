@@ -69,11 +69,20 @@ void MetricsLog::write(const MetricsRecord& record) {
   std::fflush(file_);
   if (!events_) return;
   int64_t step = 0;
-  for (const auto& [name, value] : record)
+  bool cut_short = false;
+  for (const auto& [name, value] : record) {
     if (name == "step") step = static_cast<int64_t>(value);
+    if (name == "eval_interrupted") cut_short = value != 0;
+  }
+  // An evaluation a stop cut short is no evaluation of the model: TensorBoard draws what the report
+  // does (Note [Superseded records] in metrics_reader.cpp), only that it was cut short, and where.
+  auto drawn = [&](const std::string& name) {
+    return !cut_short || name.rfind("eval_", 0) != 0 || name == "eval_interrupted" || name == "eval_samples";
+  };
   write_events([&] {
     for (const auto& [name, value] : record)
-      if (auto tag = tensorboard_tag(name); tag && std::isfinite(value)) events_->add_scalar(*tag, step, value);
+      if (auto tag = tensorboard_tag(name); tag && std::isfinite(value) && drawn(name))
+        events_->add_scalar(*tag, step, value);
   });
 }
 
