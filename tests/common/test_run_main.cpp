@@ -56,6 +56,10 @@ TEST_CASE("run_main maps each exception to its status and one line", "[common][e
   auto other = run(errors, []() -> int { throw std::runtime_error("boom\nException raised from f at x.cpp:1"); });
   CHECK(other.status == kExitFailure);
   CHECK(other.err == "ddprun: internal error: boom\n");  // without LibTorch's backtrace
+  // Another rank's, rethrown here: said as out of memory, with the advice.
+  auto memory = run(errors, []() -> int { throw OutOfMemory("rank 1: std::bad_alloc"); });
+  CHECK(memory.status == kExitFailure);
+  CHECK(memory.err.rfind("ddprun: out of memory: rank 1: std::bad_alloc; without dist.shard every rank holds", 0) == 0);
 }
 
 TEST_CASE("run_main names the failure and the rank as the program asks", "[common][errors]") {

@@ -314,7 +314,7 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
       }
       report = std::to_string(layout.shard) + " " + shard_report(file, entries);
     } catch (const std::exception& e) {
-      report = std::string("error ") + e.what();
+      report = "error " + error_report(e);
     }
   }
   // Every rank learns every writer's report, so all fail alike when one could not write.
@@ -325,8 +325,8 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
   }
   for (int r = 0; r < world.world_size; ++r)
     if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0)
-      throw IoError((r == world.rank ? "" : "rank " + std::to_string(r) + ": ") +  // this rank's own: it says so
-                    reports[static_cast<std::size_t>(r)].substr(6));
+      throw_reported(reports[static_cast<std::size_t>(r)].substr(6),
+                     r == world.rank ? "" : "rank " + std::to_string(r) + ": ");  // this rank's own: it says so
   // Each shard's report and (one file) its pieces' bytes, from whichever rank wrote it (replica 0's, in any stage).
   std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards)), shard_data_of(shard_reports.size());
   for (int r = 0; r < world.world_size; ++r) {
@@ -364,14 +364,14 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
       for (const auto& committed : checkpointer.list()) kept += std::to_string(committed.step) + " ";
     } catch (const std::exception& e) {
       failed = std::current_exception();
-      kept = std::string("error ") + e.what();
+      kept = "error " + error_report(e);
     }
   }
   // The others wait here for what rank 0 kept: a failure of its own (a full disk for the common
   // file) reaches them with its cause, where rank 0 leaving would say only that it left.
   broadcast_bytes(world, kept, 0);
   if (failed) std::rethrow_exception(failed);
-  if (kept.rfind("error ", 0) == 0) throw IoError("rank 0: " + kept.substr(6));
+  if (kept.rfind("error ", 0) == 0) throw_reported(kept.substr(6), "rank 0: ");
   if (layout.writes && !layout.single_file && world.rank != 0) {
     std::set<int64_t> steps;
     std::istringstream in(kept);

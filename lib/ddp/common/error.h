@@ -32,6 +32,23 @@ class IoError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Memory that ran out on another rank, rethrown here (throw_reported): said as out of memory.
+class OutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Whether `e` says memory ran out: std::bad_alloc, OutOfMemory, or LibTorch's allocators' words.
+bool is_out_of_memory(const std::exception& e);
+
+/// `e` as text another rank can rethrow as the same kind (throw_reported): for an error one rank
+/// meets and every rank stops on, such as a checkpoint writer's, so that each ends with the exit
+/// status the one that met it has (usage error, I/O error, out of memory, failure).
+std::string error_report(const std::exception& e);
+
+/// Throws what error_report made, as its kind, with `prefix` ("rank 1: ") before its message.
+[[noreturn]] void throw_reported(const std::string& report, const std::string& prefix);
+
 /// Throws the error for an output that could not be written because of `errnum`: FileError (a
 /// usage error, not restarted) for what a restart would meet again (permissions: EACCES, EPERM,
 /// EROFS; a file where a directory of the path goes: ENOTDIR, EEXIST), IoError otherwise (a full

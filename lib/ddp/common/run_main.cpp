@@ -33,14 +33,6 @@ int report(const ProgramErrors& errors, int status, const char* kind, const std:
   return status;
 }
 
-// LibTorch's allocators say it in a c10::Error; the standard library throws std::bad_alloc.
-bool out_of_memory(const std::exception& e) {
-  const std::string what = e.what();
-  return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || what.find("can't allocate memory") != std::string::npos ||
-         what.find("not enough memory") != std::string::npos ||  // LibTorch 2.x's CPU allocator
-         what.find("CUDA out of memory") != std::string::npos;
-}
-
 // LibTorch's allocator failure from its own words on: "[enforce fail at alloc_cpu.cpp:75] err == 0. "
 // says where in LibTorch, which is no use to a user.
 std::string allocator_words(const std::string& what) {
@@ -58,7 +50,7 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   } catch (const IoError& e) {
     return report(errors, kExitIoError, "I/O error", e.what());
   } catch (const std::exception& e) {
-    if (out_of_memory(e))
+    if (is_out_of_memory(e))
       return report(errors, kExitFailure, "out of memory",
                     allocator_words(without_backtrace(e.what())) +
                         "; without dist.shard every rank holds the whole model, its gradients and its optimizer "
