@@ -52,6 +52,9 @@ class SharedMemoryAllReduce {
   /// The ranks this engine joins: every rank, or this node's after span_nodes().
   int size() const { return world_size_; }
 
+  /// Whether sum() adds other nodes' sums (span_nodes()); reduce_scatter and all_gather never do.
+  bool spans_nodes() const { return spans_nodes_; }
+
   /// Reduce-scatter among this engine's ranks, never across nodes (Note [Shared-memory shards]):
   /// `shard` (S floats) gets part `rank` of the sum of every rank's `full` (size() × S floats), each
   /// value divided by `divisor` first: the bits sum() gives there. Same calling rules as sum().

@@ -126,11 +126,14 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
     auto ranks = mesh_.group_ranks(world_.rank, dim);
     group = sub_communicator(world_, group_name(dim, ranks), ranks);
     // A data-shard or tensor group of neighbouring ranks as many as a node's is that node's ranks
-    // (ranks numbered node by node): its collectives can go through shared memory.
+    // (ranks numbered node by node): its collectives can go through shared memory. A tensor group
+    // sums with the engine's sum(), which on several nodes adds every node's: there it takes Gloo
+    // (the shard collectives stay within the node).
     const bool neighbours = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
-    if ((dim == MeshDim::kDataShard || dim == MeshDim::kTensor) && neighbours && world_.shared_memory &&
-        world_.shared_memory->size() == group.world_size)
-      group.shared_memory = world_.shared_memory;
+    const auto& shm = world_.shared_memory;
+    if (neighbours && shm && shm->size() == group.world_size &&
+        (dim == MeshDim::kDataShard || (dim == MeshDim::kTensor && !shm->spans_nodes())))
+      group.shared_memory = shm;
   }
   if (mesh_.size(MeshDim::kPipeline) > 1 || mesh_.size(MeshDim::kTensor) > 1) {
     auto ranks = mesh_.data_parallel_ranks(world_.rank);
