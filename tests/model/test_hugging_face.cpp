@@ -74,6 +74,23 @@ TEST_CASE("Hugging Face: Llama 3.1's config.json reads as the model.* keys of it
   CHECK(std::find(keys.begin(), keys.end(), "model.rope_scaling=none") != keys.end());
   CHECK(std::find(keys.begin(), keys.end(), "model.norm_eps=9.9999999999999995e-07") != keys.end());
   CHECK(ddp::hugging_face_model_keys(dir.file("config.json")).empty());  // a file is weights, not a directory
+
+  // transformers 5 writes rope_theta and the scaling as one rope_parameters object: the same keys.
+  std::string v5 = kLlama31;
+  v5.replace(v5.find("\"rope_scaling\""), std::string("\"rope_scaling\"").size(), "\"rope_parameters\"");
+  v5.replace(v5.find("\"rope_theta\": 500000.0,"), std::string("\"rope_theta\": 500000.0,").size(), "");
+  v5.replace(v5.find("\"rope_type\": \"llama3\"}"), std::string("\"rope_type\": \"llama3\"}").size(),
+             "\"rope_type\": \"llama3\", \"rope_theta\": 500000.0}");
+  write_file(dir.file("config.json"), kLlama31);
+  const auto v4_keys = ddp::hugging_face_model_keys(dir.path());
+  write_file(dir.file("config.json"), v5);
+  INFO(v5);
+  CHECK(ddp::hugging_face_model_keys(dir.path()) == v4_keys);
+  write_file(dir.file("config.json"), R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                         "rope_parameters": {"rope_type": "default", "rope_theta": 250000.0}})");
+  keys = ddp::hugging_face_model_keys(dir.path());
+  CHECK(std::find(keys.begin(), keys.end(), "model.rope_theta=250000") != keys.end());
+  CHECK(std::find(keys.begin(), keys.end(), "model.rope_scaling=none") != keys.end());
 }
 
 TEST_CASE("Hugging Face: a Llama's config.json, written at the end of a run, reads back as the keys it was built with",
@@ -134,6 +151,14 @@ TEST_CASE("Hugging Face: each hostile config.json is refused in one line naming 
             ": rope_scaling of type llama3 lacks low_freq_factor"},
            {"{" + base + ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"type\": \"default\"}}",
             ": rope_scaling: type \"default\" and rope_type \"llama3\" disagree"},
+           {"{" + base + ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4, \"rope_theta\": 1e6}}",
+            ": rope_parameters of type \"yarn\", which ddprun's Llama does not have"},
+           {"{" + base + ", \"rope_parameters\": [1]}", ": rope_parameters: expected an object or null, got [1]"},
+           {"{" + base + ", \"rope_theta\": 10000, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5e5}}",
+            ": rope_theta 10000 and rope_parameters' rope_theta 500000 disagree"},
+           {"{" + base + ", \"rope_scaling\": {\"rope_type\": \"default\"}, \"rope_parameters\": {\"rope_type\": "
+                         "\"llama3\", \"factor\": 8}}",
+            ": rope_scaling and rope_parameters both say how rotary positions scale, and differ"},
            {"{" + base + ", \"attention_dropout\": 0.1}", ": attention_dropout 0.1, which ddprun's Llama does not"},
            {"{" + base + ", \"num_hidden_layers\": \"2\"}", ": num_hidden_layers: expected an integer, got \"2\""},
            {"{" + base + ", \"rope_theta\": \"big\"}", ": rope_theta: expected a number, got \"big\""},

@@ -466,6 +466,20 @@ std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& conf
     if (std::stoll(head_dim) * std::stoll(heads) != std::stoll(width))
       throw lacks("head_dim " + head_dim + " with hidden_size " + width + " and " + heads + " heads");
   }
+  // transformers 5 writes rope_theta and the scaling in one rope_parameters object; earlier
+  // versions, and 5 when it reads their files, rope_theta and rope_scaling beside the others.
+  const auto parameters = config.find("rope_parameters");
+  const bool grouped = parameters != config.end() && !parameters->is_null();
+  if (grouped && !parameters->is_object())
+    throw FileError(file + ": rope_parameters: expected an object or null, got " + parameters->dump());
+  std::string theta = hugging_face_number(config, "rope_theta", 10000, file);
+  if (grouped && parameters->contains("rope_theta")) {
+    const std::string grouped_theta = hugging_face_number(*parameters, "rope_theta", 10000, file);
+    if (config.contains("rope_theta") && std::stod(theta) != std::stod(grouped_theta))
+      throw FileError(file + ": rope_theta " + theta + " and rope_parameters' rope_theta " + grouped_theta +
+                      " disagree");
+    theta = grouped_theta;
+  }
   std::vector<std::string> keys = {
       "model.name=llama",
       "model.n_layer=" + hugging_face_integer(config, "num_hidden_layers", 32, file),
@@ -474,36 +488,45 @@ std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& conf
       "model.dim=" + width,
       "model.ffn_dim=" + hugging_face_integer(config, "intermediate_size", 11008, file),
       "model.vocab_size=" + hugging_face_integer(config, "vocab_size", 32000, file),
-      "model.rope_theta=" + hugging_face_number(config, "rope_theta", 10000, file),
+      "model.rope_theta=" + theta,
       "model.norm_eps=" + hugging_face_number(config, "rms_norm_eps", 1e-6, file),
       "model.tie_embeddings=" + hugging_face_bool(config, "tie_word_embeddings", false, file)};
-  auto scaling = config.find("rope_scaling");
-  if (scaling == config.end() || scaling->is_null()) {
+  const auto scaling = config.find("rope_scaling");
+  const bool legacy = scaling != config.end() && !scaling->is_null();
+  if (grouped && legacy) {
+    nlohmann::json without_theta = *parameters;
+    without_theta.erase("rope_theta");
+    if (*scaling != without_theta)
+      throw FileError(file + ": rope_scaling and rope_parameters both say how rotary positions scale, and differ");
+  }
+  if (!grouped && !legacy) {
     keys.push_back("model.rope_scaling=none");
     return keys;
   }
-  if (!scaling->is_object()) throw FileError(file + ": rope_scaling: expected an object or null, got " + scaling->dump());
+  const std::string name = grouped ? "rope_parameters" : "rope_scaling";
+  const nlohmann::json& scale = grouped ? *parameters : *scaling;
+  if (!scale.is_object()) throw FileError(file + ": " + name + ": expected an object or null, got " + scale.dump());
   // transformers reads rope_type, or type in older files (LlamaConfig copies type over rope_type);
   // "default" is no scaling.
-  const nlohmann::json type = scaling->contains("type") ? (*scaling)["type"] : scaling->value("rope_type", nlohmann::json());
-  if (scaling->contains("type") && scaling->contains("rope_type") && (*scaling)["type"] != (*scaling)["rope_type"])
-    throw FileError(file + ": rope_scaling: type " + (*scaling)["type"].dump() + " and rope_type " +
-                    (*scaling)["rope_type"].dump() + " disagree");
+  const nlohmann::json type = scale.contains("type") ? scale["type"] : scale.value("rope_type", nlohmann::json());
+  if (scale.contains("type") && scale.contains("rope_type") && scale["type"] != scale["rope_type"])
+    throw FileError(file + ": " + name + ": type " + scale["type"].dump() + " and rope_type " +
+                    scale["rope_type"].dump() + " disagree");
   if (type == "default") {
     keys.push_back("model.rope_scaling=none");
   } else if (type == "llama3") {
     // transformers needs all four, as does this: a default would be a guess at the model.
     for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-      if (!scaling->contains(key) || (*scaling)[key].is_null())
-        throw FileError(file + ": rope_scaling of type llama3 lacks " + key);
+      if (!scale.contains(key) || scale[key].is_null())
+        throw FileError(file + ": " + name + " of type llama3 lacks " + key);
     keys.insert(keys.end(),
-                {"model.rope_scaling=llama3", "model.rope_factor=" + hugging_face_number(*scaling, "factor", 8, file),
-                 "model.rope_low_freq_factor=" + hugging_face_number(*scaling, "low_freq_factor", 1, file),
-                 "model.rope_high_freq_factor=" + hugging_face_number(*scaling, "high_freq_factor", 4, file),
+                {"model.rope_scaling=llama3", "model.rope_factor=" + hugging_face_number(scale, "factor", 8, file),
+                 "model.rope_low_freq_factor=" + hugging_face_number(scale, "low_freq_factor", 1, file),
+                 "model.rope_high_freq_factor=" + hugging_face_number(scale, "high_freq_factor", 4, file),
                  "model.rope_original_context=" +
-                     hugging_face_integer(*scaling, "original_max_position_embeddings", 8192, file)});
+                     hugging_face_integer(scale, "original_max_position_embeddings", 8192, file)});
   } else {
-    throw lacks("rope_scaling of type " + type.dump());
+    throw lacks(name + " of type " + type.dump());
   }
   return keys;
 }
