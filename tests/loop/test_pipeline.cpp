@@ -399,4 +399,23 @@ TEST_CASE("a stage that waits past dist.timeout_s for its neighbour names the st
   CHECK(run_shell("pgrep -f '[d]dp-train.*" + dir.path() + "'").out.empty());
 }
 
+TEST_CASE("optim.lr_scaling scales by the ranks a step's batch counts: 2 stages at world 2 train the replicated "
+          "world 2's rate and weights",
+          "[pipeline]") {
+  // A replica of 2 stages trains 2 × train.batch_size samples a step, as 2 data-parallel ranks do:
+  // the rate scaled by the replicas alone (1) was half the replicated run's, with exit 0.
+  TempDir dir;
+  std::vector<std::string> sets{"optim.name=adamw", "optim.lr=0.003", "optim.lr_scaling=linear", "model.hidden=[64,32]",
+                                "train.batch_size=16", "train.max_steps=6", "data.eval_split=none",
+                                "checkpoint.every_epochs=0", "schedule.name=constant"};
+  for (const auto& [name, more] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"replicated", {}}, {"stages", {"dist.pipeline=2", "dist.microbatches=2"}}}) {
+    auto r = ddprun(2, mlp_config(), with(sets, with({"run.output_dir=" + dir.file(name)}, more)));
+    INFO(name << ": " << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(metric_value(dir.file(name + "/metrics.jsonl"), "lr") == Approx(0.006));
+  }
+  CHECK(largest_difference(dir.file("replicated/model.pt"), dir.file("stages/model.pt")) < 1e-5);
+}
+
 }  // namespace DDP_TEST_FILE

@@ -73,8 +73,12 @@ GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int st
           true};
 }
 
+int batch_ranks(const TrainConfig& config, int world) {
+  return world / static_cast<int>(config.mesh.tensor);  // a tensor group trains one replica's batch (Note [Tensor parallelism])
+}
+
 GlobalBatchShare share_step(const TrainConfig& config, int world) {
-  world /= static_cast<int>(config.mesh.tensor);  // a tensor group trains one replica's batch (Note [Tensor parallelism])
+  world = batch_ranks(config, world);
   const auto& train = config.train;
   const int stages = static_cast<int>(config.mesh.pipeline);
   const bool given = train.global_batch_size > 0;

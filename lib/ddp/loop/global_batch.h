@@ -40,6 +40,12 @@ GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max
 GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int stages, int64_t microbatches,
                                       int64_t max_batch, const std::string& key = "train.global_batch_size");
 
+/// The ranks a step's batch counts at world size `world`: every rank, a tensor group of
+/// dist.tensor ranks as one (it trains one batch); pipeline stages each count, since a replica of
+/// S stages trains S × train.batch_size samples a step. optim.lr_scaling scales by this, so that
+/// the same samples a step get the same rate whatever the layout.
+int batch_ranks(const TrainConfig& config, int world);
+
 /// The step of `config` at world size `world`, whatever its layout: train.global_batch_size when
 /// set, else world × train.batch_size × train.grad_accum_steps, formed by world / dist.pipeline
 /// replicas (a pipeline cuts each replica's share into dist.microbatches). A tensor group of

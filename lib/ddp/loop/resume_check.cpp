@@ -124,8 +124,8 @@ void check_resume_layout(const TrainProgress& saved, const StepShape& now, const
                     number(saved.world_size) + " ranks, resumes only at that world size" + kRestartHint);
   if (other_world && config.optim.lr_scaling != "none")
     throw UserError("optim.lr_scaling: " + config.optim.lr_scaling + " scales the learning rate by the world size, so " +
-                    source + ", written by " + number(saved.world_size) +
-                    " ranks, would go on at another rate; resume at that world size" + kRestartHint);
+                    source + ", written by " + number(saved.world_size) + " data-parallel replica(s), would go on " +
+                    "at another rate with " + number(now.replicas) + "; resume with as many" + kRestartHint);
   if (saved.batch_size == 0) {  // written before batch sizes were recorded: only its own world size is known to fit
     if (other_world)
       throw UserError("train.batch_size: " + source + " does not record its batch size, so it resumes only at its world size " +

@@ -70,6 +70,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   const Communicator& replicas = plan_->data_parallel();  // the ranks that split the samples
   // Before anything is written: a global batch the layout cannot split ends the run here.
   GlobalBatchShare share = share_step(config_, world.world_size);
+  lr_ranks_ = batch_ranks(config_, world.world_size);
   step_shape_ = {replicas.world_size, share.batch_size, share.grad_accum_steps, share.microbatched,
                  config_.train.grad_accum_steps};
   config_.train.batch_size = share.batch_size;
@@ -114,7 +115,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   parallel_ = parallelize(*task_, *plan_, config_, side_values_);  // Note [Passes]
   recorder_->set_rank_part(parallel_->part);
   recorder_->report_setup_memory();
-  double lr = scaled_lr(config_.optim, replicas.world_size);
+  double lr = scaled_lr(config_.optim, lr_ranks_);
   std::vector<torch::Tensor> optimized = optimizer_parameters(*parallel_, *plan_);
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
@@ -188,7 +189,7 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   check_resume_layout(reader.progress(), step_shape_, config_, source);
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   layout.whole_optimizer = [this](const std::vector<torch::Tensor>& whole) {  // format 1's whole checkpoints
-    return make_optimizer(whole, config_.optim, scaled_lr(config_.optim, replicas()));
+    return make_optimizer(whole, config_.optim, scaled_lr(config_.optim, lr_ranks_));
   };
   reader.check_fits(layout, task_->model(), *optimizer_);
   std::string problem = reader.read_pieces(layout);

@@ -32,7 +32,7 @@ void declare_config(ConfigSchema& schema, OptimConfig& config) {
              "following the schedule as optim.lr is; 0: optim.lr")
       .min(0)
       .max(1e6);
-  schema.add("optim.lr_scaling", &config.lr_scaling, "linear: lr × world_size; sqrt: lr × sqrt(world_size)")
+  schema.add("optim.lr_scaling", &config.lr_scaling, "linear: lr × world_size (a dist.tensor group counts as one rank); sqrt: lr × its square root")
       .choices({"none", "linear", "sqrt"});
   schema.rule("optim.nesterov", [&config]() -> std::string {
     if (!config.nesterov) return "";
