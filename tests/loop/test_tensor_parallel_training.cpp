@@ -412,6 +412,17 @@ TEST_CASE("a dist.tensor_plan that cannot be had: one line naming the key or the
   fails("torchscript", {"dist.tensor=2", "dist.sequence_parallel=true", kTransformerPlan},
         "dist.sequence_parallel: runs with a model's built-in plan (model.name gpt or llama) for now, not with "
         "dist.tensor_plan");
+  // A head other than lm_head split colwise would hand each rank its half of the logits as the whole
+  // (torchtitan calls it output); a layer the model computes itself cannot be split.
+  std::string head_split = kTransformerPlan;
+  head_split.replace(head_split.find("head=replicate"), std::string("head=replicate").size(), "head=colwise");
+  fails("torchscript", {"dist.tensor=2", head_split},
+        "dist.tensor: head is split colwise with no rowwise layer after it to join its output");
+  auto mlp = ddprun(2, std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml",
+                    {"run.output_dir=" + dir.file("mlp"), "dist.tensor=2", "dist.tensor_plan=layers.0=colwise"});
+  INFO(mlp.out << mlp.err);
+  CHECK(mlp.exit_code == 2);
+  CHECK_THAT(mlp.err, Contains("dist.tensor: layers.0 is a layer this model computes itself, which no plan can split"));
   // The built-in GPT's fused q/k/v layer cannot be split rowwise.
   fails("gpt", {"dist.tensor=2", "dist.tensor_plan=transformer.h.*.attn.c_attn=rowwise"},
         "dist.tensor: transformer.h.0.attn.c_attn computes 3 projections side by side, which split colwise, not rowwise");

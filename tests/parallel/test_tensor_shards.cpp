@@ -209,6 +209,23 @@ TEST_CASE("a plan entry that matches nothing, or a layer that cannot take its st
         "dist.tensor: lm_head.weight is tied to a layer split another way");
   CHECK(refused({{"transformer.h.0.attn.c_attn", "rowwise"}}) ==
         "dist.tensor: transformer.h.0.attn.c_attn computes 3 projections side by side, which split colwise, not rowwise");
+  // Note [Checking a tensor plan]: plans that would compute on a slice as if whole, with no error of their own.
+  CHECK(refused({{"lm_head", "colwise", /*output=*/true}}) ==
+        "dist.tensor: transformer.wte.weight is split through a layer it is tied to, but transformer.wte is not split, "
+        "so it would compute with a slice as if it were the whole weight: split transformer.wte too (the head colwise "
+        "with the embedding rowwise)");
+  CHECK_THAT(refused({{"transformer.wte", "rowwise"}}),
+             Catch::StartsWith("dist.tensor: lm_head.weight is split through a layer it is tied to, but lm_head is not "
+                               "split"));
+  CHECK(refused({{"transformer.h.*.attn.c_attn", "colwise"}}) ==
+        "dist.tensor: transformer.h.0.attn.c_attn is split colwise with no rowwise layer after it to join its output, "
+        "which would go on as a slice; only lm_head, a gpt's or llama's logits, may stay split (loss-parallel). Pair "
+        "it with a rowwise layer, or replicate it");
+  CHECK_THAT(refused({{"transformer.h.*.mlp.c_proj", "rowwise"}}),
+             Catch::StartsWith("dist.tensor: transformer.h.0.mlp.c_proj is split rowwise with no colwise layer before "
+                               "it to split its input"));
+  // The built-in plan, and its blocks alone, pass.
+  CHECK(refused({{"transformer.h.*.attn.c_attn", "colwise"}, {"transformer.h.*.attn.c_proj", "rowwise"}}).empty());
 }
 
 TEST_CASE("a tensor plan that cannot split the model says why, naming the key", "[parallel][tensor]") {

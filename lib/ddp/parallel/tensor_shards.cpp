@@ -110,6 +110,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
     boxes_[i] = std::move(boxes);
   };
 
+  std::map<const torch::nn::Module*, char> styles;  // what the plan made of each layer it splits
   for (const TensorPlanEntry& entry : plan) {
     int matched = 0;
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
@@ -129,6 +130,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
             return y;
           });
           ++colwise_;
+          styles[linear] = entry.output ? 'o' : 'c';
         } else {
           if (linear->fused() > 1)
             throw ConfigError("dist.tensor: " + what + " computes " + std::to_string(linear->fused()) +
@@ -141,6 +143,7 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
             return y;
           });
           ++rowwise_;
+          styles[linear] = 'r';
         }
       } else if (auto* embedding = dynamic_cast<RoutedEmbedding*>(item.value().get())) {
         if (entry.style != "rowwise")
@@ -153,19 +156,60 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
           return vocab_parallel_embedding(ids, w, first, group_);
         });
         ++embeddings_;
+        styles[embedding] = 'e';
       } else {
         const std::string& type = item.value()->name();  // "ddp::(anonymous namespace)::LayerNorm"
-        throw ConfigError("dist.tensor: " + what + " is a " + type.substr(type.rfind(':') + 1) + ", which cannot be split " +
-                          entry.style + " (a Linear can, or an Embedding rowwise)");
+        const std::string name = type.substr(type.rfind(':') + 1);
+        if (name == "LinearImpl" || name == "EmbeddingImpl")  // LibTorch's own, which the model calls itself
+          throw ConfigError("dist.tensor: " + what + " is a layer this model computes itself, which no plan can "
+                            "split: dist.tensor_plan splits the gpt's, the llama's and TorchScript modules' layers");
+        throw ConfigError("dist.tensor: " + what + " is a " + name + ", which cannot be split " + entry.style +
+                          " (a Linear can, or an Embedding rowwise)");
       }
     }
     if (matched == 0) throw ConfigError("dist.tensor: the plan's " + entry.path + " matches no submodule of the model");
   }
+  check_plan_order(model, styles, index);
   sequence_partial_.assign(parameters.size(), false);
   if (!sequence_parallel_) return;
   for (std::size_t i = 0; i < parameters.size(); ++i) sequence_partial_[i] = boxes_[i].empty();
   for (const auto& p : sequence.before_split)
     if (auto found = index.find(p.unsafeGetTensorImpl()); found != index.end()) sequence_partial_[found->second] = false;
+}
+
+// Note [Checking a tensor plan]: a plan that splits the wrong layers computes the wrong thing with
+// no error, so what can be seen before a step is checked, in the model's module order (its
+// forward's, for the models here). A colwise layer leaves its output split by columns until a
+// rowwise layer joins it: one with no rowwise layer after it would hand on a slice as if whole,
+// except the logits (lm_head), which the loss-parallel cross-entropy takes split. A rowwise layer
+// with no colwise one before it would take a whole input as its slice. A parameter split through
+// one layer and used by another the plan leaves whole (a tied head and embedding split in one of
+// their roles) would be computed with as if it were the whole weight.
+void TensorShards::check_plan_order(torch::nn::Module& model, const std::map<const torch::nn::Module*, char>& styles,
+                                    const std::map<const c10::TensorImpl*, std::size_t>& index) const {
+  std::string open;  // the first colwise layer since the last rowwise one
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const auto style = styles.find(item.value().get());
+    for (const auto& parameter : item.value()->named_parameters(/*recurse=*/false)) {
+      const auto found = index.find(parameter.value().unsafeGetTensorImpl());
+      if (style == styles.end() && found != index.end() && !boxes_[found->second].empty())
+        throw ConfigError("dist.tensor: " + item.key() + "." + parameter.key() + " is split through a layer it is tied "
+                          "to, but " + item.key() + " is not split, so it would compute with a slice as if it were the "
+                          "whole weight: split " + item.key() + " too (the head colwise with the embedding rowwise)");
+    }
+    if (style == styles.end()) continue;
+    if (style->second == 'c' && open.empty()) open = item.key();
+    if (style->second == 'r') {
+      if (open.empty())
+        throw ConfigError("dist.tensor: " + item.key() + " is split rowwise with no colwise layer before it to split "
+                          "its input: pair it with the colwise layer(s) that feed it, or replicate it");
+      open.clear();
+    }
+  }
+  if (!open.empty())
+    throw ConfigError("dist.tensor: " + open + " is split colwise with no rowwise layer after it to join its output, "
+                      "which would go on as a slice; only lm_head, a gpt's or llama's logits, may stay split "
+                      "(loss-parallel). Pair it with a rowwise layer, or replicate it");
 }
 
 void TensorShards::open_region() const {

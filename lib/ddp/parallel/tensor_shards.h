@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,10 @@ class TensorShards {
   std::vector<bool> sequence_partial_;  // by parameter: replicated, its gradient this rank's part of the sequence's
   mutable at::Generator region_random_;  // the sharded regions' dropout (Note [Tensor parallelism])
   void open_region() const;             // from now on dropout draws from region_random_, reseeded
+  /// Note [Checking a tensor plan]: `styles`, the plan's style of each layer it split ('c' colwise,
+  /// 'o' the output colwise, 'r' rowwise, 'e' an embedding rowwise), leaves no layer computing on a slice as if whole.
+  void check_plan_order(torch::nn::Module& model, const std::map<const torch::nn::Module*, char>& styles,
+                        const std::map<const c10::TensorImpl*, std::size_t>& index) const;
   int colwise_ = 0, rowwise_ = 0, embeddings_ = 0;
 };
 
