@@ -110,12 +110,16 @@ int main(int argc, char** argv) {
     ddp::save_model(*model, output, max_shard_bytes);
     // The run's config.yaml, so that ddp-generate and ddp-export read the export as a run directory.
     ddp::write_file_atomically((fs::path(output) / "config.yaml").string(), ddp::read_whole_file(config_path));
-    // The tokenizer the run's tokens were made with belongs with the model (as ddp-tokenize left it).
-    if (!config.data.path.empty()) {
-      const fs::path tokenizer = fs::path(config.data.path).parent_path() / "tokenizer.model";
-      if (fs::is_regular_file(tokenizer))
+    // The tokenizer the run's tokens were made with belongs with the model: the one the run kept
+    // (its end writes it), else the one beside data.path (as ddp-tokenize left it; a run that has
+    // not ended yet).
+    for (const fs::path& tokenizer :
+         {fs::path(args.run) / "tokenizer.model",
+          config.data.path.empty() ? fs::path() : fs::path(config.data.path).parent_path() / "tokenizer.model"})
+      if (!tokenizer.empty() && fs::is_regular_file(tokenizer)) {
         ddp::write_file_atomically((fs::path(output) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
-    }
+        break;
+      }
     std::printf("exported %s to %s\n", source.c_str(), output.c_str());
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(output))

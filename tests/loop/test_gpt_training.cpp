@@ -658,6 +658,22 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
   auto nul = generate("--prompt-ids '3 3' --tokens 0");
   CHECK(nul.out == std::string("\0\0\n", 3));
 
+  // The run kept the tokenizer its tokens were made with: one made again beside the data later
+  // (ddp-tokenize --name gpl, another vocabulary) changes neither ddp-generate's text nor ddp-export's copy.
+  const std::string kept = read_file(dir.file("tokens/tokenizer.model"));
+  CHECK(read_file(dir.file("out/tokenizer.model")) == kept);
+  auto remade = run_command({bin("ddp-tokenize"), dir.file("tokens"), "--text", kText, "--vocab-size", "380",
+                             "--name", "gpl"},
+                            std::chrono::seconds(120));
+  INFO(remade.out << remade.err);
+  REQUIRE(remade.exit_code == 0);
+  REQUIRE(read_file(dir.file("tokens/tokenizer.model")) != kept);
+  CHECK(generate("--prompt 'the Program' --tokens 40 --temperature 0").out == text.out);
+  auto exported = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("exported")});
+  INFO(exported.out << exported.err);
+  REQUIRE(exported.exit_code == 0);
+  CHECK(read_file(dir.file("exported/tokenizer.model")) == kept);
+
   // A tokenizer of more pieces than the model has is not the one it was trained with.
   auto other = run_command({bin("ddp-tokenize"), dir.file("other"), "--text", kText, "--vocab-size", "600"},
                            std::chrono::seconds(120));

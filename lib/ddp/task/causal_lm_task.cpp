@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <filesystem>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/model/python_state_dict.h"
@@ -33,6 +35,8 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
   train_.emplace(data.path, "data.path", data.token_dtype, model.block_size);
   if (data.eval_split == "test") eval_.emplace(data.eval_path, "data.eval_path", data.token_dtype, model.block_size);
   if (data.eval_split == "train") eval_.emplace(data.path, "data.path", data.token_dtype, model.block_size);
+  const auto tokenizer = std::filesystem::path(data.path).parent_path() / "tokenizer.model";  // as ddp-tokenize leaves it
+  if (std::filesystem::is_regular_file(tokenizer)) tokenizer_model_ = read_whole_file(tokenizer.string());
   if (context.model.warn) {
     spdlog::info("tokens: data.path {}: {}", data.path, describe(*train_));
     if (eval_) spdlog::info("tokens: data.eval_path {}: {}", data.eval_path, describe(*eval_));
@@ -141,6 +145,7 @@ void CausalLmTask::add_derived_metrics(std::vector<std::pair<std::string, double
 
 void CausalLmTask::save_model(const std::string& output_dir) const {
   ddp::save_model(*model_, output_dir);
+  if (!tokenizer_model_.empty()) write_file_atomically(output_dir + "/tokenizer.model", tokenizer_model_);
 }
 
 void register_causal_lm_tasks(TaskRegistrations& tasks) {

@@ -53,6 +53,9 @@ class CausalLmTask : public Task {
   int64_t vocab_size_ = 0;    ///< model.vocab_size, or a TorchScript module's output width
   double label_smoothing_ = 0;
   TokenLoss token_loss_;  ///< a pass's, or unset: F::cross_entropy over the whole vocabulary
+  /// The tokenizer.model beside data.path as the run began ("" if none): the end of the run writes
+  /// it beside model.pt, so that the run directory keeps the tokenizer its tokens were made with.
+  std::string tokenizer_model_;
 };
 
 }  // namespace ddp
