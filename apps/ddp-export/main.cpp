@@ -15,6 +15,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
 #include "ddp/common/worker_contract.h"
+#include "ddp/loop/prior_run.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/optim/optimizer_factory.h"
@@ -27,6 +28,24 @@ namespace fs = std::filesystem;
 
 // The checkpoint --checkpoint names, else the newest one of the run older than `older_than` that
 // verifies; none: nullopt.
+// A checkpoint another run wrote (--checkpoint) may fit this run's model in every shape and still be
+// another model (other heads, rope settings): its weights would go out under a config.json that
+// describes them wrongly. Its manifest records the config it was written by.
+void check_same_model(const std::string& manifest_path, const std::string& manifest, const ddp::TrainConfig& config,
+                      const std::string& config_path) {
+  const std::string written_by = ddp::read_run_identity(manifest).config;
+  if (written_by.empty()) return;  // a checkpoint from before manifests recorded it
+  auto changes = ddp::config_changes(written_by, ddp::to_yaml(config));
+  std::erase_if(changes, [](const ddp::KeyChange& change) {
+    return change.key.rfind("model.", 0) != 0 || change.key == "model.init_from" || ddp::may_change_on_resume(change.key);
+  });
+  if (!changes.empty())
+    throw ddp::UserError("--checkpoint: " + manifest_path + " was written by a run of another model than " +
+                         config_path + " says (" + ddp::describe_changes(changes) +
+                         "): its weights fit, but the export would describe them as the wrong model; export it from "
+                         "its own run directory");
+}
+
 std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments& args, ddp::TrainConfig config,
                                                      int64_t older_than) {
   if (!args.checkpoint.empty()) {
@@ -74,6 +93,7 @@ int main(int argc, char** argv) {
     for (int64_t older_than = INT64_MAX; step < 0 && (checkpoint = chosen_checkpoint(args, config, older_than));) {
       const std::string manifest =
           fs::exists(checkpoint->manifest_path) ? ddp::read_whole_file(checkpoint->manifest_path) : "";
+      check_same_model(checkpoint->manifest_path, manifest, config, config_path);
       // The optimizer's state is read with the weights and dropped: an export holds the model alone.
       auto optimizer = ddp::make_optimizer(model->parameters(), config.optim, config.optim.lr);
       try {

@@ -785,6 +785,21 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
                              std::chrono::seconds(120));
   CHECK(earlier.exit_code == 0);
   CHECK(fs::exists(dir.file("step20/model.safetensors")));
+  // Another run's checkpoint whose shapes fit this model's but which is another model (rope_theta):
+  // refused, naming the difference, rather than written out under a config.json that misdescribes it.
+  fs::create_directories(dir.file("other"));
+  const std::string yaml = read_file(dir.file("out/config.yaml"));
+  REQUIRE(yaml.find("rope_theta: 10000\n") != std::string::npos);
+  write_file(dir.file("other/config.yaml"),
+             std::string(yaml).replace(yaml.find("rope_theta: 10000\n"), 18, "rope_theta: 500000\n"));
+  auto cross = run_command({bin("ddp-export"), dir.file("other"), "--checkpoint",
+                            dir.file("out/checkpoints/step_0000000020"), "-o", dir.file("cross")},
+                           std::chrono::seconds(120));
+  CHECK(cross.exit_code == 2);
+  CHECK_THAT(cross.err, Contains("--checkpoint: " + dir.file("out/checkpoints/step_0000000020.json") +
+                                 " was written by a run of another model than " + dir.file("other/config.yaml") +
+                                 " says (model.rope_theta 10000 → 5e+05)"));
+  CHECK(!fs::exists(dir.file("cross/model.safetensors")));
   auto missing = run_command({bin("ddp-export"), dir.file("nowhere")}, std::chrono::seconds(60));
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Contains(dir.file("nowhere/config.yaml") + ": no such file"));
