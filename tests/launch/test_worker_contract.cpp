@@ -8,6 +8,7 @@
 
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
+#include "ddp/launch/output_relay.h"
 #include "support/subprocess.h"
 
 namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
@@ -39,6 +40,15 @@ TEST_CASE("every variable of the contract is documented in docs/launcher.md", "[
     INFO(variable.name);
     CHECK(guide.find("`" + std::string(variable.name)) != std::string::npos);
   }
+}
+
+TEST_CASE("the rank a worker's stderr line reports is read from ddp-train's own words only", "[launch][contract]") {
+  CHECK(rank_reported("ddp-train: rank 12: failed: x") == 12);
+  CHECK(rank_reported("ddp-train: rank 0: error: train.epochs: must be >= 1") == 0);
+  CHECK_FALSE(rank_reported("ddp-train: rank x: failed"));
+  CHECK_FALSE(rank_reported("ddp-train: rank 3"));
+  CHECK_FALSE(rank_reported("[rank 1] ddp-train: rank 3: failed"));
+  CHECK_FALSE(rank_reported("ddp-train: rank 99999999999999: failed"));
 }
 
 }  // namespace DDP_TEST_FILE

@@ -149,6 +149,22 @@ TEST_CASE("a rank thread that throws ends the run at once, in one line naming it
   CHECK_FALSE(std::filesystem::exists(dir.file("run/model.pt")));
 }
 
+TEST_CASE("under ddprun, a rank thread that fails is the rank its summary names",
+          "[threads][errors]") {
+  // The worker's own RANK is its process's: the summary named rank 0 for rank thread 1's failure.
+  TempDir dir;
+  auto sets = kConvNetSets;
+  sets.insert(sets.end(), {"dist.threads=2", "run.output_dir=" + dir.file("run")});
+  auto r = run_shell("DDPRUN_TEST_FAIL_AT_STEP=1:3 OMP_NUM_THREADS=1 " + bin("ddprun") +
+                         " --standalone --nproc-per-node 1 " + kConvNet + sets_text(sets),
+                     std::chrono::seconds(240));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("ddprun: rank 1 failed first: exit code 1 (a thread of the worker of local rank 0 on "));
+  CHECK_THAT(r.err, Contains("ddprun: last 1 stderr line(s) of rank 1's process:"));
+  CHECK_THAT(r.err, !Contains("rank 0 failed first"));
+}
+
 TEST_CASE("SIGINT stops rank threads with a checkpoint, which ddprun's processes resume to the same bits",
           "[threads][signals][gpt]") {
   TempDir data, dir;

@@ -1,5 +1,7 @@
 #include "ddp/launch/output_relay.h"
 
+#include <cctype>
+
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -132,6 +134,14 @@ const std::string kUsageErrorStart = "ddp-train: rank ";
 
 bool is_usage_error_line(const std::string& line) {
   return line.compare(0, kUsageErrorStart.size(), kUsageErrorStart) == 0 && line.find(": error: ") != std::string::npos;
+}
+
+std::optional<int> rank_reported(const std::string& line) {
+  if (line.compare(0, kUsageErrorStart.size(), kUsageErrorStart) != 0) return std::nullopt;
+  std::size_t at = kUsageErrorStart.size(), end = at;
+  while (end < line.size() && end - at < 9 && std::isdigit(static_cast<unsigned char>(line[end]))) ++end;
+  if (end == at || line.compare(end, 2, ": ") != 0) return std::nullopt;
+  return std::stoi(line.substr(at, end - at));
 }
 
 namespace {

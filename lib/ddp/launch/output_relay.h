@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@ struct RelayTarget {
 /// Whether a worker's stderr line is ddp-train's report of a usage error ("ddp-train: rank N: error: ..."),
 /// shown once for all ranks (Note [One usage error]).
 bool is_usage_error_line(const std::string& line);
+
+/// The rank a worker's stderr line is ddp-train's report for ("ddp-train: rank N: ..."), if it is
+/// one: under dist.threads a worker holds several ranks, and its report names the one that failed.
+std::optional<int> rank_reported(const std::string& line);
 
 /// Takes the progress line (Note [Progress lines]) off the terminal before the launcher writes a
 /// message of its own; it comes back with the next progress update.

@@ -453,6 +453,15 @@ class Attempt {
     stop_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_s * 1000));
   }
 
+  // The rank a worker's last report names: a worker of rank threads (dist.threads) holds several
+  // ranks, and its report names the one that failed; else the worker's own.
+  int reported_rank(const Worker& w) const {
+    const auto tail = relay_.stderr_tail(w.local_rank);
+    for (auto line = tail.rbegin(); line != tail.rend(); ++line)
+      if (auto rank = rank_reported(*line)) return *rank;
+    return w.rank;
+  }
+
   void summarize(const Failure& f) const {
     if (!f.worker) {
       say((f.interrupted ? "stopped: " : "failed: ") + f.description);
@@ -469,17 +478,21 @@ class Attempt {
       // came first; the logs would add nothing. The rank named is the one whose words those are.
       int rank = w.rank;
       for (const auto& said : workers_)
-        if (said.local_rank == *shown) rank = said.rank;
+        if (said.local_rank == *shown) rank = reported_rank(said);
       say("rank " + std::to_string(rank) + " stopped on a usage error (exit code " + std::to_string(kExitUsage) +
           "), for the reason above");
       return;
     }
-    say("rank " + std::to_string(w.rank) + " failed first: " + describe_wait_status(w.status) + " (local rank " +
-        std::to_string(w.local_rank) + " on " + options_.local_addr + ", pid " + std::to_string(w.pid) + ")");
+    const int reported = reported_rank(w);
+    const bool thread = reported != w.rank;
+    const std::string who = thread ? "rank " + std::to_string(reported) + "'s process" : "rank " + std::to_string(w.rank);
+    say("rank " + std::to_string(reported) + " failed first: " + describe_wait_status(w.status) +
+        " (" + (thread ? "a thread of the worker of " : "") + "local rank " + std::to_string(w.local_rank) + " on " +
+        options_.local_addr + ", pid " + std::to_string(w.pid) + ")");
     if (tail.empty()) {
-      say("rank " + std::to_string(w.rank) + " wrote nothing to stderr");
+      say(who + " wrote nothing to stderr");
     } else {
-      say("last " + std::to_string(tail.size()) + " stderr line(s) of rank " + std::to_string(w.rank) + ":");
+      say("last " + std::to_string(tail.size()) + " stderr line(s) of " + who + ":");
       for (const auto& line : tail) say("  | " + line);
     }
     int stopped = 0;
