@@ -185,12 +185,22 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
   CHECK(layout->sources.at("--master-addr") == "gpu03 (first of SLURM_STEP_NODELIST)");
   CHECK(layout->sources.at("--master-port") == "23456 (20000 + SLURM_JOB_ID % 10000)");
   CHECK(layout->sources.at("--run-id") == "slurm-123456.2 (SLURM_JOB_ID.SLURM_STEP_ID)");
-  auto batch = layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "3"},
-                          {"SLURM_JOB_NODELIST", "a[1-2],b3"}});
+  // Note [Slurm's batch step]: a batch script of one node is that node; of several, it is no step.
+  auto batch = layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"},
+                          {"SLURM_JOB_NODELIST", "a1"}});
   REQUIRE(batch.has_value());
-  CHECK(batch->nnodes == 3);
+  CHECK(batch->nnodes == 1);
   CHECK(batch->master_addr == "a1");
   CHECK(batch->run_id == "slurm-9");
+  CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "3"},
+                               {"SLURM_JOB_NODELIST", "a[1-2],b3"}}),
+                    "inside Slurm job 9 but in no job step (no SLURM_STEP_ID: its batch script or an salloc shell), "
+                    "where only this process runs, while the job has 3 nodes (SLURM_NNODES): start one per node or "
+                    "task with srun, as in `srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG` "
+                    "(docs/clusters.md)");
+  CHECK_THROWS_WITH(identity_of({{"SLURM_JOB_ID", "9"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}),
+                    Contains("while the job has 2 tasks (SLURM_NTASKS): start one per node or task with srun, as in "
+                             "`srun --ntasks-per-node=N ddp-train CONFIG`"));
   CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "x"}, {"SLURM_NODEID", "0"}}),
                     Contains("SLURM_JOB_ID=x is not a count Slurm would set"));
   CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "1"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"}}),

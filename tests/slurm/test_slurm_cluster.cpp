@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/subprocess.h"
@@ -275,6 +276,24 @@ TEST_CASE("with node names only Slurm knows, srun ddprun and srun ddp-train trai
   CHECK_FALSE(unknown_b.timed_out);
   CHECK_THAT(unknown_b.err, Contains("error: the master address sn9 does not resolve (") &&
                                 Contains("set MASTER_ADDR (or --master-addr) to an address of rank 0's node"));
+
+  // Note [Slurm's batch step]: a batch script that starts ddprun or ddp-train itself, without srun,
+  // runs once, on the first node; it fails at once, naming srun, rather than after the rendezvous
+  // time-out (300 s) waiting for nodes or tasks nobody started.
+  for (const auto& [name, layout, program] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"batch_a", "--nodes=2", bin("ddprun") + " --nproc-per-node 1 " + train},
+           {"batch_b", "--nodes=1 --ntasks=2", bin("ddp-train") + " " + train}}) {
+    auto batch = cluster.shell("sbatch --wait " + layout + " --output=" + cluster.file(name + ".out") + " --wrap '" +
+                                   program + cluster.file(name) + "'; echo status=$?",
+                               120);
+    const std::string log = read_file(cluster.file(name + ".out"));
+    INFO(name << ": " << batch.out << batch.err << log);
+    CHECK_FALSE(batch.timed_out);
+    CHECK_THAT(batch.out, Contains("status=2"));  // sbatch --wait exits with the job's status
+    CHECK_THAT(log, Contains("but in no job step (no SLURM_STEP_ID: its batch script or an salloc shell)") &&
+                        Contains(name == "batch_a" ? "while the job has 2 nodes" : "while the job has 2 tasks"));
+  }
 }
 
 TEST_CASE("an elastic job under Slurm: a second job's srun on another node joins the first at its next round, and "

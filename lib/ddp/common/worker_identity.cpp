@@ -56,6 +56,16 @@ WorkerIdentity from_slurm_task(const EnvironmentLookup& lookup) {
   return id;
 }
 
+// Note [Slurm's batch step]: a batch script (or an salloc shell) is no job step: it runs once, on
+// the first node of the allocation, without SLURM_STEP_ID, while the job's variables describe the
+// whole allocation. Read as a step, it would be node 0 (or task 0) of N and wait out the rendezvous
+// for the others, which nobody started. One such process per node comes from srun.
+std::string outside_a_step(const char* job, const std::string& count, const std::string& fix) {
+  return std::string("inside Slurm job ") + printable(job ? job : "", 20) + " but in no job step (no " +
+         slurm::kStepId + ": its batch script or an salloc shell), where only this process runs, while the job " +
+         "has " + count + ": start one per node or task with srun, as in `" + fix + "` (docs/clusters.md)";
+}
+
 // ddprun's variables (torchrun's and ours); without them, a single process started by hand.
 WorkerIdentity from_launcher(const EnvironmentLookup& lookup) {
   WorkerIdentity id;
@@ -85,6 +95,9 @@ WorkerIdentity worker_identity_from(const EnvironmentLookup& lookup) {
   // Under ddprun (RANK set), Slurm's variables are the launcher's business, not the worker's.
   if (lookup(env::kRank) || !lookup(slurm::kProcId) || !lookup(slurm::kJobId)) return from_launcher(lookup);
   WorkerIdentity id = from_slurm_task(lookup);
+  if (!lookup(slurm::kStepId) && id.world_size > 1)
+    throw UserError(outside_a_step(lookup(slurm::kJobId), std::to_string(id.world_size) + " tasks (" +
+                                   slurm::kNtasks + ")", "srun --ntasks-per-node=N ddp-train CONFIG"));
   if (const char* addr = lookup(env::kMasterAddr)) id.master_addr = addr;
   id.master_port = small_variable(lookup, env::kMasterPort, id.master_port);
   return id;
@@ -156,6 +169,9 @@ std::optional<SlurmLayout> slurm_layout(const EnvironmentLookup& lookup) {
   const char* nodes_name = step_or_job(lookup, slurm::kStepNumNodes, slurm::kNnodes);
   layout.nnodes = static_cast<int>(number(nodes_name, lookup(nodes_name), 1, kMaxNodes));
   layout.node_rank = static_cast<int>(number(slurm::kNodeId, node, 0, kMaxNodes));
+  if (!lookup(slurm::kStepId) && layout.nnodes > 1)
+    throw UserError(outside_a_step(job, std::to_string(layout.nnodes) + " nodes (" + nodes_name + ")",
+                                   "srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG"));
   const char* list_name = step_or_job(lookup, slurm::kStepNodeList, slurm::kJobNodeList);
   const char* list = lookup(list_name);
   if (!list)
