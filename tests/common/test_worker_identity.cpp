@@ -198,6 +198,15 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
                     "where only this process runs, while the job has 3 nodes (SLURM_NNODES): start one per node or "
                     "task with srun, as in `srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG` "
                     "(docs/clusters.md)");
+  // A step of several tasks on a node would start several ddpruns there.
+  CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODEID", "1"},
+                               {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "a[1-2]"},
+                               {"SLURM_STEP_TASKS_PER_NODE", "1,2"}}),
+                    Catch::StartsWith("this Slurm job step runs 2 tasks on this node (SLURM_STEP_TASKS_PER_NODE=1,2), "
+                                      "and each would be a ddprun starting the node's ranks: run one a node"));
+  CHECK(layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_NODES", "2"},
+                   {"SLURM_STEP_NODELIST", "a[1-2]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}})
+            .has_value());
   CHECK_THROWS_WITH(identity_of({{"SLURM_JOB_ID", "9"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}),
                     Contains("while the job has 2 tasks (SLURM_NTASKS): start one per node or task with srun, as in "
                              "`srun --ntasks-per-node=N ddp-train CONFIG`"));

@@ -172,6 +172,16 @@ std::optional<SlurmLayout> slurm_layout(const EnvironmentLookup& lookup) {
   if (!lookup(slurm::kStepId) && layout.nnodes > 1)
     throw UserError(outside_a_step(job, std::to_string(layout.nnodes) + " nodes (" + nodes_name + ")",
                                    "srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG"));
+  // ddprun starts its node's ranks itself: a step of several tasks on this node would start
+  // several ddpruns, each taking this node's rank, which fail on each other's port or node rank.
+  if (const char* per_node = lookup(slurm::kStepTasksPerNode)) {
+    auto counts = expand_counts(per_node);
+    if (static_cast<std::size_t>(layout.node_rank) < counts.size() && counts[layout.node_rank] > 1)
+      throw UserError("this Slurm job step runs " + std::to_string(counts[layout.node_rank]) + " tasks on this node (" +
+                      slurm::kStepTasksPerNode + "=" + printable(per_node, 40) + "), and each would be a ddprun "
+                      "starting the node's ranks: run one a node (srun --ntasks-per-node=1 ddprun "
+                      "--nproc-per-node=N), or one task a rank without ddprun (srun --ntasks-per-node=N ddp-train)");
+  }
   const char* list_name = step_or_job(lookup, slurm::kStepNodeList, slurm::kJobNodeList);
   const char* list = lookup(list_name);
   if (!list)
