@@ -340,8 +340,11 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
   record.emplace_back("eval_samples", static_cast<double>(result.samples));
   if (result.interrupted) {
     record.emplace_back("eval_interrupted", 1);
-    spdlog::warn("eval at step {} ({}) interrupted after {} of its {} samples:{} over those", progress.step,
-                 epoch_text(progress), result.samples, result.planned, values);
+    if (result.samples == 0)
+      spdlog::warn("eval at step {} ({}) interrupted before its first batch", progress.step, epoch_text(progress));
+    else
+      spdlog::warn("eval at step {} ({}) interrupted after {} of its {} samples:{} over those", progress.step,
+                   epoch_text(progress), result.samples, result.planned, values);
   } else {
     spdlog::info("eval at step {} ({}):{} over {} samples", progress.step, epoch_text(progress), values,
                  result.samples);
