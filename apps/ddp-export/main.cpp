@@ -82,8 +82,12 @@ int main(int argc, char** argv) {
     if (!fs::is_regular_file(config_path))
       throw ddp::FileError(config_path + ": no such file (RUN is a run directory: its config.yaml says the model)");
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
-    config.model.init_from.clear();  // the checkpoint's weights replace them: never read the run's starting point
+    // The checkpoint's weights replace them: never read the run's starting point, but a Hugging Face
+    // directory's other config.json keys go with the export as with the run's end.
+    const std::string started_from = config.model.init_from;
+    config.model.init_from.clear();
     std::shared_ptr<ddp::Model> model = ddp::make_model(config.model);
+    if (fs::is_directory(started_from)) model->set_hugging_face_source(started_from);
 
     std::string source;
     int64_t step = -1;
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
         spdlog::warn("skipping checkpoint {}: {}; trying the previous one", checkpoint->manifest_path, e.what());
         older_than = checkpoint->step;
         model = ddp::make_model(config.model);  // nothing half-read goes out
+        if (fs::is_directory(started_from)) model->set_hugging_face_source(started_from);
       }
     }
     if (step >= 0) {

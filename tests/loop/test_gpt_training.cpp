@@ -235,7 +235,13 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
     ddp::write_safetensors(hub.file("model-00001-of-00002.safetensors"), first);
     ddp::write_safetensors(hub.file("model-00002-of-00002.safetensors"), second);
     write_file(hub.file("model.safetensors.index.json"), "{\"metadata\": {}, \"weight_map\": {" + map + "}}");
-    write_file(hub.file("config.json"), read_file(dir.file("out/config.json")));
+    // With what a hub's config.json has besides the architecture: token ids, the context it was made for.
+    std::string hub_config = read_file(dir.file("out/config.json"));
+    hub_config.replace(hub_config.find('{'), 1, R"({"bos_token_id": 128000, "eos_token_id": [128001, 128009], )");
+    const std::string trained_at = "\"max_position_embeddings\": 32";
+    REQUIRE(hub_config.find(trained_at) != std::string::npos);
+    hub_config.replace(hub_config.find(trained_at), trained_at.size(), "\"max_position_embeddings\": 131072");
+    write_file(hub.file("config.json"), hub_config);
   }
   // The YAML names only what it trains on: config.json gives the architecture.
   auto again = [&](const std::string& name, std::vector<std::string> more, int world = 1) {
@@ -246,6 +252,19 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
   auto imported = again("imported", {"model.init_from=" + hub.path()});
   INFO(imported.out << imported.err);
   REQUIRE(imported.exit_code == 0);
+  // Its config.json keeps the hub's token ids and context (Llama's rotary positions reach past the
+  // 32 trained at), at the run's end and in an export of its checkpoint.
+  auto exported = run_command({bin("ddp-export"), dir.file("imported"), "-o", dir.file("imported_export")},
+                              std::chrono::seconds(120));
+  INFO(exported.out << exported.err);
+  REQUIRE(exported.exit_code == 0);
+  for (const std::string written : {"imported/config.json", "imported_export/config.json"}) {
+    INFO(written);
+    const std::string text = read_file(dir.file(written));
+    CHECK_THAT(text, Contains("\"bos_token_id\": 128000") && Contains("\"max_position_embeddings\": 131072") &&
+                         Contains("\"rope_type\": \"llama3\""));
+    CHECK_THAT(text, Contains("\"eos_token_id\": [\n    128001,\n    128009\n  ]"));
+  }
   auto fresh = again("fresh", {"model.n_kv_heads=1", "model.dim=32"});
   REQUIRE(fresh.exit_code == 0);
   const double start = metric_value(dir.file("imported/metrics.jsonl"), "eval_loss", /*last=*/false);

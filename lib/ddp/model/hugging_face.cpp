@@ -174,8 +174,25 @@ void write_hugging_face_weights(const std::string& dir, const std::vector<std::p
   remove_shards(files);
 }
 
-void write_hugging_face_config(const std::string& dir, const Json& config) {
-  write_file_atomically((fs::path(dir) / kConfig).string(), config.dump(2) + "\n");
+void write_hugging_face_config(const std::string& dir, const Json& config, const Json& carried) {
+  Json merged = carried.is_object() ? carried : Json::object();
+  merged.update(config);
+  write_file_atomically((fs::path(dir) / kConfig).string(), merged.dump(2) + "\n");
+}
+
+Json carried_hugging_face_config(const std::string& source) {
+  std::error_code error;
+  if (source.empty() || !fs::is_regular_file(fs::path(source) / kConfig, error)) return Json::object();
+  Json config;
+  try {
+    config = read_json((fs::path(source) / kConfig).string());
+  } catch (const FileError&) {
+    return Json::object();  // read when the run began; gone or changed since, it carries nothing
+  }
+  if (!config.is_object()) return Json::object();
+  // transformers 5's names for what the families write as rope_theta, rope_scaling and torch_dtype.
+  for (const char* written_otherwise : {"rope_parameters", "dtype"}) config.erase(written_otherwise);
+  return config;
 }
 
 }  // namespace ddp

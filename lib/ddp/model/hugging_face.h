@@ -47,7 +47,14 @@ void write_hugging_face_weights(const std::string& dir, const std::vector<std::p
                                 int64_t max_shard_bytes);
 
 /// Writes `config` as DIR/config.json, indented as transformers writes it; atomic; FileError or IoError.
-void write_hugging_face_config(const std::string& dir, const nlohmann::json& config);
+/// With `carried` (an object: the config.json a model came from, carried_hugging_face_config), its
+/// keys that `config` does not set come too (the token ids, the tokenizer's settings), so that a
+/// downloaded model fine-tuned and written out keeps them; `config`'s own keys win.
+void write_hugging_face_config(const std::string& dir, const nlohmann::json& config, const nlohmann::json& carried);
+
+/// SOURCE/config.json as an object, without what every family writes in its own names (the rope
+/// settings, the dtype); an empty object when `source` is "" or holds none that reads.
+nlohmann::json carried_hugging_face_config(const std::string& source);
 
 // Each family with a Hugging Face twin reads its config.json, in its own .cpp (hugging_face.cpp
 // chooses by model_type): the model.* assignments, FileError naming `file` and the fault.

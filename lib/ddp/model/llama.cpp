@@ -323,6 +323,12 @@ class Llama : public Model {
                       {"high_freq_factor", c.rope_high_freq_factor},
                       {"original_max_position_embeddings", c.rope_original_context}};
     const auto dtype = decoder_->embed_tokens->weight.scalar_type();
+    const nlohmann::json carried = carried_hugging_face_config(hugging_face_source());
+    // Rotary positions reach past the context trained at: a model made for a longer one keeps it.
+    int64_t positions = block_size_;
+    if (auto made_for = carried.find("max_position_embeddings");
+        made_for != carried.end() && made_for->is_number_integer())
+      positions = std::max(positions, made_for->get<int64_t>());
     write_hugging_face_config(output_dir, {{"architectures", {"LlamaForCausalLM"}},
                                            {"model_type", "llama"},
                                            {"vocab_size", c.vocab_size},
@@ -333,7 +339,7 @@ class Llama : public Model {
                                            {"num_key_value_heads", c.n_kv_heads > 0 ? c.n_kv_heads : c.n_head},
                                            {"head_dim", c.dim / c.n_head},
                                            {"hidden_act", "silu"},
-                                           {"max_position_embeddings", block_size_},
+                                           {"max_position_embeddings", positions},
                                            {"initializer_range", kInitStd},
                                            {"rms_norm_eps", c.norm_eps},
                                            {"rope_theta", c.rope_theta},
@@ -344,7 +350,8 @@ class Llama : public Model {
                                            {"tie_word_embeddings", c.tie_embeddings},
                                            {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16"
                                                            : dtype == torch::kHalf  ? "float16"
-                                                                                    : "float32"}});
+                                                                                    : "float32"}},
+                              carried);
   }
 
   // The embedding, each decoder layer, then the final norm with the head: a stage boundary may fall

@@ -1,4 +1,6 @@
 #include "ddp/model/model_registry.h"
+
+#include <filesystem>
 #include "ddp/model/token_stepper.h"
 
 #include <optional>
@@ -61,6 +63,9 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
     }
   }
   if (deferred && deferred->pending() > 0) model->deferred_init_ = std::move(deferred);
+  std::error_code error;
+  if (!config.init_from.empty() && std::filesystem::is_directory(config.init_from, error))
+    model->hugging_face_source_ = config.init_from;
   return model;
 }
 

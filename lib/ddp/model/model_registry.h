@@ -96,6 +96,12 @@ class Model : public torch::nn::Module {
   /// null when the model was built whole.
   DeferredInit* deferred_init() const { return deferred_init_.get(); }
 
+  /// The Hugging Face directory the model's weights came from (model.init_from: DIR), whose
+  /// config.json's other keys (token ids, the context it was made for) save_extras carries into the
+  /// model's own; "" when none. ddp-export, which builds the model without reading them, names it.
+  const std::string& hugging_face_source() const { return hugging_face_source_; }
+  void set_hugging_face_source(std::string dir) { hugging_face_source_ = std::move(dir); }
+
   /// nn::Module's moves, which would read a parameter that waits for its values: such a one moves
   /// without them (DeferredInit::move_waiting), and gets them where it now is.
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
@@ -122,6 +128,7 @@ class Model : public torch::nn::Module {
   TableLookup* lookup_ = nullptr;
   bool wrapped_ = false;  // wrap_blocks() was called
   std::shared_ptr<DeferredInit> deferred_init_;
+  std::string hugging_face_source_;
   friend std::shared_ptr<Model> make_model(const ModelConfig&, const ModelContext&);
 };
 
