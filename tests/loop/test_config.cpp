@@ -538,4 +538,18 @@ TEST_CASE("model.embedding_sharding: sharded tables refuse a dense update, pipel
                     Contains("optim.embeddings: updates replicated tables row by row with dist.pipeline 1 for now"));
 }
 
+TEST_CASE("model.init_from's config.json against the YAML: the same model said otherwise is no conflict",
+          "[config][hugging_face]") {
+  ddp::test::TempDir dir;
+  ddp::test::write_file(dir.file("config.json"), R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                                     "num_key_value_heads": 4, "num_hidden_layers": 2,
+                                                     "intermediate_size": 96, "vocab_size": 300})");
+  const std::string yaml = "model: {name: llama, init_from: " + dir.path() + "}\ntrain: {task: causal_lm}\n" +
+                           "data: {dataset: tokens, path: x.bin, eval_split: none}\n";
+  // n_kv_heads 0 is "as many as n_head": a run's own config.yaml says 0 where its config.json says 4.
+  CHECK_NOTHROW(parse(yaml, {"model.n_kv_heads=0"}));
+  CHECK_THROWS_WITH(parse(yaml, {"model.n_kv_heads=2"}),
+                    Contains("model.n_kv_heads: 2 here, but " + dir.path() + "/config.json (model.init_from) makes it 4"));
+}
+
 }  // namespace DDP_TEST_FILE

@@ -179,10 +179,15 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
     layer(merged_schema, imported, root, source, file_dir, overrides);
     // A key the file or an override set to another value than config.json's: which one is meant?
     const YAML::Node ours = YAML::Load(merged_schema.to_yaml()), theirs = YAML::Load(alone_schema.to_yaml());
+    // Values that say the same model differently: n_kv_heads 0 is "as many as n_head".
+    auto meant = [](const YAML::Node& config, const std::string& key) {
+      const std::string value = value_of(config, key);
+      return key == "model.n_kv_heads" && value == "0" ? value_of(config, "model.n_head") : value;
+    };
     std::string conflicts;
     for (const auto& assignment : imported) {
       const std::string key = assignment.substr(0, assignment.find('='));
-      if (value_of(ours, key) != value_of(theirs, key))
+      if (meant(ours, key) != meant(theirs, key))
         conflicts += (conflicts.empty() ? "" : "\n") + key + ": " + value_of(ours, key) + " here, but " +
                      directory + "/config.json (model.init_from) makes it " + value_of(theirs, key) +
                      "; leave it out, or train another architecture without model.init_from";
