@@ -85,6 +85,8 @@ TEST_CASE("a broken Criteo log is refused naming the file, the line and the faul
                                                   "hexadecimal (at most 8 digits)");
   files.refused(line("1", {}, {"123456789"}) + "\n", "line 1: categorical C1 is '123456789'");
   files.refused(line("1", {}, {"", "", "-5"}) + "\n", "line 1: categorical C3 is '-5', expected a 32-bit hash");
+  // A value with control bytes is shown escaped: the message reaches a terminal.
+  files.refused(line("1", {}, {std::string("1f\0\x1b[2J", 7)}) + "\n", "line 1: categorical C1 is '1f\\x00\\x1b[2J'");
   files.refused(good + "\n" + good, "line 2: an empty line");
   files.refused(line("1", {"99999999999999999999"}, {}) + "\n", "line 1: count I1 is '99999999999999999999', expected an "
                                                                 "integer of at most 64 bits");

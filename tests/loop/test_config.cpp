@@ -465,7 +465,10 @@ TEST_CASE("a pipeline's default microbatches keep the stages busy and are never 
   CHECK(share_pipeline_batch(64, 1, 2, 0, 8).grad_accum_steps == 8);
   CHECK(share_pipeline_batch(64, 1, 2, 0, 8).batch_size == 8);
   CHECK(share_pipeline_batch(60, 1, 2, 0, 8).grad_accum_steps == 10);  // the first count past 2P that divides 60
-  CHECK(share_pipeline_batch(64, 1, 2, 2, 8).batch_size == 32);        // dist.microbatches given: as given
+  CHECK(share_pipeline_batch(64, 1, 2, 2, 8).batch_size == 32);        // dist.microbatches given: as given, and said
+  CHECK_THAT(share_pipeline_batch(64, 1, 2, 2, 8).formation,
+             Catch::Contains("2 microbatches of 32 (above train.batch_size 8, as dist.microbatches 2 asks) a step"));
+  CHECK_THAT(share_pipeline_batch(64, 1, 2, 0, 8).formation, !Catch::Contains("above"));
   CHECK_THROWS_WITH(share_pipeline_batch(64, 1, 2, 3, 8), Catch::Contains("use a dist.microbatches that divides"));
 }
 

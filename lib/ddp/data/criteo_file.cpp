@@ -17,6 +17,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/data/cache_seal.h"
 #include "ddp/data/data_config.h"
 #include "ddp/data/dataset_format.h"
@@ -165,12 +166,12 @@ void for_each_impression(const std::string& path, const std::function<void(float
                   " (the label, 13 counts, 26 categorical values, tab-separated)" +
                   (line_number == 1 && line.rfind("\x1f\x8b", 0) == 0 ? "; it is gzip-compressed: decompress it first" : ""));
     if (fields[0] != "0" && fields[0] != "1")
-      throw fault("the label is '" + std::string(fields[0]) + "', expected 0 or 1");
+      throw fault("the label is '" + printable(fields[0], 40) + "', expected 0 or 1");
     for (int64_t j = 0; j < kCriteoDense; ++j) {
       std::string_view field = fields[1 + j];
       int64_t value = 0;
       if (!field.empty() && !parse_whole(field, value, 10))
-        throw fault("count I" + std::to_string(j + 1) + " is '" + std::string(field) +
+        throw fault("count I" + std::to_string(j + 1) + " is '" + printable(field, 40) +
                     "', expected an integer of at most 64 bits");
       features[j] = std::log1p(static_cast<double>(std::max<int64_t>(value, 0)));
     }
@@ -178,7 +179,7 @@ void for_each_impression(const std::string& path, const std::function<void(float
       std::string_view field = fields[1 + kCriteoDense + j];
       uint32_t value = 0;
       if (!field.empty() && (field.size() > 8 || !parse_whole(field, value, 16)))
-        throw fault("categorical C" + std::to_string(j + 1) + " is '" + std::string(field) +
+        throw fault("categorical C" + std::to_string(j + 1) + " is '" + printable(field, 40) +
                     "', expected a 32-bit hash in hexadecimal (at most 8 digits)");
       features[kCriteoDense + j] = static_cast<double>(value);
     }

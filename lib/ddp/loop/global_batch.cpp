@@ -67,9 +67,14 @@ GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int st
                                 key == "train.global_batch_size"
                                     ? fmt::format(", or a global batch that is a multiple of {}", replicas * count)
                                     : ""));
+  // dist.microbatches given may make them larger than train.batch_size: as asked, but said.
+  const std::string larger =
+      share / count > max_batch
+          ? fmt::format(" (above train.batch_size {}, as dist.microbatches {} asks)", max_batch, microbatches)
+          : "";
   return {share / count, count,
-          fmt::format("global batch {} = {} replica(s) of {} pipeline stages × {} microbatches of {} a step",
-                      global_batch, replicas, stages, count, share / count),
+          fmt::format("global batch {} = {} replica(s) of {} pipeline stages × {} microbatches of {}{} a step",
+                      global_batch, replicas, stages, count, share / count, larger),
           true};
 }
 
