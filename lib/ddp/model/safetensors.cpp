@@ -16,6 +16,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 
 namespace ddp {
 
@@ -141,9 +142,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     read_exactly(fd_, header.data(), header_bytes, 8, path);
     if (header.empty() || header.front() != '{')
       throw FileError(path + ": the header does not start with '{': not a safetensors file, or a corrupt one");
-    auto json = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object())
-      throw FileError(path + ": the header is not a JSON object: a corrupt file");
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(header);
+    } catch (const nlohmann::json::exception& e) {  // the parser's words say where and what
+      throw FileError(path + ": the header is not JSON that can be read (" + printable(e.what(), 200) +
+                      "): a corrupt file");
+    }
+    if (!json.is_object()) throw FileError(path + ": the header is not a JSON object: a corrupt file");
     for (const auto& [name, value] : json.items()) {
       if (name == "__metadata__") {
         if (!value.is_object()) throw FileError(path + ": __metadata__ is not a map of strings");
