@@ -243,7 +243,7 @@ TEST_CASE("resuming at another world size with another number of samples a step 
   auto rate = run_shell(ddprun_command(1, "synthetic_mlp.yaml", scaled));
   CHECK(rate.exit_code == 2);
   CHECK_THAT(rate.err, Contains("optim.lr_scaling: linear scales the learning rate by the world size") &&
-                           Contains("written by 2 data-parallel replica(s), would go on at another rate with 1; resume with as many"));
+                           Contains("written at 2, would go on at another rate at 1; resume with as many"));
   auto chunked = sets;
   chunked[0] = "run.output_dir=" + dir.file("chunked");
   chunked[1] = "train.max_steps=20";

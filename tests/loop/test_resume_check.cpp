@@ -174,4 +174,28 @@ TEST_CASE("a pipeline's resume fix keeps to what train.global_batch_size allows:
       saved, {1, share.batch_size, share.grad_accum_steps, share.microbatched, 2}, config, "step_10.pt"));
 }
 
+TEST_CASE("under optim.lr_scaling a resume keeps the ranks the rate was scaled by, not the replicas",
+          "[loop][resume][pipeline]") {
+  ddp::TrainConfig config;
+  config.optim.lr_scaling = "linear";
+  config.train.batch_size = 16;
+  // Written at world 2 replicated (2 replicas, rate × 2): 2 stages at world 2 (1 replica, rate × 2)
+  // train the same 32 samples a step at the same rate, and resume.
+  ddp::TrainProgress replicated{10, 0, 0, 16, 2, 1};
+  replicated.lr_ranks = 2;
+  CHECK_NOTHROW(ddp::check_resume_layout(replicated, ddp::StepShape{1, 16, 2, true, 1, 2}, config, "step_10.pt"));
+  // Written at world 1 with 2 micro-steps (rate × 1): 2 stages at world 2, one replica of the same
+  // 32 samples, would scale it by 2.
+  ddp::TrainProgress alone{10, 0, 0, 16, 1, 2};
+  alone.lr_ranks = 1;
+  CHECK_THROWS_WITH(ddp::check_resume_layout(alone, ddp::StepShape{1, 16, 2, true, 1, 2}, config, "step_10.pt"),
+                    Catch::Contains("optim.lr_scaling: linear scales the learning rate by the ranks a step's batch "
+                                    "counts (each pipeline stage, a dist.tensor group once), so step_10.pt, written at "
+                                    "1, would go on at another rate at 2"));
+  // A checkpoint from before lr_ranks was recorded scaled by its replicas.
+  alone.lr_ranks = 0;
+  CHECK_THROWS_WITH(ddp::check_resume_layout(alone, ddp::StepShape{1, 16, 2, true, 1, 2}, config, "step_10.pt"),
+                    Catch::Contains("written at 1, would go on at another rate at 2"));
+}
+
 }  // namespace DDP_TEST_FILE

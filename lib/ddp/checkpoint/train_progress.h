@@ -22,6 +22,9 @@ struct TrainProgress {
   /// The learning rate of the last step done: a resume says when its schedule gives the next step
   /// a higher one. Negative: unknown (no step yet, or a checkpoint from before it was recorded).
   double lr = -1;
+  /// The ranks optim.lr_scaling scaled the rate by (batch_ranks: a pipeline's stages each, a tensor
+  /// group once). 0: unknown (older checkpoints, which scaled by world_size).
+  int64_t lr_ranks = 0;
 };
 
 // Note [Epoch numbering]: epochs count from 1 wherever they are read (log lines, the progress line,

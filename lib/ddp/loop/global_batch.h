@@ -15,6 +15,7 @@ struct StepShape {
   int64_t accum_steps = 1;  ///< micro-steps per optimizer step (dist.microbatches under a pipeline)
   bool microbatched = false;      ///< accum_steps is a pipeline's dist.microbatches, not train.grad_accum_steps
   int64_t given_accum_steps = 1;  ///< train.grad_accum_steps as the config gives it, for advice that must keep it
+  int64_t lr_ranks = 1;           ///< the ranks optim.lr_scaling scales by (batch_ranks)
 
   int64_t samples() const { return replicas * batch_size * accum_steps; }
 };

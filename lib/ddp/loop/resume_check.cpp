@@ -122,10 +122,13 @@ void check_resume_layout(const TrainProgress& saved, const StepShape& now, const
   if (other_world && config.sampler.split == "chunk")
     throw UserError("sampler.split: chunk gives each rank a fixed part of the data, so " + source + ", written by " +
                     number(saved.world_size) + " ranks, resumes only at that world size" + kRestartHint);
-  if (other_world && config.optim.lr_scaling != "none")
-    throw UserError("optim.lr_scaling: " + config.optim.lr_scaling + " scales the learning rate by the world size, so " +
-                    source + ", written by " + number(saved.world_size) + " data-parallel replica(s), would go on " +
-                    "at another rate with " + number(now.replicas) + "; resume with as many" + kRestartHint);
+  // Checkpoints from before lr_ranks was recorded scaled by their replicas.
+  const int64_t saved_rate_ranks = saved.lr_ranks > 0 ? saved.lr_ranks : saved.world_size;
+  if (config.optim.lr_scaling != "none" && saved_rate_ranks != 0 && saved_rate_ranks != now.lr_ranks)
+    throw UserError("optim.lr_scaling: " + config.optim.lr_scaling + " scales the learning rate by the ranks a step's " +
+                    "batch counts (each pipeline stage, a dist.tensor group once), so " + source + ", written at " +
+                    number(saved_rate_ranks) + ", would go on at another rate at " + number(now.lr_ranks) +
+                    "; resume with as many" + kRestartHint);
   if (saved.batch_size == 0) {  // written before batch sizes were recorded: only its own world size is known to fit
     if (other_world)
       throw UserError("train.batch_size: " + source + " does not record its batch size, so it resumes only at its world size " +

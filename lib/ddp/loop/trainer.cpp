@@ -70,9 +70,9 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   const Communicator& replicas = plan_->data_parallel();  // the ranks that split the samples
   // Before anything is written: a global batch the layout cannot split ends the run here.
   GlobalBatchShare share = share_step(config_, world.world_size);
-  lr_ranks_ = batch_ranks(config_, world.world_size);
+
   step_shape_ = {replicas.world_size, share.batch_size, share.grad_accum_steps, share.microbatched,
-                 config_.train.grad_accum_steps};
+                 config_.train.grad_accum_steps, batch_ranks(config_, world.world_size)};
   config_.train.batch_size = share.batch_size;
   config_.train.grad_accum_steps = share.grad_accum_steps;
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_,
@@ -115,7 +115,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   parallel_ = parallelize(*task_, *plan_, config_, side_values_);  // Note [Passes]
   recorder_->set_rank_part(parallel_->part);
   recorder_->report_setup_memory();
-  double lr = scaled_lr(config_.optim, lr_ranks_);
+  double lr = scaled_lr(config_.optim, static_cast<int>(step_shape_.lr_ranks));
   std::vector<torch::Tensor> optimized = optimizer_parameters(*parallel_, *plan_);
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
@@ -123,6 +123,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   checkpointer_->set_run_identity({resolved, task_->data_fingerprint()});
   progress_.batch_size = config_.train.batch_size;
   progress_.accum_steps = config_.train.grad_accum_steps;
+  progress_.lr_ranks = step_shape_.lr_ranks;
   resume();
   set_up_step_graph();  // after resume: the optimizer's state is the one steps will update
   return_setup_memory();
@@ -189,7 +190,7 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   check_resume_layout(reader.progress(), step_shape_, config_, source);
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   layout.whole_optimizer = [this](const std::vector<torch::Tensor>& whole) {  // format 1's whole checkpoints
-    return make_optimizer(whole, config_.optim, scaled_lr(config_.optim, lr_ranks_));
+    return make_optimizer(whole, config_.optim, scaled_lr(config_.optim, static_cast<int>(step_shape_.lr_ranks)));
   };
   reader.check_fits(layout, task_->model(), *optimizer_);
   std::string problem = reader.read_pieces(layout);
@@ -230,6 +231,7 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
                                (replicas() * config_.train.batch_size);
   progress_.batch_size = config_.train.batch_size;
   progress_.accum_steps = config_.train.grad_accum_steps;
+  progress_.lr_ranks = step_shape_.lr_ranks;
   last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
   checkpointer_->mark_saved(progress_.step);
   if (plan_->world().rank == 0)

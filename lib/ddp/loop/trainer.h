@@ -83,7 +83,6 @@ class Trainer {
 
   TrainConfig config_;
   StepShape step_shape_;  ///< how this run makes a step's samples (Note [Global batch]), for check_resume_layout
-  int lr_ranks_ = 1;      ///< the ranks optim.lr_scaling scales by (batch_ranks)
   std::unique_ptr<ParallelPlan> plan_;
   ValueSlots side_values_;  // before their participants: the recorder's monitor, the stop vote, the gradient sync
   std::unique_ptr<RunRecorder> recorder_;
