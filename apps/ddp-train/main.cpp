@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
     spdlog::set_level(identity.rank == 0 ? spdlog::level::info : spdlog::level::warn);
     if (identity.rank == 0)
       for (const auto& notice : ddp::config_notices(config)) spdlog::warn("{}", notice);
+    // Note [Slurm's batch step]: the world Slurm's job gives is no world of ranks here, unless the
+    // command line gives one.
+    if (!identity.outside_slurm_step.empty() && !app.count("--world-size")) throw ddp::UserError(identity.outside_slurm_step);
     if (ddp::rank_threads(config.dist) > 0) return ddp::run_rank_threads(config, identity, errors);
     trainer = std::make_unique<ddp::Trainer>(std::move(config), identity);
     int stopped_by = trainer->fit();

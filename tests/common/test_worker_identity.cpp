@@ -192,24 +192,31 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
   CHECK(batch->nnodes == 1);
   CHECK(batch->master_addr == "a1");
   CHECK(batch->run_id == "slurm-9");
-  CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "3"},
-                               {"SLURM_JOB_NODELIST", "a[1-2],b3"}}),
-                    "inside Slurm job 9 but in no job step (no SLURM_STEP_ID: its batch script or an salloc shell), "
-                    "where only this process runs, while the job has 3 nodes (SLURM_NNODES): start one per node or "
-                    "task with srun, as in `srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG` "
-                    "(docs/clusters.md)");
+  CHECK(batch->nnodes_refusal.empty());
+  auto several = layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "3"},
+                            {"SLURM_JOB_NODELIST", "a[1-2],b3"}});
+  REQUIRE(several.has_value());
+  CHECK(several->nnodes_refusal ==
+        "inside Slurm job 9 but in no job step (no SLURM_STEP_ID: its batch script or an salloc shell), where only "
+        "this process runs, while the job has 3 nodes (SLURM_NNODES): start one per node or task with srun, as in "
+        "`srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG` (docs/clusters.md); or --standalone for this "
+        "node alone");
   // A step of several tasks on a node would start several ddpruns there.
-  CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODEID", "1"},
-                               {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "a[1-2]"},
-                               {"SLURM_STEP_TASKS_PER_NODE", "1,2"}}),
-                    Catch::StartsWith("this Slurm job step runs 2 tasks on this node (SLURM_STEP_TASKS_PER_NODE=1,2), "
-                                      "and each would be a ddprun starting the node's ranks: run one a node"));
+  auto crowded = layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODEID", "1"},
+                            {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "a[1-2]"},
+                            {"SLURM_STEP_TASKS_PER_NODE", "1,2"}});
+  REQUIRE(crowded.has_value());
+  CHECK_THAT(crowded->node_rank_refusal,
+             Catch::StartsWith("this Slurm job step runs 2 tasks on this node (SLURM_STEP_TASKS_PER_NODE=1,2), and "
+                               "each would be a ddprun starting the node's ranks: run one a node"));
   CHECK(layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_NODES", "2"},
                    {"SLURM_STEP_NODELIST", "a[1-2]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}})
-            .has_value());
-  CHECK_THROWS_WITH(identity_of({{"SLURM_JOB_ID", "9"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}),
-                    Contains("while the job has 2 tasks (SLURM_NTASKS): start one per node or task with srun, as in "
-                             "`srun --ntasks-per-node=N ddp-train CONFIG`"));
+            ->node_rank_refusal.empty());
+  CHECK_THAT(identity_of({{"SLURM_JOB_ID", "9"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).outside_slurm_step,
+             Contains("while the job has 2 tasks (SLURM_NTASKS): start one per node or task with srun, as in "
+                      "`srun --ntasks-per-node=N ddp-train CONFIG`"));
+  CHECK(identity_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})
+            .outside_slurm_step.empty());
   CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "x"}, {"SLURM_NODEID", "0"}}),
                     Contains("SLURM_JOB_ID=x is not a count Slurm would set"));
   CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "1"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"}}),

@@ -33,4 +33,36 @@ TEST_CASE("ddprun in a Slurm job step takes its layout from it and says so, whil
   CHECK_THAT(off.out, !Contains("slurm-4242"));
 }
 
+TEST_CASE("in a Slurm batch script of several nodes or tasks, what the job would give is refused, and what the command "
+          "line gives runs", "[launch][slurm]") {
+  // Note [Slurm's batch step]: no SLURM_STEP_ID, while the job's variables describe the allocation.
+  TempDir dir;
+  std::string batch = "SLURM_JOB_ID=4242 SLURM_NODEID=0 SLURM_NNODES=2 SLURM_JOB_NODELIST=localhost,n2 SLURM_PROCID=0 "
+                      "SLURM_NTASKS=2 OMP_NUM_THREADS=1 ";
+  auto refused = run_shell(batch + bin("ddprun") + " --nproc-per-node 1 -- true", std::chrono::seconds(30));
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Contains("ddprun: error: inside Slurm job 4242 but in no job step") &&
+                              Contains("while the job has 2 nodes (SLURM_NNODES)") && Contains("--standalone"));
+  auto given = run_shell(batch + bin("ddprun") + " --nnodes 1 --node-rank 0 --nproc-per-node 1 -- true",
+                         std::chrono::seconds(30));
+  INFO(given.out << given.err);
+  CHECK(given.exit_code == 0);
+
+  const std::string config = std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml";
+  auto help = run_shell(batch + bin("ddp-train") + " --help", std::chrono::seconds(30));
+  CHECK(help.exit_code == 0);
+  auto print = run_shell(batch + bin("ddp-train") + " --print-config " + config, std::chrono::seconds(30));
+  CHECK(print.exit_code == 0);
+  auto task = run_shell(batch + bin("ddp-train") + " " + config + " --set run.output_dir=" + dir.file("task"),
+                        std::chrono::seconds(30));
+  CHECK(task.exit_code == 2);
+  CHECK_THAT(task.err, Contains("ddp-train: rank 0: error: inside Slurm job 4242 but in no job step") &&
+                           Contains("while the job has 2 tasks (SLURM_NTASKS)"));
+  auto alone = run_shell(batch + bin("ddp-train") + " --rank 0 --world-size 1 " + config +
+                             " --set train.max_steps=1 --set data.eval_split=none --set run.output_dir=" + dir.file("alone"),
+                         std::chrono::seconds(60));
+  INFO(alone.out << alone.err);
+  CHECK(alone.exit_code == 0);
+}
+
 }  // namespace DDP_TEST_FILE

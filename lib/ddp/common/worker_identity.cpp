@@ -96,8 +96,9 @@ WorkerIdentity worker_identity_from(const EnvironmentLookup& lookup) {
   if (lookup(env::kRank) || !lookup(slurm::kProcId) || !lookup(slurm::kJobId)) return from_launcher(lookup);
   WorkerIdentity id = from_slurm_task(lookup);
   if (!lookup(slurm::kStepId) && id.world_size > 1)
-    throw UserError(outside_a_step(lookup(slurm::kJobId), std::to_string(id.world_size) + " tasks (" +
-                                   slurm::kNtasks + ")", "srun --ntasks-per-node=N ddp-train CONFIG"));
+    id.outside_slurm_step = outside_a_step(lookup(slurm::kJobId), std::to_string(id.world_size) + " tasks (" +
+                                           slurm::kNtasks + ")", "srun --ntasks-per-node=N ddp-train CONFIG") +
+                            "; or give --world-size 1 --rank 0 for this process alone";
   if (const char* addr = lookup(env::kMasterAddr)) id.master_addr = addr;
   id.master_port = small_variable(lookup, env::kMasterPort, id.master_port);
   return id;
@@ -170,17 +171,19 @@ std::optional<SlurmLayout> slurm_layout(const EnvironmentLookup& lookup) {
   layout.nnodes = static_cast<int>(number(nodes_name, lookup(nodes_name), 1, kMaxNodes));
   layout.node_rank = static_cast<int>(number(slurm::kNodeId, node, 0, kMaxNodes));
   if (!lookup(slurm::kStepId) && layout.nnodes > 1)
-    throw UserError(outside_a_step(job, std::to_string(layout.nnodes) + " nodes (" + nodes_name + ")",
-                                   "srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG"));
+    layout.nnodes_refusal = outside_a_step(job, std::to_string(layout.nnodes) + " nodes (" + nodes_name + ")",
+                                           "srun --ntasks-per-node=1 ddprun --nproc-per-node=N CONFIG") +
+                            "; or --standalone for this node alone";
   // ddprun starts its node's ranks itself: a step of several tasks on this node would start
   // several ddpruns, each taking this node's rank, which fail on each other's port or node rank.
   if (const char* per_node = lookup(slurm::kStepTasksPerNode)) {
     auto counts = expand_counts(per_node);
     if (static_cast<std::size_t>(layout.node_rank) < counts.size() && counts[layout.node_rank] > 1)
-      throw UserError("this Slurm job step runs " + std::to_string(counts[layout.node_rank]) + " tasks on this node (" +
-                      slurm::kStepTasksPerNode + "=" + printable(per_node, 40) + "), and each would be a ddprun "
-                      "starting the node's ranks: run one a node (srun --ntasks-per-node=1 ddprun "
-                      "--nproc-per-node=N), or one task a rank without ddprun (srun --ntasks-per-node=N ddp-train)");
+      layout.node_rank_refusal =
+          "this Slurm job step runs " + std::to_string(counts[layout.node_rank]) + " tasks on this node (" +
+          slurm::kStepTasksPerNode + "=" + printable(per_node, 40) + "), and each would be a ddprun starting the "
+          "node's ranks: run one a node (srun --ntasks-per-node=1 ddprun --nproc-per-node=N), or one task a rank "
+          "without ddprun (srun --ntasks-per-node=N ddp-train); or give --node-rank, or --no-slurm";
   }
   const char* list_name = step_or_job(lookup, slurm::kStepNodeList, slurm::kJobNodeList);
   const char* list = lookup(list_name);

@@ -38,6 +38,9 @@ struct WorkerIdentity {
   std::string store_path;
   /// The launcher hosts the store (TORCHELASTIC_USE_AGENT_STORE); otherwise rank 0 hosts it.
   bool launcher_store = false;
+  /// Note [Slurm's batch step]: why this identity, read from a Slurm job outside any job step, is
+  /// no rank of a run (""): the program refuses to start with it unless its command line gives the world.
+  std::string outside_slurm_step;
 
   bool operator==(const WorkerIdentity&) const = default;
 };
@@ -73,6 +76,12 @@ struct SlurmLayout {
   std::string run_id;       ///< slurm_run_id
   /// Option → "VALUE (VARIABLE)": which variables gave what, for the one line ddprun prints.
   std::map<std::string, std::string> sources;
+  /// Why --nnodes from here would be wrong: a batch script of several nodes (Note [Slurm's batch
+  /// step]); "" when it is right. ddprun refuses to take it.
+  std::string nnodes_refusal;
+  /// Why --node-rank from here would be wrong: a step of several tasks on this node, each a ddprun
+  /// taking the node's rank; "" when it is right. ddprun refuses to take it.
+  std::string node_rank_refusal;
 };
 
 /// The layout from `lookup`; nullopt outside a Slurm job step (no job id or node id). Throws

@@ -419,6 +419,9 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   // options, then MASTER_ADDR / MASTER_PORT, win over it.
   if (!no_slurm && !options.standalone) {
     if (auto slurm = slurm_layout(process_variable)) {
+      if (!given("--nnodes") && !slurm->nnodes_refusal.empty()) throw UserError(slurm->nnodes_refusal);
+      if (!given("--node-rank") && !options.node_rank_by_arrival && !slurm->node_rank_refusal.empty())
+        throw UserError(slurm->node_rank_refusal);
       // Only what this command line left open is taken, and the line says exactly that.
       std::string derived;
       auto take = [&](const char* option, bool open, const std::function<void()>& apply) {
