@@ -417,7 +417,7 @@ TEST_CASE("a dist.tensor_plan that cannot be had: one line naming the key or the
   std::string head_split = kTransformerPlan;
   head_split.replace(head_split.find("head=replicate"), std::string("head=replicate").size(), "head=colwise");
   fails("torchscript", {"dist.tensor=2", head_split},
-        "dist.tensor: head is split colwise with no rowwise layer after it to join its output");
+        "dist.tensor: head is split colwise with no rowwise layer in its block to join its output");
   auto mlp = ddprun(2, std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml",
                     {"run.output_dir=" + dir.file("mlp"), "dist.tensor=2", "dist.tensor_plan=layers.0=colwise"});
   INFO(mlp.out << mlp.err);

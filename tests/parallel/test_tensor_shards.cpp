@@ -218,14 +218,49 @@ TEST_CASE("a plan entry that matches nothing, or a layer that cannot take its st
              Catch::StartsWith("dist.tensor: lm_head.weight is split through a layer it is tied to, but lm_head is not "
                                "split"));
   CHECK(refused({{"transformer.h.*.attn.c_attn", "colwise"}}) ==
-        "dist.tensor: transformer.h.0.attn.c_attn is split colwise with no rowwise layer after it to join its output, "
-        "which would go on as a slice; only lm_head, a gpt's or llama's logits, may stay split (loss-parallel). Pair "
-        "it with a rowwise layer, or replicate it");
+        "dist.tensor: transformer.h.0.attn.c_attn is split colwise with no rowwise layer in its block to join its "
+        "output, which would go on as a slice; only lm_head, a gpt's or llama's logits, may stay split "
+        "(loss-parallel). Pair it with a rowwise layer, or replicate it");
   CHECK_THAT(refused({{"transformer.h.*.mlp.c_proj", "rowwise"}}),
-             Catch::StartsWith("dist.tensor: transformer.h.0.mlp.c_proj is split rowwise with no colwise layer before "
-                               "it to split its input"));
+             Catch::StartsWith("dist.tensor: transformer.h.0.mlp.c_proj is split rowwise with no colwise layer in its "
+                               "block to split its input"));
+  // A pair in another block is no partner: the attention's colwise layer with the MLP's rowwise one.
+  CHECK_THAT(refused({{"transformer.h.*.attn.c_attn", "colwise"}, {"transformer.h.*.mlp.c_proj", "rowwise"}}),
+             Catch::StartsWith("dist.tensor: transformer.h.0.attn.c_attn is split colwise with no rowwise layer in its "
+                               "block"));
   // The built-in plan, and its blocks alone, pass.
   CHECK(refused({{"transformer.h.*.attn.c_attn", "colwise"}, {"transformer.h.*.attn.c_proj", "rowwise"}}).empty());
+}
+
+TEST_CASE("a plan's colwise and rowwise partners are found in their block whatever the order they were registered in",
+          "[parallel][tensor]") {
+  // torchtitan's and Meta's Llama FeedForward: w1 (gate), w2 (down), w3 (up), in that order.
+  struct FeedForward : torch::nn::Module {
+    FeedForward() {
+      register_module("w1", std::make_shared<ddp::RoutedLinear>(8, 16, false));
+      register_module("w2", std::make_shared<ddp::RoutedLinear>(16, 8, false));
+      register_module("w3", std::make_shared<ddp::RoutedLinear>(8, 16, false));
+    }
+  };
+  struct Block : torch::nn::Module {
+    Block() { register_module("feed_forward", std::make_shared<FeedForward>()); }
+  };
+  auto check = [](const std::vector<ddp::TensorPlanEntry>& plan) {
+    std::string message;
+    auto model = std::make_shared<Block>();
+    std::vector<torch::Tensor> parameters = model->parameters();
+    auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
+      try {
+        ddp::TensorShards shards(*model, plan, parameters, group);
+      } catch (const ddp::ConfigError& e) {
+        if (rank == 0) message = e.what();
+      }
+    });
+    return message;
+  };
+  CHECK(check({{"feed_forward.w1", "colwise"}, {"feed_forward.w2", "rowwise"}, {"feed_forward.w3", "colwise"}}).empty());
+  CHECK_THAT(check({{"feed_forward.w1", "colwise"}, {"feed_forward.w3", "colwise"}}),
+             Catch::StartsWith("dist.tensor: feed_forward.w1 is split colwise with no rowwise layer in its block"));
 }
 
 TEST_CASE("a tensor plan that cannot split the model says why, naming the key", "[parallel][tensor]") {

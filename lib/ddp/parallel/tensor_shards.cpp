@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "ddp/comm/collectives.h"
@@ -178,16 +179,17 @@ TensorShards::TensorShards(torch::nn::Module& model, const std::vector<TensorPla
 }
 
 // Note [Checking a tensor plan]: a plan that splits the wrong layers computes the wrong thing with
-// no error, so what can be seen before a step is checked, in the model's module order (its
-// forward's, for the models here). A colwise layer leaves its output split by columns until a
-// rowwise layer joins it: one with no rowwise layer after it would hand on a slice as if whole,
-// except the logits (lm_head), which the loss-parallel cross-entropy takes split. A rowwise layer
-// with no colwise one before it would take a whole input as its slice. A parameter split through
-// one layer and used by another the plan leaves whole (a tied head and embedding split in one of
-// their roles) would be computed with as if it were the whole weight.
+// no error, so what can be seen before a step is checked. A colwise layer leaves its output split
+// by columns until a rowwise layer joins it, and a rowwise layer takes its input so split: each
+// needs a partner of the other style in its block (a descendant of its parent module; at the top
+// level, a sibling), whatever their order there (torchtitan's w1, w2, w3). A colwise layer with none
+// would hand on a slice as if whole, except the logits (lm_head), which the loss-parallel
+// cross-entropy takes split; a rowwise one would take a whole input as its slice. A parameter split
+// through one layer and used by another the plan leaves whole (a tied head and embedding split in
+// one of their roles) would be computed with as if it were the whole weight.
 void TensorShards::check_plan_order(torch::nn::Module& model, const std::map<const torch::nn::Module*, char>& styles,
                                     const std::map<const c10::TensorImpl*, std::size_t>& index) const {
-  std::string open;  // the first colwise layer since the last rowwise one
+  std::vector<std::pair<std::string, char>> split;  // path, style ('c' or 'r'), in module order
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     const auto style = styles.find(item.value().get());
     for (const auto& parameter : item.value()->named_parameters(/*recurse=*/false)) {
@@ -197,19 +199,28 @@ void TensorShards::check_plan_order(torch::nn::Module& model, const std::map<con
                           "to, but " + item.key() + " is not split, so it would compute with a slice as if it were the "
                           "whole weight: split " + item.key() + " too (the head colwise with the embedding rowwise)");
     }
-    if (style == styles.end()) continue;
-    if (style->second == 'c' && open.empty()) open = item.key();
-    if (style->second == 'r') {
-      if (open.empty())
-        throw ConfigError("dist.tensor: " + item.key() + " is split rowwise with no colwise layer before it to split "
-                          "its input: pair it with the colwise layer(s) that feed it, or replicate it");
-      open.clear();
-    }
+    if (style != styles.end() && (style->second == 'c' || style->second == 'r')) split.emplace_back(item.key(), style->second);
   }
-  if (!open.empty())
-    throw ConfigError("dist.tensor: " + open + " is split colwise with no rowwise layer after it to join its output, "
-                      "which would go on as a slice; only lm_head, a gpt's or llama's logits, may stay split "
-                      "(loss-parallel). Pair it with a rowwise layer, or replicate it");
+  auto parent = [](const std::string& path) {
+    const auto dot = path.rfind('.');
+    return dot == std::string::npos ? std::string() : path.substr(0, dot);
+  };
+  auto in_block = [](const std::string& block, const std::string& path) {
+    return block.empty() ? path.find('.') == std::string::npos : path.rfind(block + ".", 0) == 0;
+  };
+  for (const auto& [path, style] : split) {
+    const std::string block = parent(path);
+    const bool partnered = std::any_of(split.begin(), split.end(), [&](const auto& other) {
+      return other.second != style && in_block(block, other.first);
+    });
+    if (partnered) continue;
+    if (style == 'c')
+      throw ConfigError("dist.tensor: " + path + " is split colwise with no rowwise layer in its block to join its "
+                        "output, which would go on as a slice; only lm_head, a gpt's or llama's logits, may stay split "
+                        "(loss-parallel). Pair it with a rowwise layer, or replicate it");
+    throw ConfigError("dist.tensor: " + path + " is split rowwise with no colwise layer in its block to split its "
+                      "input: pair it with the colwise layer(s) that feed it, or replicate it");
+  }
 }
 
 void TensorShards::open_region() const {
