@@ -546,11 +546,16 @@ TEST_CASE("model.init_from's config.json against the YAML: the same model said o
   ddp::test::TempDir dir;
   ddp::test::write_file(dir.file("config.json"), R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                                                      "num_key_value_heads": 4, "num_hidden_layers": 2,
-                                                     "intermediate_size": 96, "vocab_size": 300})");
+                                                     "intermediate_size": 192, "vocab_size": 300})");
   const std::string yaml = "model: {name: llama, init_from: " + dir.path() + "}\ntrain: {task: causal_lm}\n" +
                            "data: {dataset: tokens, path: x.bin, eval_split: none}\n";
-  // n_kv_heads 0 is "as many as n_head": a run's own config.yaml says 0 where its config.json says 4.
+  // n_kv_heads 0 is "as many as n_head", ffn_dim 0 the Llama's rule (int(2 · 4 · 64 / 3) = 170, up
+  // to a multiple of model.multiple_of): a run's own config.yaml says 0 where its config.json says
+  // the value.
   CHECK_NOTHROW(parse(yaml, {"model.n_kv_heads=0"}));
+  CHECK_NOTHROW(parse(yaml, {"model.ffn_dim=0", "model.multiple_of=32"}));  // 192
+  CHECK_THROWS_WITH(parse(yaml, {"model.ffn_dim=0", "model.multiple_of=256"}),  // 256
+                    Contains("model.ffn_dim: 0 here, but " + dir.path() + "/config.json (model.init_from) makes it 192"));
   CHECK_THROWS_WITH(parse(yaml, {"model.n_kv_heads=2"}),
                     Contains("model.n_kv_heads: 2 here, but " + dir.path() + "/config.json (model.init_from) makes it 4"));
 }

@@ -11,6 +11,7 @@
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/hugging_face.h"
+#include "ddp/model/llama_config.h"
 #include "ddp/parallel/tensor_plan.h"
 
 namespace ddp {
@@ -179,15 +180,18 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
     layer(merged_schema, imported, root, source, file_dir, overrides);
     // A key the file or an override set to another value than config.json's: which one is meant?
     const YAML::Node ours = YAML::Load(merged_schema.to_yaml()), theirs = YAML::Load(alone_schema.to_yaml());
-    // Values that say the same model differently: n_kv_heads 0 is "as many as n_head".
-    auto meant = [](const YAML::Node& config, const std::string& key) {
-      const std::string value = value_of(config, key);
-      return key == "model.n_kv_heads" && value == "0" ? value_of(config, "model.n_head") : value;
+    // Values that say the same model differently: the Llama's n_kv_heads 0 is "as many as n_head",
+    // its ffn_dim 0 the width its rule gives.
+    auto meant = [](const YAML::Node& node, const TrainConfig& config, const std::string& key) {
+      const LlamaConfig& llama = config.model.llama;
+      if (key == "model.n_kv_heads") return std::to_string(llama.n_kv_heads > 0 ? llama.n_kv_heads : llama.n_head);
+      if (key == "model.ffn_dim") return std::to_string(llama_ffn_dim(llama));
+      return value_of(node, key);
     };
     std::string conflicts;
     for (const auto& assignment : imported) {
       const std::string key = assignment.substr(0, assignment.find('='));
-      if (meant(ours, key) != meant(theirs, key))
+      if (meant(ours, merged, key) != meant(theirs, alone, key))
         conflicts += (conflicts.empty() ? "" : "\n") + key + ": " + value_of(ours, key) + " here, but " +
                      directory + "/config.json (model.init_from) makes it " + value_of(theirs, key) +
                      "; leave it out, or train another architecture without model.init_from";
