@@ -94,6 +94,8 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
                                     const std::function<void(int)>& after_action) {
   const int count = static_cast<int>(microbatches.size());
   microbatches_ = std::max(microbatches_, count);
+  int64_t step_samples = 0;  // Note [Micro-batches of unequal size]
+  for (const Batch& batch : microbatches) step_samples += batch.size();
   auto actions = pipeline_schedule(schedule_, pipeline_.world_size, pipeline_.rank, count);
   struct InFlight {
     torch::Tensor input, output;  // output: the loss, on the last stage
@@ -134,7 +136,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
       if (++backwards == count) before_last_backward();
       InFlight& flight = held.at(m);
       if (last()) {
-        (flight.output / static_cast<double>(count)).backward();
+        (flight.output / (static_cast<double>(step_samples) / static_cast<double>(batch.size()))).backward();
       } else {
         // An output's gradient has the output's shape and dtype: no header (Note [Shapes between stages]).
         StageShapes::Shape shape{flight.output.sizes().vec(), flight.output.scalar_type()};

@@ -24,7 +24,11 @@ StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
       loss = task_.loss(batch);
     }
     peak_activation_bytes_ = std::max(peak_activation_bytes_, memory_in_use(replicas_.device) - before);
-    (loss / static_cast<double>(micro_batches)).backward();
+    // Note [Micro-batches of unequal size].
+    const double parts = hooks.step_samples > 0 && batch.size() > 0
+                             ? static_cast<double>(hooks.step_samples) / static_cast<double>(batch.size())
+                             : static_cast<double>(micro_batches);
+    (loss / parts).backward();
     auto loss_double = loss.detach().to(torch::kDouble);
     work.loss_sum = m == 0 ? loss_double : work.loss_sum + loss_double;
     work.stats.batches += 1;

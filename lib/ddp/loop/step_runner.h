@@ -21,7 +21,16 @@ struct StepHooks {
   std::function<Batch()> next_batch;            ///< the next micro-batch, on this rank's device
   std::function<void()> before_last_backward;   ///< the stop vote and the gradient sync's prepare
   std::function<void(int)> after_microbatch;    ///< a heartbeat after this rank's part of one
+  /// The samples of this rank's micro-batches in all: an epoch's short last step has a short last
+  /// micro-batch (Note [Micro-batches of unequal size]). 0: every micro-batch is as large.
+  int64_t step_samples = 0;
 };
+
+// Note [Micro-batches of unequal size]: a step's gradient is the mean over its samples, as one
+// batch of them all would give. Each micro-batch's loss is its samples' mean, so it counts as its
+// share of the step's samples: loss / (step samples / its samples). For equal micro-batches that is
+// loss / micro-batches, bit for bit; the short last one of an epoch's last step counts for less (a
+// plain loss / micro-batches made its few samples count as much as a whole micro-batch's).
 
 /// What one step's forwards and backwards did on this rank.
 struct StepWork {

@@ -331,6 +331,10 @@ StepStats Trainer::eager_step(int64_t micro_batches, std::function<Batch()> next
     parallel_->gradient_sync->prepare();
   };
   hooks.after_microbatch = [this](int microbatch) { recorder_->microbatch_done(progress_, microbatch); };
+  // This rank's samples in the step's micro-batches: the epoch's last may be short.
+  const int64_t samples = sampler_->num_samples(), batch = config_.train.batch_size;
+  for (int64_t k = progress_.batch_in_epoch; k < progress_.batch_in_epoch + micro_batches; ++k)
+    hooks.step_samples += std::clamp<int64_t>(samples - k * batch, 0, batch);
   StepWork work = parallel_->step->train(micro_batches, hooks);
   progress_.batch_in_epoch += micro_batches;
   optimizer_step(work.stats);
