@@ -74,7 +74,8 @@ struct Reference {
   std::vector<double> losses;  // each step's microbatch losses, summed
 };
 
-// One process: each step's loss is the mean of its microbatches' losses, as micro-steps average.
+// One process: each step's loss is the mean over its samples, each microbatch's mean counting as
+// its share of them (Note [Micro-batches of unequal size]: the last is a sample short).
 Reference reference() {
   Reference out{make_three_layer_parameters(), {}};
   torch::optim::SGD optimizer(out.parameters, sgd());
@@ -82,13 +83,15 @@ Reference reference() {
     optimizer.zero_grad();
     torch::Tensor total = torch::zeros({});
     double sum = 0;
+    int64_t step_samples = 0;
+    for (int m = 0; m < kMicrobatches; ++m) step_samples += microbatch(step, m).size();
     for (int m = 0; m < kMicrobatches; ++m) {
       auto batch = microbatch(step, m);
       torch::Tensor x = batch.inputs[0];
       for (std::size_t l = 0; l < 3; ++l) x = layer(out.parameters, l).forward(x);
       auto loss = torch::mse_loss(x, batch.targets);
       sum += loss.item<double>();
-      total = total + loss / kMicrobatches;
+      total = total + loss * static_cast<double>(batch.size()) / static_cast<double>(step_samples);
     }
     total.backward();
     optimizer.step();
