@@ -26,13 +26,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The checkpoint --checkpoint names, else the newest one of the run older than `older_than` that
-// verifies; none: nullopt.
-// A checkpoint another run wrote (--checkpoint) may fit this run's model in every shape and still be
-// another model (other heads, rope settings): its weights would go out under a config.json that
-// describes them wrongly. Its manifest records the config it was written by.
+// A checkpoint another run wrote (--checkpoint, or one copied in) may fit this run's model in every
+// shape and still be another model (other heads, rope settings): its weights would go out under a
+// config.json that describes them wrongly. Its manifest records the config it was written by.
 void check_same_model(const std::string& manifest_path, const std::string& manifest, const ddp::TrainConfig& config,
-                      const std::string& config_path) {
+                      const std::string& config_path, bool named) {
   const std::string written_by = ddp::read_run_identity(manifest).config;
   if (written_by.empty()) return;  // a checkpoint from before manifests recorded it
   auto changes = ddp::config_changes(written_by, ddp::to_yaml(config));
@@ -40,12 +38,14 @@ void check_same_model(const std::string& manifest_path, const std::string& manif
     return change.key.rfind("model.", 0) != 0 || change.key == "model.init_from" || ddp::may_change_on_resume(change.key);
   });
   if (!changes.empty())
-    throw ddp::UserError("--checkpoint: " + manifest_path + " was written by a run of another model than " +
+    throw ddp::UserError((named ? "--checkpoint: " : "") + manifest_path + " was written by a run of another model than " +
                          config_path + " says (" + ddp::describe_changes(changes) +
                          "): its weights fit, but the export would describe them as the wrong model; export it from "
                          "its own run directory");
 }
 
+// The checkpoint --checkpoint names, else the newest one of the run older than `older_than` that
+// verifies; none: nullopt.
 std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments& args, ddp::TrainConfig config,
                                                      int64_t older_than) {
   if (!args.checkpoint.empty()) {
@@ -84,10 +84,10 @@ int main(int argc, char** argv) {
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
     // The checkpoint's weights replace them: never read the run's starting point, but a Hugging Face
     // directory's other config.json keys go with the export as with the run's end.
-    const std::string started_from = config.model.init_from;
+    const std::string started_from = fs::is_directory(config.model.init_from) ? config.model.init_from : "";
     config.model.init_from.clear();
     std::shared_ptr<ddp::Model> model = ddp::make_model(config.model);
-    if (fs::is_directory(started_from)) model->set_hugging_face_source(started_from);
+    model->set_hugging_face_source(started_from);
 
     std::string source;
     int64_t step = -1;
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     for (int64_t older_than = INT64_MAX; step < 0 && (checkpoint = chosen_checkpoint(args, config, older_than));) {
       const std::string manifest =
           fs::exists(checkpoint->manifest_path) ? ddp::read_whole_file(checkpoint->manifest_path) : "";
-      check_same_model(checkpoint->manifest_path, manifest, config, config_path);
+      check_same_model(checkpoint->manifest_path, manifest, config, config_path, !args.checkpoint.empty());
       // The optimizer's state is read with the weights and dropped: an export holds the model alone.
       auto optimizer = ddp::make_optimizer(model->parameters(), config.optim, config.optim.lr);
       try {
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         spdlog::warn("skipping checkpoint {}: {}; trying the previous one", checkpoint->manifest_path, e.what());
         older_than = checkpoint->step;
         model = ddp::make_model(config.model);  // nothing half-read goes out
-        if (fs::is_directory(started_from)) model->set_hugging_face_source(started_from);
+        model->set_hugging_face_source(started_from);
       }
     }
     if (step >= 0) {
@@ -138,9 +138,9 @@ int main(int argc, char** argv) {
     // The tokenizer the run's tokens were made with belongs with the model: the one the run kept
     // (its end writes it), else the one beside data.path (as ddp-tokenize left it; a run that has
     // not ended yet).
-    for (const fs::path& tokenizer :
-         {fs::path(args.run) / "tokenizer.model",
-          config.data.path.empty() ? fs::path() : fs::path(config.data.path).parent_path() / "tokenizer.model"})
+    for (const std::string& tokenizer :
+         {(fs::path(args.run) / "tokenizer.model").string(),
+          config.data.path.empty() ? std::string() : ddp::tokenizer_beside(config.data.path)})
       if (!tokenizer.empty() && fs::is_regular_file(tokenizer)) {
         ddp::write_file_atomically((fs::path(output) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
         break;

@@ -89,10 +89,9 @@ std::string find_tokenizer(const ddp::GenerateArguments& args, const std::string
     if (!fs::is_regular_file(args.tokenizer)) throw ddp::FileError(args.tokenizer + ": no such file (--tokenizer)");
     return args.tokenizer;
   }
-  std::vector<fs::path> places = {fs::path(model_path).parent_path()};
-  if (!config.data.path.empty()) places.push_back(fs::path(config.data.path).parent_path());
-  for (const auto& place : places)
-    if (fs::is_regular_file(place / "tokenizer.model")) return (place / "tokenizer.model").string();
+  for (const std::string& place : {(fs::path(model_path).parent_path() / "tokenizer.model").string(),
+                                    config.data.path.empty() ? std::string() : ddp::tokenizer_beside(config.data.path)})
+    if (!place.empty() && fs::is_regular_file(place)) return place;
   return "";
 }
 

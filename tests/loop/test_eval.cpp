@@ -99,10 +99,11 @@ TEST_CASE("a long evaluation in a pipe logs its progress at least every 10 s, an
   CHECK(metric_value(metrics, "exit_status") == 130);
   CHECK(std::filesystem::exists(dir.file("run/report.html")));
 
-  // Stopped before its first batch (the one rank waits 4 s as the evaluation begins): said so, with no
+  // Stopped before its first batch (the one rank waits 6 s as the evaluation begins, inside the 10 s
+  // grace, and is asked to stop in its first seconds): said so, with no
   // means of nothing after it.
   const std::string early_log = dir.file("early.log");
-  auto early = run_shell("DDPRUN_TEST_EVAL_DELAY=0:4000 " +
+  auto early = run_shell("DDPRUN_TEST_EVAL_DELAY=0:6000 " +
                              eval_command(1, dir.file("early"), {"train.max_steps=2", "eval.at_start=true"}) + " > " +
                              early_log + " 2>&1 & L=$!; until grep -q 'peak RSS per rank' " + early_log +
                              "; do sleep 0.2; done; sleep 1; kill -INT $L; wait $L; echo status=$?",

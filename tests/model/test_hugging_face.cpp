@@ -135,7 +135,7 @@ TEST_CASE("Hugging Face: each hostile config.json is refused in one line naming 
                                                    "Hugging Face model directory (config.json and model.safetensors, as "
                                                    "save_pretrained writes them) or a weights file");
   std::filesystem::create_directories(file);
-  CHECK(config_refusal(dir.path()) == file + " is a directory, not a JSON file");
+  CHECK(config_refusal(dir.path()) == file + " is a directory, not a file");
   std::filesystem::remove(file);
   const std::string base = R"("model_type": "llama", "hidden_size": 64, "num_attention_heads": 4)";
   for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{

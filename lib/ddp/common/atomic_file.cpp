@@ -112,6 +112,8 @@ int open_for_append(const std::string& path, bool truncate, mode_t mode) {
 }
 
 std::string read_whole_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw FileError(path + " is a directory, not a file");  // reads as ""
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError("cannot read " + path + ": " + std::strerror(errno));
   std::stringstream buffer;

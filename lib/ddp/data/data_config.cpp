@@ -1,5 +1,7 @@
 #include "ddp/data/data_config.h"
 
+#include <filesystem>
+
 #include "ddp/config/config_schema.h"
 
 namespace ddp {
@@ -113,6 +115,10 @@ void declare_config(ConfigSchema& schema, SamplerConfig& config) {
              "world equal contiguous chunks (PyG's train_idx.split(n // world)[r], the remainder dropped), shuffled "
              "within it")
       .choices({"distributed", "chunk"});
+}
+
+std::string tokenizer_beside(const std::string& data_path) {
+  return (std::filesystem::path(data_path).parent_path() / "tokenizer.model").string();
 }
 
 }  // namespace ddp

@@ -49,4 +49,8 @@ void declare_config(ConfigSchema& schema, SamplerConfig& config);
 /// config's choices follow it).
 std::vector<std::string> dataset_format_names();
 
+/// Where ddp-tokenize leaves the tokenizer of token shards at `data_path` (a file or a glob):
+/// tokenizer.model beside them.
+std::string tokenizer_beside(const std::string& data_path);
+
 }  // namespace ddp

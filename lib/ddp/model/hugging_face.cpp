@@ -33,8 +33,6 @@ const std::map<std::string, KeysReader>& readers() {
 }
 
 Json read_json(const std::string& path) {
-  std::error_code error;
-  if (fs::is_directory(path, error)) throw FileError(path + " is a directory, not a JSON file");
   try {
     return Json::parse(read_whole_file(path));
   } catch (const Json::exception& e) {  // a parse error, or a number beyond a double's range

@@ -1,8 +1,7 @@
 #include "ddp/model/model_registry.h"
-
-#include <filesystem>
 #include "ddp/model/token_stepper.h"
 
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 

@@ -35,8 +35,8 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
   train_.emplace(data.path, "data.path", data.token_dtype, model.block_size);
   if (data.eval_split == "test") eval_.emplace(data.eval_path, "data.eval_path", data.token_dtype, model.block_size);
   if (data.eval_split == "train") eval_.emplace(data.path, "data.path", data.token_dtype, model.block_size);
-  const auto tokenizer = std::filesystem::path(data.path).parent_path() / "tokenizer.model";  // as ddp-tokenize leaves it
-  if (std::filesystem::is_regular_file(tokenizer)) tokenizer_model_ = read_whole_file(tokenizer.string());
+  const std::string tokenizer = tokenizer_beside(data.path);
+  if (std::filesystem::is_regular_file(tokenizer)) tokenizer_model_ = read_whole_file(tokenizer);
   if (context.model.warn) {
     spdlog::info("tokens: data.path {}: {}", data.path, describe(*train_));
     if (eval_) spdlog::info("tokens: data.eval_path {}: {}", data.eval_path, describe(*eval_));
