@@ -105,7 +105,8 @@ void barrier(const Communicator& comm) {
   comm.tracker->wait(comm.group->barrier(), seq);
 }
 
-void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text) {
+void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text,
+                                  const std::string& fix) {
   if (comm.world_size == 1) return;
   // Cheap common case: compare hashes with one all-gather; only a mismatch reads the texts.
   int64_t hash = static_cast<int64_t>(std::hash<std::string>{}(text) & 0x7fffffffffffffffULL);
@@ -126,7 +127,7 @@ void check_identical_across_ranks(const Communicator& comm, const std::string& w
   throw UserError("rank " + std::to_string(differing) + "'s " + what + " differs from rank 0's: " +
                   first_difference(std::string(reference.begin(), reference.end()),
                                    std::string(other.begin(), other.end())) +
-                  "; start every rank with the same config and build");
+                  "; " + fix);
 }
 
 }  // namespace ddp

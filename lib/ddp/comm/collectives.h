@@ -31,7 +31,8 @@ torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, c
 void barrier(const Communicator& comm);
 
 /// Fails on every rank unless every rank passed the same `text` (a config, a parameter list).
-/// The error names the first rank that differs from rank 0 and the first line that differs.
-void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text);
+/// The error names the first rank that differs from rank 0 and the first line that differs, then `fix`.
+void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text,
+                                  const std::string& fix = "start every rank with the same config and build");
 
 }  // namespace ddp

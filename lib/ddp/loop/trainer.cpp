@@ -94,6 +94,12 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   context.head_stays_whole = head_stays_whole(config_);
   context.model.seed = static_cast<uint64_t>(config_.run.seed);
   task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
+  // Ranks draw from one permutation of the samples: a node's copy of other data (paths may differ
+  // between nodes) would train on other samples and fail later in a collective, far from the cause.
+  check_identical_across_ranks(world, "data",
+                               fmt::format("{} training samples, {} held out", task_->size(Split::kTrain),
+                                           task_->size(Split::kEval)),
+                               "give every node the same data (data.path, data.eval_path)");
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), replicas.world_size, replicas.rank,
                                                   config_.sampler);
