@@ -171,6 +171,18 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   d = make("mask");
   test::write_npy(d + "/val_mask.npy", torch::tensor({true, false}));
   refused(d, "val_mask.npy: expected one flag per node (4), got shape [2]");
+  test::write_npy(d + "/val_mask.npy", torch::tensor({0, 1, 2, 0}, torch::kInt64));
+  refused(d, "val_mask.npy: expected flags of 0 or 1 (or bool), found 2 at node 2");
+  // Two files for one thing: neither is ignored silently.
+  d = make("both_splits");
+  test::write_npy(d + "/train_mask.npy", torch::tensor({false, false, true, true}));
+  refused(d, "has both train_idx.npy and train_mask.npy; keep one");
+  d = make("both_edges");
+  test::write_file(d + "/edges.csv", "1,0\n");
+  refused(d, "has both edge_index.npy and edges.csv; keep one");
+  d = make("float_labels");
+  test::write_npy(d + "/labels.npy", torch::tensor({0.0f, 1.0f, 2.0f, 1.0f}));
+  refused(d, "labels.npy: expected one integer label per node (4), got [4] of Float");
   d = make("split_range");
   test::write_npy(d + "/train_idx.npy", torch::tensor({0, 4}, torch::kInt64));
   refused(d, "train_idx.npy: node ids must be in [0, 4), found 0..4");

@@ -1,5 +1,7 @@
 #include "ddp/data/graph.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -44,6 +46,8 @@ torch::Tensor read_edges_csv(const std::string& path) {
 // A split as node ids: NAME_idx.npy (ids) or NAME_mask.npy (one flag per node); empty if neither.
 torch::Tensor read_split(const std::string& dir, const std::string& name, int64_t num_nodes) {
   std::string ids_path = dir + "/" + name + "_idx.npy", mask_path = dir + "/" + name + "_mask.npy";
+  if (exists(ids_path) && exists(mask_path))  // one would be ignored: which the split is cannot be told
+    throw FileError("data.path: " + dir + " has both " + name + "_idx.npy and " + name + "_mask.npy; keep one");
   if (exists(ids_path)) {
     auto ids = read_npy(ids_path);
     if (ids.dim() != 1 || !c10::isIntegralType(ids.scalar_type(), false))
@@ -59,6 +63,11 @@ torch::Tensor read_split(const std::string& dir, const std::string& name, int64_
     if (mask.dim() != 1 || mask.size(0) != num_nodes)
       throw FileError(mask_path + ": expected one flag per node (" + std::to_string(num_nodes) + "), got shape " +
                       format_shape(mask.sizes().vec()));
+    if (const auto odd = (mask.ne(0) & mask.ne(1)).nonzero(); odd.numel() > 0) {  // a mask of 2s is no mask
+      const int64_t node = odd[0][0].item<int64_t>();
+      throw FileError(mask_path + ": expected flags of 0 or 1 (or bool), found " +
+                      fmt::format("{}", mask[node].item<double>()) + " at node " + std::to_string(node));
+    }
     return mask.ne(0).nonzero().view(-1);
   }
   return torch::empty({0}, torch::kInt64);
@@ -141,7 +150,7 @@ Graph load_graph_directory(const std::string& dir) {
   graph.labels = read_npy(labels_path);
   if (graph.labels.dim() != 1 || graph.labels.size(0) != n || !c10::isIntegralType(graph.labels.scalar_type(), false))
     throw FileError(labels_path + ": expected one integer label per node (" + std::to_string(n) + "), got " +
-                    format_shape(graph.labels.sizes().vec()));
+                    format_shape(graph.labels.sizes().vec()) + " of " + c10::toString(graph.labels.scalar_type()));
   graph.labels = graph.labels.to(torch::kInt64);
   if (graph.labels.numel() > 0 && graph.labels.min().item<int64_t>() < 0)
     throw FileError(labels_path + ": labels must be >= 0");
@@ -149,6 +158,8 @@ Graph load_graph_directory(const std::string& dir) {
   std::string edges_npy = dir + "/edge_index.npy", edges_csv = dir + "/edges.csv";
   torch::Tensor edges;
   std::string source;
+  if (exists(edges_npy) && exists(edges_csv))  // one would be ignored: which the graph is cannot be told
+    throw FileError("data.path: " + dir + " has both edge_index.npy and edges.csv; keep one");
   if (exists(edges_npy)) {
     edges = read_npy(source = edges_npy);
     if (edges.dim() != 2 || edges.size(0) != 2 || !c10::isIntegralType(edges.scalar_type(), false))
