@@ -242,7 +242,7 @@ TEST_CASE("resuming at another world size with another number of samples a step 
   scaled[4] = "train.batch_size=32";
   auto rate = run_shell(ddprun_command(1, "synthetic_mlp.yaml", scaled));
   CHECK(rate.exit_code == 2);
-  CHECK_THAT(rate.err, Contains("optim.lr_scaling: linear scales the learning rate by the world size") &&
+  CHECK_THAT(rate.err, Contains("optim.lr_scaling: linear scales the learning rate by the ranks a step's batch counts") &&
                            Contains("written at 2, would go on at another rate at 1; resume with as many"));
   auto chunked = sets;
   chunked[0] = "run.output_dir=" + dir.file("chunked");

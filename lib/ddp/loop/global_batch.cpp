@@ -69,7 +69,7 @@ GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int st
                                     : ""));
   // dist.microbatches given may make them larger than train.batch_size: as asked, but said.
   const std::string larger =
-      share / count > max_batch
+      microbatches > 0 && share / count > max_batch
           ? fmt::format(" (above train.batch_size {}, as dist.microbatches {} asks)", max_batch, microbatches)
           : "";
   return {share / count, count,
