@@ -33,10 +33,7 @@ void check_same_model(const std::string& manifest_path, const std::string& manif
                       const std::string& config_path, bool named) {
   const std::string written_by = ddp::read_run_identity(manifest).config;
   if (written_by.empty()) return;  // a checkpoint from before manifests recorded it
-  auto changes = ddp::config_changes(written_by, ddp::to_yaml(config));
-  std::erase_if(changes, [](const ddp::KeyChange& change) {
-    return change.key.rfind("model.", 0) != 0 || change.key == "model.init_from" || ddp::may_change_on_resume(change.key);
-  });
+  auto changes = ddp::model_changes(written_by, ddp::to_yaml(config));
   if (!changes.empty())
     throw ddp::UserError((named ? "--checkpoint: " : "") + manifest_path + " was written by a run of another model than " +
                          config_path + " says (" + ddp::describe_changes(changes) +

@@ -52,8 +52,7 @@ void check_same_model(const std::string& model_path, const std::string& config_p
   if (!fs::exists(own) || fs::equivalent(own, config_path)) return;
   std::ifstream in(own);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto changes = ddp::config_changes(text, ddp::to_yaml(config));
-  std::erase_if(changes, [](const ddp::KeyChange& change) { return change.key.rfind("model.", 0) != 0; });
+  auto changes = ddp::model_changes(text, ddp::to_yaml(config));
   if (!changes.empty())
     throw ddp::UserError("--config: " + config_path + " builds another model than " + model_path + " was trained as (" +
                          ddp::describe_changes(changes) + ", against " + own +

@@ -299,6 +299,16 @@ TEST_CASE("config changes are found key by key, and only steering keys may chang
     CHECK_FALSE(ddp::may_change_on_resume(key));
 }
 
+TEST_CASE("model changes are the model keys that change what its weights mean, for the tools that load a run's weights",
+          "[trainer][rerun]") {
+  auto changes = ddp::model_changes(
+      "model:\n  n_head: 4\n  init_from: a\n  channels_last: false\n  activation_checkpointing: false\noptim:\n  lr: 1\n",
+      "model:\n  n_head: 8\n  init_from: b\n  channels_last: true\n  activation_checkpointing: true\noptim:\n  lr: 2\n");
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].key == "model.n_head");
+  CHECK(ddp::describe_changes(changes) == "model.n_head 4 → 8");
+}
+
 TEST_CASE("relative paths: a config's against its own directory, --set's against the current one, and a bad "
           "path is named absolute, once, and leaves no run directory", "[trainer][config]") {
   // Note [Relative paths]: the config sits in cfg/ beside its data (a link to Fashion-MNIST's IDX files)

@@ -45,6 +45,14 @@ std::vector<KeyChange> training_changes(const std::string& before_yaml, const st
   return changes;
 }
 
+std::vector<KeyChange> model_changes(const std::string& before_yaml, const std::string& after_yaml) {
+  std::vector<KeyChange> changes = training_changes(before_yaml, after_yaml);
+  std::erase_if(changes, [](const KeyChange& change) {
+    return change.key.rfind("model.", 0) != 0 || change.key == "model.init_from";
+  });
+  return changes;
+}
+
 std::string describe_changes(const std::vector<KeyChange>& changes) {
   std::string text;
   for (const auto& change : changes)

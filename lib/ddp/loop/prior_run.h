@@ -30,6 +30,12 @@ bool may_change_on_resume(const std::string& key);
 /// The changes among config_changes(before, after) that decide what is trained (not may_change_on_resume).
 std::vector<KeyChange> training_changes(const std::string& before_yaml, const std::string& after_yaml);
 
+/// The changes among config_changes(before, after) to the model itself: model.* keys that change
+/// what its weights mean (not model.init_from, where they came from, nor a may_change_on_resume
+/// key such as model.channels_last). A tool that loads one run's weights into another config's
+/// model (ddp-export, ddp-generate) refuses these.
+std::vector<KeyChange> model_changes(const std::string& before_yaml, const std::string& after_yaml);
+
 /// "optim.lr 0.1 → 0.5, model.hidden [64] → [32]".
 std::string describe_changes(const std::vector<KeyChange>& changes);
 
