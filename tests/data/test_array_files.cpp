@@ -5,12 +5,15 @@
 #include <cmath>
 #include <functional>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "ddp/common/error.h"
 #include "ddp/data/csv_reader.h"
 #include "ddp/data/data_config.h"
 #include "ddp/data/dataset_splits.h"
 #include "ddp/data/normalizer.h"
 #include "ddp/data/npy_reader.h"
+#include "support/npy_writer.h"
 #include "support/python_fixtures.h"
 #include "support/subprocess.h"
 
@@ -121,6 +124,11 @@ TEST_CASE("broken CSV files name the line and column at fault", "[data][csv]") {
   refused("a,b,label\n1,2,0\n3,1e39,1\n", "t.csv:3: column 2 (\"b\"): \"1e39\" is beyond float32's range");
   refused("a,b,labl\n1,2,0\n", "no column \"label\" (data.label_column) in the header (did you mean labl?)");
   refused("a,b,label\n", "has a header but no rows");
+  // Files that are not comma-separated: the one column of their header says what they seem to be.
+  refused("a;b;label\n1;2;0\n", "the header is one column holding semicolons");
+  refused("a\tb\tlabel\n1\t2\t0\n", "the header is one column holding tabs");
+  refused("a,b,label\r1,2,0\r", "are its lines ended by CR alone");
+  refused(std::string("a\0,\0b\0", 8) + "\n1,2\n", "is it UTF-16?");
   refused("", "is empty");
   CHECK_THROWS_WITH(ddp::read_csv(dir.file("absent.csv"), "label"), Contains("absent.csv: cannot open"));
   // numpy's own file, cut mid-row.
@@ -249,6 +257,62 @@ TEST_CASE("normalisation: fixed, global and per-feature statistics of the traini
   data.features = torch::full({1, 2}, 255, torch::kUInt8);
   CHECK(ddp::make_normalizer(config, data).apply(data.features)[0][0].item<double>() ==
         Approx((1 - config.mean) / config.std));
+}
+
+TEST_CASE("an eval file is the training file's kind: CSV columns by name, features of one scale, labels unrounded",
+          "[data][csv]") {
+  TempDir dir;
+  // 100 samples whose class is column a's sign; the eval copy lists its columns in another order.
+  std::string train_csv = "a,b,c,label\n", reordered = "c,b,a,label\n", renamed = "x,b,c,label\n";
+  for (int i = 0; i < 100; ++i) {
+    const int a = i % 2 ? 5 : -5, b = i % 7, c = 100 + i;
+    train_csv += fmt::format("{},{},{},{}\n", a, b, c, a > 0 ? 1 : 0);
+    reordered += fmt::format("{},{},{},{}\n", c, b, a, a > 0 ? 1 : 0);
+    renamed += fmt::format("{},{},{},{}\n", a, b, c, a > 0 ? 1 : 0);
+  }
+  write_file(dir.file("train.csv"), train_csv);
+  write_file(dir.file("reordered.csv"), reordered);
+  write_file(dir.file("renamed.csv"), renamed);
+  ddp::DataConfig config;
+  config.dataset = "csv";
+  config.path = dir.file("train.csv");
+  config.eval_split = "test";
+  config.eval_path = dir.file("reordered.csv");
+  auto splits = ddp::load_dataset_splits(config, 2);
+  REQUIRE(splits.eval);
+  CHECK(torch::equal(splits.eval->features, splits.train.features));  // a, b, c: by name
+  config.eval_path = dir.file("renamed.csv");
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 2),
+                    Contains("renamed.csv: its feature columns are not " + config.path + "'s; it lacks \"a\"; it has "
+                             "\"x\""));
+
+  // eval_fraction 0.29 of 100 is 29 samples, though 100 × 0.29 is 28.999999999999996 in float64.
+  config.eval_path.clear();
+  config.eval_fraction = 0.29;
+  CHECK(ddp::load_dataset_splits(config, 2).eval->size() == 29);
+  config.eval_fraction = 0;
+
+  // uint8 pixels against float32 in [0, 1]: other scales, normalised alike.
+  config.dataset = "npy";
+  auto pixels = torch::randint(0, 256, {8, 4}, torch::kLong).to(torch::kUInt8);
+  write_npy(dir.file("x_u8.npy"), pixels);
+  write_npy(dir.file("x_f4.npy"), pixels.to(torch::kFloat).div(255));
+  write_npy(dir.file("y.npy"), torch::zeros({8}, torch::kLong));
+  config.path = dir.file("x_f4.npy");
+  config.labels = config.eval_labels = dir.file("y.npy");
+  config.eval_path = dir.file("x_u8.npy");
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 2),
+                    Contains("x_u8.npy holds Byte features, " + config.path + " holds Float: uint8 pixels"));
+  config.eval_path = dir.file("x_f4.npy");
+  CHECK_NOTHROW(ddp::load_dataset_splits(config, 2));
+
+  // float64 labels stay float64 (the loss checks for whole numbers before any rounding).
+  write_npy(dir.file("y_f8.npy"), torch::tensor({0.0, 1.00000001, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0}, torch::kDouble));
+  config.labels = dir.file("y_f8.npy");
+  config.eval_split = "none";
+  auto f8 = ddp::load_dataset_splits(config, 2);
+  CHECK(f8.train.labels.scalar_type() == torch::kDouble);
+  CHECK(f8.train.labels[1].item<double>() == 1.00000001);
 }
 
 }  // namespace DDP_TEST_FILE

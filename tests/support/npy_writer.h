@@ -16,6 +16,7 @@ inline void write_npy(const std::string& path, const torch::Tensor& array) {
                       : t.scalar_type() == torch::kInt64 ? "<i8"
                       : t.scalar_type() == torch::kInt32 ? "<i4"
                       : t.scalar_type() == torch::kBool  ? "|b1"
+                      : t.scalar_type() == torch::kUInt8 ? "|u1"
                                                          : "<f8";
   std::string shape = "(";
   for (auto d : t.sizes()) shape += std::to_string(d) + ", ";

@@ -40,12 +40,12 @@ TEST_CASE("cross_entropy: mean loss with label smoothing, summed loss and accura
   CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.5}), "labels.npy"),
                     Contains("labels.npy: train.loss cross_entropy needs one whole-number class") &&
                         Contains("use train.loss: mse"));
-  CHECK_NOTHROW(ce.check_output(logits, targets, 2));
-  CHECK_THROWS_AS(ce.check_output(logits, targets, 3), ddp::UserError);
-  CHECK_THROWS_WITH(ce.check_output(logits, targets, 3),
+  CHECK_NOTHROW(ce.check_output(logits, targets, 2, "y.npy"));
+  CHECK_THROWS_AS(ce.check_output(logits, targets, 3, "y.npy"), ddp::UserError);
+  CHECK_THROWS_WITH(ce.check_output(logits, targets, 3, "y.npy"),
                     "the model's output is [3, 3] for targets [3]; train.loss cross_entropy needs logits [3, C] "
-                    "with C > 3, the largest label");
-  CHECK_THROWS_WITH(ce.check_output(logits.reshape({9}), targets, 1), Contains("output is [9]"));
+                    "with C > 3, the largest label (in y.npy)");
+  CHECK_THROWS_WITH(ce.check_output(logits.reshape({9}), targets, 1, "y.npy"), Contains("output is [9]"));
 }
 
 TEST_CASE("cross_entropy takes labels [N, 1] as [N], and refuses other shapes and inf or fractional labels, naming the sample",
@@ -65,6 +65,21 @@ TEST_CASE("cross_entropy takes labels [N, 1] as [N], and refuses other shapes an
   CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 2.0, 3.0, 0.5}, torch::kDouble), "y.npy"),
                     Contains(whole + "label of sample 3 is 0.5 (these labels are Double [4]"));
   CHECK_THROWS_AS(ce.prepare_targets(torch::tensor({1.0, -kInf}), "y.npy"), ddp::FileError);
+  // As int64 these would be INT64_MIN, named a negative label; and 1.00000001 is no class, as a float64.
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 1e20}, torch::kDouble), "y.csv"),
+                    Contains("label of sample 1 is 1e+20, beyond any class count"));
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({0.0, 1.00000001}, torch::kDouble), "y.npy"),
+                    Contains(whole + "label of sample 1 is 1.00000001"));
+}
+
+TEST_CASE("bce_with_logits refuses targets outside [0, 1], naming the sample and the value", "[task][loss]") {
+  auto bce = loss("bce_with_logits");
+  CHECK(bce.prepare_targets(torch::tensor({0.0, 1.0, 0.25}, torch::kDouble), "y.npy").scalar_type() == torch::kFloat);
+  CHECK_THROWS_AS(bce.prepare_targets(torch::tensor({0.0, 1.0, 2.0}), "y.npy"), ddp::FileError);
+  CHECK_THROWS_WITH(bce.prepare_targets(torch::tensor({0.0, 1.0, 2.0}), "y.npy"),
+                    Contains("y.npy: train.loss bce_with_logits needs targets in [0, 1]; sample 2 has 2"));
+  CHECK_THROWS_WITH(bce.prepare_targets(torch::tensor({{0.0, 1.0}, {1.0, -1.0}}), "y.npy"), Contains("sample 1 has -1"));
+  CHECK_NOTHROW(loss("mse").prepare_targets(torch::tensor({0.0, 7.0}), "y.npy"));
 }
 
 TEST_CASE("mse gives per-sample MSE and MAE, bce_with_logits a loss and accuracy per element", "[task][loss]") {
@@ -72,13 +87,13 @@ TEST_CASE("mse gives per-sample MSE and MAE, bce_with_logits a loss and accuracy
   auto out = torch::tensor({{1.0f}, {2.0f}, {0.0f}});  // [B, 1] against [B] targets
   auto targets = mse.prepare_targets(torch::tensor({1.5, 2.0, -2.0}), "t");
   CHECK(targets.scalar_type() == torch::kFloat);
-  CHECK_NOTHROW(mse.check_output(out, targets, 0));
+  CHECK_NOTHROW(mse.check_output(out, targets, 0, "y.npy"));
   CHECK(mse.mean(out, targets).item<double>() == Approx((0.25 + 0 + 4) / 3));
   CHECK(mse.metric_names() == std::vector<std::string>{"mse", "mae"});
   auto sums = mse.metric_sums(out, targets);
   CHECK(sums[0].item<double>() == Approx(4.25));
   CHECK(sums[1].item<double>() == Approx(2.5));
-  CHECK_THROWS_WITH(mse.check_output(torch::zeros({3, 2}), targets, 0),
+  CHECK_THROWS_WITH(mse.check_output(torch::zeros({3, 2}), targets, 0, "y.npy"),
                     "the model's output is [3, 2] for targets [3]; train.loss mse needs as many values per sample as "
                     "the targets have");
 

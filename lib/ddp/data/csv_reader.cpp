@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <unordered_map>
 
 #include "ddp/common/error.h"
@@ -42,6 +44,49 @@ std::vector<std::string> read_csv_header(CsvLineReader& lines, const std::string
   return header;
 }
 
+// A header without the label column is often a file that is not UTF-8 comma-separated lines:
+// name what it looks like instead, so that the fix is plain.
+std::string header_hint(const std::vector<std::string>& header) {
+  for (const auto& cell : header) {
+    if (cell.find('\0') != std::string::npos) return "; its header holds NUL bytes: is it UTF-16? Save it as UTF-8";
+    if (cell.find('\r') != std::string::npos)
+      return "; its header runs past a carriage return: are its lines ended by CR alone (old Mac)? End them with "
+             "newlines";
+  }
+  if (header.size() == 1)
+    for (auto [separator, name] : {std::pair{'\t', "tabs"}, std::pair{';', "semicolons"}, std::pair{'|', "'|'"}})
+      if (header[0].find(separator) != std::string::npos)
+        return std::string("; the header is one column holding ") + name +
+               ": the file seems separated by those, and ddprun reads comma-separated values";
+  return "";
+}
+
+// The columns of `names` in the order of `wanted`, or a FileError naming what differs: an eval
+// file's features are the training file's columns by name, whatever their order there.
+std::vector<int64_t> columns_by_name(const std::vector<std::string>& names, const std::vector<std::string>& wanted,
+                                     const std::string& path, const std::string& wanted_path) {
+  std::unordered_map<std::string, int64_t> at;
+  for (std::size_t i = 0; i < names.size(); ++i) at.emplace(names[i], static_cast<int64_t>(i));
+  std::vector<int64_t> order;
+  std::string missing, extra;
+  for (const auto& name : wanted) {
+    auto found = at.find(name);
+    if (found == at.end()) {
+      missing += (missing.empty() ? "\"" : ", \"") + name + "\"";
+    } else {
+      order.push_back(found->second);
+      at.erase(found);
+    }
+  }
+  for (const auto& name : names)
+    if (at.count(name)) extra += (extra.empty() ? "\"" : ", \"") + name + "\"";
+  if (!missing.empty() || !extra.empty())
+    throw FileError(path + ": its feature columns are not " + wanted_path + "'s" +
+                    (missing.empty() ? "" : "; it lacks " + missing) + (extra.empty() ? "" : "; it has " + extra) +
+                    " (the model takes the training file's columns, by name)");
+  return order;
+}
+
 }  // namespace
 
 CsvTable read_csv(const std::string& path, const std::string& label_column) {
@@ -55,6 +100,7 @@ CsvTable read_csv(const std::string& path, const std::string& label_column) {
   if (label_at == header.size()) {
     std::string message = path + ": no column \"" + label_column + "\" (data.label_column) in the header";
     if (auto near = nearest(label_column, header)) message += " (did you mean " + *near + "?)";
+    message += header_hint(header);
     throw FileError(message);
   }
 
@@ -99,8 +145,17 @@ CsvTable read_csv(const std::string& path, const std::string& label_column) {
 
 void register_csv_format(DatasetFormats& formats) {
   formats.add("csv").load_splits = [](const DataConfig& config, int64_t) {
-    return load_file_splits(config, [&config](const std::string& path, const std::string&) {
+    // The training file is read first; the eval file's columns are taken by its names, which a
+    // table exported again may order otherwise (by position, each feature would feed another input).
+    std::optional<std::vector<std::string>> train_names;
+    return load_file_splits(config, [&config, &train_names](const std::string& path, const std::string&) {
       CsvTable table = read_csv(path, config.label_column);
+      if (!train_names) {
+        train_names = table.feature_names;
+      } else if (table.feature_names != *train_names) {
+        auto order = columns_by_name(table.feature_names, *train_names, path, config.path);
+        table.features = table.features.index_select(1, torch::tensor(order, torch::kLong)).contiguous();
+      }
       Dataset data;
       data.features = table.features;
       data.labels = table.labels;  // float64: the task decides whether they are classes

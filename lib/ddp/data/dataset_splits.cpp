@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cfloat>
+#include <cmath>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
@@ -13,7 +14,8 @@ namespace {
 
 // A seeded permutation of the training file: its first `fraction` becomes the eval split.
 DatasetSplits carve(const Dataset& all, double fraction, int64_t seed) {
-  auto eval_size = static_cast<int64_t>(static_cast<double>(all.size()) * fraction);
+  // Rounded down, but not below what the decimal fraction means: 100 × 0.29 is 28.999999999999996.
+  auto eval_size = static_cast<int64_t>(std::floor(static_cast<double>(all.size()) * fraction * (1 + 1e-12)));
   if (eval_size < 1 || eval_size >= all.size())
     throw ConfigError("data.eval_fraction: " + std::to_string(fraction) + " of " + std::to_string(all.size()) +
                       " samples leaves an empty split");
@@ -66,6 +68,14 @@ DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load,
     if (splits.eval->sample_shape() != splits.train.sample_shape())
       throw FileError(config.eval_path + " holds samples of shape " + format_shape(splits.eval->sample_shape()) + ", " +
                       config.path + " of shape " + format_shape(splits.train.sample_shape()));
+    // uint8 features are pixels in 0..255, which data.normalize fixed divides by 255 and global
+    // measures on the training file: the other split in another dtype would be on another scale,
+    // evaluated wrongly with exit 0.
+    const auto train_dtype = splits.train.feature_dtype(), eval_dtype = splits.eval->feature_dtype();
+    if ((train_dtype == torch::kUInt8) != (eval_dtype == torch::kUInt8))
+      throw FileError(config.eval_path + " holds " + std::string(c10::toString(eval_dtype)) + " features, " + config.path +
+                      " holds " + c10::toString(train_dtype) + ": uint8 pixels (0 to 255) and other numbers are on "
+                      "other scales, and both splits are normalised alike; save both in one dtype");
   }
   return splits;
 }

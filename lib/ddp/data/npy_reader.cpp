@@ -187,7 +187,9 @@ torch::Tensor checked_labels(torch::Tensor labels, const std::string& source) {
     throw FileError(source + ": label of sample " + std::to_string(sample) + " is " + (nan ? "NaN" : "infinite") +
                     "; training needs finite labels (fix or drop that sample)");
   }
-  return labels.to(torch::kFloat);
+  // float64 stays float64, as CSV labels are: the loss checks whole-number classes before any
+  // rounding (1.00000001 is no class, yet its float32 is 1).
+  return labels.scalar_type() == torch::kDouble ? labels : labels.to(torch::kFloat);
 }
 
 // data.dataset npy: features read from the file on demand, labels in a file of their own.

@@ -54,7 +54,22 @@ void declare_config(ConfigSchema& schema, LossConfig& config) {
 }
 
 torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::string& source) const {
-  if (!classes()) return labels.to(torch::kFloat);
+  if (!classes()) {
+    // bce_with_logits weighs a sample's negatives by 1 - target (Note [AUC from histograms]): a
+    // target of 2 would count as a negative of weight -1, a wrong AUC with exit 0.
+    if (config_.loss == "bce_with_logits" && labels.numel() > 0) {
+      auto bad = torch::logical_or(labels.lt(0), labels.gt(1)).reshape({labels.size(0), -1}).any(1).nonzero();
+      if (bad.numel() > 0) {
+        const int64_t sample = bad[0][0].item<int64_t>();
+        auto row = labels[sample].reshape(-1);
+        const double value = row.index({torch::logical_or(row.lt(0), row.gt(1))})[0].item<double>();
+        throw FileError(fmt::format("{}: train.loss bce_with_logits needs targets in [0, 1]; sample {} has {} (use "
+                                    "train.loss: mse with train.task: regression for other targets)",
+                                    source, sample, value));
+      }
+    }
+    return labels.to(torch::kFloat);
+  }
   // [N, 1] is how np.save writes a column (y.reshape(-1, 1), a DataFrame's values): one class per
   // sample all the same, so it is taken as [N] where PyTorch's CrossEntropyLoss would refuse it.
   torch::Tensor flat = labels.dim() == 2 && labels.size(1) == 1 ? labels.reshape({labels.size(0)}) : labels;
@@ -63,12 +78,17 @@ torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::stri
                     std::string(c10::toString(labels.scalar_type())) + " " + shape(labels) +
                     " (use train.loss: bce_with_logits for several 0/1 targets per sample)");
   if (flat.scalar_type() == torch::kLong) return flat;
-  // Before the conversion: inf becomes INT64_MIN as an int64 and would be named a negative label.
-  auto bad = torch::logical_or(torch::logical_not(torch::isfinite(flat)), flat.ne(flat.round())).nonzero();
+  // Before the conversion: inf, or 1e20, becomes INT64_MIN as an int64 and would be named a
+  // negative label. 2^53: the largest whole number every float64 below it holds exactly.
+  constexpr double kLargestClass = 9007199254740992.0;
+  auto bad = torch::logical_or(torch::logical_not(torch::isfinite(flat)), flat.ne(flat.round()))
+                 .logical_or_(flat.abs().gt(kLargestClass))
+                 .nonzero();
   if (bad.numel() > 0) {
     const int64_t sample = bad[0][0].item<int64_t>();
     const double value = flat[sample].item<double>();
     std::string what = std::isnan(value) ? "NaN" : std::isinf(value) ? "infinite" : fmt::format("{}", value);
+    if (std::isfinite(value) && std::abs(value) > kLargestClass) what += ", beyond any class count";
     throw FileError(source + ": train.loss cross_entropy needs one whole-number class per sample; label of sample " +
                     std::to_string(sample) + " is " + what + " (these labels are " +
                     std::string(c10::toString(labels.scalar_type())) + " " + shape(labels) +
@@ -77,12 +97,13 @@ torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::stri
   return flat.to(torch::kLong);
 }
 
-void Loss::check_output(const torch::Tensor& output, const torch::Tensor& targets, int64_t max_class) const {
+void Loss::check_output(const torch::Tensor& output, const torch::Tensor& targets, int64_t max_class,
+                        const std::string& max_class_source) const {
   if (classes()) {
     if (output.dim() != 2 || output.size(0) != targets.size(0) || output.size(1) <= max_class)
       throw UserError("the model's output is " + shape(output) + " for targets " + shape(targets) +
                       "; train.loss cross_entropy needs logits [" + std::to_string(targets.size(0)) + ", C] with C > " +
-                      std::to_string(max_class) + ", the largest label");
+                      std::to_string(max_class) + ", the largest label (in " + max_class_source + ")");
     return;
   }
   if (output.size(0) != targets.size(0) || output.numel() != targets.numel())

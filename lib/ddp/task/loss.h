@@ -27,13 +27,16 @@ class Loss {
   explicit Loss(const LossConfig& config) : config_(config) {}
 
   /// Labels as this loss takes them: int64 class indices [N] for cross_entropy ([N, 1] is taken
-  /// as [N]; float labels must be finite whole numbers), float32 for mse and bce_with_logits.
-  /// FileError naming `source`, the first sample at fault, or the shape.
+  /// as [N]; float labels must be finite whole numbers that an int64 holds), float32 for mse and
+  /// bce_with_logits (whose targets must lie in [0, 1]). FileError naming `source`, the first
+  /// sample at fault, or the shape.
   torch::Tensor prepare_targets(const torch::Tensor& labels, const std::string& source) const;
 
-  /// Checks that `output` fits `targets` (classification: [B, C] with C > `max_class`; otherwise as
-  /// many values per sample as the targets). UserError naming both shapes.
-  void check_output(const torch::Tensor& output, const torch::Tensor& targets, int64_t max_class) const;
+  /// Checks that `output` fits `targets` (classification: [B, C] with C > `max_class`, the largest
+  /// label, which `max_class_source` holds; otherwise as many values per sample as the targets).
+  /// UserError naming both shapes.
+  void check_output(const torch::Tensor& output, const torch::Tensor& targets, int64_t max_class,
+                    const std::string& max_class_source) const;
 
   /// The mean loss over the batch.
   torch::Tensor mean(const torch::Tensor& output, const torch::Tensor& targets) const;

@@ -18,7 +18,11 @@ SupervisedTask::SupervisedTask(const DataConfig& data, const ModelConfig& model,
   if (eval_) eval_->labels = loss_.prepare_targets(eval_->labels, eval_->source);
   model_ = make_model(model, context.model);
   max_class_ = check(train_, model);
-  if (eval_) max_class_ = std::max(max_class_, check(*eval_, model));
+  max_class_source_ = train_.source;
+  if (eval_) {
+    const int64_t eval_max = check(*eval_, model);
+    if (eval_max > max_class_) max_class_ = eval_max, max_class_source_ = eval_->source;
+  }
   normalizer_ = make_normalizer(data, train_);
   if (model_->takes_stored_features() && !normalizer_.as_stored)
     throw ConfigError("model.name " + model.name + " takes its features as stored (32-bit hashes that float32 would "
@@ -55,7 +59,7 @@ Batch SupervisedTask::make_batch(Split split, const torch::Tensor& indices) cons
 
 const torch::Tensor& SupervisedTask::checked(const torch::Tensor& output, const Batch& batch) {
   if (!output_checked_) {
-    loss_.check_output(output, batch.targets, max_class_);
+    loss_.check_output(output, batch.targets, max_class_, max_class_source_);
     output_checked_ = true;
   }
   return output;

@@ -41,6 +41,7 @@ class SupervisedTask : public Task {
   std::optional<Dataset> eval_;
   Normalizer normalizer_;
   int64_t max_class_ = 0;        ///< the largest class label in either split (cross_entropy)
+  std::string max_class_source_;  ///< the split's source that holds it
   bool output_checked_ = false;  ///< the first batch's output was checked against its targets
   std::shared_ptr<Model> model_;
 };
