@@ -187,4 +187,61 @@ TEST_CASE("torchrun's options that mean nothing here are accepted with one line 
   CHECK(count_lines(r.err, "ddprun: --rdzv-conf read_timeout is ignored (only join_timeout and last_call_timeout mean something here)") == 1);
 }
 
+TEST_CASE("a torch.distributed script runs elastic as under torchrun: a node that joins, and one that leaves, "
+          "start its next round afresh", "[launch][torchrun][python][elastic]") {
+  if (!python_has_torch()) {
+    WARN("skipped: " << kPython << " has no torch (Debian's python3-torch): no script to run");
+    return;
+  }
+  // env:// keys its store space by TORCHELASTIC_RESTART_COUNT: a round that reused the last one's
+  // read its Gloo addresses (the joiner failed in init_process_group) or waited forever on its
+  // barrier's count (the node left alone).
+  TempDir dir;
+  write_file(dir.file("el.py"), R"PY(import os, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group('gloo')
+for i in range(int(sys.argv[1])):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    time.sleep(0.1)
+print('done round', os.environ['DDPRUN_ROUND'], 'restart count', os.environ['TORCHELASTIC_RESTART_COUNT'],
+      'world', dist.get_world_size(), 'sum', int(t.item()), flush=True)
+dist.destroy_process_group()
+)PY");
+  auto node = [&](int port, const std::string& name, const std::string& settle) {
+    return "DDPRUN_PYTHON=" + std::string(kPython) + " DDPRUN_RDZV_SECRET=s3cret timeout 100 " + bin("ddprun") +
+           " --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+           " --rdzv-settle " + settle + " --node-timeout 3 --local-addr " + name + " " + dir.file("el.py") + " 60 > " +
+           dir.file(name + std::to_string(port) + ".log") + " 2>&1";
+  };
+  SECTION("joins") {
+    const int port = free_port();
+    auto r = run_shell(node(port, "a", "1") + " & A=$!; sleep 6; " + node(port, "b", "1") +
+                           " & B=$!; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
+                       std::chrono::seconds(150));
+    std::string a = read_file(dir.file("a" + std::to_string(port) + ".log")),
+                b = read_file(dir.file("b" + std::to_string(port) + ".log"));
+    INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- b:\n" << b);
+    CHECK_THAT(r.out, Contains("statuses=0,0"));
+    CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 2 (a, b), world size 2"));
+    CHECK_THAT(a, Contains("done round 1 restart count 1 world 2 sum 2"));
+    CHECK_THAT(b, Contains("done round 1 restart count 1 world 2 sum 2"));
+  }
+  SECTION("leaves") {
+    const int port = free_port();
+    // a first, so that it hosts the store and b's leaving is a node's, not the store host's.
+    const std::string a_log = dir.file("a" + std::to_string(port) + ".log");
+    auto r = run_shell(node(port, "a", "3") + " & A=$!; sleep 1; " + node(port, "b", "3") + " & B=$!; " +
+                           "i=0; until grep -q 'round 0: node rank' " + dir.file("b" + std::to_string(port) + ".log") +
+                           " || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done; sleep 3; kill -TERM $B; "
+                           "wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
+                       std::chrono::seconds(150));
+    std::string a = read_file(a_log);
+    INFO(r.out << r.err << "\n--- a:\n" << a);
+    CHECK_THAT(r.out, Contains("statuses=0,143"));
+    CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 1 (a), world size 1"));
+    CHECK_THAT(a, Contains("done round 1 restart count 1 world 1 sum 1"));
+  }
+}
+
 }  // namespace DDP_TEST_FILE

@@ -123,7 +123,11 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id) {
       {env::kRestartCount, str(id.restart_count)},
       {env::kMaxRestarts, str(id.max_restarts)},
       {env::kRound, str(id.round)},
-      {env::kElasticRestartCount, str(id.restart_count)},
+      // The worker group's restarts so far, membership changes included: torch's env:// keys its
+      // store space "/worker/attempt_N" by it, and a round of other members reusing the last
+      // round's keys would read stale Gloo addresses, or wait forever on its barrier's count
+      // (torchrun gives each round a fresh store instead). The failures alone are DDPRUN_RESTART_COUNT.
+      {env::kElasticRestartCount, str(id.round)},
       {env::kElasticMaxRestarts, str(id.max_restarts)},
       {env::kElasticRunId, id.run_id},
   };
