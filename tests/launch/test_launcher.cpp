@@ -295,6 +295,25 @@ TEST_CASE("a failure on one node stops the other node too") {
   CHECK(find_processes(sleeper).empty());
 }
 
+TEST_CASE("a restart that a finished node cannot join ends at once with the failure's exit code, either node finished") {
+  // One node's workers exit 0 at once, the other's fail with 5 a second later: its restart would
+  // wait out --rdzv-timeout for a node that is gone, then exit 2, the failure lost.
+  for (const std::string finisher : {"0", "1"}) {
+    const std::string failer = finisher == "0" ? "1" : "0";
+    std::string port = std::to_string(free_port());
+    std::string common = " --nnodes 2 --master-port " + port + " --max-restarts 1 --rdzv-timeout 60 -- sh -c "
+                         "'[ $RANK = " + finisher + " ] && exit 0; sleep 1; exit 5'";
+    auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> /dev/stdout & B=$!; " + ddprun() + " --node-rank 0" +
+                           common + " 2> /dev/stdout; A=$?; wait $B; echo statuses=$A,$?",
+                       std::chrono::seconds(50));
+    INFO("finished: node " << finisher << "\n" << r.out << r.err);
+    CHECK(count_lines(r.out, finisher == "0" ? "statuses=0,5" : "statuses=5,0") == 1);
+    CHECK_THAT(r.out, Contains("restart attempt 1 cannot form: node(s) " + finisher + " finished attempt 0 (their "
+                               "workers exited 0) and will not restart; not restarting, and ending with the failure: "
+                               "rank " + failer));
+  }
+}
+
 // Two nodes, each one worker; once both are up, node 1's launcher is SIGKILLed, so it never says it
 // is done, and node 0's worker exits 3. `then` is the shell that follows, with node 0's pid in $A;
 // node 0's stderr goes to DIR/a.err.

@@ -407,11 +407,22 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
   store_->set(prefix + std::to_string(options_.node_rank), "1");
   // Polled rather than one blocking wait, so that a signal to the launcher is acted on at once.
   auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const std::string finished = kPrefix + "attempt_" + std::to_string(attempt - 1) + "/done/";
   while (true) {
-    bool all = true;
-    for (int r = 0; r < options_.nnodes && all; ++r) all = store_->check(prefix + std::to_string(r));
-    if (all) return true;
+    std::vector<int> missing;
+    for (int r = 0; r < options_.nnodes; ++r)
+      if (!store_->check(prefix + std::to_string(r))) missing.push_back(r);
+    if (missing.empty()) return true;
     if (interrupted()) return false;
+    // A node whose workers all exited 0 has finished and gone: waiting out the timeout for it would
+    // end in a time-out's exit 2, the failure that asked for the restart lost.
+    std::string gone;
+    for (int r : missing)
+      if (store_->check(finished + std::to_string(r))) gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+    if (!gone.empty())
+      throw RestartCannotForm("restart attempt " + std::to_string(attempt) + " cannot form: node(s) " + gone +
+                              " finished attempt " + std::to_string(attempt - 1) +
+                              " (their workers exited 0) and will not restart");
     beat_alive();  // Note [Silent nodes]: node 0 may be finishing, not restarting
     if (std::chrono::steady_clock::now() > deadline)
       throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/error.h"
 #include "ddp/launch/kv_store.h"
 #include "ddp/launch/launch_options.h"
 
@@ -34,6 +35,13 @@ struct RemoteFailure {
   std::string description;  ///< e.g. "rank 3 on host-b: exit code 7"
   bool restartable = true;  ///< false when a node was interrupted: nobody restarts then
   bool interrupted = false;  ///< a node was stopped by a signal (not restartable): a stop, not a failure
+};
+
+/// A restart that cannot form: a node it waits for finished the attempt before (its workers all
+/// exited 0) and left. what(): which nodes.
+class RestartCannotForm : public UserError {
+ public:
+  using UserError::UserError;
 };
 
 /// Hosts (node 0) or joins the store and runs the node-level protocol on it. See Note [Who hosts the store].
@@ -61,7 +69,8 @@ class Rendezvous {
   std::optional<RemoteFailure> remote_failure(int attempt);
 
   /// Waits until every node is ready to start `attempt` (after a restart): true then, false as soon
-  /// as `interrupted()` is (a signal to the launcher); UserError on a time-out.
+  /// as `interrupted()` is (a signal to the launcher); RestartCannotForm as soon as a node it waits
+  /// for is seen to have finished the attempt before; UserError on a time-out.
   bool barrier_before(int attempt, const std::function<bool()>& interrupted);
 
   /// Marks this node finished with `attempt`; node 0 waits (bounded) for the rest so its store

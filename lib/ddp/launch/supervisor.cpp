@@ -608,7 +608,15 @@ class StaticJob : public JobMembership {
   }
 
   std::optional<AttemptPlan> meet(int attempt, BetweenAttempts& signals, int& exit_status) override {
-    if (attempt > 0 && rendezvous_) rendezvous_->barrier_before(attempt, signals.check());
+    try {
+      if (attempt > 0 && rendezvous_) rendezvous_->barrier_before(attempt, signals.check());
+    } catch (const RestartCannotForm& e) {
+      // The job ends as the failure that asked for the restart did, not as a rendezvous error.
+      say(std::string(e.what()) + "; not restarting, and ending with the failure: " + last_failure_.cause);
+      rendezvous_->finish(attempt - 1, signals.check());
+      exit_status = last_failure_.status;
+      return std::nullopt;
+    }
     if (!signals.signalled()) return AttemptPlan{options_, layout_, attempt, attempt};
     int sig = signals.signal();
     say("received " + signal_name(sig) + " between attempts; not restarting");
@@ -629,6 +637,11 @@ class StaticJob : public JobMembership {
     if (rendezvous_) rendezvous_->finish(plan.attempt, signals.check());
   }
 
+  Settled settle(const AttemptPlan&, AttemptOutcome& outcome, int&) override {
+    last_failure_ = outcome;
+    return Settled::kDecide;
+  }
+
   std::string restarting(const AttemptPlan& plan, const AttemptOutcome& outcome) const override {
     return "restarting the workers (restart " + std::to_string(plan.attempt + 1) + " of " +
            std::to_string(options_.max_restarts) + ") after: " + outcome.cause;
@@ -640,6 +653,7 @@ class StaticJob : public JobMembership {
   LaunchOptions options_;
   WorldLayout layout_;
   std::unique_ptr<Rendezvous> rendezvous_;  // null for one node with a private store
+  AttemptOutcome last_failure_;  // the attempt before the one met for: what a restart that cannot form ends with
 };
 
 /// An elastic job (--nnodes MIN:MAX): rounds until the workers finish, a failure is not restarted,
