@@ -208,17 +208,22 @@ TEST_CASE("a worker that ignores the stop is killed after --shutdown-grace, and 
   CHECK(find_processes(sleeper).empty());
 }
 
-TEST_CASE("a SIGKILLed launcher leaves no worker behind") {
+TEST_CASE("a SIGKILLed launcher leaves no worker behind, nor what the workers started outside their groups") {
   TempDir dir;
-  std::string sleeper = unique_sleep(4);
-  auto r = run_shell(ddprun() + " --standalone --nproc-per-node 2 -- sh -c '" + sleeper + " & echo $! > " +
-                         dir.path() + "/pid.$RANK; wait' & L=$!; "
+  std::string sleeper = unique_sleep(4), detached = unique_sleep(14);
+  // Each worker starts a child in its group and one in a session of its own (setsid), which the
+  // group's kill does not reach; the watchdog looks for such children every second (Note [Strays
+  // after a SIGKILL]), so the launcher is killed after that.
+  auto r = run_shell(ddprun() + " --standalone --nproc-per-node 2 -- sh -c '" + sleeper + " & setsid " + detached +
+                         " & echo $! > " + dir.path() + "/pid.$RANK; wait' & L=$!; "
                          "while [ ! -s " + dir.path() + "/pid.1 ] || [ ! -s " + dir.path() + "/pid.0 ]; do sleep 0.05; done; "
-                         "kill -KILL $L; sleep 1",
+                         "sleep 1.5; kill -KILL $L; sleep 1",
                      std::chrono::seconds(30));
-  for (int i = 0; i < 50 && !find_processes(sleeper).empty(); ++i)
+  for (int i = 0; i < 50 && !(find_processes(sleeper).empty() && find_processes(detached).empty()); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(find_processes(sleeper).empty());
+  CHECK(find_processes(detached).empty());
+  for (pid_t pid : find_processes(detached)) kill(pid, SIGKILL);  // not left behind by a failure here either
 }
 
 TEST_CASE("two launchers with --nnodes 2 run ranks 0-3 once each") {

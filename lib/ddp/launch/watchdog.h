@@ -1,6 +1,7 @@
 #pragma once
 // A tiny helper process that outlives a SIGKILLed launcher just long enough to kill every worker
-// process group. PR_SET_PDEATHSIG only reaches a worker itself, not what the worker started.
+// process group, and every process the workers started outside their groups (setsid).
+// PR_SET_PDEATHSIG only reaches a worker itself, not what the worker started.
 
 #include <sys/types.h>
 
