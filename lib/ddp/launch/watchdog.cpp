@@ -86,8 +86,17 @@ std::vector<ProcessId> descendants(const pid_t* roots, int count) {
   static pid_t groups[kMax];
   int count = 0;
   std::set<ProcessId> seen;
-  auto look = [&] {
-    for (const ProcessId& id : descendants(groups, count)) seen.insert(id);
+  auto still_runs = [](const ProcessId& id) {
+    pid_t parent = 0;
+    unsigned long long start = 0;
+    return read_stat(id.pid, parent, start) && start == id.start;  // not ended, nor another process now
+  };
+  auto look = [&] {  // those found now, and those found before that still run (no longer the workers' children)
+    std::vector<ProcessId> found = descendants(groups, count);
+    std::set<ProcessId> now(found.begin(), found.end());
+    for (const ProcessId& id : seen)
+      if (still_runs(id)) now.insert(id);
+    seen = std::move(now);
   };
   Message message;
   while (true) {
@@ -111,9 +120,7 @@ std::vector<ProcessId> descendants(const pid_t* roots, int count) {
   look();  // those the workers still hold, which the group kill below would orphan
   for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
   for (const ProcessId& id : seen) {
-    pid_t parent = 0;
-    unsigned long long start = 0;
-    if (!read_stat(id.pid, parent, start) || start != id.start) continue;  // ended, or another process now
+    if (!still_runs(id)) continue;
     if (getpgid(id.pid) == id.pid) kill(-id.pid, SIGKILL);  // a group of its own (setsid): what it started too
     kill(id.pid, SIGKILL);
   }
