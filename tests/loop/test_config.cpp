@@ -387,9 +387,17 @@ TEST_CASE("config files: missing, malformed, fine", "[config]") {
   ddp::test::write_file(two, "---\ntrain:\n  epochs: 2\n...\n");  // one document, marked as such
   CHECK(ddp::load_train_config(two, {}).train.epochs == 2);
 
-  // A key or value the schema refuses: the file's line and column of its key, the innermost one.
+  // A key or value the schema refuses: the file's line and column of its key, the innermost one;
+  // each of several on a line of its own, the --set ones' and the range problems' too.
   std::string wrong = dir.file("wrong.yaml");
   ddp::test::write_file(wrong, "train:\n  epochs: 2\n  batch_size: many\nmodel: {hiden: [8]}\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {"optim.lr=fast", "optim.lr_sceduling=none", "train.epochs=0"}),
+                      Equals(wrong + ":3:3: train.batch_size: expected an integer, got \"many\"\n" + wrong +
+                             ":4:9: model.hiden: unknown key (did you mean model.hidden?)\n"
+                             "optim.lr: expected a number, got \"fast\"\n"
+                             "optim.lr_sceduling: unknown key (did you mean optim.lr_scaling?)\n"
+                             "train.epochs: must be in [1, 1e+06], got 0"));
+  ddp::test::write_file(wrong, "train:\n  epochs: 2\n  batch_size: many\n");
   REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {}),
                       Equals(wrong + ":3:3: train.batch_size: expected an integer, got \"many\""));
   ddp::test::write_file(wrong, "model:\n  name: mlp\n  hiden: [8]\n");

@@ -189,9 +189,11 @@ void write(const std::string& path, const ConfigSchema::Target& target, const YA
 
 // Calls fn(path, value) for each entry of a YAML map, rejecting duplicates (yaml-cpp keeps both).
 // With a `source` (the config file), an error about an entry starts with its FILE:LINE:COLUMN, as a
-// compiler's does, the innermost entry's.
+// compiler's does, the innermost entry's. With `collected`, an entry's error is kept there and the
+// next entry read.
 template <typename Fn>
-void for_each_entry(const YAML::Node& map, const std::string& prefix, const std::string& source, Fn&& fn) {
+void for_each_entry(const YAML::Node& map, const std::string& prefix, const std::string& source,
+                    std::vector<std::string>* collected, Fn&& fn) {
   auto located = [&source](const std::string& message, const YAML::Node& key) {
     const YAML::Mark mark = key.Mark();
     if (source.empty() || mark.is_null() || message.rfind(source + ":", 0) == 0) return ConfigError(message);
@@ -213,7 +215,8 @@ void for_each_entry(const YAML::Node& map, const std::string& prefix, const std:
     try {
       fn(path, entry.second);
     } catch (const ConfigError& e) {
-      throw located(e.what(), entry.first);
+      if (!collected) throw located(e.what(), entry.first);
+      collected->push_back(located(e.what(), entry.first).what());
     }
   }
 }
@@ -403,7 +406,8 @@ void ConfigSchema::load(const YAML::Node& root, const std::string& source) {
   std::set<std::string> written;  // a key's two spellings in one file (train: {epochs: 3} and train.epochs: 5)
   written_in_load_ = &written;
   try {
-    for_each_entry(root, "", source_, [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
+    for_each_entry(root, "", source_, collected_ptr(),
+                   [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
   } catch (...) {
     source_.clear();
     written_in_load_ = nullptr;
@@ -452,10 +456,18 @@ void ConfigSchema::apply_override(std::string_view assignment) {
     try {
       value = YAML::Load(text);
     } catch (const YAML::Exception& e) {
-      throw ConfigError(key + ": cannot read " + double_quoted(text) + " as a YAML value: " + e.msg);
+      ConfigError error(key + ": cannot read " + double_quoted(text) + " as a YAML value: " + e.msg);
+      if (!collected_) throw error;
+      collected_->push_back(error.what());
+      return;
     }
   }
-  assign(key, value);
+  try {
+    assign(key, value);
+  } catch (const ConfigError& e) {
+    if (!collected_) throw;
+    collected_->push_back(e.what());
+  }
 }
 
 void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
@@ -474,7 +486,7 @@ void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
 void ConfigSchema::load_section(const Section& section, const YAML::Node& node) {
   if (node.IsNull()) return;  // `train:` with every key commented out
   if (!node.IsMap()) throw ConfigError(section.name + ": expected a map of keys (a section), got " + describe(node));
-  for_each_entry(node, section.name, source_,
+  for_each_entry(node, section.name, source_, collected_ptr(),
                  [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
 }
 
@@ -553,7 +565,8 @@ std::vector<std::string> ConfigSchema::shared_disagreements() const {
 }
 
 void ConfigSchema::validate() const {
-  std::vector<std::string> found = problems();
+  std::vector<std::string> found = collected_.value_or(std::vector<std::string>{});
+  for (auto& problem : problems()) found.push_back(std::move(problem));
   if (!found.empty()) throw ConfigError(join(found, "\n"));
 }
 

@@ -123,7 +123,12 @@ class ConfigSchema {
   /// declared on a default-constructed config, a family whose default differs from another's.
   std::vector<std::string> shared_disagreements() const;
 
-  /// Throws ConfigError with problems() joined by newlines, if there are any.
+  /// From now on, load() and apply_override() keep each key's error (unknown, duplicate, of the
+  /// wrong type) for validate() and go on with the next, so that a config with several problems
+  /// is told all of them at once; a config that is no map of sections still throws at once.
+  void collect_errors() { collected_.emplace(); }
+
+  /// Throws ConfigError with the collected errors and problems() joined by newlines, if there are any.
   void validate() const;
 
   /// The current values of every key, sections and keys in declaration order.
@@ -171,6 +176,8 @@ class ConfigSchema {
   std::vector<Section> sections_;
   std::vector<Rule> rules_;
   std::vector<Rule> notices_;
+  std::vector<std::string>* collected_ptr() { return collected_ ? &*collected_ : nullptr; }
+  std::optional<std::vector<std::string>> collected_;  // collect_errors(): the keys' errors so far
   std::string source_;  // while load() reads a file: its name, for the errors' locations
   std::set<std::string>* written_in_load_ = nullptr;  // while load() reads: the keys written so far
 };

@@ -145,6 +145,7 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
 void layer(ConfigSchema& schema, const std::vector<std::string>& under, const YAML::Node& root,
            const std::string& source, const std::filesystem::path& file_dir, const std::vector<std::string>& overrides) {
   for (const auto& assignment : under) schema.apply_override(assignment);
+  schema.collect_errors();  // the file's and the overrides' errors, all said by validate()
   schema.load(root, source);
   schema.resolve_paths(file_dir);  // Note [Relative paths]
   for (const auto& assignment : overrides) schema.apply_override(assignment);
