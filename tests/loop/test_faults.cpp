@@ -191,6 +191,25 @@ TEST_CASE("a restart that finds no checkpoint to resume says it starts from step
   CHECK_THAT(r.out + r.err, !Contains("round 0 of this job"));
 }
 
+TEST_CASE("a run that fails renders its report of what it recorded, not the one its pacer last allowed",
+          "[faults][watch]") {
+  // Evaluations every 5 steps come faster than the report's 10 s floor: only the first rendered,
+  // and the failure left a page of step 0 saying no all-reduce and no monitor record was made.
+  TempDir dir;
+  const std::string out = dir.file("run");
+  auto r = run_shell("DDPRUN_TEST_FAIL_AT_STEP=1:30 " +
+                     ddprun_command(2, "synthetic_mlp.yaml",
+                                    {"run.output_dir=" + out, "train.max_steps=40", "train.log_every=5",
+                                     "eval.every_steps=5", "eval.max_batches=1", "checkpoint.every_steps=0",
+                                     "checkpoint.every_epochs=0", "monitor.every_s=0.01"}));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  const std::string html = read_file(out + "/report.html");
+  CHECK_THAT(html, Contains("<td>run</td><td>29</td>") || Contains("<td>run</td><td>30</td>"));  // the summary's step
+  CHECK_THAT(html, Contains("no exit recorded"));
+  CHECK_THAT(html, !Contains("No all-reduce") && !Contains("monitor recorded nothing"));
+}
+
 TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",
           "[faults][checkpoint]") {
   // The manifest says 38 where its file holds 40. Resume used to try "older than 40" again, which

@@ -45,11 +45,14 @@ void put_step_values(ddp::ValueSlots& side, ddp::SystemMonitor& monitor,
   }
 }
 
+// Five steps of `per_rank`'s values, each `step_ms` long on rank 0 (0: not noted), then a record if due.
 std::optional<ddp::MetricsRecord> window(ddp::ValueSlots& side, ddp::SystemMonitor& monitor,
-                                         const std::vector<std::pair<double, double>>& per_rank, int64_t step) {
+                                         const std::vector<std::pair<double, double>>& per_rank, int64_t step,
+                                         double step_ms = 0) {
   for (int i = 0; i < 5; ++i) {
     put_step_values(side, monitor, per_rank);
     monitor.take_summed();
+    if (step_ms > 0) monitor.note_step_time(step_ms);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   return monitor.record_if_due(step);
@@ -90,8 +93,12 @@ TEST_CASE("the monitor records every rank, warns of starved input at once and of
                                   "0.10 0.10 0.10 | compute ms/step 10.0 10.5 9.5 (by rank)"));
   CHECK_THAT(log.text(), !Contains("warning"));
 
+  // Rank 0 waits 0.3 ms for data and computes 0.9 ms of a 32 ms step, the rest waiting for the
+  // others' gradients: not starved.
+  window(side, monitor, {{0.3, 0.9}, {0.1, 31}, {0.1, 31}}, 15, 32);
+  CHECK_THAT(log.text(), !Contains("starved"));
   // Rank 2 waits 5 ms for data in a 15 ms step: a third of it.
-  window(side, monitor, {{0.1, 10}, {0.1, 10}, {5, 10}}, 20);
+  window(side, monitor, {{0.1, 10}, {0.1, 10}, {5, 10}}, 20, 15);
   CHECK_THAT(log.text(), Contains("starved input: rank 2 waits for data 33% of its step (5.0 of 15.0 ms)"));
 
   // Rank 1 computes twice as long: named in the second window in a row, not in the first.

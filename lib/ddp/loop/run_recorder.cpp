@@ -210,7 +210,9 @@ void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step
   heartbeat_.beat(progress.step);
   last_data_wait_ms_ = data_waited_ms - data_waited_ms_;
   data_waited_ms_ = data_waited_ms;
-  last_busy_ms_ = std::max(0.0, seconds_since(step_start_) * 1000 - last_data_wait_ms_ - sync.exposed_ms);
+  const double step_ms = seconds_since(step_start_) * 1000;
+  last_busy_ms_ = std::max(0.0, step_ms - last_data_wait_ms_ - sync.exposed_ms);
+  monitor_.note_step_time(step_ms);
   if (world_.rank == 0)
     if (auto record = monitor_.record_if_due(progress.step)) metrics_->write(*record);
   if (progress_line_) show_progress_line(progress);
@@ -486,13 +488,15 @@ void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason 
   write_report(progress, 128 + (signal ? signal : SIGTERM));
 }
 
-void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status) {
+void RunRecorder::failed(const TrainProgress& progress) { write_report(progress, std::nullopt, /*last=*/true); }
+
+void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status, bool last) {
   if (world_.rank != 0 || !metrics_) return;
   if (exit_status)
     metrics_->write({{"step", static_cast<double>(progress.step)}, {"exit_status", static_cast<double>(*exit_status)}});
   if (!config_.logging.report) return;
   auto start = Clock::now();
-  if (!exit_status && !report_pacer_.due(start)) return;  // the last render is never skipped
+  if (!exit_status && !last && !report_pacer_.due(start)) return;  // the last render is never skipped
   try {
     write_run_report(output_dir_ + "/report.html", {output_dir_});
     report_pacer_.rendered(start, Clock::now());

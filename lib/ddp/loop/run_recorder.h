@@ -99,6 +99,9 @@ class RunRecorder {
   /// The end of a run stopped by `signal` (0: another rank's, by the vote) after its checkpoint, saying
   /// why (`reason`, from the launcher).
   void stopped(const TrainProgress& progress, int signal, StopReason reason);
+  /// The run failed at `progress` (an exception leaves the loop): rank 0 renders the report of what
+  /// was recorded, which its pacer may have left behind by several evaluations.
+  void failed(const TrainProgress& progress);
 
  private:
   /// On rank 0, when a rank ran on a GPU: each rank's peak CUDA memory (MiB; < 0 for a CPU rank), logged and kept.
@@ -106,7 +109,7 @@ class RunRecorder {
   void log_window(const TrainProgress& progress);
   void show_progress_line(const TrainProgress& progress);
   double eta_seconds(const TrainProgress& progress) const;
-  void write_report(const TrainProgress& progress, std::optional<int> exit_status);
+  void write_report(const TrainProgress& progress, std::optional<int> exit_status, bool last = false);
 
   // Sums since the last log line, added up over ranks by name.
   struct LogWindow {

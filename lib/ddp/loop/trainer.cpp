@@ -287,6 +287,15 @@ bool Trainer::done() const {
 
 int Trainer::fit() {
   if (already_finished_) return 0;
+  try {
+    return train_to_the_end();
+  } catch (...) {
+    recorder_->failed(progress_);  // the report of what was recorded, not the last one the pacer allowed
+    throw;
+  }
+}
+
+int Trainer::train_to_the_end() {
   install_stop_handlers();
   int64_t per_epoch = std::max<int64_t>(1, steps_per_epoch());
   recorder_->begin(progress_, total_steps(), (total_steps() + per_epoch - 1) / per_epoch);

@@ -45,6 +45,7 @@ class Trainer {
   int fit();
 
  private:
+  int train_to_the_end();  // fit() but for the report of a failed run
   void resume();
   /// Restores the checkpoint of manifest `path` (`common`: the file its manifest calls common),
   /// whatever layout wrote it; false when it or a rank's pieces of it could not be read and

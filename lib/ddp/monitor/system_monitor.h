@@ -59,6 +59,10 @@ class SystemMonitor {
   /// After it, rank 0: takes every rank's numbers from the summed slot.
   void take_summed();
 
+  /// Rank 0: a step's wall time, the same for every rank (they meet in its collectives): what a
+  /// rank's data wait is a share of, its wait for the others' gradients included.
+  void note_step_time(double step_ms);
+
   /// Rank 0: when monitor.every_s has passed since the last one, a metrics record of the window
   /// (and its warnings, said here, and its log line when monitor.log_every_s has passed); else nullopt.
   std::optional<MetricsRecord> record_if_due(int64_t step);
@@ -79,6 +83,7 @@ class SystemMonitor {
   mutable std::mutex gpu_mutex_;
   std::optional<GpuSample> gpu_sample_;
   std::vector<std::vector<RankSample>> window_;  // rank 0: per rank, the steps since the last record
+  std::vector<double> step_ms_;                   // rank 0: its steps' wall times since the last record
   std::chrono::steady_clock::time_point last_record_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> last_log_;  // none yet: the first record says its line
   std::vector<int> last_starved_;  // the starved ranks last said, while they stay starved

@@ -140,14 +140,15 @@ bool any_series(const std::vector<RunRecords>& runs, const std::string& key) {
 
 // Why no run has monitor records: the monitor was off in every one, or the runs were shorter than
 // one of its intervals.
-std::string unmonitored_text(const std::vector<RunRecords>& runs) {
+std::string unmonitored_text(const std::vector<RunRecords>& runs, bool ended) {
   const bool off = std::all_of(runs.begin(), runs.end(), [](const RunRecords& run) {
     auto keys = config_keys(run.config);
     auto every = keys.find("monitor.every_s");
     return every != keys.end() && std::strtod(every->second.c_str(), nullptr) == 0;
   });
-  return std::string(off ? "The system monitor was off (monitor.every_s: 0)"
-                         : "The system monitor recorded nothing: the run ended before its first monitor.every_s") +
+  return std::string(off     ? "The system monitor was off (monitor.every_s: 0)"
+                     : ended ? "The system monitor recorded nothing: the run ended before its first monitor.every_s"
+                             : "The system monitor has recorded nothing yet (or the run failed before its first record)") +
          ": no compute time, data wait, CPU or memory by rank.";
 }
 
@@ -286,8 +287,14 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   });
   const bool monitored = any_series(runs, "sys_rss_mib_rank0");
   html += "<h2>Communication and ranks</h2>";
-  if (!all_reduced) html += "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has no gradients to exchange.</p>";
-  if (!monitored) html += "<p class=\"meta\">" + unmonitored_text(runs) + "</p>";
+  // A page rendered mid-run (or of a run that failed) may simply have no records yet: it says so
+  // rather than give a reason that holds only for a run that ended.
+  const bool ended = std::all_of(runs.begin(), runs.end(), [](const RunRecords& run) { return run.exit_status().has_value(); });
+  const bool stepped = std::any_of(runs.begin(), runs.end(), [](const RunRecords& run) { return run.last("loss").has_value(); });
+  if (!all_reduced)
+    html += ended || stepped ? "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has no gradients to exchange.</p>"
+                             : "<p class=\"meta\">No all-reduce has been recorded yet: no training step was logged.</p>";
+  if (!monitored) html += "<p class=\"meta\">" + unmonitored_text(runs, ended) + "</p>";
   if (all_reduced || monitored) {
     html += "<div class=\"charts\">";
     if (all_reduced) html += allreduce_chart(runs);
