@@ -224,7 +224,10 @@ TEST_CASE("a report leaves out the panels a run has no data for, saying why, and
   CHECK_THAT(both, Contains("<tr><td>optim.lr</td><td>0.01</td><td>0.5</td></tr>"));
   CHECK_THAT(both, Contains("<tr><td>model.hidden</td><td>[64]</td><td>-</td></tr>"));
   CHECK_THAT(both, !Contains("<td>run.seed</td>") && !Contains("<td>optim.name</td>"));
-  // b's monitor was on (its default) but recorded nothing.
+  // b's monitor was on (its default) but recorded nothing: none yet while b runs (no exit recorded),
+  // none in its whole run once it ended.
+  CHECK_THAT(render_report({read_run(dir.file("b"))}), Contains("The system monitor has recorded nothing yet"));
+  MetricsLog(dir.file("b/metrics.jsonl"), "").write({{"step", 1}, {"exit_status", 0}});
   CHECK_THAT(render_report({read_run(dir.file("b"))}), Contains("The system monitor recorded nothing: the run ended "
                                                                  "before its first monitor.every_s"));
   std::string same = render_report({read_run(dir.file("a")), read_run(dir.file("a"))});
