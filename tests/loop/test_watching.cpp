@@ -193,10 +193,10 @@ TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headle
   std::string html = read_file(dir.file("both.html"));
   CHECK_THAT(html, Contains("<td>a</td><td>20</td>") && Contains("<td>b_a_second_run_with_a_long_name</td><td>20</td>"));
   // Every legend entry inside the chart's 640 units: each wrapped line starts again at the left.
-  std::regex entry(R"re(<rect x="([0-9.]+)" y="[0-9.]+" width="10" height="10" fill="#[0-9a-f]+"/><text x="[0-9.]+" y="[0-9.]+" class="legend">([^<]*)</text>)re");
+  std::regex entry(R"re(<line x1="([0-9.]+)" x2="[0-9.]+" y1="[0-9.]+" y2="[0-9.]+" stroke="#[0-9a-f]+" stroke-width="3"(?: stroke-dasharray="4 2")?/><text x="[0-9.]+" y="[0-9.]+" class="legend">([^<]*)</text>)re");
   int entries = 0;
   for (std::sregex_iterator it(html.begin(), html.end(), entry), end; it != end; ++it, ++entries)
-    CHECK(std::stod((*it)[1]) + 24 + 6.5 * static_cast<double>((*it)[2].length()) <= 640 + 10);
+    CHECK(std::stod((*it)[1]) + 30 + 6.5 * static_cast<double>((*it)[2].length()) <= 640 + 10);
   CHECK(entries > 8);
 
   // The second run's colour (the palette's second) appears only where its curves are drawn.

@@ -318,6 +318,12 @@ TEST_CASE("ddp-report -o never writes over a run's own files, and may replace it
   auto relative = run_command({"sh", "-c", "cd " + dir.path() + " && " + bin("ddp-report") + " run run -o run/metrics.jsonl"});
   CHECK(relative.exit_code == 2);
   CHECK_THAT(read_file(dir.file("run/metrics.jsonl")), Contains("\"loss\": 2"));
+  // Another run's metrics.jsonl, or any file that is not a page, is not replaced either.
+  write_file(dir.file("other.jsonl"), "{\"step\": 1}\n");
+  auto other = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("other.jsonl")});
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("exists and is not an HTML page (.html); the report would replace it"));
+  CHECK(read_file(dir.file("other.jsonl")) == "{\"step\": 1}\n");
   for (int pass = 0; pass < 2; ++pass) {  // the run's report, written and then rewritten in place
     auto page = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("run/report.html")});
     INFO(page.out << page.err);
@@ -372,6 +378,8 @@ TEST_CASE("NaN and infinite values are left out of a chart and counted in a note
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK_THAT(read_file(dir.file("x.html")), Contains("1 value(s) not drawn: NaN or infinite, from step 2"));
+  // The summary's last loss is the NaN, not the finite one before it.
+  CHECK_THAT(read_file(dir.file("x.html")), Contains("<td>run</td><td>2</td><td>nan</td>"));
 }
 
 TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range reads as narrow", "[record][report]") {
@@ -401,6 +409,31 @@ TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range re
   ChartSeries close{"close", chart_color(0), false, {{0, 1}, {1, 1.0000001}}};
   std::string near = svg_line_chart("close", "step", "x", {close});
   CHECK_THAT(near, Contains(">1.00000005</text>") && Contains(">1.0000001</text>"));
+  // Throughput's whole numbers written out, not as 6e+04.
+  ChartSeries rate{"rate", chart_color(0), false, {{0, 50000}, {10, 130000}}};
+  std::string rates = svg_line_chart("rate", "step", "samples/s", {rate});
+  CHECK_THAT(rates, Contains(">60000</text>") && Contains(">120000</text>") && !Contains("e+0"));
+}
+
+TEST_CASE("a chart's one point, or one value, is drawn inside the frame, and its legend tells lines apart",
+          "[record][report]") {
+  // An evaluation at the end alone: step 64 in the middle of the x axis, not on the frame's corner.
+  ChartSeries end{"eval", chart_color(0), false, {{64, 0.5}}};
+  std::string one = svg_line_chart("eval", "step", "loss", {end});
+  CHECK_THAT(one, Contains(">63</text>") && Contains(">65</text>") && Contains("<circle cx=\"344.0\""));
+  // A constant rate: in the middle, not on the bottom line.
+  ChartSeries lr{"lr", chart_color(0), false, {{0, 0.1}, {10, 0.1}}};
+  CHECK_THAT(svg_line_chart("lr", "step", "lr", {lr}), Contains("points=\"64.0,160.0 624.0,160.0 \"") && Contains(">0.09</text>"));
+  // A run's train and eval lines share its colour: the swatch is dashed where the line is; a long
+  // run name is cut in its middle, between UTF-8 characters, keeping what tells its lines apart.
+  const std::string name = "\xc3\xa9\xc3\xa9\xc3\xa9_a_run_name_long_enough_to_be_cut_short_in_a_legend";
+  ChartSeries train{name + " train", chart_color(1), false, {{0, 1}, {1, 2}}};
+  ChartSeries eval{name + " eval", chart_color(1), true, {{0, 1}, {1, 2}}};
+  std::string both = svg_line_chart("loss", "step", "loss", {train, eval});
+  CHECK_THAT(both, Contains("stroke-dasharray=\"4 2\"/><text"));
+  CHECK_THAT(both, Contains(">\xc3\xa9\xc3\xa9\xc3\xa9_a_run_name_long_enough_to_b\xe2\x80\xa6n_a_legend train</text>") &&
+                       Contains("_to_b\xe2\x80\xa6in_a_legend eval</text>"));
+  CHECK_THAT(both, Contains("<title>" + name + " eval</title>"));  // the whole name on hover
 }
 
 }  // namespace DDP_TEST_FILE

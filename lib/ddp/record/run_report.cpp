@@ -216,6 +216,14 @@ std::string eval_metrics_cell(const RunRecords& run) {
   return html_escape(text);
 }
 
+// The last value of `key`, NaN or infinite too: a loss that went NaN is the run's news, and the
+// last finite one beside it would hide that it diverged.
+std::optional<double> last_logged(const RunRecords& run, const std::string& key) {
+  auto points = run.points(key);
+  if (points.empty()) return std::nullopt;
+  return points.back().second;
+}
+
 std::string summary_table(const std::vector<RunRecords>& runs) {
   std::string out = "<table><tr><th>run</th><th>steps</th><th>last train loss</th><th>last eval loss</th>"
                     "<th>last eval metrics</th><th>samples/s (median)</th><th>peak RSS/rank (MiB)</th><th>ended</th></tr>";
@@ -223,7 +231,7 @@ std::string summary_table(const std::vector<RunRecords>& runs) {
     std::vector<double> throughput;
     for (const auto& [step, v] : run.series("samples_per_s")) throughput.push_back(v);
     out += "<tr><td>" + html_escape(run.name) + "</td><td>" + cell(run.last("step"), "{:.0f}") + "</td><td>" +
-           cell(run.last("loss")) + "</td><td>" + cell(run.last("eval_loss")) + "</td><td>" +
+           cell(last_logged(run, "loss")) + "</td><td>" + cell(last_logged(run, "eval_loss")) + "</td><td>" +
            eval_metrics_cell(run) + "</td><td>" +
            (throughput.empty() ? std::string() : fmt::format("{:.0f}", median(throughput))) + "</td><td>" +
            cell(run.last("peak_rss_mib_max"), "{:.0f}") + "</td><td>" + exit_text(run) +
@@ -330,6 +338,10 @@ std::vector<std::string> write_run_report(const std::string& path, const std::ve
       throw UserError("--output: " + path + " is a file of run " + dir +
                       "; the report would replace it. Write the report elsewhere (the default is report.html)");
   }
+  // Another run's files, or anything else that is not a page: replaced, they are lost.
+  if (fs::exists(target, ec) && target.extension() != ".html")
+    throw UserError("--output: " + path + " exists and is not an HTML page (.html); the report would replace it. "
+                    "Name a new file, or an .html one");
   std::vector<RunRecords> runs;
   for (const auto& dir : run_dirs) {
     runs.push_back(read_run(dir));

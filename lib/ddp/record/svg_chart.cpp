@@ -12,12 +12,14 @@ namespace {
 constexpr double kWidth = 640, kHeight = 280;
 constexpr double kLeft = 64, kRight = 16, kTop = 46, kBottom = 44;
 constexpr double kLegendRow = 14, kLegendChar = 6.5;  // a legend line's height, a character's width
-constexpr std::size_t kLegendLabelMax = 48;           // longer labels end in "..."
+constexpr std::size_t kLegendLabelMax = 48;           // characters; longer labels are cut in the middle
 
 // A tick's label, with as many digits as tell it from the next one `step` away (1.0000001 is not 1).
 std::string number(double v, double step) {
-  const bool far = v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3);
+  const bool far = v != 0 && (std::fabs(v) >= 1e7 || std::fabs(v) < 1e-3);
   int digits = far ? 3 : 4;
+  // Whole digits below 1e7 are written out: 60000 tokens/s, not 6e+04.
+  if (!far && std::fabs(v) >= 1) digits = std::max(digits, static_cast<int>(std::floor(std::log10(std::fabs(v)))) + 1);
   if (v != 0 && step > 0)
     digits = std::clamp(static_cast<int>(std::floor(std::log10(std::fabs(v))) - std::floor(std::log10(step))) + 1,
                         digits, 15);
@@ -94,16 +96,39 @@ std::string axes(double top, const Scale& x, const Scale& y, bool x_ticks, const
 
 // Entries left to right, wrapping onto more lines rather than running off the chart; returns the
 // SVG and where the plot area may start below it.
-std::pair<std::string, double> legend(const std::vector<std::pair<std::string, std::string>>& entries) {
+// Characters, not bytes, of UTF-8 text: what a label's width goes by.
+std::size_t characters(const std::string& text) {
+  return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// A label of at most kLegendLabelMax characters: a longer one keeps its start and its end, where
+// what tells a run's lines apart is ("... eval", "... rank 3"), cut between UTF-8 characters.
+std::string shortened(const std::string& full) {
+  if (characters(full) <= kLegendLabelMax) return full;
+  constexpr std::size_t kTail = 16, kHead = kLegendLabelMax - kTail - 1;  // and the ellipsis
+  auto continuation = [&full](std::size_t at) { return (full[at] & 0xC0) == 0x80; };
+  std::size_t head = 0;
+  for (std::size_t kept = 0; head < full.size() && kept < kHead; ++kept)
+    for (++head; head < full.size() && continuation(head);) ++head;
+  std::size_t tail = full.size();
+  for (std::size_t kept = 0; tail > head && kept < kTail; ++kept)
+    for (--tail; tail > head && continuation(tail);) --tail;
+  return full.substr(0, head) + "\u2026" + full.substr(tail);
+}
+
+std::pair<std::string, double> legend(const std::vector<ChartSeries>& entries) {
   std::string out;
   double x = kLeft, y = 28, right = kWidth - kRight;
-  for (const auto& [full, color] : entries) {
-    std::string label = full.size() > kLegendLabelMax ? full.substr(0, kLegendLabelMax - 3) + "..." : full;
-    double width = 24 + kLegendChar * static_cast<double>(label.size());
+  for (const auto& entry : entries) {
+    std::string label = shortened(entry.label);
+    double width = 30 + kLegendChar * static_cast<double>(characters(label));
     if (x > kLeft && x + width - 10 > right) x = kLeft, y += kLegendRow;
-    std::string whole = label == full ? "" : "<title>" + html_escape(full) + "</title>";  // on hover
-    out += fmt::format(R"(<g>{}<rect x="{}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}" class="legend">{}</text></g>)",
-                       whole, x, y, color, x + 14, y + 9, html_escape(label));
+    std::string whole = label == entry.label ? "" : "<title>" + html_escape(entry.label) + "</title>";  // on hover
+    // The swatch is a stretch of the line as drawn, dashed or not: runs share a colour by run.
+    out += fmt::format(R"(<g>{}<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="3"{}/>)"
+                       R"(<text x="{}" y="{}" class="legend">{}</text></g>)",
+                       whole, x, x + 16, y + 5, y + 5, entry.color, entry.dashed ? R"( stroke-dasharray="4 2")" : "",
+                       x + 20, y + 9, html_escape(label));
     x += width;
   }
   return {out, std::max(kTop, y + 18)};
@@ -151,21 +176,23 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
     }
   const std::string note =
       undrawn == 0 ? ""
-                   : fmt::format(R"(<text x="{}" y="{}" class="note">{} value(s) not drawn: NaN or infinite{}</text>)",
-                                 kLeft, kHeight - 4, undrawn,
+                   : fmt::format(R"(<text x="{}" y="20" class="note" text-anchor="end">{} value(s) not drawn: NaN or infinite{}</text>)",
+                                 kWidth - kRight, undrawn,
                                  std::isfinite(first_undrawn) ? fmt::format(", from {} {}", x_label, first_undrawn) : "");
   if (!std::isfinite(x0)) return undrawn == 0 ? no_data(title) : open_svg(title) + note + "</svg>";
-  if (x1 - x0 <= 1e-9 * std::max(std::fabs(x0), std::fabs(x1))) x1 = x0 + 1;
+  // One x (an evaluation at the end alone) or one value (a constant rate): in the middle of the
+  // plot, not on its frame.
+  if (x1 - x0 <= 1e-9 * std::max(std::fabs(x0), std::fabs(x1))) x0 -= 1, x1 += 1;
   if (y1 - y0 <= 1e-9 * std::max(std::fabs(y0), std::fabs(y1))) {  // flat, to rounding
     const double widen = y0 == 0 ? 1 : std::fabs(y0) * 0.1;
-    if (std::isfinite(y0 + widen))
-      y1 = y0 + widen;
+    if (y0 == 0 || !std::isfinite(y0 + widen))
+      y0 == 0 ? y1 = widen : y0 -= widen;  // zero on the floor; near the largest double: below it
     else
-      y0 -= widen;  // near the largest double: below it
+      y0 -= widen, y1 += widen;
   }
-  std::vector<std::pair<std::string, std::string>> entries;
+  std::vector<ChartSeries> entries;
   for (const auto& s : series)
-    if (!s.points.empty()) entries.emplace_back(s.label, s.color);
+    if (!s.points.empty()) entries.push_back({s.label, s.color, s.dashed, {}});
   auto [legend_svg, top] = legend(entries);
   Scale xs = nice_scale(x0, x1), ys = nice_scale(y0, y1);
   double right = kWidth - kRight, bottom = kHeight - kBottom;
