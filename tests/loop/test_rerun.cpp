@@ -199,6 +199,29 @@ TEST_CASE("a finished run run again does nothing, says so once, and leaves its o
   CHECK(read_file(run + "/config.yaml") == config);
   CHECK(read_file(run + "/model.pt") == model);
 
+  // Shortened below where it finished: a resume of its step-5 checkpoint would end at 8 and replace
+  // its model.pt with step 8's. At its own end, or past its epochs' end, it is still finished.
+  auto shorter = train(run, {"train.max_steps=8"});
+  INFO(shorter.out << shorter.err);
+  CHECK(shorter.exit_code == 2);
+  CHECK_THAT(shorter.err, Contains("train.max_steps 8 ends before step 10, where run " + run + " finished: it has "
+                                   "trained past it"));
+  CHECK(read_file(run + "/model.pt") == model);
+  CHECK(read_file(run + "/metrics.jsonl") == metrics);
+  std::string by_epochs = dir.file("by_epochs");  // 256 samples, 4 steps an epoch at world 2: ends at step 8
+  const std::vector<std::string> epochs = {"train.max_steps=0", "data.synthetic_train_samples=256"};
+  REQUIRE(train(by_epochs, epochs).exit_code == 0);
+  const std::string epochs_model = read_file(by_epochs + "/model.pt");
+  auto fewer = train(by_epochs, {"train.max_steps=0", "data.synthetic_train_samples=256", "train.epochs=1"});
+  INFO(fewer.out << fewer.err);
+  CHECK(fewer.exit_code == 2);
+  CHECK_THAT(fewer.err, Contains("train.epochs 1 ends before step 8, where run " + by_epochs + " finished"));
+  auto capped = train(by_epochs, {"train.max_steps=20", "data.synthetic_train_samples=256"});
+  INFO(capped.out << capped.err);
+  CHECK(capped.exit_code == 0);
+  CHECK_THAT(capped.out, Contains("already finished at step 8; nothing to do"));
+  CHECK(read_file(by_epochs + "/model.pt") == epochs_model);
+
   // A config.yaml edited into something that is not a config: another config must not be called
   // finished (nor trained over), since which config ran there can no longer be told.
   for (const char* unreadable : {"optim: [unclosed\n", ""}) {

@@ -1,5 +1,6 @@
 #include "ddp/loop/prior_run.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -114,6 +115,34 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
             config_path + " is not a config that can be read (not YAML, or no map of sections), so whether this "
                           "config is the run's there cannot be told. Start a new run beside it with " + new_run +
                 ", or remove " + dir + " to start this one there"};
+  // A finished run's length changed: whether it now ends at or before its last step, where that can
+  // be told without the data's size. Resumed from a checkpoint before that step, it would train
+  // again to an earlier end and replace the finished run's model.pt with an earlier one.
+  if (exit_status && *exit_status == 0 && refused.empty() && lengthened && step) {
+    auto keys_before = config_keys(before), keys_now = config_keys(resolved_config);
+    auto number = [](const std::map<std::string, std::string>& keys, const char* key) -> int64_t {
+      auto it = keys.find(key);
+      return it == keys.end() ? 0 : std::strtoll(it->second.c_str(), nullptr, 10);
+    };
+    const int64_t finished = static_cast<int64_t>(*step);
+    const int64_t steps_then = number(keys_before, "train.max_steps"), steps_now = number(keys_now, "train.max_steps");
+    const int64_t epochs_then = number(keys_before, "train.epochs"), epochs_now = number(keys_now, "train.epochs");
+    const bool ended_by_epochs = steps_then == 0 || steps_then > finished;  // its epochs came first
+    std::string behind;
+    if (steps_now > 0 && steps_now <= finished) {
+      lengthened = false;
+      if (steps_now < finished) behind = "train.max_steps " + std::to_string(steps_now);
+    } else if (ended_by_epochs && epochs_now <= epochs_then) {
+      lengthened = false;  // its epochs end where they did, or before
+      if (epochs_now < epochs_then) behind = "train.epochs " + std::to_string(epochs_now);
+    }
+    if (!behind.empty())
+      return {PriorRunVerdict::Action::kRefuse,
+              behind + " ends before step " + std::to_string(finished) + ", where run " + dir +
+                  " finished: it has trained past it, and resuming an earlier checkpoint would replace its outputs "
+                  "with an earlier model's. To train less, start a new run beside it with " + new_run +
+                  "; to go on, lengthen it past step " + std::to_string(finished)};
+  }
   if (exit_status && *exit_status == 0 && refused.empty() && !lengthened)
     return {PriorRunVerdict::Action::kFinished,
             "run " + dir + " already finished" + (step ? " at step " + std::to_string(static_cast<int64_t>(*step)) : "") +
