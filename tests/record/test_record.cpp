@@ -128,6 +128,22 @@ TEST_CASE("metrics.jsonl lines parse back, and a line cut short or not JSON is r
   CHECK(*back == odd);
 }
 
+TEST_CASE("metrics.jsonl: a line cut short stays its own line, and a write that fails is an error, not silence",
+          "[record]") {
+  TempDir dir;
+  const std::string path = dir.file("metrics.jsonl");
+  write_file(path, "{\"step\": 1, \"loss\": 2}\n{\"step\": 267, \"epoch\": 2");  // a full disk's cut line
+  MetricsLog(path, "").write({{"step", 1}, {"first_step_unix_s", 5}});
+  CHECK(read_file(path) == "{\"step\": 1, \"loss\": 2}\n{\"step\": 267, \"epoch\": 2\n{\"step\": 1, \"first_step_unix_s\": 5}\n");
+  RunRecords run = read_run(dir.path());
+  CHECK(run.skipped_lines == 1);                    // the cut line alone
+  CHECK(run.last("first_step_unix_s") == 5);         // the new attempt's marker, read
+  // /dev/full: every write fails with ENOSPC, as on a full disk.
+  MetricsLog full("/dev/full", "");
+  CHECK_THROWS_AS(full.write({{"step", 1}}), ddp::IoError);
+  CHECK_THROWS_WITH(full.write({{"step", 1}}), "cannot write metrics to /dev/full: No space left on device");
+}
+
 TEST_CASE("the report draws each series as a polyline, overlays runs, and says how each ended", "[record][report]") {
   TempDir dir;
   for (const char* name : {"a", "b"}) {

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
@@ -45,8 +46,20 @@ std::optional<std::string> tensorboard_tag(const std::string& key) {
   return "train/" + key;
 }
 
-MetricsLog::MetricsLog(const std::string& path, const std::string& tensorboard_dir) {
+MetricsLog::MetricsLog(const std::string& path, const std::string& tensorboard_dir) : path_(path) {
   int fd = open_for_append(path);
+  // A line cut short (a crash, a full disk) ends here, on its own: the next record would else be
+  // glued to it, and both skipped as one unreadable line.
+  char last = '\n';
+  {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);  // the descriptor is for writing only
+    if (in && in.tellg() > 0 && in.seekg(-1, std::ios::end)) in.get(last);
+  }
+  if (last != '\n' && ::write(fd, "\n", 1) != 1) {
+    std::string cause = std::strerror(errno);
+    close(fd);
+    throw IoError("cannot write metrics to " + path + ": " + cause);
+  }
   file_ = fdopen(fd, "a");
   if (!file_) {
     std::string cause = std::strerror(errno);
@@ -65,8 +78,11 @@ MetricsLog::~MetricsLog() { std::fclose(file_); }
 
 void MetricsLog::write(const MetricsRecord& record) {
   std::string line = to_json(record) + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    const int error = errno;
+    std::clearerr(file_);
+    throw_output_error("cannot write metrics to " + path_ + ": " + std::strerror(error), error);
+  }
   if (!events_) return;
   int64_t step = 0;
   bool cut_short = false;

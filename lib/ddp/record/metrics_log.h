@@ -28,7 +28,8 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  /// Appends one record as one line; its "step" is the scalars' step.
+  /// Appends one record as one line; its "step" is the scalars' step. IoError when the line cannot
+  /// be written (a full disk): a run that went on would keep no record of what it trained.
   void write(const MetricsRecord& record);
 
   /// Text for TensorBoard's text tab (nothing without TensorBoard).
@@ -37,6 +38,7 @@ class MetricsLog {
  private:
   void write_events(const std::function<void()>& write);
 
+  std::string path_;
   std::FILE* file_ = nullptr;
   std::unique_ptr<EventFileWriter> events_;
 };
