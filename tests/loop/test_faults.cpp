@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
 #include <regex>
 
 #include "support/subprocess.h"
@@ -297,17 +298,19 @@ TEST_CASE("resuming with another train.batch_size is refused, naming the key (is
   CHECK_THAT(same.out, Contains("at step 20"));
 }
 
-TEST_CASE("nodes whose copies of the data differ in size stop at start, naming both counts", "[faults][errors][multinode]") {
+TEST_CASE("nodes whose copies of the data differ in size or content stop at start, naming both", "[faults][errors][multinode]") {
   // Paths may differ between nodes (the config check leaves them aside): 40 images on node 0, 41 on
-  // node 1. They used to train on different permutations until a collective failed, far from the cause.
+  // node 1. They used to train on different permutations until a collective failed, far from the
+  // cause; 40 other images trained on silently.
   TempDir dir;
-  for (const int count : {40, 41}) {
-    const std::string place = dir.file("n" + std::to_string(count));
+  for (const auto& [name, count, pixel] : {std::tuple{"n40", 40, '\x10'}, std::tuple{"n41", 41, '\x10'},
+                                           std::tuple{"m40", 40, '\x20'}}) {
+    const std::string place = dir.file(name);
     std::filesystem::create_directories(place);
     std::string images("\x00\x00\x08\x03\x00\x00\x00", 7);
     images += static_cast<char>(count);
     images += std::string("\x00\x00\x00\x1c\x00\x00\x00\x1c", 8);
-    images += std::string(static_cast<std::size_t>(count) * 28 * 28, '\x10');
+    images += std::string(static_cast<std::size_t>(count) * 28 * 28, pixel);
     std::string labels("\x00\x00\x08\x01\x00\x00\x00", 7);
     labels += static_cast<char>(count);
     labels += std::string(static_cast<std::size_t>(count), '\x01');
@@ -318,15 +321,17 @@ TEST_CASE("nodes whose copies of the data differ in size stop at start, naming b
                        "--master-port " + std::to_string(free_port()) + " --rdzv-timeout 30 " + config("synthetic_mlp.yaml") +
                        " --set data.dataset=idx --set data.eval_split=none --set data.cache_dir=none --set train.batch_size=4 "
                        "--set run.output_dir=" + dir.file("out");
-  auto r = run_shell(launch + " --set data.path=" + dir.file("n41") + " --node-rank 1 > " + dir.file("node1.log") +
-                         " 2>&1 & B=$!; " + launch + " --set data.path=" + dir.file("n40") +
-                         " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
-                     std::chrono::seconds(120));
-  INFO(r.out << r.err << read_file(dir.file("node1.log")));
-  CHECK(count_lines(r.out, "statuses=2,2") == 1);
-  CHECK_THAT(r.err + read_file(dir.file("node1.log")),
-             Contains("rank 1's data differs from rank 0's") && Contains("41 training samples") &&
-                 Contains("give every node the same data (data.path, data.eval_path)"));
+  for (const auto& [other, names] : {std::pair{"n41", "41 training samples"}, std::pair{"m40", ", content "}}) {
+    auto r = run_shell(launch + " --set data.path=" + dir.file(other) + " --node-rank 1 > " + dir.file("node1.log") +
+                           " 2>&1 & B=$!; " + launch + " --set data.path=" + dir.file("n40") +
+                           " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
+                       std::chrono::seconds(120));
+    INFO(other << "\n" << r.out << r.err << read_file(dir.file("node1.log")));
+    CHECK(count_lines(r.out, "statuses=2,2") == 1);
+    CHECK_THAT(r.err + read_file(dir.file("node1.log")),
+               Contains("rank 1's data differs from rank 0's") && Contains(names) &&
+                   Contains("give every node the same data (data.path, data.eval_path)"));
+  }
 }
 
 TEST_CASE("images of the wrong size and ranks out of range are clear errors", "[faults][errors]") {

@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -398,10 +400,23 @@ TEST_CASE("token shards added to or removed from data.path's glob since a checkp
   auto removed = ddprun(1, config, sets);
   INFO(removed.out << removed.err);
   CHECK(removed.exit_code == 2);
-  CHECK_THAT(removed.err, Contains("(then, not now: " + shard_1 + ": " + shard_1_bytes + " bytes; training windows: "));
+  CHECK_THAT(removed.err, Contains("(then, not now: " + shard_1 + ": " + shard_1_bytes + " bytes; content of " + shard_1 +
+                                   ": XXH64 ") && Contains(" of sampled blocks; training windows: "));
   CHECK_THAT(read_file(dir.file("out/metrics.jsonl")), !Contains("\"step\": 5,"));
-  // The data as they were: the run goes on.
+  // Rewritten at the same size, its last tokens in another order: refused by its sampled content.
   fs::rename(dir.file("moved.bin"), shard_1);
+  const std::string original = read_file(shard_1);
+  std::string rewritten = original;
+  std::rotate(rewritten.end() - 1024, rewritten.end() - 1022, rewritten.end());  // by one uint16 token
+  REQUIRE(rewritten != original);
+  write_file(shard_1, rewritten);
+  auto other = ddprun(1, config, sets);
+  INFO(other.out << other.err);
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("(then, not now: content of " + shard_1 + ": XXH64 ") &&
+                            Contains("; now, not then: content of " + shard_1 + ": XXH64 "));
+  // The data as they were: the run goes on.
+  write_file(shard_1, original);
   auto back = ddprun(1, config, sets);
   INFO(back.out << back.err);
   CHECK(back.exit_code == 0);

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "ddp/common/error.h"
+#include "ddp/data/checksum64.h"
 #include "ddp/data/dataset_format.h"
 #include "ddp/data/mapped_file_guard.h"
 #include "ddp/data/npy_reader.h"
@@ -122,6 +123,19 @@ void widen(const unsigned char* at, int64_t n, int64_t* out) {
 }
 
 }  // namespace
+
+uint64_t TokenShard::sampled_checksum() const {
+  constexpr std::size_t kBlock = 4096, kBlocks = 64;
+  Checksum64 sum;
+  if (map_size_ <= kBlock * kBlocks) {
+    sum.update(map_, map_size_);
+    return sum.digest();
+  }
+  const std::size_t last = map_size_ - kBlock;
+  for (std::size_t i = 0; i < kBlocks; ++i) sum.update(map_ + last / (kBlocks - 1) * i, kBlock);
+  sum.update(map_ + last, kBlock);  // the end exactly, whatever the division left
+  return sum.digest();
+}
 
 void TokenShard::read(int64_t first, int64_t n, int64_t* out) const {
   const unsigned char* at = map_ + data_offset_ + first * token_bytes_;

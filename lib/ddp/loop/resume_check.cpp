@@ -1,11 +1,13 @@
 #include "ddp/loop/resume_check.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
 #include "ddp/common/error.h"
 #include "ddp/loop/global_batch.h"
 #include "ddp/loop/prior_run.h"
+#include "ddp/task/task.h"
 
 namespace ddp {
 namespace {
@@ -97,8 +99,11 @@ std::string run_identity_refusal(const RunIdentity& saved, const RunIdentity& no
       return source + " was written by a run of another config (" + describe_changes(changes) +
              "), which it does not fit; resume it with " + changed_keys(changes) + " as before" + kRestartHint;
   }
-  if (!saved.data.empty() && saved.data != now.data) {
-    auto then = lines_of(saved.data), here = lines_of(now.data);
+  // Note [Data content lines]: a checkpoint from before content was recorded is compared on the rest.
+  std::set<std::string> then = lines_of(saved.data), here = lines_of(now.data);
+  auto says_content = [](const std::string& line) { return line.rfind(Task::kDataContentLine, 0) == 0; };
+  if (std::none_of(then.begin(), then.end(), says_content)) std::erase_if(here, says_content);
+  if (!saved.data.empty() && then != here) {
     return "data.path: the training data are not those " + source + " was trained on (then, not now: " +
            lines_missing(then, here) + "; now, not then: " + lines_missing(here, then) +
            "). The sampler's order over them would differ, repeating some samples and skipping others; restore "

@@ -95,10 +95,12 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   context.model.seed = static_cast<uint64_t>(config_.run.seed);
   task_ = make_task(config_.task, config_.data, config_.sampler, config_.model, config_.loss, context);
   // Ranks draw from one permutation of the samples: a node's copy of other data (paths may differ
-  // between nodes) would train on other samples and fail later in a collective, far from the cause.
+  // between nodes) would train on other samples, and fail later in a collective, far from the
+  // cause, or, the same size, train on silently.
+  const std::string content = task_->data_content();
   check_identical_across_ranks(world, "data",
-                               fmt::format("{} training samples, {} held out", task_->size(Split::kTrain),
-                                           task_->size(Split::kEval)),
+                               fmt::format("{} training samples, {} held out{}", task_->size(Split::kTrain),
+                                           task_->size(Split::kEval), content.empty() ? "" : ", content " + content),
                                "give every node the same data (data.path, data.eval_path)");
 
   sampler_ = std::make_unique<DistributedSampler>(task_->size(Split::kTrain), replicas.world_size, replicas.rank,

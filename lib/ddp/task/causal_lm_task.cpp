@@ -8,6 +8,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/data/checksum64.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/model/routed_layers.h"
 #include "ddp/task/chunked_cross_entropy.h"
@@ -85,9 +86,20 @@ int64_t CausalLmTask::size(Split split) const {
   return eval_ ? eval_->size() : 0;
 }
 
+std::string CausalLmTask::data_content() const {
+  Checksum64 sum;
+  for (const auto& shard : train_->shards()) {
+    const uint64_t shard_sum = shard->sampled_checksum();
+    sum.update(&shard_sum, sizeof shard_sum);
+  }
+  return fmt::format("{:016x}", sum.digest());
+}
+
 std::string CausalLmTask::data_fingerprint() const {
   std::string lines;
-  for (const auto& shard : train_->shards()) lines += shard->path() + ": " + std::to_string(shard->bytes()) + " bytes\n";
+  for (const auto& shard : train_->shards())
+    lines += shard->path() + ": " + std::to_string(shard->bytes()) + " bytes\n" + kDataContentLine + shard->path() +
+             fmt::format(": XXH64 {:016x} of sampled blocks\n", shard->sampled_checksum());
   return lines + "training windows: " + std::to_string(train_->size()) + "\n";
 }
 

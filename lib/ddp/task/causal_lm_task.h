@@ -22,6 +22,7 @@ class CausalLmTask : public Task {
   torch::nn::Module& model() override { return *model_; }
   int64_t size(Split split) const override;
   /// Each shard of data.path with its size in bytes, and the window count.
+  std::string data_content() const override;
   std::string data_fingerprint() const override;
   /// inputs = {tokens int64 [B, T]}, targets = the next tokens int64 [B, T].
   Batch make_batch(Split split, const torch::Tensor& indices) const override;

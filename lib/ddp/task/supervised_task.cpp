@@ -1,7 +1,10 @@
 #include "ddp/task/supervised_task.h"
 
 #include "ddp/common/error.h"
+#include <spdlog/fmt/fmt.h>
+
 #include "ddp/common/text.h"
+#include "ddp/data/checksum64.h"
 #include "ddp/data/dataset_splits.h"
 #include "ddp/model/python_state_dict.h"
 #include "ddp/task/task_registry.h"
@@ -46,6 +49,16 @@ int64_t SupervisedTask::check(const Dataset& set, const ModelConfig& model) cons
     throw ConfigError("model.num_classes: " + std::to_string(model.num_classes) + " is too few for " + set.source +
                       ", whose labels go up to " + std::to_string(max_label));
   return max_label;
+}
+
+std::string SupervisedTask::data_content() const {
+  // The stored features and labels of 64 samples spread over the training split (all of a smaller one).
+  const int64_t n = train_.size(), taken = std::min<int64_t>(n, 64);
+  auto rows = torch::linspace(0, static_cast<double>(n - 1), taken, torch::kDouble).round().to(torch::kLong);
+  Checksum64 sum;
+  for (const torch::Tensor& values : {train_.select(rows).contiguous(), train_.labels.index_select(0, rows).contiguous()})
+    sum.update(values.data_ptr(), static_cast<std::size_t>(values.numel()) * values.element_size());
+  return fmt::format("{:016x}", sum.digest());
 }
 
 int64_t SupervisedTask::size(Split split) const {

@@ -19,6 +19,7 @@ class SupervisedTask : public Task {
 
   torch::nn::Module& model() override { return *model_; }
   int64_t size(Split split) const override;
+  std::string data_content() const override;
   Batch make_batch(Split split, const torch::Tensor& indices) const override;
   torch::Tensor loss(const Batch& batch) override;
   torch::Tensor output_loss(const torch::Tensor& output, const Batch& batch) override;

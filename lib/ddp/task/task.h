@@ -47,12 +47,23 @@ class Task {
   /// Samples in `split`: the sampler deals [0, size) out to the ranks. 0 when there is no eval split.
   virtual int64_t size(Split split) const = 0;
 
+  /// A digest of samples of the training data's content ("" when the task takes none): the same
+  /// on every node that holds the same data, wherever its files lie, and, almost surely, not for
+  /// data rewritten at the same size. Ranks compare it at start.
+  virtual std::string data_content() const { return ""; }
+
   /// The training data as lines of text that change when it does (its files and their sizes, the
-  /// sample count). Checkpoints record it and a resume on other data is refused: the sampler's
-  /// order depends on it. This default: the count of training samples.
+  /// sample count, their content: Note [Data content lines]). Checkpoints record it and a resume
+  /// on other data is refused: the sampler's order depends on it. This default: the count of
+  /// training samples and data_content().
   virtual std::string data_fingerprint() const {
-    return "training samples: " + std::to_string(size(Split::kTrain)) + "\n";
+    const std::string content = data_content();
+    return "training samples: " + std::to_string(size(Split::kTrain)) + "\n" +
+           (content.empty() ? "" : std::string(kDataContentLine) + "the training samples: " + content + "\n");
   }
+  /// Note [Data content lines]: the lines of data_fingerprint() that say content, which checkpoints
+  /// written before they were recorded lack (a resume of one compares the other lines alone).
+  static constexpr const char* kDataContentLine = "content of ";
 
   /// The batch of samples `indices` (int64 [B]) of `split`, on the CPU. Called from the prefetch
   /// threads, several at once.
