@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_TESTS=OFF -DDDP_QUICK_BUILD=ON
 fi
-cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report ddp-generate ddp-tokenize ddp-generated-docs
+cmake --build build --parallel "$(nproc)" --target ddprun ddp-train ddp-report ddp-generate ddp-tokenize ddp-export \
+  ddp-generated-docs
 exec build/bin/ddprun --nproc-per-node=2 configs/fashion_mnist_convnet.yaml "$@"

@@ -246,6 +246,11 @@ TEST_CASE("a report leaves out the panels a run has no data for, saying why, and
   MetricsLog(dir.file("b/metrics.jsonl"), "").write({{"step", 1}, {"exit_status", 0}});
   CHECK_THAT(render_report({read_run(dir.file("b"))}), Contains("The system monitor recorded nothing: the run ended "
                                                                  "before its first monitor.every_s"));
+  // Beside a run with monitor records, one without is named, not left out of those panels silently.
+  std::filesystem::create_directories(dir.file("watched"));
+  MetricsLog(dir.file("watched/metrics.jsonl"), "").write({{"step", 1}, {"sys_rss_mib_rank0", 100}, {"sys_step_busy_ms_p50_rank0", 5}});
+  CHECK_THAT(render_report({read_run(dir.file("a")), read_run(dir.file("watched"))}),
+             Contains("Not in the panels by rank: a (no system monitor record)."));
   std::string same = render_report({read_run(dir.file("a")), read_run(dir.file("a"))});
   CHECK_THAT(same, Contains("The runs' configs are the same, key for key."));
   // Runs without a config.yaml are never "the same".

@@ -303,6 +303,13 @@ std::string render_report(const std::vector<RunRecords>& runs) {
     html += ended || stepped ? "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has no gradients to exchange.</p>"
                              : "<p class=\"meta\">No all-reduce has been recorded yet: no training step was logged.</p>";
   if (!monitored) html += "<p class=\"meta\">" + unmonitored_text(runs, ended) + "</p>";
+  if (monitored && runs.size() > 1) {  // a comparison: the runs the rank panels cannot show, named
+    std::string missing;
+    for (const auto& run : runs)
+      if (run.series("sys_rss_mib_rank0").empty()) missing += (missing.empty() ? "" : ", ") + html_escape(run.name);
+    if (!missing.empty())
+      html += "<p class=\"meta\">Not in the panels by rank: " + missing + " (no system monitor record).</p>";
+  }
   if (all_reduced || monitored) {
     html += "<div class=\"charts\">";
     if (all_reduced) html += allreduce_chart(runs);
