@@ -455,6 +455,11 @@ TEST_CASE("a chart's one point, or one value, is drawn inside the frame, and its
   CHECK_THAT(both, Contains(">\xc3\xa9\xc3\xa9\xc3\xa9_a_run_name_long_enough_to_b\xe2\x80\xa6n_a_legend train</text>") &&
                        Contains("_to_b\xe2\x80\xa6in_a_legend eval</text>"));
   CHECK_THAT(both, Contains("<title>" + name + " eval</title>"));  // the whole name on hover
+  // 16 ranks' boxes: their labels every few boxes, not run together.
+  std::vector<ChartBox> boxes;
+  for (int r = 0; r < 16; ++r) boxes.push_back({"rank " + std::to_string(r), chart_color(r), 1, 2, 3});
+  std::string many = svg_box_chart("compute", "ms", boxes);
+  CHECK_THAT(many, Contains(">rank 0</text>") && Contains(">rank 8</text>") && !Contains(">rank 1</text>"));
 }
 
 }  // namespace DDP_TEST_FILE

@@ -353,6 +353,9 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
   }
   metrics_->write(record);
   write_report(progress, std::nullopt);
+  // The line said "evaluating": the next step redraws it at once, not a quarter second later (or
+  // never, at the run's end, where it stayed beside the "done" line).
+  last_progress_line_ = {};
 }
 
 namespace {
@@ -479,6 +482,11 @@ void RunRecorder::finished(const TrainProgress& progress) {
     spdlog::info("done: {} steps in {:.1f} s ({:.1f} steps/s{}); model weights in {}/model.pt", steps, elapsed,
                  steps / std::max(elapsed - eval_seconds_, 1e-9),
                  eval_seconds_ > 0 ? fmt::format(" besides {:.1f} s of evaluation", eval_seconds_) : "", output_dir_);
+  }
+  if (progress_line_) {
+    std::string line = fmt::format("{}step {}/{} | done\n", kProgressMarker, progress.step, total_steps_);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
   }
   write_report(progress, 0);
 }

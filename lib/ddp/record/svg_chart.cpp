@@ -224,6 +224,10 @@ std::string svg_box_chart(const std::string& title, const std::string& y_label, 
   auto py = [&](double y) { return bottom - ys.fraction(y) * (bottom - kTop); };
   std::string out = open_svg(title) + axes(kTop, Scale{0, 1, {}, 0}, ys, false, "", y_label);
   double slot = (right - kLeft) / static_cast<double>(boxes.size());
+  // Labels that would run together (16 ranks: "rank 0rank 1...") are written every few boxes.
+  std::size_t widest = 0;
+  for (const auto& b : boxes) widest = std::max(widest, characters(b.label));
+  const auto label_every = static_cast<std::size_t>(std::ceil((kLegendChar * static_cast<double>(widest) + 8) / slot));
   for (std::size_t i = 0; i < boxes.size(); ++i) {
     const auto& b = boxes[i];
     double cx = kLeft + slot * (static_cast<double>(i) + 0.5), half = std::min(24.0, slot / 3);
@@ -231,8 +235,9 @@ std::string svg_box_chart(const std::string& title, const std::string& y_label, 
                        cx - half, py(b.high), 2 * half, std::max(1.0, py(b.low) - py(b.high)), b.color);
     out += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" stroke="{}" stroke-width="3"/>)",
                        cx - half, cx + half, py(b.middle), py(b.middle), b.color);
-    out += fmt::format(R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>)", cx, bottom + 30,
-                       html_escape(b.label));
+    if (i % std::max<std::size_t>(label_every, 1) == 0)
+      out += fmt::format(R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>)", cx, bottom + 30,
+                         html_escape(b.label));
   }
   return out + "</svg>";
 }
