@@ -43,6 +43,7 @@ std::optional<std::string> tensorboard_tag(const std::string& key) {
       return std::string(group) + (std::string(prefix) == "eval_" || std::string(prefix) == "sys_"
                                        ? key.substr(std::strlen(prefix))
                                        : key);
+  if (key.find("_mib") != std::string::npos) return "memory/" + key;  // setup_peak_rss_, activation_, parameter_ ...
   return "train/" + key;
 }
 
