@@ -292,8 +292,10 @@ TEST_CASE("an eval file is the training file's kind: CSV columns by name, featur
   CHECK(ddp::load_dataset_splits(config, 2).eval->size() == 29);
   config.eval_fraction = 0;
 
-  // uint8 pixels against float32 in [0, 1]: other scales, normalised alike.
+  // uint8 pixels against float32 in [0, 1] under data.normalize fixed, which divides by 255 by the
+  // training file's dtype: other scales. By their values (global, auto for npy), both are fine.
   config.dataset = "npy";
+  config.normalize = "fixed";
   auto pixels = torch::randint(0, 256, {8, 4}, torch::kLong).to(torch::kUInt8);
   write_npy(dir.file("x_u8.npy"), pixels);
   write_npy(dir.file("x_f4.npy"), pixels.to(torch::kFloat).div(255));
@@ -302,7 +304,10 @@ TEST_CASE("an eval file is the training file's kind: CSV columns by name, featur
   config.labels = config.eval_labels = dir.file("y.npy");
   config.eval_path = dir.file("x_u8.npy");
   CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 2),
-                    Contains("x_u8.npy holds Byte features, " + config.path + " holds Float: uint8 pixels"));
+                    Contains("x_u8.npy holds Byte features, " + config.path + " holds Float: data.normalize fixed"));
+  config.normalize = "auto";
+  CHECK_NOTHROW(ddp::load_dataset_splits(config, 2));
+  config.normalize = "fixed";
   config.eval_path = dir.file("x_f4.npy");
   CHECK_NOTHROW(ddp::load_dataset_splits(config, 2));
 

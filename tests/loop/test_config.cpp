@@ -400,6 +400,15 @@ TEST_CASE("config files: missing, malformed, fine", "[config]") {
   ddp::test::write_file(wrong, "train:\n  epochs: 2\n  batch_size: many\n");
   REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {}),
                       Equals(wrong + ":3:3: train.batch_size: expected an integer, got \"many\""));
+  // A section given twice is one more of them, not the one that hides the rest.
+  ddp::test::write_file(wrong, "train: {batch_size: many}\nmodel: {hiden: [8]}\ntrain: {epochs: 2}\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {"optim.lr=fast"}),
+                      Contains(wrong + ":3:1: train: duplicate key") && Contains("train.batch_size: expected an integer") &&
+                          Contains("model.hiden: unknown key") && Contains("optim.lr: expected a number"));
+  // A key that could not be read is not judged at its default by the rules across keys.
+  ddp::test::write_file(wrong, "train:\n  epochs: 2\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {"data.dataset=[graph]", "eval.full_neighbourhood=true"}),
+                      Contains("data.dataset: expected") && !Contains("for graphs"));
   ddp::test::write_file(wrong, "model:\n  name: mlp\n  hiden: [8]\n");
   REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {}), StartsWith(wrong + ":3:3: model.hiden: unknown key"));
   ddp::test::write_file(wrong, "train: {epochs: 2, epochs: 3}\n");

@@ -211,6 +211,26 @@ TEST_CASE("a run that fails renders its report of what it recorded, not the one 
   CHECK_THAT(html, !Contains("No all-reduce") && !Contains("monitor recorded nothing"));
 }
 
+TEST_CASE("a run under timeout(1) stops with its checkpoint, though timeout sends the one SIGTERM twice",
+          "[faults]") {
+  // timeout signals its child and then its process group, the child in it: the second delivery,
+  // taken as a second Ctrl-C, killed the workers before their checkpoint (Note [One request, sent
+  // twice]), in some of the stops.
+  TempDir dir;
+  const std::string out = dir.file("run");
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:10 timeout 4 env " +
+                         ddprun_command(2, "synthetic_mlp.yaml",
+                                        {"run.output_dir=" + out, "train.epochs=50", "eval.every_steps=20",
+                                         "train.log_every=20", "checkpoint.every_epochs=0"}) +
+                         "; echo status=$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=124") == 1);
+  CHECK_THAT(r.out, Contains("stopping at step"));
+  CHECK_THAT(read_file(out + "/metrics.jsonl"), Contains("\"exit_status\": 143"));
+  CHECK_FALSE(std::filesystem::is_empty(out + "/checkpoints"));
+}
+
 TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",
           "[faults][checkpoint]") {
   // The manifest says 38 where its file holds 40. Resume used to try "older than 40" again, which

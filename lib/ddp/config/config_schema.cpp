@@ -204,14 +204,22 @@ void for_each_entry(const YAML::Node& map, const std::string& prefix, const std:
     return ConfigError(out.str());
   };
   std::set<std::string> seen;
+  auto refuse = [&](const ConfigError& error) {
+    if (!collected) throw error;
+    collected->push_back(error.what());
+  };
   for (const auto& entry : map) {
     if (!entry.first.IsScalar()) {
-      throw located((prefix.empty() ? "config" : prefix) + ": keys must be names, got " + describe(entry.first),
-                    entry.first);
+      refuse(located((prefix.empty() ? "config" : prefix) + ": keys must be names, got " + describe(entry.first),
+                     entry.first));
+      continue;
     }
     const std::string& key = entry.first.Scalar();
     std::string path = prefix.empty() ? key : prefix + "." + key;
-    if (!seen.insert(key).second) throw located(path + ": duplicate key", entry.first);
+    if (!seen.insert(key).second) {
+      refuse(located(path + ": duplicate key", entry.first));
+      continue;
+    }
     try {
       fn(path, entry.second);
     } catch (const ConfigError& e) {
@@ -532,11 +540,16 @@ std::string ConfigSchema::unknown_key(const std::string& path) const {
 
 // --- checking and writing out ---
 
-std::vector<std::string> ConfigSchema::problems() const {
+std::vector<std::string> ConfigSchema::field_problems() const {
   std::vector<std::string> found;
   for (const auto& field : fields_) {
     for (auto& problem : field.problems()) found.push_back(std::move(problem));
   }
+  return found;
+}
+
+std::vector<std::string> ConfigSchema::problems() const {
+  std::vector<std::string> found = field_problems();
   for (const auto& rule : rules_) {
     std::string problem = rule.check();
     if (!problem.empty()) found.push_back(rule.path + ": " + problem);
@@ -564,9 +577,16 @@ std::vector<std::string> ConfigSchema::shared_disagreements() const {
   return found;
 }
 
+void ConfigSchema::throw_collected() const {
+  if (collected_ && !collected_->empty()) throw ConfigError(join(*collected_, "\n"));
+}
+
 void ConfigSchema::validate() const {
   std::vector<std::string> found = collected_.value_or(std::vector<std::string>{});
-  for (auto& problem : problems()) found.push_back(std::move(problem));
+  // A key that could not be read kept its default, which the rules across keys would judge as if
+  // given ("evaluating over every neighbour is for graphs" beside "data.dataset: expected a
+  // string"): with such errors, only each read key's own checks join them.
+  for (auto& problem : found.empty() ? problems() : field_problems()) found.push_back(std::move(problem));
   if (!found.empty()) throw ConfigError(join(found, "\n"));
 }
 

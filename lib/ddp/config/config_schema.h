@@ -128,7 +128,11 @@ class ConfigSchema {
   /// is told all of them at once; a config that is no map of sections still throws at once.
   void collect_errors() { collected_.emplace(); }
 
-  /// Throws ConfigError with the collected errors and problems() joined by newlines, if there are any.
+  /// Throws ConfigError with the errors collect_errors() kept, joined by newlines, if there are any.
+  void throw_collected() const;
+
+  /// Throws ConfigError with the collected errors and problems() joined by newlines, if there are
+  /// any (with collected errors, the rules across keys are left out: they would judge defaults).
   void validate() const;
 
   /// The current values of every key, sections and keys in declaration order.
@@ -177,6 +181,7 @@ class ConfigSchema {
   std::vector<Rule> rules_;
   std::vector<Rule> notices_;
   std::vector<std::string>* collected_ptr() { return collected_ ? &*collected_ : nullptr; }
+  std::vector<std::string> field_problems() const;  // each key's own range, choice and emptiness checks
   std::optional<std::vector<std::string>> collected_;  // collect_errors(): the keys' errors so far
   std::string source_;  // while load() reads a file: its name, for the errors' locations
   std::set<std::string>* written_in_load_ = nullptr;  // while load() reads: the keys written so far

@@ -8,6 +8,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/data/dataset_format.h"
+#include "ddp/data/normalizer.h"
 
 namespace ddp {
 namespace {
@@ -68,14 +69,15 @@ DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load,
     if (splits.eval->sample_shape() != splits.train.sample_shape())
       throw FileError(config.eval_path + " holds samples of shape " + format_shape(splits.eval->sample_shape()) + ", " +
                       config.path + " of shape " + format_shape(splits.train.sample_shape()));
-    // uint8 features are pixels in 0..255, which data.normalize fixed divides by 255 and global
-    // measures on the training file: the other split in another dtype would be on another scale,
-    // evaluated wrongly with exit 0.
+    // data.normalize fixed divides by 255 where the training file is uint8 (pixels 0..255): an
+    // eval file of floats beside it (pixels already in [0, 1]) would be divided too, or one of
+    // uint8 beside float training data not at all, and evaluated wrongly with exit 0.
     const auto train_dtype = splits.train.feature_dtype(), eval_dtype = splits.eval->feature_dtype();
-    if ((train_dtype == torch::kUInt8) != (eval_dtype == torch::kUInt8))
+    if (normalization_kind(config) == "fixed" && (train_dtype == torch::kUInt8) != (eval_dtype == torch::kUInt8))
       throw FileError(config.eval_path + " holds " + std::string(c10::toString(eval_dtype)) + " features, " + config.path +
-                      " holds " + c10::toString(train_dtype) + ": uint8 pixels (0 to 255) and other numbers are on "
-                      "other scales, and both splits are normalised alike; save both in one dtype");
+                      " holds " + c10::toString(train_dtype) + ": data.normalize fixed divides uint8 pixels by 255 "
+                      "as the training file's dtype says, so the splits would be on other scales; save both in one "
+                      "dtype, or normalise by their values (data.normalize global)");
   }
   return splits;
 }

@@ -30,11 +30,16 @@ torch::Tensor Normalizer::apply(const torch::Tensor& stored) const {
   return x.sub_(mean).div_(std);
 }
 
+std::string normalization_kind(const DataConfig& config) {
+  if (config.dataset == "criteo") return "as_stored";  // already as DLRM takes them; a hash must not be rounded
+  if (config.normalize != "auto") return config.normalize;
+  return config.dataset == "idx" || config.dataset == "synthetic" ? "fixed" : "global";
+}
+
 Normalizer make_normalizer(const DataConfig& config, const Dataset& train) {
   Normalizer normalizer;
-  std::string kind = config.normalize;
-  if (kind == "auto") kind = config.dataset == "idx" || config.dataset == "synthetic" ? "fixed" : "global";
-  if (config.dataset == "criteo") {  // already as DLRM takes them; a hash must not be rounded to float32
+  const std::string kind = normalization_kind(config);
+  if (kind == "as_stored") {
     normalizer.as_stored = true;
     return normalizer;
   }

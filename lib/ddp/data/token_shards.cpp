@@ -125,16 +125,18 @@ void widen(const unsigned char* at, int64_t n, int64_t* out) {
 }  // namespace
 
 uint64_t TokenShard::sampled_checksum() const {
+  if (sampled_checksum_) return *sampled_checksum_;
   constexpr std::size_t kBlock = 4096, kBlocks = 64;
   Checksum64 sum;
   if (map_size_ <= kBlock * kBlocks) {
     sum.update(map_, map_size_);
-    return sum.digest();
+  } else {
+    const std::size_t last = map_size_ - kBlock;
+    for (std::size_t i = 0; i < kBlocks; ++i) sum.update(map_ + last / (kBlocks - 1) * i, kBlock);
+    sum.update(map_ + last, kBlock);  // the end exactly, whatever the division left
   }
-  const std::size_t last = map_size_ - kBlock;
-  for (std::size_t i = 0; i < kBlocks; ++i) sum.update(map_ + last / (kBlocks - 1) * i, kBlock);
-  sum.update(map_ + last, kBlock);  // the end exactly, whatever the division left
-  return sum.digest();
+  sampled_checksum_ = sum.digest();
+  return *sampled_checksum_;
 }
 
 void TokenShard::read(int64_t first, int64_t n, int64_t* out) const {

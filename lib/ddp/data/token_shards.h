@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ class TokenShard {
   /// XXH64 of up to 64 blocks of 4 KiB spread evenly over the file (the first and the last among
   /// them; a small file whole): what tells a file rewritten at the same size from the one it was,
   /// almost surely, for the cost of 256 KiB read.
-  uint64_t sampled_checksum() const;
+  uint64_t sampled_checksum() const;  // computed once
   /// The byte offset in the file of token `index`, for messages.
   int64_t byte_offset(int64_t index) const { return data_offset_ + index * token_bytes_; }
 
@@ -56,6 +57,7 @@ class TokenShard {
   int64_t data_offset_ = 0, count_ = 0;
   int token_bytes_ = 0;
   bool is_signed_ = false;
+  mutable std::optional<uint64_t> sampled_checksum_;
 };
 
 /// The shards a data.path or data.eval_path names, as windows of block_size + 1 tokens.

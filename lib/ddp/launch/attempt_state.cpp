@@ -89,15 +89,13 @@ AttemptActions AttemptState::on_membership_change(const MembershipChange& change
   return actions;
 }
 
-AttemptActions AttemptState::on_signal(int sig, int live_workers, Clock::time_point now) {
+AttemptActions AttemptState::on_signal(int sig, int live_workers) {
   AttemptActions actions;
   if (signal_) {
-    if (sig == signal_ && now - signal_at_ < std::chrono::seconds(1)) return actions;  // the same request again
     actions.kill_now = true;  // a second Ctrl-C: no more grace
     return actions;
   }
   signal_ = sig;
-  signal_at_ = now;
   if (kind_ == JobKind::kElastic && (sig == SIGTERM || sig == SIGHUP)) {
     // A node drained by its scheduler leaves; the others go on in a new round without it. A
     // frozen launcher is leaving already, and stays frozen: it is found frozen once.

@@ -94,11 +94,9 @@ class AttemptState {
   AttemptActions on_hold_expired();
   /// Elastic: the round ends because nodes changed; `round` is this attempt's.
   AttemptActions on_membership_change(const MembershipChange& change, int round);
-  /// The launcher received `sig` (not SIGCHLD) at `now`; `live_workers` are still running. A second
-  /// signal kills the workers at once, but not the first one again within a second: `timeout`
-  /// signals its child and then its own process group, the child in it, so one request can
-  /// arrive twice (and took the workers' checkpoint away with it).
-  AttemptActions on_signal(int sig, int live_workers, Clock::time_point now = Clock::now());
+  /// The launcher received `sig` (not SIGCHLD); `live_workers` are still running. A second signal
+  /// kills them at once (one request sent twice arrives once: Note [One request, sent twice]).
+  AttemptActions on_signal(int sig, int live_workers);
   /// Elastic: the launcher did not run for longer than the others wait; `what` says for how long.
   AttemptActions on_frozen(const std::string& what);
 
@@ -120,7 +118,6 @@ class AttemptState {
   Failure failure_;              // kFailed, kFrozen, and the one HOLDING holds
   MembershipChange change_;      // kMembershipChanged
   int signal_ = 0;               // the first signal received; it decides the exit status
-  Clock::time_point signal_at_;  // when
   Clock::time_point hold_until_;
 };
 

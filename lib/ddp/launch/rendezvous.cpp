@@ -417,12 +417,16 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
     // A node whose workers all exited 0 has finished and gone: waiting out the timeout for it would
     // end in a time-out's exit 2, the failure that asked for the restart lost.
     std::string gone;
-    for (int r : missing)
-      if (store_->check(finished + std::to_string(r))) gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+    for (int r : missing) {
+      if (!store_->check(finished + std::to_string(r))) continue;
+      const std::string status = store_->get(finished + std::to_string(r));
+      gone += (gone.empty() ? "node " : "; node ") + std::to_string(r) +
+              (status == "0" ? " finished it (its workers exited 0)"
+                             : " ended it with exit status " + printable(status, 8) + ", not restarting");
+    }
     if (!gone.empty())
-      throw RestartCannotForm("restart attempt " + std::to_string(attempt) + " cannot form: node(s) " + gone +
-                              " finished attempt " + std::to_string(attempt - 1) +
-                              " (their workers exited 0) and will not restart");
+      throw RestartCannotForm("restart attempt " + std::to_string(attempt) + " cannot form: of attempt " +
+                              std::to_string(attempt - 1) + ", " + gone);
     beat_alive();  // Note [Silent nodes]: node 0 may be finishing, not restarting
     if (std::chrono::steady_clock::now() > deadline)
       throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +
@@ -441,10 +445,10 @@ void Rendezvous::beat_alive() {
   }
 }
 
-void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted) {
+void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted, int exit_status) {
   std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/done/";
   try {
-    store_->set(prefix + std::to_string(options_.node_rank), "1");
+    store_->set(prefix + std::to_string(options_.node_rank), std::to_string(exit_status));
     if (options_.node_rank != 0) return;
     auto waiting_for = [&] {
       std::vector<std::string> keys;

@@ -37,8 +37,8 @@ struct RemoteFailure {
   bool interrupted = false;  ///< a node was stopped by a signal (not restartable): a stop, not a failure
 };
 
-/// A restart that cannot form: a node it waits for finished the attempt before (its workers all
-/// exited 0) and left. what(): which nodes.
+/// A restart that cannot form: a node it waits for finished the attempt before (done, with its
+/// workers' exit 0 or a failure it does not restart) and leaves. what(): which nodes, and how.
 class RestartCannotForm : public UserError {
  public:
   using UserError::UserError;
@@ -73,10 +73,10 @@ class Rendezvous {
   /// for is seen to have finished the attempt before; UserError on a time-out.
   bool barrier_before(int attempt, const std::function<bool()>& interrupted);
 
-  /// Marks this node finished with `attempt`; node 0 waits (bounded) for the rest so its store
+  /// Marks this node finished with `attempt`, ending with `exit_status`; node 0 waits (bounded) for the rest so its store
   /// outlives every client, and stops waiting as soon as `interrupted()` is, or for a node whose
   /// launcher has gone silent (Note [Silent nodes]).
-  void finish(int attempt, const std::function<bool()>& interrupted);
+  void finish(int attempt, const std::function<bool()>& interrupted, int exit_status = 0);
 
   /// Says this node's launcher lives, at most once a second (Note [Silent nodes]); a store that
   /// does not answer is left for the caller's next call to name.

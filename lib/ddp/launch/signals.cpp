@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <stdexcept>
 
 namespace ddp {
@@ -13,10 +14,33 @@ namespace {
 int g_write_fd = -1;
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
 
-void on_signal(int sig) {
+// Note [One request, sent twice]: `timeout` signals its child and then its own process group, the
+// child in it, within microseconds: one request arrives twice, and the second, taken as a second
+// Ctrl-C, killed the workers before their stop checkpoint. A repeat from the same sender by kill()
+// within 100 ms is that; a terminal's Ctrl-C (sent by the kernel), or a person's second one, is not.
+struct LastSignal {
+  int sig = 0, code = 0;
+  pid_t sender = 0;
+  timespec at{};
+};
+LastSignal g_last;
+
+bool repeated(int sig, const siginfo_t* info) {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  const LastSignal last = g_last;
+  g_last = {sig, info ? info->si_code : 0, info ? info->si_pid : 0, now};
+  const long long ns = (now.tv_sec - last.at.tv_sec) * 1'000'000'000LL + (now.tv_nsec - last.at.tv_nsec);
+  return info && info->si_code == SI_USER && last.sig == sig && last.code == SI_USER && last.sender == info->si_pid &&
+         ns < 100'000'000LL;
+}
+
+void on_signal(int sig, siginfo_t* info, void*) {
   int saved = errno;
-  unsigned char byte = static_cast<unsigned char>(sig);
-  [[maybe_unused]] ssize_t n = write(g_write_fd, &byte, 1);
+  if (sig == SIGCHLD || !repeated(sig, info)) {
+    unsigned char byte = static_cast<unsigned char>(sig);
+    [[maybe_unused]] ssize_t n = write(g_write_fd, &byte, 1);
+  }
   errno = saved;
 }
 
@@ -28,9 +52,10 @@ SignalPipe::SignalPipe() {
   read_fd_ = fds[0];
   g_write_fd = fds[1];
   struct sigaction action = {};
-  action.sa_handler = on_signal;
+  action.sa_sigaction = on_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
+  for (int sig : kSignals) sigaddset(&action.sa_mask, sig);  // one handler at a time: g_last is shared
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
   for (int sig : kSignals) sigaction(sig, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the supervisor
 }

@@ -613,7 +613,7 @@ class StaticJob : public JobMembership {
     } catch (const RestartCannotForm& e) {
       // The job ends as the failure that asked for the restart did, not as a rendezvous error.
       say(std::string(e.what()) + "; not restarting, and ending with the failure: " + last_failure_.cause);
-      rendezvous_->finish(attempt - 1, signals.check());
+      rendezvous_->finish(attempt - 1, signals.check(), last_failure_.status);
       exit_status = last_failure_.status;
       return std::nullopt;
     }
@@ -630,11 +630,11 @@ class StaticJob : public JobMembership {
     return std::nullopt;
   }
 
-  void finish(const AttemptPlan& plan, const AttemptOutcome&, AttemptDecision decision,
+  void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision,
               BetweenAttempts& signals) override {
     if (decision == AttemptDecision::kGiveUp)
       say("giving up after " + std::to_string(options_.max_restarts) + " restart(s)");
-    if (rendezvous_) rendezvous_->finish(plan.attempt, signals.check());
+    if (rendezvous_) rendezvous_->finish(plan.attempt, signals.check(), outcome.status);
   }
 
   Settled settle(const AttemptPlan&, AttemptOutcome& outcome, int&) override {

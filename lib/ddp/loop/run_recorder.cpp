@@ -493,7 +493,11 @@ void RunRecorder::finished(const TrainProgress& progress) {
 
 void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason reason) {
   if (world_.rank == 0) spdlog::warn("stopping at step {}{}", progress.step, stop_text(signal, reason));
-  write_report(progress, 128 + (signal ? signal : SIGTERM));
+  try {
+    write_report(progress, 128 + (signal ? signal : SIGTERM));
+  } catch (const std::exception& e) {  // the checkpoint is written: the stop stays a stop, said
+    spdlog::warn("the stop is not recorded in metrics.jsonl: {}", e.what());
+  }
 }
 
 void RunRecorder::failed(const TrainProgress& progress) { write_report(progress, std::nullopt, /*last=*/true); }

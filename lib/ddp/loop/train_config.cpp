@@ -166,6 +166,7 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
   layer(schema, {}, root, source, file_dir, overrides);
   // Note [Hugging Face directories]: model.init_from's config.json, under the file and the overrides.
   const std::string directory = config.model.init_from;
+  if (!directory.empty()) schema.throw_collected();  // before what the import could throw instead
   std::vector<std::string> imported;
   try {
     imported = hugging_face_model_keys(directory);
