@@ -159,9 +159,14 @@ TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpo
                   "train.max_steps 3 is behind step 10 of the checkpoint it resumes (" + steps +
                       "/checkpoints/step_0000000010.pt): the run has trained past it. To go on, raise train.max_steps "
                       "above 10; to train less, start a new run (another run.output_dir)"},
+        // Finished (its exit recorded): refused before its checkpoint is read, as the end it reached.
         Shortened{epochs, "train.epochs=1",
-                  "train.epochs 1 is behind epoch 2 of the checkpoint it resumes (" + epochs +
-                      "/checkpoints/step_0000000064.pt)"}}) {
+                  "train.epochs 1 ends before step 64, where run " + epochs + " finished: it has trained past it"}}) {
+    if (run == steps) {  // as if it crashed after its last checkpoint: no exit recorded, so it resumes
+      std::string records = read_file(run + "/metrics.jsonl");
+      records.erase(records.rfind("{\"step\": 10, \"exit_status\": 0}\n"));
+      write_file(run + "/metrics.jsonl", records);
+    }
     const std::string model = read_file(run + "/model.pt"), metrics = read_file(run + "/metrics.jsonl");
     const std::string config = read_file(run + "/config.yaml");
     std::vector<std::string> sets{set};
