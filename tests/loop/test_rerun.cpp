@@ -16,14 +16,19 @@ using Catch::Contains;
 
 namespace {
 
-CommandResult train(const std::string& dir, std::vector<std::string> sets, int nproc = 2) {
+// `fail_at`: DDPRUN_TEST_FAIL_AT_STEP's RANK:STEP, each attempt; `restarts`: ddprun's --max-restarts.
+CommandResult train(const std::string& dir, std::vector<std::string> sets, int nproc = 2,
+                    const std::string& fail_at = "", int restarts = 0) {
   std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", std::to_string(nproc),
+                                "--max-restarts", std::to_string(restarts),
                                 std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml"};
   std::vector<std::string> base = {"run.output_dir=" + dir, "train.max_steps=10", "checkpoint.every_steps=5",
                                    "data.eval_split=none", "train.log_every=5"};
   base.insert(base.end(), sets.begin(), sets.end());
   for (const auto& s : base) argv.insert(argv.end(), {"--set", s});
-  return run_command(argv, std::chrono::seconds(120), {"OMP_NUM_THREADS=1"});
+  std::vector<std::string> env{"OMP_NUM_THREADS=1"};
+  if (!fail_at.empty()) env.push_back("DDPRUN_TEST_FAIL_AT_STEP=" + fail_at);
+  return run_command(argv, std::chrono::seconds(120), env);
 }
 
 // Stopped at step 5 of 10 with `before`, resumed with `after`: refused with a message holding
@@ -140,6 +145,42 @@ TEST_CASE("each checkpoint records the run's config: a re-run without config.yam
   CHECK(read_file(done + "/model.pt") == model);
   CHECK(read_file(done + "/metrics.jsonl") == metrics);
   CHECK(read_file(done + "/config.yaml") == config);
+}
+
+TEST_CASE("a named checkpoint of an earlier step rewinds the run: the later ones are moved aside, a restart resumes "
+          "the new history's newest, resume auto never picks the old one's, and the run ends as one never stopped",
+          "[trainer][rerun][faults]") {
+  // Note [A named checkpoint rewinds]
+  TempDir dir;
+  std::string run = dir.file("run"), checkpoints = run + "/checkpoints/";
+  std::vector<std::string> twenty{"train.max_steps=20", "checkpoint.keep_last=5"};
+  auto straight = train(dir.file("straight"), twenty);
+  REQUIRE(straight.exit_code == 0);
+  auto first = train(run, twenty, 2, "0:17");  // saves 5, 10 and 15
+  REQUIRE(first.exit_code != 0);
+  std::string old_ten = read_file(checkpoints + "step_0000000010.pt");
+  std::vector<std::string> rewound = twenty;
+  rewound.push_back("checkpoint.resume=" + checkpoints + "step_0000000005.json");
+  // Round 0 resumes step 5, saves 10 and fails at 12; round 1 resumes that 10, and fails at 12 again.
+  auto second = train(run, rewound, 2, "0:12", 1);
+  INFO(second.out << second.err);
+  CHECK(second.exit_code != 0);
+  CHECK_THAT(second.out, Contains("checkpoint.resume rewinds to step 5: the run directory's checkpoints of a later "
+                                  "step (15, 10) belong to the history it leaves, and are moved to " + checkpoints +
+                                  "superseded-1, where resume: auto never looks"));
+  CHECK_THAT(second.out, Contains("round 1 of this job resumes its own newest checkpoint, step 10, not step 5 that "
+                                  "checkpoint.resume names"));
+  CHECK_THAT(second.out, Contains("resumed from " + checkpoints + "step_0000000010.pt at step 10"));
+  for (const char* moved : {"step_0000000010.json", "step_0000000010.pt", "step_0000000015.json", "step_0000000015.pt"})
+    CHECK(std::filesystem::exists(checkpoints + "superseded-1/" + moved));
+  CHECK(read_file(checkpoints + "superseded-1/step_0000000010.pt") == old_ten);
+  CHECK_FALSE(std::filesystem::exists(checkpoints + "step_0000000015.json"));
+  // A run of the same config resumes the new history's newest, not the old one's 15.
+  auto last = train(run, twenty);
+  INFO(last.out << last.err);
+  REQUIRE(last.exit_code == 0);
+  CHECK_THAT(last.out, Contains("resumed from " + checkpoints + "step_0000000010.pt at step 10"));
+  CHECK(largest_difference(dir.file("straight/model.pt"), run + "/model.pt") < 1e-5);
 }
 
 TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpoint is refused, naming both, and its "

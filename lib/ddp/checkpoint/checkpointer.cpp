@@ -226,6 +226,7 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
                         ": a checkpoint is its manifest and the files it names, renamed together if at all; "
                         "name the manifest to resume from what it names");
     if (auto problem = verify_checkpoint(info); !problem.empty()) throw FileError("checkpoint.resume: " + problem);
+    info.step = YAML::LoadFile(info.manifest_path)["step"].as<int64_t>(-1);
     return info;
   }
   auto candidates = list();
@@ -239,6 +240,39 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
     spdlog::warn("skipping checkpoint {}: {}; trying the previous one", candidate.data_path, problem);
   }
   return std::nullopt;
+}
+
+std::optional<CheckpointInfo> Checkpointer::newest_after(int64_t step) const {
+  for (const auto& candidate : list())
+    if (candidate.step > step && verify_checkpoint(candidate).empty()) return candidate;
+  return std::nullopt;
+}
+
+std::pair<std::vector<int64_t>, std::string> Checkpointer::set_aside_after(int64_t step) const {
+  std::vector<int64_t> steps;
+  for (const auto& checkpoint : list())
+    if (checkpoint.step > step) steps.push_back(checkpoint.step);
+  if (steps.empty()) return {};
+  std::string folder;
+  for (int n = 1; folder.empty() || fs::exists(folder); ++n) folder = directory_ + "/superseded-" + std::to_string(n);
+  std::error_code ec;
+  fs::create_directory(folder, ec);
+  if (ec) throw_output_error("cannot create " + folder + ": " + ec.message(), ec.value());
+  auto move = [&](const fs::path& from) {
+    fs::rename(from, fs::path(folder) / from.filename(), ec);
+    if (ec) throw_output_error("cannot move " + from.string() + " into " + folder + ": " + ec.message(), ec.value());
+  };
+  // Manifests first: a crash part way leaves no complete checkpoint of the other history behind.
+  for (int64_t s : steps) move(directory_ + "/" + checkpoint_stem(s) + ".json");
+  std::set<std::string> stems;
+  for (int64_t s : steps) stems.insert(checkpoint_stem(s));
+  std::vector<fs::path> data;
+  for (const auto& entry : fs::directory_iterator(directory_, ec))
+    if (stems.count(stem_of(entry.path().filename().string()))) data.push_back(entry.path());
+  for (const auto& path : data) move(path);
+  fsync_directory(folder);
+  fsync_directory(directory_);
+  return {steps, folder};
 }
 
 void write_progress(torch::serialize::OutputArchive& archive, const TrainProgress& progress, int world_size,

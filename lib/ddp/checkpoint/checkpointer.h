@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ddp/checkpoint/checkpoint_config.h"
@@ -74,6 +75,12 @@ class Checkpointer {
   /// one is reported and skipped), never → none, a path → that one (FileError if it does not verify).
   /// `older_than`: auto takes only checkpoints of earlier steps (after a newer one failed elsewhere).
   std::optional<CheckpointInfo> find_resume_point(int64_t older_than = INT64_MAX) const;
+  /// The newest checkpoint of the directory past step `step` that verifies, if any: a restart's own
+  /// progress beyond the checkpoint `checkpoint.resume` names (Note [A named checkpoint rewinds]).
+  std::optional<CheckpointInfo> newest_after(int64_t step) const;
+  /// Moves the checkpoints of steps after `step` into a new `superseded-N` folder of the directory,
+  /// where `resume: auto` and pruning never look; returns their steps, newest first, and the folder.
+  std::pair<std::vector<int64_t>, std::string> set_aside_after(int64_t step) const;
 
   /// Creates the directory (and makes its entry durable) if it is not there yet.
   void ensure_directory() const;

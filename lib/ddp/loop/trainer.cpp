@@ -145,10 +145,20 @@ void Trainer::resume() {
   // rank reads the files it needs (Note [Checkpoint format]); rank 0 sends the manifest and the
   // common file.
   const Communicator& world = plan_->world();
+  const bool named = config_.checkpoint.resume != "auto" && config_.checkpoint.resume != "never";
   for (int64_t older_than = INT64_MAX;;) {
     std::string path, manifest, bytes, refusal;
     if (world.rank == 0) {
-      if (auto found = checkpointer_->find_resume_point(older_than)) {
+      auto found = checkpointer_->find_resume_point(older_than);
+      // Note [A named checkpoint rewinds]: a restart continues this run's own progress past it.
+      if (named && found && later_attempt_.round > 0)
+        if (auto own = checkpointer_->newest_after(found->step)) {
+          spdlog::info("round {} of this job resumes its own newest checkpoint, step {}, not step {} that "
+                       "checkpoint.resume names: the job trained past it",
+                       later_attempt_.round, own->step, found->step);
+          found = own;
+        }
+      if (found) {
         // The next try is older than this one by the step find_resume_point compares, its manifest's,
         // whatever the file name or the state says: a manifest that disagrees with them cannot
         // bring the same checkpoint back forever.
@@ -178,8 +188,25 @@ void Trainer::resume() {
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
     if (bytes.empty()) return;
-    if (resume_from(path, manifest, bytes)) return;
+    if (!resume_from(path, manifest, bytes)) continue;
+    if (named && world.rank == 0) set_aside_later_checkpoints();
+    return;
   }
+}
+
+// Note [A named checkpoint rewinds]: `checkpoint.resume: PATH` to an earlier step than the run
+// directory's newest (a loss spike, say, rewound) starts another history there. The checkpoints
+// of the old one past that step would otherwise stay: `resume: auto` (a later run, ddp-export)
+// would pick the old history's newest over the new one's, a restart would go back to PATH again,
+// and keep_last would count them. They are moved aside, kept for the user, out of every search.
+void Trainer::set_aside_later_checkpoints() const {
+  auto [steps, folder] = checkpointer_->set_aside_after(progress_.step);
+  if (steps.empty()) return;
+  std::string list;
+  for (int64_t step : steps) list += (list.empty() ? "" : ", ") + std::to_string(step);
+  spdlog::warn("checkpoint.resume rewinds to step {}: the run directory's checkpoints of a later step ({}) belong to "
+               "the history it leaves, and are moved to {}, where resume: auto never looks",
+               progress_.step, list, folder);
 }
 
 bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common) {
