@@ -405,6 +405,12 @@ TEST_CASE("config files: missing, malformed, fine", "[config]") {
   REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {"optim.lr=fast"}),
                       Contains(wrong + ":3:1: train: duplicate key") && Contains("train.batch_size: expected an integer") &&
                           Contains("model.hiden: unknown key") && Contains("optim.lr: expected a number"));
+  // So is a scalar key given a list or a map.
+  ddp::test::write_file(wrong, "train: {epochs: [2, 3], batch_size: {a: 1}}\nmodel: {hiden: [8]}\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {}),
+                      Equals(wrong + ":1:9: train.epochs: expected an integer, got a list\n" + wrong +
+                             ":1:25: train.batch_size: expected an integer, got a map\n" + wrong +
+                             ":2:9: model.hiden: unknown key (did you mean model.hidden?)"));
   // A key that could not be read is not judged at its default by the rules across keys.
   ddp::test::write_file(wrong, "train:\n  epochs: 2\n");
   REQUIRE_THROWS_WITH(ddp::load_train_config(wrong, {"data.dataset=[graph]", "eval.full_neighbourhood=true"}),
