@@ -115,4 +115,32 @@ TEST_CASE("a long evaluation in a pipe logs its progress at least every 10 s, an
                                !Contains("over those"));
 }
 
+TEST_CASE("an evaluation cut short by a stop is done whole on resume, before the next step, once",
+          "[eval][signals][resume]") {
+  // Note [An evaluation cut short]
+  TempDir dir;
+  const std::vector<std::string> sets{"train.max_steps=3", "eval.every_steps=2", "eval.batch_size=100",
+                                      "eval.at_start=false"};
+  const std::string log = dir.file("log");
+  auto stopped = run_shell("DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file("run"), sets) + " > " +
+                               log + " 2>&1 & L=$!; until grep -q 'evaluating at step 2' " + log +
+                               "; do sleep 0.2; done; kill -INT $L; wait $L; echo status=$?",
+                           std::chrono::seconds(90));
+  INFO(stopped.out << read_file(log));
+  REQUIRE_THAT(stopped.out, Contains("status=130"));
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  REQUIRE(metric_value(metrics, "eval_interrupted") == 1);
+  auto resumed = run_shell(eval_command(1, dir.file("run"), sets), std::chrono::seconds(120));
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.out, Contains("resumed from") && Contains("at step 2"));
+  // The interrupted record, then the whole one at step 2 before step 3's loss, then the final one.
+  const std::string records = read_file(metrics);
+  const auto whole = records.find("\"eval_samples\": 20000", records.find("\"eval_interrupted\": 1"));
+  REQUIRE(whole != std::string::npos);
+  CHECK(records.rfind("\"step\": 2,", whole) > records.rfind("\"eval_interrupted\": 1"));
+  CHECK(records.find("\"step\": 3,") > whole);
+  CHECK(count_of(records, "\"eval_samples\": 20000") == 2);  // step 2's and the final one at step 3
+}
+
 }  // namespace DDP_TEST_FILE

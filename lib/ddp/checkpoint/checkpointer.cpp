@@ -286,6 +286,7 @@ void write_progress(torch::serialize::OutputArchive& archive, const TrainProgres
   archive.write("world_size", scalar(world_size));
   archive.write("lr", torch::tensor({progress.lr}, torch::kDouble));
   archive.write("lr_ranks", scalar(progress.lr_ranks));
+  archive.write("eval_pending", scalar(progress.eval_pending ? 1 : 0));
   archive.write("rng/cpu", rank_cpu_generator().get_state());  // not a tensor region's
   for (std::size_t r = 0; r < rank_rng.size(); ++r) archive.write("rng/cpu_rank" + std::to_string(r), rank_rng[r]);
 }
@@ -304,6 +305,8 @@ TrainProgress read_progress(torch::serialize::InputArchive& archive, const std::
   if (archive.try_read("lr", lr)) progress.lr = lr.item<double>();
   torch::Tensor lr_ranks;
   if (archive.try_read("lr_ranks", lr_ranks)) progress.lr_ranks = lr_ranks.item<int64_t>();
+  torch::Tensor eval_pending;  // older checkpoints: their evaluation is done
+  if (archive.try_read("eval_pending", eval_pending)) progress.eval_pending = eval_pending.item<int64_t>() != 0;
   return progress;
 }
 

@@ -25,6 +25,8 @@ struct TrainProgress {
   /// The ranks optim.lr_scaling scaled the rate by (batch_ranks: a pipeline's stages each, a tensor
   /// group once). 0: unknown (older checkpoints, which scaled by world_size).
   int64_t lr_ranks = 0;
+  /// The evaluation due at `step` was cut short by a stop: a resume runs it before the next step.
+  bool eval_pending = false;
 };
 
 // Note [Epoch numbering]: epochs count from 1 wherever they are read (log lines, the progress line,

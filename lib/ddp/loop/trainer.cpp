@@ -267,7 +267,9 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
   progress_.batch_size = config_.train.batch_size;
   progress_.accum_steps = config_.train.grad_accum_steps;
   progress_.lr_ranks = step_shape_.lr_ranks;
-  last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written
+  last_eval_step_ = progress_.step;  // evaluated (or not) before that checkpoint was written, but:
+  eval_after_resume_ = loaded.eval_pending;  // Note [An evaluation cut short]
+  progress_.eval_pending = false;
   checkpointer_->mark_saved(progress_.step);
   if (plan_->world().rank == 0)
     spdlog::info("resumed from {} at step {} ({}{}{}){}{}", path, progress_.step, epoch_text(progress_),
@@ -336,7 +338,7 @@ int Trainer::train_to_the_end() {
   task_->model().train();
   first_step_ = progress_.step;
   bool has_eval = task_->size(Split::kEval) > 0;
-  if (config_.eval.at_start && progress_.step == 0 && has_eval) run_eval();
+  if (has_eval && ((config_.eval.at_start && progress_.step == 0) || eval_after_resume_)) run_eval();
 
   while (!done() && !stopping()) {
     sampler_->set_epoch(progress_.epoch);
@@ -549,6 +551,9 @@ void Trainer::save_checkpoint() {
   auto pulse = recorder_->pulse(progress_);
   std::vector<torch::Tensor> rank_rng = plan_->gather_checkpoint_state();
   checkpointer_->mark_saved(progress_.step);
+  // Note [An evaluation cut short]: a stop that cut this step's evaluation short saves the step with
+  // it still to do; the resume does it, so the records hold it whole, once, at its step.
+  progress_.eval_pending = eval_interrupted_ && last_eval_step_ == progress_.step;
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   write_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
   barrier(plan_->world());

@@ -106,6 +106,7 @@ class Trainer {
   } later_attempt_;      // what a start with no checkpoint says
   int64_t last_eval_step_ = -1;
   bool eval_interrupted_ = false;
+  bool eval_after_resume_ = false;  // Note [An evaluation cut short]
   bool state_memory_reported_ = false;
   std::unique_ptr<StepGraph> graph_;  ///< train.cuda_graphs, where a step can be captured
   int graph_warm_ups_ = 0;
