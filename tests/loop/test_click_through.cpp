@@ -108,7 +108,7 @@ TEST_CASE("DLRM learns a Criteo-layout click log at world 2, and an independent 
   double loss = 0, exact_auc = 0;
   std::istringstream(python.out) >> loss >> exact_auc;
   CHECK(std::abs(loss - run.last("eval_loss").value_or(0)) < 1e-4);
-  CHECK(std::abs(exact_auc - auc.back().second) < 2e-3);  // Note [AUC from histograms]: ties within a bin
+  CHECK(std::abs(exact_auc - auc.back().second) < 1e-5);  // Note [Exact AUC]
 }
 
 TEST_CASE("DLRM: world 2 with batch 16 equals world 1 with batch 32, replicated and under dist.shard parameters",

@@ -107,49 +107,55 @@ TEST_CASE("mse gives per-sample MSE and MAE, bce_with_logits a loss and accuracy
   CHECK(bsums[1].item<double>() == Approx(0.5 + 0.5));                   // one of two right in each sample
 }
 
-TEST_CASE("bce_with_logits: the AUC from summed histograms equals the AUC of the ranking, split over batches",
+TEST_CASE("bce_with_logits: the AUC ranks every score kept over the batches, exactly, whatever their scale or shift",
           "[task][loss]") {
+  // Note [Exact AUC]
   auto bce = loss("bce_with_logits");
   torch::manual_seed(3);
   const int64_t n = 2000;
   auto labels = torch::rand({n, 1}).lt(0.3).to(torch::kFloat);
   auto logits = (torch::randn({n, 1}) + labels * 1.5).to(torch::kFloat);
   // The exact AUC: the share of (positive, negative) pairs the logits order rightly, ties a half.
-  auto pos = logits.index({labels.eq(1)}), neg = logits.index({labels.eq(0)});
-  auto diff = pos.unsqueeze(1) - neg.unsqueeze(0);
-  double exact = (diff.gt(0).to(torch::kDouble).sum() + 0.5 * diff.eq(0).to(torch::kDouble).sum()).item<double>() /
-                 static_cast<double>(pos.numel() * neg.numel());
-  // Two batches, as ranks or eval batches add them up, then the means the evaluator takes.
-  auto sums = bce.metric_sums(logits.narrow(0, 0, 700), labels.narrow(0, 0, 700)) +
-              bce.metric_sums(logits.narrow(0, 700, n - 700), labels.narrow(0, 700, n - 700));
-  auto names = bce.metric_names();
-  REQUIRE(static_cast<int64_t>(names.size()) == sums.numel());
-  std::vector<std::pair<std::string, double>> means;
-  for (std::size_t i = 0; i < names.size(); ++i) means.emplace_back(names[i], sums[i].item<double>() / n);
-  bce.add_derived_metrics(means);
-  REQUIRE(means.size() == 3);  // the histograms are gone
-  CHECK(means[0].first == "loss");
-  CHECK(means[1].first == "accuracy");
-  CHECK(means[2].first == "auc");
-  INFO("exact " << exact << ", from histograms " << means[2].second);
-  CHECK(std::abs(means[2].second - exact) < 1e-3);
-  CHECK(exact > 0.8);
-
-  auto auc_of = [&bce](const torch::Tensor& out, const torch::Tensor& targets) {
-    auto s = bce.metric_sums(out, targets);
-    auto metric_names = bce.metric_names();
-    std::vector<std::pair<std::string, double>> m;
-    for (std::size_t i = 0; i < metric_names.size(); ++i) m.emplace_back(metric_names[i], s[i].item<double>());
-    bce.add_derived_metrics(m);
-    return m;
+  auto pairwise = [](const torch::Tensor& out, const torch::Tensor& targets) {
+    auto pos = out.index({targets.eq(1)}).to(torch::kDouble), neg = out.index({targets.eq(0)}).to(torch::kDouble);
+    auto diff = pos.unsqueeze(1) - neg.unsqueeze(0);
+    return (diff.gt(0).to(torch::kDouble).sum() + 0.5 * diff.eq(0).to(torch::kDouble).sum()).item<double>() /
+           static_cast<double>(pos.numel() * neg.numel());
   };
-  auto targets = torch::tensor({{0.0f}, {0.0f}, {1.0f}, {1.0f}});
-  CHECK(auc_of(torch::tensor({{-2.0f}, {-1.0f}, {1.0f}, {30.0f}}), targets).back().second == 1.0);  // beyond the range too
-  CHECK(auc_of(torch::tensor({{2.0f}, {1.0f}, {-1.0f}, {-30.0f}}), targets).back().second == 0.0);
-  CHECK(auc_of(torch::tensor({{0.5f}, {0.5f}, {0.5f}, {0.5f}}), targets).back().second == 0.5);  // all tied
-  auto one_class = auc_of(torch::tensor({{1.0f}, {2.0f}}), torch::tensor({{1.0f}, {1.0f}}));
-  CHECK(one_class.size() == 2);  // no negatives: no AUC, and no histograms left in the metrics
-  CHECK(loss("cross_entropy").metric_names() == std::vector<std::string>{"loss", "accuracy"});
+  const double exact = pairwise(logits, labels);
+  CHECK(exact > 0.8);
+  CHECK(bce.metric_names() == std::vector<std::string>{"loss", "accuracy"});
+  ddp::RankedScores* ranked = bce.ranked_scores();
+  REQUIRE(ranked != nullptr);
+  // Two batches, as the evaluator meets them; then scaled, squeezed and shifted logits, which rank alike.
+  bce.metric_sums(logits.narrow(0, 0, 700), labels.narrow(0, 0, 700));
+  bce.metric_sums(logits.narrow(0, 700, n - 700), labels.narrow(0, 700, n - 700));
+  auto kept = ranked->stacked(torch::kCPU);
+  REQUIRE(kept.sizes() == torch::IntArrayRef({2, n}));
+  CHECK(*ddp::area_under_roc(kept[0], kept[1]) == Approx(exact).epsilon(1e-12));
+  for (auto changed : {logits * 30, logits * 0.002, logits + 18, logits - 40}) {
+    ranked->clear();
+    bce.metric_sums(changed, labels);
+    kept = ranked->stacked(torch::kCPU);
+    INFO("logits from " << changed.min().item<float>() << " to " << changed.max().item<float>());
+    CHECK(*ddp::area_under_roc(kept[0], kept[1]) == Approx(pairwise(changed, labels)).epsilon(1e-12));
+  }
+  ranked->drop_last();
+  CHECK(ranked->stacked(torch::kCPU).size(1) == 0);
+
+  auto auc_of = [](std::vector<double> scores, std::vector<double> targets) {
+    return ddp::area_under_roc(torch::tensor(scores, torch::kDouble), torch::tensor(targets, torch::kDouble));
+  };
+  CHECK(*auc_of({-2, -1, 1, 30}, {0, 0, 1, 1}) == 1.0);
+  CHECK(*auc_of({2, 1, -1, -30}, {0, 0, 1, 1}) == 0.0);
+  CHECK(*auc_of({0.5, 0.5, 0.5, 0.5}, {0, 0, 1, 1}) == 0.5);  // all tied
+  CHECK(*auc_of({1, 2, 2, 3}, {0, 1, 0, 1}) == Approx(0.875));  // one tie of four pairs
+  // Soft targets weigh a sample as a positive by its target and as a negative by the rest.
+  // (0.25 × 0.5 × 0.75 + 0.75 × (0.75 + 0.5 × 0.25)) / (1 × 1): a sample's own halves tie.
+  CHECK(*auc_of({1, 2}, {0.25, 0.75}) == Approx(0.75));
+  CHECK_FALSE(auc_of({1, 2}, {1, 1}).has_value());  // no negatives: no AUC
+  CHECK_FALSE(auc_of({}, {}).has_value());
+  CHECK(loss("cross_entropy").ranked_scores() == nullptr);
 }
 
 }  // namespace DDP_TEST_FILE

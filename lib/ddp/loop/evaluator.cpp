@@ -31,6 +31,29 @@ EvalResult eval_result(const Task& task, torch::Tensor sums, int64_t planned) {
   return result;
 }
 
+// Every rank's `mine` ([2, n], n differing by rank), concatenated in rank order, on every rank.
+torch::Tensor gather_columns(const Communicator& comm, const torch::Tensor& mine) {
+  if (comm.world_size == 1) return mine;
+  auto counts = torch::zeros({comm.world_size}, torch::kDouble);
+  counts[comm.rank] = static_cast<double>(mine.size(1));
+  counts = all_reduce_sum(comm, counts.to(mine.device())).to(torch::kCPU);
+  const auto before = static_cast<int64_t>(counts.narrow(0, 0, comm.rank).sum().item<double>());
+  const auto all = static_cast<int64_t>(counts.sum().item<double>());
+  auto gathered = torch::zeros({2, all}, mine.options());
+  gathered.narrow(1, before, mine.size(1)).copy_(mine);
+  return all_reduce_sum(comm, gathered.reshape(-1)).reshape({2, all});  // each place is one rank's
+}
+
+// Note [Exact AUC]: the scores of every rank, ranked together.
+void add_auc(Task& task, const Communicator& everyone, EvalResult& result) {
+  RankedScores* ranked = task.ranked_scores();
+  if (!ranked) return;
+  torch::Tensor all = gather_columns(everyone, ranked->stacked(everyone.device));  // a collective: every rank
+  ranked->clear();
+  if (result.samples == 0) return;
+  if (auto auc = area_under_roc(all[0], all[1])) result.metrics.emplace_back("auc", *auc);
+}
+
 // The metrics of this rank's shard of `replicas`' eval samples, summed over `everyone`. `metrics`
 // gives a batch's metric sums, or an undefined tensor where this rank has none to add (a pipeline
 // stage before the last). With eval.max_batches the samples are that many batches' worth, spread
@@ -53,6 +76,7 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
   // The metric sums, the sample count, then whether this rank stopped early, accumulated on the
   // device: no sync per batch.
   const EvalSums at(task);
+  if (RankedScores* ranked = task.ranked_scores()) ranked->clear();  // an earlier evaluation's, cut short
   auto sums = torch::zeros({at.stopped + 1}, torch::dtype(torch::kDouble).device(everyone.device));
   {
     torch::NoGradGuard no_grad;
@@ -71,6 +95,7 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
         // others company (not an empty batch, which some forwards cannot reshape)
         const int64_t filler = begin < end ? begin * size / planned : 0;
         metrics(task.make_batch(Split::kEval, torch::full({1}, filler, torch::kLong)).to(everyone.device));
+        if (RankedScores* ranked = task.ranked_scores()) ranked->drop_last();  // uncounted: unranked too
         continue;
       }
       auto positions = torch::arange(start, std::min(end, start + config.batch_size), torch::kLong);
@@ -85,7 +110,9 @@ EvalResult evaluate_shard(Task& task, const EvalConfig& config, const Communicat
     }
   }
   model.train(was_training);
-  return eval_result(task, all_reduce_sum(everyone, sums), planned);
+  EvalResult result = eval_result(task, all_reduce_sum(everyone, sums), planned);
+  add_auc(task, everyone, result);
+  return result;
 }
 
 }  // namespace

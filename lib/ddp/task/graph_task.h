@@ -32,6 +32,7 @@ class GraphTask : public Task {
   torch::Tensor loss(const Batch& batch) override;
   std::vector<std::string> metric_names() const override { return loss_.metric_names(); }
   torch::Tensor metric_sums(const Batch& batch) override;
+  RankedScores* ranked_scores() override { return loss_.ranked_scores(); }
   void save_model(const std::string& output_dir) const override;
 
  private:

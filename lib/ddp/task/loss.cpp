@@ -21,18 +21,6 @@ torch::Tensor per_sample(const torch::Tensor& values) {
   return values.dim() > 1 ? values.flatten(1).mean(1) : values;  // flatten: an empty batch has no -1 to infer
 }
 
-// Note [AUC from histograms]
-// The area under the ROC curve needs every score of the eval split ranked together, but eval metrics
-// are sums that batches and ranks add up. So bce_with_logits sums two histograms of the logits, one
-// weighted by the targets (positives) and one by 1 - target (negatives), over kAucBins equal bins of
-// [-kAucRange, kAucRange] (clamped): the sums of every rank give the whole split's histograms, and
-// the AUC follows from them as from a ranking, pairs within one bin counting as ties (a half each),
-// as Keras's AUC metric does with thresholds. A bin is 1/128 of a logit wide, so only pairs whose
-// scores are that close are taken as tied.
-constexpr int64_t kAucBins = 4096;
-constexpr double kAucRange = 16.0;
-const std::string kPositivesPrefix = "auc_positives_";
-const std::string kNegativesPrefix = "auc_negatives_";
 
 }  // namespace
 
@@ -55,7 +43,7 @@ void declare_config(ConfigSchema& schema, LossConfig& config) {
 
 torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::string& source) const {
   if (!classes()) {
-    // bce_with_logits weighs a sample's negatives by 1 - target (Note [AUC from histograms]): a
+    // bce_with_logits weighs a sample's negatives by 1 - target (Note [Exact AUC]): a
     // target of 2 would count as a negative of weight -1, a wrong AUC with exit 0.
     if (config_.loss == "bce_with_logits" && labels.numel() > 0) {
       auto bad = torch::logical_or(labels.lt(0), labels.gt(1)).reshape({labels.size(0), -1}).any(1).nonzero();
@@ -120,11 +108,7 @@ torch::Tensor Loss::mean(const torch::Tensor& output, const torch::Tensor& targe
 
 std::vector<std::string> Loss::metric_names() const {
   if (config_.loss == "mse") return {"mse", "mae"};
-  std::vector<std::string> names{"loss", "accuracy"};
-  if (config_.loss != "bce_with_logits") return names;
-  for (const auto* prefix : {&kPositivesPrefix, &kNegativesPrefix})
-    for (int64_t b = 0; b < kAucBins; ++b) names.push_back(*prefix + std::to_string(b));
-  return names;
+  return {"loss", "accuracy"};
 }
 
 torch::Tensor Loss::metric_sums(const torch::Tensor& output, const torch::Tensor& targets) const {
@@ -144,44 +128,10 @@ torch::Tensor Loss::metric_sums(const torch::Tensor& output, const torch::Tensor
                                                                                .reduction(torch::kNone)))
                   .sum();
       second = per_sample(out.gt(0).eq(targets.gt(0.5)).to(torch::kFloat)).sum();
-      // Note [AUC from histograms]
-      auto scores = out.detach().reshape(-1).to(torch::kDouble);
-      auto weights = targets.reshape(-1).to(torch::kDouble);
-      auto bins = scores.clamp(-kAucRange, kAucRange)
-                      .add(kAucRange)
-                      .mul(static_cast<double>(kAucBins) / (2 * kAucRange))
-                      .floor()
-                      .to(torch::kLong)
-                      .clamp(0, kAucBins - 1);
-      // index_add_, not bincount, which reads the bins' range back to the host on a GPU.
-      auto histogram = [&bins](const torch::Tensor& w) {
-        return torch::zeros({kAucBins}, w.options()).index_add_(0, bins, w);
-      };
-      return torch::cat({torch::stack({first.to(torch::kDouble), second.to(torch::kDouble)}), histogram(weights),
-                         histogram(1 - weights)});
+      ranked_.add(out, targets);  // Note [Exact AUC]
     }
   }
   return torch::stack({first.to(torch::kDouble), second.to(torch::kDouble)});
-}
-
-void Loss::add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const {
-  if (config_.loss != "bce_with_logits") return;
-  std::vector<double> positives, negatives;
-  for (const auto& [name, value] : means) {
-    if (name.rfind(kPositivesPrefix, 0) == 0) positives.push_back(value);
-    if (name.rfind(kNegativesPrefix, 0) == 0) negatives.push_back(value);
-  }
-  std::erase_if(means, [](const auto& metric) {
-    return metric.first.rfind(kPositivesPrefix, 0) == 0 || metric.first.rfind(kNegativesPrefix, 0) == 0;
-  });
-  // Note [AUC from histograms]: each positive beats the negatives in lower bins and ties those in its own.
-  double below = 0, area = 0, all_positives = 0;
-  for (std::size_t b = 0; b < positives.size(); ++b) {
-    area += positives[b] * (below + 0.5 * negatives[b]);
-    below += negatives[b];
-    all_positives += positives[b];
-  }
-  if (all_positives > 0 && below > 0) means.emplace_back("auc", area / (all_positives * below));  // else undefined
 }
 
 }  // namespace ddp

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/task/ranked_scores.h"
+
 namespace ddp {
 
 class ConfigSchema;
@@ -41,19 +43,20 @@ class Loss {
   /// The mean loss over the batch.
   torch::Tensor mean(const torch::Tensor& output, const torch::Tensor& targets) const;
 
-  /// The eval metrics: loss and accuracy for classification, mse and mae for regression;
-  /// bce_with_logits adds the histograms its AUC comes from (Note [AUC from histograms]).
+  /// The eval metrics: loss and accuracy for classification, mse and mae for regression
+  /// (bce_with_logits' AUC comes from ranked_scores()).
   std::vector<std::string> metric_names() const;
 
-  /// Per-sample metrics summed over the batch, float64 [metric_names().size()].
+  /// Per-sample metrics summed over the batch, float64 [metric_names().size()]; bce_with_logits
+  /// also keeps the batch's logits and targets in ranked_scores().
   torch::Tensor metric_sums(const torch::Tensor& output, const torch::Tensor& targets) const;
-  /// Turns the means of the histograms metric_names() adds into "auc" (bce_with_logits, where the
-  /// split has both classes), in place; the histograms go.
-  void add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const;
+  /// bce_with_logits: the scores the evaluation's AUC ranks (Note [Exact AUC]); else null.
+  RankedScores* ranked_scores() const { return config_.loss == "bce_with_logits" ? &ranked_ : nullptr; }
 
  private:
   bool classes() const { return config_.loss == "cross_entropy"; }
   LossConfig config_;
+  mutable RankedScores ranked_;  // what metric_sums saw since the evaluator last cleared it
 };
 
 }  // namespace ddp

@@ -26,9 +26,7 @@ class SupervisedTask : public Task {
   torch::Tensor output_metric_sums(const torch::Tensor& output, const Batch& batch) override;
   std::vector<std::string> metric_names() const override { return loss_.metric_names(); }
   torch::Tensor metric_sums(const Batch& batch) override;
-  void add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const override {
-    loss_.add_derived_metrics(means);
-  }
+  RankedScores* ranked_scores() override { return loss_.ranked_scores(); }
   void save_model(const std::string& output_dir) const override;
 
  private:

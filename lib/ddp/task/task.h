@@ -96,6 +96,10 @@ class Task {
   /// is exp of its mean loss, not a mean of per-sample values) to `means`, in place.
   virtual void add_derived_metrics(std::vector<std::pair<std::string, double>>& means) const { (void)means; }
 
+  /// The scores an evaluation ranks over its whole split (Note [Exact AUC]): metric_sums adds each
+  /// batch's, the evaluator clears them before and gathers them after; null where none are ranked.
+  virtual RankedScores* ranked_scores() { return nullptr; }
+
   /// Writes the trained model into `output_dir`: model.pt, a state_dict Python's torch.load reads,
   /// and whatever else the model has (TorchScript: model_scripted.pt). Throws FileError.
   virtual void save_model(const std::string& output_dir) const = 0;
