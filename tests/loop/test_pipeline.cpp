@@ -419,7 +419,7 @@ TEST_CASE("optim.lr_scaling scales by the ranks a step's batch counts: 2 stages 
 }
 
 TEST_CASE("an epoch's short last step counts each sample once, whatever the micro-batches: batch 64 alone, 16 × 4 "
-          "micro-steps, 2 ranks of a global 64 and 2 pipeline stages train the same weights",
+          "micro-steps, 2 ranks of a global 64 and 2 pipeline stages train the same weights and log the same losses",
           "[pipeline][trainer]") {
   // Note [Micro-batches of unequal size]: 1,000 samples leave a last step of 40, cut into 16 + 16 +
   // 8; its mean of micro-batch means made the 8 count as much as either 16 (2.4e-2 off, where the
@@ -427,7 +427,7 @@ TEST_CASE("an epoch's short last step counts each sample once, whatever the micr
   TempDir dir;
   const std::vector<std::string> sets{"data.synthetic_train_samples=1000", "data.eval_split=none", "train.epochs=1",
                                       "checkpoint.every_epochs=0", "model.hidden=[32]", "optim.lr=0.5",
-                                      "optim.momentum=0"};
+                                      "optim.momentum=0", "train.log_every=1"};
   struct Layout {
     std::string name;
     int world;
@@ -443,6 +443,12 @@ TEST_CASE("an epoch's short last step counts each sample once, whatever the micr
     REQUIRE(r.exit_code == 0);
     if (layout.name == "whole") continue;
     CHECK(largest_difference(dir.file("whole/model.pt"), dir.file(layout.name + "/model.pt")) < 1e-5);
+    // The logged loss is the mean over the step's samples too (it was the mean of micro-batch means).
+    auto whole = metric_values(dir.file("whole/metrics.jsonl"), "loss");
+    auto losses = metric_values(dir.file(layout.name + "/metrics.jsonl"), "loss");
+    REQUIRE(losses.size() == 16);
+    REQUIRE(whole.size() == 16);
+    for (std::size_t k = 0; k < losses.size(); ++k) CHECK(losses[k] == Approx(whole[k]).epsilon(1e-5));
   }
 }
 

@@ -124,7 +124,7 @@ torch::Tensor PipelineRunner::train(const std::vector<Batch>& microbatches,
       torch::Tensor output = run_layers(flight.input);
       if (last()) {
         flight.output = task_.output_loss(output, batch);
-        auto loss = flight.output.detach().to(torch::kDouble);
+        auto loss = flight.output.detach().to(torch::kDouble) * static_cast<double>(batch.size());  // summed, as PlainStep's
         loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
       } else {
         flight.output = output;

@@ -29,7 +29,9 @@ StepWork PlainStep::train(int64_t micro_batches, const StepHooks& hooks) {
                              ? static_cast<double>(hooks.step_samples) / static_cast<double>(batch.size())
                              : static_cast<double>(micro_batches);
     (loss / parts).backward();
-    auto loss_double = loss.detach().to(torch::kDouble);
+    // Its samples' losses summed: the logged loss is the mean over the step's samples, as the
+    // gradients are, however its micro-batches split them.
+    auto loss_double = loss.detach().to(torch::kDouble) * static_cast<double>(batch.size());
     work.loss_sum = m == 0 ? loss_double : work.loss_sum + loss_double;
     work.stats.batches += 1;
     work.stats.samples += batch.size();

@@ -237,7 +237,7 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel(), window_sums_.packed().begin());
   const ValueSlots& total = window_sums_;
   double elapsed = std::max(seconds_since(window_start_), 1e-9);
-  double loss = total.value(window_.loss) / std::max(1.0, total.value(window_.batches));
+  double loss = total.value(window_.loss) / std::max(1.0, total.value(window_.samples));  // a per-sample mean
   // A loss that is no number ends the run, on every rank alike (they summed the same): each later
   // step would train NaN weights, and a restart would resume, bit-identically, into the same.
   if (!std::isfinite(loss))

@@ -32,8 +32,9 @@ inline constexpr std::chrono::seconds kEvalLogInterval{10};
 
 /// What one optimizer step did on this rank, for the record.
 struct StepStats {
-  /// Its micro-batches' mean losses, added up, float64 where they lie (undefined where this rank
-  /// computes no loss): read only at log steps, as reading it in a step would sync a GPU.
+  /// Its micro-batches' mean losses times their samples, added up (the logged loss divides by
+  /// `samples`), float64 where they lie (undefined where this rank computes no loss): read only at
+  /// log steps, as reading it in a step would sync a GPU.
   torch::Tensor loss_sum;
   int64_t batches = 0;
   int64_t samples = 0;
