@@ -23,7 +23,7 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
                     ->capture_default_str();
   auto* coverage = app.add_option("--character-coverage", args.training.character_coverage,
                                   "Share of the text's characters that get pieces; the rarest fall back to bytes")
-                       ->check(CLI::Range(0.9, 1.0))
+                       ->check(CLI::Range(0.98, 1.0))  // what SentencePiece's trainer takes
                        ->capture_default_str();
   auto* max_lines = app.add_option("--max-lines", args.training.max_lines,
                                    "Lines sampled from a larger text to train the tokenizer on")

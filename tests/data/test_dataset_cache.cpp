@@ -133,6 +133,25 @@ TEST_CASE("a source rewritten with the same size and timestamp is not served sta
   fs::last_write_time(data.file("t10k-labels-idx1-ubyte"), when);  // the timestamp too, to the nanosecond
   Dataset second = load_idx_split_cached(data.path(), "test", cache.path());
   CHECK(second.labels[0].item<int64_t>() == (first.labels[0].item<int64_t>() + 1) % 10);
+
+  // The same for a byte far from the file's start, middle and end (7.8 MB of raw images: an
+  // earlier key hashed only three 64 KiB samples, and served this one stale).
+  auto pixels = read_idx(kFashion + "/t10k-images-idx3-ubyte.gz").contiguous();
+  std::string images("\x00\x00\x08\x03\x00\x00\x27\x10\x00\x00\x00\x1c\x00\x00\x00\x1c", 16);
+  images.append(static_cast<const char*>(pixels.data_ptr()), static_cast<std::size_t>(pixels.numel()));
+  fs::remove(data.file("t10k-images-idx3-ubyte.gz"));
+  write_file(data.file("t10k-images-idx3-ubyte"), images);
+  when = fs::last_write_time(data.file("t10k-images-idx3-ubyte"));
+  Dataset raw = load_idx_split_cached(data.path(), "test", cache.path());
+  const int64_t sample = 1300, offset = 16 + sample * 784 + 400;  // about 1 MB in
+  images[offset] = static_cast<char>(static_cast<unsigned char>(images[offset]) ^ 0xFF);
+  write_file(data.file("t10k-images-idx3-ubyte"), images);
+  fs::last_write_time(data.file("t10k-images-idx3-ubyte"), when);
+  Dataset edited = load_idx_split_cached(data.path(), "test", cache.path());
+  auto rows = torch::tensor({sample, sample + 1}, torch::kLong);
+  auto before = raw.select(rows), after = edited.select(rows);
+  CHECK_FALSE(torch::equal(before[0], after[0]));
+  CHECK(torch::equal(before[1], after[1]));
 }
 
 TEST_CASE("an unwritable cache falls back to memory, and a broken source is still an error", "[data][cache]") {

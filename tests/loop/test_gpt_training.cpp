@@ -177,6 +177,14 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
       CHECK(bad.out.empty());  // nothing printed before the refusal
       CHECK_THAT(bad.err, Contains(expected));
     }
+    for (const auto& [options, expected] : std::vector<std::pair<std::string, std::string>>{
+             {"--prompt x --prompt-ids 1", "--prompt excludes --prompt-ids"},  // one was ignored
+             {"--temperature nan", "--temperature: a number from 0 to 100, not nan"}}) {  // sampled at 1
+      auto bad = generate(options + " --tokens 3");
+      CHECK(bad.exit_code == 2);
+      CHECK(bad.out.empty());
+      CHECK_THAT(bad.err, Contains(expected));
+    }
 
     auto mismatch = generate("--config " + dir.file("wider.yaml") + " --tokens 3");
     CHECK(mismatch.exit_code == 2);

@@ -162,7 +162,10 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
            {{"--text", dir.file("words.txt"), "--vocab-size", "300", "--name", "w", "--threads", "1", "--shard-tokens",
              "2147483648"},
             "--shard-tokens: expected an integer in [1, 2147483647], got 2147483648"},
-           {{"--text", dir.file("words.txt"), "--vocab-size", "0x200"}, "--vocab-size: expected a base-10 integer, got '0x200'"}}) {
+           {{"--text", dir.file("words.txt"), "--vocab-size", "0x200"}, "--vocab-size: expected a base-10 integer, got '0x200'"},
+           // SentencePiece's trainer takes no less.
+           {{"--text", dir.file("words.txt"), "--character-coverage", "0.97"},
+            "--character-coverage: Value 0.97 not in range"}}) {
     std::vector<std::string> argv = {bin("ddp-tokenize"), out};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run_command(argv, std::chrono::seconds(60));
@@ -180,6 +183,37 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
   CHECK(blocked.exit_code == 2);
   CHECK_THAT(blocked.err, Contains(dir.file("blocker") + ": cannot be made a directory: a file of that name is in the way"));
   CHECK(read_file(dir.file("blocker")) == "a file");
+}
+
+TEST_CASE("ddp-tokenize: lines of any length train the tokenizer, and text comes from a pipe as from a file",
+          "[text]") {
+  TempDir dir;
+  // Every line 6 KB, past SentencePiece's default 4,192-byte limit, which left such lines out of the
+  // training unsaid, and refused a text of nothing else ("its check !sentences_.empty() failed").
+  std::string text;
+  const std::vector<std::string> words{"Qwertyuiop", "asdfgh", "zxcvbnm", "plover", "xyzzy", "frobozz"};
+  for (int line = 0; line < 60; ++line) {
+    std::string one;
+    for (int k = 0; one.size() < 6000; ++k) one += words[static_cast<std::size_t>(line * 7 + k * 3) % words.size()] + " ";
+    text += one + "\n";
+  }
+  write_file(dir.file("long.txt"), text);
+  auto trained = run_command({bin("ddp-tokenize"), dir.file("out"), "--text", dir.file("long.txt"), "--vocab-size",
+                              "300", "--val-fraction", "0"},
+                             std::chrono::seconds(120));
+  INFO(trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);
+  auto tokenizer = ddp::Tokenizer::load(dir.file("out/tokenizer.model"));
+  // Its letters are pieces, not byte fallbacks (<0x00>..<0xFF>, ids 3 to 258): the lines were seen.
+  for (int id : tokenizer.encode_line("Qwertyuiop")) CHECK(id > 258);
+  // The same text through a pipe: the same tokens.
+  auto piped = run_shell("cat " + dir.file("long.txt") + " | " + bin("ddp-tokenize") + " " + dir.file("piped") +
+                             " --text /dev/stdin --name long --val-fraction 0 --tokenizer " +
+                             dir.file("out/tokenizer.model"),
+                         std::chrono::seconds(120));
+  INFO(piped.out << piped.err);
+  REQUIRE(piped.exit_code == 0);
+  CHECK(all_tokens(shards(dir.file("piped"), "long_train_")) == all_tokens(shards(dir.file("out"), "long_train_")));
 }
 
 TEST_CASE("ddp-tokenize: a disk that fills part-way leaves the earlier run's shards and tokenizer.model as they "

@@ -20,6 +20,7 @@
 #include "ddp/common/worker_contract.h"
 #include "ddp/common/worker_identity.h"
 #include "ddp/data/cache_seal.h"
+#include "ddp/data/checksum64.h"
 
 namespace ddp {
 namespace {
@@ -37,20 +38,27 @@ void warn_for_node(const std::string& message) {
   if (said.insert(message).second) spdlog::warn("{}", message);
 }
 
-// A hash of up to three 64 KiB samples of the file (its start, middle and end): a rewrite that
-// kept the size and the timestamps still changes it.
-std::size_t sampled_hash(const std::string& path, off_t size) {
-  constexpr off_t kSample = 64 << 10;
+// XXH64 of the file's content: all of it up to 32 MiB, else 512 blocks of 64 KiB spread over it
+// (the first and the last among them). A rewrite that kept the size and the timestamps (cp -p,
+// rsync -t, touch -r) changes it, except, in a larger file, an edit wholly between the blocks.
+uint64_t content_hash(const std::string& path, off_t size) {
+  constexpr off_t kBlock = 64 << 10, kBlocks = 512;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
-  std::string bytes;
-  for (off_t at : {off_t{0}, std::max<off_t>(0, size / 2 - kSample / 2), std::max<off_t>(0, size - kSample)}) {
-    std::string chunk(static_cast<std::size_t>(std::min(kSample, size)), '\0');
-    ssize_t got = pread(fd, chunk.data(), chunk.size(), at);
-    bytes += chunk.substr(0, got > 0 ? static_cast<std::size_t>(got) : 0);
+  Checksum64 sum;
+  std::string chunk(static_cast<std::size_t>(kBlock), '\0');
+  auto add = [&](off_t at, off_t length) {
+    ssize_t got = pread(fd, chunk.data(), static_cast<std::size_t>(length), at);
+    if (got > 0) sum.update(chunk.data(), static_cast<std::size_t>(got));
+  };
+  if (size <= kBlock * kBlocks) {
+    for (off_t at = 0; at < size; at += kBlock) add(at, std::min(kBlock, size - at));
+  } else {
+    const off_t last = size - kBlock;
+    for (off_t i = 0; i < kBlocks; ++i) add(i == kBlocks - 1 ? last : last / (kBlocks - 1) * i, kBlock);
   }
   close(fd);
-  return std::hash<std::string>{}(bytes);
+  return sum.digest();
 }
 
 // The record of a verified cache file: what changes whenever the file does (Note [Verified once
@@ -133,7 +141,7 @@ std::string cache_file_name(const std::string& stem, const std::vector<std::stri
     if (path.empty() || stat(path.c_str(), &info) != 0) return "";
     identity += fs::absolute(path).string() + ":" + std::to_string(info.st_ino) + ":" + std::to_string(info.st_size) +
                 ":" + std::to_string(info.st_mtim.tv_sec) + "." + std::to_string(info.st_mtim.tv_nsec) + ":" +
-                std::to_string(sampled_hash(path, info.st_size)) + ";";
+                std::to_string(content_hash(path, info.st_size)) + ";";
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(identity));

@@ -2,7 +2,9 @@
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <unordered_map>
 
@@ -57,6 +59,18 @@ Tokenizer Tokenizer::from_serialized(const std::string& serialized, const std::s
 
 std::string Tokenizer::train(const std::vector<std::string_view>& lines, const TokenizerTraining& training) {
   if (lines.empty()) throw UserError("no text to train a tokenizer on");
+  // SentencePiece leaves out of training, unsaid (at our log level), every line longer than its
+  // max_sentence_length, 4192 bytes by default: text kept a paragraph or an article a line would
+  // train on a part, or on nothing. The limit is the longest line's, up to a bound on its memory.
+  constexpr std::size_t kLongestLine = std::size_t{64} << 20;
+  std::size_t longest = 0, too_long = 0;
+  for (std::string_view line : lines) {
+    longest = std::max(longest, std::min(line.size(), kLongestLine));
+    too_long += line.size() > kLongestLine;
+  }
+  if (too_long > 0)
+    spdlog::warn("{} line{} of more than 64 MiB {} left out of the tokenizer's training", too_long,
+                 too_long == 1 ? "" : "s", too_long == 1 ? "is" : "are");
   // Llama's choices where they matter for text in, text out: unknown characters as their UTF-8
   // bytes rather than <unk> (so every text round-trips), digits one by one.
   const std::unordered_map<std::string, std::string> options = {
@@ -64,6 +78,7 @@ std::string Tokenizer::train(const std::vector<std::string_view>& lines, const T
       {"vocab_size", std::to_string(training.vocab_size)},
       {"character_coverage", std::to_string(training.character_coverage)},
       {"input_sentence_size", std::to_string(training.max_lines)},
+      {"max_sentence_length", std::to_string(std::max<std::size_t>(longest, 4192))},
       {"shuffle_input_sentence", "true"},
       {"num_threads", std::to_string(training.threads)},
       {"byte_fallback", "true"},

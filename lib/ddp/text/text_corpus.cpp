@@ -1,7 +1,11 @@
 #include "ddp/text/text_corpus.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
@@ -42,6 +46,15 @@ std::size_t valid_utf8_prefix(std::string_view text) {
   return i;
 }
 
+std::string read_stream(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError(path + ": cannot be opened for reading: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw FileError(path + ": read error: " + std::strerror(errno));
+  return std::move(text).str();
+}
+
 }  // namespace
 
 TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_out_fraction) {
@@ -50,8 +63,9 @@ TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_o
   corpus.contents.reserve(files.size());  // the lines point into these strings: no reallocation
   for (const auto& file : files) {
     if (std::filesystem::is_directory(file)) throw FileError(file + ": a directory, not a text file");
-    if (!std::filesystem::is_regular_file(file)) throw FileError(file + ": no such file");
-    corpus.contents.push_back(read_whole_file(file));
+    if (!std::filesystem::exists(file)) throw FileError(file + ": no such file");
+    // A pipe, /dev/stdin or <(command) too: read as a stream, as it cannot be sized.
+    corpus.contents.push_back(std::filesystem::is_regular_file(file) ? read_whole_file(file) : read_stream(file));
     std::string_view text = corpus.contents.back();
     std::size_t valid = valid_utf8_prefix(text);
     if (valid != text.size()) {
