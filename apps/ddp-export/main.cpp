@@ -4,10 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "ddp/checkpoint/checkpoint_format.h"
 #include "ddp/checkpoint/checkpointer.h"
@@ -59,6 +61,16 @@ std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments&
   }
 }
 
+// The regular files of `dir`, by name, with their inodes.
+std::map<fs::path, ino_t> files_of(const std::string& dir) {
+  std::map<fs::path, ino_t> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    struct stat info {};
+    if (entry.is_regular_file() && stat(entry.path().c_str(), &info) == 0) files[entry.path()] = info.st_ino;
+  }
+  return files;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,8 +92,19 @@ int main(int argc, char** argv) {
       throw ddp::FileError(config_path + ": no such file (RUN is a run directory: its config.yaml says the model)");
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
     // The checkpoint's weights replace them: never read the run's starting point, but a Hugging Face
-    // directory's other config.json keys go with the export as with the run's end.
-    const std::string started_from = fs::is_directory(config.model.init_from) ? config.model.init_from : "";
+    // directory's other config.json keys go with the export as with the run's end: from the run's
+    // own config.json, which its end wrote with them (the directory may have moved since), else
+    // from that directory.
+    const std::string run_config_json = (fs::path(args.run) / "config.json").string();
+    std::string started_from;
+    if (!config.model.init_from.empty() && fs::is_regular_file(run_config_json))
+      started_from = args.run;
+    else if (fs::is_directory(config.model.init_from))
+      started_from = config.model.init_from;
+    else if (!config.model.init_from.empty() && !fs::exists(config.model.init_from))
+      spdlog::warn("model.init_from {} is gone, and the run wrote no config.json yet: the export's config.json "
+                   "has the model's own keys only, not the others of the one it started from",
+                   config.model.init_from);
     config.model.init_from.clear();
     std::shared_ptr<ddp::Model> model = ddp::make_model(config.model);
     model->set_hugging_face_source(started_from);
@@ -129,26 +152,29 @@ int main(int argc, char** argv) {
       throw ddp::UserError("-o " + output + " is the run directory itself, whose model.pt and model.safetensors are "
                            "the run's end; export elsewhere");
     ddp::make_output_directory(output);
+    const std::map<fs::path, ino_t> before = files_of(output);
     ddp::save_model(*model, output, max_shard_bytes);
     // The run's config.yaml, so that ddp-generate and ddp-export read the export as a run directory.
     ddp::write_file_atomically((fs::path(output) / "config.yaml").string(), ddp::read_whole_file(config_path));
     // The tokenizer the run's tokens were made with belongs with the model: the one the run kept
     // (its end writes it), else the one beside data.path (as ddp-tokenize left it; a run that has
     // not ended yet).
+    bool tokenizer_copied = false;
     for (const std::string& tokenizer :
          {(fs::path(args.run) / "tokenizer.model").string(),
           config.data.path.empty() ? std::string() : ddp::tokenizer_beside(config.data.path)})
       if (!tokenizer.empty() && fs::is_regular_file(tokenizer)) {
         ddp::write_file_atomically((fs::path(output) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
+        tokenizer_copied = true;
         break;
       }
+    // An earlier export's tokenizer would be read with this model (ddp-generate, transformers).
+    if (!tokenizer_copied) fs::remove(fs::path(output) / "tokenizer.model");
     std::printf("exported %s to %s\n", source.c_str(), output.c_str());
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(output))
-      if (entry.is_regular_file()) files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
-    for (const auto& file : files)
-      std::printf("  %s (%.1f MB)\n", file.filename().c_str(), static_cast<double>(fs::file_size(file)) / 1e6);
+    // What this export wrote (every write is a new file renamed in), not what the directory held.
+    for (const auto& [file, inode] : files_of(output))
+      if (auto was = before.find(file); was == before.end() || was->second != inode)
+        std::printf("  %s (%.1f MB)\n", file.filename().c_str(), static_cast<double>(fs::file_size(file)) / 1e6);
     return ddp::kExitSuccess;
   });
 }

@@ -311,6 +311,13 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
   auto gone = again("imported", {"model.init_from=" + hub.path()});
   CHECK(gone.exit_code == 2);
   CHECK_THAT(gone.err, Contains("model.init_from: " + hub.path() + " does not exist"));
+  // An export made now carries the hub's other keys all the same: the run's config.json kept them.
+  auto moved = run_command({bin("ddp-export"), dir.file("imported"), "-o", dir.file("moved_export")},
+                           std::chrono::seconds(120));
+  INFO(moved.out << moved.err);
+  REQUIRE(moved.exit_code == 0);
+  CHECK_THAT(read_file(dir.file("moved_export/config.json")),
+             Contains("\"bos_token_id\": 128000") && Contains("\"max_position_embeddings\": 131072"));
 }
 
 TEST_CASE("a GPT worker SIGKILLed mid-run resumes bit-identically", "[gpt][faults][slow]") {
@@ -820,6 +827,17 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   auto shards = ddp::read_state_dict_file(out);
   CHECK(shards.size() == ended.size());
   for (const auto& [name, tensor] : shards) CHECK(torch::equal(tensor, ended.at(name)));
+  // Exported again over it with no tokenizer left: the earlier one goes, as it is not this model's,
+  // and only what this export wrote is listed.
+  fs::remove(dir.file("tokenizer.model"));
+  fs::remove(dir.file("out/tokenizer.model"));
+  write_file(out + "/notes.txt", "the user's");
+  auto again = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "100KB"}, std::chrono::seconds(120));
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK_FALSE(fs::exists(out + "/tokenizer.model"));
+  CHECK_THAT(again.out, Contains("config.json") && !Contains("notes.txt") && !Contains("tokenizer.model"));
+  CHECK(read_file(out + "/notes.txt") == "the user's");
 
   // An earlier checkpoint, and a run directory that is not one: one line, exit 2.
   auto earlier = run_command({bin("ddp-export"), dir.file("out"), "--checkpoint",
