@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "ddp/comm/collective_tracker.h"
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
 #include "ddp/common/run_main.h"
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   errors.failure = "failed";
   errors.prefix = [&] { return "rank " + std::to_string(identity.rank) + ": "; };
   errors.exit_at_once = [&] { return trainer != nullptr; };
+  errors.before_exit = ddp::CollectiveTracker::publish_last_words;  // rank threads take it too
   return ddp::run_main(errors, [&]() -> int {
     identity = ddp::worker_identity_from_environment();
     ddp::TrainerArguments args;

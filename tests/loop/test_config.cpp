@@ -505,6 +505,10 @@ TEST_CASE("train.global_batch_size chooses the micro-steps, and refuses a second
   CHECK(share_global_batch(14, 2, 4).grad_accum_steps == 7);
   CHECK(share_global_batch(64, 4, 64).grad_accum_steps == 1);
   CHECK_THROWS_WITH(share_global_batch(12, 5, 4), Catch::Contains("do not split evenly over 5 ranks"));
+  // Under dist.tensor the world sizes that fit are whole groups: 2 × (1, 3), not 1 or 3.
+  CHECK_THROWS_WITH(share_global_batch(3, 2, 4, 2),
+                    Catch::Contains("3 samples do not split evenly over 2 tensor groups of 2 ranks (dist.tensor); this "
+                                    "run needs a world size that is 2 × a number that divides it (2, 6)"));
   auto error_of = [](const std::string& yaml) {
     try {
       parse_train_config(yaml, {});

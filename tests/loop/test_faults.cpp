@@ -110,6 +110,20 @@ TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, nam
   CHECK_THAT(onward.err, Contains("never arrived: rank 2"));
 }
 
+TEST_CASE("a rank that fails is named by its last collective, not by a count published before it (it leaves with "
+          "_Exit, past the destructor that published its last word)",
+          "[faults]") {
+  TempDir dir;
+  auto r = run_shell("DDPRUN_TEST_FAIL_AT_STEP=1:5 " +
+                         ddprun_command(2, "synthetic_mlp.yaml", {"run.output_dir=" + dir.file("run")}),
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  // Steps are milliseconds: the count published every 200 ms said "none #0 at step 0".
+  CHECK(std::regex_search(r.out + r.err, std::regex(R"(never arrived: rank 1 \(its last collective is gradient )"
+                                                    R"(all_reduce #(\d+) at step [45]\))")));
+}
+
 TEST_CASE("a rank that skips an all-reduce of a sub-group is named by its world rank, at the trainer's step", "[faults]") {
   // Groups {0, 2} and {1, 3}, as a mesh dimension's: rank 3 is position 1 of rank 1's group.
   auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "4", "--", bin("ddp-test-collective-worker"),

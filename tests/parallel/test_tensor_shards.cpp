@@ -275,8 +275,8 @@ TEST_CASE("a tensor plan that cannot split the model says why, naming the key", 
   config = gpt_config();
   config.name = "mlp";
   CHECK_THROWS_WITH(ddp::builtin_tensor_plan(config, 2),
-                    "dist.tensor 2: model.name mlp has no built-in tensor-parallel plan (gpt and llama have): give one in "
-                    "dist.tensor_plan, or use dist.tensor: 1");
+                    "dist.tensor 2: model.name mlp cannot be split over ranks: tensor parallelism splits the gpt's, the "
+                    "llama's and TorchScript modules' layers (dist.tensor_plan); use dist.tensor: 1");
 }
 
 TEST_CASE("dist.tensor_plan reads PATH=STYLE entries, and names what is not one", "[parallel][tensor]") {

@@ -1,5 +1,7 @@
 #include "ddp/comm/collective_tracker.h"
 
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "ddp/common/text.h"
@@ -11,6 +13,10 @@ constexpr auto kPublishEvery = std::chrono::milliseconds(200);
 
 std::string key_of(int rank) { return "ddp/collective/" + std::to_string(rank); }
 
+// The trackers of this process (rank threads have one each), for publish_last_words.
+std::mutex live_mutex;
+std::set<CollectiveTracker*> live;
+
 }  // namespace
 
 CollectiveTracker::CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
@@ -20,10 +26,17 @@ CollectiveTracker::CollectiveTracker(c10::intrusive_ptr<c10d::Store> store, int 
       world_size_(world_size),
       global_ranks_(std::move(global_ranks)),
       step_(step ? std::move(step) : std::make_shared<std::atomic<int64_t>>(0)) {
-  if (world_size_ > 1) publisher_ = std::thread([this] { publish_loop(); });
+  if (world_size_ <= 1) return;
+  publisher_ = std::thread([this] { publish_loop(); });
+  std::lock_guard<std::mutex> lock(live_mutex);
+  live.insert(this);
 }
 
 CollectiveTracker::~CollectiveTracker() {
+  {
+    std::lock_guard<std::mutex> lock(live_mutex);
+    live.erase(this);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -31,12 +44,20 @@ CollectiveTracker::~CollectiveTracker() {
   wake_.notify_all();
   if (!publisher_.joinable()) return;
   publisher_.join();
-  // The last word, so a rank that waits on us after we exit sees how far we got.
+  publish_now();  // the last word, so a rank that waits on us after we exit sees how far we got
+}
+
+void CollectiveTracker::publish_now() {
   std::string last = record();
   try {
     store_->set(key_of(rank_), std::vector<uint8_t>(last.begin(), last.end()));
   } catch (const std::exception&) {
   }
+}
+
+void CollectiveTracker::publish_last_words() {
+  std::lock_guard<std::mutex> lock(live_mutex);
+  for (CollectiveTracker* tracker : live) tracker->publish_now();
 }
 
 int64_t CollectiveTracker::begin(const char* op) {
@@ -125,7 +146,8 @@ std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause) {
     for (std::size_t i = 0; i < different.size(); ++i) report += (i ? ", " : "") + different[i];
     report += " (one rank skipped or added a collective)";
   }
-  if (report.empty()) report = "every rank reached it";
+  // Begun, as the counts say: a rank stopped or stuck inside it has not necessarily arrived.
+  if (report.empty()) report = "every rank had begun it";
   return report + " [" + cause + "]";
 }
 

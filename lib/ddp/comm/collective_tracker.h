@@ -54,7 +54,12 @@ class CollectiveTracker {
   /// the ranks that never reached collective `seq` or called a different one.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq);
 
+  /// Publishes every live tracker's count now: a rank that fails leaves with _Exit, past the
+  /// destructors that would, and its peers must not read a count up to 200 ms old.
+  static void publish_last_words();
+
  private:
+  void publish_now();
   void publish_loop();
   std::string record() const;
   std::string diagnose(int64_t seq, const std::string& cause);

@@ -29,7 +29,10 @@ int report(const ProgramErrors& errors, int status, const char* kind, const std:
   }
   std::fputs(text.c_str(), stderr);  // one write: the lines stay together between ranks'
   std::fflush(stderr);
-  if (errors.exit_at_once && errors.exit_at_once()) std::_Exit(status);
+  if (errors.exit_at_once && errors.exit_at_once()) {
+    if (errors.before_exit) errors.before_exit();
+    std::_Exit(status);
+  }
   return status;
 }
 

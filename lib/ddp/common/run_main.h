@@ -21,6 +21,9 @@ struct ProgramErrors {
   /// Called before the message is printed: rank threads of one process let only the first failure
   /// speak (Note [Ranks as threads]); a later one waits here for the process to end.
   std::function<void()> claim;
+  /// Called before an _Exit: what a destructor skipped would have told others (a rank's last
+  /// collective count, which its peers name it by).
+  std::function<void()> before_exit;
 };
 
 /// Runs `body` and returns its exit status. An exception becomes "PROGRAM: PREFIX KIND: what" and

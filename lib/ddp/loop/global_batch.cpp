@@ -10,10 +10,11 @@
 namespace ddp {
 namespace {
 
-std::string divisors_up_to(int64_t n, int64_t limit) {
+// The divisors of n up to `limit`, each times `unit`: "1, 2, 4".
+std::string divisors_up_to(int64_t n, int64_t limit, int64_t unit = 1) {
   std::string fits;
   for (int64_t d = 1; d <= n && d <= limit; ++d)
-    if (n % d == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d);
+    if (n % d == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d * unit);
   return fits;
 }
 
@@ -31,7 +32,12 @@ std::string divisors_up_to(int64_t n, int64_t limit) {
 // samples whatever W is, and a run that resumes at another world size (an elastic round, Note
 // [Resume at another world size]) goes on as if nothing had changed. The learning rate is the one
 // given: it belongs to the global batch, which does not change (optim.lr_scaling must be none).
-GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max_batch) {
+GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max_batch, int tensor) {
+  if ((world <= 0 || global_batch % world != 0) && tensor > 1)  // the world sizes that fit count whole groups
+    throw UserError(fmt::format("train.global_batch_size: {} samples do not split evenly over {} tensor groups of {} "
+                                "ranks (dist.tensor); this run needs a world size that is {} × a number that divides "
+                                "it ({}), or a global batch that {} divides",
+                                global_batch, world, tensor, tensor, divisors_up_to(global_batch, 64, tensor), world));
   if (world <= 0 || global_batch % world != 0)
     throw UserError(fmt::format("train.global_batch_size: {} samples do not split evenly over {} ranks; this run needs "
                                 "a world size that divides it ({}), or a global batch that {} divides",
@@ -93,7 +99,7 @@ GlobalBatchShare share_step(const TrainConfig& config, int world) {
     share = share_pipeline_batch(global_batch, world / stages, stages, config.mesh.microbatches, train.batch_size,
                                  given ? "train.global_batch_size" : "dist.microbatches");
   } else if (given) {
-    share = share_global_batch(global_batch, world, train.batch_size);
+    share = share_global_batch(global_batch, world, train.batch_size, static_cast<int>(config.mesh.tensor));
   } else {
     share = {train.batch_size, train.grad_accum_steps,
              fmt::format("global batch {} = {} rank(s) × batch {} × {} micro-step(s) a step", global_batch, world,

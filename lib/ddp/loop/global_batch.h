@@ -31,7 +31,7 @@ struct GlobalBatchShare {
 /// The split of `global_batch` over `world` ranks with micro-batches of at most `max_batch`: the
 /// fewest micro-steps whose equal micro-batches fill the rank's share exactly. Throws UserError,
 /// naming the world sizes that would work, when `world` does not divide `global_batch`.
-GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max_batch);
+GlobalBatchShare share_global_batch(int64_t global_batch, int world, int64_t max_batch, int tensor = 1);
 
 /// A pipeline's split of `global_batch` over `replicas` replicas of `stages` stages, each replica's
 /// share cut into `microbatches`; 0 chooses twice the stages (else the stages) when that divides the

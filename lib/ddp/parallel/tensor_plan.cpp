@@ -19,8 +19,11 @@ std::vector<TensorPlanEntry> builtin_tensor_plan(const ModelConfig& model, int64
   const std::string t = std::to_string(tensor);
   if (model.name != "gpt" && model.name != "llama")
     throw ConfigError("dist.tensor " + t + ": model.name " + model.name +
-                      " has no built-in tensor-parallel plan (gpt and llama have): give one in dist.tensor_plan, or "
-                      "use dist.tensor: 1");
+                      (model.name == "torchscript"
+                           ? " has no built-in tensor-parallel plan (gpt and llama have): give one in dist.tensor_plan, "
+                             "or use dist.tensor: 1"
+                           : " cannot be split over ranks: tensor parallelism splits the gpt's, the llama's and "
+                             "TorchScript modules' layers (dist.tensor_plan); use dist.tensor: 1"));
   const bool llama = model.name == "llama";
   auto divides = [&](const std::string& key, int64_t value, const std::string& why) {
     if (value % tensor != 0)
