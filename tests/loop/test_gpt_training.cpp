@@ -133,6 +133,16 @@ TEST_CASE("a Llama at world 2 (batch 8, under dist.shard parameters, in 2 pipeli
     for (const auto& [name, tensor] : x) worst = std::max(worst, (tensor - y.at(name)).abs().max().item<double>());
     CHECK(worst < 1e-5);
   }
+  // But not with a weight tied across the stages and stage 3 sharding: refused at the start, in one
+  // line (it failed in the first backward with LibTorch's "setStorage: ... out of bounds").
+  TempDir tied;
+  auto refused = ddprun(2, write_gpt_config(tied), sets(tied, {"model.tie_embeddings=true", "dist.pipeline=2",
+                                                               "dist.shard=parameters",
+                                                               "model.activation_checkpointing=full"}));
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Contains("model.activation_checkpointing full with dist.pipeline and dist.shard parameters "
+                                   "cannot run a model whose embedding and head share a weight across stages"));
 }
 
 TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eval loss ddprun reported",

@@ -207,6 +207,14 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     std::vector<torch::Tensor> tied;  // a weight tied across stages stays in the root (Note [Sharded stages])
     if (const StageParameters* kept = plan.stage_parameters())
       for (std::size_t k : kept->tied()) tied.push_back(kept->mine()[k]);
+    // The stage's tied weight lives in the root unit, freed after a microbatch's backward used it,
+    // and nothing gathers it again for a checkpointed block run again in the next one's backward.
+    if (!tied.empty() && config.model.activation_checkpointing != "none")
+      throw ConfigError("model.activation_checkpointing " + config.model.activation_checkpointing +
+                        " with dist.pipeline and dist.shard parameters cannot run a model whose embedding and head "
+                        "share a weight across stages (model.name " + config.model.name +
+                        "): use dist.shard gradients or optimizer with the stages, or model.activation_checkpointing "
+                        "none (an untied llama, model.tie_embeddings false, takes all three)");
     parallel->blocks = std::make_unique<ShardedBlocks>(
         without(stage ? stage->blocks()
                       : blocks_of(task.model(), "dist.shard: model.name " + config.model.name +
