@@ -150,7 +150,7 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   refused(d, "edge_index.npy: an edge's source node is out of range: ids must be in [0, 4), found 1..9");
   d = make("labels");
   test::write_npy(d + "/labels.npy", torch::tensor({0, 1}, torch::kInt64));
-  refused(d, "labels.npy: expected one integer label per node (4), got [2]");
+  refused(d, "labels.npy has 2 labels, but " + d + "/features.npy has 4 rows: one of each per node");
   d = make("no_features");
   std::filesystem::remove(d + "/features.npy");
   refused(d, "features.npy");
@@ -164,10 +164,18 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   // The first line is a header only when it holds no number; a byte order mark before it is no edge.
   test::write_file(d + "/edges.csv", "0,1,2\n1,0\n");
   refused(d, "edges.csv:1: expected two node ids \"src,dst\", got '0,1,2'");
-  for (const std::string first : {"\xEF\xBB\xBF" "1,0\n", "\xEF\xBB\xBF" "src,dst\n1,0\n", "from,to\r\n1,0\r\n"}) {
+  for (const std::string first : {"\xEF\xBB\xBF" "1,0\n", "\xEF\xBB\xBF" "src,dst\n1,0\n", "from,to\r\n1,0\r\n", " 1 ,\t0\n"}) {
     test::write_file(d + "/edges.csv", first + "2,0\n3,1\n0,3\n");
     CHECK(load_graph_directory(d).indices.numel() == 4);
   }
+  // An empty or header-only edge list, or an empty [2, 0] array: no graph.
+  for (const std::string empty : {"", "src,dst\n"}) {
+    test::write_file(d + "/edges.csv", empty);
+    refused(d, d + "/edges.csv: no edges; a graph needs at least one");
+  }
+  d = make("no_edge");
+  test::write_npy(d + "/edge_index.npy", torch::zeros({2, 0}, torch::kInt64));
+  refused(d, "edge_index.npy: no edges; a graph needs at least one");
   d = make("mask");
   test::write_npy(d + "/val_mask.npy", torch::tensor({true, false}));
   refused(d, "val_mask.npy: expected one flag per node (4), got shape [2]");

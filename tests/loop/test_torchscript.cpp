@@ -215,6 +215,10 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   CHECK(not_script.exit_code == 2);
   CHECK_THAT(not_script.err, Contains("cannot load " + python_fixture("train_x.npy") + " as TorchScript"));
 
+  auto missing = run("no_such_module.pt");  // not LibTorch's "open file failed because of errno 2 on fopen"
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains("model.path: " + python_fixture("no_such_module.pt") + ": no such file"));
+
   auto nograd = run("nograd.pt", {}, 2);  // two ranks load it; the warning is said once
   CHECK(nograd.exit_code == 0);
   CHECK(std::regex_search(nograd.out + nograd.err, std::regex("1 of .*nograd.pt's 4 parameters did not require grad "

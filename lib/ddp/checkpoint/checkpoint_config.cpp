@@ -19,7 +19,8 @@ void declare_config(ConfigSchema& schema, CheckpointConfig& config) {
       .file_path({"auto", "never"});
   schema.add("checkpoint.format", &config.format,
              "whole: one file, rank 0 writes it; sharded: each shard's ranks write their part, a resume reads "
-             "what it needs; auto: sharded under dist.shard")
+             "what it needs; auto: sharded where the state is split (dist.shard, dist.pipeline, dist.tensor, sharded "
+             "embedding tables), else whole")
       .choices({"auto", "whole", "sharded"});
 }
 

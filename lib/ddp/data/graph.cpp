@@ -26,6 +26,10 @@ torch::Tensor read_edges_csv(const std::string& path) {
     if (number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte order mark
     if (line.empty()) continue;
     auto fields = split(line, ',');
+    for (auto& field : fields) {  // spaces around a cell, as the table reader drops them: "0, 1"
+      field.erase(0, field.find_first_not_of(" \t"));
+      field.erase(field.find_last_not_of(" \t") + 1);
+    }
     auto a = fields.size() == 2 ? parse_int(fields[0]) : std::nullopt;
     auto b = fields.size() == 2 ? parse_int(fields[1]) : std::nullopt;
     if (!a || !b) {
@@ -148,6 +152,9 @@ Graph load_graph_directory(const std::string& dir) {
   graph.features = node_features(read_npy(features_path), features_path);
   int64_t n = graph.num_nodes();
   graph.labels = read_npy(labels_path);
+  if (graph.labels.dim() == 1 && graph.labels.size(0) != n && c10::isIntegralType(graph.labels.scalar_type(), false))
+    throw FileError(labels_path + " has " + std::to_string(graph.labels.size(0)) + " labels, but " + features_path +
+                    " has " + std::to_string(n) + " rows: one of each per node");
   if (graph.labels.dim() != 1 || graph.labels.size(0) != n || !c10::isIntegralType(graph.labels.scalar_type(), false))
     throw FileError(labels_path + ": expected one integer label per node (" + std::to_string(n) + "), got " +
                     format_shape(graph.labels.sizes().vec()) + " of " + c10::toString(graph.labels.scalar_type()));
@@ -170,6 +177,9 @@ Graph load_graph_directory(const std::string& dir) {
   } else {
     throw FileError("data.path: " + dir + " has no edges (edge_index.npy or edges.csv)");
   }
+  // No edge at all is an empty or header-only file, not a graph: each node would be aggregated
+  // alone, GraphSAGE an MLP, with no word.
+  if (edges.size(1) == 0) throw FileError(source + ": no edges; a graph needs at least one");
   build_csr(graph, edges[0].contiguous(), edges[1].contiguous(), source);
   graph.train = read_split(dir, "train", n);
   graph.val = read_split(dir, "val", n);

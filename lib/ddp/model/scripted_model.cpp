@@ -42,6 +42,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -75,6 +76,7 @@ std::string describe(const torch::Tensor& x) {
 }
 
 torch::jit::Module load_module(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw FileError("model.path: " + path + ": no such file");
   try {
     return torch::jit::load(path, torch::kCPU);
   } catch (const std::exception& e) {  // c10::Error, or the TorchScript compiler's own ErrorReport
