@@ -117,7 +117,15 @@ int main(int argc, char** argv) {
       std::string others;
       for (const auto& other : ddp::shard_names_in(args.out_dir))
         if (other != name) others += (others.empty() ? "" : ", ") + other + "_*.bin";
-      if (!others.empty())
+      // Trained again on the same text with another --threads: other bytes, the same pieces.
+      auto same_pieces = [&] {
+        try {
+          return ddp::Tokenizer::load(model_path).same_pieces(tokenizer);
+        } catch (const ddp::FileError&) {
+          return false;
+        }
+      };
+      if (!others.empty() && !same_pieces())
         throw ddp::UserError(model_path + " is the tokenizer of " + others + ", and this one differs: tokenize with "
                              "it (--tokenizer " + model_path + ") or into another OUT_DIR");
     }

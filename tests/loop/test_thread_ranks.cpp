@@ -262,6 +262,9 @@ TEST_CASE("rank threads refuse what they cannot be, each in one line naming the 
   CHECK(count_lines(printed.out, "  threads: 10") == 1);
 #ifndef DDP_WITH_CUDA
   CHECK_THAT(refused(train + " --devices 0"), Contains("dist.devices: CUDA devices need a CUDA build"));
+  // Two of them: refused once, before a rank thread says it drives a device.
+  CHECK_THAT(refused(train + " --devices 0,1"),
+             Contains("ddp-train: rank 0: error: dist.devices: CUDA devices need a CUDA build") && !Contains("rank 1"));
 #endif
   // Under a launcher that runs two processes on this node: one process a node is the layout.
   auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " + kConvNet +

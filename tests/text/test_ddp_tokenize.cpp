@@ -136,6 +136,14 @@ TEST_CASE("ddp-tokenize: a different tokenizer.model in place of the one other n
   CHECK(tokenize("exo", {"--tokenizer", model}).exit_code == 0);  // the same tokenizer: both names decode
   CHECK(read_file(model) == gen_model);
   CHECK(shards(out, "exo_train_").size() == 1);
+  // Trained again on the same text with another thread count: other bytes (the count is recorded),
+  // the same pieces, so nothing to refuse.
+  auto again = run_command({bin("ddp-tokenize"), out, "--text", dir.file("gen.txt"), "--name", "gen2", "--threads", "2",
+                            "--vocab-size", "500"},
+                           std::chrono::seconds(120));
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(read_file(dir.file("out/gen2_train_000000.bin")) == gen_shard);
 }
 
 TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothing written", "[text]") {

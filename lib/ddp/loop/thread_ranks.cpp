@@ -71,6 +71,12 @@ int run_rank_threads(const TrainConfig& config, const WorkerIdentity& process, c
     throw UserError("dist.threads: this node runs " + std::to_string(process.local_world_size) +
                     " processes; rank threads need one process per node (ddprun --nproc-per-node 1), each "
                     "running " + std::to_string(threads) + " ranks");
+#ifndef DDP_WITH_CUDA
+  // Once, before any rank thread says it drives a device (each would refuse it on its own).
+  if (!config.dist.devices.empty())
+    throw ConfigError("dist.devices: CUDA devices need a CUDA build (cmake -DDDP_WITH_CUDA=ON against a CUDA "
+                      "LibTorch); ranks as threads on the CPU are dist.threads (ddp-train --threads N)");
+#endif
   const int intra_op = intra_op_threads_per_rank(std::getenv("OMP_NUM_THREADS"), available_cores(), threads);
   // Ranks of other processes meet through the TCP store (or ddprun's); these alone, in memory.
   c10::intrusive_ptr<c10d::Store> store;

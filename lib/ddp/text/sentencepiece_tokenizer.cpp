@@ -106,6 +106,15 @@ std::string Tokenizer::train(const std::vector<std::string_view>& lines, const T
 
 int64_t Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
 
+bool Tokenizer::same_pieces(const Tokenizer& other) const {
+  if (vocab_size() != other.vocab_size()) return false;
+  for (int id = 0; id < processor_->GetPieceSize(); ++id)
+    if (processor_->IdToPiece(id) != other.processor_->IdToPiece(id) ||
+        processor_->GetScore(id) != other.processor_->GetScore(id))
+      return false;
+  return true;
+}
+
 std::vector<int> Tokenizer::encode_line(std::string_view line) const {
   std::vector<int> ids;
   auto status = processor_->Encode(line, &ids);

@@ -40,6 +40,9 @@ class Tokenizer : public TextTokenizer {
   int line_start_id() const override { return line_start_; }
   std::vector<int> encode_line(std::string_view line) const override;
   std::string decode_line(const std::vector<int>& ids) const override;
+  /// The same pieces with the same scores, id for id: they encode alike, whatever else the two
+  /// files record of their training (its thread count).
+  bool same_pieces(const Tokenizer& other) const;
 
  private:
   Tokenizer(std::shared_ptr<sentencepiece::SentencePieceProcessor> processor, const std::string& source);
