@@ -82,6 +82,8 @@ def main():
     args = parser.parse_args()
     if not 0 < args.val_fraction < 1:
         parser.error("--val-fraction must be between 0 and 1")
+    if args.shard_tokens < 1:
+        parser.error("--shard-tokens must be at least 1")
     if args.kjv:
         books = kjv_books()
         cut, train, val = split_units([text for _, text in books], args.val_fraction)
@@ -92,7 +94,14 @@ def main():
             text = "".join(open(path, encoding="utf-8").read() for path in args.text)
         except (OSError, UnicodeDecodeError) as e:
             sys.exit(f"make_tokens.py: {e}")
-        _, train, val = split_units(text.splitlines(keepends=True), args.val_fraction)
+        lines = text.splitlines(keepends=True)
+        # Shards of no token would only be refused later, by ddprun, far from the cause.
+        if not text.strip():
+            sys.exit(f"make_tokens.py: {args.text[0]}: no text")
+        if len(lines) < 2:
+            sys.exit(f"make_tokens.py: {args.text[0]}: one line, which cannot be split into training and held-out "
+                     "text; give at least two")
+        _, train, val = split_units(lines, args.val_fraction)
         name = args.name or os.path.splitext(os.path.basename(args.text[0]))[0]
     os.makedirs(args.out_dir, exist_ok=True)
     # A glob of shards takes them all: an earlier run's extra shards must not join this one's.

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "ddp/common/error.h"
 #include "ddp/data/token_shards.h"
@@ -157,6 +158,22 @@ TEST_CASE("make_tokens.py writes byte-level llm.c shards that read back as the t
   CHECK(held >= static_cast<int64_t>(text.size() / 10));
   CHECK(held < static_cast<int64_t>(text.size() / 10) + 40);  // whole lines, about a tenth
   CHECK(text.substr(text.size() - static_cast<std::size_t>(held)).find("line 180") == 0);
+  // What it cannot make shards of: one line, naming the cause, exit 1, no shard written.
+  write_file(dir.file("empty.txt"), "\n \n");
+  write_file(dir.file("one.txt"), "a single line\n");
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--text", dir.file("empty.txt")}, dir.file("empty.txt") + ": no text"},
+           {{"--text", dir.file("one.txt")}, dir.file("one.txt") + ": one line, which cannot be split"},
+           {{"--text", dir.file("story.txt"), "--shard-tokens", "0"}, "--shard-tokens must be at least 1"}}) {
+    std::vector<std::string> argv{"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/scripts/make_tokens.py",
+                                  dir.file("refused")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto refused = run_command(argv, std::chrono::seconds(60));
+    INFO(refused.out << refused.err);
+    CHECK(refused.exit_code != 0);
+    CHECK_THAT(refused.err, Contains(expected) && !Contains("Traceback"));
+    CHECK_FALSE(std::filesystem::exists(dir.file("refused")));
+  }
 
   if (run_shell("command -v bible").exit_code != 0) {
     WARN("skipped: the King James Bible part: no `bible` (Debian's bible-kjv; scripts/setup.sh installs it)");
