@@ -235,7 +235,7 @@ void Gpt::save_extras(const std::string& output_dir) const {
   const GptOptions& o = options_;
   write_hugging_face_config(output_dir, gpt2_config(o.n_layer, o.n_head, o.n_embd, o.block_size, o.vocab_size, o.bias,
                                                     o.dropout, head_weight_.scalar_type()),
-                            carried_hugging_face_config(hugging_face_source()));
+                            carried_hugging_face_config(hugging_face_config()));
 }
 
 std::unique_ptr<TokenStepper> Gpt::token_stepper() {

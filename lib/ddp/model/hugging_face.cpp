@@ -180,16 +180,20 @@ void write_hugging_face_config(const std::string& dir, const Json& config, const
   write_file_atomically((fs::path(dir) / kConfig).string(), merged.dump(2) + "\n");
 }
 
-Json carried_hugging_face_config(const std::string& source) {
+std::string hugging_face_config_text(const std::string& source) {
   std::error_code error;
-  if (source.empty() || !fs::is_regular_file(fs::path(source) / kConfig, error)) return Json::object();
-  Json config;
+  if (source.empty() || !fs::is_regular_file(fs::path(source) / kConfig, error)) return "";
   try {
-    config = read_json((fs::path(source) / kConfig).string());
+    return read_whole_file((fs::path(source) / kConfig).string());
   } catch (const FileError&) {
-    return Json::object();  // read when the run began; gone or changed since, it carries nothing
+    return "";
   }
-  if (!config.is_object()) return Json::object();
+}
+
+Json carried_hugging_face_config(const std::string& text) {
+  if (text.empty()) return Json::object();
+  Json config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return Json::object();  // model.init_from read it whole when the run began
   // transformers 5's names for what the families write as rope_theta, rope_scaling and torch_dtype.
   for (const char* written_otherwise : {"rope_parameters", "dtype"}) config.erase(written_otherwise);
   return config;

@@ -52,9 +52,12 @@ void write_hugging_face_weights(const std::string& dir, const std::vector<std::p
 /// downloaded model fine-tuned and written out keeps them; `config`'s own keys win.
 void write_hugging_face_config(const std::string& dir, const nlohmann::json& config, const nlohmann::json& carried);
 
-/// SOURCE/config.json as an object, without what every family writes in its own names (the rope
-/// settings, the dtype); an empty object when `source` is "" or holds none that reads.
-nlohmann::json carried_hugging_face_config(const std::string& source);
+/// The text of SOURCE/config.json; "" when `source` is "" or holds none that reads.
+std::string hugging_face_config_text(const std::string& source);
+
+/// A config.json's `text` as an object, without what every family writes in its own names (the
+/// rope settings, the dtype); an empty object when it is "" or not a JSON object.
+nlohmann::json carried_hugging_face_config(const std::string& text);
 
 // Each family with a Hugging Face twin reads its config.json, in its own .cpp (hugging_face.cpp
 // chooses by model_type): the model.* assignments, FileError naming `file` and the fault.

@@ -323,7 +323,7 @@ class Llama : public Model {
                       {"high_freq_factor", c.rope_high_freq_factor},
                       {"original_max_position_embeddings", c.rope_original_context}};
     const auto dtype = decoder_->embed_tokens->weight.scalar_type();
-    const nlohmann::json carried = carried_hugging_face_config(hugging_face_source());
+    const nlohmann::json carried = carried_hugging_face_config(hugging_face_config());
     // Rotary positions reach past the context trained at: a model made for a longer one keeps it.
     int64_t positions = block_size_;
     if (auto made_for = carried.find("max_position_embeddings");

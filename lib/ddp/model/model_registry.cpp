@@ -62,10 +62,13 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
     }
   }
   if (deferred && deferred->pending() > 0) model->deferred_init_ = std::move(deferred);
-  std::error_code error;
-  if (!config.init_from.empty() && std::filesystem::is_directory(config.init_from, error))
-    model->hugging_face_source_ = config.init_from;
+  model->set_hugging_face_source(config.init_from);
   return model;
+}
+
+void Model::set_hugging_face_source(const std::string& dir) {
+  std::error_code error;
+  hugging_face_config_ = !dir.empty() && std::filesystem::is_directory(dir, error) ? hugging_face_config_text(dir) : "";
 }
 
 void build_model(const ModelContext& context, const std::function<void()>& build) {

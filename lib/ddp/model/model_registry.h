@@ -96,11 +96,12 @@ class Model : public torch::nn::Module {
   /// null when the model was built whole.
   DeferredInit* deferred_init() const { return deferred_init_.get(); }
 
-  /// The Hugging Face directory the model's weights came from (model.init_from: DIR), whose
-  /// config.json's other keys (token ids, the context it was made for) save_extras carries into the
-  /// model's own; "" when none. ddp-export, which builds the model without reading them, names it.
-  const std::string& hugging_face_source() const { return hugging_face_source_; }
-  void set_hugging_face_source(std::string dir) { hugging_face_source_ = std::move(dir); }
+  /// The config.json of the Hugging Face directory the model's weights came from (model.init_from:
+  /// DIR), read as the model is built, whose other keys (token ids, the context it was made for)
+  /// save_extras carries into the model's own: the directory may be gone by the run's end; "" when
+  /// none. ddp-export, which builds the model without reading the weights, names the directory.
+  const std::string& hugging_face_config() const { return hugging_face_config_; }
+  void set_hugging_face_source(const std::string& dir);
 
   /// nn::Module's moves, which would read a parameter that waits for its values: such a one moves
   /// without them (DeferredInit::move_waiting), and gets them where it now is.
@@ -128,7 +129,7 @@ class Model : public torch::nn::Module {
   TableLookup* lookup_ = nullptr;
   bool wrapped_ = false;  // wrap_blocks() was called
   std::shared_ptr<DeferredInit> deferred_init_;
-  std::string hugging_face_source_;
+  std::string hugging_face_config_;
   friend std::shared_ptr<Model> make_model(const ModelConfig&, const ModelContext&);
 };
 
