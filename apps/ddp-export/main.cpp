@@ -91,6 +91,11 @@ int main(int argc, char** argv) {
     if (!fs::is_regular_file(config_path))
       throw ddp::FileError(config_path + ": no such file (RUN is a run directory: its config.yaml says the model)");
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
+    // Its task builds it: no model of the registry, nor a Hugging Face form (not "unknown model").
+    if (config.model.name == "graphsage")
+      throw ddp::UserError(args.run + " trained model.name graphsage, which has no Hugging Face form to export: its "
+                           "weights are " + (fs::path(args.run) / "model.pt").string() +
+                           ", which loads with strict=True into PyG's GraphSAGE (docs/graphs.md)");
     // The checkpoint's weights replace them: never read the run's starting point, but a Hugging Face
     // directory's other config.json keys go with the export as with the run's end: from the run's
     // own config.json, which its end wrote with them (the directory may have moved since), else

@@ -74,6 +74,11 @@ TEST_CASE("GraphSAGE learns a graph at world 2, and its model.pt gives the same 
   INFO(python.out << python.err);
   REQUIRE(python.exit_code == 0);
   CHECK(std::abs(std::stod(python.out) - *accuracy) <= 0.011);  // at most one of 100 nodes on a rounding edge
+  // ddp-export has no Hugging Face form for it, and says where its weights are.
+  auto exported = run_command({bin("ddp-export"), out}, std::chrono::seconds(60));
+  CHECK(exported.exit_code == 2);
+  CHECK_THAT(exported.err, Contains("trained model.name graphsage, which has no Hugging Face form to export: its "
+                                    "weights are " + out + "/model.pt"));
 }
 
 TEST_CASE("GraphSAGE at world 1 with batch 2B equals world 2 with batch B after 20 Adam steps", "[graph][slow]") {
