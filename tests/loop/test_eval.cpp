@@ -141,6 +141,22 @@ TEST_CASE("an evaluation cut short by a stop is done whole on resume, before the
   CHECK(records.rfind("\"step\": 2,", whole) > records.rfind("\"eval_interrupted\": 1"));
   CHECK(records.find("\"step\": 3,") > whole);
   CHECK(count_of(records, "\"eval_samples\": 20000") == 2);  // step 2's and the final one at step 3
+
+  // The final evaluation, after the last step's checkpoint: that checkpoint is written again, saying so.
+  const std::vector<std::string> last{"train.max_steps=3", "checkpoint.every_steps=3", "eval.batch_size=100",
+                                      "eval.at_start=false"};
+  const std::string final_log = dir.file("final.log");
+  auto cut = run_shell("DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file("final"), last) + " > " +
+                           final_log + " 2>&1 & L=$!; until grep -q 'evaluating at step 3' " + final_log +
+                           "; do sleep 0.2; done; kill -INT $L; wait $L; echo status=$?",
+                       std::chrono::seconds(90));
+  INFO(cut.out << read_file(final_log));
+  REQUIRE_THAT(cut.out, Contains("status=130"));
+  auto ended = run_shell(eval_command(1, dir.file("final"), last), std::chrono::seconds(120));
+  INFO(ended.out << ended.err);
+  REQUIRE(ended.exit_code == 0);
+  CHECK_THAT(ended.out, Contains("at step 3") && Contains("eval at step 3"));
+  CHECK(metric_value(dir.file("final/metrics.jsonl"), "eval_samples") == 20000);
 }
 
 }  // namespace DDP_TEST_FILE

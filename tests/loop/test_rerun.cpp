@@ -159,17 +159,19 @@ TEST_CASE("a named checkpoint of an earlier step rewinds the run: the later ones
   auto first = train(run, twenty, 2, "0:17");  // saves 5, 10 and 15
   REQUIRE(first.exit_code != 0);
   std::string old_ten = read_file(checkpoints + "step_0000000010.pt");
-  std::vector<std::string> rewound = twenty;
-  rewound.push_back("checkpoint.resume=" + checkpoints + "step_0000000005.json");
-  // Round 0 resumes step 5, saves 10 and fails at 12; round 1 resumes that 10, and fails at 12 again.
+  std::vector<std::string> rewound{"train.max_steps=20", "checkpoint.keep_last=1",
+                                   "checkpoint.resume=" + checkpoints + "step_0000000005.json"};
+  // Round 0 resumes step 5, saves 10 (keep_last 1 prunes the 5 it named) and fails at 12; round 1
+  // resumes that 10, and fails at 12 again.
   auto second = train(run, rewound, 2, "0:12", 1);
   INFO(second.out << second.err);
   CHECK(second.exit_code != 0);
   CHECK_THAT(second.out, Contains("checkpoint.resume rewinds to step 5: the run directory's checkpoints of a later "
                                   "step (15, 10) belong to the history it leaves, and are moved to " + checkpoints +
                                   "superseded-1, where resume: auto never looks"));
-  CHECK_THAT(second.out, Contains("round 1 of this job resumes its own newest checkpoint, step 10, not step 5 that "
+  CHECK_THAT(second.out, Contains("round 1 of this job resumes its own newest checkpoint, step 10, not the one that "
                                   "checkpoint.resume names"));
+  CHECK_FALSE(std::filesystem::exists(checkpoints + "step_0000000005.json"));
   CHECK_THAT(second.out, Contains("resumed from " + checkpoints + "step_0000000010.pt at step 10"));
   for (const char* moved : {"step_0000000010.json", "step_0000000010.pt", "step_0000000015.json", "step_0000000015.pt"})
     CHECK(std::filesystem::exists(checkpoints + "superseded-1/" + moved));

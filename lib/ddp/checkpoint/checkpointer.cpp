@@ -249,10 +249,10 @@ std::optional<CheckpointInfo> Checkpointer::newest_after(int64_t step) const {
 }
 
 std::pair<std::vector<int64_t>, std::string> Checkpointer::set_aside_after(int64_t step) const {
-  std::vector<int64_t> steps;
+  std::vector<CheckpointInfo> later;
   for (const auto& checkpoint : list())
-    if (checkpoint.step > step) steps.push_back(checkpoint.step);
-  if (steps.empty()) return {};
+    if (checkpoint.step > step) later.push_back(checkpoint);
+  if (later.empty()) return {};
   std::string folder;
   for (int n = 1; folder.empty() || fs::exists(folder); ++n) folder = directory_ + "/superseded-" + std::to_string(n);
   std::error_code ec;
@@ -262,14 +262,18 @@ std::pair<std::vector<int64_t>, std::string> Checkpointer::set_aside_after(int64
     fs::rename(from, fs::path(folder) / from.filename(), ec);
     if (ec) throw_output_error("cannot move " + from.string() + " into " + folder + ": " + ec.message(), ec.value());
   };
-  // Manifests first: a crash part way leaves no complete checkpoint of the other history behind.
-  for (int64_t s : steps) move(directory_ + "/" + checkpoint_stem(s) + ".json");
-  std::set<std::string> stems;
-  for (int64_t s : steps) stems.insert(checkpoint_stem(s));
-  std::vector<fs::path> data;
-  for (const auto& entry : fs::directory_iterator(directory_, ec))
-    if (stems.count(stem_of(entry.path().filename().string()))) data.push_back(entry.path());
-  for (const auto& path : data) move(path);
+  std::vector<int64_t> steps;
+  // One checkpoint at a time, its manifest first: a crash part way leaves no complete checkpoint
+  // of the other history here, and at most one without its data there.
+  for (const auto& checkpoint : later) {
+    const std::string stem = stem_of(fs::path(checkpoint.manifest_path).filename().string());
+    move(checkpoint.manifest_path);
+    std::vector<fs::path> data;
+    for (const auto& entry : fs::directory_iterator(directory_, ec))
+      if (!stem.empty() && stem_of(entry.path().filename().string()) == stem) data.push_back(entry.path());
+    for (const auto& path : data) move(path);
+    steps.push_back(checkpoint.step);
+  }
   fsync_directory(folder);
   fsync_directory(directory_);
   return {steps, folder};

@@ -149,15 +149,27 @@ void Trainer::resume() {
   for (int64_t older_than = INT64_MAX;;) {
     std::string path, manifest, bytes, refusal;
     if (world.rank == 0) {
-      auto found = checkpointer_->find_resume_point(older_than);
-      // Note [A named checkpoint rewinds]: a restart continues this run's own progress past it.
-      if (named && found && later_attempt_.round > 0)
-        if (auto own = checkpointer_->newest_after(found->step)) {
-          spdlog::info("round {} of this job resumes its own newest checkpoint, step {}, not step {} that "
+      std::optional<CheckpointInfo> found;
+      bool rewinds = false;  // to the named checkpoint: the later ones are another history's
+      if (named && later_attempt_.round > 0) {
+        // Note [A named checkpoint rewinds]: a restart continues this job's own progress past the
+        // named checkpoint, which keep_last may have pruned since.
+        auto own = checkpointer_->newest_after(-1);
+        try {
+          found = checkpointer_->find_resume_point(older_than);
+        } catch (const FileError&) {
+          if (!own) throw;
+        }
+        if (own && (!found || own->step > found->step)) {
+          spdlog::info("round {} of this job resumes its own newest checkpoint, step {}, not {} that "
                        "checkpoint.resume names: the job trained past it",
-                       later_attempt_.round, own->step, found->step);
+                       later_attempt_.round, own->step, found ? "step " + std::to_string(found->step) : "the one");
           found = own;
         }
+      } else {
+        found = checkpointer_->find_resume_point(older_than);
+        rewinds = named;
+      }
       if (found) {
         // The next try is older than this one by the step find_resume_point compares, its manifest's,
         // whatever the file name or the state says: a manifest that disagrees with them cannot
@@ -167,6 +179,8 @@ void Trainer::resume() {
         manifest = read_whole_file(path);
         refusal = run_identity_refusal(read_run_identity(manifest), checkpointer_->run_identity(), path);
         if (refusal.empty()) bytes = read_whole_file(common_file(manifest, path));
+        // Before the restore: a job that fails in it must not find the old history on its restart.
+        if (refusal.empty() && rewinds) set_aside_checkpoints_after(found->step);
       } else if (config_.checkpoint.resume == "auto" && !checkpointer_->list().empty()) {
         // A fresh start after a run that saved checkpoints: never a silent one.
         spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0",
@@ -188,9 +202,7 @@ void Trainer::resume() {
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
     if (bytes.empty()) return;
-    if (!resume_from(path, manifest, bytes)) continue;
-    if (named && world.rank == 0) set_aside_later_checkpoints();
-    return;
+    if (resume_from(path, manifest, bytes)) return;
   }
 }
 
@@ -199,14 +211,14 @@ void Trainer::resume() {
 // of the old one past that step would otherwise stay: `resume: auto` (a later run, ddp-export)
 // would pick the old history's newest over the new one's, a restart would go back to PATH again,
 // and keep_last would count them. They are moved aside, kept for the user, out of every search.
-void Trainer::set_aside_later_checkpoints() const {
-  auto [steps, folder] = checkpointer_->set_aside_after(progress_.step);
+void Trainer::set_aside_checkpoints_after(int64_t step) const {
+  auto [steps, folder] = checkpointer_->set_aside_after(step);
   if (steps.empty()) return;
   std::string list;
-  for (int64_t step : steps) list += (list.empty() ? "" : ", ") + std::to_string(step);
+  for (int64_t s : steps) list += (list.empty() ? "" : ", ") + std::to_string(s);
   spdlog::warn("checkpoint.resume rewinds to step {}: the run directory's checkpoints of a later step ({}) belong to "
                "the history it leaves, and are moved to {}, where resume: auto never looks",
-               progress_.step, list, folder);
+               step, list, folder);
 }
 
 bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common) {
@@ -520,7 +532,10 @@ void Trainer::end_epoch() {
 }
 
 int Trainer::stop_after_checkpoint() {
-  if (!checkpointer_->saved_at(progress_.step)) save_checkpoint();
+  // Saved again when the final evaluation, after the last step's checkpoint, was cut short: the
+  // checkpoint must say it is still to do (Note [An evaluation cut short]).
+  if (!checkpointer_->saved_at(progress_.step) || (eval_interrupted_ && last_eval_step_ == progress_.step))
+    save_checkpoint();
   recorder_->stopped(progress_, stop_signal(), stop_signal() ? stop_reason() : stop_vote_->reason());
   int sig = stop_signal() ? stop_signal() : SIGTERM;  // a rank that was not signalled follows the vote
   barrier(plan_->world());

@@ -10,8 +10,9 @@ void RankedScores::clear() {
 }
 
 void RankedScores::add(const torch::Tensor& scores, const torch::Tensor& positive_weights) {
-  scores_.push_back(scores.detach().reshape(-1).to(torch::kDouble));
-  weights_.push_back(positive_weights.detach().reshape(-1).to(torch::kDouble));
+  // float32, as the logits are (or finer than their bf16): 8 bytes a sample held to the end.
+  scores_.push_back(scores.detach().reshape(-1).to(torch::kFloat));
+  weights_.push_back(positive_weights.detach().reshape(-1).to(torch::kFloat));
 }
 
 void RankedScores::drop_last() {
@@ -21,7 +22,7 @@ void RankedScores::drop_last() {
 }
 
 torch::Tensor RankedScores::stacked(const torch::Device& device) const {
-  if (scores_.empty()) return torch::zeros({2, 0}, torch::dtype(torch::kDouble).device(device));
+  if (scores_.empty()) return torch::zeros({2, 0}, torch::dtype(torch::kFloat).device(device));
   return torch::stack({torch::cat(scores_), torch::cat(weights_)}).to(device);
 }
 

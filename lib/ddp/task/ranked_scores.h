@@ -3,9 +3,10 @@
 // which no sum over batches and ranks can give exactly (a histogram of the logits, which this
 // replaced, tied every pair within a bin: a model whose logits lay close together, or beyond the
 // bins' range, was given a wrong AUC). So each rank keeps its scores, the evaluator gathers them
-// from every rank at the end (a few bytes a sample), and the AUC comes from their ranking, ties a
-// half, as sklearn's roc_auc_score computes it. A score computed by several ranks alike (a tensor
-// group's) is gathered from each: every pair counts as often, so the AUC is the same.
+// from every rank at the end (8 bytes a sample, on every rank: an all-reduce of each rank's
+// place), and the AUC comes from their ranking, ties a half, as sklearn's roc_auc_score computes
+// it (several outputs a sample are pooled: its micro average). A score computed by several ranks
+// alike (a tensor group's) is gathered from each: every pair counts as often, so the AUC is the same.
 
 #include <torch/types.h>
 
@@ -22,7 +23,7 @@ class RankedScores {
   void add(const torch::Tensor& scores, const torch::Tensor& positive_weights);
   /// Forgets the last add (a batch computed only to keep other ranks company).
   void drop_last();
-  /// The scores and the weights as float64 [2, n] on `device` (n: 0 where none were added).
+  /// The scores and the weights as float32 [2, n] on `device` (n: 0 where none were added).
   torch::Tensor stacked(const torch::Device& device) const;
 
  private:
