@@ -119,23 +119,26 @@ TEST_CASE("an evaluation cut short by a stop is done whole on resume, before the
           "[eval][signals][resume]") {
   // Note [An evaluation cut short]
   TempDir dir;
-  const std::vector<std::string> sets{"train.max_steps=3", "eval.every_steps=2", "eval.batch_size=100",
-                                      "eval.at_start=false"};
-  const std::string log = dir.file("log");
-  auto stopped = run_shell("DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file("run"), sets) + " > " +
-                               log + " 2>&1 & L=$!; until grep -q 'evaluating at step 2' " + log +
-                               "; do sleep 0.2; done; kill -INT $L; wait $L; echo status=$?",
-                           std::chrono::seconds(90));
-  INFO(stopped.out << read_file(log));
-  REQUIRE_THAT(stopped.out, Contains("status=130"));
-  const std::string metrics = dir.file("run/metrics.jsonl");
-  REQUIRE(metric_value(metrics, "eval_interrupted") == 1);
-  auto resumed = run_shell(eval_command(1, dir.file("run"), sets), std::chrono::seconds(120));
-  INFO(resumed.out << resumed.err);
-  REQUIRE(resumed.exit_code == 0);
-  CHECK_THAT(resumed.out, Contains("resumed from") && Contains("at step 2"));
+  // A run of `sets` in `name`, its evaluation at `step` made slow and stopped by SIGINT (exit 130),
+  // then the same command again, which must end (exit 0).
+  auto stop_in_eval_then_resume = [&](const std::string& name, const std::vector<std::string>& sets, int step) {
+    const std::string log = dir.file(name + ".log");
+    auto stopped = run_shell("DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file(name), sets) + " > " +
+                                 log + " 2>&1 & L=$!; until grep -q 'evaluating at step " + std::to_string(step) +
+                                 "' " + log + "; do sleep 0.2; done; kill -INT $L; wait $L; echo status=$?",
+                             std::chrono::seconds(90));
+    INFO(stopped.out << read_file(log));
+    REQUIRE_THAT(stopped.out, Contains("status=130"));
+    REQUIRE(metric_value(dir.file(name + "/metrics.jsonl"), "eval_interrupted") == 1);
+    auto resumed = run_shell(eval_command(1, dir.file(name), sets), std::chrono::seconds(120));
+    INFO(resumed.out << resumed.err);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK_THAT(resumed.out, Contains("resumed from") && Contains("at step " + std::to_string(step)));
+  };
+  stop_in_eval_then_resume("run", {"train.max_steps=3", "eval.every_steps=2", "eval.batch_size=100",
+                                   "eval.at_start=false"}, 2);
   // The interrupted record, then the whole one at step 2 before step 3's loss, then the final one.
-  const std::string records = read_file(metrics);
+  const std::string records = read_file(dir.file("run/metrics.jsonl"));
   const auto whole = records.find("\"eval_samples\": 20000", records.find("\"eval_interrupted\": 1"));
   REQUIRE(whole != std::string::npos);
   CHECK(records.rfind("\"step\": 2,", whole) > records.rfind("\"eval_interrupted\": 1"));
@@ -143,19 +146,8 @@ TEST_CASE("an evaluation cut short by a stop is done whole on resume, before the
   CHECK(count_of(records, "\"eval_samples\": 20000") == 2);  // step 2's and the final one at step 3
 
   // The final evaluation, after the last step's checkpoint: that checkpoint is written again, saying so.
-  const std::vector<std::string> last{"train.max_steps=3", "checkpoint.every_steps=3", "eval.batch_size=100",
-                                      "eval.at_start=false"};
-  const std::string final_log = dir.file("final.log");
-  auto cut = run_shell("DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file("final"), last) + " > " +
-                           final_log + " 2>&1 & L=$!; until grep -q 'evaluating at step 3' " + final_log +
-                           "; do sleep 0.2; done; kill -INT $L; wait $L; echo status=$?",
-                       std::chrono::seconds(90));
-  INFO(cut.out << read_file(final_log));
-  REQUIRE_THAT(cut.out, Contains("status=130"));
-  auto ended = run_shell(eval_command(1, dir.file("final"), last), std::chrono::seconds(120));
-  INFO(ended.out << ended.err);
-  REQUIRE(ended.exit_code == 0);
-  CHECK_THAT(ended.out, Contains("at step 3") && Contains("eval at step 3"));
+  stop_in_eval_then_resume("final", {"train.max_steps=3", "checkpoint.every_steps=3", "eval.batch_size=100",
+                                     "eval.at_start=false"}, 3);
   CHECK(metric_value(dir.file("final/metrics.jsonl"), "eval_samples") == 20000);
 }
 

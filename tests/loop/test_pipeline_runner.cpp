@@ -71,7 +71,7 @@ torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.2).momentum(0
 
 struct Reference {
   std::vector<torch::Tensor> parameters;
-  std::vector<double> losses;  // each step's microbatch losses, summed
+  std::vector<double> losses;  // each step's microbatch losses times their samples, summed
 };
 
 // One process: each step's loss is the mean over its samples, each microbatch's mean counting as
@@ -90,7 +90,7 @@ Reference reference() {
       torch::Tensor x = batch.inputs[0];
       for (std::size_t l = 0; l < 3; ++l) x = layer(out.parameters, l).forward(x);
       auto loss = torch::mse_loss(x, batch.targets);
-      sum += loss.item<double>();
+      sum += loss.item<double>() * static_cast<double>(batch.size());  // its samples' losses: the runner's loss_sum
       total = total + loss * static_cast<double>(batch.size()) / static_cast<double>(step_samples);
     }
     total.backward();

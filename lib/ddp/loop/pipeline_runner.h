@@ -51,7 +51,7 @@ class PipelineRunner {
   /// the parameters as micro-steps would (each loss divided by their count). `before_last_backward`
   /// runs just before this stage's last backward (the gradient sync starts in it); `after_action`
   /// after each forward and backward, with its microbatch (a heartbeat). Returns the microbatches'
-  /// losses summed, as float64, on the last stage; an undefined tensor elsewhere.
+  /// losses times their samples, summed, as float64, on the last stage; an undefined tensor elsewhere.
   torch::Tensor train(const std::vector<Batch>& microbatches, const std::function<void()>& before_last_backward,
                       const std::function<void(int)>& after_action);
 

@@ -35,8 +35,9 @@ struct StepHooks {
 /// What one step's forwards and backwards did on this rank.
 struct StepWork {
   StepStats stats;         ///< micro-batches, samples, tokens and edges it speaks for (not the loss)
-  /// The losses summed, float64, where they lie: read once the optimizer's step is queued (reading
-  /// it earlier would keep a GPU idle). Undefined where this rank computes no loss.
+  /// The micro-batches' losses times their samples, summed (the step's samples' losses), float64,
+  /// where they lie: read once the optimizer's step is queued (reading it earlier would keep a GPU
+  /// idle). Undefined where this rank computes no loss.
   torch::Tensor loss_sum;
 };
 

@@ -534,8 +534,8 @@ void Trainer::end_epoch() {
 int Trainer::stop_after_checkpoint() {
   // Saved again when the final evaluation, after the last step's checkpoint, was cut short: the
   // checkpoint must say it is still to do (Note [An evaluation cut short]).
-  if (!checkpointer_->saved_at(progress_.step) || (eval_interrupted_ && last_eval_step_ == progress_.step))
-    save_checkpoint();
+  const bool eval_pending = eval_interrupted_ && last_eval_step_ == progress_.step;
+  if (!checkpointer_->saved_at(progress_.step) || (eval_pending && !saved_eval_pending_)) save_checkpoint();
   recorder_->stopped(progress_, stop_signal(), stop_signal() ? stop_reason() : stop_vote_->reason());
   int sig = stop_signal() ? stop_signal() : SIGTERM;  // a rank that was not signalled follows the vote
   barrier(plan_->world());
@@ -568,7 +568,7 @@ void Trainer::save_checkpoint() {
   checkpointer_->mark_saved(progress_.step);
   // Note [An evaluation cut short]: a stop that cut this step's evaluation short saves the step with
   // it still to do; the resume does it, so the records hold it whole, once, at its step.
-  progress_.eval_pending = eval_interrupted_ && last_eval_step_ == progress_.step;
+  progress_.eval_pending = saved_eval_pending_ = eval_interrupted_ && last_eval_step_ == progress_.step;
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   write_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
   barrier(plan_->world());

@@ -107,6 +107,7 @@ class Trainer {
   int64_t last_eval_step_ = -1;
   bool eval_interrupted_ = false;
   bool eval_after_resume_ = false;  // Note [An evaluation cut short]
+  bool saved_eval_pending_ = false;  // the last checkpoint written says its step's evaluation is to do
   bool state_memory_reported_ = false;
   std::unique_ptr<StepGraph> graph_;  ///< train.cuda_graphs, where a step can be captured
   int graph_warm_ups_ = 0;
