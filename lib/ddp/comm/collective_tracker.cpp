@@ -57,7 +57,13 @@ void CollectiveTracker::publish_now() {
 
 void CollectiveTracker::publish_last_words() {
   std::lock_guard<std::mutex> lock(live_mutex);
-  for (CollectiveTracker* tracker : live) tracker->publish_now();
+  for (CollectiveTracker* tracker : live) {
+    // The publisher sets the store holding this mutex: one client, one request at a time. Stopped
+    // first, it writes nothing after the last word.
+    std::lock_guard<std::mutex> publishing(tracker->mutex_);
+    tracker->stopping_ = true;
+    tracker->publish_now();
+  }
 }
 
 int64_t CollectiveTracker::begin(const char* op) {
