@@ -358,6 +358,8 @@ TEST_CASE("a TorchScript transformer split by dist.tensor_plan trains at dist.te
     auto r = run(nproc, name, {"dist.tensor=2", kTransformerPlan});
     CHECK_THAT(r.out, Contains("dist.tensor 2: 8 Linear layers split colwise and 4 rowwise, 1 Embedding by "
                                "vocabulary; this rank holds"));
+    CHECK_THAT(r.out, Contains("dist.tensor_plan: the split module's output for the first training sample is the "
+                               "whole module's (relative difference"));
     double worst = largest_difference(dir.file("one/model.pt"), dir.file(name + "/model.pt"));
     INFO(name << ": largest difference from world 1 " << worst);
     CHECK(worst < 1e-5);
@@ -426,6 +428,26 @@ TEST_CASE("a dist.tensor_plan that cannot be had: one line naming the key or the
   // The built-in GPT's fused q/k/v layer cannot be split rowwise.
   fails("gpt", {"dist.tensor=2", "dist.tensor_plan=transformer.h.*.attn.c_attn=rowwise"},
         "dist.tensor: transformer.h.0.attn.c_attn computes 3 projections side by side, which split colwise, not rowwise");
+  // A module whose attention takes its head count from a constant runs a slice as narrower heads,
+  // another model with no shape error, or fails to view it: the probe of the first sample refuses
+  // both (Note [Probing a tensor plan]).
+  const std::string cause = "the module's code likely assumes whole layers, such as a head count taken from a constant";
+  for (const auto& [fixture, message] : std::vector<std::pair<std::string, std::string>>{
+           {"transformer_fixed_heads.pt", "dist.tensor_plan: the split module's output for the first training sample "
+                                          "differs from the whole module's by "},
+           {"transformer_fixed_shape.pt", "dist.tensor_plan: the split module fails on the first training sample ("}}) {
+    auto r = ddprun(2, config, {"run.output_dir=" + dir.file("out"), "train.max_steps=2", "model.name=torchscript",
+                                "model.path=" + python_fixture(fixture), "dist.tensor=2", kTransformerPlan});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(message) && Contains(cause));
+    CHECK(!fs::exists(dir.file("out/model.pt")));
+  }
+  // The same module trains whole: only its split computes otherwise.
+  auto whole = ddprun(1, config, {"run.output_dir=" + dir.file("whole"), "train.max_steps=2", "model.name=torchscript",
+                                  "model.path=" + python_fixture("transformer_fixed_heads.pt")});
+  INFO(whole.out << whole.err);
+  CHECK(whole.exit_code == 0);
 }
 
 TEST_CASE("a Llama (grouped-query attention, untied and tied) at dist.tensor 2, alone, with sequence parallelism and "

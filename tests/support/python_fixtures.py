@@ -170,9 +170,13 @@ class Attention(nn.Module):
     """Causal self-attention whose head count comes from its input (view(b, t, -1, head_dim)), as
     torchtitan's Llama writes it, so that a tensor-parallel rank can run it on a slice of the heads."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, fixed_heads: int = 0):
         super().__init__()
+        self.heads = heads
         self.head_dim = dim // heads
+        # 0: the head count from the input; 1: from the constant (a slice runs as narrower heads:
+        # another model); 2: head count and width from constants (a slice fails to view).
+        self.fixed_heads = fixed_heads
         self.q = nn.Linear(dim, dim)
         # No bias for k: softmax ignores a shift of a row's scores, so its gradient is zero but for
         # rounding, on which Adam would take full steps (and layouts round apart).
@@ -180,11 +184,18 @@ class Attention(nn.Module):
         self.v = nn.Linear(dim, dim)
         self.o = nn.Linear(dim, dim)
 
+    def split_heads(self, y, b: int, t: int):
+        if self.fixed_heads == 1:
+            return y.view(b, t, self.heads, -1).transpose(1, 2)
+        if self.fixed_heads == 2:
+            return y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        return y.view(b, t, -1, self.head_dim).transpose(1, 2)
+
     def forward(self, x):
         b, t, _ = x.shape
-        q = self.q(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-        v = self.v(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        q = self.split_heads(self.q(x), b, t)
+        k = self.split_heads(self.k(x), b, t)
+        v = self.split_heads(self.v(x), b, t)
         scores = (q @ k.transpose(-2, -1)) / (self.head_dim ** 0.5)
         causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
@@ -192,10 +203,10 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, fixed_heads: int = 0):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads)
+        self.attn = Attention(dim, heads, fixed_heads)
         self.norm2 = nn.LayerNorm(dim)
         self.up = nn.Linear(dim, 4 * dim)
         self.down = nn.Linear(4 * dim, dim)
@@ -208,11 +219,12 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """A pre-norm transformer language model of the user's own, for dist.tensor_plan."""
 
-    def __init__(self, vocab: int = 256, dim: int = 32, heads: int = 4, layers: int = 2, block: int = 32):
+    def __init__(self, vocab: int = 256, dim: int = 32, heads: int = 4, layers: int = 2, block: int = 32,
+                 fixed_heads: int = 0):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(block, dim) * 0.02)
-        self.layers = nn.ModuleList([Block(dim, heads) for _ in range(layers)])
+        self.layers = nn.ModuleList([Block(dim, heads, fixed_heads) for _ in range(layers)])
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
 
@@ -326,6 +338,8 @@ def modules(out):
     torch.jit.script(TinyLm(64)).save(f"{out}/tiny_lm_64.pt")
     torch.jit.script(FlatLm()).save(f"{out}/flat_lm.pt")
     torch.jit.script(Transformer()).save(f"{out}/transformer.pt")
+    torch.jit.script(Transformer(fixed_heads=1)).save(f"{out}/transformer_fixed_heads.pt")
+    torch.jit.script(Transformer(fixed_heads=2)).save(f"{out}/transformer_fixed_shape.pt")
     # A newer PyTorch's operator: the same module calling an op this LibTorch lacks.
     with zipfile.ZipFile(f"{out}/mlp.pt") as src, zipfile.ZipFile(f"{out}/unknown_op.pt", "w") as dst:
         for item in src.infolist():

@@ -3,12 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "ddp/common/error.h"
 #include "ddp/loop/activation_checkpointing.h"
 #include "ddp/loop/pipeline_step.h"
 #include "ddp/loop/plain_step.h"
+#include "ddp/loop/tensor_plan_probe.h"
 #include "ddp/model/deferred_init.h"
 #include "ddp/parallel/pipeline_split.h"
 #include "ddp/parallel/replicated_tables.h"
@@ -185,9 +187,18 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
                                         "or use dist.sequence_parallel: false")
                                   .front()
                                   .parameters;
+    // A module whose weights are all here can be run whole first (Note [Probing a tensor plan]).
+    std::optional<TensorPlanProbe> probe;
+    if (!deferred && !stage && !sequence.on) probe.emplace(task);
     plan.split_tensors(task.model(), tensor_plan(config.model, config.mesh), parallel->parameters,
                        sequence, deferred);
     const TensorShards& shards = *plan.tensor_shards();
+    if (probe) {
+      const double difference = probe->check(shards);
+      if (plan.world().rank == 0)
+        spdlog::info("dist.tensor_plan: the split module's output for the first training sample is the whole "
+                     "module's (relative difference {:.2g})", difference);
+    }
     if (sequence.on)
       dynamic_cast<Model&>(task.model()).wrap_blocks([&shards](std::size_t index, ModelBlock& block) {
         if (index != 0) return;
