@@ -87,6 +87,9 @@ TEST_CASE("SIGTERM to the launcher checkpoints, exits 143, and the same command 
   char name[64];
   std::snprintf(name, sizeof name, "/checkpoints/step_%010d.json", std::stoi(step));
   CHECK(fs::exists(out + name));
+  // The steps since the last log line are logged at the stop, not lost from the metrics.
+  CHECK(std::regex_search(read_file(out + "/metrics.jsonl"),
+                          std::regex("\\{\"step\": " + step + ", \"epoch\": [0-9]+, \"loss\": ")));
 
   auto second = run_shell(command, std::chrono::seconds(120));
   INFO(second.out << second.err);

@@ -343,6 +343,21 @@ TEST_CASE("a run with no checkpoint is not trained over by another config, and o
                                 "this one starts afresh from step 0 over its outputs") == 1);
 }
 
+TEST_CASE("a run whose metrics.jsonl holds only a line a crash cut short runs again (the report refuses such a file)",
+          "[trainer][rerun]") {
+  TempDir dir;
+  std::string run = dir.file("run");
+  const std::vector<std::string> sets{"checkpoint.every_steps=0", "checkpoint.every_epochs=0", "train.max_steps=4"};
+  auto first = train(run, sets);
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  write_file(run + "/metrics.jsonl", "{\"step\": 1, \"lo");
+  auto again = train(run, sets);
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(read_file(run + "/metrics.jsonl"), Contains("\"exit_status\": 0"));
+}
+
 TEST_CASE("keys that only steer a run change on resume, and the resume line names them", "[trainer][rerun]") {
   TempDir dir;
   std::string run = dir.file("run");

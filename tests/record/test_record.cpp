@@ -120,9 +120,15 @@ TEST_CASE("metrics.jsonl lines parse back, and a line cut short or not JSON is r
   CHECK(std::isnan((*record)[2].second));
   CHECK((*record)[3].second == 1e20);
   CHECK(parse_metrics_line(to_json(*record)));  // to_json's own output
-  for (const char* bad : {R"({"step": 3, "loss": 0.)", R"({"step" 3})", R"(["step", 3])", R"({"a": "text"})",
-                          R"({"a": 1} trailing)", "", R"({"a": inf})", R"({"a": +1})", R"({"a": 0x10})"})
+  for (const char* bad : {R"({"step": 3, "loss": 0.)", R"({"step" 3})", R"(["step", 3])", R"({"a": 1} trailing)", "",
+                          R"({"a": inf})", R"({"a": +1})", R"({"a": 0x10})"})
     CHECK_FALSE(parse_metrics_line(bad));
+  // Another version's text or flag is left out, named; the record's numbers stay.
+  std::vector<std::string> left_out;
+  auto mixed = parse_metrics_line(R"({"step": 4, "phase": "warmup", "loss": 0.25, "ok": true})", &left_out);
+  REQUIRE(mixed);
+  CHECK(*mixed == ddp::MetricsRecord{{"step", 4.0}, {"loss", 0.25}});
+  CHECK(left_out == std::vector<std::string>{"phase", "ok"});
   // Names are JSON strings both ways: escapes written and read (a library's reader, not a search for '"').
   ddp::MetricsRecord odd = {{"quote\"d \\ name", 2.5}};
   auto back = parse_metrics_line(to_json(odd));
@@ -170,8 +176,10 @@ TEST_CASE("the report draws each series as a polyline, overlays runs, and says h
                        Contains("1 unreadable line(s) skipped"));
   auto count = [&](const std::string& needle) { return count_occurrences(html, needle); };
   // Loss (train, eval), eval accuracy, throughput, all-reduce (exposed, hidden), data wait, CPU,
-  // RSS: 9 lines per run; the learning rate has no data, so "no data" once.
-  CHECK(count("<polyline class=\"series\"") == 18);
+  // RSS: 9 series per run, 4 of them lines and 5 a point each (marked); the learning rate has no
+  // data, so "no data" once.
+  CHECK(count("<polyline class=\"series\"") == 8);
+  CHECK(count("<circle") == 10);
   CHECK(count("class=\"box\"") == 2);
   CHECK(count(">no data<") == 1);
   CHECK_THAT(html, !Contains("<script"));
@@ -292,13 +300,23 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   std::filesystem::create_directories(dir.file("empty"));
   write_file(dir.file("edited/metrics.jsonl"), read_file(dir.file("run/metrics.jsonl")) + "not json at all\n");
   write_file(dir.file("empty/metrics.jsonl"), "not json at all\n{\"step\": \"x\"}\n");
-  auto damaged = run_command({bin("ddp-report"), dir.file("edited"), dir.file("empty"), "-o", dir.file("d.html")});
+  auto damaged = run_command({bin("ddp-report"), dir.file("edited"), "-o", dir.file("d.html")});
   INFO(damaged.err);
   CHECK(damaged.exit_code == 0);
   CHECK(damaged.err == "ddp-report: warning: " + dir.file("edited") +
                            "/metrics.jsonl: 1 line(s) that are no record skipped (a line a crash cut short, or an "
-                           "edit)\nddp-report: warning: " +
-                           dir.file("empty") + "/metrics.jsonl: no record in it, so no chart of this run\n");
+                           "edit)\n");
+  auto none = run_command({bin("ddp-report"), dir.file("edited"), dir.file("empty"), "-o", dir.file("d.html")});
+  INFO(none.err);
+  CHECK(none.exit_code == 2);
+  CHECK(none.err == "ddp-report: error: " + dir.file("empty") + "/metrics.jsonl: none of its 2 line(s) is a metrics "
+                        "record (a JSON object of numbers a line, as ddp-train writes)\n");
+  // A run that has written nothing yet (it is starting): a page of no charts, and a warning.
+  write_file(dir.file("empty/metrics.jsonl"), "");
+  auto starting = run_command({bin("ddp-report"), dir.file("empty"), "-o", dir.file("d.html")});
+  CHECK(starting.exit_code == 0);
+  CHECK(starting.err == "ddp-report: warning: " + dir.file("empty") + "/metrics.jsonl: no record in it, so no chart of "
+                            "this run\n");
   auto missing = run_command({bin("ddp-report"), dir.file("nothing"), "-o", dir.file("x.html")});
   CHECK(missing.exit_code == 2);
   CHECK(missing.err == "ddp-report: error: no run in " + dir.file("nothing") + ": cannot read " +
@@ -462,6 +480,94 @@ TEST_CASE("a chart's one point, or one value, is drawn inside the frame, and its
   for (int r = 0; r < 16; ++r) boxes.push_back({"rank " + std::to_string(r), chart_color(r), 1, 2, 3});
   std::string many = svg_box_chart("compute", "ms", boxes);
   CHECK_THAT(many, Contains(">rank 0</text>") && Contains(">rank 8</text>") && !Contains(">rank 1</text>"));
+}
+
+}  // namespace DDP_TEST_FILE
+
+namespace DDP_TEST_FILE {
+
+TEST_CASE("the report's numbers: the median of an even count, the eval metrics of the eval loss's evaluation, a "
+          "null exit status refused, and the no-all-reduce reason only for a run that logged a loss",
+          "[record][report]") {
+  TempDir dir;
+  auto report = [&](const std::string& name, const std::string& lines) {
+    std::filesystem::create_directories(dir.file(name));
+    write_file(dir.file(name + "/metrics.jsonl"), lines);
+    auto r = run_command({bin("ddp-report"), dir.file(name), "-o", dir.file(name + ".html")});
+    INFO(r.out << r.err);
+    return r;
+  };
+  auto page = [&](const std::string& name) { return read_file(dir.file(name + ".html")); };
+  REQUIRE(report("even", "{\"step\": 1, \"loss\": 1, \"samples_per_s\": 100}\n"
+                         "{\"step\": 2, \"loss\": 1, \"samples_per_s\": 1000}\n").exit_code == 0);
+  CHECK_THAT(page("even"), Contains("<td>550</td>"));
+  // Perplexity overflowed (null) at the evaluation whose loss is shown: inf or nan, not step 10's.
+  REQUIRE(report("overflow", "{\"step\": 10, \"eval_loss\": 2.5, \"eval_perplexity\": 12.18}\n"
+                             "{\"step\": 20, \"eval_loss\": 800, \"eval_perplexity\": null}\n"
+                             "{\"step\": 20, \"exit_status\": 0}\n").exit_code == 0);
+  CHECK_THAT(page("overflow"), Contains("<td>perplexity nan</td>") && !Contains("12.18</td>"));
+  auto null_exit = report("null_exit", "{\"step\": 1, \"loss\": 1}\n{\"step\": 1, \"exit_status\": null}\n");
+  CHECK(null_exit.exit_code != 0);
+  CHECK_THAT(null_exit.err, Contains("exit_status nan is not an exit status"));
+  // A world-2 run stopped before its first logged step: no one-rank reason.
+  REQUIRE(report("early_stop", "{\"step\": 0, \"eval_loss\": 2.3}\n{\"step\": 17, \"exit_status\": 143}\n")
+              .exit_code == 0);
+  CHECK_THAT(page("early_stop"), Contains("the run ended before it logged a training step") &&
+                                     !Contains("one rank, or one replica"));
+}
+
+TEST_CASE("a chart breaks its line at a value it cannot draw, marks a lone point, and keeps its plot under a "
+          "legend of 128 ranks",
+          "[record][report]") {
+  const double nan = std::nan("");
+  std::string gap = svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false,
+                                                             {{1, 2.0}, {2, 1.5}, {3, nan}, {4, 1.0}, {5, 0.5}}}});
+  CHECK(count_occurrences(gap, "<polyline class=\"series\"") == 2);  // 1-2 and 4-5, nothing across 3
+  std::string lone = svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false, {{1, nan}, {2, 0.5}, {3, nan}}}});
+  CHECK_THAT(lone, Contains("<circle") && !Contains("<polyline class=\"series\""));
+  std::vector<ChartSeries> ranks;
+  for (int r = 0; r < 128; ++r)
+    ranks.push_back({"fashion_mnist_convnet_lr01 rank " + std::to_string(r), chart_color(r), false, {{0, 1.0 * r}, {1, 2.0}}});
+  std::string many = svg_line_chart("CPU", "step", "%", ranks);
+  CHECK_THAT(many, Contains(" more</text>"));
+  const auto frame = many.find("class=\"frame\"");
+  REQUIRE(frame != std::string::npos);
+  const auto height = many.rfind("height=\"", frame);
+  REQUIRE(height != std::string::npos);
+  CHECK(std::stod(many.substr(height + 8)) >= 120);  // the plot keeps most of its height
+  CHECK(count_occurrences(many, "<polyline class=\"series\"") == 128);  // every line is drawn
+}
+
+TEST_CASE("ddp-report refuses a metrics.jsonl that is a directory, another program's file or one with no step, "
+          "naming the cause; a field with text is left out, named, and the record kept",
+          "[record][report]") {
+  TempDir dir;
+  auto report = [&](const std::string& name) {
+    auto r = run_command({bin("ddp-report"), dir.file(name), "-o", dir.file(name + ".html")});
+    INFO(r.out << r.err);
+    return r;
+  };
+  std::filesystem::create_directories(dir.file("folder/metrics.jsonl"));
+  auto folder = report("folder");
+  CHECK(folder.exit_code == 2);
+  CHECK_THAT(folder.err, Contains("metrics.jsonl is not a file (a directory)"));
+  std::filesystem::create_directories(dir.file("binary"));
+  write_file(dir.file("binary/metrics.jsonl"), std::string("\x18\0\0\0\0\0\0\0\xa3\x7f\n\x09brain.Event:2\n", 24));
+  auto binary = report("binary");
+  CHECK(binary.exit_code == 2);
+  CHECK_THAT(binary.err, Contains("none of its 2 line(s) is a metrics record"));
+  std::filesystem::create_directories(dir.file("nostep"));
+  write_file(dir.file("nostep/metrics.jsonl"), "{\"global_step\": 1, \"loss\": 1.0}\n{\"global_step\": 2, \"loss\": 0.5}\n");
+  auto nostep = report("nostep");
+  CHECK(nostep.exit_code == 2);
+  CHECK_THAT(nostep.err, Contains("none of its 2 record(s) has a \"step\""));
+  std::filesystem::create_directories(dir.file("text"));
+  write_file(dir.file("text/metrics.jsonl"), "{\"step\": 1, \"phase\": \"warmup\", \"loss\": 1.5}\n"
+                                             "{\"step\": 2, \"phase\": \"main\", \"loss\": 0.75}\n");
+  auto text = report("text");
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.err, Contains("field(s) phase hold no number") && !Contains("skipped"));
+  CHECK_THAT(read_file(dir.file("text.html")), Contains("<td>0.75</td>"));
 }
 
 }  // namespace DDP_TEST_FILE

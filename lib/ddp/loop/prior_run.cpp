@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "ddp/common/error.h"
 #include "ddp/config/config_keys.h"
 #include "ddp/record/metrics_reader.h"
 
@@ -99,7 +100,11 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
   // Finished: its last metrics record says it ended with exit status 0.
   std::optional<double> exit_status, step;
   if (std::filesystem::exists(dir + "/metrics.jsonl")) {
-    RunRecords run = read_run(dir);
+    RunRecords run;
+    try {
+      run = read_run(dir);
+    } catch (const UserError&) {  // no record in it (its one line cut short by a crash): it never finished
+    }
     if (!run.records.empty())
       for (const auto& [name, value] : run.records.back()) {
         if (name == "exit_status") exit_status = value;

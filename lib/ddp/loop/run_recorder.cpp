@@ -326,6 +326,8 @@ void RunRecorder::eval_progress(const TrainProgress& progress, int64_t done, int
   }
 }
 
+void RunRecorder::checkpoint_written(Clock::duration took) { window_start_ += took; }
+
 void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& result) {
   eval_pulse_.reset();
   heartbeat_.beat(progress.step);
@@ -494,6 +496,7 @@ void RunRecorder::finished(const TrainProgress& progress) {
 void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason reason) {
   if (world_.rank == 0) spdlog::warn("stopping at step {}{}", progress.step, stop_text(signal, reason));
   try {
+    log_last_steps(progress);  // every rank stops at this step: the steps since the last log line count
     write_report(progress, 128 + (signal ? signal : SIGTERM));
   } catch (const std::exception& e) {  // the checkpoint is written: the stop stays a stop, said
     spdlog::warn("the stop is not recorded in metrics.jsonl: {}", e.what());

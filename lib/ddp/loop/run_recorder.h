@@ -73,6 +73,8 @@ class RunRecorder {
   /// progress line at a terminal, otherwise a log line at least every kEvalLogInterval.
   void eval_progress(const TrainProgress& progress, int64_t done, int64_t total);
   void eval_ends(const TrainProgress& progress, const EvalResult& result);
+  /// A checkpoint took `took`: out of the throughput window, which counts training time only.
+  void checkpoint_written(std::chrono::steady_clock::duration took);
   /// Every rank's peak RSS, on rank 0's log and in the metrics.
   void report_peak_memory(const TrainProgress& progress);
   /// Every rank's peak RSS once the model is built and placed, before the first step: what the

@@ -564,6 +564,7 @@ void Trainer::save_checkpoint() {
   // The write is progress for every rank: the others wait for it here, beating, not silent in the
   // next step's collective, where --stall-timeout would take them for stalled.
   auto pulse = recorder_->pulse(progress_);
+  const auto start = std::chrono::steady_clock::now();
   std::vector<torch::Tensor> rank_rng = plan_->gather_checkpoint_state();
   checkpointer_->mark_saved(progress_.step);
   // Note [An evaluation cut short]: a stop that cut this step's evaluation short saves the step with
@@ -572,6 +573,7 @@ void Trainer::save_checkpoint() {
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   write_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
   barrier(plan_->world());
+  recorder_->checkpoint_written(std::chrono::steady_clock::now() - start);
 }
 
 void Trainer::run_eval() {

@@ -13,7 +13,7 @@
 
 namespace ddp {
 
-std::optional<MetricsRecord> parse_metrics_line(const std::string& line) {
+std::optional<MetricsRecord> parse_metrics_line(const std::string& line, std::vector<std::string>* left_out) {
   // nlohmann's ordered object keeps the file's key order, which the report's columns follow.
   auto json = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return std::nullopt;  // a discarded parse (a line cut short) is no object either
@@ -23,8 +23,8 @@ std::optional<MetricsRecord> parse_metrics_line(const std::string& line) {
       record.emplace_back(name, std::nan(""));
     else if (value.is_number())
       record.emplace_back(name, value.get<double>());
-    else
-      return std::nullopt;
+    else if (left_out)  // another version's text or flag: its numbers still count
+      left_out->push_back(name);
   }
   return record;
 }
@@ -93,6 +93,10 @@ RunRecords read_run(const std::string& dir) {
   RunRecords run;
   run.name = read_run_name(dir);
   std::string path = dir + "/metrics.jsonl";
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw UserError("no run in " + dir + ": " + path + " is not a file (" +
+                    (std::filesystem::is_directory(path, ec) ? "a directory" : "not a regular file") + ")");
   std::ifstream in(path);
   if (!in) throw UserError("no run in " + dir + ": cannot read " + path);
   // Note [Superseded records]: a resumed run appends from its checkpoint's step, after what the
@@ -109,8 +113,12 @@ RunRecords read_run(const std::string& dir) {
   std::optional<double> last_step;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
-    auto record = parse_metrics_line(line);
-    if (!record) {
+    std::vector<std::string> left_out;
+    auto record = parse_metrics_line(line, &left_out);
+    for (auto& name : left_out)
+      if (std::find(run.non_numeric.begin(), run.non_numeric.end(), name) == run.non_numeric.end())
+        run.non_numeric.push_back(std::move(name));
+    if (!record || record->empty()) {  // no object, or none of its fields a number
       ++run.skipped_lines;
       continue;
     }
@@ -135,6 +143,14 @@ RunRecords read_run(const std::string& dir) {
     if (step) last_step = step;
     run.records.push_back(std::move(*record));
   }
+  // Lines, but none a record, or records with no step to chart them by: another program's file, or
+  // another version's, whose page would only say "no data" everywhere.
+  if (run.records.empty() && run.skipped_lines > 0)
+    throw UserError(path + ": none of its " + std::to_string(run.skipped_lines) +
+                    " line(s) is a metrics record (a JSON object of numbers a line, as ddp-train writes)");
+  if (!run.records.empty() && !last_step)
+    throw UserError(path + ": none of its " + std::to_string(run.records.size()) +
+                    " record(s) has a \"step\", by which the report charts them; it was not written by ddp-train");
   std::ifstream config(dir + "/config.yaml");
   std::ostringstream text;
   text << config.rdbuf();

@@ -17,6 +17,7 @@ struct RunRecords {
   int skipped_lines = 0;  ///< lines that are no record (a line cut short by a crash)
   int superseded = 0;     ///< records a resume wrote again (Note [Superseded records]), left out
   int interrupted_evals = 0;  ///< evaluations cut short by a stop (eval_interrupted), left out
+  std::vector<std::string> non_numeric;  ///< fields with text or true/false values (another version's), left out
   std::string config;     ///< config.yaml's text ("" if missing)
 
   /// The values of `key` by step, in file order (records without it are left out).
@@ -39,13 +40,15 @@ struct RunRecords {
   mutable std::size_t indexed_records_ = 0;
 };
 
-/// The record of one metrics.jsonl line; nullopt if it is not a flat JSON object of numbers (and nulls).
-std::optional<MetricsRecord> parse_metrics_line(const std::string& line);
+/// The record of one metrics.jsonl line, its numbers and nulls; nullopt if it is not a JSON object.
+/// Fields of another kind (text, true/false, arrays) are left out, their names added to `left_out`.
+std::optional<MetricsRecord> parse_metrics_line(const std::string& line, std::vector<std::string>* left_out = nullptr);
 
 /// A run's name: its directory's last component ("." and "run/" too).
 std::string read_run_name(const std::string& dir);
 
-/// Reads DIR/metrics.jsonl and DIR/config.yaml; UserError naming the file when there are no metrics.
+/// Reads DIR/metrics.jsonl and DIR/config.yaml; UserError naming the file when it is missing or no
+/// file, or has lines but no record, or records but none with a step.
 RunRecords read_run(const std::string& dir);
 
 }  // namespace ddp

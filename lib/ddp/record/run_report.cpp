@@ -40,6 +40,7 @@ pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow: auto; ma
 std::string exit_text(const RunRecords& run) {
   auto status = run.exit_status();
   if (!status) return R"(<span class="failed">no exit recorded</span> (still running, or the run failed))";
+  if (!std::isfinite(*status)) return R"(<span class="failed">exit status not recorded as a number</span>)";
   int code = static_cast<int>(*status);
   if (code == 0) return R"(<span class="ok">finished</span> (exit 0))";
   if (code > 128) return fmt::format(R"(<span class="failed">stopped by signal {}</span> (exit {}); a checkpoint was saved)",
@@ -53,8 +54,11 @@ std::string cell(std::optional<double> value, const char* format = "{:.4g}") {
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
-  return values[values.size() / 2];
+  const std::size_t half = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(half), values.end());
+  if (values.size() % 2 == 1) return values[half];
+  // An even count: the mean of the two middle values, the lower being the largest below `half`.
+  return (*std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(half)) + values[half]) / 2;
 }
 
 int ranks_in(const RunRecords& run) {
@@ -207,21 +211,22 @@ std::string eval_keys_chart(const std::vector<RunRecords>& runs) {
   return chart_of(runs, "Evaluation", keys.size() == 1 ? keys[0].second : "value", keys);
 }
 
-// "accuracy 0.8912", "perplexity 12.31": whichever the run's task measures.
-std::string eval_metrics_cell(const RunRecords& run) {
-  std::string text;
-  for (const auto& key : run.keys())
-    if (auto value = is_eval_metric(key) ? run.last(key) : std::nullopt)
-      text += fmt::format("{}{} {:.4g}", text.empty() ? "" : ", ", key.substr(5), *value);
-  return html_escape(text);
-}
-
 // The last value of `key`, NaN or infinite too: a loss that went NaN is the run's news, and the
 // last finite one beside it would hide that it diverged.
 std::optional<double> last_logged(const RunRecords& run, const std::string& key) {
   auto points = run.points(key);
   if (points.empty()) return std::nullopt;
   return points.back().second;
+}
+
+// "accuracy 0.8912", "perplexity 12.31": whichever the run's task measures, of the same evaluation
+// as the eval loss beside it (a perplexity that overflowed is inf there, not an older one's).
+std::string eval_metrics_cell(const RunRecords& run) {
+  std::string text;
+  for (const auto& key : run.keys())
+    if (auto value = is_eval_metric(key) ? last_logged(run, key) : std::nullopt)
+      text += fmt::format("{}{} {:.4g}", text.empty() ? "" : ", ", key.substr(5), *value);
+  return html_escape(text);
 }
 
 std::string summary_table(const std::vector<RunRecords>& runs) {
@@ -299,9 +304,12 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   // rather than give a reason that holds only for a run that ended.
   const bool ended = std::all_of(runs.begin(), runs.end(), [](const RunRecords& run) { return run.exit_status().has_value(); });
   const bool stepped = std::any_of(runs.begin(), runs.end(), [](const RunRecords& run) { return run.last("loss").has_value(); });
+  // Only a run that logged a loss without one ran with no gradients to exchange; one that ended
+  // before its first logged step (stopped, or failed) says nothing of that.
   if (!all_reduced)
-    html += ended || stepped ? "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has no gradients to exchange.</p>"
-                             : "<p class=\"meta\">No all-reduce has been recorded yet: no training step was logged.</p>";
+    html += stepped ? "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has no gradients to exchange.</p>"
+                    : ended ? "<p class=\"meta\">No all-reduce was recorded: the run ended before it logged a training step.</p>"
+                            : "<p class=\"meta\">No all-reduce has been recorded yet: no training step was logged.</p>";
   if (!monitored) html += "<p class=\"meta\">" + unmonitored_text(runs, ended) + "</p>";
   if (monitored && runs.size() > 1) {  // a comparison: the runs the rank panels cannot show, named
     std::string missing;
@@ -354,8 +362,10 @@ std::vector<std::string> write_run_report(const std::string& path, const std::ve
     runs.push_back(read_run(dir));
     // An exit status is 0-255; anything else (1e300 once cast to int read as -2147483648) is a file
     // not written by ddp-train, and the page would state it as a fact.
-    if (auto status = runs.back().last("exit_status"); status && !(*status >= 0 && *status <= 255 &&
-                                                                   *status == std::floor(*status)))
+    // points(), not last(): a null (NaN) status must be refused too, not passed over.
+    const auto statuses = runs.back().points("exit_status");
+    if (auto status = statuses.empty() ? std::nullopt : std::optional<double>(statuses.back().second);
+        status && !(*status >= 0 && *status <= 255 && *status == std::floor(*status)))
       throw FileError(dir + "/metrics.jsonl: exit_status " + fmt::format("{}", *status) +
                       " is not an exit status (an integer 0-255); the file was not written by ddp-train as it is");
   }
@@ -375,6 +385,11 @@ std::vector<std::string> write_run_report(const std::string& path, const std::ve
     else if (runs[i].skipped_lines > 0)
       notes.push_back(file + ": " + std::to_string(runs[i].skipped_lines) +
                       " line(s) that are no record skipped (a line a crash cut short, or an edit)");
+    if (!runs[i].non_numeric.empty()) {
+      std::string names;
+      for (const auto& name : runs[i].non_numeric) names += (names.empty() ? "" : ", ") + name;
+      notes.push_back(file + ": field(s) " + names + " hold no number (another version's file?), left out");
+    }
   }
   return notes;
 }

@@ -13,6 +13,8 @@ constexpr double kWidth = 640, kHeight = 280;
 constexpr double kLeft = 64, kRight = 16, kTop = 46, kBottom = 44;
 constexpr double kLegendRow = 14, kLegendChar = 6.5;  // a legend line's height, a character's width
 constexpr std::size_t kLegendLabelMax = 48;           // characters; longer labels are cut in the middle
+constexpr int kLegendRowsMax = 4;                      // beyond: "+N more", so the plot keeps its height
+constexpr double kLegendMore = 80;                     // the width "+N more" takes
 
 // A tick's label, with as many digits as tell it from the next one `step` away (1.0000001 is not 1).
 std::string number(double v, double step) {
@@ -119,10 +121,24 @@ std::string shortened(const std::string& full) {
 std::pair<std::string, double> legend(const std::vector<ChartSeries>& entries) {
   std::string out;
   double x = kLeft, y = 28, right = kWidth - kRight;
-  for (const auto& entry : entries) {
+  int row = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto& entry = entries[i];
     std::string label = shortened(entry.label);
     double width = 30 + kLegendChar * static_cast<double>(characters(label));
-    if (x > kLeft && x + width - 10 > right) x = kLeft, y += kLegendRow;
+    // On the last row an entry leaves room to say how many did not fit, unless it is the last.
+    const bool last_row = row == kLegendRowsMax - 1;
+    const double reserve = last_row && i + 1 < entries.size() ? kLegendMore : 0;
+    if (x > kLeft && x + width - 10 + reserve > right) {
+      if (last_row) {  // the rest, named on hover: 128 ranks' lines would leave no plot
+        std::string rest;
+        for (std::size_t j = i; j < entries.size(); ++j) rest += (j == i ? "" : ", ") + entries[j].label;
+        out += fmt::format(R"(<g><title>{}</title><text x="{}" y="{}" class="legend">+{} more</text></g>)",
+                           html_escape(rest), x, y + 9, entries.size() - i);
+        break;
+      }
+      x = kLeft, y += kLegendRow, ++row;
+    }
     std::string whole = label == entry.label ? "" : "<title>" + html_escape(entry.label) + "</title>";  // on hover
     // The swatch is a stretch of the line as drawn, dashed or not: runs share a colour by run.
     out += fmt::format(R"(<g>{}<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="3"{}/>)"
@@ -201,15 +217,28 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
 
   std::string out = open_svg(title) + axes(top, xs, ys, true, x_label, y_label);
   for (const auto& s : series) {
-    if (s.points.empty()) continue;
-    std::string points;
-    for (const auto& [x, y] : s.points)
-      if (drawable(x, y)) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
-    out += fmt::format(R"(<polyline class="series" fill="none" stroke="{}" stroke-width="2"{} points="{}"/>)", s.color,
-                       s.dashed ? R"( stroke-dasharray="6 4")" : "", points);
-    if (s.points.size() == 1 && drawable(s.points[0].first, s.points[0].second))  // no line: mark it
-      out += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", px(s.points[0].first),
-                         py(s.points[0].second), s.color);
+    // A line for each run of drawable points: a value not drawn breaks it, rather than a straight
+    // line across hiding it; a run of one point has no line, and is marked.
+    std::vector<std::pair<double, double>> run;
+    auto draw = [&]() {
+      if (run.size() == 1)
+        out += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", px(run[0].first), py(run[0].second),
+                           s.color);
+      if (run.size() > 1) {
+        std::string points;
+        for (const auto& [x, y] : run) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
+        out += fmt::format(R"(<polyline class="series" fill="none" stroke="{}" stroke-width="2"{} points="{}"/>)",
+                           s.color, s.dashed ? R"( stroke-dasharray="6 4")" : "", points);
+      }
+      run.clear();
+    };
+    for (const auto& [x, y] : s.points) {
+      if (drawable(x, y))
+        run.emplace_back(x, y);
+      else
+        draw();
+    }
+    draw();
   }
   return out + legend_svg + note + "</svg>";
 }
