@@ -14,6 +14,7 @@
 #include "ddp/loop/rank_log.h"
 #include "ddp/loop/thread_ranks.h"
 #include "support/log_capture.h"
+#include "support/metric_values.h"
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
@@ -186,6 +187,24 @@ TEST_CASE("SIGINT stops rank threads with a checkpoint, which ddprun's processes
   REQUIRE(resumed.exit_code == 0);
   CHECK_THAT(resumed.out, Contains("resumed from"));
   CHECK(differing(dir.file("straight/model.pt"), dir.file("cut/model.pt")) == "");
+}
+
+TEST_CASE("rank threads' monitor gives each its share of the process's CPU and RSS, which add up to the process's",
+          "[threads][monitor]") {
+  TempDir dir;
+  auto t = threads(2, std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml",
+                   {"run.output_dir=" + dir.file("run"), "train.epochs=2", "model.hidden=[512,512]",
+                    "monitor.every_s=0.3", "monitor.log_every_s=0.3"});
+  INFO(t.out << t.err);
+  REQUIRE(t.exit_code == 0);
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  const double rss0 = metric_value(metrics, "sys_rss_mib_rank0"), rss1 = metric_value(metrics, "sys_rss_mib_rank1");
+  const double process_peak = metric_value(metrics, "peak_rss_mib_rank0");
+  REQUIRE(rss0 > 0);
+  REQUIRE(rss1 > 0);
+  // Each rank reported the whole process's RSS: their sum was twice the process's peak.
+  CHECK(rss0 + rss1 <= 1.05 * process_peak);
+  CHECK(metric_value(metrics, "sys_cpu_percent_rank0") >= 0);
 }
 
 TEST_CASE("rank threads number ranks node by node and split the cores among them", "[threads]") {

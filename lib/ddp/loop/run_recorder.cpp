@@ -109,7 +109,7 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
       output_dir_(output_dir),
       resolved_config_(resolved_config),
       monitor_(config.monitor, world.rank, world.world_size, world.device.is_cuda() ? world.device.index() : -1,
-               side_values),
+               side_values, std::max(1, rank_threads(config.dist))),
       test_step_delay_ms_(test_delay_ms("DDPRUN_TEST_STEP_DELAY", world.rank)),
       test_eval_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_DELAY", world.rank)),
       test_fail_step_(test_fail_step(world.rank)),

@@ -70,8 +70,14 @@ std::optional<std::pair<int, double>> find_straggler(const std::vector<double>& 
 }
 
 SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index,
-                             ValueSlots& side_values)
-    : every_s_(config.every_s), log_every_s_(config.log_every_s), rank_(rank), world_size_(world_size), side_values_(side_values), window_(world_size) {
+                             ValueSlots& side_values, int process_ranks)
+    : every_s_(config.every_s),
+      log_every_s_(config.log_every_s),
+      rank_(rank),
+      process_share_(1.0 / std::max(1, process_ranks)),
+      world_size_(world_size),
+      side_values_(side_values),
+      window_(world_size) {
   if (!enabled()) return;
   auto by_rank = [&](const char* name) {
     return side_values_.reserve(std::string("monitor ") + name, static_cast<std::size_t>(world_size_));
@@ -138,8 +144,8 @@ void SystemMonitor::put_local(double data_wait_ms, double busy_ms) {
     std::fill(values.begin(), values.end(), 0.0);  // the other ranks' places: they add their own
   }
   auto mine = [&](ValueSlots::Slot slot) -> double& { return side_values_[slot][static_cast<std::size_t>(rank_)]; };
-  mine(slots_.cpu_percent) = cpu_percent_;
-  mine(slots_.rss_mib) = rss_mib_;
+  mine(slots_.cpu_percent) = cpu_percent_ * process_share_;
+  mine(slots_.rss_mib) = rss_mib_ * process_share_;
   mine(slots_.data_wait_ms) = data_wait_ms;
   mine(slots_.busy_ms) = busy_ms;
   if (kValuesPerRank > 4) {

@@ -41,8 +41,11 @@ class SystemMonitor {
  public:
   /// Starts this rank's sampling thread (CPU and RSS every config.every_s; on CUDA builds, CUDA
   /// device `gpu_index` through NVML unless it is -1) unless the monitor is off, and reserves its
-  /// slot in `side_values` (which the gradient sync carries, and which must outlive it).
-  SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index, ValueSlots& side_values);
+  /// slot in `side_values` (which the gradient sync carries, and which must outlive it). CPU and
+  /// RSS are the process's: with `process_ranks` rank threads in it (Note [Ranks as threads]), each
+  /// rank reports its share, so that they add up to the process's, not to that many times it.
+  SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index, ValueSlots& side_values,
+                int process_ranks = 1);
   ~SystemMonitor();
   SystemMonitor(const SystemMonitor&) = delete;
   SystemMonitor& operator=(const SystemMonitor&) = delete;
@@ -74,6 +77,7 @@ class SystemMonitor {
   double every_s_;
   double log_every_s_;
   int rank_;
+  double process_share_;  // of the process's CPU and RSS, this rank's: 1 / its rank threads
   int world_size_;
   ValueSlots& side_values_;
   MonitorSlots slots_;
