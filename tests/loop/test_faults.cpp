@@ -204,7 +204,7 @@ TEST_CASE("a restart that finds no checkpoint to resume says it starts from step
                                                                       "--max-restarts 1"));
   INFO(r.out << r.err);
   CHECK(r.exit_code != 0);
-  CHECK(count_occurrences(r.out + r.err, "round 1 of this job (a restart or an elastic round) finds no checkpoint in " +
+  CHECK(count_occurrences(r.out + r.err, "round 1 of this job (a restart, an elastic round or a requeue) finds no checkpoint in " +
                                              out + "/checkpoints: training starts from step 0") == 1);
   CHECK_THAT(r.out + r.err, !Contains("round 0 of this job"));
 }

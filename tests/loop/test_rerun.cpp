@@ -18,7 +18,7 @@ namespace {
 
 // `fail_at`: DDPRUN_TEST_FAIL_AT_STEP's RANK:STEP, each attempt; `restarts`: ddprun's --max-restarts.
 CommandResult train(const std::string& dir, std::vector<std::string> sets, int nproc = 2,
-                    const std::string& fail_at = "", int restarts = 0) {
+                    const std::string& fail_at = "", int restarts = 0, const std::string& more_env = "") {
   std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", std::to_string(nproc),
                                 "--max-restarts", std::to_string(restarts),
                                 std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml"};
@@ -28,6 +28,7 @@ CommandResult train(const std::string& dir, std::vector<std::string> sets, int n
   for (const auto& s : base) argv.insert(argv.end(), {"--set", s});
   std::vector<std::string> env{"OMP_NUM_THREADS=1"};
   if (!fail_at.empty()) env.push_back("DDPRUN_TEST_FAIL_AT_STEP=" + fail_at);
+  if (!more_env.empty()) env.push_back(more_env);
   return run_command(argv, std::chrono::seconds(120), env);
 }
 
@@ -183,6 +184,27 @@ TEST_CASE("a named checkpoint of an earlier step rewinds the run: the later ones
   REQUIRE(last.exit_code == 0);
   CHECK_THAT(last.out, Contains("resumed from " + checkpoints + "step_0000000010.pt at step 10"));
   CHECK(largest_difference(dir.file("straight/model.pt"), run + "/model.pt") < 1e-5);
+}
+
+TEST_CASE("a job Slurm requeued (SLURM_RESTART_COUNT) with a named checkpoint resumes its own newest, as a restart "
+          "does, not the named one again",
+          "[trainer][rerun][faults][slurm]") {
+  TempDir dir;
+  std::string run = dir.file("run"), checkpoints = run + "/checkpoints/";
+  auto first = train(run, {"train.max_steps=20", "checkpoint.keep_last=5"}, 2, "0:12");  // saves 5 and 10
+  REQUIRE(first.exit_code != 0);
+  const std::vector<std::string> named{"train.max_steps=20", "checkpoint.resume=" + checkpoints + "step_0000000005.json"};
+  auto rewound = train(run, named, 2, "0:12");  // rewinds to 5, saves 10 again, fails at 12
+  INFO(rewound.out << rewound.err);
+  REQUIRE(rewound.exit_code != 0);
+  REQUIRE(std::filesystem::exists(checkpoints + "superseded-1/step_0000000010.json"));
+  auto requeued = train(run, named, 2, "", 0, "SLURM_RESTART_COUNT=1");
+  INFO(requeued.out << requeued.err);
+  CHECK(requeued.exit_code == 0);
+  CHECK_THAT(requeued.out, Contains("this job's requeue 1 (SLURM_RESTART_COUNT) resumes its own newest checkpoint, "
+                                    "step 10, not step 5 that checkpoint.resume names"));
+  CHECK_THAT(requeued.out, Contains("resumed from " + checkpoints + "step_0000000010.pt at step 10"));
+  CHECK_FALSE(std::filesystem::exists(checkpoints + "superseded-2"));
 }
 
 TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpoint is refused, naming both, and its "

@@ -53,6 +53,7 @@ WorkerIdentity from_slurm_task(const EnvironmentLookup& lookup) {
   id.master_port = slurm_master_port(job);
   id.run_id = slurm_run_id(job, lookup(slurm::kStepId));
   id.restart_count = small_variable(lookup, slurm::kRestartCount, 0);  // a requeued job starts again from 0 otherwise
+  id.requeues = id.restart_count;
   return id;
 }
 
@@ -79,6 +80,7 @@ WorkerIdentity from_launcher(const EnvironmentLookup& lookup) {
   id.restart_count = small_variable(lookup, env::kRestartCount, small_variable(lookup, env::kElasticRestartCount, 0));
   id.max_restarts = small_variable(lookup, env::kMaxRestarts, small_variable(lookup, env::kElasticMaxRestarts, 0));
   id.round = small_variable(lookup, env::kRound, id.restart_count);
+  id.requeues = small_variable(lookup, slurm::kRestartCount, 0);  // set by Slurm, inherited through ddprun
   if (const char* addr = lookup(env::kMasterAddr)) id.master_addr = addr;
   if (const char* agent = lookup(env::kUseAgentStore))
     id.launcher_store = std::string(agent) == "True" || std::string(agent) == "1";

@@ -34,6 +34,9 @@ struct WorkerIdentity {
   int restart_count = 0;
   int max_restarts = 0;
   int round = 0;  ///< DDPRUN_ROUND: restart_count, unless an elastic job changed its members
+  /// SLURM_RESTART_COUNT, in either Slurm mode (ddprun's workers inherit it): how often Slurm
+  /// requeued the job, each requeue a later attempt of it, as a restart is.
+  int requeues = 0;
   /// Set by ddprun for single-node runs: meet through a FileStore in this private directory.
   std::string store_path;
   /// The launcher hosts the store (TORCHELASTIC_USE_AGENT_STORE); otherwise rank 0 hosts it.

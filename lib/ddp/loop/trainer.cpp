@@ -32,7 +32,7 @@ std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() 
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d::Store> shared_store)
-    : config_(std::move(config)), later_attempt_{env.round, env.node_count} {
+    : config_(std::move(config)), later_attempt_{env.round, env.node_count, env.requeues} {
   plan_ = std::make_unique<ParallelPlan>(connect(env, config_.dist, std::move(shared_store)), config_.mesh,
                                          config_.dist, env.local_world_size);
   const Communicator& world = plan_->world();
@@ -151,7 +151,7 @@ void Trainer::resume() {
     if (world.rank == 0) {
       std::optional<CheckpointInfo> found;
       bool rewinds = false;  // to the named checkpoint: the later ones are another history's
-      if (named && later_attempt_.round > 0) {
+      if (named && later_attempt_.later()) {
         // Note [A named checkpoint rewinds]: a restart continues this job's own progress past the
         // named checkpoint, which keep_last may have pruned since.
         auto own = checkpointer_->newest_after(-1);
@@ -161,9 +161,9 @@ void Trainer::resume() {
           if (!own) throw;
         }
         if (own && (!found || own->step > found->step)) {
-          spdlog::info("round {} of this job resumes its own newest checkpoint, step {}, not {} that "
-                       "checkpoint.resume names: the job trained past it",
-                       later_attempt_.round, own->step, found ? "step " + std::to_string(found->step) : "the one");
+          spdlog::info("{} resumes its own newest checkpoint, step {}, not {} that checkpoint.resume names: the job "
+                       "trained past it",
+                       later_attempt_.name(), own->step, found ? "step " + std::to_string(found->step) : "the one");
           found = own;
         }
       } else {
@@ -185,12 +185,12 @@ void Trainer::resume() {
         // A fresh start after a run that saved checkpoints: never a silent one.
         spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0",
                      checkpointer_->directory());
-      } else if (config_.checkpoint.resume == "auto" && later_attempt_.round > 0) {
+      } else if (config_.checkpoint.resume == "auto" && later_attempt_.later()) {
         // Nor a restart's, or an elastic round's, with none to resume: with node-local run
         // directories, a rank 0 on another node than before finds none.
-        spdlog::warn("round {} of this job (a restart or an elastic round) finds no checkpoint in {}: training starts "
+        spdlog::warn("{} (a restart, an elastic round or a requeue) finds no checkpoint in {}: training starts "
                      "from step 0{}",
-                     later_attempt_.round, checkpointer_->directory(),
+                     later_attempt_.name(), checkpointer_->directory(),
                      later_attempt_.node_count > 1 ? "; rank 0 writes checkpoints on its own node, so give every node "
                                                      "one run.output_dir on storage they share"
                                                    : "");

@@ -103,6 +103,12 @@ class Trainer {
   struct {
     int round = 0;       // DDPRUN_ROUND: > 0 after a restart or an elastic membership change
     int node_count = 1;  // GROUP_WORLD_SIZE
+    int requeues = 0;    // SLURM_RESTART_COUNT: > 0 after Slurm requeued the job
+    bool later() const { return round > 0 || requeues > 0; }
+    std::string name() const {  // "round 2 of this job", "this job's requeue 1 (SLURM_RESTART_COUNT)"
+      return round > 0 ? "round " + std::to_string(round) + " of this job"
+                       : "this job's requeue " + std::to_string(requeues) + " (SLURM_RESTART_COUNT)";
+    }
   } later_attempt_;      // what a start with no checkpoint says
   int64_t last_eval_step_ = -1;
   bool eval_interrupted_ = false;
