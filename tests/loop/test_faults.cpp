@@ -97,6 +97,40 @@ TEST_CASE("SIGTERM to the launcher checkpoints, exits 143, and the same command 
   CHECK_THAT(second.out, Contains("at step " + step + " (in epoch 1, after " + step + " of its "));
 }
 
+TEST_CASE("SIGUSR1 (Slurm's --signal=USR1@N) to ddprun, or to a ddp-train task, stops with a checkpoint and exit 138",
+          "[faults][slurm]") {
+  TempDir dir;
+  const std::vector<std::string> slow{"train.max_steps=400", "checkpoint.every_epochs=0", "checkpoint.every_steps=0",
+                                      "data.eval_split=none", "train.log_every=5"};
+  auto with_out = [&](const std::string& out) {
+    auto sets = slow;
+    sets.push_back("run.output_dir=" + out);
+    return sets;
+  };
+  // Mode A: the launcher passes it on.
+  const std::string out = dir.file("launched");
+  auto launched = run_shell("DDPRUN_TEST_STEP_DELAY=0:20 " + ddprun_command(2, "synthetic_mlp.yaml", with_out(out)) +
+                                " & L=$!; " + wait_for(out + "/metrics.jsonl") + "sleep 0.5; kill -USR1 $L; wait $L; "
+                                "echo status=$?",
+                            std::chrono::seconds(120));
+  INFO(launched.out << launched.err);
+  CHECK(count_lines(launched.out, "status=138") == 1);
+  CHECK_THAT(launched.out, Contains("as asked (SIGUSR1)"));
+  CHECK(!fs::is_empty(out + "/checkpoints"));
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
+  // Mode B: a task alone, as srun starts it.
+  const std::string task_out = dir.file("task");
+  std::string command = "DDPRUN_TEST_STEP_DELAY=0:20 OMP_NUM_THREADS=1 " + bin("ddp-train") + " " +
+                        config("synthetic_mlp.yaml");
+  for (const auto& s : with_out(task_out)) command += " --set '" + s + "'";
+  auto task = run_shell(command + " & T=$!; " + wait_for(task_out + "/metrics.jsonl") +
+                            "sleep 0.5; kill -USR1 $T; wait $T; echo status=$?",
+                        std::chrono::seconds(120));
+  INFO(task.out << task.err);
+  CHECK(count_lines(task.out, "status=138") == 1);
+  CHECK(!fs::is_empty(task_out + "/checkpoints"));
+}
+
 TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, naming that rank", "[faults]") {
   auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", "--", bin("ddp-test-collective-worker"),
                         "--skip-rank", "1", "--skip-at", "3", "--timeout", "3"},

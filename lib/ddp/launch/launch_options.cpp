@@ -179,7 +179,8 @@ constexpr IgnoredOption kIgnored[] = {
     {"--log-line-prefix-template", true, "ddprun prefixes each line with its rank"},
     {"--numa-binding", true, "ddprun does not bind workers to NUMA nodes"},
     {"--event-log-handler", true, "ddprun logs events to its own console"},
-    {"--signals-to-handle", true, "ddprun stops its workers on SIGINT, SIGTERM, SIGHUP and SIGQUIT"},
+    {"--signals-to-handle", true,
+     "ddprun stops its workers on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2, passing each on"},
     {"--virtual-local-rank", false, "ddprun gives each worker its own LOCAL_RANK"},
 };
 

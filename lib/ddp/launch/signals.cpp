@@ -12,7 +12,9 @@ namespace ddp {
 namespace {
 
 int g_write_fd = -1;
-constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
+// SIGUSR1 and SIGUSR2 too: Slurm's --signal=USR1@N (a time limit near) would otherwise end ddprun
+// by their default action, and its workers with it (PR_SET_PDEATHSIG), with no checkpoint.
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD};
 
 // Note [One request, sent twice]: `timeout` signals its child and then its own process group, the
 // child in it, within microseconds: one request arrives twice, and the second, taken as a second

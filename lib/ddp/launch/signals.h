@@ -1,5 +1,5 @@
 #pragma once
-// Turns SIGINT, SIGTERM, SIGHUP and SIGCHLD into bytes on a pipe the monitor loop polls (the self-pipe trick).
+// Turns SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGCHLD into bytes on a pipe the monitor loop polls (the self-pipe trick).
 
 #include <vector>
 

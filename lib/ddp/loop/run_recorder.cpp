@@ -85,6 +85,8 @@ std::string stop_text(int signal, StopReason reason) {
   const char* name = signal == SIGINT    ? "SIGINT"
                      : signal == SIGHUP  ? "SIGHUP"
                      : signal == SIGQUIT ? "SIGQUIT"
+                     : signal == SIGUSR1 ? "SIGUSR1"
+                     : signal == SIGUSR2 ? "SIGUSR2"
                                          : "SIGTERM";
   return std::string(" as asked (") + name + ")" + resumes;
 }

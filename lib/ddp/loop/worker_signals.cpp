@@ -36,6 +36,10 @@ void install_stop_handlers() {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGHUP, &action, nullptr);  // a lost terminal: checkpoint and stop, as for SIGTERM
   sigaction(SIGQUIT, &action, nullptr);  // Ctrl-\ (which ddprun passes on, as torchrun does): the same
+  // Slurm's --signal=USR1@N (srun tasks, or ddprun passing it on): its default action would end the
+  // rank with no checkpoint, minutes before the time limit it warns of.
+  sigaction(SIGUSR1, &action, nullptr);
+  sigaction(SIGUSR2, &action, nullptr);
 }
 
 int stop_signal() { return g_stop_signal.load(); }
