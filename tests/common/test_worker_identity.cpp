@@ -134,7 +134,8 @@ TEST_CASE("validate checks the ranges and keeps its messages", "[common][contrac
 
 TEST_CASE("a Slurm task without RANK takes its identity from Slurm's variables (mode B)", "[common][slurm]") {
   Environment slurm{{"SLURM_JOB_ID", "31337"},         {"SLURM_STEP_ID", "4"},   {"SLURM_PROCID", "5"},
-                    {"SLURM_NTASKS", "6"},             {"SLURM_LOCALID", "1"},   {"SLURM_NODEID", "1"},
+                    {"SLURM_NTASKS", "8"},             {"SLURM_LOCALID", "1"},   {"SLURM_NODEID", "1"},
+                    {"SLURM_STEP_NUM_TASKS", "6"},  // the step's 6 of the job's 8 (srun -E)
                     {"SLURM_STEP_TASKS_PER_NODE", "4,2"}, {"SLURM_STEP_NODELIST", "cn[07-08]"},
                     {"SLURM_STEP_NUM_NODES", "2"}};
   WorkerIdentity task = identity_of(slurm);
@@ -145,7 +146,11 @@ TEST_CASE("a Slurm task without RANK takes its identity from Slurm's variables (
   CHECK(task.node_rank == 1);
   CHECK(task.node_count == 2);
   CHECK(task.master_addr == "cn07");
-  CHECK(task.master_port == slurm_master_port(31337));
+  CHECK(task.master_port == slurm_master_port(31337, "4"));
+  // Steps of one job at once on a node (a sweep of srun -n1 steps) meet on ports of their own.
+  CHECK(slurm_master_port(31337, "0") != slurm_master_port(31337, "1"));
+  CHECK(slurm_master_port(31337, "0") == slurm_master_port(31337, nullptr));
+  CHECK(slurm_master_port(31337, "batch") == slurm_master_port(31337, nullptr));
   CHECK(task.run_id == "slurm-31337.4");
   CHECK_FALSE(task.launcher_store);  // rank 0 hosts the store itself
   {
@@ -178,12 +183,12 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
   CHECK(layout->nnodes == 2);
   CHECK(layout->node_rank == 1);
   CHECK(layout->master_addr == "gpu03");
-  CHECK(layout->master_port == 20000 + 123456 % 10000);
+  CHECK(layout->master_port == 20000 + (3456 + 1009 * 2) % 10000);
   CHECK(layout->run_id == "slurm-123456.2");
   CHECK(layout->sources.at("--nnodes") == "2 (SLURM_STEP_NUM_NODES)");
   CHECK(layout->sources.at("--node-rank") == "1 (SLURM_NODEID)");
   CHECK(layout->sources.at("--master-addr") == "gpu03 (first of SLURM_STEP_NODELIST)");
-  CHECK(layout->sources.at("--master-port") == "23456 (20000 + SLURM_JOB_ID % 10000)");
+  CHECK(layout->sources.at("--master-port") == "25474 (20000 + (SLURM_JOB_ID + 1009 × SLURM_STEP_ID) % 10000)");
   CHECK(layout->sources.at("--run-id") == "slurm-123456.2 (SLURM_JOB_ID.SLURM_STEP_ID)");
   // Note [Slurm's batch step]: a batch script of one node is that node; of several, it is no step.
   auto batch = layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"},
@@ -209,6 +214,12 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
   CHECK_THAT(crowded->node_rank_refusal,
              Catch::StartsWith("this Slurm job step runs 2 tasks on this node (SLURM_STEP_TASKS_PER_NODE=1,2), and "
                                "each would be a ddprun starting the node's ranks: run one a node"));
+  // Node 0 of that step refuses too, at once, rather than wait out the rendezvous for node 1.
+  auto beside = layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODEID", "0"},
+                           {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "a[1-2]"},
+                           {"SLURM_STEP_TASKS_PER_NODE", "1,2"}});
+  REQUIRE(beside.has_value());
+  CHECK_THAT(beside->node_rank_refusal, Catch::StartsWith("this Slurm job step runs 2 tasks on node 1 ("));
   CHECK(layout_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_NODES", "2"},
                    {"SLURM_STEP_NODELIST", "a[1-2]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}})
             ->node_rank_refusal.empty());

@@ -112,6 +112,12 @@ std::vector<int> expand_counts(std::string_view list) {
   return counts;
 }
 
-int slurm_master_port(long long job_id) { return 20000 + static_cast<int>(job_id % 10000); }
+int slurm_master_port(long long job_id, const char* step_id) {
+  // A step id that is no number (none: the batch script) counts as 0. 1009 is prime to 10000: the
+  // steps of one job differ until 10000 of them.
+  auto step = step_id ? parse_int(step_id) : std::nullopt;
+  const long long s = step && *step >= 0 ? *step % 10000 : 0;
+  return 20000 + static_cast<int>((job_id % 10000 + 1009 * s) % 10000);
+}
 
 }  // namespace ddp

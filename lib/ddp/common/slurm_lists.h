@@ -18,9 +18,11 @@ std::vector<std::string> expand_hostlist(std::string_view list);
 /// The counts of a Slurm count list: "2(x3),1" → 2, 2, 2, 1. Throws UserError naming the list.
 std::vector<int> expand_counts(std::string_view list);
 
-/// The rendezvous port of Slurm job `job_id`, for ddprun (mode A) and ddp-train tasks (mode B)
-/// alike: 20000 + job_id % 10000. Every node of a job computes the same one, and jobs that share a
-/// node collide only when their ids are a multiple of 10000 apart.
-int slurm_master_port(long long job_id);
+/// The rendezvous port of step `step_id` (SLURM_STEP_ID; null, or no number: 0) of Slurm job
+/// `job_id`, for ddprun (mode A) and ddp-train tasks (mode B) alike: 20000 + (job_id + 1009 ×
+/// step_id) % 10000. Every node of a step computes the same one; steps of one job running at once
+/// on a node (a sweep of `srun -n1` steps) differ, and so do jobs that share a node, unless their
+/// ids are a multiple of 10000 apart (or, for different steps, happen to offset them).
+int slurm_master_port(long long job_id, const char* step_id = nullptr);
 
 }  // namespace ddp

@@ -110,6 +110,7 @@ inline constexpr const char* kStepId = "SLURM_STEP_ID";
 inline constexpr const char* kNodeId = "SLURM_NODEID";  ///< this node's index in the step
 inline constexpr const char* kProcId = "SLURM_PROCID";  ///< this task's rank
 inline constexpr const char* kLocalId = "SLURM_LOCALID";
+inline constexpr const char* kStepNumTasks = "SLURM_STEP_NUM_TASKS";  ///< the step's; the job's (below) otherwise
 inline constexpr const char* kNtasks = "SLURM_NTASKS";
 inline constexpr const char* kNprocs = "SLURM_NPROCS";  ///< older Slurm's spelling of kNtasks
 inline constexpr const char* kStepNumNodes = "SLURM_STEP_NUM_NODES";

@@ -1,5 +1,6 @@
 #include "ddp/common/worker_identity.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "ddp/common/error.h"
@@ -39,7 +40,9 @@ const char* step_or_job(const EnvironmentLookup& lookup, const char* step_name, 
 WorkerIdentity from_slurm_task(const EnvironmentLookup& lookup) {
   WorkerIdentity id;
   id.rank = small_variable(lookup, slurm::kProcId, 0);
-  id.world_size = small_variable(lookup, slurm::kNtasks, small_variable(lookup, slurm::kNprocs, 1));
+  // The step's tasks: under `srun -E` (or an sbatch of more tasks) SLURM_NTASKS is the job's.
+  id.world_size = small_variable(lookup, slurm::kStepNumTasks,
+                                 small_variable(lookup, slurm::kNtasks, small_variable(lookup, slurm::kNprocs, 1)));
   id.local_rank = small_variable(lookup, slurm::kLocalId, 0);
   id.node_rank = small_variable(lookup, slurm::kNodeId, 0);
   id.node_count = small_variable(lookup, step_or_job(lookup, slurm::kStepNumNodes, slurm::kNnodes), 1);
@@ -50,7 +53,7 @@ WorkerIdentity from_slurm_task(const EnvironmentLookup& lookup) {
   if (const char* list = lookup(step_or_job(lookup, slurm::kStepNodeList, slurm::kJobNodeList)))
     id.master_addr = expand_hostlist(list).front();
   long long job = int_variable(lookup, slurm::kJobId, 0, kMaxJobId);
-  id.master_port = slurm_master_port(job);
+  id.master_port = slurm_master_port(job, lookup(slurm::kStepId));
   id.run_id = slurm_run_id(job, lookup(slurm::kStepId));
   id.restart_count = small_variable(lookup, slurm::kRestartCount, 0);  // a requeued job starts again from 0 otherwise
   id.requeues = id.restart_count;
@@ -182,14 +185,20 @@ std::optional<SlurmLayout> slurm_layout(const EnvironmentLookup& lookup) {
                             "; or --standalone for this node alone";
   // ddprun starts its node's ranks itself: a step of several tasks on this node would start
   // several ddpruns, each taking this node's rank, which fail on each other's port or node rank.
+  // Any node's, not only this one's: every node reads the same list and refuses at once, rather than
+  // the others waiting out the rendezvous for the crowded node's ddpruns.
   if (const char* per_node = lookup(slurm::kStepTasksPerNode)) {
     auto counts = expand_counts(per_node);
-    if (static_cast<std::size_t>(layout.node_rank) < counts.size() && counts[layout.node_rank] > 1)
+    auto crowded = std::find_if(counts.begin(), counts.end(), [](int count) { return count > 1; });
+    if (crowded != counts.end()) {
+      const auto index = static_cast<int>(crowded - counts.begin());
       layout.node_rank_refusal =
-          "this Slurm job step runs " + std::to_string(counts[layout.node_rank]) + " tasks on this node (" +
+          "this Slurm job step runs " + std::to_string(*crowded) + " tasks on " +
+          (index == layout.node_rank ? std::string("this node") : "node " + std::to_string(index)) + " (" +
           slurm::kStepTasksPerNode + "=" + printable(per_node, 40) + "), and each would be a ddprun starting the "
           "node's ranks: run one a node (srun --ntasks-per-node=1 ddprun --nproc-per-node=N), or one task a rank "
           "without ddprun (srun --ntasks-per-node=N ddp-train); or give --node-rank, or --no-slurm";
+    }
   }
   const char* list_name = step_or_job(lookup, slurm::kStepNodeList, slurm::kJobNodeList);
   const char* list = lookup(list_name);
@@ -197,14 +206,15 @@ std::optional<SlurmLayout> slurm_layout(const EnvironmentLookup& lookup) {
     throw UserError(std::string("inside a Slurm job, but neither ") + slurm::kStepNodeList + " nor " +
                     slurm::kJobNodeList + " is set");
   layout.master_addr = expand_hostlist(list).front();
-  layout.master_port = slurm_master_port(job_id);
+  layout.master_port = slurm_master_port(job_id, lookup(slurm::kStepId));
   layout.run_id = slurm_run_id(job_id, lookup(slurm::kStepId));
   auto from = [](const std::string& value, const std::string& source) { return value + " (" + source + ")"; };
   layout.sources = {
       {"--nnodes", from(std::to_string(layout.nnodes), nodes_name)},
       {"--node-rank", from(std::to_string(layout.node_rank), slurm::kNodeId)},
       {"--master-addr", from(layout.master_addr, std::string("first of ") + list_name)},
-      {"--master-port", from(std::to_string(layout.master_port), std::string("20000 + ") + slurm::kJobId + " % 10000")},
+      {"--master-port", from(std::to_string(layout.master_port), std::string("20000 + (") + slurm::kJobId + " + 1009 × " +
+                                                                    slurm::kStepId + ") % 10000")},
       {"--run-id", from(layout.run_id, std::string(slurm::kJobId) + "." + slurm::kStepId)}};
   return layout;
 }
