@@ -86,6 +86,58 @@ TEST_CASE("nodes with different rendezvous secrets are refused at the rendezvous
   }
 }
 
+TEST_CASE("elastic: a node whose workers finish first is done, not lost: the others' workers run to their end and "
+          "every launcher exits 0, whichever node finishes first",
+          "[launch][rendezvous][elastic]") {
+  // torchrun's exit barrier: a launcher that finished said so, and its silence is no scale-down.
+  TempDir dir;
+  for (bool host_first : {false, true}) {
+    std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+    auto line = [&](const std::string& name, int seconds) {
+      return ddprun() + " --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
+             " --rdzv-id done --rdzv-timeout 30 --rdzv-settle 1 --node-timeout 2 --local-addr " + name +
+             " -- sh -c 'sleep " + std::to_string(seconds) + "; echo finished-" + name + "' 2>" +
+             dir.file(name + ".err");
+    };
+    // The first launcher hosts the store (node 0); the other's workers end 8 s apart from its own.
+    const int a = host_first ? 2 : 10, b = host_first ? 10 : 2;
+    auto r = run_shell(line("a", a) + " & A=$!; sleep 0.5; " + line("b", b) + "; b=$?; wait $A; echo statuses=$?,$b",
+                       std::chrono::seconds(90));
+    const std::string errors = read_file(dir.file("a.err")) + read_file(dir.file("b.err"));
+    INFO((host_first ? "node 0 finishes first\n" : "node 1 finishes first\n") << r.out << errors);
+    CHECK(count_lines(r.out, "statuses=0,0") == 1);
+    CHECK_THAT(r.out, Contains("finished-a") && Contains("finished-b"));
+    CHECK_THAT(errors, !Contains("was lost") && !Contains("round 1"));
+  }
+}
+
+TEST_CASE("elastic: a launcher of another --nnodes range, or another secret, is refused before it arrives, in one "
+          "line; the job is never counted toward MIN by it",
+          "[launch][rendezvous][elastic][hmac]") {
+  TempDir dir;
+  for (const auto& [second, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--nnodes 1:3", "was started with --nnodes 1:2 but this node with --nnodes 1:3: give every node the same "
+                            "--nnodes"},
+           {"--nnodes 1:2 --rdzv-secret-file " + dir.file("other"), "have a different rendezvous secret than this node"}}) {
+    write_file(dir.file("other"), "another secret\n");
+    std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+    auto line = [&](const std::string& nnodes, const std::string& name, int seconds) {
+      return ddprun() + " " + nnodes + " --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
+             " --rdzv-id range --rdzv-timeout 30 --rdzv-settle 1 --local-addr " + name + " -- sh -c 'sleep " +
+             std::to_string(seconds) + "; echo ran-" + name + " ws=$WORLD_SIZE' 2>" + dir.file(name + ".err");
+    };
+    auto r = run_shell(line("--nnodes 1:2", "a", 4) + " & A=$!; sleep 1; " + line(second, "b", 1) +
+                           "; b=$?; wait $A; echo statuses=$?,$b",
+                       std::chrono::seconds(60));
+    const std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
+    INFO(second << "\n" << r.out << "\nnode a:\n" << a << "node b:\n" << b);
+    CHECK(count_lines(r.out, "statuses=0,2") == 1);  // the job runs on alone (MIN 1); the other is refused
+    CHECK_THAT(b, Contains("ddprun: error: ") && Contains(message));
+    CHECK_THAT(r.out, !Contains("ran-b") && Contains("ran-a ws=1"));
+    CHECK_THAT(a + b, !Contains("round 1") && !Contains("asks to join"));
+  }
+}
+
 TEST_CASE("node 0 whose peers never arrive names them, and a node whose node 0 gave up says node 0 went away",
           "[launch][rendezvous]") {
   TempDir dir;

@@ -50,6 +50,29 @@ std::string seconds_text(double s) {
 ElasticRendezvous::ElasticRendezvous(const LaunchOptions& options)
     : Rendezvous(options), max_nodes_(options.nnodes) {}
 
+// Note [One node range]: each launcher decides from its own --nnodes MIN:MAX when to close a round
+// (node 0) and when a joiner has room (every node), so launchers of other ranges would tear down
+// every round for a node node 0 never admits. Node 0 publishes its range, under its secret, before
+// it opens round 0; a launcher of another range, or another secret, is refused before it arrives,
+// and so is never counted toward MIN.
+void ElasticRendezvous::publish_node_range() {
+  const std::string key = kElastic + "nnodes";
+  store_->set(key, tagged(key, std::to_string(options_.min_nodes) + ":" + std::to_string(max_nodes_)));
+}
+
+void ElasticRendezvous::check_node_range() {
+  const std::string key = kElastic + "nnodes";
+  store_->wait({key}, timeout_);
+  const std::string stored = store_->get(key);
+  if (!same_secret(key, stored)) refuse_other_secret("0 (" + options_.master_addr + ", which hosts the store)");
+  const std::string mine = std::to_string(options_.min_nodes) + ":" + std::to_string(max_nodes_);
+  const std::string theirs = verified(key, stored).value_or(stored);
+  if (theirs != mine)
+    throw UserError("node 0 of the elastic job at " + options_.master_addr + ":" + std::to_string(port()) +
+                    " was started with --nnodes " + printable(theirs, 40) + " but this node with --nnodes " + mine +
+                    ": give every node the same --nnodes");
+}
+
 std::string ElasticRendezvous::round_key(int round, const std::string& what) const {
   return kElastic + "round_" + std::to_string(round) + "/" + what;
 }
@@ -77,6 +100,7 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
     if (hosts_store_) {
       run_id_ = o.run_id.empty() ? generate_run_id() : o.run_id;
       store_->set("ddprun/run_id", run_id_);
+      publish_node_range();
       store_->set(kElastic + "open", "0");
     } else {
       run_id_ = wait_for_run_id();
@@ -86,6 +110,7 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
                         ", the run id of the elastic job at " + o.master_addr + ":" + std::to_string(o.master_port) +
                         ": give each job its own endpoint, and every node of a job the same id");
       store_->wait({kElastic + "open"}, timeout_);
+      check_node_range();
     }
     launcher_ = store_->add(kElastic + "launchers", 1);
   }
@@ -305,6 +330,7 @@ std::optional<std::string> ElasticRendezvous::take_over_store() {
       store_->add(kElastic + "launchers", highest);
       std::string key = kElastic + "failures_before";
       store_->set(key, tagged(key, open + " " + std::to_string(failures_)));
+      publish_node_range();
       store_->set(kElastic + "open", open);
       store_->set(kElastic + "successor/" + open, "1");
     } else {
@@ -363,6 +389,11 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
     if (count != last_count) {
       last_count = count;
       since = Clock::now();
+    } else if (seconds_since(since) >= o.node_timeout_s && store_->check(done_key(round_, static_cast<int>(rank)))) {
+      // Its workers finished this round and its launcher ended (or waits, as node 0 does, for the
+      // others): done, not lost, and no reason to stop this node's workers (torchrun's exit barrier).
+      beats_.erase(found);
+      return check_membership();
     } else if (seconds_since(since) >= o.node_timeout_s) {
       announce(MembershipChange::Kind::kLost,
                "node " + std::to_string(rank) + " (" + label(m) + ") was lost: its launcher sent no heartbeat for " +

@@ -80,6 +80,8 @@ class ElasticRendezvous : public Rendezvous {
   /// machine), for messages that name a node.
   std::string label(const Member& member) const;
   std::string round_key(int round, const std::string& what) const;
+  void publish_node_range();  // Note [One node range]
+  void check_node_range();
   /// Node 0: waits for MIN arrivals and the settle time, then publishes the members; false when
   /// `interrupted()` first (the store then goes with this launcher, and node 1 takes it over).
   bool close_round(int round, const std::function<bool()>& interrupted);

@@ -326,9 +326,7 @@ void Rendezvous::check_registrations(const std::vector<std::string>& keys, World
     if (fields.size() < 4) throw UserError("node " + std::to_string(r) + " registered as '" + printable(value, 200) +
                                            "' at " + endpoint(o) + ", not as a ddprun would: is another program "
                                            "writing to this store?");
-    bool same_secret = o.rdzv_secret.empty() ? at == std::string::npos
-                                             : at != std::string::npos && verified(keys[r], stored, /*quiet=*/true);
-    if (!same_secret) differ += (differ.empty() ? "" : ", ") + std::to_string(r) + " (" + printable(fields[0]) + ")";
+    if (!same_secret(keys[r], stored)) differ += (differ.empty() ? "" : ", ") + std::to_string(r) + " (" + printable(fields[0]) + ")";
     int nproc = static_cast<int>(parse_int(fields.at(1)).value_or(0));
     int nnodes = static_cast<int>(parse_int(fields.at(2)).value_or(0));
     if (nnodes != o.nnodes)
@@ -339,11 +337,22 @@ void Rendezvous::check_registrations(const std::vector<std::string>& keys, World
     layout.hosts.push_back(printable(fields[0], 255));
     layout.node_count += 1;
   }
-  if (!differ.empty())
-    throw UserError("node(s) " + differ + " of the rendezvous at " + endpoint(o) +
-                    " have a different rendezvous secret than this node (node " + std::to_string(o.node_rank) +
-                    (o.rdzv_secret.empty() ? ", which has none" : "") + "): set the same " + env::kRdzvSecret +
-                    " (or --rdzv-secret-file) on every node, or none on any");
+  if (!differ.empty()) refuse_other_secret(differ);
+}
+
+bool Rendezvous::same_secret(const std::string& key, const std::string& stored) const {
+  const auto at = stored.rfind(kTagMarker);
+  return options_.rdzv_secret.empty() ? at == std::string::npos
+                                      : at != std::string::npos && verified(key, stored, /*quiet=*/true);
+}
+
+void Rendezvous::refuse_other_secret(const std::string& nodes) const {
+  const auto& o = options_;
+  throw UserError("node(s) " + nodes + " of the rendezvous at " + endpoint(o) +
+                  " have a different rendezvous secret than this node" +
+                  (o.elastic() ? std::string(o.rdzv_secret.empty() ? " (which has none)" : "")
+                               : " (node " + std::to_string(o.node_rank) + (o.rdzv_secret.empty() ? ", which has none" : "") + ")") +
+                  ": set the same " + env::kRdzvSecret + " (or --rdzv-secret-file) on every node, or none on any");
 }
 
 // Note [Control values]: the store's port admits anyone who reaches it, so a control value (a
@@ -445,8 +454,12 @@ void Rendezvous::beat_alive() {
   }
 }
 
+std::string Rendezvous::done_key(int attempt, int node_rank) {
+  return kPrefix + "attempt_" + std::to_string(attempt) + "/done/" + std::to_string(node_rank);
+}
+
 void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted, int exit_status) {
-  std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/done/";
+  const std::string prefix = done_key(attempt, 0).substr(0, done_key(attempt, 0).size() - 1);
   try {
     store_->set(prefix + std::to_string(options_.node_rank), std::to_string(exit_status));
     if (options_.node_rank != 0) return;

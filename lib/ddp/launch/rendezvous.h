@@ -90,6 +90,13 @@ class Rendezvous {
   std::string tagged(const std::string& key, const std::string& value) const;
   /// The value of a stored control value that verifies; nullopt (said once per key unless `quiet`) if it does not.
   std::optional<std::string> verified(const std::string& key, const std::string& stored, bool quiet = false) const;
+  /// Whether `stored` (another node's value under `key`) was written under this node's secret: tagged
+  /// and verifying where this node has one, untagged where it has none (Note [Secret check at join]).
+  bool same_secret(const std::string& key, const std::string& stored) const;
+  /// Where node `node_rank` says it finished attempt (elastic: round) `attempt`, with its exit status.
+  static std::string done_key(int attempt, int node_rank);
+  /// UserError: `nodes` of the rendezvous have another secret than this node's.
+  [[noreturn]] void refuse_other_secret(const std::string& nodes) const;
   /// join() without the translation of a lost store into a UserError.
   WorldLayout join_store();
   /// Node 0's run id, waiting for node 0 to publish it; UserError on a time-out.
