@@ -138,6 +138,28 @@ TEST_CASE("elastic: a launcher of another --nnodes range, or another secret, is 
   }
 }
 
+TEST_CASE("a node SIGKILLed before a restart is named within seconds, and the job ends with the failure's status, "
+          "not after --rdzv-timeout with a rendezvous error",
+          "[launch][rendezvous][faults]") {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  std::string common = " --nnodes 2 --nproc-per-node 1 --max-restarts 2 --master-addr 127.0.0.1 --master-port " + port +
+                       " --rdzv-timeout 120";
+  // Node 0's worker fails after 3 s; node 1's launcher is SIGKILLed before the restart.
+  const std::string started = dir.file("started");
+  auto r = run_shell(ddprun() + " --node-rank 1" + common + " -- sh -c 'touch " + started + "; exec sleep 100' 2>" +
+                         dir.file("b.err") + " & B=$!; " + ddprun() + " --node-rank 0" + common +
+                         " -- sh -c 'sleep 3; exit 1' 2>" + dir.file("a.err") + " & A=$!; i=0; while [ ! -e " +
+                         started + " ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; kill -9 $B; wait $A; "
+                         "echo status=$?",
+                     std::chrono::seconds(80));
+  const std::string a = read_file(dir.file("a.err"));
+  INFO(r.out << "\nnode 0:\n" << a);
+  CHECK(count_lines(r.out, "status=1") == 1);
+  CHECK_THAT(a, Contains("restart attempt 1 cannot form: node 1's launcher has sent no heartbeat for 15 s (killed, "
+                         "or its host lost); not restarting, and ending with the failure"));
+}
+
 TEST_CASE("node 0 whose peers never arrive names them, and a node whose node 0 gave up says node 0 went away",
           "[launch][rendezvous]") {
   TempDir dir;

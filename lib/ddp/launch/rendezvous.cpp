@@ -415,8 +415,10 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
   std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/ready/";
   store_->set(prefix + std::to_string(options_.node_rank), "1");
   // Polled rather than one blocking wait, so that a signal to the launcher is acted on at once.
-  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + timeout_;
   const std::string finished = kPrefix + "attempt_" + std::to_string(attempt - 1) + "/done/";
+  std::map<int, std::pair<int64_t, Clock::time_point>> beats;  // by node: its alive count, when it last moved
   while (true) {
     std::vector<int> missing;
     for (int r = 0; r < options_.nnodes; ++r)
@@ -436,12 +438,35 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
     if (!gone.empty())
       throw RestartCannotForm("restart attempt " + std::to_string(attempt) + " cannot form: of attempt " +
                               std::to_string(attempt - 1) + ", " + gone);
+    // Note [Silent nodes]: a node killed (SIGKILL, its host lost) never comes back; waiting out
+    // --rdzv-timeout for it said nothing for minutes, then blamed the rendezvous (exit 2).
+    std::string silent;
+    for (int r : missing) {
+      const int64_t count = store_->add(kPrefix + "alive/" + std::to_string(r), 0);
+      auto [seen, fresh] = beats.emplace(r, std::make_pair(count, Clock::now()));
+      if (!fresh && seen->second.first != count) seen->second = {count, Clock::now()};
+      if (Clock::now() - seen->second.second >= silence_limit())
+        silent += (silent.empty() ? "node " : ", node ") + std::to_string(r);
+    }
+    if (!silent.empty())
+      throw RestartCannotForm("restart attempt " + std::to_string(attempt) + " cannot form: " + silent +
+                              "'s launcher has sent no heartbeat for " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(silence_limit()).count()) +
+                              " s (killed, or its host lost)");
     beat_alive();  // Note [Silent nodes]: node 0 may be finishing, not restarting
-    if (std::chrono::steady_clock::now() > deadline)
+    if (Clock::now() > deadline) {
+      std::string waited;
+      for (int r : missing) waited += (waited.empty() ? "" : ", ") + std::to_string(r);
       throw UserError("not every node came back for restart attempt " + std::to_string(attempt) + " within " +
-                      std::to_string(timeout_.count() / 1000) + " s");
+                      std::to_string(timeout_.count() / 1000) + " s: node(s) " + waited + " did not");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+std::chrono::steady_clock::duration Rendezvous::silence_limit() const {
+  return std::max<std::chrono::steady_clock::duration>(
+      std::chrono::seconds(15), std::chrono::milliseconds(static_cast<int64_t>(4000 * options_.monitor_interval_s)));
 }
 
 void Rendezvous::beat_alive() {
@@ -482,8 +507,7 @@ void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted, i
     // Note [Silent nodes]: every launcher beats in the store while it lives (beat_alive, from its
     // monitor loop, at least every --monitor-interval); one whose beats stop for long after its
     // last (SIGKILLed, its host lost) will never say it is done, and is waited for no longer.
-    const auto silence = std::max<Clock::duration>(
-        std::chrono::seconds(15), std::chrono::milliseconds(static_cast<int64_t>(4000 * options_.monitor_interval_s)));
+    const auto silence = silence_limit();
     std::map<std::string, std::pair<int64_t, Clock::time_point>> beats;  // by done key: the count, when it last moved
     std::set<std::string> silent;
     while (!keys.empty() && Clock::now() < deadline) {

@@ -95,6 +95,8 @@ class Rendezvous {
   bool same_secret(const std::string& key, const std::string& stored) const;
   /// Where node `node_rank` says it finished attempt (elastic: round) `attempt`, with its exit status.
   static std::string done_key(int attempt, int node_rank);
+  /// How long a launcher's alive count may stand still before it is taken for dead (Note [Silent nodes]).
+  std::chrono::steady_clock::duration silence_limit() const;
   /// UserError: `nodes` of the rendezvous have another secret than this node's.
   [[noreturn]] void refuse_other_secret(const std::string& nodes) const;
   /// join() without the translation of a lost store into a UserError.
