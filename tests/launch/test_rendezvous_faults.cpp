@@ -111,6 +111,24 @@ TEST_CASE("elastic: a node whose workers finish first is done, not lost: the oth
   }
 }
 
+TEST_CASE("elastic: a launcher waiting to be admitted to a full job that then finishes says so and exits 0",
+          "[launch][rendezvous][elastic]") {
+  TempDir dir;
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto line = [&](const std::string& name, const std::string& seconds) {
+    return ddprun() + " --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
+           " --rdzv-id full --rdzv-timeout 60 --rdzv-settle 1 --local-addr " + name + " -- sh -c 'sleep " + seconds +
+           "' 2>" + dir.file(name + ".err");
+  };
+  auto r = run_shell(line("a", "6") + " & A=$!; sleep 0.3; " + line("b", "4.5") + " & B=$!; sleep 3; " +
+                         line("c", "6") + "; c=$?; wait $A; a=$?; wait $B; echo statuses=$a,$?,$c",
+                     std::chrono::seconds(60));
+  const std::string c = read_file(dir.file("c.err"));
+  INFO(r.out << "\nnode c:\n" << c);
+  CHECK(count_lines(r.out, "statuses=0,0,0") == 1);
+  CHECK_THAT(c, Contains("the job finished before this node was admitted") && !Contains("lost the rendezvous store"));
+}
+
 TEST_CASE("elastic: a launcher of another --nnodes range, or another secret, is refused before it arrives, in one "
           "line; the job is never counted toward MIN by it",
           "[launch][rendezvous][elastic][hmac]") {

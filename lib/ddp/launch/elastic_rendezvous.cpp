@@ -435,6 +435,9 @@ void ElasticRendezvous::leave(const std::string& why) {
 void ElasticRendezvous::job_finished() {
   try {
     store_->set(kElastic + "finished", "1");
+    // A launcher waiting to be admitted reads this every kPoll: the store stays up until it could
+    // have, rather than vanish under it (which it would take for a lost store: exit 2).
+    if (store_->add(round_key(round_ + 1, "arrivals"), 0) > 0) std::this_thread::sleep_for(10 * kPoll);
   } catch (const std::exception&) {
   }
 }
