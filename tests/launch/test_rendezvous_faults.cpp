@@ -130,7 +130,7 @@ TEST_CASE("elastic: a launcher waiting to be admitted to a full job that then fi
 }
 
 TEST_CASE("elastic: a launcher of another --nnodes range, or another secret, is refused before it arrives, in one "
-          "line; the job is never counted toward MIN by it",
+          "line, and is never counted toward the job's MIN",
           "[launch][rendezvous][elastic][hmac]") {
   TempDir dir;
   for (const auto& [second, message] : std::vector<std::pair<std::string, std::string>>{

@@ -539,7 +539,7 @@ TEST_CASE("a chart breaks its line at a value it cannot draw, marks a lone point
 }
 
 TEST_CASE("ddp-report refuses a metrics.jsonl that is a directory, another program's file or one with no step, "
-          "naming the cause; a field with text is left out, named, and the record kept",
+          "naming the cause, and leaves out a field with text, named, keeping the record",
           "[record][report]") {
   TempDir dir;
   auto report = [&](const std::string& name) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ddp/common/error.h"
+#include "ddp/common/master_address.h"
 #include "ddp/common/port_probe.h"
 #include "ddp/common/text.h"
 
@@ -316,7 +317,20 @@ std::optional<std::string> ElasticRendezvous::take_over_store() {
                          "machine (by the stopped store host, if it runs here)\n", was.c_str(), successor.host.c_str(), port);
     return std::nullopt;
   }
-  options_.master_addr = successor.host;
+  // The successor's --local-addr, a name every node resolves as node 0's was (under Slurm, maybe a
+  // node name only Slurm knows: its NodeAddr then, as at start).
+  std::string address = successor.host;
+  if (!host) {
+    try {
+      auto resolved = resolve_master_address(successor.host, "give every node a --local-addr the others can resolve");
+      if (!resolved.note.empty()) std::fprintf(stderr, "ddprun: %s\n", resolved.note.c_str());
+      address = resolved.address;
+    } catch (const UserError& e) {
+      std::fprintf(stderr, "ddprun: %s, and node 1's address cannot be had: %s\n", was.c_str(), e.what());
+      return std::nullopt;
+    }
+  }
+  options_.master_addr = address;
   options_.master_port = port;
   store_.reset();
   try {
