@@ -95,7 +95,7 @@ TEST_CASE("elastic: a node whose workers finish first is done, not lost: the oth
     std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
     auto line = [&](const std::string& name, int seconds) {
       return ddprun() + " --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
-             " --rdzv-id done --rdzv-timeout 30 --rdzv-settle 1 --node-timeout 2 --local-addr " + name +
+             " --rdzv-id done --rdzv-timeout 30 --rdzv-settle 1 --node-timeout 5 --local-addr " + name +
              " -- sh -c 'sleep " + std::to_string(seconds) + "; echo finished-" + name + "' 2>" +
              dir.file(name + ".err");
     };

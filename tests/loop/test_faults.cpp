@@ -74,7 +74,7 @@ TEST_CASE("SIGTERM to the launcher checkpoints, exits 143, and the same command 
   std::string out = dir.file("run");
   std::string command = ddprun_command(2, "fashion_mnist_convnet.yaml",
                                        {"run.output_dir=" + out, "train.max_steps=200", "checkpoint.every_epochs=0",
-                                        "data.eval_split=none", "train.log_every=10"});
+                                        "data.eval_split=none", "train.log_every=1000"});
   auto first = run_shell(command + " & L=$!; " + wait_for(out + "/metrics.jsonl") +
                              "sleep 0.5; kill -TERM $L; wait $L; echo status=$?",
                          std::chrono::seconds(120));

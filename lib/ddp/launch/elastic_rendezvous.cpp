@@ -192,6 +192,7 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
     options_.node_rank = layout.node_rank;
     options_.nnodes = layout.node_count;  // what report_failure, finish and the checks count
     beats_.clear();
+    finishing_ = false;
     for (const auto& m : members_)
       if (m.launcher != launcher_) beats_[m.launcher] = {-1, Clock::now()};
     return layout;
@@ -407,6 +408,7 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
       // Its workers finished this round and its launcher ended (or waits, as node 0 does, for the
       // others): done, not lost, and no reason to stop this node's workers (torchrun's exit barrier).
       beats_.erase(found);
+      finishing_ = true;
       return check_membership();
     } else if (seconds_since(since) >= o.node_timeout_s) {
       announce(MembershipChange::Kind::kLost,
@@ -415,7 +417,10 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
       return check_membership();
     }
   }
-  if (static_cast<int>(members_.size()) < max_nodes_ && store_->add(round_key(round_ + 1, "arrivals"), 0) > 0) {
+  // A job some of whose nodes finished forms no next round: a joiner would stop the rest for nothing.
+  if (!finishing_) finishing_ = store_->check(kElastic + "finished");
+  if (!finishing_ && static_cast<int>(members_.size()) < max_nodes_ &&
+      store_->add(round_key(round_ + 1, "arrivals"), 0) > 0) {
     // A joiner counts itself in before it writes its arrival: until that is written, the next
     // check names it (a loaded machine once announced "a node" here, unnamed).
     std::string first = round_key(round_ + 1, "arrival/0");

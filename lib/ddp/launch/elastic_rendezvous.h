@@ -99,6 +99,7 @@ class ElasticRendezvous : public Rendezvous {
   int node_rank_in_round_ = -1;
   std::vector<Member> members_;  // of round_, by node rank
   std::map<int64_t, std::pair<int64_t, std::chrono::steady_clock::time_point>> beats_;  // launcher: last count, when it changed
+  bool finishing_ = false;  // a member finished this round, or node 0 said the job finished: no join
   std::chrono::steady_clock::time_point last_beat_{};
   bool finished_before_admission_ = false;
 };

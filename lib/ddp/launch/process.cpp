@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/launch/signals.h"
+
 namespace ddp {
 namespace {
 
@@ -80,7 +82,8 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     throw std::runtime_error("fork: " + cause);
   }
   if (pid == 0) {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+    for (int sig : kStopSignals) signal(sig, SIG_DFL);
+    for (int sig : {SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

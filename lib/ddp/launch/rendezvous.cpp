@@ -445,8 +445,10 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
       const int64_t count = store_->add(kPrefix + "alive/" + std::to_string(r), 0);
       auto [seen, fresh] = beats.emplace(r, std::make_pair(count, Clock::now()));
       if (!fresh && seen->second.first != count) seen->second = {count, Clock::now()};
-      if (Clock::now() - seen->second.second >= silence_limit())
+      if (Clock::now() - seen->second.second >= silence_limit()) {
         silent += (silent.empty() ? "node " : ", node ") + std::to_string(r);
+        silent_nodes_.insert(r);  // finish() waits for it no more
+      }
     }
     if (!silent.empty())
       throw RestartCannotForm("restart attempt " + std::to_string(attempt) + " cannot form: " + silent +
@@ -484,7 +486,7 @@ std::string Rendezvous::done_key(int attempt, int node_rank) {
 }
 
 void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted, int exit_status) {
-  const std::string prefix = done_key(attempt, 0).substr(0, done_key(attempt, 0).size() - 1);
+  const std::string prefix = kPrefix + "attempt_" + std::to_string(attempt) + "/done/";  // as done_key
   try {
     store_->set(prefix + std::to_string(options_.node_rank), std::to_string(exit_status));
     if (options_.node_rank != 0) return;
@@ -495,6 +497,10 @@ void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted, i
       return keys;
     };
     auto keys = waiting_for();
+    std::set<std::string> silent;  // those already found silent before a restart are not waited for again
+    for (int r : silent_nodes_) silent.insert(prefix + std::to_string(r));
+    keys.erase(std::remove_if(keys.begin(), keys.end(), [&](const std::string& k) { return silent.count(k) > 0; }),
+               keys.end());
     if (keys.empty()) return;
     // The store must outlive every other node's last use of it. Polled, as barrier_before is: a
     // node that was SIGKILLed never says it is done, and a signal here must not wait for it.
@@ -509,7 +515,6 @@ void Rendezvous::finish(int attempt, const std::function<bool()>& interrupted, i
     // last (SIGKILLed, its host lost) will never say it is done, and is waited for no longer.
     const auto silence = silence_limit();
     std::map<std::string, std::pair<int64_t, Clock::time_point>> beats;  // by done key: the count, when it last moved
-    std::set<std::string> silent;
     while (!keys.empty() && Clock::now() < deadline) {
       if (interrupted()) {
         std::fprintf(stderr, "ddprun: a signal: closing the store without waiting for %zu other node(s)\n",

@@ -116,6 +116,7 @@ class Rendezvous {
   std::chrono::milliseconds answer_within_{0};
   std::unique_ptr<KvStore> store_;
   std::chrono::steady_clock::time_point last_alive_beat_{};
+  std::set<int> silent_nodes_;  // found silent before a restart (Note [Silent nodes])
 };
 
 /// A directory only this user can enter, removed with everything in it when destroyed. Single-node

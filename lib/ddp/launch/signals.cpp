@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <ctime>
+#include <iterator>
 #include <stdexcept>
 
 namespace ddp {
@@ -15,6 +16,7 @@ int g_write_fd = -1;
 // SIGUSR1 and SIGUSR2 too: Slurm's --signal=USR1@N (a time limit near) would otherwise end ddprun
 // by their default action, and its workers with it (PR_SET_PDEATHSIG), with no checkpoint.
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD};
+static_assert(std::size(kSignals) == std::size(kStopSignals) + 1, "kStopSignals and SIGCHLD");
 
 // Note [One request, sent twice]: `timeout` signals its child and then its own process group, the
 // child in it, within microseconds: one request arrives twice, and the second, taken as a second

@@ -1,9 +1,15 @@
 #pragma once
 // Turns SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGCHLD into bytes on a pipe the monitor loop polls (the self-pipe trick).
 
+#include <csignal>
 #include <vector>
 
 namespace ddp {
+
+/// The signals that ask the launcher to stop its workers (and that it passes on): Ctrl-C, SIGTERM,
+/// a hangup, Ctrl-\, and Slurm's --signal=USR1@N (or USR2). One list for the handlers, the
+/// watchdog, which ignores them, and a new worker, which resets them before exec.
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 /// Installs the handlers for its lifetime; one instance per process.
 class SignalPipe {

@@ -19,6 +19,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "ddp/launch/signals.h"
+
 namespace ddp {
 namespace {
 
@@ -81,7 +83,7 @@ std::vector<ProcessId> descendants(const pid_t* roots, int count) {
 // descendants every second while the launcher lives, and at its end kills those it found that still
 // run (the same start time: not a pid reused since).
 [[noreturn]] void watchdog_main(int read_fd, const std::string& orphaned_dir) {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
+  for (int sig : kStopSignals) signal(sig, SIG_IGN);  // Slurm signals every process of the step
   constexpr int kMax = 4096;
   static pid_t groups[kMax];
   int count = 0;

@@ -8,6 +8,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/loop/activation_checkpointing.h"
+#include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/pipeline_step.h"
 #include "ddp/loop/plain_step.h"
 #include "ddp/loop/tensor_plan_probe.h"
@@ -195,6 +196,7 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
     const TensorShards& shards = *plan.tensor_shards();
     if (probe) {
       const double difference = probe->check(shards);
+      use_tf32(config.train.tf32);  // the probe ran in full float32 (Note [Probing a tensor plan])
       if (plan.world().rank == 0)
         spdlog::info("dist.tensor_plan: the split module's output for the first training sample is the whole "
                      "module's (relative difference {:.2g})", difference);

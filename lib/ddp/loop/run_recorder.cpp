@@ -497,8 +497,14 @@ void RunRecorder::finished(const TrainProgress& progress) {
 
 void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason reason) {
   if (world_.rank == 0) spdlog::warn("stopping at step {}{}", progress.step, stop_text(signal, reason));
+  // Every rank stops at this step: the steps since the last log line count. Apart from the stop's
+  // record: a loss that is no number (said here) must not keep the stop from being recorded.
   try {
-    log_last_steps(progress);  // every rank stops at this step: the steps since the last log line count
+    log_last_steps(progress);
+  } catch (const std::exception& e) {
+    if (world_.rank == 0) spdlog::warn("the steps since the last log line are not logged: {}", e.what());
+  }
+  try {
     write_report(progress, 128 + (signal ? signal : SIGTERM));
   } catch (const std::exception& e) {  // the checkpoint is written: the stop stays a stop, said
     spdlog::warn("the stop is not recorded in metrics.jsonl: {}", e.what());

@@ -3,8 +3,6 @@
 
 #include <torch/types.h>
 
-#include <optional>
-
 #include "ddp/task/task.h"
 
 namespace ddp {
