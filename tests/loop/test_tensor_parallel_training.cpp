@@ -289,17 +289,18 @@ TEST_CASE("with dropout 0.1, dist.tensor 2 trains to world 1's held-out loss wit
     return metric_value(dir.file(name + "/metrics.jsonl"), "eval_loss");
   };
   // Its masks differ from world 1's (Megatron's RNG tracker gives each rank's heads their own), so a
-  // run agrees with world 1 as another seed would: here seeds spread over about 0.2 nats, and
-  // dropout itself costs about 0.25.
+  // run agrees with world 1 as another seed would: here seeds spread over about 0.2 nats.
   double one = 0, tensor = 0;
   for (std::string seed : {"1", "7", "9"}) {
     one += eval_loss(1, "one_" + seed, {"model.dropout=0.1", "run.seed=" + seed}) / 3;
     tensor += eval_loss(2, "tensor_" + seed, {"model.dropout=0.1", "run.seed=" + seed, "dist.tensor=2"}) / 3;
   }
-  const double without = eval_loss(2, "tensor_no_dropout", {"dist.tensor=2"});
-  INFO("mean held-out loss: world 1 " << one << ", dist.tensor 2 " << tensor << "; without dropout " << without);
+  const double without = eval_loss(2, "tensor_no_dropout", {"dist.tensor=2", "run.seed=1"});
+  INFO("mean held-out loss: world 1 " << one << ", dist.tensor 2 " << tensor << "; seed 1 without dropout " << without);
   CHECK(std::abs(one - tensor) < 0.15);
-  CHECK(tensor - without > 0.08);  // the dropout took effect
+  // The dropout took effect: the same seed without it trains other weights. (Its cost in held-out
+  // loss, 0.07 to 0.25 nats, depends on the machine's rounding and is no test.)
+  CHECK(largest_difference(dir.file("tensor_1/model.pt"), dir.file("tensor_no_dropout/model.pt")) > 1e-3);
 }
 
 TEST_CASE("a tensor layout that cannot be had: one line naming the key, exit 2, nothing written", "[tensor]") {
