@@ -338,6 +338,10 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
     CHECK(into.err == "ddp-report: error: --output: " + output + " is a directory; name the page's file, as " +
                           dir.file("run/report.html") + "\n");
   }
+  // -o '' (a shell variable left empty): said so (was rename's "No such file or directory").
+  auto empty = run_command({bin("ddp-report"), dir.file("run"), "-o", ""});
+  CHECK(empty.exit_code == 2);
+  CHECK(empty.err == "ddp-report: error: --output: an empty path; name the page's file, as report.html (the default)\n");
 }
 
 TEST_CASE("ddp-report -o never writes over a run's own files, and may replace its earlier page", "[record][report]") {

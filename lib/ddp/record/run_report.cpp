@@ -341,6 +341,7 @@ std::vector<std::string> write_run_report(const std::string& path, const std::ve
   // what it reports; an earlier page (.html) is the one file of a run it may replace.
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (path.empty()) throw UserError("--output: an empty path; name the page's file, as report.html (the default)");
   if (fs::is_directory(path, ec) || (!path.empty() && path.back() == '/'))
     throw UserError("--output: " + path + " is a directory; name the page's file, as " +
                     (fs::path(path) / "report.html").lexically_normal().string());
