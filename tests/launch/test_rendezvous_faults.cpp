@@ -215,6 +215,37 @@ TEST_CASE("a service on the master port that is not a store is named at once", "
   CHECK_THAT(r.err, !Contains("bad_alloc") && !Contains("internal error"));
 }
 
+TEST_CASE("a service on the master port that waits to be asked, as HTTP does, is named at once, and a store is not "
+          "taken for one", "[launch][rendezvous]") {
+  // Quiet until asked: c10d's client would wait for it until --rdzv-timeout (here 300 s).
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  auto web = listener(dir, "web.py",
+                      "import http.server\n"
+                      "class Page(http.server.BaseHTTPRequestHandler):\n"
+                      "    def do_GET(self): self.send_response(200); self.end_headers(); self.wfile.write(b'hi')\n"
+                      "while True:\n"
+                      "    c, a = s.accept()\n"
+                      "    try: Page(c, a, None)\n"
+                      "    except Exception: pass\n"
+                      "    c.close()\n");
+  auto r = node_against("python3 " + web + " " + port + " " + dir.file("up"), dir.file("up"), port, 300);
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=2") == 1);
+  CHECK_THAT(r.err, Contains("something that is not a ddprun (c10d) store answers on 127.0.0.1:" + port +
+                             " (it answered an HTTP request with 'HTTP/1.0 200 OK')"));
+  // A real store, asked the same, says nothing, logs nothing on its host, and the job runs.
+  std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " -- sh -c 'echo rank=$RANK'";
+  auto job = run_shell(bin("ddprun") + " --node-rank 0" + common + " 2>" + dir.file("a.err") + " & A=$!; sleep 1; " +
+                           bin("ddprun") + " --node-rank 1" + common + "; b=$?; wait $A; echo statuses=$?,$b",
+                       std::chrono::seconds(60));
+  INFO(job.out << job.err << read_file(dir.file("a.err")));
+  CHECK(count_lines(job.out, "statuses=0,0") == 1);
+  CHECK_THAT(job.out, Contains("] rank=1"));
+  for (const std::string& err : {read_file(dir.file("a.err")), job.err})
+    CHECK_THAT(err, !Contains("error") && !Contains("rror:") && !Contains("query") && !Contains("not a ddprun"));
+}
+
 TEST_CASE("a service on the master port that hangs up on every connection is named, and a store that hangs up "
           "once as it closes is not taken for one", "[launch][rendezvous]") {
   // times=-1: hang up on every connection; times=1: on the first, then stop listening, as the store

@@ -332,7 +332,7 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   CHECK(here.exit_code == 0);
   CHECK_THAT(read_file(dir.file("here.html")), Contains("ddprun report: run<"));
   // -o naming a directory: said so, with the file it may mean (was rename's "Is a directory", exit 74).
-  for (const std::string output : {dir.file("run"), dir.file("run") + "/"}) {
+  for (const std::string& output : {dir.file("run"), dir.file("run") + "/"}) {
     auto into = run_command({bin("ddp-report"), dir.file("run"), "-o", output});
     CHECK(into.exit_code == 2);
     CHECK(into.err == "ddp-report: error: --output: " + output + " is a directory; name the page's file, as " +

@@ -81,7 +81,7 @@ bool is_local_address(const std::string& host) {
 
 // A c10d client fed another service's reply dies of it (store_probe.h); this says who answered.
 void refuse_foreign_service(const LaunchOptions& o) {
-  if (auto reply = unprompted_reply(o.master_addr, o.master_port, std::chrono::milliseconds(300)))
+  if (auto reply = service_reply(o.master_addr, o.master_port, std::chrono::milliseconds(300)))
     throw UserError("something that is not a ddprun (c10d) store answers on " + endpoint(o) + " (" + *reply +
                     "): is the port (--master-port or --rdzv-endpoint) another service's? give every node of the job "
                     "the same free port");

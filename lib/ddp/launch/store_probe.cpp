@@ -43,20 +43,32 @@ int connect_within(const std::string& host, int port, std::chrono::milliseconds 
   return connected;
 }
 
+// Note [Asking a quiet service]: a c10d store never speaks first, and never answers a request it
+// cannot parse: LibTorch 1.13's store closes the connection on an unknown query type ('G' is none),
+// 2.x's reads nothing from a client until it sends the validation magic. Services that wait to be
+// asked (HTTP, Redis, most text protocols) answer an HTTP request line, even if only with an error.
+// So a reply to it names a foreign service, and a hang-up after it says nothing.
+const char kQuestion[] = "GET / HTTP/1.0\r\n\r\n";
+
+std::optional<std::string> first_line(int fd, const char* how) {
+  char buffer[200];
+  ssize_t n = read(fd, buffer, sizeof buffer);
+  if (n <= 0) return std::nullopt;
+  std::string text(buffer, static_cast<std::size_t>(n));
+  return std::string(how) + " '" + printable(text.substr(0, text.find_first_of("\r\n")), 80) + "'";
+}
+
 std::optional<std::string> reply_once(const std::string& host, int port, std::chrono::milliseconds wait) {
   int fd = connect_within(host, port, wait);
   if (fd < 0) return std::nullopt;  // nothing listens yet: c10d's client retries until node 0 is up
   pollfd p{fd, POLLIN, 0};
   std::optional<std::string> reply;
   if (poll(&p, 1, static_cast<int>(wait.count())) == 1) {
-    char buffer[200];
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n > 0) {
-      std::string text(buffer, static_cast<std::size_t>(n));
-      reply = "it greeted with '" + printable(text.substr(0, text.find_first_of("\r\n")), 80) + "'";
-    } else {
-      reply = kHungUp;
-    }
+    reply = first_line(fd, "it greeted with");
+    if (!reply) reply = kHungUp;
+  } else if (send(fd, kQuestion, sizeof kQuestion - 1, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof kQuestion - 1) &&
+             poll(&p, 1, static_cast<int>(wait.count())) == 1) {
+    reply = first_line(fd, "it answered an HTTP request with");
   }
   close(fd);
   return reply;
@@ -64,7 +76,7 @@ std::optional<std::string> reply_once(const std::string& host, int port, std::ch
 
 }  // namespace
 
-std::optional<std::string> unprompted_reply(const std::string& host, int port, std::chrono::milliseconds wait) {
+std::optional<std::string> service_reply(const std::string& host, int port, std::chrono::milliseconds wait) {
   auto reply = reply_once(host, port, wait);
   // A store closing as its job ends hangs up on a late node once (its listener gone with the
   // connection in its backlog); a service that hangs up does so every time.

@@ -1,7 +1,8 @@
 #pragma once
 // A look at what listens on the rendezvous port before c10d's client talks to it. c10d reads any
 // reply as its own protocol: a greeting from another service (an SSH banner) becomes a length, and
-// the client dies with std::bad_alloc in a thread of its own, where no caller can catch it.
+// the client dies with std::bad_alloc in a thread of its own, where no caller can catch it. A
+// service that waits to be asked (HTTP) would hold the client until --rdzv-timeout: it is asked.
 
 #include <chrono>
 #include <optional>
@@ -10,7 +11,9 @@
 namespace ddp {
 
 /// What a service on host:port says, or that it hangs up, within `wait` of a connection, before it
-/// is asked anything; nullopt when it stays quiet (as a c10d store does) or nothing accepts yet.
-std::optional<std::string> unprompted_reply(const std::string& host, int port, std::chrono::milliseconds wait);
+/// is asked anything; or, if it stays quiet, what it answers within `wait` to an HTTP request line.
+/// nullopt when it stays quiet throughout, as a c10d store does (Note [Asking a quiet service]), or
+/// nothing accepts yet.
+std::optional<std::string> service_reply(const std::string& host, int port, std::chrono::milliseconds wait);
 
 }  // namespace ddp
