@@ -326,6 +326,56 @@ TEST_CASE("bad weights files are FileErrors naming the file", "[model]") {
                     "cannot write " + unwritable + ": open: No such file or directory");
 }
 
+TEST_CASE("a torch.save file whose tensor records are malformed is refused in one line, not a crash or an "
+          "allocation", "[model][python]") {
+  // torch.save's own layout, pickled by hand, with one of _rebuild_tensor_v2's arguments replaced:
+  // sizes not a tuple (was SIGSEGV), a storage of 2^40 elements (was "out of memory ... 4 TiB"),
+  // strides whose reach wraps past int64 (was LibTorch's error, naming no file).
+  const std::string make = R"(
+import collections, io, pickle, sys, zipfile, torch
+class Ref:
+    def __init__(self, count): self.count = count
+class Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return ('storage', torch.FloatStorage, '0', 'cpu', obj.count) if isinstance(obj, Ref) else None
+class Tensor:
+    def __init__(self, args): self.args = args
+    def __reduce__(self): return (torch._utils._rebuild_tensor_v2, self.args)
+cases = {'ok': (Ref(6), 0, (2, 3), (3, 1)), 'int_sizes': (Ref(6), 0, 5, (3, 1)), 'dict_sizes': (Ref(6), 0, {}, (3, 1)),
+         'float_offset': (Ref(6), 0.5, (2, 3), (3, 1)), 'huge_storage': (Ref(1 << 40), 0, (2, 3), (3, 1)),
+         'wrapping_strides': (Ref(6), 0, (3, 2), (6543233869832846966, 1))}
+for name, (ref, offset, sizes, strides) in cases.items():
+    pickled = io.BytesIO()
+    Pickler(pickled, protocol=2).dump(collections.OrderedDict(w=Tensor((ref, offset, sizes, strides, False, collections.OrderedDict()))))
+    with zipfile.ZipFile(sys.argv[1] + '/' + name + '.pt', 'w', zipfile.ZIP_STORED) as z:
+        z.writestr('archive/data.pkl', pickled.getvalue())
+        z.writestr('archive/data/0', torch.arange(6, dtype=torch.float32).numpy().tobytes())
+        z.writestr('archive/version', '3\n')
+)";
+  ddp::test::TempDir dir;
+  auto made = python({"-c", make, dir.path()});
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  auto ok = ddp::read_state_dict_file(dir.file("ok.pt"));
+  REQUIRE(ok.size() == 1);
+  CHECK(torch::equal(ok[0].second, torch::arange(6, torch::kFloat).view({2, 3})));
+  auto refusal = [&](const std::string& name) {
+    try {
+      ddp::read_state_dict_file(dir.file(name + ".pt"));
+      return std::string("read");
+    } catch (const ddp::FileError& e) {
+      return std::string(e.what());
+    }
+  };
+  CHECK_THAT(refusal("int_sizes"), Catch::StartsWith(dir.file("int_sizes.pt") + ": ") &&
+                                       Catch::Contains("a tensor whose sizes or strides are not a tuple"));
+  CHECK_THAT(refusal("dict_sizes"), Catch::Contains("a tensor whose sizes or strides are not a tuple"));
+  CHECK_THAT(refusal("float_offset"), Catch::Contains("a tensor whose storage offset is not an integer"));
+  CHECK_THAT(refusal("huge_storage"), Catch::StartsWith(dir.file("huge_storage.pt") + ": ") &&
+                                          Catch::Contains("storage data/0 holds 24 bytes, not the 1099511627776 × 4"));
+  CHECK_THAT(refusal("wrapping_strides"), Catch::Contains("a tensor whose sizes and strides reach past any storage"));
+}
+
 TEST_CASE("ddp_models.py eval reports accuracy on the t10k set", "[model][python]") {
   const std::string data = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(data + "/t10k-images-idx3-ubyte.gz")) {

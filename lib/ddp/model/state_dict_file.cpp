@@ -219,6 +219,7 @@ class PickleMachine {
       fail("a persistent id that is not a storage");
     const auto& fields = *id.items;
     Item item = make(Item::Kind::kStorage);
+    if (fields[4].kind != Item::Kind::kInt) fail("a storage whose size is not an integer");
     item.dtype = storage_dtype(fields[1].text, path_);
     item.integer = fields[4].integer;
     item.text = "data/" + fields[2].text;
@@ -235,7 +236,9 @@ class PickleMachine {
     for (std::size_t d = 0; d < sizes.size(); ++d) {
       if (sizes[d] < 0 || strides[d] < 0) fail("a tensor with a negative size or stride");
       empty = empty || sizes[d] == 0;
-      last += (sizes[d] - 1) * strides[d];
+      int64_t reach = 0;
+      if (!empty && (__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach) || __builtin_add_overflow(last, reach, &last)))
+        fail("a tensor whose sizes and strides reach past any storage");
     }
     if (!empty && last >= storage.integer)
       fail("a tensor reaches element " + std::to_string(last) + " of storage " + storage.text + ", which holds " +
@@ -261,11 +264,12 @@ class PickleMachine {
         throw FileError(path + ": cannot read storage " + record + ": " + reason.substr(0, reason.find('\n')));
       }
       const auto& [bytes, size] = got;
-      torch::Tensor values = torch::empty({count}, torch::TensorOptions().dtype(dtype));
-      const std::size_t expected = static_cast<std::size_t>(count) * values.element_size();
-      if (size != expected)
+      // Checked before the tensor is made: a count no file holds would be reported as out of memory.
+      std::size_t expected = 0;
+      if (__builtin_mul_overflow(static_cast<std::size_t>(count), c10::elementSize(dtype), &expected) || size != expected)
         throw FileError(path + ": not a torch.save state dict (storage " + record + " holds " + std::to_string(size) +
-                        " bytes, not the " + std::to_string(expected) + " its tensor needs)");
+                        " bytes, not the " + std::to_string(count) + " × " + std::to_string(c10::elementSize(dtype)) + " its tensor needs)");
+      torch::Tensor values = torch::empty({count}, torch::TensorOptions().dtype(dtype));
       checksums->check(record, bytes.get(), size);  // Note [torch.save's checksums]
       std::memcpy(values.data_ptr(), bytes.get(), size);
       read->storages.insert_or_assign(record, values.storage().getWeakStorageImpl());
@@ -274,9 +278,13 @@ class PickleMachine {
     return item;
   }
 
-  static std::vector<int64_t> ints(const Item& tuple) {
+  std::vector<int64_t> ints(const Item& tuple) {
+    if (tuple.kind != Item::Kind::kTuple) fail("a tensor whose sizes or strides are not a tuple");
     std::vector<int64_t> values;
-    for (const Item& item : *tuple.items) values.push_back(item.integer);
+    for (const Item& item : *tuple.items) {
+      if (item.kind != Item::Kind::kInt) fail("a tensor whose sizes or strides are not integers");
+      values.push_back(item.integer);
+    }
     return values;
   }
 
@@ -285,8 +293,10 @@ class PickleMachine {
     const auto& a = *args.items;
     const std::string& name = callable.text;
     if (name == "collections.OrderedDict" || name == "builtins.dict") return make(Item::Kind::kDict);
-    if (name == "torch._utils._rebuild_tensor_v2" && a.size() >= 4 && a[0].kind == Item::Kind::kStorage)
+    if (name == "torch._utils._rebuild_tensor_v2" && a.size() >= 4 && a[0].kind == Item::Kind::kStorage) {
+      if (a[1].kind != Item::Kind::kInt) fail("a tensor whose storage offset is not an integer");
       return tensor_over(a[0], a[1].integer, ints(a[2]), ints(a[3]));
+    }
     if ((name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") &&
         !a.empty() && a[0].kind == Item::Kind::kTensor)
       return a[0];
