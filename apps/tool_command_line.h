@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/common/version.h"
 
 namespace ddp {
@@ -23,6 +24,19 @@ inline bool parse_tool_command_line(CLI::App& app, int argc, char** argv, const 
     std::cout << version_line() << "\n";
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+  } catch (const CLI::ExtrasError& e) {
+    // An option mistyped: named with the nearest real one, as ddprun names its own.
+    for (const auto& given : app.remaining(true)) {
+      if (given.rfind("-", 0) != 0) continue;
+      std::vector<std::string> names;
+      for (const auto* option : app.get_options())
+        for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
+      const std::string flag = given.substr(0, given.find('='));
+      auto hint = nearest(flag, names);
+      throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") + "; see " + program +
+                      " --help");
+    }
+    throw UserError(std::string(e.what()) + "; see " + program + " --help");
   } catch (const CLI::ParseError& e) {
     throw UserError(std::string(e.what()) + "; see " + program + " --help");
   }

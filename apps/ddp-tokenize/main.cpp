@@ -12,7 +12,9 @@
 #include <thread>
 
 #include "ddp/common/atomic_file.h"
+#include "ddp/common/directory_lock.h"
 #include "ddp/common/error.h"
+#include "ddp/common/interruption.h"
 #include "ddp/common/run_main.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/text/parallel_encoder.h"
@@ -104,10 +106,12 @@ int main(int argc, char** argv) {
       model_bytes = ddp::Tokenizer::train(corpus.training_lines(), args.training);
       char text[128];
       std::snprintf(text, sizeof text, "%s, trained on %s lines in %.1f s", args.training.model_type.c_str(),
-                    with_commas(static_cast<int64_t>(corpus.held_out_from)).c_str(), seconds_since(start));
+                    with_commas(std::min(static_cast<int64_t>(corpus.held_out_from), args.training.max_lines)).c_str(), seconds_since(start));
       how = text;
     }
     const std::string model_path = (fs::path(args.out_dir) / "tokenizer.model").string();
+    if (fs::exists(model_path) && !fs::is_regular_file(model_path))
+      throw ddp::UserError(model_path + " is not a file, and the tokenizer goes there: move it, or choose another OUT_DIR");
     ddp::Tokenizer tokenizer = ddp::Tokenizer::from_serialized(model_bytes, args.tokenizer.empty() ? model_path
                                                                                                   : args.tokenizer);
 
@@ -130,6 +134,8 @@ int main(int argc, char** argv) {
                              "it (--tokenizer " + model_path + ") or into another OUT_DIR");
     }
     ddp::make_output_directory(args.out_dir);
+    // Two runs into one OUT_DIR would clear each other's staging and commit over each other's shards.
+    ddp::DirectoryLock lock(args.out_dir, "OUT_DIR");
     const bool tty = isatty(STDERR_FILENO) != 0;
     auto last_line = Clock::now();
     auto progress = [&](int64_t done) {
@@ -161,12 +167,15 @@ int main(int argc, char** argv) {
     ddp::ShardSpec spec{args.out_dir, name, args.shard_tokens, tokenizer.vocab_size()};
     ddp::ShardSpec staged = spec;
     staged.directory = ddp::staging_directory(spec);
+    ddp::DeferredInterruption deferred(
+        "ddp-tokenize: stopping after this shard, and removing what this run wrote (again to stop at once)\n");
     StagingDirectory staging(staged.directory);
     auto train_paths = ddp::write_token_shards(staged, "train", train);
     auto held_out_paths = ddp::write_token_shards(staged, "val", held_out);
     const std::string staged_model = (fs::path(staged.directory) / "tokenizer.model").string();
     const bool new_model = args.tokenizer.empty() || !fs::exists(model_path) || !fs::equivalent(args.tokenizer, model_path);
     if (new_model) ddp::write_file_atomically(staged_model, model_bytes);
+    ddp::stop_if_interrupted();  // the last point to stop at: the moves below are done whole
     // No held-out split: an earlier run's is removed too, or it would pass for this one's.
     ddp::commit_token_shards(spec, staged.directory, {"train", "val"});
     if (new_model) move_into_place(staged_model, model_path);  // last: the shards' tokenizer with them

@@ -1,12 +1,23 @@
 #include "tokenize_options.h"
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
 
 #include "ddp/common/cli_integers.h"
 #include "ddp/common/version.h"
 
 namespace ddp {
+namespace {
+
+// CLI::Range lets "nan" through (every comparison with it is false), and a NaN share is no share.
+const CLI::Validator kNumber(
+    [](std::string& text) -> std::string {
+      return std::isnan(std::strtod(text.c_str(), nullptr)) ? "expected a number, got '" + text + "'" : "";
+    },
+    "");
+
+}  // namespace
 
 void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
   app.add_option("out_dir", args.out_dir, "Where tokenizer.model and the shards go (made if missing)")->required();
@@ -23,11 +34,12 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
                     ->capture_default_str();
   auto* coverage = app.add_option("--character-coverage", args.training.character_coverage,
                                   "Share of the text's characters that get pieces; the rarest fall back to bytes")
+                       ->check(kNumber)
                        ->check(CLI::Range(0.98, 1.0))  // what SentencePiece's trainer takes
                        ->capture_default_str();
   auto* max_lines = app.add_option("--max-lines", args.training.max_lines,
                                    "Lines sampled from a larger text to train the tokenizer on")
-                        ->transform(integer_in(1, int64_t{1} << 40))
+                        ->transform(integer_in(101, int64_t{1} << 40))  // SentencePiece's trainer: above 100
                         ->capture_default_str();
   for (auto* option : {type, vocab, coverage, max_lines}) option->excludes(tokenizer);
   app.add_option("--name", args.name, "Shard names are NAME_train_NNNNNN.bin and NAME_val_NNNNNN.bin (default: the "
@@ -39,6 +51,7 @@ void declare_tokenize_options(CLI::App& app, TokenizeArguments& args) {
       });
   app.add_option("--val-fraction", args.val_fraction,
                  "Held out for evaluation: the last whole lines making up this share of the text; 0: none")
+      ->check(kNumber)
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
   app.add_option("--shard-tokens", args.shard_tokens, "Tokens a shard holds at most")

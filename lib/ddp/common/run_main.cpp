@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string>
 
 #include "ddp/common/error.h"
+#include "ddp/common/interruption.h"
 #include "ddp/common/text.h"
 #include "ddp/common/worker_contract.h"
 
@@ -48,8 +53,21 @@ std::string allocator_words(const std::string& what) {
 int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   try {
     return body();
+  } catch (const Interrupted& e) {
+    const char* name = sigabbrev_np(e.signal());
+    return report(errors, 128 + e.signal(), "stopped",
+                  std::string("by SIG") + (name ? name : "?") +
+                      "; nothing was moved into place, and what was being written is removed");
   } catch (const UserError& e) {
     return report(errors, kExitUsage, "error", e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the process may not reach (a directory it cannot search) is the user's to fix; a full
+    // disk or a failing device is an output error, as throw_output_error classifies them.
+    const int code = e.code().value();
+    const std::string path = e.path1().empty() ? "a path" : e.path1().string();
+    if (code == EACCES || code == EPERM || code == ENOTDIR || code == ENAMETOOLONG || code == ELOOP)
+      return report(errors, kExitUsage, "error", "cannot reach " + path + ": " + e.code().message());
+    return report(errors, kExitIoError, "I/O error", path + ": " + e.code().message());
   } catch (const IoError& e) {
     return report(errors, kExitIoError, "I/O error", e.what());
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/interruption.h"
 
 namespace ddp {
 namespace {
@@ -47,6 +48,11 @@ std::vector<std::string> write_token_shards(const ShardSpec& spec, const std::st
   std::vector<std::string> paths;
   std::vector<uint32_t> shard;
   auto flush = [&]() {
+    stop_if_interrupted();  // between shards: the staging directory goes with the unwinding
+    // Six digits sort as numbers: a seventh would put shard 1,000,000 before 200,000 in a glob.
+    if (paths.size() > 999'999)
+      throw UserError("more than 1,000,000 " + split + " shards of " + std::to_string(spec.shard_tokens) +
+                      " tokens: raise --shard-tokens");
     char index[16];
     std::snprintf(index, sizeof index, "%06zu", paths.size());
     std::string path = (fs::path(spec.directory) / (spec.name + "_" + split + "_" + index + ".bin")).string();
