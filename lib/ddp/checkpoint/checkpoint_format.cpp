@@ -494,6 +494,15 @@ CheckpointReader::CheckpointReader(const std::string& manifest, const std::strin
     throw FileError(manifest_path + ": malformed checkpoint manifest (" + e.msg + ")");
   }
   for (std::size_t i = 0; i < pieces_.size(); ++i) by_parameter_[pieces_[i].parameter].push_back(i);
+  // A parameter's pieces tile it: two that overlap count an element twice, which hides one that no
+  // piece holds (a digit of a box edited), and restore() would count it covered and leave it unset.
+  for (const auto& [parameter, pieces] : by_parameter_)
+    for (std::size_t a = 0; a < pieces.size(); ++a)
+      for (std::size_t b = a + 1; b < pieces.size(); ++b)
+        if (box_overlap(pieces_[pieces[a]].box, pieces_[pieces[b]].box))
+          throw FileError(manifest_path + ": pieces " + pieces_[pieces[a]].box.describe() + " and " +
+                          pieces_[pieces[b]].box.describe() + " of " + names_[parameter] +
+                          " overlap (the manifest was cut short or edited)");
 }
 
 CheckpointReader::~CheckpointReader() = default;
