@@ -654,9 +654,13 @@ TEST_CASE("a save removes a data file no manifest commits and stray temporaries,
   // A crash between data file and manifest at step 2, and one inside an atomic write.
   write_file(info_for(dir, 2).data_path, "a data file whose manifest never came");
   write_file(dir + "/step_0000000003.json.tmp.Ab12Cd", "half a manifest");
+  // A kill inside an earlier try at the very step saved now (the run resumed from before it).
+  write_file(dir + "/step_0000000004.pt.tmp.Ef34Gh", "half a data file");
   save_steps(checkpointer, trainee, {4});
   CHECK_FALSE(fs::exists(info_for(dir, 2).data_path));
   CHECK_FALSE(fs::exists(dir + "/step_0000000003.json.tmp.Ab12Cd"));
+  CHECK_FALSE(fs::exists(dir + "/step_0000000004.pt.tmp.Ef34Gh"));
+  CHECK(verify_checkpoint(info_for(dir, 4)).empty());
   CHECK(verify_checkpoint(info_for(dir, 1)).empty());
   // The newest manifest replaced by garbage: the one before it is the resume point.
   write_file(info_for(dir, 4).manifest_path, "\x01\x02 not yaml: [");

@@ -207,15 +207,38 @@ TEST_CASE("a job Slurm requeued (SLURM_RESTART_COUNT) with a named checkpoint re
   CHECK_FALSE(std::filesystem::exists(checkpoints + "superseded-2"));
 }
 
+TEST_CASE("a named checkpoint that is refused leaves the run directory's later checkpoints where they were",
+          "[trainer][rerun][errors]") {
+  // Was: step 10 moved to superseded-1 before the layout check refused step 5, and the next
+  // resume: auto went back to step 5, hiding step 10.
+  TempDir dir;
+  const std::string run = dir.file("run"), checkpoints = dir.file("run/checkpoints/");
+  REQUIRE(train(run, {"train.max_steps=20"}, 2, "0:12").exit_code != 0);
+  REQUIRE(std::filesystem::exists(checkpoints + "step_0000000010.json"));
+  auto refused = train(run, {"train.max_steps=20", "checkpoint.resume=" + checkpoints + "step_0000000005.json"}, 1);
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Contains("train.batch_size"));
+  CHECK(std::filesystem::exists(checkpoints + "step_0000000010.json"));
+  CHECK_FALSE(std::filesystem::exists(checkpoints + "superseded-1"));
+  auto onwards = train(run, {"train.max_steps=20"});
+  INFO(onwards.out << onwards.err);
+  CHECK(onwards.exit_code == 0);
+  CHECK_THAT(onwards.out, Contains("resumed from " + checkpoints + "step_0000000010."));
+}
+
 TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpoint is refused, naming both, and its "
           "outputs stay as they were",
           "[trainer][rerun][errors]") {
   TempDir dir;
   // 10 steps (checkpoints at 5 and 10); 2 epochs of synthetic_mlp.yaml's 2,048 samples at batch 32
   // on 2 ranks, 64 steps (a checkpoint at each epoch's end, the last at epoch 2).
-  const std::string steps = dir.file("steps"), epochs = dir.file("epochs");
+  const std::string steps = dir.file("steps"), epochs = dir.file("epochs"), mid = dir.file("mid");
   REQUIRE(train(steps, {}).exit_code == 0);
   REQUIRE(train(epochs, {"train.max_steps=0", "train.epochs=2", "checkpoint.every_steps=0"}).exit_code == 0);
+  // 32 steps an epoch: a checkpoint at step 40 is 8 steps into epoch 2, and the run fails at 45.
+  const std::vector<std::string> mid_sets{"train.max_steps=0", "train.epochs=2", "checkpoint.every_steps=40"};
+  REQUIRE(train(mid, mid_sets, 2, "0:45").exit_code != 0);
   struct Shortened {
     std::string dir, set, message;
   };
@@ -223,7 +246,12 @@ TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpo
        {Shortened{steps, "train.max_steps=3",
                   "train.max_steps 3 is behind step 10 of the checkpoint it resumes (" + steps +
                       "/checkpoints/step_0000000010.pt): the run has trained past it. To go on, raise train.max_steps "
-                      "above 10; to train less, start a new run (another run.output_dir)"},
+                      "to 10 or more; to train less, start a new run (another run.output_dir)"},
+        // Part-way into epoch 2 (was: "done: 0 steps", and model.pt from step 40 as the 1-epoch run's).
+        Shortened{mid, "train.epochs=1",
+                  "train.epochs 1 is behind epoch 2 of the checkpoint it resumes (" + mid +
+                      "/checkpoints/step_0000000040.pt): the run has trained past it. To go on, raise train.epochs "
+                      "to 2 or more"},
         // Finished (its exit recorded): refused before its checkpoint is read, as the end it reached.
         Shortened{epochs, "train.epochs=1",
                   "train.epochs 1 ends before step 64, where run " + epochs + " finished: it has trained past it"}}) {
@@ -236,6 +264,7 @@ TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpo
     const std::string config = read_file(run + "/config.yaml");
     std::vector<std::string> sets{set};
     if (run == epochs) sets = {"train.max_steps=0", "checkpoint.every_steps=0", set};
+    if (run == mid) sets = {"train.max_steps=0", "checkpoint.every_steps=40", set};
     auto shorter = train(run, sets);
     INFO(shorter.out << shorter.err);
     CHECK(shorter.exit_code == 2);

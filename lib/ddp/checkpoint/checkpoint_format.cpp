@@ -324,9 +324,16 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
     broadcast_bytes(world, reports[static_cast<std::size_t>(r)], r);
   }
   for (int r = 0; r < world.world_size; ++r)
-    if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0)
+    if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0) {
+      // No manifest will commit this step: a shard this rank wrote for it would stay, unreferenced,
+      // on the disk that just filled, until a later save succeeded.
+      if (layout.writes && !layout.single_file && !alone) {
+        std::error_code ignored;
+        fs::remove(directory + shard_file(progress.step, layout.shard, layout.shards), ignored);
+      }
       throw_reported(reports[static_cast<std::size_t>(r)].substr(6),
                      r == world.rank ? "" : "rank " + std::to_string(r) + ": ");  // this rank's own: it says so
+    }
   // Each shard's report and (one file) its pieces' bytes, from whichever rank wrote it (replica 0's, in any stage).
   std::vector<std::string> shard_reports(static_cast<std::size_t>(layout.shards)), shard_data_of(shard_reports.size());
   for (int r = 0; r < world.world_size; ++r) {

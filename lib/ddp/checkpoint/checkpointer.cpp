@@ -112,8 +112,9 @@ void Checkpointer::remove_leftovers(const std::string& current) const {
   for (const auto& entry : fs::directory_iterator(directory_, ec)) {
     std::string name = entry.path().filename().string();
     std::string stem = stem_of(name);
-    if (stem.empty() || stem == current) continue;
     bool temporary = name.find(".tmp.") != std::string::npos;
+    // The step just committed keeps its files, not a temporary a killed earlier try at it left.
+    if (stem.empty() || (stem == current && !temporary)) continue;
     bool orphan = entry.path().extension() == ".pt" && !fs::exists(directory_ + "/" + stem + ".json");
     if (temporary || orphan) fs::remove(entry.path(), ec);
   }
@@ -122,8 +123,10 @@ void Checkpointer::remove_leftovers(const std::string& current) const {
 void Checkpointer::remove_all_but(const std::set<int64_t>& steps) const {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(directory_, ec)) {
-    std::string stem = stem_of(entry.path().filename().string());
-    if (!stem.empty() && !steps.count(std::stoll(stem.substr(5)))) fs::remove(entry.path(), ec);
+    const std::string name = entry.path().filename().string();
+    std::string stem = stem_of(name);
+    bool temporary = name.find(".tmp.") != std::string::npos;  // every write is done: a killed one's
+    if (!stem.empty() && (temporary || !steps.count(std::stoll(stem.substr(5))))) fs::remove(entry.path(), ec);
   }
 }
 

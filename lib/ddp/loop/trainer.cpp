@@ -148,6 +148,7 @@ void Trainer::resume() {
   const bool named = config_.checkpoint.resume != "auto" && config_.checkpoint.resume != "never";
   for (int64_t older_than = INT64_MAX;;) {
     std::string path, manifest, bytes, refusal;
+    int64_t rewind_to = -1;  // rank 0's: set aside what is past it once the checkpoint is known to fit
     if (world.rank == 0) {
       std::optional<CheckpointInfo> found;
       bool rewinds = false;  // to the named checkpoint: the later ones are another history's
@@ -179,8 +180,7 @@ void Trainer::resume() {
         manifest = read_whole_file(path);
         refusal = run_identity_refusal(read_run_identity(manifest), checkpointer_->run_identity(), path);
         if (refusal.empty()) bytes = read_whole_file(common_file(manifest, path));
-        // Before the restore: a job that fails in it must not find the old history on its restart.
-        if (refusal.empty() && rewinds) set_aside_checkpoints_after(found->step);
+        if (refusal.empty() && rewinds) rewind_to = found->step;
       } else if (config_.checkpoint.resume == "auto" && !checkpointer_->list().empty()) {
         // A fresh start after a run that saved checkpoints: never a silent one.
         spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0",
@@ -202,7 +202,7 @@ void Trainer::resume() {
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
     if (bytes.empty()) return;
-    if (resume_from(path, manifest, bytes)) return;
+    if (resume_from(path, manifest, bytes, rewind_to)) return;
   }
 }
 
@@ -221,7 +221,8 @@ void Trainer::set_aside_checkpoints_after(int64_t step) const {
                step, list, folder);
 }
 
-bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common) {
+bool Trainer::resume_from(const std::string& path, const std::string& manifest, const std::string& common,
+                          int64_t rewind_to) {
   const Communicator& world = plan_->world();
   std::optional<CheckpointReader> parsed;
   try {
@@ -253,6 +254,9 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
     if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
     return false;
   }
+  // After every check (a refused or unreadable checkpoint leaves the directory as it was), before
+  // the restore: a job that fails in it must not find the old history on its restart.
+  if (rewind_to >= 0) set_aside_checkpoints_after(rewind_to);
   reader.restore(layout, task_->model(), *optimizer_, world.rank);
   plan_->after_restore(*optimizer_);
   plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
@@ -266,11 +270,15 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
   auto behind = [&](const std::string& key, int64_t value, const std::string& unit, int64_t at) {
     return ConfigError(key + " " + std::to_string(value) + " is behind " + unit + " " + std::to_string(at) +
                        " of the checkpoint it resumes (" + path + "): the run has trained past it. To go on, raise " +
-                       key + " above " + std::to_string(at) + "; to train less, start a new run (another run.output_dir)");
+                       key + " to " + std::to_string(at) + " or more; to train less, start a new run (another "
+                       "run.output_dir)");
   };
   if (config_.train.max_steps > 0 && loaded.step > config_.train.max_steps)
     throw behind("train.max_steps", config_.train.max_steps, "step", loaded.step);
-  if (loaded.epoch > config_.train.epochs) throw behind("train.epochs", config_.train.epochs, "epoch", loaded.epoch);
+  // `epoch` counts the epochs done: a checkpoint part-way into the next has begun it, the epoch
+  // the log counts from 1 (was let through, and "finished" with a model from further on).
+  const int64_t epoch_begun = loaded.epoch + (loaded.batch_in_epoch > 0 ? 1 : 0);
+  if (epoch_begun > config_.train.epochs) throw behind("train.epochs", config_.train.epochs, "epoch", epoch_begun);
   progress_ = loaded;
   // Micro-batches of the saved size, counted in this run's (the same when world × batch is).
   if (loaded.world_size > 0 && loaded.batch_size > 0)

@@ -51,7 +51,7 @@ class Trainer {
   /// Restores the checkpoint of manifest `path` (`common`: the file its manifest calls common),
   /// whatever layout wrote it; false when it or a rank's pieces of it could not be read and
   /// checkpoint.resume auto should try an older one.
-  bool resume_from(const std::string& path, const std::string& manifest, const std::string& common);
+  bool resume_from(const std::string& path, const std::string& manifest, const std::string& common, int64_t rewind_to);
   /// After it: the loop goes on from `loaded`.
   void resumed(const TrainProgress& loaded, const std::string& path, const std::string& what);
   /// On rank 0, a warning when this run's schedule gives the next step a higher lr than `last_lr`,
