@@ -336,6 +336,18 @@ int64_t Trainer::total_steps() const {
   return config_.train.max_steps > 0 ? std::min(steps, config_.train.max_steps) : steps;
 }
 
+bool Trainer::eval_still_due() const {
+  if (task_->size(Split::kEval) == 0 || last_eval_step_ == progress_.step) return false;
+  const bool epoch_ends =
+      progress_.batch_in_epoch > 0 &&
+      progress_.batch_in_epoch >= ceil_div(sampler_->num_samples(), config_.train.batch_size);
+  const int64_t epochs_done = progress_.epoch + (epoch_ends ? 1 : 0);
+  if (epoch_ends && config_.eval.every_epochs > 0 && epochs_done % config_.eval.every_epochs == 0) return true;
+  const bool last_step = epochs_done >= config_.train.epochs ||
+                         (config_.train.max_steps > 0 && progress_.step >= config_.train.max_steps);
+  return last_step && config_.eval.at_end;
+}
+
 bool Trainer::done() const {
   return progress_.epoch >= config_.train.epochs ||
          (config_.train.max_steps > 0 && progress_.step >= config_.train.max_steps);
@@ -577,7 +589,11 @@ void Trainer::save_checkpoint() {
   checkpointer_->mark_saved(progress_.step);
   // Note [An evaluation cut short]: a stop that cut this step's evaluation short saves the step with
   // it still to do; the resume does it, so the records hold it whole, once, at its step.
-  progress_.eval_pending = saved_eval_pending_ = eval_interrupted_ && last_eval_step_ == progress_.step;
+  // So does one written before an evaluation this step is still to have (an epoch's last step saved
+  // by checkpoint.every_steps, before end_epoch's; the last step, before eval.at_end's): a crash in
+  // that evaluation would otherwise resume past it, and the records would never hold it.
+  progress_.eval_pending = saved_eval_pending_ =
+      (eval_interrupted_ && last_eval_step_ == progress_.step) || eval_still_due();
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   write_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
   barrier(plan_->world());

@@ -60,6 +60,7 @@ class Trainer {
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
+  bool eval_still_due() const;  // an evaluation this step has yet to run (Note [An evaluation cut short])
   /// Whether the ranks agreed to stop: a signal's vote after a step, or an evaluation it cut short.
   bool stopping() const { return eval_interrupted_ || stop_vote_->agreed(); }
   /// Forward and backward of `micro_batches` micro-batches (the step runner's), then one optimizer step.
