@@ -1,18 +1,44 @@
 #pragma once
 // The command line of each tool (ddp-generate, ddp-tokenize, ddp-export, ddp-report), parsed alike:
 // --help and --version print and exit 0, and a parse error exits 2 as every usage error does, not
-// with CLI11's own codes.
+// with CLI11's own codes. ddp-train, which prints more for --help, shares the errors.
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/common/version.h"
 
 namespace ddp {
+
+/// The UserError for a command line CLI11 refused: a mistyped option named with the nearest real
+/// one (as ddprun names its own), a `key=value` meant for --set said so, else CLI11's words.
+[[noreturn]] inline void throw_command_line_error(const CLI::ParseError& e, const CLI::App& app,
+                                                  const std::string& program) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    std::vector<std::string> names;
+    for (const auto* option : app.get_options())
+      for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
+    for (const auto& given : app.remaining(true)) {
+      if (given.rfind("-", 0) != 0) continue;
+      const std::string flag = given.substr(0, given.find('='));
+      auto hint = nearest(flag, names);
+      throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") + "; see " + program +
+                      " --help");
+    }
+    const bool sets = std::find(names.begin(), names.end(), "--set") != names.end();
+    for (const auto& given : app.remaining(true))
+      if (sets && given.find('=') != std::string::npos)
+        throw UserError("unexpected argument " + given + ": a config key is set with --set " + given + "; see " +
+                        program + " --help");
+  }
+  throw UserError(std::string(e.what()) + "; see " + program + " --help");
+}
 
 /// Parses argv into `app`'s options; false once --help or --version has been printed (the tool
 /// exits 0). UserError naming `program --help` for a bad command line.
@@ -24,21 +50,8 @@ inline bool parse_tool_command_line(CLI::App& app, int argc, char** argv, const 
     std::cout << version_line() << "\n";
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
-  } catch (const CLI::ExtrasError& e) {
-    // An option mistyped: named with the nearest real one, as ddprun names its own.
-    for (const auto& given : app.remaining(true)) {
-      if (given.rfind("-", 0) != 0) continue;
-      std::vector<std::string> names;
-      for (const auto* option : app.get_options())
-        for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
-      const std::string flag = given.substr(0, given.find('='));
-      auto hint = nearest(flag, names);
-      throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") + "; see " + program +
-                      " --help");
-    }
-    throw UserError(std::string(e.what()) + "; see " + program + " --help");
   } catch (const CLI::ParseError& e) {
-    throw UserError(std::string(e.what()) + "; see " + program + " --help");
+    throw_command_line_error(e, app, program);
   }
   return false;
 }

@@ -4,17 +4,23 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <regex>
 
 #include "ddp/checkpoint/checkpoint_format.h"
 #include "ddp/checkpoint/checkpointer.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/interruption.h"
 #include "ddp/common/run_main.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/loop/prior_run.h"
@@ -61,15 +67,62 @@ std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments&
   }
 }
 
-// The regular files of `dir`, by name, with their inodes.
-std::map<fs::path, ino_t> files_of(const std::string& dir) {
-  std::map<fs::path, ino_t> files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    struct stat info {};
-    if (entry.is_regular_file() && stat(entry.path().c_str(), &info) == 0) files[entry.path()] = info.st_ino;
-  }
-  return files;
+// Note [An export replaces its directory whole]: the export is written into a directory beside the
+// output and takes its place in one rename (an exchange, when an earlier export is there), so an
+// export cut short (a Ctrl-C, a full disk) leaves the earlier one as it was, never one file of
+// each. Files of the earlier directory that no export writes (a README the user added) go with
+// the new one; an export's own kinds do not (a tokenizer.model the run has no longer).
+bool written_by_an_export(const std::string& file) {
+  static const std::regex kinds(
+      R"(model\.pt|model_scripted\.pt|model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|)"
+      R"(model\.safetensors\.index\.json|config\.json|config\.yaml|tokenizer\.model|.*\.tmp\..*)");
+  return std::regex_match(file, kinds);
 }
+
+class ExportStaging {
+ public:
+  explicit ExportStaging(fs::path output) : output_(output.has_filename() ? output : output.parent_path()) {
+    const fs::path parent = output_.has_parent_path() ? output_.parent_path() : fs::path(".");
+    ddp::make_output_directory(parent.string());
+    std::string pattern = (parent / ("." + output_.filename().string() + ".export-XXXXXX")).string();
+    if (!mkdtemp(pattern.data())) {
+      const int error = errno;
+      ddp::throw_output_error("cannot make a directory like " + pattern + ": " + std::strerror(error), error);
+    }
+    path_ = pattern;
+  }
+  ~ExportStaging() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  ExportStaging(const ExportStaging&) = delete;
+  ExportStaging& operator=(const ExportStaging&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  /// The staged export in the output's place, with the earlier directory's files of no export's kind.
+  void move_into_place() {
+    std::error_code ec;
+    if (fs::is_directory(output_, ec))
+      for (const auto& entry : fs::directory_iterator(output_)) {
+        const std::string name = entry.path().filename().string();
+        if (written_by_an_export(name) || name == ".ddprun.lock") continue;
+        fs::copy(entry.path(), fs::path(path_) / name, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+      }
+    const bool exists = fs::exists(output_, ec);
+    if (!exists ? std::rename(path_.c_str(), output_.c_str()) != 0
+                : renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, output_.c_str(), RENAME_EXCHANGE) != 0) {
+      const int error = errno;
+      ddp::throw_output_error("cannot move the export into " + output_.string() + ": " + std::strerror(error), error);
+    }
+    // Staging now holds the earlier export (or nothing): the destructor removes it.
+    ddp::fsync_directory(output_.has_parent_path() ? output_.parent_path().string() : ".");
+  }
+
+ private:
+  fs::path output_;
+  std::string path_;
+};
 
 }  // namespace
 
@@ -156,30 +209,46 @@ int main(int argc, char** argv) {
     if (fs::exists(output) && fs::equivalent(output, args.run))
       throw ddp::UserError("-o " + output + " is the run directory itself, whose model.pt and model.safetensors are "
                            "the run's end; export elsewhere");
-    ddp::make_output_directory(output);
-    const std::map<fs::path, ino_t> before = files_of(output);
-    ddp::save_model(*model, output, max_shard_bytes);
+    // Another run's directory: its model.pt and config.yaml would be replaced under its checkpoints.
+    for (const char* own : {"metrics.jsonl", "checkpoints"})
+      if (fs::exists(fs::path(output) / own))
+        throw ddp::UserError("-o " + output + " is a run directory (it holds " + own + "): the export would replace "
+                             "that run's model.pt and config.yaml; export elsewhere");
+    if (fs::exists(output) && !fs::is_directory(output))
+      throw ddp::UserError("-o " + output + " is a file; name a directory for the export");
+    ddp::DeferredInterruption deferred(
+        "ddp-export: stopping once the file in hand is written, and removing the export's own (again to stop at "
+        "once)\n",
+        "the export's files are removed, and -o is as it was");
+    ExportStaging staging{fs::path(output)};
+    const std::string into = staging.path();
+    ddp::save_model(*model, into, max_shard_bytes);
+    ddp::stop_if_interrupted();
     // The run's config.yaml, so that ddp-generate and ddp-export read the export as a run directory.
-    ddp::write_file_atomically((fs::path(output) / "config.yaml").string(), ddp::read_whole_file(config_path));
+    ddp::write_file_atomically((fs::path(into) / "config.yaml").string(), ddp::read_whole_file(config_path));
     // The tokenizer the run's tokens were made with belongs with the model: the one the run kept
     // (its end writes it), else the one beside data.path (as ddp-tokenize left it; a run that has
     // not ended yet).
-    bool tokenizer_copied = false;
     for (const std::string& tokenizer :
          {(fs::path(args.run) / "tokenizer.model").string(),
           config.data.path.empty() ? std::string() : ddp::tokenizer_beside(config.data.path)})
       if (!tokenizer.empty() && fs::is_regular_file(tokenizer)) {
-        ddp::write_file_atomically((fs::path(output) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
-        tokenizer_copied = true;
+        ddp::write_file_atomically((fs::path(into) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
         break;
       }
-    // An earlier export's tokenizer would be read with this model (ddp-generate, transformers).
-    if (!tokenizer_copied) fs::remove(fs::path(output) / "tokenizer.model");
+    // What this export wrote, before the earlier directory's other files join it.
+    std::vector<std::pair<std::string, double>> written;
+    for (const auto& entry : fs::directory_iterator(into))
+      written.emplace_back(entry.path().filename().string(), static_cast<double>(fs::file_size(entry.path())) / 1e6);
+    std::sort(written.begin(), written.end());
+    ddp::stop_if_interrupted();  // the last point to stop at
+    {
+      ddp::SignalsHeld held;  // the exchange and its fsync whole; a signal then takes its own action
+      staging.move_into_place();
+      deferred.end();
+    }
     std::printf("exported %s to %s\n", source.c_str(), output.c_str());
-    // What this export wrote (every write is a new file renamed in), not what the directory held.
-    for (const auto& [file, inode] : files_of(output))
-      if (auto was = before.find(file); was == before.end() || was->second != inode)
-        std::printf("  %s (%.1f MB)\n", file.filename().c_str(), static_cast<double>(fs::file_size(file)) / 1e6);
+    for (const auto& [file, megabytes] : written) std::printf("  %s (%.1f MB)\n", file.c_str(), megabytes);
     return ddp::kExitSuccess;
   });
 }

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
     CLI::App app("ddp-tokenize: text into token shards for ddprun, through a SentencePiece tokenizer", "ddp-tokenize");
     ddp::declare_tokenize_options(app, args);
     if (!ddp::parse_tool_command_line(app, argc, argv, "ddp-tokenize")) return ddp::kExitSuccess;
+    if (args.out_dir.empty()) throw ddp::UserError("OUT_DIR is empty; name the directory for the shards");
     const int threads = args.threads > 0 ? args.threads : std::max(1u, std::thread::hardware_concurrency());
     const std::string name = !args.name.empty() ? args.name : fs::path(args.text.front()).stem().string();
 
@@ -106,7 +107,8 @@ int main(int argc, char** argv) {
       model_bytes = ddp::Tokenizer::train(corpus.training_lines(), args.training);
       char text[128];
       std::snprintf(text, sizeof text, "%s, trained on %s lines in %.1f s", args.training.model_type.c_str(),
-                    with_commas(std::min(static_cast<int64_t>(corpus.held_out_from), args.training.max_lines)).c_str(), seconds_since(start));
+                    with_commas(std::min(static_cast<int64_t>(corpus.held_out_from), args.training.max_lines)).c_str(),
+                    seconds_since(start));
       how = text;
     }
     const std::string model_path = (fs::path(args.out_dir) / "tokenizer.model").string();
@@ -168,7 +170,8 @@ int main(int argc, char** argv) {
     ddp::ShardSpec staged = spec;
     staged.directory = ddp::staging_directory(spec);
     ddp::DeferredInterruption deferred(
-        "ddp-tokenize: stopping after this shard, and removing what this run wrote (again to stop at once)\n");
+        "ddp-tokenize: stopping after this shard, and removing what this run wrote (again to stop at once)\n",
+        "the shards it was writing are removed, and OUT_DIR is as it was");
     StagingDirectory staging(staged.directory);
     auto train_paths = ddp::write_token_shards(staged, "train", train);
     auto held_out_paths = ddp::write_token_shards(staged, "val", held_out);
@@ -176,9 +179,13 @@ int main(int argc, char** argv) {
     const bool new_model = args.tokenizer.empty() || !fs::exists(model_path) || !fs::equivalent(args.tokenizer, model_path);
     if (new_model) ddp::write_file_atomically(staged_model, model_bytes);
     ddp::stop_if_interrupted();  // the last point to stop at: the moves below are done whole
-    // No held-out split: an earlier run's is removed too, or it would pass for this one's.
-    ddp::commit_token_shards(spec, staged.directory, {"train", "val"});
-    if (new_model) move_into_place(staged_model, model_path);  // last: the shards' tokenizer with them
+    {
+      ddp::SignalsHeld held;  // a signal now takes effect once the output is whole
+      // No held-out split: an earlier run's is removed too, or it would pass for this one's.
+      ddp::commit_token_shards(spec, staged.directory, {"train", "val"});
+      if (new_model) move_into_place(staged_model, model_path);  // last: the shards' tokenizer with them
+      deferred.end();
+    }
 
     const int64_t train_tokens = token_count(train), held_out_tokens = token_count(held_out);
     std::printf("tokenizer: %s (%s pieces, %s)\n", model_path.c_str(), with_commas(tokenizer.vocab_size()).c_str(),

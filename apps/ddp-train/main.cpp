@@ -20,6 +20,7 @@
 #include "ddp/loop/thread_ranks.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/loop/trainer.h"
+#include "tool_command_line.h"
 #include "trainer_options.h"
 
 int main(int argc, char** argv) {
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
                 << ddp::to_yaml(ddp::TrainConfig{});
       return ddp::kExitSuccess;
     } catch (const CLI::ParseError& e) {
-      throw ddp::UserError(std::string(e.what()) + "; see ddp-train --help");
+      ddp::throw_command_line_error(e, app, "ddp-train");
     }
     if (app.count("--rank") && !app.count("--world-size") && !ddp::process_variable(ddp::env::kWorldSize))
       throw ddp::UserError("--rank needs --world-size");

@@ -64,6 +64,16 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   CHECK_THROWS_WITH(parse({"--master-port", "70000", "--", "true"}), Contains("--master-port"));
   CHECK_THROWS_WITH(parse({"--nproc-per-nod", "2", "--", "true"}),
                     Contains("unknown option --nproc-per-nod") && Contains("--nproc-per-node"));
+  // A program with arguments, `--` forgotten: named, in order, with the command meant (was: "c b a").
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "2", "./prog.sh", "a", "b", "c"}),
+                    "unexpected argument(s) a b c after ./prog.sh; a program and its arguments go after --: "
+                    "ddprun [options] -- ./prog.sh a b c");
+  CHECK_THROWS_WITH(parse({"./prog.sh", "--foo"}),
+                    "unknown option --foo; if it is ./prog.sh's, the program goes after --: ddprun [options] -- "
+                    "./prog.sh --foo; see ddprun --help");
+  CHECK_THROWS_WITH(parse({"configs/x.yaml", "train.epochs=2"}),
+                    "unexpected argument(s) train.epochs=2 after the config configs/x.yaml: a config key is set with "
+                    "--set KEY=VALUE (--set train.epochs=2)");
   CHECK_THROWS_WITH(parse({}), Contains("nothing to run"));
   CHECK_THROWS_WITH(parse({"/nonexistent/train.yaml"}), Contains("config file not found: /nonexistent/train.yaml"));
   // `ddprun hostname` meant `ddprun -- hostname`: said so, not "config file not found".

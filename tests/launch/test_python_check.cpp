@@ -36,7 +36,7 @@ std::string torchless_python(const TempDir& dir) {
 
 }  // namespace
 
-TEST_CASE("imports_torch finds an import of torch at a line's start, and nothing else", "[launch][python]") {
+TEST_CASE("imports_torch finds an import of torch anywhere in an import list, and nothing else", "[launch][python]") {
   CHECK(ddp::imports_torch("import torch\n"));
   CHECK(ddp::imports_torch("import os\n  import torch.distributed as dist\n"));
   CHECK(ddp::imports_torch("from torch import nn\n"));
@@ -44,6 +44,10 @@ TEST_CASE("imports_torch finds an import of torch at a line's start, and nothing
   CHECK_FALSE(ddp::imports_torch("import torchvision_like_but_not\nprint('import torch')\n"));
   CHECK_FALSE(ddp::imports_torch("# uses no torch\nimport os\n"));
   CHECK_FALSE(ddp::imports_torch("import torchaudio\n"));
+  // Later in an import list (was: passed over, and every rank failed with ModuleNotFoundError).
+  CHECK(ddp::imports_torch("import os, sys, torch, torch.distributed as dist\n"));
+  CHECK(ddp::imports_torch("import numpy as np, torch\n"));
+  CHECK_FALSE(ddp::imports_torch("import os, torchvision\n"));
 }
 
 TEST_CASE("probe_python tells a Python's version and whether it has torch, without importing it", "[launch][python]") {

@@ -236,8 +236,11 @@ TEST_CASE("a service on the master port that waits to be asked, as HTTP does, is
                              " (it answered an HTTP request with 'HTTP/1.0 200 OK')"));
   // A real store, asked the same, says nothing, logs nothing on its host, and the job runs.
   std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " -- sh -c 'echo rank=$RANK'";
-  auto job = run_shell(bin("ddprun") + " --node-rank 0" + common + " 2>" + dir.file("a.err") + " & A=$!; sleep 1; " +
-                           bin("ddprun") + " --node-rank 1" + common + "; b=$?; wait $A; echo statuses=$?,$b",
+  // Node 1 starts once node 0's store accepts, so that its probe meets the store, not nothing.
+  const std::string accepts = "python3 -c \"import socket, time\nfor _ in range(600):\n try:\n  socket.create_connection(("
+                              "'127.0.0.1', " + port + ")).close(); break\n except OSError: time.sleep(0.05)\"";
+  auto job = run_shell(bin("ddprun") + " --node-rank 0" + common + " 2>" + dir.file("a.err") + " & A=$!; " + accepts +
+                           "; " + bin("ddprun") + " --node-rank 1" + common + "; b=$?; wait $A; echo statuses=$?,$b",
                        std::chrono::seconds(60));
   INFO(job.out << job.err << read_file(dir.file("a.err")));
   CHECK(count_lines(job.out, "statuses=0,0") == 1);

@@ -95,6 +95,9 @@ TEST_CASE("unknown keys are errors with a hint", "[config]") {
   REQUIRE_THROWS_WITH(parse("train: {bach_size: 32}"),
                       Equals("train.bach_size: unknown key (did you mean train.batch_size?)"));
   REQUIRE_THROWS_WITH(parse("trian: {epochs: 2}"), Equals("trian: unknown key (did you mean train?)"));
+  // A section's name spelt out: the section (was optim.lr, the leaf nearest the word).
+  REQUIRE_THROWS_WITH(parse("optimizer: {lr: 0.1}"), Equals("optimizer: unknown key (did you mean optim?)"));
+  REQUIRE_THROWS_WITH(parse("training: {epochs: 2}"), Equals("training: unknown key (did you mean train?)"));
   REQUIRE_THROWS_WITH(parse("batch_size: 32"),
                       Equals("batch_size: unknown key (did you mean train.batch_size or eval.batch_size?)"));
   REQUIRE_THROWS_WITH(parse("foo: {bar: 1}"), Contains("foo: unknown key (valid sections: run, dist, data, sampler"));

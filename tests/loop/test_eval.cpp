@@ -145,7 +145,8 @@ TEST_CASE("an evaluation cut short by a stop is done whole on resume, before the
   CHECK(records.find("\"step\": 3,") > whole);
   CHECK(count_of(records, "\"eval_samples\": 20000") == 2);  // step 2's and the final one at step 3
 
-  // The final evaluation, after the last step's checkpoint: that checkpoint is written again, saying so.
+  // The final evaluation, which the last step's checkpoint waits for (Note [A checkpoint after its
+  // step's evaluation]): the stop writes that checkpoint, saying the evaluation is still to do.
   stop_in_eval_then_resume("final", {"train.max_steps=3", "checkpoint.every_steps=3", "eval.batch_size=100",
                                      "eval.at_start=false"}, 3);
   CHECK(metric_value(dir.file("final/metrics.jsonl"), "eval_samples") == 20000);

@@ -447,30 +447,33 @@ TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finish
   CHECK(fs::exists(dir.file("run/model.pt")));
 }
 
-TEST_CASE("a job killed in the final evaluation, after the last step's checkpoint, has that evaluation on resume",
+TEST_CASE("a job killed in the final evaluation resumes before the last step, and its records hold that evaluation",
           "[faults][checkpoint]") {
-  // The last step's checkpoint is written before eval.at_end runs; it says the evaluation is still
-  // due. Before, the resume found the run done and finished without it: no eval record at all.
+  // Note [A checkpoint after its step's evaluation]: the last step's checkpoint waits for eval.at_end.
+  // Before, it was written first, and the resume found the run done: no eval record at all.
   TempDir dir;
   std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=10", "checkpoint.every_steps=5",
-                                "eval.every_steps=0", "eval.every_epochs=0", "eval.at_start=false", "eval.at_end=true"};
-  const std::string manifest = dir.file("run/checkpoints/step_0000000010.json");
-  // ddprun SIGKILLed: its watchdog takes the workers with it.
+                                "eval.every_steps=0", "eval.every_epochs=0", "eval.at_start=false", "eval.at_end=true",
+                                "train.log_every=5"};
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  // ddprun SIGKILLed in the evaluation (step 10's record written, 20 s of it to go): its watchdog
+  // takes the workers with it.
   auto killed = run_shell("DDPRUN_TEST_EVAL_DELAY=0:20000 " + ddprun_command(2, "synthetic_mlp.yaml", sets, "") +
-                              " > " + dir.file("first.out") + " 2>&1 & P=$!; i=0; while [ ! -e " + manifest +
-                              " ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; kill -9 $P; wait $P; "
-                              "echo first=$?",
+                              " > " + dir.file("first.out") + " 2>&1 & P=$!; i=0; while ! grep -q '\"step\": 10,' " +
+                              metrics + " 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; "
+                              "kill -9 $P; wait $P; echo first=$?",
                           std::chrono::seconds(120));
   INFO(killed.out << read_file(dir.file("first.out")));
-  REQUIRE(fs::exists(manifest));
   CHECK_THAT(killed.out, Contains("first=137"));
-  CHECK_THAT(read_file(dir.file("run/metrics.jsonl")), !Contains("eval_loss"));
+  CHECK_FALSE(fs::exists(dir.file("run/checkpoints/step_0000000010.json")));
+  CHECK_THAT(read_file(metrics), !Contains("eval_loss"));
   auto resumed = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets, ""), std::chrono::seconds(120));
   INFO(resumed.out << resumed.err);
   CHECK(resumed.exit_code == 0);
-  CHECK_THAT(resumed.out, Contains("resumed from " + dir.file("run/checkpoints/step_0000000010.pt") + " at step 10") &&
+  CHECK_THAT(resumed.out, Contains("resumed from " + dir.file("run/checkpoints/step_0000000005.pt") + " at step 5") &&
                               Contains("eval at step 10 "));
-  CHECK_THAT(read_file(dir.file("run/metrics.jsonl")), Contains("eval_loss"));
+  CHECK_THAT(read_file(metrics), Contains("eval_loss"));
+  CHECK(fs::exists(dir.file("run/checkpoints/step_0000000010.json")));
 }
 
 }  // namespace DDP_TEST_FILE

@@ -848,6 +848,10 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK_FALSE(fs::exists(out + "/tokenizer.model"));
   CHECK_THAT(again.out, Contains("config.json") && !Contains("notes.txt") && !Contains("tokenizer.model"));
   CHECK(read_file(out + "/notes.txt") == "the user's");
+  // Written beside it and exchanged for it whole (Note [An export replaces its directory whole]):
+  // nothing of the staging is left.
+  for (const auto& entry : fs::directory_iterator(dir.file("out")))
+    CHECK(entry.path().filename().string().find(".export-") == std::string::npos);
 
   // An earlier checkpoint, and a run directory that is not one: one line, exit 2.
   auto earlier = run_command({bin("ddp-export"), dir.file("out"), "--checkpoint",
@@ -885,6 +889,14 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   auto itself = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("out")}, std::chrono::seconds(60));
   CHECK(itself.exit_code == 2);
   CHECK_THAT(itself.err, Contains("is the run directory itself"));
+  // Another run's directory: its model.pt and config.yaml stay its own (was: replaced, exit 0).
+  fs::create_directories(dir.file("victim"));
+  write_file(dir.file("victim/metrics.jsonl"), "{\"step\": 1}\n");
+  write_file(dir.file("victim/model.pt"), "the other run's");
+  auto victim = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("victim")}, std::chrono::seconds(60));
+  CHECK(victim.exit_code == 2);
+  CHECK_THAT(victim.err, Contains("-o " + dir.file("victim") + " is a run directory (it holds metrics.jsonl)"));
+  CHECK(read_file(dir.file("victim/model.pt")) == "the other run's");
   fs::create_directories(dir.file("empty"));
   write_file(dir.file("empty/config.yaml"), read_file(dir.file("out/config.yaml")));
   auto nothing = run_command({bin("ddp-export"), dir.file("empty")}, std::chrono::seconds(60));

@@ -221,6 +221,13 @@ TEST_CASE("a named checkpoint that is refused leaves the run directory's later c
   CHECK_THAT(refused.err, Contains("train.batch_size"));
   CHECK(std::filesystem::exists(checkpoints + "step_0000000010.json"));
   CHECK_FALSE(std::filesystem::exists(checkpoints + "superseded-1"));
+  // Refused for a train.max_steps behind it: the same.
+  auto behind = train(run, {"train.max_steps=3", "checkpoint.resume=" + checkpoints + "step_0000000005.json"});
+  INFO(behind.out << behind.err);
+  CHECK(behind.exit_code == 2);
+  CHECK_THAT(behind.err, Contains("train.max_steps 3 is behind step 5"));
+  CHECK(std::filesystem::exists(checkpoints + "step_0000000010.json"));
+  CHECK_FALSE(std::filesystem::exists(checkpoints + "superseded-1"));
   auto onwards = train(run, {"train.max_steps=20"});
   INFO(onwards.out << onwards.err);
   CHECK(onwards.exit_code == 0);

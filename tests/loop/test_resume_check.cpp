@@ -139,7 +139,7 @@ TEST_CASE("a resume whose position falls inside this run's micro-batches is refu
   CHECK_THROWS_WITH(ddp::check_resume_layout(saved, ddp::StepShape{4, 3, 1, false}, config, "step_10.pt"),
                     "train.batch_size: step_10.pt stopped 6 samples into its epoch, not a whole number of this run's "
                     "micro-batches of 4 × 3; resume as written: 2 rank(s) × train.batch_size 3 × "
-                    "train.grad_accum_steps 2; or start afresh with checkpoint.resume: never or another run.output_dir");
+                    "train.grad_accum_steps 2; or start afresh in another run.output_dir");
 }
 
 TEST_CASE("a pipeline's resume fix keeps to what train.global_batch_size allows: train.grad_accum_steps 1, and no "

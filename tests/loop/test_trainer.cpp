@@ -300,6 +300,16 @@ TEST_CASE("the log's numbers mean what they say: no all-reduce time at world 1, 
                              Contains("written by 1 rank of batch 16") && Contains("all-reduce"));
 }
 
+TEST_CASE("ddp-train names the option a mistyped one meant, and a key=value given without --set", "[trainer]") {
+  auto mistyped = run_command({bin("ddp-train"), config("synthetic_mlp.yaml"), "--sett", "train.epochs=1"});
+  CHECK(mistyped.exit_code == 2);
+  CHECK_THAT(mistyped.err, Contains("error: unknown option --sett (did you mean --set?); see ddp-train --help"));
+  auto bare = run_command({bin("ddp-train"), config("synthetic_mlp.yaml"), "train.epochs=1"});
+  CHECK(bare.exit_code == 2);
+  CHECK_THAT(bare.err, Contains("error: unexpected argument train.epochs=1: a config key is set with --set "
+                                "train.epochs=1; see ddp-train --help"));
+}
+
 TEST_CASE("ranks started by hand in reverse order train like ddprun's", "[trainer]") {
   TempDir dir;
   std::string port = std::to_string(free_port());

@@ -200,16 +200,23 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
   CHECK(blocked.exit_code == 2);
   CHECK_THAT(blocked.err, Contains(dir.file("blocker") + ": cannot be made a directory: a file of that name is in the way"));
   CHECK(read_file(dir.file("blocker")) == "a file");
+  auto nowhere = run_command({bin("ddp-tokenize"), "", "--text", dir.file("words.txt")}, std::chrono::seconds(60));
+  CHECK(nowhere.exit_code == 2);
+  CHECK(nowhere.err == "ddp-tokenize: error: OUT_DIR is empty; name the directory for the shards\n");
   // A text in a directory this user may not search: named, exit 2 (was std::filesystem's words, exit 1).
-  if (geteuid() != 0) {
-    WARN("skipped the unsearchable directory's case: it runs the tool as nobody, which needs root");
+  const std::vector<std::string> as_nobody{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+  std::vector<std::string> version = as_nobody;
+  version.insert(version.end(), {bin("ddp-tokenize"), "--version"});
+  if (geteuid() != 0 || run_command(version).exit_code != 0) {
+    WARN("skipped the unsearchable directory's case: it runs the tool as nobody, which needs root and a build "
+         "tree nobody may run");
     return;
   }
   auto hidden = run_command({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin("ddp-tokenize"),
                              "/tmp/ddp-test-never-made", "--text", dir.file("words.txt")},
                             std::chrono::seconds(60));
   CHECK(hidden.exit_code == 2);
-  CHECK(hidden.err == "ddp-tokenize: error: cannot reach " + dir.file("words.txt") + ": Permission denied\n");
+  CHECK(hidden.err == "ddp-tokenize: error: " + dir.file("words.txt") + ": Permission denied\n");
 }
 
 TEST_CASE("ddp-tokenize: lines of any length train the tokenizer, and text comes from a pipe as from a file",
@@ -324,7 +331,7 @@ TEST_CASE("ddp-tokenize: a tokenizer.model it cannot replace is named before any
   CHECK(shards(dir.file("out"), "kjv_").empty());  // was: the shards moved in, with no tokenizer beside them
 }
 
-TEST_CASE("ddp-tokenize: a Ctrl-C while the shards are written leaves the earlier run's output as it was and "
+TEST_CASE("ddp-tokenize: a SIGTERM while the shards are written leaves the earlier run's output as it was and "
           "nothing of its own, and a second run into the same OUT_DIR is refused", "[text]") {
   TempDir dir;
   if (!write_kjv_text(dir.file("kjv.txt"))) return;
@@ -334,7 +341,7 @@ TEST_CASE("ddp-tokenize: a Ctrl-C while the shards are written leaves the earlie
                            std::chrono::seconds(120));
   REQUIRE(first.exit_code == 0);
   auto listing = [&] {
-    std::vector<std::string> files;  // the lock file left aside: it stays, and names no run
+    std::vector<std::string> files;  // the lock file left aside: it stays, naming the last run to hold it
     for (const auto& entry : std::filesystem::directory_iterator(out))
       if (entry.path().filename() != ".ddprun.lock") files.push_back(entry.path().filename().string());
     std::sort(files.begin(), files.end());
@@ -348,13 +355,14 @@ TEST_CASE("ddp-tokenize: a Ctrl-C while the shards are written leaves the earlie
                          "while [ $(ls " + out + "/.kjv.partial 2>/dev/null | wc -l) -lt 20 ] && [ $i -lt 2400 ]; do "
                          "sleep 0.05; i=$((i+1)); done; " + bin("ddp-tokenize") + " " + out + " --text " +
                          dir.file("kjv.txt") + " --tokenizer " + dir.file("out/tokenizer.model") +
-                         " --name other; echo second=$?; kill -INT $P; wait $P; echo first=$?",
+                         " --name other; echo second=$?; kill -TERM $P; wait $P; echo first=$?",
                      std::chrono::seconds(200));
   const std::string err = read_file(dir.file("err"));
   INFO(r.out << r.err << err);
-  CHECK_THAT(r.out, Contains("second=2") && Contains("first=130"));
+  CHECK_THAT(r.out, Contains("second=2") && Contains("first=143"));
   CHECK_THAT(r.err, Contains("ddp-tokenize: error: OUT_DIR: " + out + " is in use by another run (pid "));
-  CHECK_THAT(err, Contains("ddp-tokenize: stopped: by SIGINT; nothing was moved into place"));
+  CHECK_THAT(err, Contains("ddp-tokenize: stopped: by SIGTERM; the shards it was writing are removed, and OUT_DIR "
+                           "is as it was"));
   CHECK(listing() == before);  // no staging directory, no shard of the stopped run
   CHECK(read_file(dir.file("out/tokenizer.model")) == tokenizer_before);
 }

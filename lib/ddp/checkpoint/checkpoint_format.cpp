@@ -326,11 +326,12 @@ void write_checkpoint(Checkpointer& checkpointer, const Communicator& world, con
   for (int r = 0; r < world.world_size; ++r)
     if (reports[static_cast<std::size_t>(r)].rfind("error ", 0) == 0) {
       // No manifest will commit this step: a shard this rank wrote for it would stay, unreferenced,
-      // on the disk that just filled, until a later save succeeded.
-      if (layout.writes && !layout.single_file && !alone) {
-        std::error_code ignored;
+      // on the disk that just filled, until a later save succeeded. Unless the step is committed
+      // already (saved again, as a stop in its resumed evaluation does): the shard is that one's.
+      std::error_code ignored;
+      if (layout.writes && !layout.single_file &&
+          !fs::exists(directory + checkpoint_stem(progress.step) + ".json", ignored))
         fs::remove(directory + shard_file(progress.step, layout.shard, layout.shards), ignored);
-      }
       throw_reported(reports[static_cast<std::size_t>(r)].substr(6),
                      r == world.rank ? "" : "rank " + std::to_string(r) + ": ");  // this rank's own: it says so
     }

@@ -166,6 +166,13 @@ std::optional<std::string> data_file_of(const std::string& manifest_path) {
   return std::nullopt;
 }
 
+// How a checkpoint is named in a message: its data file when it has one of the stem's name (a whole
+// checkpoint), else its manifest (a sharded one's step_N.pt does not exist).
+std::string shown_path(const CheckpointInfo& checkpoint) {
+  std::error_code ec;
+  return fs::exists(checkpoint.data_path, ec) ? checkpoint.data_path : checkpoint.manifest_path;
+}
+
 }  // namespace
 
 CheckpointInfo checkpoint_at(const std::string& path) {
@@ -205,7 +212,7 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
     auto earlier = list();
     if (!earlier.empty())
       throw FileError("checkpoint.resume is never, but " + directory_ + " holds checkpoints of an earlier run (newest: " +
-                      earlier.front().data_path + "); remove them or choose another run.output_dir");
+                      shown_path(earlier.front()) + "); remove them or choose another run.output_dir");
     return std::nullopt;
   }
   if (config_.resume != "auto") {
@@ -240,7 +247,7 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
     if (candidate.step < 0 || candidate.step >= older_than) continue;
     auto problem = verify_checkpoint(candidate);
     if (problem.empty()) return candidate;
-    spdlog::warn("skipping checkpoint {}: {}; trying the previous one", candidate.data_path, problem);
+    spdlog::warn("skipping checkpoint {}: {}; trying the previous one", shown_path(candidate), problem);
   }
   return std::nullopt;
 }

@@ -1,9 +1,9 @@
 #include "ddp/common/interruption.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace ddp {
@@ -12,9 +12,17 @@ namespace {
 constexpr int kDeferred[] = {SIGINT, SIGTERM, SIGHUP};
 std::atomic<int> g_signal{0};
 const char* g_leaving = "";
-struct sigaction g_before[3];
+std::string g_left;
+
+sigset_t deferred_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : kDeferred) sigaddset(&set, signal);
+  return set;
+}
 
 void on_signal(int signal) {
+  const int saved_errno = errno;  // a failing call's errno, between it and its message, stays its own
   int none = 0;
   if (!g_signal.compare_exchange_strong(none, signal)) {
     // The second: at once, by the default action, so the exit status says the signal.
@@ -22,29 +30,45 @@ void on_signal(int signal) {
     fallback.sa_handler = SIG_DFL;
     sigaction(signal, &fallback, nullptr);
     raise(signal);
-    return;
+  } else {
+    ssize_t ignored = write(STDERR_FILENO, g_leaving, std::strlen(g_leaving));
+    (void)ignored;
   }
-  ssize_t ignored = write(STDERR_FILENO, g_leaving, std::strlen(g_leaving));
-  (void)ignored;
+  errno = saved_errno;
 }
 
 }  // namespace
 
-DeferredInterruption::DeferredInterruption(const char* leaving) {
+DeferredInterruption::DeferredInterruption(const char* leaving, std::string left) {
   g_leaving = leaving;
+  g_left = std::move(left);
   g_signal = 0;
   struct sigaction deferred {};
   deferred.sa_handler = on_signal;
   sigemptyset(&deferred.sa_mask);
-  for (int i = 0; i < 3; ++i) sigaction(kDeferred[i], &deferred, &g_before[i]);
+  for (int i = 0; i < 3; ++i) {
+    sigaction(kDeferred[i], nullptr, &before_[i]);
+    if (before_[i].sa_handler != SIG_IGN) sigaction(kDeferred[i], &deferred, nullptr);
+  }
 }
 
-DeferredInterruption::~DeferredInterruption() {
-  for (int i = 0; i < 3; ++i) sigaction(kDeferred[i], &g_before[i], nullptr);
+void DeferredInterruption::end() {
+  if (ended_) return;
+  ended_ = true;
+  for (int i = 0; i < 3; ++i) sigaction(kDeferred[i], &before_[i], nullptr);
 }
+
+DeferredInterruption::~DeferredInterruption() { end(); }
 
 void stop_if_interrupted() {
-  if (int signal = g_signal.load()) throw Interrupted(signal);
+  if (int signal = g_signal.load()) throw Interrupted(signal, g_left);
 }
+
+SignalsHeld::SignalsHeld() {
+  const sigset_t held = deferred_set();
+  sigprocmask(SIG_BLOCK, &held, &before_);
+}
+
+SignalsHeld::~SignalsHeld() { sigprocmask(SIG_SETMASK, &before_, nullptr); }
 
 }  // namespace ddp

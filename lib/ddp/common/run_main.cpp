@@ -55,19 +55,17 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
     return body();
   } catch (const Interrupted& e) {
     const char* name = sigabbrev_np(e.signal());
-    return report(errors, 128 + e.signal(), "stopped",
-                  std::string("by SIG") + (name ? name : "?") +
-                      "; nothing was moved into place, and what was being written is removed");
+    return report(errors, 128 + e.signal(), "stopped", std::string("by SIG") + (name ? name : "?") + "; " + e.what());
   } catch (const UserError& e) {
     return report(errors, kExitUsage, "error", e.what());
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the process may not reach (a directory it cannot search) is the user's to fix; a full
     // disk or a failing device is an output error, as throw_output_error classifies them.
     const int code = e.code().value();
-    const std::string path = e.path1().empty() ? "a path" : e.path1().string();
+    const std::string what = e.path1().empty() ? std::string(e.what()) : e.path1().string() + ": " + e.code().message();
     if (code == EACCES || code == EPERM || code == ENOTDIR || code == ENAMETOOLONG || code == ELOOP)
-      return report(errors, kExitUsage, "error", "cannot reach " + path + ": " + e.code().message());
-    return report(errors, kExitIoError, "I/O error", path + ": " + e.code().message());
+      return report(errors, kExitUsage, "error", what);
+    return report(errors, kExitIoError, "I/O error", what);
   } catch (const IoError& e) {
     return report(errors, kExitIoError, "I/O error", e.what());
   } catch (const std::exception& e) {

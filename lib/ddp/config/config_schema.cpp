@@ -520,6 +520,10 @@ std::string ConfigSchema::unknown_key(const std::string& path) const {
   std::optional<std::string> guess;
   if (parent.empty()) {
     guess = nearest(last, section_names);
+    // A section's name spelt out (`optimizer:`, `training:`): that section, not the leaf nearest
+    // the word (was optim.lr).
+    for (const auto& name : section_names)
+      if (!guess && last.size() > name.size() && last.rfind(name, 0) == 0) guess = name;
   } else if (section) {
     if (auto key = nearest(last, section->keys)) guess = parent + "." + *key;
   }

@@ -94,25 +94,42 @@ class FormsFormatter : public CLI::Formatter {
   std::string make_usage(const CLI::App*, std::string) const override { return "\n"; }
 };
 
-// CLI11's messages are generic; ours name the option and the fix.
-[[noreturn]] void rethrow_parse_error(const CLI::ParseError& e, const CLI::App& app) {
+// CLI11's messages are generic; ours name the option and the fix. `args` as given, `positional` the
+// config or program parsed from them (CLI11 lists what it did not take in reverse).
+[[noreturn]] void rethrow_parse_error(const CLI::ParseError& e, const CLI::App& app, const std::vector<std::string>& args,
+                                      const std::string& positional) {
   std::string message = e.what();
-  if (const auto* extras = dynamic_cast<const CLI::ExtrasError*>(&e)) {
-    (void)extras;
-    for (const auto& option_name : app.remaining(true)) {
-      if (option_name.rfind("-", 0) != 0) continue;
-      std::vector<std::string> names;
-      for (const auto* option : app.get_options())
-        for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
-      std::string flag = option_name.substr(0, option_name.find('='));
-      auto hint = nearest(flag, names);
-      throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") +
-                      "; see ddprun --help");
+  if (!dynamic_cast<const CLI::ExtrasError*>(&e)) throw UserError(message + "; see ddprun --help");
+  std::vector<std::string> left = app.remaining(true), extras;
+  for (const auto& arg : args)
+    if (auto found = std::find(left.begin(), left.end(), arg); found != left.end()) {
+      extras.push_back(arg);
+      left.erase(found);
     }
-    throw UserError("unexpected argument(s) " + message.substr(message.find(':') + 1) +
-                    "; a program and its arguments go after --");
+  std::string words;
+  for (const auto& extra : extras) words += (words.empty() ? "" : " ") + extra;
+  const bool config = positional.ends_with(".yaml") || positional.ends_with(".yml");
+  const std::string as_program = "ddprun [options] -- " + positional + " " + words;
+  for (const auto& extra : extras) {
+    if (extra.rfind("-", 0) != 0) continue;
+    std::vector<std::string> names;
+    for (const auto* option : app.get_options())
+      for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
+    std::string flag = extra.substr(0, extra.find('='));
+    auto hint = nearest(flag, names);
+    throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") +
+                    (positional.empty() || config
+                         ? ""
+                         : "; if it is " + positional + "'s, the program goes after --: " + as_program) +
+                    "; see ddprun --help");
   }
-  throw UserError(message + "; see ddprun --help");
+  if (auto setting = std::find_if(extras.begin(), extras.end(),
+                                  [](const std::string& extra) { return extra.find('=') != std::string::npos; });
+      config && setting != extras.end())
+    throw UserError("unexpected argument(s) " + words + " after the config " + positional +
+                    ": a config key is set with --set KEY=VALUE (--set " + *setting + ")");
+  throw UserError("unexpected argument(s) " + words + (positional.empty() ? "" : " after " + positional) +
+                  "; a program and its arguments go after --" + (positional.empty() ? "" : ": " + as_program));
 }
 
 // The job's secret: the file's first line, else $DDPRUN_RDZV_SECRET; "" when neither is given.
@@ -390,7 +407,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     std::cout << app.help() << "\nA config runs " << "ddp-train beside ddprun; see docs/launcher.md for the environment.\n";
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    rethrow_parse_error(e, app);
+    rethrow_parse_error(e, app, args, config);
   }
 
   options.rdzv_secret = read_secret(secret_file);

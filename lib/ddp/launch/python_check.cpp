@@ -56,7 +56,10 @@ PythonFacts probe_python(const std::string& python) {
 }
 
 bool imports_torch(const std::string& text) {
-  static const std::regex import_line(R"((^|\n)[ \t]*(import[ \t]+torch\b|from[ \t]+torch\b))");
+  // `import torch`, `import os, torch.distributed as dist`, `from torch import nn`: torch anywhere
+  // in an import list (was: only first in it).
+  static const std::regex import_line(
+      R"((^|\n)[ \t]*(import[ \t]+([\w.]+([ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*torch\b|from[ \t]+torch\b))");
   return std::regex_search(text, import_line);
 }
 

@@ -12,7 +12,7 @@
 namespace ddp {
 namespace {
 
-constexpr const char* kRestartHint = "; or start afresh with checkpoint.resume: never or another run.output_dir";
+constexpr const char* kRestartHint = "; or start afresh in another run.output_dir";
 
 std::set<std::string> lines_of(const std::string& text) {
   std::set<std::string> lines;

@@ -254,6 +254,7 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
     if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
     return false;
   }
+  check_not_behind(reader.progress(), reader.source());
   // After every check (a refused or unreadable checkpoint leaves the directory as it was), before
   // the restore: a job that fails in it must not find the old history on its restart.
   if (rewind_to >= 0) set_aside_checkpoints_after(rewind_to);
@@ -264,7 +265,7 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   return true;
 }
 
-void Trainer::resumed(const TrainProgress& loaded, const std::string& path, const std::string& what) {
+void Trainer::check_not_behind(const TrainProgress& loaded, const std::string& path) const {
   // A run shortened below what it has trained cannot be shortened: refused before config.yaml,
   // metrics or model.pt would say it trained that length.
   auto behind = [&](const std::string& key, int64_t value, const std::string& unit, int64_t at) {
@@ -279,6 +280,9 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
   // the log counts from 1 (was let through, and "finished" with a model from further on).
   const int64_t epoch_begun = loaded.epoch + (loaded.batch_in_epoch > 0 ? 1 : 0);
   if (epoch_begun > config_.train.epochs) throw behind("train.epochs", config_.train.epochs, "epoch", epoch_begun);
+}
+
+void Trainer::resumed(const TrainProgress& loaded, const std::string& path, const std::string& what) {
   progress_ = loaded;
   // Micro-batches of the saved size, counted in this run's (the same when world × batch is).
   if (loaded.world_size > 0 && loaded.batch_size > 0)
@@ -348,6 +352,11 @@ bool Trainer::eval_still_due() const {
   return last_step && config_.eval.at_end;
 }
 
+bool Trainer::saving_deferred() const {
+  return checkpointer_->due_after_step(progress_.step) && !checkpointer_->saved_at(progress_.step) &&
+         last_eval_step_ == progress_.step;
+}
+
 bool Trainer::done() const {
   return progress_.epoch >= config_.train.epochs ||
          (config_.train.max_steps > 0 && progress_.step >= config_.train.max_steps);
@@ -397,6 +406,7 @@ int Trainer::train_to_the_end() {
   if (stopping()) return stop_after_checkpoint();
   if (has_eval && config_.eval.at_end && last_eval_step_ != progress_.step) run_eval();
   if (stopping()) return stop_after_checkpoint();
+  if (saving_deferred()) save_checkpoint();
   finish();
   return 0;
 }
@@ -540,7 +550,10 @@ void Trainer::report_state_memory() {
 void Trainer::after_step() {
   if (config_.eval.every_steps > 0 && progress_.step % config_.eval.every_steps == 0 && task_->size(Split::kEval) > 0)
     run_eval();
-  if (checkpointer_->due_after_step(progress_.step)) save_checkpoint();
+  // Note [A checkpoint after its step's evaluation]: a step an evaluation still follows (an epoch's
+  // last, before end_epoch's; the run's last, before eval.at_end's) is saved once that evaluation
+  // ran. Saved before it, a crash in it resumed past it, and the records never held it.
+  if (checkpointer_->due_after_step(progress_.step) && !eval_still_due()) save_checkpoint();
 }
 
 void Trainer::end_epoch() {
@@ -548,12 +561,12 @@ void Trainer::end_epoch() {
   progress_.batch_in_epoch = 0;
   bool eval_now = config_.eval.every_epochs > 0 && progress_.epoch % config_.eval.every_epochs == 0;
   if (eval_now && task_->size(Split::kEval) > 0 && last_eval_step_ != progress_.step) run_eval();
-  if (checkpointer_->due_after_epoch(progress_.epoch, progress_.step)) save_checkpoint();
+  if (checkpointer_->due_after_epoch(progress_.epoch, progress_.step) || saving_deferred()) save_checkpoint();
 }
 
 int Trainer::stop_after_checkpoint() {
-  // Saved again when the final evaluation, after the last step's checkpoint, was cut short: the
-  // checkpoint must say it is still to do (Note [An evaluation cut short]).
+  // Saved again when an evaluation of a step that has its checkpoint already (the one a resume
+  // does first) was cut short: the checkpoint must say it is still to do (Note [An evaluation cut short]).
   const bool eval_pending = eval_interrupted_ && last_eval_step_ == progress_.step;
   if (!checkpointer_->saved_at(progress_.step) || (eval_pending && !saved_eval_pending_)) save_checkpoint();
   recorder_->stopped(progress_, stop_signal(), stop_signal() ? stop_reason() : stop_vote_->reason());
@@ -589,11 +602,7 @@ void Trainer::save_checkpoint() {
   checkpointer_->mark_saved(progress_.step);
   // Note [An evaluation cut short]: a stop that cut this step's evaluation short saves the step with
   // it still to do; the resume does it, so the records hold it whole, once, at its step.
-  // So does one written before an evaluation this step is still to have (an epoch's last step saved
-  // by checkpoint.every_steps, before end_epoch's; the last step, before eval.at_end's): a crash in
-  // that evaluation would otherwise resume past it, and the records would never hold it.
-  progress_.eval_pending = saved_eval_pending_ =
-      (eval_interrupted_ && last_eval_step_ == progress_.step) || eval_still_due();
+  progress_.eval_pending = saved_eval_pending_ = eval_interrupted_ && last_eval_step_ == progress_.step;
   CheckpointLayout layout = checkpoint_layout(*parallel_, *plan_, task_->model(), config_.checkpoint.format);
   write_checkpoint(*checkpointer_, plan_->world(), layout, task_->model(), *optimizer_, progress_, rank_rng);
   barrier(plan_->world());

@@ -51,6 +51,8 @@ class Trainer {
   /// Restores the checkpoint of manifest `path` (`common`: the file its manifest calls common),
   /// whatever layout wrote it; false when it or a rank's pieces of it could not be read and
   /// checkpoint.resume auto should try an older one.
+  /// ConfigError when train.max_steps or train.epochs ends before where `loaded` stands.
+  void check_not_behind(const TrainProgress& loaded, const std::string& path) const;
   bool resume_from(const std::string& path, const std::string& manifest, const std::string& common, int64_t rewind_to);
   /// After it: the loop goes on from `loaded`.
   void resumed(const TrainProgress& loaded, const std::string& path, const std::string& what);
@@ -60,7 +62,10 @@ class Trainer {
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
-  bool eval_still_due() const;  // an evaluation this step has yet to run (Note [An evaluation cut short])
+  /// Whether an evaluation is still to run at this step (Note [A checkpoint after its step's evaluation]).
+  bool eval_still_due() const;
+  /// Whether checkpoint.every_steps's checkpoint of this step waited for its evaluation, which ran.
+  bool saving_deferred() const;
   /// Whether the ranks agreed to stop: a signal's vote after a step, or an evaluation it cut short.
   bool stopping() const { return eval_interrupted_ || stop_vote_->agreed(); }
   /// Forward and backward of `micro_batches` micro-batches (the step runner's), then one optimizer step.

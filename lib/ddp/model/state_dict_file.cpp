@@ -237,7 +237,8 @@ class PickleMachine {
       if (sizes[d] < 0 || strides[d] < 0) fail("a tensor with a negative size or stride");
       empty = empty || sizes[d] == 0;
       int64_t reach = 0;
-      if (!empty && (__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach) || __builtin_add_overflow(last, reach, &last)))
+      if (!empty &&
+          (__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach) || __builtin_add_overflow(last, reach, &last)))
         fail("a tensor whose sizes and strides reach past any storage");
     }
     if (!empty && last >= storage.integer)
@@ -266,9 +267,11 @@ class PickleMachine {
       const auto& [bytes, size] = got;
       // Checked before the tensor is made: a count no file holds would be reported as out of memory.
       std::size_t expected = 0;
-      if (__builtin_mul_overflow(static_cast<std::size_t>(count), c10::elementSize(dtype), &expected) || size != expected)
+      const std::size_t element = c10::elementSize(dtype);
+      if (__builtin_mul_overflow(static_cast<std::size_t>(count), element, &expected) || size != expected)
         throw FileError(path + ": not a torch.save state dict (storage " + record + " holds " + std::to_string(size) +
-                        " bytes, not the " + std::to_string(count) + " × " + std::to_string(c10::elementSize(dtype)) + " its tensor needs)");
+                        " bytes, not the " + std::to_string(count) + " × " + std::to_string(element) +
+                        " its tensor needs)");
       torch::Tensor values = torch::empty({count}, torch::TensorOptions().dtype(dtype));
       checksums->check(record, bytes.get(), size);  // Note [torch.save's checksums]
       std::memcpy(values.data_ptr(), bytes.get(), size);
