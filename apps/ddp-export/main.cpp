@@ -90,6 +90,10 @@ class ExportStaging {
       ddp::throw_output_error("cannot make a directory like " + pattern + ": " + std::strerror(error), error);
     }
     path_ = pattern;
+    // mkdtemp makes it 0700: the export is for others to read, as a directory made the usual way is.
+    const mode_t mask = umask(0);
+    umask(mask);
+    chmod(path_.c_str(), 0777 & ~mask);
   }
   ~ExportStaging() {
     std::error_code ignored;
