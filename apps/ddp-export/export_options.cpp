@@ -16,8 +16,8 @@ void declare_export_options(CLI::App& app, ExportArguments& args) {
                  "that verifies, or model.pt when the run kept none");
   app.add_option("-o,--output", args.output, "Where the Hugging Face directory goes (default: RUN/export-step-N)");
   app.add_option("--max-shard-size", args.max_shard_size,
-                 "Above this size (5GB, 500MB, 100KB, 2GiB), model.safetensors is split into shards with an index, as "
-                 "save_pretrained does")
+                 "Above this size (5GB, 500MB, 100KB, 2GiB; as in save_pretrained, 5Gb is in bits), model.safetensors is "
+                 "split into shards with an index, as save_pretrained does")
       ->capture_default_str();
   app.set_version_flag("--version", version_line(), "Print the versions this binary was built with");
 }
@@ -30,7 +30,11 @@ int64_t parse_shard_size(const std::string& text) {
   std::string upper = text;
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (std::regex_match(upper, match, std::regex(R"(\s*([0-9]+(\.[0-9]+)?)\s*([KMG]I?B|B)?\s*)"))) {
-    const double bytes = std::stod(match[1]) * units.at(match[3]);
+    // save_pretrained reads a decimal unit ending in a lowercase b (5Gb, 500mb) as bits.
+    const std::string unit = match[3];
+    const bool bits = unit.size() == 2 && text.find_last_not_of(" \t") != std::string::npos &&
+                      text[text.find_last_not_of(" \t")] == 'b';
+    const double bytes = std::stod(match[1]) * units.at(unit) / (bits ? 8 : 1);
     if (bytes >= 1 && bytes < 1e18) return static_cast<int64_t>(std::llround(bytes));
   }
   throw UserError("--max-shard-size: expected a size such as 5GB, 500MB or 100KB, got '" + text + "'");

@@ -19,7 +19,8 @@ struct ExportArguments {
 /// Declares every option of ddp-export on `app`, bound to `args`.
 void declare_export_options(CLI::App& app, ExportArguments& args);
 
-/// Bytes in a size as save_pretrained's max_shard_size spells it: 5GB, 500MB, 100KB, 2GiB, 1000;
+/// Bytes in a size as save_pretrained's max_shard_size spells it: 5GB, 500MB, 100KB, 2GiB, 1000, and
+/// 800Kb for 100KB (a decimal unit ending in a lowercase b is bits);
 /// UserError naming --max-shard-size otherwise.
 int64_t parse_shard_size(const std::string& text);
 

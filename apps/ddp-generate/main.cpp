@@ -10,9 +10,11 @@
 #include <sstream>
 #include <string>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
 #include "ddp/common/worker_contract.h"
+#include "ddp/config/config_keys.h"
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/train_config.h"
 #include "ddp/model/token_sampler.h"
@@ -110,9 +112,13 @@ int main(int argc, char** argv) {
     ddp::TrainConfig config = ddp::load_train_config(config_path, {});
     config.model.init_from.clear();  // model.pt's weights replace them: never read the run's starting point
     std::shared_ptr<ddp::Model> model = ddp::make_model(config.model);
-    if (!model->token_stepper())
+    if (!model->token_stepper()) {
+      // An empty or model-less config gets the default model; saying only "convnet" puzzled.
+      const bool named = ddp::config_keys(ddp::read_whole_file(config_path)).contains("model.name");
       throw ddp::UserError(config_path + ": model.name is " + config.model.name +
+                           (named ? "" : " (the default: the config sets no model.name)") +
                            "; ddp-generate samples from causal language models (gpt, llama)");
+    }
     const int64_t vocab = model->output_width();
 
     const bool has_prompt_ids = app.count("--prompt-ids") > 0;

@@ -130,6 +130,10 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   for (const char* value : {"0x10", "3x", ""})
     CHECK_THROWS_WITH(parse({"--max-restarts", value, "--", "true"}),
                       "--max-restarts: expected a base-10 integer, got '" + std::string(value) + "'; see ddprun --help");
+  // A base-10 integer past 64 bits is out of range, not "no integer" (ddp-generate --seed 2^64-1).
+  for (const char* value : {"99999999999999999999", "-99999999999999999999"})
+    CHECK_THROWS_WITH(parse({"--max-restarts", value, "--", "true"}),
+                      Contains("--max-restarts: expected an integer in [0, ") && Contains("got " + std::string(value)));
   CHECK_THROWS_WITH(parse({"--nnodes", "9999999", "--", "true"}),
                     Contains("--nnodes: expected an integer from 1 to 1048576, got '9999999'"));
   CHECK_THROWS_AS(parse({"--set", "a=1", "--", "true"}), UserError);

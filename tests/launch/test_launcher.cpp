@@ -263,10 +263,18 @@ TEST_CASE("with --rdzv-backend c10d and no node ranks, three launchers take 0, 1
 }
 
 TEST_CASE("a launcher beyond --nnodes by arrival is refused with one line, and the others run on") {
+  // The third starts once both workers run, and they stay until it is refused (at most 30 s): fixed
+  // sleeps let a loaded machine start it before a rank was taken, or after the job was over.
+  TempDir dir;
+  const std::string third_err = dir.file("third.err");
   std::string common = " --nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(free_port()) +
-                       " --rdzv-timeout 30 -- sh -c 'sleep 2; echo rank=$RANK'";
-  auto r = run_shell(ddprun() + common + " & A=$!; " + ddprun() + common + " & B=$!; sleep 1; " + ddprun() + common +
-                         "; echo third=$?; wait $A; a=$?; wait $B; echo others=$a,$?",
+                       " --rdzv-timeout 30 -- sh -c 'touch " + dir.path() + "/up.$RANK; i=0; while ! grep -q "
+                       "\"are taken\" " + third_err + " 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); "
+                       "done; echo rank=$RANK'";
+  auto r = run_shell(ddprun() + common + " & A=$!; " + ddprun() + common + " & B=$!; while [ ! -e " + dir.path() +
+                         "/up.0 ] || [ ! -e " + dir.path() + "/up.1 ]; do sleep 0.05; done; " + ddprun() + common +
+                         " 2> " + third_err + "; echo third=$?; cat " + third_err + " >&2; wait $A; a=$?; wait $B; "
+                         "echo others=$a,$?",
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "third=2") == 1);
@@ -419,7 +427,7 @@ TEST_CASE("a rank that stops at once for a node interrupted elsewhere is stopped
 TEST_CASE("a port in use is named at once") {
   TempDir dir;
   std::string port = std::to_string(free_port());
-  auto r = run_shell(ddprun() + " --master-port " + port + " -- sh -c 'touch " + dir.path() + "/up; sleep 5' & A=$!; "
+  auto r = run_shell(ddprun() + " --master-port " + port + " -- sh -c 'touch " + dir.path() + "/up; sleep 60' & A=$!; "
                          "while [ ! -e " + dir.path() + "/up ]; do sleep 0.05; done; " +
                          ddprun() + " --master-port " + port + " -- true; echo second=$?; kill $A; wait $A",
                      std::chrono::seconds(30));
@@ -564,10 +572,12 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
 
   // The summary names the rank whose words are shown: rank 1's here, shown when its next line came,
   // while rank 0's copy was held until its exit, which makes rank 0 the first to fail.
+  TempDir dir;
   auto held = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
                       "if [ $RANK = 0 ]; then echo \"ddp-train: rank 0: error: optim.lr: expected a number\" >&2; "
-                      "sleep 2; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
-                      "echo \"rank 1 goes on\" >&2; sleep 30; exit 2"});
+                      "i=0; while [ ! -e " + dir.path() + "/said.1 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                      "sleep 0.5; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
+                      "echo \"rank 1 goes on\" >&2; touch " + dir.path() + "/said.1; sleep 30; exit 2"});
   INFO(held.err);
   CHECK(held.exit_code == 2);
   CHECK_THAT(held.err, Contains("[rank 1] ddp-train: rank 1: error: optim.lr: expected a number"));
@@ -576,13 +586,15 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
 
   // Messages that differ between ranks are each shown (both written before either rank exits).
   auto differing = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                           "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; sleep 0.5; exit 2"});
+                           "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; touch " +
+                               dir.path() + "/w.$RANK; i=0; while { [ ! -e " + dir.path() + "/w.0 ] || [ ! -e " +
+                               dir.path() + "/w.1 ]; } && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 2"});
   CHECK_THAT(differing.err, Contains("no file shard_0") && Contains("no file shard_1"));
 
   // A rank kept off the console has shown nothing: rank 0 fails first and is filtered out, rank 1 is
   // stopped before it writes, so the summary gives the message, once.
   auto filtered = launch({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "1", "--", "sh", "-c",
-                          "[ $RANK = 1 ] && sleep 5; echo \"ddp-train: rank $RANK: error: bad key\" >&2; exit 2"});
+                          "[ $RANK = 1 ] && sleep 60; echo \"ddp-train: rank $RANK: error: bad key\" >&2; exit 2"});
   INFO(filtered.err);
   CHECK_THAT(filtered.err, Contains("| ddp-train: rank 0: error: bad key"));
   CHECK(filtered.err.find("error: bad key") == filtered.err.rfind("error: bad key"));

@@ -138,8 +138,9 @@ TEST_CASE("kill -9 of ddprun's whole process group leaves no store directory, an
   write_file(dir.file("ddprun-store-orphan/.owner.lock"), "");
   write_file(dir.file("ddprun-store-alive/.owner.lock"), "");
   // The holder is one process (the sleep holds the locked descriptor), so that `kill $F` ends it.
-  auto next = run_shell("sh -c 'exec 9>" + dir.file("ddprun-store-alive/.owner.lock") + "; flock 9; exec sleep 30.25' "
-                        ">/dev/null 2>&1 & F=$!; sleep 0.3; " + train +
+  auto next = run_shell("sh -c 'exec 9>" + dir.file("ddprun-store-alive/.owner.lock") + "; flock 9 && touch " +
+                            dir.file("locked") + "; exec sleep 30.25' >/dev/null 2>&1 & F=$!; i=0; while [ ! -e " +
+                            dir.file("locked") + " ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; " + train +
                             "--set run.output_dir=" + dir.file("next") + " --set train.max_steps=2; echo status=$?; kill $F",
                         std::chrono::seconds(60));
   INFO(next.out << next.err);
@@ -183,21 +184,24 @@ TEST_CASE("a --log-dir that is a dangling symbolic link is named as one, and not
 
 TEST_CASE("the stall timeout names the rank that is stopped, not the one that waits for it", "[launch][hardening]") {
   // Both ranks beat (step 7) every 0.1 s. Rank 0 then goes quiet first, as a rank waiting in a
-  // collective would; rank 1 is SIGSTOPped a moment later. The longest-silent rank is rank 0.
+  // collective would; rank 1 is SIGSTOPped once it has. The longest-silent rank is rank 0. Each
+  // step waits for the one before (a file), so load moves none of them past the stall timeout.
   TempDir dir;
   write_file(dir.file("worker.sh"),
              "echo $$ > " + dir.path() + "/pid.$RANK\n"
              "i=0\n"
-             "while [ $i -lt 300 ]; do\n"
-             "  [ $RANK = 0 ] && [ -e " + dir.path() + "/quiet ] && exec sleep 31.75\n"
+             "while [ $i -lt 600 ]; do\n"
+             "  [ $RANK = 0 ] && [ -e " + dir.path() + "/quiet ] && touch " + dir.path() + "/silent && exec sleep 31.75\n"
              "  printf '\\007\\000\\000\\000\\000\\000\\000\\000' >&$DDPRUN_HEARTBEAT_FD\n"
+             "  touch " + dir.path() + "/beat.$RANK\n"
              "  sleep 0.1; i=$((i+1))\n"
              "done\n");
-  auto r = run_shell(bin("ddprun") + " --standalone --nproc-per-node 2 --stall-timeout 1.5 --shutdown-grace 1 -- sh " +
-                         dir.file("worker.sh") + " & L=$!; while [ ! -s " + dir.path() + "/pid.1 ]; do sleep 0.05; done; "
-                         "sleep 0.3; touch " + dir.path() + "/quiet; sleep 0.4; kill -STOP $(cat " + dir.path() +
+  auto r = run_shell(bin("ddprun") + " --standalone --nproc-per-node 2 --stall-timeout 5 --shutdown-grace 1 -- sh " +
+                         dir.file("worker.sh") + " & L=$!; while [ ! -e " + dir.path() + "/beat.0 ] || [ ! -e " +
+                         dir.path() + "/beat.1 ]; do sleep 0.05; done; touch " + dir.path() + "/quiet; while [ ! -e " +
+                         dir.path() + "/silent ]; do sleep 0.05; done; kill -STOP $(cat " + dir.path() +
                          "/pid.1); wait $L; echo status=$?",
-                     std::chrono::seconds(30));
+                     std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=1") == 1);
   CHECK_THAT(r.err, Contains("rank 1 on") && Contains("is stopped (process state T: SIGSTOP or a debugger)") &&

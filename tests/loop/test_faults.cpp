@@ -267,14 +267,17 @@ TEST_CASE("a run under timeout(1) stops with its checkpoint, though timeout send
   // timeout signals its child and then its process group, the child in it: the second delivery,
   // taken as a second Ctrl-C, killed the workers before their checkpoint (Note [One request, sent
   // twice]), in some of the stops.
+  // An outside SIGALRM is timeout's own expiry (coreutils' cleanup()): sent once the run logs a
+  // step, where a fixed `timeout 4` could fire before a loaded machine had the workers up.
   TempDir dir;
   const std::string out = dir.file("run");
-  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:10 timeout 4 env " +
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:10 timeout 600 env " +
                          ddprun_command(2, "synthetic_mlp.yaml",
                                         {"run.output_dir=" + out, "train.epochs=50", "eval.every_steps=20",
                                          "train.log_every=20", "checkpoint.every_epochs=0"}) +
-                         "; echo status=$?",
-                     std::chrono::seconds(60));
+                         " & T=$!; i=0; while ! grep -q '\"step\"' " + out + "/metrics.jsonl 2>/dev/null && "
+                         "[ $i -lt 1000 ]; do sleep 0.05; i=$((i+1)); done; kill -ALRM $T; wait $T; echo status=$?",
+                     std::chrono::seconds(90));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=124") == 1);
   CHECK_THAT(r.out, Contains("stopping at step"));

@@ -189,7 +189,9 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     }
     for (const auto& [options, expected] : std::vector<std::pair<std::string, std::string>>{
              {"--prompt x --prompt-ids 1", "--prompt excludes --prompt-ids"},  // one was ignored
-             {"--temperature nan", "--temperature: a number from 0 to 100, not nan"}}) {  // sampled at 1
+             {"--temperature nan", "--temperature: a number from 0 to 100, not nan"},  // sampled at 1
+             {"--seed 18446744073709551615",  // past run.seed's int64: out of range, not "no integer"
+              "--seed: expected an integer in [0, 9223372036854775807], got 18446744073709551615"}}) {
       auto bad = generate(options + " --tokens 3");
       CHECK(bad.exit_code == 2);
       CHECK(bad.out.empty());
@@ -215,6 +217,11 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     CHECK_THAT(other_heads.err, Contains("--config: " + dir.file("heads.yaml") + " builds another model than " +
                                          dir.file("out/model.pt") + " was trained as (model.n_head 2 → 4, against " +
                                          dir.file("out/config.yaml") + ")"));
+    write_file(dir.file("empty.yaml"), "");  // the default model, which is no language model
+    auto empty = generate("--config " + dir.file("empty.yaml") + " --tokens 3");
+    CHECK(empty.exit_code == 2);
+    CHECK_THAT(empty.err, Contains(dir.file("empty.yaml") + ": model.name is convnet (the default: the config sets no "
+                                   "model.name); ddp-generate samples from causal language models (gpt, llama)"));
     write_file(dir.file("same.yaml"), read_file(dir.file("out/config.yaml")));
     CHECK(generate("--config " + dir.file("same.yaml") + " --tokens 3").exit_code == 0);
     auto missing = run_shell(bin("ddp-generate") + " " + dir.file("nowhere"), std::chrono::seconds(30));
@@ -842,9 +849,12 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   fs::remove(dir.file("tokenizer.model"));
   fs::remove(dir.file("out/tokenizer.model"));
   write_file(out + "/notes.txt", "the user's");
-  auto again = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "100KB"}, std::chrono::seconds(120));
+  // 800Kb is 100 KB as save_pretrained reads it (a lowercase b is bits): the same two shards.
+  auto again = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "800Kb"}, std::chrono::seconds(120));
   INFO(again.out << again.err);
   REQUIRE(again.exit_code == 0);
+  CHECK(!fs::exists(out + "/model.safetensors"));
+  CHECK(fs::exists(out + "/model-00002-of-00002.safetensors"));
   CHECK_FALSE(fs::exists(out + "/tokenizer.model"));
   CHECK_THAT(again.out, Contains("config.json") && !Contains("notes.txt") && !Contains("tokenizer.model"));
   CHECK(read_file(out + "/notes.txt") == "the user's");

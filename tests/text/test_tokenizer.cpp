@@ -58,6 +58,12 @@ TEST_CASE("a text corpus: lines without their ends, the last whole lines held ou
   write_file(dir.file("one.txt"), "a single line");
   CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("one.txt")}, 0.1), Contains("too few to hold out"));
   CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("none.txt")}, 0.1), Contains(dir.file("none.txt") + ": no such file"));
+  // Text only in the held-out end: SentencePiece said only "its check !sentences_.empty() failed".
+  write_file(dir.file("late.txt"), "\n \n\t\nthe only words are at the end of the text\n");
+  CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("late.txt")}, 0.5),
+                    dir.file("late.txt") + ": its first 3 line(s), left to train on once 0.5 of the text is held "
+                                           "out, are blank (lower --val-fraction, or give more text)");
+  CHECK(ddp::read_text_corpus({dir.file("late.txt")}, 0).held_out_from == 4);
 }
 
 TEST_CASE("a SentencePiece tokenizer trained on the Bible: Python's ids line for line, decode(encode(text)) the "

@@ -18,8 +18,10 @@ inline CLI::Validator integer_in(long long low, long long high, bool in_help = t
   return CLI::Validator(
       [low, high](std::string& text) -> std::string {
         const auto value = parse_int(text);
-        if (!value) return "expected a base-10 integer, got '" + text + "'";
-        if (*value < low || *value > high)
+        const auto digits = text.find_first_not_of("0123456789", text.starts_with('-') ? 1 : 0);
+        const bool too_long = !value && digits == std::string::npos && text.size() > (text[0] == '-' ? 1u : 0u);
+        if (!value && !too_long) return "expected a base-10 integer, got '" + text + "'";
+        if (too_long || *value < low || *value > high)
           return "expected an integer in [" + std::to_string(low) + ", " + std::to_string(high) + "], got " + text;
         text = std::to_string(*value);
         return "";

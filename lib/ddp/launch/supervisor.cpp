@@ -603,7 +603,7 @@ class StaticJob : public JobMembership {
     if (!std::getenv(env::kOmpNumThreads) && !options_.runs_trainer) {
       int threads = threads_per_worker(options_.nproc_per_node);
       say("OMP_NUM_THREADS=" + std::to_string(threads) + " for each worker (" + std::to_string(available_cores()) +
-          " cores / " + std::to_string(options_.nproc_per_node) + " workers); set it to override");
+          " cores / " + std::to_string(options_.nproc_per_node) + " worker(s)); set it to override");
     }
   }
 

@@ -55,6 +55,13 @@ std::string read_stream(const std::string& path) {
   return std::move(text).str();
 }
 
+// 0.1 as the user wrote it, not std::to_string's 0.100000.
+std::string fraction_text(double fraction) {
+  std::ostringstream text;
+  text << fraction;
+  return text.str();
+}
+
 }  // namespace
 
 TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_out_fraction) {
@@ -85,9 +92,8 @@ TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_o
   }
   const std::string named = files.front() + (files.size() > 1 ? " and the others" : "");
   if (corpus.bytes == 0) throw FileError(named + ": empty");
-  if (std::all_of(corpus.lines.begin(), corpus.lines.end(),
-                  [](std::string_view line) { return line.find_first_not_of(" \t\v\f") == std::string_view::npos; }))
-    throw FileError(named + ": no text, only blank lines");
+  const auto blank = [](std::string_view line) { return line.find_first_not_of(" \t\v\f") == std::string_view::npos; };
+  if (std::all_of(corpus.lines.begin(), corpus.lines.end(), blank)) throw FileError(named + ": no text, only blank lines");
   corpus.held_out_from = corpus.lines.size();
   if (held_out_fraction <= 0) return corpus;
   int64_t held = 0;
@@ -97,8 +103,13 @@ TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_o
   }
   if (corpus.held_out_from == 0)
     throw FileError(files.back() + ": the text has " + std::to_string(corpus.lines.size()) +
-                    " line(s), too few to hold out " + std::to_string(held_out_fraction) +
+                    " line(s), too few to hold out " + fraction_text(held_out_fraction) +
                     " of it and train on the rest (lower --val-fraction, or give more text)");
+  // SentencePiece would say only "!sentences_.empty()", and the train shards would hold no token.
+  if (std::all_of(corpus.lines.begin(), corpus.lines.begin() + static_cast<std::ptrdiff_t>(corpus.held_out_from), blank))
+    throw FileError(named + ": its first " + std::to_string(corpus.held_out_from) + " line(s), left to train on once " +
+                    fraction_text(held_out_fraction) + " of the text is held out, are blank (lower --val-fraction, "
+                    "or give more text)");
   return corpus;
 }
 
