@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/cli_unknown_option.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/common/version.h"
@@ -21,17 +22,9 @@ namespace ddp {
 [[noreturn]] inline void throw_command_line_error(const CLI::ParseError& e, const CLI::App& app,
                                                   const std::string& program) {
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
-    std::vector<std::string> names;
-    for (const auto* option : app.get_options())
-      for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
-    for (const auto& given : app.remaining(true)) {
-      if (given.rfind("-", 0) != 0) continue;
-      const std::string flag = given.substr(0, given.find('='));
-      auto hint = nearest(flag, names);
-      throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") + "; see " + program +
-                      " --help");
-    }
-    const bool sets = std::find(names.begin(), names.end(), "--set") != names.end();
+    for (const auto& given : app.remaining(true))
+      if (given.rfind("-", 0) == 0) throw UserError(unknown_option(given, app) + "; see " + program + " --help");
+    const bool sets = app.get_option_no_throw("--set") != nullptr;
     for (const auto& given : app.remaining(true))
       if (sets && given.find('=') != std::string::npos)
         throw UserError("unexpected argument " + given + ": a config key is set with --set " + given + "; see " +

@@ -2,6 +2,8 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <functional>
 
@@ -97,6 +99,33 @@ TEST_CASE("broken NPY files are refused naming the file and the cause", "[data][
   write_file(pickle, std::string("\x80\x04\x95", 3) + "rest of a pickle");
   refused(pickle, "is a Python pickle");
   refused(dir.file("missing.npy"), "cannot open");
+
+  // Written by hand: a version 1 header padded to 64 bytes with spaces and a newline, then `data`.
+  auto npy = [&](const std::string& name, std::string header, const std::string& data = "") {
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    const std::string length{static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
+    write_file(dir.file(name), std::string("\x93NUMPY\x01\x00", 8) + length + header + data);
+    return dir.file(name);
+  };
+  // 10^12 samples of no values fit in a header alone; reading them allocated 8 TB. As features
+  // they are refused; as an array (an edge list [2, 0]), read as the empty array they are.
+  const std::string hollow = npy("hollow.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000, 0), }");
+  CHECK(ddp::read_npy(hollow).sizes() == torch::IntArrayRef({1000000000000, 0}));
+  ddp::DataConfig hollow_data;
+  hollow_data.dataset = "npy";
+  hollow_data.path = hollow;
+  hollow_data.labels = fixture("train_y.npy");
+  hollow_data.eval_split = "none";
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(hollow_data, 10),
+                    Contains(hollow + ": holds samples of no values (each [0]): a sample needs at least one"));
+  // The header is shown without its padding and newline, on the message's one line.
+  const std::string no_order = npy("no_order.npy", "{'descr': '<f4', 'shape': (2,), }", std::string(8, '\0'));
+  CHECK_THROWS_WITH(ddp::open_npy_samples(no_order),
+                    Contains("the NPY header has no 'fortran_order' (header: {'descr': '<f4', 'shape': (2,), })") &&
+                        !Contains("\n"));
+  REQUIRE(mkfifo(dir.file("pipe.npy").c_str(), 0600) == 0);  // its open used to wait for a writer
+  refused(dir.file("pipe.npy"), "is not a regular file");
 }
 
 TEST_CASE("broken CSV files name the line and column at fault", "[data][csv]") {
@@ -145,6 +174,22 @@ TEST_CASE("data splits: counts must agree, NaN labels are refused, eval_fraction
   config.eval_split = "none";
   CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 10),
                     Contains("train_x.npy holds 1024 samples") && Contains("test_y.npy holds 512 labels"));
+  // A missing file is named by its key, for npy, csv and criteo alike.
+  for (auto [key, field] : {std::pair{"data.path", &ddp::DataConfig::path}, std::pair{"data.labels", &ddp::DataConfig::labels}}) {
+    ddp::DataConfig missing = config;
+    missing.*field = dir.file("absent.npy");
+    CHECK_THROWS_WITH(ddp::load_dataset_splits(missing, 10), std::string(key) + ": no such file " + dir.file("absent.npy"));
+  }
+  ddp::DataConfig no_eval = config;
+  no_eval.labels = fixture("train_y.npy");
+  no_eval.eval_split = "test";
+  no_eval.eval_path = dir.file("absent.npy");
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(no_eval, 10), "data.eval_path: no such file " + dir.file("absent.npy"));
+  ddp::DataConfig no_table = config;
+  no_table.dataset = "csv";
+  no_table.path = dir.file("absent.csv");
+  no_table.labels.clear();
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(no_table, 10), "data.path: no such file " + dir.file("absent.csv"));
 
   std::string nan_labels = dir.file("nan.npy");
   {

@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include "ddp/common/error.h"
 #include "ddp/data/csv_reader.h"
@@ -62,6 +65,20 @@ TEST_CASE("a column name given twice is refused, naming it and both positions", 
   files.refused("label,a,label\n0,1,2\n", "t.csv:1: column \"label\" appears twice, as columns 1 and 3");
   files.refused("a,b,\"a\",label\n0,1,2,3\n", "t.csv:1: column \"a\" appears twice, as columns 1 and 3");
   files.refused(" label ,label\n0,1\n", "t.csv:1: column \"label\" appears twice, as columns 1 and 2");
+  // Lines ended by CR alone read as one header line, whose values repeat: the hint, not "twice" alone.
+  files.refused("a,label\r1,0\r2,0\r1,0\r", "its header runs past a carriage return: are its lines ended by CR alone");
+}
+
+TEST_CASE("a directory, a named pipe or a gzip file as a CSV is named as such, at once", "[data][csv]") {
+  CsvFiles files;
+  std::filesystem::create_directory(files.dir.file("d.csv"));
+  CHECK_THROWS_WITH(read_csv(files.dir.file("d.csv"), "label"), files.dir.file("d.csv") + ": is a directory, not a file");
+  REQUIRE(mkfifo(files.dir.file("p.csv").c_str(), 0600) == 0);  // its open used to wait for a writer
+  CHECK_THROWS_WITH(read_csv(files.dir.file("p.csv"), "label"),
+                    Contains(files.dir.file("p.csv") + ": is not a regular file (a named pipe or a device"));
+  const std::string gz = files.dir.file("t.csv.gz");
+  test::write_file(gz, std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10) + std::string(20, '\0'));
+  CHECK_THROWS_WITH(read_csv(gz, "label"), gz + ": is gzip-compressed; decompress it first (gunzip -k)");
 }
 
 TEST_CASE("a line too long, or with more cells than the header, is refused before it is split", "[data][csv]") {

@@ -210,7 +210,12 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   refused(d, "labels.npy: labels must be >= 0");
   d = make("edge_shape");
   test::write_npy(d + "/edge_index.npy", torch::tensor({1, 2, 3}, torch::kInt64));
-  refused(d, "edge_index.npy: expected integer node ids [2, edges], got [3]");
+  refused(d, "edge_index.npy: expected integer node ids [2, edges], got [3] of Long");
+  test::write_npy(d + "/edge_index.npy", torch::tensor({{1.0f, 2.0f}, {0.0f, 1.0f}}));  // the dtype is the cause
+  refused(d, "edge_index.npy: expected integer node ids [2, edges], got [2, 2] of Float");
+  d = make("no_feature_columns");  // built a cache that could not be opened, then failed in GraphSAGE
+  test::write_npy(d + "/features.npy", torch::zeros({4, 0}));
+  refused(d, "features.npy: no feature columns (shape [4, 0]): a node needs at least one feature");
   d = make("split_shape");
   test::write_npy(d + "/train_idx.npy", torch::zeros({2, 2}, torch::kInt64));
   refused(d, "train_idx.npy: expected a 1-D array of integer node ids");

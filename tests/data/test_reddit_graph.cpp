@@ -257,7 +257,7 @@ with zipfile.ZipFile(f"{out}/trailing/reddit_data.npz", "w") as z:
   refused("label_2d", "reddit_data.npz: 'label' must be a 1-D integer array, got [20, 2]");
   refused("negative_label", "reddit_data.npz: 'label' must be >= 0");
   refused("no_train", "reddit_data.npz: no node has node_types 1 (train)");
-  refused("shape", "reddit_graph.npz: the matrix's shape [2] holds 21 nodes, reddit_data.npz has 20 ([20, 20] expected)");
+  refused("shape", "reddit_graph.npz: the matrix's shape [21, 21] holds 21 nodes, reddit_data.npz has 20 ([20, 20] expected)");
   refused("row_col", "reddit_graph.npz: 'row' has 59 entries and 'col' 60");
   refused("csr_indptr", "reddit_graph.npz: its CSR 'indptr' does not describe its 60 'indices'");
   refused("bsr", "reddit_graph.npz: holds a sparse matrix in format 'bsr'");

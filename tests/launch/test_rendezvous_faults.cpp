@@ -275,14 +275,16 @@ TEST_CASE("a service on the master port that hangs up on every connection is nam
   CHECK_THAT(once.err, !Contains("not a ddprun (c10d) store") && Contains("ddprun: error: "));
 }
 
-TEST_CASE("a rank whose peers never arrive names them, not a bare Socket Timeout", "[launch][rendezvous]") {
+TEST_CASE("a rank whose peers never arrive says what it waits for, then names them, not a bare Socket Timeout, and "
+          "one whose store's host died says so",
+          "[launch][rendezvous]") {
   // ddp-train by hand, ranks 0 and 2 of 3: rank 1 never starts.
   TempDir dir;
   std::string port = std::to_string(free_port());
   auto rank = [&](int r) {
     return "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
            "/configs/synthetic_mlp.yaml --rank " + std::to_string(r) + " --world-size 3 --master-port " + port +
-           " --set dist.timeout_s=4 --set run.output_dir=" + dir.file("run" + std::to_string(r));
+           " --set dist.timeout_s=15 --set run.output_dir=" + dir.file("run" + std::to_string(r));
   };
   auto r = run_shell(rank(2) + " 2>" + dir.file("r2.err") + " & B=$!; " + rank(0) + " 2>" + dir.file("r0.err") +
                          "; a=$?; wait $B; echo statuses=$a,$?",
@@ -291,8 +293,34 @@ TEST_CASE("a rank whose peers never arrive names them, not a bare Socket Timeout
   INFO(r.out << "\nrank 0:\n" << r0 << "rank 2:\n" << read_file(dir.file("r2.err")));
   CHECK(count_lines(r.out, "statuses=1,1") == 1);
   CHECK_THAT(r0, Contains("ddp-train: rank 0: failed: rank(s) 1 of 3 never arrived at the store at 127.0.0.1:" + port +
-                          " within 4 s (dist.timeout_s)"));
+                          " within 15 s (dist.timeout_s)"));
   CHECK_THAT(r0, Contains("[Socket Timeout]"));
+  // Said while waiting, once (a third of dist.timeout_s, at most 10 s): the wait was silent.
+  const std::string waiting = " still waiting after 5 s for all 3 ranks to meet at 127.0.0.1:" + port +
+                              " (dist.timeout_s 15 s): start every rank with the same MASTER_ADDR, MASTER_PORT and "
+                              "WORLD_SIZE";
+  CHECK(count_occurrences(r.out, "warning: rank 0:" + waiting) == 1);
+  CHECK(count_occurrences(r.out, "warning: rank 2:" + waiting) == 1);
+  // Rank 2 times out as well, or first loses the store with rank 0 (whichever comes first).
+  CHECK_THAT(read_file(dir.file("r2.err")), Contains("ddp-train: rank 2: failed: "));
+
+  // Rank 0 killed while rank 1 waits for rank 2: c10d said only "Connection reset by peer".
+  port = std::to_string(free_port());
+  auto waiting_rank = [&](int r) {
+    return "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
+           "/configs/synthetic_mlp.yaml --rank " + std::to_string(r) + " --world-size 3 --master-port " + port +
+           " --set dist.timeout_s=12 --set run.output_dir=" + dir.file("lost" + std::to_string(r)) + " >" +
+           dir.file("lost" + std::to_string(r) + ".out") + " 2>" + dir.file("lost" + std::to_string(r) + ".err");
+  };
+  auto lost = run_shell(waiting_rank(0) + " & A=$!; " + waiting_rank(1) + " & B=$!; i=0; while ! grep -q 'still waiting' " +
+                            dir.file("lost1.out") + " 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                            "kill -KILL $A; wait $B; echo status=$?",
+                        std::chrono::seconds(60));
+  const std::string lost1 = read_file(dir.file("lost1.err"));
+  INFO(lost.out << "\nrank 1:\n" << read_file(dir.file("lost1.out")) << lost1);
+  CHECK(count_lines(lost.out, "status=1") == 1);
+  CHECK_THAT(lost1, Contains("ddp-train: rank 1: failed: the store at 127.0.0.1:" + port + " went away while rank 1 "
+                             "met the others: rank 0, which hosts it, stopped (see its output)"));
 }
 
 TEST_CASE("rank 0 started by hand on a port in use says so, checked by binding it, not by c10d's words",

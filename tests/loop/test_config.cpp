@@ -172,6 +172,13 @@ TEST_CASE("npy, csv and torchscript configs name what is missing or contradictor
   REQUIRE_THROWS_WITH(parse("train: {loss: hinge}"), Contains("train.loss: must be one of cross_entropy, mse, "
                                                               "bce_with_logits"));
   CHECK_NOTHROW(parse("data: {dataset: csv, path: t.csv, eval_fraction: 0.2}\nmodel: {name: torchscript, path: m.pt}"));
+  // npy's labels files given to a table or a click log were read nowhere, without a word.
+  REQUIRE_THROWS_WITH(parse("data: {dataset: csv, path: t.csv, labels: y.npy, eval_fraction: 0.2}"),
+                      Equals("data.labels: is npy's labels file; data.dataset csv has its labels in data.path "
+                             "(data.label_column): leave data.labels out"));
+  REQUIRE_THROWS_WITH(parse("data: {dataset: criteo, path: log.tsv, eval_path: e.tsv, eval_labels: e.npy}"),
+                      Contains("data.eval_labels: is npy's labels file; data.dataset criteo has its labels in "
+                             "data.eval_path: leave data.eval_labels out"));
 }
 
 TEST_CASE("train.task chooses the task, and a key it does not train with is named at load", "[config]") {

@@ -11,6 +11,7 @@
 
 #include "support/python_fixtures.h"
 #include "support/metric_values.h"
+#include "support/npy_writer.h"
 #include "support/subprocess.h"
 #include "support/weights.h"
 
@@ -244,6 +245,15 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   auto negative = run("mlp.pt", {"data.labels=" + python_fixture("train_y_negative.npy")});
   CHECK(negative.exit_code == 2);
   CHECK_THAT(negative.err, Contains("train_y_negative.npy) holds a negative label (-1)"));
+  // An empty eval split names its own key (it said data.path).
+  TempDir empty;
+  write_npy(empty.file("x0.npy"), torch::zeros({0, 20}));
+  write_npy(empty.file("y0.npy"), torch::zeros({0}, torch::kLong));
+  auto no_eval = ddprun(1, write_config(dir, "mlp.pt"),
+                        {"run.output_dir=" + dir.file("no_eval"), "train.max_steps=2", "data.eval_path=" + empty.file("x0.npy"),
+                         "data.eval_labels=" + empty.file("y0.npy")});
+  CHECK(no_eval.exit_code == 2);
+  CHECK_THAT(no_eval.err, Contains("x0.npy (labels " + empty.file("y0.npy") + ") holds no samples (data.eval_path)"));
   auto floats = run("mlp.pt", {"data.labels=" + python_fixture("train_target.npy")});
   CHECK(floats.exit_code == 2);
   CHECK_THAT(floats.err, Contains("train_target.npy): train.loss cross_entropy needs one whole-number class per sample"));
@@ -267,7 +277,7 @@ TEST_CASE("regression on NPY and classification on CSV train end to end", "[torc
 
   auto c = ddprun(2, write_config(csv, "mlp.pt"),
                   {"data.dataset=csv", "data.path=" + python_fixture("train.csv"), "data.eval_path=",
-                   "data.eval_fraction=0.2", "data.labels="});
+                   "data.eval_fraction=0.2", "data.labels=", "data.eval_labels="});
   INFO(c.out << c.err);
   REQUIRE(c.exit_code == 0);
   CHECK(metric_value(csv.file("out/metrics.jsonl"), "eval_accuracy") > 0.7);

@@ -82,6 +82,17 @@ TEST_CASE("bce_with_logits refuses targets outside [0, 1], naming the sample and
   CHECK_NOTHROW(loss("mse").prepare_targets(torch::tensor({0.0, 7.0}), "y.npy"));
 }
 
+TEST_CASE("float64 targets beyond float32's range are refused, naming the sample, where they trained to mse inf",
+          "[task][loss]") {
+  auto mse = loss("mse");
+  CHECK_THROWS_WITH(mse.prepare_targets(torch::tensor({1.0, 2.0, 1e300}, torch::kDouble), "y.csv"),
+                    "y.csv: the target of sample 2 is 1e+300, beyond float32's range (±3.4e38), in which training "
+                    "computes (scale the targets, or fix that sample)");
+  CHECK_THROWS_WITH(mse.prepare_targets(torch::tensor({{1.0, 2.0}, {-4e38, 0.0}}, torch::kDouble), "y.npy"),
+                    Contains("the target of sample 1 is -4e+38"));
+  CHECK(mse.prepare_targets(torch::tensor({3e38, -3e38}, torch::kDouble), "y.npy").isfinite().all().item<bool>());
+}
+
 TEST_CASE("mse gives per-sample MSE and MAE, bce_with_logits a loss and accuracy per element", "[task][loss]") {
   auto mse = loss("mse");
   auto out = torch::tensor({{1.0f}, {2.0f}, {0.0f}});  // [B, 1] against [B] targets

@@ -14,8 +14,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "ddp/common/error.h"
 #include "ddp/common/master_address.h"
@@ -24,6 +29,34 @@
 
 namespace ddp {
 namespace {
+
+// Note [A rank started by hand says what it waits for]: without a launcher to name a rank that
+// never came, ranks started by hand (or by srun alone) waited dist.timeout_s in silence, 30 minutes
+// by default. One still meeting the others after `after` says so once, with what must match.
+class WaitingNotice {
+ public:
+  WaitingNotice(std::string message, std::chrono::milliseconds after)
+      : thread_([this, message = std::move(message), after] {
+          std::unique_lock lock(mutex_);
+          if (!done_changed_.wait_for(lock, after, [this] { return done_; })) spdlog::warn("{}", message);
+        }) {}
+  ~WaitingNotice() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    done_changed_.notify_all();
+    thread_.join();
+  }
+  WaitingNotice(const WaitingNotice&) = delete;
+  WaitingNotice& operator=(const WaitingNotice&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread thread_;  // last: it starts once the members it reads exist
+};
 
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
@@ -217,6 +250,16 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
     master = resolved.address;
   }
   std::string endpoint = master + ":" + std::to_string(env.master_port);
+  std::optional<WaitingNotice> waiting;
+  if (!shared_store && env.store_path.empty() && !env.launcher_store && env.world_size > 1) {
+    const auto after = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), timeout / 3);
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(after.count()) / 1000);
+    waiting.emplace("rank " + std::to_string(env.rank) + ": still waiting after " + seconds + " s for all " + std::to_string(env.world_size) + " ranks to meet at " + endpoint +
+                        " (dist.timeout_s " + std::to_string(static_cast<int>(config.timeout_s)) +
+                        " s): start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE",
+                    after);
+  }
 
   c10::intrusive_ptr<c10d::Store> base_store;
   try {
@@ -257,7 +300,17 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
     // whole dist.timeout_s is told by the clock, not by their words (which differ between versions).
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));
-    if (std::chrono::steady_clock::now() - connecting_since + std::chrono::milliseconds(50) < timeout) throw;
+    if (std::chrono::steady_clock::now() - connecting_since + std::chrono::milliseconds(50) < timeout) {
+      // c10d's own words ("Connection reset by peer") do not say who left: the store's host.
+      const bool store_gone = cause.find("reset by peer") != std::string::npos ||
+                              cause.find("closed by peer") != std::string::npos ||
+                              cause.find("Broken pipe") != std::string::npos;
+      if (!store_gone || options.isServer || shared_store || !env.store_path.empty()) throw;
+      throw std::runtime_error("the store at " + endpoint + " went away while rank " + std::to_string(env.rank) +
+                               " met the others: " +
+                               (env.launcher_store ? "its launcher" : "rank 0, which hosts it,") +
+                               " stopped (see its output) [" + cause + "]");
+    }
     std::string missing;
     int count = 0;
     for (int r = 0; r < env.world_size && count < 16; ++r) {

@@ -121,6 +121,15 @@ std::string read_whole_file(const std::string& path) {
   return buffer.str();
 }
 
+void require_regular_file(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error || status.type() == std::filesystem::file_type::regular) return;  // missing: the reader says so
+  if (status.type() == std::filesystem::file_type::directory) throw FileError(path + ": is a directory, not a file");
+  throw FileError(path + ": is not a regular file (a named pipe or a device, which a reader of data sets cannot read "
+                  "again, and whose open waits for a writer)");
+}
+
 void make_output_directory(const std::string& directory) {
   std::error_code error;
   std::filesystem::create_directories(directory, error);

@@ -36,6 +36,11 @@ void fsync_directory(const std::string& directory);
 /// way or permissions forbid it; IoError for another failure (a full disk).
 void make_output_directory(const std::string& directory);
 
+/// FileError naming `path` when it is a directory, a named pipe or a device: a data reader's open
+/// of a pipe waits for a writer that never comes, and ifstream reads a directory as an error of
+/// its own words. A missing path passes, for the reader's own message.
+void require_regular_file(const std::string& path);
+
 /// Reads a whole file; FileError naming it when it cannot.
 std::string read_whole_file(const std::string& path);
 

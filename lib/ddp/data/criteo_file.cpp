@@ -123,6 +123,7 @@ void write_cache(const std::string& file, mode_t mode, const std::string& path, 
 }  // namespace
 
 void for_each_impression(const std::string& path, const std::function<void(float label, const double* features)>& impression) {
+  require_regular_file(path);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!in) throw FileError("cannot read " + path + ": " + std::strerror(errno));
   char* buffer = nullptr;  // getline's, grown as lines need

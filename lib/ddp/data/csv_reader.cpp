@@ -8,6 +8,7 @@
 #include <utility>
 #include <unordered_map>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/data/csv_line.h"
@@ -21,6 +22,23 @@ constexpr std::size_t kMaxHeaderBytes = 4 << 20;
 // A row holds numbers: generous room for each of the header's cells, and no more. A line past
 // this is refused before it is split (a 100 MB line once took 2.4 GB as cells).
 constexpr std::size_t kRowBaseBytes = 1 << 20, kRowBytesPerCell = 256;
+
+// A header without the label column is often a file that is not UTF-8 comma-separated lines:
+// name what it looks like instead, so that the fix is plain.
+std::string header_hint(const std::vector<std::string>& header) {
+  for (const auto& cell : header) {
+    if (cell.find('\0') != std::string::npos) return "; its header holds NUL bytes: is it UTF-16? Save it as UTF-8";
+    if (cell.find('\r') != std::string::npos)
+      return "; its header runs past a carriage return: are its lines ended by CR alone (old Mac)? End them with "
+             "newlines";
+  }
+  if (header.size() == 1)
+    for (auto [separator, name] : {std::pair{'\t', "tabs"}, std::pair{';', "semicolons"}, std::pair{'|', "'|'"}})
+      if (header[0].find(separator) != std::string::npos)
+        return std::string("; the header is one column holding ") + name +
+               ": the file seems separated by those, and ddprun reads comma-separated values";
+  return "";
+}
 
 // The header's names, unquoted; refuses a name given twice, which would leave the label column
 // ambiguous (one "label" read as the labels, the other as a feature).
@@ -39,26 +57,9 @@ std::vector<std::string> read_csv_header(CsvLineReader& lines, const std::string
     if (!fresh)
       throw FileError(lines.where() + ": column \"" + header.back() + "\" appears twice, as columns " +
                       std::to_string(first->second) + " and " + std::to_string(header.size()) +
-                      "; give each column its own name");
+                      (header_hint(header).empty() ? "; give each column its own name" : header_hint(header)));
   }
   return header;
-}
-
-// A header without the label column is often a file that is not UTF-8 comma-separated lines:
-// name what it looks like instead, so that the fix is plain.
-std::string header_hint(const std::vector<std::string>& header) {
-  for (const auto& cell : header) {
-    if (cell.find('\0') != std::string::npos) return "; its header holds NUL bytes: is it UTF-16? Save it as UTF-8";
-    if (cell.find('\r') != std::string::npos)
-      return "; its header runs past a carriage return: are its lines ended by CR alone (old Mac)? End them with "
-             "newlines";
-  }
-  if (header.size() == 1)
-    for (auto [separator, name] : {std::pair{'\t', "tabs"}, std::pair{';', "semicolons"}, std::pair{'|', "'|'"}})
-      if (header[0].find(separator) != std::string::npos)
-        return std::string("; the header is one column holding ") + name +
-               ": the file seems separated by those, and ddprun reads comma-separated values";
-  return "";
 }
 
 // The columns of `names` in the order of `wanted`, or a FileError naming what differs: an eval
@@ -90,8 +91,14 @@ std::vector<int64_t> columns_by_name(const std::vector<std::string>& names, cons
 }  // namespace
 
 CsvTable read_csv(const std::string& path, const std::string& label_column) {
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path + ": cannot open");
+  if (in.peek() == 0x1f) {  // gzip's magic 1f 8b, which read as a header of NUL bytes, "UTF-16?"
+    in.get();
+    if (in.peek() == 0x8b) throw FileError(path + ": is gzip-compressed; decompress it first (gunzip -k)");
+    in.seekg(0);
+  }
   CsvLineReader lines(in, path);
   std::vector<std::string> header = read_csv_header(lines, path);
   std::size_t label_at = header.size();

@@ -74,7 +74,12 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
                : "";
   });
   schema.rule("data.labels", [&config]() -> std::string {
-    return config.dataset == "npy" && config.labels.empty() ? "must name the labels .npy when data.dataset is npy" : "";
+    if (config.dataset == "npy" && config.labels.empty()) return "must name the labels .npy when data.dataset is npy";
+    // Else read nowhere: a labels file the user meant went unused without a word.
+    if (config.dataset != "npy" && !config.labels.empty())
+      return "is npy's labels file; data.dataset " + config.dataset + " has its labels in data.path" +
+             (config.dataset == "csv" ? " (data.label_column)" : "") + ": leave data.labels out";
+    return "";
   });
   schema.rule("data.eval_path", [&config]() -> std::string {
     bool files = config.dataset == "npy" || config.dataset == "csv" || config.dataset == "criteo";
@@ -94,9 +99,12 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
     return config.dataset == "tokens" && config.eval_fraction > 0 ? "tokens: name the held-out shards in data.eval_path" : "";
   });
   schema.rule("data.eval_labels", [&config]() -> std::string {
-    return config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty()
-               ? "must name the labels .npy of data.eval_path"
-               : "";
+    if (config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty())
+      return "must name the labels .npy of data.eval_path";
+    if (config.dataset != "npy" && !config.eval_labels.empty())
+      return "is npy's labels file; data.dataset " + config.dataset + " has its labels in data.eval_path" +
+             (config.dataset == "csv" ? " (data.label_column)" : "") + ": leave data.eval_labels out";
+    return "";
   });
 }
 

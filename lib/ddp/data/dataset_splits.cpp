@@ -4,6 +4,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <filesystem>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
@@ -50,10 +51,19 @@ void check_finite_features(const Dataset& data, const std::string& path) {
   }
 }
 
+// A missing file named by its key: the readers' "cannot open (No such file...)" left the user to
+// find which setting held it.
+void check_exists(const std::string& path, const std::string& key) {
+  std::error_code ec;
+  if (!path.empty() && !std::filesystem::exists(path, ec)) throw FileError(key + ": no such file " + path);
+}
+
 }  // namespace
 
 DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load, bool check_finite) {
   bool want_eval = config.eval_split == "test";
+  check_exists(config.path, "data.path");
+  check_exists(config.labels, "data.labels");
   Dataset train = load(config.path, config.labels);
   if (check_finite) check_finite_features(train, config.path);
   DatasetSplits splits;
@@ -64,6 +74,8 @@ DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load,
   }
   splits.train = std::move(train);
   if (want_eval) {
+    check_exists(config.eval_path, "data.eval_path");
+    check_exists(config.eval_labels, "data.eval_labels");
     splits.eval = load(config.eval_path, config.eval_labels);
     if (check_finite) check_finite_features(*splits.eval, config.eval_path);
     if (splits.eval->sample_shape() != splits.train.sample_shape())

@@ -128,6 +128,10 @@ torch::Tensor node_features(const torch::Tensor& features, const std::string& so
   if (features.dim() != 2 || !features.is_floating_point())
     throw FileError(source + ": expected a float array [nodes, features], got " + format_shape(features.sizes().vec()) +
                     " of " + std::string(c10::toString(features.scalar_type())));
+  // Zero columns built a cache that could not be opened, then failed in GraphSAGE's initialisation.
+  if (features.size(1) == 0)
+    throw FileError(source + ": no feature columns (shape " + format_shape(features.sizes().vec()) +
+                    "): a node needs at least one feature");
   torch::Tensor converted = features.to(torch::kFloat32).contiguous();
   // Non-finite features evaluate to NaN with exit 0, or train to a loss blamed on optim.lr: refused
   // here, the first named, as dataset_splits.cpp refuses them in samples. In chunks of rows.
@@ -170,7 +174,8 @@ Graph load_graph_directory(const std::string& dir) {
   if (exists(edges_npy)) {
     edges = read_npy(source = edges_npy);
     if (edges.dim() != 2 || edges.size(0) != 2 || !c10::isIntegralType(edges.scalar_type(), false))
-      throw FileError(edges_npy + ": expected integer node ids [2, edges], got " + format_shape(edges.sizes().vec()));
+      throw FileError(edges_npy + ": expected integer node ids [2, edges], got " + format_shape(edges.sizes().vec()) +
+                      " of " + std::string(c10::toString(edges.scalar_type())));
     edges = edges.to(torch::kInt64);
   } else if (exists(edges_csv)) {
     edges = read_edges_csv(source = edges_csv);

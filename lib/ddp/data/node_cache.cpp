@@ -154,6 +154,21 @@ mode_t cache_file_mode(const std::string& source) {
   return (info.st_mode & 0444) | S_IWUSR;
 }
 
+namespace {
+
+// A build stopped part-way (a SIGKILL, a stop before the trainer's handlers) leaves its temporary
+// (write_file_atomically's PATH.tmp.XXXXXX), up to the cache's size. Under the lock no other
+// builder of this cache runs, so every one there is a dead build's.
+void remove_dead_builds(const std::string& path) {
+  const fs::path cache(path);
+  const std::string prefix = cache.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(cache.parent_path(), ec))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) fs::remove(entry.path(), ec);
+}
+
+}  // namespace
+
 bool open_or_build_cache(const std::string& path, const std::function<bool()>& open_cache,
                          const std::function<void(const std::string& path, mode_t mode)>& build, mode_t mode,
                          const std::string& what) {
@@ -169,6 +184,7 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
   }
   // One worker of the node verifies or builds; the others wait here and then open its result.
   flock(lock, LOCK_EX);
+  remove_dead_builds(path);
   why.clear();
   bool opened = false;
   try {

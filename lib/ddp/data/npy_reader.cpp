@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -24,17 +25,19 @@ constexpr std::size_t kMaxHeader = 1 << 20;  // numpy writes a few hundred bytes
 
 // The text after `'key':` in the header dict, up to the end of its value.
 std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
+  // Without numpy's padding and closing newline, which split the message over two lines.
+  const std::string shown = header.substr(0, header.find_last_not_of(" \n") + 1);
   auto at = header.find("'" + key + "'");
-  if (at == std::string::npos) fail_npy(path, "the NPY header has no '" + key + "' (header: " + header + ")");
+  if (at == std::string::npos) fail_npy(path, "the NPY header has no '" + key + "' (header: " + shown + ")");
   at = header.find(':', at);
-  if (at == std::string::npos) fail_npy(path, "malformed NPY header: " + header);
+  if (at == std::string::npos) fail_npy(path, "malformed NPY header: " + shown);
   auto start = header.find_first_not_of(' ', at + 1);
-  if (start == std::string::npos) fail_npy(path, "malformed NPY header: " + header);
+  if (start == std::string::npos) fail_npy(path, "malformed NPY header: " + shown);
   char open = header[start];
   char close = open == '(' ? ')' : open == '[' ? ']' : open == '\'' ? '\'' : 0;
   if (close) {
     auto end = header.find(close, start + 1);
-    if (end == std::string::npos) fail_npy(path, "malformed NPY header: " + header);
+    if (end == std::string::npos) fail_npy(path, "malformed NPY header: " + shown);
     return header.substr(start, end - start + 1);
   }
   auto end = header.find_first_of(",}", start);
@@ -95,7 +98,8 @@ struct OpenFile {
 };
 
 OpenFile open_npy(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a named pipe would block the open until a writer came; it is refused below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_npy(path, std::string("cannot open (") + std::strerror(errno) + ")");
   try {
     struct stat info {};
@@ -169,6 +173,14 @@ std::shared_ptr<SampleFile> open_npy_samples(const std::string& path) {
 
 torch::Tensor read_npy(const std::string& path) {
   auto samples = open_npy_samples(path);
+  // An array of no values (an edge list [2, 0]) has nothing to read: reading it row by row made an
+  // index of its first extent, 8 TB for a header-only file of shape (10^12, 0).
+  const auto& shape = samples->sample_shape();
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    std::vector<int64_t> whole{samples->count()};
+    whole.insert(whole.end(), shape.begin(), shape.end());
+    return torch::empty(whole, torch::TensorOptions().dtype(samples->dtype()));
+  }
   return samples->read(torch::arange(samples->count(), torch::kLong));
 }
 
@@ -196,6 +208,9 @@ torch::Tensor checked_labels(torch::Tensor labels, const std::string& source) {
 Dataset load_npy_dataset(const std::string& features_path, const std::string& labels_path) {
   Dataset data;
   data.feature_file = open_npy_samples(features_path);
+  const auto& shape = data.feature_file->sample_shape();
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+    fail_npy(features_path, "holds samples of no values (each " + format_shape(shape) + "): a sample needs at least one");
   data.source = features_path + " (labels " + labels_path + ")";
   data.labels = checked_labels(read_npy(labels_path), labels_path);
   if (data.labels.size(0) != data.feature_file->count())

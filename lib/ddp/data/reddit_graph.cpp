@@ -39,7 +39,9 @@ std::pair<torch::Tensor, torch::Tensor> read_sparse_edges(const NpzFile& file, i
   std::string format = file.contains("format") ? npy_bytes_value(file.read_bytes("format")) : "";
   auto shape = integer_member(file, "shape", 1);
   if (shape.numel() != 2 || shape[0].item<int64_t>() != num_nodes || shape[1].item<int64_t>() != num_nodes)
-    throw FileError(file.path() + ": the matrix's shape " + shape_text(shape) + " holds " +
+    throw FileError(file.path() + ": the matrix's shape " +
+                    format_shape(std::vector<int64_t>(shape.data_ptr<int64_t>(), shape.data_ptr<int64_t>() + shape.numel())) +
+                    " holds " +
                     std::to_string(shape.numel() ? shape[0].item<int64_t>() : 0) + " nodes, reddit_data.npz has " +
                     std::to_string(num_nodes) + " ([" + std::to_string(num_nodes) + ", " + std::to_string(num_nodes) + "] expected)");
   if (format == "coo" || (format.empty() && file.contains("row"))) {

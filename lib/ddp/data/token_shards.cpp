@@ -34,7 +34,8 @@ int32_t int32_at(const unsigned char* bytes, int index) {
 }  // namespace
 
 TokenShard::TokenShard(const std::string& path, const std::string& token_dtype, const std::string& key) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a named pipe would block the open until a writer came; it is refused below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_tokens(path, std::string("cannot open (") + std::strerror(errno) + ")");
   struct stat info {};
   if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "ddp/common/cli_integers.h"
+#include "ddp/common/cli_unknown_option.h"
 #include "ddp/common/error.h"
 #include "ddp/common/limits.h"
 #include "ddp/common/text.h"
@@ -112,12 +113,7 @@ class FormsFormatter : public CLI::Formatter {
   const std::string as_program = "ddprun [options] -- " + positional + " " + words;
   for (const auto& extra : extras) {
     if (extra.rfind("-", 0) != 0) continue;
-    std::vector<std::string> names;
-    for (const auto* option : app.get_options())
-      for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
-    std::string flag = extra.substr(0, extra.find('='));
-    auto hint = nearest(flag, names);
-    throw UserError("unknown option " + flag + (hint ? " (did you mean " + *hint + "?)" : "") +
+    throw UserError(unknown_option(extra, app) +
                     (positional.empty() || config
                          ? ""
                          : "; if it is " + positional + "'s, the program goes after --: " + as_program) +

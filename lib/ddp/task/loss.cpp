@@ -4,6 +4,7 @@
 #include <torch/nn/functional/loss.h>
 
 #include <cmath>
+#include <limits>
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
@@ -53,6 +54,18 @@ torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::stri
         const double value = row.index({torch::logical_or(row.lt(0), row.gt(1))})[0].item<double>();
         throw FileError(fmt::format("{}: train.loss bce_with_logits needs targets in [0, 1]; sample {} has {} (use "
                                     "train.loss: mse with train.task: regression for other targets)",
+                                    source, sample, value));
+      }
+    }
+    // Float64 targets (CSV, npy) past float32's range became inf: "mse inf" and exit 0.
+    if (labels.scalar_type() == torch::kDouble && labels.numel() > 0) {
+      auto beyond = labels.abs().gt(std::numeric_limits<float>::max()).reshape({labels.size(0), -1}).any(1).nonzero();
+      if (beyond.numel() > 0) {
+        const int64_t sample = beyond[0][0].item<int64_t>();
+        auto row = labels[sample].reshape(-1);
+        const double value = row.index({row.abs().gt(std::numeric_limits<float>::max())})[0].item<double>();
+        throw FileError(fmt::format("{}: the target of sample {} is {}, beyond float32's range (±3.4e38), in which "
+                                    "training computes (scale the targets, or fix that sample)",
                                     source, sample, value));
       }
     }

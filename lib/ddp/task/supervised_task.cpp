@@ -20,10 +20,10 @@ SupervisedTask::SupervisedTask(const DataConfig& data, const ModelConfig& model,
   train_.labels = loss_.prepare_targets(train_.labels, train_.source);
   if (eval_) eval_->labels = loss_.prepare_targets(eval_->labels, eval_->source);
   model_ = make_model(model, context.model);
-  max_class_ = check(train_, model);
+  max_class_ = check(train_, model, "data.path");
   max_class_source_ = train_.source;
   if (eval_) {
-    const int64_t eval_max = check(*eval_, model);
+    const int64_t eval_max = check(*eval_, model, data.eval_path.empty() ? "data.eval_fraction" : "data.eval_path");
     if (eval_max > max_class_) max_class_ = eval_max, max_class_source_ = eval_->source;
   }
   normalizer_ = make_normalizer(data, train_);
@@ -35,8 +35,8 @@ SupervisedTask::SupervisedTask(const DataConfig& data, const ModelConfig& model,
 
 // At load, so that a bad eval split fails before training rather than after the first epoch.
 // Returns the largest class label (0 for float targets).
-int64_t SupervisedTask::check(const Dataset& set, const ModelConfig& model) const {
-  if (set.size() == 0) throw FileError(set.source + " holds no samples (data.path)");
+int64_t SupervisedTask::check(const Dataset& set, const ModelConfig& model, const std::string& key) const {
+  if (set.size() == 0) throw FileError(set.source + " holds no samples (" + key + ")");
   std::vector<int64_t> wanted = model_->input_shape();
   if (!wanted.empty() && set.sample_shape() != wanted)
     throw FileError(set.source + " holds samples of shape " + format_shape(set.sample_shape()) + "; model.name " +

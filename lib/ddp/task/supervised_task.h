@@ -30,7 +30,7 @@ class SupervisedTask : public Task {
   void save_model(const std::string& output_dir) const override;
 
  private:
-  int64_t check(const Dataset& set, const ModelConfig& model) const;
+  int64_t check(const Dataset& set, const ModelConfig& model, const std::string& key) const;
   torch::Tensor forward(const Batch& batch);
   /// Checks the first output against the targets and the loss.
   const torch::Tensor& checked(const torch::Tensor& output, const Batch& batch);
