@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 
@@ -94,6 +96,9 @@ TEST_CASE("a broken Criteo log is refused naming the file, the line and the faul
   files.refused(std::string("\x1f\x8b\x08\x00", 4) + "compressed bytes\n", "line 1: 1 fields where Criteo's layout has 40 "
                 "(the label, 13 counts, 26 categorical values, tab-separated); it is gzip-compressed: decompress it first");
   CHECK_THROWS_AS(read_criteo_file(files.dir.file("missing")), FileError);
+  REQUIRE(mkfifo(files.dir.file("pipe.tsv").c_str(), 0600) == 0);  // its open used to wait for a writer
+  CHECK_THROWS_WITH(read_criteo_file(files.dir.file("pipe.tsv")),
+                    Contains(files.dir.file("pipe.tsv") + ": is not a regular file (a named pipe or a device"));
 }
 
 TEST_CASE("data.dataset criteo splits like npy and csv: eval_path, or eval_fraction of the training log",

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -108,6 +109,8 @@ TEST_CASE("bad token files get one line each, naming the file", "[data][tokens]"
   CHECK(refused("odd.bin", std::string(7, 'x'), "uint16") == dir.file("odd.bin") + ": 7 bytes is not a whole number of uint16 tokens");
   CHECK_THROWS_WITH(TokenWindows(dir.file("nothing_*.bin"), "data.eval_path", "", 4),
                     "data.eval_path: " + dir.file("nothing_*.bin") + " matches no file");
+  REQUIRE(mkfifo(dir.file("pipe.bin").c_str(), 0600) == 0);  // its open used to wait for a writer
+  CHECK_THROWS_WITH(TokenWindows(dir.file("pipe.bin"), "data.path", "", 4), Contains("pipe.bin") && Contains("is not a regular file"));
 
   auto python = run_command({"/usr/bin/python3", "-c",
                              "import sys, numpy as np; np.save(sys.argv[1], np.zeros((4, 5), dtype=np.int32)); "
