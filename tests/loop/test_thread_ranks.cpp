@@ -332,7 +332,8 @@ TEST_CASE("ddprun restarts a killed rank-thread process, which resumes to the un
   INFO(straight.out << straight.err);
   REQUIRE(straight.exit_code == 0);
   const std::string killed = dir.file("killed");
-  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:100 OMP_NUM_THREADS=1 " + bin("ddprun") +
+  // 0.4 s a step: 4 s between step 10's checkpoint and the run's end for the kill to land, loaded or not.
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:400 OMP_NUM_THREADS=1 " + bin("ddprun") +
                          " --standalone --nproc-per-node 1 --max-restarts 1 " + config + " --set dist.threads=2" +
                          sets_text(with_out("killed")) + " & L=$!; i=0; while [ ! -e " + killed +
                          "/checkpoints/step_0000000010.json ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
