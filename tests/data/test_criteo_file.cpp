@@ -97,8 +97,9 @@ TEST_CASE("a broken Criteo log is refused naming the file, the line and the faul
                 "(the label, 13 counts, 26 categorical values, tab-separated); it is gzip-compressed: decompress it first");
   CHECK_THROWS_AS(read_criteo_file(files.dir.file("missing")), FileError);
   REQUIRE(mkfifo(files.dir.file("pipe.tsv").c_str(), 0600) == 0);  // its open used to wait for a writer
-  CHECK_THROWS_WITH(read_criteo_file(files.dir.file("pipe.tsv")),
-                    Contains(files.dir.file("pipe.tsv") + ": is not a regular file (a named pipe or a device"));
+  for (const std::string& cache_dir : {std::string("none"), files.dir.file("cache")})  // through the cache's key too
+    CHECK_THROWS_WITH(load_criteo_cached(files.dir.file("pipe.tsv"), cache_dir),
+                      Contains(files.dir.file("pipe.tsv") + ": is not a regular file (a named pipe or a device"));
 }
 
 TEST_CASE("data.dataset criteo splits like npy and csv: eval_path, or eval_fraction of the training log",

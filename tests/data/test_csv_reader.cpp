@@ -66,7 +66,8 @@ TEST_CASE("a column name given twice is refused, naming it and both positions", 
   files.refused("a,b,\"a\",label\n0,1,2,3\n", "t.csv:1: column \"a\" appears twice, as columns 1 and 3");
   files.refused(" label ,label\n0,1\n", "t.csv:1: column \"label\" appears twice, as columns 1 and 2");
   // Lines ended by CR alone read as one header line, whose values repeat: the hint, not "twice" alone.
-  files.refused("a,label\r1,0\r2,0\r1,0\r", "its header runs past a carriage return: are its lines ended by CR alone");
+  files.refused("a,b,label\r1,2,0\r1,2,0\r", "t.csv:1: column \"2\" appears twice, as columns 4 and 6; its header "
+                "runs past a carriage return: are its lines ended by CR alone");
 }
 
 TEST_CASE("a directory, a named pipe or a gzip file as a CSV is named as such, at once", "[data][csv]") {

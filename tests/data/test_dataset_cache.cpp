@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -78,12 +79,17 @@ TEST_CASE("a build killed part-way leaves a temporary that the next open of that
   TempDir cache;
   load_idx_split_cached(kFashion, "test", cache.path());
   const std::string file = cache_files(cache.path()).at(0).string();
-  write_file(file + ".tmp.Ab12Cd", "half a cache");
-  write_file(cache.path() + "/other.ddpcache.tmp.Ab12Cd", "another cache's");  // not this one's: kept
+  const auto two_minutes_ago = fs::file_time_type::clock::now() - std::chrono::minutes(2);
+  for (const std::string& left : {file + ".tmp.Ab12Cd", cache.path() + "/other.ddpcache.tmp.Ab12Cd"}) {
+    write_file(left, "half a cache");
+    fs::last_write_time(left, two_minutes_ago);
+  }
+  write_file(file + ".tmp.Xy34Zw", "written this minute: perhaps a live build on another node");
   fs::remove(file);  // rebuilt, under the lock
   load_idx_split_cached(kFashion, "test", cache.path());
   CHECK_FALSE(fs::exists(file + ".tmp.Ab12Cd"));
-  CHECK(fs::exists(cache.path() + "/other.ddpcache.tmp.Ab12Cd"));
+  CHECK(fs::exists(file + ".tmp.Xy34Zw"));
+  CHECK(fs::exists(cache.path() + "/other.ddpcache.tmp.Ab12Cd"));  // another cache's
 }
 
 TEST_CASE("a cache file cut short while in use is an error naming it, not a crash", "[data][cache]") {

@@ -576,7 +576,7 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
   auto held = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
                       "if [ $RANK = 0 ]; then echo \"ddp-train: rank 0: error: optim.lr: expected a number\" >&2; "
                       "i=0; while [ ! -e " + dir.path() + "/said.1 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
-                      "sleep 0.5; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
+                      "sleep 3; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
                       "echo \"rank 1 goes on\" >&2; touch " + dir.path() + "/said.1; sleep 30; exit 2"});
   INFO(held.err);
   CHECK(held.exit_code == 2);

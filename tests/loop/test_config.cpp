@@ -174,11 +174,11 @@ TEST_CASE("npy, csv and torchscript configs name what is missing or contradictor
   CHECK_NOTHROW(parse("data: {dataset: csv, path: t.csv, eval_fraction: 0.2}\nmodel: {name: torchscript, path: m.pt}"));
   // npy's labels files given to a table or a click log were read nowhere, without a word.
   REQUIRE_THROWS_WITH(parse("data: {dataset: csv, path: t.csv, labels: y.npy, eval_fraction: 0.2}"),
-                      Equals("data.labels: is npy's labels file; data.dataset csv has its labels in data.path "
-                             "(data.label_column): leave data.labels out"));
+                      Equals("data.labels: only data.dataset npy reads a labels file, and data.dataset is csv: "
+                             "leave it out"));
   REQUIRE_THROWS_WITH(parse("data: {dataset: criteo, path: log.tsv, eval_path: e.tsv, eval_labels: e.npy}"),
-                      Contains("data.eval_labels: is npy's labels file; data.dataset criteo has its labels in "
-                             "data.eval_path: leave data.eval_labels out"));
+                      Contains("data.eval_labels: only data.dataset npy reads a labels file, and data.dataset is "
+                               "criteo: leave it out"));
 }
 
 TEST_CASE("train.task chooses the task, and a key it does not train with is named at load", "[config]") {

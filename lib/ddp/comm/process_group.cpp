@@ -250,14 +250,17 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
     master = resolved.address;
   }
   std::string endpoint = master + ":" + std::to_string(env.master_port);
+  // The store is this process's own (ranks as threads) or a file: no host to lose, nor to wait for.
+  const bool own_store_only = shared_store || !env.store_path.empty();
   std::optional<WaitingNotice> waiting;
-  if (!shared_store && env.store_path.empty() && !env.launcher_store && env.world_size > 1) {
+  if (!own_store_only && !env.launcher_store && env.world_size > 1) {
     const auto after = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), timeout / 3);
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(after.count()) / 1000);
-    waiting.emplace("rank " + std::to_string(env.rank) + ": still waiting after " + seconds + " s for all " + std::to_string(env.world_size) + " ranks to meet at " + endpoint +
-                        " (dist.timeout_s " + std::to_string(static_cast<int>(config.timeout_s)) +
-                        " s): start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE",
+    waiting.emplace("rank " + std::to_string(env.rank) + ": still waiting after " + seconds + " s for all " +
+                        std::to_string(env.world_size) + " ranks to meet at " + endpoint + " (dist.timeout_s " +
+                        std::to_string(static_cast<int>(config.timeout_s)) +
+                        " s): is every rank started, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE?",
                     after);
   }
 
@@ -301,11 +304,15 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));
     if (std::chrono::steady_clock::now() - connecting_since + std::chrono::milliseconds(50) < timeout) {
-      // c10d's own words ("Connection reset by peer") do not say who left: the store's host.
-      const bool store_gone = cause.find("reset by peer") != std::string::npos ||
-                              cause.find("closed by peer") != std::string::npos ||
-                              cause.find("Broken pipe") != std::string::npos;
-      if (!store_gone || options.isServer || shared_store || !env.store_path.empty()) throw;
+      // c10d's words ("Connection reset by peer") do not say who left, and Gloo's pairs say the same
+      // of a peer rank: the store is the one that left only if it no longer answers.
+      bool store_answers = true;
+      try {
+        comm.store->check({"ddp/arrived/" + std::to_string(env.rank)});
+      } catch (const std::exception&) {
+        store_answers = false;
+      }
+      if (store_answers || options.isServer || own_store_only) throw;
       throw std::runtime_error("the store at " + endpoint + " went away while rank " + std::to_string(env.rank) +
                                " met the others: " +
                                (env.launcher_store ? "its launcher" : "rank 0, which hosts it,") +

@@ -127,7 +127,7 @@ void require_regular_file(const std::string& path) {
   if (error || status.type() == std::filesystem::file_type::regular) return;  // missing: the reader says so
   if (status.type() == std::filesystem::file_type::directory) throw FileError(path + ": is a directory, not a file");
   throw FileError(path + ": is not a regular file (a named pipe or a device, which a reader of data sets cannot read "
-                  "again, and whose open waits for a writer)");
+                  "again or seek in)");
 }
 
 void make_output_directory(const std::string& directory) {

@@ -205,6 +205,7 @@ Dataset read_criteo_file(const std::string& path) {
 }
 
 Dataset load_criteo_cached(const std::string& path, const std::string& cache_dir) {
+  require_regular_file(path);  // before the cache's key reads it: a named pipe's open waits for a writer
   const std::vector<std::string> files{path};
   const std::string key = cache_file_name("criteo", files, "ddpcache");
   const std::string sources = source_identity(files);

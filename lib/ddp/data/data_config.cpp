@@ -77,8 +77,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
     if (config.dataset == "npy" && config.labels.empty()) return "must name the labels .npy when data.dataset is npy";
     // Else read nowhere: a labels file the user meant went unused without a word.
     if (config.dataset != "npy" && !config.labels.empty())
-      return "is npy's labels file; data.dataset " + config.dataset + " has its labels in data.path" +
-             (config.dataset == "csv" ? " (data.label_column)" : "") + ": leave data.labels out";
+      return "only data.dataset npy reads a labels file, and data.dataset is " + config.dataset + ": leave it out";
     return "";
   });
   schema.rule("data.eval_path", [&config]() -> std::string {
@@ -102,8 +101,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
     if (config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty())
       return "must name the labels .npy of data.eval_path";
     if (config.dataset != "npy" && !config.eval_labels.empty())
-      return "is npy's labels file; data.dataset " + config.dataset + " has its labels in data.eval_path" +
-             (config.dataset == "csv" ? " (data.label_column)" : "") + ": leave data.eval_labels out";
+      return "only data.dataset npy reads a labels file, and data.dataset is " + config.dataset + ": leave it out";
     return "";
   });
 }

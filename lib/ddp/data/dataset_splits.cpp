@@ -54,8 +54,8 @@ void check_finite_features(const Dataset& data, const std::string& path) {
 // A missing file named by its key: the readers' "cannot open (No such file...)" left the user to
 // find which setting held it.
 void check_exists(const std::string& path, const std::string& key) {
-  std::error_code ec;
-  if (!path.empty() && !std::filesystem::exists(path, ec)) throw FileError(key + ": no such file " + path);
+  std::error_code ec;  // set where the path cannot be looked at (EACCES): the reader then says why
+  if (!path.empty() && !std::filesystem::exists(path, ec) && !ec) throw FileError(key + ": no such file " + path);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -157,14 +158,21 @@ mode_t cache_file_mode(const std::string& source) {
 namespace {
 
 // A build stopped part-way (a SIGKILL, a stop before the trainer's handlers) leaves its temporary
-// (write_file_atomically's PATH.tmp.XXXXXX), up to the cache's size. Under the lock no other
-// builder of this cache runs, so every one there is a dead build's.
+// (write_file_atomically's PATH.tmp.XXXXXX), up to the cache's size. Called under the lock, when
+// no other builder of this cache runs; a temporary written in the last minute is left all the
+// same, for a filesystem whose locks do not reach other nodes (NFS without locking): a live
+// build writes its file without pause.
 void remove_dead_builds(const std::string& path) {
   const fs::path cache(path);
   const std::string prefix = cache.filename().string() + ".tmp.";
+  const auto a_minute_ago = fs::file_time_type::clock::now() - std::chrono::minutes(1);
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(cache.parent_path(), ec))
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) fs::remove(entry.path(), ec);
+  for (const auto& entry : fs::directory_iterator(cache.parent_path(), ec)) {
+    std::error_code stat_error;
+    if (entry.path().filename().string().rfind(prefix, 0) == 0 &&
+        fs::last_write_time(entry.path(), stat_error) < a_minute_ago && !stat_error)
+      fs::remove(entry.path(), stat_error);
+  }
 }
 
 }  // namespace
@@ -183,8 +191,7 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
     return false;
   }
   // One worker of the node verifies or builds; the others wait here and then open its result.
-  flock(lock, LOCK_EX);
-  remove_dead_builds(path);
+  if (flock(lock, LOCK_EX) == 0) remove_dead_builds(path);
   why.clear();
   bool opened = false;
   try {

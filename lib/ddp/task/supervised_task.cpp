@@ -23,7 +23,12 @@ SupervisedTask::SupervisedTask(const DataConfig& data, const ModelConfig& model,
   max_class_ = check(train_, model, "data.path");
   max_class_source_ = train_.source;
   if (eval_) {
-    const int64_t eval_max = check(*eval_, model, data.eval_path.empty() ? "data.eval_fraction" : "data.eval_path");
+    // An idx directory holds its test split; the file formats have theirs in eval_path, or carved.
+    const std::string eval_key = data.dataset == "idx"           ? "data.path"
+                                 : !data.eval_path.empty()        ? "data.eval_path"
+                                 : data.eval_fraction > 0         ? "data.eval_fraction"
+                                                                  : "data.eval_split";
+    const int64_t eval_max = check(*eval_, model, eval_key);
     if (eval_max > max_class_) max_class_ = eval_max, max_class_source_ = eval_->source;
   }
   normalizer_ = make_normalizer(data, train_);
