@@ -213,11 +213,11 @@ TEST_CASE("a SIGKILLed launcher leaves no worker behind, nor what the workers st
   std::string sleeper = unique_sleep(4), detached = unique_sleep(14);
   // Each worker starts a child in its group and one in a session of its own (setsid), which the
   // group's kill does not reach; the watchdog looks for such children every second (Note [Strays
-  // after a SIGKILL]), so the launcher is killed after that.
+  // after a SIGKILL]), so the launcher is killed after that, with room for a loaded machine's delay.
   auto r = run_shell(ddprun() + " --standalone --nproc-per-node 2 -- sh -c '" + sleeper + " & setsid " + detached +
                          " & echo $! > " + dir.path() + "/pid.$RANK; wait' & L=$!; "
                          "while [ ! -s " + dir.path() + "/pid.1 ] || [ ! -s " + dir.path() + "/pid.0 ]; do sleep 0.05; done; "
-                         "sleep 1.5; kill -KILL $L; sleep 1",
+                         "sleep 3; kill -KILL $L; sleep 1",
                      std::chrono::seconds(30));
   for (int i = 0; i < 50 && !(find_processes(sleeper).empty() && find_processes(detached).empty()); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -309,13 +309,16 @@ TEST_CASE("a failure on one node stops the other node too") {
 }
 
 TEST_CASE("a restart that a finished node cannot join ends at once with the failure's exit code, either node finished") {
-  // One node's workers exit 0 at once, the other's fail with 5 a second later: its restart would
-  // wait out --rdzv-timeout for a node that is gone, then exit 2, the failure lost.
+  // One node's workers exit 0 at once, the other's fail with 5 a second after that exit: its
+  // restart would wait out --rdzv-timeout for a node that is gone, then exit 2, the failure lost.
+  TempDir dir;
   for (const std::string finisher : {"0", "1"}) {
     const std::string failer = finisher == "0" ? "1" : "0";
+    const std::string done = dir.file("done" + finisher);
     std::string port = std::to_string(free_port());
     std::string common = " --nnodes 2 --master-port " + port + " --max-restarts 1 --rdzv-timeout 60 -- sh -c "
-                         "'[ $RANK = " + finisher + " ] && exit 0; sleep 1; exit 5'";
+                         "'[ $RANK = " + finisher + " ] && { touch " + done + "; exit 0; }; while [ ! -e " + done +
+                         " ]; do sleep 0.05; done; sleep 1; exit 5'";
     auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> /dev/stdout & B=$!; " + ddprun() + " --node-rank 0" +
                            common + " 2> /dev/stdout; A=$?; wait $B; echo statuses=$A,$?",
                        std::chrono::seconds(50));

@@ -43,12 +43,13 @@ TEST_CASE("a launcher with another --rdzv-id is refused before it takes a node r
           "[launch][rendezvous]") {
   // Job J's node 0, then a launcher of job K on the same endpoint, then J's real second node.
   TempDir dir;
-  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const int port = free_port();
+  std::string endpoint = "127.0.0.1:" + std::to_string(port);
   auto line = [&](const std::string& id) {
     return ddprun() + " --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
            " --rdzv-id " + id + " --rdzv-timeout 20 -- sh -c 'echo rank=$RANK run=$DDPRUN_RUN_ID'";
   };
-  auto r = run_shell(line("J") + " & A=$!; sleep 1; " + line("K") + "; echo intruder=$?; " + line("J") +
+  auto r = run_shell(line("J") + " & A=$!; " + until_accepts(port) + line("K") + "; echo intruder=$?; " + line("J") +
                          "; b=$?; wait $A; echo job=$?,$b",
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
@@ -92,7 +93,8 @@ TEST_CASE("elastic: a node whose workers finish first is done, not lost: the oth
   // torchrun's exit barrier: a launcher that finished said so, and its silence is no scale-down.
   TempDir dir;
   for (bool host_first : {false, true}) {
-    std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+    const int port = free_port();
+    std::string endpoint = "127.0.0.1:" + std::to_string(port);
     auto line = [&](const std::string& name, int seconds) {
       return ddprun() + " --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
              " --rdzv-id done --rdzv-timeout 30 --rdzv-settle 1 --node-timeout 5 --local-addr " + name +
@@ -101,7 +103,7 @@ TEST_CASE("elastic: a node whose workers finish first is done, not lost: the oth
     };
     // The first launcher hosts the store (node 0); the other's workers end 8 s apart from its own.
     const int a = host_first ? 2 : 10, b = host_first ? 10 : 2;
-    auto r = run_shell(line("a", a) + " & A=$!; sleep 0.5; " + line("b", b) + "; b=$?; wait $A; echo statuses=$?,$b",
+    auto r = run_shell(line("a", a) + " & A=$!; " + until_accepts(port) + line("b", b) + "; b=$?; wait $A; echo statuses=$?,$b",
                        std::chrono::seconds(90));
     const std::string errors = read_file(dir.file("a.err")) + read_file(dir.file("b.err"));
     INFO((host_first ? "node 0 finishes first\n" : "node 1 finishes first\n") << r.out << errors);
@@ -114,13 +116,17 @@ TEST_CASE("elastic: a node whose workers finish first is done, not lost: the oth
 TEST_CASE("elastic: a launcher waiting to be admitted to a full job that then finishes says so and exits 0",
           "[launch][rendezvous][elastic]") {
   TempDir dir;
-  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const int port = free_port();
+  std::string endpoint = "127.0.0.1:" + std::to_string(port);
   auto line = [&](const std::string& name, const std::string& seconds) {
     return ddprun() + " --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
-           " --rdzv-id full --rdzv-timeout 60 --rdzv-settle 1 --local-addr " + name + " -- sh -c 'sleep " + seconds +
-           "' 2>" + dir.file(name + ".err");
+           " --rdzv-id full --rdzv-timeout 60 --rdzv-settle 1 --local-addr " + name + " -- sh -c 'touch " +
+           dir.file(name + ".up") + "; sleep " + seconds + "' 2>" + dir.file(name + ".err");
   };
-  auto r = run_shell(line("a", "6") + " & A=$!; sleep 0.3; " + line("b", "4.5") + " & B=$!; sleep 3; " +
+  // c arrives once the workers of a and b both run: the job is full.
+  const std::string both_up = "i=0; until [ -e " + dir.file("a.up") + " ] && [ -e " + dir.file("b.up") +
+                              " ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  auto r = run_shell(line("a", "6") + " & A=$!; " + until_accepts(port) + line("b", "4.5") + " & B=$!; " + both_up +
                          line("c", "6") + "; c=$?; wait $A; a=$?; wait $B; echo statuses=$a,$?,$c",
                      std::chrono::seconds(60));
   const std::string c = read_file(dir.file("c.err"));
@@ -138,13 +144,14 @@ TEST_CASE("elastic: a launcher of another --nnodes range, or another secret, is 
                             "--nnodes"},
            {"--nnodes 1:2 --rdzv-secret-file " + dir.file("other"), "have a different rendezvous secret than this node"}}) {
     write_file(dir.file("other"), "another secret\n");
-    std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+    const int port = free_port();
+    std::string endpoint = "127.0.0.1:" + std::to_string(port);
     auto line = [&](const std::string& nnodes, const std::string& name, int seconds) {
       return ddprun() + " " + nnodes + " --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint " + endpoint +
              " --rdzv-id range --rdzv-timeout 30 --rdzv-settle 1 --local-addr " + name + " -- sh -c 'sleep " +
              std::to_string(seconds) + "; echo ran-" + name + " ws=$WORLD_SIZE' 2>" + dir.file(name + ".err");
     };
-    auto r = run_shell(line("--nnodes 1:2", "a", 4) + " & A=$!; sleep 1; " + line(second, "b", 1) +
+    auto r = run_shell(line("--nnodes 1:2", "a", 4) + " & A=$!; " + until_accepts(port) + line(second, "b", 1) +
                            "; b=$?; wait $A; echo statuses=$?,$b",
                        std::chrono::seconds(60));
     const std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
@@ -237,10 +244,8 @@ TEST_CASE("a service on the master port that waits to be asked, as HTTP does, is
   // A real store, asked the same, says nothing, logs nothing on its host, and the job runs.
   std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " -- sh -c 'echo rank=$RANK'";
   // Node 1 starts once node 0's store accepts, so that its probe meets the store, not nothing.
-  const std::string accepts = "python3 -c \"import socket, time\nfor _ in range(600):\n try:\n  socket.create_connection(("
-                              "'127.0.0.1', " + port + ")).close(); break\n except OSError: time.sleep(0.05)\"";
-  auto job = run_shell(bin("ddprun") + " --node-rank 0" + common + " 2>" + dir.file("a.err") + " & A=$!; " + accepts +
-                           "; " + bin("ddprun") + " --node-rank 1" + common + "; b=$?; wait $A; echo statuses=$?,$b",
+  const std::string accepts = until_accepts(std::stoi(port));
+  auto job = run_shell(bin("ddprun") + " --node-rank 0" + common + " 2>" + dir.file("a.err") + " & A=$!; " + accepts + bin("ddprun") + " --node-rank 1" + common + "; b=$?; wait $A; echo statuses=$?,$b",
                        std::chrono::seconds(60));
   INFO(job.out << job.err << read_file(dir.file("a.err")));
   CHECK(count_lines(job.out, "statuses=0,0") == 1);
@@ -331,8 +336,7 @@ TEST_CASE("rank 0 started by hand on a port in use says so, checked by binding i
   std::string port = std::to_string(free_port());
   // Node 0 of a job that waits for its second node holds the port.
   auto r = run_shell(bin("ddprun") + " --nnodes 2 --node-rank 0 --master-port " + port + " --rdzv-timeout 30 -- true "
-                         "2>/dev/null & H=$!; i=0; until (exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null || "
-                         "[ $i -ge 200 ]; do sleep 0.1; i=$((i+1)); done; OMP_NUM_THREADS=1 " + bin("ddp-train") + " " +
+                         "2>/dev/null & H=$!; " + until_accepts(std::stoi(port)) + "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " +
                          std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --rank 0 --world-size 2 "
                          "--master-port " + port + " --set run.output_dir=" + dir.file("run") +
                          "; echo status=$?; kill $H; wait $H",

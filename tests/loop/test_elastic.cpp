@@ -104,7 +104,7 @@ struct ElasticJob {
   }
   // Shell: nodes a (first: it hosts the store, so it is node 0 of every round), b and c, until step 200 is saved.
   std::string three_running() const {
-    return start("a", "A") + "sleep 1.5; " + start("b", "B") + start("c", "C") +
+    return start("a", "A") + until_accepts(port) + start("b", "B") + start("c", "C") +
            wait_for(out + "/checkpoints/step_0000000200.json");
   }
   std::string log(const std::string& name) const { return read_file(dir.file(name + ".log")); }
@@ -138,7 +138,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGKILLed mid-run: node 1 tak
           "the job ends with the uninterrupted run's weights", "[elastic][slow]") {
   ElasticJob job;
   // Distinct loopback addresses: the new store is at node 1's --local-addr.
-  auto r = run_shell(job.start("a", "A", "--local-addr 127.0.0.1") + "sleep 1.5; " +
+  auto r = run_shell(job.start("a", "A", "--local-addr 127.0.0.1") + until_accepts(job.port) +
                          job.start("b", "B", "--local-addr 127.0.0.2") + job.start("c", "C", "--local-addr 127.0.0.3") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") +
                          "kill -KILL $A; wait $B; SB=$?; wait $C; echo statuses=$SB,$?",
@@ -167,7 +167,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: the othe
   // A frozen host keeps its connections open: only a call that gets no reply can tell. On one
   // machine, node 1 cannot take the store over: the stopped store listens on every address, its
   // port too (nodes on machines of their own take over as after a SIGKILL).
-  auto r = run_shell(job.start("a", "A", "--local-addr 127.0.0.1") + "sleep 1.5; " +
+  auto r = run_shell(job.start("a", "A", "--local-addr 127.0.0.1") + until_accepts(job.port) +
                          job.start("b", "B", "--local-addr 127.0.0.2") + job.start("c", "C", "--local-addr 127.0.0.3") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") + stop_store_host(job.dir.file("b.log")) +
                          "wait $B; SB=$?; wait $C; SC=$?; wait $A; echo statuses=$?,$SB,$SC",
@@ -194,7 +194,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: the othe
   CHECK_THAT(a, Contains("checkpoint saved, ") && Contains("the same command resumes from it"));
   // The same command on two nodes, at a new endpoint: it resumes and ends as if never stopped.
   job.port = free_port();
-  auto again = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
+  auto again = run_shell(job.start("a", "A") + until_accepts(job.port) + job.start("b", "B") +
                              "wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
                          std::chrono::seconds(240));
   a = job.log("a");
@@ -293,7 +293,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s on a mach
 TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the next round, and the job ends with "
           "the uninterrupted run's weights", "[elastic][slow]") {
   ElasticJob job;
-  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
+  auto r = run_shell(job.start("a", "A") + until_accepts(job.port) + job.start("b", "B") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") + job.start("c", "C") +
                          "wait $A; SA=$?; wait $B; SB=$?; wait $C; echo statuses=$SA,$SB,$?",
                      std::chrono::seconds(240));
@@ -319,7 +319,7 @@ TEST_CASE("elastic: a node that joins with another config, or with workers that 
   ElasticJob job;
   // Node c: another optim.lr. Node d, once c is gone: 3 workers, a world of 5 that cannot share
   // train.global_batch_size 12.
-  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") +
+  auto r = run_shell(job.start("a", "A") + until_accepts(job.port) + job.start("b", "B") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") +
                          node(job.dir, job.port, "c", training(job.out) + " --set optim.lr=0.5") + " & C=$!; " +
                          "wait $C; SC=$?; " + job.start("d", "D", "--nproc-per-node 3") +
@@ -348,7 +348,7 @@ TEST_CASE("elastic: SIGTERM to one node's launcher: it checkpoints, says it leav
           "[elastic][slow]") {
   ElasticJob job;
   // Nodes b and c share a host (c's --local-addr is b's): named by host alone, they would read alike.
-  auto r = run_shell(job.start("a", "A") + "sleep 1.5; " + job.start("b", "B") + job.start("c", "C", "--local-addr node-b") +
+  auto r = run_shell(job.start("a", "A") + until_accepts(job.port) + job.start("b", "B") + job.start("c", "C", "--local-addr node-b") +
                          wait_for(job.out + "/checkpoints/step_0000000200.json") + "echo pids=$B,$C; " +
                          "kill -TERM $C; wait $C; SC=$?; wait $A; SA=$?; wait $B; echo statuses=$SA,$?,$SC",
                      std::chrono::seconds(240));
@@ -390,7 +390,7 @@ TEST_CASE("elastic: a node that fails and rejoins in a loop cannot take the job 
   // node-c's launcher gives up at its first failure and is started again at once, three times.
   std::string c_loop = "for i in 1 2 3; do " + node(dir, port, "c" + std::string("$i"), "--no-python " + failer,
                                                   "--max-restarts 0") + "; done";
-  auto r = run_shell(node(dir, port, "a", "--no-python " + sleeper, "--max-restarts 1") + " & A=$!; sleep 1.5; " +
+  auto r = run_shell(node(dir, port, "a", "--no-python " + sleeper, "--max-restarts 1") + " & A=$!; " + until_accepts(port) +
                          node(dir, port, "b", "--no-python " + sleeper, "--max-restarts 1") + " & B=$!; (" + c_loop +
                          ") & L=$!; wait $A; SA=$?; wait $B; SB=$?; kill $L 2>/dev/null; wait; echo statuses=$SA,$SB",
                      std::chrono::seconds(240));

@@ -167,6 +167,11 @@ std::vector<int> find_processes(const std::string& command_line) {
 
 bool can_mount_tmpfs() { return run_shell("unshare -m sh -c 'mount -t tmpfs tmpfs /mnt'").exit_code == 0; }
 
+std::string until_accepts(int port, int max_seconds) {
+  return "i=0; until bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + "' 2>/dev/null || [ $i -ge " +
+         std::to_string(max_seconds * 20) + " ]; do sleep 0.05; i=$((i+1)); done; ";
+}
+
 int count_lines(const std::string& text, const std::string& line) {
   std::istringstream in(text);
   std::string current;

@@ -62,6 +62,11 @@ namespace ddp::test {
 /// A TCP port that was free a moment ago (bind to 0, read it back, close).
 int free_port();
 
+/// Shell (ending in "; "): waits, up to `max_seconds`, until something accepts connections on
+/// 127.0.0.1:`port`; say, the store of the launcher a test started first. A connection that sends
+/// nothing is no request to a store. bash, since `sh` here is dash, which has no /dev/tcp.
+std::string until_accepts(int port, int max_seconds = 60);
+
 /// Pids of live processes whose command line is exactly `argv` joined by spaces.
 std::vector<int> find_processes(const std::string& command_line);
 
