@@ -223,6 +223,21 @@ TEST_CASE("a graph directory loads from NPY or CSV edges and masks or ids, and b
   d = make("no_train");
   std::filesystem::remove(d + "/train_idx.npy");
   refused(d, "has no training nodes");
+  // A node evaluated on that trained the model, or drawn twice an epoch, passed silently.
+  d = make("repeated");
+  test::write_npy(d + "/train_idx.npy", torch::tensor({3, 1, 3, 1, 0}, torch::kInt64));
+  refused(d, d + "/train_idx.npy: node 1 appears more than once (2 repeats): list each node once");
+  d = make("shared");
+  test::write_npy(d + "/train_idx.npy", torch::tensor({0, 1, 2}, torch::kInt64));  // node 2 is val_mask's
+  test::write_npy(d + "/test_idx.npy", torch::tensor({3}, torch::kInt64));
+  refused(d, "data.path: " + d + ": node 2 is in both train_idx.npy and val_mask.npy (1 shared nodes): the splits must "
+             "not share nodes, or evaluation measures nodes the model trained on");
+  test::write_npy(d + "/train_idx.npy", torch::tensor({0, 1}, torch::kInt64));
+  test::write_npy(d + "/test_mask.npy", torch::tensor({false, true, true, true}));
+  std::filesystem::remove(d + "/test_idx.npy");
+  refused(d, "node 1 is in both train_idx.npy and test_mask.npy (2 shared nodes)");
+  test::write_npy(d + "/test_mask.npy", torch::tensor({false, false, false, true}));
+  CHECK(load_graph_directory(d).test.numel() == 1);  // disjoint: train 0 1, val 2, test 3
 }
 
 }  // namespace DDP_TEST_FILE

@@ -77,6 +77,37 @@ torch::Tensor read_split(const std::string& dir, const std::string& name, int64_
   return torch::empty({0}, torch::kInt64);
 }
 
+// The file that holds split `name` (its ids or its mask); read_split found one of them.
+std::string split_file(const std::string& dir, const std::string& name) {
+  return exists(dir + "/" + name + "_idx.npy") ? name + "_idx.npy" : name + "_mask.npy";
+}
+
+// A node twice in one split is drawn twice an epoch; a node in two splits is evaluated after
+// training on it. Either passed without a word, so both are refused, naming the first such node.
+void check_disjoint(const std::string& dir, const Graph& graph, int64_t num_nodes) {
+  auto owner = torch::full({num_nodes}, -1, torch::kInt8);  // which split holds each node so far
+  const std::pair<const torch::Tensor&, const char*> splits[] = {
+      {graph.train, "train"}, {graph.val, "val"}, {graph.test, "test"}};
+  for (int8_t i = 0; i < 3; ++i) {
+    const auto& [ids, name] = splits[i];
+    if (ids.numel() == 0) continue;
+    const auto sorted = std::get<0>(ids.sort());
+    if (const auto repeats = sorted.slice(0, 1).eq(sorted.slice(0, 0, -1)).nonzero(); repeats.numel() > 0)
+      throw FileError(dir + "/" + split_file(dir, name) + ": node " +
+                      std::to_string(sorted[repeats[0][0]].item<int64_t>()) + " appears more than once (" +
+                      std::to_string(repeats.numel()) + " repeats): list each node once");
+    const auto before = owner.index({ids});
+    if (const auto shared = before.ge(0).nonzero(); shared.numel() > 0) {
+      const int64_t first = shared[0][0].item<int64_t>();
+      throw FileError("data.path: " + dir + ": node " + std::to_string(ids[first].item<int64_t>()) + " is in both " +
+                      split_file(dir, splits[before[first].item<int8_t>()].second) + " and " + split_file(dir, name) +
+                      " (" + std::to_string(shared.numel()) + " shared nodes): the splits must not share nodes, or "
+                      "evaluation measures nodes the model trained on");
+    }
+    owner.index_put_({ids}, i);
+  }
+}
+
 }  // namespace
 
 int64_t Graph::num_classes() const { return labels.numel() == 0 ? 0 : labels.max().item<int64_t>() + 1; }
@@ -190,6 +221,7 @@ Graph load_graph_directory(const std::string& dir) {
   graph.val = read_split(dir, "val", n);
   graph.test = read_split(dir, "test", n);
   if (graph.train.numel() == 0) throw FileError("data.path: " + dir + " has no training nodes (train_idx.npy or train_mask.npy)");
+  check_disjoint(dir, graph, n);
   return graph;
 }
 
