@@ -114,8 +114,7 @@ class ExportStaging {
         fs::copy(entry.path(), fs::path(path_) / name, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
       }
     const bool exists = fs::exists(output_, ec);
-    if (!exists ? std::rename(path_.c_str(), output_.c_str()) != 0
-                : renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, output_.c_str(), RENAME_EXCHANGE) != 0) {
+    if (!exists ? std::rename(path_.c_str(), output_.c_str()) != 0 : !exchange()) {
       const int error = errno;
       ddp::throw_output_error("cannot move the export into " + output_.string() + ": " + std::strerror(error), error);
     }
@@ -124,6 +123,26 @@ class ExportStaging {
   }
 
  private:
+  // The staged export and the earlier one trade places. A file system with no exchange (NFS, many
+  // FUSE ones: EINVAL) gets two renames instead: the earlier export into staging's name, then the
+  // new one into the output's; a failure between them puts the earlier one back. The output is
+  // missing for that moment, never half of each. DDPRUN_TEST_NO_RENAME_EXCHANGE: that path, tested.
+  bool exchange() {
+    const bool can_exchange = std::getenv("DDPRUN_TEST_NO_RENAME_EXCHANGE") == nullptr;
+    if (can_exchange && renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, output_.c_str(), RENAME_EXCHANGE) == 0) return true;
+    if (can_exchange && errno != EINVAL && errno != ENOSYS) return false;
+    const std::string aside = path_ + ".earlier";
+    if (std::rename(output_.c_str(), aside.c_str()) != 0) return false;
+    if (std::rename(path_.c_str(), output_.c_str()) != 0) {
+      const int error = errno;
+      std::rename(aside.c_str(), output_.c_str());
+      errno = error;
+      return false;
+    }
+    path_ = aside;  // the earlier export, which the destructor removes
+    return true;
+  }
+
   fs::path output_;
   std::string path_;
 };

@@ -862,6 +862,16 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   // nothing of the staging is left.
   for (const auto& entry : fs::directory_iterator(dir.file("out")))
     CHECK(entry.path().filename().string().find(".export-") == std::string::npos);
+  // Where the file system cannot exchange two directories (NFS): two renames, the same result.
+  fs::remove(out + "/model-00002-of-00002.safetensors");
+  auto no_exchange = run_command({bin("ddp-export"), dir.file("out"), "--max-shard-size", "100KB"},
+                                 std::chrono::seconds(120), {"DDPRUN_TEST_NO_RENAME_EXCHANGE=1"});
+  INFO(no_exchange.out << no_exchange.err);
+  REQUIRE(no_exchange.exit_code == 0);
+  CHECK(fs::exists(out + "/model-00002-of-00002.safetensors"));
+  CHECK(read_file(out + "/notes.txt") == "the user's");
+  for (const auto& entry : fs::directory_iterator(dir.file("out")))
+    CHECK(entry.path().filename().string().find(".export-") == std::string::npos);
 
   // An earlier checkpoint, and a run directory that is not one: one line, exit 2.
   auto earlier = run_command({bin("ddp-export"), dir.file("out"), "--checkpoint",

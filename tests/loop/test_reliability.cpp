@@ -15,6 +15,7 @@ namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLis
 
 using namespace ddp::test;
 using Catch::Contains;
+using Catch::EndsWith;
 namespace fs = std::filesystem;
 
 namespace {
@@ -149,7 +150,7 @@ TEST_CASE("a dataset cache that a full disk cuts short is said once a node, leav
   std::istringstream listed(r.out.substr(r.out.find("status=0")));
   std::string line;
   std::getline(listed, line);
-  while (std::getline(listed, line)) CHECK_THAT(line, Catch::EndsWith(".lock"));
+  while (std::getline(listed, line)) CHECK_THAT(line, Catch::EndsWith(".lock") || Catch::EndsWith(".inuse"));
 }
 
 TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, said once, no model.pt, never "
@@ -177,6 +178,10 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
     CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
     CHECK_THAT(r.err, !Contains("restarting the workers"));
     CHECK_FALSE(fs::exists(out + "/model.pt"));
+    // The record of the NaN and the failure's status: the report showed a run that had stopped early.
+    const std::string metrics = read_file(out + "/metrics.jsonl");
+    CHECK_THAT(metrics, Contains("\"loss\": null}") && EndsWith("\"exit_status\": 2}\n"));
+    CHECK_THAT(read_file(out + "/report.html"), Contains("<td>nan</td>") && Contains(">exit 2</span>"));
   }
 }
 

@@ -48,7 +48,30 @@ std::string allocator_words(const std::string& what) {
   return from == std::string::npos ? what : what.substr(from);
 }
 
+// A path the process may not reach (a directory it cannot search) is the user's to fix; a full
+// disk or a failing device is an output error, as throw_output_error classifies them.
+bool users_to_fix(const std::filesystem::filesystem_error& e) {
+  const int code = e.code().value();
+  return code == EACCES || code == EPERM || code == ENOTDIR || code == ENAMETOOLONG || code == ELOOP;
+}
+
 }  // namespace
+
+int exit_status_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Interrupted& e) {
+    return 128 + e.signal();
+  } catch (const UserError&) {
+    return kExitUsage;
+  } catch (const std::filesystem::filesystem_error& e) {
+    return users_to_fix(e) ? kExitUsage : kExitIoError;
+  } catch (const IoError&) {
+    return kExitIoError;
+  } catch (...) {
+    return kExitFailure;
+  }
+}
 
 int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   try {
@@ -59,13 +82,8 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   } catch (const UserError& e) {
     return report(errors, kExitUsage, "error", e.what());
   } catch (const std::filesystem::filesystem_error& e) {
-    // A path the process may not reach (a directory it cannot search) is the user's to fix; a full
-    // disk or a failing device is an output error, as throw_output_error classifies them.
-    const int code = e.code().value();
     const std::string what = e.path1().empty() ? std::string(e.what()) : e.path1().string() + ": " + e.code().message();
-    if (code == EACCES || code == EPERM || code == ENOTDIR || code == ENAMETOOLONG || code == ELOOP)
-      return report(errors, kExitUsage, "error", what);
-    return report(errors, kExitIoError, "I/O error", what);
+    return users_to_fix(e) ? report(errors, kExitUsage, "error", what) : report(errors, kExitIoError, "I/O error", what);
   } catch (const IoError& e) {
     return report(errors, kExitIoError, "I/O error", e.what());
   } catch (const std::exception& e) {

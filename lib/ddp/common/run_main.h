@@ -3,6 +3,7 @@
 // becomes one line on stderr and the exit status the launcher and job scripts give meaning to
 // (worker_contract.h). ddprun, ddp-train and ddp-report share it, so none maps errors its own way.
 
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -30,5 +31,9 @@ struct ProgramErrors {
 /// kExitUsage (UserError, "error"), kExitIoError (IoError, "I/O error") or kExitFailure (any other
 /// std::exception, `failure`, without LibTorch's backtrace).
 int run_main(const ProgramErrors& errors, const std::function<int()>& body);
+
+/// The exit status run_main gives `error` (not null): what a run records of its failure before the
+/// exception goes on up.
+int exit_status_of(const std::exception_ptr& error);
 
 }  // namespace ddp

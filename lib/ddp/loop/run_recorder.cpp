@@ -242,12 +242,18 @@ void RunRecorder::log_window(const TrainProgress& progress) {
   double loss = total.value(window_.loss) / std::max(1.0, total.value(window_.samples));  // a per-sample mean
   // A loss that is no number ends the run, on every rank alike (they summed the same): each later
   // step would train NaN weights, and a restart would resume, bit-identically, into the same.
-  if (!std::isfinite(loss))
+  // Its record goes first: the report and metrics.jsonl show the divergence, not a run that stopped.
+  if (!std::isfinite(loss)) {
+    if (world_.rank == 0 && metrics_)
+      metrics_->write({{"step", static_cast<double>(progress.step)},
+                       {"epoch", static_cast<double>(epoch_of(progress))},
+                       {"loss", loss}});
     throw UserError("the training loss over steps " + std::to_string(window_from_step_ + 1) + "-" +
                     std::to_string(progress.step) + " is " + (std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") +
                     ": training diverged (too high an optim.lr, no train.clip_grad_norm, or broken starting "
                     "weights); stopped without saving model.pt, and a checkpoint after step " +
                     std::to_string(window_from_step_) + " may hold diverged weights");
+  }
   window_from_step_ = progress.step;
   double samples_per_s = total.value(window_.samples) / elapsed;
   // Per step and rank: gradient sync time, and the part of it backward did not hide.
@@ -511,7 +517,13 @@ void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason 
   }
 }
 
-void RunRecorder::failed(const TrainProgress& progress) { write_report(progress, std::nullopt, /*last=*/true); }
+void RunRecorder::failed(const TrainProgress& progress, int exit_status) {
+  try {
+    write_report(progress, exit_status, /*last=*/true);
+  } catch (const std::exception& e) {  // the failure's own message is the one that matters
+    spdlog::warn("the failure is not recorded in metrics.jsonl: {}", e.what());
+  }
+}
 
 void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status, bool last) {
   if (world_.rank != 0 || !metrics_) return;

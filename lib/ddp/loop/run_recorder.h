@@ -102,9 +102,10 @@ class RunRecorder {
   /// The end of a run stopped by `signal` (0: another rank's, by the vote) after its checkpoint, saying
   /// why (`reason`, from the launcher).
   void stopped(const TrainProgress& progress, int signal, StopReason reason);
-  /// The run failed at `progress` (an exception leaves the loop): rank 0 renders the report of what
-  /// was recorded, which its pacer may have left behind by several evaluations.
-  void failed(const TrainProgress& progress);
+  /// The run failed at `progress` (an exception leaves the loop) and ends with `exit_status`: rank
+  /// 0 records it and renders the report of what was recorded, which its pacer may have left behind
+  /// by several evaluations.
+  void failed(const TrainProgress& progress, int exit_status);
 
  private:
   /// On rank 0, when a rank ran on a GPU: each rank's peak CUDA memory (MiB; < 0 for a CPU rank), logged and kept.

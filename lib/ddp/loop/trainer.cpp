@@ -12,6 +12,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
+#include "ddp/common/run_main.h"
 #include "ddp/common/text.h"
 #include "ddp/loop/autocast_scope.h"
 #include "ddp/loop/evaluator.h"
@@ -367,7 +368,7 @@ int Trainer::fit() {
   try {
     return train_to_the_end();
   } catch (...) {
-    recorder_->failed(progress_);  // the report of what was recorded, not the last one the pacer allowed
+    recorder_->failed(progress_, exit_status_of(std::current_exception()));  // and the report of what was recorded
     throw;
   }
 }

@@ -17,12 +17,15 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 std::atomic<int> g_stop_reason{0};
 
-// The first stop signal and its reason stand: the launcher's plain signal to the group that follows a
-// queued one, or a user's Ctrl-C after it, says nothing new.
+// The first stop signal and the first reason stand: the launcher's plain signal to the group that
+// follows a queued one, or a user's Ctrl-C after it, says nothing new. The queued one's reason is
+// kept even when the plain one's handler, on another thread, got in first: the launcher sends both
+// at once, and the kernel hands each to whichever thread it picks.
 void on_stop(int sig, siginfo_t* info, void*) {
-  if (g_stop_signal.load() != 0) return;
-  if (info && info->si_code == SI_QUEUE) g_stop_reason.store(info->si_value.sival_int);
-  g_stop_signal.store(sig);
+  int none = 0;
+  if (info && info->si_code == SI_QUEUE) g_stop_reason.compare_exchange_strong(none, info->si_value.sival_int);
+  none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
 }
 
 }  // namespace
