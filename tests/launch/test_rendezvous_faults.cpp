@@ -113,6 +113,50 @@ TEST_CASE("elastic: a node whose workers finish first is done, not lost: the oth
   }
 }
 
+TEST_CASE("elastic: a node whose restart cannot form because the others finished ends with its failure, not 0",
+          "[launch][rendezvous][elastic]") {
+  // Node 0's worker ends well; node 1's fails after it, and its restart found the job finished: it
+  // exited 0, a failed job reported as done.
+  TempDir dir;
+  const int port = free_port();
+  auto line = [&](const std::string& name) {
+    return ddprun() + " --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
+           std::to_string(port) + " --rdzv-id failed --rdzv-timeout 30 --max-restarts 1 --local-addr " + name +
+           " -- sh -c 'touch " + dir.file("$RANK.up") + "; [ $RANK = 0 ] && exit 0; while [ ! -e " + dir.file("0.up") +
+           " ]; do sleep 0.05; done; sleep 3; echo failing >&2; exit 7' 2>" + dir.file(name + ".err");
+  };
+  auto r = run_shell(line("a") + " & A=$!; " + until_accepts(port) + line("b") + "; b=$?; wait $A; echo statuses=$?,$b",
+                     std::chrono::seconds(90));
+  const std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
+  INFO(r.out << "\nnode a:\n" << a << "node b:\n" << b);
+  CHECK(count_lines(r.out, "statuses=0,7") == 1);
+  CHECK_THAT(b, Contains("the job's other nodes finished before this node's restart could form; not restarting, and "
+                         "ending with the failure: ") && !Contains("finished before this node was admitted"));
+  CHECK_THAT(a, !Contains("sent no heartbeat"));  // node 1 said it was done
+}
+
+TEST_CASE("elastic: when node 0 finishes and closes its store, the other nodes' workers run on to their end, not "
+          "again in a round of their own",
+          "[launch][rendezvous][elastic]") {
+  TempDir dir;
+  const int port = free_port();
+  auto line = [&](const std::string& name) {
+    return ddprun() + " --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
+           std::to_string(port) + " --rdzv-id closed --rdzv-timeout 3 --node-timeout 2 --local-addr 127.0.0.1 -- sh "
+           "-c '[ $RANK = 0 ] && exit 0; sleep 9; echo ran-to-the-end rank=$RANK world=$WORLD_SIZE' 2>" +
+           dir.file(name + ".err");
+  };
+  auto r = run_shell(line("a") + " & A=$!; " + until_accepts(port) + line("b") + "; b=$?; wait $A; echo statuses=$?,$b",
+                     std::chrono::seconds(90));
+  const std::string b = read_file(dir.file("b.err"));
+  INFO(r.out << "\nnode a:\n" << read_file(dir.file("a.err")) << "node b:\n" << b);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK(count_occurrences(r.out, "ran-to-the-end rank=1 world=2") == 1);
+  CHECK_THAT(r.out, !Contains("world=1"));
+  CHECK_THAT(b, Contains("node 0 finished the job and closed the rendezvous store; this node's workers run on to "
+                         "their end") && !Contains("round 1"));
+}
+
 TEST_CASE("elastic: a launcher waiting to be admitted to a full job that then finishes says so and exits 0",
           "[launch][rendezvous][elastic]") {
   TempDir dir;

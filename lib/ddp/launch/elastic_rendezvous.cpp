@@ -418,7 +418,8 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
     }
   }
   // A job some of whose nodes finished forms no next round: a joiner would stop the rest for nothing.
-  if (!finishing_) finishing_ = store_->check(kElastic + "finished");
+  if (!node_0_finished_) node_0_finished_ = store_->check(kElastic + "finished");
+  finishing_ = finishing_ || node_0_finished_;
   if (!finishing_ && static_cast<int>(members_.size()) < max_nodes_ &&
       store_->add(round_key(round_ + 1, "arrivals"), 0) > 0) {
     // A joiner counts itself in before it writes its arrival: until that is written, the next

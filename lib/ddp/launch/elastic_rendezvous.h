@@ -55,6 +55,9 @@ class ElasticRendezvous : public Rendezvous {
   void job_finished();
 
   bool finished_before_admission() const { return finished_before_admission_; }
+  /// Whether node 0 said the job finished (its workers ended well): its store may close before
+  /// this node's workers end, and that is no loss.
+  bool node_0_finished() const { return node_0_finished_; }
 
   /// Where the store is and who hosts it, for the message when it is lost.
   std::string store_description() const;
@@ -100,6 +103,7 @@ class ElasticRendezvous : public Rendezvous {
   std::vector<Member> members_;  // of round_, by node rank
   std::map<int64_t, std::pair<int64_t, std::chrono::steady_clock::time_point>> beats_;  // launcher: last count, when it changed
   bool finishing_ = false;  // a member finished this round, or node 0 said the job finished: no join
+  bool node_0_finished_ = false;
   std::chrono::steady_clock::time_point last_beat_{};
   bool finished_before_admission_ = false;
 };

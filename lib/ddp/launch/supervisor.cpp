@@ -404,20 +404,34 @@ class Attempt {
 
   // Elastic: beats, and ends the round on a membership change (announced by any node).
   void check_membership() {
-    if (!state_.watches_membership()) return;
+    if (!state_.watches_membership() || store_closed_at_end_) return;
     std::optional<MembershipChange> change;
     try {
       change = elastic_->check_membership();
-    } catch (const StoreNotAnswering& e) {
-      change = MembershipChange{MembershipChange::Kind::kStoreLost,
-                                "lost the rendezvous store at " + elastic_->store_description() + ": " + e.what()};
     } catch (const std::exception&) {
-      // Between rounds, node 1 takes the store over (Note [Store failover]).
-      change = MembershipChange{MembershipChange::Kind::kStoreLost,
-                                "lost the rendezvous store at " + elastic_->store_description()};
+      // Node 0's workers finished, and it closed its store after --rdzv-timeout: this node's run on
+      // to their end, rather than be stopped and started again in a round of their own.
+      if (elastic_->node_0_finished()) {
+        say("node 0 finished the job and closed the rendezvous store; this node's workers run on to their end");
+        store_closed_at_end_ = true;
+        return;
+      }
+      change = store_lost();
     }
     if (!change || was_frozen()) return;  // stopped in the call: the others' silence is this node's own
     apply(state_.on_membership_change(*change, attempt_));
+  }
+
+  MembershipChange store_lost() {
+    try {
+      throw;
+    } catch (const StoreNotAnswering& e) {
+      return {MembershipChange::Kind::kStoreLost,
+              "lost the rendezvous store at " + elastic_->store_description() + ": " + e.what()};
+    } catch (const std::exception&) {
+      // Between rounds, node 1 takes the store over (Note [Store failover]).
+      return {MembershipChange::Kind::kStoreLost, "lost the rendezvous store at " + elastic_->store_description()};
+    }
   }
 
   void on_launcher_signal(int sig) { apply(state_.on_signal(sig, healthy_count())); }
@@ -508,6 +522,7 @@ class Attempt {
   const WorldLayout& layout_;
   Rendezvous* rendezvous_;
   ElasticRendezvous* elastic_;
+  bool store_closed_at_end_ = false;  // elastic: node 0 finished and closed its store; nothing to watch
   Watchdog& watchdog_;
   SignalPipe& signals_;
   int attempt_;
@@ -679,6 +694,14 @@ class ElasticJob : public JobMembership {
       layout = rendezvous_.join_round(attempt, signals.check());
     }
     if (!layout) {
+      if (rendezvous_.finished_before_admission() && restarting_from_) {
+        // Its ranks' work is undone: the job did not finish, whatever the others' workers did.
+        say("the job's other nodes finished before this node's restart could form; not restarting, and ending "
+            "with the failure: " + restarting_from_->cause);
+        rendezvous_.finish(failed_round_, signals.check(), restarting_from_->status);  // node 0 waits for it
+        exit_status = restarting_from_->status;
+        return std::nullopt;
+      }
       if (rendezvous_.finished_before_admission()) {
         say("the job finished before this node was admitted");
         exit_status = 0;
@@ -688,6 +711,7 @@ class ElasticJob : public JobMembership {
       exit_status = 128 + signals.signal();
       return std::nullopt;
     }
+    restarting_from_.reset();
     const int round = rendezvous_.round();
     // The job's count, which a node that joined late knows too: every round before this one ended in
     // a failure or a membership change.
@@ -744,6 +768,10 @@ class ElasticJob : public JobMembership {
           std::to_string(plan.attempt + 1));
       return Settled::kMeetAgain;
     }
+    if (outcome.status != 0) {  // if it is restarted: what a restart that cannot form ends with
+      restarting_from_ = outcome;
+      failed_round_ = plan.attempt;
+    }
     return Settled::kDecide;
   }
 
@@ -770,6 +798,8 @@ class ElasticJob : public JobMembership {
   ElasticRendezvous rendezvous_;
   int changes_ = 0;  // membership changes so far
   bool logs_placed_ = false;  // LOG_DIR made (or taken from --log-dir) and said, in this node's first round
+  std::optional<AttemptOutcome> restarting_from_;  // the failure of the round this node restarts after
+  int failed_round_ = 0;                            // that round
 };
 
 /// The loop of Note [Job states]; returns the launcher's exit status.
