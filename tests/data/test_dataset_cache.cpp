@@ -19,6 +19,7 @@ namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLis
 
 using namespace ddp;
 using namespace ddp::test;
+using Catch::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -111,6 +112,49 @@ TEST_CASE("a changed source file gets a new cache entry", "[data][cache]") {
   fs::last_write_time(data.file("t10k-labels-idx1-ubyte.gz"), fs::file_time_type::clock::now() + std::chrono::hours(1));
   load_idx_split_cached(data.path(), "test", cache.path());
   CHECK(cache_files(cache.path()).size() == 2);
+}
+
+TEST_CASE("the caches of earlier versions of a source are removed by the next build, unless a run uses one",
+          "[data][cache]") {
+  // Real runs: a process holds the caches it uses (Note [Caches of earlier versions]).
+  TempDir data, cache, out;
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"})
+    fs::copy_file(kFashion + "/" + name, data.file(name));
+  const std::string labels = data.file("train-labels-idx1-ubyte.gz");
+  auto run = [&](const std::string& name, const std::string& before) {
+    return before + "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
+           "/configs/fashion_mnist_linear3.yaml --master-port " + std::to_string(free_port()) + " --set data.path=" +
+           data.path() + " --set data.cache_dir=" +
+           cache.path() + " --set data.eval_split=none --set run.output_dir=" + out.file(name) + " > " +
+           out.file(name + ".log") + " 2>&1";
+  };
+  auto train_caches = [&] {
+    int n = 0;
+    for (const auto& file : cache_files(cache.path())) n += file.filename().string().rfind("train-", 0) == 0;
+    return n;
+  };
+  // A is slowed at each step while B builds the cache of an edited file: A's stays.
+  auto edited = run_shell(run("a", "DDPRUN_TEST_STEP_DELAY=0:1000 ") + " --set train.max_steps=30 & A=$!; i=0; until "
+                          "ls " + cache.path() + "/train-*.ddpcache >/dev/null 2>&1 || [ $i -ge 1200 ]; do sleep 0.05; "
+                          "i=$((i+1)); done; touch -d '1 hour ago' " + labels + "; " + run("b", "") +
+                          " --set train.max_steps=1; echo b=$?; kill -TERM $A; wait $A",
+                          std::chrono::seconds(120));
+  INFO(edited.out << read_file(out.file("a.log")) << read_file(out.file("b.log")));
+  CHECK(count_lines(edited.out, "b=0") == 1);
+  CHECK(train_caches() == 2);
+  CHECK_THAT(read_file(out.file("b.log")), !Contains("removed"));
+  // Edited again, with no run using either: C's build removes both, and what lay beside them.
+  auto again = run_shell("touch -d '2 hours ago' " + labels + "; " + run("c", "") + " --set train.max_steps=1",
+                         std::chrono::seconds(120));
+  const std::string c = read_file(out.file("c.log"));
+  INFO(c);
+  CHECK(again.exit_code == 0);
+  CHECK(train_caches() == 1);
+  CHECK(count_occurrences(c, "the dataset cache of an earlier version of its sources") == 2);
+  for (const auto& entry : fs::directory_iterator(cache.path())) {
+    const std::string name = entry.path().filename().string();
+    CHECK((name.rfind(cache_files(cache.path()).at(0).filename().string(), 0) == 0 || name.rfind("t10k-", 0) == 0));
+  }
 }
 
 TEST_CASE("a directory named as a raw IDX file is passed over by the cache's key as by the reader: a changed .gz "
