@@ -135,6 +135,29 @@ TEST_CASE("elastic: a node whose restart cannot form because the others finished
   CHECK_THAT(a, !Contains("sent no heartbeat"));  // node 1 said it was done
 }
 
+TEST_CASE("elastic: a usage error on one node ends the job on every node, though another node's rank fails after it "
+          "with a restartable echo",
+          "[launch][rendezvous][elastic]") {
+  // Node a's rank held its echo (exit 1) for --node-timeout and restarted it, then waited out
+  // --rdzv-timeout for node b, which had ended on its usage error.
+  TempDir dir;
+  const int port = free_port();
+  auto line = [&](const std::string& name) {
+    return ddprun() + " --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
+           std::to_string(port) + " --rdzv-id usage --rdzv-timeout 60 --rdzv-settle 1 --max-restarts 2 --local-addr " +
+           name + " -- sh -c 'if [ $RANK = 1 ]; then echo \"ddp-train: rank 1: error: a bad config\" >&2; touch " +
+           dir.file("erred") + "; exit 2; fi; while [ ! -e " + dir.file("erred") + " ]; do sleep 0.05; done; "
+           "exit 1' 2>" + dir.file(name + ".err");
+  };
+  auto r = run_shell(line("a") + " & A=$!; " + until_accepts(port) + line("b") + "; b=$?; wait $A; echo statuses=$?,$b",
+                     std::chrono::seconds(50));
+  const std::string a = read_file(dir.file("a.err"));
+  INFO(r.out << "\nnode a:\n" << a << "node b:\n" << read_file(dir.file("b.err")));
+  CHECK(count_lines(r.out, "statuses=2,2") == 1);
+  CHECK_THAT(a, Contains("stopping this node's workers: ") && Contains("exit code 2"));
+  CHECK_THAT(a, !Contains("restarting the workers") && !Contains("round 1"));
+}
+
 TEST_CASE("elastic: when node 0 finishes and closes its store, the other nodes' workers run on to their end, not "
           "again in a round of their own",
           "[launch][rendezvous][elastic]") {

@@ -21,7 +21,10 @@ AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::tim
   actions.stop_signal = SIGTERM;
   actions.stop_reason = StopReason::kPeerFailed;
   failure_ = failure;
-  if (kind_ == JobKind::kElastic) {
+  // A usage error is no echo of a lost node: it is told at once, so that other nodes whose ranks
+  // fail after it (on the connections it closed) end on it too, rather than restart.
+  const bool usage_error = failure.exit_code == kExitUsage && !failure.restartable;
+  if (kind_ == JobKind::kElastic && !usage_error) {
     // Note [Failure or membership change]: when a node is lost, its peers' workers fail at once
     // (their connections to it reset), seconds before its silence is noticed. The failure is held
     // for --node-timeout: a membership change meanwhile explains it, and it counts for nothing.

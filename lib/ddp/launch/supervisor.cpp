@@ -238,7 +238,9 @@ class Attempt {
       if (rendezvous_ && multi_node()) rendezvous_->beat_alive();  // Note [Silent nodes]
       reap();
       if (options_.stall_timeout_s > 0 && !state_.stopping()) check_stalls();
-      if (multi_node() && !state_.stopping() && Clock::now() >= next_remote_check) {
+      // While a failure is held too: another node's report, come meanwhile, is its cause (a usage
+      // error there, whose echo here would be restarted; the same first failure named on every node).
+      if (multi_node() && (!state_.stopping() || state_.holding()) && Clock::now() >= next_remote_check) {
         check_other_nodes();
         next_remote_check = Clock::now() + kRemoteCheckEvery;
       }
