@@ -282,8 +282,10 @@ TEST_CASE("a run under timeout(1) stops with its checkpoint, though timeout send
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=124") == 1);
   CHECK_THAT(r.out, Contains("stopping at step"));
-  CHECK_THAT(read_file(out + "/metrics.jsonl"), Contains("\"exit_status\": 143"));
+  CHECK_THAT(read_file(out + "/metrics.jsonl"), Contains("\"exit_status\": 143") && Contains("\"peak_rss_mib_max\""));
   CHECK_FALSE(std::filesystem::is_empty(out + "/checkpoints"));
+  // The report's summary has the stopped run's peak RSS, which only a finished run's had.
+  CHECK_THAT(read_file(out + "/report.html"), Contains("stopped by signal 15") && !Contains("</td><td></td><td><span"));
 }
 
 TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",

@@ -277,6 +277,11 @@ TEST_CASE("on a terminal rank 0 shows a live progress line, and logs and metrics
   CHECK(std::regex_search(tty.out, match, std::regex("\r\x1b\[K\[rank 0\] epoch 1/1 step [0-9]+/60 \| [0-9]+ samples/s \| ETA 0:00:[0-9]{2}")));
   // The last line drawn says the run is done, not the evaluation at its end.
   CHECK_THAT(tty.out, Contains("\r\x1b[K[rank 0] step 60/60 | done"));
+  // Nor does "evaluating" stay while model.pt is written after it: the step's line is drawn again.
+  const auto evaluated = tty.out.rfind("| evaluating");
+  REQUIRE(evaluated != std::string::npos);
+  const auto redrawn = tty.out.find("[rank 0] epoch 1/1 step 60/60 |", evaluated);
+  CHECK((redrawn != std::string::npos && redrawn < tty.out.find("| done", evaluated)));
   // 60 steps end in the first of the config's 3 epochs, and the lines count to that epoch.
   CHECK_THAT(read_file(dir.file("logs/tty/attempt_0/0/stdout.log")), !Contains("\r") && Contains("epoch 1/1 step 60/60"));
   auto piped = run_shell(command + " --set run.output_dir=" + dir.file("piped"), std::chrono::seconds(240));

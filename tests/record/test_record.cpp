@@ -289,12 +289,20 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   TempDir dir;
   std::filesystem::create_directories(dir.file("run"));
   MetricsLog(dir.file("run/metrics.jsonl"), "").write({{"step", 1}, {"loss", 2}});
-  auto ok = run_command({bin("ddp-report"), dir.file("run"), dir.file("run"), "-o", dir.file("both.html")});
+  std::filesystem::copy(dir.file("run"), dir.file("other"));
+  auto ok = run_command({bin("ddp-report"), dir.file("run"), dir.file("other"), "-o", dir.file("both.html")});
   INFO(ok.out << ok.err);
   CHECK(ok.exit_code == 0);
   CHECK_THAT(ok.out, Contains("wrote " + dir.file("both.html") + " (2 run(s))"));
-  CHECK_THAT(read_file(dir.file("both.html")), Contains("ddprun report: run, run"));
+  CHECK_THAT(read_file(dir.file("both.html")), Contains("ddprun report: run, other"));
   CHECK(ok.err.empty());
+  // One run twice drew two identical lines under one name.
+  auto twice = run_command({bin("ddp-report"), dir.file("run"), dir.file("other"), dir.file("run") + "/", "-o",
+                            dir.file("twice.html")});
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.err == "ddp-report: error: " + dir.file("run") + "/ and " + dir.file("run") + " are the same run "
+                         "directory: give each run once\n");
+  CHECK_FALSE(std::filesystem::exists(dir.file("twice.html")));
   // Lines that are no record, or none that is: said on the command line, not only in the page.
   std::filesystem::create_directories(dir.file("edited"));
   std::filesystem::create_directories(dir.file("empty"));
@@ -458,6 +466,11 @@ TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range re
   ChartSeries rate{"rate", chart_color(0), false, {{0, 50000}, {10, 130000}}};
   std::string rates = svg_line_chart("rate", "step", "samples/s", {rate});
   CHECK_THAT(rates, Contains(">60000</text>") && Contains(">120000</text>") && !Contains("e+0"));
+  // A long run's last step label ends at the chart's right edge, not centred past it.
+  ChartSeries long_run{"long", chart_color(0), false, {{500, 1}, {100000, 2}}};
+  std::string steps = svg_line_chart("long", "step", "loss", {long_run});
+  CHECK_THAT(steps, Contains("x=\"638.0\" y=\"252\" class=\"tick\" text-anchor=\"end\">100000</text>") &&
+                        Contains("text-anchor=\"middle\">0</text>"));
 }
 
 TEST_CASE("a chart's one point, or one value, is drawn inside the frame, and its legend tells lines apart",

@@ -363,9 +363,10 @@ void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& res
   }
   metrics_->write(record);
   write_report(progress, std::nullopt);
-  // The line said "evaluating": the next step redraws it at once, not a quarter second later (or
-  // never, at the run's end, where it stayed beside the "done" line).
+  // The line said "evaluating": redrawn now, not at the next step (a checkpoint's write, or the
+  // run's end with its model.pt, went on under "evaluating").
   last_progress_line_ = {};
+  if (progress_line_) show_progress_line(progress);
 }
 
 namespace {
@@ -379,13 +380,19 @@ double peak_address_space_mib() {
   return 0;
 }
 
+// This rank's peak RSS in MiB: its process's, or for rank threads (Note [Ranks as threads]) their
+// share of it, as the monitor records theirs, so that a process's ranks add up to it.
+double peak_rss_mib(const DistConfig& dist) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0 / std::max(1, rank_threads(dist));  // KiB → MiB
+}
+
 }  // namespace
 
 void RunRecorder::report_setup_memory() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
   auto per_rank = torch::zeros({world_.world_size}, torch::kDouble);
-  per_rank[world_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
+  per_rank[world_.rank] = peak_rss_mib(config_.dist);
   per_rank = all_reduce_sum(world_, per_rank);
   if (world_.rank != 0) return;
   std::string text;
@@ -398,10 +405,8 @@ void RunRecorder::report_setup_memory() {
 }
 
 void RunRecorder::report_peak_memory(const TrainProgress& progress) {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
   auto all = torch::zeros({3, world_.world_size}, torch::kDouble);
-  all[0][world_.rank] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB → MiB
+  all[0][world_.rank] = peak_rss_mib(config_.dist);
   all[1][world_.rank] = peak_address_space_mib();  // what a ulimit -v (RLIMIT_AS) caps
   all[2][world_.rank] = static_cast<double>(peak_memory_in_use(world_.device)) / (1024.0 * 1024.0);  // < 0: a CPU's
   all = all_reduce_sum(world_, all);
@@ -422,7 +427,7 @@ void RunRecorder::report_peak_memory(const TrainProgress& progress) {
   if (const int threads = rank_threads(config_.dist); threads > 0) {
     text.clear();
     for (int r = 0; r < world_.world_size; r += threads)
-      text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank[r].item<double>());
+      text += fmt::format("{}{:.0f}", r ? ", " : "", per_rank.narrow(0, r, threads).sum().item<double>());
     spdlog::info("peak RSS per process of {} rank threads (MiB): {}", threads, text);
     return;
   }

@@ -358,6 +358,11 @@ std::vector<std::string> write_run_report(const std::string& path, const std::ve
   if (fs::exists(target, ec) && target.extension() != ".html")
     throw UserError("--output: " + path + " exists and is not an HTML page (.html); the report would replace it. "
                     "Name a new file, or an .html one");
+  // One run twice drew two identical lines under one name: a slip in the command line.
+  std::map<fs::path, std::string> given;
+  for (const auto& dir : run_dirs)
+    if (auto [seen, fresh] = given.emplace(fs::weakly_canonical(dir, ec), dir); !fresh)
+      throw UserError(dir + " and " + seen->second + " are the same run directory: give each run once");
   std::vector<RunRecords> runs;
   for (const auto& dir : run_dirs) {
     runs.push_back(read_run(dir));

@@ -84,10 +84,15 @@ std::string axes(double top, const Scale& x, const Scale& y, bool x_ticks, const
                        R"(<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>)",
                        kLeft, right, py(t), py(t), kLeft - 6, py(t) + 4, number(t, y.step));
   if (x_ticks)
-    for (double t : x.ticks)
+    for (double t : x.ticks) {
+      // Centred on the frame's right edge, a long last label (100000) ran off the chart: it ends there.
+      const std::string label = number(t, x.step);
+      const bool past_edge = px(t) + kLegendChar * static_cast<double>(label.size()) / 2 > kWidth - 2;
       out += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" class="grid"/>)"
-                         R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>)",
-                         px(t), px(t), top, bottom, px(t), bottom + 16, number(t, x.step));
+                         R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="{}">{}</text>)",
+                         px(t), px(t), top, bottom, past_edge ? kWidth - 2 : px(t), bottom + 16,
+                         past_edge ? "end" : "middle", label);
+    }
   return out + fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>)", kLeft, top, right - kLeft,
                            bottom - top) +
          fmt::format(R"(<text x="{}" y="{}" class="axis" text-anchor="middle">{}</text>)", (kLeft + right) / 2,
