@@ -433,6 +433,17 @@ TEST_CASE("NaN and infinite values are left out of a chart and counted in a note
   CHECK_THAT(read_file(dir.file("x.html")), Contains("1 value(s) not drawn: NaN or infinite, from step 2"));
   // The summary's last loss is the NaN, not the finite one before it.
   CHECK_THAT(read_file(dir.file("x.html")), Contains("<td>run</td><td>2</td><td>nan</td>"));
+  // The all-reduce chart too: it left a null out unsaid, and paired the rest by index, not by step.
+  write_file(dir.file("run/metrics.jsonl"),
+             "{\"step\": 10, \"loss\": 2, \"allreduce_ms\": 10, \"allreduce_exposed_ms\": 1}\n"
+             "{\"step\": 20, \"loss\": 2, \"allreduce_ms\": 12, \"allreduce_exposed_ms\": null}\n"
+             "{\"step\": 30, \"loss\": 2, \"allreduce_ms\": 9, \"allreduce_exposed_ms\": 3}\n");
+  REQUIRE(run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("x.html")}).exit_code == 0);
+  const std::string page = read_file(dir.file("x.html"));
+  const auto chart = page.find("All-reduce per step");
+  REQUIRE(chart != std::string::npos);
+  CHECK_THAT(page.substr(chart, page.find("</svg>", chart) - chart),
+             Contains("2 value(s) not drawn: NaN or infinite, from step 20"));
 }
 
 TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range reads as narrow", "[record][report]") {

@@ -108,10 +108,15 @@ std::string per_rank_chart(const std::vector<RunRecords>& runs, const std::strin
 std::string allreduce_chart(const std::vector<RunRecords>& runs) {
   std::vector<ChartSeries> series;
   for (std::size_t r = 0; r < runs.size(); ++r) {
-    auto total = runs[r].series("allreduce_ms"), exposed = runs[r].series("allreduce_exposed_ms");
+    // points(), NaN kept: a value not drawn breaks the line with its note, as in every chart; and
+    // each hidden time from the total and exposed of its own step, not of the same index.
+    const auto total = runs[r].points("allreduce_ms"), exposed = runs[r].points("allreduce_exposed_ms");
+    std::map<double, double> total_at(total.begin(), total.end());
     std::vector<std::pair<double, double>> hidden;
-    for (std::size_t i = 0; i < std::min(total.size(), exposed.size()); ++i)
-      hidden.emplace_back(total[i].first, std::max(0.0, total[i].second - exposed[i].second));
+    for (const auto& [step, exposed_ms] : exposed)
+      if (auto found = total_at.find(step); found != total_at.end())
+        hidden.emplace_back(step, std::isfinite(found->second - exposed_ms) ? std::max(0.0, found->second - exposed_ms)
+                                                                            : found->second - exposed_ms);
     series.push_back({label_for(runs[r], "exposed", runs.size()), color_for(r, 0, runs.size()), false, exposed});
     series.push_back({label_for(runs[r], "hidden by backward", runs.size()), color_for(r, 1, runs.size()), true, hidden});
   }
