@@ -158,6 +158,31 @@ TEST_CASE("elastic: a usage error on one node ends the job on every node, though
   CHECK_THAT(a, !Contains("restarting the workers") && !Contains("round 1"));
 }
 
+TEST_CASE("elastic: a member restarting after its failure is that failure on every node, not a node asking to join",
+          "[launch][rendezvous][elastic]") {
+  // Node a's failure, held for --node-timeout, then its arrival for round 1: node b, holding its
+  // rank's echo (exit 1), saw the arrival first and ended round 0 for "a node (a) asks to join".
+  TempDir dir;
+  const int port = free_port();
+  const std::string failed = dir.file("failed");
+  auto line = [&](const std::string& name) {
+    return ddprun() + " --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
+           std::to_string(port) + " --rdzv-id again --rdzv-timeout 60 --rdzv-settle 1 --node-timeout 2 "
+           "--max-restarts 1 --local-addr " + name + " -- sh -c 'if [ $RANK = 0 ] && [ ! -e " + failed + " ]; then "
+           "touch " + failed + "; exit 5; fi; if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then while [ ! -e " + failed +
+           " ]; do sleep 0.05; done; exit 1; fi; echo "
+           "ran-again-" + name + "' 2>" + dir.file(name + ".err");
+  };
+  auto r = run_shell(line("a") + " & A=$!; " + until_accepts(port) + line("b") + "; b=$?; wait $A; echo statuses=$?,$b",
+                     std::chrono::seconds(60));
+  const std::string b = read_file(dir.file("b.err"));
+  INFO(r.out << "\nnode a:\n" << read_file(dir.file("a.err")) << "node b:\n" << b);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK_THAT(r.out, Contains("ran-again-a") && Contains("ran-again-b"));
+  CHECK_THAT(b, Contains("stopping this node's workers: rank 0 on a: exit code 5") && !Contains("asks to join"));
+  CHECK_THAT(b, Contains("failures so far 1 (--max-restarts 1), membership changes 0"));
+}
+
 TEST_CASE("elastic: when node 0 finishes and closes its store, the other nodes' workers run on to their end, not "
           "again in a round of their own",
           "[launch][rendezvous][elastic]") {

@@ -430,6 +430,11 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
     if (auto value = read_verified(first)) {
       auto fields = split(*value, ' ');
       if (fields.size() == 5) who = "a node (" + printable(fields[2]) + ")";
+      // A member of this round restarting after its failure, which it reported before it came:
+      // that report ends the round (as a failure, on every node), not a join.
+      const auto launcher = fields.empty() ? std::nullopt : parse_int(fields[0]);
+      if (launcher && std::any_of(members_.begin(), members_.end(), [&](const Member& m) { return m.launcher == *launcher; }))
+        return std::nullopt;
     }
     announce(MembershipChange::Kind::kJoined, who + " asks to join; room for " +
                                                   std::to_string(max_nodes_ - static_cast<int>(members_.size())) +
