@@ -612,7 +612,7 @@ def threads(work):
             for label, as_threads in (("processes (ddprun)", False), ("threads (ddp-train --threads)", True)):
                 r = best([finish_run(*start_run(work, f"threads-{model}-{n}-{as_threads}-{i}", n, model,
                                                 threads=as_threads)) for i in range(REPEATS)])
-                rss = max(r["rss_ranks_mib"]) if as_threads else sum(r["rss_ranks_mib"])
+                rss = sum(r["rss_ranks_mib"])  # threads record their shares of their process's, which add up
                 print(f"| {model} | {n} | {label} | {r['samples_per_s']:.0f} | {r['first_step_s']:.2f} | {rss:.0f} |",
                       flush=True)
     print()

@@ -121,7 +121,7 @@ TEST_CASE("elastic: a node whose restart cannot form because the others finished
   const int port = free_port();
   auto line = [&](const std::string& name) {
     return ddprun() + " --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
-           std::to_string(port) + " --rdzv-id failed --rdzv-timeout 30 --max-restarts 1 --local-addr " + name +
+           std::to_string(port) + " --rdzv-id failed --rdzv-timeout 30 --rdzv-settle 30 --max-restarts 1 --local-addr " + name +
            " -- sh -c 'touch " + dir.file("$RANK.up") + "; [ $RANK = 0 ] && exit 0; while [ ! -e " + dir.file("0.up") +
            " ]; do sleep 0.05; done; sleep 3; echo failing >&2; exit 7' 2>" + dir.file(name + ".err");
   };
@@ -170,7 +170,7 @@ TEST_CASE("elastic: a member restarting after its failure is that failure on eve
            std::to_string(port) + " --rdzv-id again --rdzv-timeout 60 --rdzv-settle 1 --node-timeout 2 "
            "--max-restarts 1 --local-addr " + name + " -- sh -c 'if [ $RANK = 0 ] && [ ! -e " + failed + " ]; then "
            "touch " + failed + "; exit 5; fi; if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then while [ ! -e " + failed +
-           " ]; do sleep 0.05; done; exit 1; fi; echo "
+           " ]; do sleep 0.05; done; sleep 1; exit 1; fi; echo "
            "ran-again-" + name + "' 2>" + dir.file(name + ".err");
   };
   auto r = run_shell(line("a") + " & A=$!; " + until_accepts(port) + line("b") + "; b=$?; wait $A; echo statuses=$?,$b",
@@ -190,7 +190,7 @@ TEST_CASE("elastic: when node 0 finishes and closes its store, the other nodes' 
   const int port = free_port();
   auto line = [&](const std::string& name) {
     return ddprun() + " --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
-           std::to_string(port) + " --rdzv-id closed --rdzv-timeout 3 --node-timeout 2 --local-addr 127.0.0.1 -- sh "
+           std::to_string(port) + " --rdzv-id closed --rdzv-timeout 3 --rdzv-settle 30 --node-timeout 2 --local-addr 127.0.0.1 -- sh "
            "-c '[ $RANK = 0 ] && exit 0; sleep 9; echo ran-to-the-end rank=$RANK world=$WORLD_SIZE' 2>" +
            dir.file(name + ".err");
   };

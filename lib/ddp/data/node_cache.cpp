@@ -16,6 +16,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
@@ -188,11 +189,18 @@ void hold_in_use(const std::string& path) {
   static std::set<std::string> held;  // for the process's life: its lock goes with its exit
   std::lock_guard<std::mutex> lock(mutex);
   if (held.count(path)) return;
-  int fd = open((path + ".inuse").c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return;  // a cache directory not writable: no build there will sweep it either
-  if (flock(fd, LOCK_SH) != 0) {
-    close(fd);
-    return;
+  // Read-write: NFS emulates flock with fcntl locks, whose exclusive kind needs a file open for
+  // writing. A cache directory this process cannot write: it reads the cache unheld.
+  int fd = open((path + ".inuse").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return;
+  // Never waits long: a sweep holds its lock a moment; a lock manager that does not answer (NFS)
+  // must not hang the data's load.
+  for (int tries = 0; flock(fd, LOCK_SH | LOCK_NB) != 0; ++tries) {
+    if (errno != EWOULDBLOCK || tries == 20) {
+      close(fd);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   held.insert(path);
 }
@@ -231,7 +239,7 @@ void remove_earlier_versions(const std::string& path) {
       continue;
     // No FILE.inuse: no process has used it since this version of ddprun. One that cannot be
     // opened or taken: perhaps in use.
-    int in_use = open((other.string() + ".inuse").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int in_use = open((other.string() + ".inuse").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (in_use < 0 && errno != ENOENT) continue;
     if (in_use >= 0 && flock(in_use, LOCK_EX | LOCK_NB) != 0) {
       close(in_use);
@@ -281,7 +289,11 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
       if (!why.empty()) spdlog::warn("the dataset cache {} is not used: {}; rebuilding it from {}", path, why, what);
       build(path, mode);
       mark_verified(path);  // its checksums were taken from the bytes it was built from
-      remove_earlier_versions(path);
+      try {
+        remove_earlier_versions(path);
+      } catch (const std::exception& e) {  // a sweep is best effort: the cache it follows is built
+        spdlog::debug("no sweep of earlier caches beside {}: {}", path, e.what());
+      }
       why.clear();
       opened = try_open(open_cache, why);
       if (!opened) spdlog::warn("the dataset cache {} just written cannot be opened ({}); reading {} into memory", path,

@@ -43,11 +43,17 @@ AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::tim
 // job restarted a config error). The usage error is kept whichever comes first: it is the cause,
 // and it decides the exit status (2) and that there is no restart. Only this node's outcome
 // changes; what was told to other nodes stands, first report wins (Rendezvous::report_failure).
-void AttemptState::on_usage_error_while_stopping(const Failure& failure) {
-  if (cause_ != Cause::kFailed && phase_ != Phase::kHolding) return;  // interrupted, left, nodes changed
-  if (!failure_.restartable || failure_.interrupted) return;
+AttemptActions AttemptState::on_usage_error_while_stopping(const Failure& failure) {
+  AttemptActions actions;
+  if (cause_ != Cause::kFailed && phase_ != Phase::kHolding) return actions;  // interrupted, left, nodes changed
+  if (!failure_.restartable || failure_.interrupted) return actions;
   failure_ = failure;
   failure_.restartable = false;
+  if (phase_ == Phase::kHolding) {  // elastic: a usage error is held no longer, and told (on_worker_failed)
+    stop_for(Cause::kFailed);
+    actions.report = RemoteFailure{failure_.exit_code, failure_.description, false};
+  }
+  return actions;
 }
 
 AttemptActions AttemptState::on_stall(const Failure& failure) {
@@ -62,6 +68,13 @@ AttemptActions AttemptState::on_stall(const Failure& failure) {
 }
 
 AttemptActions AttemptState::on_remote_failure(const RemoteFailure& remote) {
+  // Holding a usage error of its own, a node keeps it against another's restartable echo of it.
+  if (phase_ == Phase::kHolding && !failure_.restartable && remote.restartable) {
+    stop_for(Cause::kFailed);
+    AttemptActions actions;
+    actions.report = RemoteFailure{failure_.exit_code, failure_.description, false};
+    return actions;
+  }
   // A node interrupted by a signal says so (on_signal): its exit code alone cannot tell, since a
   // worker killed by a signal after the last restart gives the same 128 + N, not restartable.
   const bool interrupted = remote.interrupted;

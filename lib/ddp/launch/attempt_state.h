@@ -85,7 +85,7 @@ class AttemptState {
   /// outranks the failure that started the stop when that one is restartable: it is its likely cause
   /// (a rank that stops on a config error closes its connections, and a peer then fails on them
   /// first), and a restart would only repeat it (Note [A usage error outranks its echoes]).
-  void on_usage_error_while_stopping(const Failure& failure);
+  AttemptActions on_usage_error_while_stopping(const Failure& failure);
   /// The monitor found a rank that made no progress; `failure` says which and for how long.
   AttemptActions on_stall(const Failure& failure);
   /// Another node reported a failure.

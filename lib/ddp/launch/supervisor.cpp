@@ -248,6 +248,7 @@ class Attempt {
         check_membership();
         next_membership_check = Clock::now() + kMembershipCheckEvery;
       }
+      if (state_.hold_expired(Clock::now()) && multi_node()) check_other_nodes();  // a report come meanwhile
       if (state_.hold_expired(Clock::now())) apply(state_.on_hold_expired());
       if (stop_deadline_ && Clock::now() >= *stop_deadline_) {
         std::string killed;
@@ -382,7 +383,7 @@ class Attempt {
       if (w.state == WorkerState::kFailed)
         apply(state_.on_worker_failed(failure, Clock::now()));
       else if (w.state == WorkerState::kStopped && !failure.restartable)
-        state_.on_usage_error_while_stopping(failure);
+        apply(state_.on_usage_error_while_stopping(failure));
     }
   }
 
@@ -688,6 +689,12 @@ class ElasticJob : public JobMembership {
     } catch (const std::exception& e) {
       std::string cause = e.what();
       std::string lost = "lost the rendezvous store at " + rendezvous_.store_description();
+      if (rendezvous_.node_0_finished() && restarting_from_) {  // a round of its own would be no job's
+        say("node 0 finished the job and closed its store, so this node's restart cannot form; not restarting, "
+            "and ending with the failure: " + restarting_from_->cause);
+        exit_status = restarting_from_->status;
+        return std::nullopt;
+      }
       auto taken = rendezvous_.take_over_store();
       if (!taken)
         throw UserError(lost + ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) +

@@ -570,7 +570,11 @@ int Trainer::stop_after_checkpoint() {
   // does first) was cut short: the checkpoint must say it is still to do (Note [An evaluation cut short]).
   const bool eval_pending = eval_interrupted_ && last_eval_step_ == progress_.step;
   if (!checkpointer_->saved_at(progress_.step) || (eval_pending && !saved_eval_pending_)) save_checkpoint();
-  recorder_->report_peak_memory(progress_);  // every rank stops here: the report's peak RSS of a stopped run
+  try {  // every rank stops here: the report's peak RSS of a stopped run, which must not undo the stop
+    recorder_->report_peak_memory(progress_);
+  } catch (const std::exception& e) {
+    spdlog::warn("the peak memory of this stop is not recorded: {}", e.what());
+  }
   recorder_->stopped(progress_, stop_signal(), stop_signal() ? stop_reason() : stop_vote_->reason());
   int sig = stop_signal() ? stop_signal() : SIGTERM;  // a rank that was not signalled follows the vote
   barrier(plan_->world());

@@ -17,10 +17,11 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 std::atomic<int> g_stop_reason{0};
 
-// The first stop signal and the first reason stand: the launcher's plain signal to the group that
-// follows a queued one, or a user's Ctrl-C after it, says nothing new. The queued one's reason is
-// kept even when the plain one's handler, on another thread, got in first: the launcher sends both
-// at once, and the kernel hands each to whichever thread it picks.
+// The first stop signal and the first queued reason stand: the launcher's plain signal to the group
+// that follows a queued one, or a user's Ctrl-C after it, says nothing new. The queued reason is
+// taken even when a plain signal's handler, on another thread, got in first: the launcher sends
+// both at once, and the kernel hands each to whichever thread it picks. (So a Ctrl-C followed by
+// the launcher's queued reason is told by that reason.)
 void on_stop(int sig, siginfo_t* info, void*) {
   int none = 0;
   if (info && info->si_code == SI_QUEUE) g_stop_reason.compare_exchange_strong(none, info->si_value.sival_int);

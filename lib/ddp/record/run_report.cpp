@@ -365,9 +365,12 @@ std::vector<std::string> write_run_report(const std::string& path, const std::ve
                     "Name a new file, or an .html one");
   // One run twice drew two identical lines under one name: a slip in the command line.
   std::map<fs::path, std::string> given;
-  for (const auto& dir : run_dirs)
-    if (auto [seen, fresh] = given.emplace(fs::weakly_canonical(dir, ec), dir); !fresh)
+  for (const auto& dir : run_dirs) {
+    fs::path canonical = fs::weakly_canonical(dir, ec);
+    if (ec || canonical.empty()) canonical = dir;  // one that cannot be resolved: read_run says why
+    if (auto [seen, fresh] = given.emplace(canonical, dir); !fresh)
       throw UserError(dir + " and " + seen->second + " are the same run directory: give each run once");
+  }
   std::vector<RunRecords> runs;
   for (const auto& dir : run_dirs) {
     runs.push_back(read_run(dir));
