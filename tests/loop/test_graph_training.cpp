@@ -274,8 +274,8 @@ TEST_CASE("a generated graph in PyG's Reddit files trains through the node's gra
                      std::chrono::seconds(300));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  // One graph file for both ranks, with its lock and its record of verification (node_cache.h).
-  CHECK(std::distance(std::filesystem::directory_iterator(cache), {}) == 3);
+  // One graph file for both ranks, with its lock, its record of verification and its in-use lock (node_cache.h).
+  CHECK(std::distance(std::filesystem::directory_iterator(cache), {}) == 4);
   auto run = ddp::read_run(out);
   REQUIRE(run.last("sampled_edges_per_s"));
   CHECK(*run.last("eval_accuracy") > 0.6);  // the largest of the 5 classes is about a third of the nodes
