@@ -31,14 +31,15 @@ std::string training(const std::string& out) {
          " --set optim.lr=0.01 --set train.log_every=100";
 }
 
-// One node's launcher of a 2:3 job at `port` of `host`, output to DIR/NODE.log (in the background:
-// `&` follows). Nodes b and c start together, and the tests expect both in round 0: a settle of
-// 3 s lets the later one in even when a loaded machine starts it a second late (with 1 s, CI once
-// saw c join in round 1). A round of all three closes at once, so only two-node rounds wait.
+// One node's launcher of a 2:3 job (or `nnodes`) at `port` of `host`, output to DIR/NODE.log (in the
+// background: `&` follows). Nodes b and c start together, and the tests expect both in round 0: a
+// settle of 3 s lets the later one in even when a loaded machine starts it a second late (with 1 s,
+// CI once saw c join in round 1). A round of all three closes at once, so only two-node rounds wait.
 std::string node(const TempDir& dir, int port, const std::string& name, const std::string& what,
-                 const std::string& extra = "", const std::string& host = "127.0.0.1") {
+                 const std::string& extra = "", const std::string& host = "127.0.0.1",
+                 const std::string& nnodes = "2:3") {
   return "OMP_NUM_THREADS=1 DDPRUN_RDZV_SECRET=s3cret TMPDIR=" + dir.file("tmp") + " " + bin("ddprun") +
-         " --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint " + host + ":" + std::to_string(port) +
+         " --nnodes " + nnodes + " --rdzv-backend c10d --rdzv-endpoint " + host + ":" + std::to_string(port) +
          " --rdzv-settle 3 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr node-" + name + " " +
          extra + " " + what + " > " + dir.file(name + ".log") + " 2>&1";
 }
@@ -157,6 +158,46 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGKILLed mid-run: node 1 tak
   CHECK_THAT(b + c, Contains("resumed from " + job.out + "/checkpoints/step_"));
   CHECK(job.difference() < 1e-5);
   check_nothing_left(job.dir, job.out);
+}
+
+TEST_CASE("elastic: node 0 lost just after a failure, before the next round forms: node 1's new store still "
+          "counts that failure against --max-restarts", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  std::string failer = dir.file("failer.sh"), worker = dir.file("worker.sh");
+  // Node a's worker fails in round 0; b's and c's run long enough to see it, and end well in round 1,
+  // saying the failure count their launcher gave them.
+  run_shell("printf '#!/bin/sh\\nsleep 1; exit 3\\n' > " + failer +
+            "; printf '#!/bin/sh\\necho failures before $DDPRUN_RESTART_COUNT; sleep 8\\n' > " + worker +
+            "; chmod +x " + failer + " " + worker);
+  int port = free_port();
+  // --nnodes 2:4: a round of three waits --rdzv-settle (5 s) before it closes, and node a is killed
+  // within it, once every node has said it restarts. Distinct loopback addresses: the new store is
+  // at node 1's --local-addr.
+  auto launcher = [&](const std::string& name, const std::string& script, const std::string& address) {
+    return node(dir, port, name, "--no-python " + script,
+                "--max-restarts 1 --rdzv-settle 5 --local-addr " + address, "127.0.0.1", "2:4");
+  };
+  std::string restarting = "restarting the workers in round 1 (restart 1 of 1)";
+  auto r = run_shell(launcher("a", failer, "127.0.0.1") + " & A=$!; " + until_accepts(port) +
+                         launcher("b", worker, "127.0.0.2") + " & B=$!; " + launcher("c", worker, "127.0.0.3") +
+                         " & C=$!; i=0; until [ $(cat " + dir.file("a.log") + " " + dir.file("b.log") + " " +
+                         dir.file("c.log") + " | grep -c '" + restarting + "') -ge 3 ] || [ $i -ge 1200 ]; do "
+                         "sleep 0.05; i=$((i+1)); done; kill -KILL $A; wait $B; SB=$?; wait $C; echo statuses=$SB,$?",
+                     std::chrono::seconds(240));
+  std::string b = read_file(dir.file("b.log")), c = read_file(dir.file("c.log"));
+  INFO(r.out << r.err << "\n--- a:\n" << read_file(dir.file("a.log")) << "\n--- b:\n" << b << "\n--- c:\n" << c);
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK(std::regex_search(b + c, std::regex("node 1 \\(127\\.0\\.0\\.[23]\\) hosts a new one at 127\\.0\\.0\\.[23]:" +
+                                           std::to_string(port) + " from round 1")));
+  // Round 0's failure, reported to the store that was lost, is counted in the new one: without it,
+  // the job would have one restart more than --max-restarts 1.
+  for (const auto& log : {b, c}) {
+    CHECK_THAT(log, Contains("rendezvous round 1: node rank") && Contains("world size 2; failures so far 1 "
+                                                                        "(--max-restarts 1)"));
+    CHECK_THAT(log, Contains("failures before 1"));
+  }
+  CHECK(run_shell("pgrep -f '" + dir.file("worker") + "[.]sh'").out.empty());
 }
 
 TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: the others say it stopped answering while "

@@ -299,11 +299,12 @@ bool ElasticRendezvous::close_round(int round, const std::function<bool()>& inte
 // Note [Store failover]: the store lives in node 0's launcher, so losing node 0 loses it. The
 // survivors know the last round's members, so they agree without it on a successor: node 1, which
 // hosts a new store at its own --local-addr and the port every node already knows, and seeds it
-// with the run id, the next round and the failures counted so far (so --max-restarts still holds).
+// with the run id, the next round and the failures counted so far, the last round's own among them
+// when it failed (so --max-restarts still holds).
 // Node 1 is then node 0 of every later round, and its rank 0 resumes from the newest checkpoint
 // it can read (a shared filesystem, or a copy on that node). A node that only knows the old
 // endpoint cannot join afterwards; and if node 1 was lost too, the job ends, saying which node hosted the store.
-std::optional<std::string> ElasticRendezvous::take_over_store() {
+std::optional<std::string> ElasticRendezvous::take_over_store(bool round_failed) {
   if (round_ < 0 || members_.size() < 2 || members_.front().launcher == launcher_) return std::nullopt;
   const Member& lost = members_[0];
   const Member& successor = members_[1];
@@ -344,7 +345,7 @@ std::optional<std::string> ElasticRendezvous::take_over_store() {
       store_->set("ddprun/run_id", run_id_);
       store_->add(kElastic + "launchers", highest);
       std::string key = kElastic + "failures_before";
-      store_->set(key, tagged(key, open + " " + std::to_string(failures_)));
+      store_->set(key, tagged(key, open + " " + std::to_string(failures_ + (round_failed ? 1 : 0))));
       publish_node_range();
       store_->set(kElastic + "open", open);
       store_->set(kElastic + "successor/" + open, "1");

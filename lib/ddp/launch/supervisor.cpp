@@ -695,7 +695,7 @@ class ElasticJob : public JobMembership {
         exit_status = restarting_from_->status;
         return std::nullopt;
       }
-      auto taken = rendezvous_.take_over_store();
+      auto taken = rendezvous_.take_over_store(/*round_failed=*/restarting_from_.has_value());
       if (!taken)
         throw UserError(lost + ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) +
                         "); the same command resumes it from its last checkpoint");
@@ -744,7 +744,7 @@ class ElasticJob : public JobMembership {
 
   Settled settle(const AttemptPlan& plan, AttemptOutcome& outcome, int& exit_status) override {
     if (outcome.membership && outcome.membership->kind == MembershipChange::Kind::kStoreLost) {
-      auto taken = rendezvous_.take_over_store();
+      auto taken = rendezvous_.take_over_store(/*round_failed=*/false);
       if (!taken)
         throw UserError(outcome.cause + ": the job cannot go on without it; the same command resumes it from its "
                         "last checkpoint");
