@@ -200,6 +200,44 @@ TEST_CASE("elastic: node 0 lost just after a failure, before the next round form
   CHECK(run_shell("pgrep -f '" + dir.file("worker") + "[.]sh'").out.empty());
 }
 
+TEST_CASE("elastic: node 0 and node 1 both SIGKILLed: node 2 says node 1, which would host the new store, was "
+          "lost too, and ends with exit 2 well before --rdzv-timeout, without c10d's log lines", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  std::string sleeper = dir.file("sleeper.sh");
+  run_shell("printf '#!/bin/sh\\nsleep 60\\n' > " + sleeper + "; chmod +x " + sleeper);
+  int port = free_port();
+  // --rdzv-timeout 200 outlasts the shell's 150 s: a node that waited it out would end no line here.
+  auto launcher = [&](const std::string& name, const std::string& address) {
+    return node(dir, port, name, "--no-python " + sleeper,
+                "--shutdown-grace 2 --rdzv-timeout 200 --local-addr " + address);
+  };
+  // Node 1 is b or c, whichever arrived first: it goes with node 0, and the other is the survivor S.
+  auto r = run_shell(launcher("a", "127.0.0.1") + " & A=$!; " + until_accepts(port) + launcher("b", "127.0.0.2") +
+                         " & B=$!; " + launcher("c", "127.0.0.3") + " & C=$!; i=0; until [ $(cat " + dir.file("b.log") +
+                         " " + dir.file("c.log") + " | grep -c 'rendezvous round 0: node rank') -ge 2 ] || "
+                         "[ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; if grep -q 'node rank 1 of 3' " +
+                         dir.file("b.log") + "; then kill -KILL $A $B; S=$C; echo survivor=c; else kill -KILL $A $C; "
+                         "S=$B; echo survivor=b; fi; wait $S; echo status=$?",
+                     std::chrono::seconds(150));
+  std::smatch survivor;
+  REQUIRE(std::regex_search(r.out, survivor, std::regex("survivor=([bc])")));
+  std::string log = read_file(dir.file(std::string(survivor[1]) + ".log"));
+  std::string node_1 = survivor[1] == "b" ? "127.0.0.3" : "127.0.0.2";
+  INFO(r.out << r.err << "\n--- survivor:\n" << log);
+  CHECK(count_lines(r.out, "status=2") == 1);
+  const std::string store = "127.0.0.1:" + std::to_string(port);
+  CHECK_THAT(log, Contains("node 0 (127.0.0.1), which hosted the rendezvous store at " + store + ", was lost, and so "
+                           "was node 1 (" + node_1 + "), which would host a new one: nothing accepted at " + node_1 +
+                           ":" + std::to_string(port) + " within 20 s (twice --node-timeout and --shutdown-grace, and "
+                           "10 s)"));
+  CHECK(count_lines(log, "ddprun: error: lost the rendezvous store at " + store + ", hosted by node 0's launcher on "
+                         "127.0.0.1: the job cannot go on without it; the same command resumes it from its last "
+                         "checkpoint") == 1);
+  CHECK_THAT(log, !Contains("c10d") && !Contains("InitGoogleLogging"));
+  CHECK(run_shell("pgrep -f '" + dir.file("sleeper") + "[.]sh'").out.empty());
+}
+
 TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: the others say it stopped answering while "
           "it is stopped and end with one line each, node 0 leaves once it runs again, and the same command resumes "
           "to the uninterrupted run's weights",

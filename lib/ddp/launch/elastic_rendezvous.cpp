@@ -10,6 +10,7 @@
 #include "ddp/common/master_address.h"
 #include "ddp/common/port_probe.h"
 #include "ddp/common/text.h"
+#include "ddp/launch/store_probe.h"
 
 namespace ddp {
 namespace {
@@ -329,6 +330,18 @@ std::optional<std::string> ElasticRendezvous::take_over_store(bool round_failed)
       address = resolved.address;
     } catch (const UserError& e) {
       std::fprintf(stderr, "ddprun: %s, and node 1's address cannot be had: %s\n", was.c_str(), e.what());
+      return std::nullopt;
+    }
+    // Node 1 hosts the new store once it has seen the loss (within --node-timeout) and stopped its
+    // workers (within --shutdown-grace). One that has not by twice that, and 10 s for a loaded
+    // machine, was lost with node 0: waiting out --rdzv-timeout would change nothing.
+    const double within_s = 2 * (options_.node_timeout_s + options_.shutdown_grace_s) + 10;
+    const auto within = std::min(timeout_, std::chrono::milliseconds(static_cast<int64_t>(within_s * 1000)));
+    if (!accepts_within(address, port, within)) {
+      std::fprintf(stderr, "ddprun: %s, and so was node 1 (%s), which would host a new one: nothing accepted at %s:%d "
+                           "within %s s (twice --node-timeout and --shutdown-grace, and 10 s)\n",
+                   was.c_str(), label(successor).c_str(), address.c_str(), port,
+                   seconds_text(std::chrono::duration<double>(within).count()).c_str());
       return std::nullopt;
     }
   }

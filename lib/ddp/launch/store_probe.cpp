@@ -87,4 +87,17 @@ std::optional<std::string> service_reply(const std::string& host, int port, std:
   return reply;
 }
 
+bool accepts_within(const std::string& host, int port, std::chrono::milliseconds within) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    int fd = connect_within(host, port, std::chrono::milliseconds(1000));
+    if (fd >= 0) {
+      close(fd);
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 }  // namespace ddp

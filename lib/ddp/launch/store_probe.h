@@ -16,4 +16,9 @@ namespace ddp {
 /// nothing accepts yet.
 std::optional<std::string> service_reply(const std::string& host, int port, std::chrono::milliseconds wait);
 
+/// Whether something accepts a connection at host:port within `within`, trying again while nothing
+/// does; the connection is closed at once. Where c10d's client would wait out its whole timeout (and
+/// log through glog as it gives up), this asks with a bound of the caller's.
+bool accepts_within(const std::string& host, int port, std::chrono::milliseconds within);
+
 }  // namespace ddp
