@@ -250,6 +250,7 @@ TEST_CASE("elastic: SIGTERM or SIGHUP makes the node leave, and Ctrl-C does not"
     CHECK(*actions.leave == std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGHUP"));
     CHECK_FALSE(actions.report);
     CHECK(actions.stop_signal == SIGTERM);
+    CHECK(actions.stop_reason == StopReason::kMembershipChanged);  // the job may go on without them
     CHECK(state.cause() == Cause::kLeaving);
     CHECK_FALSE(state.holding());
     CHECK_FALSE(state.watches_membership());

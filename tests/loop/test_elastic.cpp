@@ -435,7 +435,7 @@ TEST_CASE("elastic: SIGTERM to one node's launcher: it checkpoints, says it leav
   INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- c:\n" << c);
   CHECK(count_lines(r.out, "statuses=0,0,143") == 1);
   CHECK_THAT(c, Contains("received SIGTERM: this node leaves the job"));
-  CHECK_THAT(c, Contains("left the job"));
+  CHECK_THAT(c, Contains("left the job (interrupted by SIGTERM); the other 2 node(s) go on without this one"));
   std::smatch pids;
   REQUIRE(std::regex_search(r.out, pids, std::regex("pids=([0-9]+),([0-9]+)")));
   // b and c start together, so either may arrive first and take node rank 1.
@@ -454,6 +454,33 @@ TEST_CASE("elastic: SIGTERM to one node's launcher: it checkpoints, says it leav
   CHECK_THAT(a, !Contains(" as asked ("));
   CHECK_THAT(a, Contains("resumed from " + job.out + "/checkpoints/step_"));
   CHECK_THAT(a, Contains("at step " + std::string(stopped[1]) + " "));
+  CHECK(job.difference() < 1e-5);
+  check_nothing_left(job.dir, job.out);
+}
+
+TEST_CASE("elastic: SIGTERM to every node at once (scancel): each says the job stops here, not that the others go "
+          "on, exits 143, and the same command resumes to the uninterrupted run's weights", "[elastic][slow]") {
+  ElasticJob job;
+  auto r = run_shell(job.three_running() + "kill -TERM $A $B $C; wait $A; SA=$?; wait $B; SB=$?; wait $C; "
+                     "echo statuses=$SA,$SB,$?",
+                     std::chrono::seconds(240));
+  std::string a = job.log("a"), b = job.log("b"), c = job.log("c");
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- b:\n" << b << "\n--- c:\n" << c);
+  CHECK(count_lines(r.out, "statuses=143,143,143") == 1);
+  for (const auto& log : {a, b, c}) {
+    CHECK_THAT(log, Contains("left the job (interrupted by SIGTERM), as every other node of the round did: the job "
+                             "stops here, and the same command resumes it from its last checkpoint"));
+    CHECK_THAT(log, !Contains("go on without"));
+  }
+  CHECK_THAT(a, Contains("checkpoint saved, ") && Contains("the same command resumes from it"));
+  job.port = free_port();
+  auto again = run_shell(job.start("a", "A") + until_accepts(job.port) + job.start("b", "B") +
+                             "wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
+                         std::chrono::seconds(240));
+  a = job.log("a");
+  INFO(again.out << again.err << "\n--- a, again:\n" << a);
+  CHECK(count_lines(again.out, "statuses=0,0") == 1);
+  CHECK_THAT(a, Contains("resumed from " + job.out + "/checkpoints/step_"));
   CHECK(job.difference() < 1e-5);
   check_nothing_left(job.dir, job.out);
 }

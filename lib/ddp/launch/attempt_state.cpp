@@ -116,10 +116,11 @@ AttemptActions AttemptState::on_signal(int sig, int live_workers) {
     // A node drained by its scheduler leaves; the others go on in a new round without it. A
     // frozen launcher is leaving already, and stays frozen: it is found frozen once.
     stop_for(frozen() ? Cause::kFrozen : Cause::kLeaving);
-    actions.say = "received " + signal_name(sig) + ": this node leaves the job; its workers checkpoint and stop, "
-                  "and the other nodes go on without it";
+    actions.say = "received " + signal_name(sig) + ": this node leaves the job; its workers checkpoint and stop";
     actions.leave = "received " + signal_name(sig);
     actions.stop_signal = SIGTERM;
+    // Its workers' round ends as the others' does: the job may go on without them.
+    actions.stop_reason = StopReason::kMembershipChanged;
     return actions;
   }
   stop_for(cause_ == Cause::kNone ? Cause::kInterrupted : cause_);

@@ -464,10 +464,36 @@ void ElasticRendezvous::leave(const std::string& why) {
     std::string who = options_.local_addr;
     for (const auto& m : members_)
       if (m.launcher == launcher_) who = label(m);
+    // Its own mark first: the announcement is the first leaver's only.
+    store_->set(round_key(round_, "leaving/" + std::to_string(launcher_)), "1");
     announce(MembershipChange::Kind::kLeft, "node " + std::to_string(node_rank_in_round_) + " (" + who +
                                                 ") is leaving: " + why);
   } catch (const std::exception&) {
     // The store may be gone; the others then notice this node's silence instead.
+  }
+}
+
+std::optional<int> ElasticRendezvous::others_leaving() {
+  try {
+    int leaving = 0;
+    std::vector<std::string> asked;
+    for (const auto& m : members_) {
+      if (m.launcher == launcher_) continue;
+      leaving += store_->check(round_key(round_, "leaving/" + std::to_string(m.launcher)));
+      asked.push_back(round_key(round_, "asked/" + std::to_string(m.launcher)));
+    }
+    store_->set(round_key(round_, "asked/" + std::to_string(launcher_)), "1");
+    if (hosts_store_ && leaving + 1 == static_cast<int>(members_.size())) {
+      const double within_s = options_.shutdown_grace_s + options_.node_timeout_s;
+      try {
+        store_->wait(asked, std::chrono::milliseconds(static_cast<int64_t>(within_s * 1000)));
+      } catch (const std::exception&) {
+        // One that has not asked by then is gone or frozen: the store closes without it.
+      }
+    }
+    return leaving;
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
 }
 

@@ -758,7 +758,8 @@ class ElasticJob : public JobMembership {
     }
     exit_status = outcome.status;
     if (outcome.left) {
-      say("left the job (" + outcome.cause + "); the other nodes go on without this one");
+      // Left on a signal: whether the others go on (a frozen launcher's cause says they have).
+      say("left the job (" + outcome.cause + ")" + (outcome.status > 128 ? who_goes_on() : ""));
       return Settled::kExit;
     }
     if (outcome.status == kExitUsage && !outcome.restartable && !rendezvous_.newcomers().empty()) {
@@ -803,6 +804,21 @@ class ElasticJob : public JobMembership {
   ElasticRendezvous* elastic() override { return &rendezvous_; }
 
  private:
+  // After "left the job (...)": whether the others go on. Under scancel every node leaves at once,
+  // and none of them goes on.
+  std::string who_goes_on() {
+    auto leaving = rendezvous_.others_leaving();
+    if (!leaving) return "";
+    const int staying = rendezvous_.members() - 1 - *leaving;
+    if (staying == 0)
+      return ", as every other node of the round did: the job stops here, and the same command resumes it from its "
+             "last checkpoint";
+    if (staying < options_.min_nodes)
+      return "; " + std::to_string(staying) + " node(s) stay, fewer than --nnodes " + std::to_string(options_.min_nodes) +
+             ":" + std::to_string(options_.nnodes) + " needs, and they wait up to --rdzv-timeout for more";
+    return "; the other " + std::to_string(staying) + " node(s) go on without this one";
+  }
+
   LaunchOptions options_;  // log_dir: the one made in round 0
   ElasticRendezvous rendezvous_;
   int changes_ = 0;  // membership changes so far
