@@ -3,8 +3,10 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -162,6 +164,35 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
     REQUIRE(std::regex_search(dom.out, fill, std::regex("data-fill=\"([0-9.]+)\"")));
     CHECK(std::stod(fill[1]) > 0.95);
   }
+}
+
+TEST_CASE("a report of 500k logged steps is a page of kilobytes that headless Chromium renders with its curves",
+          "[watch][report]") {
+  if (!has("chromium")) {
+    WARN(kNoChromium);
+    return;
+  }
+  TempDir dir;
+  fs::create_directories(dir.file("run"));
+  {
+    std::ofstream metrics(dir.file("run/metrics.jsonl"));
+    for (int step = 1; step <= 500000; ++step)
+      metrics << "{\"step\": " << step << ", \"loss\": " << 2 + 0.1 * std::sin(step * 0.001)
+              << ", \"samples_per_s\": " << 1234567 + step % 100 << "}\n";
+  }
+  auto r = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("big.html")}, std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  // Every point as drawn made 32 MB of 8 ranks' lines, which Chromium would not render (Note [Thinning]).
+  CHECK(fs::file_size(dir.file("big.html")) < 200 * 1024);
+  CHECK(screenshot(dir.file("big.html"), dir.file("big.png")).empty());
+  REQUIRE(fs::exists(dir.file("big.png")));
+  auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", dir.file("big.png"), "1f77b4"},
+                            std::chrono::seconds(120));
+  INFO(pixels.out << pixels.err);
+  std::smatch blue;
+  REQUIRE(std::regex_search(pixels.out, blue, std::regex("1f77b4 ([0-9]+)")));
+  CHECK(std::stoi(blue[1]) > 3000);
 }
 
 TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headless Chromium, legends that fit",

@@ -2,6 +2,9 @@
 // metrics.jsonl parsing, the report's charts, and ddp-report.
 #include <catch2/catch.hpp>
 
+#include <regex>
+#include <sstream>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -434,6 +437,7 @@ TEST_CASE("NaN and infinite values are left out of a chart and counted in a note
   // The summary's last loss is the NaN, not the finite one before it.
   CHECK_THAT(read_file(dir.file("x.html")), Contains("<td>run</td><td>2</td><td>nan</td>"));
   // The all-reduce chart too: it left a null out unsaid, and paired the rest by index, not by step.
+  // The hidden time made from the null is the same value missing: counted once.
   write_file(dir.file("run/metrics.jsonl"),
              "{\"step\": 10, \"loss\": 2, \"allreduce_ms\": 10, \"allreduce_exposed_ms\": 1}\n"
              "{\"step\": 20, \"loss\": 2, \"allreduce_ms\": 12, \"allreduce_exposed_ms\": null}\n"
@@ -443,7 +447,7 @@ TEST_CASE("NaN and infinite values are left out of a chart and counted in a note
   const auto chart = page.find("All-reduce per step");
   REQUIRE(chart != std::string::npos);
   CHECK_THAT(page.substr(chart, page.find("</svg>", chart) - chart),
-             Contains("2 value(s) not drawn: NaN or infinite, from step 20"));
+             Contains("1 value(s) not drawn: NaN or infinite, from step 20"));
 }
 
 TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range reads as narrow", "[record][report]") {
@@ -466,9 +470,9 @@ TEST_CASE("a chart's axes carry round ticks with gridlines, so a narrow range re
   // coordinates, or a huge value was drawn at the bottom beside 0.
   ChartSeries wide{"wide", chart_color(0), false, {{-1e308, 1e308}, {1e308, -1e308}}};
   std::string huge = svg_line_chart("wide", "step", "x", {wide});
-  CHECK_THAT(huge, Contains("points=\"64.0,46.0 624.0,236.0 \"") && !Contains("nan") && !Contains(">inf<"));
+  CHECK_THAT(huge, Contains("points=\"75.5,46.0 624.0,236.0 \"") && !Contains("nan") && !Contains(">inf<"));
   ChartSeries zero_to_max{"z", chart_color(0), false, {{0, 0}, {1, 1.7e308}}};
-  CHECK_THAT(svg_line_chart("z", "step", "x", {zero_to_max}), Contains("points=\"64.0,236.0 624.0,46.0 \""));
+  CHECK_THAT(svg_line_chart("z", "step", "x", {zero_to_max}), Contains("points=\"82.0,236.0 624.0,46.0 \""));
   // Ticks closer than four digits tell apart get the digits that do.
   ChartSeries close{"close", chart_color(0), false, {{0, 1}, {1, 1.0000001}}};
   std::string near = svg_line_chart("close", "step", "x", {close});
@@ -542,6 +546,73 @@ TEST_CASE("the report's numbers: the median of an even count, the eval metrics o
               .exit_code == 0);
   CHECK_THAT(page("early_stop"), Contains("the run ended before it logged a training step") &&
                                      !Contains("one rank, or one replica"));
+}
+
+namespace {
+
+// The (x, y) pairs of a chart's polylines' points, in order.
+std::vector<std::pair<double, double>> polyline_points(const std::string& svg) {
+  std::vector<std::pair<double, double>> points;
+  for (auto at = svg.find(" points=\""); at != std::string::npos; at = svg.find(" points=\"", at + 1)) {
+    std::istringstream list(svg.substr(at + 9, svg.find('"', at + 9) - at - 9));
+    double x = 0, y = 0;
+    char comma = 0;
+    while (list >> x >> comma >> y) points.emplace_back(x, y);
+  }
+  return points;
+}
+
+}  // namespace
+
+TEST_CASE("a line of 500k points is thinned to what it draws: a page of kilobytes, every spike and both ends kept",
+          "[record][report]") {
+  auto value = [](int step) { return 2.0 + 0.1 * std::sin(step * 0.001) + (step == 123457 ? 5.0 : 0.0); };
+  ChartSeries loss{"run", chart_color(0), false, {}};
+  for (int step = 1; step <= 500000; ++step) loss.points.emplace_back(step, value(step));
+  ChartSeries few{"few", chart_color(1), false, {{1, 2.0}, {250000, 2.2}, {500000, 1.9}}};
+  std::string svg = svg_line_chart("loss", "step", "loss", {loss, few});
+  INFO(svg.size() << " bytes");
+  CHECK(svg.size() < 100 * 1024);  // every point as drawn was 7 MB
+  auto points = polyline_points(svg);
+  // At most four a pixel column (the plot is under 600 px wide), and the short line whole.
+  CHECK(points.size() < 4 * 600 + 3);
+  CHECK(count_occurrences(svg, "<polyline class=\"series\"") == 2);
+  const auto few_at = svg.rfind(" points=\"");
+  CHECK(std::count(svg.begin() + few_at, svg.begin() + svg.find('"', few_at + 9), ',') == 3);
+  // The spike to 7.0 at one step in 500k is drawn where a chart of that point alone (same scale)
+  // draws it; both ends stay.
+  double top = 1e9, first_x = 1e9, last_x = 0;
+  for (const auto& [x, y] : points) top = std::min(top, y), first_x = std::min(first_x, x), last_x = std::max(last_x, x);
+  ChartSeries spike{"run", chart_color(0), false, {{1, 2.0}, {123457, value(123457)}, {500000, 2.0}}};
+  double spike_top = 1e9;
+  for (const auto& [x, y] : polyline_points(svg_line_chart("loss", "step", "loss", {spike, few})))
+    spike_top = std::min(spike_top, y);
+  CHECK(top == spike_top);
+  CHECK(first_x == Approx(64.0).margin(1));
+  CHECK(last_x == Approx(624.0).margin(1));
+  // x stays in order: a line, not a scribble.
+  CHECK(std::is_sorted(points.begin(), points.begin() + static_cast<long>(points.size() - 3),
+                       [](const auto& a, const auto& b) { return a.first < b.first; }));
+}
+
+TEST_CASE("a chart's y tick labels of 7 digits move the plot right, clear of the axis name", "[record][report]") {
+  ChartSeries rate{"tokens/s", chart_color(0), false, {{1, 1234567.0}, {2, 1234999.0}}};
+  std::string svg = svg_line_chart("throughput", "step", "tokens/s", {rate});
+  std::smatch tick;
+  std::string rest = svg;
+  std::size_t labels = 0;
+  // Every y tick label (anchored at its end) starts right of x 22, where the rotated axis name ends.
+  while (std::regex_search(rest, tick, std::regex("<text x=\"([0-9.]+)\" y=\"[0-9.]+\" class=\"tick\" "
+                                                  "text-anchor=\"end\">([^<]+)</text>"))) {
+    CHECK(std::stod(tick[1]) - 6.5 * static_cast<double>(tick[2].length()) >= 22);
+    ++labels;
+    rest = tick.suffix();
+  }
+  CHECK(labels >= 3);
+  CHECK_THAT(svg, Contains(">1234600</text>") || Contains(">1234800</text>"));
+  // A short label keeps the usual frame.
+  CHECK_THAT(svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false, {{1, 2.0}, {2, 1.5}}}}),
+             Contains("<rect x=\"64\""));
 }
 
 TEST_CASE("a chart breaks its line at a value it cannot draw, marks a lone point, and keeps its plot under a "

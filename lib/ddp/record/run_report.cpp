@@ -118,7 +118,8 @@ std::string allreduce_chart(const std::vector<RunRecords>& runs) {
         hidden.emplace_back(step, std::isfinite(found->second - exposed_ms) ? std::max(0.0, found->second - exposed_ms)
                                                                             : found->second - exposed_ms);
     series.push_back({label_for(runs[r], "exposed", runs.size()), color_for(r, 0, runs.size()), false, exposed});
-    series.push_back({label_for(runs[r], "hidden by backward", runs.size()), color_for(r, 1, runs.size()), true, hidden});
+    series.push_back(
+        {label_for(runs[r], "hidden by backward", runs.size()), color_for(r, 1, runs.size()), true, hidden, true});
   }
   return svg_line_chart("All-reduce per step", "step", "ms", series);
 }

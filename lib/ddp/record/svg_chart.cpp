@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace ddp {
 namespace {
@@ -73,16 +74,16 @@ Scale nice_scale(double lo, double hi) {
 
 // The plot area's frame, gridlines at the ticks, their labels and the axes' names. `top` is where
 // the plot area starts (below the legend). No x ticks when x0 == x1 (a box chart: x is categories).
-std::string axes(double top, const Scale& x, const Scale& y, bool x_ticks, const std::string& x_label,
+std::string axes(double left, double top, const Scale& x, const Scale& y, bool x_ticks, const std::string& x_label,
                  const std::string& y_label) {
   double right = kWidth - kRight, bottom = kHeight - kBottom;
-  auto px = [&](double v) { return kLeft + x.fraction(v) * (right - kLeft); };
+  auto px = [&](double v) { return left + x.fraction(v) * (right - left); };
   auto py = [&](double v) { return bottom - y.fraction(v) * (bottom - top); };
   std::string out;
   for (double t : y.ticks)
     out += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" class="grid"/>)"
                        R"(<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>)",
-                       kLeft, right, py(t), py(t), kLeft - 6, py(t) + 4, number(t, y.step));
+                       left, right, py(t), py(t), left - 6, py(t) + 4, number(t, y.step));
   if (x_ticks)
     for (double t : x.ticks) {
       // Centred on the frame's right edge, a long last label (100000) ran off the chart: it ends there.
@@ -93,9 +94,9 @@ std::string axes(double top, const Scale& x, const Scale& y, bool x_ticks, const
                          px(t), px(t), top, bottom, past_edge ? kWidth - 2 : px(t), bottom + 16,
                          past_edge ? "end" : "middle", label);
     }
-  return out + fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>)", kLeft, top, right - kLeft,
+  return out + fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>)", left, top, right - left,
                            bottom - top) +
-         fmt::format(R"(<text x="{}" y="{}" class="axis" text-anchor="middle">{}</text>)", (kLeft + right) / 2,
+         fmt::format(R"(<text x="{}" y="{}" class="axis" text-anchor="middle">{}</text>)", (left + right) / 2,
                      kHeight - 8, html_escape(x_label)) +
          fmt::format(R"svg(<text x="14" y="{}" class="axis" text-anchor="middle" transform="rotate(-90 14 {})">{}</text>)svg",
                      (top + bottom) / 2, (top + bottom) / 2, html_escape(y_label));
@@ -121,6 +122,36 @@ std::string shortened(const std::string& full) {
   for (std::size_t kept = 0; tail > head && kept < kTail; ++kept)
     for (--tail; tail > head && continuation(tail);) --tail;
   return full.substr(0, head) + "\u2026" + full.substr(tail);
+}
+
+// Where the plot starts: right of the widest y tick label, which ends 6 px short of it and keeps
+// clear of the rotated axis name (centred at x 14): 7-digit tokens/s ran into it at a fixed 64 px.
+double plot_left(const Scale& y) {
+  std::size_t widest = 0;
+  for (double t : y.ticks) widest = std::max(widest, number(t, y.step).size());
+  return std::max(kLeft, 30 + kLegendChar * static_cast<double>(widest));
+}
+
+// Note [Thinning]: a line of more points than the plot has pixel columns draws nothing more for
+// them, but makes the page large: 500k logged steps of 8 ranks made a 32 MB page that Chromium
+// would not render. Per pixel column, the first, lowest, highest and last points (M4, Jugel et
+// al. 2014) draw every pixel the whole line would, spikes included; `pixels` in x order.
+std::vector<std::pair<double, double>> thinned(const std::vector<std::pair<double, double>>& pixels) {
+  std::vector<std::pair<double, double>> kept;
+  for (std::size_t begin = 0; begin < pixels.size();) {
+    const double column = std::floor(pixels[begin].first);
+    std::size_t end = begin, low = begin, high = begin;
+    for (; end < pixels.size() && std::floor(pixels[end].first) == column; ++end) {
+      if (pixels[end].second < pixels[low].second) low = end;
+      if (pixels[end].second > pixels[high].second) high = end;
+    }
+    std::size_t chosen[] = {begin, low, high, end - 1};
+    std::sort(std::begin(chosen), std::end(chosen));
+    for (std::size_t i = 0; i < 4; ++i)
+      if (i == 0 || chosen[i] != chosen[i - 1]) kept.push_back(pixels[chosen[i]]);
+    begin = end;
+  }
+  return kept;
 }
 
 std::pair<std::string, double> legend(const std::vector<ChartSeries>& entries) {
@@ -185,10 +216,13 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   auto drawable = [](double x, double y) { return std::isfinite(x) && std::isfinite(y); };
   int undrawn = 0;
   double first_undrawn = std::numeric_limits<double>::infinity();
+  std::set<double> undrawn_at;  // the x of each value not drawn, for derived series
   for (const auto& s : series)
     for (const auto& [x, y] : s.points) {
       if (!drawable(x, y)) {
+        if (s.derived && undrawn_at.count(x)) continue;  // counted with the series it was made from
         ++undrawn;
+        undrawn_at.insert(x);
         first_undrawn = std::min(first_undrawn, x);
         continue;
       }
@@ -216,11 +250,11 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
     if (!s.points.empty()) entries.push_back({s.label, s.color, s.dashed, {}});
   auto [legend_svg, top] = legend(entries);
   Scale xs = nice_scale(x0, x1), ys = nice_scale(y0, y1);
-  double right = kWidth - kRight, bottom = kHeight - kBottom;
-  auto px = [&](double x) { return kLeft + xs.fraction(x) * (right - kLeft); };
+  double left = plot_left(ys), right = kWidth - kRight, bottom = kHeight - kBottom;
+  auto px = [&](double x) { return left + xs.fraction(x) * (right - left); };
   auto py = [&](double y) { return bottom - ys.fraction(y) * (bottom - top); };
 
-  std::string out = open_svg(title) + axes(top, xs, ys, true, x_label, y_label);
+  std::string out = open_svg(title) + axes(left, top, xs, ys, true, x_label, y_label);
   for (const auto& s : series) {
     // A line for each run of drawable points: a value not drawn breaks it, rather than a straight
     // line across hiding it; a run of one point has no line, and is marked.
@@ -230,8 +264,10 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
         out += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)", px(run[0].first), py(run[0].second),
                            s.color);
       if (run.size() > 1) {
+        std::vector<std::pair<double, double>> pixels;
+        for (const auto& [x, y] : run) pixels.emplace_back(px(x), py(y));
         std::string points;
-        for (const auto& [x, y] : run) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
+        for (const auto& [x, y] : thinned(pixels)) points += fmt::format("{:.1f},{:.1f} ", x, y);
         out += fmt::format(R"(<polyline class="series" fill="none" stroke="{}" stroke-width="2"{} points="{}"/>)",
                            s.color, s.dashed ? R"( stroke-dasharray="6 4")" : "", points);
       }
@@ -256,15 +292,16 @@ std::string svg_box_chart(const std::string& title, const std::string& y_label, 
   Scale ys = nice_scale(0, y1);
   double right = kWidth - kRight, bottom = kHeight - kBottom;
   auto py = [&](double y) { return bottom - ys.fraction(y) * (bottom - kTop); };
-  std::string out = open_svg(title) + axes(kTop, Scale{0, 1, {}, 0}, ys, false, "", y_label);
-  double slot = (right - kLeft) / static_cast<double>(boxes.size());
+  const double left = plot_left(ys);
+  std::string out = open_svg(title) + axes(left, kTop, Scale{0, 1, {}, 0}, ys, false, "", y_label);
+  double slot = (right - left) / static_cast<double>(boxes.size());
   // Labels that would run together (16 ranks: "rank 0rank 1...") are written every few boxes.
   std::size_t widest = 0;
   for (const auto& b : boxes) widest = std::max(widest, characters(b.label));
   const auto label_every = static_cast<std::size_t>(std::ceil((kLegendChar * static_cast<double>(widest) + 8) / slot));
   for (std::size_t i = 0; i < boxes.size(); ++i) {
     const auto& b = boxes[i];
-    double cx = kLeft + slot * (static_cast<double>(i) + 0.5), half = std::min(24.0, slot / 3);
+    double cx = left + slot * (static_cast<double>(i) + 0.5), half = std::min(24.0, slot / 3);
     out += fmt::format(R"(<rect class="box" x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}" opacity="0.35"/>)",
                        cx - half, py(b.high), 2 * half, std::max(1.0, py(b.low) - py(b.high)), b.color);
     out += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" stroke="{}" stroke-width="3"/>)",

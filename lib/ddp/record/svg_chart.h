@@ -14,9 +14,13 @@ struct ChartSeries {
   std::string color;  ///< CSS colour
   bool dashed = false;
   std::vector<std::pair<double, double>> points;  ///< (x, y), x ascending
+  /// Made from an earlier series (a difference): a value it cannot draw at an x where that one has
+  /// one too is the same value missing, and the chart's note counts it once.
+  bool derived = false;
 };
 
 /// A line chart with axes (round ticks, gridlines) and a legend; "no data" when every series is empty.
+/// A line of more points than the plot has pixel columns is thinned to what it draws (Note [Thinning]).
 std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                            const std::vector<ChartSeries>& series);
 
