@@ -55,48 +55,51 @@ bool users_to_fix(const std::filesystem::filesystem_error& e) {
   return code == EACCES || code == EPERM || code == ENOTDIR || code == ENAMETOOLONG || code == ELOOP;
 }
 
-}  // namespace
+// What run_main reports of an exception, and the exit status it gives: one list of the kinds, for
+// run_main and for exit_status_of alike.
+struct Classified {
+  int status;
+  const char* kind;
+  std::string what;
+};
 
-int exit_status_of(const std::exception_ptr& error) {
+Classified classify(const std::exception_ptr& error, const char* failure) {
   try {
     std::rethrow_exception(error);
   } catch (const Interrupted& e) {
-    return 128 + e.signal();
-  } catch (const UserError&) {
-    return kExitUsage;
+    const char* name = sigabbrev_np(e.signal());
+    return {128 + e.signal(), "stopped", std::string("by SIG") + (name ? name : "?") + "; " + e.what()};
+  } catch (const UserError& e) {
+    return {kExitUsage, "error", e.what()};
   } catch (const std::filesystem::filesystem_error& e) {
-    return users_to_fix(e) ? kExitUsage : kExitIoError;
-  } catch (const IoError&) {
-    return kExitIoError;
+    const std::string what = e.path1().empty() ? std::string(e.what()) : e.path1().string() + ": " + e.code().message();
+    return users_to_fix(e) ? Classified{kExitUsage, "error", what} : Classified{kExitIoError, "I/O error", what};
+  } catch (const IoError& e) {
+    return {kExitIoError, "I/O error", e.what()};
+  } catch (const std::exception& e) {
+    if (is_out_of_memory(e))
+      return {kExitFailure, "out of memory",
+              allocator_words(without_backtrace(e.what())) +
+                  "; without dist.shard every rank holds the whole model, its gradients and its optimizer "
+                  "state (16 bytes a parameter with Adam in float32): dist.shard optimizer, gradients or "
+                  "parameters split them over the ranks (docs/parallelism.md), and model.embedding_sharding "
+                  "table or row a model's embedding tables (docs/click-through.md); or lower train.batch_size"};
+    return {kExitFailure, failure, without_backtrace(e.what())};
   } catch (...) {
-    return kExitFailure;
+    return {kExitFailure, failure, "an exception that says nothing of itself"};
   }
 }
+
+}  // namespace
+
+int exit_status_of(const std::exception_ptr& error) { return classify(error, "failed").status; }
 
 int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   try {
     return body();
-  } catch (const Interrupted& e) {
-    const char* name = sigabbrev_np(e.signal());
-    return report(errors, 128 + e.signal(), "stopped", std::string("by SIG") + (name ? name : "?") + "; " + e.what());
-  } catch (const UserError& e) {
-    return report(errors, kExitUsage, "error", e.what());
-  } catch (const std::filesystem::filesystem_error& e) {
-    const std::string what = e.path1().empty() ? std::string(e.what()) : e.path1().string() + ": " + e.code().message();
-    return users_to_fix(e) ? report(errors, kExitUsage, "error", what) : report(errors, kExitIoError, "I/O error", what);
-  } catch (const IoError& e) {
-    return report(errors, kExitIoError, "I/O error", e.what());
-  } catch (const std::exception& e) {
-    if (is_out_of_memory(e))
-      return report(errors, kExitFailure, "out of memory",
-                    allocator_words(without_backtrace(e.what())) +
-                        "; without dist.shard every rank holds the whole model, its gradients and its optimizer "
-                        "state (16 bytes a parameter with Adam in float32): dist.shard optimizer, gradients or "
-                        "parameters split them over the ranks (docs/parallelism.md), and model.embedding_sharding "
-                        "table or row a model's embedding tables (docs/click-through.md); or lower train.batch_size");
-    return report(errors, kExitFailure, errors.failure, without_backtrace(e.what()));
   } catch (...) {
-    return report(errors, kExitFailure, errors.failure, "an exception that says nothing of itself");
+    const Classified error = classify(std::current_exception(), errors.failure);
+    return report(errors, error.status, error.kind, error.what);
   }
 }
 

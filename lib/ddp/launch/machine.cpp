@@ -75,4 +75,6 @@ std::string find_executable(const std::string& name) {
   return "";
 }
 
+int threads_per_worker(int local_workers) { return std::max(1, available_cores() / local_workers); }
+
 }  // namespace ddp

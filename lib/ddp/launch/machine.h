@@ -15,6 +15,9 @@ int visible_gpu_count();
 /// `driver_gpus`, counted as CUDA counts them (up to the first entry that names no device).
 int count_visible_devices(const std::string& cuda_visible_devices, int driver_gpus);
 
+/// Intra-op threads per worker when the user did not choose: the cores, shared out.
+int threads_per_worker(int local_workers);
+
 /// This node's name: $SLURMD_NODENAME inside a Slurm job, else the hostname.
 std::string host_name();
 

@@ -79,6 +79,12 @@ void clear_progress_line() {
   progress_on_screen = false;
 }
 
+void say(const std::string& line) {
+  clear_progress_line();
+  std::string text = "ddprun: " + line + "\n";
+  [[maybe_unused]] ssize_t n = write(2, text.data(), text.size());
+}
+
 OutputRelay::~OutputRelay() { drain_and_close(); }
 
 void OutputRelay::add_worker(int worker, int stdout_fd, int stderr_fd, const RelayTarget& target) {

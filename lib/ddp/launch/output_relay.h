@@ -33,6 +33,9 @@ std::optional<int> rank_reported(const std::string& line);
 /// message of its own; it comes back with the next progress update.
 void clear_progress_line();
 
+/// The launcher's own line on stderr, "ddprun: LINE", in one write, the progress line cleared first.
+void say(const std::string& line);
+
 /// Single-threaded: one writer per console stream, so lines can never interleave mid-line.
 class OutputRelay {
  public:
