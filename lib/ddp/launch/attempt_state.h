@@ -1,6 +1,6 @@
 #pragma once
 // Note [Attempt states]: how one attempt of the node's workers ends, as an explicit state machine.
-// The supervisor (supervisor.cpp) watches processes, signals and the store and turns what it sees
+// An attempt (attempt.cpp) watches processes, signals and the store and turns what it sees
 // into events; this class decides, and returns what to do. No processes, no store: the transitions
 // are tested alone (tests/launch/test_attempt_state.cpp).
 //

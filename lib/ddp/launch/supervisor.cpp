@@ -19,7 +19,7 @@
 namespace ddp {
 namespace {
 
-/// The loop of Note [Job states]; returns the launcher's exit status.
+/// The loop of Note [Job states] (job_membership.h); returns the launcher's exit status.
 int supervise(JobMembership& job, int max_restarts, Watchdog& watchdog, SignalPipe& signal_pipe) {
   for (int attempt = 0;; ++attempt) {
     BetweenAttempts signals(signal_pipe);
