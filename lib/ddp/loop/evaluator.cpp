@@ -31,27 +31,34 @@ EvalResult eval_result(const Task& task, torch::Tensor sums, int64_t planned) {
   return result;
 }
 
-// Every rank's `mine` ([2, n], n differing by rank), concatenated in rank order, on every rank.
-torch::Tensor gather_columns(const Communicator& comm, const torch::Tensor& mine) {
+// Every rank's `mine` ([2, n], n differing by rank), concatenated in rank order, on rank 0 (the
+// others return their own): one all-to-all in which every rank sends rank 0 its columns alone.
+torch::Tensor gather_columns_to_rank_0(const Communicator& comm, const torch::Tensor& mine) {
   if (comm.world_size == 1) return mine;
   auto counts = torch::zeros({comm.world_size}, torch::kDouble);
   counts[comm.rank] = static_cast<double>(mine.size(1));
   counts = all_reduce_sum(comm, counts.to(mine.device())).to(torch::kCPU);
-  const auto before = static_cast<int64_t>(counts.narrow(0, 0, comm.rank).sum().item<double>());
-  const auto all = static_cast<int64_t>(counts.sum().item<double>());
-  auto gathered = torch::zeros({2, all}, mine.options());
-  gathered.narrow(1, before, mine.size(1)).copy_(mine);
-  return all_reduce_sum(comm, gathered.reshape(-1)).reshape({2, all});  // each place is one rank's
+  std::vector<int64_t> send(static_cast<std::size_t>(comm.world_size), 0), receive(send);
+  send[0] = mine.size(1);
+  if (comm.rank == 0)
+    for (int r = 0; r < comm.world_size; ++r) receive[static_cast<std::size_t>(r)] = static_cast<int64_t>(counts[r].item<double>());
+  return all_to_all(comm, mine.t().contiguous(), send, receive).t();
 }
 
-// Note [Exact AUC]: the scores of every rank, ranked together.
+// Note [Exact AUC]: the scores of every rank, ranked together on rank 0, which gives the others
+// the area (every rank's metrics agree: a best-checkpoint choice reads them on each).
 void add_auc(Task& task, const Communicator& everyone, EvalResult& result) {
   RankedScores* ranked = task.ranked_scores();
   if (!ranked) return;
-  torch::Tensor all = gather_columns(everyone, ranked->stacked(everyone.device));  // a collective: every rank
+  torch::Tensor all = gather_columns_to_rank_0(everyone, ranked->stacked(everyone.device));  // a collective
   ranked->clear();
-  if (result.samples == 0) return;
-  if (auto auc = area_under_roc(all[0], all[1])) result.metrics.emplace_back("auc", *auc);
+  // [whether there is an area, the area], rank 0's for every rank.
+  auto area = torch::zeros({2}, torch::TensorOptions(torch::kDouble).device(everyone.device));
+  if (everyone.rank == 0 && result.samples > 0)
+    if (auto auc = area_under_roc(all[0], all[1])) area.copy_(torch::tensor({1.0, *auc}, torch::kDouble));
+  if (everyone.world_size > 1) broadcast_coalesced(everyone, {area});
+  area = area.to(torch::kCPU);
+  if (area[0].item<double>() > 0) result.metrics.emplace_back("auc", area[1].item<double>());
 }
 
 // The metrics of this rank's shard of `replicas`' eval samples, summed over `everyone`. `metrics`

@@ -3,9 +3,9 @@
 // which no sum over batches and ranks can give exactly (a histogram of the logits, which this
 // replaced, tied every pair within a bin: a model whose logits lay close together, or beyond the
 // bins' range, was given a wrong AUC). So each rank keeps its scores, the evaluator gathers them
-// from every rank at the end (8 bytes a sample, on every rank: an all-reduce of each rank's
-// place), and the AUC comes from their ranking, ties a half, as sklearn's roc_auc_score computes
-// it (several outputs a sample are pooled: its micro average). A score computed by several ranks
+// on rank 0 at the end (8 bytes a sample there; each other rank sends its own and holds no more),
+// and the AUC comes from their ranking, ties a half, as sklearn's roc_auc_score computes it
+// (several outputs a sample are pooled: its micro average); rank 0 gives every rank the area. A score computed by several ranks
 // alike (a tensor group's) is gathered from each: every pair counts as often, so the AUC is the same.
 
 #include <torch/types.h>
