@@ -179,8 +179,9 @@ void remove_dead_builds(const std::string& path) {
 
 // Note [Caches of earlier versions]: a cache's name hashes its sources' inode, size, mtime and
 // content, so one built from an earlier version of its sources (a CSV edited, a graph made again)
-// is never opened again, yet it stayed: 632 MB per edit of a Criteo log. A build removes the
-// caches whose seals name the same source paths, unless one is in use: each process that uses a
+// is never opened again, yet it stayed: 632 MB per edit of a Criteo log. A build, and each later
+// use of what it built, removes the caches whose seals name the same source paths (so one that a
+// run still used at the build goes with the next run after it), unless one is in use: each process that uses a
 // cache holds a shared lock on its FILE.inuse until it exits, and only a cache whose FILE.inuse
 // can be taken at once, exclusively, goes. (A run that has it open reads on, as a removed file
 // stays for those that hold it; on NFS that is true of its own node only, hence the lock.)
@@ -253,6 +254,15 @@ void remove_earlier_versions(const std::string& path) {
   }
 }
 
+// Best effort: the cache it follows is there either way.
+void sweep_earlier_versions(const std::string& path) {
+  try {
+    remove_earlier_versions(path);
+  } catch (const std::exception& e) {
+    spdlog::debug("no sweep of earlier caches beside {}: {}", path, e.what());
+  }
+}
+
 }  // namespace
 
 bool open_or_build_cache(const std::string& path, const std::function<bool()>& open_cache,
@@ -260,7 +270,10 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
                          const std::string& what) {
   std::string why;
   hold_in_use(path);  // before it is opened: a build elsewhere does not remove it now
-  if (try_open(open_cache, why) && is_verified(path)) return true;
+  if (try_open(open_cache, why) && is_verified(path)) {
+    sweep_earlier_versions(path);  // one a run still used when this was built is free now
+    return true;
+  }
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   hold_in_use(path);  // when the directory is new
@@ -289,11 +302,7 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
       if (!why.empty()) spdlog::warn("the dataset cache {} is not used: {}; rebuilding it from {}", path, why, what);
       build(path, mode);
       mark_verified(path);  // its checksums were taken from the bytes it was built from
-      try {
-        remove_earlier_versions(path);
-      } catch (const std::exception& e) {  // a sweep is best effort: the cache it follows is built
-        spdlog::debug("no sweep of earlier caches beside {}: {}", path, e.what());
-      }
+      sweep_earlier_versions(path);
       why.clear();
       opened = try_open(open_cache, why);
       if (!opened) spdlog::warn("the dataset cache {} just written cannot be opened ({}); reading {} into memory", path,
