@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -162,6 +163,47 @@ TEST_CASE("the caches of earlier versions of a source are removed by the next bu
     const std::string name = entry.path().filename().string();
     CHECK((name.rfind(cache_files(cache.path()).at(0).filename().string(), 0) == 0 || name.rfind("t10k-", 0) == 0));
   }
+}
+
+TEST_CASE("a run that may not write the cache directory still holds the cache it reads: its owner's build of an "
+          "edited source leaves it", "[data][cache]") {
+  const std::string as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  if (geteuid() != 0 || run_shell(as_nobody + bin("ddp-train") + " --version").exit_code != 0) {
+    WARN("skipped: it runs ddp-train as nobody, which needs root and a build tree nobody may run");
+    return;
+  }
+  TempDir data, cache, out;
+  for (const auto& dir : {data.path(), cache.path()}) fs::permissions(dir, fs::perms(0755));  // nobody reads, not writes
+  fs::permissions(out.path(), fs::perms(0777));
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"}) {
+    fs::copy_file(kFashion + "/" + name, data.file(name));
+    fs::permissions(data.file(name), fs::perms(0644));
+  }
+  const std::string labels = data.file("train-labels-idx1-ubyte.gz");
+  auto run = [&](const std::string& name, const std::string& before) {
+    return before + "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
+           "/configs/fashion_mnist_linear3.yaml --master-port " + std::to_string(free_port()) + " --set data.path=" +
+           data.path() + " --set data.cache_dir=" + cache.path() + " --set data.eval_split=none --set run.output_dir=" +
+           out.file(name) + " > " + out.file(name + ".log") + " 2>&1";
+  };
+  auto train_caches = [&] {
+    int n = 0;
+    for (const auto& file : cache_files(cache.path())) n += file.filename().string().rfind("train-", 0) == 0;
+    return n;
+  };
+  // Root builds the cache; nobody's run reads it, slowly, holding its FILE.inuse (seen in /proc),
+  // while root edits the source and builds again.
+  auto r = run_shell(run("a", "") + " --set train.max_steps=1; " + run("b", "DDPRUN_TEST_STEP_DELAY=0:1000 " + as_nobody + "env ") +
+                         " --set train.max_steps=30 & B=$!; i=0; until ls -l /proc/$B/fd 2>/dev/null | grep -q "
+                         "'ddpcache.inuse' || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; ls -l /proc/$B/fd | "
+                         "grep -c 'ddpcache.inuse'; touch -d '1 hour ago' " + labels + "; " + run("c", "") +
+                         " --set train.max_steps=1; echo c=$?; kill -TERM $B; wait $B",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err << read_file(out.file("a.log")) << read_file(out.file("b.log")) << read_file(out.file("c.log")));
+  CHECK(count_lines(r.out, "1") == 1);  // nobody holds the cache's FILE.inuse
+  CHECK(count_lines(r.out, "c=0") == 1);
+  CHECK(train_caches() == 2);
+  CHECK_THAT(read_file(out.file("c.log")), !Contains("removed"));
 }
 
 TEST_CASE("a directory named as a raw IDX file is passed over by the cache's key as by the reader: a changed .gz "

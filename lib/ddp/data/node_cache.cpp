@@ -191,8 +191,10 @@ void hold_in_use(const std::string& path) {
   std::lock_guard<std::mutex> lock(mutex);
   if (held.count(path)) return;
   // Read-write: NFS emulates flock with fcntl locks, whose exclusive kind needs a file open for
-  // writing. A cache directory this process cannot write: it reads the cache unheld.
+  // writing. A shared lock needs reading alone: a cache directory this process cannot write (another
+  // user's) is held through the FILE.inuse its builder made, and read unheld only without one.
   int fd = open((path + ".inuse").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0 && (errno == EACCES || errno == EROFS)) fd = open((path + ".inuse").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return;
   // Never waits long: a sweep holds its lock a moment; a lock manager that does not answer (NFS)
   // must not hang the data's load.
