@@ -165,10 +165,11 @@ TEST_CASE("elastic: node 0 lost just after a failure, before the next round form
   TempDir dir;
   fs::create_directories(dir.file("tmp"));
   std::string failer = dir.file("failer.sh"), worker = dir.file("worker.sh");
-  // Node a's worker fails in round 0; b's and c's run long enough to see it, and end well in round 1,
-  // saying the failure count their launcher gave them.
+  // Node a's worker fails in round 0; b's and c's wait there until they are stopped (however long
+  // a holds its failure), and end well in round 1, saying the failure count their launcher gave them.
   run_shell("printf '#!/bin/sh\\nsleep 1; exit 3\\n' > " + failer +
-            "; printf '#!/bin/sh\\necho failures before $DDPRUN_RESTART_COUNT; sleep 8\\n' > " + worker +
+            "; printf '#!/bin/sh\\necho failures before $DDPRUN_RESTART_COUNT; [ \"$DDPRUN_ROUND\" = 0 ] && exec sleep "
+            "120; sleep 2\\n' > " + worker +
             "; chmod +x " + failer + " " + worker);
   int port = free_port();
   // --nnodes 2:4: a round of three waits --rdzv-settle (5 s) before it closes, and node a is killed
@@ -227,14 +228,48 @@ TEST_CASE("elastic: node 0 and node 1 both SIGKILLed: node 2 says node 1, which 
   INFO(r.out << r.err << "\n--- survivor:\n" << log);
   CHECK(count_lines(r.out, "status=2") == 1);
   const std::string store = "127.0.0.1:" + std::to_string(port);
-  CHECK_THAT(log, Contains("node 0 (127.0.0.1), which hosted the rendezvous store at " + store + ", was lost, and so "
-                           "was node 1 (" + node_1 + "), which would host a new one: nothing accepted at " + node_1 +
+  CHECK_THAT(log, Contains("node 0 (127.0.0.1), which hosted the rendezvous store at " + store + ", was lost, and "
+                           "node 1 (" + node_1 + "), which would host a new one, did not (lost or gone too): nothing "
+                           "accepted at " + node_1 +
                            ":" + std::to_string(port) + " within 20 s (twice --node-timeout and --shutdown-grace, and "
                            "10 s)"));
   CHECK(count_lines(log, "ddprun: error: lost the rendezvous store at " + store + ", hosted by node 0's launcher on "
                          "127.0.0.1: the job cannot go on without it; the same command resumes it from its last "
                          "checkpoint") == 1);
   CHECK_THAT(log, !Contains("c10d") && !Contains("InitGoogleLogging"));
+  CHECK(run_shell("pgrep -f '" + dir.file("sleeper") + "[.]sh'").out.empty());
+}
+
+TEST_CASE("elastic: SIGTERM to node 0 and node 1 together: both say the other node cannot go on, and it ends with "
+          "exit 2 once node 1's new store does not come", "[elastic][slow]") {
+  TempDir dir;
+  fs::create_directories(dir.file("tmp"));
+  std::string sleeper = dir.file("sleeper.sh");
+  run_shell("printf '#!/bin/sh\\nsleep 60\\n' > " + sleeper + "; chmod +x " + sleeper);
+  int port = free_port();
+  auto launcher = [&](const std::string& name, const std::string& address) {
+    return node(dir, port, name, "--no-python " + sleeper, "--shutdown-grace 2 --local-addr " + address);
+  };
+  // Node 1 is b or c, whichever arrived first: it leaves with node 0, and the other is the survivor S.
+  auto r = run_shell(launcher("a", "127.0.0.1") + " & A=$!; " + until_accepts(port) + launcher("b", "127.0.0.2") +
+                         " & B=$!; " + launcher("c", "127.0.0.3") + " & C=$!; i=0; until [ $(cat " + dir.file("b.log") +
+                         " " + dir.file("c.log") + " | grep -c 'rendezvous round 0: node rank') -ge 2 ] || "
+                         "[ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; if grep -q 'node rank 1 of 3' " +
+                         dir.file("b.log") + "; then L=$B; S=$C; echo node1=b; else L=$C; S=$B; echo node1=c; fi; "
+                         "kill -TERM $A $L; wait $A; SA=$?; wait $L; SL=$?; wait $S; echo statuses=$SA,$SL,$?",
+                     std::chrono::seconds(150));
+  std::smatch node_1;
+  REQUIRE(std::regex_search(r.out, node_1, std::regex("node1=([bc])")));
+  const std::string leaver = read_file(dir.file(std::string(node_1[1]) + ".log"));
+  const std::string survivor = read_file(dir.file(node_1[1] == "b" ? "c.log" : "b.log"));
+  const std::string a = read_file(dir.file("a.log"));
+  INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- node 1:\n" << leaver << "\n--- survivor:\n" << survivor);
+  CHECK(count_lines(r.out, "statuses=143,143,2") == 1);
+  for (const auto& log : {a, leaver})
+    CHECK_THAT(log, Contains("left the job (interrupted by SIGTERM); node 0, whose store the job meets in, and node 1, "
+                             "which would host the next, both leave, so the other 1 node(s) cannot go on: the same "
+                             "command resumes it from its last checkpoint"));
+  CHECK_THAT(survivor, Contains("which would host a new one, did not (lost or gone too)"));
   CHECK(run_shell("pgrep -f '" + dir.file("sleeper") + "[.]sh'").out.empty());
 }
 

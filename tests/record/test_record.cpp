@@ -426,6 +426,13 @@ TEST_CASE("NaN and infinite values are left out of a chart and counted in a note
   CHECK_THAT(none, Contains("2 value(s) not drawn: NaN or infinite, from step 1") && !Contains(">no data<"));
   std::string fine = svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false, {{1, 2.0}, {2, 1.5}}}});
   CHECK_THAT(fine, !Contains("not drawn"));
+  // A series made from the one before it (derived) counts a value as missing once, where that one
+  // misses it too: two runs' exposed and hidden all-reduce, A's exposed missing at 20, B's total.
+  std::vector<ChartSeries> overlay{{"a exposed", chart_color(0), false, {{10, 1.0}, {20, nan}}},
+                                   {"a hidden", chart_color(1), true, {{10, 9.0}, {20, nan}}, true},
+                                   {"b exposed", chart_color(2), false, {{10, 1.0}, {20, 2.0}}},
+                                   {"b hidden", chart_color(3), true, {{10, 9.0}, {20, nan}}, true}};
+  CHECK_THAT(svg_line_chart("all-reduce", "step", "ms", overlay), Contains("2 value(s) not drawn"));
   // Through ddp-report: a diverged loss is written as null.
   TempDir dir;
   std::filesystem::create_directories(dir.file("run"));

@@ -92,7 +92,13 @@ Classified classify(const std::exception_ptr& error, const char* failure) {
 
 }  // namespace
 
-int exit_status_of(const std::exception_ptr& error) { return classify(error, "failed").status; }
+int exit_status_of(const std::exception_ptr& error) {
+  try {
+    return classify(error, "failed").status;
+  } catch (...) {  // no memory left for its message: the status of running out of it
+    return kExitFailure;
+  }
+}
 
 int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   try {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -141,14 +142,17 @@ class ElasticJob : public JobMembership {
 
  private:
   // After "left the job (...)": whether the others go on. Under scancel every node leaves at once,
-  // and none of them goes on.
+  // and none does; nor do they when node 0 leaves with node 1, which would host the next store.
   std::string who_goes_on() {
-    auto leaving = rendezvous_.others_leaving();
+    const std::string resumes = "the same command resumes it from its last checkpoint";
+    auto leaving = rendezvous_.members_leaving();
     if (!leaving) return "";
-    const int staying = rendezvous_.members() - 1 - *leaving;
-    if (staying == 0)
-      return ", as every other node of the round did: the job stops here, and the same command resumes it from its "
-             "last checkpoint";
+    const auto staying = static_cast<int>(std::count(leaving->begin(), leaving->end(), false));
+    if (leaving->size() == 1) return "; it was the round's only node: the job stops here, and " + resumes;
+    if (staying == 0) return ", as every other node of the round did: the job stops here, and " + resumes;
+    if ((*leaving)[0] && (*leaving)[1])
+      return "; node 0, whose store the job meets in, and node 1, which would host the next, both leave, so the other " +
+             std::to_string(staying) + " node(s) cannot go on: " + resumes;
     if (staying < options_.min_nodes)
       return "; " + std::to_string(staying) + " node(s) stay, fewer than --nnodes " + std::to_string(options_.min_nodes) +
              ":" + std::to_string(options_.nnodes) + " needs, and they wait up to --rdzv-timeout for more";

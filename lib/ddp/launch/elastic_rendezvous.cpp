@@ -338,8 +338,8 @@ std::optional<std::string> ElasticRendezvous::take_over_store(bool round_failed)
     const double within_s = 2 * (options_.node_timeout_s + options_.shutdown_grace_s) + 10;
     const auto within = std::min(timeout_, std::chrono::milliseconds(static_cast<int64_t>(within_s * 1000)));
     if (!accepts_within(address, port, within)) {
-      std::fprintf(stderr, "ddprun: %s, and so was node 1 (%s), which would host a new one: nothing accepted at %s:%d "
-                           "within %s s (twice --node-timeout and --shutdown-grace, and 10 s)\n",
+      std::fprintf(stderr, "ddprun: %s, and node 1 (%s), which would host a new one, did not (lost or gone too): "
+                           "nothing accepted at %s:%d within %s s (twice --node-timeout and --shutdown-grace, and 10 s)\n",
                    was.c_str(), label(successor).c_str(), address.c_str(), port,
                    seconds_text(std::chrono::duration<double>(within).count()).c_str());
       return std::nullopt;
@@ -473,17 +473,27 @@ void ElasticRendezvous::leave(const std::string& why) {
   }
 }
 
-std::optional<int> ElasticRendezvous::others_leaving() {
+std::optional<std::vector<bool>> ElasticRendezvous::members_leaving() {
   try {
-    int leaving = 0;
+    std::vector<bool> leaving;
     std::vector<std::string> asked;
-    for (const auto& m : members_) {
-      if (m.launcher == launcher_) continue;
-      leaving += store_->check(round_key(round_, "leaving/" + std::to_string(m.launcher)));
-      asked.push_back(round_key(round_, "asked/" + std::to_string(m.launcher)));
+    auto read = [&] {
+      leaving.clear(), asked.clear();
+      for (const auto& m : members_) {
+        const bool me = m.launcher == launcher_;
+        leaving.push_back(me || store_->check(round_key(round_, "leaving/" + std::to_string(m.launcher))));
+        if (!me) asked.push_back(round_key(round_, "asked/" + std::to_string(m.launcher)));
+      }
+    };
+    read();
+    // Others leave too (scancel, a drain of several nodes): signals sent at once are taken a moment
+    // apart, so a second look.
+    if (std::count(leaving.begin(), leaving.end(), true) > 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      read();
     }
     store_->set(round_key(round_, "asked/" + std::to_string(launcher_)), "1");
-    if (hosts_store_ && leaving + 1 == static_cast<int>(members_.size())) {
+    if (hosts_store_ && std::count(leaving.begin(), leaving.end(), true) == static_cast<long>(leaving.size())) {
       const double within_s = options_.shutdown_grace_s + options_.node_timeout_s;
       try {
         store_->wait(asked, std::chrono::milliseconds(static_cast<int64_t>(within_s * 1000)));

@@ -41,11 +41,11 @@ class ElasticRendezvous : public Rendezvous {
 
   /// Announces that this node leaves the job (SIGTERM: drained by its scheduler).
   void leave(const std::string& why);
-  /// After leave(), as this node's workers have stopped: how many of the round's other members said
-  /// they leave too (scancel signals every node at once); nullopt when the store cannot tell. When all
-  /// leave, the store's host keeps it until the others have asked too (up to --shutdown-grace and
-  /// --node-timeout), rather than close it under them.
-  std::optional<int> others_leaving();
+  /// After leave(), as this node's workers have stopped: which of the round's members (by node
+  /// rank, this one included) said they leave (scancel signals every node at once); nullopt when the
+  /// store cannot tell. When all leave, the store's host keeps it until the others have asked too
+  /// (up to --shutdown-grace and --node-timeout), rather than close it under them.
+  std::optional<std::vector<bool>> members_leaving();
   int members() const { return static_cast<int>(members_.size()); }
 
   /// The hosts of this round's newcomers (members of no earlier round), when nodes that ran in an

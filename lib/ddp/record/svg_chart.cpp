@@ -216,19 +216,22 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   auto drawable = [](double x, double y) { return std::isfinite(x) && std::isfinite(y); };
   int undrawn = 0;
   double first_undrawn = std::numeric_limits<double>::infinity();
-  std::set<double> undrawn_at;  // the x of each value not drawn, for derived series
-  for (const auto& s : series)
+  std::set<double> undrawn_before, undrawn_here;  // the x of the previous series' values not drawn, and this one's
+  for (const auto& s : series) {
+    undrawn_before.swap(undrawn_here);
+    undrawn_here.clear();
     for (const auto& [x, y] : s.points) {
       if (!drawable(x, y)) {
-        if (s.derived && undrawn_at.count(x)) continue;  // counted with the series it was made from
+        undrawn_here.insert(x);
+        if (s.derived && undrawn_before.count(x)) continue;  // counted with the series it was made from
         ++undrawn;
-        undrawn_at.insert(x);
         first_undrawn = std::min(first_undrawn, x);
         continue;
       }
       x0 = std::min(x0, x), x1 = std::max(x1, x);
       y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
+  }
   const std::string note =
       undrawn == 0 ? ""
                    : fmt::format(R"(<text x="{}" y="20" class="note" text-anchor="end">{} value(s) not drawn: NaN or infinite{}</text>)",

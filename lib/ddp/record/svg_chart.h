@@ -14,8 +14,8 @@ struct ChartSeries {
   std::string color;  ///< CSS colour
   bool dashed = false;
   std::vector<std::pair<double, double>> points;  ///< (x, y), x ascending
-  /// Made from an earlier series (a difference): a value it cannot draw at an x where that one has
-  /// one too is the same value missing, and the chart's note counts it once.
+  /// Made from the series just before it (a difference): a value it cannot draw at an x where that
+  /// one has one too is the same value missing, and the chart's note counts it once.
   bool derived = false;
 };
 
