@@ -201,68 +201,74 @@ TEST_CASE("elastic: node 0 lost just after a failure, before the next round form
   CHECK(run_shell("pgrep -f '" + dir.file("worker") + "[.]sh'").out.empty());
 }
 
-TEST_CASE("elastic: node 0 and node 1 both SIGKILLed: node 2 says node 1, which would host the new store, was "
-          "lost too, and ends with exit 2 well before --rdzv-timeout, without c10d's log lines", "[elastic][slow]") {
+namespace {
+
+// Three launchers a (node 0, at 127.0.0.1), b and c of a 2:3 job whose workers sleep, for the tests
+// that take node 0 and node 1 away together. Node 1 is b or c, whichever arrived first.
+struct SleepingNodes {
   TempDir dir;
-  fs::create_directories(dir.file("tmp"));
-  std::string sleeper = dir.file("sleeper.sh");
-  run_shell("printf '#!/bin/sh\\nsleep 60\\n' > " + sleeper + "; chmod +x " + sleeper);
   int port = free_port();
+  std::string sleeper = dir.file("sleeper.sh");
+
+  SleepingNodes() {
+    fs::create_directories(dir.file("tmp"));
+    run_shell("printf '#!/bin/sh\\nsleep 60\\n' > " + sleeper + "; chmod +x " + sleeper);
+  }
+  // Shell: the three in round 0, then $L is node 1's launcher and $S the other's (the survivor),
+  // and "node1=b" or "node1=c" is echoed.
+  std::string running(const std::string& extra) const {
+    auto launcher = [&](const std::string& name, const std::string& address) {
+      return node(dir, port, name, "--no-python " + sleeper, extra + " --local-addr " + address);
+    };
+    return launcher("a", "127.0.0.1") + " & A=$!; " + until_accepts(port) + launcher("b", "127.0.0.2") + " & B=$!; " +
+           launcher("c", "127.0.0.3") + " & C=$!; i=0; until [ $(cat " + dir.file("b.log") + " " + dir.file("c.log") +
+           " | grep -c 'rendezvous round 0: node rank') -ge 2 ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+           "sleep 1; if grep -q 'node rank 1 of 3' " + dir.file("b.log") + "; then L=$B; S=$C; echo node1=b; else "
+           "L=$C; S=$B; echo node1=c; fi; ";
+  }
+  // "b" or "c", from what running() echoed.
+  static std::string node_1(const std::string& out) {
+    std::smatch found;
+    REQUIRE(std::regex_search(out, found, std::regex("node1=([bc])")));
+    return found[1];
+  }
+  std::string log(const std::string& name) const { return read_file(dir.file(name + ".log")); }
+  bool sleepers_left() const { return !run_shell("pgrep -f '" + dir.file("sleeper") + "[.]sh'").out.empty(); }
+};
+
+}  // namespace
+
+TEST_CASE("elastic: node 0 and node 1 both SIGKILLed: node 2 says node 1, which would host the new store, did "
+          "not, and ends with exit 2 well before --rdzv-timeout, without c10d's log lines", "[elastic][slow]") {
+  SleepingNodes job;
   // --rdzv-timeout 200 outlasts the shell's 150 s: a node that waited it out would end no line here.
-  auto launcher = [&](const std::string& name, const std::string& address) {
-    return node(dir, port, name, "--no-python " + sleeper,
-                "--shutdown-grace 2 --rdzv-timeout 200 --local-addr " + address);
-  };
-  // Node 1 is b or c, whichever arrived first: it goes with node 0, and the other is the survivor S.
-  auto r = run_shell(launcher("a", "127.0.0.1") + " & A=$!; " + until_accepts(port) + launcher("b", "127.0.0.2") +
-                         " & B=$!; " + launcher("c", "127.0.0.3") + " & C=$!; i=0; until [ $(cat " + dir.file("b.log") +
-                         " " + dir.file("c.log") + " | grep -c 'rendezvous round 0: node rank') -ge 2 ] || "
-                         "[ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; if grep -q 'node rank 1 of 3' " +
-                         dir.file("b.log") + "; then kill -KILL $A $B; S=$C; echo survivor=c; else kill -KILL $A $C; "
-                         "S=$B; echo survivor=b; fi; wait $S; echo status=$?",
+  auto r = run_shell(job.running("--shutdown-grace 2 --rdzv-timeout 200") + "kill -KILL $A $L; wait $S; echo status=$?",
                      std::chrono::seconds(150));
-  std::smatch survivor;
-  REQUIRE(std::regex_search(r.out, survivor, std::regex("survivor=([bc])")));
-  std::string log = read_file(dir.file(std::string(survivor[1]) + ".log"));
-  std::string node_1 = survivor[1] == "b" ? "127.0.0.3" : "127.0.0.2";
+  const std::string node_1 = SleepingNodes::node_1(r.out);
+  const std::string log = job.log(node_1 == "b" ? "c" : "b");
+  const std::string node_1_address = node_1 == "b" ? "127.0.0.2" : "127.0.0.3";
   INFO(r.out << r.err << "\n--- survivor:\n" << log);
   CHECK(count_lines(r.out, "status=2") == 1);
-  const std::string store = "127.0.0.1:" + std::to_string(port);
+  const std::string store = "127.0.0.1:" + std::to_string(job.port);
   CHECK_THAT(log, Contains("node 0 (127.0.0.1), which hosted the rendezvous store at " + store + ", was lost, and "
-                           "node 1 (" + node_1 + "), which would host a new one, did not (lost or gone too): nothing "
-                           "accepted at " + node_1 +
-                           ":" + std::to_string(port) + " within 20 s (twice --node-timeout and --shutdown-grace, and "
-                           "10 s)"));
+                           "node 1 (" + node_1_address + "), which would host a new one, did not (lost or gone too): "
+                           "nothing accepted at " + node_1_address + ":" + std::to_string(job.port) + " within 20 s "
+                           "(twice --node-timeout and --shutdown-grace, and 10 s)"));
   CHECK(count_lines(log, "ddprun: error: lost the rendezvous store at " + store + ", hosted by node 0's launcher on "
                          "127.0.0.1: the job cannot go on without it; the same command resumes it from its last "
                          "checkpoint") == 1);
   CHECK_THAT(log, !Contains("c10d") && !Contains("InitGoogleLogging"));
-  CHECK(run_shell("pgrep -f '" + dir.file("sleeper") + "[.]sh'").out.empty());
+  CHECK_FALSE(job.sleepers_left());
 }
 
 TEST_CASE("elastic: SIGTERM to node 0 and node 1 together: both say the other node cannot go on, and it ends with "
           "exit 2 once node 1's new store does not come", "[elastic][slow]") {
-  TempDir dir;
-  fs::create_directories(dir.file("tmp"));
-  std::string sleeper = dir.file("sleeper.sh");
-  run_shell("printf '#!/bin/sh\\nsleep 60\\n' > " + sleeper + "; chmod +x " + sleeper);
-  int port = free_port();
-  auto launcher = [&](const std::string& name, const std::string& address) {
-    return node(dir, port, name, "--no-python " + sleeper, "--shutdown-grace 2 --local-addr " + address);
-  };
-  // Node 1 is b or c, whichever arrived first: it leaves with node 0, and the other is the survivor S.
-  auto r = run_shell(launcher("a", "127.0.0.1") + " & A=$!; " + until_accepts(port) + launcher("b", "127.0.0.2") +
-                         " & B=$!; " + launcher("c", "127.0.0.3") + " & C=$!; i=0; until [ $(cat " + dir.file("b.log") +
-                         " " + dir.file("c.log") + " | grep -c 'rendezvous round 0: node rank') -ge 2 ] || "
-                         "[ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; if grep -q 'node rank 1 of 3' " +
-                         dir.file("b.log") + "; then L=$B; S=$C; echo node1=b; else L=$C; S=$B; echo node1=c; fi; "
-                         "kill -TERM $A $L; wait $A; SA=$?; wait $L; SL=$?; wait $S; echo statuses=$SA,$SL,$?",
+  SleepingNodes job;
+  auto r = run_shell(job.running("--shutdown-grace 2") + "kill -TERM $A $L; wait $A; SA=$?; wait $L; SL=$?; wait $S; "
+                     "echo statuses=$SA,$SL,$?",
                      std::chrono::seconds(150));
-  std::smatch node_1;
-  REQUIRE(std::regex_search(r.out, node_1, std::regex("node1=([bc])")));
-  const std::string leaver = read_file(dir.file(std::string(node_1[1]) + ".log"));
-  const std::string survivor = read_file(dir.file(node_1[1] == "b" ? "c.log" : "b.log"));
-  const std::string a = read_file(dir.file("a.log"));
+  const std::string node_1 = SleepingNodes::node_1(r.out);
+  const std::string a = job.log("a"), leaver = job.log(node_1), survivor = job.log(node_1 == "b" ? "c" : "b");
   INFO(r.out << r.err << "\n--- a:\n" << a << "\n--- node 1:\n" << leaver << "\n--- survivor:\n" << survivor);
   CHECK(count_lines(r.out, "statuses=143,143,2") == 1);
   for (const auto& log : {a, leaver})
@@ -270,7 +276,7 @@ TEST_CASE("elastic: SIGTERM to node 0 and node 1 together: both say the other no
                              "which would host the next, both leave, so the other 1 node(s) cannot go on: the same "
                              "command resumes it from its last checkpoint"));
   CHECK_THAT(survivor, Contains("which would host a new one, did not (lost or gone too)"));
-  CHECK(run_shell("pgrep -f '" + dir.file("sleeper") + "[.]sh'").out.empty());
+  CHECK_FALSE(job.sleepers_left());
 }
 
 TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: the others say it stopped answering while "
