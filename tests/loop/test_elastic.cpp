@@ -110,6 +110,20 @@ struct ElasticJob {
   }
   std::string log(const std::string& name) const { return read_file(dir.file(name + ".log")); }
   double difference() const { return max_difference(load_weights(out + "/model.pt"), expected); }
+  // The same command on nodes a and b, at a new endpoint, after the job stopped: it resumes and
+  // ends as if never stopped.
+  void resume_on_two_nodes() {
+    port = free_port();
+    auto again = run_shell(start("a", "A") + until_accepts(port) + start("b", "B") +
+                               "wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
+                           std::chrono::seconds(240));
+    const std::string a = log("a");
+    INFO(again.out << again.err << "\n--- a, again:\n" << a);
+    CHECK(count_lines(again.out, "statuses=0,0") == 1);
+    CHECK_THAT(a, Contains("resumed from " + out + "/checkpoints/step_"));
+    CHECK(difference() < 1e-5);
+    check_nothing_left(dir, out);
+  }
 };
 
 }  // namespace
@@ -312,17 +326,7 @@ TEST_CASE("elastic: node 0, which hosts the store, SIGSTOPped for 20 s: the othe
                              "without it"));
   // Its workers stop with the others' reason (the round ended), and say how the job resumes.
   CHECK_THAT(a, Contains("checkpoint saved, ") && Contains("the same command resumes from it"));
-  // The same command on two nodes, at a new endpoint: it resumes and ends as if never stopped.
-  job.port = free_port();
-  auto again = run_shell(job.start("a", "A") + until_accepts(job.port) + job.start("b", "B") +
-                             "wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
-                         std::chrono::seconds(240));
-  a = job.log("a");
-  INFO(again.out << again.err << "\n--- a, again:\n" << a);
-  CHECK(count_lines(again.out, "statuses=0,0") == 1);
-  CHECK_THAT(a, Contains("resumed from " + job.out + "/checkpoints/step_"));
-  CHECK(job.difference() < 1e-5);
-  check_nothing_left(job.dir, job.out);
+  job.resume_on_two_nodes();
 }
 
 namespace {
@@ -514,16 +518,7 @@ TEST_CASE("elastic: SIGTERM to every node at once (scancel): each says the job s
     CHECK_THAT(log, !Contains("go on without"));
   }
   CHECK_THAT(a, Contains("checkpoint saved, ") && Contains("the same command resumes from it"));
-  job.port = free_port();
-  auto again = run_shell(job.start("a", "A") + until_accepts(job.port) + job.start("b", "B") +
-                             "wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
-                         std::chrono::seconds(240));
-  a = job.log("a");
-  INFO(again.out << again.err << "\n--- a, again:\n" << a);
-  CHECK(count_lines(again.out, "statuses=0,0") == 1);
-  CHECK_THAT(a, Contains("resumed from " + job.out + "/checkpoints/step_"));
-  CHECK(job.difference() < 1e-5);
-  check_nothing_left(job.dir, job.out);
+  job.resume_on_two_nodes();
 }
 
 TEST_CASE("elastic: a node that fails and rejoins in a loop cannot take the job past --max-restarts, and membership "
