@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "ddp/comm/collectives.h"
 #include "ddp/common/error.h"
 #include "ddp/model/gpt.h"
 #include "ddp/model/rank_random.h"
@@ -58,6 +59,32 @@ std::vector<std::pair<std::string, torch::Tensor>> unique_parameters(const torch
   for (const auto& item : model.named_parameters())
     if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
   return out;
+}
+
+// What rank 0's TensorShards refuses `plan` with, "" for nothing. Each rank splits a model of its
+// own, and the ranks meet once more after: a rank that left at once could close its connection
+// while the other still made it, and fail that rank with no refusal to read.
+template <typename MakeModel>
+std::string refusal(const MakeModel& make_model, const std::vector<ddp::TensorPlanEntry>& plan) {
+  std::string message;
+  std::vector<decltype(make_model())> models;  // built here: one global generator
+  for (int r = 0; r < kParts; ++r) models.push_back(make_model());
+  auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
+    auto& model = models[static_cast<std::size_t>(rank)];
+    std::vector<torch::Tensor> parameters;
+    for (const auto& [name, p] : unique_parameters(*model)) parameters.push_back(p);
+    try {
+      ddp::TensorShards shards(*model, plan, parameters, group);
+    } catch (const ddp::ConfigError& e) {
+      if (rank == 0) message = e.what();
+    }
+    ddp::all_reduce_sum(group, torch::zeros({1}));
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+  return message;
 }
 
 // The whole GPT's forward and backward on a batch: what each split must reproduce.
@@ -183,21 +210,7 @@ TEST_CASE("the GPT split over 2 ranks by its plan gives the whole model's logits
 
 TEST_CASE("a plan entry that matches nothing, or a layer that cannot take its style, is refused naming the path",
           "[parallel][tensor]") {
-  auto refused = [](const std::vector<ddp::TensorPlanEntry>& plan) {
-    std::string message;
-    auto model = seeded_gpt();
-    std::vector<torch::Tensor> parameters;
-    for (const auto& [name, p] : unique_parameters(*model)) parameters.push_back(p);
-    auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
-      if (rank != 0) return;  // the plan is refused before any collective
-      try {
-        ddp::TensorShards shards(*model, plan, parameters, group);
-      } catch (const ddp::ConfigError& e) {
-        message = e.what();
-      }
-    });
-    return message;
-  };
+  auto refused = [](const std::vector<ddp::TensorPlanEntry>& plan) { return refusal(seeded_gpt, plan); };
   CHECK(refused({{"transformer.h.*.attn.c_atn", "colwise"}}) ==
         "dist.tensor: the plan's transformer.h.*.attn.c_atn matches no submodule of the model");
   CHECK(refused({{"transformer.ln_f", "colwise"}}) ==
@@ -246,17 +259,7 @@ TEST_CASE("a plan's colwise and rowwise partners are found in their block whatev
     Block() { register_module("feed_forward", std::make_shared<FeedForward>()); }
   };
   auto check = [](const std::vector<ddp::TensorPlanEntry>& plan) {
-    std::string message;
-    auto model = std::make_shared<Block>();
-    std::vector<torch::Tensor> parameters = model->parameters();
-    auto errors = ddp::test::run_ranks(kParts, [&](int rank, const ddp::Communicator& group) {
-      try {
-        ddp::TensorShards shards(*model, plan, parameters, group);
-      } catch (const ddp::ConfigError& e) {
-        if (rank == 0) message = e.what();
-      }
-    });
-    return message;
+    return refusal([] { return std::make_shared<Block>(); }, plan);
   };
   CHECK(check({{"feed_forward.w1", "colwise"}, {"feed_forward.w2", "rowwise"}, {"feed_forward.w3", "colwise"}}).empty());
   CHECK_THAT(check({{"feed_forward.w1", "colwise"}, {"feed_forward.w3", "colwise"}}),
