@@ -275,6 +275,30 @@ TEST_CASE("elastic: node 0 and node 1 both SIGKILLed: node 2 says node 1, which 
   CHECK_FALSE(job.sleepers_left());
 }
 
+TEST_CASE("elastic: SIGTERM to node 2 while it waits for node 1's new store: it leaves then, saying so, with exit "
+          "143", "[elastic][slow]") {
+  SleepingNodes job;
+  // The wait's bound, 2 × (100 + 2) + 10 s capped at --rdzv-timeout 200, outlasts the shell's 150 s:
+  // a node that waited it out would end no line here.
+  const std::string logs = job.dir.file("b.log") + " " + job.dir.file("c.log");
+  auto r = run_shell(job.running("--node-timeout 100 --shutdown-grace 2 --rdzv-timeout 200") +
+                         "kill -KILL $A $L; i=0; until grep -q 'waiting up to' " + logs + " || [ $i -ge 1200 ]; do "
+                         "sleep 0.05; i=$((i+1)); done; kill -TERM $S; wait $S; echo status=$?",
+                     std::chrono::seconds(150));
+  const std::string node_1 = SleepingNodes::node_1(r.out);
+  const std::string log = job.log(node_1 == "b" ? "c" : "b");
+  const std::string node_1_address = node_1 == "b" ? "127.0.0.2" : "127.0.0.3";
+  INFO(r.out << r.err << "\n--- survivor:\n" << log);
+  CHECK(count_lines(r.out, "status=143") == 1);
+  CHECK_THAT(log, Contains("node 0 (127.0.0.1), which hosted the rendezvous store at 127.0.0.1:" +
+                           std::to_string(job.port) + ", was lost; waiting up to 200 s for node 1 (" + node_1_address +
+                           ") to host a new one at " + node_1_address + ":" + std::to_string(job.port)));
+  CHECK(count_lines(log, "ddprun: received SIGTERM while waiting for node 1 to host a new rendezvous store; leaving "
+                         "the job") == 1);
+  CHECK_THAT(log, !Contains("did not (lost or gone too)") && !Contains("error:"));
+  CHECK_FALSE(job.sleepers_left());
+}
+
 TEST_CASE("elastic: SIGTERM to node 0 and node 1 together: both say the other node cannot go on, and it ends with "
           "exit 2 once node 1's new store does not come", "[elastic][slow]") {
   SleepingNodes job;

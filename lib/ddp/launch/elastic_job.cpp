@@ -32,7 +32,11 @@ class ElasticJob : public JobMembership {
         exit_status = restarting_from_->status;
         return std::nullopt;
       }
-      auto taken = rendezvous_.take_over_store(/*round_failed=*/restarting_from_.has_value());
+      auto taken = rendezvous_.take_over_store(/*round_failed=*/restarting_from_.has_value(), signals.check());
+      if (!taken && signals.signal()) {
+        exit_status = left_waiting_for_store(signals);
+        return std::nullopt;
+      }
       if (!taken)
         throw UserError(lost + ": the job cannot go on without it (" + cause.substr(0, cause.find('\n')) +
                         "); the same command resumes it from its last checkpoint");
@@ -79,9 +83,14 @@ class ElasticJob : public JobMembership {
     return plan;
   }
 
-  Settled settle(const AttemptPlan& plan, AttemptOutcome& outcome, int& exit_status) override {
+  Settled settle(const AttemptPlan& plan, AttemptOutcome& outcome, BetweenAttempts& signals,
+                 int& exit_status) override {
     if (outcome.membership && outcome.membership->kind == MembershipChange::Kind::kStoreLost) {
-      auto taken = rendezvous_.take_over_store(/*round_failed=*/false);
+      auto taken = rendezvous_.take_over_store(/*round_failed=*/false, signals.check());
+      if (!taken && signals.signal()) {
+        exit_status = left_waiting_for_store(signals);
+        return Settled::kExit;
+      }
       if (!taken)
         throw UserError(outcome.cause + ": the job cannot go on without it; the same command resumes it from its "
                         "last checkpoint");
@@ -141,6 +150,14 @@ class ElasticJob : public JobMembership {
   ElasticRendezvous* elastic() override { return &rendezvous_; }
 
  private:
+  // A signal while this node waited for node 1's new store (Note [Store failover]): it leaves as
+  // from a round's wait; the store is gone, so there is no one to tell. Returns the exit status.
+  int left_waiting_for_store(const BetweenAttempts& signals) const {
+    say("received " + signal_name(signals.signal()) + " while waiting for node 1 to host a new rendezvous store; "
+        "leaving the job");
+    return 128 + signals.signal();
+  }
+
   // After "left the job (...)": whether the others go on. Under scancel every node leaves at once,
   // and none does; nor do they when node 0 leaves with node 1, which would host the next store.
   std::string who_goes_on() {

@@ -305,7 +305,8 @@ bool ElasticRendezvous::close_round(int round, const std::function<bool()>& inte
 // Node 1 is then node 0 of every later round, and its rank 0 resumes from the newest checkpoint
 // it can read (a shared filesystem, or a copy on that node). A node that only knows the old
 // endpoint cannot join afterwards; and if node 1 was lost too, the job ends, saying which node hosted the store.
-std::optional<std::string> ElasticRendezvous::take_over_store(bool round_failed) {
+std::optional<std::string> ElasticRendezvous::take_over_store(bool round_failed,
+                                                              const std::function<bool()>& interrupted) {
   if (round_ < 0 || members_.size() < 2 || members_.front().launcher == launcher_) return std::nullopt;
   const Member& lost = members_[0];
   const Member& successor = members_[1];
@@ -337,11 +338,14 @@ std::optional<std::string> ElasticRendezvous::take_over_store(bool round_failed)
     // machine, was lost with node 0: waiting out --rdzv-timeout would change nothing.
     const double within_s = 2 * (options_.node_timeout_s + options_.shutdown_grace_s) + 10;
     const auto within = std::min(timeout_, std::chrono::milliseconds(static_cast<int64_t>(within_s * 1000)));
-    if (!accepts_within(address, port, within)) {
+    const std::string bound = seconds_text(std::chrono::duration<double>(within).count());
+    std::fprintf(stderr, "ddprun: %s; waiting up to %s s for node 1 (%s) to host a new one at %s:%d\n", was.c_str(),
+                 bound.c_str(), label(successor).c_str(), address.c_str(), port);
+    if (!accepts_within(address, port, within, interrupted)) {
+      if (interrupted()) return std::nullopt;  // the caller says which signal, and leaves
       std::fprintf(stderr, "ddprun: %s, and node 1 (%s), which would host a new one, did not (lost or gone too): "
                            "nothing accepted at %s:%d within %s s (twice --node-timeout and --shutdown-grace, and 10 s)\n",
-                   was.c_str(), label(successor).c_str(), address.c_str(), port,
-                   seconds_text(std::chrono::duration<double>(within).count()).c_str());
+                   was.c_str(), label(successor).c_str(), address.c_str(), port, bound.c_str());
       return std::nullopt;
     }
   }

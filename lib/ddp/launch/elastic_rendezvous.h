@@ -72,9 +72,9 @@ class ElasticRendezvous : public Rendezvous {
   /// address (--local-addr) and the same port, seeded with what the job needs to go on, and the
   /// others connect to it (Note [Store failover]). `round_failed`: whether round() ended in a
   /// failure, whose report went with the lost store and still counts. Returns the line that says so;
-  /// nullopt when this node cannot go on (it was not in a round, or node 1 did not come within
-  /// --rdzv-timeout).
-  std::optional<std::string> take_over_store(bool round_failed);
+  /// nullopt when this node cannot go on (it was not in a round, or node 1 did not come in time), or
+  /// `interrupted` said true while it waited for node 1.
+  std::optional<std::string> take_over_store(bool round_failed, const std::function<bool()>& interrupted);
 
   /// The store's address now: --rdzv-endpoint's host, or the node that took it over.
   const std::string& store_address() const { return options_.master_addr; }

@@ -63,7 +63,9 @@ class JobMembership {
   /// `exit_status` then saying how the launch ends.
   virtual std::optional<AttemptPlan> meet(int attempt, BetweenAttempts& signals, int& exit_status) = 0;
   /// SETTLE: whether the outcome is for the restart decision, a new meeting, or the end (`exit_status`).
-  virtual Settled settle(const AttemptPlan&, AttemptOutcome&, int& /*exit_status*/) { return Settled::kDecide; }
+  virtual Settled settle(const AttemptPlan&, AttemptOutcome&, BetweenAttempts&, int& /*exit_status*/) {
+    return Settled::kDecide;
+  }
   /// FINISH: says a give-up and tells the other nodes.
   virtual void finish(const AttemptPlan& plan, const AttemptOutcome& outcome, AttemptDecision decision,
                       BetweenAttempts& signals) = 0;

@@ -56,7 +56,7 @@ class StaticJob : public JobMembership {
     if (rendezvous_) rendezvous_->finish(plan.attempt, signals.check(), outcome.status);
   }
 
-  Settled settle(const AttemptPlan&, AttemptOutcome& outcome, int&) override {
+  Settled settle(const AttemptPlan&, AttemptOutcome& outcome, BetweenAttempts&, int&) override {
     last_failure_ = outcome;
     return Settled::kDecide;
   }

@@ -87,7 +87,8 @@ std::optional<std::string> service_reply(const std::string& host, int port, std:
   return reply;
 }
 
-bool accepts_within(const std::string& host, int port, std::chrono::milliseconds within) {
+bool accepts_within(const std::string& host, int port, std::chrono::milliseconds within,
+                    const std::function<bool()>& interrupted) {
   const auto deadline = std::chrono::steady_clock::now() + within;
   for (;;) {
     int fd = connect_within(host, port, std::chrono::milliseconds(1000));
@@ -95,7 +96,7 @@ bool accepts_within(const std::string& host, int port, std::chrono::milliseconds
       close(fd);
       return true;
     }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (std::chrono::steady_clock::now() >= deadline || (interrupted && interrupted())) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }

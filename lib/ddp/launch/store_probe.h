@@ -5,6 +5,7 @@
 // service that waits to be asked (HTTP) would hold the client until --rdzv-timeout: it is asked.
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -17,8 +18,10 @@ namespace ddp {
 std::optional<std::string> service_reply(const std::string& host, int port, std::chrono::milliseconds wait);
 
 /// Whether something accepts a connection at host:port within `within`, trying again while nothing
-/// does; the connection is closed at once. Where c10d's client would wait out its whole timeout (and
-/// log through glog as it gives up), this asks with a bound of the caller's.
-bool accepts_within(const std::string& host, int port, std::chrono::milliseconds within);
+/// does and `interrupted` (if given) says false; the connection is closed at once. Where c10d's
+/// client would wait out its whole timeout (and log through glog as it gives up), this asks with a
+/// bound of the caller's.
+bool accepts_within(const std::string& host, int port, std::chrono::milliseconds within,
+                    const std::function<bool()>& interrupted = nullptr);
 
 }  // namespace ddp

@@ -29,7 +29,8 @@ int supervise(JobMembership& job, int max_restarts, Watchdog& watchdog, SignalPi
     attempt = plan->attempt;  // elastic: the round this node joined
     AttemptOutcome outcome = run_attempt(plan->options, plan->layout, job.rendezvous(), watchdog, signal_pipe,
                                          plan->attempt, plan->failures_before, job.elastic());
-    switch (job.settle(*plan, outcome, exit_status)) {
+    BetweenAttempts settling(signal_pipe);
+    switch (job.settle(*plan, outcome, settling, exit_status)) {
       case Settled::kMeetAgain:
         continue;
       case Settled::kExit:
