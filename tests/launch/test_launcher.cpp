@@ -114,9 +114,13 @@ TEST_CASE("a rank killed by a signal gives 128+N and the signal's name") {
 
 TEST_CASE("shared memory a worker leaves behind is removed when it exits, however it ends") {
   // Named as ddp-train names its segments: /ddprun-<pid>-...; rank 0 exits, rank 1 is SIGKILLed.
+  // Rank 1 dies once rank 0 is done (its mark made), or the group stop could pre-empt rank 0.
+  TempDir dir;
+  const std::string done = dir.file("rank-0-done");
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                   "touch /dev/shm/ddprun-$$-left-behind && echo made $$; [ $RANK = 1 ] && sleep 0.5 && kill -9 $$; "
-                   "exit 0"});  // rank 1 dies after rank 0 is done, or the group stop could pre-empt rank 0
+                   "touch /dev/shm/ddprun-$$-left-behind && echo made $$; if [ $RANK = 1 ]; then i=0; until [ -e " +
+                       done + " ] || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done; kill -9 $$; fi; touch " + done +
+                       "; exit 0"});
   INFO(r.out << r.err);
   std::regex made("made ([0-9]+)");
   int seen = 0;
@@ -296,7 +300,7 @@ TEST_CASE("by arrival, an endpoint no launcher can host is named with what to ch
 
 TEST_CASE("a failure on one node stops the other node too") {
   std::string port = std::to_string(free_port());
-  std::string sleeper = unique_sleep(5);
+  std::string sleeper = unique_sleep(7);
   std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
                        "'[ $RANK = 1 ] && exit 5; " + sleeper + "'";
   auto r = run_shell(ddprun() + " --node-rank 1" + common + " & B=$!; " + ddprun() + " --node-rank 0" + common +
@@ -615,7 +619,7 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
                                     "m=$(printf '\\r\\033[ddprun-progress]')\n"
                                     "printf '%sstep 1\\n' \"$m\"; echo plain; printf '\\r 10%%\\n'; "
                                     "printf '%sstep 2\\n' \"$m\"\n");
-  std::string worker = " --log-dir " + dir.path() + " --run-id tty -- sh " + dir.file("worker.sh");
+  std::string worker = " --standalone --log-dir " + dir.path() + " --run-id tty -- sh " + dir.file("worker.sh");
   auto tty = run_shell("script -q -c \"" + ddprun() + " --nproc-per-node 1" + worker + "\" /dev/null",
                        std::chrono::seconds(60));
   INFO(tty.out << tty.err);

@@ -43,7 +43,9 @@ TEST_CASE("in a Slurm batch script of several nodes or tasks, what the job would
   CHECK(refused.exit_code == 2);
   CHECK_THAT(refused.err, Contains("ddprun: error: inside Slurm job 4242 but in no job step") &&
                               Contains("while the job has 2 nodes (SLURM_NNODES)") && Contains("--standalone"));
-  auto given = run_shell(batch + bin("ddprun") + " --nnodes 1 --node-rank 0 --nproc-per-node 1 -- true",
+  // A port of its own: Slurm's (24242 for job 4242) is the other test's, which may run beside.
+  auto given = run_shell(batch + bin("ddprun") + " --nnodes 1 --node-rank 0 --nproc-per-node 1 --master-port " +
+                             std::to_string(free_port()) + " -- true",
                          std::chrono::seconds(30));
   INFO(given.out << given.err);
   CHECK(given.exit_code == 0);

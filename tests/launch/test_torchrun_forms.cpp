@@ -216,7 +216,10 @@ dist.destroy_process_group()
   };
   SECTION("joins") {
     const int port = free_port();
-    auto r = run_shell(node(port, "a", "1") + " & A=$!; sleep 6; " + node(port, "b", "1") +
+    // b joins once a's round 0 runs, and a's worker takes 6 s more.
+    auto r = run_shell(node(port, "a", "1") + " & A=$!; i=0; until grep -q 'rendezvous round 0' " +
+                           dir.file("a" + std::to_string(port) + ".log") + " || [ $i -ge 600 ]; do sleep 0.05; "
+                           "i=$((i+1)); done; " + node(port, "b", "1") +
                            " & B=$!; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
                        std::chrono::seconds(150));
     std::string a = read_file(dir.file("a" + std::to_string(port) + ".log")),

@@ -182,7 +182,8 @@ TEST_CASE("a pipeline stage whose output shape changes for inputs of the same sh
       layers.push_back(layer(parameters, 2));
     }
     MseTask task;
-    ddp::PipelineRunner runner(std::move(layers), task, pipeline, "gpipe", std::chrono::seconds(1), false);
+    // Long enough for a starved thread's first step, which must pass.
+    ddp::PipelineRunner runner(std::move(layers), task, pipeline, "gpipe", std::chrono::seconds(3), false);
     for (int step = 0; step < 2; ++step) runner.train({microbatch(0, 0)}, [] {}, [](int) {});
   });
   CHECK_THAT(errors[0], Contains("pipeline stage 0: microbatch 0's activations are [3, 12] of Float, where earlier "
@@ -219,7 +220,9 @@ TEST_CASE("pipeline evaluation in-process: two stages give one process's metric 
         layers = {layer(parameters, 2)};
       }
       MseTask task;
-      ddp::PipelineRunner runner(std::move(layers), task, pipeline, "gpipe", std::chrono::seconds(1), false);
+      // Every batch passes unless the shape changes: a starved thread then has time.
+      ddp::PipelineRunner runner(std::move(layers), task, pipeline, "gpipe", std::chrono::seconds(changing ? 3 : 20),
+                                 false);
       torch::NoGradGuard no_grad;
       for (int b = 0; b < 4; ++b) {
         auto out = runner.evaluate(microbatch(b == 3 ? 1 : 0, b == 3 ? kMicrobatches - 1 : b));

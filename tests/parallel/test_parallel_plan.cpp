@@ -123,17 +123,17 @@ TEST_CASE("a 2 x 2 mesh of four ranks gives each rank its pipeline and data grou
 }
 
 TEST_CASE("by default the plan is plain data parallelism: the data group is the world's own", "[parallel][dist]") {
-  ddp::test::TempDir store;
   constexpr int kWorld = 2;
   std::array<bool, kWorld> same_group{}, trivial_pipeline{};  // one byte each: rank threads write them at once
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      ddp::ParallelPlan plan(ddp::test::connect_thread_rank(r, kWorld, store.path()), ddp::MeshConfig{}, ddp::DistConfig{});
-      same_group[r] = plan.group(MeshDim::kDataReplicate).group.get() == plan.world().group.get();
-      trivial_pipeline[r] = plan.group(MeshDim::kPipeline).world_size == 1 && plan.mesh().size(MeshDim::kPipeline) == 1;
-    });
-  for (auto& t : threads) t.join();
+  auto errors = ddp::test::run_ranks(kWorld, [&](int r, const ddp::Communicator& world) {
+    ddp::ParallelPlan plan(world, ddp::MeshConfig{}, ddp::DistConfig{});
+    same_group[r] = plan.group(MeshDim::kDataReplicate).group.get() == plan.world().group.get();
+    trivial_pipeline[r] = plan.group(MeshDim::kPipeline).world_size == 1 && plan.mesh().size(MeshDim::kPipeline) == 1;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
   CHECK(same_group == std::array<bool, kWorld>{true, true});
   CHECK(trivial_pipeline == std::array<bool, kWorld>{true, true});
 }

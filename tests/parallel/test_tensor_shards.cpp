@@ -10,7 +10,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ddp/comm/collectives.h"
 #include "ddp/common/error.h"
 #include "ddp/model/gpt.h"
 #include "ddp/model/rank_random.h"
@@ -61,9 +60,7 @@ std::vector<std::pair<std::string, torch::Tensor>> unique_parameters(const torch
   return out;
 }
 
-// What rank 0's TensorShards refuses `plan` with, "" for nothing. Each rank splits a model of its
-// own, and the ranks meet once more after: a rank that left at once could close its connection
-// while the other still made it, and fail that rank with no refusal to read.
+// What rank 0's TensorShards refuses `plan` with, "" for nothing; each rank splits a model of its own.
 template <typename MakeModel>
 std::string refusal(const MakeModel& make_model, const std::vector<ddp::TensorPlanEntry>& plan) {
   std::string message;
@@ -78,7 +75,6 @@ std::string refusal(const MakeModel& make_model, const std::vector<ddp::TensorPl
     } catch (const ddp::ConfigError& e) {
       if (rank == 0) message = e.what();
     }
-    ddp::all_reduce_sum(group, torch::zeros({1}));
   });
   for (std::size_t r = 0; r < errors.size(); ++r) {
     INFO("rank " << r << ": " << errors[r]);

@@ -35,7 +35,9 @@ inline std::vector<std::string> orphaned_shared_memory() {
 /// private store directory in `tmpdir` (the TMPDIR the run had).
 inline void check_nothing_left(const std::string& marker, const std::string& tmpdir = "") {
   auto left = [&] {
-    bool any = !run_shell("pgrep -f '[d]dp[-r].*" + marker + "' || true").out.empty();
+    // Shared memory too: another test's launcher may be a moment from removing its worker's.
+    bool any = !run_shell("pgrep -f '[d]dp[-r].*" + marker + "' || true").out.empty() ||
+               !orphaned_shared_memory().empty();
     if (!tmpdir.empty())
       for (const auto& entry : std::filesystem::directory_iterator(tmpdir))
         any |= entry.path().filename().string().rfind("ddprun-store-", 0) == 0;

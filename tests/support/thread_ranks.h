@@ -2,8 +2,10 @@
 // Ranks as threads of the test process, meeting through a FileStore: the cheap way to test an
 // engine's collectives in-process (pytorch's ProcessGroupGlooTest; STYLE.md "Tests, again").
 
+#include <chrono>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,8 +27,20 @@ inline Communicator connect_thread_rank(int rank, int world_size, const std::str
   return connect(env, config);
 }
 
+/// Waits (up to a minute) until every rank of `group` came here. A rank whose body ended at once
+/// would otherwise close its connections while a starved peer still made its own, failing that
+/// peer's connect with no cause of the test's (a refusal checked on rank 0 came back "" in CI).
+inline void leave_together(const Communicator& group) {
+  const std::string key = "ddp/test/left";
+  group.store->add(key, 1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (group.store->add(key, 0) < group.world_size && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 /// Runs `body(rank, group)` on `world_size` threads, each its own rank of one Gloo group; returns
-/// each rank's error ("" for none), so that a rank that throws fails the test, named.
+/// each rank's error ("" for none), so that a rank that throws fails the test, named. No rank's
+/// group goes before every body ended, whether it threw or not.
 inline std::vector<std::string> run_ranks(int world_size,
                                           const std::function<void(int rank, const Communicator& group)>& body) {
   TempDir store;
@@ -34,12 +48,14 @@ inline std::vector<std::string> run_ranks(int world_size,
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r)
     threads.emplace_back([&, r] {
+      std::optional<Communicator> group;
       try {
-        Communicator group = connect_thread_rank(r, world_size, store.path());
-        body(r, group);
+        group = connect_thread_rank(r, world_size, store.path());
+        body(r, *group);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
+      if (group) leave_together(*group);
     });
   for (auto& thread : threads) thread.join();
   return errors;
