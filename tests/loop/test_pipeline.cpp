@@ -386,16 +386,17 @@ TEST_CASE("a later stage's BatchNorm statistics reach model.pt (the ConvNet cut 
 TEST_CASE("a stage that waits past dist.timeout_s for its neighbour names the stage, the microbatch and the neighbour",
           "[pipeline][faults]") {
   TempDir dir;
-  // Rank 0 (stage 0) sleeps 5 s before each step: stage 1 waits for microbatch 0's activations.
-  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:5000 OMP_NUM_THREADS=1 " + bin("ddprun") +
+  // Rank 0 (stage 0) sleeps 15 s before each step: stage 1 waits for microbatch 0's activations.
+  // dist.timeout_s also bounds the ranks' meeting, which a loaded machine may take seconds for.
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:15000 OMP_NUM_THREADS=1 " + bin("ddprun") +
                          " --standalone --nproc-per-node 2 " + gpt_config(dir) + " --set run.output_dir=" +
-                         dir.file("out") + " --set dist.pipeline=2 --set dist.timeout_s=2 --set train.max_steps=5"
+                         dir.file("out") + " --set dist.pipeline=2 --set dist.timeout_s=6 --set train.max_steps=5"
                          " --set data.eval_split=none",
                      std::chrono::seconds(120));
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("rank 1: failed: pipeline stage 1 waited for the activations of microbatch 0 from stage 0 "
-                             "(dist.timeout_s 2)"));
+                             "(dist.timeout_s 6)"));
   CHECK(run_shell("pgrep -f '[d]dp-train.*" + dir.path() + "'").out.empty());
 }
 
