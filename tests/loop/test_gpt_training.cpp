@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "ddp/model/safetensors.h"
@@ -870,6 +871,30 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   REQUIRE(no_exchange.exit_code == 0);
   CHECK(fs::exists(out + "/model-00002-of-00002.safetensors"));
   CHECK(read_file(out + "/notes.txt") == "the user's");
+  for (const auto& entry : fs::directory_iterator(dir.file("out")))
+    CHECK(entry.path().filename().string().find(".export-") == std::string::npos);
+  // A SIGTERM while the files are written (the export waits at its first look, once its model
+  // files are staged): it stops there, and the earlier export is as it was, with nothing beside it.
+  auto files_of = [](const std::string& directory) {
+    std::map<std::string, std::string> files;
+    for (const auto& entry : fs::directory_iterator(directory))
+      files[entry.path().filename().string()] = read_file(entry.path().string());
+    return files;
+  };
+  const auto before_stop = files_of(out);
+  auto stopped = run_shell("DDPRUN_TEST_STOP_CHECK_DELAY=4000 " + bin("ddp-export") + " " + dir.file("out") +
+                               " --max-shard-size 50KB 2>" + dir.file("export.err") + " & P=$!; i=0; until ls " +
+                               dir.file("out") + "/.export-step-40.export-*/config.json >/dev/null 2>&1 || "
+                               "[ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; kill -TERM $P; wait $P; "
+                               "echo status=$?",
+                           std::chrono::seconds(120));
+  const std::string stopped_err = read_file(dir.file("export.err"));
+  INFO(stopped.out << stopped.err << stopped_err);
+  CHECK_THAT(stopped.out, Contains("status=143"));
+  CHECK(stopped_err == "ddp-export: stopping once the file in hand is written, and removing the export's own (again "
+                       "to stop at once)\nddp-export: stopped: by SIGTERM; the export's files are removed, and -o is "
+                       "as it was\n");
+  CHECK(files_of(out) == before_stop);
   for (const auto& entry : fs::directory_iterator(dir.file("out")))
     CHECK(entry.path().filename().string().find(".export-") == std::string::npos);
 

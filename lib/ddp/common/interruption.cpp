@@ -4,7 +4,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace ddp {
 namespace {
@@ -60,7 +63,11 @@ void DeferredInterruption::end() {
 
 DeferredInterruption::~DeferredInterruption() { end(); }
 
+// Test hook: DDPRUN_TEST_STOP_CHECK_DELAY=MS waits that long before each look, a writer slow
+// between its files, so that a test can signal it there and see it stop.
 void stop_if_interrupted() {
+  static const char* delay = std::getenv("DDPRUN_TEST_STOP_CHECK_DELAY");
+  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
   if (int signal = g_signal.load()) throw Interrupted(signal, g_left);
 }
 
