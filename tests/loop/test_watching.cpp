@@ -63,7 +63,21 @@ std::string screenshot(const std::string& page, const std::string& png) {
       .out;
 }
 
-const char* const kNoChromium = "skipped: no chromium here (Debian's chromium; scripts/setup.sh installs it)";
+// Whether headless Chromium is here to render a page; where it is not, says the test skips.
+bool chromium_here() {
+  if (has("chromium")) return true;
+  WARN("skipped: no chromium here (Debian's chromium; scripts/setup.sh installs it)");
+  return false;
+}
+
+// How many pixels of the screenshot `png` are of the colour `hex` (a curve's, drawn or not).
+int pixels_of(const std::string& png, const std::string& hex) {
+  auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", png, hex}, std::chrono::seconds(120));
+  INFO(pixels.out << pixels.err);
+  std::smatch count;
+  REQUIRE(std::regex_search(pixels.out, count, std::regex(hex + " ([0-9]+)")));
+  return std::stoi(count[1]);
+}
 
 }  // namespace
 
@@ -115,10 +129,7 @@ TEST_CASE("the quick start's TensorBoard events hold every metrics.jsonl value, 
 
 TEST_CASE("the quick start's report renders in headless Chromium with curves and no console message",
           "[watch][report]") {
-  if (!has("chromium")) {
-    WARN(kNoChromium);
-    return;
-  }
+  if (!chromium_here()) return;
   TempDir dir;
   std::string out = trained_quickstart(dir);
   REQUIRE(fs::exists(out + "/report.html"));
@@ -133,15 +144,8 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
   REQUIRE(fs::exists(dir.file("report.png")));
   // The curves' colours (the first two of the palette), counted in the screenshot: a blank plot
   // area has none. Loss, evaluation, throughput, learning rate, all-reduce, per-rank charts.
-  auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", dir.file("report.png"), "1f77b4", "ff7f0e"},
-                            std::chrono::seconds(120));
-  INFO(pixels.out << pixels.err);
-  REQUIRE(pixels.exit_code == 0);
-  std::smatch blue, orange;
-  REQUIRE(std::regex_search(pixels.out, blue, std::regex("1f77b4 ([0-9]+)")));
-  REQUIRE(std::regex_search(pixels.out, orange, std::regex("ff7f0e ([0-9]+)")));
-  CHECK(std::stoi(blue[1]) > 3000);
-  CHECK(std::stoi(orange[1]) > 1000);
+  CHECK(pixels_of(dir.file("report.png"), "1f77b4") > 3000);
+  CHECK(pixels_of(dir.file("report.png"), "ff7f0e") > 1000);
   if (const char* keep = std::getenv("DDP_KEEP_SCREENSHOT")) fs::copy_file(dir.file("report.png"), keep,
                                                                          fs::copy_options::overwrite_existing);
 
@@ -168,10 +172,7 @@ TEST_CASE("the quick start's report renders in headless Chromium with curves and
 
 TEST_CASE("a report of 500k logged steps is a page of kilobytes that headless Chromium renders with its curves",
           "[watch][report]") {
-  if (!has("chromium")) {
-    WARN(kNoChromium);
-    return;
-  }
+  if (!chromium_here()) return;
   TempDir dir;
   fs::create_directories(dir.file("run"));
   {
@@ -187,20 +188,12 @@ TEST_CASE("a report of 500k logged steps is a page of kilobytes that headless Ch
   CHECK(fs::file_size(dir.file("big.html")) < 200 * 1024);
   CHECK(screenshot(dir.file("big.html"), dir.file("big.png")).empty());
   REQUIRE(fs::exists(dir.file("big.png")));
-  auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", dir.file("big.png"), "1f77b4"},
-                            std::chrono::seconds(120));
-  INFO(pixels.out << pixels.err);
-  std::smatch blue;
-  REQUIRE(std::regex_search(pixels.out, blue, std::regex("1f77b4 ([0-9]+)")));
-  CHECK(std::stoi(blue[1]) > 3000);
+  CHECK(pixels_of(dir.file("big.png"), "1f77b4") > 3000);
 }
 
 TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headless Chromium, legends that fit",
           "[watch][report]") {
-  if (!has("chromium")) {
-    WARN(kNoChromium);
-    return;
-  }
+  if (!chromium_here()) return;
   TempDir dir;
   for (const auto& [name, lr] : {std::pair{"a", "0.05"}, std::pair{"b_a_second_run_with_a_long_name", "0.01"}}) {
     auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2",
@@ -233,12 +226,7 @@ TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headle
   // The second run's colour (the palette's second) appears only where its curves are drawn.
   auto orange = [&](const std::string& page) {
     screenshot(dir.file(page), dir.file(page + ".png"));
-    auto pixels = run_command({"/usr/bin/python3", kSupport + "png_colors.py", dir.file(page + ".png"), "ff7f0e"},
-                              std::chrono::seconds(120));
-    INFO(pixels.out << pixels.err);
-    std::smatch count;
-    REQUIRE(std::regex_search(pixels.out, count, std::regex("ff7f0e ([0-9]+)")));
-    return std::stoi(count[1]);
+    return pixels_of(dir.file(page + ".png"), "ff7f0e");
   };
   int alone = orange("one.html"), overlaid = orange("both.html");
   INFO("orange pixels: one run " << alone << ", two runs " << overlaid);
