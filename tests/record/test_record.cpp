@@ -602,7 +602,8 @@ TEST_CASE("a line of 500k points is thinned to what it draws: a page of kilobyte
                        [](const auto& a, const auto& b) { return a.first < b.first; }));
 }
 
-TEST_CASE("a chart's y tick labels of 7 digits move the plot right, clear of the axis name", "[record][report]") {
+TEST_CASE("a chart's y tick labels of 7 digits move the plot right, clear of the axis name, and its title and "
+          "legend with it", "[record][report]") {
   ChartSeries rate{"tokens/s", chart_color(0), false, {{1, 1234567.0}, {2, 1234999.0}}};
   std::string svg = svg_line_chart("throughput", "step", "tokens/s", {rate});
   std::smatch tick;
@@ -617,6 +618,12 @@ TEST_CASE("a chart's y tick labels of 7 digits move the plot right, clear of the
   }
   CHECK(labels >= 3);
   CHECK_THAT(svg, Contains(">1234600</text>") || Contains(">1234800</text>"));
+  // The title and the legend start where the moved plot does.
+  std::smatch frame;
+  REQUIRE(std::regex_search(svg, frame, std::regex("<rect x=\"([0-9.]+)\"")));
+  CHECK(std::stod(frame[1]) > 64);
+  CHECK_THAT(svg, Contains("<text x=\"" + frame[1].str() + "\" y=\"20\" class=\"title\">throughput</text>") &&
+                      Contains("<line x1=\"" + frame[1].str() + "\""));
   // A short label keeps the usual frame.
   CHECK_THAT(svg_line_chart("loss", "step", "loss", {{"run", chart_color(0), false, {{1, 2.0}, {2, 1.5}}}}),
              Contains("<rect x=\"64\""));

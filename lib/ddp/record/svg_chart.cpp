@@ -29,11 +29,12 @@ std::string number(double v, double step) {
   return fmt::format("{:.{}g}", v, digits);
 }
 
-std::string open_svg(const std::string& title) {
+// The title starts where the plot does (`left`), above its legend.
+std::string open_svg(const std::string& title, double left = kLeft) {
   return fmt::format(R"(<svg class="chart" viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">)"
                      R"(<rect width="100%" height="100%" fill="#fff"/>)"
                      R"(<text x="{}" y="20" class="title">{}</text>)",
-                     kWidth, kHeight, kWidth, kHeight, html_escape(title), kLeft, html_escape(title));
+                     kWidth, kHeight, kWidth, kHeight, html_escape(title), left, html_escape(title));
 }
 
 std::string no_data(const std::string& title) {
@@ -154,9 +155,10 @@ std::vector<std::pair<double, double>> thinned(const std::vector<std::pair<doubl
   return kept;
 }
 
-std::pair<std::string, double> legend(const std::vector<ChartSeries>& entries) {
+// The legend's rows from the plot's left edge; returns them and where the plot can start below.
+std::pair<std::string, double> legend(const std::vector<ChartSeries>& entries, double left) {
   std::string out;
-  double x = kLeft, y = 28, right = kWidth - kRight;
+  double x = left, y = 28, right = kWidth - kRight;
   int row = 0;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& entry = entries[i];
@@ -165,7 +167,7 @@ std::pair<std::string, double> legend(const std::vector<ChartSeries>& entries) {
     // On the last row an entry leaves room to say how many did not fit, unless it is the last.
     const bool last_row = row == kLegendRowsMax - 1;
     const double reserve = last_row && i + 1 < entries.size() ? kLegendMore : 0;
-    if (x > kLeft && x + width - 10 + reserve > right) {
+    if (x > left && x + width - 10 + reserve > right) {
       if (last_row) {  // the rest, named on hover: 128 ranks' lines would leave no plot
         std::string rest;
         for (std::size_t j = i; j < entries.size(); ++j) rest += (j == i ? "" : ", ") + entries[j].label;
@@ -173,7 +175,7 @@ std::pair<std::string, double> legend(const std::vector<ChartSeries>& entries) {
                            html_escape(rest), x, y + 9, entries.size() - i);
         break;
       }
-      x = kLeft, y += kLegendRow, ++row;
+      x = left, y += kLegendRow, ++row;
     }
     std::string whole = label == entry.label ? "" : "<title>" + html_escape(entry.label) + "</title>";  // on hover
     // The swatch is a stretch of the line as drawn, dashed or not: runs share a colour by run.
@@ -251,13 +253,13 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   std::vector<ChartSeries> entries;
   for (const auto& s : series)
     if (!s.points.empty()) entries.push_back({s.label, s.color, s.dashed, {}});
-  auto [legend_svg, top] = legend(entries);
   Scale xs = nice_scale(x0, x1), ys = nice_scale(y0, y1);
   double left = plot_left(ys), right = kWidth - kRight, bottom = kHeight - kBottom;
+  auto [legend_svg, top] = legend(entries, left);
   auto px = [&](double x) { return left + xs.fraction(x) * (right - left); };
   auto py = [&](double y) { return bottom - ys.fraction(y) * (bottom - top); };
 
-  std::string out = open_svg(title) + axes(left, top, xs, ys, true, x_label, y_label);
+  std::string out = open_svg(title, left) + axes(left, top, xs, ys, true, x_label, y_label);
   for (const auto& s : series) {
     // A line for each run of drawable points: a value not drawn breaks it, rather than a straight
     // line across hiding it; a run of one point has no line, and is marked.
@@ -296,7 +298,7 @@ std::string svg_box_chart(const std::string& title, const std::string& y_label, 
   double right = kWidth - kRight, bottom = kHeight - kBottom;
   auto py = [&](double y) { return bottom - ys.fraction(y) * (bottom - kTop); };
   const double left = plot_left(ys);
-  std::string out = open_svg(title) + axes(left, kTop, Scale{0, 1, {}, 0}, ys, false, "", y_label);
+  std::string out = open_svg(title, left) + axes(left, kTop, Scale{0, 1, {}, 0}, ys, false, "", y_label);
   double slot = (right - left) / static_cast<double>(boxes.size());
   // Labels that would run together (16 ranks: "rank 0rank 1...") are written every few boxes.
   std::size_t widest = 0;
