@@ -214,14 +214,14 @@ namespace {
 // Two one-worker nodes on this host, with `environment` on both; once both workers run, a Python
 // TCPStore client from outside the job sets the failure key of attempt 0 to a value with a terminal
 // escape sequence. The workers stay until both launchers have read it (their stderr is collected
-// in a file the workers watch, at most 20 s): a fixed sleep let a slow `import torch` on a loaded
+// in a file the workers watch, at most 60 s): a fixed sleep let a slow `import torch` on a loaded
 // machine find the job over. The output ends with "statuses=A,B" (node 0's and node 1's exit codes).
 CommandResult two_nodes_with_forged_failure(const std::string& environment, const TempDir& dir) {
   std::string port = std::to_string(free_port());
   const std::string err = dir.file("launchers.err");
   std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
                        "'touch " + dir.path() + "/up.$RANK; env | grep -c DDPRUN_RDZV_SECRET; i=0; "
-                       "while [ $(grep -c \"failure in the rendezvous store\" " + err + ") -lt 2 ] && [ $i -lt 400 ]; "
+                       "while [ $(grep -c \"failure in the rendezvous store\" " + err + ") -lt 2 ] && [ $i -lt 1200 ]; "
                        "do sleep 0.05; i=$((i+1)); done' 2>> " + err;
   write_file(dir.file("forge.py"), "import sys, datetime, torch.distributed as d\n"
                                    "s = d.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False,\n"
@@ -232,7 +232,7 @@ CommandResult two_nodes_with_forged_failure(const std::string& environment, cons
                        "/up.0 ] || [ ! -e " + dir.path() + "/up.1 ]; do sleep 0.05; done; /usr/bin/python3 " +
                        dir.file("forge.py") + " " + port + " \"$(printf '1 f \\033]2;owned\\007 forged')\"; wait $A; "
                        "a=$?; wait $B; b=$?; cat " + err + " >&2; echo statuses=$a,$b",
-                   std::chrono::seconds(60));
+                   std::chrono::seconds(120));
 }
 
 }  // namespace

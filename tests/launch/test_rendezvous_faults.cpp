@@ -281,17 +281,18 @@ TEST_CASE("node 0 whose peers never arrive names them, and a node whose node 0 g
           "[launch][rendezvous]") {
   TempDir dir;
   std::string port = std::to_string(free_port());
-  // Node 0 waits 3 s for a third node that never comes; node 1 joined and waits with it, and would
-  // meet the harness's limit before its own --rdzv-timeout if it did not hear that node 0 gave up.
+  // Node 0 waits 10 s for a third node that never comes (node 1, loading LibTorch's store, may take
+  // seconds to join it); node 1 joined and waits with it, and would meet the harness's limit before
+  // its own --rdzv-timeout if it did not hear that node 0 gave up.
   std::string common = " --nnodes 3 --nproc-per-node 1 --master-port " + port + " -- true";
   auto r = run_shell(ddprun() + " --node-rank 1 --rdzv-timeout 300" + common + " 2>" + dir.file("b.err") +
-                         " & B=$!; " + ddprun() + " --node-rank 0 --rdzv-timeout 3" + common + " 2>" +
+                         " & B=$!; " + ddprun() + " --node-rank 0 --rdzv-timeout 10" + common + " 2>" +
                          dir.file("a.err") + "; a=$?; wait $B; echo statuses=$a,$?",
                      std::chrono::seconds(60));
   std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
   INFO(r.out << "\nnode 0:\n" << a << "node 1:\n" << b);
   CHECK(count_lines(r.out, "statuses=2,2") == 1);
-  CHECK_THAT(a, Contains("timed out after 3 s waiting for node(s) 2 of 3"));
+  CHECK_THAT(a, Contains("timed out after 10 s waiting for node(s) 2 of 3"));
   CHECK_THAT(b, Contains("ddprun: error: lost the rendezvous at 127.0.0.1:" + port +
                          ": node 0's ddprun, which hosts it, went away"));
   CHECK_THAT(b, !Contains("internal error"));

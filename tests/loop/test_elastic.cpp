@@ -40,7 +40,7 @@ std::string node(const TempDir& dir, int port, const std::string& name, const st
                  const std::string& nnodes = "2:3") {
   return "OMP_NUM_THREADS=1 DDPRUN_RDZV_SECRET=s3cret TMPDIR=" + dir.file("tmp") + " " + bin("ddprun") +
          " --nnodes " + nnodes + " --rdzv-backend c10d --rdzv-endpoint " + host + ":" + std::to_string(port) +
-         " --rdzv-settle 3 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr node-" + name + " " +
+         " --rdzv-settle 5 --node-timeout 3 --shutdown-grace 5 --rdzv-timeout 60 --local-addr node-" + name + " " +
          extra + " " + what + " > " + dir.file(name + ".log") + " 2>&1";
 }
 
@@ -96,12 +96,13 @@ struct ElasticJob {
     fs::create_directories(dir.file("tmp"));
     expected = reference();
   }
-  // Shell: starts node `name` in the background, its pid in $`pid`. Rank 0 is slowed by 8 ms a step
-  // (DDPRUN_TEST_STEP_DELAY), so that the 820 steps after step 200 last over 6 s: whatever a test
+  // Shell: starts node `name` in the background, its pid in $`pid`. Rank 0 is slowed by 15 ms a step
+  // (DDPRUN_TEST_STEP_DELAY), so that the 820 steps after step 200 last over 12 s: whatever a test
   // does to a node then (a join, SIGKILL, SIGSTOP, SIGTERM) is seen mid-run, not as the job ends. CI
-  // saw both a join and a stopped store host, on a loaded machine, land in the job's last steps.
+  // saw both a join and a stopped store host, on a loaded machine, land in the job's last steps
+  // (with 8 ms: a joiner's start, or noticing a stopped host, can take most of 6 s there).
   std::string start(const std::string& name, const std::string& pid, const std::string& extra = "") const {
-    return "DDPRUN_TEST_STEP_DELAY=0:8 " + node(dir, port, name, training(out), extra) + " & " + pid + "=$!; ";
+    return "DDPRUN_TEST_STEP_DELAY=0:15 " + node(dir, port, name, training(out), extra) + " & " + pid + "=$!; ";
   }
   // Shell: nodes a (first: it hosts the store, so it is node 0 of every round), b and c, until step 200 is saved.
   std::string three_running() const {

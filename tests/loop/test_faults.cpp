@@ -132,15 +132,17 @@ TEST_CASE("SIGUSR1 (Slurm's --signal=USR1@N) to ddprun, or to a ddp-train task, 
 }
 
 TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, naming that rank", "[faults]") {
+  TempDir ready, ready_onward;
   auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "2", "--", bin("ddp-test-collective-worker"),
-                        "--skip-rank", "1", "--skip-at", "3", "--timeout", "3"},
+                        "--skip-rank", "1", "--skip-at", "3", "--timeout", "3", "--ready-dir", ready.path()},
                        std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("all_reduce #3 at step 3 failed on rank 0 after 3 s: never arrived: rank 1"));
 
   auto onward = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "3", "--", bin("ddp-test-collective-worker"),
-                             "--skip-rank", "2", "--skip-at", "2", "--timeout", "3", "--continue"},
+                             "--skip-rank", "2", "--skip-at", "2", "--timeout", "3", "--continue", "--ready-dir",
+                             ready_onward.path()},
                             std::chrono::seconds(60));
   INFO(onward.out << onward.err);
   CHECK(onward.exit_code == 1);
@@ -163,8 +165,10 @@ TEST_CASE("a rank that fails is named by its last collective, not by a count pub
 
 TEST_CASE("a rank that skips an all-reduce of a sub-group is named by its world rank, at the trainer's step", "[faults]") {
   // Groups {0, 2} and {1, 3}, as a mesh dimension's: rank 3 is position 1 of rank 1's group.
+  TempDir ready;
   auto r = run_command({bin("ddprun"), "--standalone", "--nproc-per-node", "4", "--", bin("ddp-test-collective-worker"),
-                        "--group-stride", "2", "--skip-rank", "3", "--skip-at", "3", "--timeout", "3"},
+                        "--group-stride", "2", "--skip-rank", "3", "--skip-at", "3", "--timeout", "3", "--ready-dir",
+                        ready.path()},
                        std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
@@ -174,8 +178,9 @@ TEST_CASE("a rank that skips an all-reduce of a sub-group is named by its world 
 
 TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that skips one or leaves is named", "[faults][shm]") {
   auto worker = [](std::vector<std::string> extra) {
+    TempDir ready;
     std::vector<std::string> argv{bin("ddprun"), "--standalone", "--nproc-per-node", "3", "--",
-                                  bin("ddp-test-collective-worker"), "--shared-memory"};
+                                  bin("ddp-test-collective-worker"), "--shared-memory", "--ready-dir", ready.path()};
     if (std::find(extra.begin(), extra.end(), "--timeout") == extra.end()) extra.insert(extra.end(), {"--timeout", "3"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     return run_command(argv, std::chrono::seconds(60));
@@ -435,14 +440,14 @@ TEST_CASE("images of the wrong size and ranks out of range are clear errors", "[
 TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finishes, checkpoints and exits 0 "
           "(issue 22, item 7)",
           "[faults][checkpoint]") {
-  // Rank 0's evaluations take 9 s, three times --stall-timeout; rank 1 waits for it in the eval's
-  // all-reduce. Both beat while they do. Before, the heartbeat came only after steps: the run was
-  // stopped as stalled.
+  // Rank 0's evaluations take 12 s, more than twice --stall-timeout; rank 1 waits for it in the
+  // eval's all-reduce. Both beat while they do. Before, the heartbeat came only after steps: the run
+  // was stopped as stalled. (5 s, not less: the run's end, model.pt and the report, has no beat.)
   TempDir dir;
   std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=20", "checkpoint.every_steps=10",
                                 "eval.every_steps=10", "eval.at_start=false"};
-  auto r = run_shell("DDPRUN_TEST_EVAL_DELAY=0:9000 " +
-                         ddprun_command(2, "synthetic_mlp.yaml", sets, "--stall-timeout 3 --max-restarts 1"),
+  auto r = run_shell("DDPRUN_TEST_EVAL_DELAY=0:12000 " +
+                         ddprun_command(2, "synthetic_mlp.yaml", sets, "--stall-timeout 5 --max-restarts 1"),
                      std::chrono::seconds(180));
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
@@ -450,6 +455,23 @@ TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finish
   CHECK_THAT(r.out, Contains("eval at step 10 ") && Contains("eval at step 20 "));
   CHECK(fs::exists(dir.file("run/checkpoints/step_0000000010.pt")));
   CHECK(fs::exists(dir.file("run/checkpoints/step_0000000020.pt")));
+  CHECK(fs::exists(dir.file("run/model.pt")));
+}
+
+TEST_CASE("a run's end longer than --stall-timeout is progress: a slow model.pt does not stop a finished run",
+          "[faults][checkpoint]") {
+  // Rank 0 takes 12 s over the run's end (its model.pt, as a large model's would); rank 1 waits for
+  // it in the last barrier. Before, neither beat there: the run was stopped as stalled at its end.
+  TempDir dir;
+  auto r = run_shell("DDPRUN_TEST_END_DELAY=0:12000 " +
+                         ddprun_command(2, "synthetic_mlp.yaml",
+                                        {"run.output_dir=" + dir.file("run"), "train.max_steps=5",
+                                         "data.eval_split=none"},
+                                        "--stall-timeout 5"),
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, !Contains("made no progress"));
   CHECK(fs::exists(dir.file("run/model.pt")));
 }
 

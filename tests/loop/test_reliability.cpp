@@ -351,10 +351,10 @@ TEST_CASE("ranks started by hand with different world sizes are told what differ
   std::string port = std::to_string(free_port());
   std::string worker = "OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
                        "/configs/synthetic_mlp.yaml --set run.output_dir=" + dir.file("out") +
-                       " --set dist.timeout_s=5 --set data.eval_split=none --master-port " + port;
+                       " --set dist.timeout_s=15 --set data.eval_split=none --master-port " + port;
   auto r = run_shell(worker + " --rank 1 --world-size 3 & B=$!; " + worker + " --rank 0 --world-size 2; A=$?; wait $B; "
                          "echo statuses=$A,$?",
-                     std::chrono::seconds(60));
+                     std::chrono::seconds(90));
   INFO(r.out << r.err);
   CHECK_THAT(r.err, Contains("ddp-train: rank 1: error: rank 1 was started with WORLD_SIZE 3, rank 0 with 2; start "
                              "every rank with the same world size"));

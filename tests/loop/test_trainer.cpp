@@ -500,14 +500,25 @@ TEST_CASE("a single-node trainer run listens on loopback only", "[trainer][expos
   std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
                         config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out +
                         " --set train.max_steps=100000 --set data.eval_split=none --set train.log_every=5";
-  auto r = run_shell(command + " > " + dir.file("log") + " 2>&1 & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; "
-                         "i=$((i+1)); done; pgrep -f '[d]dp-train.*" + out + "'; echo launcher $L",
-                     std::chrono::seconds(60));
+  auto r = run_shell(command + " > " + dir.file("log") + " 2>&1 & L=$!; i=0; while [ ! -s " + out +
+                         "/metrics.jsonl ] && [ $i -lt 1800 ]; do sleep 0.05; i=$((i+1)); done; pgrep -f "
+                         "'[d]dp-train.*" + out + "'; echo launcher $L",
+                     std::chrono::seconds(120));
   std::vector<int> pids;
+  int launcher = 0;
   std::istringstream lines(r.out);
   std::string word;
   while (lines >> word)
-    if (word != "launcher") pids.push_back(std::stoi(word));
+    word == "launcher" ? void(lines >> launcher) : pids.push_back(std::stoi(word));
+  // The run's 100000 steps end with the test, whichever check stops it: its watchdog takes the
+  // workers down with the launcher.
+  struct KillAtEnd {
+    int pid;
+    ~KillAtEnd() {
+      if (pid > 0) kill(pid, SIGKILL);
+    }
+  } stop{launcher};
+  pids.push_back(launcher);
   REQUIRE(pids.size() == 3);  // two workers and the launcher
   // A control: this test's own socket on every interface must be seen and flagged.
   int control = socket(AF_INET, SOCK_STREAM, 0);
@@ -518,7 +529,6 @@ TEST_CASE("a single-node trainer run listens on loopback only", "[trainer][expos
   pids.push_back(getpid());
   auto addresses = listening_addresses(pids);
   close(control);
-  kill(pids[2], SIGKILL);  // the launcher; its watchdog takes the workers down
   REQUIRE(std::count(addresses.begin(), addresses.end(), "00000000") == 1);
   int exposed = 0;
   for (const auto& address : addresses) exposed += !is_loopback_hex(address);

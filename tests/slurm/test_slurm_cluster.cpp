@@ -222,7 +222,8 @@ TEST_CASE("a rank that fails on the second node fails the job, named with its ho
       config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out + " " + kShort + ") || exit 1; " +
       "i=0; while ! grep -q 'step 20/200' " + cluster.file("job.out") + " 2>/dev/null && [ $i -lt 2400 ]; do " +
       "sleep 0.05; i=$((i+1)); done; pid=" + rank_pid(out, 3) + "; echo killing rank 3: $pid; kill -KILL $pid; " +
-      "echo job: $(wait_job $job); sleep 1; echo left: $(pgrep -f '[d]dp-train.*" + out + "' | wc -l)");
+      "echo job: $(wait_job $job); i=0; while pgrep -f '[d]dp-train.*" + out + "' >/dev/null && [ $i -lt 100 ]; do "
+      "sleep 0.1; i=$((i+1)); done; echo left: $(pgrep -f '[d]dp-train.*" + out + "' | wc -l)");
   std::string log = read_file(cluster.file("job.out"));
   INFO(r.out << r.err << log);
   CHECK_THAT(r.out, Contains("job: JobState=FAILED Restarts=0 ExitCode=137:0"));
@@ -313,7 +314,8 @@ TEST_CASE("an elastic job under Slurm: a second job's srun on another node joins
                              std::chrono::seconds(120));
   REQUIRE(reference.exit_code == 0);
   std::string out = cluster.file("run");
-  std::string elastic = "env OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint n1:" +
+  // Rank 0 slowed by 15 ms a step: the second srun's start and join land mid-run on a loaded machine.
+  std::string elastic = "env OMP_NUM_THREADS=1 DDPRUN_TEST_STEP_DELAY=0:15 " + bin("ddprun") + " --nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint n1:" +
                         std::to_string(free_port()) + " --rdzv-id elastic-test --rdzv-settle 1 --node-timeout 3 --rdzv-timeout 30 " +
                         training(out);
   // Two jobs, one node each: the first starts alone (MIN 1), the second joins it mid-run.

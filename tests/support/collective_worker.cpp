@@ -4,12 +4,18 @@
 // With --shared-memory the all-reduces go through the gradients' shared-memory path, and grow
 // across several of its chunks. With --group-stride K they run in sub-groups of the ranks equal
 // modulo K (as a mesh dimension's groups), the step set on the world's tracker as the trainer does.
+// With --ready-dir DIR the ranks wait (up to a minute) until each has made its file there before
+// they connect: --timeout bounds the meeting too, and processes loading LibTorch on a busy machine
+// may start seconds apart.
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +45,7 @@ int main(int argc, char** argv) {
   int group_stride = 0;
   bool go_on = false, exit_early = false, shared_memory = false;
   double timeout_s = 3;
+  std::string ready_dir;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--skip-rank") skip_rank = std::atoi(argv[++i]);
@@ -48,9 +55,17 @@ int main(int argc, char** argv) {
     if (arg == "--exit") exit_early = true;
     if (arg == "--shared-memory") shared_memory = true;
     if (arg == "--group-stride") group_stride = std::atoi(argv[++i]);
+    if (arg == "--ready-dir") ready_dir = argv[++i];
   }
   try {
     ddp::WorkerIdentity env = ddp::worker_identity_from_environment();
+    if (!ready_dir.empty()) {
+      std::ofstream(ready_dir + "/" + std::to_string(env.rank));
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (std::distance(std::filesystem::directory_iterator(ready_dir), {}) < env.world_size &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     ddp::DistConfig config;
     config.timeout_s = timeout_s;
     ddp::Communicator world = ddp::connect(env, config);

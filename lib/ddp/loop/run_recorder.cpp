@@ -28,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Test hooks: DDPRUN_TEST_STEP_DELAY=RANK:MS slows that rank by MS per step (the straggler the
-// monitor's tests need), DDPRUN_TEST_EVAL_DELAY=RANK:MS each evaluation (a long one, for the stall check's).
+// monitor's tests need), DDPRUN_TEST_EVAL_DELAY=RANK:MS each evaluation (a long one, for the stall check's),
+// DDPRUN_TEST_END_DELAY=RANK:MS the run's end (a slow model.pt, for the stall check's too).
 double test_delay_ms(const char* variable, int rank) {
   const char* value = std::getenv(variable);
   if (!value) return 0;
@@ -115,7 +116,8 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
       test_step_delay_ms_(test_delay_ms("DDPRUN_TEST_STEP_DELAY", world.rank)),
       test_eval_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_DELAY", world.rank)),
       test_fail_step_(test_fail_step(world.rank)),
-      test_eval_batch_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_BATCH_DELAY", world.rank)) {
+      test_eval_batch_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_BATCH_DELAY", world.rank)),
+      test_end_delay_ms_(test_delay_ms("DDPRUN_TEST_END_DELAY", world.rank)) {
   const char* progress = std::getenv(env::kProgress);
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
   if (world_.rank != 0) return;
@@ -180,6 +182,12 @@ void RunRecorder::step_begins(const TrainProgress& progress) {
 
 std::unique_ptr<HeartbeatPulse> RunRecorder::pulse(const TrainProgress& progress) const {
   return std::make_unique<HeartbeatPulse>(heartbeat_, progress.step);
+}
+
+std::unique_ptr<HeartbeatPulse> RunRecorder::run_ends(const TrainProgress& progress) const {
+  auto beating = pulse(progress);
+  sleep_ms(test_end_delay_ms_);
+  return beating;
 }
 
 void RunRecorder::step_ends(const TrainProgress& progress, const StepStats& step, double data_waited_ms,

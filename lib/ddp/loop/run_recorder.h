@@ -67,6 +67,9 @@ class RunRecorder {
   /// Heartbeats for `progress` while the result lives: for work every rank takes part in that
   /// shows no step (a checkpoint), so that --stall-timeout does not take it for a hang.
   std::unique_ptr<HeartbeatPulse> pulse(const TrainProgress& progress) const;
+  /// As the run ends (model.pt, the report): a pulse too, since the other ranks wait for the writer
+  /// in the last barrier, and a large model's files take a while.
+  std::unique_ptr<HeartbeatPulse> run_ends(const TrainProgress& progress) const;
   /// Around an evaluation: its time is not training time, and it counts as progress (a pulse).
   void eval_begins(const TrainProgress& progress);
   /// After each of this rank's `done` eval batches of `total`: on rank 0 the count and ETA, on the
@@ -158,6 +161,7 @@ class RunRecorder {
   double test_eval_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_DELAY: a long evaluation for the stall check's
   int64_t test_fail_step_ = -1;    // DDPRUN_TEST_FAIL_AT_STEP: a rank that throws, for the failure tests
   double test_eval_batch_delay_ms_ = 0;  // DDPRUN_TEST_EVAL_BATCH_DELAY: a slow evaluation, batch by batch
+  double test_end_delay_ms_ = 0;  // DDPRUN_TEST_END_DELAY: a slow writer of the run's end
   Clock::time_point last_eval_log_;  // rank 0, not at a terminal: the last "evaluating" log line
   bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
   Clock::time_point last_progress_line_;

@@ -582,6 +582,9 @@ int Trainer::stop_after_checkpoint() {
 }
 
 void Trainer::finish() {
+  // The writer's model.pt is progress: a large model's took longer than --stall-timeout, while the
+  // other ranks waited silent in the last barrier, and a finished run was stopped as stalled.
+  auto pulse = recorder_->run_ends(progress_);
   recorder_->log_last_steps(progress_);  // a loss that is no number stops the run before model.pt
   MetricsRecord measured = parallel_->step->report();  // every rank takes part
   if (!measured.empty()) {
