@@ -248,6 +248,14 @@ struct SleepingNodes {
     return found[1];
   }
   std::string log(const std::string& name) const { return read_file(dir.file(name + ".log")); }
+  // Node 2, the one of b and c that is not node 1: its log, and node 1's address.
+  struct Survivor {
+    std::string log, node_1_address;
+  };
+  Survivor survivor(const std::string& out) const {
+    const bool b_is_node_1 = node_1(out) == "b";
+    return {log(b_is_node_1 ? "c" : "b"), b_is_node_1 ? "127.0.0.2" : "127.0.0.3"};
+  }
   bool sleepers_left() const { return !run_shell("pgrep -f '" + dir.file("sleeper") + "[.]sh'").out.empty(); }
 };
 
@@ -259,9 +267,7 @@ TEST_CASE("elastic: node 0 and node 1 both SIGKILLed: node 2 says node 1, which 
   // --rdzv-timeout 200 outlasts the shell's 150 s: a node that waited it out would end no line here.
   auto r = run_shell(job.running("--shutdown-grace 2 --rdzv-timeout 200") + "kill -KILL $A $L; wait $S; echo status=$?",
                      std::chrono::seconds(150));
-  const std::string node_1 = SleepingNodes::node_1(r.out);
-  const std::string log = job.log(node_1 == "b" ? "c" : "b");
-  const std::string node_1_address = node_1 == "b" ? "127.0.0.2" : "127.0.0.3";
+  const auto [log, node_1_address] = job.survivor(r.out);
   INFO(r.out << r.err << "\n--- survivor:\n" << log);
   CHECK(count_lines(r.out, "status=2") == 1);
   const std::string store = "127.0.0.1:" + std::to_string(job.port);
@@ -286,9 +292,7 @@ TEST_CASE("elastic: SIGTERM to node 2 while it waits for node 1's new store: it 
                          "kill -KILL $A $L; i=0; until grep -q 'waiting up to' " + logs + " || [ $i -ge 1200 ]; do "
                          "sleep 0.05; i=$((i+1)); done; kill -TERM $S; wait $S; echo status=$?",
                      std::chrono::seconds(150));
-  const std::string node_1 = SleepingNodes::node_1(r.out);
-  const std::string log = job.log(node_1 == "b" ? "c" : "b");
-  const std::string node_1_address = node_1 == "b" ? "127.0.0.2" : "127.0.0.3";
+  const auto [log, node_1_address] = job.survivor(r.out);
   INFO(r.out << r.err << "\n--- survivor:\n" << log);
   CHECK(count_lines(r.out, "status=143") == 1);
   CHECK_THAT(log, Contains("node 0 (127.0.0.1), which hosted the rendezvous store at 127.0.0.1:" +
