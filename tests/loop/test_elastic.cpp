@@ -33,7 +33,7 @@ std::string training(const std::string& out) {
 
 // One node's launcher of a 2:3 job (or `nnodes`) at `port` of `host`, output to DIR/NODE.log (in the
 // background: `&` follows). Nodes b and c start together, and the tests expect both in round 0: a
-// settle of 3 s lets the later one in even when a loaded machine starts it a second late (with 1 s,
+// settle of 5 s lets the later one in even when a loaded machine starts it seconds late (with 1 s,
 // CI once saw c join in round 1). A round of all three closes at once, so only two-node rounds wait.
 std::string node(const TempDir& dir, int port, const std::string& name, const std::string& what,
                  const std::string& extra = "", const std::string& host = "127.0.0.1",

@@ -442,7 +442,7 @@ TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finish
           "[faults][checkpoint]") {
   // Rank 0's evaluations take 12 s, more than twice --stall-timeout; rank 1 waits for it in the
   // eval's all-reduce. Both beat while they do. Before, the heartbeat came only after steps: the run
-  // was stopped as stalled. (5 s, not less: the run's end, model.pt and the report, has no beat.)
+  // was stopped as stalled.
   TempDir dir;
   std::vector<std::string> sets{"run.output_dir=" + dir.file("run"), "train.max_steps=20", "checkpoint.every_steps=10",
                                 "eval.every_steps=10", "eval.at_start=false"};
@@ -461,7 +461,7 @@ TEST_CASE("an evaluation longer than --stall-timeout is progress: the run finish
 TEST_CASE("a run's end longer than --stall-timeout is progress: a slow model.pt does not stop a finished run",
           "[faults][checkpoint]") {
   // Rank 0 takes 12 s over the run's end (its model.pt, as a large model's would); rank 1 waits for
-  // it in the last barrier. Before, neither beat there: the run was stopped as stalled at its end.
+  // it in the end's collectives. Before, neither beat there: the run was stopped as stalled at its end.
   TempDir dir;
   auto r = run_shell("DDPRUN_TEST_END_DELAY=0:12000 " +
                          ddprun_command(2, "synthetic_mlp.yaml",

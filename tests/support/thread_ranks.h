@@ -2,6 +2,7 @@
 // Ranks as threads of the test process, meeting through a FileStore: the cheap way to test an
 // engine's collectives in-process (pytorch's ProcessGroupGlooTest; STYLE.md "Tests, again").
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -27,24 +28,16 @@ inline Communicator connect_thread_rank(int rank, int world_size, const std::str
   return connect(env, config);
 }
 
-/// Waits (up to a minute) until every rank of `group` came here. A rank whose body ended at once
-/// would otherwise close its connections while a starved peer still made its own, failing that
-/// peer's connect with no cause of the test's (a refusal checked on rank 0 came back "" in CI).
-inline void leave_together(const Communicator& group) {
-  const std::string key = "ddp/test/left";
-  group.store->add(key, 1);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (group.store->add(key, 0) < group.world_size && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-}
-
 /// Runs `body(rank, group)` on `world_size` threads, each its own rank of one Gloo group; returns
 /// each rank's error ("" for none), so that a rank that throws fails the test, named. No rank's
-/// group goes before every body ended, whether it threw or not.
+/// group goes before every rank ended (up to a minute), whether it threw or not: a rank whose body
+/// ended at once would close its connections while a starved peer still made its own, failing that
+/// peer's connect with no cause of the test's (a refusal checked on rank 0 came back "" in CI).
 inline std::vector<std::string> run_ranks(int world_size,
                                           const std::function<void(int rank, const Communicator& group)>& body) {
   TempDir store;
   std::vector<std::string> errors(static_cast<std::size_t>(world_size));
+  std::atomic<int> ended{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r)
     threads.emplace_back([&, r] {
@@ -55,7 +48,10 @@ inline std::vector<std::string> run_ranks(int world_size,
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
-      if (group) leave_together(*group);
+      ++ended;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (ended.load() < world_size && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     });
   for (auto& thread : threads) thread.join();
   return errors;

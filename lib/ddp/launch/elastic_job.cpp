@@ -33,7 +33,7 @@ class ElasticJob : public JobMembership {
         return std::nullopt;
       }
       auto taken = rendezvous_.take_over_store(/*round_failed=*/restarting_from_.has_value(), signals.check());
-      if (!taken && signals.signal()) {
+      if (!taken && signals.signalled()) {  // read now: it may have come after the wait, in the store's calls
         exit_status = left_waiting_for_store(signals);
         return std::nullopt;
       }
@@ -87,7 +87,7 @@ class ElasticJob : public JobMembership {
                  int& exit_status) override {
     if (outcome.membership && outcome.membership->kind == MembershipChange::Kind::kStoreLost) {
       auto taken = rendezvous_.take_over_store(/*round_failed=*/false, signals.check());
-      if (!taken && signals.signal()) {
+      if (!taken && signals.signalled()) {
         exit_status = left_waiting_for_store(signals);
         return Settled::kExit;
       }
