@@ -480,14 +480,11 @@ void ElasticRendezvous::leave(const std::string& why) {
 std::optional<std::vector<bool>> ElasticRendezvous::members_leaving() {
   try {
     std::vector<bool> leaving;
-    std::vector<std::string> asked;
     auto read = [&] {
-      leaving.clear(), asked.clear();
-      for (const auto& m : members_) {
-        const bool me = m.launcher == launcher_;
-        leaving.push_back(me || store_->check(round_key(round_, "leaving/" + std::to_string(m.launcher))));
-        if (!me) asked.push_back(round_key(round_, "asked/" + std::to_string(m.launcher)));
-      }
+      leaving.clear();
+      for (const auto& m : members_)
+        leaving.push_back(m.launcher == launcher_ ||
+                          store_->check(round_key(round_, "leaving/" + std::to_string(m.launcher))));
     };
     read();
     // Others leave too (scancel, a drain of several nodes): signals sent at once are taken a moment
@@ -497,7 +494,13 @@ std::optional<std::vector<bool>> ElasticRendezvous::members_leaving() {
       read();
     }
     store_->set(round_key(round_, "asked/" + std::to_string(launcher_)), "1");
-    if (hosts_store_ && std::count(leaving.begin(), leaving.end(), true) == static_cast<long>(leaving.size())) {
+    // The store host keeps its store until the other leaving nodes have asked too: leaving first, it
+    // took the answer with it (node 1, leaving with node 0, ended with no word of the others).
+    std::vector<std::string> asked;
+    for (std::size_t i = 0; i < members_.size(); ++i)
+      if (leaving[i] && members_[i].launcher != launcher_)
+        asked.push_back(round_key(round_, "asked/" + std::to_string(members_[i].launcher)));
+    if (hosts_store_ && !asked.empty()) {
       const double within_s = options_.shutdown_grace_s + options_.node_timeout_s;
       try {
         store_->wait(asked, std::chrono::milliseconds(static_cast<int64_t>(within_s * 1000)));

@@ -43,8 +43,8 @@ class ElasticRendezvous : public Rendezvous {
   void leave(const std::string& why);
   /// After leave(), as this node's workers have stopped: which of the round's members (by node
   /// rank, this one included) said they leave (scancel signals every node at once); nullopt when the
-  /// store cannot tell. When all leave, the store's host keeps it until the others have asked too
-  /// (up to --shutdown-grace and --node-timeout), rather than close it under them.
+  /// store cannot tell. The store's host keeps it until the other leaving nodes have asked too (up
+  /// to --shutdown-grace and --node-timeout), rather than close it under them.
   std::optional<std::vector<bool>> members_leaving();
   int members() const { return static_cast<int>(members_.size()); }
 
