@@ -486,13 +486,10 @@ std::optional<std::vector<bool>> ElasticRendezvous::members_leaving() {
         leaving.push_back(m.launcher == launcher_ ||
                           store_->check(round_key(round_, "leaving/" + std::to_string(m.launcher))));
     };
+    // Others may leave too (scancel, a drain of several nodes), and signals sent at once are taken
+    // apart, seconds apart on a loaded machine: a look 2 s on. The last to look sees every mark.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     read();
-    // Others leave too (scancel, a drain of several nodes): signals sent at once are taken a moment
-    // apart, so a second look.
-    if (std::count(leaving.begin(), leaving.end(), true) > 1) {
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      read();
-    }
     store_->set(round_key(round_, "asked/" + std::to_string(launcher_)), "1");
     // The store host keeps its store until the other leaving nodes have asked too: leaving first, it
     // took the answer with it (node 1, leaving with node 0, ended with no word of the others).
