@@ -118,8 +118,8 @@ TEST_CASE("shared memory a worker leaves behind is removed when it exits, howeve
   TempDir dir;
   const std::string done = dir.file("rank-0-done");
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                   "touch /dev/shm/ddprun-$$-left-behind && echo made $$; if [ $RANK = 1 ]; then i=0; until [ -e " +
-                       done + " ] || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done; kill -9 $$; fi; touch " + done +
+                   "touch /dev/shm/ddprun-$$-left-behind && echo made $$; if [ $RANK = 1 ]; then " +
+                       until_true("[ -e " + done + " ]", 30) + "kill -9 $$; fi; touch " + done +
                        "; exit 0"});
   INFO(r.out << r.err);
   std::regex made("made ([0-9]+)");
@@ -272,9 +272,8 @@ TEST_CASE("a launcher beyond --nnodes by arrival is refused with one line, and t
   TempDir dir;
   const std::string third_err = dir.file("third.err");
   std::string common = " --nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(free_port()) +
-                       " --rdzv-timeout 30 -- sh -c 'touch " + dir.path() + "/up.$RANK; i=0; while ! grep -q "
-                       "\"are taken\" " + third_err + " 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); "
-                       "done; echo rank=$RANK'";
+                       " --rdzv-timeout 30 -- sh -c 'touch " + dir.path() + "/up.$RANK; " +
+                       until_true("grep -q \"are taken\" " + third_err + " 2>/dev/null", 30) + "echo rank=$RANK'";
   auto r = run_shell(ddprun() + common + " & A=$!; " + ddprun() + common + " & B=$!; while [ ! -e " + dir.path() +
                          "/up.0 ] || [ ! -e " + dir.path() + "/up.1 ]; do sleep 0.05; done; " + ddprun() + common +
                          " 2> " + third_err + "; echo third=$?; cat " + third_err + " >&2; wait $A; a=$?; wait $B; "
@@ -343,9 +342,9 @@ CommandResult node_1_killed(const TempDir& dir, const std::string& sleeper, cons
                        "/up$RANK; if [ $RANK = 0 ]; then while [ ! -e " + dir.path() +
                        "/go ]; do sleep 0.05; done; exit 3; fi; " + sleeper + "'";
   return run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
-                       " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
-                       dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
-                       "i=$((i+1)); done; kill -KILL $B; wait $B; touch " + dir.path() + "/go; " + then,
+                       " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; " +
+                       until_true("[ -e " + dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ]", 20) +
+                       "kill -KILL $B; wait $B; touch " + dir.path() + "/go; " + then,
                    limit);
 }
 
@@ -354,9 +353,8 @@ TEST_CASE("node 0 waiting for a SIGKILLed node before closing the store stops wa
   TempDir dir;
   std::string sleeper = unique_sleep(31);
   auto r = node_1_killed(dir, sleeper,
-                         "i=0; until grep -q 'before closing the store' " + dir.file("a.err") +
-                             " || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $A; wait $A; "
-                             "echo status=$?",
+                         until_logged(dir.file("a.err"), "before closing the store", 30) +
+                             "kill -INT $A; wait $A; echo status=$?",
                          std::chrono::seconds(60));
   std::string a = read_file(dir.file("a.err"));
   INFO(r.out << r.err << "\n--- node 0:\n" << a);
@@ -396,9 +394,9 @@ TEST_CASE("Ctrl-C on one node stops the other as an interruption, not a failure:
   std::string common = " --nnodes 2 --master-port " + port + " --rdzv-timeout 30 -- sh -c 'touch " + dir.path() +
                        "/up$RANK; " + sleeper + "'";
   auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
-                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " +
-                         dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; " +
-                         "i=$((i+1)); done; kill -INT $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
+                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; " +
+                         until_true("[ -e " + dir.path() + "/up0 ] && [ -e " + dir.path() + "/up1 ]", 20) +
+                         "kill -INT $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
                      std::chrono::seconds(60));
   std::string b = read_file(dir.file("b.err"));
   INFO(r.out << r.err << "\n--- node 0:\n" << read_file(dir.file("a.err")) << "\n--- node 1:\n" << b);
@@ -420,9 +418,8 @@ TEST_CASE("a rank that stops at once for a node interrupted elsewhere is stopped
                        "/up0; while :; do sleep 0.02; done; fi; touch " + d + "/up1; while [ ! -e " + d + "/asked ]; "
                        "do sleep 0.01; done; exit 143'";
   auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
-                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; i=0; until [ -e " + d +
-                         "/up0 ] && [ -e " + d + "/up1 ] || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); done; " +
-                         "kill -TERM $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
+                         " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; " +
+                         until_true("[ -e " + d + "/up0 ] && [ -e " + d + "/up1 ]", 20) + "kill -TERM $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
                      std::chrono::seconds(60));
   std::string b = read_file(dir.file("b.err"));
   INFO(r.out << r.err << "\n--- node 0:\n" << read_file(dir.file("a.err")) << "\n--- node 1:\n" << b);
@@ -581,8 +578,8 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
   // while rank 0's copy was held until its exit, which makes rank 0 the first to fail.
   TempDir dir;
   auto held = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                      "if [ $RANK = 0 ]; then echo \"ddp-train: rank 0: error: optim.lr: expected a number\" >&2; "
-                      "i=0; while [ ! -e " + dir.path() + "/said.1 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                      "if [ $RANK = 0 ]; then echo \"ddp-train: rank 0: error: optim.lr: expected a number\" >&2; " +
+                      until_true("[ -e " + dir.path() + "/said.1 ]", 30) +
                       "sleep 3; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
                       "echo \"rank 1 goes on\" >&2; touch " + dir.path() + "/said.1; sleep 30; exit 2"});
   INFO(held.err);
@@ -594,8 +591,8 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
   // Messages that differ between ranks are each shown (both written before either rank exits).
   auto differing = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
                            "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; touch " +
-                               dir.path() + "/w.$RANK; i=0; while { [ ! -e " + dir.path() + "/w.0 ] || [ ! -e " +
-                               dir.path() + "/w.1 ]; } && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 2"});
+                               dir.path() + "/w.$RANK; " +
+                               until_true("[ -e " + dir.path() + "/w.0 ] && [ -e " + dir.path() + "/w.1 ]", 30) + "exit 2"});
   CHECK_THAT(differing.err, Contains("no file shard_0") && Contains("no file shard_1"));
 
   // A rank kept off the console has shown nothing: rank 0 fails first and is filtered out, rank 1 is

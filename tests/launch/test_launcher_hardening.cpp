@@ -60,8 +60,7 @@ TEST_CASE("SIGHUP or SIGQUIT to ddprun is a stop request: the workers checkpoint
                           std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
                           " --set train.max_steps=100000 --set train.epochs=1000 --set checkpoint.every_epochs=0"
                           " --set data.eval_split=none --set train.log_every=10";
-    auto first = run_shell(command + " & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do "
-                                     "sleep 0.05; i=$((i+1)); done; sleep 0.3; kill -" + signal + " $L; wait $L; "
+    auto first = run_shell(command + " & L=$!; " + until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "sleep 0.3; kill -" + signal + " $L; wait $L; "
                                      "echo status=$?",
                            std::chrono::seconds(120));
     INFO(first.out << first.err);
@@ -97,9 +96,8 @@ TEST_CASE("a SIGKILLed ddprun leaves no private store directory behind", "[launc
   std::string out = dir.file("run");
   auto r = run_shell("TMPDIR=" + dir.path() + " OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
                          std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
-                         " --set train.max_steps=100000 --set train.epochs=1000 --set data.eval_split=none & L=$!; i=0; "
-                         "while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
-                         "ls -d " + dir.path() + "/ddprun-store-*; kill -KILL $L; wait $L; echo status=$?",
+                         " --set train.max_steps=100000 --set train.epochs=1000 --set data.eval_split=none & L=$!; " +
+                         until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "ls -d " + dir.path() + "/ddprun-store-*; kill -KILL $L; wait $L; echo status=$?",
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=137") == 1);
@@ -123,8 +121,7 @@ TEST_CASE("kill -9 of ddprun's whole process group leaves no store directory, an
                       std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set data.eval_split=none ";
   // setsid: ddprun leads a process group of its own, which is killed whole, as a job scheduler may.
   auto r = run_shell("setsid env " + train + "--set run.output_dir=" + out + " --set train.max_steps=100000 "
-                         "--set train.epochs=1000 & L=$!; i=0; while [ ! -s " + out + "/metrics.jsonl ] && [ $i -lt 600 ]; "
-                         "do sleep 0.05; i=$((i+1)); done; ls -d " + dir.path() + "/ddprun-store-*; /bin/kill -KILL -- -$L; "
+                         "--set train.epochs=1000 & L=$!; " + until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "ls -d " + dir.path() + "/ddprun-store-*; /bin/kill -KILL -- -$L; "
                          "wait $L; echo status=$?",
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
@@ -139,8 +136,8 @@ TEST_CASE("kill -9 of ddprun's whole process group leaves no store directory, an
   write_file(dir.file("ddprun-store-alive/.owner.lock"), "");
   // The holder is one process (the sleep holds the locked descriptor), so that `kill $F` ends it.
   auto next = run_shell("sh -c 'exec 9>" + dir.file("ddprun-store-alive/.owner.lock") + "; flock 9 && touch " +
-                            dir.file("locked") + "; exec sleep 30.25' >/dev/null 2>&1 & F=$!; i=0; while [ ! -e " +
-                            dir.file("locked") + " ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; " + train +
+                            dir.file("locked") + "; exec sleep 30.25' >/dev/null 2>&1 & F=$!; " +
+                            until_true("[ -e " + dir.file("locked") + " ]", 30) + train +
                             "--set run.output_dir=" + dir.file("next") + " --set train.max_steps=2; echo status=$?; kill $F",
                         std::chrono::seconds(60));
   INFO(next.out << next.err);
@@ -220,9 +217,8 @@ CommandResult two_nodes_with_forged_failure(const std::string& environment, cons
   std::string port = std::to_string(free_port());
   const std::string err = dir.file("launchers.err");
   std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
-                       "'touch " + dir.path() + "/up.$RANK; env | grep -c DDPRUN_RDZV_SECRET; i=0; "
-                       "while [ $(grep -c \"failure in the rendezvous store\" " + err + ") -lt 2 ] && [ $i -lt 1200 ]; "
-                       "do sleep 0.05; i=$((i+1)); done' 2>> " + err;
+                       "'touch " + dir.path() + "/up.$RANK; env | grep -c DDPRUN_RDZV_SECRET; " +
+                       until_true("[ $(grep -c \"failure in the rendezvous store\" " + err + ") -ge 2 ]") + "' 2>> " + err;
   write_file(dir.file("forge.py"), "import sys, datetime, torch.distributed as d\n"
                                    "s = d.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False,\n"
                                    "               timeout=datetime.timedelta(seconds=20))\n"

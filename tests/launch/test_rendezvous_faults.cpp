@@ -216,8 +216,7 @@ TEST_CASE("elastic: a launcher waiting to be admitted to a full job that then fi
            dir.file(name + ".up") + "; sleep " + seconds + "' 2>" + dir.file(name + ".err");
   };
   // c arrives once the workers of a and b both run: the job is full.
-  const std::string both_up = "i=0; until [ -e " + dir.file("a.up") + " ] && [ -e " + dir.file("b.up") +
-                              " ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  const std::string both_up = until_true("[ -e " + dir.file("a.up") + " ] && [ -e " + dir.file("b.up") + " ]");
   auto r = run_shell(line("a", "6") + " & A=$!; " + until_accepts(port) + line("b", "4.5") + " & B=$!; " + both_up +
                          line("c", "6") + "; c=$?; wait $A; a=$?; wait $B; echo statuses=$a,$?,$c",
                      std::chrono::seconds(60));
@@ -266,8 +265,7 @@ TEST_CASE("a node SIGKILLed before a restart is named within seconds, and the jo
   const std::string started = dir.file("started");
   auto r = run_shell(ddprun() + " --node-rank 1" + common + " -- sh -c 'touch " + started + "; exec sleep 100' 2>" +
                          dir.file("b.err") + " & B=$!; " + ddprun() + " --node-rank 0" + common +
-                         " -- sh -c 'sleep 3; exit 1' 2>" + dir.file("a.err") + " & A=$!; i=0; while [ ! -e " +
-                         started + " ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; kill -9 $B; wait $A; "
+                         " -- sh -c 'sleep 3; exit 1' 2>" + dir.file("a.err") + " & A=$!; " + until_true("[ -e " + started + " ]", 20) + "kill -9 $B; wait $A; "
                          "echo status=$?",
                      std::chrono::seconds(80));
   const std::string a = read_file(dir.file("a.err"));
@@ -411,9 +409,9 @@ TEST_CASE("a rank whose peers never arrive says what it waits for, then names th
            dir.file("lost" + std::to_string(r) + ".out") + " 2>" + dir.file("lost" + std::to_string(r) + ".err");
   };
   // Both wait (their notices said so) before rank 0 is killed: rank 1 is then past connecting.
-  auto lost = run_shell(waiting_rank(0) + " & A=$!; " + waiting_rank(1) + " & B=$!; i=0; while { ! grep -q 'still "
-                            "waiting' " + dir.file("lost0.out") + " || ! grep -q 'still waiting' " + dir.file("lost1.out") +
-                            "; } 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; kill -KILL $A; wait $B; "
+  auto lost = run_shell(waiting_rank(0) + " & A=$!; " + waiting_rank(1) + " & B=$!; " +
+                            until_true("grep -qs 'still waiting' " + dir.file("lost0.out") + " && grep -qs 'still waiting' " +
+                                       dir.file("lost1.out"), 30) + "kill -KILL $A; wait $B; "
                             "echo status=$?",
                         std::chrono::seconds(60));
   const std::string lost1 = read_file(dir.file("lost1.err"));

@@ -217,9 +217,9 @@ dist.destroy_process_group()
   SECTION("joins") {
     const int port = free_port();
     // b joins once a's round 0 runs, and a's worker takes 6 s more.
-    auto r = run_shell(node(port, "a", "1") + " & A=$!; i=0; until grep -q 'rendezvous round 0' " +
-                           dir.file("a" + std::to_string(port) + ".log") + " || [ $i -ge 600 ]; do sleep 0.05; "
-                           "i=$((i+1)); done; " + node(port, "b", "1") +
+    auto r = run_shell(node(port, "a", "1") + " & A=$!; " +
+                           until_logged(dir.file("a" + std::to_string(port) + ".log"), "rendezvous round 0", 30) +
+                           node(port, "b", "1") +
                            " & B=$!; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
                        std::chrono::seconds(150));
     std::string a = read_file(dir.file("a" + std::to_string(port) + ".log")),
@@ -235,8 +235,8 @@ dist.destroy_process_group()
     // a first, so that it hosts the store and b's leaving is a node's, not the store host's.
     const std::string a_log = dir.file("a" + std::to_string(port) + ".log");
     auto r = run_shell(node(port, "a", "3") + " & A=$!; sleep 1; " + node(port, "b", "3") + " & B=$!; " +
-                           "i=0; until grep -q 'round 0: node rank' " + dir.file("b" + std::to_string(port) + ".log") +
-                           " || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done; sleep 3; kill -TERM $B; "
+                           until_logged(dir.file("b" + std::to_string(port) + ".log"), "round 0: node rank", 30) +
+                           "sleep 3; kill -TERM $B; "
                            "wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
                        std::chrono::seconds(150));
     std::string a = read_file(a_log);

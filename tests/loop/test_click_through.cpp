@@ -401,8 +401,7 @@ TEST_CASE("SIGINT during an evaluation of sharded tables stops every rank before
       " --set data.eval_path=" + test_log + " --set run.output_dir=" + dir.file("run") +
       " --set model.embedding_rows=[4000] --set model.embedding_sharding=row --set eval.at_start=true"
       " --set eval.batch_size=10 --set train.max_steps=2 --set train.batch_size=16 --set checkpoint.every_epochs=0";
-  auto r = run_shell(command + " > " + log + " 2>&1 & L=$!; "
-                     "until [ $(grep -c 'evaluating at step 0' " + log + ") -ge 1 ]; do sleep 0.2; done; "
+  auto r = run_shell(command + " > " + log + " 2>&1 & L=$!; " + until_logged(log, "evaluating at step 0") +
                      "kill -INT $L; wait $L; echo status=$?",
                      std::chrono::seconds(90));
   const std::string output = read_file(log);

@@ -80,8 +80,7 @@ TEST_CASE("a long evaluation in a pipe logs its progress at least every 10 s, an
       "DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " +
       eval_command(2, dir.file("run"), {"train.max_steps=2", "eval.batch_size=100", "eval.at_start=true"});
   const std::string log = dir.file("log");
-  auto r = run_shell(command + " > " + log + " 2>&1 & L=$!; "
-                     "until [ $(grep -c 'evaluating at step 0' " + log + ") -ge 2 ]; do sleep 0.2; done; "
+  auto r = run_shell(command + " > " + log + " 2>&1 & L=$!; " + until_logged(log, "evaluating at step 0", 60, 2) +
                      "kill -INT $L; wait $L; echo status=$?",
                      std::chrono::seconds(90));
   const std::string output = read_file(log);
@@ -105,8 +104,8 @@ TEST_CASE("a long evaluation in a pipe logs its progress at least every 10 s, an
   const std::string early_log = dir.file("early.log");
   auto early = run_shell("DDPRUN_TEST_EVAL_DELAY=0:6000 " +
                              eval_command(1, dir.file("early"), {"train.max_steps=2", "eval.at_start=true"}) + " > " +
-                             early_log + " 2>&1 & L=$!; until grep -q 'peak RSS per rank' " + early_log +
-                             "; do sleep 0.2; done; sleep 1; kill -INT $L; wait $L; echo status=$?",
+                             early_log + " 2>&1 & L=$!; " + until_logged(early_log, "peak RSS per rank") +
+                             "sleep 1; kill -INT $L; wait $L; echo status=$?",
                          std::chrono::seconds(90));
   const std::string early_output = read_file(early_log);
   INFO(early.out << early_output);
@@ -124,8 +123,8 @@ TEST_CASE("an evaluation cut short by a stop is done whole on resume, before the
   auto stop_in_eval_then_resume = [&](const std::string& name, const std::vector<std::string>& sets, int step) {
     const std::string log = dir.file(name + ".log");
     auto stopped = run_shell("DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file(name), sets) + " > " +
-                                 log + " 2>&1 & L=$!; until grep -q 'evaluating at step " + std::to_string(step) +
-                                 "' " + log + "; do sleep 0.2; done; kill -INT $L; wait $L; echo status=$?",
+                                 log + " 2>&1 & L=$!; " + until_logged(log, "evaluating at step " + std::to_string(step)) +
+                                 "kill -INT $L; wait $L; echo status=$?",
                              std::chrono::seconds(90));
     INFO(stopped.out << read_file(log));
     REQUIRE_THAT(stopped.out, Contains("status=130"));

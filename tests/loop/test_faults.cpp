@@ -34,7 +34,7 @@ bool same_bytes(const std::string& a, const std::string& b) {
 
 // Shell: wait (bounded) until a file exists.
 std::string wait_for(const std::string& path) {
-  return "i=0; while [ ! -e " + path + " ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  return until_true("[ -e " + path + " ]");
 }
 
 std::vector<std::string> fast_convnet(const std::string& out) {
@@ -281,8 +281,8 @@ TEST_CASE("a run under timeout(1) stops with its checkpoint, though timeout send
                          ddprun_command(2, "synthetic_mlp.yaml",
                                         {"run.output_dir=" + out, "train.epochs=50", "eval.every_steps=20",
                                          "train.log_every=20", "checkpoint.every_epochs=0"}) +
-                         " & T=$!; i=0; while ! grep -q '\"step\"' " + out + "/metrics.jsonl 2>/dev/null && "
-                         "[ $i -lt 1000 ]; do sleep 0.05; i=$((i+1)); done; kill -ALRM $T; wait $T; echo status=$?",
+                         " & T=$!; " + until_logged(out + "/metrics.jsonl", "\"step\"", 50) +
+                         "kill -ALRM $T; wait $T; echo status=$?",
                      std::chrono::seconds(90));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=124") == 1);
@@ -487,8 +487,7 @@ TEST_CASE("a job killed in the final evaluation resumes before the last step, an
   // ddprun SIGKILLed in the evaluation (step 10's record written, 20 s of it to go): its watchdog
   // takes the workers with it.
   auto killed = run_shell("DDPRUN_TEST_EVAL_DELAY=0:20000 " + ddprun_command(2, "synthetic_mlp.yaml", sets, "") +
-                              " > " + dir.file("first.out") + " 2>&1 & P=$!; i=0; while ! grep -q '\"step\": 10,' " +
-                              metrics + " 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; "
+                              " > " + dir.file("first.out") + " 2>&1 & P=$!; " + until_logged(metrics, "\"step\": 10,") + "sleep 1; "
                               "kill -9 $P; wait $P; echo first=$?",
                           std::chrono::seconds(120));
   INFO(killed.out << read_file(dir.file("first.out")));

@@ -352,8 +352,7 @@ TEST_CASE("a GPT worker SIGKILLed mid-run resumes bit-identically", "[gpt][fault
   std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " +
                         write_gpt_config(killed);
   for (const auto& s : sets(killed)) command += " --set '" + s + "'";
-  auto b = run_shell(command + " & L=$!; i=0; while [ ! -e " + out +
-                         "/checkpoints/step_0000000200.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+  auto b = run_shell(command + " & L=$!; " + until_true("[ -e " + out + "/checkpoints/step_0000000200.json ]") +
                          "pkill -KILL -n -f '[d]dp-train.*" + killed.path() + "'; wait $L; echo status=$?",
                      std::chrono::seconds(240));
   INFO(b.out << b.err);
@@ -883,10 +882,9 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   };
   const auto before_stop = files_of(out);
   auto stopped = run_shell("DDPRUN_TEST_STOP_CHECK_DELAY=4000 " + bin("ddp-export") + " " + dir.file("out") +
-                               " --max-shard-size 50KB 2>" + dir.file("export.err") + " & P=$!; i=0; until ls " +
-                               dir.file("out") + "/.export-step-40.export-*/config.json >/dev/null 2>&1 || "
-                               "[ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; kill -TERM $P; wait $P; "
-                               "echo status=$?",
+                               " --max-shard-size 50KB 2>" + dir.file("export.err") + " & P=$!; " +
+                               until_true("ls " + dir.file("out") + "/.export-step-40.export-*/config.json >/dev/null 2>&1") +
+                               "kill -TERM $P; wait $P; echo status=$?",
                            std::chrono::seconds(120));
   const std::string stopped_err = read_file(dir.file("export.err"));
   INFO(stopped.out << stopped.err << stopped_err);

@@ -288,9 +288,8 @@ TEST_CASE("a SIGSTOPped stage is named with its stage, and a SIGKILLed one resum
   std::string stopped = dir.file("stopped");
   auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --stall-timeout 3 " +
                          config + " --set run.output_dir=" + stopped +
-                         " --set dist.pipeline=2 --set train.max_steps=100000 --set data.eval_split=none & L=$!; i=0; "
-                         "while [ ! -s " + stopped + "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
-                         "sleep 1; pkill -STOP -n -f '[d]dp-train.*" + stopped + "'; wait $L; echo status=$?",
+                         " --set dist.pipeline=2 --set train.max_steps=100000 --set data.eval_split=none & L=$!; " +
+                         until_true("[ -s " + stopped + "/metrics.jsonl ]", 30) + "sleep 1; pkill -STOP -n -f '[d]dp-train.*" + stopped + "'; wait $L; echo status=$?",
                      std::chrono::seconds(120));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=1") == 1);
@@ -311,8 +310,7 @@ TEST_CASE("a SIGSTOPped stage is named with its stage, and a SIGKILLed one resum
   std::string killed = dir.file("killed");
   std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " + config;
   for (const auto& s : sets("killed")) command += " --set '" + s + "'";
-  auto k = run_shell(command + " & L=$!; i=0; while [ ! -e " + killed +
-                         "/checkpoints/step_0000000100.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+  auto k = run_shell(command + " & L=$!; " + until_true("[ -e " + killed + "/checkpoints/step_0000000100.json ]") +
                          "pkill -KILL -n -f '[d]dp-train.*" + killed + "'; wait $L; echo status=$?",
                      std::chrono::seconds(240));
   INFO(k.out << k.err);

@@ -385,9 +385,8 @@ TEST_CASE("a GPT with dist.shard parameters resumes bit-identically after a SIGK
   std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " +
                         config_path("gpt_kjv.yaml");
   for (const auto& s : gpt.sets("killed", "parameters", 8, 60)) command += " --set '" + s + "'";
-  auto killed = run_shell(command + " & L=$!; i=0; while [ ! -e " + out +
-                              "/checkpoints/step_0000000020.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); "
-                              "done; pkill -KILL -n -f '[d]dp-train.*" + out + "'; wait $L; echo status=$?",
+  auto killed = run_shell(command + " & L=$!; " + until_true("[ -e " + out + "/checkpoints/step_0000000020.json ]") +
+                              "pkill -KILL -n -f '[d]dp-train.*" + out + "'; wait $L; echo status=$?",
                           std::chrono::seconds(300));
   INFO(killed.out << killed.err);
   CHECK(count_lines(killed.out, "status=0") == 1);

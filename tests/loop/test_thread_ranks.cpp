@@ -175,8 +175,7 @@ TEST_CASE("SIGINT stops rank threads with a checkpoint, which ddprun's processes
   const std::string log = dir.file("log");
   auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:200 OMP_NUM_THREADS=1 " + bin("ddp-train") + " " + config +
                          " --threads 2 --set run.output_dir=" + dir.file("cut") + " --set train.max_steps=20 > " + log +
-                         " 2>&1 & L=$!; until grep -q 'step 4/' " + log + "; do sleep 0.1; done; "
-                         "kill -INT $L; wait $L; echo status=$?",
+                         " 2>&1 & L=$!; " + until_logged(log, "step 4/") + "kill -INT $L; wait $L; echo status=$?",
                      std::chrono::seconds(120));
   const std::string output = read_file(log);
   INFO(r.out << r.err << output);
@@ -340,9 +339,8 @@ TEST_CASE("ddprun restarts a killed rank-thread process, which resumes to the un
   // 0.4 s a step: 4 s between step 10's checkpoint and the run's end for the kill to land, loaded or not.
   auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:400 OMP_NUM_THREADS=1 " + bin("ddprun") +
                          " --standalone --nproc-per-node 1 --max-restarts 1 " + config + " --set dist.threads=2" +
-                         sets_text(with_out("killed")) + " & L=$!; i=0; while [ ! -e " + killed +
-                         "/checkpoints/step_0000000010.json ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
-                         "pkill -KILL -n -f '[d]dp-train.*" + killed + "'; wait $L; echo status=$?",
+                         sets_text(with_out("killed")) + " & L=$!; " +
+                         until_true("[ -e " + killed + "/checkpoints/step_0000000010.json ]", 30) + "pkill -KILL -n -f '[d]dp-train.*" + killed + "'; wait $L; echo status=$?",
                      std::chrono::seconds(240));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=0") == 1);

@@ -175,8 +175,7 @@ TEST_CASE("a worker SIGKILLed mid-run resumes bit-identically with a TorchScript
   std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --max-restarts 1 " +
                         write_config(killed, "bn.pt");
   for (const auto& s : sets(killed)) command += " --set '" + s + "'";
-  auto b = run_shell(command + " & L=$!; i=0; while [ ! -e " + out +
-                         "/checkpoints/step_0000000200.json ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+  auto b = run_shell(command + " & L=$!; " + until_true("[ -e " + out + "/checkpoints/step_0000000200.json ]") +
                          "pkill -KILL -n -f '[d]dp-train.*" + killed.path() + "'; wait $L; echo status=$?",
                      std::chrono::seconds(240));
   INFO(b.out << b.err);

@@ -168,8 +168,18 @@ std::vector<int> find_processes(const std::string& command_line) {
 bool can_mount_tmpfs() { return run_shell("unshare -m sh -c 'mount -t tmpfs tmpfs /mnt'").exit_code == 0; }
 
 std::string until_accepts(int port, int max_seconds) {
-  return "i=0; until bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + "' 2>/dev/null || [ $i -ge " +
-         std::to_string(max_seconds * 20) + " ]; do sleep 0.05; i=$((i+1)); done; ";
+  return until_true("bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + "' 2>/dev/null", max_seconds);
+}
+
+std::string until_true(const std::string& condition, int max_seconds) {
+  return "i=0; until { " + condition + "; } || [ $i -ge " + std::to_string(max_seconds * 20) +
+         " ]; do sleep 0.05; i=$((i+1)); done; ";
+}
+
+std::string until_logged(const std::string& files, const std::string& text, int max_seconds, int times) {
+  if (text.find('\'') != std::string::npos) throw std::invalid_argument("until_logged: a quote in '" + text + "'");
+  return until_true("[ $(cat " + files + " 2>/dev/null | grep -cF -- '" + text + "') -ge " + std::to_string(times) + " ]",
+                    max_seconds);
 }
 
 int count_lines(const std::string& text, const std::string& line) {

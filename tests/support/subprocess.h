@@ -67,6 +67,15 @@ int free_port();
 /// nothing is no request to a store. bash, since `sh` here is dash, which has no /dev/tcp.
 std::string until_accepts(int port, int max_seconds = 60);
 
+/// Shell (ending in "; "): runs `condition` (a shell command list) every 50 ms until it succeeds
+/// or `max_seconds` pass, then goes on either way: the checks after it say what was missed, and a
+/// test never hangs on a line that does not come. `$i` then holds the 50 ms ticks waited.
+std::string until_true(const std::string& condition, int max_seconds = 60);
+
+/// Shell: until_true that `files` (space-separated paths) hold `times` lines, in all, containing
+/// `text` (a fixed string, without a single quote).
+std::string until_logged(const std::string& files, const std::string& text, int max_seconds = 60, int times = 1);
+
 /// Pids of live processes whose command line is exactly `argv` joined by spaces.
 std::vector<int> find_processes(const std::string& command_line);
 
