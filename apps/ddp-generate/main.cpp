@@ -3,7 +3,9 @@
 // as it goes: through the SentencePiece tokenizer the run's tokens were made with, or as bytes.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -29,6 +31,13 @@ constexpr int64_t kByteVocabulary = 256;
 
 // Decoded text as its bytes, NULs too (a byte piece <0x00>): fputs would stop at the first.
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+// What was written so far, out; a full disk or a closed terminal is said (exit 74), not ignored.
+void flush_output() {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
+  const int error = errno;
+  ddp::throw_output_error(std::string("cannot write the sample to standard output: ") + std::strerror(error), error);
+}
 
 // RUN is a run directory or its model.pt; the config is the run's config.yaml unless --config names one.
 std::pair<std::string, std::string> model_and_config(const ddp::GenerateArguments& args) {
@@ -121,6 +130,14 @@ int main(int argc, char** argv) {
     }
     const int64_t vocab = model->output_width();
 
+    // The weights before the tokenizer: a config that does not fit model.pt is named as that, not
+    // as a tokenizer too large for the config's vocabulary.
+    try {
+      model->load_weights(model_path);
+    } catch (const ddp::FileError& e) {
+      throw ddp::FileError(std::string(e.what()) + " (is " + model_path + " from the run of " + config_path + "?)");
+    }
+    check_same_model(model_path, config_path, config);
     const bool has_prompt_ids = app.count("--prompt-ids") > 0;
     const std::string tokenizer_path = find_tokenizer(args, model_path, config);
     std::unique_ptr<ddp::TextTokenizer> tokenizer;
@@ -136,12 +153,6 @@ int main(int argc, char** argv) {
                            "data.path: --tokenizer names the one its tokens were made with (--ids prints token ids, "
                            "--prompt-ids takes them)");
     }
-    try {
-      model->load_weights(model_path);
-    } catch (const ddp::FileError& e) {
-      throw ddp::FileError(std::string(e.what()) + " (is " + model_path + " from the run of " + config_path + "?)");
-    }
-    check_same_model(model_path, config_path, config);
     std::vector<int64_t> prompt = tokenizer && !has_prompt_ids ? ddp::encode_text(*tokenizer, args.prompt)
                                                               : prompt_tokens(args, has_prompt_ids);  // even empty
     for (int64_t id : prompt)  // before any is printed
@@ -168,11 +179,12 @@ int main(int argc, char** argv) {
       } else {
         std::putchar(static_cast<int>(token));
       }
-      std::fflush(stdout);
+      flush_output();
     };
     ddp::sample_tokens(*model, prompt, args.sampling, emit);
     if (text) print(text->finish());
     if (!args.ids) std::putchar('\n');
+    flush_output();
     return ddp::kExitSuccess;
   });
 }

@@ -135,10 +135,11 @@ TEST_CASE("the caches of earlier versions of a source are removed by the next bu
     return n;
   };
   // A is slowed at each step while B builds the cache of an edited file: A's stays.
-  auto edited = run_shell(run("a", "DDPRUN_TEST_STEP_DELAY=0:1000 ") + " --set train.max_steps=30 & A=$!; " +
-                          until_true("ls " + cache.path() + "/train-*.ddpcache >/dev/null 2>&1") + "touch -d '1 hour ago' " + labels + "; " + run("b", "") +
-                          " --set train.max_steps=1; echo b=$?; kill -TERM $A; wait $A",
-                          std::chrono::seconds(120));
+  auto edited =
+      run_shell(run("a", "DDPRUN_TEST_STEP_DELAY=0:1000 ") + " --set train.max_steps=30 & A=$!; " +
+                    until_true("ls " + cache.path() + "/train-*.ddpcache >/dev/null 2>&1") + "touch -d '1 hour ago' " +
+                    labels + "; " + run("b", "") + " --set train.max_steps=1; echo b=$?; kill -TERM $A; wait $A",
+                std::chrono::seconds(120));
   INFO(edited.out << read_file(out.file("a.log")) << read_file(out.file("b.log")));
   CHECK(count_lines(edited.out, "b=0") == 1);
   CHECK(train_caches() == 2);
@@ -192,11 +193,13 @@ TEST_CASE("a run that may not write the cache directory still holds the cache it
   };
   // Root builds the cache; nobody's run reads it, slowly, holding its FILE.inuse (seen in /proc),
   // while root edits the source and builds again.
-  auto r = run_shell(run("a", "") + " --set train.max_steps=1; " + run("b", "DDPRUN_TEST_STEP_DELAY=0:1000 " + as_nobody + "env ") +
+  auto r = run_shell(run("a", "") + " --set train.max_steps=1; " +
+                         run("b", "DDPRUN_TEST_STEP_DELAY=0:1000 " + as_nobody + "env ") +
                          " --set train.max_steps=30 & B=$!; " +
-                         until_true("ls -l /proc/$B/fd 2>/dev/null | grep -q 'ddpcache.inuse'") + "ls -l /proc/$B/fd | "
-                         "grep -c 'ddpcache.inuse'; touch -d '1 hour ago' " + labels + "; " + run("c", "") +
-                         " --set train.max_steps=1; echo c=$?; kill -TERM $B; wait $B",
+                         until_true("ls -l /proc/$B/fd 2>/dev/null | grep -q 'ddpcache.inuse'") +
+                         "ls -l /proc/$B/fd | "
+                         "grep -c 'ddpcache.inuse'; touch -d '1 hour ago' " +
+                         labels + "; " + run("c", "") + " --set train.max_steps=1; echo c=$?; kill -TERM $B; wait $B",
                      std::chrono::seconds(120));
   INFO(r.out << r.err << read_file(out.file("a.log")) << read_file(out.file("b.log")) << read_file(out.file("c.log")));
   CHECK(count_lines(r.out, "1") == 1);  // nobody holds the cache's FILE.inuse

@@ -64,6 +64,9 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   CHECK_THROWS_WITH(parse({"--master-port", "70000", "--", "true"}), Contains("--master-port"));
   CHECK_THROWS_WITH(parse({"--nproc-per-nod", "2", "--", "true"}),
                     Contains("unknown option --nproc-per-nod") && Contains("--nproc-per-node"));
+  // The unknown option's value is no program (was: "the program goes after --: ddprun [options] -- 2 ...").
+  CHECK_THROWS_WITH(parse({"--nprocs-per-node", "1", "configs/synthetic_mlp.yaml"}),
+                    Contains("unknown option --nprocs-per-node") && !Contains("the program goes after"));
   // A program with arguments, `--` forgotten: named, in order, with the command meant (was: "c b a").
   CHECK_THROWS_WITH(parse({"--nproc-per-node", "2", "./prog.sh", "a", "b", "c"}),
                     "unexpected argument(s) a b c after ./prog.sh; a program and its arguments go after --: "

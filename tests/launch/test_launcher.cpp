@@ -119,8 +119,7 @@ TEST_CASE("shared memory a worker leaves behind is removed when it exits, howeve
   const std::string done = dir.file("rank-0-done");
   auto r = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
                    "touch /dev/shm/ddprun-$$-left-behind && echo made $$; if [ $RANK = 1 ]; then " +
-                       until_true("[ -e " + done + " ]", 30) + "kill -9 $$; fi; touch " + done +
-                       "; exit 0"});
+                       until_true("[ -e " + done + " ]", 30) + "kill -9 $$; fi; touch " + done + "; exit 0"});
   INFO(r.out << r.err);
   std::regex made("made ([0-9]+)");
   int seen = 0;
@@ -352,10 +351,10 @@ TEST_CASE("node 0 waiting for a SIGKILLed node before closing the store stops wa
   // Node 0 waits (up to --rdzv-timeout, here past the harness's limit) for node 1 before closing its store.
   TempDir dir;
   std::string sleeper = unique_sleep(31);
-  auto r = node_1_killed(dir, sleeper,
-                         until_logged(dir.file("a.err"), "before closing the store", 30) +
-                             "kill -INT $A; wait $A; echo status=$?",
-                         std::chrono::seconds(60));
+  auto r = node_1_killed(
+      dir, sleeper,
+      until_logged(dir.file("a.err"), "before closing the store", 30) + "kill -INT $A; wait $A; echo status=$?",
+      std::chrono::seconds(60));
   std::string a = read_file(dir.file("a.err"));
   INFO(r.out << r.err << "\n--- node 0:\n" << a);
   CHECK_FALSE(r.timed_out);
@@ -419,7 +418,8 @@ TEST_CASE("a rank that stops at once for a node interrupted elsewhere is stopped
                        "do sleep 0.01; done; exit 143'";
   auto r = run_shell(ddprun() + " --node-rank 1" + common + " 2> " + dir.file("b.err") + " & B=$!; " + ddprun() +
                          " --node-rank 0" + common + " 2> " + dir.file("a.err") + " & A=$!; " +
-                         until_true("[ -e " + d + "/up0 ] && [ -e " + d + "/up1 ]", 20) + "kill -TERM $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
+                         until_true("[ -e " + d + "/up0 ] && [ -e " + d + "/up1 ]", 20) +
+                         "kill -TERM $A; wait $A; a=$?; wait $B; echo statuses=$a,$?",
                      std::chrono::seconds(60));
   std::string b = read_file(dir.file("b.err"));
   INFO(r.out << r.err << "\n--- node 0:\n" << read_file(dir.file("a.err")) << "\n--- node 1:\n" << b);
@@ -577,11 +577,13 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
   // The summary names the rank whose words are shown: rank 1's here, shown when its next line came,
   // while rank 0's copy was held until its exit, which makes rank 0 the first to fail.
   TempDir dir;
-  auto held = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                      "if [ $RANK = 0 ]; then echo \"ddp-train: rank 0: error: optim.lr: expected a number\" >&2; " +
-                      until_true("[ -e " + dir.path() + "/said.1 ]", 30) +
-                      "sleep 3; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
-                      "echo \"rank 1 goes on\" >&2; touch " + dir.path() + "/said.1; sleep 30; exit 2"});
+  auto held =
+      launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+              "if [ $RANK = 0 ]; then echo \"ddp-train: rank 0: error: optim.lr: expected a number\" >&2; " +
+                  until_true("[ -e " + dir.path() + "/said.1 ]", 30) +
+                  "sleep 3; exit 2; fi; sleep 0.3; echo \"ddp-train: rank 1: error: optim.lr: expected a number\" >&2; "
+                  "echo \"rank 1 goes on\" >&2; touch " +
+                  dir.path() + "/said.1; sleep 30; exit 2"});
   INFO(held.err);
   CHECK(held.exit_code == 2);
   CHECK_THAT(held.err, Contains("[rank 1] ddp-train: rank 1: error: optim.lr: expected a number"));
@@ -589,10 +591,10 @@ TEST_CASE("a usage error every rank reports alike is printed once, and the summa
   CHECK_THAT(held.err, Contains("ddprun: rank 1 stopped on a usage error (exit code 2), for the reason above"));
 
   // Messages that differ between ranks are each shown (both written before either rank exits).
-  auto differing = launch({"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
-                           "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; touch " +
-                               dir.path() + "/w.$RANK; " +
-                               until_true("[ -e " + dir.path() + "/w.0 ] && [ -e " + dir.path() + "/w.1 ]", 30) + "exit 2"});
+  auto differing = launch(
+      {"--standalone", "--nproc-per-node", "2", "--", "sh", "-c",
+       "echo \"ddp-train: rank $RANK: error: data.path: no file shard_$RANK\" >&2; touch " + dir.path() + "/w.$RANK; " +
+           until_true("[ -e " + dir.path() + "/w.0 ] && [ -e " + dir.path() + "/w.1 ]", 30) + "exit 2"});
   CHECK_THAT(differing.err, Contains("no file shard_0") && Contains("no file shard_1"));
 
   // A rank kept off the console has shown nothing: rank 0 fails first and is filtered out, rank 1 is

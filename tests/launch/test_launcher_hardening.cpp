@@ -60,8 +60,10 @@ TEST_CASE("SIGHUP or SIGQUIT to ddprun is a stop request: the workers checkpoint
                           std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
                           " --set train.max_steps=100000 --set train.epochs=1000 --set checkpoint.every_epochs=0"
                           " --set data.eval_split=none --set train.log_every=10";
-    auto first = run_shell(command + " & L=$!; " + until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "sleep 0.3; kill -" + signal + " $L; wait $L; "
-                                     "echo status=$?",
+    auto first = run_shell(command + " & L=$!; " + until_true("[ -s " + out + "/metrics.jsonl ]", 30) +
+                               "sleep 0.3; kill -" + signal +
+                               " $L; wait $L; "
+                               "echo status=$?",
                            std::chrono::seconds(120));
     INFO(first.out << first.err);
     CHECK(count_lines(first.out, "status=" + std::to_string(signal == "HUP" ? 129 : 131)) == 1);
@@ -94,11 +96,13 @@ TEST_CASE("log files planted as symlinks are refused, never followed", "[launch]
 TEST_CASE("a SIGKILLed ddprun leaves no private store directory behind", "[launch][hardening]") {
   TempDir dir;
   std::string out = dir.file("run");
-  auto r = run_shell("TMPDIR=" + dir.path() + " OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
-                         std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
-                         " --set train.max_steps=100000 --set train.epochs=1000 --set data.eval_split=none & L=$!; " +
-                         until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "ls -d " + dir.path() + "/ddprun-store-*; kill -KILL $L; wait $L; echo status=$?",
-                     std::chrono::seconds(60));
+  auto r =
+      run_shell("TMPDIR=" + dir.path() + " OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
+                    std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set run.output_dir=" + out +
+                    " --set train.max_steps=100000 --set train.epochs=1000 --set data.eval_split=none & L=$!; " +
+                    until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "ls -d " + dir.path() +
+                    "/ddprun-store-*; kill -KILL $L; wait $L; echo status=$?",
+                std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=137") == 1);
   CHECK_THAT(r.out, Contains("/ddprun-store-"));  // it existed while the run did
@@ -120,8 +124,11 @@ TEST_CASE("kill -9 of ddprun's whole process group leaves no store directory, an
   std::string train = "TMPDIR=" + dir.path() + " OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
                       std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml --set data.eval_split=none ";
   // setsid: ddprun leads a process group of its own, which is killed whole, as a job scheduler may.
-  auto r = run_shell("setsid env " + train + "--set run.output_dir=" + out + " --set train.max_steps=100000 "
-                         "--set train.epochs=1000 & L=$!; " + until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "ls -d " + dir.path() + "/ddprun-store-*; /bin/kill -KILL -- -$L; "
+  auto r = run_shell("setsid env " + train + "--set run.output_dir=" + out +
+                         " --set train.max_steps=100000 "
+                         "--set train.epochs=1000 & L=$!; " +
+                         until_true("[ -s " + out + "/metrics.jsonl ]", 30) + "ls -d " + dir.path() +
+                         "/ddprun-store-*; /bin/kill -KILL -- -$L; "
                          "wait $L; echo status=$?",
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
@@ -135,11 +142,11 @@ TEST_CASE("kill -9 of ddprun's whole process group leaves no store directory, an
   write_file(dir.file("ddprun-store-orphan/.owner.lock"), "");
   write_file(dir.file("ddprun-store-alive/.owner.lock"), "");
   // The holder is one process (the sleep holds the locked descriptor), so that `kill $F` ends it.
-  auto next = run_shell("sh -c 'exec 9>" + dir.file("ddprun-store-alive/.owner.lock") + "; flock 9 && touch " +
-                            dir.file("locked") + "; exec sleep 30.25' >/dev/null 2>&1 & F=$!; " +
-                            until_true("[ -e " + dir.file("locked") + " ]", 30) + train +
-                            "--set run.output_dir=" + dir.file("next") + " --set train.max_steps=2; echo status=$?; kill $F",
-                        std::chrono::seconds(60));
+  auto next = run_shell(
+      "sh -c 'exec 9>" + dir.file("ddprun-store-alive/.owner.lock") + "; flock 9 && touch " + dir.file("locked") +
+          "; exec sleep 30.25' >/dev/null 2>&1 & F=$!; " + until_true("[ -e " + dir.file("locked") + " ]", 30) + train +
+          "--set run.output_dir=" + dir.file("next") + " --set train.max_steps=2; echo status=$?; kill $F",
+      std::chrono::seconds(60));
   INFO(next.out << next.err);
   CHECK(count_lines(next.out, "status=0") == 1);
   CHECK_FALSE(fs::exists(dir.file("ddprun-store-orphan")));
@@ -216,9 +223,12 @@ namespace {
 CommandResult two_nodes_with_forged_failure(const std::string& environment, const TempDir& dir) {
   std::string port = std::to_string(free_port());
   const std::string err = dir.file("launchers.err");
-  std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 30 -- sh -c "
-                       "'touch " + dir.path() + "/up.$RANK; env | grep -c DDPRUN_RDZV_SECRET; " +
-                       until_true("[ $(grep -c \"failure in the rendezvous store\" " + err + ") -ge 2 ]") + "' 2>> " + err;
+  std::string common = " --nnodes 2 --nproc-per-node 1 --master-port " + port +
+                       " --rdzv-timeout 30 -- sh -c "
+                       "'touch " +
+                       dir.path() + "/up.$RANK; env | grep -c DDPRUN_RDZV_SECRET; " +
+                       until_true("[ $(grep -c \"failure in the rendezvous store\" " + err + ") -ge 2 ]") + "' 2>> " +
+                       err;
   write_file(dir.file("forge.py"), "import sys, datetime, torch.distributed as d\n"
                                    "s = d.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False,\n"
                                    "               timeout=datetime.timedelta(seconds=20))\n"

@@ -265,7 +265,9 @@ TEST_CASE("a node SIGKILLed before a restart is named within seconds, and the jo
   const std::string started = dir.file("started");
   auto r = run_shell(ddprun() + " --node-rank 1" + common + " -- sh -c 'touch " + started + "; exec sleep 100' 2>" +
                          dir.file("b.err") + " & B=$!; " + ddprun() + " --node-rank 0" + common +
-                         " -- sh -c 'sleep 3; exit 1' 2>" + dir.file("a.err") + " & A=$!; " + until_true("[ -e " + started + " ]", 20) + "kill -9 $B; wait $A; "
+                         " -- sh -c 'sleep 3; exit 1' 2>" + dir.file("a.err") + " & A=$!; " +
+                         until_true("[ -e " + started + " ]", 20) +
+                         "kill -9 $B; wait $A; "
                          "echo status=$?",
                      std::chrono::seconds(80));
   const std::string a = read_file(dir.file("a.err"));
@@ -410,8 +412,10 @@ TEST_CASE("a rank whose peers never arrive says what it waits for, then names th
   };
   // Both wait (their notices said so) before rank 0 is killed: rank 1 is then past connecting.
   auto lost = run_shell(waiting_rank(0) + " & A=$!; " + waiting_rank(1) + " & B=$!; " +
-                            until_true("grep -qs 'still waiting' " + dir.file("lost0.out") + " && grep -qs 'still waiting' " +
-                                       dir.file("lost1.out"), 30) + "kill -KILL $A; wait $B; "
+                            until_true("grep -qs 'still waiting' " + dir.file("lost0.out") +
+                                           " && grep -qs 'still waiting' " + dir.file("lost1.out"),
+                                       30) +
+                            "kill -KILL $A; wait $B; "
                             "echo status=$?",
                         std::chrono::seconds(60));
   const std::string lost1 = read_file(dir.file("lost1.err"));

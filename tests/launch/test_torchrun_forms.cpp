@@ -219,8 +219,7 @@ dist.destroy_process_group()
     // b joins once a's round 0 runs, and a's worker takes 6 s more.
     auto r = run_shell(node(port, "a", "1") + " & A=$!; " +
                            until_logged(dir.file("a" + std::to_string(port) + ".log"), "rendezvous round 0", 30) +
-                           node(port, "b", "1") +
-                           " & B=$!; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
+                           node(port, "b", "1") + " & B=$!; wait $A; SA=$?; wait $B; echo statuses=$SA,$?",
                        std::chrono::seconds(150));
     std::string a = read_file(dir.file("a" + std::to_string(port) + ".log")),
                 b = read_file(dir.file("b" + std::to_string(port) + ".log"));

@@ -402,7 +402,7 @@ TEST_CASE("SIGINT during an evaluation of sharded tables stops every rank before
       " --set model.embedding_rows=[4000] --set model.embedding_sharding=row --set eval.at_start=true"
       " --set eval.batch_size=10 --set train.max_steps=2 --set train.batch_size=16 --set checkpoint.every_epochs=0";
   auto r = run_shell(command + " > " + log + " 2>&1 & L=$!; " + until_logged(log, "evaluating at step 0") +
-                     "kill -INT $L; wait $L; echo status=$?",
+                         "kill -INT $L; wait $L; echo status=$?",
                      std::chrono::seconds(90));
   const std::string output = read_file(log);
   INFO(r.out << r.err << output);

@@ -47,14 +47,13 @@ std::string node(const TempDir& dir, int port, const std::string& name, const st
 // Shell: SIGSTOP node a ($A, the store host) for 20 s, echoing "noticed while stopped after N ms"
 // if `log` says within 10 s that the store host stopped answering.
 std::string stop_store_host(const std::string& log) {
-  return "kill -STOP $A; " + until_logged(log, "stopped answering", 10) + "grep -q 'stopped answering' " + log + " && echo noticed while stopped after $((i * 50)) "
+  return "kill -STOP $A; " + until_logged(log, "stopped answering", 10) + "grep -q 'stopped answering' " + log +
+         " && echo noticed while stopped after $((i * 50)) "
          "ms; (sleep $((20 - i / 20)); kill -CONT $A) & ";
 }
 
 // Shell: wait (bounded) until a file exists.
-std::string wait_for(const std::string& path) {
-  return until_true("[ -e " + path + " ]");
-}
+std::string wait_for(const std::string& path) { return until_true("[ -e " + path + " ]"); }
 
 // The uninterrupted run at world 3, one node: made once for every test here (Note [Shared runs]).
 std::map<std::string, torch::Tensor> reference() {
@@ -194,12 +193,12 @@ TEST_CASE("elastic: node 0 lost just after a failure, before the next round form
                 "--max-restarts 1 --rdzv-settle 5 --local-addr " + address, "127.0.0.1", "2:4");
   };
   std::string restarting = "restarting the workers in round 1 (restart 1 of 1)";
-  auto r = run_shell(launcher("a", failer, "127.0.0.1") + " & A=$!; " + until_accepts(port) +
-                         launcher("b", worker, "127.0.0.2") + " & B=$!; " + launcher("c", worker, "127.0.0.3") +
-                         " & C=$!; " + until_logged(dir.file("a.log") + " " + dir.file("b.log") + " " + dir.file("c.log"),
-                                                    restarting, 60, 3) +
-                         "kill -KILL $A; wait $B; SB=$?; wait $C; echo statuses=$SB,$?",
-                     std::chrono::seconds(240));
+  auto r = run_shell(
+      launcher("a", failer, "127.0.0.1") + " & A=$!; " + until_accepts(port) + launcher("b", worker, "127.0.0.2") +
+          " & B=$!; " + launcher("c", worker, "127.0.0.3") + " & C=$!; " +
+          until_logged(dir.file("a.log") + " " + dir.file("b.log") + " " + dir.file("c.log"), restarting, 60, 3) +
+          "kill -KILL $A; wait $B; SB=$?; wait $C; echo statuses=$SB,$?",
+      std::chrono::seconds(240));
   std::string b = read_file(dir.file("b.log")), c = read_file(dir.file("c.log"));
   INFO(r.out << r.err << "\n--- a:\n" << read_file(dir.file("a.log")) << "\n--- b:\n" << b << "\n--- c:\n" << c);
   CHECK(count_lines(r.out, "statuses=0,0") == 1);
@@ -237,7 +236,8 @@ struct SleepingNodes {
     return launcher("a", "127.0.0.1") + " & A=$!; " + until_accepts(port) + launcher("b", "127.0.0.2") + " & B=$!; " +
            launcher("c", "127.0.0.3") + " & C=$!; " +
            until_logged(dir.file("b.log") + " " + dir.file("c.log"), "rendezvous round 0: node rank", 60, 2) +
-           "sleep 1; if grep -q 'node rank 1 of 3' " + dir.file("b.log") + "; then L=$B; S=$C; echo node1=b; else "
+           "sleep 1; if grep -q 'node rank 1 of 3' " + dir.file("b.log") +
+           "; then L=$B; S=$C; echo node1=b; else "
            "L=$C; S=$B; echo node1=c; fi; ";
   }
   // "b" or "c", from what running() echoed.
@@ -287,8 +287,8 @@ TEST_CASE("elastic: SIGTERM to node 2 while it waits for node 1's new store: it 
   // The wait's bound, 2 × (100 + 2) + 10 s capped at --rdzv-timeout 200, outlasts the shell's 150 s:
   // a node that waited it out would end no line here.
   const std::string logs = job.dir.file("b.log") + " " + job.dir.file("c.log");
-  auto r = run_shell(job.running("--node-timeout 100 --shutdown-grace 2 --rdzv-timeout 200") +
-                         "kill -KILL $A $L; " + until_logged(logs, "waiting up to") + "kill -TERM $S; wait $S; echo status=$?",
+  auto r = run_shell(job.running("--node-timeout 100 --shutdown-grace 2 --rdzv-timeout 200") + "kill -KILL $A $L; " +
+                         until_logged(logs, "waiting up to") + "kill -TERM $S; wait $S; echo status=$?",
                      std::chrono::seconds(150));
   const auto [log, node_1_address] = job.survivor(r.out);
   INFO(r.out << r.err << "\n--- survivor:\n" << log);

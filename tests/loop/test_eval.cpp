@@ -81,7 +81,7 @@ TEST_CASE("a long evaluation in a pipe logs its progress at least every 10 s, an
       eval_command(2, dir.file("run"), {"train.max_steps=2", "eval.batch_size=100", "eval.at_start=true"});
   const std::string log = dir.file("log");
   auto r = run_shell(command + " > " + log + " 2>&1 & L=$!; " + until_logged(log, "evaluating at step 0", 60, 2) +
-                     "kill -INT $L; wait $L; echo status=$?",
+                         "kill -INT $L; wait $L; echo status=$?",
                      std::chrono::seconds(90));
   const std::string output = read_file(log);
   INFO(r.out << r.err << output);
@@ -122,10 +122,10 @@ TEST_CASE("an evaluation cut short by a stop is done whole on resume, before the
   // then the same command again, which must end (exit 0).
   auto stop_in_eval_then_resume = [&](const std::string& name, const std::vector<std::string>& sets, int step) {
     const std::string log = dir.file(name + ".log");
-    auto stopped = run_shell("DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file(name), sets) + " > " +
-                                 log + " 2>&1 & L=$!; " + until_logged(log, "evaluating at step " + std::to_string(step)) +
-                                 "kill -INT $L; wait $L; echo status=$?",
-                             std::chrono::seconds(90));
+    auto stopped = run_shell(
+        "DDPRUN_TEST_EVAL_BATCH_DELAY=0:300 " + eval_command(1, dir.file(name), sets) + " > " + log + " 2>&1 & L=$!; " +
+            until_logged(log, "evaluating at step " + std::to_string(step)) + "kill -INT $L; wait $L; echo status=$?",
+        std::chrono::seconds(90));
     INFO(stopped.out << read_file(log));
     REQUIRE_THAT(stopped.out, Contains("status=130"));
     REQUIRE(metric_value(dir.file(name + "/metrics.jsonl"), "eval_interrupted") == 1);

@@ -33,9 +33,7 @@ bool same_bytes(const std::string& a, const std::string& b) {
 }
 
 // Shell: wait (bounded) until a file exists.
-std::string wait_for(const std::string& path) {
-  return until_true("[ -e " + path + " ]");
-}
+std::string wait_for(const std::string& path) { return until_true("[ -e " + path + " ]"); }
 
 std::vector<std::string> fast_convnet(const std::string& out) {
   return {"run.output_dir=" + out, "train.max_steps=160", "checkpoint.every_steps=40", "checkpoint.every_epochs=0",
@@ -293,6 +291,27 @@ TEST_CASE("a run under timeout(1) stops with its checkpoint, though timeout send
   CHECK_THAT(read_file(out + "/report.html"), Contains("stopped by signal 15") && !Contains("</td><td></td><td><span"));
 }
 
+TEST_CASE("one SIGINT sent twice at once, by two senders, stops with the checkpoint as one request does", "[faults]") {
+  // A Ctrl-C reaches `timeout --foreground` and ddprun both, and timeout passes its copy on: the
+  // same signal from two senders within microseconds. Taken as a second Ctrl-C, it killed the
+  // workers with no stop checkpoint (Note [One request, sent twice]). Two kill(1) processes send it
+  // here, one after the other.
+  TempDir dir;
+  const std::string out = dir.file("run");
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:10 " +
+                         ddprun_command(1, "synthetic_mlp.yaml",
+                                        {"run.output_dir=" + out, "train.epochs=50", "train.log_every=20",
+                                         "checkpoint.every_epochs=0", "data.eval_split=none"}) +
+                         " & L=$!; " + until_logged(out + "/metrics.jsonl", "\"step\"", 50) +
+                         "/bin/kill -INT $L; /bin/kill -INT $L; wait $L; echo status=$?",
+                     std::chrono::seconds(90));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=130") == 1);
+  CHECK_THAT(r.out + r.err, Contains("stopping at step"));
+  CHECK_THAT(read_file(out + "/metrics.jsonl"), Contains("\"exit_status\": 130"));
+  CHECK_FALSE(std::filesystem::is_empty(out + "/checkpoints"));
+}
+
 TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",
           "[faults][checkpoint]") {
   // The manifest says 38 where its file holds 40. Resume used to try "older than 40" again, which
@@ -486,10 +505,12 @@ TEST_CASE("a job killed in the final evaluation resumes before the last step, an
   const std::string metrics = dir.file("run/metrics.jsonl");
   // ddprun SIGKILLed in the evaluation (step 10's record written, 20 s of it to go): its watchdog
   // takes the workers with it.
-  auto killed = run_shell("DDPRUN_TEST_EVAL_DELAY=0:20000 " + ddprun_command(2, "synthetic_mlp.yaml", sets, "") +
-                              " > " + dir.file("first.out") + " 2>&1 & P=$!; " + until_logged(metrics, "\"step\": 10,") + "sleep 1; "
-                              "kill -9 $P; wait $P; echo first=$?",
-                          std::chrono::seconds(120));
+  auto killed =
+      run_shell("DDPRUN_TEST_EVAL_DELAY=0:20000 " + ddprun_command(2, "synthetic_mlp.yaml", sets, "") + " > " +
+                    dir.file("first.out") + " 2>&1 & P=$!; " + until_logged(metrics, "\"step\": 10,") +
+                    "sleep 1; "
+                    "kill -9 $P; wait $P; echo first=$?",
+                std::chrono::seconds(120));
   INFO(killed.out << read_file(dir.file("first.out")));
   CHECK_THAT(killed.out, Contains("first=137"));
   CHECK_FALSE(fs::exists(dir.file("run/checkpoints/step_0000000010.json")));

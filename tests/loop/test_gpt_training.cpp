@@ -723,6 +723,17 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
   // used to stop at it.
   auto nul = generate("--prompt-ids '3 3' --tokens 0");
   CHECK(nul.out == std::string("\0\0\n", 3));
+  // An output that cannot be written is said, with 74 (was: exit 0, nothing said).
+  auto full = generate("--prompt 'the Program' --tokens 5 > /dev/full");
+  CHECK(full.exit_code == 74);
+  CHECK_THAT(full.err, Contains("cannot write the sample to standard output: No space left on device"));
+  // A config that does not fit model.pt is named as that, not as a tokenizer too large for it (was:
+  // "tokenizer.model has 400 pieces, more than the model's 256").
+  write_file(dir.file("bytes.yaml"), std::regex_replace(read_file(dir.file("out/config.yaml")),
+                                                        std::regex("vocab_size: 400"), "vocab_size: 256"));
+  auto other_vocabulary = generate("--config " + dir.file("bytes.yaml") + " --tokens 3");
+  CHECK(other_vocabulary.exit_code == 2);
+  CHECK_THAT(other_vocabulary.err, Contains("wrong shapes") && Contains("from the run of") && !Contains("pieces"));
 
   // The run kept the tokenizer its tokens were made with: one made again beside the data later
   // (ddp-tokenize --name gpl, another vocabulary) changes neither ddp-generate's text nor ddp-export's copy.
@@ -881,11 +892,12 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
     return files;
   };
   const auto before_stop = files_of(out);
-  auto stopped = run_shell("DDPRUN_TEST_STOP_CHECK_DELAY=4000 " + bin("ddp-export") + " " + dir.file("out") +
-                               " --max-shard-size 50KB 2>" + dir.file("export.err") + " & P=$!; " +
-                               until_true("ls " + dir.file("out") + "/.export-step-40.export-*/config.json >/dev/null 2>&1") +
-                               "kill -TERM $P; wait $P; echo status=$?",
-                           std::chrono::seconds(120));
+  auto stopped =
+      run_shell("DDPRUN_TEST_STOP_CHECK_DELAY=4000 " + bin("ddp-export") + " " + dir.file("out") +
+                    " --max-shard-size 50KB 2>" + dir.file("export.err") + " & P=$!; " +
+                    until_true("ls " + dir.file("out") + "/.export-step-40.export-*/config.json >/dev/null 2>&1") +
+                    "kill -TERM $P; wait $P; echo status=$?",
+                std::chrono::seconds(120));
   const std::string stopped_err = read_file(dir.file("export.err"));
   INFO(stopped.out << stopped.err << stopped_err);
   CHECK_THAT(stopped.out, Contains("status=143"));
@@ -940,6 +952,21 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(victim.exit_code == 2);
   CHECK_THAT(victim.err, Contains("-o " + dir.file("victim") + " is a run directory (it holds metrics.jsonl)"));
   CHECK(read_file(dir.file("victim/model.pt")) == "the other run's");
+  // A directory that is no earlier export: token shards and their tokenizer.model, which an export
+  // would drop (was: exit 0, the tokenizer gone and the shards copied). The current directory: a
+  // shell left in a removed directory (was: "File name too long").
+  fs::create_directories(dir.file("shards"));
+  write_file(dir.file("shards/tokenizer.model"), "the shards' tokenizer");
+  write_file(dir.file("shards/kjv_train_000000.bin"), "tokens");
+  auto not_export = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("shards")}, std::chrono::seconds(60));
+  CHECK(not_export.exit_code == 2);
+  CHECK_THAT(not_export.err, Contains("-o " + dir.file("shards") + " holds files and is no earlier export"));
+  CHECK(read_file(dir.file("shards/tokenizer.model")) == "the shards' tokenizer");
+  CHECK(std::distance(fs::directory_iterator(dir.file("shards")), fs::directory_iterator()) == 2);
+  auto here = run_shell("cd " + dir.file("shards") + " && " + bin("ddp-export") + " " + dir.file("out") + " -o .",
+                        std::chrono::seconds(60));
+  CHECK(here.exit_code == 2);
+  CHECK_THAT(here.err, Contains("-o . is the current directory"));
   fs::create_directories(dir.file("empty"));
   write_file(dir.file("empty/config.yaml"), read_file(dir.file("out/config.yaml")));
   auto nothing = run_command({bin("ddp-export"), dir.file("empty")}, std::chrono::seconds(60));

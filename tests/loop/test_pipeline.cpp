@@ -289,7 +289,8 @@ TEST_CASE("a SIGSTOPped stage is named with its stage, and a SIGKILLed one resum
   auto r = run_shell("OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 --stall-timeout 3 " +
                          config + " --set run.output_dir=" + stopped +
                          " --set dist.pipeline=2 --set train.max_steps=100000 --set data.eval_split=none & L=$!; " +
-                         until_true("[ -s " + stopped + "/metrics.jsonl ]", 30) + "sleep 1; pkill -STOP -n -f '[d]dp-train.*" + stopped + "'; wait $L; echo status=$?",
+                         until_true("[ -s " + stopped + "/metrics.jsonl ]", 30) +
+                         "sleep 1; pkill -STOP -n -f '[d]dp-train.*" + stopped + "'; wait $L; echo status=$?",
                      std::chrono::seconds(120));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=1") == 1);

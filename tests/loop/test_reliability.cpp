@@ -262,8 +262,9 @@ TEST_CASE("a second run in the same output directory is refused, naming the firs
   std::string out = dir.file("run");
   std::vector<std::string> sets{"run.output_dir=" + out, "train.max_steps=100000", "train.epochs=1000",
                                 "checkpoint.every_epochs=0", "data.eval_split=none", "train.log_every=10"};
-  auto r = run_shell(ddprun_command(2, sets) + " > " + dir.file("first.log") + " 2>&1 & L=$!; " + until_true("[ -s " + out + "/metrics.jsonl ]", 30) +
-                         ddprun_command(1, sets) + "; echo second=$?; kill -TERM $L; wait $L; echo first=$?",
+  auto r = run_shell(ddprun_command(2, sets) + " > " + dir.file("first.log") + " 2>&1 & L=$!; " +
+                         until_true("[ -s " + out + "/metrics.jsonl ]", 30) + ddprun_command(1, sets) +
+                         "; echo second=$?; kill -TERM $L; wait $L; echo first=$?",
                      std::chrono::seconds(120));
   INFO(r.out << r.err << read_file(dir.file("first.log")));
   CHECK(count_lines(r.out, "second=2") == 1);

@@ -340,7 +340,8 @@ TEST_CASE("ddprun restarts a killed rank-thread process, which resumes to the un
   auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:400 OMP_NUM_THREADS=1 " + bin("ddprun") +
                          " --standalone --nproc-per-node 1 --max-restarts 1 " + config + " --set dist.threads=2" +
                          sets_text(with_out("killed")) + " & L=$!; " +
-                         until_true("[ -e " + killed + "/checkpoints/step_0000000010.json ]", 30) + "pkill -KILL -n -f '[d]dp-train.*" + killed + "'; wait $L; echo status=$?",
+                         until_true("[ -e " + killed + "/checkpoints/step_0000000010.json ]", 30) +
+                         "pkill -KILL -n -f '[d]dp-train.*" + killed + "'; wait $L; echo status=$?",
                      std::chrono::seconds(240));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=0") == 1);

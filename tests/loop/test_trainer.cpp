@@ -500,9 +500,11 @@ TEST_CASE("a single-node trainer run listens on loopback only", "[trainer][expos
   std::string command = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node 2 " +
                         config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out +
                         " --set train.max_steps=100000 --set data.eval_split=none --set train.log_every=5";
-  auto r = run_shell(command + " > " + dir.file("log") + " 2>&1 & L=$!; " + until_true("[ -s " + out + "/metrics.jsonl ]", 90) +
+  auto r = run_shell(command + " > " + dir.file("log") + " 2>&1 & L=$!; " +
+                         until_true("[ -s " + out + "/metrics.jsonl ]", 90) +
                          "pgrep -f "
-                         "'[d]dp-train.*" + out + "'; echo launcher $L",
+                         "'[d]dp-train.*" +
+                         out + "'; echo launcher $L",
                      std::chrono::seconds(120));
   std::vector<int> pids;
   int launcher = 0;

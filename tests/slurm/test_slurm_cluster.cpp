@@ -190,8 +190,8 @@ TEST_CASE("scancel --signal=TERM mid-run, then a requeue, ends bit-identical to 
         kWaitJob + "job=$(sbatch --parsable " + mode.options + " --output=" + job_out +
         " --export=ALL,DDPRUN=" + bin("ddprun") + ",NPROC_PER_NODE=2,DDP_TRAIN=" + bin("ddp-train") +
         ",DDPRUN_TEST_STEP_DELAY=0:25 " + kScripts + mode.script + " " + config("synthetic_mlp.yaml") +
-        " --set run.output_dir=" + out + " " + sets +
-        ") || exit 1; " + until_logged(job_out, "step 20/200", 120) + "scancel --signal=TERM $job; echo first: $(wait_job $job); " +
+        " --set run.output_dir=" + out + " " + sets + ") || exit 1; " + until_logged(job_out, "step 20/200", 120) +
+        "scancel --signal=TERM $job; echo first: $(wait_job $job); " +
         // Slurm holds a requeued job until the killed one's credential expires (AuthInfo cred_expire,
         // 10 s on the local cluster): starting it sooner fails with "Job credential revoked".
         "scontrol requeue $job; echo second: $(wait_job $job)");
@@ -215,12 +215,14 @@ TEST_CASE("a rank that fails on the second node fails the job, named with its ho
   LocalCluster cluster;
   SKIP_WITHOUT(cluster);
   std::string out = cluster.file("run");
-  auto r = cluster.shell(
-      kWaitJob + "job=$(sbatch --parsable --nodes=2 --output=" + cluster.file("job.out") + " --export=ALL,DDPRUN=" +
-      bin("ddprun") + ",NPROC_PER_NODE=2 " + kScripts + "train_multinode.sbatch " +
-      config("fashion_mnist_convnet.yaml") + " --set run.output_dir=" + out + " " + kShort + ") || exit 1; " +
-      until_logged(cluster.file("job.out"), "step 20/200", 120) + "pid=" + rank_pid(out, 3) + "; echo killing rank 3: $pid; kill -KILL $pid; " +
-      "echo job: $(wait_job $job); " + until_true("! pgrep -f '[d]dp-train.*" + out + "' >/dev/null", 10) + "echo left: $(pgrep -f '[d]dp-train.*" + out + "' | wc -l)");
+  auto r = cluster.shell(kWaitJob + "job=$(sbatch --parsable --nodes=2 --output=" + cluster.file("job.out") +
+                         " --export=ALL,DDPRUN=" + bin("ddprun") + ",NPROC_PER_NODE=2 " + kScripts +
+                         "train_multinode.sbatch " + config("fashion_mnist_convnet.yaml") +
+                         " --set run.output_dir=" + out + " " + kShort + ") || exit 1; " +
+                         until_logged(cluster.file("job.out"), "step 20/200", 120) + "pid=" + rank_pid(out, 3) +
+                         "; echo killing rank 3: $pid; kill -KILL $pid; " + "echo job: $(wait_job $job); " +
+                         until_true("! pgrep -f '[d]dp-train.*" + out + "' >/dev/null", 10) +
+                         "echo left: $(pgrep -f '[d]dp-train.*" + out + "' | wc -l)");
   std::string log = read_file(cluster.file("job.out"));
   INFO(r.out << r.err << log);
   CHECK_THAT(r.out, Contains("job: JobState=FAILED Restarts=0 ExitCode=137:0"));
@@ -317,8 +319,9 @@ TEST_CASE("an elastic job under Slurm: a second job's srun on another node joins
                         training(out);
   // Two jobs, one node each: the first starts alone (MIN 1), the second joins it mid-run.
   auto r = cluster.shell("srun -N1 -w n1 --output=" + cluster.file("first.out") + " " + elastic + " & F=$!; " +
-                         until_true("[ -e " + out + "/checkpoints/step_0000000200.json ]", 120) + "srun -N1 -w n2 --output=" + cluster.file("second.out") + " " +
-                         elastic + "; S=$?; wait $F; echo statuses=$?,$S");
+                         until_true("[ -e " + out + "/checkpoints/step_0000000200.json ]", 120) +
+                         "srun -N1 -w n2 --output=" + cluster.file("second.out") + " " + elastic +
+                         "; S=$?; wait $F; echo statuses=$?,$S");
   std::string first = read_file(cluster.file("first.out")), second = read_file(cluster.file("second.out"));
   INFO(r.out << r.err << "\n--- first:\n" << first << "\n--- second:\n" << second);
   CHECK_THAT(r.out, Contains("statuses=0,0"));

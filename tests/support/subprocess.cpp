@@ -178,8 +178,9 @@ std::string until_true(const std::string& condition, int max_seconds) {
 
 std::string until_logged(const std::string& files, const std::string& text, int max_seconds, int times) {
   if (text.find('\'') != std::string::npos) throw std::invalid_argument("until_logged: a quote in '" + text + "'");
-  return until_true("[ $(cat " + files + " 2>/dev/null | grep -cF -- '" + text + "') -ge " + std::to_string(times) + " ]",
-                    max_seconds);
+  return until_true(
+      "[ $(cat " + files + " 2>/dev/null | grep -cF -- '" + text + "') -ge " + std::to_string(times) + " ]",
+      max_seconds);
 }
 
 int count_lines(const std::string& text, const std::string& line) {

@@ -352,8 +352,9 @@ TEST_CASE("ddp-tokenize: a SIGTERM while the shards are written leaves the earli
   // Another tokenizer, a shard a token: many shards to write, and a second run while they are.
   auto r = run_shell(bin("ddp-tokenize") + " " + out + " --text " + dir.file("kjv.txt") +
                          " --vocab-size 500 --threads 1 --shard-tokens 1 2>" + dir.file("err") + " & P=$!; " +
-                         until_true("[ $(ls " + out + "/.kjv.partial 2>/dev/null | wc -l) -ge 20 ]", 120) + bin("ddp-tokenize") + " " + out + " --text " +
-                         dir.file("kjv.txt") + " --tokenizer " + dir.file("out/tokenizer.model") +
+                         until_true("[ $(ls " + out + "/.kjv.partial 2>/dev/null | wc -l) -ge 20 ]", 120) +
+                         bin("ddp-tokenize") + " " + out + " --text " + dir.file("kjv.txt") + " --tokenizer " +
+                         dir.file("out/tokenizer.model") +
                          " --name other; echo second=$?; kill -TERM $P; wait $P; echo first=$?",
                      std::chrono::seconds(200));
   const std::string err = read_file(dir.file("err"));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -113,8 +114,11 @@ class FormsFormatter : public CLI::Formatter {
   const std::string as_program = "ddprun [options] -- " + positional + " " + words;
   for (const auto& extra : extras) {
     if (extra.rfind("-", 0) != 0) continue;
+    // `--nproc-pernode 2 ...`: the "program" is the unknown option's value, and no program at all.
+    auto at = std::find(args.begin(), args.end(), extra);
+    const bool its_value = at != args.end() && std::next(at) != args.end() && *std::next(at) == positional;
     throw UserError(unknown_option(extra, app) +
-                    (positional.empty() || config
+                    (positional.empty() || config || its_value
                          ? ""
                          : "; if it is " + positional + "'s, the program goes after --: " + as_program) +
                     "; see ddprun --help");

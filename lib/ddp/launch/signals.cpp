@@ -18,25 +18,32 @@ int g_write_fd = -1;
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD};
 static_assert(std::size(kSignals) == std::size(kStopSignals) + 1, "kStopSignals and SIGCHLD");
 
-// Note [One request, sent twice]: `timeout` signals its child and then its own process group, the
-// child in it, within microseconds: one request arrives twice, and the second, taken as a second
-// Ctrl-C, killed the workers before their stop checkpoint. A repeat from the same sender by kill()
-// within 100 ms is that; a terminal's Ctrl-C (sent by the kernel), or a person's second one, is not.
-struct LastSignal {
-  int sig = 0, code = 0;
-  pid_t sender = 0;
-  timespec at{};
+// Note [One request, sent twice]: one stop request often arrives twice, within microseconds, from
+// two senders: `timeout` signals its child and then its own process group, the child in it; a
+// Ctrl-C reaches both `timeout --foreground` and ddprun, and timeout passes its copy on; Slurm
+// signals every process of a step. Taken as a second Ctrl-C, the second copy killed the workers
+// before their stop checkpoint. So the same signal again within a second of the request's first,
+// from any sender, is that request. Only a person's second Ctrl-C, two signals a terminal sent (the
+// kernel's SI_KERNEL), is a second request: a person cannot press twice within microseconds by
+// accident, and would want the kill.
+struct Request {
+  int sig = 0;
+  bool from_terminal = false;  // a copy of it came from a terminal
+  timespec at{};               // its first copy
 };
-LastSignal g_last;
+Request g_request;
 
 bool repeated(int sig, const siginfo_t* info) {
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
-  const LastSignal last = g_last;
-  g_last = {sig, info ? info->si_code : 0, info ? info->si_pid : 0, now};
-  const long long ns = (now.tv_sec - last.at.tv_sec) * 1'000'000'000LL + (now.tv_nsec - last.at.tv_nsec);
-  return info && info->si_code == SI_USER && last.sig == sig && last.code == SI_USER && last.sender == info->si_pid &&
-         ns < 100'000'000LL;
+  const bool terminal = info && info->si_code == SI_KERNEL;
+  const long long ns = (now.tv_sec - g_request.at.tv_sec) * 1'000'000'000LL + (now.tv_nsec - g_request.at.tv_nsec);
+  if (g_request.sig == sig && ns < 1'000'000'000LL && !(terminal && g_request.from_terminal)) {
+    g_request.from_terminal = g_request.from_terminal || terminal;
+    return true;
+  }
+  g_request = {sig, terminal, now};
+  return false;
 }
 
 void on_signal(int sig, siginfo_t* info, void*) {
@@ -58,7 +65,7 @@ SignalPipe::SignalPipe() {
   struct sigaction action = {};
   action.sa_sigaction = on_signal;
   sigemptyset(&action.sa_mask);
-  for (int sig : kSignals) sigaddset(&action.sa_mask, sig);  // one handler at a time: g_last is shared
+  for (int sig : kSignals) sigaddset(&action.sa_mask, sig);  // one handler at a time: g_request is shared
   action.sa_flags = SA_RESTART | SA_SIGINFO;
   for (int sig : kSignals) sigaction(sig, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the supervisor
