@@ -262,13 +262,20 @@ TEST_CASE("a second run in the same output directory is refused, naming the firs
   std::string out = dir.file("run");
   std::vector<std::string> sets{"run.output_dir=" + out, "train.max_steps=100000", "train.epochs=1000",
                                 "checkpoint.every_epochs=0", "data.eval_split=none", "train.log_every=10"};
+  std::vector<std::string> other_config = sets;
+  other_config.push_back("optim.lr=0.1");
   auto r = run_shell(ddprun_command(2, sets) + " > " + dir.file("first.log") + " 2>&1 & L=$!; " +
                          until_true("[ -s " + out + "/metrics.jsonl ]", 30) + ddprun_command(1, sets) +
-                         "; echo second=$?; kill -TERM $L; wait $L; echo first=$?",
+                         "; echo second=$?; " + ddprun_command(1, other_config) +
+                         "; echo third=$?; kill -TERM $L; wait $L; echo first=$?",
                      std::chrono::seconds(120));
   INFO(r.out << r.err << read_file(dir.file("first.log")));
   CHECK(count_lines(r.out, "second=2") == 1);
-  CHECK(std::regex_search(r.err, std::regex("run.output_dir: " + out + " is in use by another run \\(pid [0-9]+ on ")));
+  CHECK(count_lines(r.out, "third=2") == 1);
+  CHECK(count_occurrences(r.err, "run.output_dir: " + out + " is in use by another run (pid ") == 2);
+  // Told before anything about the live run's outputs (was: "starts afresh over its outputs", and
+  // for another config, "remove DIR to start this one there").
+  CHECK_THAT(r.err, !Contains("afresh") && !Contains("remove"));
   CHECK(count_lines(r.out, "first=143") == 1);  // the first run was untouched, and stopped when asked
   CHECK_THAT(read_file(dir.file("first.log")), Contains("checkpoint saved"));
   check_nothing_left(out);

@@ -2,6 +2,7 @@
 // One run per output directory: two runs writing the same metrics, checkpoints and model.pt would
 // interleave them and prune each other's checkpoints.
 
+#include <optional>
 #include <string>
 
 namespace ddp {
@@ -14,6 +15,11 @@ class DirectoryLock {
   /// and host. IoError (FileError for permissions) if the lock file cannot be created.
   DirectoryLock(const std::string& dir, const std::string& what);
   ~DirectoryLock();
+  /// Who holds `dir`'s lock now ("pid N on HOST"), or nullopt when no one does; takes and makes nothing.
+  static std::optional<std::string> holder(const std::string& dir);
+  /// The refusal of a run that finds `dir` held by `holder`.
+  static std::string in_use(const std::string& dir, const std::string& what, const std::string& holder);
+
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
 

@@ -10,6 +10,7 @@
 
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
+#include "ddp/common/directory_lock.h"
 #include "ddp/common/error.h"
 #include "ddp/common/malloc_tuning.h"
 #include "ddp/common/run_main.h"
@@ -50,7 +51,12 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   if (world.rank == 0 && config_.checkpoint.resume != "never") {
     // run.output_dir outranks run.name: advice to change the name would change nothing.
     const std::string new_run = config_.run.output_dir.empty() ? "--set run.name=NEW" : "--set run.output_dir=NEW_DIR";
-    PriorRunVerdict judged = judge_prior_run(output_dir_of(config_.run), resolved, new_run);
+    // A live run's directory first: advice about its outputs ("remove it to start there") is wrong.
+    const std::string dir = output_dir_of(config_.run);
+    auto holder = DirectoryLock::holder(dir);
+    PriorRunVerdict judged = holder ? PriorRunVerdict{PriorRunVerdict::Action::kRefuse,
+                                                      DirectoryLock::in_use(dir, "run.output_dir", *holder)}
+                                    : judge_prior_run(dir, resolved, new_run);
     if (judged.action == PriorRunVerdict::Action::kFinished && config_.checkpoint.resume != "auto")
       judged = {PriorRunVerdict::Action::kRefuse,
                 "checkpoint.resume: " + judged.message + " (resuming " + config_.checkpoint.resume + " there would " +
