@@ -102,6 +102,18 @@ TEST_CASE("bad token files get one line each, naming the file", "[data][tokens]"
   CHECK(refused("empty.bin", "") == dir.file("empty.bin") + ": is empty: a token file needs at least two tokens");
   CHECK(refused("short.bin", llmc_shard(20240520, 1, 4, iota(0, 4), 2)) ==
         dir.file("short.bin") + ": holds 4 tokens, fewer than one window of model.block_size + 1 = 5");
+  // A short shard among others, as ddp-tokenize's last may be: skipped, and kept to be said (was:
+  // the whole dataset refused). Shards all short: refused, naming the first.
+  write_file(dir.file("split_0.bin"), llmc_shard(20240520, 1, 9, iota(0, 9), 2));
+  write_file(dir.file("split_1.bin"), llmc_shard(20240520, 1, 3, iota(0, 3), 2));
+  TokenWindows split(dir.file("split_*.bin"), "data.path", "", 4);
+  CHECK(split.size() == 2);
+  REQUIRE(split.skipped().size() == 1);
+  CHECK(split.skipped()[0].path == dir.file("split_1.bin"));
+  CHECK(split.skipped()[0].tokens == 3);
+  CHECK_THROWS_WITH(TokenWindows(dir.file("split_*.bin"), "data.path", "", 9),
+                    dir.file("split_0.bin") + ": holds 9 tokens, fewer than one window of model.block_size + 1 = 10 "
+                    "(so do all 2 files that " + dir.file("split_*.bin") + " matches)");
   CHECK_THAT(refused("magic.bin", std::string(64, 'x')),
              Contains(dir.file("magic.bin") + ": is not an llm.c token shard (magic 2021161080, expected 20240520 or "
                                               "20240801) nor an .npy; a headerless file (nanoGPT's train.bin) needs "

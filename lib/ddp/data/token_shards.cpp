@@ -179,13 +179,20 @@ TokenWindows::TokenWindows(const std::string& pattern, const std::string& key, c
   for (const auto& path : paths) {
     auto shard = std::make_unique<TokenShard>(path, token_dtype, key);
     int64_t windows = (shard->tokens() - 1) / block_size_;
-    if (windows < 1)
-      fail_tokens(path, "holds " + std::to_string(shard->tokens()) + " tokens, fewer than one window of model.block_size + 1 = " +
-                     std::to_string(block_size_ + 1));
+    if (windows < 1) {
+      skipped_.push_back({path, shard->tokens()});
+      continue;
+    }
     total += windows;
     windows_.push_back(total);
     shards_.push_back(std::move(shard));
   }
+  if (shards_.empty())
+    fail_tokens(skipped_.front().path,
+                "holds " + std::to_string(skipped_.front().tokens) + " tokens, fewer than one window of model.block_size + 1 = " +
+                    std::to_string(block_size_ + 1) +
+                    (skipped_.size() > 1 ? " (so do all " + std::to_string(skipped_.size()) + " files that " + pattern +
+                                               " matches)" : ""));
 }
 
 torch::Tensor TokenWindows::read(const torch::Tensor& indices) const {

@@ -63,13 +63,21 @@ class TokenShard {
 /// The shards a data.path or data.eval_path names, as windows of block_size + 1 tokens.
 class TokenWindows {
  public:
+  /// A shard of fewer tokens than one window (ddp-tokenize's last may be): skipped, and said by the
+  /// caller, as a shard's tokens past its last whole window are.
+  struct Skipped {
+    std::string path;
+    int64_t tokens = 0;
+  };
+
   /// `pattern` is a file or a glob (sorted); `key` names it in messages ("data.path"). FileError
-  /// for a glob that matches nothing or a shard shorter than one window.
+  /// for a glob that matches nothing, or when no shard holds one window.
   TokenWindows(const std::string& pattern, const std::string& key, const std::string& token_dtype, int64_t block_size);
 
   int64_t size() const { return windows_.empty() ? 0 : windows_.back(); }
   int64_t block_size() const { return block_size_; }
   const std::vector<std::unique_ptr<TokenShard>>& shards() const { return shards_; }
+  const std::vector<Skipped>& skipped() const { return skipped_; }
   /// Windows `indices` (int64 [n]) as int64 [n, block_size + 1].
   torch::Tensor read(const torch::Tensor& indices) const;
   /// FileError naming the file and byte offset of the first token id outside [0, vocab_size).
@@ -79,6 +87,7 @@ class TokenWindows {
   int64_t block_size_;
   std::vector<std::unique_ptr<TokenShard>> shards_;
   std::vector<int64_t> windows_;  // windows_[i]: windows in shards 0..i together
+  std::vector<Skipped> skipped_;
 };
 
 }  // namespace ddp

@@ -41,6 +41,10 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
   if (context.model.warn) {
     spdlog::info("tokens: data.path {}: {}", data.path, describe(*train_));
     if (eval_) spdlog::info("tokens: data.eval_path {}: {}", data.eval_path, describe(*eval_));
+    for (const auto* windows : {&*train_, eval_ ? &*eval_ : nullptr})
+      for (const auto& shard : windows ? windows->skipped() : std::vector<TokenWindows::Skipped>{})
+        spdlog::warn("tokens: {} holds {} tokens, fewer than one window of model.block_size + 1 = {}: not read (a "
+                     "tokenizer's last shard may be that short)", shard.path, shard.tokens, model.block_size + 1);
   }
   model_ = make_model(model, context.model);
   vocab_size_ = model_->output_width();
