@@ -388,6 +388,20 @@ TEST_CASE("config files: missing, malformed, fine", "[config]") {
                       Contains("invalid YAML") &&
                           Contains("(line 3 is indented with a tab, which YAML does not allow: indent with spaces)"));
 
+  // A quoted string that never ends: yaml-cpp ends it at the end of the file, and the later keys were
+  // its text (was: loaded, train.epochs at its default). Closed ones, with escaped quotes, load.
+  std::string open_quote = dir.file("open_quote.yaml");
+  ddp::test::write_file(open_quote, "run:\n  name: \"abc\ntrain:\n  epochs: 2\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(open_quote, {}),
+                      Equals(open_quote + ":2:9: invalid YAML: the string quoted with \" here never ends (its closing \" "
+                                          "is missing), so the rest of the file would be read as its text"));
+  ddp::test::write_file(open_quote, "optim:\n  name: 'it''s\n  lr: 0.5\n");
+  REQUIRE_THROWS_WITH(ddp::load_train_config(open_quote, {}), Contains(":2:9: invalid YAML: the string quoted with '"));
+  ddp::test::write_file(open_quote, "run: {name: \"a\\\"b\", output_dir: 'x''y'}\ntrain:\n  epochs: 2\n");
+  auto closed = ddp::load_train_config(open_quote, {});
+  CHECK(closed.run.name == "a\"b");
+  CHECK(closed.train.epochs == 2);
+
   // Two documents: the second's keys would be dropped unread, a typo or a new value alike.
   std::string two = dir.file("two.yaml");
   ddp::test::write_file(two, "train:\n  epochs: 2\n---\ntrain: {epochs: 5, bogus_key: 1}\n");

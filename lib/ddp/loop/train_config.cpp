@@ -121,6 +121,41 @@ std::string tab_hint(const std::string& text, std::size_t error_line) {
   return "";
 }
 
+// yaml-cpp takes a quoted string that never ends as ending at the end of the file: `name: "abc`
+// then swallowed every later key, silently. A quoted scalar's mark is its opening quote; the closing
+// one must come before the end. ConfigError naming the line, else nothing.
+void check_quotes_close(const YAML::Node& node, const std::string& text, const std::string& source) {
+  if (node.IsMap()) {
+    for (const auto& pair : node) {
+      check_quotes_close(pair.first, text, source);
+      check_quotes_close(pair.second, text, source);
+    }
+    return;
+  }
+  if (node.IsSequence()) {
+    for (const auto& item : node) check_quotes_close(item, text, source);
+    return;
+  }
+  if (!node.IsScalar() || node.Tag() != "!") return;  // "!": a quoted scalar
+  const auto at = static_cast<std::size_t>(std::max(0, node.Mark().pos));
+  if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return;
+  const char quote = text[at];
+  for (std::size_t i = at + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;  // an escape: the next character is its
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside a single-quoted string
+      } else {
+        return;
+      }
+    }
+  }
+  throw ConfigError(source + ":" + std::to_string(node.Mark().line + 1) + ":" + std::to_string(node.Mark().column + 1) +
+                    ": invalid YAML: the string quoted with " + quote + " here never ends (its closing " + quote +
+                    " is missing), so the rest of the file would be read as its text");
+}
+
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   try {
     // Every document is parsed: a second one (after `---`) would otherwise be dropped unread, its
@@ -131,7 +166,9 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
                         std::to_string(documents.size()) +
                         " in the file (after a `---` or `...` line): a config is one document; merge them, or keep "
                         "each in a file of its own");
-    return documents.empty() ? YAML::Node() : documents.front();
+    if (documents.empty()) return YAML::Node();
+    check_quotes_close(documents.front(), text, source);
+    return documents.front();
   } catch (const YAML::ParserException& e) {
     // yaml-cpp counts lines and columns from 0; editors count from 1.
     throw ConfigError(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
