@@ -161,6 +161,27 @@ void check_same_as_rank_0(c10d::Store& store, const WorkerIdentity& env, const s
                     theirs + "; " + fix);
 }
 
+// Rank 0 of ranks started by hand reads each other rank's WORLD_SIZE as it arrives, so that one
+// started with another is named at once, here too: Gloo would wait out dist.timeout_s for the rank
+// that check_same_as_rank_0 ended, and then say "Socket Timeout". Returns once all have arrived;
+// std::runtime_error at `timeout`, for the caller to name who did not.
+void wait_for_ranks(c10d::Store& store, const WorkerIdentity& env, std::chrono::milliseconds timeout) {
+  const std::string mine = std::to_string(env.world_size);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int r = 1; r < env.world_size; ++r) {
+    const std::string key = "ddp/world_size/" + std::to_string(r);
+    while (!store.check({key})) {
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("waited dist.timeout_s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    auto value = store.get(key);
+    std::string theirs(value.begin(), value.end());
+    if (theirs != mine)
+      throw UserError("rank 0 was started with WORLD_SIZE " + mine + ", rank " + std::to_string(r) + " with " + theirs +
+                      "; start every rank with the same world size (--world-size or $WORLD_SIZE)");
+  }
+}
+
 }  // namespace
 
 Communicator sub_communicator(const Communicator& world, const std::string& name, const std::vector<int>& ranks) {
@@ -289,12 +310,20 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
   // torch elastic's layout: a fresh key space per restart attempt (per round: the same but elastic).
   comm.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.round),
                                                       base_store);
-  // Each rank says it arrived, so that a rank left waiting can name the ones that did not.
-  comm.store->set("ddp/arrived/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+  // Each rank says it arrived, so that a rank left waiting can name the ones that did not; a second
+  // process of the same rank (started by hand) finds it said, and is refused before it meets anyone.
+  const std::string rank = std::to_string(env.rank);
+  if (comm.store->add("ddp/arrived/" + rank, 1) > 1)
+    throw UserError("rank " + rank + " was started twice: another process joined the store at " + endpoint +
+                    " as rank " + rank + " first; give each process a rank of its own, 0 to " +
+                    std::to_string(env.world_size - 1) + " (--rank or $RANK)");
   const auto connecting_since = std::chrono::steady_clock::now();
   try {
+    const std::string world_size = std::to_string(env.world_size);
+    comm.store->set("ddp/world_size/" + rank, std::vector<uint8_t>(world_size.begin(), world_size.end()));
     check_same_as_rank_0(*comm.store, env, "WORLD_SIZE", std::to_string(env.world_size),
                          "start every rank with the same world size (--world-size or $WORLD_SIZE)");
+    if (env.rank == 0 && !env.launcher_store && !own_store_only) wait_for_ranks(*comm.store, env, timeout);
     connect_group(comm, env, config, timeout);
   } catch (const UserError&) {
     throw;
