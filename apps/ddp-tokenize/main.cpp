@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -77,6 +78,19 @@ int64_t token_count(const std::vector<std::vector<uint32_t>>& chunks) {
   return n;
 }
 
+// An OUT_DIR this run made goes again when the run ends without its output (a signal, a full
+// disk), with the lock file in it: "OUT_DIR is as it was" holds for one that was not there.
+struct MadeDirectory {
+  std::string path;
+  bool made = false;
+  ~MadeDirectory() {
+    if (!made || std::uncaught_exceptions() == 0) return;
+    std::error_code ignored;
+    std::filesystem::remove(std::filesystem::path(path) / ".ddprun.lock", ignored);
+    std::filesystem::remove(path, ignored);  // only when empty
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,6 +149,7 @@ int main(int argc, char** argv) {
         throw ddp::UserError(model_path + " is the tokenizer of " + others + ", and this one differs: tokenize with "
                              "it (--tokenizer " + model_path + ") or into another OUT_DIR");
     }
+    MadeDirectory made{args.out_dir, !fs::exists(args.out_dir)};
     ddp::make_output_directory(args.out_dir);
     // Two runs into one OUT_DIR would clear each other's staging and commit over each other's shards.
     ddp::DirectoryLock lock(args.out_dir, "OUT_DIR");
