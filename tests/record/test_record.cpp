@@ -333,6 +333,11 @@ TEST_CASE("ddp-report writes one page for several runs, and names a directory th
   CHECK(missing.err == "ddp-report: error: no run in " + dir.file("nothing") + ": cannot read " +
                            dir.file("nothing") + "/metrics.jsonl\n");
   CHECK_FALSE(std::filesystem::exists(dir.file("x.html")));
+  // The run's metrics.jsonl for its directory (was: "cannot read .../metrics.jsonl/metrics.jsonl").
+  auto file = run_command({bin("ddp-report"), dir.file("empty/metrics.jsonl"), "-o", dir.file("x.html")});
+  CHECK(file.exit_code == 2);
+  CHECK(file.err == "ddp-report: error: " + dir.file("empty/metrics.jsonl") + " is a file: ddp-report reads run "
+                    "directories (the one that holds it: " + dir.file("empty") + ")\n");
   // Runs of one name in other directories are told apart by their paths; "." by its directory's name.
   std::filesystem::create_directories(dir.file("p1"));
   std::filesystem::copy(dir.file("run"), dir.file("p1/run"));

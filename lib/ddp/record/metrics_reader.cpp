@@ -90,10 +90,15 @@ std::string read_run_name(const std::string& dir) {
 }
 
 RunRecords read_run(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir, ec)) {  // metrics.jsonl itself, say
+    const std::string parent = std::filesystem::path(dir).parent_path().string();
+    throw UserError(dir + " is a file: ddp-report reads run directories (the one that holds it: " +
+                    (parent.empty() ? "." : parent) + ")");
+  }
   RunRecords run;
   run.name = read_run_name(dir);
   std::string path = dir + "/metrics.jsonl";
-  std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     throw UserError("no run in " + dir + ": " + path + " is not a file (" +
                     (std::filesystem::is_directory(path, ec) ? "a directory" : "not a regular file") + ")");
