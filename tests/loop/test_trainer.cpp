@@ -454,7 +454,7 @@ TEST_CASE("ranks with different configs fail together, naming the rank and the d
                      std::chrono::seconds(60));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "statuses=2,2") == 1);
-  CHECK_THAT(r.err, Contains("rank 1's config differs from rank 0's: '  batch_size: 32' vs '  batch_size: 16'"));
+  CHECK_THAT(r.err, Contains("rank 1's config differs from rank 0's: train.batch_size 16 (rank 0: 32)"));
 }
 
 namespace {

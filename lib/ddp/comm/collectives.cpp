@@ -106,7 +106,8 @@ void barrier(const Communicator& comm) {
 }
 
 void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text,
-                                  const std::string& fix) {
+                                  const std::string& fix,
+                                  const std::function<std::string(const std::string&, const std::string&)>& describe) {
   if (comm.world_size == 1) return;
   // Cheap common case: compare hashes with one all-gather; only a mismatch reads the texts.
   int64_t hash = static_cast<int64_t>(std::hash<std::string>{}(text) & 0x7fffffffffffffffULL);
@@ -124,10 +125,11 @@ void check_identical_across_ranks(const Communicator& comm, const std::string& w
   if (differing < 0) return;
   auto reference = comm.store->get(key + "0");
   auto other = comm.store->get(key + std::to_string(differing));
-  throw UserError("rank " + std::to_string(differing) + "'s " + what + " differs from rank 0's: " +
-                  first_difference(std::string(reference.begin(), reference.end()),
-                                   std::string(other.begin(), other.end())) +
-                  "; " + fix);
+  const std::string ours(reference.begin(), reference.end()), theirs(other.begin(), other.end());
+  std::string difference = describe ? describe(ours, theirs) : "";
+  if (difference.empty()) difference = first_difference(ours, theirs);
+  throw UserError("rank " + std::to_string(differing) + "'s " + what + " differs from rank 0's: " + difference + "; " +
+                  fix);
 }
 
 }  // namespace ddp

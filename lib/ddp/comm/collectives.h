@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,12 @@ torch::Tensor all_to_all(const Communicator& comm, const torch::Tensor& input, c
 void barrier(const Communicator& comm);
 
 /// Fails on every rank unless every rank passed the same `text` (a config, a parameter list).
-/// The error names the first rank that differs from rank 0 and the first line that differs, then `fix`.
-void check_identical_across_ranks(const Communicator& comm, const std::string& what, const std::string& text,
-                                  const std::string& fix = "start every rank with the same config and build");
+/// The error names the first rank that differs from rank 0 and what differs, then `fix`: `describe`
+/// (rank 0's text, the other's) says what, where it knows the text's form (a config's keys), and
+/// says "" where it does not; the first line that differs then.
+void check_identical_across_ranks(
+    const Communicator& comm, const std::string& what, const std::string& text,
+    const std::string& fix = "start every rank with the same config and build",
+    const std::function<std::string(const std::string& rank_0, const std::string& theirs)>& describe = {});
 
 }  // namespace ddp

@@ -43,7 +43,16 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
     spdlog::info("train.tf32: float32 matrix products in {}", config_.train.tf32 ? "TensorFloat-32 where the GPU has it"
                                                                                  : "full float32");
   std::string resolved = to_yaml(config_);
-  check_identical_across_ranks(world, "config", to_yaml_without_paths(config_));
+  // Named by key: a line alone ("  seed: 3") may be run.seed's or sampler.seed's.
+  check_identical_across_ranks(world, "config", to_yaml_without_paths(config_),
+                               "start every rank with the same config and build",
+                               [](const std::string& rank_0, const std::string& theirs) {
+                                 std::string text;
+                                 for (const auto& change : config_changes(rank_0, theirs))
+                                   text += (text.empty() ? "" : ", ") + change.key + " " + change.after + " (rank 0: " +
+                                           change.before + ")";
+                                 return text;
+                               });
   // Note [Re-running a run]: rank 0 reads the run directory, before anything is written to it, and
   // decides for every rank (an action's digit, then its message).
   // An explicit checkpoint.resume is judged too: it would overwrite a finished run's outputs.
