@@ -315,6 +315,12 @@ TEST_CASE("pipeline keys set without a pipeline are notices, not errors, one lin
         Notices{"dist.microbatches: does nothing without a pipeline (dist.pipeline is 1)",
                 "dist.schedule: does nothing without a pipeline (dist.pipeline is 1)",
                 "dist.pipeline_split: does nothing without a pipeline (dist.pipeline is 1)"});
+  // Keys another dataset or model reads (were: taken without a word).
+  CHECK(ddp::config_notices(parse("data: {dataset: idx, path: /d, eval_fraction: 0.5, eval_path: /e}\n"
+                                  "model: {name: mlp, path: /m.pt}")) ==
+        Notices{"data.eval_path: does nothing with data.dataset idx (npy, csv, criteo and tokens read it)",
+                "data.eval_fraction: does nothing with data.dataset idx (npy, csv and criteo split by it)",
+                "model.path: does nothing with model.name mlp (torchscript reads it)"});
 }
 
 TEST_CASE("set overrides use the same paths and messages", "[config]") {

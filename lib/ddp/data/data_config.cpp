@@ -97,6 +97,20 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.rule("data.eval_fraction", [&config]() -> std::string {
     return config.dataset == "tokens" && config.eval_fraction > 0 ? "tokens: name the held-out shards in data.eval_path" : "";
   });
+  // Notices, not errors, as for the pipeline's keys: set for another dataset, read by none here.
+  schema.notice("data.eval_path", [&config]() -> std::string {
+    const bool read = config.dataset == "npy" || config.dataset == "csv" || config.dataset == "criteo" ||
+                      config.dataset == "tokens";
+    return !read && !config.eval_path.empty()
+               ? "does nothing with data.dataset " + config.dataset + " (npy, csv, criteo and tokens read it)"
+               : "";
+  });
+  schema.notice("data.eval_fraction", [&config]() -> std::string {
+    const bool read = config.dataset == "npy" || config.dataset == "csv" || config.dataset == "criteo";
+    return !read && config.dataset != "tokens" && config.eval_fraction > 0
+               ? "does nothing with data.dataset " + config.dataset + " (npy, csv and criteo split by it)"
+               : "";
+  });
   schema.rule("data.eval_labels", [&config]() -> std::string {
     if (config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty())
       return "must name the labels .npy of data.eval_path";
