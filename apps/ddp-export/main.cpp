@@ -239,17 +239,27 @@ int main(int argc, char** argv) {
                              "that run's model.pt and config.yaml; export elsewhere");
     if (fs::exists(output) && !fs::is_directory(output))
       throw ddp::UserError("-o " + output + " is a file; name a directory for the export");
-    if (fs::exists(output) && fs::equivalent(output, fs::current_path()))
+    std::error_code ec;
+    const fs::path here = fs::current_path(ec);
+    if (!ec && fs::exists(output) && fs::equivalent(output, here, ec))
       throw ddp::UserError("-o " + output + " is the current directory, which the export would replace whole, leaving "
                            "this shell in a removed one; name it from elsewhere");
-    // An export replaces its directory whole (Note [An export replaces its directory whole]):
-    // another directory's files of an export's kinds (a tokenizer.model beside token shards) would
-    // go, and the rest be copied.
-    if (fs::is_directory(output) && !fs::is_empty(output) && !fs::exists(fs::path(output) / "model.safetensors") &&
+    // An export replaces its directory whole (Note [An export replaces its directory whole]): a
+    // directory that is no earlier export loses its files of an export's kinds (a tokenizer.model
+    // beside token shards), and a run directory in it would be copied whole. Other files (a
+    // README, a Hub clone's .git) are kept, as they are in an earlier export.
+    if (fs::is_directory(output) && !fs::exists(fs::path(output) / "model.safetensors") &&
         !fs::exists(fs::path(output) / "model.safetensors.index.json"))
-      throw ddp::UserError("-o " + output + " holds files and is no earlier export (it has no model.safetensors), "
-                           "and an export replaces its directory whole; name a new or empty directory, or an "
-                           "earlier export to replace");
+      for (const auto& entry : fs::directory_iterator(output)) {
+        const std::string name = entry.path().filename().string();
+        const bool a_run = entry.is_directory() && (fs::exists(entry.path() / "metrics.jsonl") ||
+                                                    fs::exists(entry.path() / "checkpoints"));
+        if (a_run || (written_by_an_export(name) && name != ".ddprun.lock"))
+          throw ddp::UserError("-o " + output + " is no earlier export (it has no model.safetensors) and holds " +
+                               name + (a_run ? ", a run directory, which the export would copy whole"
+                                             : ", which the export would replace") +
+                               "; name a new or empty directory, or an earlier export to replace");
+      }
     ddp::DeferredInterruption deferred(
         "ddp-export: stopping once the file in hand is written, and removing the export's own (again to stop at "
         "once)\n",

@@ -35,7 +35,7 @@ void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), s
 // What was written so far, out; a full disk or a closed terminal is said (exit 74), not ignored.
 void flush_output() {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
-  const int error = errno;
+  const int error = errno != 0 ? errno : EIO;  // a write before the flush failed, and errno moved on
   ddp::throw_output_error(std::string("cannot write the sample to standard output: ") + std::strerror(error), error);
 }
 

@@ -78,16 +78,29 @@ int64_t token_count(const std::vector<std::vector<uint32_t>>& chunks) {
   return n;
 }
 
-// An OUT_DIR this run made goes again when the run ends without its output (a signal, a full
-// disk), with the lock file in it: "OUT_DIR is as it was" holds for one that was not there.
+// The first of `dir` and its parents that does not exist yet ("" when `dir` does): what making it makes.
+std::string first_missing(const std::string& dir) {
+  std::error_code ec;
+  std::string missing;
+  for (auto at = std::filesystem::absolute(dir, ec).lexically_normal(); !at.empty() && at != at.parent_path() &&
+                                                                          !std::filesystem::exists(at, ec);
+       at = at.parent_path())
+    missing = at.string();
+  return missing;
+}
+
+// An OUT_DIR this run made (with any parents) goes again when the run ends without its output (a
+// signal, a full disk): "OUT_DIR is as it was" holds for one that was not there. Made once the lock
+// is held, so that it is gone before the lock is let go, and a run refused by the lock removes nothing.
 struct MadeDirectory {
-  std::string path;
-  bool made = false;
+  std::string path, top;  // top: the outermost directory this run made; "" for none
   ~MadeDirectory() {
-    if (!made || std::uncaught_exceptions() == 0) return;
+    if (top.empty() || std::uncaught_exceptions() == 0) return;
     std::error_code ignored;
-    std::filesystem::remove(std::filesystem::path(path) / ".ddprun.lock", ignored);
-    std::filesystem::remove(path, ignored);  // only when empty
+    auto dir = std::filesystem::absolute(path, ignored).lexically_normal();
+    std::filesystem::remove(dir / ".ddprun.lock", ignored);
+    for (; !dir.empty() && dir.string().size() >= top.size(); dir = dir.parent_path())
+      if (!std::filesystem::remove(dir, ignored)) break;  // only while empty
   }
 };
 
@@ -149,10 +162,11 @@ int main(int argc, char** argv) {
         throw ddp::UserError(model_path + " is the tokenizer of " + others + ", and this one differs: tokenize with "
                              "it (--tokenizer " + model_path + ") or into another OUT_DIR");
     }
-    MadeDirectory made{args.out_dir, !fs::exists(args.out_dir)};
+    const std::string made_from = first_missing(args.out_dir);
     ddp::make_output_directory(args.out_dir);
     // Two runs into one OUT_DIR would clear each other's staging and commit over each other's shards.
     ddp::DirectoryLock lock(args.out_dir, "OUT_DIR");
+    MadeDirectory made{args.out_dir, made_from};
     const bool tty = isatty(STDERR_FILENO) != 0;
     auto last_line = Clock::now();
     auto progress = [&](int64_t done) {

@@ -206,9 +206,11 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     std::string words = std::regex_replace(read_file(dir.file("out/config.yaml")), std::regex("vocab_size: 256"),
                                            "vocab_size: 50304");
     write_file(dir.file("words.yaml"), words);
+    // Another vocabulary than model.pt's: the shapes are named before any tokenizer is looked for
+    // (a Llama's run with no tokenizer beside it is told it needs one, in the test below).
     auto not_bytes = generate("--config " + dir.file("words.yaml") + " --tokens 3");
     CHECK(not_bytes.exit_code == 2);
-    CHECK_THAT(not_bytes.err, Contains("model.vocab_size is 50304, so its tokens are not bytes"));
+    CHECK_THAT(not_bytes.err, Contains("wrong shapes transformer.wte.weight (file [256, 32], model [50304, 32])"));
     // Another n_head, the same shapes: the weights load, so the run's config.yaml must refuse it.
     std::string heads = std::regex_replace(read_file(dir.file("out/config.yaml")), std::regex("n_head: 2"), "n_head: 4");
     write_file(dir.file("heads.yaml"), heads);
@@ -734,6 +736,14 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
   auto other_vocabulary = generate("--config " + dir.file("bytes.yaml") + " --tokens 3");
   CHECK(other_vocabulary.exit_code == 2);
   CHECK_THAT(other_vocabulary.err, Contains("wrong shapes") && Contains("from the run of") && !Contains("pieces"));
+  // Its model.pt with no tokenizer beside it or its data: told that text needs one.
+  std::filesystem::create_directories(dir.file("bare"));
+  std::filesystem::copy_file(dir.file("out/model.pt"), dir.file("bare/model.pt"));
+  write_file(dir.file("bare/config.yaml"), std::regex_replace(read_file(dir.file("out/config.yaml")),
+                                                              std::regex("/tokens/gpl_"), "/nowhere/gpl_"));
+  auto no_tokenizer = run_shell(bin("ddp-generate") + " " + dir.file("bare") + " --tokens 3", std::chrono::seconds(60));
+  CHECK(no_tokenizer.exit_code == 2);
+  CHECK_THAT(no_tokenizer.err, Contains("model.vocab_size is 400, so its tokens are not bytes"));
 
   // The run kept the tokenizer its tokens were made with: one made again beside the data later
   // (ddp-tokenize --name gpl, another vocabulary) changes neither ddp-generate's text nor ddp-export's copy.
@@ -953,16 +963,27 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK_THAT(victim.err, Contains("-o " + dir.file("victim") + " is a run directory (it holds metrics.jsonl)"));
   CHECK(read_file(dir.file("victim/model.pt")) == "the other run's");
   // A directory that is no earlier export: token shards and their tokenizer.model, which an export
-  // would drop (was: exit 0, the tokenizer gone and the shards copied). The current directory: a
-  // shell left in a removed directory (was: "File name too long").
+  // would drop (was: exit 0, the tokenizer gone and the shards copied); one that holds runs. The
+  // current directory: a shell left in a removed directory (was: "File name too long").
   fs::create_directories(dir.file("shards"));
   write_file(dir.file("shards/tokenizer.model"), "the shards' tokenizer");
   write_file(dir.file("shards/kjv_train_000000.bin"), "tokens");
   auto not_export = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("shards")}, std::chrono::seconds(60));
   CHECK(not_export.exit_code == 2);
-  CHECK_THAT(not_export.err, Contains("-o " + dir.file("shards") + " holds files and is no earlier export"));
+  CHECK_THAT(not_export.err, Contains("-o " + dir.file("shards") + " is no earlier export (it has no "
+                                      "model.safetensors) and holds tokenizer.model, which the export would replace"));
   CHECK(read_file(dir.file("shards/tokenizer.model")) == "the shards' tokenizer");
   CHECK(std::distance(fs::directory_iterator(dir.file("shards")), fs::directory_iterator()) == 2);
+  auto runs = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.path()}, std::chrono::seconds(60));
+  CHECK(runs.exit_code == 2);
+  CHECK_THAT(runs.err, Contains("a run directory, which the export would copy whole"));
+  // A directory of the user's own files (a Hub clone's README): exported into, and the README kept.
+  fs::create_directories(dir.file("hub"));
+  write_file(dir.file("hub/README.md"), "the model card");
+  auto hub = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("hub")}, std::chrono::seconds(120));
+  CHECK(hub.exit_code == 0);
+  CHECK(read_file(dir.file("hub/README.md")) == "the model card");
+  CHECK(fs::exists(dir.file("hub/model.safetensors")));
   auto here = run_shell("cd " + dir.file("shards") + " && " + bin("ddp-export") + " " + dir.file("out") + " -o .",
                         std::chrono::seconds(60));
   CHECK(here.exit_code == 2);

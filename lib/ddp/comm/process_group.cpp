@@ -147,8 +147,10 @@ std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator&
 // rank 0's: `what` is `mine` here; the error adds `fix`. Without it, ranks with different world sizes
 // meet in Gloo's address exchange and fail there on a buffer size ("address.cc:45 136 vs 272"), and
 // ranks with different backends (nodes with different GPU counts) never meet at all.
+// `tell_rank_0`: a key under which this rank's value is left for rank 0 (wait_for_ranks), once it
+// has rank 0's: rank 0, which hosts the store, may end on seeing it, and this rank still has its answer.
 void check_same_as_rank_0(c10d::Store& store, const WorkerIdentity& env, const std::string& what, const std::string& mine,
-                          const std::string& fix) {
+                          const std::string& fix, const std::string& tell_rank_0 = "") {
   const std::string key = "ddp/" + what;
   if (env.rank == 0) {
     store.set(key, std::vector<uint8_t>(mine.begin(), mine.end()));
@@ -156,10 +158,14 @@ void check_same_as_rank_0(c10d::Store& store, const WorkerIdentity& env, const s
   }
   auto value = store.get(key);
   std::string theirs(value.begin(), value.end());
+  if (!tell_rank_0.empty()) store.set(tell_rank_0, std::vector<uint8_t>(mine.begin(), mine.end()));
   if (theirs != mine)
     throw UserError("rank " + std::to_string(env.rank) + " was started with " + what + " " + mine + ", rank 0 with " +
                     theirs + "; " + fix);
 }
+
+// wait_for_ranks' own timeout, which has no lower cause to show.
+constexpr const char* kRanksWaitedOut = "ranks waited out";
 
 // Rank 0 of ranks started by hand reads each other rank's WORLD_SIZE as it arrives, so that one
 // started with another is named at once, here too: Gloo would wait out dist.timeout_s for the rank
@@ -171,7 +177,7 @@ void wait_for_ranks(c10d::Store& store, const WorkerIdentity& env, std::chrono::
   for (int r = 1; r < env.world_size; ++r) {
     const std::string key = "ddp/world_size/" + std::to_string(r);
     while (!store.check({key})) {
-      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("waited dist.timeout_s");
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error(kRanksWaitedOut);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     auto value = store.get(key);
@@ -315,14 +321,14 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
   const std::string rank = std::to_string(env.rank);
   if (comm.store->add("ddp/arrived/" + rank, 1) > 1)
     throw UserError("rank " + rank + " was started twice: another process joined the store at " + endpoint +
-                    " as rank " + rank + " first; give each process a rank of its own, 0 to " +
-                    std::to_string(env.world_size - 1) + " (--rank or $RANK)");
+                    " as rank " + rank + " first (or one of this rank that has since ended: start every rank "
+                    "again); give each process a rank of its own, 0 to " + std::to_string(env.world_size - 1) +
+                    " (--rank or $RANK)");
   const auto connecting_since = std::chrono::steady_clock::now();
   try {
-    const std::string world_size = std::to_string(env.world_size);
-    comm.store->set("ddp/world_size/" + rank, std::vector<uint8_t>(world_size.begin(), world_size.end()));
     check_same_as_rank_0(*comm.store, env, "WORLD_SIZE", std::to_string(env.world_size),
-                         "start every rank with the same world size (--world-size or $WORLD_SIZE)");
+                         "start every rank with the same world size (--world-size or $WORLD_SIZE)",
+                         "ddp/world_size/" + rank);
     if (env.rank == 0 && !env.launcher_store && !own_store_only) wait_for_ranks(*comm.store, env, timeout);
     connect_group(comm, env, config, timeout);
   } catch (const UserError&) {
@@ -362,7 +368,7 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
                              " never arrived at the store at " + endpoint + " within " +
                              std::to_string(static_cast<int>(config.timeout_s)) +
                              " s (dist.timeout_s): did they start, with the same MASTER_ADDR, MASTER_PORT and "
-                             "WORLD_SIZE? [" + cause + "]");
+                             "WORLD_SIZE?" + (cause == kRanksWaitedOut ? "" : " [" + cause + "]"));
   }
   return comm;
 }

@@ -15,7 +15,8 @@ class DirectoryLock {
   /// and host. IoError (FileError for permissions) if the lock file cannot be created.
   DirectoryLock(const std::string& dir, const std::string& what);
   ~DirectoryLock();
-  /// Who holds `dir`'s lock now ("pid N on HOST"), or nullopt when no one does; takes and makes nothing.
+  /// Who holds `dir`'s lock now ("pid N on HOST"), or nullopt when no one does; makes nothing, and
+  /// holds nothing once it returns (a shared lock for a moment, to see).
   static std::optional<std::string> holder(const std::string& dir);
   /// The refusal of a run that finds `dir` held by `holder`.
   static std::string in_use(const std::string& dir, const std::string& what, const std::string& holder);

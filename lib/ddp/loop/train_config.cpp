@@ -124,20 +124,24 @@ std::string tab_hint(const std::string& text, std::size_t error_line) {
 // yaml-cpp takes a quoted string that never ends as ending at the end of the file: `name: "abc`
 // then swallowed every later key, silently. A quoted scalar's mark is its opening quote; the closing
 // one must come before the end. ConfigError naming the line, else nothing.
-void check_quotes_close(const YAML::Node& node, const std::string& text, const std::string& source) {
+// `depth`: an alias of its own parent (`a: &x [*x]`) makes the tree a cycle; no config nests so deep.
+void check_quotes_close(const YAML::Node& node, const std::string& text, const std::string& source, int depth = 0) {
+  if (depth > 64) return;
   if (node.IsMap()) {
     for (const auto& pair : node) {
-      check_quotes_close(pair.first, text, source);
-      check_quotes_close(pair.second, text, source);
+      check_quotes_close(pair.first, text, source, depth + 1);
+      check_quotes_close(pair.second, text, source, depth + 1);
     }
     return;
   }
   if (node.IsSequence()) {
-    for (const auto& item : node) check_quotes_close(item, text, source);
+    for (const auto& item : node) check_quotes_close(item, text, source, depth + 1);
     return;
   }
   if (!node.IsScalar() || node.Tag() != "!") return;  // "!": a quoted scalar
-  const auto at = static_cast<std::size_t>(std::max(0, node.Mark().pos));
+  // yaml-cpp counts positions after a UTF-8 byte-order mark, which `text` still holds.
+  const std::size_t bom = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  const auto at = static_cast<std::size_t>(std::max(0, node.Mark().pos)) + bom;
   if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return;
   const char quote = text[at];
   for (std::size_t i = at + 1; i < text.size(); ++i) {
