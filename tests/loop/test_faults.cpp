@@ -266,6 +266,16 @@ TEST_CASE("a run that fails renders its report of what it recorded, not the one 
   CHECK_THAT(html, !Contains("No all-reduce") && !Contains("monitor recorded nothing"));
 }
 
+// Shell: an MLP run of `nproc` ranks into `out` (with `sets`), started as $L after `wrapper` (a
+// prefix such as "timeout 600 env "), which `signals` (shell) signals once it has logged a step; it
+// echoes status= with $L's exit status.
+std::string signalled_once_stepping(int nproc, const std::string& out, const std::string& wrapper,
+                                    std::vector<std::string> sets, const std::string& signals) {
+  sets.insert(sets.begin(), {"run.output_dir=" + out, "train.epochs=50", "train.log_every=20", "checkpoint.every_epochs=0"});
+  return "DDPRUN_TEST_STEP_DELAY=0:10 " + wrapper + ddprun_command(nproc, "synthetic_mlp.yaml", sets) + " & L=$!; " +
+         until_logged(out + "/metrics.jsonl", "\"step\"", 50) + signals + "; wait $L; echo status=$?";
+}
+
 TEST_CASE("a run under timeout(1) stops with its checkpoint, though timeout sends the one SIGTERM twice",
           "[faults]") {
   // timeout signals its child and then its process group, the child in it: the second delivery,
@@ -275,13 +285,9 @@ TEST_CASE("a run under timeout(1) stops with its checkpoint, though timeout send
   // step, where a fixed `timeout 4` could fire before a loaded machine had the workers up.
   TempDir dir;
   const std::string out = dir.file("run");
-  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:10 timeout 600 env " +
-                         ddprun_command(2, "synthetic_mlp.yaml",
-                                        {"run.output_dir=" + out, "train.epochs=50", "eval.every_steps=20",
-                                         "train.log_every=20", "checkpoint.every_epochs=0"}) +
-                         " & T=$!; " + until_logged(out + "/metrics.jsonl", "\"step\"", 50) +
-                         "kill -ALRM $T; wait $T; echo status=$?",
-                     std::chrono::seconds(90));
+  auto r = run_shell(
+      signalled_once_stepping(2, out, "timeout 600 env ", {"eval.every_steps=20"}, "kill -ALRM $L"),
+      std::chrono::seconds(90));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=124") == 1);
   CHECK_THAT(r.out, Contains("stopping at step"));
@@ -298,13 +304,9 @@ TEST_CASE("one SIGINT sent twice at once, by two senders, stops with the checkpo
   // here, one after the other.
   TempDir dir;
   const std::string out = dir.file("run");
-  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:10 " +
-                         ddprun_command(1, "synthetic_mlp.yaml",
-                                        {"run.output_dir=" + out, "train.epochs=50", "train.log_every=20",
-                                         "checkpoint.every_epochs=0", "data.eval_split=none"}) +
-                         " & L=$!; " + until_logged(out + "/metrics.jsonl", "\"step\"", 50) +
-                         "/bin/kill -INT $L; /bin/kill -INT $L; wait $L; echo status=$?",
-                     std::chrono::seconds(90));
+  auto r = run_shell(
+      signalled_once_stepping(1, out, "", {"data.eval_split=none"}, "/bin/kill -INT $L; /bin/kill -INT $L"),
+      std::chrono::seconds(90));
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=130") == 1);
   CHECK_THAT(r.out + r.err, Contains("stopping at step"));
