@@ -271,7 +271,8 @@ TEST_CASE("a run that fails renders its report of what it recorded, not the one 
 // echoes status= with $L's exit status.
 std::string signalled_once_stepping(int nproc, const std::string& out, const std::string& wrapper,
                                     std::vector<std::string> sets, const std::string& signals) {
-  sets.insert(sets.begin(), {"run.output_dir=" + out, "train.epochs=50", "train.log_every=20", "checkpoint.every_epochs=0"});
+  sets.insert(sets.begin(),
+              {"run.output_dir=" + out, "train.epochs=50", "train.log_every=20", "checkpoint.every_epochs=0"});
   return "DDPRUN_TEST_STEP_DELAY=0:10 " + wrapper + ddprun_command(nproc, "synthetic_mlp.yaml", sets) + " & L=$!; " +
          until_logged(out + "/metrics.jsonl", "\"step\"", 50) + signals + "; wait $L; echo status=$?";
 }
