@@ -16,6 +16,7 @@
 #include "ddp/common/directory_lock.h"
 #include "ddp/common/error.h"
 #include "ddp/common/interruption.h"
+#include "ddp/common/made_directories.h"
 #include "ddp/common/run_main.h"
 #include "ddp/common/worker_contract.h"
 #include "ddp/text/parallel_encoder.h"
@@ -78,29 +79,16 @@ int64_t token_count(const std::vector<std::vector<uint32_t>>& chunks) {
   return n;
 }
 
-// The first of `dir` and its parents that does not exist yet ("" when `dir` does): what making it makes.
-std::string first_missing(const std::string& dir) {
-  std::error_code ec;
-  std::string missing;
-  for (auto at = std::filesystem::absolute(dir, ec).lexically_normal(); !at.empty() && at != at.parent_path() &&
-                                                                          !std::filesystem::exists(at, ec);
-       at = at.parent_path())
-    missing = at.string();
-  return missing;
-}
-
 // An OUT_DIR this run made (with any parents) goes again when the run ends without its output (a
 // signal, a full disk): "OUT_DIR is as it was" holds for one that was not there. Made once the lock
 // is held, so that it is gone before the lock is let go, and a run refused by the lock removes nothing.
 struct MadeDirectory {
-  std::string path, top;  // top: the outermost directory this run made; "" for none
+  std::string path, first_made;  // first_missing_directory's answer before it was made; "" for none
   ~MadeDirectory() {
-    if (top.empty() || std::uncaught_exceptions() == 0) return;
+    if (first_made.empty() || std::uncaught_exceptions() == 0) return;
     std::error_code ignored;
-    auto dir = std::filesystem::absolute(path, ignored).lexically_normal();
-    std::filesystem::remove(dir / ".ddprun.lock", ignored);
-    for (; !dir.empty() && dir.string().size() >= top.size(); dir = dir.parent_path())
-      if (!std::filesystem::remove(dir, ignored)) break;  // only while empty
+    std::filesystem::remove(std::filesystem::path(path) / ".ddprun.lock", ignored);
+    if (std::filesystem::remove(path, ignored)) ddp::remove_made_parents(path, first_made);  // only while empty
   }
 };
 
@@ -162,7 +150,7 @@ int main(int argc, char** argv) {
         throw ddp::UserError(model_path + " is the tokenizer of " + others + ", and this one differs: tokenize with "
                              "it (--tokenizer " + model_path + ") or into another OUT_DIR");
     }
-    const std::string made_from = first_missing(args.out_dir);
+    const std::string made_from = ddp::first_missing_directory(args.out_dir);
     ddp::make_output_directory(args.out_dir);
     // Two runs into one OUT_DIR would clear each other's staging and commit over each other's shards.
     ddp::DirectoryLock lock(args.out_dir, "OUT_DIR");

@@ -366,8 +366,9 @@ TEST_CASE("ddp-tokenize: a SIGTERM while the shards are written leaves the earli
   CHECK(listing() == before);  // no staging directory, no shard of the stopped run
   CHECK(read_file(dir.file("out/tokenizer.model")) == tokenizer_before);
 
-  // An OUT_DIR the stopped run made is gone with it (was: left, holding only the lock file).
-  const std::string fresh = dir.file("fresh");
+  // An OUT_DIR the stopped run made, and the parents it made, are gone with it (was: left, holding
+  // only the lock file).
+  const std::string fresh = dir.file("fresh/made/out");
   auto into_new = run_shell(bin("ddp-tokenize") + " " + fresh + " --text " + dir.file("kjv.txt") + " --tokenizer " +
                                 dir.file("out/tokenizer.model") + " --threads 1 --shard-tokens 1 2>" +
                                 dir.file("fresh.err") + " & P=$!; " +
@@ -376,7 +377,7 @@ TEST_CASE("ddp-tokenize: a SIGTERM while the shards are written leaves the earli
                             std::chrono::seconds(200));
   INFO(into_new.out << read_file(dir.file("fresh.err")));
   CHECK(count_lines(into_new.out, "status=143") == 1);
-  CHECK_FALSE(std::filesystem::exists(fresh));
+  CHECK_FALSE(std::filesystem::exists(dir.file("fresh")));
 }
 
 TEST_CASE("token shards: uint16 up to 65,536 pieces, llm.c's uint32 layout above, a shard cut at shard_tokens",

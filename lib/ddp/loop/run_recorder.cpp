@@ -14,6 +14,7 @@
 #include "ddp/comm/collectives.h"
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/made_directories.h"
 #include "ddp/common/text.h"
 #include "ddp/common/version.h"
 #include "ddp/common/worker_contract.h"
@@ -122,10 +123,7 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
   if (world_.rank != 0) return;
   std::error_code ec;
-  for (auto dir = std::filesystem::absolute(output_dir_, ec); !dir.empty() && !std::filesystem::exists(dir, ec) &&
-                                                            dir != dir.parent_path();
-       dir = dir.parent_path())
-    created_dir_ = dir.string();
+  created_dir_ = first_missing_directory(output_dir_);
   std::filesystem::create_directories(output_dir_, ec);
   if (ec) throw_output_error("cannot create run.output_dir " + output_dir_ + ": " + ec.message(), ec.value());
   output_lock_ = std::make_unique<DirectoryLock>(output_dir_, "run.output_dir");
@@ -141,9 +139,7 @@ RunRecorder::~RunRecorder() {
   // Its own directory, then the parents it made while they are empty: another run may have begun in one.
   std::error_code ec;
   std::filesystem::remove_all(output_dir_, ec);
-  for (auto dir = std::filesystem::absolute(output_dir_, ec).parent_path();
-       dir.string().size() >= created_dir_.size() && std::filesystem::remove(dir, ec); dir = dir.parent_path()) {
-  }
+  remove_made_parents(output_dir_, created_dir_);
 }
 
 void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int64_t total_epochs) {
