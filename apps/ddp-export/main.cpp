@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
         const std::string name = entry.path().filename().string();
         const bool a_run = entry.is_directory() && (fs::exists(entry.path() / "metrics.jsonl") ||
                                                     fs::exists(entry.path() / "checkpoints"));
-        if (a_run || (written_by_an_export(name) && name != ".ddprun.lock"))
+        if (a_run || written_by_an_export(name))
           throw ddp::UserError("-o " + output + " is no earlier export (it has no model.safetensors) and holds " +
                                name + (a_run ? ", a run directory, which the export would copy whole"
                                              : ", which the export would replace") +
