@@ -28,6 +28,10 @@ TEST_CASE("parse_int and parse_double reject junk") {
   CHECK(parse_double("0.5") == 0.5);
   CHECK_FALSE(parse_double("fast").has_value());
   CHECK_FALSE(parse_double("inf").has_value());
+  // strtod reads hexadecimal; the integers never took it, and nor does Python's float().
+  CHECK_FALSE(parse_double("0x1p-3").has_value());
+  CHECK_FALSE(parse_double("-0X10").has_value());
+  CHECK(parse_double("0.125") == 0.125);
 }
 
 TEST_CASE("number_runs writes ascending numbers as runs, and at most so many") {

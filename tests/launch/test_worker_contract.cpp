@@ -51,4 +51,13 @@ TEST_CASE("the rank a worker's stderr line reports is read from ddp-train's own 
   CHECK_FALSE(rank_reported("ddp-train: rank 99999999999999: failed"));
 }
 
+TEST_CASE("the rank whose failure a worker's report relays", "[launch][contract]") {
+  CHECK(rank_relayed("ddp-train: rank 1: I/O error: rank 0: /r/step_4.pt: No space left on device") == 0);
+  CHECK(rank_relayed("ddp-train: rank 0: error: rank 12: x") == 12);
+  CHECK_FALSE(rank_relayed("ddp-train: rank 0: I/O error: /r/step_4.pt: No space left on device"));  // its own
+  CHECK_FALSE(rank_relayed("ddp-train: rank 1: failed: ranked 0: x"));
+  CHECK_FALSE(rank_relayed("ddp-train: rank 1: failed: rank 0 left"));
+  CHECK_FALSE(rank_relayed("[rank 1] ddp-train: rank 3: failed: rank 0: x"));  // not ddp-train's own words
+}
+
 }  // namespace DDP_TEST_FILE

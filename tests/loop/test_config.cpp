@@ -124,6 +124,15 @@ TEST_CASE("wrong types name the path, the value and the expectation", "[config]"
   REQUIRE_THROWS_WITH(parse("train: {batch_size: 99999999999999999999}"), Contains("(out of range)"));
   REQUIRE_THROWS_WITH(parse("optim: {lr: 1e400}"), Equals("optim.lr: expected a number, got \"1e400\" (out of range)"));
   REQUIRE_THROWS_WITH(parse("optim: {lr: .inf}"), !Contains("out of range"));  // infinite as written: no number
+  // Too small for a double: strtod reads 0, and the range check said "got 0" of what was not written as 0.
+  REQUIRE_THROWS_WITH(parse("optim: {lr: 1e-400}"),
+                      Equals("optim.lr: expected a number, got 1e-400 (out of range: too small, it reads as 0)"));
+  CHECK_NOTHROW(parse("optim: {weight_decay: 0.0e-400}"));  // 0 as written
+  // Hexadecimal: strtod took a float's (0x1p-3) while the integers refused theirs; both are refused.
+  REQUIRE_THROWS_WITH(parse("optim: {lr: 0x1p-3}"),
+                      Equals("optim.lr: expected a number, got \"0x1p-3\" (write it in decimal)"));
+  REQUIRE_THROWS_WITH(parse("train: {batch_size: 0x10}"),
+                      Equals("train.batch_size: expected an integer, got \"0x10\" (write it in decimal)"));
   // A time-out no rendezvous could meet.
   REQUIRE_THROWS_WITH(parse("dist: {timeout_s: 0.001}"), Equals("dist.timeout_s: must be in [1, 604800], got 0.001"));
   REQUIRE_THROWS_WITH(parse("train: {batch_size:}"), Equals("train.batch_size: expected an integer, got null"));

@@ -74,6 +74,31 @@ TEST_CASE("a full disk during a save is an I/O failure: exit 74, restarted, and 
   check_nothing_left(out);
 }
 
+TEST_CASE("a full disk at world 2: the summary names rank 0, whose write failed, not the rank that relayed it first",
+          "[reliability][checkpoint]") {
+  if (!can_mount_tmpfs()) {
+    WARN("skipped: cannot mount a small tmpfs here (needs root and mount namespaces) to fill a disk");
+    return;
+  }
+  TempDir dir;
+  std::string out = dir.file("run");
+  fs::create_directories(out + "/checkpoints");
+  auto r =
+      run_shell("unshare -m sh -c 'mount -t tmpfs -o size=8k tmpfs " + out + "/checkpoints; " +
+                    ddprun_command(2, {"train.max_steps=10", "checkpoint.every_steps=10", "checkpoint.every_epochs=0",
+                                       "data.eval_split=none", "run.output_dir=" + out}) +
+                    "'",
+                std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 74);
+  // Rank 1 fails with rank 0's words and, having less to clean up, is usually reaped first.
+  CHECK_THAT(r.err, Contains("rank 1: I/O error: rank 0: cannot write"));
+  CHECK_THAT(r.err, Contains("ddprun: rank 0 failed first: exit code 74"));
+  CHECK_THAT(r.err,
+             Contains("ddprun:   | ddp-train: rank 0: I/O error: cannot write") && Contains("No space left on device"));
+  CHECK_THAT(r.err, !Contains("rank 1 failed first"));
+}
+
 TEST_CASE("a run.output_dir a file stands in the way of is a usage error: exit 2, one line, never restarted",
           "[reliability]") {
   TempDir dir;

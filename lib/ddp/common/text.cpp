@@ -73,9 +73,15 @@ std::optional<long long> parse_int(std::string_view text) {
   return value;
 }
 
+bool is_hex_number(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text[0]))) text.remove_prefix(1);
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
+  return text.size() > 1 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+}
+
 std::optional<double> parse_double(std::string_view text) {
   std::string copy(text);
-  if (copy.empty()) return std::nullopt;
+  if (copy.empty() || is_hex_number(copy)) return std::nullopt;
   char* end = nullptr;
   double value = std::strtod(copy.c_str(), &end);
   if (end != copy.c_str() + copy.size() || !std::isfinite(value)) return std::nullopt;

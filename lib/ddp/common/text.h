@@ -24,8 +24,12 @@ std::string number_runs(const std::vector<long long>& ascending, std::size_t mos
 /// Parses a whole string as a base-10 integer; nullopt on any junk or overflow.
 std::optional<long long> parse_int(std::string_view text);
 
-/// Parses a whole string as a finite double; nullopt on junk.
+/// Parses a whole string as a finite decimal double; nullopt on junk. Hexadecimal ("0x1p-3", which
+/// strtod takes) is junk too, as it is for parse_int and for Python's float().
 std::optional<double> parse_double(std::string_view text);
+
+/// Whether `text` is written in hexadecimal ("0x10", "-0X1p-3"), which no number reader here takes.
+bool is_hex_number(std::string_view text);
 
 /// An error message without the C++ backtrace LibTorch appends ("Exception raised from ...",
 /// "frame #0: ...") or, for a TorchScript error, only its last "...Error: ..." line: what to show a user.

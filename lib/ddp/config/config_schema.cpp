@@ -131,10 +131,14 @@ std::string describe(const YAML::Node& node) {
   throw ConfigError(path + ": expected " + expected + ", got " + describe(node) + note);
 }
 
+// A hexadecimal number is refused with a hint, as strtod alone would take a float's (0x1p-3).
+std::string hex_note(const std::string& text) { return is_hex_number(text) ? " (write it in decimal)" : ""; }
+
 int64_t read_int(const std::string& path, const YAML::Node& node) {
   if (node.IsScalar()) {
     if (auto value = read_int_text(node.Scalar())) return *value;
     if (is_digits(node.Scalar())) type_error(path, "an integer", node, " (out of range)");
+    type_error(path, "an integer", node, hex_note(node.Scalar()));
   }
   type_error(path, "an integer", node);
 }
@@ -148,10 +152,25 @@ bool overflows_double(const std::string& text) {
   return !text.empty() && end == text.c_str() + text.size() && errno == ERANGE && std::isinf(value);
 }
 
+// Whether `text` is a number too small for a double (1e-400), which strtod reads as 0: taken, a
+// range check would then say "got 0" of a value the user wrote as not 0.
+bool underflows_double(const std::string& text, double value) {
+  if (value != 0) return false;
+  const std::size_t exponent = text.find_first_of("eE");
+  const std::string mantissa = text.substr(0, exponent);
+  return mantissa.find_first_of("123456789") != std::string::npos;
+}
+
 double read_double(const std::string& path, const YAML::Node& node) {
   if (node.IsScalar()) {
-    if (auto value = parse_double(node.Scalar())) return *value;
-    if (overflows_double(node.Scalar())) type_error(path, "a number", node, " (out of range)");
+    const std::string& text = node.Scalar();
+    if (auto value = parse_double(text)) {
+      if (underflows_double(text, *value))
+        type_error(path, "a number", node, " (out of range: too small, it reads as 0)");
+      return *value;
+    }
+    if (overflows_double(text)) type_error(path, "a number", node, " (out of range)");
+    type_error(path, "a number", node, hex_note(text));
   }
   type_error(path, "a number", node);
 }

@@ -445,6 +445,14 @@ class Attempt {
     return w.rank;
   }
 
+  // Whether `w` exited with `status` on a failure it reports as its own (not relayed).
+  bool reports_own_failure(const Worker& w, int status) const {
+    const auto tail = relay_.stderr_tail(w.local_rank);
+    return w.state != WorkerState::kHealthy && WIFEXITED(w.status) && WIFEXITED(status) &&
+           WEXITSTATUS(w.status) == WEXITSTATUS(status) && !tail.empty() && rank_reported(tail.back()) == w.rank &&
+           !rank_relayed(tail.back());
+  }
+
   void summarize(const Failure& f) const {
     if (!f.worker) {
       say((f.interrupted ? "stopped: " : "failed: ") + f.description);
@@ -468,6 +476,18 @@ class Attempt {
     }
     const int reported = reported_rank(w);
     const bool thread = reported != w.rank;
+    // Note [The rank that failed, not the first to say so]: when rank 0's disk fills, every rank
+    // fails with its words ("rank 0: ... No space left on device"), and whichever exits first is
+    // reaped first. The summary is of the rank whose failure it was, where it ran on this node.
+    if (!thread && !tail.empty())
+      if (auto relayed = rank_relayed(tail.back()))
+        for (std::size_t other = 0; other < workers_.size(); ++other)
+          if (workers_[other].rank == *relayed && reports_own_failure(workers_[other], w.status)) {
+            say("rank " + std::to_string(w.rank) + " exited first, relaying rank " + std::to_string(*relayed) +
+                "'s failure");
+            return summarize(
+                Failure{f.exit_code, static_cast<int>(other), f.description, f.restartable, f.interrupted});
+          }
     const std::string who = thread ? "rank " + std::to_string(reported) + "'s process" : "rank " + std::to_string(w.rank);
     say("rank " + std::to_string(reported) + " failed first: " + describe_wait_status(w.status) +
         " (" + (thread ? "a thread of the worker of " : "") + "local rank " + std::to_string(w.local_rank) + " on " +
@@ -479,7 +499,7 @@ class Attempt {
       for (const auto& line : tail) say("  | " + line);
     }
     int stopped = 0;
-    for (const auto& other : workers_) stopped += other.state == WorkerState::kStopped;
+    for (const auto& other : workers_) stopped += other.state == WorkerState::kStopped && other.pid != w.pid;
     if (stopped > 0) say("stopped the other " + std::to_string(stopped) + " worker(s) of this node");
     if (options_.log_dir.empty())
       say("full output: rerun with --log-dir DIR to keep each rank's stdout and stderr");

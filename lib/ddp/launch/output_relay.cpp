@@ -150,6 +150,20 @@ std::optional<int> rank_reported(const std::string& line) {
   return std::stoi(line.substr(at, end - at));
 }
 
+std::optional<int> rank_relayed(const std::string& line) {
+  if (!rank_reported(line)) return std::nullopt;
+  const std::size_t kind = line.find(": ", kUsageErrorStart.size());  // after the reporting rank
+  const std::size_t message = kind == std::string::npos ? kind : line.find(": ", kind + 2);
+  if (message == std::string::npos) return std::nullopt;
+  static const std::string kRank = "rank ";
+  if (line.compare(message + 2, kRank.size(), kRank) != 0) return std::nullopt;
+  const std::size_t at = message + 2 + kRank.size();
+  std::size_t end = at;
+  while (end < line.size() && end - at < 9 && std::isdigit(static_cast<unsigned char>(line[end]))) ++end;
+  if (end == at || line.compare(end, 2, ": ") != 0) return std::nullopt;
+  return std::stoi(line.substr(at, end - at));
+}
+
 namespace {
 
 std::string without_rank(const std::string& line) {

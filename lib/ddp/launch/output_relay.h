@@ -29,6 +29,11 @@ bool is_usage_error_line(const std::string& line);
 /// one: under dist.threads a worker holds several ranks, and its report names the one that failed.
 std::optional<int> rank_reported(const std::string& line);
 
+/// The rank whose failure a worker's report relays ("ddp-train: rank 1: I/O error: rank 0: ..."):
+/// every rank fails alike when one could not write (a full disk), each naming the rank that could
+/// not. Nullopt for a failure of its own.
+std::optional<int> rank_relayed(const std::string& line);
+
 /// Takes the progress line (Note [Progress lines]) off the terminal before the launcher writes a
 /// message of its own; it comes back with the next progress update.
 void clear_progress_line();
