@@ -150,6 +150,11 @@ int main(int argc, char** argv) {
         throw ddp::UserError(model_path + " is the tokenizer of " + others + ", and this one differs: tokenize with "
                              "it (--tokenizer " + model_path + ") or into another OUT_DIR");
     }
+    // From here a signal stops the run between two chunks or shards, and what it wrote goes with it
+    // (was: killed while encoding, a new OUT_DIR stayed, holding the lock file).
+    ddp::DeferredInterruption deferred(
+        "ddp-tokenize: stopping, and removing what this run wrote (again to stop at once)\n",
+        "the shards it was writing are removed, and OUT_DIR is as it was");
     const std::string made_from = ddp::first_missing_directory(args.out_dir);
     ddp::make_output_directory(args.out_dir);
     // Two runs into one OUT_DIR would clear each other's staging and commit over each other's shards.
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
     const bool tty = isatty(STDERR_FILENO) != 0;
     auto last_line = Clock::now();
     auto progress = [&](int64_t done) {
+      ddp::stop_if_interrupted();
       if (!tty && seconds_since(last_line) < 10) return;  // a log gets a line every 10 s, a terminal one in place
       last_line = Clock::now();
       std::fprintf(stderr, "%sddp-tokenize: encoded %s of %s (%.0f%%)%s", tty ? "\r" : "", megabytes(done).c_str(),
@@ -186,9 +192,7 @@ int main(int argc, char** argv) {
     ddp::ShardSpec spec{args.out_dir, name, args.shard_tokens, tokenizer.vocab_size()};
     ddp::ShardSpec staged = spec;
     staged.directory = ddp::staging_directory(spec);
-    ddp::DeferredInterruption deferred(
-        "ddp-tokenize: stopping after this shard, and removing what this run wrote (again to stop at once)\n",
-        "the shards it was writing are removed, and OUT_DIR is as it was");
+    ddp::stop_if_interrupted();
     StagingDirectory staging(staged.directory);
     auto train_paths = ddp::write_token_shards(staged, "train", train);
     auto held_out_paths = ddp::write_token_shards(staged, "val", held_out);

@@ -380,6 +380,32 @@ TEST_CASE("ddp-tokenize: a SIGTERM while the shards are written leaves the earli
   CHECK_FALSE(std::filesystem::exists(dir.file("fresh")));
 }
 
+TEST_CASE("ddp-tokenize: a SIGTERM while it encodes, sent as `timeout` sends it (twice), removes the OUT_DIR it made",
+          "[text]") {
+  TempDir dir;
+  if (!write_kjv_text(dir.file("kjv.txt"))) return;
+  REQUIRE(run_command({bin("ddp-tokenize"), dir.file("tok"), "--text", dir.file("kjv.txt"), "--vocab-size", "400",
+                       "--threads", "1"},
+                      std::chrono::seconds(120))
+              .exit_code == 0);
+  // 100 copies of Genesis and Exodus: seconds of encoding on one thread, the signal well inside them.
+  REQUIRE(
+      run_shell("for i in $(seq 100); do cat " + dir.file("kjv.txt") + "; done > " + dir.file("big.txt")).exit_code ==
+      0);
+  const std::string fresh = dir.file("fresh/made/out");
+  // timeout signals its child and then its process group: two SIGTERMs within microseconds.
+  auto r = run_shell("timeout 300 " + bin("ddp-tokenize") + " " + fresh + " --text " + dir.file("big.txt") +
+                         " --tokenizer " + dir.file("tok/tokenizer.model") + " --threads 1 2>" + dir.file("err") +
+                         " & P=$!; " + until_true("[ -e " + fresh + "/.ddprun.lock ]", 60) +
+                         "sleep 0.3; kill -TERM $P; wait $P; echo status=$?",
+                     std::chrono::seconds(120));
+  const std::string err = read_file(dir.file("err"));
+  INFO(r.out << r.err << err);
+  CHECK(count_lines(r.out, "status=143") == 1);
+  CHECK_THAT(err, Contains("ddp-tokenize: stopped: by SIGTERM; the shards it was writing are removed"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("fresh")));  // was: left, holding the lock file
+}
+
 TEST_CASE("token shards: uint16 up to 65,536 pieces, llm.c's uint32 layout above, a shard cut at shard_tokens",
           "[text]") {
   TempDir dir;

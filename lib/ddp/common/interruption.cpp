@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "ddp/common/stop_request.h"
+
 namespace ddp {
 namespace {
 
@@ -16,6 +18,7 @@ constexpr int kDeferred[] = {SIGINT, SIGTERM, SIGHUP};
 std::atomic<int> g_signal{0};
 const char* g_leaving = "";
 std::string g_left;
+StopRequest g_request;
 
 sigset_t deferred_set() {
   sigset_t set;
@@ -24,10 +27,12 @@ sigset_t deferred_set() {
   return set;
 }
 
-void on_signal(int signal) {
+void on_signal(int signal, siginfo_t* info, void*) {
   const int saved_errno = errno;  // a failing call's errno, between it and its message, stays its own
   int none = 0;
-  if (!g_signal.compare_exchange_strong(none, signal)) {
+  if (g_request.repeated(signal, info)) {
+    // the same request again (Note [One request, sent twice]): taken already
+  } else if (!g_signal.compare_exchange_strong(none, signal)) {
     // The second: at once, by the default action, so the exit status says the signal.
     struct sigaction fallback {};
     fallback.sa_handler = SIG_DFL;
@@ -46,9 +51,11 @@ DeferredInterruption::DeferredInterruption(const char* leaving, std::string left
   g_leaving = leaving;
   g_left = std::move(left);
   g_signal = 0;
+  g_request = StopRequest();
   struct sigaction deferred {};
-  deferred.sa_handler = on_signal;
-  sigemptyset(&deferred.sa_mask);
+  deferred.sa_sigaction = on_signal;
+  deferred.sa_flags = SA_SIGINFO;
+  deferred.sa_mask = deferred_set();  // one handler at a time: g_request is shared
   for (int i = 0; i < 3; ++i) {
     sigaction(kDeferred[i], nullptr, &before_[i]);
     if (before_[i].sa_handler != SIG_IGN) sigaction(kDeferred[i], &deferred, nullptr);

@@ -3,7 +3,8 @@
 // directory) must not die between two of them: a Ctrl-C there left a staging directory behind, or
 // half of one run beside half of another. While a DeferredInterruption lives, SIGINT, SIGTERM and
 // SIGHUP only raise a flag, which the writer reads between files (stop_if_interrupted) and unwinds
-// from, its destructors cleaning up; a second signal ends the process at once, as the user insists.
+// from, its destructors cleaning up; a second request ends the process at once, as the user insists
+// (the same signal within a second of the first is the same request: Note [One request, sent twice]).
 // The moves themselves run with the signals held (SignalsHeld): one that comes then takes effect
 // once they are done, the output whole.
 

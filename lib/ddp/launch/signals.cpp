@@ -5,9 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <ctime>
 #include <iterator>
 #include <stdexcept>
+
+#include "ddp/common/stop_request.h"
 
 namespace ddp {
 namespace {
@@ -18,37 +19,11 @@ int g_write_fd = -1;
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD};
 static_assert(std::size(kSignals) == std::size(kStopSignals) + 1, "kStopSignals and SIGCHLD");
 
-// Note [One request, sent twice]: one stop request often arrives twice, within microseconds, from
-// two senders: `timeout` signals its child and then its own process group, the child in it; a
-// Ctrl-C reaches both `timeout --foreground` and ddprun, and timeout passes its copy on; Slurm
-// signals every process of a step. Taken as a second Ctrl-C, the second copy killed the workers
-// before their stop checkpoint. So the same signal again within a second of the request's first,
-// from any sender, is that request. Only a person's second Ctrl-C, two signals a terminal sent (the
-// kernel's SI_KERNEL), is a second request: a person cannot press twice within microseconds by
-// accident, and would want the kill.
-struct Request {
-  int sig = 0;
-  bool from_terminal = false;  // a copy of it came from a terminal
-  timespec at{};               // its first copy
-};
-Request g_request;
-
-bool repeated(int sig, const siginfo_t* info) {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
-  const bool terminal = info && info->si_code == SI_KERNEL;
-  const long long ns = (now.tv_sec - g_request.at.tv_sec) * 1'000'000'000LL + (now.tv_nsec - g_request.at.tv_nsec);
-  if (g_request.sig == sig && ns < 1'000'000'000LL && !(terminal && g_request.from_terminal)) {
-    g_request.from_terminal = g_request.from_terminal || terminal;
-    return true;
-  }
-  g_request = {sig, terminal, now};
-  return false;
-}
+StopRequest g_request;  // Note [One request, sent twice]
 
 void on_signal(int sig, siginfo_t* info, void*) {
   int saved = errno;
-  if (sig == SIGCHLD || !repeated(sig, info)) {
+  if (sig == SIGCHLD || !g_request.repeated(sig, info)) {
     unsigned char byte = static_cast<unsigned char>(sig);
     [[maybe_unused]] ssize_t n = write(g_write_fd, &byte, 1);
   }

@@ -73,10 +73,16 @@ std::vector<std::vector<uint32_t>> encode_lines(const TextTokenizer& tokenizer, 
   {
     std::unique_lock<std::mutex> lock(mutex);
     while (!finished.wait_for(lock, std::chrono::seconds(1), [&] { return running == 0; }))
-      if (progress) {
+      if (progress && !failed) {
         lock.unlock();
-        progress(done_bytes);
-        lock.lock();
+        try {
+          progress(done_bytes);
+          lock.lock();
+        } catch (...) {  // a stop request: the threads end after their chunk, and it is rethrown
+          lock.lock();
+          if (!error) error = std::current_exception();
+          failed = true;
+        }
       }
   }
   for (auto& thread : pool) thread.join();

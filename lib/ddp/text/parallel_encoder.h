@@ -14,7 +14,8 @@ namespace ddp {
 
 /// The ids of `lines`, each line as its line-start id then its pieces (Note [Lines as documents]),
 /// grouped in chunks in the lines' order. `progress(bytes encoded so far)` is called from the
-/// calling thread about once a second. An error in any thread stops the others and is rethrown.
+/// calling thread about once a second. An error in any thread, or one `progress` throws (a stop
+/// request), stops the others after their chunk and is rethrown.
 std::vector<std::vector<uint32_t>> encode_lines(const TextTokenizer& tokenizer, const std::vector<std::string_view>& lines,
                                                 int threads,
                                                 const std::function<void(int64_t)>& progress = {});
