@@ -291,6 +291,12 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
                     after);
   }
 
+  // A port in use is found by binding it, before c10d, which would log its failed binds through
+  // glog (raw lines before this one) and say it in words that differ between LibTorch versions.
+  const bool hosts_store = !shared_store && env.store_path.empty() && options.isServer;
+  if (hosts_store && port_in_use(env.master_port))
+    throw UserError("rank 0 cannot host the store at " + endpoint +
+                    ": the port is in use (choose another --master-port or $MASTER_PORT)");
   c10::intrusive_ptr<c10d::Store> base_store;
   try {
     if (shared_store) {
@@ -307,7 +313,8 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
     cause = cause.substr(0, cause.find('\n'));
     if (options.isServer)
       throw UserError("rank 0 cannot host the store at " + endpoint + ": " + cause +
-                      (port_in_use(env.master_port) ? " (the port is in use: choose another --master-port)" : ""));
+                      (port_in_use(env.master_port) ? " (the port is in use: choose another --master-port)"
+                                                    : ""));  // taken just now
     throw UserError("rank " + std::to_string(env.rank) + " cannot reach the store at " + endpoint + " within " +
                     std::to_string(static_cast<int>(config.timeout_s)) + " s (is rank 0 running?): " + cause);
   }
