@@ -4,6 +4,7 @@
 #include <map>
 #include <regex>
 
+#include "ddp/common/cli_values.h"
 #include "ddp/common/error.h"
 #include "ddp/common/version.h"
 
@@ -13,8 +14,10 @@ void declare_export_options(CLI::App& app, ExportArguments& args) {
   app.add_option("run", args.run, "The run directory (its config.yaml says the model)")->required();
   app.add_option("--checkpoint", args.checkpoint,
                  "A checkpoint of the run, any layout (its manifest, data file or their stem); default: the newest "
-                 "that verifies, or model.pt when the run kept none");
-  app.add_option("-o,--output", args.output, "Where the Hugging Face directory goes (default: RUN/export-step-N)");
+                 "that verifies, or model.pt when the run kept none")
+      ->check(not_empty());
+  app.add_option("-o,--output", args.output, "Where the Hugging Face directory goes (default: RUN/export-step-N)")
+      ->check(not_empty());
   app.add_option("--max-shard-size", args.max_shard_size,
                  "Above this size (5GB, 500MB, 100KB, 2GiB; as in save_pretrained, 5Gb is in bits), model.safetensors is "
                  "split into shards with an index, as save_pretrained does")

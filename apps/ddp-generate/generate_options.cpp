@@ -5,31 +5,28 @@
 #include <limits>
 #include <string>
 
-#include "ddp/common/cli_integers.h"
+#include "ddp/common/cli_values.h"
 #include "ddp/common/version.h"
 
 namespace ddp {
 
 void declare_generate_options(CLI::App& app, GenerateArguments& args) {
   app.add_option("run", args.run, "The run directory (config.yaml and model.pt), or a model.pt")->required();
-  app.add_option("--config", args.config, "The config whose model: section built model.pt (default: the run's)");
+  app.add_option("--config", args.config, "The config whose model: section built model.pt (default: the run's)")
+      ->check(not_empty());
   auto* prompt = app.add_option("--prompt", args.prompt,
                  "Text to continue: through the tokenizer, or one token per byte (byte-level models); default: a new "
                  "line");
   app.add_option("--tokenizer", args.tokenizer,
                  "The SentencePiece model the run's tokens were made with (default: tokenizer.model in the run "
-                 "directory, or beside the run's data.path, as ddp-tokenize leaves it)");
+                 "directory, or beside the run's data.path, as ddp-tokenize leaves it)")
+      ->check(not_empty());
   app.add_option("--prompt-ids", args.prompt_ids, "Token ids to continue, separated by spaces (instead of --prompt)")
       ->excludes(prompt);
   app.add_option("--tokens", args.sampling.tokens, "New tokens to draw")->transform(integer_in(0, 1000000))
       ->capture_default_str();
   app.add_option("--temperature", args.sampling.temperature, "Below 1 sharper, above 1 flatter; 0: most likely token")
-      ->check(CLI::Range(0.0, 100.0))
-      ->check([](const std::string& value) -> std::string {  // NaN passes the range: no comparison holds
-        return value.find_first_of("nN") != std::string::npos && std::isnan(std::strtod(value.c_str(), nullptr))
-                   ? "a number from 0 to 100, not " + value
-                   : "";
-      })
+      ->check(number_in(0.0, 100.0))
       ->capture_default_str();
   app.add_option("--top-k", args.sampling.top_k, "Draw among the k most likely tokens; 0: among all")
       ->transform(integer_in(0, 1000000000))

@@ -2,7 +2,7 @@
 
 #include <climits>
 
-#include "ddp/common/cli_integers.h"
+#include "ddp/common/cli_values.h"
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/common/version.h"

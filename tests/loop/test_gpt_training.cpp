@@ -189,8 +189,10 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
       CHECK_THAT(bad.err, Contains(expected));
     }
     for (const auto& [options, expected] : std::vector<std::pair<std::string, std::string>>{
-             {"--prompt x --prompt-ids 1", "--prompt excludes --prompt-ids"},  // one was ignored
-             {"--temperature nan", "--temperature: a number from 0 to 100, not nan"},  // sampled at 1
+             {"--prompt x --prompt-ids 1", "--prompt excludes --prompt-ids"},       // one was ignored
+             {"--temperature nan", "--temperature: expected a number, got 'nan'"},  // sampled at 1
+             {"--temperature -1", "--temperature: expected a number in [0, 100], got -1"},
+             {"--tokenizer ''", "--tokenizer: expected a value, got an empty one"},  // was: the default's
              {"--seed 18446744073709551615",  // past run.seed's int64: out of range, not "no integer"
               "--seed: expected an integer in [0, 9223372036854775807], got 18446744073709551615"}}) {
       auto bad = generate(options + " --tokens 3");
@@ -951,6 +953,13 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(absent.exit_code == 2);
   CHECK_THAT(absent.err, Contains("ddp-export: error: --checkpoint: " + dir.file("out/checkpoints/step_9") +
                                   ": no such file"));
+  // An empty value is no value: "-o $OUT" with OUT unset exported into RUN/export-step-N, and
+  // "--checkpoint $C" exported the newest.
+  for (const char* option : {"-o", "--checkpoint"}) {
+    auto empty = run_command({bin("ddp-export"), dir.file("out"), option, ""}, std::chrono::seconds(60));
+    CHECK(empty.exit_code == 2);
+    CHECK_THAT(empty.err, Contains(": expected a value, got an empty one (leave the option out for its default)"));
+  }
   auto itself = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("out")}, std::chrono::seconds(60));
   CHECK(itself.exit_code == 2);
   CHECK_THAT(itself.err, Contains("is the run directory itself"));

@@ -165,24 +165,34 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
            {{"--text", dir.file("words.txt"), "--vocab-size", "5000"}, "Vocabulary size too high (5000)"},
            {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model"), "--vocab-size", "500"},
             "--tokenizer excludes --vocab-size"},
-           {{"--text", dir.file("words.txt"), "--model-type", "wordpiece"}, "--model-type: wordpiece not in {bpe,unigram}"},
-           {{"--text", dir.file("words.txt"), "--val-fraction", "0.95"}, "--val-fraction: Value 0.95 not in range"},
+           {{"--text", dir.file("words.txt"), "--model-type", "wordpiece"},
+            "--model-type: wordpiece not in {bpe,unigram}"},
+           {{"--text", dir.file("words.txt"), "--val-fraction", "0.95"},
+            "--val-fraction: expected a number in [0, 0.9], got 0.95"},
            {{"--text", dir.file("words.txt"), "--vocab-size", "300", "--name", "../w"},
             "--name: '../w' is a file name's start, without a '/' (the shards go in OUT_DIR)"},
            {{"--text", dir.file("words.txt"), "--vocab-size", "300", "--name", "w", "--threads", "1", "--shard-tokens",
              "2147483648"},
             "--shard-tokens: expected an integer in [1, 2147483647], got 2147483648"},
-           {{"--text", dir.file("words.txt"), "--vocab-size", "0x200"}, "--vocab-size: expected a base-10 integer, got '0x200'"},
+           {{"--text", dir.file("words.txt"), "--vocab-size", "0x200"},
+            "--vocab-size: expected a base-10 integer, got '0x200'"},
            // SentencePiece's trainer takes no less.
            {{"--text", dir.file("words.txt"), "--character-coverage", "0.97"},
-            "--character-coverage: Value 0.97 not in range"},
+            "--character-coverage: expected a number in [0.98, 1], got 0.97"},
            // NaN passes every range (was: no held-out split, and the earlier one deleted).
            {{"--text", dir.file("words.txt"), "--val-fraction", "nan"}, "--val-fraction: expected a number, got 'nan'"},
            {{"--text", dir.file("words.txt"), "--character-coverage", "nan"},
             "--character-coverage: expected a number, got 'nan'"},
+           {{"--text", dir.file("words.txt"), "--val-fraction", "0x1p-3"},
+            "--val-fraction: expected a number, got '0x1p-3'"},
+           // An empty value is no value (was: --tokenizer "" trained a new tokenizer, --name "" took the default).
+           {{"--text", dir.file("words.txt"), "--tokenizer", ""},
+            "--tokenizer: expected a value, got an empty one (leave the option out for its default)"},
+           {{"--text", dir.file("words.txt"), "--name", ""}, "--name: expected a value, got an empty one"},
            {{"--text", dir.file("words.txt"), "--max-lines", "100"},
             "--max-lines: expected an integer in [101, 1099511627776], got 100"},
-           {{"--text", dir.file("words.txt"), "--nme", "w"}, "unknown option --nme (did you mean --name?); see ddp-tokenize --help"}}) {
+           {{"--text", dir.file("words.txt"), "--nme", "w"},
+            "unknown option --nme (did you mean --name?); see ddp-tokenize --help"}}) {
     std::vector<std::string> argv = {bin("ddp-tokenize"), out};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run_command(argv, std::chrono::seconds(60));

@@ -1,7 +1,7 @@
 #pragma once
 // A mistyped option named with the nearest real one, as every program here says it: ddprun
 // (launch_options.cpp) and the tools and ddp-train (apps/tool_command_line.h). Header-only, as
-// cli_integers.h is, for the launcher that links no LibTorch.
+// cli_values.h is, for the launcher that links no LibTorch.
 
 #include <CLI/CLI.hpp>
 

@@ -1,21 +1,21 @@
 #include "ddp/launch/launch_options.h"
 
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <iterator>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <tuple>
 
-#include "ddp/common/cli_integers.h"
 #include "ddp/common/cli_unknown_option.h"
+#include "ddp/common/cli_values.h"
 #include "ddp/common/error.h"
 #include "ddp/common/limits.h"
 #include "ddp/common/text.h"
