@@ -67,6 +67,12 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
   // The unknown option's value is no program (was: "the program goes after --: ddprun [options] -- 2 ...").
   CHECK_THROWS_WITH(parse({"--nprocs-per-node", "1", "configs/synthetic_mlp.yaml"}),
                     Contains("unknown option --nprocs-per-node") && !Contains("the program goes after"));
+  CHECK_THROWS_WITH(parse({"--master-adr", "node1", "configs/synthetic_mlp.yaml"}),
+                    !Contains("the program goes after"));
+  // An unknown option just before a program: the program may be the word after it (was: no hint).
+  CHECK_THROWS_WITH(parse({"--verbos", "./prog.sh"}),
+                    "unknown option --verbos; if it is ./prog.sh's, the program goes after --: ddprun [options] -- "
+                    "./prog.sh --verbos; see ddprun --help");
   // A program with arguments, `--` forgotten: named, in order, with the command meant (was: "c b a").
   CHECK_THROWS_WITH(parse({"--nproc-per-node", "2", "./prog.sh", "a", "b", "c"}),
                     "unexpected argument(s) a b c after ./prog.sh; a program and its arguments go after --: "

@@ -114,9 +114,15 @@ class FormsFormatter : public CLI::Formatter {
   const std::string as_program = "ddprun [options] -- " + positional + " " + words;
   for (const auto& extra : extras) {
     if (extra.rfind("-", 0) != 0) continue;
-    // `--nproc-pernode 2 ...`: the "program" is the unknown option's value, and no program at all.
+    // `--nproc-pernode 2 x.yaml`: the "program" is the unknown option's value, and no program at all,
+    // when it reads as one (a number) or a config or script comes after it. `--verbos ./train.sh`:
+    // the program may well be the word after the unknown option.
     auto at = std::find(args.begin(), args.end(), extra);
-    const bool its_value = at != args.end() && std::next(at) != args.end() && *std::next(at) == positional;
+    auto reads_as_program = [](const std::string& word) {
+      return word.ends_with(".yaml") || word.ends_with(".yml") || word.ends_with(".py");
+    };
+    const bool its_value = at != args.end() && std::next(at) != args.end() && *std::next(at) == positional &&
+                           (parse_double(positional) || std::any_of(std::next(at, 2), args.end(), reads_as_program));
     throw UserError(unknown_option(extra, app) +
                     (positional.empty() || config || its_value
                          ? ""
@@ -197,7 +203,8 @@ constexpr IgnoredOption kIgnored[] = {
     {"--numa-binding", true, "ddprun does not bind workers to NUMA nodes"},
     {"--event-log-handler", true, "ddprun logs events to its own console"},
     {"--signals-to-handle", true,
-     "ddprun stops its workers on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2, passing each on"},
+     "ddprun stops its workers on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2, passing each on (SIGHUP "
+     "as SIGTERM: a lost terminal stops them as a request, not by SIGHUP's default action)"},
     {"--virtual-local-rank", false, "ddprun gives each worker its own LOCAL_RANK"},
 };
 
