@@ -257,6 +257,9 @@ TEST_CASE("a cosine run stopped at step 6 and resumed with train.max_steps 12 an
   auto stretched = train(1, "synthetic_mlp.yaml", sets("stretched", 12, 0));
   CHECK_THAT(stretched.err + stretched.out,
              Contains("the learning rate goes back up on resume: step 6 had") && Contains("schedule.decay_steps"));
+  // A run that ended by epochs had no train.max_steps to copy: the advice says what its end was.
+  CHECK_THAT(stretched.err + stretched.out,
+             Contains("its train.max_steps; or, run by epochs, its train.epochs times "));
   // Its decay had ended at step 6: the advice says what keeping an ended decay means.
   CHECK_THAT(stretched.err + stretched.out,
              Contains("If the saved run had finished, its decay had ended there, and every added step would train at "

@@ -337,11 +337,13 @@ void Trainer::warn_if_lr_rises(double last_lr) const {
   // A decay that had ended (a finished run lengthened) has nothing left to continue: kept, it
   // trains every added step at schedule.min_lr, which the advice must say.
   const std::string why =
-      stretched ? fmt::format(", as the cosine now spans this run's {} steps; to continue the saved run's decay, set "
-                              "schedule.decay_steps to the step it was to end at (its train.max_steps). If the saved "
-                              "run had finished, its decay had ended there, and every added step would train at "
-                              "schedule.min_lr {:.6g}; unset, the added steps decay a second time",
-                              total_steps(), config_.schedule.min_lr)
+      stretched ? fmt::format(
+                      ", as the cosine now spans this run's {} steps; to continue the saved run's decay, set "
+                      "schedule.decay_steps to the step it was to end at (its train.max_steps; or, run by "
+                      "epochs, its train.epochs times {} steps an epoch). If the saved run had finished, its "
+                      "decay had ended there, and every added step would train at schedule.min_lr {:.6g}; "
+                      "unset, the added steps decay a second time",
+                      total_steps(), steps_per_epoch(), config_.schedule.min_lr)
                 : ", as this run's schedule.* gives it";
   spdlog::warn("the learning rate goes back up on resume: step {} had {:.6g}, step {} gets {:.6g}{}", progress_.step,
                last_lr, progress_.step + 1, next_lr, why);
