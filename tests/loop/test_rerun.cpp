@@ -401,6 +401,28 @@ TEST_CASE("a run with no checkpoint is not trained over by another config, and o
                                 "this one starts afresh from step 0 over its outputs") == 1);
 }
 
+TEST_CASE("a run that fails before its first step leaves nothing that blocks running it again with the fix",
+          "[trainer][rerun][errors]") {
+  // It used to leave config.yaml and metrics.jsonl ({"step": 0, "exit_status": 2}) in the directory it
+  // made, and the fixed run was refused: "holds a run of another config ..., with no checkpoint".
+  TempDir dir;
+  const std::string made = dir.file("made/run");
+  auto failed = train(made, {"optim.lr=0.1"}, 2, "0:0");
+  INFO(failed.out << failed.err);
+  CHECK(failed.exit_code == 1);
+  CHECK_FALSE(std::filesystem::exists(dir.file("made")));  // the directory it made, and its parent, are gone
+  // A directory that was there before stays, with the failed run's record at step 0: nothing trained,
+  // nothing to keep from a run of another config.
+  const std::string kept = dir.file("kept");
+  std::filesystem::create_directories(kept);
+  REQUIRE(train(kept, {"optim.lr=0.1"}, 2, "0:0").exit_code == 1);
+  CHECK_THAT(read_file(kept + "/metrics.jsonl"), Contains("\"exit_status\": 1"));
+  auto fixed = train(kept, {});
+  INFO(fixed.out << fixed.err);
+  CHECK(fixed.exit_code == 0);
+  CHECK_THAT(fixed.err, !Contains("holds a run of another config"));
+}
+
 TEST_CASE("a run whose metrics.jsonl holds only a line a crash cut short runs again (the report refuses such a file)",
           "[trainer][rerun]") {
   TempDir dir;

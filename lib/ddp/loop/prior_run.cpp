@@ -158,8 +158,9 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
     // Nothing to resume: a fresh start, but an earlier run of another config that trained (its
     // records have steps) is not trained over silently (its model.pt replaced, its records followed
     // by another config's), and one of this config is said to start over. One that stopped before
-    // training (a bad model.init_from) left nothing to keep.
-    if (!step) return {};
+    // training (a bad model.init_from, a model whose output does not fit: its last record is at
+    // step 0) left nothing to keep.
+    if (!step || *step < 1) return {};
     if (!refused.empty())
       return {PriorRunVerdict::Action::kRefuse,
               dir + " holds a run of another config (" + describe_changes(refused) + "), with no checkpoint. " +

@@ -133,7 +133,11 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
 }
 
 RunRecorder::~RunRecorder() {
-  if (world_.rank != 0 || created_dir_.empty() || stepped_ || std::uncaught_exceptions() == 0) return;
+  if (std::uncaught_exceptions() > 0) remove_unstepped_directory();
+}
+
+void RunRecorder::remove_unstepped_directory() {
+  if (world_.rank != 0 || created_dir_.empty() || stepped_) return;
   metrics_.reset();
   output_lock_.reset();
   // Its own directory, then the parents it made while they are empty: another run may have begun in one.
@@ -527,6 +531,12 @@ void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason 
 }
 
 void RunRecorder::failed(const TrainProgress& progress, int exit_status) {
+  // ddp-train leaves at once after a failure's message (run_main's exit_at_once), with no
+  // destructor run: the directory this run made, holding nothing trained, goes here.
+  if (world_.rank == 0 && !created_dir_.empty() && !stepped_) {
+    remove_unstepped_directory();
+    return;
+  }
   try {
     write_report(progress, exit_status, /*last=*/true);
   } catch (const std::exception& e) {  // the failure's own message is the one that matters

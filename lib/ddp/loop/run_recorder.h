@@ -107,10 +107,13 @@ class RunRecorder {
   void stopped(const TrainProgress& progress, int signal, StopReason reason);
   /// The run failed at `progress` (an exception leaves the loop) and ends with `exit_status`: rank
   /// 0 records it and renders the report of what was recorded, which its pacer may have left behind
-  /// by several evaluations.
+  /// by several evaluations; or, before a step ended, removes the directory this run created.
   void failed(const TrainProgress& progress, int exit_status);
 
  private:
+  /// On rank 0, the directory this run created and any parents it made, when no step has ended.
+  void remove_unstepped_directory();
+
   /// On rank 0, when a rank ran on a GPU: each rank's peak CUDA memory (MiB; < 0 for a CPU rank), logged and kept.
   void report_peak_device_memory(const TrainProgress& progress, const torch::Tensor& per_rank_mib);
   void log_window(const TrainProgress& progress);
