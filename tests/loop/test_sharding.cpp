@@ -258,6 +258,28 @@ TEST_CASE("two launchers of 2 ranks each (--nnodes 2) shard within each node and
   CHECK(largest_difference(dir.file("none/model.pt"), dir.file("hsdp/model.pt")) < 1e-6);
 }
 
+TEST_CASE("nodes of 2 and 1 ranks agree on the mesh dist.shard lays out, and train to the replicated run's weights",
+          "[sharding][multinode]") {
+  // Each node read its own count of ranks for the default data_shard: node 0 laid out one group of
+  // 3, node 1 groups of 1, and the ranks called different collectives (Gloo aborted, or a hang).
+  TempDir dir;
+  std::string config = config_path("synthetic_mlp.yaml");
+  auto replicated = ddprun(3, config, mlp_sets(dir, "none", 16));
+  INFO(replicated.out << replicated.err);
+  REQUIRE(replicated.exit_code == 0);
+  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --master-addr 127.0.0.1 --master-port " +
+                       std::to_string(free_port()) + " --rdzv-timeout 30 " + config;
+  auto sets = mlp_sets(dir, "mixed", 16);
+  sets.insert(sets.end(), {"dist.shard=gradients", "dist.timeout_s=30"});
+  for (const auto& s : sets) launch += " --set '" + s + "'";
+  auto r = run_shell(launch + " --nproc-per-node 1 --node-rank 1 > " + dir.file("node1.log") + " 2>&1 & B=$!; " +
+                         launch + " --nproc-per-node 2 --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
+                     std::chrono::seconds(240));
+  INFO(r.out << r.err << read_file(dir.file("node1.log")));
+  CHECK(count_lines(r.out, "statuses=0,0") == 1);
+  CHECK(largest_difference(dir.file("none/model.pt"), dir.file("mixed/model.pt")) < 1e-6);
+}
+
 TEST_CASE("checkpoint.keep_last prunes the shards another node writes to its own run.output_dir", "[sharding][multinode]") {
   TempDir dir;
   std::string config = config_path("synthetic_mlp.yaml");

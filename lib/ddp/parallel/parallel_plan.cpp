@@ -12,6 +12,7 @@
 #include "ddp/comm/gradient_reducer.h"
 #include "ddp/comm/shm_allreduce.h"
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "ddp/model/rank_random.h"
 #include "ddp/parallel/optimizer_state.h"
 
@@ -109,6 +110,22 @@ std::vector<std::vector<std::size_t>> tied_in_root(std::vector<std::vector<std::
   return kept;
 }
 
+// The ranks of a node, as the mesh's default data_shard reads it: rank 0's, on every rank. Nodes
+// with other numbers of ranks (--nproc-per-node 2 on one, 1 on the other) each read their own and
+// laid out other meshes, and the ranks then called different collectives (a hang, or Gloo's raw
+// abort). Through the store, not a collective: the configs are compared only once there is a plan.
+int rank_0_local_world_size(const Communicator& world, int local_world_size) {
+  if (world.world_size == 1 || !world.store) return local_world_size;
+  const std::string key = "ddp/mesh/local_world_size";
+  if (world.rank == 0) {
+    const std::string value = std::to_string(local_world_size);
+    world.store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    return local_world_size;
+  }
+  const std::vector<uint8_t> value = world.store->get(key);
+  return static_cast<int>(parse_int(std::string(value.begin(), value.end())).value_or(0));
+}
+
 }  // namespace
 
 ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist, int local_world_size)
@@ -116,7 +133,7 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
       shard_(mesh.shard),
       shard_overlap_(mesh.shard_overlap),
       world_(std::move(world)),
-      mesh_(DeviceMesh::from_config(mesh, world_.world_size, local_world_size)) {
+      mesh_(DeviceMesh::from_config(mesh, world_.world_size, rank_0_local_world_size(world_, local_world_size))) {
   for (MeshDim dim : kMeshDims) {
     auto& group = groups_[static_cast<std::size_t>(dim)];
     if (mesh_.size(dim) == world_.world_size) {
