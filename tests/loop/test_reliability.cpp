@@ -191,15 +191,21 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
   // At a log step; and in a run shorter than train.log_every, at its end, before model.pt.
   for (const auto& [steps, log_every] : std::vector<std::pair<std::string, std::string>>{{"30", "10"}, {"5", "1000"}}) {
     const std::string out = dir.file("run" + steps);
-    auto r = run_shell(ddprun_command(2, {"train.max_steps=" + steps, "train.log_every=" + log_every,
-                                          "data.eval_split=none", "model.init_from=" + dir.file("nan.safetensors"),
-                                          "run.output_dir=" + out},
-                                      "--max-restarts 1"));
+    // Checkpoints at steps 4 and 8 of the first: the message names the one of the NaN steps. The second
+    // saves none in its 5 steps (one a 32-step epoch): it names none (was: "a checkpoint after step 0").
+    const std::string every = steps == "30" ? "4" : "0";
+    auto r = run_shell(ddprun_command(
+        2,
+        {"train.max_steps=" + steps, "train.log_every=" + log_every, "data.eval_split=none",
+         "model.init_from=" + dir.file("nan.safetensors"), "checkpoint.every_steps=" + every, "run.output_dir=" + out},
+        "--max-restarts 1"));
     INFO(r.out << r.err);
     CHECK(r.exit_code == 2);
     const std::string said = "error: the training loss over steps 1-" + std::to_string(std::min(
                                  std::stoi(steps), std::stoi(log_every))) + " is nan: training diverged";
     CHECK(count_occurrences(r.err, said) == 1);
+    CHECK(count_occurrences(r.err, "and a checkpoint after step 0 may hold diverged weights") ==
+          (every == "4" ? 1 : 0));
     CHECK_THAT(r.err, Contains("stopped on a usage error (exit code 2), for the reason above"));
     CHECK_THAT(r.err, !Contains("restarting the workers"));
     CHECK_FALSE(fs::exists(out + "/model.pt"));

@@ -123,7 +123,7 @@ std::shared_ptr<SharedMemoryAllReduce> connect_shared_memory(const Communicator&
   }
   auto node_store = c10::make_intrusive<c10d::PrefixStore>("node_" + std::to_string(env.node_rank), comm.store);
   std::shared_ptr<SharedMemoryAllReduce> engine =
-      SharedMemoryAllReduce::connect(*node_store, env.local_rank, local, timeout, why_not);
+      SharedMemoryAllReduce::connect(*node_store, env.local_rank, local, timeout, why_not, env.rank - env.local_rank);
   if (!everyone(*comm.group, engine != nullptr)) {
     if (env.rank == 0)
       spdlog::warn("gradients go through Gloo: some node has no shared memory for the all-reduce{}",

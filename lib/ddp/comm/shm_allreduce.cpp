@@ -137,8 +137,8 @@ class SharedMemoryAllReduce::SumWork : public c10d::Work {
 };
 
 std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::connect(c10d::Store& store, int rank, int world_size,
-                                                                       std::chrono::milliseconds timeout,
-                                                                       std::string& why_not) {
+                                                                      std::chrono::milliseconds timeout,
+                                                                      std::string& why_not, int first_rank) {
   const std::size_t bytes = kHeaderBytes + 2 * static_cast<std::size_t>(world_size) * kChunkFloats * sizeof(float);
   auto as_string = [](const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); };
   auto set = [&](const std::string& key, const std::string& value) {
@@ -168,12 +168,12 @@ std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::connect(c10d::Stor
   if (!why_not.empty()) return nullptr;
   segment->unlink();  // every rank has it mapped
   return std::unique_ptr<SharedMemoryAllReduce>(
-      new SharedMemoryAllReduce(std::move(*segment), rank, world_size, timeout));
+      new SharedMemoryAllReduce(std::move(*segment), rank, world_size, timeout, first_rank));
 }
 
 SharedMemoryAllReduce::SharedMemoryAllReduce(SharedSegment segment, int rank, int world_size,
-                                             std::chrono::milliseconds timeout)
-    : segment_(std::move(segment)), rank_(rank), world_size_(world_size), timeout_(timeout) {}
+                                             std::chrono::milliseconds timeout, int first_rank)
+    : segment_(std::move(segment)), rank_(rank), world_size_(world_size), first_rank_(first_rank), timeout_(timeout) {}
 
 SharedMemoryAllReduce::~SharedMemoryAllReduce() {
   {
@@ -227,7 +227,7 @@ void SharedMemoryAllReduce::barrier() {
     futex_wait(&h.generation, generation, std::min<std::chrono::nanoseconds>(left, kLivenessCheckEvery));
     // A rank that exited will never arrive; Gloo would see its socket close, so say it as fast.
     if (int gone = gone_rank(); gone >= 0 && h.generation.load(std::memory_order_seq_cst) == generation)
-      fail("rank " + std::to_string(gone) + " exited while the others waited for it");
+      fail("rank " + std::to_string(first_rank_ + gone) + " exited while the others waited for it");
   }
   h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }

@@ -26,8 +26,11 @@ class SharedMemoryAllReduce {
  public:
   /// Sets the segment up through `store`: rank 0 creates it, the others map it. Returns the same
   /// on every rank: the engine, or nullptr with `why_not` set when some rank could not map it.
+  /// `first_rank`: the job's rank of this engine's rank 0 (a node's ranks are numbered in a row),
+  /// for messages that name a rank as the job numbers it.
   static std::unique_ptr<SharedMemoryAllReduce> connect(c10d::Store& store, int rank, int world_size,
-                                                         std::chrono::milliseconds timeout, std::string& why_not);
+                                                        std::chrono::milliseconds timeout, std::string& why_not,
+                                                        int first_rank = 0);
   ~SharedMemoryAllReduce();
   SharedMemoryAllReduce(const SharedMemoryAllReduce&) = delete;
   SharedMemoryAllReduce& operator=(const SharedMemoryAllReduce&) = delete;
@@ -75,7 +78,8 @@ class SharedMemoryAllReduce {
     c10::intrusive_ptr<SumWork> work;
   };
 
-  SharedMemoryAllReduce(SharedSegment segment, int rank, int world_size, std::chrono::milliseconds timeout);
+  SharedMemoryAllReduce(SharedSegment segment, int rank, int world_size, std::chrono::milliseconds timeout,
+                        int first_rank);
   Header& header() const;
   float* slot(int64_t set, int rank) const;
   void barrier();
@@ -90,6 +94,7 @@ class SharedMemoryAllReduce {
   SharedSegment segment_;
   int rank_;
   int world_size_;
+  int first_rank_;  // the job's rank of rank_ 0
   std::chrono::milliseconds timeout_;
   int64_t chunks_done_ = 0;  // the same on every rank: picks the slot set
   std::string broken_;       // set after a failure: the segment's state is unknown from then on

@@ -165,6 +165,7 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int6
   heartbeat_.beat(progress.step);
   run_start_ = window_start_ = Clock::now();
   run_start_step_ = window_from_step_ = progress.step;
+  window_from_epoch_ = progress.epoch;
   total_steps_ = total_steps;
   total_epochs_ = total_epochs;
 }
@@ -256,13 +257,24 @@ void RunRecorder::log_window(const TrainProgress& progress) {
       metrics_->write({{"step", static_cast<double>(progress.step)},
                        {"epoch", static_cast<double>(epoch_of(progress))},
                        {"loss", loss}});
+    // A checkpoint of these steps is named only where one may have been saved: every rank can tell
+    // alike, from the config, and its words then match (Note [One usage error]).
+    const int64_t every = config_.checkpoint.every_steps;
+    const bool saved_since = (every > 0 && progress.step / every > window_from_step_ / every) ||
+                             (config_.checkpoint.every_epochs > 0 && progress.epoch > window_from_epoch_);
     throw UserError("the training loss over steps " + std::to_string(window_from_step_ + 1) + "-" +
-                    std::to_string(progress.step) + " is " + (std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") +
+                    std::to_string(progress.step) + " is " +
+                    (std::isnan(loss) ? "nan"
+                     : loss > 0       ? "inf"
+                                      : "-inf") +
                     ": training diverged (too high an optim.lr, no train.clip_grad_norm, or broken starting "
-                    "weights); stopped without saving model.pt, and a checkpoint after step " +
-                    std::to_string(window_from_step_) + " may hold diverged weights");
+                    "weights); stopped without saving model.pt" +
+                    (saved_since ? ", and a checkpoint after step " + std::to_string(window_from_step_) +
+                                       " may hold diverged weights"
+                                 : ""));
   }
   window_from_step_ = progress.step;
+  window_from_epoch_ = progress.epoch;
   double samples_per_s = total.value(window_.samples) / elapsed;
   // Per step and rank: gradient sync time, and the part of it backward did not hide.
   double rank_steps = std::max(1.0, total.value(window_.steps));
