@@ -24,13 +24,15 @@ namespace {
 using Engines = std::vector<std::unique_ptr<SharedMemoryAllReduce>>;
 
 // Connects `world` ranks, one thread each, through one in-memory store.
-Engines connect_all(int world, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+// `first_rank`: the job's rank of engine 0, as for a node other than the first.
+Engines connect_all(int world, std::chrono::milliseconds timeout = std::chrono::seconds(20), int first_rank = 0) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   Engines engines(world);
   std::vector<std::string> why_not(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] { engines[r] = SharedMemoryAllReduce::connect(*store, r, world, timeout, why_not[r]); });
+    threads.emplace_back(
+        [&, r] { engines[r] = SharedMemoryAllReduce::connect(*store, r, world, timeout, why_not[r], first_rank); });
   for (auto& t : threads) t.join();
   for (int r = 0; r < world; ++r) {
     INFO(why_not[r]);
@@ -158,6 +160,10 @@ TEST_CASE("a rank that exits is named at once, not after the time-out", "[dist][
   CHECK_THROWS_WITH(engines[0]->sum(values), Contains("rank 2 exited while the others waited for it"));
   rank1.join();
   CHECK_THAT(rank1_error, Contains("rank 2 exited"));
+  // On a node whose ranks are the job's 4 to 5, its rank 5 by that number (was: "rank 1").
+  Engines second_node = connect_all(2, std::chrono::seconds(60), 4);
+  second_node[1].reset();
+  CHECK_THROWS_WITH(second_node[0]->sum(values), Contains("rank 5 exited while the others waited for it"));
 }
 
 TEST_CASE("when one rank cannot map the segment every rank gets nullptr and the reason", "[dist][shm]") {
