@@ -305,6 +305,18 @@ TEST_CASE("on a terminal rank 0 shows a live progress line, and logs and metrics
   CHECK_THAT(read_file(dir.file("logs/tty/attempt_0/0/stdout.log")), !Contains("\r") && Contains("epoch 1/1 step 60/60"));
   auto piped = run_shell(command + " --set run.output_dir=" + dir.file("piped"), std::chrono::seconds(240));
   CHECK_THAT(piped.out, !Contains("samples/s | ETA"));
+
+  // A pipeline: rank 0 holds the first stage, which counts no samples (the last does). Its line said
+  // "0 samples/s" at every step; the pace now comes from the steps and the global batch.
+  std::string staged = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --standalone --nproc-per-node=2 " +
+                       std::string(DDP_SOURCE_DIR) +
+                       "/configs/synthetic_mlp.yaml --set run.output_dir=" + dir.file("staged") +
+                       " --set dist.pipeline=2 --set train.max_steps=40 --set eval.at_start=false";
+  auto pipeline = run_shell("script -q -c '" + staged + "' /dev/null", std::chrono::seconds(240));
+  INFO(pipeline.out << pipeline.err);
+  CHECK(pipeline.exit_code == 0);
+  CHECK(std::regex_search(pipeline.out, match, std::regex("step [0-9]+/40 \\| [1-9][0-9]* samples/s \\| ETA")));
+  CHECK_THAT(pipeline.out, !Contains("| 0 samples/s"));
 }
 
 }  // namespace DDP_TEST_FILE

@@ -107,7 +107,7 @@ RunRecorder::LogWindow::LogWindow(ValueSlots& sums)
 
 RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, const std::string& output_dir,
                          const std::string& resolved_config, ValueSlots& side_values,
-                         const std::string& batch_formation)
+                         const std::string& batch_formation, int64_t samples_per_step)
     : config_(config),
       world_(world),
       output_dir_(output_dir),
@@ -121,6 +121,7 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
       test_end_delay_ms_(test_delay_ms("DDPRUN_TEST_END_DELAY", world.rank)) {
   const char* progress = std::getenv(env::kProgress);
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
+  samples_per_step_ = samples_per_step;
   if (world_.rank != 0) return;
   std::error_code ec;
   created_dir_ = first_missing_directory(output_dir_);
@@ -310,11 +311,14 @@ void RunRecorder::show_progress_line(const TrainProgress& progress) {
   auto now = Clock::now();
   if (now - last_progress_line_ < std::chrono::milliseconds(250)) return;
   last_progress_line_ = now;
-  double elapsed = std::max(seconds_since(window_start_), 1e-9);
-  double samples = window_sums_.value(window_.samples);
-  std::string line = fmt::format("{}epoch {}/{} step {}/{} | {:.0f} samples/s | ETA {}\n", kProgressMarker,
-                                 epoch_of(progress), total_epochs_, progress.step, total_steps_,
-                                 samples * world_.world_size / elapsed, format_duration(eta_seconds(progress)));
+  // From the steps and the global batch: rank 0's own count of samples is none in a pipeline's
+  // first stage (the last one counts them) and one tensor group's under tensor parallelism.
+  const int64_t steps = progress.step - window_from_step_;
+  if (steps > 0)
+    progress_pace_ = static_cast<double>(steps * samples_per_step_) / std::max(seconds_since(window_start_), 1e-9);
+  std::string line =
+      fmt::format("{}epoch {}/{} step {}/{} | {:.0f} samples/s | ETA {}\n", kProgressMarker, epoch_of(progress),
+                  total_epochs_, progress.step, total_steps_, progress_pace_, format_duration(eta_seconds(progress)));
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
 }

@@ -48,9 +48,10 @@ class RunRecorder {
  public:
   /// Rank 0 creates `output_dir` (locked against a second run), saves the resolved config, opens
   /// the metrics (and TensorBoard) and says what the run is, with `batch_formation` (the global
-  /// batch and how the ranks form it). The monitor reserves its side values.
+  /// batch and how the ranks form it, `samples_per_step` of them). The monitor reserves its side values.
   RunRecorder(const TrainConfig& config, const Communicator& world, const std::string& output_dir,
-              const std::string& resolved_config, ValueSlots& side_values, const std::string& batch_formation);
+              const std::string& resolved_config, ValueSlots& side_values, const std::string& batch_formation,
+              int64_t samples_per_step);
   /// A directory this run created is removed if the run fails before a step ends: no stub is left.
   ~RunRecorder();
   RunRecorder(const RunRecorder&) = delete;
@@ -168,6 +169,8 @@ class RunRecorder {
   double test_end_delay_ms_ = 0;  // DDPRUN_TEST_END_DELAY: a slow writer of the run's end
   Clock::time_point last_eval_log_;  // rank 0, not at a terminal: the last "evaluating" log line
   bool progress_line_ = false;  // rank 0 under a launcher whose console is a terminal (DDPRUN_PROGRESS)
+  int64_t samples_per_step_ = 0;  // the global batch: the progress line's pace, with no collective
+  double progress_pace_ = 0;      // its last samples/s, for a line drawn before a step of a new window
   Clock::time_point last_progress_line_;
   ReportPacer report_pacer_;  // rank 0: the live report.html at evaluations, at a bounded cost
 };

@@ -92,7 +92,7 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   config_.train.batch_size = share.batch_size;
   config_.train.grad_accum_steps = share.grad_accum_steps;
   recorder_ = std::make_unique<RunRecorder>(config_, world, output_dir_of(config_.run), resolved, side_values_,
-                                            share.formation);
+                                            share.formation, step_shape_.samples());
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank, world.device);
 
   // Each rank reads model.init_from on its own node, only what it keeps: the same weights everywhere.
