@@ -423,6 +423,21 @@ TEST_CASE("a run that fails before its first step leaves nothing that blocks run
   CHECK_THAT(fixed.err, !Contains("holds a run of another config"));
 }
 
+TEST_CASE("a checkpoint whose manifest is gone is not resumed from, and the fresh start says why", "[trainer][rerun]") {
+  // It used to start from step 0 without a word, as if the directory held no checkpoint.
+  TempDir dir;
+  std::string run = dir.file("run");
+  REQUIRE(train(run, {"train.max_steps=5"}).exit_code == 0);
+  std::filesystem::remove(run + "/checkpoints/step_0000000005.json");
+  auto again = train(run, {});
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(count_occurrences(again.out + again.err,
+                          run + "/checkpoints/step_0000000005.pt has no manifest (step_0000000005.json) and cannot be "
+                                "resumed from (a save cut short, or its manifest removed); training starts afresh "
+                                "from step 0") == 1);
+}
+
 TEST_CASE("a run whose metrics.jsonl holds only a line a crash cut short runs again (the report refuses such a file)",
           "[trainer][rerun]") {
   TempDir dir;

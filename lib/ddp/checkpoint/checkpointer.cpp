@@ -153,6 +153,19 @@ std::vector<CheckpointInfo> Checkpointer::list() const {
   return found;
 }
 
+std::vector<std::string> Checkpointer::without_manifest() const {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || !name.ends_with(".pt")) continue;
+    const std::string stem = name.substr(0, name.find('.'));  // step_N of step_N.common.pt, step_N.shard-0-of-2.pt
+    if (!fs::exists(fs::path(directory_) / (stem + ".json"), ec)) found.push_back(entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 namespace {
 
 // The file a manifest (format 2) names for its common state; nullopt for format 1, whose data file

@@ -95,6 +95,10 @@ class Checkpointer {
   /// Complete checkpoints, newest first (not yet verified).
   std::vector<CheckpointInfo> list() const;
 
+  /// Checkpoint data files (step_N.pt, its .common.pt or shards) with no manifest step_N.json beside
+  /// them: a save cut short before its commit, or a manifest removed. Sorted; never resumed from.
+  std::vector<std::string> without_manifest() const;
+
   const std::string& directory() const { return directory_; }
 
  private:
