@@ -215,6 +215,21 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   CHECK(not_script.exit_code == 2);
   CHECK_THAT(not_script.err, Contains("cannot load " + python_fixture("train_x.npy") + " as TorchScript"));
 
+  // A bit flipped inside a record: LibTorch's reader skips the CRCs, and it trained on a wrong weight to exit 0.
+  // The first tensor's record: after its local header (30 bytes, its name and extra field).
+  std::string bytes = read_file(python_fixture("mlp.pt"));
+  const auto header = bytes.rfind(std::string("PK\x03\x04", 4), bytes.find("/data/0"));
+  REQUIRE(header != std::string::npos);
+  auto u16 = [&](std::size_t at) {
+    return static_cast<unsigned char>(bytes[at]) | static_cast<unsigned char>(bytes[at + 1]) << 8;
+  };
+  const std::size_t weight = header + 30 + u16(header + 26) + u16(header + 28) + 3;
+  bytes[weight] = static_cast<char>(bytes[weight] ^ 0x40);
+  write_file(dir.file("flipped.pt"), bytes);
+  auto flipped = run("mlp.pt", {"model.path=" + dir.file("flipped.pt")});
+  CHECK(flipped.exit_code == 2);
+  CHECK_THAT(flipped.err, Contains("model.path: " + dir.file("flipped.pt") + ": damaged: record "));
+
   auto missing = run("no_such_module.pt");  // not LibTorch's "open file failed because of errno 2 on fopen"
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Contains("model.path: " + python_fixture("no_such_module.pt") + ": no such file"));
