@@ -185,6 +185,9 @@ TEST_CASE("npy, csv and torchscript configs name what is missing or contradictor
   REQUIRE_THROWS_WITH(parse("data: {dataset: csv, path: t.csv, labels: y.npy, eval_fraction: 0.2}"),
                       Equals("data.labels: only data.dataset npy reads a labels file, and data.dataset is csv: "
                              "leave it out"));
+  // Without data.eval_path the labels went unread (the eval split was data.eval_fraction's), silently.
+  REQUIRE_THROWS_WITH(parse("data: {dataset: npy, path: x.npy, labels: y.npy, eval_labels: e.npy}"),
+                      Contains("data.eval_labels: labels data.eval_path's samples, and data.eval_path is not set"));
   REQUIRE_THROWS_WITH(parse("data: {dataset: criteo, path: log.tsv, eval_path: e.tsv, eval_labels: e.npy}"),
                       Contains("data.eval_labels: only data.dataset npy reads a labels file, and data.dataset is "
                                "criteo: leave it out"));

@@ -114,6 +114,10 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.rule("data.eval_labels", [&config]() -> std::string {
     if (config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty())
       return "must name the labels .npy of data.eval_path";
+    // Else the evaluation took data.eval_fraction's split with its own labels, and these went unread.
+    if (config.dataset == "npy" && config.eval_path.empty() && !config.eval_labels.empty())
+      return "labels data.eval_path's samples, and data.eval_path is not set: set it too, or leave this out "
+             "(the eval split is then data.eval_fraction of data.path)";
     if (config.dataset != "npy" && !config.eval_labels.empty())
       return "only data.dataset npy reads a labels file, and data.dataset is " + config.dataset + ": leave it out";
     return "";
