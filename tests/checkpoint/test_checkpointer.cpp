@@ -395,6 +395,12 @@ TEST_CASE("resume=never refuses an earlier run's checkpoints, resume=PATH takes 
       CHECK(load(*found, *restored.model, *restored.optimizer, 1).step == 2);
     }
   }
+  SECTION("a file of a checkpoint in several files names its manifest, step_N.json") {
+    // Was: "step_N.common.pt has no manifest step_N.common.json", a file no save writes.
+    for (const std::string& given : {base + ".common.pt", base + ".shard-0-of-2.pt"})
+      CHECK(ddp::checkpoint_at(given).manifest_path == base + ".json");
+    CHECK(ddp::checkpoint_at(dir + "/my.model.pt").manifest_path == dir + "/my.model.json");  // not a step's
+  }
   SECTION("a path to a missing checkpoint") {
     const std::string missing = dir + "/step_0000000042";
     CHECK_THAT(file_error([&] { Checkpointer(checkpoint_config(5, missing), dir).find_resume_point(); }),

@@ -191,6 +191,10 @@ std::string shown_path(const CheckpointInfo& checkpoint) {
 CheckpointInfo checkpoint_at(const std::string& path) {
   fs::path stem(path);
   if (stem.extension() == ".json" || stem.extension() == ".pt") stem.replace_extension();
+  // A file of a checkpoint in several (step_N.common.pt, step_N.shard-0-of-2.pt): its manifest is step_N's.
+  const std::string name = stem.filename().string();
+  if (name.rfind("step_", 0) == 0 && name.find('.') != std::string::npos)
+    stem.replace_filename(name.substr(0, name.find('.')));
   CheckpointInfo info;
   info.manifest_path = stem.string() + ".json";
   info.data_path = stem.string() + ".pt";
