@@ -38,6 +38,18 @@ std::vector<std::string> mlp_sets(const TempDir& dir, const std::string& name, i
           "data.eval_split=none", "checkpoint.every_epochs=0", "model.hidden=[64,32]", "train.epochs=5"};
 }
 
+// Two launchers on this machine (--nnodes 2), node 1's in the background with its output in
+// DIR/node1.log; `node0` and `node1` are each one's own options. The output ends "statuses=A,B".
+CommandResult run_two_nodes(const TempDir& dir, const std::string& config, const std::vector<std::string>& sets,
+                            const std::string& node0, const std::string& node1) {
+  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --master-addr 127.0.0.1 --master-port " +
+                       std::to_string(free_port()) + " --rdzv-timeout 30 " + config;
+  for (const auto& s : sets) launch += " --set '" + s + "'";
+  return run_shell(launch + " " + node1 + " --node-rank 1 > " + dir.file("node1.log") + " 2>&1 & B=$!; " + launch +
+                       " " + node0 + " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
+                   std::chrono::seconds(240));
+}
+
 }  // namespace
 
 TEST_CASE("every dist.shard at world 2 and 4 (parameters also with dist.shard_overlap) trains the MLP to the "
@@ -244,14 +256,9 @@ TEST_CASE("two launchers of 2 ranks each (--nnodes 2) shard within each node and
   auto replicated = ddprun(4, config, mlp_sets(dir, "none", 16));
   INFO(replicated.out << replicated.err);
   REQUIRE(replicated.exit_code == 0);
-  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 "
-                       "--master-port " + std::to_string(free_port()) + " --rdzv-timeout 30 " + config;
   auto sets = mlp_sets(dir, "hsdp", 16);
   sets.push_back("dist.shard=parameters");
-  for (const auto& s : sets) launch += " --set '" + s + "'";
-  auto r = run_shell(launch + " --node-rank 1 > " + dir.file("node1.log") + " 2>&1 & B=$!; " + launch +
-                         " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
-                     std::chrono::seconds(240));
+  auto r = run_two_nodes(dir, config, sets, "--nproc-per-node 2", "--nproc-per-node 2");
   INFO(r.out << r.err << read_file(dir.file("node1.log")));
   CHECK(count_lines(r.out, "statuses=0,0") == 1);
   CHECK_THAT(r.out, Contains("data_replicate 2 × data_shard 2"));
@@ -267,14 +274,9 @@ TEST_CASE("nodes of 2 and 1 ranks agree on the mesh dist.shard lays out, and tra
   auto replicated = ddprun(3, config, mlp_sets(dir, "none", 16));
   INFO(replicated.out << replicated.err);
   REQUIRE(replicated.exit_code == 0);
-  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --master-addr 127.0.0.1 --master-port " +
-                       std::to_string(free_port()) + " --rdzv-timeout 30 " + config;
   auto sets = mlp_sets(dir, "mixed", 16);
   sets.insert(sets.end(), {"dist.shard=gradients", "dist.timeout_s=30"});
-  for (const auto& s : sets) launch += " --set '" + s + "'";
-  auto r = run_shell(launch + " --nproc-per-node 1 --node-rank 1 > " + dir.file("node1.log") + " 2>&1 & B=$!; " +
-                         launch + " --nproc-per-node 2 --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
-                     std::chrono::seconds(240));
+  auto r = run_two_nodes(dir, config, sets, "--nproc-per-node 2", "--nproc-per-node 1");
   INFO(r.out << r.err << read_file(dir.file("node1.log")));
   CHECK(count_lines(r.out, "statuses=0,0") == 1);
   CHECK(largest_difference(dir.file("none/model.pt"), dir.file("mixed/model.pt")) < 1e-6);
@@ -283,20 +285,16 @@ TEST_CASE("nodes of 2 and 1 ranks agree on the mesh dist.shard lays out, and tra
 TEST_CASE("checkpoint.keep_last prunes the shards another node writes to its own run.output_dir", "[sharding][multinode]") {
   TempDir dir;
   std::string config = config_path("synthetic_mlp.yaml");
-  std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --nproc-per-node 1 --master-addr 127.0.0.1 "
-                       "--master-port " + std::to_string(free_port()) + " --rdzv-timeout 30 " + config;
   auto sets = mlp_sets(dir, "node0", 32);
-  sets.insert(sets.end(), {"dist.shard=gradients", "dist.data_shard=2", "train.max_steps=20", "checkpoint.every_steps=5",
-                           "checkpoint.keep_last=2"});
-  for (const auto& s : sets) launch += " --set '" + s + "'";
+  sets.insert(sets.end(), {"dist.shard=gradients", "dist.data_shard=2", "train.max_steps=20",
+                           "checkpoint.every_steps=5", "checkpoint.keep_last=2"});
   // What a save that failed (a full disk) left in node 1's directory goes with the pruned steps.
   std::filesystem::create_directories(dir.file("node1/checkpoints"));
   write_file(dir.file("node1/checkpoints/step_0000000005.shard-1-of-2.pt.tmp.XyZ123"), "cut short");
   write_file(dir.file("node1/checkpoints/step_0000000003.shard-1-of-2.pt"), "no manifest commits it");
   // Node 1's output directory is its own (node-local storage): rank 1 writes its shards there.
-  auto r = run_shell(launch + " --set run.output_dir=" + dir.file("node1") + " --node-rank 1 > " + dir.file("node1.log") +
-                         " 2>&1 & B=$!; " + launch + " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
-                     std::chrono::seconds(240));
+  auto r = run_two_nodes(dir, config, sets, "--nproc-per-node 1",
+                         "--nproc-per-node 1 --set run.output_dir=" + dir.file("node1"));
   INFO(r.out << r.err << read_file(dir.file("node1.log")));
   REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
   auto names = [&](const std::string& node) {
