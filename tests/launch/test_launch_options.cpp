@@ -69,6 +69,7 @@ TEST_CASE("bad command lines are UserErrors with one clear message") {
                     Contains("unknown option --nprocs-per-node") && !Contains("the program goes after"));
   CHECK_THROWS_WITH(parse({"--master-adr", "node1", "configs/synthetic_mlp.yaml"}),
                     !Contains("the program goes after"));
+  CHECK_THROWS_WITH(parse({"--master-adr", "node1", "./train.sh"}), !Contains("the program goes after"));
   // An unknown option just before a program: the program may be the word after it (was: no hint).
   CHECK_THROWS_WITH(parse({"--verbos", "./prog.sh"}),
                     "unknown option --verbos; if it is ./prog.sh's, the program goes after --: ddprun [options] -- "

@@ -417,10 +417,19 @@ TEST_CASE("a run that fails before its first step leaves nothing that blocks run
   std::filesystem::create_directories(kept);
   REQUIRE(train(kept, {"optim.lr=0.1"}, 2, "0:0").exit_code == 1);
   CHECK_THAT(read_file(kept + "/metrics.jsonl"), Contains("\"exit_status\": 1"));
-  auto fixed = train(kept, {});
+  auto fixed = train(kept, {"checkpoint.every_steps=0", "checkpoint.every_epochs=0"});
   INFO(fixed.out << fixed.err);
   CHECK(fixed.exit_code == 0);
   CHECK_THAT(fixed.err, !Contains("holds a run of another config"));
+  // Once a run there has trained, a later one that fails before its first step leaves its record
+  // after it: another config is still refused, for the trained run's sake.
+  const std::string model = read_file(kept + "/model.pt");
+  REQUIRE(train(kept, {"checkpoint.every_steps=0", "checkpoint.every_epochs=0", "train.max_steps=12"}, 2, "0:0")
+              .exit_code == 1);
+  auto other = train(kept, {"checkpoint.every_steps=0", "checkpoint.every_epochs=0", "optim.lr=0.1"});
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("holds a run of another config (optim.lr 0.05 → 0.1), with no checkpoint"));
+  CHECK(read_file(kept + "/model.pt") == model);
 }
 
 TEST_CASE("a checkpoint whose manifest is gone is not resumed from, and the fresh start says why", "[trainer][rerun]") {

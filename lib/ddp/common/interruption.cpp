@@ -51,11 +51,11 @@ DeferredInterruption::DeferredInterruption(const char* leaving, std::string left
   g_leaving = leaving;
   g_left = std::move(left);
   g_signal = 0;
-  g_request = StopRequest();
+  g_request.reset();
   struct sigaction deferred {};
   deferred.sa_sigaction = on_signal;
   deferred.sa_flags = SA_SIGINFO;
-  deferred.sa_mask = deferred_set();  // one handler at a time: g_request is shared
+  deferred.sa_mask = deferred_set();  // one handler at a time on a thread (g_request's turns span threads)
   for (int i = 0; i < 3; ++i) {
     sigaction(kDeferred[i], nullptr, &before_[i]);
     if (before_[i].sa_handler != SIG_IGN) sigaction(kDeferred[i], &deferred, nullptr);

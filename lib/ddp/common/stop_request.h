@@ -11,31 +11,49 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <ctime>
 
 namespace ddp {
 
-/// The stop request a process is answering, for its signal handlers; async-signal-safe.
+/// The stop request a process is answering, for its signal handlers; async-signal-safe. A
+/// handler's mask keeps it from running twice on one thread, not on two: the two copies of one
+/// request may be handled by two threads at once, so they take turns (a lock-free flag).
 class StopRequest {
  public:
   /// Whether signal `sig` (with its handler's `info`, or null) is a copy of the request already
   /// taken; else it becomes the request.
   bool repeated(int sig, const siginfo_t* info) {
+    while (busy_.test_and_set(std::memory_order_acquire)) {
+    }
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
     const bool terminal = info && info->si_code == SI_KERNEL;
     const long long ns = (now.tv_sec - at_.tv_sec) * 1'000'000'000LL + (now.tv_nsec - at_.tv_nsec);
-    if (sig_ == sig && ns < 1'000'000'000LL && !(terminal && from_terminal_)) {
+    const bool again = sig_ == sig && ns < 1'000'000'000LL && !(terminal && from_terminal_);
+    if (again) {
       from_terminal_ = from_terminal_ || terminal;
-      return true;
+    } else {
+      sig_ = sig;
+      from_terminal_ = terminal;
+      at_ = now;
     }
-    sig_ = sig;
-    from_terminal_ = terminal;
-    at_ = now;
-    return false;
+    busy_.clear(std::memory_order_release);
+    return again;
+  }
+
+  /// No request taken: the next signal is a first.
+  void reset() {
+    while (busy_.test_and_set(std::memory_order_acquire)) {
+    }
+    sig_ = 0;
+    from_terminal_ = false;
+    at_ = {};
+    busy_.clear(std::memory_order_release);
   }
 
  private:
+  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
   int sig_ = 0;
   bool from_terminal_ = false;  // a copy of it came from a terminal
   timespec at_{};               // its first copy

@@ -119,7 +119,8 @@ class FormsFormatter : public CLI::Formatter {
     // the program may well be the word after the unknown option.
     auto at = std::find(args.begin(), args.end(), extra);
     auto reads_as_program = [](const std::string& word) {
-      return word.ends_with(".yaml") || word.ends_with(".yml") || word.ends_with(".py");
+      return word.ends_with(".yaml") || word.ends_with(".yml") || word.ends_with(".py") || word.ends_with(".sh") ||
+             word.find('/') != std::string::npos;
     };
     const bool its_value = at != args.end() && std::next(at) != args.end() && *std::next(at) == positional &&
                            (parse_double(positional) || std::any_of(std::next(at, 2), args.end(), reads_as_program));

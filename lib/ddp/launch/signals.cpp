@@ -40,7 +40,7 @@ SignalPipe::SignalPipe() {
   struct sigaction action = {};
   action.sa_sigaction = on_signal;
   sigemptyset(&action.sa_mask);
-  for (int sig : kSignals) sigaddset(&action.sa_mask, sig);  // one handler at a time: g_request is shared
+  for (int sig : kSignals) sigaddset(&action.sa_mask, sig);  // one handler at a time on a thread
   action.sa_flags = SA_RESTART | SA_SIGINFO;
   for (int sig : kSignals) sigaction(sig, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the supervisor

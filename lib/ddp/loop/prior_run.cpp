@@ -1,5 +1,6 @@
 #include "ddp/loop/prior_run.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -99,6 +100,7 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
 
   // Finished: its last metrics record says it ended with exit status 0.
   std::optional<double> exit_status, step;
+  double trained_to = 0;  // the furthest step any record reached: later runs append theirs
   if (std::filesystem::exists(dir + "/metrics.jsonl")) {
     RunRecords run;
     try {
@@ -110,6 +112,9 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
         if (name == "exit_status") exit_status = value;
         if (name == "step") step = value;
       }
+    for (const auto& record : run.records)
+      for (const auto& [name, value] : record)
+        if (name == "step") trained_to = std::max(trained_to, value);
   }
   std::error_code ec;
   const bool checkpointed = !std::filesystem::is_empty(dir + "/checkpoints", ec) && !ec;
@@ -158,15 +163,17 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
     // Nothing to resume: a fresh start, but an earlier run of another config that trained (its
     // records have steps) is not trained over silently (its model.pt replaced, its records followed
     // by another config's), and one of this config is said to start over. One that stopped before
-    // training (a bad model.init_from, a model whose output does not fit: its last record is at
-    // step 0) left nothing to keep.
-    if (!step || *step < 1) return {};
+    // training (a bad model.init_from, a model whose output does not fit: no record is past step
+    // 0) left nothing to keep; one that failed so after a run that trained (which started afresh
+    // over its records) leaves that run's model.pt, kept.
+    std::error_code no_model;
+    if (!step || (trained_to < 1 && !std::filesystem::exists(dir + "/model.pt", no_model))) return {};
     if (!refused.empty())
       return {PriorRunVerdict::Action::kRefuse,
               dir + " holds a run of another config (" + describe_changes(refused) + "), with no checkpoint. " +
                   "Start a new run beside it with " + new_run + ", or remove " + dir + " to start this one there"};
     return {PriorRunVerdict::Action::kStart,
-            dir + " holds an earlier run of this config (to step " + std::to_string(static_cast<int64_t>(*step)) +
+            dir + " holds an earlier run of this config (to step " + std::to_string(static_cast<int64_t>(trained_to)) +
                 ") with no checkpoint to resume from: this one starts afresh from step 0 over its outputs "
                 "(checkpoint.every_steps keeps checkpoints)"};
   }

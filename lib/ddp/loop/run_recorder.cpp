@@ -166,7 +166,6 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int6
   heartbeat_.beat(progress.step);
   run_start_ = window_start_ = Clock::now();
   run_start_step_ = window_from_step_ = progress.step;
-  window_from_epoch_ = progress.epoch;
   total_steps_ = total_steps;
   total_epochs_ = total_epochs;
 }
@@ -258,11 +257,9 @@ void RunRecorder::log_window(const TrainProgress& progress) {
       metrics_->write({{"step", static_cast<double>(progress.step)},
                        {"epoch", static_cast<double>(epoch_of(progress))},
                        {"loss", loss}});
-    // A checkpoint of these steps is named only where one may have been saved: every rank can tell
-    // alike, from the config, and its words then match (Note [One usage error]).
-    const int64_t every = config_.checkpoint.every_steps;
-    const bool saved_since = (every > 0 && progress.step / every > window_from_step_ / every) ||
-                             (config_.checkpoint.every_epochs > 0 && progress.epoch > window_from_epoch_);
+    // A checkpoint of these steps is named only where one was saved: every rank saves it alike, so
+    // the words match (Note [One usage error]).
+    const bool saved_since = saved_in_window_;
     throw UserError("the training loss over steps " + std::to_string(window_from_step_ + 1) + "-" +
                     std::to_string(progress.step) + " is " +
                     (std::isnan(loss) ? "nan"
@@ -275,7 +272,7 @@ void RunRecorder::log_window(const TrainProgress& progress) {
                                  : ""));
   }
   window_from_step_ = progress.step;
-  window_from_epoch_ = progress.epoch;
+  saved_in_window_ = false;
   double samples_per_s = total.value(window_.samples) / elapsed;
   // Per step and rank: gradient sync time, and the part of it backward did not hide.
   double rank_steps = std::max(1.0, total.value(window_.steps));
@@ -358,7 +355,10 @@ void RunRecorder::eval_progress(const TrainProgress& progress, int64_t done, int
   }
 }
 
-void RunRecorder::checkpoint_written(Clock::duration took) { window_start_ += took; }
+void RunRecorder::checkpoint_written(Clock::duration took) {
+  window_start_ += took;
+  saved_in_window_ = true;
+}
 
 void RunRecorder::eval_ends(const TrainProgress& progress, const EvalResult& result) {
   eval_pulse_.reset();

@@ -149,7 +149,7 @@ class RunRecorder {
   Clock::time_point run_start_;
   int64_t run_start_step_ = 0;
   int64_t window_from_step_ = 0;  // the step the log window's steps follow
-  int64_t window_from_epoch_ = 0;  // the epoch it was in
+  bool saved_in_window_ = false;  // a checkpoint was written since the log window began
   Clock::time_point eta_from_;   // Note [ETA]: the end of this run's first step, evaluations added
   int64_t eta_from_step_ = -1;   // that step (-1: none has ended)
   double first_step_s_ = 0;

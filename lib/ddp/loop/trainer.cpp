@@ -201,19 +201,6 @@ void Trainer::resume() {
         // A fresh start after a run that saved checkpoints: never a silent one.
         spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0",
                      checkpointer_->directory());
-      } else if (auto orphans = checkpointer_->without_manifest();
-                 config_.checkpoint.resume == "auto" && !orphans.empty()) {
-        // Nor after one whose only checkpoint lost its manifest (removed, or a save cut short): the
-        // data alone cannot be verified, and is not resumed from.
-        spdlog::warn(
-            "{} has no manifest ({}.json) and cannot be resumed from (a save cut short, or its manifest "
-            "removed){}; training starts afresh from step 0",
-            orphans.back(),
-            [&] {
-              const std::string name = std::filesystem::path(orphans.back()).filename().string();
-              return name.substr(0, name.find('.'));
-            }(),
-            orphans.size() > 1 ? " (" + std::to_string(orphans.size() - 1) + " more such file(s) beside it)" : "");
       } else if (config_.checkpoint.resume == "auto" && later_attempt_.later()) {
         // Nor a restart's, or an elastic round's, with none to resume: with node-local run
         // directories, a rank 0 on another node than before finds none.
@@ -223,6 +210,15 @@ void Trainer::resume() {
                      later_attempt_.node_count > 1 ? "; rank 0 writes checkpoints on its own node, so give every node "
                                                      "one run.output_dir on storage they share"
                                                    : "");
+      } else if (auto orphans = checkpointer_->without_manifest();
+                 config_.checkpoint.resume == "auto" && !orphans.empty()) {
+        // Nor after one whose checkpoint lost its manifest (removed, or a save cut short): its data
+        // alone cannot be verified, and is not resumed from. Named by its step: its files are one.
+        const std::string newest = std::filesystem::path(orphans.back()).filename().string();
+        spdlog::warn(
+            "{}/{} has no manifest ({}.json) and cannot be resumed from (a save cut short, or its manifest "
+            "removed); training starts afresh from step 0",
+            checkpointer_->directory(), newest, newest.substr(0, newest.find('.')));
       }
     }
     broadcast_bytes(world, refusal, 0);

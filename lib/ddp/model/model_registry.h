@@ -45,8 +45,7 @@ class Model : public torch::nn::Module {
   /// Why blocks() is empty, as "it is not ...", for the pass that needed them.
   virtual std::string why_no_blocks() const {
     return "it is not a sequence of layers (gpt, llama, mlp, convnet, dlrm and a TorchScript module whose forward "
-           "chains its "
-           "submodules are)";
+           "chains its submodules are)";
   }
   /// For a pass that changes how blocks run before any other pass sees them (activation
   /// checkpointing): `wrap` may replace each block's forward, given the block and its index.

@@ -94,6 +94,8 @@ void check_records(const std::string& path) {
     }
   } catch (const FileError& e) {
     throw FileError(std::string("model.path: ") + e.what());
+  } catch (const std::exception& e) {  // a record's own header damaged: the zip reader's c10::Error
+    throw FileError("model.path: " + path + ": damaged: " + first_line(e));
   }
 }
 
