@@ -118,10 +118,10 @@ RunRecorder::RunRecorder(const TrainConfig& config, const Communicator& world, c
       test_eval_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_DELAY", world.rank)),
       test_fail_step_(test_fail_step(world.rank)),
       test_eval_batch_delay_ms_(test_delay_ms("DDPRUN_TEST_EVAL_BATCH_DELAY", world.rank)),
-      test_end_delay_ms_(test_delay_ms("DDPRUN_TEST_END_DELAY", world.rank)) {
+      test_end_delay_ms_(test_delay_ms("DDPRUN_TEST_END_DELAY", world.rank)),
+      samples_per_step_(samples_per_step) {
   const char* progress = std::getenv(env::kProgress);
   progress_line_ = world_.rank == 0 && progress && std::string(progress) == "1";
-  samples_per_step_ = samples_per_step;
   if (world_.rank != 0) return;
   std::error_code ec;
   created_dir_ = first_missing_directory(output_dir_);
@@ -257,9 +257,6 @@ void RunRecorder::log_window(const TrainProgress& progress) {
       metrics_->write({{"step", static_cast<double>(progress.step)},
                        {"epoch", static_cast<double>(epoch_of(progress))},
                        {"loss", loss}});
-    // A checkpoint of these steps is named only where one was saved: every rank saves it alike, so
-    // the words match (Note [One usage error]).
-    const bool saved_since = saved_in_window_;
     throw UserError("the training loss over steps " + std::to_string(window_from_step_ + 1) + "-" +
                     std::to_string(progress.step) + " is " +
                     (std::isnan(loss) ? "nan"
@@ -267,9 +264,11 @@ void RunRecorder::log_window(const TrainProgress& progress) {
                                       : "-inf") +
                     ": training diverged (too high an optim.lr, no train.clip_grad_norm, or broken starting "
                     "weights); stopped without saving model.pt" +
-                    (saved_since ? ", and a checkpoint after step " + std::to_string(window_from_step_) +
-                                       " may hold diverged weights"
-                                 : ""));
+                    // Named only where one was saved: every rank saves alike, so the words match
+                    // (Note [One usage error]).
+                    (saved_in_window_ ? ", and a checkpoint after step " + std::to_string(window_from_step_) +
+                                            " may hold diverged weights"
+                                      : ""));
   }
   window_from_step_ = progress.step;
   saved_in_window_ = false;
