@@ -354,18 +354,22 @@ TEST_CASE("tables twice a rank's memory cap train row-sharded at world 4, each r
           "[clicks][tables][memory]") {
   TempDir dir;
   std::string log = make_log(dir, "train.tsv", 1000, 7);
-  // 26 tables of 2,000,000 rows of 16 floats: 3.33 GB, against a cap of 1.5 GiB a rank on the data
+  // 26 tables of 2,650,000 rows of 16 floats: 4.41 GB, against a cap of 2 GiB a rank on the data
   // segment (ulimit -d: the heap and every private writable mapping, where LibTorch's tensors live).
-  // A rank keeps a quarter of the rows, with their row sums, beside about 450 MiB of its own; rank 0
-  // gathers the whole tables for model.pt into files (the page cache), not into its heap.
-  constexpr int64_t kCap = int64_t{1536} << 20;
-  constexpr double kTableBytes = 26.0 * 2000000 * 16 * 4;
+  // A rank keeps a quarter of the rows, with their row sums, beside about 550 MiB of its own, most of
+  // it address reserved and never touched (a thread's 8 MiB stack, OpenBLAS's 128 MiB buffer for
+  // each thread that calls it), which the cap counts all the same: at 1.5 GiB and 3.33 GB of tables
+  // the margin was under 200 MiB, and one more such reservation failed a rank. Rank 0 gathers the
+  // whole tables for model.pt into files (the page cache), not into its heap.
+  constexpr int64_t kCap = int64_t{2048} << 20;
+  constexpr int64_t kRows = 2650000;
+  constexpr double kTableBytes = 26.0 * kRows * 16 * 4;
   REQUIRE(kTableBytes > 2 * kCap);
   auto capped = [&](const std::string& sharding, const std::string& out) {
     return run_shell("OMP_NUM_THREADS=1 prlimit --data=" + std::to_string(kCap) + " " + bin("ddprun") +
                          " --standalone --nproc-per-node 4 " + std::string(DDP_SOURCE_DIR) +
                          "/configs/clicks_dlrm.yaml --set data.path=" + log + " --set data.eval_path=" + log +
-                         " --set run.output_dir=" + dir.file(out) + " --set model.embedding_rows=[2000000]" +
+                         " --set run.output_dir=" + dir.file(out) + " --set model.embedding_rows=[" + std::to_string(kRows) + "]" +
                          " --set model.embedding_sharding=" + sharding +
                          " --set train.max_steps=4 --set train.batch_size=32 --set checkpoint.every_epochs=0" +
                          " --set eval.every_epochs=0",
