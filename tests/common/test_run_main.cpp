@@ -1,11 +1,11 @@
 // Every program's exit ladder: the exception a run ends with, its one line on stderr and its status.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include "ddp/common/error.h"
 #include "ddp/common/run_main.h"
@@ -60,6 +60,15 @@ TEST_CASE("run_main maps each exception to its status and one line", "[common][e
   auto memory = run(errors, []() -> int { throw OutOfMemory("rank 1: std::bad_alloc"); });
   CHECK(memory.status == kExitFailure);
   CHECK(memory.err.rfind("ddprun: out of memory: rank 1: std::bad_alloc; without dist.shard every rank holds", 0) == 0);
+  // std::thread's words at a ulimit say nothing of it.
+  auto thread = run(errors, []() -> int {
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+  });
+  CHECK(thread.status == kExitFailure);
+  CHECK(thread.err ==
+        "ddprun: out of resources: Resource temporarily unavailable: a thread could not be started, most likely as "
+        "the process is at a limit on its memory (ulimit -d or -v, or its container's) or on the user's processes "
+        "(ulimit -u)\n");
 }
 
 TEST_CASE("run_main names the failure and the rank as the program asks", "[common][errors]") {

@@ -1,15 +1,16 @@
 #include "ddp/common/run_main.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <new>
 #include <string>
+#include <system_error>
 
 #include "ddp/common/error.h"
 #include "ddp/common/interruption.h"
@@ -76,6 +77,14 @@ Classified classify(const std::exception_ptr& error, const char* failure) {
     return users_to_fix(e) ? Classified{kExitUsage, "error", what} : Classified{kExitIoError, "I/O error", what};
   } catch (const IoError& e) {
     return {kExitIoError, "I/O error", e.what()};
+  } catch (const std::system_error& e) {
+    // std::thread's words when no thread can be made, which say nothing of why.
+    if (e.code() == std::errc::resource_unavailable_try_again)
+      return {kExitFailure, "out of resources",
+              std::string(e.what()) +
+                  ": a thread could not be started, most likely as the process is at a limit on its memory "
+                  "(ulimit -d or -v, or its container's) or on the user's processes (ulimit -u)"};
+    return {kExitFailure, failure, without_backtrace(e.what())};
   } catch (const std::exception& e) {
     if (is_out_of_memory(e))
       return {kExitFailure, "out of memory",
