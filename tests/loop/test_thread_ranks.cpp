@@ -1,13 +1,13 @@
 // Ranks as threads of one process (ddp-train --threads N, Note [Ranks as threads]) by real runs:
 // model.pt bit-identical to N ddprun processes at 2 and 4 ranks, for the ConvNet and for a GPT
-// whose dropout draws from each rank's own generator, and for DLRM's sharded tables; a failing rank thread ends the run with
+// whose dropout draws from each rank's own generator, for a TorchScript module whose dropout
+// draws from LibTorch's, and for DLRM's sharded tables; a failing rank thread ends the run with
 // one line naming it; SIGINT stops the threads with a checkpoint that processes resume to the
 // uninterrupted run's bits. And the pieces: identities, the core split, the log by rank.
-#include <torch/torch.h>
-#include <catch2/catch.hpp>
-
 #include <spdlog/spdlog.h>
+#include <torch/torch.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <thread>
 
@@ -15,6 +15,7 @@
 #include "ddp/loop/thread_ranks.h"
 #include "support/log_capture.h"
 #include "support/metric_values.h"
+#include "support/python_fixtures.h"
 #include "support/subprocess.h"
 #include "support/token_files.h"
 #include "support/weights.h"
@@ -115,6 +116,38 @@ TEST_CASE("rank threads train a GPT with dropout to ddprun's model.pt bit for bi
   REQUIRE(threads(2, config, {"run.output_dir=" + dir.file("a")}).exit_code == 0);
   REQUIRE(threads(2, config, {"run.output_dir=" + dir.file("b"), "run.seed=1"}).exit_code == 0);
   CHECK(differing(dir.file("a/model.pt"), dir.file("b/model.pt")) != "");
+}
+
+TEST_CASE(
+    "rank threads train a TorchScript module with dropout to ddprun's model.pt bit for bit, taking turns at "
+    "LibTorch's generator",
+    "[threads][torchscript]") {
+  // The module's dropout (bn.pt: BatchNorm, then nn.Dropout(0.2)) draws from LibTorch's default
+  // generator, not from the rank's: two threads drawing from it at once would share its draws.
+  TempDir data;
+  const std::string config = data.file("bn.yaml");
+  std::ofstream(config) << "data: {dataset: npy, path: " << python_fixture("train_x.npy")
+                        << ", labels: " << python_fixture("train_y.npy") << ", normalize: none, eval_split: none}\n"
+                        << "model: {name: torchscript, path: " << python_fixture("bn.pt") << "}\n"
+                        << "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+                        << "train: {max_steps: 12, batch_size: 16, log_every: 4}\n"
+                        << "eval: {every_epochs: 0}\n"
+                        << "checkpoint: {every_epochs: 0}\n";
+  for (int n : {2, 4}) {
+    INFO(n << " ranks");
+    check_bit_identical(config, {}, n);
+  }
+  // Where a pass runs collectives inside the forward, a rank waiting for its turn would hold up
+  // the one that has it: refused in one line.
+  TempDir dir;
+  auto r = threads(2, config,
+                   {"run.output_dir=" + dir.file("run"), "model.path=" + python_fixture("dropout_chain.pt"),
+                    "dist.shard=parameters"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("dropout_chain.pt draws random numbers in its forward (aten::dropout) from LibTorch's one "
+                             "generator, which rank threads (dist.threads) take turns at") &&
+                        Contains("run the ranks as processes"));
 }
 
 TEST_CASE("rank threads train DLRM with row-sharded tables to ddprun's model.pt bit for bit", "[threads][clicks]") {

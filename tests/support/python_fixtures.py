@@ -331,6 +331,8 @@ def modules(out):
     torch.jit.script(ReturnsLong()).save(f"{out}/returns_long.pt")
     torch.jit.script(nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
                                    nn.Linear(32, 4))).save(f"{out}/sequential.pt")
+    torch.jit.script(nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Dropout(0.2),
+                                   nn.Linear(32, 4))).save(f"{out}/dropout_chain.pt")
     torch.jit.script(Stack()).save(f"{out}/stack.pt")
     torch.jit.script(TiedChain()).save(f"{out}/tied_chain.pt")
     torch.jit.script(nn.Sequential(nn.Linear(20, 4), PairOut(), First(), nn.Linear(4, 4))).save(f"{out}/tuple_chain.pt")

@@ -41,7 +41,8 @@ namespace ddp {
 // once here), the page cache, the stop signal (SIGINT reaches the process; the ranks vote as
 // ever). A rank that throws cannot be left while the others wait for it in a collective: the
 // first failure prints its line and ends the process (as ddprun stops a failed worker's group).
-// A TorchScript model's own dropout draws from the default generator, shared by the threads.
+// A TorchScript model's own dropout draws from the default generator whatever thread runs it: its
+// forward takes the generator one rank at a time, with the rank's state in it (drawing_as_rank).
 
 WorkerIdentity rank_thread_identity(const WorkerIdentity& process, int threads, int thread) {
   WorkerIdentity rank = process;

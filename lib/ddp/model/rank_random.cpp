@@ -67,6 +67,31 @@ void with_default_generator_at(const torch::Tensor& state, const std::function<v
   fill();
 }
 
+bool on_rank_thread() { return t_rank_generator != nullptr; }
+
+void drawing_as_rank(const std::function<void()>& body) {
+  if (!t_rank_generator) return body();
+  std::lock_guard<std::mutex> lock(build_mutex());
+  // The rank's state goes in and comes back out, whether `body` returns or throws; the default
+  // generator is put back as it was.
+  struct Swap {
+    at::Generator global = at::detail::getDefaultCPUGenerator();
+    at::Generator& rank = *t_rank_generator;
+    torch::Tensor saved;
+    Swap() {
+      std::lock_guard<std::mutex> state_lock(global.mutex());
+      saved = global.get_state();
+      global.set_state(rank.get_state());
+    }
+    ~Swap() {
+      std::lock_guard<std::mutex> state_lock(global.mutex());
+      rank.set_state(global.get_state());
+      global.set_state(saved);
+    }
+  } swap;
+  body();
+}
+
 torch::Tensor rank_dropout(const torch::Tensor& x, double p, bool training) {
   if (!x.device().is_cpu() || !training || p <= 0 || p >= 1 || x.numel() == 0) return torch::dropout(x, p, training);
   // ATen's CPU path (_dropout_impl): a Bernoulli(1 - p) mask, divided by 1 - p, times the input.

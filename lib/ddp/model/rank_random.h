@@ -49,6 +49,15 @@ void build_seeded(uint64_t seed, const std::function<void()>& build);
 /// (Note [Deferred initialisation]).
 void with_default_generator_at(const torch::Tensor& state, const std::function<void()>& fill);
 
+/// Whether the calling thread is a rank thread, with a generator of its own (RankGeneratorScope).
+bool on_rank_thread();
+
+/// Runs `body`, code that draws from LibTorch's default CPU generator itself (a TorchScript
+/// module's dropout): on a rank thread, one rank thread at a time with the default generator at
+/// its rank's state, which then takes the state `body` leaves, so the draws are those a process of
+/// its own would make; elsewhere, as it is.
+void drawing_as_rank(const std::function<void()>& body);
+
 /// torch::dropout, drawing from cpu_generator() on the CPU with the same arithmetic (the same
 /// masks and bits as LibTorch's CPU dropout); on other devices, torch::dropout.
 torch::Tensor rank_dropout(const torch::Tensor& x, double p, bool training);

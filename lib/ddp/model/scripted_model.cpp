@@ -37,6 +37,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/library.h>
 #include <torch/script.h>
@@ -57,6 +58,7 @@
 #include "ddp/common/text.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/model_registry.h"
+#include "ddp/model/rank_random.h"
 #include "ddp/model/routed_layers.h"
 #include "ddp/model/scripted_chain.h"
 #include "ddp/model/zip_checksums.h"
@@ -131,6 +133,52 @@ void scan(const torch::jit::Block* block, bool& reads_training, bool& mode_ops) 
     if (kModeOps.count(node->kind().toQualString())) mode_ops = true;
     for (const torch::jit::Block* inner : node->blocks()) scan(inner, reads_training, mode_ops);
   }
+}
+
+// The first op in the module's forward that draws random numbers (its dropout), which LibTorch
+// draws from the process's default generator whatever thread runs it; "" when none does.
+std::string random_op(const torch::jit::Module& module) {
+  static const std::set<std::string> kRandomOps = {"aten::dropout",
+                                                   "aten::dropout_",
+                                                   "aten::feature_dropout",
+                                                   "aten::feature_dropout_",
+                                                   "aten::alpha_dropout",
+                                                   "aten::alpha_dropout_",
+                                                   "aten::feature_alpha_dropout",
+                                                   "aten::feature_alpha_dropout_",
+                                                   "aten::rrelu",
+                                                   "aten::rrelu_",
+                                                   "aten::rrelu_with_noise",
+                                                   "aten::bernoulli",
+                                                   "aten::bernoulli_",
+                                                   "aten::rand",
+                                                   "aten::rand_like",
+                                                   "aten::randn",
+                                                   "aten::randn_like",
+                                                   "aten::randint",
+                                                   "aten::randint_like",
+                                                   "aten::randperm",
+                                                   "aten::normal",
+                                                   "aten::normal_",
+                                                   "aten::uniform_",
+                                                   "aten::multinomial",
+                                                   "aten::exponential_",
+                                                   "aten::geometric_",
+                                                   "aten::cauchy_",
+                                                   "aten::log_normal_",
+                                                   "aten::random_"};
+  std::function<std::string(const torch::jit::Block*)> in_block = [&](const torch::jit::Block* block) {
+    for (const torch::jit::Node* node : block->nodes()) {
+      if (kRandomOps.count(node->kind().toQualString())) return std::string(node->kind().toQualString());
+      for (const torch::jit::Block* inner : node->blocks())
+        if (auto found = in_block(inner); !found.empty()) return found;
+    }
+    return std::string();
+  };
+  // Inlined: nn.Dropout's forward reaches aten::dropout through torch.nn.functional's dropout.
+  std::shared_ptr<torch::jit::Graph> forward = module.get_method("forward").graph()->copy();
+  torch::jit::Inline(*forward);
+  return in_block(forward->block());
 }
 
 // Whether any of the module's methods calls `.view`, which fails on a channels-last tensor whose
@@ -249,6 +297,7 @@ class ScriptedModel : public Model {
   ScriptedModel(const TorchScriptConfig& config, bool warn)
       : path_(config.path), module_(load_module(config.path)), channels_last_(config.channels_last) {
     chain_ = scripted_chain(module_);
+    random_op_ = random_op(module_);
     // Process-wide, and this process trains one model. Unoptimised, the interpreter runs the saved
     // graph op by op; the profiling executor's specialisation measured 13% slower for CPU training.
     torch::jit::setGraphExecutorOptimize(config.jit_optimize);
@@ -284,9 +333,23 @@ class ScriptedModel : public Model {
 
   torch::Tensor forward(torch::Tensor x) override {
     if (channels_last_ && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    // Note [Ranks as threads]: the module's draws come from the process's one generator, which rank
+    // threads take turns at, each with its own state in it; not while a pass runs collectives in
+    // forward, where a rank waiting for its turn would hold up the one that has it.
+    const bool takes_turns = !random_op_.empty() && on_rank_thread();
+    if (takes_turns && (pass_acts_on_blocks() || routed_))
+      throw UserError("model.path: " + path_ + " draws random numbers in its forward (" + random_op_ +
+                      ") from LibTorch's one generator, which rank threads (dist.threads) take turns at; a pass that "
+                      "runs collectives inside the forward (dist.shard parameters, dist.tensor, "
+                      "model.activation_checkpointing) leaves no turns to take: run the ranks as processes (ddprun "
+                      "--nproc-per-node N) or drop that pass");
     c10::IValue output;
     try {
-      output = pass_acts_on_blocks() ? c10::IValue(run_blocks(x)) : running().forward({x});
+      auto run = [&] { output = pass_acts_on_blocks() ? c10::IValue(run_blocks(x)) : running().forward({x}); };
+      if (takes_turns)
+        drawing_as_rank(run);
+      else
+        run();
     } catch (const std::exception& e) {
       std::string hint;
       if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
@@ -457,6 +520,7 @@ class ScriptedModel : public Model {
   std::vector<const RoutedLinear*> linears_;  // Note [Scripted routes]: the routable mirrors
   std::vector<const RoutedEmbedding*> embeddings_;
   std::optional<torch::jit::Module> routed_;  // the copy forward runs once a layer is routed
+  std::string random_op_;                     // random_op(module_)
 };
 
 }  // namespace
