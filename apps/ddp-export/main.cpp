@@ -75,7 +75,8 @@ std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments&
 bool written_by_an_export(const std::string& file) {
   static const std::regex kinds(
       R"(model\.pt|model_scripted\.pt|model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|)"
-      R"(model\.safetensors\.index\.json|config\.json|config\.yaml|tokenizer\.model|.*\.tmp\..*)");
+      R"(model\.safetensors\.index\.json|config\.json|config\.yaml|tokenizer\.model|normalization\.json|)"
+      R"(.*\.tmp\..*)");
   return std::regex_match(file, kinds);
 }
 
@@ -270,6 +271,11 @@ int main(int argc, char** argv) {
     ddp::stop_if_interrupted();
     // The run's config.yaml, so that ddp-generate and ddp-export read the export as a run directory.
     ddp::write_file_atomically((fs::path(into) / "config.yaml").string(), ddp::read_whole_file(config_path));
+    // How the run normalised its features, which the model takes so (its end writes it).
+    const fs::path normalization = fs::path(args.run) / "normalization.json";
+    if (fs::is_regular_file(normalization))
+      ddp::write_file_atomically((fs::path(into) / "normalization.json").string(),
+                                 ddp::read_whole_file(normalization.string()));
     // The tokenizer the run's tokens were made with belongs with the model: the one the run kept
     // (its end writes it), else the one beside data.path (as ddp-tokenize left it; a run that has
     // not ended yet).

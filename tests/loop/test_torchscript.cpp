@@ -100,6 +100,60 @@ TEST_CASE("with BatchNorm and dropout at world 2, Python's torch.jit.load of the
   CHECK(std::stod(match[2]) == Approx(loss).epsilon(1e-4));
 }
 
+TEST_CASE(
+    "normalization.json says what model_scripted.pt takes: Python normalises raw features by it and scores "
+    "what ddprun reported, globally and per feature",
+    "[torchscript][python]") {
+  // Features far from zero mean and unit spread, each on its own scale: a model fed them raw, or
+  // normalised by the wrong numbers, scores otherwise.
+  TempDir dir;
+  torch::manual_seed(3);
+  const auto teacher = torch::randn({20, 4});
+  const auto scale = torch::arange(1, 21, torch::kFloat) * 5, shift = torch::arange(20, torch::kFloat) * 10 + 40;
+  for (const auto& [split, n] : {std::pair<std::string, int64_t>{"train", 1024}, {"test", 512}}) {
+    const auto x = torch::randn({n, 20});
+    write_npy(dir.file(split + "_x.npy"), x * scale + shift);
+    write_npy(dir.file(split + "_y.npy"), x.matmul(teacher).argmax(1));
+  }
+  for (std::string kind : {"global", "per_feature"}) {
+    INFO(kind);
+    const std::string out = dir.file(kind);
+    std::ofstream(dir.file("config.yaml"))
+        << "run: {output_dir: " << out << "}\n"
+        << "data: {dataset: npy, path: " << dir.file("train_x.npy") << ", labels: " << dir.file("train_y.npy")
+        << ", eval_path: " << dir.file("test_x.npy") << ", eval_labels: " << dir.file("test_y.npy")
+        << ", normalize: " << kind << "}\n"
+        << "model: {name: torchscript, path: " << python_fixture("mlp.pt") << "}\n"
+        << "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+        << "train: {epochs: 2, batch_size: 32, log_every: 10}\n"
+        << "checkpoint: {every_epochs: 0}\n";
+    auto r = ddprun(1, dir.file("config.yaml"), {});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const std::string json = read_file(out + "/normalization.json");
+    INFO(json);
+    CHECK_THAT(json, Contains("\"normalize\": \"" + kind + "\""));
+    const double accuracy = metric_value(out + "/metrics.jsonl", "eval_accuracy");
+    const double loss = metric_value(out + "/metrics.jsonl", "eval_loss");
+    REQUIRE(accuracy > 0.6);  // it learned
+    auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_torchscript.py",
+                               out + "/model_scripted.pt", out + "/model.pt", dir.file("test_x.npy"),
+                               dir.file("test_y.npy"), out + "/normalization.json"},
+                              std::chrono::seconds(120));
+    INFO(python.out << python.err);
+    REQUIRE(python.exit_code == 0);
+    std::smatch match;
+    REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+) loss ([0-9.]+)")));
+    CHECK(std::abs(std::stod(match[1]) - accuracy) <= 0.003);
+    CHECK(std::stod(match[2]) == Approx(loss).epsilon(1e-4));
+    // An export of the run carries it with the model.
+    auto exported = run_command({bin("ddp-export"), out, "-o", dir.file(kind + "_export")}, std::chrono::seconds(120));
+    INFO(exported.out << exported.err);
+    REQUIRE(exported.exit_code == 0);
+    CHECK(read_file(dir.file(kind + "_export/normalization.json")) == json);
+  }
+}
+
 TEST_CASE("weights carry over: model.init_from a state_dict or the model.safetensors beside it, and model_scripted.pt "
           "as model.path", "[torchscript]") {
   TempDir first, from_state, from_module, from_safetensors;

@@ -1,6 +1,7 @@
 #include "ddp/data/normalizer.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 namespace ddp {
 namespace {
@@ -39,6 +40,7 @@ std::string normalization_kind(const DataConfig& config) {
 Normalizer make_normalizer(const DataConfig& config, const Dataset& train) {
   Normalizer normalizer;
   const std::string kind = normalization_kind(config);
+  normalizer.kind = kind;
   if (kind == "as_stored") {
     normalizer.as_stored = true;
     return normalizer;
@@ -65,6 +67,42 @@ Normalizer make_normalizer(const DataConfig& config, const Dataset& train) {
   normalizer.mean_per_feature = mean.to(torch::kFloat);
   normalizer.std_per_feature = torch::where(std > 0, std, torch::ones_like(std)).to(torch::kFloat);
   return normalizer;
+}
+
+namespace {
+
+// A key a line, each value (a list too) on its key's line.
+std::string one_key_a_line(const nlohmann::ordered_json& json) {
+  std::string text = "{";
+  for (auto it = json.begin(); it != json.end(); ++it)
+    text += (it == json.begin() ? "\n " : ",\n ") + nlohmann::json(it.key()).dump() + ": " + it.value().dump();
+  return text + "\n}\n";
+}
+
+}  // namespace
+
+std::string normalization_json(const Normalizer& normalizer) {
+  nlohmann::ordered_json json;
+  json["normalize"] = normalizer.kind;
+  if (normalizer.as_stored || normalizer.kind == "none") {
+    json["inputs"] = normalizer.as_stored ? "the features as stored" : "the features as float32";
+    return one_key_a_line(json);
+  }
+  json["inputs"] = "(x / divide_by - mean) / std, in float32";
+  json["divide_by"] = normalizer.divisor;
+  if (!normalizer.mean_per_feature.defined()) {
+    json["mean"] = normalizer.mean;
+    json["std"] = normalizer.std;
+    return one_key_a_line(json);
+  }
+  auto values = [](const torch::Tensor& t) {
+    auto flat = t.to(torch::kDouble).contiguous().view(-1);
+    return std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+  };
+  json["shape"] = normalizer.mean_per_feature.sizes().vec();
+  json["mean"] = values(normalizer.mean_per_feature);
+  json["std"] = values(normalizer.std_per_feature);
+  return one_key_a_line(json);
 }
 
 }  // namespace ddp

@@ -14,6 +14,7 @@ struct Normalizer {
   double mean = 0, std = 1;                  ///< used when the tensors are undefined
   torch::Tensor mean_per_feature, std_per_feature;  ///< float32 [sample_shape...]
   bool as_stored = false;  ///< inputs are the stored features unchanged (criteo: counts and hashes in float64)
+  std::string kind = "none";  ///< normalization_kind: fixed, global, per_feature, none or as_stored
 
   /// Float32 model inputs from stored features [n, sample_shape...] of any dtype (or, as_stored, those).
   torch::Tensor apply(const torch::Tensor& stored) const;
@@ -27,5 +28,10 @@ std::string normalization_kind(const DataConfig& config);
 /// `train`'s features (the same on every rank: they read the same file); a feature with no spread
 /// is only shifted.
 Normalizer make_normalizer(const DataConfig& config, const Dataset& train);
+
+/// normalization.json: what a trained model takes, for whoever feeds it raw features (Python with
+/// model_scripted.pt): the kind, and divide_by, mean and std of (x / divide_by - mean) / std, each
+/// per-feature statistic a flat list in the sample's shape (`shape`).
+std::string normalization_json(const Normalizer& normalizer);
 
 }  // namespace ddp

@@ -1,8 +1,9 @@
 #include "ddp/task/supervised_task.h"
 
-#include "ddp/common/error.h"
 #include <spdlog/fmt/fmt.h>
 
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
 #include "ddp/common/text.h"
 #include "ddp/data/checksum64.h"
 #include "ddp/data/dataset_splits.h"
@@ -99,6 +100,8 @@ torch::Tensor SupervisedTask::output_metric_sums(const torch::Tensor& output, co
 
 void SupervisedTask::save_model(const std::string& output_dir) const {
   ddp::save_model(*model_, output_dir);
+  // The model takes features as data.normalize made them: whoever feeds it raw ones needs the numbers.
+  write_file_atomically(output_dir + "/normalization.json", normalization_json(normalizer_));
 }
 
 // One class, two train.task values: the loss they take tells its outputs apart.
