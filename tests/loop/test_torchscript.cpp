@@ -329,6 +329,20 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
                                 "train.loss=mse"});
   CHECK(outputs.exit_code == 2);
   CHECK_THAT(outputs.err, Contains("the model's output is [32, 4] for targets [32]; train.loss mse needs as many values"));
+  // Parameters of another dtype failed at the first batch or collective, in LibTorch's words
+  // ("Invalid scalar type", exit 1, which a restart retried).
+  for (const auto& [module, words] :
+       {std::pair<std::string, std::string>{"half.pt", "half.pt's parameter 0.weight is Half; ddprun trains float32"},
+        {"bf16.pt", "bf16.pt's parameter 0.weight is BFloat16; ddprun trains float32"},
+        {"int_parameter.pt",
+         "int_parameter.pt's parameter counts is Long; ddprun trains float32 parameters (train."
+         "precision bf16 computes in bfloat16 over them): save the module after .float(), and "
+         "keep integer tensors as buffers"}}) {
+    auto r = run(module);
+    INFO(module << ": " << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(words));
+  }
 }
 
 TEST_CASE("regression on NPY and classification on CSV train end to end", "[torchscript]") {

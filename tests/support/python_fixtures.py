@@ -41,6 +41,18 @@ class BnMlp(nn.Module):
         return self.fc2(self.drop(torch.relu(self.bn(self.fc1(x)))))
 
 
+class IntParameter(nn.Module):
+    """A count kept as a parameter (requires_grad=False), where a buffer belongs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 4)
+        self.counts = nn.Parameter(torch.zeros(4, dtype=torch.int64), requires_grad=False)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
 class Tied(nn.Module):
     """Two layers sharing one weight, as weight tying does."""
 
@@ -321,6 +333,9 @@ def modules(out):
     torch.jit.trace(BnMlp(), torch.randn(8, 20), check_trace=False).save(f"{out}/traced.pt")
     torch.jit.script(Pair()).save(f"{out}/tuple.pt")
     torch.jit.script(Tied()).save(f"{out}/tied.pt")
+    torch.jit.script(nn.Sequential(nn.Linear(20, 4)).half()).save(f"{out}/half.pt")
+    torch.jit.script(nn.Sequential(nn.Linear(20, 4)).bfloat16()).save(f"{out}/bf16.pt")
+    torch.jit.script(IntParameter()).save(f"{out}/int_parameter.pt")
     torch.jit.script(Unused()).save(f"{out}/unused.pt")
     torch.jit.script(Branchy()).save(f"{out}/branchy.pt")
     torch.jit.script(Reassign()).save(f"{out}/reassign.pt")

@@ -301,6 +301,17 @@ class ScriptedModel : public Model {
     // Process-wide, and this process trains one model. Unoptimised, the interpreter runs the saved
     // graph op by op; the profiling executor's specialisation measured 13% slower for CPU training.
     torch::jit::setGraphExecutorOptimize(config.jit_optimize);
+    // ddprun's optimizers, collectives and inputs are float32 (train.precision casts for compute):
+    // a module saved in another dtype would fail at its first batch or collective in other words.
+    for (const auto& parameter : module_.named_parameters())
+      if (parameter.value.scalar_type() != torch::kFloat)
+        throw FileError("model.path: " + path_ + "'s parameter " + parameter.name + " is " +
+                        std::string(c10::toString(parameter.value.scalar_type())) +
+                        "; ddprun trains float32 parameters (train.precision bf16 computes in bfloat16 over them): "
+                        "save the module after .float()" +
+                        (c10::isIntegralType(parameter.value.scalar_type(), /*includeBool=*/true)
+                             ? ", and keep integer tensors as buffers (register_buffer), not parameters"
+                             : ""));
     std::vector<std::string> frozen;
     mirror(module_, *this, "", frozen);
     // As the built-in ConvNet: NHWC conv weights and inputs take LibTorch's faster CPU kernels. The
