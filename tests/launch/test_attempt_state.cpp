@@ -59,6 +59,23 @@ TEST_CASE("a worker's failure stops the group at once and, with other nodes, tel
   }
 }
 
+TEST_CASE("a worker stopped as asked stops the group and the job, with no restart and no hold", "[launch][state]") {
+  for (auto kind : {JobKind::kSingleNode, JobKind::kMultiNode, JobKind::kElastic}) {
+    auto state = machine(kind);
+    auto actions = state.on_worker_failed(
+        Failure{143, 0, "rank 3 on host-b: exit code 143: a worker was asked to stop (SIGTERM), and its ranks stopped",
+                false, true},
+        Clock::now());
+    CHECK(actions.stop_signal == SIGTERM);
+    CHECK(actions.stop_reason == StopReason::kAsked);  // the ranks voted to stop with it, and say so
+    CHECK(state.phase() == Phase::kStopping);          // elastic too: no echo of a lost node to hold
+    if (actions.report) CHECK(actions.report->interrupted);
+    CHECK(actions.report.has_value() == (kind != JobKind::kSingleNode));
+    CHECK(state.outcome().status == 143);
+    CHECK_FALSE(state.outcome().restartable);
+  }
+}
+
 TEST_CASE("a usage error is a failure no restart cures", "[launch][state]") {
   auto state = machine(JobKind::kSingleNode);
   state.on_worker_failed(worker_failure(2, false), Clock::now());

@@ -47,6 +47,20 @@ TEST_CASE("only a usage error is not worth a restart", "[launch][state]") {
   CHECK(restartable_failure(killed(2)));  // SIGINT is signal 2, not exit status 2
 }
 
+TEST_CASE("a worker that a stop signal ended, or that exited 128 + one, was stopped as asked", "[launch][state]") {
+  CHECK(stop_signal_of(exited(143)) == SIGTERM);  // ddp-train, stopped with a checkpoint
+  CHECK(stop_signal_of(exited(130)) == SIGINT);
+  CHECK(stop_signal_of(exited(128 + SIGUSR1)) == SIGUSR1);
+  CHECK(stop_signal_of(killed(SIGTERM)) == SIGTERM);  // a program with no handler
+  CHECK(stop_signal_of(killed(SIGHUP)) == SIGHUP);
+  CHECK(stop_signal_of(killed(SIGKILL)) == 0);  // the OOM killer's, or a crash's: a failure
+  CHECK(stop_signal_of(killed(SIGSEGV)) == 0);
+  CHECK(stop_signal_of(exited(137)) == 0);
+  CHECK(stop_signal_of(exited(1)) == 0);
+  CHECK(stop_signal_of(exited(2)) == 0);
+  CHECK(stop_signal_of(exited(0)) == 0);
+}
+
 TEST_CASE("after an attempt: finish, restart while restarts are left, then give up", "[launch][state]") {
   CHECK(decide_after_attempt(0, false, 0, 3) == AttemptDecision::kFinish);
   CHECK(decide_after_attempt(0, true, 0, 3) == AttemptDecision::kFinish);

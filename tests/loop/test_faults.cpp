@@ -1,12 +1,13 @@
 // Faults with real processes: killed workers, preemption, hangs, damaged checkpoints, full disks.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
-#include <tuple>
 #include <regex>
+#include <tuple>
 
+#include "support/metric_values.h"
 #include "support/subprocess.h"
 
 namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
@@ -127,6 +128,32 @@ TEST_CASE("SIGUSR1 (Slurm's --signal=USR1@N) to ddprun, or to a ddp-train task, 
   INFO(task.out << task.err);
   CHECK(count_lines(task.out, "status=138") == 1);
   CHECK(!fs::is_empty(task_out + "/checkpoints"));
+}
+
+TEST_CASE(
+    "SIGTERM to one worker is a stop request: every rank stops with a checkpoint, ddprun says stopped, exits 143 "
+    "and restarts nothing",
+    "[faults]") {
+  TempDir dir;
+  const std::string out = dir.file("run");
+  // Under --max-restarts the stop used to be taken for rank 1's failure, and the run went on.
+  auto r = run_shell("DDPRUN_TEST_STEP_DELAY=0:20 " +
+                         ddprun_command(2, "synthetic_mlp.yaml",
+                                        {"run.output_dir=" + out, "train.max_steps=400", "checkpoint.every_epochs=0",
+                                         "data.eval_split=none", "train.log_every=5"},
+                                        "--max-restarts 1") +
+                         " & L=$!; " + wait_for(out + "/metrics.jsonl") +
+                         "sleep 0.5; pkill -TERM -n -f '[d]dp-train.*" + out + "'; wait $L; echo status=$?",
+                     std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=143") == 1);
+  CHECK_THAT(r.out, Contains("another rank was asked to stop, and every rank stops with it"));
+  CHECK_THAT(r.err, Contains("stopped: rank ") &&
+                        Contains("exit code 143: a worker was asked to stop (SIGTERM), and its ranks stopped"));
+  CHECK_THAT(r.err, !Contains("failed first") && !Contains("restarting the workers"));
+  CHECK(!fs::is_empty(out + "/checkpoints"));
+  CHECK(metric_value(out + "/metrics.jsonl", "exit_status") == 143);
+  CHECK(run_shell("pgrep -f '[d]dp-train.*" + out + "'").out.empty());
 }
 
 TEST_CASE("a rank that skips an all-reduce fails the run within the timeout, naming that rank", "[faults]") {

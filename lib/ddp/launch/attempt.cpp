@@ -344,10 +344,16 @@ class Attempt {
       watchdog_.forget(w.pid);
       w.group_cleared = true;
       w.status = status;
-      w.state = state_after_exit(status, state_.stopping());
-      Failure failure{exit_code_of(status), w.local_rank,
-                      "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status),
-                      restartable_failure(status)};
+      const bool stopping = state_.stopping();
+      w.state = state_after_exit(status, stopping);
+      // A signal to a worker is a stop request, as one to the launcher is: the ranks stop together
+      // and the run ends, stopped; a restart would only go on with what was asked to stop.
+      const int asked = stopping ? 0 : stop_signal_of(status);
+      Failure failure{
+          exit_code_of(status), w.local_rank,
+          "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status) +
+              (asked ? ": a worker was asked to stop (" + signal_name(asked) + "), and its ranks stopped" : ""),
+          restartable_failure(status) && !asked, asked != 0};
       if (w.state == WorkerState::kFailed)
         apply(state_.on_worker_failed(failure, Clock::now()));
       else if (w.state == WorkerState::kStopped && !failure.restartable)
@@ -454,7 +460,7 @@ class Attempt {
   }
 
   void summarize(const Failure& f) const {
-    if (!f.worker) {
+    if (!f.worker || f.interrupted) {
       say((f.interrupted ? "stopped: " : "failed: ") + f.description);
       return;
     }

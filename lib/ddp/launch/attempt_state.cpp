@@ -19,12 +19,14 @@ void AttemptState::stop_for(Cause cause) {
 AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::time_point now) {
   AttemptActions actions;
   actions.stop_signal = SIGTERM;
-  actions.stop_reason = StopReason::kPeerFailed;
+  // A worker stopped as asked: its ranks have voted to stop with it, and say so.
+  actions.stop_reason = failure.interrupted ? StopReason::kAsked : StopReason::kPeerFailed;
   failure_ = failure;
   // A usage error is no echo of a lost node: it is told at once, so that other nodes whose ranks
-  // fail after it (on the connections it closed) end on it too, rather than restart.
+  // fail after it (on the connections it closed) end on it too, rather than restart; nor is a
+  // worker stopped as asked.
   const bool usage_error = failure.exit_code == kExitUsage && !failure.restartable;
-  if (kind_ == JobKind::kElastic && !usage_error) {
+  if (kind_ == JobKind::kElastic && !usage_error && !failure.interrupted) {
     // Note [Failure or membership change]: when a node is lost, its peers' workers fail at once
     // (their connections to it reset), seconds before its silence is noticed. The failure is held
     // for --node-timeout: a membership change meanwhile explains it, and it counts for nothing.
@@ -33,7 +35,8 @@ AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::tim
     return actions;
   }
   stop_for(Cause::kFailed);
-  if (multi_node()) actions.report = RemoteFailure{failure.exit_code, failure.description, failure.restartable};
+  if (multi_node())
+    actions.report = RemoteFailure{failure.exit_code, failure.description, failure.restartable, failure.interrupted};
   return actions;
 }
 

@@ -33,7 +33,7 @@ struct Failure {
   std::optional<int> worker;  ///< local index, when one of this node's workers failed
   std::string description;
   bool restartable = true;
-  bool interrupted = false;  ///< another node was interrupted: this node stopped, it did not fail
+  bool interrupted = false;  ///< a worker, or another node, was asked to stop: this node stopped, it did not fail
 };
 
 /// How an attempt ended.

@@ -17,6 +17,12 @@ WorkerState state_after_exit(int wait_status, bool group_stopping);
 /// a restart would only repeat.
 bool restartable_failure(int wait_status);
 
+/// Whether a worker that exited with `wait_status` was stopped by a stop signal (SIGTERM, SIGINT,
+/// SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2): killed by one, or exited 128 + it as ddp-train does once it
+/// has stopped. Sent to a worker rather than to the launcher, such a signal is a stop request
+/// (docs/faults.md), which no restart answers; 0 when it was none.
+int stop_signal_of(int wait_status);
+
 /// What the launcher does when an attempt has ended.
 enum class AttemptDecision {
   kFinish,   ///< success, or a failure no restart can cure: exit with the attempt's status
