@@ -52,11 +52,13 @@ if variant == "range":  # scipy refuses such a matrix, so write the members save
   np.savez(f"{out}/reddit_graph.npz", row=bad, col=col, data=np.ones(400), format=np.array(b"coo"), shape=np.array((n, n)))
 elif variant == "csr": sp.save_npz(f"{out}/reddit_graph.npz", sp.csr_matrix((np.ones(400), (row, col)), shape=(n, n)))
 else: sp.save_npz(f"{out}/reddit_graph.npz", coo, compressed=(variant == "compressed"))
-# The same graph as a plain directory, for comparison.
+# The same graph as a plain directory beside it (OUT_plain), for comparison.
+plain = out + "_plain"
+os.makedirs(plain, exist_ok=True)
 keys = np.unique(col.astype(np.int64) * n + row)
-np.save(f"{out}/edge_index.npy", np.stack([keys % n, keys // n]))
-np.save(f"{out}/features.npy", feature); np.save(f"{out}/labels.npy", plain_label)
-for name, t in (("train", 1), ("val", 2), ("test", 3)): np.save(f"{out}/{name}_idx.npy", np.nonzero(node_types == t)[0])
+np.save(f"{plain}/edge_index.npy", np.stack([keys % n, keys // n]))
+np.save(f"{plain}/features.npy", feature); np.save(f"{plain}/labels.npy", plain_label)
+for name, t in (("train", 1), ("val", 2), ("test", 3)): np.save(f"{plain}/{name}_idx.npy", np.nonzero(node_types == t)[0])
 )";
   auto r = test::run_command({"/usr/bin/python3", "-c", kScript, dir, variant}, std::chrono::seconds(60));
   if (r.exit_code != 0 && r.err.find("No module named 'scipy'") != std::string::npos) {
@@ -70,8 +72,6 @@ for name, t in (("train", 1), ("val", 2), ("test", 3)): np.save(f"{out}/{name}_i
 
 // The same graph from the Reddit files and from the plain directory beside them.
 void check_same_graph(const Graph& reddit, const std::string& dir) {
-  std::filesystem::copy(dir, dir + "_plain");
-  for (const auto& name : {"reddit_data.npz", "reddit_graph.npz"}) std::filesystem::remove(dir + "_plain/" + name);
   Graph plain = load_graph_directory(dir + "_plain");
   CHECK(reddit.num_nodes() == 50);
   CHECK(torch::equal(reddit.indptr, plain.indptr));
@@ -96,6 +96,15 @@ TEST_CASE("PyG's Reddit files load as numpy and scipy write them: savez, savez_c
     CHECK(g.num_edges() < 400);  // the repeats merged
     check_same_graph(g, d);
   }
+  // Both forms in one directory: one would be ignored without a word.
+  test::TempDir dir;
+  const std::string d = dir.file("both");
+  if (!write_reddit(d, "plain")) return;
+  std::filesystem::copy_file(d + "_plain/features.npy", d + "/features.npy");
+  CHECK_THROWS_WITH(load_graph(d), Contains("data.path: " + d +
+                                            " holds both PyG's Reddit files (reddit_data.npz) "
+                                            "and a graph directory's (features.npy)"));
+  CHECK_THROWS_WITH(graph_source_files(d), Contains("keep one form"));
 }
 
 TEST_CASE("broken Reddit files are named with their cause", "[graph][data][python]") {

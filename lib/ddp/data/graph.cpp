@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -33,10 +34,11 @@ torch::Tensor read_edges_csv(const std::string& path) {
     auto a = fields.size() == 2 ? parse_int(fields[0]) : std::nullopt;
     auto b = fields.size() == 2 ? parse_int(fields[1]) : std::nullopt;
     if (!a || !b) {
-      // A header such as "src,dst": a first line with no number in it. One with numbers ("0,1,2")
-      // is a broken edge, not a header to drop without a word.
-      const bool header = number == 1 && std::none_of(fields.begin(), fields.end(),
-                                                      [](const std::string& f) { return parse_int(f).has_value(); });
+      // A header such as "src,dst": a first line with no digit in it. One with digits ("0,1,2",
+      // "7 3", "100;79", "src1,dst2") is a broken edge, or another separator, not a header to drop
+      // with the edge it held.
+      const bool header =
+          number == 1 && std::none_of(line.begin(), line.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
       if (header) continue;
       throw FileError(path + ":" + std::to_string(number) + ": expected two node ids \"src,dst\", got '" +
                       printable(line, 80) + "'");
