@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   errors.prefix = [&] { return "rank " + std::to_string(identity.rank) + ": "; };
   errors.exit_at_once = [&] { return trainer != nullptr; };
   errors.before_exit = ddp::CollectiveTracker::publish_last_words;  // rank threads take it too
+  std::string memory_advice;                                        // the config's, once it is read
+  errors.memory_advice = [&] { return memory_advice; };
   return ddp::run_main(errors, [&]() -> int {
     identity = ddp::worker_identity_from_environment();
     ddp::TrainerArguments args;
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
 
     for (auto& assignment : ddp::rank_thread_overrides(args)) args.overrides.push_back(std::move(assignment));
     ddp::TrainConfig config = ddp::load_train_config(args.config, args.overrides);
+    memory_advice = ddp::out_of_memory_advice(config);
     // Without it the keys its config.json gave fall back to their defaults, and a re-run of the run
     // would be refused with a diff of all of them rather than this one line.
     std::error_code missing;

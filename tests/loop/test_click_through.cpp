@@ -217,7 +217,7 @@ TEST_CASE("sharded tables, table-wise and row-wise at world 2 and 4, equal one p
       auto r = train(world, train_log, test_log, out, kTableSteps + batch_of(world) + "--set model.embedding_sharding=" + mode);
       INFO(mode << " at world " << world << "\n" << r.out << r.err);
       REQUIRE(r.exit_code == 0);
-      CHECK_THAT(r.out, Contains("model.embedding_sharding " + mode + ": 26 tables of 104000 rows"));
+      CHECK_THAT(r.out, Contains("model.embedding_sharding " + mode + ": 26 tables of 4000 rows, 104000 in all, "));
       CHECK(largest_difference(dir.file("one/model.pt"), out + "/model.pt") < 1e-6);
       // Evaluated in lockstep (Note [Sharded tables]): every test sample once, as one process does.
       auto run = ddp::read_run(out);
@@ -416,6 +416,23 @@ TEST_CASE("SIGINT during an evaluation of sharded tables stops every rank before
   CHECK(metric_value(metrics, "eval_interrupted") == 1);
   CHECK(metric_value(metrics, "eval_samples") < 2000);
   CHECK(metric_value(metrics, "exit_status") == 130);
+}
+
+TEST_CASE(
+    "tables too large for a rank's share run out of memory advising fewer rows or more ranks, not the "
+    "sharding the run has",
+    "[clicks][tables][errors]") {
+  TempDir dir;
+  const std::string log = make_log(dir, "train.tsv", 200, 8);
+  // 26 tables of 10^10 rows: 8.3 TB a rank's share at world 2, refused by the allocator at once.
+  auto r = train(2, log, log, dir.file("run"),
+                 "--set model.embedding_rows=[10000000000] --set model.embedding_sharding=row");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("out of memory: DefaultCPUAllocator") &&
+                        Contains("model.embedding_sharding row splits the embedding tables already, and this rank's "
+                                 "share is too large: fewer model.embedding_rows, or more ranks") &&
+                        !Contains("table or row"));
 }
 
 TEST_CASE("a model without embedding tables refuses model.embedding_sharding and row updates in one line",

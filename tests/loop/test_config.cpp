@@ -90,6 +90,22 @@ checkpoint: {every_steps: 200, every_epochs: 0, keep_last: 5, resume: never}
   CHECK(config.checkpoint.resume == "never");
 }
 
+TEST_CASE("out of memory advises the settings a run has not set yet", "[config][errors]") {
+  const std::string plain = ddp::out_of_memory_advice(parse(""));
+  CHECK_THAT(plain, StartsWith("without dist.shard every rank holds the whole model") &&
+                        Contains("; or lower train.batch_size") && !Contains("embedding"));
+  const std::string zero1 = ddp::out_of_memory_advice(parse("dist: {shard: optimizer}"));
+  CHECK_THAT(zero1, StartsWith("dist.shard optimizer leaves every rank the whole parameters: dist.shard parameters"));
+  CHECK_THAT(ddp::out_of_memory_advice(parse("dist: {shard: parameters}")), Equals("lower train.batch_size"));
+  const std::string replicated = ddp::out_of_memory_advice(parse("model: {name: dlrm}"));
+  CHECK_THAT(replicated, Contains("model.embedding_sharding table or row splits the embedding tables"));
+  // Tables split already: the rank's share is too large, and naming row again would not help.
+  const std::string rows =
+      ddp::out_of_memory_advice(parse("model: {name: dlrm, embedding_sharding: row}\ndist: {shard: parameters}"));
+  CHECK_THAT(rows, Equals("model.embedding_sharding row splits the embedding tables already, and this rank's share is "
+                          "too large: fewer model.embedding_rows, or more ranks; or lower train.batch_size"));
+}
+
 TEST_CASE("unknown keys are errors with a hint", "[config]") {
   REQUIRE_THROWS_AS(parse("train: {bach_size: 32}"), ConfigError);
   REQUIRE_THROWS_WITH(parse("train: {bach_size: 32}"),

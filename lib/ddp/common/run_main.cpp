@@ -64,7 +64,13 @@ struct Classified {
   std::string what;
 };
 
-Classified classify(const std::exception_ptr& error, const char* failure) {
+constexpr const char* kMemoryAdvice =
+    "without dist.shard every rank holds the whole model, its gradients and its optimizer state (16 bytes a "
+    "parameter with Adam in float32): dist.shard optimizer, gradients or parameters split them over the ranks "
+    "(docs/parallelism.md), and model.embedding_sharding table or row a model's embedding tables "
+    "(docs/click-through.md); or lower train.batch_size";
+
+Classified classify(const std::exception_ptr& error, const char* failure, const std::string& memory_advice = "") {
   try {
     std::rethrow_exception(error);
   } catch (const Interrupted& e) {
@@ -88,11 +94,8 @@ Classified classify(const std::exception_ptr& error, const char* failure) {
   } catch (const std::exception& e) {
     if (is_out_of_memory(e))
       return {kExitFailure, "out of memory",
-              allocator_words(without_backtrace(e.what())) +
-                  "; without dist.shard every rank holds the whole model, its gradients and its optimizer "
-                  "state (16 bytes a parameter with Adam in float32): dist.shard optimizer, gradients or "
-                  "parameters split them over the ranks (docs/parallelism.md), and model.embedding_sharding "
-                  "table or row a model's embedding tables (docs/click-through.md); or lower train.batch_size"};
+              allocator_words(without_backtrace(e.what())) + "; " +
+                  (memory_advice.empty() ? std::string(kMemoryAdvice) : memory_advice)};
     return {kExitFailure, failure, without_backtrace(e.what())};
   } catch (...) {
     return {kExitFailure, failure, "an exception that says nothing of itself"};
@@ -113,7 +116,8 @@ int run_main(const ProgramErrors& errors, const std::function<int()>& body) {
   try {
     return body();
   } catch (...) {
-    const Classified error = classify(std::current_exception(), errors.failure);
+    const Classified error = classify(std::current_exception(), errors.failure,
+                                      errors.memory_advice ? errors.memory_advice() : std::string());
     return report(errors, error.status, error.kind, error.what);
   }
 }

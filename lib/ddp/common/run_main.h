@@ -25,6 +25,8 @@ struct ProgramErrors {
   /// Called before an _Exit: what a destructor skipped would have told others (a rank's last
   /// collective count, which its peers name it by).
   std::function<void()> before_exit;
+  /// What "out of memory" advises, for the run's settings; the advice for any run when unset or "".
+  std::function<std::string()> memory_advice;
 };
 
 /// Runs `body` and returns its exit status. An exception becomes "PROGRAM: PREFIX KIND: what" and

@@ -271,6 +271,31 @@ std::string to_yaml(const TrainConfig& config) {
   return schema.to_yaml();
 }
 
+std::string out_of_memory_advice(const TrainConfig& config) {
+  std::vector<std::string> ways;
+  if (config.mesh.shard == "none")
+    ways.push_back(
+        "without dist.shard every rank holds the whole model, its gradients and its optimizer state (16 "
+        "bytes a parameter with Adam in float32): dist.shard optimizer, gradients or parameters split them "
+        "over the ranks (docs/parallelism.md)");
+  else if (config.mesh.shard != "parameters")
+    ways.push_back("dist.shard " + config.mesh.shard +
+                   " leaves every rank the whole parameters: dist.shard "
+                   "parameters splits them too (docs/parallelism.md)");
+  if (config.model.name == "dlrm")
+    ways.push_back(config.model.embedding_sharding == "replicate"
+                       ? "model.embedding_sharding table or row splits the embedding tables over the ranks "
+                         "(docs/click-through.md)"
+                       : "model.embedding_sharding " + config.model.embedding_sharding +
+                             " splits the embedding tables already, and this rank's share is too large: fewer "
+                             "model.embedding_rows, or more ranks");
+  ways.push_back("lower train.batch_size");
+  std::string advice;
+  for (std::size_t i = 0; i < ways.size(); ++i)
+    advice += (i == 0 ? "" : i + 1 == ways.size() ? "; or " : "; ") + ways[i];
+  return advice;
+}
+
 std::vector<std::string> config_notices(const TrainConfig& config) {
   TrainConfig copy = config;
   ConfigSchema schema;

@@ -47,6 +47,11 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<s
 /// The resolved config as YAML, every key present (printed by rank 0 and saved in the run dir).
 std::string to_yaml(const TrainConfig& config);
 
+/// What running out of memory advises a run of `config`: the settings that split what it holds,
+/// those it has not set yet (a rank's share of tables already split is cut by fewer rows or more
+/// ranks).
+std::string out_of_memory_advice(const TrainConfig& config);
+
 /// Keys set where they do nothing ("dist.microbatches: ..."), one line each; rank 0 warns of them.
 std::vector<std::string> config_notices(const TrainConfig& config);
 

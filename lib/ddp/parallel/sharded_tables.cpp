@@ -220,8 +220,11 @@ int64_t ShardedTables::state_bytes() const {
 std::string ShardedTables::describe() const {
   int64_t total = 0;
   for (int64_t n : sizes_) total += n;
-  return "model.embedding_sharding " + mode_ + ": " + std::to_string(tables_.size()) + " tables of " +
-         std::to_string(total) + " rows, " + std::to_string(rows_.size(0)) + " of them on rank " +
+  const auto [fewest, most] = std::minmax_element(sizes_.begin(), sizes_.end());
+  const std::string each =
+      *fewest == *most ? std::to_string(*most) : std::to_string(*fewest) + " to " + std::to_string(*most);
+  return "model.embedding_sharding " + mode_ + ": " + std::to_string(tables_.size()) + " tables of " + each +
+         " rows, " + std::to_string(total) + " in all, " + std::to_string(rows_.size(0)) + " of them on rank " +
          std::to_string(group_.rank) + " of " + std::to_string(group_.world_size);
 }
 
