@@ -210,6 +210,19 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
   CHECK(blocked.exit_code == 2);
   CHECK_THAT(blocked.err, Contains(dir.file("blocker") + ": cannot be made a directory: a file of that name is in the way"));
   CHECK(read_file(dir.file("blocker")) == "a file");
+  // The file in the way above it is named, not the directory asked for.
+  auto below = run_command(
+      {bin("ddp-tokenize"), dir.file("blocker") + "/sub", "--text", dir.file("words.txt"), "--vocab-size", "300"},
+      std::chrono::seconds(60));
+  CHECK(below.exit_code == 2);
+  CHECK_THAT(below.err, Contains(dir.file("blocker") + "/sub: cannot be made a directory: the file " +
+                                 dir.file("blocker") + " is in the way"));
+  // A file system that makes no directories there: the user's to fix (2), not an I/O error to retry (74).
+  auto proc =
+      run_command({bin("ddp-tokenize"), "/proc/ddprun-test", "--text", dir.file("words.txt"), "--vocab-size", "300"},
+                  std::chrono::seconds(60));
+  CHECK(proc.exit_code == 2);
+  CHECK_THAT(proc.err, Contains("error: cannot make the directory /proc/ddprun-test"));
   auto nowhere = run_command({bin("ddp-tokenize"), "", "--text", dir.file("words.txt")}, std::chrono::seconds(60));
   CHECK(nowhere.exit_code == 2);
   CHECK(nowhere.err == "ddp-tokenize: error: OUT_DIR is empty; name the directory for the shards\n");

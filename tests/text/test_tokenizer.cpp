@@ -16,6 +16,7 @@ namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLis
 
 using namespace ddp::test;
 using Catch::Matchers::Contains;
+using Catch::Matchers::Equals;
 
 namespace {
 
@@ -134,8 +135,12 @@ TEST_CASE("the tokenizer refuses what is not a SentencePiece model, and a vocabu
   CHECK_THROWS_WITH(ddp::Tokenizer::load(dir.file("none.model")), Contains(dir.file("none.model") + ": no such file"));
   write_file(dir.file("garbage.model"), std::string(500, '\x07'));
   CHECK_THROWS_AS(ddp::Tokenizer::load(dir.file("garbage.model")), ddp::FileError);
+  // In words of the file, not SentencePiece's source line and protobuf call.
   CHECK_THROWS_WITH(ddp::Tokenizer::load(dir.file("garbage.model")),
-                    Contains(dir.file("garbage.model") + ": not a SentencePiece model"));
+                    Equals(dir.file("garbage.model") + ": not a SentencePiece model (it does not parse as one: cut "
+                                                       "short, or a file of another kind)"));
+  write_file(dir.file("empty.model"), "");
+  CHECK_THROWS_WITH(ddp::Tokenizer::load(dir.file("empty.model")), Contains("(the file is empty)"));
   write_file(dir.file("small.txt"), "a few words\nand a few more\nthen some\n");
   auto corpus = ddp::read_text_corpus({dir.file("small.txt")}, 0);
   ddp::TokenizerTraining training;

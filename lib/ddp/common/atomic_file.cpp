@@ -134,8 +134,26 @@ void make_output_directory(const std::string& directory) {
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (!error && std::filesystem::is_directory(directory, error)) return;
-  if (!error || error.value() == EEXIST || error.value() == ENOTDIR)
-    throw FileError(directory + ": cannot be made a directory: a file of that name is in the way");
+  if (!error || error.value() == EEXIST || error.value() == ENOTDIR) {
+    // The file in the way may be the path's own name, or one of the directories above it
+    // ("notes.txt/run"): the first that is there and is not a directory.
+    std::filesystem::path in_the_way = directory;
+    for (std::filesystem::path above = directory; !above.empty() && above != above.parent_path();
+         above = above.parent_path()) {
+      std::error_code ignored;
+      if (std::filesystem::exists(above, ignored) && !std::filesystem::is_directory(above, ignored)) in_the_way = above;
+    }
+    throw FileError(directory + ": cannot be made a directory: " +
+                    (in_the_way == std::filesystem::path(directory)
+                         ? std::string("a file of that name is in the way")
+                         : "the file " + in_the_way.string() + " is in the way"));
+  }
+  // No such directory after making it: a file system that makes none there (/proc, /sys), which a
+  // restart would meet again.
+  if (error.value() == ENOENT)
+    throw FileError("cannot make the directory " + directory + ": " + error.message() +
+                    " (a file system that makes "
+                    "no directories there?)");
   throw_output_error("cannot make the directory " + directory + ": " + error.message(), error.value());
 }
 

@@ -53,7 +53,12 @@ Tokenizer Tokenizer::from_serialized(const std::string& serialized, const std::s
   auto processor = std::make_shared<sentencepiece::SentencePieceProcessor>();
   auto status = processor->LoadFromSerializedProto(serialized);
   if (!status.ok() || processor->GetPieceSize() == 0)
-    throw FileError(source + ": not a SentencePiece model (" + (status.ok() ? "no pieces" : status.ToString()) + ")");
+    // SentencePiece's own words name its source file and a protobuf call, nothing of this file.
+    throw FileError(source + ": not a SentencePiece model (" +
+                    (status.ok()          ? "it has no pieces"
+                     : serialized.empty() ? "the file is empty"
+                                          : "it does not parse as one: cut short, or a file of another kind") +
+                    ")");
   return Tokenizer(std::move(processor), source);
 }
 
