@@ -54,6 +54,13 @@ void check_same_model(const std::string& manifest_path, const std::string& manif
 std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments& args, ddp::TrainConfig config,
                                                      int64_t older_than) {
   if (!args.checkpoint.empty()) {
+    // The end's weights are no checkpoint (no manifest, no optimizer state): the default takes them.
+    if (fs::path(args.checkpoint).filename() == "model.pt" && fs::is_regular_file(args.checkpoint))
+      throw ddp::UserError("--checkpoint: " + args.checkpoint +
+                           " is a run's model.pt, its end weights, not one of "
+                           "its checkpoints: leave --checkpoint out to export it (as the default does when the run "
+                           "kept no checkpoint), or name one in " +
+                           (fs::path(args.run) / "checkpoints").string());
     config.checkpoint.resume = args.checkpoint;
   } else {
     config.checkpoint.resume = "auto";

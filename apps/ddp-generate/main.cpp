@@ -2,13 +2,13 @@
 // config.yaml (the model's shape) and model.pt (its weights), then samples after a prompt, printing
 // as it goes: through the SentencePiece tokenizer the run's tokens were made with, or as bytes.
 #include <CLI/CLI.hpp>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -132,6 +132,15 @@ int main(int argc, char** argv) {
 
     // The weights before the tokenizer: a config that does not fit model.pt is named as that, not
     // as a tokenizer too large for the config's vocabulary.
+    // A training checkpoint (step_N.pt beside its step_N.json manifest) holds the optimizer and
+    // progress as well, in a layout of ddprun's own, and may be one shard of many.
+    static const std::regex kCheckpoint(R"((step_\d+)(\.common|\.shard-\d+-of-\d+)?\.pt)");
+    std::smatch step;
+    const std::string file = std::filesystem::path(model_path).filename().string();
+    if (std::regex_match(file, step, kCheckpoint) &&
+        std::filesystem::exists(std::filesystem::path(model_path).parent_path() / (step[1].str() + ".json")))
+      throw ddp::UserError(model_path + " is a training checkpoint, not a model.pt: `ddp-export RUN_DIR --checkpoint " +
+                           model_path + "` writes its weights as one, which ddp-generate reads");
     try {
       model->load_weights(model_path);
     } catch (const ddp::FileError& e) {

@@ -232,6 +232,29 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     auto missing = run_shell(bin("ddp-generate") + " " + dir.file("nowhere"), std::chrono::seconds(30));
     CHECK(missing.exit_code == 2);
     CHECK_THAT(missing.err, Contains(dir.file("nowhere") + ": no such file"));
+    // A training checkpoint (beside its manifest), or a shard of one: said as such, with the way to
+    // a model.pt, not as a torch.save file of another object "from another run".
+    std::filesystem::create_directories(dir.file("ck"));
+    write_file(dir.file("ck/step_0000000005.json"), "{}");
+    for (const std::string name : {"step_0000000005.pt", "step_0000000005.shard-1-of-2.pt"}) {
+      std::filesystem::copy_file(dir.file("out/model.pt"), dir.file("ck/" + name));
+      auto checkpoint = run_shell(bin("ddp-generate") + " " + dir.file("ck/" + name) + " --config " +
+                                      dir.file("out/config.yaml") + " --tokens 3",
+                                  std::chrono::seconds(30));
+      CHECK(checkpoint.exit_code == 2);
+      CHECK_THAT(checkpoint.err, Contains(name + " is a training checkpoint, not a model.pt: `ddp-export RUN_DIR "
+                                                 "--checkpoint ") &&
+                                     !Contains("from the run of"));
+    }
+    // ddp-export's --checkpoint given the run's model.pt, which has no manifest: said as the end's weights.
+    auto end = run_shell(bin("ddp-export") + " " + dir.file("out") + " --checkpoint " + dir.file("out/model.pt") +
+                             " -o " + dir.file("export"),
+                         std::chrono::seconds(60));
+    CHECK(end.exit_code == 2);
+    CHECK_THAT(end.err, Contains("--checkpoint: " + dir.file("out/model.pt") +
+                                 " is a run's model.pt, its end weights, "
+                                 "not one of its checkpoints: leave --checkpoint out"));
+    CHECK_FALSE(std::filesystem::exists(dir.file("export")));
   }
 }
 
