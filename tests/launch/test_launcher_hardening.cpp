@@ -1,10 +1,10 @@
 // The launcher under a careless user and a hostile neighbour (issue 12): closed standard streams,
 // descriptors leaking into workers, SIGHUP, log files planted as symlinks.
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <thread>
 
@@ -33,6 +33,46 @@ TEST_CASE("ddprun started with stdin and stdout closed still kills its workers w
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     CHECK(find_processes(sleeper).empty());
   }
+}
+
+TEST_CASE(
+    "a worker the kernel's out-of-memory killer ends is said to be out of memory, and a SIGKILL from "
+    "elsewhere is not",
+    "[launch][hardening]") {
+  // A memory cgroup of 500 MiB (v1, or v2 where it is the one hierarchy), and a worker that writes 2 GiB.
+  const std::string name = "ddprun-test-" + std::to_string(getpid());
+  std::string group, limit;
+  for (const auto& [dir, file] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
+                                  {"/sys/fs/cgroup", "memory.max"}}) {
+    std::error_code error;
+    if (!fs::exists(dir + "/cgroup.procs") || !fs::create_directory(dir + "/" + name, error) || error) continue;
+    if (fs::exists(dir + "/" + name + "/" + file)) {
+      group = dir + "/" + name, limit = file;
+      break;
+    }
+    fs::remove(dir + "/" + name, error);
+  }
+  if (group.empty()) {
+    WARN("skipped: no memory cgroup can be made here (needs root and a memory controller), so no OOM kill to see");
+    return;
+  }
+  write_file(group + "/" + limit, std::to_string(500 << 20));
+  auto r = run_shell("sh -c 'echo $$ > " + group + "/cgroup.procs; exec " + bin("ddprun") +
+                         " --standalone --nproc-per-node 1 -- /usr/bin/python3 -c \"x = b\\\"x\\\" * (2 << 30)\"'",
+                     std::chrono::seconds(60));
+  std::error_code error;
+  for (int i = 0; i < 50 && !fs::remove(group, error); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 137);
+  CHECK_THAT(r.err, Contains("rank 0 failed first: signal 9 (SIGKILL)") &&
+                        Contains("the kernel's out-of-memory killer ended 1 process(es) while the workers ran") &&
+                        Contains("most likely rank 0, the node (or its memory cgroup) out of memory"));
+  // A SIGKILL someone sent: no word of memory.
+  auto killed =
+      run_shell(bin("ddprun") + " --standalone --nproc-per-node 1 -- sh -c 'kill -KILL $$'", std::chrono::seconds(30));
+  INFO(killed.out << killed.err);
+  CHECK(killed.exit_code == 137);
+  CHECK_THAT(killed.err, Contains("failed first: signal 9 (SIGKILL)") && !Contains("out-of-memory"));
 }
 
 TEST_CASE("a worker inherits stdin, stdout, stderr and the heartbeat pipe, nothing else", "[launch][hardening]") {

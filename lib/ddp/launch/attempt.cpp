@@ -125,6 +125,7 @@ class Attempt {
   std::string rank_log_dir(int rank) const { return attempt_dir() + "/" + std::to_string(rank); }
 
   void start_workers() {
+    oom_kills_at_start_ = out_of_memory_kills();
     if (!options_.log_dir.empty()) {
       make_log_directory(attempt_dir());
     }
@@ -498,6 +499,13 @@ class Attempt {
     say("rank " + std::to_string(reported) + " failed first: " + describe_wait_status(w.status) +
         " (" + (thread ? "a thread of the worker of " : "") + "local rank " + std::to_string(w.local_rank) + " on " +
         options_.local_addr + ", pid " + std::to_string(w.pid) + ")");
+    // SIGKILL says nothing of who sent it; the kernel counts the out-of-memory killer's.
+    const auto oom_kills = out_of_memory_kills();
+    if (WIFSIGNALED(w.status) && WTERMSIG(w.status) == SIGKILL && oom_kills && oom_kills_at_start_ &&
+        *oom_kills > *oom_kills_at_start_)
+      say("the kernel's out-of-memory killer ended " + std::to_string(*oom_kills - *oom_kills_at_start_) +
+          " process(es) while the workers ran (oom_kill in /proc/vmstat; dmesg names them): most likely " + who +
+          ", the node (or its memory cgroup) out of memory");
     if (tail.empty()) {
       say(who + " wrote nothing to stderr");
     } else {
@@ -524,6 +532,7 @@ class Attempt {
   int restart_count_;
   AttemptState state_;
   Clock::time_point last_tick_;  // elastic: when the monitor loop last checked it was not stopped (was_frozen)
+  std::optional<int64_t> oom_kills_at_start_;  // out_of_memory_kills() as the workers started
   OutputRelay relay_;
   std::vector<Worker> workers_;
   std::optional<Clock::time_point> stop_deadline_;

@@ -246,4 +246,13 @@ int exit_code_of(int status) {
   return 1;
 }
 
+std::optional<int64_t> out_of_memory_kills(const std::string& vmstat) {
+  std::ifstream in(vmstat);
+  std::string name;
+  int64_t value = 0;
+  while (in >> name >> value)
+    if (name == "oom_kill") return value;
+  return std::nullopt;
+}
+
 }  // namespace ddp

@@ -2,9 +2,11 @@
 // Starting and signalling worker processes. Each worker leads its own process group, so a stop
 // reaches everything it started, and dies with the launcher (PR_SET_PDEATHSIG).
 
-#include <chrono>
-#include <string>
 #include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace ddp {
@@ -59,5 +61,10 @@ std::string describe_wait_status(int status);
 
 /// The launcher's exit code for a waitpid status: the exit code, or 128+N for signal N.
 int exit_code_of(int status);
+
+/// How many processes the kernel's out-of-memory killer has ended since boot (/proc/vmstat's
+/// oom_kill, Linux 4.13 on); nullopt where the kernel does not count them. A worker ended by
+/// SIGKILL while the count rose was, most likely, one of them.
+std::optional<int64_t> out_of_memory_kills(const std::string& vmstat = "/proc/vmstat");
 
 }  // namespace ddp
