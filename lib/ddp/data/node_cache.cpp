@@ -312,6 +312,15 @@ bool open_or_build_cache(const std::string& path, const std::function<bool()>& o
     }
   } catch (const IoError& e) {  // the cache cannot be written; a broken source (FileError) goes on up
     warn_for_node(fmt::format("cannot write the dataset cache ({}); reading {} into memory", e.what(), what));
+  } catch (const FileError&) {
+    // A broken source builds no cache; its lock and in-use files would stay for good, as no fixed
+    // version of the source has this name (Note [Caches of earlier versions]).
+    std::error_code ignored;
+    if (!fs::exists(path, ignored))
+      for (const char* beside : {".lock", ".inuse", ".verified"}) fs::remove(path + beside, ignored);
+    flock(lock, LOCK_UN);
+    close(lock);
+    throw;
   } catch (...) {
     flock(lock, LOCK_UN);
     close(lock);
