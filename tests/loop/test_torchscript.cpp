@@ -329,6 +329,14 @@ TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
                                 "train.loss=mse"});
   CHECK(outputs.exit_code == 2);
   CHECK_THAT(outputs.err, Contains("the model's output is [32, 4] for targets [32]; train.loss mse needs as many values"));
+  // A bad label in a split carved from the file is named by its row in the file, not in the split.
+  auto fractional = torch::randint(0, 4, {1024}, torch::kDouble);
+  fractional[837] = 1.5;
+  write_npy(dir.file("fractional.npy"), fractional);
+  auto carved = run("mlp.pt", {"data.labels=" + dir.file("fractional.npy"), "data.eval_fraction=0.25",
+                               "data.eval_path=", "data.eval_labels="});
+  CHECK(carved.exit_code == 2);
+  CHECK_THAT(carved.err, Contains("label of sample 837 is 1.5"));
   // Parameters of another dtype failed at the first batch or collective, in LibTorch's words
   // ("Invalid scalar type", exit 1, which a restart retried).
   for (const auto& [module, words] :

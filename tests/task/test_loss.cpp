@@ -40,6 +40,10 @@ TEST_CASE("cross_entropy: mean loss with label smoothing, summed loss and accura
   CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.5}), "labels.npy"),
                     Contains("labels.npy: train.loss cross_entropy needs one whole-number class") &&
                         Contains("use train.loss: mse"));
+  // In a split carved from the file (data.eval_fraction), a sample is named by its row in the file,
+  // which np.load(...)[N] finds, not by its place in the shuffled split.
+  CHECK_THROWS_WITH(ce.prepare_targets(torch::tensor({1.0, 2.5}), "labels.npy", torch::tensor({40, 17})),
+                    Contains("label of sample 17 is 2.5"));
   CHECK_NOTHROW(ce.check_output(logits, targets, 2, "y.npy"));
   CHECK_THROWS_AS(ce.check_output(logits, targets, 3, "y.npy"), ddp::UserError);
   CHECK_THROWS_WITH(ce.check_output(logits, targets, 3, "y.npy"),

@@ -12,6 +12,7 @@ Dataset Dataset::subset(const torch::Tensor& rows) const {
   part.labels = labels.index_select(0, rows);
   part.source = source;
   part.feature_file = feature_file;
+  part.source_rows = source_rows.defined() ? source_rows.index_select(0, rows) : rows.to(torch::kLong).clone();
   if (feature_file)
     part.file_rows = file_rows.defined() ? file_rows.index_select(0, rows) : rows.to(torch::kLong).clone();
   else

@@ -19,6 +19,11 @@ struct Dataset {
   std::string source;      ///< where the samples came from, for logs and errors
   std::shared_ptr<const SampleFile> feature_file;  ///< the features, read on demand (dataset cache, NPY)
   torch::Tensor file_rows;  ///< int64 [N]: which of `feature_file`'s samples these are; undefined: all, in order
+  torch::Tensor
+      source_rows;  ///< int64 [N]: which of `source`'s samples these are (a carved split); undefined: all, in order
+
+  /// The index in `source` of sample `i` of this dataset, for messages that name a sample.
+  int64_t source_row(int64_t i) const { return source_rows.defined() ? source_rows[i].item<int64_t>() : i; }
 
   /// Number of samples (0 for an empty, default-constructed dataset).
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }

@@ -42,7 +42,10 @@ void declare_config(ConfigSchema& schema, LossConfig& config) {
       .choices({"auto", "on", "off"});
 }
 
-torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::string& source) const {
+torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::string& source,
+                                    const torch::Tensor& source_rows) const {
+  // A sample is named by its index in the file (`source_rows`: a split carved from it), not in the split.
+  auto in_source = [&](int64_t sample) { return source_rows.defined() ? source_rows[sample].item<int64_t>() : sample; };
   if (!classes()) {
     // bce_with_logits weighs a sample's negatives by 1 - target (Note [Exact AUC]): a
     // target of 2 would count as a negative of weight -1, a wrong AUC with exit 0.
@@ -52,9 +55,10 @@ torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::stri
         const int64_t sample = bad[0][0].item<int64_t>();
         auto row = labels[sample].reshape(-1);
         const double value = row.index({torch::logical_or(row.lt(0), row.gt(1))})[0].item<double>();
-        throw FileError(fmt::format("{}: train.loss bce_with_logits needs targets in [0, 1]; sample {} has {} (use "
-                                    "train.loss: mse with train.task: regression for other targets)",
-                                    source, sample, value));
+        throw FileError(
+            fmt::format("{}: train.loss bce_with_logits needs targets in [0, 1]; sample {} has {} (use "
+                        "train.loss: mse with train.task: regression for other targets)",
+                        source, in_source(sample), value));
       }
     }
     // Float64 targets (CSV, npy) past float32's range became inf: "mse inf" and exit 0.
@@ -64,9 +68,10 @@ torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::stri
         const int64_t sample = beyond[0][0].item<int64_t>();
         auto row = labels[sample].reshape(-1);
         const double value = row.index({row.abs().gt(std::numeric_limits<float>::max())})[0].item<double>();
-        throw FileError(fmt::format("{}: the target of sample {} is {}, beyond float32's range (±3.4e38), in which "
-                                    "training computes (scale the targets, or fix that sample)",
-                                    source, sample, value));
+        throw FileError(
+            fmt::format("{}: the target of sample {} is {}, beyond float32's range (±3.4e38), in which "
+                        "training computes (scale the targets, or fix that sample)",
+                        source, in_source(sample), value));
       }
     }
     return labels.to(torch::kFloat);
@@ -91,7 +96,7 @@ torch::Tensor Loss::prepare_targets(const torch::Tensor& labels, const std::stri
     std::string what = std::isnan(value) ? "NaN" : std::isinf(value) ? "infinite" : fmt::format("{}", value);
     if (std::isfinite(value) && std::abs(value) > kLargestClass) what += ", beyond any class count";
     throw FileError(source + ": train.loss cross_entropy needs one whole-number class per sample; label of sample " +
-                    std::to_string(sample) + " is " + what + " (these labels are " +
+                    std::to_string(in_source(sample)) + " is " + what + " (these labels are " +
                     std::string(c10::toString(labels.scalar_type())) + " " + shape(labels) +
                     "; use train.loss: mse with train.task: regression for regression targets)");
   }

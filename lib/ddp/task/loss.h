@@ -32,7 +32,8 @@ class Loss {
   /// as [N]; float labels must be finite whole numbers that an int64 holds), float32 for mse and
   /// bce_with_logits (whose targets must lie in [0, 1]). FileError naming `source`, the first
   /// sample at fault, or the shape.
-  torch::Tensor prepare_targets(const torch::Tensor& labels, const std::string& source) const;
+  torch::Tensor prepare_targets(const torch::Tensor& labels, const std::string& source,
+                                const torch::Tensor& source_rows = {}) const;
 
   /// Checks that `output` fits `targets` (classification: [B, C] with C > `max_class`, the largest
   /// label, which `max_class_source` holds; otherwise as many values per sample as the targets).

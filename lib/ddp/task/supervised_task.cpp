@@ -18,8 +18,8 @@ SupervisedTask::SupervisedTask(const DataConfig& data, const ModelConfig& model,
   DatasetSplits splits = load_dataset_splits(data, model.num_classes);
   train_ = std::move(splits.train);
   eval_ = std::move(splits.eval);
-  train_.labels = loss_.prepare_targets(train_.labels, train_.source);
-  if (eval_) eval_->labels = loss_.prepare_targets(eval_->labels, eval_->source);
+  train_.labels = loss_.prepare_targets(train_.labels, train_.source, train_.source_rows);
+  if (eval_) eval_->labels = loss_.prepare_targets(eval_->labels, eval_->source, eval_->source_rows);
   model_ = make_model(model, context.model);
   max_class_ = check(train_, model, "data.path");
   max_class_source_ = train_.source;
