@@ -58,9 +58,10 @@ std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments&
     if (fs::path(args.checkpoint).filename() == "model.pt" && fs::is_regular_file(args.checkpoint))
       throw ddp::UserError("--checkpoint: " + args.checkpoint +
                            " is a run's model.pt, its end weights, not one of "
-                           "its checkpoints: leave --checkpoint out to export it (as the default does when the run "
-                           "kept no checkpoint), or name one in " +
-                           (fs::path(args.run) / "checkpoints").string());
+                           "its checkpoints: the run's directory holds them exported already (model.safetensors, "
+                           "and config.json for a gpt or llama); --checkpoint names one in " +
+                           (fs::path(args.run) / "checkpoints").string() +
+                           ", and without it the newest there is exported (model.pt only when there is none)");
     config.checkpoint.resume = args.checkpoint;
   } else {
     config.checkpoint.resume = "auto";
@@ -283,6 +284,11 @@ int main(int argc, char** argv) {
     if (fs::is_regular_file(normalization))
       ddp::write_file_atomically((fs::path(into) / "normalization.json").string(),
                                  ddp::read_whole_file(normalization.string()));
+    else if (config.data.dataset != "tokens" && config.data.dataset != "graph")
+      spdlog::warn(
+          "{} has no normalization.json (its end writes it): the export's model takes features as "
+          "data.normalize made them, and the numbers are not with it",
+          args.run);
     // The tokenizer the run's tokens were made with belongs with the model: the one the run kept
     // (its end writes it), else the one beside data.path (as ddp-tokenize left it; a run that has
     // not ended yet).

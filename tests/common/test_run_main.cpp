@@ -67,8 +67,8 @@ TEST_CASE("run_main maps each exception to its status and one line", "[common][e
   CHECK(thread.status == kExitFailure);
   CHECK(thread.err ==
         "ddprun: out of resources: Resource temporarily unavailable: a thread could not be started, most likely as "
-        "the process is at a limit on its memory (ulimit -d or -v, or its container's) or on the user's processes "
-        "(ulimit -u)\n");
+        "the process is at a limit on its tasks (ulimit -u, or a cgroup's pids.max: docker --pids-limit, systemd's "
+        "TasksMax) or on its address space (ulimit -v or -d)\n");
 }
 
 TEST_CASE("run_main names the failure and the rank as the program asks", "[common][errors]") {

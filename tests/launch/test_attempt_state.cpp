@@ -59,21 +59,40 @@ TEST_CASE("a worker's failure stops the group at once and, with other nodes, tel
   }
 }
 
-TEST_CASE("a worker stopped as asked stops the group and the job, with no restart and no hold", "[launch][state]") {
-  for (auto kind : {JobKind::kSingleNode, JobKind::kMultiNode, JobKind::kElastic}) {
+TEST_CASE("a worker stopped as asked stops the group and the job, with no restart; elastic holds it as a failure",
+          "[launch][state]") {
+  const Failure asked{143, 0,
+                      "rank 3 on host-b: exit code 143: a worker was asked to stop (SIGTERM), and its ranks "
+                      "stopped",
+                      false, true};
+  for (auto kind : {JobKind::kSingleNode, JobKind::kMultiNode}) {
     auto state = machine(kind);
-    auto actions = state.on_worker_failed(
-        Failure{143, 0, "rank 3 on host-b: exit code 143: a worker was asked to stop (SIGTERM), and its ranks stopped",
-                false, true},
-        Clock::now());
+    auto actions = state.on_worker_failed(asked, Clock::now());
     CHECK(actions.stop_signal == SIGTERM);
     CHECK(actions.stop_reason == StopReason::kAsked);  // the ranks voted to stop with it, and say so
-    CHECK(state.phase() == Phase::kStopping);          // elastic too: no echo of a lost node to hold
+    CHECK(state.phase() == Phase::kStopping);
     if (actions.report) CHECK(actions.report->interrupted);
-    CHECK(actions.report.has_value() == (kind != JobKind::kSingleNode));
+    CHECK(actions.report.has_value() == (kind == JobKind::kMultiNode));
     CHECK(state.outcome().status == 143);
     CHECK_FALSE(state.outcome().restartable);
   }
+  // Elastic: ranks stop at the agreed step when a round ends on another node, before this launcher
+  // sees the change; the hold lets the change explain their 143.
+  auto explained = machine(JobKind::kElastic);
+  explained.on_worker_failed(asked, Clock::now());
+  CHECK(explained.phase() == Phase::kHolding);
+  explained.on_membership_change(lost_node(), 3);
+  CHECK(explained.outcome().status == 0);
+  CHECK(explained.outcome().membership.has_value());
+  // Unexplained, it ends the job as a stop, told to the others as one.
+  auto alone = machine(JobKind::kElastic);
+  alone.on_worker_failed(asked, Clock::now());
+  auto expired = alone.on_hold_expired();
+  REQUIRE(expired.report.has_value());
+  CHECK(expired.report->interrupted);
+  CHECK_FALSE(expired.report->restartable);
+  CHECK(alone.outcome().status == 143);
+  CHECK_FALSE(alone.outcome().restartable);
 }
 
 TEST_CASE("a usage error is a failure no restart cures", "[launch][state]") {

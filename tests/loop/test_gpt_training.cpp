@@ -253,7 +253,7 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     CHECK(end.exit_code == 2);
     CHECK_THAT(end.err, Contains("--checkpoint: " + dir.file("out/model.pt") +
                                  " is a run's model.pt, its end weights, "
-                                 "not one of its checkpoints: leave --checkpoint out"));
+                                 "not one of its checkpoints: the run's directory holds them exported already"));
     CHECK_FALSE(std::filesystem::exists(dir.file("export")));
   }
 }

@@ -137,16 +137,20 @@ TEST_CASE(
     INFO(n << " ranks");
     check_bit_identical(config, {}, n);
   }
-  // Where a pass runs collectives inside the forward, a rank waiting for its turn would hold up
+  // Under dist.shard parameters the chain runs block by block, gathering each block's parameters
+  // between the turns: a block at a time takes its turn.
+  check_bit_identical(config, {"model.path=" + python_fixture("dropout_chain.pt"), "dist.shard=parameters"}, 2);
+  // Where a pass routes the layers through collectives, a rank waiting for its turn would hold up
   // the one that has it: refused in one line.
   TempDir dir;
   auto r = threads(2, config,
                    {"run.output_dir=" + dir.file("run"), "model.path=" + python_fixture("dropout_chain.pt"),
-                    "dist.shard=parameters"});
+                    "dist.tensor=2", "dist.tensor_plan=0=colwise, 3=rowwise"});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("dropout_chain.pt draws random numbers in its forward (aten::dropout) from LibTorch's one "
-                             "generator, which rank threads (dist.threads) take turns at") &&
+                             "CPU generator, which rank threads (dist.threads) take turns at; a pass that routes its "
+                             "layers through collectives (dist.tensor, model.embedding_sharding)") &&
                         Contains("run the ranks as processes"));
 }
 
@@ -224,9 +228,12 @@ TEST_CASE("SIGINT stops rank threads with a checkpoint, which ddprun's processes
 TEST_CASE("rank threads' monitor gives each its share of the process's CPU and RSS, which add up to the process's",
           "[threads][monitor]") {
   TempDir dir;
+  // 64 steps of 30 ms at least: records to read however fast the machine (unslowed, the run could
+  // end in 0.3 s, before the monitor's first).
   auto t = threads(2, std::string(DDP_SOURCE_DIR) + "/configs/synthetic_mlp.yaml",
                    {"run.output_dir=" + dir.file("run"), "train.epochs=2", "model.hidden=[512,512]",
-                    "monitor.every_s=0.3", "monitor.log_every_s=0.3"});
+                    "monitor.every_s=0.3", "monitor.log_every_s=0.3"},
+                   "DDPRUN_TEST_STEP_DELAY=0:30");
   INFO(t.out << t.err);
   REQUIRE(t.exit_code == 0);
   const std::string metrics = dir.file("run/metrics.jsonl");

@@ -151,6 +151,12 @@ TEST_CASE(
     INFO(exported.out << exported.err);
     REQUIRE(exported.exit_code == 0);
     CHECK(read_file(dir.file(kind + "_export/normalization.json")) == json);
+    // A run that has not ended has none to carry: said, not shipped silently without.
+    std::filesystem::remove(out + "/normalization.json");
+    auto bare = run_command({bin("ddp-export"), out, "-o", dir.file(kind + "_bare")}, std::chrono::seconds(120));
+    INFO(bare.out << bare.err);
+    CHECK(bare.exit_code == 0);
+    CHECK_THAT(bare.out + bare.err, Contains(out + " has no normalization.json (its end writes it)"));
   }
 }
 

@@ -88,8 +88,9 @@ Classified classify(const std::exception_ptr& error, const char* failure, const 
     if (e.code() == std::errc::resource_unavailable_try_again)
       return {kExitFailure, "out of resources",
               std::string(e.what()) +
-                  ": a thread could not be started, most likely as the process is at a limit on its memory "
-                  "(ulimit -d or -v, or its container's) or on the user's processes (ulimit -u)"};
+                  ": a thread could not be started, most likely as the process is at a limit on its tasks "
+                  "(ulimit -u, or a cgroup's pids.max: docker --pids-limit, systemd's TasksMax) or on its address "
+                  "space (ulimit -v or -d)"};
     return {kExitFailure, failure, without_backtrace(e.what())};
   } catch (const std::exception& e) {
     if (is_out_of_memory(e))

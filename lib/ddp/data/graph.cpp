@@ -41,7 +41,7 @@ torch::Tensor read_edges_csv(const std::string& path) {
           number == 1 && std::none_of(line.begin(), line.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
       if (header) continue;
       throw FileError(path + ":" + std::to_string(number) + ": expected two node ids \"src,dst\", got '" +
-                      printable(line, 80) + "'");
+                      printable(line, 80) + "'" + (number == 1 ? " (a header line holds no digit)" : ""));
     }
     values.push_back(*a);
     values.push_back(*b);

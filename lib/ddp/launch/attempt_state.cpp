@@ -23,10 +23,12 @@ AttemptActions AttemptState::on_worker_failed(const Failure& failure, Clock::tim
   actions.stop_reason = failure.interrupted ? StopReason::kAsked : StopReason::kPeerFailed;
   failure_ = failure;
   // A usage error is no echo of a lost node: it is told at once, so that other nodes whose ranks
-  // fail after it (on the connections it closed) end on it too, rather than restart; nor is a
-  // worker stopped as asked.
+  // fail after it (on the connections it closed) end on it too, rather than restart. A worker
+  // stopped as asked is held like a failure: when a round ends elsewhere (a node joins, or one
+  // drained leaves), the ranks here stop at the agreed step and exit 143 before this launcher has
+  // seen the change, which then explains it.
   const bool usage_error = failure.exit_code == kExitUsage && !failure.restartable;
-  if (kind_ == JobKind::kElastic && !usage_error && !failure.interrupted) {
+  if (kind_ == JobKind::kElastic && !usage_error) {
     // Note [Failure or membership change]: when a node is lost, its peers' workers fail at once
     // (their connections to it reset), seconds before its silence is noticed. The failure is held
     // for --node-timeout: a membership change meanwhile explains it, and it counts for nothing.
@@ -94,7 +96,7 @@ AttemptActions AttemptState::on_remote_failure(const RemoteFailure& remote) {
 AttemptActions AttemptState::on_hold_expired() {
   stop_for(Cause::kFailed);  // the workers are being stopped already
   AttemptActions actions;
-  actions.report = RemoteFailure{failure_.exit_code, failure_.description, failure_.restartable};
+  actions.report = RemoteFailure{failure_.exit_code, failure_.description, failure_.restartable, failure_.interrupted};
   return actions;
 }
 

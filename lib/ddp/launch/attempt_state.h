@@ -5,13 +5,14 @@
 // are tested alone (tests/launch/test_attempt_state.cpp).
 //
 //   RUNNING  ── a worker failed (static job), a stall ──────────▶ STOPPING (failed; told to the other nodes)
+//   RUNNING  ── a worker stopped as asked (static job) ─────────▶ STOPPING (stopped; told as an interruption)
 //   RUNNING  ── a failure reported by another node ─────────────▶ STOPPING (failed)
-//   RUNNING  ── a worker failed (elastic job) ──────────────────▶ HOLDING  (Note [Failure or membership change])
+//   RUNNING  ── a worker failed or stopped as asked (elastic) ──▶ HOLDING  (Note [Failure or membership change])
 //   HOLDING  ── --node-timeout passed with no membership change ─▶ STOPPING (failed; told to the other nodes)
 //   RUNNING, HOLDING ── a membership change (elastic) ──────────▶ STOPPING (membership changed; no failure)
-//   any      ── the first signal ─────────────────────────────────▶ STOPPING (interrupted; elastic SIGTERM/SIGHUP: leaving)
-//   STOPPING (interrupted, leaving) ── another signal ──────────▶ the same, and SIGKILL now
-//   any      ── the launcher itself was frozen (elastic) ────────▶ STOPPING (frozen: this node leaves)
+//   any      ── the first signal ─────────────────────────────────▶ STOPPING (interrupted; elastic SIGTERM/SIGHUP:
+//   leaving) STOPPING (interrupted, leaving) ── another signal ──────────▶ the same, and SIGKILL now any      ── the
+//   launcher itself was frozen (elastic) ────────▶ STOPPING (frozen: this node leaves)
 //
 // Every transition into STOPPING asks the workers to stop (SIGTERM, or the signal received; SIGKILL
 // after the grace). The attempt is over once every worker exited and nothing is held; outcome() then

@@ -344,23 +344,14 @@ class ScriptedModel : public Model {
 
   torch::Tensor forward(torch::Tensor x) override {
     if (channels_last_ && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-    // Note [Ranks as threads]: the module's draws come from the process's one generator, which rank
-    // threads take turns at, each with its own state in it; not while a pass runs collectives in
-    // forward, where a rank waiting for its turn would hold up the one that has it.
-    const bool takes_turns = !random_op_.empty() && on_rank_thread();
-    if (takes_turns && (pass_acts_on_blocks() || routed_))
-      throw UserError("model.path: " + path_ + " draws random numbers in its forward (" + random_op_ +
-                      ") from LibTorch's one generator, which rank threads (dist.threads) take turns at; a pass that "
-                      "runs collectives inside the forward (dist.shard parameters, dist.tensor, "
-                      "model.activation_checkpointing) leaves no turns to take: run the ranks as processes (ddprun "
-                      "--nproc-per-node N) or drop that pass");
+    const bool turns = takes_turns(x);
     c10::IValue output;
     try {
-      auto run = [&] { output = pass_acts_on_blocks() ? c10::IValue(run_blocks(x)) : running().forward({x}); };
-      if (takes_turns)
-        drawing_as_rank(run);
+      // Run by blocks, each block takes its own turn: a pass's collectives come between them.
+      if (pass_acts_on_blocks())
+        output = run_blocks(x);
       else
-        run();
+        in_turn(turns, [&] { output = running().forward({x}); });
     } catch (const std::exception& e) {
       std::string hint;
       if (channels_last_ && x.dim() == 4 && std::string(e.what()).find("stride") != std::string::npos)
@@ -403,7 +394,8 @@ class ScriptedModel : public Model {
     for (const auto& path : chain_.paths) {
       auto mirror = mirror_of(path);
       blocks.push_back({path, mirror->parameters(), mirror->buffers(), [this, path](torch::Tensor x) {
-                          c10::IValue y = submodule(running(), path).forward({x});
+                          c10::IValue y;
+                          in_turn(takes_turns(x), [&] { y = submodule(running(), path).forward({x}); });
                           adopt_reassigned_buffers();
                           if (!y.isTensor())
                             throw UserError("model.path: " + path_ + "'s submodule " + path + " returned " +
@@ -532,6 +524,26 @@ class ScriptedModel : public Model {
   std::vector<const RoutedEmbedding*> embeddings_;
   std::optional<torch::jit::Module> routed_;  // the copy forward runs once a layer is routed
   std::string random_op_;                     // random_op(module_)
+
+  // Note [Ranks as threads]: the module's CPU draws come from the process's one default generator,
+  // which rank threads take turns at, each with its own state in it (one forward, or one block, at
+  // a time: a pass's collectives come between blocks, never inside a turn). A CUDA rank draws from
+  // its own device's generator.
+  bool takes_turns(const torch::Tensor& x) const {
+    return !random_op_.empty() && x.device().is_cpu() && on_rank_thread();
+  }
+  void in_turn(bool turns, const std::function<void()>& run) const {
+    if (!turns) return run();
+    const auto routed = [](const auto* layer) { return layer->routed(); };
+    if (std::any_of(linears_.begin(), linears_.end(), routed) ||
+        std::any_of(embeddings_.begin(), embeddings_.end(), routed))
+      throw UserError("model.path: " + path_ + " draws random numbers in its forward (" + random_op_ +
+                      ") from LibTorch's one CPU generator, which rank threads (dist.threads) take turns at; a pass "
+                      "that routes its layers through collectives (dist.tensor, model.embedding_sharding) would wait "
+                      "for the other ranks inside a turn: run the ranks as processes (ddprun --nproc-per-node N) or "
+                      "drop that pass");
+    drawing_as_rank(run);
+  }
 };
 
 }  // namespace
