@@ -59,7 +59,7 @@ TEST_CASE("a worker's failure stops the group at once and, with other nodes, tel
   }
 }
 
-TEST_CASE("a worker stopped as asked stops the group and the job, with no restart; elastic holds it as a failure",
+TEST_CASE("a worker stopped as asked stops the group and the job, with no restart, and elastic holds it as a failure",
           "[launch][state]") {
   const Failure asked{143, 0,
                       "rank 3 on host-b: exit code 143: a worker was asked to stop (SIGTERM), and its ranks "
