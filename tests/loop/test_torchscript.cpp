@@ -50,6 +50,25 @@ CommandResult ddprun(int nproc, const std::string& config, const std::vector<std
 
 using Weights = std::map<std::string, torch::Tensor>;
 
+// Accuracy and loss of the run in `out` (its model_scripted.pt, checked against its model.pt) on
+// the NPY samples, scored by plain PyTorch: the raw features normalised by `normalization` if given.
+std::pair<double, double> python_scores(const std::string& out, const std::string& x, const std::string& y,
+                                        const std::string& normalization = "") {
+  std::vector<std::string> command = {"/usr/bin/python3",
+                                      std::string(DDP_SOURCE_DIR) + "/tests/support/eval_torchscript.py",
+                                      out + "/model_scripted.pt",
+                                      out + "/model.pt",
+                                      x,
+                                      y};
+  if (!normalization.empty()) command.push_back(normalization);
+  auto python = run_command(command, std::chrono::seconds(120));
+  INFO(python.out << python.err);
+  REQUIRE(python.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+) loss ([0-9.]+)")));
+  return {std::stod(match[1]), std::stod(match[2])};
+}
+
 }  // namespace
 
 TEST_CASE("a scripted module at world 2 batch 32 matches world 1 batch 64 after 30 SGD steps", "[torchscript]") {
@@ -86,18 +105,12 @@ TEST_CASE("with BatchNorm and dropout at world 2, Python's torch.jit.load of the
   double accuracy = metric_value(dir.file("out/metrics.jsonl"), "eval_accuracy");
   double loss = metric_value(dir.file("out/metrics.jsonl"), "eval_loss");
   REQUIRE(accuracy > 0.7);  // it learned
-  auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_torchscript.py",
-                             dir.file("out/model_scripted.pt"), dir.file("out/model.pt"), python_fixture("test_x.npy"),
-                             python_fixture("test_y.npy")},
-                            std::chrono::seconds(120));
-  INFO(python.out << python.err);
-  REQUIRE(python.exit_code == 0);
-  std::smatch match;
-  REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+) loss ([0-9.]+)")));
-  CHECK(std::abs(std::stod(match[1]) - accuracy) <= 0.003);
+  auto [python_accuracy, python_loss] =
+      python_scores(dir.file("out"), python_fixture("test_x.npy"), python_fixture("test_y.npy"));
+  CHECK(std::abs(python_accuracy - accuracy) <= 0.003);
   // Rank 1 scored half the test set with its own copy of the running statistics: only if it held
   // rank 0's (the buffer broadcast) does the loss over both halves equal Python's over rank 0's model.
-  CHECK(std::stod(match[2]) == Approx(loss).epsilon(1e-4));
+  CHECK(python_loss == Approx(loss).epsilon(1e-4));
 }
 
 TEST_CASE(
@@ -136,16 +149,10 @@ TEST_CASE(
     const double accuracy = metric_value(out + "/metrics.jsonl", "eval_accuracy");
     const double loss = metric_value(out + "/metrics.jsonl", "eval_loss");
     REQUIRE(accuracy > 0.6);  // it learned
-    auto python = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/support/eval_torchscript.py",
-                               out + "/model_scripted.pt", out + "/model.pt", dir.file("test_x.npy"),
-                               dir.file("test_y.npy"), out + "/normalization.json"},
-                              std::chrono::seconds(120));
-    INFO(python.out << python.err);
-    REQUIRE(python.exit_code == 0);
-    std::smatch match;
-    REQUIRE(std::regex_search(python.out, match, std::regex("accuracy ([0-9.]+) loss ([0-9.]+)")));
-    CHECK(std::abs(std::stod(match[1]) - accuracy) <= 0.003);
-    CHECK(std::stod(match[2]) == Approx(loss).epsilon(1e-4));
+    auto [python_accuracy, python_loss] =
+        python_scores(out, dir.file("test_x.npy"), dir.file("test_y.npy"), out + "/normalization.json");
+    CHECK(std::abs(python_accuracy - accuracy) <= 0.003);
+    CHECK(python_loss == Approx(loss).epsilon(1e-4));
     // An export of the run carries it with the model.
     auto exported = run_command({bin("ddp-export"), out, "-o", dir.file(kind + "_export")}, std::chrono::seconds(120));
     INFO(exported.out << exported.err);
