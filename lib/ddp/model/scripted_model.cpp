@@ -433,12 +433,15 @@ class ScriptedModel : public Model {
     return m;
   }
   // The module forward runs (Note [Scripted routes]): the loaded one until a pass routes a layer.
+  // Whether a pass routed any of the module's Linear or Embedding layers (Note [Scripted routes]).
+  bool any_routed() const {
+    const auto routed = [](const auto* layer) { return layer->routed(); };
+    return std::any_of(linears_.begin(), linears_.end(), routed) ||
+           std::any_of(embeddings_.begin(), embeddings_.end(), routed);
+  }
   torch::jit::Module& running() {
     if (routed_) return *routed_;
-    const auto routed = [](const auto* layer) { return layer->routed(); };
-    if (std::none_of(linears_.begin(), linears_.end(), routed) &&
-        std::none_of(embeddings_.begin(), embeddings_.end(), routed))
-      return module_;
+    if (!any_routed()) return module_;
     {
       std::lock_guard<std::mutex> lock(routes().mutex);
       for (const RoutedLinear* layer : linears_) routes().linears[layer->weight.unsafeGetTensorImpl()] = layer;
@@ -534,9 +537,7 @@ class ScriptedModel : public Model {
   }
   void in_turn(bool turns, const std::function<void()>& run) const {
     if (!turns) return run();
-    const auto routed = [](const auto* layer) { return layer->routed(); };
-    if (std::any_of(linears_.begin(), linears_.end(), routed) ||
-        std::any_of(embeddings_.begin(), embeddings_.end(), routed))
+    if (any_routed())
       throw UserError("model.path: " + path_ + " draws random numbers in its forward (" + random_op_ +
                       ") from LibTorch's one CPU generator, which rank threads (dist.threads) take turns at; a pass "
                       "that routes its layers through collectives (dist.tensor, model.embedding_sharding) would wait "
