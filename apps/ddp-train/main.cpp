@@ -63,13 +63,8 @@ int main(int argc, char** argv) {
     ddp::validate(identity);
 
     for (auto& assignment : ddp::rank_thread_overrides(args)) args.overrides.push_back(std::move(assignment));
-    ddp::TrainConfig config = ddp::load_train_config(args.config, args.overrides);
+    ddp::TrainConfig config = ddp::load_run_config(args.config, args.overrides);
     memory_advice = ddp::out_of_memory_advice(config);
-    // Without it the keys its config.json gave fall back to their defaults, and a re-run of the run
-    // would be refused with a diff of all of them rather than this one line.
-    std::error_code missing;
-    if (!config.model.init_from.empty() && !std::filesystem::exists(config.model.init_from, missing))
-      throw ddp::ConfigError("model.init_from: " + config.model.init_from + " does not exist");
     if (args.print_config) {
       std::cout << ddp::to_yaml(config);
       return ddp::kExitSuccess;

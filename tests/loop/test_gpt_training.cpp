@@ -299,10 +299,11 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
     write_file(hub.file("config.json"), hub_config);
   }
   // The YAML names only what it trains on: config.json gives the architecture.
-  auto again = [&](const std::string& name, std::vector<std::string> more, int world = 1) {
-    more.insert(more.end(), {"model.name=llama", "optim.lr=0.00001", "schedule.name=constant", "train.max_steps=3",
-                             "eval.at_start=true", "run.output_dir=" + dir.file(name)});
-    return ddprun(world, write_gpt_config(dir), more);
+  auto again = [&](const std::string& name, const std::vector<std::string>& more, int world = 1) {
+    std::vector<std::string> sets = {"model.name=llama",  "optim.lr=0.00001",   "schedule.name=constant",
+                                     "train.max_steps=3", "eval.at_start=true", "run.output_dir=" + dir.file(name)};
+    sets.insert(sets.end(), more.begin(), more.end());
+    return ddprun(world, write_gpt_config(dir), sets);
   };
   auto imported = again("imported", {"model.init_from=" + hub.path()});
   INFO(imported.out << imported.err);
@@ -344,16 +345,39 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
   CHECK(conflict.exit_code == 2);
   CHECK_THAT(conflict.err, Contains("model.n_kv_heads: 2 here, but " + hub.path() +
                                     "/config.json (model.init_from) makes it 1"));
+  // Note [model.init_from gone]: a run from the hub that saves checkpoints, and the same run, longer.
+  const std::string from_hub = "model.init_from=" + hub.path();
+  auto whole = again("whole", {from_hub, "checkpoint.every_steps=2", "train.max_steps=5"});
+  auto interrupted = again("interrupted", {from_hub, "checkpoint.every_steps=2"});
+  REQUIRE(whole.exit_code == 0);
+  REQUIRE(interrupted.exit_code == 0);
   // A shard missing from the hub's directory: named, with the tensor that needed it.
   std::filesystem::remove(hub.file("model-00002-of-00002.safetensors"));
   auto lost = again("lost", {"model.init_from=" + hub.path()});
   CHECK(lost.exit_code == 2);
   CHECK_THAT(lost.err, Contains("model.safetensors.index.json: weight_map.lm_head.weight is in "
                                 "model-00002-of-00002.safetensors, which is not in " + hub.path()));
-  // The directory gone, running the imported run's config again is refused naming it, not with a
-  // diff of every key its config.json gave.
+  // The directory gone, a run from it goes on from its own checkpoints, the model keys config.json
+  // gave taken from the run's config.yaml, to the same losses as the run that never stopped.
   std::filesystem::remove_all(hub.path());
-  auto gone = again("imported", {"model.init_from=" + hub.path()});
+  auto lengthened = again("interrupted", {from_hub, "checkpoint.every_steps=2", "train.max_steps=5"});
+  INFO(lengthened.out << lengthened.err);
+  REQUIRE(lengthened.exit_code == 0);
+  CHECK_THAT(lengthened.out + lengthened.err, Contains("resum"));
+  CHECK(metric_value(dir.file("interrupted/metrics.jsonl"), "eval_loss") ==
+        metric_value(dir.file("whole/metrics.jsonl"), "eval_loss"));
+  CHECK_THAT(read_file(dir.file("interrupted/config.json")), Contains("\"bos_token_id\": 128000"));
+  // A finished run says so; one that has no checkpoint to resume from, or never ran, is refused naming it.
+  auto finished = again("imported", {from_hub});
+  CHECK(finished.exit_code == 0);
+  std::filesystem::remove_all(dir.file("interrupted/checkpoints"));
+  auto none = again("interrupted", {from_hub, "checkpoint.every_steps=2", "train.max_steps=7"});
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err,
+             Contains("model.init_from: " + hub.path() + " does not exist, and " + dir.file("interrupted/checkpoints") +
+                      " holds no checkpoint to resume from: the run "
+                      "cannot go on without the weights it started from"));
+  auto gone = again("elsewhere", {from_hub});
   CHECK(gone.exit_code == 2);
   CHECK_THAT(gone.err, Contains("model.init_from: " + hub.path() + " does not exist"));
   // An export made now carries the hub's other keys all the same: the run's config.json kept them.

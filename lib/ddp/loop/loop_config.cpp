@@ -5,6 +5,8 @@
 
 namespace ddp {
 
+std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() ? "runs/" + run.name : run.output_dir; }
+
 void declare_config(ConfigSchema& schema, RunConfig& config) {
   schema.section("run", "Naming and seeding of the run.");
   schema.add("run.name", &config.name, "name of the run").non_empty();

@@ -14,6 +14,9 @@ struct RunConfig {
   int64_t seed = 0;        ///< model init and dropout (the sampler and synthetic data have seeds of their own)
 };
 
+/// Where a run writes: run.output_dir, else runs/<run.name>.
+std::string output_dir_of(const RunConfig& run);
+
 /// `train:` the loop.
 struct TrainLoopConfig {
   int64_t epochs = 1;

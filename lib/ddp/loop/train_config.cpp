@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/hugging_face.h"
@@ -182,9 +183,18 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   }
 }
 
-// The file, then the overrides, on top of `under` (assignments as --set takes them) over the defaults.
+// Keys a run directory's config.yaml recorded, beneath the file (Note [model.init_from gone]).
+struct RecordedLayer {
+  YAML::Node root;
+  std::string source;
+};
+
+// The file, then the overrides, on top of `under` (assignments as --set takes them) and `recorded`
+// over the defaults.
 void layer(ConfigSchema& schema, const std::vector<std::string>& under, const YAML::Node& root,
-           const std::string& source, const std::filesystem::path& file_dir, const std::vector<std::string>& overrides) {
+           const std::string& source, const std::filesystem::path& file_dir, const std::vector<std::string>& overrides,
+           const RecordedLayer& recorded) {
+  if (recorded.root.IsMap()) schema.load(recorded.root, recorded.source);
   for (const auto& assignment : under) schema.apply_override(assignment);
   schema.collect_errors();  // the file's and the overrides' errors, all said by validate()
   schema.load(root, source);
@@ -200,11 +210,11 @@ std::string value_of(const YAML::Node& values, const std::string& path) {
 }
 
 TrainConfig build(const YAML::Node& root, const std::string& source, const std::filesystem::path& file_dir,
-                  const std::vector<std::string>& overrides) {
+                  const std::vector<std::string>& overrides, const RecordedLayer& recorded = {}) {
   TrainConfig config;
   ConfigSchema schema;
   declare_all(schema, config);
-  layer(schema, {}, root, source, file_dir, overrides);
+  layer(schema, {}, root, source, file_dir, overrides, recorded);
   // Note [Hugging Face directories]: model.init_from's config.json, under the file and the overrides.
   const std::string directory = config.model.init_from;
   if (!directory.empty()) schema.throw_collected();  // before what the import could throw instead
@@ -220,7 +230,7 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
     declare_all(alone_schema, alone);
     declare_all(merged_schema, merged);
     for (const auto& assignment : imported) alone_schema.apply_override(assignment);
-    layer(merged_schema, imported, root, source, file_dir, overrides);
+    layer(merged_schema, imported, root, source, file_dir, overrides, recorded);
     // A key the file or an override set to another value than config.json's: which one is meant?
     const YAML::Node ours = YAML::Load(merged_schema.to_yaml()), theirs = YAML::Load(alone_schema.to_yaml());
     // Values that say the same model differently: the Llama's n_kv_heads 0 is "as many as n_head",
@@ -250,14 +260,51 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
 
 }  // namespace
 
-TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+
+std::string read_config_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error)) throw ConfigError("config file not found: " + path);
   std::ifstream in(path);
   std::ostringstream text;
   text << in.rdbuf();
   if (!in || std::filesystem::is_directory(path, error)) throw ConfigError("cannot read config file: " + path);
-  return build(parse_yaml(text.str(), path), path, std::filesystem::absolute(path).parent_path(), overrides);
+  return text.str();
+}
+
+}  // namespace
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return build(parse_yaml(read_config_file(path), path), path, std::filesystem::absolute(path).parent_path(),
+               overrides);
+}
+
+TrainConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  TrainConfig config = load_train_config(path, overrides);
+  const std::string& init_from = config.model.init_from;
+  std::error_code error;
+  if (init_from.empty() || std::filesystem::exists(init_from, error)) return config;
+  // Note [model.init_from gone]: the run directory's record, if it is of a run from this init_from.
+  const std::string run_dir = output_dir_of(config.run), recorded_path = run_dir + "/config.yaml";
+  YAML::Node recorded;
+  try {
+    if (std::filesystem::is_regular_file(recorded_path, error))
+      recorded = parse_yaml(read_whole_file(recorded_path), recorded_path);
+  } catch (const std::exception&) {
+    recorded = YAML::Node();  // unreadable: init_from is refused as missing
+  }
+  const YAML::Node model = recorded.IsMap() ? recorded["model"] : YAML::Node();
+  const YAML::Node started_from = model.IsMap() ? model["init_from"] : YAML::Node();
+  if (!started_from || !started_from.IsScalar() || started_from.as<std::string>() != init_from)
+    throw ConfigError("model.init_from: " + init_from + " does not exist");
+  YAML::Node keys = YAML::Clone(model);
+  keys.remove("init_from");
+  YAML::Node layer;
+  layer["model"] = keys;
+  config = build(parse_yaml(read_config_file(path), path), path, std::filesystem::absolute(path).parent_path(),
+                 overrides, {layer, recorded_path});
+  config.model.init_from_gone_run_dir = run_dir;
+  return config;
 }
 
 TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides) {

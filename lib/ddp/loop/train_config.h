@@ -41,6 +41,19 @@ struct TrainConfig {
 /// Reads a YAML file, applies `--set key=value` overrides in order, validates. Throws ConfigError.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
 
+// Note [model.init_from gone]: a run that started from model.init_from needs it no more once it has
+// a checkpoint, which holds every weight; a user who deleted the download should still be able to
+// resume, or lengthen, the run. So where init_from no longer exists but the run directory's
+// config.yaml records a run from it, the model keys come from that record (a Hugging Face
+// directory's config.json gave some), beneath the file and the overrides as config.json's were;
+// the model is built without reading init_from (ModelConfig::init_from_gone_run_dir), and the run
+// must resume: with no checkpoint to resume from it is refused, never started from fresh weights.
+// Anywhere else a missing init_from is refused, naming it.
+
+/// load_train_config for a run (ddp-train): a model.init_from that does not exist is refused,
+/// unless the run directory records a run from it (Note [model.init_from gone]).
+TrainConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
 /// The same from YAML text (tests).
 TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides);
 

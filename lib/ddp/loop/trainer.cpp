@@ -29,8 +29,6 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-std::string output_dir_of(const RunConfig& run) { return run.output_dir.empty() ? "runs/" + run.name : run.output_dir; }
-
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d::Store> shared_store)
@@ -96,7 +94,8 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank, world.device);
 
   // Each rank reads model.init_from on its own node, only what it keeps: the same weights everywhere.
-  if (!config_.model.init_from.empty() && world.world_size > 1) check_same_weights(world, config_.model.init_from);
+  const bool reads_init_from = !config_.model.init_from.empty() && config_.model.init_from_gone_run_dir.empty();
+  if (reads_init_from && world.world_size > 1) check_same_weights(world, config_.model.init_from);
   TaskContext context;
   context.device = world.device;
   // One rank sums with itself: the same layers and arithmetic at every world size.
@@ -148,12 +147,21 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   progress_.batch_size = config_.train.batch_size;
   progress_.accum_steps = config_.train.grad_accum_steps;
   progress_.lr_ranks = step_shape_.lr_ranks;
-  resume();
+  if (!resume() && !config_.model.init_from_gone_run_dir.empty())
+    throw ConfigError("model.init_from: " + config_.model.init_from + " does not exist, and " +
+                      checkpointer_->directory() + " holds no checkpoint to resume from" +
+                      (config_.checkpoint.resume == "never" ? " (checkpoint.resume: never)" : "") +
+                      ": the run cannot go on without the weights it started from");
+  if (!config_.model.init_from_gone_run_dir.empty() && plan_->world().rank == 0)
+    spdlog::info(
+        "model.init_from {} is gone: the run goes on from its own checkpoint, with the model keys its "
+        "config.yaml recorded",
+        config_.model.init_from);
   set_up_step_graph();  // after resume: the optimizer's state is the one steps will update
   return_setup_memory();
 }
 
-void Trainer::resume() {
+bool Trainer::resume() {
   // Note [Resume from rank 0]: rank 0 alone chooses and verifies the checkpoint, reads it, and
   // broadcasts its bytes; every rank loads those. The ranks then resume from the same state even
   // when their nodes hold different files at that path (node-local storage, a stale copy), and
@@ -226,8 +234,8 @@ void Trainer::resume() {
     broadcast_bytes(world, path, 0);
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
-    if (bytes.empty()) return;
-    if (resume_from(path, manifest, bytes, rewind_to)) return;
+    if (bytes.empty()) return false;
+    if (resume_from(path, manifest, bytes, rewind_to)) return true;
   }
 }
 

@@ -46,7 +46,7 @@ class Trainer {
 
  private:
   int train_to_the_end();  // fit() but for the report of a failed run
-  void resume();
+  bool resume();           ///< whether a checkpoint was resumed from
   void set_aside_checkpoints_after(int64_t step) const;  // Note [A named checkpoint rewinds]
   /// Restores the checkpoint of manifest `path` (`common`: the file its manifest calls common),
   /// whatever layout wrote it; false when it or a rank's pieces of it could not be read and

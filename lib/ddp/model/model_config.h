@@ -35,6 +35,9 @@ inline constexpr int64_t kMinClasses = 2;
 struct ModelConfig {
   std::string name = "convnet";  ///< a registered model (convnet | dlrm | gpt | linear3 | llama | mlp | torchscript), or graphsage
   std::string init_from;         ///< any model: start from these weights (model.pt, a safetensors file, a Hugging Face directory)
+  /// Not a key: set when init_from is gone and this run directory's checkpoints stand in for it
+  /// (Note [model.init_from gone] in train_config.h); the model is built without reading init_from.
+  std::string init_from_gone_run_dir;
   int64_t num_classes = 10;      ///< classifiers: outputs of the last layer
   int64_t block_size = 1024;     ///< gpt, llama, causal_lm: tokens of context (a sample is block_size + 1 tokens)
   std::string activation_checkpointing = "none";  ///< none | full | every_N: blocks recomputed in backward

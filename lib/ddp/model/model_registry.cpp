@@ -53,7 +53,7 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
     // A family that deferred its build reads model.init_from's values when a pass gives a parameter
     // them; one that built whole (Note [Deferred initialisation]) reads them now.
     if (deferred && deferred->pending() == 0) scope.reset();
-    if (!config.init_from.empty()) {
+    if (!config.init_from.empty() && config.init_from_gone_run_dir.empty()) {
       try {
         model->load_weights(config.init_from);
       } catch (const FileError& e) {
@@ -62,7 +62,10 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, const ModelContext&
     }
   }
   if (deferred && deferred->pending() > 0) model->deferred_init_ = std::move(deferred);
-  model->set_hugging_face_source(config.init_from);
+  // Note [model.init_from gone]: the run's own config.json, written when it ended before, carries
+  // what init_from's did.
+  model->set_hugging_face_source(config.init_from_gone_run_dir.empty() ? config.init_from
+                                                                       : config.init_from_gone_run_dir);
   return model;
 }
 

@@ -41,7 +41,8 @@ GraphTask::GraphTask(const DataConfig& data, const SamplerConfig& sampler, const
   options.normalize = model.graphsage.normalize;
   options.dropout = model.graphsage.dropout;
   build_model(context.model, [&] { model_ = GraphSage(options); });
-  if (!model.init_from.empty()) load_python_state_dict(*model_, model.init_from);
+  if (!model.init_from.empty() && model.init_from_gone_run_dir.empty())
+    load_python_state_dict(*model_, model.init_from);
   model_->to(context.device);
 }
 
