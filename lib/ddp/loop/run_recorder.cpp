@@ -164,6 +164,7 @@ void RunRecorder::begin(const TrainProgress& progress, int64_t total_steps, int6
     metrics_->write_text("config", 0, indented);
   }
   heartbeat_.beat(progress.step);
+  monitor_.start();
   run_start_ = window_start_ = Clock::now();
   run_start_step_ = window_from_step_ = progress.step;
   total_steps_ = total_steps;

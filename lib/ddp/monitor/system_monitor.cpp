@@ -99,6 +99,11 @@ SystemMonitor::SystemMonitor(const MonitorConfig& config, int rank, int world_si
 #else
   (void)gpu_index;
 #endif
+}
+
+void SystemMonitor::start() {
+  if (!enabled() || thread_.joinable()) return;
+  last_record_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this] { sample_loop(); });
 }
 
@@ -116,8 +121,8 @@ void SystemMonitor::sample_loop() {
   auto wall = std::chrono::steady_clock::now();
   double cpu = cpu_seconds();
   std::unique_lock<std::mutex> lock(mutex_);
-  // The first sample comes soon, so that a short run's first record has one.
-  auto interval = std::chrono::duration<double>(std::min(every_s_, 0.5));
+  // The first sample comes soon, before the first record, so that a short run's has one.
+  auto interval = std::chrono::duration<double>(std::min(every_s_ / 2, 0.5));
   while (!wake_.wait_for(lock, interval, [&] { return stopping_; })) {
     interval = std::chrono::duration<double>(every_s_);
     auto now = std::chrono::steady_clock::now();

@@ -39,9 +39,9 @@ struct MonitorSlots {
 /// Every rank's numbers, and what rank 0 makes of them.
 class SystemMonitor {
  public:
-  /// Starts this rank's sampling thread (CPU and RSS every config.every_s; on CUDA builds, CUDA
-  /// device `gpu_index` through NVML unless it is -1) unless the monitor is off, and reserves its
-  /// slot in `side_values` (which the gradient sync carries, and which must outlive it). CPU and
+  /// Reserves its slot in `side_values` (which the gradient sync carries, and which must outlive
+  /// it) unless the monitor is off; start() starts its sampling (CPU and RSS every config.every_s;
+  /// on CUDA builds, CUDA device `gpu_index` through NVML unless it is -1). CPU and
   /// RSS are the process's: with `process_ranks` rank threads in it (Note [Ranks as threads]), each
   /// rank reports its share, so that they add up to the process's, not to that many times it.
   SystemMonitor(const MonitorConfig& config, int rank, int world_size, int gpu_index, ValueSlots& side_values,
@@ -49,6 +49,11 @@ class SystemMonitor {
   ~SystemMonitor();
   SystemMonitor(const SystemMonitor&) = delete;
   SystemMonitor& operator=(const SystemMonitor&) = delete;
+
+  /// Training begins: this rank's sampling thread starts, and the first window with it. Not at
+  /// construction: the setup (a data cache built by one rank, a model read) would be the first
+  /// sample, and the first record would show it as one rank's CPU while all did the same steps.
+  void start();
 
   bool enabled() const { return every_s_ > 0; }
   /// How many side values it reserved: 4 per rank (9 on CUDA builds), or none when off.
