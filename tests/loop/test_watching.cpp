@@ -191,6 +191,40 @@ TEST_CASE("a report of 500k logged steps is a page of kilobytes that headless Ch
   CHECK(pixels_of(dir.file("big.png"), "1f77b4") > 3000);
 }
 
+TEST_CASE("a chart alone in its section is drawn the size of the others in headless Chromium", "[watch][report]") {
+  if (!chromium_here()) return;
+  TempDir dir;
+  // A run shorter than monitor.every_s: its all-reduce chart alone under "Communication and ranks".
+  fs::create_directories(dir.file("run"));
+  {
+    std::ofstream metrics(dir.file("run/metrics.jsonl"));
+    for (int step = 1; step <= 20; ++step)
+      metrics << "{\"step\": " << step << ", \"loss\": " << 2.0 / step << ", \"samples_per_s\": 1000, \"lr\": 0.1, "
+              << "\"allreduce_ms\": 3}\n";
+  }
+  auto r = run_command({bin("ddp-report"), dir.file("run"), "-o", dir.file("page.html")}, std::chrono::seconds(120));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::string html = read_file(dir.file("page.html"));
+  // The width of each section's first chart, read back from the DOM.
+  html.replace(html.rfind("</body>"), 7,
+               "<script>addEventListener('load', () => { document.body.setAttribute('data-widths', [...document."
+               "querySelectorAll('.charts')].map(s => s.children.length + ':' + Math.round(s.children[0]."
+               "getBoundingClientRect().width)).join(' ')); });</script></body>");
+  write_file(dir.file("measured.html"), html);
+  for (const char* width : {"1900", "1000"}) {
+    auto dom = run_shell(std::string("timeout 120 chromium --headless --no-sandbox --disable-gpu --window-size=") +
+                             width + ",1200 --dump-dom file://" + dir.file("measured.html") + " 2>/dev/null",
+                         std::chrono::seconds(150));
+    std::smatch widths;
+    INFO("window " << width << " px wide");
+    REQUIRE(std::regex_search(dom.out, widths, std::regex("data-widths=\"([0-9]+):([0-9]+) 1:([0-9]+)\"")));
+    INFO(widths[0]);
+    CHECK(std::stoi(widths[1]) >= 3);  // Training: loss, throughput, learning rate
+    CHECK(widths[2] == widths[3]);
+  }
+}
+
 TEST_CASE("ddp-report overlays two runs on one page: both runs' curves in headless Chromium, legends that fit",
           "[watch][report]") {
   if (!chromium_here()) return;

@@ -21,13 +21,15 @@
 namespace ddp {
 namespace {
 
+// auto-fill keeps a row's empty columns: with auto-fit a chart alone in its section took the whole
+// width, its text scaled up with it.
 constexpr const char* kStyle = R"(
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #f6f6f4; }
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 24px 0 8px; }
 .meta { color: #666; margin-bottom: 16px; }
 table { border-collapse: collapse; background: #fff; } td, th { padding: 4px 10px; border: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 12px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 12px; }
 svg.chart { background: #fff; border: 1px solid #ddd; width: 100%; height: auto; }
 .differs td { font-family: ui-monospace, monospace; }
 svg .title { font-weight: 600; font-size: 14px; } svg .tick, svg .legend { font-size: 11px; fill: #444; }
