@@ -156,6 +156,11 @@ int main(int argc, char** argv) {
         throw ddp::UserError(tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
                              " pieces, more than the model's " + std::to_string(vocab) +
                              " (model.vocab_size): it is not the tokenizer this model was trained with");
+    } else if (vocab != kByteVocabulary && args.ids && !has_prompt_ids) {  // ids out, but text in
+      throw ddp::UserError("--ids: model.vocab_size is " + std::to_string(vocab) + " (" + config_path +
+                           "), so its tokens are not bytes, and with no tokenizer.model in the run directory or beside "
+                           "data.path the prompt cannot be made into tokens: give it as --prompt-ids (token ids "
+                           "separated by spaces), or name the tokenizer with --tokenizer");
     } else if (vocab != kByteVocabulary && !(args.ids && has_prompt_ids)) {  // text in or out needs one
       throw ddp::UserError(config_path + ": model.vocab_size is " + std::to_string(vocab) +
                            ", so its tokens are not bytes, and no tokenizer.model is in the run directory or beside "

@@ -229,6 +229,21 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
                                    "model.name); ddp-generate samples from causal language models (gpt, llama)"));
     write_file(dir.file("same.yaml"), read_file(dir.file("out/config.yaml")));
     CHECK(generate("--config " + dir.file("same.yaml") + " --tokens 3").exit_code == 0);
+    // A copy of the run cut short in its config.yaml: said as that, wherever the cut fell (in a
+    // key's value, between sections, in the last value), not as what the cut left wrong.
+    const std::string whole = read_file(dir.file("out/config.yaml"));
+    std::filesystem::copy(dir.file("out"), dir.file("copy"), std::filesystem::copy_options::recursive);
+    for (std::size_t keep : {whole.find("data_replicate:") + 15, whole.find("\nmodel:") + 1, whole.size() - 2}) {
+      write_file(dir.file("copy/config.yaml"), whole.substr(0, keep));
+      auto cut = run_shell(bin("ddp-generate") + " " + dir.file("copy") + " --tokens 3", std::chrono::seconds(30));
+      INFO(whole.substr(0, keep));
+      CHECK(cut.exit_code == 2);
+      CHECK_THAT(cut.err, Contains(dir.file("copy/config.yaml") + " is cut short: a run writes all ") &&
+                              Contains("restore it from a copy of the run directory"));
+    }
+    // The same beginning, trimmed to be another run's config outside a run directory, is a config.
+    write_file(dir.file("trimmed.yaml"), whole.substr(0, whole.find("\ncheckpoint:") + 1));
+    CHECK(generate("--config " + dir.file("trimmed.yaml") + " --tokens 3").exit_code == 0);
     auto missing = run_shell(bin("ddp-generate") + " " + dir.file("nowhere"), std::chrono::seconds(30));
     CHECK(missing.exit_code == 2);
     CHECK_THAT(missing.err, Contains(dir.file("nowhere") + ": no such file"));
@@ -793,6 +808,15 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
   auto no_tokenizer = run_shell(bin("ddp-generate") + " " + dir.file("bare") + " --tokens 3", std::chrono::seconds(60));
   CHECK(no_tokenizer.exit_code == 2);
   CHECK_THAT(no_tokenizer.err, Contains("model.vocab_size is 400, so its tokens are not bytes"));
+  // --ids prints ids, but the prompt is still text: the way in is --prompt-ids.
+  auto ids_out =
+      run_shell(bin("ddp-generate") + " " + dir.file("bare") + " --ids --tokens 3", std::chrono::seconds(60));
+  CHECK(ids_out.exit_code == 2);
+  CHECK_THAT(ids_out.err, Contains("--ids: model.vocab_size is 400") &&
+                              Contains("the prompt cannot be made into tokens: give it as --prompt-ids"));
+  CHECK(run_shell(bin("ddp-generate") + " " + dir.file("bare") + " --ids --prompt-ids '5 6' --tokens 3",
+                  std::chrono::seconds(60))
+            .exit_code == 0);
 
   // The run kept the tokenizer its tokens were made with: one made again beside the data later
   // (ddp-tokenize --name gpl, another vocabulary) changes neither ddp-generate's text nor ddp-export's copy.

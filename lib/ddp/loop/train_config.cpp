@@ -10,6 +10,7 @@
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
+#include "ddp/common/version.h"
 #include "ddp/config/config_schema.h"
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/llama_config.h"
@@ -272,11 +273,56 @@ std::string read_config_file(const std::string& path) {
   return text.str();
 }
 
+// The section.key names of a config's text, in its order; empty for text that is not YAML.
+std::vector<std::string> keys_in_order(const std::string& text) {
+  std::vector<std::string> keys;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception&) {
+    return keys;
+  }
+  if (!root.IsMap()) return keys;
+  for (const auto& section : root) {
+    if (!section.first.IsScalar() || !section.second.IsMap()) continue;
+    for (const auto& key : section.second)
+      if (key.first.IsScalar()) keys.push_back(section.first.as<std::string>() + "." + key.first.as<std::string>());
+  }
+  return keys;
+}
+
+// A run's config.yaml (beside its metrics.jsonl), written whole by this ddprun (its first line says so), that holds
+// only the first of the keys a run writes: cut short (a copy that stopped, a full disk). Said as that, not as whatever
+// the cut left wrong, nor loaded with the missing keys' defaults (a cut between sections leaves valid YAML).
+void check_not_cut_short(const std::string& text, const std::string& path) {
+  const std::string version = version_line(), ours = "# " + version.substr(0, version.find(',')) + ",";
+  // A copy trimmed by hand to make another run's config is no record.
+  std::error_code error;
+  const std::filesystem::path file(path);
+  if (file.filename() != "config.yaml" || !std::filesystem::exists(file.parent_path() / "metrics.jsonl", error) ||
+      text.rfind(ours, 0) != 0)
+    return;
+  static const std::vector<std::string> every = keys_in_order(to_yaml(TrainConfig{}));
+  const std::vector<std::string> present = keys_in_order(text);
+  const std::size_t n = present.size();
+  // Only a cut leaves exactly a beginning of the keys (the last one's name maybe cut too): another
+  // version's file differs elsewhere. One cut in the last value leaves no final newline.
+  bool beginning = n < every.size();
+  for (std::size_t i = 0; beginning && i + 1 < n; ++i) beginning = present[i] == every[i];
+  if (beginning && n > 0) beginning = every[n - 1].rfind(present[n - 1], 0) == 0;
+  if (!beginning && text.back() == '\n') return;
+  throw ConfigError(path + " is cut short: a run writes all " + std::to_string(every.size()) +
+                    " keys of its config there, and it ends " +
+                    (n == 0 ? std::string("before its first key") : "at " + present.back()) +
+                    " (a copy that stopped, a full disk?); restore it from a copy of the run directory");
+}
+
 }  // namespace
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return build(parse_yaml(read_config_file(path), path), path, std::filesystem::absolute(path).parent_path(),
-               overrides);
+  const std::string text = read_config_file(path);
+  check_not_cut_short(text, path);
+  return build(parse_yaml(text, path), path, std::filesystem::absolute(path).parent_path(), overrides);
 }
 
 TrainConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
