@@ -1031,6 +1031,10 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
     CHECK(empty.exit_code == 2);
     CHECK_THAT(empty.err, Contains(": expected a value, got an empty one (leave the option out for its default)"));
   }
+  // A file system that makes no directories there: the user's to fix (2), not an I/O error to retry (74).
+  auto proc = run_command({bin("ddp-export"), dir.file("out"), "-o", "/proc/ddprun-test"}, std::chrono::seconds(60));
+  CHECK(proc.exit_code == 2);
+  CHECK_THAT(proc.err, Contains("error: cannot make the directory /proc/ddprun-test"));
   auto itself = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("out")}, std::chrono::seconds(60));
   CHECK(itself.exit_code == 2);
   CHECK_THAT(itself.err, Contains("is the run directory itself"));
