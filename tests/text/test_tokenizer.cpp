@@ -57,7 +57,18 @@ TEST_CASE("a text corpus: lines without their ends, the last whole lines held ou
   write_file(dir.file("empty.txt"), "");
   CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("empty.txt")}, 0.1), Contains(dir.file("empty.txt") + ": empty"));
   write_file(dir.file("one.txt"), "a single line");
-  CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("one.txt")}, 0.1), Contains("too few to hold out"));
+  CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("one.txt")}, 0.1),
+                    Contains(dir.file("one.txt") + ":1: this one line holds 13 of the text's 13 bytes") &&
+                        Contains("it would take all of the text; break the text into lines"));
+  write_file(dir.file("short.txt"), "a\nb\n");
+  CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("short.txt")}, 0.9), Contains("the text has 2 line(s), too few"));
+  // A text whose last line holds most of it, in the second of two files: named by file and line,
+  // not held out silently (it was: trained on 2% of the text, validated on the rest).
+  write_file(dir.file("lines.txt"), "first line\nsecond line\n");
+  write_file(dir.file("long_end.txt"), "a\n" + std::string(1000, 'w') + "\n");
+  CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("lines.txt"), dir.file("long_end.txt")}, 0.1),
+                    Contains(dir.file("long_end.txt") + ":2: this one line holds 1000 of the text's 1026 bytes") &&
+                        Contains("the held-out 0.1 is made of whole lines from the end: it would take 98%"));
   CHECK_THROWS_WITH(ddp::read_text_corpus({dir.file("none.txt")}, 0.1), Contains(dir.file("none.txt") + ": no such file"));
   // Text only in the held-out end: SentencePiece said only "its check !sentences_.empty() failed".
   write_file(dir.file("late.txt"), "\n \n\t\nthe only words are at the end of the text\n");

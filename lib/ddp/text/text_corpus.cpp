@@ -68,7 +68,9 @@ TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_o
   TextCorpus corpus;
   if (files.empty()) throw UserError("no text files given");
   corpus.contents.reserve(files.size());  // the lines point into these strings: no reallocation
+  std::vector<std::size_t> first_lines;   // of each file, to name a line by its file
   for (const auto& file : files) {
+    first_lines.push_back(corpus.lines.size());
     if (std::filesystem::is_directory(file)) throw FileError(file + ": a directory, not a text file");
     if (!std::filesystem::exists(file)) throw FileError(file + ": no such file");
     // A pipe, /dev/stdin or <(command) too: read as a stream, as it cannot be sized.
@@ -100,6 +102,28 @@ TextCorpus read_text_corpus(const std::vector<std::string>& files, double held_o
   while (corpus.held_out_from > 0 && static_cast<double>(held) < held_out_fraction * static_cast<double>(corpus.bytes)) {
     --corpus.held_out_from;
     held += static_cast<int64_t>(corpus.lines[corpus.held_out_from].size()) + 1;
+  }
+  // Whole lines, from the end: one long line (a paragraph a line, a file with no breaks) can take
+  // far more than the fraction, and leave little, or nothing, to train on.
+  const auto longest =
+      std::max_element(corpus.lines.begin() + static_cast<std::ptrdiff_t>(corpus.held_out_from), corpus.lines.end(),
+                       [](std::string_view a, std::string_view b) { return a.size() < b.size(); });
+  const auto bytes = static_cast<double>(corpus.bytes);
+  // More than half the text, and twice what was asked (a small text's lines are each a large share).
+  const bool overshot = static_cast<double>(held) > std::max(2 * held_out_fraction, 0.5) * bytes;
+  if ((corpus.held_out_from == 0 && 2 * static_cast<double>(longest->size()) > bytes) ||
+      (corpus.held_out_from > 0 && overshot)) {
+    const auto index = static_cast<std::size_t>(longest - corpus.lines.begin());
+    const auto file = std::upper_bound(first_lines.begin(), first_lines.end(), index) - first_lines.begin() - 1;
+    throw FileError(files[static_cast<std::size_t>(file)] + ":" +
+                    std::to_string(index - first_lines[static_cast<std::size_t>(file)] + 1) + ": this one line holds " +
+                    std::to_string(longest->size()) + " of the text's " + std::to_string(corpus.bytes) +
+                    " bytes, and the held-out " + fraction_text(held_out_fraction) +
+                    " is made of whole lines from the end: it would take " +
+                    (corpus.held_out_from == 0 ? std::string("all of the text")
+                                               : std::to_string(static_cast<int>(100 * held / bytes + 0.5)) + "%") +
+                    "; break the text into lines (at sentences or paragraphs), or hold out nothing with "
+                    "--val-fraction 0");
   }
   if (corpus.held_out_from == 0)
     throw FileError(files.back() + ": the text has " + std::to_string(corpus.lines.size()) +
