@@ -12,6 +12,7 @@ non-clicks (AUC about 0.8 where a guess gets 0.5).
     /usr/bin/python3 scripts/make_clicks.py OUT.tsv --rows 100000 --seed 0
 """
 import argparse
+import math
 import os
 import sys
 
@@ -30,8 +31,15 @@ def main():
     parser.add_argument("--model-seed", type=int, default=1234,
                         help="seed of the planted effects: files of different --seed share them (train and test)")
     args = parser.parse_args()
-    if args.rows < 1 or args.vocabulary < 2:
-        sys.exit("make_clicks: --rows must be >= 1 and --vocabulary >= 2")
+    # One line each, as argparse says them (exit 2), not a traceback from numpy or open().
+    if args.rows < 1:
+        parser.error(f"--rows: expected at least 1, got {args.rows}")
+    if args.vocabulary < 2:
+        parser.error(f"--vocabulary: expected at least 2, got {args.vocabulary}")
+    if not math.isfinite(args.zipf):
+        parser.error(f"--zipf: expected a finite exponent (1.1 is typical, 0 uniform), got {args.zipf}")
+    if os.path.isdir(args.output):
+        parser.error(f"{args.output} is a directory: name the file to write")
 
     truth = np.random.default_rng(args.model_seed)  # the world: shared by every file of this model seed
     effects = truth.normal(0.0, 0.7, (CATEGORICAL, args.vocabulary))
@@ -53,14 +61,22 @@ def main():
     dense_missing = rng.random((n, DENSE)) < 0.05
     categorical_missing = rng.random((n, CATEGORICAL)) < 0.03
 
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w") as out:
+    try:
+        write(args.output, labels, counts, values, hashes, dense_missing, categorical_missing)
+    except OSError as e:
+        sys.exit(f"make_clicks: {args.output}: {e.strerror or e}")
+    print(f"{args.rows} impressions, {labels.mean():.3f} clicked, written to {args.output}")
+
+
+def write(output, labels, counts, values, hashes, dense_missing, categorical_missing):
+    n = len(labels)
+    os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+    with open(output, "w") as out:
         for i in range(n):
             fields = [str(labels[i])]
             fields += ["" if dense_missing[i, j] else str(counts[i, j]) for j in range(DENSE)]
             fields += ["" if categorical_missing[i, f] else "%08x" % hashes[f, values[i, f]] for f in range(CATEGORICAL)]
             out.write("\t".join(fields) + "\n")
-    print(f"{n} impressions, {labels.mean():.3f} clicked, written to {args.output}")
 
 
 if __name__ == "__main__":

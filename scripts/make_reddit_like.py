@@ -21,6 +21,7 @@ Deterministic for a seed. At full size on two cores: about 70 s and 2.8 GB peak,
 --compressed deflates them as the real files are (0.8 GB, about 110 s).
 """
 import argparse
+import math
 import os
 import time
 
@@ -94,6 +95,24 @@ def main():
                         help="class centroids' standard deviation per feature, against unit noise")
     parser.add_argument("--compressed", action="store_true", help="deflate the .npz files, as the real ones are")
     args = parser.parse_args()
+    # One line each, as argparse says them (exit 2), not a traceback from numpy.
+    for name, value, least in (("--nodes", args.nodes, 2), ("--edges", args.edges, 2), ("--features", args.features, 1),
+                               ("--classes", args.classes, 2)):
+        if value < least:
+            parser.error(f"{name}: expected at least {least}, got {value}")
+    if args.classes > args.nodes:
+        parser.error(f"--classes: {args.classes} is more than the {args.nodes} nodes (--nodes)")
+    if args.edges // 2 > args.nodes * (args.nodes - 1) // 2:
+        parser.error(f"--edges: {args.edges} is more than the {args.nodes * (args.nodes - 1)} directed edges that "
+                     f"{args.nodes} nodes have between them")
+    if not (math.isfinite(args.alpha) and args.alpha > 0):
+        parser.error(f"--alpha: expected a finite tail index above 0, got {args.alpha}")
+    if not 0 <= args.homophily <= 1:
+        parser.error(f"--homophily: expected a share from 0 to 1, got {args.homophily}")
+    if not (math.isfinite(args.signal) and args.signal >= 0):
+        parser.error(f"--signal: expected a finite standard deviation of 0 or more, got {args.signal}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"{args.out} is a file: name the directory to write the graph in")
     start = time.time()
     rng = np.random.default_rng(args.seed)
     n = args.nodes

@@ -85,6 +85,35 @@ std::pair<std::string, std::string> logs_and_reference(const TempDir& dir, int t
 
 }  // namespace
 
+TEST_CASE(
+    "the data scripts (make_clicks.py, make_reddit_like.py) refuse bad arguments in one line each, exit 2, "
+    "no traceback",
+    "[clicks][graph]") {
+  TempDir dir;
+  write_file(dir.file("a_file"), "x");
+  const std::string scripts = std::string(DDP_SOURCE_DIR) + "/scripts/";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"make_clicks.py", dir.file("c.tsv"), "--zipf", "nan"}, "--zipf: expected a finite exponent"},
+      {{"make_clicks.py", dir.file("c.tsv"), "--rows", "0"}, "--rows: expected at least 1, got 0"},
+      {{"make_clicks.py", dir.path()}, dir.path() + " is a directory: name the file to write"},
+      {{"make_reddit_like.py", dir.file("g"), "--nodes", "0"}, "--nodes: expected at least 2, got 0"},
+      {{"make_reddit_like.py", dir.file("g"), "--classes", "0"}, "--classes: expected at least 2, got 0"},
+      {{"make_reddit_like.py", dir.file("g"), "--nodes", "10", "--classes", "3", "--edges", "1000"},
+       "--edges: 1000 is more than the 90 directed edges that 10 nodes have between them"},
+      {{"make_reddit_like.py", dir.file("g"), "--homophily", "2"}, "--homophily: expected a share from 0 to 1"},
+      {{"make_reddit_like.py", dir.file("a_file")}, dir.file("a_file") + " is a file: name the directory"},
+  };
+  for (const auto& [arguments, expected] : cases) {
+    std::vector<std::string> argv{"/usr/bin/python3", scripts + arguments[0]};
+    argv.insert(argv.end(), arguments.begin() + 1, arguments.end());
+    auto r = run_command(argv, std::chrono::seconds(60));
+    INFO(arguments[0] << " " << arguments.back() << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(expected) && !Contains("Traceback"));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.file("g")));
+}
+
 TEST_CASE("DLRM learns a Criteo-layout click log at world 2, and an independent Python DLRM scores its model.pt "
           "as ddprun did",
           "[clicks][python]") {
