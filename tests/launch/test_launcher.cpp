@@ -1,7 +1,7 @@
 // Integration tests: the real ddprun binary, real worker processes, loopback rendezvous.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <thread>
@@ -61,6 +61,17 @@ TEST_CASE("workers reach the store the launcher hosts at MASTER_PORT") {
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count_lines(r.out, "[rank 0] reached") == 1);
+}
+
+TEST_CASE("workers are the out-of-memory killer's first choice: oom_score_adj 300 above the launcher's") {
+  // The launcher's is this process's, which it inherits.
+  int launcher = 0;
+  std::ifstream("/proc/self/oom_score_adj") >> launcher;
+  auto r = run_shell(ddprun() + " --standalone --nproc-per-node 2 -- sh -c 'echo adj=$(cat /proc/self/oom_score_adj)'");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string expected = "adj=" + std::to_string(std::min(1000, launcher + 300));
+  CHECK(count_occurrences(r.out, expected) == 2);
 }
 
 TEST_CASE("OMP_NUM_THREADS defaults to cores per worker and is said once, a user's value is kept, and ddp-train "
