@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <tuple>
 
 #include "support/metric_values.h"
@@ -245,14 +246,25 @@ TEST_CASE("a truncated newest checkpoint is reported and the previous one is use
   CHECK(resumed.exit_code == 0);
   CHECK_THAT(resumed.out, Contains("skipping checkpoint " + newest) && Contains("truncated"));
   CHECK_THAT(resumed.out, Contains("resumed from " + out + "/checkpoints/step_0000000020.pt at step 20"));
-  // None that verifies: a fresh start, said once, by rank 0.
+  // None that verifies: refused, the checkpoints and the run's record as they were (a fresh start
+  // pruned them, files that might have come back, and wrote a second history into metrics.jsonl).
   for (const auto& entry : fs::directory_iterator(out + "/checkpoints"))
     if (entry.path().extension() == ".pt") fs::resize_file(entry.path(), fs::file_size(entry.path()) / 2);
-  auto fresh = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(80)));
-  INFO(fresh.out << fresh.err);
-  CHECK(fresh.exit_code == 0);
-  CHECK(count_occurrences(fresh.out + fresh.err, "no checkpoint in " + out + "/checkpoints could be resumed from; "
-                                                 "training starts afresh from step 0") == 1);
+  auto listing = [&] {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(out + "/checkpoints")) names.insert(entry.path().filename());
+    return names;
+  };
+  const auto before = listing();
+  const std::string metrics = read_file(out + "/metrics.jsonl");
+  auto refused = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(80)));
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK(count_occurrences(refused.err, "none of the 3 checkpoint(s) in " + out +
+                                           "/checkpoints could be resumed from (each one's cause is said above)") == 1);
+  CHECK_THAT(refused.err, Contains("to start afresh, move " + out + " aside or give another run.output_dir"));
+  CHECK(listing() == before);
+  CHECK(read_file(out + "/metrics.jsonl") == metrics);
 }
 
 TEST_CASE("a restart that finds no checkpoint to resume says it starts from step 0", "[faults][checkpoint]") {

@@ -205,10 +205,16 @@ bool Trainer::resume() {
         refusal = run_identity_refusal(read_run_identity(manifest), checkpointer_->run_identity(), path);
         if (refusal.empty()) bytes = read_whole_file(common_file(manifest, path));
         if (refusal.empty() && rewinds) rewind_to = found->step;
-      } else if (config_.checkpoint.resume == "auto" && !checkpointer_->list().empty()) {
-        // A fresh start after a run that saved checkpoints: never a silent one.
-        spdlog::warn("no checkpoint in {} could be resumed from; training starts afresh from step 0",
-                     checkpointer_->directory());
+      } else if (const std::size_t saved = checkpointer_->list().size();
+                 config_.checkpoint.resume == "auto" && saved > 0) {
+        // None readable (a rank's shards on another node's disk, a damaged disk): training from
+        // step 0 here would prune them (checkpoint.keep_last), files that may come back, and write
+        // over the run's metrics. The user decides.
+        refusal = "none of the " + std::to_string(saved) + " checkpoint(s) in " + checkpointer_->directory() +
+                  " could be resumed from (each one's cause is said above); training from step 0 there would "
+                  "remove them (checkpoint.keep_last) and write over the run's record: restore their files (a "
+                  "rank's shards kept on another node's disk?), or, to start afresh, move " +
+                  output_dir_of(config_.run) + " aside or give another run.output_dir";
       } else if (config_.checkpoint.resume == "auto" && later_attempt_.later()) {
         // Nor a restart's, or an elastic round's, with none to resume: with node-local run
         // directories, a rank 0 on another node than before finds none.
