@@ -254,6 +254,58 @@ TEST_CASE("a worker SIGKILLed mid-run resumes bit-identically with a TorchScript
   CHECK(read_file(straight.file("out/model_scripted.pt")).size() > 0);
 }
 
+TEST_CASE(
+    "a TorchScript module whose code changed at its path since a checkpoint is refused on resume, one saved "
+    "again with other weights is not",
+    "[torchscript][python]") {
+  TempDir dir;
+  // The fixtures' Mlp with relu or tanh between its layers, initialised by `seed`.
+  // torch.jit.script reads the class's source: a file, not python3 -c.
+  auto save_module = [&](const std::string& activation, int seed) {
+    write_file(dir.file("make_module.py"),
+               "import sys, torch\n"
+               "act = torch.relu if sys.argv[1] == 'relu' else torch.tanh\n"
+               "class Mlp(torch.nn.Module):\n"
+               "    def __init__(self):\n"
+               "        super().__init__()\n"
+               "        self.fc1 = torch.nn.Linear(20, 32)\n"
+               "        self.fc2 = torch.nn.Linear(32, 4)\n"
+               "    def forward(self, x):\n"
+               "        return self.fc2(act(self.fc1(x)))\n"
+               "torch.manual_seed(int(sys.argv[2]))\n"
+               "torch.jit.script(Mlp()).save(sys.argv[3])\n");
+    auto made = run_command(
+        {"/usr/bin/python3", dir.file("make_module.py"), activation, std::to_string(seed), dir.file("module.pt")},
+        std::chrono::seconds(120));
+    INFO(made.out << made.err);
+    REQUIRE(made.exit_code == 0);
+  };
+  save_module("relu", 1);
+  std::string config = write_config(dir, "mlp.pt");
+  const std::string module = "model.path=" + dir.file("module.pt");
+  const std::vector<std::string> every_10 = {module, "checkpoint.every_steps=10", "data.eval_split=none"};
+  auto steps = [&](int n) {
+    auto sets = every_10;
+    sets.push_back("train.max_steps=" + std::to_string(n));
+    return sets;
+  };
+  auto first = ddprun(1, config, steps(10));
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  save_module("tanh", 1);  // the same shapes: its weights would load
+  auto changed = ddprun(1, config, steps(20));
+  INFO(changed.out << changed.err);
+  CHECK(changed.exit_code == 2);
+  CHECK_THAT(changed.err, Contains("model.path: the TorchScript module there is not the one " + dir.file("out") +
+                                   "/checkpoints/step_0000000010.json was trained with: its code differs") &&
+                              Contains("resume with the module as it was"));
+  save_module("relu", 2);  // the same code, other weights: the checkpoint's replace them
+  auto again = ddprun(1, config, steps(20));
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.out, Contains("resumed from"));
+}
+
 TEST_CASE("TorchScript load checks: one clear message each", "[torchscript]") {
   TempDir dir;
   int runs = 0;  // each run a directory of its own: one holding another config's trained run is refused

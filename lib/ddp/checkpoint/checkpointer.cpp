@@ -72,6 +72,7 @@ Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory
 void Checkpointer::write_run_identity(YAML::Emitter& manifest) const {
   manifest << YAML::Key << "config" << YAML::Value << YAML::DoubleQuoted << identity_.config;
   manifest << YAML::Key << "data" << YAML::Value << YAML::DoubleQuoted << identity_.data;
+  if (!identity_.model.empty()) manifest << YAML::Key << "model_code" << YAML::Value << identity_.model;
 }
 
 RunIdentity read_run_identity(const std::string& manifest) {
@@ -80,6 +81,7 @@ RunIdentity read_run_identity(const std::string& manifest) {
     YAML::Node root = YAML::Load(manifest);
     if (root["config"]) identity.config = root["config"].as<std::string>();
     if (root["data"]) identity.data = root["data"].as<std::string>();
+    if (root["model_code"]) identity.model = root["model_code"].as<std::string>();
   } catch (const YAML::Exception&) {
   }  // an unreadable manifest fails its own verification
   return identity;

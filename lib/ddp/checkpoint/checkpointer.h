@@ -24,11 +24,13 @@ class Emitter;
 namespace ddp {
 
 /// What a checkpoint was trained on, for a resume to check against (Note [Re-running a run]): the
-/// run's resolved config (to_yaml) and a fingerprint of its training data (Task::data_fingerprint).
-/// Empty in checkpoints written before they were recorded.
+/// run's resolved config (to_yaml), a fingerprint of its training data (Task::data_fingerprint) and
+/// of its model's code where a file gives it (Model::code_fingerprint). Empty in checkpoints
+/// written before they were recorded, and the model's for a built-in family.
 struct RunIdentity {
   std::string config;
   std::string data;
+  std::string model;
 };
 
 /// The run identity a manifest records (empty fields where it has none).

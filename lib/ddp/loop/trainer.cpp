@@ -1,7 +1,7 @@
 #include "ddp/loop/trainer.h"
 
-#include <spdlog/spdlog.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -21,6 +21,7 @@
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/resume_check.h"
 #include "ddp/loop/same_weights.h"
+#include "ddp/model/model_registry.h"
 #include "ddp/optim/foreach_adamw.h"
 #include "ddp/optim/optimizer_factory.h"
 
@@ -143,7 +144,8 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   optimizer_ = make_optimizer(optimized, config_.optim, lr, plan_->optimizer_parameter_dims());
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, lr, total_steps());
   checkpointer_ = std::make_unique<Checkpointer>(config_.checkpoint, output_dir_of(config_.run) + "/checkpoints");
-  checkpointer_->set_run_identity({resolved, task_->data_fingerprint()});
+  const auto* built = dynamic_cast<const Model*>(&task_->model());
+  checkpointer_->set_run_identity({resolved, task_->data_fingerprint(), built ? built->code_fingerprint() : ""});
   progress_.batch_size = config_.train.batch_size;
   progress_.accum_steps = config_.train.grad_accum_steps;
   progress_.lr_ranks = step_shape_.lr_ranks;

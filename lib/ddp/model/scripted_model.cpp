@@ -101,6 +101,38 @@ void check_records(const std::string& path) {
   }
 }
 
+// What the module computes, as 16 hex digits: a digest of its archive's code records (their
+// debug_pkl source ranges left out) and constants.pkl, not of its weights, so the same module saved
+// again with other weights has the same one. Each code file's lines are taken sorted: torch.jit's
+// save writes a class's Final attributes in Python's hash order, which changes from one save to
+// the next. The file's bytes, not LibTorch's graph, so that every LibTorch version agrees.
+std::string module_code_fingerprint(const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader zip(path);
+  std::vector<std::string> names = zip.getAllRecords();
+  std::sort(names.begin(), names.end());    // the writer's order is its own
+  uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a: the same on every build and machine
+  auto add = [&](std::string_view text) {
+    for (unsigned char c : text) digest = (digest ^ c) * 0x100000001b3ULL;
+  };
+  for (const std::string& name : names) {
+    const bool code = name.rfind("code/", 0) == 0 && !name.ends_with(".debug_pkl");
+    if (!code && name != "constants.pkl") continue;
+    auto [data, size] = zip.getRecord(name);
+    const std::string text(static_cast<const char*>(data.get()), size);
+    add(name);
+    if (!code) {
+      add(text);
+      continue;
+    }
+    std::vector<std::string> lines = split(text, '\n');
+    std::sort(lines.begin(), lines.end());
+    for (const auto& line : lines) add(line + "\n");
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
+}
+
 torch::jit::Module load_module(const std::string& path) {
   if (!std::filesystem::exists(path)) throw FileError("model.path: " + path + ": no such file");
   check_records(path);
@@ -295,7 +327,10 @@ void route_calls(torch::jit::Block* block) {
 class ScriptedModel : public Model {
  public:
   ScriptedModel(const TorchScriptConfig& config, bool warn)
-      : path_(config.path), module_(load_module(config.path)), channels_last_(config.channels_last) {
+      : path_(config.path),
+        module_(load_module(config.path)),
+        code_fingerprint_(module_code_fingerprint(config.path)),
+        channels_last_(config.channels_last) {
     chain_ = scripted_chain(module_);
     random_op_ = random_op(module_);
     // Process-wide, and this process trains one model. Unoptimised, the interpreter runs the saved
@@ -411,6 +446,8 @@ class ScriptedModel : public Model {
            "nn.Sequential, or x = self.embed(x); for layer in self.layers: x = layer(x); return self.head(x)) can be";
   }
 
+  std::string code_fingerprint() const override { return code_fingerprint_; }
+
   void save_extras(const std::string& output_dir) const override {
     std::ostringstream bytes;
     module_.save(bytes);
@@ -520,6 +557,7 @@ class ScriptedModel : public Model {
 
   std::string path_;
   mutable torch::jit::Module module_;  // save() is not const in every LibTorch version
+  std::string code_fingerprint_;
   bool channels_last_;
   ScriptedChain chain_;  // Note [Scripted units]
   std::vector<MirroredBuffer> buffers_;

@@ -83,23 +83,6 @@ ZipChecksums::ZipChecksums(const std::string& path) : path_(path) {
   }
 }
 
-std::string ZipChecksums::code_fingerprint() const {
-  uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a: the same on every build and machine
-  auto add = [&](const std::string& text) {
-    for (unsigned char c : text) digest = (digest ^ c) * 0x100000001b3ULL;
-  };
-  for (const auto& [name, crc] : crc_) {  // by name: the zip's order is the writer's
-    const bool code = name.rfind("code/", 0) == 0 && !name.ends_with(".debug_pkl");
-    if (!code && name != "constants.pkl") continue;
-    char line[16];
-    std::snprintf(line, sizeof line, " %08x\n", crc);
-    add(name + line);
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-  return hex;
-}
-
 void ZipChecksums::check(const std::string& record, const void* data, std::size_t size) const {
   auto found = crc_.find(record);
   if (found == crc_.end()) throw FileError(path_ + ": record " + record + " is not in its zip directory");

@@ -21,11 +21,6 @@ class ZipChecksums {
   /// FileError naming the file and `record` when `size` bytes at `data` are not what was written.
   void check(const std::string& record, const void* data, std::size_t size) const;
 
-  /// A TorchScript archive's code, as 16 hex digits: a digest of the names and CRCs of its code/
-  /// records (their debug_pkl source ranges left out) and constants.pkl, not of its weights, so
-  /// the same module saved again with other weights has the same one.
-  std::string code_fingerprint() const;
-
  private:
   std::string path_;
   std::map<std::string, uint32_t> crc_;  // by name, the archive's top folder left out
