@@ -424,6 +424,18 @@ TEST_CASE("resume=never refuses an earlier run's checkpoints, resume=PATH takes 
                         ": a checkpoint is its manifest and the files it names, renamed together if at all; name "
                         "the manifest to resume from what it names"));
     }
+    // One shard of a checkpoint in several files names it: its manifest lists that file.
+    fs::create_directories(dir + "/sharded");
+    fs::copy_file(base + ".pt", dir + "/sharded/step_0000000002.pt");
+    std::string manifest = read_file(base + ".json");
+    REQUIRE(manifest.find("\nshards:\n") != std::string::npos);
+    manifest.replace(manifest.find("\nshards:\n"), 9, "\nshards:\n  - file: step_0000000002.shard-0-of-2.pt\n");
+    write_file(dir + "/sharded/step_0000000002.json", manifest);
+    write_file(dir + "/sharded/step_0000000002.shard-0-of-2.pt", "a shard");
+    auto shard =
+        Checkpointer(checkpoint_config(5, dir + "/sharded/step_0000000002.shard-0-of-2.pt"), dir).find_resume_point();
+    REQUIRE(shard.has_value());
+    CHECK(shard->manifest_path == dir + "/sharded/step_0000000002.json");
     // Named by its manifest, it is what the manifest names.
     auto found = Checkpointer(checkpoint_config(5, dir + "/best.json"), dir).find_resume_point();
     REQUIRE(found.has_value());

@@ -172,13 +172,22 @@ namespace {
 
 // The file a manifest (format 2) names for its common state; nullopt for format 1, whose data file
 // is its manifest's stem, or for a manifest that does not say (verify_checkpoint reports it).
-std::optional<std::string> data_file_of(const std::string& manifest_path) {
+// The files a checkpoint's manifest names, each once: its common file first, then its shards (a
+// whole checkpoint's one shard is its common file); empty for one that does not read.
+std::vector<std::string> data_files_of(const std::string& manifest_path) {
+  std::vector<std::string> files;
   try {
     YAML::Node manifest = YAML::LoadFile(manifest_path);
-    if (manifest["common"] && manifest["common"]["file"]) return manifest["common"]["file"].as<std::string>();
+    if (!manifest["common"] || !manifest["common"]["file"]) return files;
+    files.push_back(manifest["common"]["file"].as<std::string>());
+    if (manifest["shards"] && manifest["shards"].IsSequence())
+      for (const auto& shard : manifest["shards"])
+        if (shard["file"] && std::find(files.begin(), files.end(), shard["file"].as<std::string>()) == files.end())
+          files.push_back(shard["file"].as<std::string>());
   } catch (const std::exception&) {
+    files.clear();
   }
-  return std::nullopt;
+  return files;
 }
 
 // How a checkpoint is named in a message: its data file when it has one of the stem's name (a whole
@@ -248,10 +257,13 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
     // The manifest says which file holds the state: a file the user named must be that one, or a
     // copied or renamed manifest would resume from another file than the one asked for. (A sharded
     // checkpoint's STEM.pt is no file: its manifest names the common file and the shards.)
+    // Any file it names stands for the checkpoint (one shard of it, say).
     if (named.extension() == ".pt" && fs::exists(named))
-      if (auto holds = data_file_of(info.manifest_path); holds && *holds != named.filename().string())
-        throw FileError("checkpoint.resume: " + info.manifest_path + " is the manifest of " + *holds + ", not of " +
-                        named.filename().string() +
+      if (auto holds = data_files_of(info.manifest_path);
+          !holds.empty() && std::find(holds.begin(), holds.end(), named.filename().string()) == holds.end())
+        throw FileError("checkpoint.resume: " + info.manifest_path + " is the manifest of " + holds.front() +
+                        (holds.size() > 1 ? " and " + std::to_string(holds.size() - 1) + " shard(s)" : "") +
+                        ", not of " + named.filename().string() +
                         ": a checkpoint is its manifest and the files it names, renamed together if at all; "
                         "name the manifest to resume from what it names");
     if (auto problem = verify_checkpoint(info); !problem.empty()) throw FileError("checkpoint.resume: " + problem);
