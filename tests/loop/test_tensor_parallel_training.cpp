@@ -119,15 +119,25 @@ TEST_CASE("a GPT at dist.tensor 2, alone, × 2 data replicas, × ZeRO-3 and × Z
       {"tensor_data", 4, {"dist.tensor=2"}, "shard-1-of-2"},
       {"tensor_zero3", 4, {"dist.tensor=2", "dist.shard=parameters", "dist.data_shard=2"}, "shard-3-of-4"},
       {"tensor_zero1", 4, {"dist.tensor=2", "dist.shard=optimizer", "dist.data_shard=2"}, "shard-3-of-4"},
+      {"tensor_zero1_alone", 2, {"dist.tensor=2", "dist.shard=optimizer"}, "shard-1-of-2"},  // nothing to split
       {"tensor_sequence", 2, {"dist.tensor=2", "dist.sequence_parallel=true"}, "shard-1-of-2"},
       {"tensor_sequence_data", 4, {"dist.tensor=2", "dist.sequence_parallel=true"}, "shard-1-of-2"},
-      {"tensor_sequence_zero3", 4, {"dist.tensor=2", "dist.sequence_parallel=true", "dist.shard=parameters"}, "shard-3-of-4"},
+      {"tensor_sequence_zero3",
+       4,
+       {"dist.tensor=2", "dist.sequence_parallel=true", "dist.shard=parameters"},
+       "shard-3-of-4"},
       {"pipeline_tensor", 4, {"dist.tensor=2", "dist.pipeline=2"}, "shard-3-of-4"},
       {"pipeline_tensor_data", 8, {"dist.tensor=2", "dist.pipeline=2"}, "shard-3-of-4"},
       {"pipeline_tensor_zero3", 8, {"dist.tensor=2", "dist.pipeline=2", "dist.shard=parameters"}, "shard-7-of-8"}};
   for (const auto& [name, nproc, sets, last_shard] : layouts) {
     auto r = run(nproc, name, sets);
     CHECK_THAT(r.out, Contains(", each rank a tensor group of 2 ranks (train.global_batch_size)"));
+    // A data_shard group of one rank splits nothing, and says so (it used to be silent).
+    const bool said = (r.out + r.err)
+                          .find(
+                              "dist.shard optimizer does nothing here: each data_shard group of the "
+                              "mesh") != std::string::npos;
+    CHECK(said == (name == "tensor_zero1_alone"));
     // Each rank holds half of its split layers' weights: with stages, of its stage's.
     const bool staged = name.find("pipeline") != std::string::npos;
     CHECK_THAT(r.out, Contains("dist.tensor 2: 5 Linear layers split colwise and 4 rowwise, 1 Embedding by "

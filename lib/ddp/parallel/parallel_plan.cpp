@@ -156,7 +156,16 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
     auto ranks = mesh_.data_parallel_ranks(world_.rank);
     data_parallel_ = sub_communicator(world_, "data_parallel/" + std::to_string(ranks.front()), ranks);
   }
-  if (world_.rank == 0 && shard_ != "none")
+  // A group of one rank splits nothing: the memory is what dist.shard none would hold, which the
+  // info line alone left to be read from the mesh's sizes. (A world of one, a config tried on one
+  // rank before many, is said by its world size.)
+  if (world_.rank == 0 && shard_ != "none" && mesh_.size(MeshDim::kDataShard) == 1 && world_.world_size > 1)
+    spdlog::warn(
+        "dist.shard {} does nothing here: each data_shard group of the mesh {} is one rank, so every rank "
+        "holds what dist.shard none would; ranks left for dist.data_shard (more ranks, or fewer for the "
+        "other dimensions) split it",
+        shard_, mesh_.describe());
+  else if (world_.rank == 0 && shard_ != "none")
     spdlog::info("dist.shard {}: {} split within each data_shard group of the mesh {}", shard_,
                  shard_ == "optimizer"   ? "the optimizer state is"
                  : shard_ == "gradients" ? "gradients and optimizer state are"
