@@ -98,9 +98,10 @@ class ExportStaging {
       const int error = errno;
       // As make_output_directory says it: the user's to fix (exit 2), not an I/O error to retry.
       if (error == ENOENT)
-        throw ddp::FileError("cannot make the directory " + output_.string() + " (nor " + pattern +
-                             " to write it in first): " + std::strerror(error) +
-                             " (a file system that makes no directories there?)");
+        throw ddp::FileError("cannot make the directory " + output_.string() +
+                             " (nor a staging directory beside "
+                             "it): " +
+                             std::strerror(error) + " (a file system that makes no directories there?)");
       ddp::throw_output_error("cannot make a directory like " + pattern + ": " + std::strerror(error), error);
     }
     path_ = pattern;

@@ -72,7 +72,7 @@ Checkpointer::Checkpointer(const CheckpointConfig& config, std::string directory
 void Checkpointer::write_run_identity(YAML::Emitter& manifest) const {
   manifest << YAML::Key << "config" << YAML::Value << YAML::DoubleQuoted << identity_.config;
   manifest << YAML::Key << "data" << YAML::Value << YAML::DoubleQuoted << identity_.data;
-  if (!identity_.model.empty()) manifest << YAML::Key << "model_code" << YAML::Value << identity_.model;
+  if (!identity_.model_code.empty()) manifest << YAML::Key << "model_code" << YAML::Value << identity_.model_code;
 }
 
 RunIdentity read_run_identity(const std::string& manifest) {
@@ -81,7 +81,7 @@ RunIdentity read_run_identity(const std::string& manifest) {
     YAML::Node root = YAML::Load(manifest);
     if (root["config"]) identity.config = root["config"].as<std::string>();
     if (root["data"]) identity.data = root["data"].as<std::string>();
-    if (root["model_code"]) identity.model = root["model_code"].as<std::string>();
+    if (root["model_code"]) identity.model_code = root["model_code"].as<std::string>();
   } catch (const YAML::Exception&) {
   }  // an unreadable manifest fails its own verification
   return identity;
@@ -170,10 +170,9 @@ std::vector<std::string> Checkpointer::without_manifest() const {
 
 namespace {
 
-// The file a manifest (format 2) names for its common state; nullopt for format 1, whose data file
+// The files a checkpoint's manifest (format 2) names, each once: its common file first, then its
+// shards (a whole checkpoint's one shard is its common file); empty for format 1, whose data file
 // is its manifest's stem, or for a manifest that does not say (verify_checkpoint reports it).
-// The files a checkpoint's manifest names, each once: its common file first, then its shards (a
-// whole checkpoint's one shard is its common file); empty for one that does not read.
 std::vector<std::string> data_files_of(const std::string& manifest_path) {
   std::vector<std::string> files;
   try {

@@ -30,7 +30,7 @@ namespace ddp {
 struct RunIdentity {
   std::string config;
   std::string data;
-  std::string model;
+  std::string model_code;
 };
 
 /// The run identity a manifest records (empty fields where it has none).

@@ -100,10 +100,12 @@ std::string run_identity_refusal(const RunIdentity& saved, const RunIdentity& no
              "), which it does not fit; resume it with " + changed_keys(changes) + " as before" + kRestartHint;
   }
   // The same weights in another function would train on without a word where their shapes fit.
-  if (!saved.model.empty() && !now.model.empty() && saved.model != now.model)
+  if (!saved.model_code.empty() && !now.model_code.empty() && saved.model_code != now.model_code)
     return "model.path: the TorchScript module there is not the one " + source +
-           " was trained with: its code differs (code fingerprint " + saved.model + " then, " + now.model +
-           " now), and its weights would go on in another function; resume with the module as it was" + kRestartHint;
+           " was trained with: its code differs (code fingerprint " + saved.model_code + " then, " + now.model_code +
+           " now), and its weights would go on in another function; resume with the module as it was (saved again by "
+           "another PyTorch version, the same code may read otherwise)" +
+           kRestartHint;
   // Note [Data content lines]: a checkpoint from before content was recorded is compared on the rest.
   std::set<std::string> then = lines_of(saved.data), here = lines_of(now.data);
   auto says_content = [](const std::string& line) { return line.rfind(Task::kDataContentLine, 0) == 0; };

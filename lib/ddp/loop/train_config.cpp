@@ -12,6 +12,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/version.h"
 #include "ddp/config/config_schema.h"
+#include "ddp/loop/prior_run.h"
 #include "ddp/model/hugging_face.h"
 #include "ddp/model/llama_config.h"
 #include "ddp/parallel/tensor_plan.h"
@@ -211,7 +212,7 @@ std::string value_of(const YAML::Node& values, const std::string& path) {
 }
 
 TrainConfig build(const YAML::Node& root, const std::string& source, const std::filesystem::path& file_dir,
-                  const std::vector<std::string>& overrides, const RecordedLayer& recorded = {}) {
+                  const std::vector<std::string>& overrides, const RecordedLayer& recorded = {}, bool validate = true) {
   TrainConfig config;
   ConfigSchema schema;
   declare_all(schema, config);
@@ -251,11 +252,11 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
                      "; leave it out, or train another architecture without model.init_from";
     }
     if (!conflicts.empty()) throw ConfigError(conflicts);
-    merged_schema.validate();
+    if (validate) merged_schema.validate();
     return merged;
   }
   // Only now, so that an override can fix a bad value from the file.
-  schema.validate();
+  if (validate) schema.validate();
   return config;
 }
 
@@ -306,14 +307,16 @@ void check_not_cut_short(const std::string& text, const std::string& path) {
   const std::vector<std::string> present = keys_in_order(text);
   const std::size_t n = present.size();
   // Only a cut leaves exactly a beginning of the keys (the last one's name maybe cut too): another
-  // version's file differs elsewhere. One cut in the last value leaves no final newline.
-  bool beginning = n < every.size();
+  // version's file differs elsewhere. (A cut inside a value may leave no YAML at all: no keys.)
+  bool beginning = n <= every.size();
   for (std::size_t i = 0; beginning && i + 1 < n; ++i) beginning = present[i] == every[i];
-  if (beginning && n > 0) beginning = every[n - 1].rfind(present[n - 1], 0) == 0;
-  if (!beginning && text.back() == '\n') return;
+  if (beginning && n > 0)
+    beginning = every[n - 1].rfind(present[n - 1], 0) == 0 && (n < every.size() || present[n - 1] != every[n - 1]);
+  if (!beginning) return;
+  const auto lines = std::count(text.begin(), text.end(), '\n') + (text.back() == '\n' ? 0 : 1);
   throw ConfigError(path + " is cut short: a run writes all " + std::to_string(every.size()) +
-                    " keys of its config there, and it ends " +
-                    (n == 0 ? std::string("before its first key") : "at " + present.back()) +
+                    " keys of its config there, and it ends at line " + std::to_string(lines) +
+                    (n == 0 ? std::string(", where no key reads") : ", at " + present.back()) +
                     " (a copy that stopped, a full disk?); restore it from a copy of the run directory");
 }
 
@@ -326,29 +329,43 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 }
 
 TrainConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  TrainConfig config = load_train_config(path, overrides);
-  const std::string& init_from = config.model.init_from;
+  const std::string text = read_config_file(path);
+  check_not_cut_short(text, path);
+  const YAML::Node root = parse_yaml(text, path);
+  const std::filesystem::path file_dir = std::filesystem::absolute(path).parent_path();
+  // Not validated yet: without config.json's keys a model's defaults may not fit the file's.
+  const TrainConfig unchecked = build(root, path, file_dir, overrides, {}, /*validate=*/false);
+  const std::string& init_from = unchecked.model.init_from;
   std::error_code error;
-  if (init_from.empty() || std::filesystem::exists(init_from, error)) return config;
+  if (init_from.empty() || std::filesystem::exists(init_from, error)) return build(root, path, file_dir, overrides);
   // Note [model.init_from gone]: the run directory's record, if it is of a run from this init_from.
-  const std::string run_dir = output_dir_of(config.run), recorded_path = run_dir + "/config.yaml";
+  const std::string run_dir = output_dir_of(unchecked.run), recorded_path = run_dir + "/config.yaml";
   YAML::Node recorded;
-  try {
-    if (std::filesystem::is_regular_file(recorded_path, error))
-      recorded = parse_yaml(read_whole_file(recorded_path), recorded_path);
-  } catch (const std::exception&) {
-    recorded = YAML::Node();  // unreadable: init_from is refused as missing
+  if (std::filesystem::is_regular_file(recorded_path, error)) {
+    const std::string recorded_text = read_whole_file(recorded_path);
+    check_not_cut_short(recorded_text, recorded_path);
+    try {
+      recorded = parse_yaml(recorded_text, recorded_path);
+    } catch (const ConfigError&) {
+      recorded = YAML::Node();  // unreadable: init_from is refused as missing
+    }
   }
   const YAML::Node model = recorded.IsMap() ? recorded["model"] : YAML::Node();
   const YAML::Node started_from = model.IsMap() ? model["init_from"] : YAML::Node();
-  if (!started_from || !started_from.IsScalar() || started_from.as<std::string>() != init_from)
+  auto same_path = [&error](const std::string& a, const std::string& b) {  // through symlinks too
+    return std::filesystem::weakly_canonical(a, error) == std::filesystem::weakly_canonical(b, error);
+  };
+  if (!started_from || !started_from.IsScalar() || !same_path(started_from.as<std::string>(), init_from))
     throw ConfigError("model.init_from: " + init_from + " does not exist");
-  YAML::Node keys = YAML::Clone(model);
-  keys.remove("init_from");
+  // What the model is, not how it runs: a key that may change on resume takes this run's value.
+  YAML::Node keys;
+  for (const auto& key : model) {
+    const std::string name = key.first.as<std::string>();
+    if (name != "init_from" && !may_change_on_resume("model." + name)) keys[name] = key.second;
+  }
   YAML::Node layer;
   layer["model"] = keys;
-  config = build(parse_yaml(read_config_file(path), path), path, std::filesystem::absolute(path).parent_path(),
-                 overrides, {layer, recorded_path});
+  TrainConfig config = build(root, path, file_dir, overrides, {layer, recorded_path});
   config.model.init_from_gone_run_dir = run_dir;
   return config;
 }

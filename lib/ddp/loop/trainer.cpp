@@ -95,8 +95,23 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
   profiler_ = std::make_unique<StepProfiler>(output_dir_of(config_.run), world.rank, world.device);
 
   // Each rank reads model.init_from on its own node, only what it keeps: the same weights everywhere.
-  const bool reads_init_from = !config_.model.init_from.empty() && config_.model.init_from_gone_run_dir.empty();
-  if (reads_init_from && world.world_size > 1) check_same_weights(world, config_.model.init_from);
+  // Note [model.init_from gone]: each rank decided on its own node; all decide alike, or all stop
+  // (ranks comparing init_from with ranks that skip it would pair collectives wrongly).
+  const bool gone_here = !config_.model.init_from_gone_run_dir.empty();
+  if (!config_.model.init_from.empty() && world.world_size > 1) {
+    auto gone = torch::zeros({world.world_size}, torch::kDouble);
+    gone[world.rank] = gone_here ? 1 : 0;
+    gone = all_reduce_sum(world, gone);
+    std::string ranks;
+    for (int r = 0; r < world.world_size; ++r)
+      if (gone[r].item<double>() > 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (!ranks.empty() && gone.sum().item<double>() < world.world_size)
+      throw UserError("model.init_from: " + config_.model.init_from + " is gone on the node(s) of rank(s) " + ranks +
+                      " and there on the others: give every node the same, or none (the run resumes from its "
+                      "checkpoint without it)");
+  }
+  if (!config_.model.init_from.empty() && !gone_here && world.world_size > 1)
+    check_same_weights(world, config_.model.init_from);
   TaskContext context;
   context.device = world.device;
   // One rank sums with itself: the same layers and arithmetic at every world size.
@@ -208,14 +223,17 @@ bool Trainer::resume() {
         if (refusal.empty()) bytes = read_whole_file(common_file(manifest, path));
         if (refusal.empty() && rewinds) rewind_to = found->step;
       } else if (const std::size_t saved = checkpointer_->list().size();
-                 config_.checkpoint.resume == "auto" && saved > 0) {
-        // None readable (a rank's shards on another node's disk, a damaged disk): training from
+                 config_.checkpoint.resume == "auto" && saved > 0 &&
+                 !(later_attempt_.later() && later_attempt_.node_count > 1)) {
+        // None readable (a rank's files on another node's disk, a damaged disk): training from
         // step 0 here would prune them (checkpoint.keep_last), files that may come back, and write
-        // over the run's metrics. The user decides.
+        // over the run's metrics. The user decides. (A later attempt on several nodes, an elastic
+        // round whose nodes changed, goes on from step 0 as below: its job has no user to ask, and
+        // with node-local run directories another node's checkpoint files are gone for it.)
         refusal = "none of the " + std::to_string(saved) + " checkpoint(s) in " + checkpointer_->directory() +
                   " could be resumed from (each one's cause is said above); training from step 0 there would "
                   "remove them (checkpoint.keep_last) and write over the run's record: restore their files (a "
-                  "rank's shards kept on another node's disk?), or, to start afresh, move " +
+                  "rank's files kept on another node's disk?), or, to start afresh, move " +
                   output_dir_of(config_.run) + " aside or give another run.output_dir";
       } else if (config_.checkpoint.resume == "auto" && later_attempt_.later()) {
         // Nor a restart's, or an elastic round's, with none to resume: with node-local run

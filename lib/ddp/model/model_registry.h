@@ -80,8 +80,8 @@ class Model : public torch::nn::Module {
   /// buffers; FileError naming what does not match. A family whose files may lack a buffer says so.
   virtual void load_weights(const std::string& path);
 
-  /// What the model computes, where a file gives it (a TorchScript module's code: ZipChecksums::
-  /// code_fingerprint); "" for a built-in family, whose code is ddprun's. Checkpoints record it,
+  /// What the model computes, where a file gives it (a TorchScript module's code, as
+  /// scripted_model.cpp digests it); "" for a built-in family, whose code is ddprun's. Checkpoints record it,
   /// and a resume with other code at the same path is refused (resume_check.h).
   virtual std::string code_fingerprint() const { return ""; }
 

@@ -103,30 +103,42 @@ void check_records(const std::string& path) {
 
 // What the module computes, as 16 hex digits: a digest of its archive's code records (their
 // debug_pkl source ranges left out) and constants.pkl, not of its weights, so the same module saved
-// again with other weights has the same one. Each code file's lines are taken sorted: torch.jit's
-// save writes a class's Final attributes in Python's hash order, which changes from one save to
-// the next. The file's bytes, not LibTorch's graph, so that every LibTorch version agrees.
+// again with other weights has the same one. The file's bytes, not LibTorch's graph, so that every
+// LibTorch version agrees; but what varies between two saves of the same code is left out: the
+// order of a class's attribute lines ("  in_features : Final[int] = 20"), which torch.jit's save
+// writes in Python's hash order, and the ___torch_mangle_N that scripting a class again numbers anew.
 std::string module_code_fingerprint(const std::string& path) {
+  static const std::regex kMangle("___torch_mangle_[0-9]+"), kAttribute("  [A-Za-z_][A-Za-z0-9_]* : .*");
   caffe2::serialize::PyTorchStreamReader zip(path);
-  std::vector<std::string> names = zip.getAllRecords();
-  std::sort(names.begin(), names.end());    // the writer's order is its own
+  std::vector<std::string> names;
+  for (const std::string& name : zip.getAllRecords()) {
+    const bool code = name.rfind("code/", 0) == 0 && !name.ends_with(".debug_pkl");
+    if (code || name == "constants.pkl") names.push_back(name);
+  }
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return std::regex_replace(a, kMangle, "") < std::regex_replace(b, kMangle, "");  // the writer's order is its own
+  });
   uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a: the same on every build and machine
   auto add = [&](std::string_view text) {
     for (unsigned char c : text) digest = (digest ^ c) * 0x100000001b3ULL;
   };
   for (const std::string& name : names) {
-    const bool code = name.rfind("code/", 0) == 0 && !name.ends_with(".debug_pkl");
-    if (!code && name != "constants.pkl") continue;
     auto [data, size] = zip.getRecord(name);
-    const std::string text(static_cast<const char*>(data.get()), size);
-    add(name);
-    if (!code) {
+    std::string text(static_cast<const char*>(data.get()), size);
+    add(std::regex_replace(name, kMangle, "") + "\n");
+    if (name == "constants.pkl") {
       add(text);
       continue;
     }
-    std::vector<std::string> lines = split(text, '\n');
-    std::sort(lines.begin(), lines.end());
-    for (const auto& line : lines) add(line + "\n");
+    text = std::regex_replace(text, kMangle, "");
+    std::set<std::string> attributes;  // the class's, in one order
+    for (const auto& line : split(text, '\n')) {
+      if (std::regex_match(line, kAttribute))
+        attributes.insert(line);
+      else
+        add(line + "\n");
+    }
+    for (const auto& line : attributes) add(line + "\n");
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
