@@ -254,6 +254,17 @@ int main(int argc, char** argv) {
                              "that run's model.pt and config.yaml; export elsewhere");
     if (fs::exists(output) && !fs::is_directory(output))
       throw ddp::UserError("-o " + output + " is a file; name a directory for the export");
+    // A checkpoint directory (this run's or another's): the export takes the directory's place, so
+    // a checkpoint a running run wrote meanwhile would go with the earlier directory, and keep_last
+    // never removes the export's files.
+    if (fs::is_directory(output))
+      for (const auto& entry : fs::directory_iterator(output))
+        if (const std::string name = entry.path().filename().string();
+            name.rfind("step_", 0) == 0 && (name.ends_with(".pt") || name.ends_with(".json")))
+          throw ddp::UserError("-o " + output + " is a checkpoint directory (it holds " + name +
+                               "): the export would take its place, and a checkpoint written there meanwhile would "
+                               "be lost; export elsewhere (the default is " +
+                               args.run + "/export-step-N)");
     std::error_code ec;
     const fs::path here = fs::current_path(ec);
     if (!ec && fs::exists(output) && fs::equivalent(output, here, ec))

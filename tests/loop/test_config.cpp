@@ -343,6 +343,11 @@ TEST_CASE("pipeline keys set without a pipeline are notices, not errors, one lin
         Notices{"dist.microbatches: does nothing without a pipeline (dist.pipeline is 1)",
                 "dist.schedule: does nothing without a pipeline (dist.pipeline is 1)",
                 "dist.pipeline_split: does nothing without a pipeline (dist.pipeline is 1)"});
+  // SyncBatchNorm under stages: a microbatch's statistics (was: accepted without a word).
+  CHECK(ddp::config_notices(parse("model: {sync_batchnorm: true}\ndist: {pipeline: 2}")) ==
+        Notices{"model.sync_batchnorm: with dist.pipeline 2, the BatchNorm statistics are each microbatch's over the "
+                "replicas, not the step's global batch's (as with train.grad_accum_steps)"});
+  CHECK(ddp::config_notices(parse("model: {sync_batchnorm: true}")) == Notices{});
   // Keys another dataset or model reads (were: taken without a word).
   CHECK(ddp::config_notices(parse("data: {dataset: idx, path: /d, eval_fraction: 0.5, eval_path: /e}\n"
                                   "model: {name: mlp, path: /m.pt}")) ==

@@ -77,18 +77,39 @@ TEST_CASE("a value of the wrong type for any key names the key", "[config]") {
 }
 
 TEST_CASE("out-of-range values name the key and what was expected", "[config]") {
-  const std::vector<std::pair<std::string, std::string>> cases{
-      {"dist.timeout_s", "0"},           {"dist.bucket_cap_mb", "-1"},     {"dist.backend", "mpi"},
-      {"data.dataset", "imagenet"},      {"data.std", "0"},                {"data.eval_split", "val"},
-      {"data.workers", "0"},             {"data.synthetic_train_samples", "0"},
-      {"model.name", "resnet"},          {"model.num_classes", "1"},       {"model.hidden", "[0]"},
-      {"optim.name", "lbfgs"},           {"optim.lr", "-0.1"},             {"optim.momentum", "1.5"},
-      {"optim.lr_scaling", "cubic"},     {"optim.weight_decay", "-1"},     {"schedule.name", "linear"},
-      {"schedule.warmup_steps", "-1"},   {"schedule.step_size", "0"},      {"train.epochs", "0"},
-      {"train.max_steps", "-1"},         {"train.batch_size", "0"},        {"train.grad_accum_steps", "0"},
-      {"train.clip_grad_norm", "-1"},    {"eval.batch_size", "0"},         {"checkpoint.keep_last", "0"},
-      {"checkpoint.every_steps", "-1"},  {"sampler.seed", "1.5"},          {"run.name", "\"\""},
-      {"dist.device", "tpu"},            {"train.precision", "fp16"},      {"train.task", "graph"}};
+  const std::vector<std::pair<std::string, std::string>> cases{{"dist.timeout_s", "0"},
+                                                               {"dist.bucket_cap_mb", "-1"},
+                                                               {"dist.backend", "mpi"},
+                                                               {"data.dataset", "imagenet"},
+                                                               {"data.std", "0"},
+                                                               {"data.std", "1e-300"},
+                                                               {"data.eval_split", "val"},
+                                                               {"data.workers", "0"},
+                                                               {"data.synthetic_train_samples", "0"},
+                                                               {"model.name", "resnet"},
+                                                               {"model.num_classes", "1"},
+                                                               {"model.hidden", "[0]"},
+                                                               {"optim.name", "lbfgs"},
+                                                               {"optim.lr", "-0.1"},
+                                                               {"optim.momentum", "1.5"},
+                                                               {"optim.lr_scaling", "cubic"},
+                                                               {"optim.weight_decay", "-1"},
+                                                               {"schedule.name", "linear"},
+                                                               {"schedule.warmup_steps", "-1"},
+                                                               {"schedule.step_size", "0"},
+                                                               {"train.epochs", "0"},
+                                                               {"train.max_steps", "-1"},
+                                                               {"train.batch_size", "0"},
+                                                               {"train.grad_accum_steps", "0"},
+                                                               {"train.clip_grad_norm", "-1"},
+                                                               {"eval.batch_size", "0"},
+                                                               {"checkpoint.keep_last", "0"},
+                                                               {"checkpoint.every_steps", "-1"},
+                                                               {"sampler.seed", "1.5"},
+                                                               {"run.name", "\"\""},
+                                                               {"dist.device", "tpu"},
+                                                               {"train.precision", "fp16"},
+                                                               {"train.task", "graph"}};
   for (const auto& [path, value] : cases) {
     auto dot = path.find('.');
     std::string message = error_of(path.substr(0, dot) + ":\n  " + path.substr(dot + 1) + ": " + value + "\n");

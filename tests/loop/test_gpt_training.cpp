@@ -446,6 +446,12 @@ TEST_CASE("token files in every format train: llm.c uint16 and uint32, headerles
   write_file(dir.file("t32.bin"), llmc_shard(train, 20240801, 7));
   write_file(dir.file("v32.bin"), llmc_shard(val, 20240801, 7));
   CHECK_THAT(trains(dir.file("t32.bin"), dir.file("v32.bin"), {}).out, Contains("(llm.c uint32)"));
+  // The header says uint32: a data.token_dtype saying uint16 is not read, and said so (was: silently).
+  write_file(dir.file("declared.bin"), llmc_shard(train, 20240801, 7));
+  auto contradicted = trains(dir.file("declared.bin"), dir.file("v32.bin"), {"data.token_dtype=uint16"});
+  CHECK_THAT(contradicted.out + contradicted.err,
+             Contains("data.token_dtype uint16 is not read: " + dir.file("declared.bin") +
+                      " has a header that says its tokens are llm.c uint32"));
   // nanoGPT's train.bin: the tokens alone, as uint16.
   std::string raw = llmc_shard(train).substr(1024), raw_val = llmc_shard(val).substr(1024);
   write_file(dir.file("train.bin"), raw);
@@ -1047,6 +1053,14 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(victim.exit_code == 2);
   CHECK_THAT(victim.err, Contains("-o " + dir.file("victim") + " is a run directory (it holds metrics.jsonl)"));
   CHECK(read_file(dir.file("victim/model.pt")) == "the other run's");
+  // The run's own checkpoint directory: a checkpoint a running run wrote during the export would
+  // have gone with the directory it replaced (was: exit 0, the export among the checkpoints).
+  const auto checkpoints_before = files_of(dir.file("out/checkpoints"));
+  auto into_checkpoints =
+      run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("out/checkpoints")}, std::chrono::seconds(60));
+  CHECK(into_checkpoints.exit_code == 2);
+  CHECK_THAT(into_checkpoints.err, Contains("-o " + dir.file("out/checkpoints") + " is a checkpoint directory"));
+  CHECK(files_of(dir.file("out/checkpoints")) == checkpoints_before);
   // A directory that is no earlier export: token shards and their tokenizer.model, which an export
   // would drop (was: exit 0, the tokenizer gone and the shards copied); one that holds runs. The
   // current directory: a shell left in a removed directory (was: "File name too long").

@@ -1,6 +1,7 @@
 #include "ddp/data/data_config.h"
 
 #include <filesystem>
+#include <limits>
 
 #include "ddp/config/config_schema.h"
 
@@ -44,6 +45,13 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
       .max(1e12);
   schema.add("data.std", &config.std, "fixed normalisation divisor").greater_than(0)
       .max(1e12);
+  // The features are divided by it in float32, where a double as small as 1e-300 is 0: every
+  // input would be inf or nan.
+  schema.rule("data.std", [&config]() -> std::string {
+    return config.std > 0 && static_cast<float>(config.std) < std::numeric_limits<float>::min()
+               ? "expected at least 1.2e-38: the features are divided by it in float32, where this value is 0"
+               : "";
+  });
   schema.add("data.eval_split", &config.eval_split, "split that `eval:` runs on (val: graphs only); none: no evaluation")
       .choices({"test", "train", "val", "none"});
   schema.add("data.synthetic_train_samples", &config.synthetic_train_samples, "synthetic: training samples").min(1)

@@ -45,6 +45,22 @@ CausalLmTask::CausalLmTask(const DataConfig& data, const ModelConfig& model, con
       for (const auto& shard : windows ? windows->skipped() : std::vector<TokenWindows::Skipped>{})
         spdlog::warn("tokens: {} holds {} tokens, fewer than one window of model.block_size + 1 = {}: not read (a "
                      "tokenizer's last shard may be that short)", shard.path, shard.tokens, model.block_size + 1);
+    // A header says its tokens' type; a data.token_dtype that says otherwise is the user's belief,
+    // and wrong: said once, not read.
+    auto contradicted = [&data](const TokenWindows& windows) -> const TokenShard* {
+      for (const auto& shard : windows.shards())
+        if (const std::string& format = shard->format();
+            !data.token_dtype.empty() && format.rfind("raw ", 0) != 0 && !format.ends_with(" " + data.token_dtype))
+          return shard.get();
+      return nullptr;
+    };
+    const TokenShard* header = contradicted(*train_);
+    if (!header && eval_) header = contradicted(*eval_);
+    if (header)
+      spdlog::warn(
+          "data.token_dtype {} is not read: {} has a header that says its tokens are {} (the key is for "
+          "headerless files, nanoGPT's train.bin)",
+          data.token_dtype, header->path(), header->format());
   }
   model_ = make_model(model, context.model);
   vocab_size_ = model_->output_width();
