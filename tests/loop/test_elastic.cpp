@@ -143,7 +143,7 @@ TEST_CASE("elastic: a node's launcher SIGKILLed mid-run is noticed in seconds, n
   CHECK_THAT(a, Contains("membership change 1 (not counted against --max-restarts)"));
   CHECK_THAT(a, Contains("rendezvous round 1: node rank 0 of 2 (node-a, node-b), world size 2; failures so far 0"));
   CHECK_THAT(a, Contains("2 rank(s) × batch 3 × 2 micro-step(s) a step"));
-  CHECK_THAT(a, Contains("written by 3 ranks of batch 4: the same samples per step"));
+  CHECK_THAT(a, Contains("written by 3 replicas of batch 4: the same 12 samples per step"));
   CHECK(job.difference() < 1e-5);
   check_nothing_left(job.dir, job.out);
 }
@@ -462,7 +462,7 @@ TEST_CASE("elastic: a node that joins a running 2-node job is admitted at the ne
   // The job's count, which the node that just joined knows too.
   CHECK_THAT(a, Contains("world size 3; failures so far 0 (--max-restarts 0), membership changes 1"));
   CHECK_THAT(c, Contains("world size 3; failures so far 0 (--max-restarts 0), membership changes 1"));
-  CHECK_THAT(a, Contains("written by 2 ranks of batch 3: the same samples per step"));
+  CHECK_THAT(a, Contains("written by 2 replicas of batch 3 × 2 micro-steps: the same 12 samples per step"));
   CHECK_THAT(a, Contains("the job's nodes changed, and the launcher ends this round") && !Contains(" as asked ("));
   CHECK(job.difference() < 1e-5);
   check_nothing_left(job.dir, job.out);

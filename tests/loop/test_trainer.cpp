@@ -137,7 +137,7 @@ TEST_CASE("train.global_batch_size: worlds 1, 2 and 3 take the same steps, and a
   // 10 steps at world 3, the other 10 at world 2 (6 samples a rank: 2 micro-steps of 3).
   train(3, "synthetic_mlp.yaml", sets("moved", 10));
   auto resumed = train(2, "synthetic_mlp.yaml", sets("moved", 20));
-  CHECK_THAT(resumed.err + resumed.out, Contains("written by 3 ranks of batch 4: the same samples per step"));
+  CHECK_THAT(resumed.err + resumed.out, Contains("written by 3 replicas of batch 4: the same 12 samples per step"));
   CHECK(max_difference(load_weights(dir.file("moved/model.pt")), w1) < 1e-5);
   // The same with sharded optimizer state and sharded checkpoints: the shards are taken apart anew.
   auto sharded = [&](const std::string& out, int steps) {
@@ -147,7 +147,7 @@ TEST_CASE("train.global_batch_size: worlds 1, 2 and 3 take the same steps, and a
   };
   train(3, "synthetic_mlp.yaml", sharded("moved_shards", 10));
   auto reshard = train(2, "synthetic_mlp.yaml", sharded("moved_shards", 20));
-  CHECK_THAT(reshard.err + reshard.out, Contains("written by 3 ranks of batch 4: the same samples per step"));
+  CHECK_THAT(reshard.err + reshard.out, Contains("written by 3 replicas of batch 4: the same 12 samples per step"));
   CHECK(max_difference(load_weights(dir.file("moved_shards/model.pt")), w1) < 1e-5);
   // The comparison can fail: 8 samples a step end elsewhere.
   auto other = sets("g8", 20);

@@ -356,15 +356,16 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
   checkpointer_->mark_saved(progress_.step);
   if (plan_->world().rank == 0)
     spdlog::info("resumed from {} at step {} ({}{}{}){}{}", path, progress_.step, epoch_text(progress_),
-                 progress_.batch_in_epoch > 0
-                     ? fmt::format(", after {} of its {} batches", progress_.batch_in_epoch,
-                                   ceil_div(sampler_->num_samples(), config_.train.batch_size))
-                     : "",
+                 progress_.batch_in_epoch > 0 ? fmt::format(", after {} of its {} batches", progress_.batch_in_epoch,
+                                                            ceil_div(sampler_->num_samples(), config_.train.batch_size))
+                                              : "",
                  what,
                  loaded.world_size == replicas()
                      ? ""
-                     : fmt::format(", written by {} rank{} of batch {}: the same samples per step", loaded.world_size,
-                                   loaded.world_size == 1 ? "" : "s", loaded.batch_size),
+                     : fmt::format(", written by {} replica{} of batch {}{}: the same {} samples per step",
+                                   loaded.world_size, loaded.world_size == 1 ? "" : "s", loaded.batch_size,
+                                   loaded.accum_steps > 1 ? fmt::format(" × {} micro-steps", loaded.accum_steps) : "",
+                                   loaded.world_size * loaded.batch_size * std::max<int64_t>(1, loaded.accum_steps)),
                  changed_since_.empty() ? "" : "; changed since that run: " + changed_since_);
   warn_if_lr_rises(loaded.lr);
 }
