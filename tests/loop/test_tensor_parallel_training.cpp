@@ -64,9 +64,10 @@ void cut_back(const TempDir& dir, const std::string& name, const std::string& co
 
 }  // namespace
 
-TEST_CASE("on two nodes of 2 ranks, a tensor group a node and 2 replicas or 2 pipeline stages across them trains to "
-          "world 1's weights, the node's shared memory on",
-          "[tensor][multinode]") {
+TEST_CASE(
+    "on two nodes of 2 ranks, a tensor group a node and 2 replicas or 2 pipeline stages across them trains to "
+    "world 1's weights, the node's shared memory on, and a tensor group across nodes of 1 too, with a warning",
+    "[tensor][multinode]") {
   // The node's shared-memory engine sums over every node once the world spans nodes: lent to a
   // tensor group, it summed the two nodes' groups (wrong weights, exit 0), or, with a stage on each
   // node, waited for the other node's leader, which never came (a hang).
@@ -75,17 +76,27 @@ TEST_CASE("on two nodes of 2 ranks, a tensor group a node and 2 replicas or 2 pi
   auto one = ddprun(1, config, {"run.output_dir=" + dir.file("one")});
   INFO(one.out << one.err);
   REQUIRE(one.exit_code == 0);
-  for (const std::string& layout : {"data", "pipeline"}) {
-    std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --nproc-per-node 2 --master-addr "
-                         "127.0.0.1 --master-port " + std::to_string(free_port()) + " --rdzv-timeout 30 " + config +
+  // across: nodes of one rank each, whose tensor group spans both (the same weights, and a warning).
+  for (const std::string& layout : {"data", "pipeline", "across"}) {
+    std::string launch = "OMP_NUM_THREADS=1 " + bin("ddprun") + " --nnodes 2 --nproc-per-node " +
+                         (layout == "across" ? "1" : "2") + " --master-addr 127.0.0.1 --master-port " +
+                         std::to_string(free_port()) + " --rdzv-timeout 30 " + config +
                          " --set dist.tensor=2 --set dist.shared_memory=true --set dist.timeout_s=60 --set "
-                         "run.output_dir=" + dir.file(layout) + (layout == "pipeline" ? " --set dist.pipeline=2" : "");
+                         "run.output_dir=" +
+                         dir.file(layout) + (layout == "pipeline" ? " --set dist.pipeline=2" : "");
     auto r = run_shell(launch + " --node-rank 1 > " + dir.file(layout + "-node1.log") + " 2>&1 & B=$!; " + launch +
                            " --node-rank 0; A=$?; wait $B; echo statuses=$A,$?",
                        std::chrono::seconds(240));
     INFO(layout << ": " << r.out << r.err << read_file(dir.file(layout + "-node1.log")));
     REQUIRE(count_lines(r.out, "statuses=0,0") == 1);
     CHECK(largest_difference(dir.file("one/model.pt"), dir.file(layout + "/model.pt")) < 1e-5);
+    const std::string across =
+        "dist.tensor 2: tensor groups span nodes of 1 rank(s), so every layer's all-reduces "
+        "cross the network";
+    if (layout == "across")
+      CHECK_THAT(r.out + r.err, Contains(across));
+    else
+      CHECK_THAT(r.out + r.err, !Contains("tensor groups span"));
   }
 }
 

@@ -17,15 +17,19 @@ void declare_config(ConfigSchema& schema, MeshConfig& config) {
              "dist.pipeline, dist.data_shard and dist.tensor")
       .min(0)
       .max(kMaxRanks);
-  schema.add("dist.data_shard", &config.data_shard,
-             "device mesh: ranks that split one replica's state (dist.shard says which); 0: 1 without dist.shard, "
-             "with it the ranks of a node (shard within nodes, replicate across them, as PyTorch's HSDP)")
+  schema
+      .add("dist.data_shard", &config.data_shard,
+           "device mesh: ranks that split one replica's state (dist.shard says which); 0: 1 without dist.shard, "
+           "with it the ranks of a node (shard within nodes, replicate across them, as PyTorch's HSDP), or every rank "
+           "where nodes have unequal numbers of ranks (a warning says so)")
       .min(0)
       .max(kMaxRanks);
-  schema.add("dist.tensor", &config.tensor,
-             "device mesh: ranks that split each transformer layer between them (Megatron-style tensor "
-             "parallelism: attention heads and MLP columns, the vocabulary of the embedding and head), neighbouring "
-             "ranks on one node; 1: none. Note [Tensor parallelism]")
+  schema
+      .add("dist.tensor", &config.tensor,
+           "device mesh: ranks that split each transformer layer between them (Megatron-style tensor "
+           "parallelism: attention heads and MLP columns, the vocabulary of the embedding and head), neighbouring "
+           "ranks, within a node where dist.tensor divides its ranks (a warning says when a group spans "
+           "nodes); 1: none. Note [Tensor parallelism]")
       .min(1)
       .max(kMaxRanks);
   schema.add("dist.tensor_plan", &config.tensor_plan,

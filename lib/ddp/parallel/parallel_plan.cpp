@@ -128,6 +128,36 @@ int rank_0_local_world_size(const Communicator& world, int local_world_size) {
 
 }  // namespace
 
+// A tensor group talks in every layer, and a default data_shard group is meant to be a node's
+// ranks (the docs' advice): either spread over nodes runs at the network's speed, which the info
+// line's sizes alone do not show. Ranks are numbered node by node; rank 0's node has `node_ranks`.
+void ParallelPlan::warn_of_groups_across_nodes(const MeshConfig& config, int node_ranks) const {
+  const int world = world_.world_size;
+  if (node_ranks <= 0 || world <= node_ranks) return;  // one node, or unknown
+  // A group lies within an aligned block of neighbouring ranks, rank 0's group's span.
+  auto spans = [&](MeshDim dim) {
+    if (mesh_.size(dim) == 1) return false;
+    const auto ranks = mesh_.group_ranks(0, dim);
+    const int block = ranks.back() + ranks[1];
+    return world % node_ranks != 0 || node_ranks % block != 0;
+  };
+  const std::string nodes = world % node_ranks == 0
+                                ? "nodes of " + std::to_string(node_ranks) + " rank(s)"
+                                : "nodes of unequal sizes (rank 0's has " + std::to_string(node_ranks) + " of " +
+                                      std::to_string(world) + " ranks)";
+  if (spans(MeshDim::kTensor))
+    spdlog::warn(
+        "dist.tensor {}: tensor groups span {}, so every layer's all-reduces cross the network; a tensor "
+        "group belongs within a node: a dist.tensor that divides each node's ranks",
+        mesh_.size(MeshDim::kTensor), nodes);
+  if (config.data_shard == 0 && shard_ != "none" && spans(MeshDim::kDataShard))
+    spdlog::warn(
+        "dist.data_shard {} (its default) spans {}: there is no node-sized group to shard within, so "
+        "its collectives cross the network; give every node the same --nproc-per-node, or set "
+        "dist.data_shard",
+        mesh_.size(MeshDim::kDataShard), nodes);
+}
+
 ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const DistConfig& dist, int local_world_size)
     : dist_(dist),
       shard_(mesh.shard),
@@ -156,6 +186,7 @@ ParallelPlan::ParallelPlan(Communicator world, const MeshConfig& mesh, const Dis
     auto ranks = mesh_.data_parallel_ranks(world_.rank);
     data_parallel_ = sub_communicator(world_, "data_parallel/" + std::to_string(ranks.front()), ranks);
   }
+  if (world_.rank == 0) warn_of_groups_across_nodes(mesh, local_world_size);
   // A group of one rank splits nothing: the memory is what dist.shard none would hold, which the
   // info line alone left to be read from the mesh's sizes. (A world of one, a config tried on one
   // rank before many, is said by its world size.)

@@ -157,6 +157,9 @@ class ParallelPlan {
   std::vector<torch::Tensor> gather_checkpoint_state() const;
 
  private:
+  /// On rank 0: a warning for a tensor group, or a default data_shard group, spread over nodes.
+  void warn_of_groups_across_nodes(const MeshConfig& config, int node_ranks) const;
+
   DistConfig dist_;
   std::string shard_;  // dist.shard
   bool shard_overlap_ = false;  // dist.shard_overlap
