@@ -2,11 +2,12 @@
 // pure-torch SAGE in Python that gives the accuracy ddprun reported, world 1 with batch 2B matches
 // world 2 with batch B, and a stopped run resumes bit-identically.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <regex>
 
+#include "ddp/data/npy_reader.h"
 #include "ddp/record/metrics_reader.h"
 #include "support/npy_writer.h"
 #include "support/subprocess.h"
@@ -115,6 +116,25 @@ TEST_CASE("a GraphSAGE run stopped at step 15 resumes to the same model.pt as a 
   std::string x = read_file(dir.file("straight/model.pt")), y = read_file(dir.file("resumed/model.pt"));
   CHECK(!x.empty());
   CHECK(x == y);
+  // The graph rewritten in place at the same sizes: the features reversed, or the splits shuffled.
+  // Its resume is refused, naming the data (was: resumed on it without a word).
+  auto changed = [&](const std::vector<std::pair<std::string, torch::Tensor>>& files) {
+    std::vector<torch::Tensor> kept;
+    for (const auto& [file, values] : files) {
+      kept.push_back(ddp::read_npy(graph + "/" + file));
+      write_npy(graph + "/" + file, values);
+    }
+    auto r = run_shell(graph_run(2, graph, dir.file("resumed"), common + "--set train.max_steps=45"),
+                       std::chrono::seconds(300));
+    INFO(files.front().first << ": " << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("data.path: the training data are not those"));
+    for (std::size_t i = 0; i < files.size(); ++i) write_npy(graph + "/" + files[i].first, kept[i]);
+  };
+  changed({{"features.npy", ddp::read_npy(graph + "/features.npy").flip({0}).contiguous()}});
+  auto train = ddp::read_npy(graph + "/train_idx.npy"), val = ddp::read_npy(graph + "/val_idx.npy");
+  changed({{"train_idx.npy", torch::cat({val, train.narrow(0, 100, 300)})}, {"val_idx.npy", train.narrow(0, 0, 100)}});
+  CHECK(read_file(dir.file("resumed/model.pt")) == y);
 }
 
 TEST_CASE("graph configs that cannot work are refused with one line naming the key", "[graph]") {

@@ -1,8 +1,11 @@
 #include "ddp/task/graph_task.h"
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 
 #include "ddp/common/error.h"
+#include "ddp/data/checksum64.h"
 #include "ddp/data/graph_cache.h"
 #include "ddp/data/node_cache.h"
 #include "ddp/model/python_state_dict.h"
@@ -49,6 +52,36 @@ GraphTask::GraphTask(const DataConfig& data, const SamplerConfig& sampler, const
 int64_t GraphTask::size(Split split) const {
   if (split == Split::kTrain) return graph_.train.numel();
   return eval_nodes_.defined() ? eval_nodes_.numel() : 0;
+}
+
+std::string GraphTask::data_content() const {
+  // The training node ids whole, the graph's sizes, and the labels, features and in-neighbours of 64
+  // training nodes spread over the list: a graph whose splits, features or edges were rewritten at
+  // the same sizes resumed silently (only the count of training nodes was compared).
+  Checksum64 sum;
+  auto add = [&sum](const torch::Tensor& values) {
+    const torch::Tensor whole = values.contiguous();
+    sum.update(whole.data_ptr(), static_cast<std::size_t>(whole.numel()) * whole.element_size());
+  };
+  add(graph_.train);
+  const int64_t sizes[] = {graph_.num_nodes(), graph_.num_edges(), graph_.num_features()};
+  sum.update(sizes, sizeof sizes);
+  const int64_t n = graph_.train.numel(), taken = std::min<int64_t>(n, 64);
+  if (taken == 0) return fmt::format("{:016x}", sum.digest());
+  auto positions = torch::linspace(0, static_cast<double>(n - 1), taken, torch::kDouble).round().to(torch::kLong);
+  const torch::Tensor nodes = graph_.train.index_select(0, positions).contiguous();
+  add(graph_.labels.index_select(0, nodes));
+  add(graph_.feature_rows(nodes));
+  const int64_t* ids = nodes.data_ptr<int64_t>();
+  const torch::Tensor indptr = graph_.indptr.contiguous();
+  const int64_t* offsets = indptr.data_ptr<int64_t>();
+  std::vector<int64_t> neighbours;
+  for (int64_t i = 0; i < taken; ++i) {
+    neighbours.resize(static_cast<std::size_t>(offsets[ids[i] + 1] - offsets[ids[i]]));
+    graph_.read_indices(offsets[ids[i]], static_cast<int64_t>(neighbours.size()), neighbours.data());
+    sum.update(neighbours.data(), neighbours.size() * sizeof(int64_t));
+  }
+  return fmt::format("{:016x}", sum.digest());
 }
 
 // Note [First layer in the pipeline]

@@ -23,6 +23,7 @@ class GraphTask : public Task {
 
   torch::nn::Module& model() override { return *model_; }
   int64_t size(Split split) const override;
+  std::string data_content() const override;
   void set_epoch(int64_t epoch) override { epoch_ = epoch; }
   /// inputs = {the first layer's output nodes (int64 [D]) and their neighbours' aggregated
   /// features [D, F], then per later layer: src [E], dst [E], num_dst []}; targets = the seeds'
