@@ -333,8 +333,10 @@ TEST_CASE("mesh settings that are unknown, or split nothing, are refused, naming
   REQUIRE_THROWS_WITH(parse("dist: {pipelin: 1}"), Contains("did you mean dist.pipeline?"));
 }
 
-TEST_CASE("pipeline keys set without a pipeline are notices, not errors, one line each",
-          "[config]") {
+TEST_CASE(
+    "keys that do nothing in this run (pipeline keys without a pipeline, a carve no evaluation reads, a mean no "
+    "normalisation reads) are notices, not errors, one line each",
+    "[config]") {
   using Notices = std::vector<std::string>;
   CHECK(ddp::config_notices(parse("")) == Notices{});
   CHECK(ddp::config_notices(parse("dist: {pipeline: 2, microbatches: 4, schedule: gpipe, pipeline_split: h.1}")) ==
@@ -348,6 +350,21 @@ TEST_CASE("pipeline keys set without a pipeline are notices, not errors, one lin
         Notices{"model.sync_batchnorm: with dist.pipeline 2, the BatchNorm statistics are each microbatch's over the "
                 "replicas, not the step's global batch's (as with train.grad_accum_steps)"});
   CHECK(ddp::config_notices(parse("model: {sync_batchnorm: true}")) == Notices{});
+  // A carve that no evaluation reads: its samples are trained on by no one (was: without a word).
+  CHECK(ddp::config_notices(parse("data: {dataset: npy, path: /x.npy, labels: /y.npy, eval_fraction: 0.5, "
+                                  "eval_split: none}")) ==
+        Notices{"data.eval_fraction: holds out 50% of data.path's samples, which data.eval_split none never "
+                "evaluates: they are not trained on either (the training split stays the same whether or not it is "
+                "evaluated); set data.eval_fraction 0 to train on every sample"});
+  // A mean and std that no normalisation reads (auto is global for npy): said (was: dropped).
+  CHECK(ddp::config_notices(parse("data: {dataset: npy, path: /x.npy, labels: /y.npy, eval_split: none, mean: 100, "
+                                  "std: 5}")) ==
+        Notices{"data.mean: does nothing with data.normalize auto (global for data.dataset npy): set data.normalize "
+                "fixed to normalise by data.mean and data.std",
+                "data.std: does nothing with data.normalize auto (global for data.dataset npy): set data.normalize "
+                "fixed to normalise by data.mean and data.std"});
+  CHECK(ddp::config_notices(parse("data: {dataset: npy, path: /x.npy, labels: /y.npy, eval_split: none, mean: 100, "
+                                  "normalize: fixed}")) == Notices{});
   // Keys another dataset or model reads (were: taken without a word).
   CHECK(ddp::config_notices(parse("data: {dataset: idx, path: /d, eval_fraction: 0.5, eval_path: /e}\n"
                                   "model: {name: mlp, path: /m.pt}")) ==

@@ -1,5 +1,6 @@
 #include "ddp/data/data_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -119,6 +120,34 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
                ? "does nothing with data.dataset " + config.dataset + " (npy, csv and criteo split by it)"
                : "";
   });
+  // The fixed normalisation's numbers, given where another one (or none) is made: the user's mean
+  // and std went unread.
+  const DataConfig defaults;
+  for (auto [key, changed] : {std::pair{"data.mean", &config.mean}, std::pair{"data.std", &config.std}})
+    schema.notice(
+        key, [&config, changed, default_value = key == std::string("data.mean") ? defaults.mean : defaults.std]() {
+          if (*changed == default_value) return std::string();
+          if (config.dataset == "tokens" || config.dataset == "graph" || config.dataset == "criteo")
+            return "does nothing with data.dataset " + config.dataset + ", which is not normalised";
+          const std::string kind = normalization_kind(config);
+          return kind == "fixed"
+                     ? std::string()
+                     : "does nothing with data.normalize " + config.normalize +
+                           (config.normalize == "auto" ? " (" + kind + " for data.dataset " + config.dataset + ")"
+                                                       : std::string()) +
+                           ": set data.normalize fixed to normalise by data.mean and data.std";
+        });
+  // The carve does not depend on whether an evaluation reads it: the training split stays the
+  // same when evaluation is turned off (runs compared, a resume). Said, as its samples go unused.
+  schema.notice("data.eval_fraction", [&config]() -> std::string {
+    const bool read = config.dataset == "npy" || config.dataset == "csv" || config.dataset == "criteo";
+    return read && config.eval_fraction > 0 && config.eval_split != "test"
+               ? "holds out " + std::to_string(static_cast<int>(std::lround(config.eval_fraction * 100))) +
+                     "% of data.path's samples, which data.eval_split " + config.eval_split +
+                     " never evaluates: they are not trained on either (the training split stays the same whether "
+                     "or not it is evaluated); set data.eval_fraction 0 to train on every sample"
+               : "";
+  });
   schema.rule("data.eval_labels", [&config]() -> std::string {
     if (config.dataset == "npy" && !config.eval_path.empty() && config.eval_labels.empty())
       return "must name the labels .npy of data.eval_path";
@@ -147,6 +176,12 @@ void declare_config(ConfigSchema& schema, SamplerConfig& config) {
              "world equal contiguous chunks (PyG's train_idx.split(n // world)[r], the remainder dropped), shuffled "
              "within it")
       .choices({"distributed", "chunk"});
+}
+
+std::string normalization_kind(const DataConfig& config) {
+  if (config.dataset == "criteo") return "as_stored";  // already as DLRM takes them; a hash must not be rounded
+  if (config.normalize != "auto") return config.normalize;
+  return config.dataset == "idx" || config.dataset == "synthetic" ? "fixed" : "global";
 }
 
 std::string tokenizer_beside(const std::string& data_path) {

@@ -53,4 +53,8 @@ std::vector<std::string> dataset_format_names();
 /// tokenizer.model beside them.
 std::string tokenizer_beside(const std::string& data_path);
 
+/// What data.normalize resolves to for `config`'s data: none, fixed, global or per_feature (auto:
+/// fixed for IDX and synthetic images, global otherwise); "as_stored" for criteo.
+std::string normalization_kind(const DataConfig& config);
+
 }  // namespace ddp

@@ -31,12 +31,6 @@ torch::Tensor Normalizer::apply(const torch::Tensor& stored) const {
   return x.sub_(mean).div_(std);
 }
 
-std::string normalization_kind(const DataConfig& config) {
-  if (config.dataset == "criteo") return "as_stored";  // already as DLRM takes them; a hash must not be rounded
-  if (config.normalize != "auto") return config.normalize;
-  return config.dataset == "idx" || config.dataset == "synthetic" ? "fixed" : "global";
-}
-
 Normalizer make_normalizer(const DataConfig& config, const Dataset& train) {
   Normalizer normalizer;
   const std::string kind = normalization_kind(config);

@@ -20,10 +20,6 @@ struct Normalizer {
   torch::Tensor apply(const torch::Tensor& stored) const;
 };
 
-/// What data.normalize resolves to for `config`'s data: none, fixed, global or per_feature (auto:
-/// fixed for IDX and synthetic images, global otherwise); "as_stored" for criteo.
-std::string normalization_kind(const DataConfig& config);
-
 /// The normalisation `data.normalize` asks for. global and per_feature statistics come from
 /// `train`'s features (the same on every rank: they read the same file); a feature with no spread
 /// is only shifted.
