@@ -23,6 +23,7 @@ namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLis
 
 using namespace ddp::test;
 using Catch::Contains;
+using Catch::Equals;
 
 namespace {
 
@@ -304,8 +305,10 @@ TEST_CASE("normalisation: fixed, global and per-feature statistics of the traini
         Approx((1 - config.mean) / config.std));
 }
 
-TEST_CASE("an eval file is the training file's kind: CSV columns by name, features of one scale, labels unrounded",
-          "[data][csv]") {
+TEST_CASE(
+    "an eval file is the training file's kind: CSV columns by name, features of one scale, targets of one shape, "
+    "labels unrounded",
+    "[data][csv]") {
   TempDir dir;
   // 100 samples whose class is column a's sign; the eval copy lists its columns in another order.
   std::string train_csv = "a,b,c,label\n", reordered = "c,b,a,label\n", renamed = "x,b,c,label\n";
@@ -355,6 +358,14 @@ TEST_CASE("an eval file is the training file's kind: CSV columns by name, featur
   config.normalize = "fixed";
   config.eval_path = dir.file("x_f4.npy");
   CHECK_NOTHROW(ddp::load_dataset_splits(config, 2));
+  // Multi-label targets in one split, one value a sample in the other: refused at load, naming both
+  // (was: an epoch trained, then LibTorch's "shape '[8]' is invalid" at the evaluation).
+  write_npy(dir.file("y_multi.npy"), torch::zeros({8, 2}, torch::kFloat));
+  config.eval_labels = dir.file("y_multi.npy");
+  CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 2),
+                    Equals(dir.file("y_multi.npy") + " holds labels of [2] a sample, " + dir.file("y.npy") +
+                           " of one value: the splits' targets must be of one shape"));
+  config.eval_labels = dir.file("y.npy");
 
   // float64 labels stay float64 (the loss checks for whole numbers before any rounding).
   write_npy(dir.file("y_f8.npy"), torch::tensor({0.0, 1.00000001, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0}, torch::kDouble));

@@ -81,6 +81,20 @@ DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load,
     if (splits.eval->sample_shape() != splits.train.sample_shape())
       throw FileError(config.eval_path + " holds samples of shape " + format_shape(splits.eval->sample_shape()) + ", " +
                       config.path + " of shape " + format_shape(splits.train.sample_shape()));
+    // Targets of one shape per sample: a multi-label file beside classes failed in the loss after
+    // a whole epoch (the evaluation's shape), or at the first step, in LibTorch's words.
+    auto per_sample = [](const Dataset& split) { return split.labels.sizes().slice(1).vec(); };
+    if (per_sample(*splits.eval) != per_sample(splits.train)) {
+      auto named = [](const std::string& labels, const std::string& features) {
+        return labels.empty() ? features : labels;
+      };
+      auto shape = [](const std::vector<int64_t>& dims) {
+        return dims.empty() ? std::string("one value") : format_shape(dims);
+      };
+      throw FileError(named(config.eval_labels, config.eval_path) + " holds labels of " +
+                      shape(per_sample(*splits.eval)) + " a sample, " + named(config.labels, config.path) + " of " +
+                      shape(per_sample(splits.train)) + ": the splits' targets must be of one shape");
+    }
     // data.normalize fixed divides by 255 where the training file is uint8 (pixels 0..255): an
     // eval file of floats beside it (pixels already in [0, 1]) would be divided too, or one of
     // uint8 beside float training data not at all, and evaluated wrongly with exit 0.
