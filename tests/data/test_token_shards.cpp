@@ -121,6 +121,16 @@ TEST_CASE("bad token files get one line each, naming the file", "[data][tokens]"
   CHECK(refused("odd.bin", std::string(7, 'x'), "uint16") == dir.file("odd.bin") + ": 7 bytes is not a whole number of uint16 tokens");
   CHECK_THROWS_WITH(TokenWindows(dir.file("nothing_*.bin"), "data.eval_path", "", 4),
                     "data.eval_path: " + dir.file("nothing_*.bin") + " matches no file");
+  // A file whose name holds a glob's bracket is itself (was: "matches no file", or, with exp1/
+  // beside it, exp1's tokens under exp[1]'s name).
+  std::filesystem::create_directories(dir.file("exp[1]"));
+  std::filesystem::create_directories(dir.file("exp1"));
+  write_file(dir.file("exp[1]/train.bin"), llmc_shard(20240520, 1, 9, iota(0, 9), 2));
+  write_file(dir.file("exp1/train.bin"), llmc_shard(20240520, 1, 17, iota(0, 17), 2));
+  TokenWindows bracket(dir.file("exp[1]/train.bin"), "data.path", "", 4);
+  REQUIRE(bracket.shards().size() == 1);
+  CHECK(bracket.shards()[0]->path() == dir.file("exp[1]/train.bin"));
+  CHECK(bracket.shards()[0]->tokens() == 9);
   REQUIRE(mkfifo(dir.file("pipe.bin").c_str(), 0600) == 0);  // its open used to wait for a writer
   CHECK_THROWS_WITH(TokenWindows(dir.file("pipe.bin"), "data.path", "", 4), Contains("pipe.bin") && Contains("is not a regular file"));
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "ddp/common/error.h"
 #include "ddp/data/checksum64.h"
@@ -166,7 +167,9 @@ TokenWindows::TokenWindows(const std::string& pattern, const std::string& key, c
                            int64_t block_size)
     : block_size_(block_size) {
   std::vector<std::string> paths;
-  if (pattern.find_first_of("*?[") == std::string::npos) {
+  // A file of that very name is itself, not a pattern: "exp[1]/train.bin" matched exp1/train.bin.
+  std::error_code ec;
+  if (pattern.find_first_of("*?[") == std::string::npos || std::filesystem::is_regular_file(pattern, ec)) {
     paths.push_back(pattern);
   } else {
     glob_t found{};
