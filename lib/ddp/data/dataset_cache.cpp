@@ -28,19 +28,11 @@ struct Header {
   int64_t count, height, width;
 };
 
-// The file the reader reads (idx_reader.cpp's find_split_file): a directory of the raw file's name
-// is passed over there, so here too, or the cache would be keyed on another file than the data.
-std::string source_file(const std::string& dir, const std::string& stem) {
-  std::error_code ignored;
-  for (const auto& name : {stem, stem + ".gz"})
-    if (fs::is_regular_file(dir + "/" + name, ignored)) return dir + "/" + name;
-  return "";
-}
-
-// The split's two source files, images first.
+// The split's two source files, images first: the ones the reader reads (find_idx_file), or the
+// cache would be keyed on other files than the data.
 std::vector<std::string> source_files(const std::string& dir, const std::string& split) {
   std::string prefix = split == "train" ? "train" : "t10k";
-  return {source_file(dir, prefix + "-images-idx3-ubyte"), source_file(dir, prefix + "-labels-idx1-ubyte")};
+  return {find_idx_file(dir, prefix + "-images-idx3-ubyte"), find_idx_file(dir, prefix + "-labels-idx1-ubyte")};
 }
 
 void write_cache(const std::string& path, mode_t mode, const Dataset& data, const std::string& sources) {

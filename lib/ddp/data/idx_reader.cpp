@@ -246,15 +246,24 @@ torch::Tensor read_idx(const std::string& path) {
   return tensor;
 }
 
+std::string find_idx_file(const std::string& dir, const std::string& stem) {
+  std::error_code ignored;
+  const std::string raw = dir + "/" + stem, gz = raw + ".gz";
+  const bool has_raw = std::filesystem::is_regular_file(raw, ignored),
+             has_gz = std::filesystem::is_regular_file(gz, ignored);
+  if (has_raw && has_gz)
+    fail_idx(dir, "holds both " + stem + " and " + stem +
+                      ".gz: which one holds the data meant is not for ddprun to "
+                      "guess; remove the other (they may differ: an older copy, another download)");
+  return has_raw ? raw : has_gz ? gz : "";
+}
+
 namespace {
 
 std::string find_split_file(const std::string& dir, const std::string& stem, const std::string& what) {
-  for (const std::string& name : {stem, stem + ".gz"}) {
-    std::string path = dir + "/" + name;
-    std::error_code ignored;
-    if (std::filesystem::is_regular_file(path, ignored)) return path;
-  }
-  fail_idx(dir, "missing " + what + ": looked for " + stem + " and " + stem + ".gz");
+  std::string path = find_idx_file(dir, stem);
+  if (path.empty()) fail_idx(dir, "missing " + what + ": looked for " + stem + " and " + stem + ".gz");
+  return path;
 }
 
 std::string idx_shape(const torch::Tensor& t) { return format_shape(t.sizes().vec()); }

@@ -14,6 +14,10 @@ namespace ddp {
 /// and the cause: missing, not IDX, unsupported type, truncated, trailing garbage, corrupt gzip.
 torch::Tensor read_idx(const std::string& path);
 
+/// The file of `stem` in `dir`: `stem` or `stem`.gz, "" when neither is there. Both there is a
+/// FileError: which of them holds the data meant is not for a reader to guess.
+std::string find_idx_file(const std::string& dir, const std::string& stem);
+
 /// Loads `split` ("train" or "test") from `dir`: {train,t10k}-images-idx3-ubyte and
 /// {train,t10k}-labels-idx1-ubyte, each raw or with a .gz suffix. Throws FileError if files are
 /// missing, have the wrong rank, or disagree on the sample count.
