@@ -59,6 +59,7 @@ class Trainer {
   /// On rank 0, a warning when this run's schedule gives the next step a higher lr than `last_lr`,
   /// the saved run's last step's (negative: unknown), after warmup.
   void warn_if_lr_rises(double last_lr) const;
+  int64_t batches_per_epoch() const;
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   bool done() const;
