@@ -1,12 +1,12 @@
 // ddp-export: any checkpoint of a run (or its model.pt) as a Hugging Face model directory:
 // model.safetensors (shards above --max-shard-size), config.json, model.pt, the run's config.yaml
 // (which says the model) and the tokenizer.model the run's tokens were made with.
-#include <CLI/CLI.hpp>
+#include <fcntl.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <thread>
 
 #include "ddp/checkpoint/checkpoint_format.h"
 #include "ddp/checkpoint/checkpointer.h"
@@ -33,6 +34,8 @@
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr int kLooks = 10;  // at checkpoints a running run may remove as they are read
 
 // A checkpoint another run wrote (--checkpoint, or one copied in) may fit this run's model in every
 // shape and still be another model (other heads, rope settings): its weights would go out under a
@@ -209,25 +212,51 @@ int main(int argc, char** argv) {
     int64_t step = -1;
     std::optional<ddp::CheckpointInfo> checkpoint;
     // Without --checkpoint, one that verifies but cannot be read (a manifest that disagrees with its
-    // files) gives way to the one before it, as a run's resume does.
-    for (int64_t older_than = INT64_MAX; step < 0 && (checkpoint = chosen_checkpoint(args, config, older_than));) {
-      const std::string manifest =
-          fs::exists(checkpoint->manifest_path) ? ddp::read_whole_file(checkpoint->manifest_path) : "";
-      check_same_model(checkpoint->manifest_path, manifest, config, config_path, !args.checkpoint.empty());
-      // The optimizer's state is read with the weights and dropped: an export holds the model alone.
-      auto optimizer = ddp::make_optimizer(model->parameters(), config.optim, config.optim.lr);
-      try {
-        step = ddp::load_whole_checkpoint(
-                   manifest, checkpoint->manifest_path,
-                   ddp::read_whole_file(ddp::common_file(manifest, checkpoint->manifest_path)), *model, *optimizer)
-                   .step;
-      } catch (const ddp::FileError& e) {
-        if (!args.checkpoint.empty()) throw;
-        spdlog::warn("skipping checkpoint {}: {}; trying the previous one", checkpoint->manifest_path, e.what());
-        older_than = checkpoint->step;
-        model = ddp::make_model(config.model);  // nothing half-read goes out
-        model->set_hugging_face_source(started_from);
+    // files) gives way to the one before it, as a run's resume does. A running run removes its
+    // older checkpoints as it writes new ones (checkpoint.keep_last): one gone while it was read,
+    // or a look that found none while the run wrote others, is looked for again, a few times.
+    const ddp::Checkpointer listing(config.checkpoint, (fs::path(args.run) / "checkpoints").string());
+    auto steps_listed = [&listing] {
+      std::vector<int64_t> steps;
+      for (const auto& listed : listing.list()) steps.push_back(listed.step);
+      return steps;
+    };
+    for (int look = 1; step < 0 && look <= kLooks; ++look) {
+      const std::vector<int64_t> listed = steps_listed();
+      bool rotated = false;
+      for (int64_t older_than = INT64_MAX;
+           step < 0 && !rotated && (checkpoint = chosen_checkpoint(args, config, older_than));) {
+        if (const char* delay = std::getenv("DDPRUN_TEST_EXPORT_READ_DELAY")) {  // a test rotates them here
+          std::fprintf(stderr, "ddp-export: test: reading %s\n", checkpoint->manifest_path.c_str());
+          std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+        }
+        const std::string manifest =
+            fs::exists(checkpoint->manifest_path) ? ddp::read_whole_file(checkpoint->manifest_path) : "";
+        // The optimizer's state is read with the weights and dropped: an export holds the model alone.
+        auto optimizer = ddp::make_optimizer(model->parameters(), config.optim, config.optim.lr);
+        try {
+          if (manifest.empty()) throw ddp::FileError(checkpoint->manifest_path + ": no such file");
+          check_same_model(checkpoint->manifest_path, manifest, config, config_path, !args.checkpoint.empty());
+          step = ddp::load_whole_checkpoint(manifest, checkpoint->manifest_path,
+                                            ddp::read_whole_file(ddp::common_file(manifest, checkpoint->manifest_path)),
+                                            *model, *optimizer)
+                     .step;
+        } catch (const ddp::FileError& e) {
+          if (!args.checkpoint.empty()) throw;
+          model = ddp::make_model(config.model);  // nothing half-read goes out
+          model->set_hugging_face_source(started_from);
+          rotated = !fs::exists(checkpoint->manifest_path);
+          if (rotated)
+            spdlog::info(
+                "{} was removed while it was read (a running run keeps only its newest checkpoints); "
+                "looking again",
+                checkpoint->manifest_path);
+          else
+            spdlog::warn("skipping checkpoint {}: {}; trying the previous one", checkpoint->manifest_path, e.what());
+          older_than = checkpoint->step;
+        }
       }
+      if (step < 0 && !rotated && steps_listed() == listed) break;  // nothing changed: no other to find
     }
     if (step >= 0) {
       source = "the checkpoint of step " + std::to_string(step) + " (" + checkpoint->manifest_path + ")";

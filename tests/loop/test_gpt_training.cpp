@@ -1004,6 +1004,26 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
                              std::chrono::seconds(120));
   CHECK(earlier.exit_code == 0);
   CHECK(fs::exists(dir.file("step20/model.safetensors")));
+  // A running run removes the checkpoint being read and writes a newer one (checkpoint.keep_last):
+  // the export looks again and takes the newer (was: "neither a checkpoint nor model.pt").
+  fs::create_directories(dir.file("rotating/checkpoints"));
+  fs::create_directories(dir.file("aside"));
+  fs::copy_file(dir.file("out/config.yaml"), dir.file("rotating/config.yaml"));
+  for (const auto& entry : fs::directory_iterator(dir.file("out/checkpoints"))) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_0000000020.", 0) == 0) fs::copy_file(entry.path(), dir.file("rotating/checkpoints/" + name));
+    if (name.rfind("step_0000000040.", 0) == 0) fs::copy_file(entry.path(), dir.file("aside/" + name));
+  }
+  auto rotation = run_shell("DDPRUN_TEST_EXPORT_READ_DELAY=2000 " + bin("ddp-export") + " " + dir.file("rotating") +
+                                " -o " + dir.file("rotated") + " 2> " + dir.file("rotating.log") + " & E=$!; " +
+                                until_true("grep -q 'test: reading' " + dir.file("rotating.log")) + "rm " +
+                                dir.file("rotating/checkpoints/step_0000000020.") + "*; mv " + dir.file("aside/") +
+                                "* " + dir.file("rotating/checkpoints/") + "; wait $E; echo status=$?",
+                            std::chrono::seconds(120));
+  INFO(rotation.out << read_file(dir.file("rotating.log")));
+  CHECK(count_lines(rotation.out, "status=0") == 1);
+  CHECK_THAT(rotation.out, Contains("exported the checkpoint of step 40"));
+  CHECK_THAT(read_file(dir.file("rotating.log")), Contains("was removed while it was read"));
   // Another run's checkpoint whose shapes fit this model's but which is another model (rope_theta):
   // refused, naming the difference, rather than written out under a config.json that misdescribes it.
   fs::create_directories(dir.file("other"));
