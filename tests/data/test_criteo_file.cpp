@@ -90,6 +90,10 @@ TEST_CASE("a broken Criteo log is refused naming the file, the line and the faul
   // A value with control bytes is shown escaped: the message reaches a terminal.
   files.refused(line("1", {}, {std::string("1f\0\x1b[2J", 7)}) + "\n", "line 1: categorical C1 is '1f\\x00\\x1b[2J'");
   files.refused(good + "\n" + good, "line 2: an empty line");
+  files.refused(good + "\n\n" + good + "\n", "line 2: an empty line");
+  // Empty lines at the end are no impressions, not a fault (was: "line 2: an empty line").
+  CHECK(read_criteo_file(files.write(good + "\n\r\n")).size() == 1);
+  files.refused("\n\n", "holds no impressions");
   files.refused(line("1", {"99999999999999999999"}, {}) + "\n", "line 1: count I1 is '99999999999999999999', expected an "
                                                                 "integer of at most 64 bits");
   files.refused("", "holds no impressions");

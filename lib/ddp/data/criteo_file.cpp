@@ -132,7 +132,7 @@ void for_each_impression(const std::string& path, const std::function<void(float
     char*& buffer;
     ~FreeBuffer() { std::free(buffer); }
   } free_buffer{buffer};
-  int64_t line_number = 0;
+  int64_t line_number = 0, first_empty = 0, impressions = 0;
   auto fault = [&](const std::string& what) {
     return FileError(path + " line " + std::to_string(line_number) + ": " + what);
   };
@@ -153,7 +153,16 @@ void for_each_impression(const std::string& path, const std::function<void(float
     // Criteo's files end each line, the last too: one cut short may still have 40 fields, the last
     // of them cut (a hash of 4 digits), so an unended line is refused whatever it holds.
     if (!ended) throw fault("the file ends inside this line, so it looks truncated (Criteo's layout ends every line)");
-    if (line.empty()) throw fault("an empty line, where Criteo's layout has an impression on every line");
+    // Empty lines at the end (an editor's, a cat of files) are no impressions; one among them is a
+    // damaged file, named where it is.
+    if (line.empty()) {
+      if (first_empty == 0) first_empty = line_number;
+      continue;
+    }
+    if (first_empty > 0) {
+      line_number = first_empty;
+      throw fault("an empty line, where Criteo's layout has an impression on every line");
+    }
     int64_t count = 0;
     for (std::size_t start = 0;;) {
       std::size_t tab = line.find('\t', start);
@@ -185,8 +194,9 @@ void for_each_impression(const std::string& path, const std::function<void(float
       features[kCriteoDense + j] = static_cast<double>(value);
     }
     impression(fields[0] == "1" ? 1.0f : 0.0f, features);
+    ++impressions;
   }
-  if (line_number == 0) throw FileError(path + ": holds no impressions (Criteo's layout: one per line)");
+  if (impressions == 0) throw FileError(path + ": holds no impressions (Criteo's layout: one per line)");
 }
 
 Dataset read_criteo_file(const std::string& path) {
