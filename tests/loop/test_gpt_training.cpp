@@ -383,6 +383,14 @@ TEST_CASE("a Llama's exported model.safetensors and config.json load strictly in
   CHECK(metric_value(dir.file("interrupted/metrics.jsonl"), "eval_loss") ==
         metric_value(dir.file("whole/metrics.jsonl"), "eval_loss"));
   CHECK_THAT(read_file(dir.file("interrupted/config.json")), Contains("\"bos_token_id\": 128000"));
+  // Killed before its first end, a run has no config.json of its own to keep the hub's other keys:
+  // said, as the end's config.json will lack them (was: without a word).
+  std::filesystem::copy(dir.file("interrupted"), dir.file("no_end"), std::filesystem::copy_options::recursive);
+  std::filesystem::remove(dir.file("no_end/config.json"));
+  auto no_end = again("no_end", {from_hub, "checkpoint.every_steps=2", "train.max_steps=7"});
+  INFO(no_end.out << no_end.err);
+  CHECK(no_end.exit_code == 0);
+  CHECK_THAT(no_end.out + no_end.err, Contains(dir.file("no_end") + " has no config.json of its own yet"));
   // A finished run says so; one that has no checkpoint to resume from, or never ran, is refused naming it.
   auto finished = again("imported", {from_hub});
   CHECK(finished.exit_code == 0);

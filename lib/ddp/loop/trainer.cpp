@@ -167,11 +167,19 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
                       checkpointer_->directory() + " holds no checkpoint to resume from" +
                       (config_.checkpoint.resume == "never" ? " (checkpoint.resume: never)" : "") +
                       ": the run cannot go on without the weights it started from");
-  if (!config_.model.init_from_gone_run_dir.empty() && plan_->world().rank == 0)
+  if (!config_.model.init_from_gone_run_dir.empty() && plan_->world().rank == 0) {
     spdlog::info(
         "model.init_from {} is gone: the run goes on from its own checkpoint, with the model keys its "
         "config.yaml recorded",
         config_.model.init_from);
+    // Its config.json's other keys (a Hugging Face directory's bos_token_id, ...) reach the end's
+    // config.json from the run's own, which only an earlier end wrote.
+    if (!std::filesystem::exists(std::filesystem::path(config_.model.init_from_gone_run_dir) / "config.json"))
+      spdlog::warn(
+          "{} has no config.json of its own yet (no earlier end wrote one): the config.json this run "
+          "ends with has the model's own keys only, not the others of {}'s",
+          config_.model.init_from_gone_run_dir, config_.model.init_from);
+  }
   set_up_step_graph();  // after resume: the optimizer's state is the one steps will update
   return_setup_memory();
 }
