@@ -122,22 +122,50 @@ class ExportStaging {
 
   const std::string& path() const { return path_; }
 
-  /// The staged export in the output's place, with the earlier directory's files of no export's kind.
+  /// The staged export in the output's place, with the earlier directory's entries of no export's
+  /// kind moved into it. Then staging holds the earlier export's own files, for discard_earlier().
   void move_into_place() {
     std::error_code ec;
-    if (fs::is_directory(output_, ec))
+    struct stat earlier {};
+    const bool exists = ::stat(output_.c_str(), &earlier) == 0;
+    // The user's entries (a README, a Hub clone's .git) move by rename: the same files, owners and
+    // links at no cost whatever their size (a copy took minutes and doubled hard-linked ones).
+    std::vector<std::string> theirs, moved;
+    if (exists && S_ISDIR(earlier.st_mode))
       for (const auto& entry : fs::directory_iterator(output_)) {
         const std::string name = entry.path().filename().string();
-        if (written_by_an_export(name) || name == ".ddprun.lock") continue;
-        fs::copy(entry.path(), fs::path(path_) / name, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+        if (!written_by_an_export(name) && name != ".ddprun.lock") theirs.push_back(name);
       }
-    const bool exists = fs::exists(output_, ec);
+    auto put_back = [&] {
+      for (const auto& name : moved) std::rename((fs::path(path_) / name).c_str(), (output_ / name).c_str());
+    };
+    for (const auto& name : theirs) {
+      if (std::rename((output_ / name).c_str(), (fs::path(path_) / name).c_str()) != 0) {
+        const int error = errno;
+        put_back();
+        ddp::throw_output_error(
+            "cannot move " + (output_ / name).string() + " into the export: " + std::strerror(error), error);
+      }
+      moved.push_back(name);
+    }
+    if (exists) {  // the directory itself as it was: its mode and owner
+      ::chmod(path_.c_str(), earlier.st_mode & 07777);
+      if (::chown(path_.c_str(), earlier.st_uid, earlier.st_gid) != 0) {
+      }  // another user's directory: kept ours
+    }
     if (!exists ? std::rename(path_.c_str(), output_.c_str()) != 0 : !exchange()) {
       const int error = errno;
+      put_back();
       ddp::throw_output_error("cannot move the export into " + output_.string() + ": " + std::strerror(error), error);
     }
-    // Staging now holds the earlier export (or nothing): the destructor removes it.
     ddp::fsync_directory(output_.has_parent_path() ? output_.parent_path().string() : ".");
+  }
+
+  /// Removes the earlier export's files, left in staging by move_into_place(): before a held signal
+  /// ends the process, so that no hidden directory stays beside the output.
+  void discard_earlier() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
   }
 
  private:
@@ -309,10 +337,16 @@ int main(int argc, char** argv) {
         const std::string name = entry.path().filename().string();
         const bool a_run = entry.is_directory() && (fs::exists(entry.path() / "metrics.jsonl") ||
                                                     fs::exists(entry.path() / "checkpoints"));
-        if (a_run || written_by_an_export(name))
+        // A directory of directories (models/, a home, /usr) is no place an export is kept: the
+        // export would take its place, its entries moved into it.
+        const bool a_tree = entry.is_directory() && name != ".git";
+        if (a_run || a_tree || written_by_an_export(name))
           throw ddp::UserError("-o " + output + " is no earlier export (it has no model.safetensors) and holds " +
-                               name + (a_run ? ", a run directory, which the export would copy whole"
-                                             : ", which the export would replace") +
+                               name +
+                               (a_run    ? ", a run directory"
+                                : a_tree ? "/, a directory of its own (an export directory holds files, and a Hub "
+                                           "clone's .git)"
+                                         : ", which the export would replace") +
                                "; name a new or empty directory, or an earlier export to replace");
       }
     ddp::DeferredInterruption deferred(
@@ -354,6 +388,7 @@ int main(int argc, char** argv) {
     {
       ddp::SignalsHeld held;  // the exchange and its fsync whole; a signal then takes its own action
       staging.move_into_place();
+      staging.discard_earlier();
       deferred.end();
     }
     std::printf("exported %s to %s\n", source.c_str(), output.c_str());

@@ -3,11 +3,11 @@
 // world-size equivalence under AdamW, nanoGPT's Python structure loading model.pt strictly and
 // scoring what ddprun reported, exact resume after a SIGKILL, every bad token file's one line, and
 // text from ddp-generate.
+#include <sys/stat.h>
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
 #include <algorithm>
-
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -1103,14 +1103,36 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(std::distance(fs::directory_iterator(dir.file("shards")), fs::directory_iterator()) == 2);
   auto runs = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.path()}, std::chrono::seconds(60));
   CHECK(runs.exit_code == 2);
-  CHECK_THAT(runs.err, Contains("a run directory, which the export would copy whole"));
-  // A directory of the user's own files (a Hub clone's README): exported into, and the README kept.
-  fs::create_directories(dir.file("hub"));
+  CHECK_THAT(runs.err, Contains("is no earlier export (it has no model.safetensors) and holds "));
+  // A directory of directories (a models/ folder, a home, /usr): refused (was: copied whole into the
+  // export's place, minutes of I/O with signals held, and left hidden beside it when interrupted).
+  fs::create_directories(dir.file("models/other_model"));
+  write_file(dir.file("models/other_model/config.json"), "{}");
+  auto tree = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("models")}, std::chrono::seconds(60));
+  CHECK(tree.exit_code == 2);
+  CHECK_THAT(tree.err, Contains("-o " + dir.file("models") +
+                                " is no earlier export (it has no model.safetensors) and "
+                                "holds other_model/, a directory of its own"));
+  CHECK(read_file(dir.file("models/other_model/config.json")) == "{}");
+  // A Hub clone (a README, its .git): exported into, its files moved into the export by rename,
+  // the same files (was: copied, a hard link broken in two), and nothing left beside it.
+  fs::create_directories(dir.file("hub/.git/objects"));
   write_file(dir.file("hub/README.md"), "the model card");
+  write_file(dir.file("hub/.git/objects/blob"), "a large object");
+  fs::create_hard_link(dir.file("hub/.git/objects/blob"), dir.file("blob_link"));
+  auto inode = [](const std::string& path) {
+    struct stat info {};
+    return ::stat(path.c_str(), &info) == 0 ? static_cast<long long>(info.st_ino) : -1LL;
+  };
+  const long long blob = inode(dir.file("hub/.git/objects/blob"));
   auto hub = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("hub")}, std::chrono::seconds(120));
   CHECK(hub.exit_code == 0);
   CHECK(read_file(dir.file("hub/README.md")) == "the model card");
   CHECK(fs::exists(dir.file("hub/model.safetensors")));
+  CHECK(inode(dir.file("hub/.git/objects/blob")) == blob);
+  CHECK(fs::hard_link_count(dir.file("blob_link")) == 2);
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    CHECK(entry.path().filename().string().find(".hub.export-") == std::string::npos);
   auto here = run_shell("cd " + dir.file("shards") + " && " + bin("ddp-export") + " " + dir.file("out") + " -o .",
                         std::chrono::seconds(60));
   CHECK(here.exit_code == 2);
