@@ -148,11 +148,9 @@ class ExportStaging {
       }
       moved.push_back(name);
     }
-    if (exists) {  // the directory itself as it was: its mode and owner
-      ::chmod(path_.c_str(), earlier.st_mode & 07777);
-      if (::chown(path_.c_str(), earlier.st_uid, earlier.st_gid) != 0) {
-      }  // another user's directory: kept ours
-    }
+    // The directory itself as it was: its mode, and its owner where we may give it (root may).
+    if (exists && ::chmod(path_.c_str(), earlier.st_mode & 07777) == 0 && earlier.st_uid != ::geteuid())
+      (void)::chown(path_.c_str(), earlier.st_uid, earlier.st_gid);
     if (!exists ? std::rename(path_.c_str(), output_.c_str()) != 0 : !exchange()) {
       const int error = errno;
       put_back();
