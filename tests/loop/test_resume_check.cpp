@@ -201,14 +201,14 @@ TEST_CASE("under optim.lr_scaling a resume keeps the ranks the rate was scaled b
 TEST_CASE("a resume compares the data's content where its checkpoint recorded it, and the rest where it did not",
           "[trainer][resume]") {
   const std::string sizes = "/d/a.bin: 80000 bytes\ntraining windows: 9\n";
-  const ddp::RunIdentity now{"", sizes + "content of /d/a.bin: XXH64 00000000000000aa of sampled blocks\n"};
+  const ddp::RunIdentity now{"", sizes + "content of /d/a.bin: XXH64 00000000000000aa of sampled blocks\n", ""};
   CHECK(ddp::run_identity_refusal(now, now, "ck").empty());
   // Written before content was recorded: its sizes agree, and that is all it can tell.
-  CHECK(ddp::run_identity_refusal({"", sizes}, now, "ck").empty());
-  CHECK_THAT(ddp::run_identity_refusal({"", "/d/a.bin: 79998 bytes\ntraining windows: 9\n"}, now, "ck"),
+  CHECK(ddp::run_identity_refusal({"", sizes, ""}, now, "ck").empty());
+  CHECK_THAT(ddp::run_identity_refusal({"", "/d/a.bin: 79998 bytes\ntraining windows: 9\n", ""}, now, "ck"),
              Catch::Contains("then, not now: /d/a.bin: 79998 bytes; now, not then: /d/a.bin: 80000 bytes"));
   // Recorded, and rewritten since at the same size.
-  const ddp::RunIdentity then{"", sizes + "content of /d/a.bin: XXH64 00000000000000bb of sampled blocks\n"};
+  const ddp::RunIdentity then{"", sizes + "content of /d/a.bin: XXH64 00000000000000bb of sampled blocks\n", ""};
   CHECK_THAT(ddp::run_identity_refusal(then, now, "ck"),
              Catch::Contains("then, not now: content of /d/a.bin: XXH64 00000000000000bb of sampled blocks; now, not "
                              "then: content of /d/a.bin: XXH64 00000000000000aa"));
