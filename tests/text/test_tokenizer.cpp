@@ -160,4 +160,26 @@ TEST_CASE("the tokenizer refuses what is not a SentencePiece model, and a vocabu
                     Contains("training the tokenizer failed: Vocabulary size too high (5000). Please set it to a value <="));
 }
 
+TEST_CASE(
+    "BPE training leaves out lines with a word too long for SentencePiece's trainer (was: a segfault), and "
+    "more threads than its trainer takes are capped",
+    "[text]") {
+  std::vector<std::string> text;
+  for (int i = 0; i < 300; ++i) text.push_back("the quick brown fox jumps over the lazy dog " + std::to_string(i));
+  text[100] = std::string(40000, 'x');  // one word of 40000 characters
+  text[200].clear();
+  for (int i = 0; i < 33000; ++i) text[200] += "\xe6\xbc\xa2";  // 33000 characters (漢) in 99000 bytes
+  std::vector<std::string_view> lines(text.begin(), text.end());
+  ddp::TokenizerTraining training;
+  training.vocab_size = 340;  // byte fallback's 256 pieces, the text's characters, some merges
+  training.model_type = "bpe";
+  training.threads = 300;
+  const std::string model = ddp::Tokenizer::train(lines, training);
+  CHECK(!model.empty());
+  std::vector<std::string_view> only_long{text[100]};
+  CHECK_THROWS_WITH(ddp::Tokenizer::train(only_long, training),
+                    Contains("every line holds a word of 32768 characters or more, which --model-type bpe cannot train "
+                             "on"));
+}
+
 }  // namespace DDP_TEST_FILE

@@ -33,6 +33,22 @@ class LineIterator : public sentencepiece::SentenceIterator {
   std::string value_;
 };
 
+constexpr std::size_t kLongestBpeWord = 32768;  // characters: a position must fit 15 bits shifted by 16
+constexpr int kMostTrainingThreads = 128;       // SentencePiece's trainer refuses more
+
+// The characters (UTF-8 sequences) of the longest run of `line` without a space.
+std::size_t longest_word_characters(std::string_view line) {
+  std::size_t longest = 0, run = 0;
+  for (unsigned char byte : line) {
+    if (byte == ' ') {
+      run = 0;
+    } else if ((byte & 0xC0) != 0x80) {
+      longest = std::max(longest, ++run);
+    }
+  }
+  return longest;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(std::shared_ptr<sentencepiece::SentencePieceProcessor> processor, const std::string& source)
@@ -76,6 +92,24 @@ std::string Tokenizer::train(const std::vector<std::string_view>& lines, const T
   if (too_long > 0)
     spdlog::warn("{} line{} of more than 64 MiB {} left out of the tokenizer's training", too_long,
                  too_long == 1 ? "" : "s", too_long == 1 ? "is" : "are");
+  // SentencePiece's BPE trainer packs a word's character positions in 16 bits (EncodePos), and a
+  // word of 32768 characters or more (base64, minified JSON, unspaced CJK) crashed it. Such lines
+  // are left out of its training, and said; they are encoded as any other.
+  std::vector<std::string_view> kept;
+  const bool bpe = training.model_type == "bpe";
+  if (bpe)
+    for (std::string_view line : lines)
+      if (longest_word_characters(line) < kLongestBpeWord) kept.push_back(line);
+  if (bpe && kept.size() < lines.size()) {
+    if (kept.empty())
+      throw UserError("every line holds a word of " + std::to_string(kLongestBpeWord) +
+                      " characters or more, which --model-type bpe cannot train on: break the text at spaces, or use "
+                      "--model-type unigram");
+    spdlog::warn(
+        "{} line(s) holding a word of {} characters or more (no space in it) are left out of the BPE "
+        "tokenizer's training, which cannot take one; they are encoded as any other",
+        lines.size() - kept.size(), kLongestBpeWord);
+  }
   // Llama's choices where they matter for text in, text out: unknown characters as their UTF-8
   // bytes rather than <unk> (so every text round-trips), digits one by one.
   const std::unordered_map<std::string, std::string> options = {
@@ -85,11 +119,11 @@ std::string Tokenizer::train(const std::vector<std::string_view>& lines, const T
       {"input_sentence_size", std::to_string(training.max_lines)},
       {"max_sentence_length", std::to_string(std::max<std::size_t>(longest, 4192))},
       {"shuffle_input_sentence", "true"},
-      {"num_threads", std::to_string(training.threads)},
+      {"num_threads", std::to_string(std::min(training.threads, kMostTrainingThreads))},
       {"byte_fallback", "true"},
       {"split_digits", "true"},
       {"minloglevel", "2"}};  // its progress lines would drown ours
-  LineIterator iterator(lines);
+  LineIterator iterator(bpe ? kept : lines);
   std::string serialized;
   auto status = sentencepiece::SentencePieceTrainer::Train(options, &iterator, &serialized);
   if (!status.ok()) {
