@@ -365,6 +365,15 @@ TEST_CASE(
                 "fixed to normalise by data.mean and data.std"});
   CHECK(ddp::config_notices(parse("data: {dataset: npy, path: /x.npy, labels: /y.npy, eval_split: none, mean: 100, "
                                   "normalize: fixed}")) == Notices{});
+  // A model family's key set for another: a GPT's n_embd for a Llama (whose width is model.dim)
+  // trained a 768-wide Llama where 64 was meant, without a word (Note [Keys a choice reads]).
+  const std::string lm =
+      "data: {dataset: tokens, path: /t.bin, eval_split: none}\ntrain: {task: causal_lm, loss: cross_entropy}\n";
+  CHECK(ddp::config_notices(parse(lm + "model: {name: llama, n_layer: 3, n_embd: 64, dropout: 0.2}")) ==
+        Notices{"model.dropout: does nothing with model.name llama (graphsage and gpt read it)",
+                "model.n_embd: does nothing with model.name llama (gpt reads it)"});
+  CHECK(ddp::config_notices(parse(lm + "model: {name: gpt, n_layer: 3, n_embd: 64, n_head: 4, dropout: 0.2}")) ==
+        Notices{});
   // Keys another dataset or model reads (were: taken without a word).
   CHECK(ddp::config_notices(parse("data: {dataset: idx, path: /d, eval_fraction: 0.5, eval_path: /e}\n"
                                   "model: {name: mlp, path: /m.pt}")) ==

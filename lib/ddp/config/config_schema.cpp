@@ -377,13 +377,43 @@ ConfigSchema::Field& ConfigSchema::add_field(const std::string& path, Target tar
       throw std::logic_error("config key declared twice with another type: " + path);
     declared->shared_.push_back(target);
     if (!doc.empty()) declared->doc_ += (declared->doc_.empty() ? "" : "; ") + doc;
+    if (!reader_.empty()) declared->readers_.push_back(reader_);
     return *declared;
   }
   std::string section_name = path.substr(0, dot);
   if (!find_section(section_name)) section(section_name, "");
   find_section(section_name)->keys.push_back(path.substr(dot + 1));
   fields_.push_back(Field(path, target, doc));
+  if (!reader_.empty()) fields_.back().readers_.push_back(reader_);
   return fields_.back();
+}
+
+// Note [Keys a choice reads]: a key of one model family set under another (a GPT's n_embd for a
+// Llama, whose width is model.dim) was left at the family's default without a word: a 768-wide
+// Llama where 64 was meant. Each family's keys are tagged as it declares them, so that no family
+// lists the others' keys.
+void ConfigSchema::notice_unread(const std::string& chooser, std::function<std::string()> chosen,
+                                 const ConfigSchema& fresh) {
+  for (const Field& field : fields_) {
+    if (field.readers_.empty()) continue;
+    const Field* key = &field;
+    auto same_path = [&field](const Field& other) { return other.path_ == field.path_; };
+    const auto default_field = std::find_if(fresh.fields_.begin(), fresh.fields_.end(), same_path);
+    if (default_field == fresh.fields_.end()) continue;
+    notices_.push_back(
+        {field.path_, [key, chooser, chosen, by_default = default_field->default_text_]() -> std::string {
+           const std::string choice = chosen();
+           const auto& readers = key->readers_;
+           if (format_target(key->target_) == by_default ||
+               std::find(readers.begin(), readers.end(), choice) != readers.end())
+             return "";
+           std::string names;
+           for (std::size_t i = 0; i < readers.size(); ++i)
+             names += (i == 0 ? "" : i + 1 == readers.size() ? " and " : ", ") + readers[i];
+           return "does nothing with " + chooser + " " + choice + " (" + names +
+                  (readers.size() == 1 ? " reads" : " read") + " it)";
+         }});
+  }
 }
 
 ConfigSchema::Field& ConfigSchema::add(const std::string& path, bool* field, const std::string& doc) {

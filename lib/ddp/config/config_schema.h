@@ -71,6 +71,7 @@ class ConfigSchema {
     bool non_empty_ = false;
     bool is_path_ = false;
     std::vector<std::string> path_words_;
+    std::vector<std::string> readers_;  // set_reader()'s, in declaration order
   };
 
   ConfigSchema() = default;
@@ -98,6 +99,16 @@ class ConfigSchema {
   /// A check across keys whose finding is no error but worth a line: a key set where it does
   /// nothing (dist.microbatches without a pipeline). Reported by notices() as "path: finding".
   void notice(const std::string& path, std::function<std::string()> check);
+
+  /// Note [Keys a choice reads]: the keys declared from now on are read by `reader` (a model family,
+  /// as model.name names it), added to its other readers for a shared key; "" ends it.
+  void set_reader(std::string reader) { reader_ = std::move(reader); }
+
+  /// A notice for every key with readers (set_reader) that holds other than its value in `fresh`
+  /// (the same keys declared on a default config: this schema's may have been declared on loaded
+  /// values) where `chosen()` (the value of `chooser`, as model.name) is none of its readers:
+  /// "does nothing with model.name llama (gpt reads it)".
+  void notice_unread(const std::string& chooser, std::function<std::string()> chosen, const ConfigSchema& fresh);
 
   /// Writes every key present in `root` (a map of sections; null means all defaults).
   /// Throws ConfigError on an unknown key, a duplicate key, or a value of the wrong type; with a
@@ -180,6 +191,7 @@ class ConfigSchema {
   std::vector<Section> sections_;
   std::vector<Rule> rules_;
   std::vector<Rule> notices_;
+  std::string reader_;  // set_reader()
   std::vector<std::string>* collected_ptr() { return collected_ ? &*collected_ : nullptr; }
   std::vector<std::string> field_problems() const;  // each key's own range, choice and emptiness checks
   std::optional<std::vector<std::string>> collected_;  // collect_errors(): the keys' errors so far

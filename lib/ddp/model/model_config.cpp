@@ -6,7 +6,9 @@
 
 namespace ddp {
 
-void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector<std::string>& task_models) {
+namespace {
+
+void declare_keys(ConfigSchema& schema, ModelConfig& config, const std::vector<std::string>& task_models) {
   schema.section("model", "Which network, by registry name, and its parameters.");
   std::vector<std::string> names = model_names();
   names.insert(names.end(), task_models.begin(), task_models.end());
@@ -45,14 +47,34 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
              "are split evenly over the ranks. table and row look rows up by all-to-all and update only the rows a "
              "batch touched (optim.embeddings; Note [Sharded tables])")
       .choices({"replicate", "table", "row"});
-  // Note [Model families]: each family declares its own keys.
+  // Note [Model families]: each family declares its own keys, tagged with its name (Note [Keys a
+  // choice reads]): one set for another family is said.
+  schema.set_reader("convnet");
   declare_config(schema, config.convnet);
+  schema.set_reader("dlrm");
   declare_config(schema, config.dlrm, config.name);
+  schema.set_reader("mlp");
   declare_config(schema, config.mlp, config.name);
+  schema.set_reader("graphsage");
   declare_config(schema, config.graphsage);
+  schema.set_reader("gpt");
   declare_config(schema, config.gpt, config.name);
+  schema.set_reader("llama");
   declare_config(schema, config.llama, config.name);
+  schema.set_reader("torchscript");
   declare_config(schema, config.torchscript, config.name);
+  schema.set_reader("");
+}
+
+}  // namespace
+
+void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector<std::string>& task_models) {
+  declare_keys(schema, config, task_models);
+  ModelConfig fresh;  // the defaults: `config` may hold loaded values (config_notices declares on them)
+  ConfigSchema defaults;
+  declare_keys(defaults, fresh, task_models);
+  schema.notice_unread(
+      "model.name", [&config] { return config.name; }, defaults);
 }
 
 }  // namespace ddp

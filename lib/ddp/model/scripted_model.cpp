@@ -619,11 +619,6 @@ void declare_config(ConfigSchema& schema, TorchScriptConfig& config, const std::
     return model_name == "torchscript" && config.path.empty() ? "must name the module file when model.name is torchscript"
                                                               : "";
   });
-  schema.notice("model.path", [&config, &model_name]() -> std::string {
-    return model_name != "torchscript" && !config.path.empty()
-               ? "does nothing with model.name " + model_name + " (torchscript reads it)"
-               : "";
-  });
 }
 
 /// Registers "torchscript"; called from model_registry.cpp (Note [Registries]).
