@@ -45,6 +45,13 @@ void check_same_model(const std::string& manifest_path, const std::string& manif
   const std::string written_by = ddp::read_run_identity(manifest).config;
   if (written_by.empty()) return;  // a checkpoint from before manifests recorded it
   auto changes = ddp::model_changes(written_by, ddp::to_yaml(config));
+  // Another family's weights do not fit at all: its name is the difference to say, not the keys
+  // that differ with it (its loading would fail on names, later, less clearly).
+  for (const auto& change : changes)
+    if (change.key == "model.name")
+      throw ddp::UserError((named ? "--checkpoint: " : "") + manifest_path + " was written by a run of model.name " +
+                           change.before + ", and " + config_path + " says " + change.after +
+                           ": export it from its own run directory");
   if (!changes.empty())
     throw ddp::UserError((named ? "--checkpoint: " : "") + manifest_path + " was written by a run of another model than " +
                          config_path + " says (" + ddp::describe_changes(changes) +

@@ -48,6 +48,16 @@ std::pair<std::string, std::string> model_and_config(const ddp::GenerateArgument
   if (!fs::exists(model))
     throw ddp::FileError(model + ": no such file (RUN is a run directory holding model.pt, or a model.pt; a run "
                                  "writes model.pt when it finishes)");
+  // A training checkpoint (step_N.pt beside its step_N.json manifest) holds the optimizer and
+  // progress as well, in a layout of ddprun's own, and may be one shard of many. Said before its
+  // directory's missing config.yaml, which is not the cause.
+  static const std::regex kCheckpoint(R"((step_\d+)(\.common|\.shard-\d+-of-\d+)?\.pt)");
+  std::smatch step;
+  const std::string file = fs::path(model).filename().string();
+  if (std::regex_match(file, step, kCheckpoint) &&
+      fs::exists(fs::path(model).parent_path() / (step[1].str() + ".json")))
+    throw ddp::UserError(model + " is a training checkpoint, not a model.pt: `ddp-export RUN_DIR --checkpoint " +
+                         model + "` writes its weights as one, which ddp-generate reads");
   if (!fs::exists(config))
     throw ddp::FileError(config + ": no such file (the run's config.yaml says the model's shape; --config names "
                                   "another)");
@@ -132,15 +142,6 @@ int main(int argc, char** argv) {
 
     // The weights before the tokenizer: a config that does not fit model.pt is named as that, not
     // as a tokenizer too large for the config's vocabulary.
-    // A training checkpoint (step_N.pt beside its step_N.json manifest) holds the optimizer and
-    // progress as well, in a layout of ddprun's own, and may be one shard of many.
-    static const std::regex kCheckpoint(R"((step_\d+)(\.common|\.shard-\d+-of-\d+)?\.pt)");
-    std::smatch step;
-    const std::string file = std::filesystem::path(model_path).filename().string();
-    if (std::regex_match(file, step, kCheckpoint) &&
-        std::filesystem::exists(std::filesystem::path(model_path).parent_path() / (step[1].str() + ".json")))
-      throw ddp::UserError(model_path + " is a training checkpoint, not a model.pt: `ddp-export RUN_DIR --checkpoint " +
-                           model_path + "` writes its weights as one, which ddp-generate reads");
     try {
       model->load_weights(model_path);
     } catch (const ddp::FileError& e) {

@@ -252,11 +252,14 @@ TEST_CASE("nanoGPT's Python structure loads model.pt strictly and scores the eva
     // a model.pt, not as a torch.save file of another object "from another run".
     std::filesystem::create_directories(dir.file("ck"));
     write_file(dir.file("ck/step_0000000005.json"), "{}");
+    // Without --config too: the checkpoint named, not its directory's missing config.yaml.
     for (const std::string name : {"step_0000000005.pt", "step_0000000005.shard-1-of-2.pt"}) {
       std::filesystem::copy_file(dir.file("out/model.pt"), dir.file("ck/" + name));
-      auto checkpoint = run_shell(bin("ddp-generate") + " " + dir.file("ck/" + name) + " --config " +
-                                      dir.file("out/config.yaml") + " --tokens 3",
-                                  std::chrono::seconds(30));
+      auto checkpoint =
+          run_shell(bin("ddp-generate") + " " + dir.file("ck/" + name) +
+                        (name.find("shard") == std::string::npos ? "" : " --config " + dir.file("out/config.yaml")) +
+                        " --tokens 3",
+                    std::chrono::seconds(30));
       CHECK(checkpoint.exit_code == 2);
       CHECK_THAT(checkpoint.err, Contains(name + " is a training checkpoint, not a model.pt: `ddp-export RUN_DIR "
                                                  "--checkpoint ") &&
@@ -1047,6 +1050,15 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
                                  " was written by a run of another model than " + dir.file("other/config.yaml") +
                                  " says (model.rope_theta 10000 → 5e+05)"));
   CHECK(!fs::exists(dir.file("cross/model.safetensors")));
+  // Another family's checkpoint: its name is said (was: "its weights fit", and the keys that differ).
+  write_file(dir.file("other/config.yaml"), std::string(yaml).replace(yaml.find("name: llama"), 11, "name: gpt"));
+  auto family = run_command({bin("ddp-export"), dir.file("other"), "--checkpoint",
+                             dir.file("out/checkpoints/step_0000000020"), "-o", dir.file("cross")},
+                            std::chrono::seconds(120));
+  CHECK(family.exit_code == 2);
+  CHECK_THAT(family.err, Contains(dir.file("out/checkpoints/step_0000000020.json") +
+                                  " was written by a run of model.name llama, and " + dir.file("other/config.yaml") +
+                                  " says gpt: export it from its own run directory"));
   auto missing = run_command({bin("ddp-export"), dir.file("nowhere")}, std::chrono::seconds(60));
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Contains(dir.file("nowhere/config.yaml") + ": no such file"));
