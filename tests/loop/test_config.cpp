@@ -333,6 +333,15 @@ TEST_CASE("mesh settings that are unknown, or split nothing, are refused, naming
   REQUIRE_THROWS_WITH(parse("dist: {pipelin: 1}"), Contains("did you mean dist.pipeline?"));
 }
 
+TEST_CASE("a Hugging Face config.json's key names ours (was: the nearest spelling, model.hidden for hidden_size)",
+          "[config]") {
+  REQUIRE_THROWS_WITH(parse("model: {hidden_size: 64}"),
+                      Equals("model.hidden_size: unknown key (Hugging Face's hidden_size is model.dim for a llama, "
+                             "model.n_embd for a gpt here; model.init_from reads a config.json's)"));
+  REQUIRE_THROWS_WITH(parse("model: {num_key_value_heads: 2}"),
+                      Contains("(Hugging Face's num_key_value_heads is model.n_kv_heads here;"));
+}
+
 TEST_CASE(
     "keys that do nothing in this run (pipeline keys without a pipeline, a carve no evaluation reads, a mean no "
     "normalisation reads) are notices, not errors, one line each",

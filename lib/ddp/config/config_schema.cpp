@@ -388,6 +388,8 @@ ConfigSchema::Field& ConfigSchema::add_field(const std::string& path, Target tar
   return fields_.back();
 }
 
+void ConfigSchema::known_as(const std::string& path, const std::string& hint) { known_as_[path] = hint; }
+
 // Note [Keys a choice reads]: a key of one model family set under another (a GPT's n_embd for a
 // Llama, whose width is model.dim) was left at the family's default without a word: a 768-wide
 // Llama where 64 was meant. Each family's keys are tagged as it declares them, so that no family
@@ -564,6 +566,7 @@ std::string ConfigSchema::unknown_key(const std::string& path) const {
   for (const auto& leaf : leaf_paths) {
     if (path.rfind(leaf + ".", 0) == 0) return message + " (" + leaf + " is a value, not a section)";
   }
+  if (auto known = known_as_.find(path); known != known_as_.end()) return message + " (" + known->second + ")";
 
   // A typo in the last component is the likeliest mistake; compare against siblings first.
   std::optional<std::string> guess;

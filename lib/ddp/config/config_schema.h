@@ -6,6 +6,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -110,6 +111,10 @@ class ConfigSchema {
   /// "does nothing with model.name llama (gpt reads it)".
   void notice_unread(const std::string& chooser, std::function<std::string()> chosen, const ConfigSchema& fresh);
 
+  /// The unknown key `path`, where another tool's name for a key is likely (Hugging Face's
+  /// model.hidden_size): its message gives `hint` instead of the nearest spelling.
+  void known_as(const std::string& path, const std::string& hint);
+
   /// Writes every key present in `root` (a map of sections; null means all defaults).
   /// Throws ConfigError on an unknown key, a duplicate key, or a value of the wrong type; with a
   /// `source` (the file `root` was read from), its message starts with SOURCE:LINE:COLUMN.
@@ -192,6 +197,7 @@ class ConfigSchema {
   std::vector<Rule> rules_;
   std::vector<Rule> notices_;
   std::string reader_;  // set_reader()
+  std::map<std::string, std::string> known_as_;  // known_as()
   std::vector<std::string>* collected_ptr() { return collected_ ? &*collected_ : nullptr; }
   std::vector<std::string> field_problems() const;  // each key's own range, choice and emptiness checks
   std::optional<std::vector<std::string>> collected_;  // collect_errors(): the keys' errors so far

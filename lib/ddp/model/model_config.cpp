@@ -75,6 +75,20 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
   declare_keys(defaults, fresh, task_models);
   schema.notice_unread(
       "model.name", [&config] { return config.name; }, defaults);
+  // A Hugging Face config.json's names, which a model's keys take otherwise.
+  const std::pair<const char*, const char*> hugging_face[] = {
+      {"hidden_size", "model.dim for a llama, model.n_embd for a gpt"},
+      {"num_hidden_layers", "model.n_layer"},
+      {"num_attention_heads", "model.n_head"},
+      {"num_key_value_heads", "model.n_kv_heads"},
+      {"intermediate_size", "model.ffn_dim"},
+      {"rms_norm_eps", "model.norm_eps"},
+      {"max_position_embeddings", "model.block_size"},
+      {"tie_word_embeddings", "model.tie_embeddings"},
+      {"n_positions", "model.block_size"}};
+  for (const auto& [name, ours] : hugging_face)
+    schema.known_as(std::string("model.") + name, std::string("Hugging Face's ") + name + " is " + ours +
+                                                      " here; model.init_from reads a config.json's");
 }
 
 }  // namespace ddp
