@@ -29,6 +29,7 @@
 #include "ddp/model/model_registry.h"
 #include "ddp/optim/optimizer_factory.h"
 #include "export_options.h"
+#include "export_staging.h"
 #include "tool_command_line.h"
 
 namespace {
@@ -85,119 +86,6 @@ std::optional<ddp::CheckpointInfo> chosen_checkpoint(const ddp::ExportArguments&
   }
 }
 
-// Note [An export replaces its directory whole]: the export is written into a directory beside the
-// output and takes its place in one rename (an exchange, when an earlier export is there), so an
-// export cut short (a Ctrl-C, a full disk) leaves the earlier one as it was, never one file of
-// each. Files of the earlier directory that no export writes (a README the user added) go with
-// the new one; an export's own kinds do not (a tokenizer.model the run has no longer).
-bool written_by_an_export(const std::string& file) {
-  static const std::regex kinds(
-      R"(model\.pt|model_scripted\.pt|model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|)"
-      R"(model\.safetensors\.index\.json|config\.json|config\.yaml|tokenizer\.model|normalization\.json|)"
-      R"(.*\.tmp\..*)");
-  return std::regex_match(file, kinds);
-}
-
-class ExportStaging {
- public:
-  explicit ExportStaging(fs::path output) : output_(output.has_filename() ? output : output.parent_path()) {
-    const fs::path parent = output_.has_parent_path() ? output_.parent_path() : fs::path(".");
-    ddp::make_output_directory(parent.string());
-    std::string pattern = (parent / ("." + output_.filename().string() + ".export-XXXXXX")).string();
-    if (!mkdtemp(pattern.data())) {
-      const int error = errno;
-      // As make_output_directory says it: the user's to fix (exit 2), not an I/O error to retry.
-      if (error == ENOENT)
-        throw ddp::FileError("cannot make the directory " + output_.string() +
-                             " (nor a staging directory beside "
-                             "it): " +
-                             std::strerror(error) + " (a file system that makes no directories there?)");
-      ddp::throw_output_error("cannot make a directory like " + pattern + ": " + std::strerror(error), error);
-    }
-    path_ = pattern;
-    // mkdtemp makes it 0700: the export is for others to read, as a directory made the usual way is.
-    const mode_t mask = umask(0);
-    umask(mask);
-    chmod(path_.c_str(), 0777 & ~mask);
-  }
-  ~ExportStaging() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  ExportStaging(const ExportStaging&) = delete;
-  ExportStaging& operator=(const ExportStaging&) = delete;
-
-  const std::string& path() const { return path_; }
-
-  /// The staged export in the output's place, with the earlier directory's entries of no export's
-  /// kind moved into it. Then staging holds the earlier export's own files, for discard_earlier().
-  void move_into_place() {
-    std::error_code ec;
-    struct stat earlier {};
-    const bool exists = ::stat(output_.c_str(), &earlier) == 0;
-    // The user's entries (a README, a Hub clone's .git) move by rename: the same files, owners and
-    // links at no cost whatever their size (a copy took minutes and doubled hard-linked ones).
-    std::vector<std::string> theirs, moved;
-    if (exists && S_ISDIR(earlier.st_mode))
-      for (const auto& entry : fs::directory_iterator(output_)) {
-        const std::string name = entry.path().filename().string();
-        if (!written_by_an_export(name) && name != ".ddprun.lock") theirs.push_back(name);
-      }
-    auto put_back = [&] {
-      for (const auto& name : moved) std::rename((fs::path(path_) / name).c_str(), (output_ / name).c_str());
-    };
-    for (const auto& name : theirs) {
-      if (std::rename((output_ / name).c_str(), (fs::path(path_) / name).c_str()) != 0) {
-        const int error = errno;
-        put_back();
-        ddp::throw_output_error(
-            "cannot move " + (output_ / name).string() + " into the export: " + std::strerror(error), error);
-      }
-      moved.push_back(name);
-    }
-    // The directory itself as it was: its mode, and its owner where we may give it (root may).
-    if (exists && ::chmod(path_.c_str(), earlier.st_mode & 07777) == 0 && earlier.st_uid != ::geteuid())
-      (void)::chown(path_.c_str(), earlier.st_uid, earlier.st_gid);
-    if (!exists ? std::rename(path_.c_str(), output_.c_str()) != 0 : !exchange()) {
-      const int error = errno;
-      put_back();
-      ddp::throw_output_error("cannot move the export into " + output_.string() + ": " + std::strerror(error), error);
-    }
-    ddp::fsync_directory(output_.has_parent_path() ? output_.parent_path().string() : ".");
-  }
-
-  /// Removes the earlier export's files, left in staging by move_into_place(): before a held signal
-  /// ends the process, so that no hidden directory stays beside the output.
-  void discard_earlier() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-
- private:
-  // The staged export and the earlier one trade places. A file system with no exchange (NFS, many
-  // FUSE ones: EINVAL) gets two renames instead: the earlier export into staging's name, then the
-  // new one into the output's; a failure between them puts the earlier one back. The output is
-  // missing for that moment, never half of each. DDPRUN_TEST_NO_RENAME_EXCHANGE: that path, tested.
-  bool exchange() {
-    const bool can_exchange = std::getenv("DDPRUN_TEST_NO_RENAME_EXCHANGE") == nullptr;
-    if (can_exchange && renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, output_.c_str(), RENAME_EXCHANGE) == 0) return true;
-    if (can_exchange && errno != EINVAL && errno != ENOSYS) return false;
-    const std::string aside = path_ + ".earlier";
-    if (std::rename(output_.c_str(), aside.c_str()) != 0) return false;
-    if (std::rename(path_.c_str(), output_.c_str()) != 0) {
-      const int error = errno;
-      std::rename(aside.c_str(), output_.c_str());
-      errno = error;
-      return false;
-    }
-    path_ = aside;  // the earlier export, which the destructor removes
-    return true;
-  }
-
-  fs::path output_;
-  std::string path_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -233,7 +121,7 @@ int main(int argc, char** argv) {
       started_from = args.run;
     else if (fs::is_directory(config.model.init_from))
       started_from = config.model.init_from;
-    else if (!config.model.init_from.empty() && !fs::exists(config.model.init_from))
+    else if (ddp::init_from_hugging_face_directory(config.model) && !fs::exists(config.model.init_from))
       spdlog::warn("model.init_from {} is gone, and the run wrote no config.json yet: the export's config.json "
                    "has the model's own keys only, not the others of the one it started from",
                    config.model.init_from);
@@ -263,12 +151,12 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "ddp-export: test: reading %s\n", checkpoint->manifest_path.c_str());
           std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
         }
-        const std::string manifest =
-            fs::exists(checkpoint->manifest_path) ? ddp::read_whole_file(checkpoint->manifest_path) : "";
         // The optimizer's state is read with the weights and dropped: an export holds the model alone.
         auto optimizer = ddp::make_optimizer(model->parameters(), config.optim, config.optim.lr);
         try {
-          if (manifest.empty()) throw ddp::FileError(checkpoint->manifest_path + ": no such file");
+          if (!fs::exists(checkpoint->manifest_path))
+            throw ddp::FileError(checkpoint->manifest_path + ": no such file");
+          const std::string manifest = ddp::read_whole_file(checkpoint->manifest_path);  // gone since: caught below
           check_same_model(checkpoint->manifest_path, manifest, config, config_path, !args.checkpoint.empty());
           step = ddp::load_whole_checkpoint(manifest, checkpoint->manifest_path,
                                             ddp::read_whole_file(ddp::common_file(manifest, checkpoint->manifest_path)),
@@ -345,7 +233,7 @@ int main(int argc, char** argv) {
         // A directory of directories (models/, a home, /usr) is no place an export is kept: the
         // export would take its place, its entries moved into it.
         const bool a_tree = entry.is_directory() && name != ".git";
-        if (a_run || a_tree || written_by_an_export(name))
+        if (a_run || a_tree || ddp::written_by_an_export(name))
           throw ddp::UserError("-o " + output + " is no earlier export (it has no model.safetensors) and holds " +
                                name +
                                (a_run    ? ", a run directory"
@@ -358,7 +246,7 @@ int main(int argc, char** argv) {
         "ddp-export: stopping once the file in hand is written, and removing the export's own (again to stop at "
         "once)\n",
         "the export's files are removed, and -o is as it was");
-    ExportStaging staging{fs::path(output)};
+    ddp::ExportStaging staging{fs::path(output)};
     const std::string into = staging.path();
     ddp::save_model(*model, into, max_shard_bytes);
     ddp::stop_if_interrupted();

@@ -1137,8 +1137,11 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
     return ::stat(path.c_str(), &info) == 0 ? static_cast<long long>(info.st_ino) : -1LL;
   };
   const long long blob = inode(dir.file("hub/.git/objects/blob"));
+  fs::permissions(dir.file("hub"), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
   auto hub = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("hub")}, std::chrono::seconds(120));
   CHECK(hub.exit_code == 0);
+  CHECK((fs::status(dir.file("hub")).permissions() & fs::perms::all) ==
+        (fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec));  // 0750 kept (was: the umask's)
   CHECK(read_file(dir.file("hub/README.md")) == "the model card");
   CHECK(fs::exists(dir.file("hub/model.safetensors")));
   CHECK(inode(dir.file("hub/.git/objects/blob")) == blob);

@@ -387,7 +387,8 @@ TEST_CASE("a GPT sharded at world 4 and stopped resumes at world 2 sharded and a
   auto at2 = gpt.run(2, gpt.sets("at2", "parameters", 8, 30));
   INFO(at2.out << at2.err);
   REQUIRE(at2.exit_code == 0);
-  CHECK_THAT(at2.out, Contains("at step 20") && Contains("written by 4 ranks of batch 4"));
+  CHECK_THAT(at2.out,
+             Contains("at step 20") && Contains("written by 4 replicas of batch 4: the same 16 samples per step"));
   CHECK(largest_difference(gpt.model("straight"), gpt.model("at2")) < 1e-5);
   auto at1 = gpt.run(1, gpt.sets("at1", "none", 16, 30));
   INFO(at1.out << at1.err);

@@ -300,7 +300,8 @@ TEST_CASE("the log's numbers mean what they say: no all-reduce time at world 1, 
   CHECK(std::regex_search(first.out, std::regex(R"(done: 10 steps in [0-9.]+ s \([0-9.]+ steps/s besides [0-9.]+ s of evaluation\))")));
   auto second = train(2, "synthetic_mlp.yaml", sets(20, 8));
   CHECK_THAT(second.out, Contains("at step 10 (in epoch 1, after 10 of its 128 batches)") &&
-                             Contains("written by 1 rank of batch 16") && Contains("all-reduce"));
+                             Contains("written by 1 replica of batch 16: the same 16 samples per step") &&
+                             Contains("all-reduce"));
 }
 
 TEST_CASE("ddp-train names the option a mistyped one meant, and a key=value given without --set", "[trainer]") {

@@ -1,6 +1,7 @@
 #include "ddp/data/data_config.h"
 
-#include <cmath>
+#include <spdlog/fmt/fmt.h>
+
 #include <filesystem>
 #include <limits>
 
@@ -50,7 +51,8 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   // input would be inf or nan.
   schema.rule("data.std", [&config]() -> std::string {
     return config.std > 0 && static_cast<float>(config.std) < std::numeric_limits<float>::min()
-               ? "expected at least 1.2e-38: the features are divided by it in float32, where this value is 0"
+               ? "expected at least 1.2e-38, float32's smallest normal number: the features are divided by it in "
+                 "float32, where a smaller one is 0 or has lost its precision"
                : "";
   });
   schema.add("data.eval_split", &config.eval_split, "split that `eval:` runs on (val: graphs only); none: no evaluation")
@@ -142,7 +144,7 @@ void declare_config(ConfigSchema& schema, DataConfig& config) {
   schema.notice("data.eval_fraction", [&config]() -> std::string {
     const bool read = config.dataset == "npy" || config.dataset == "csv" || config.dataset == "criteo";
     return read && config.eval_fraction > 0 && config.eval_split != "test"
-               ? "holds out " + std::to_string(static_cast<int>(std::lround(config.eval_fraction * 100))) +
+               ? "holds out " + fmt::format("{:.3g}", config.eval_fraction * 100) +
                      "% of data.path's samples, which data.eval_split " + config.eval_split +
                      " never evaluates: they are not trained on either (the training split stays the same whether "
                      "or not it is evaluated); set data.eval_fraction 0 to train on every sample"

@@ -251,10 +251,12 @@ std::string find_idx_file(const std::string& dir, const std::string& stem) {
   const std::string raw = dir + "/" + stem, gz = raw + ".gz";
   const bool has_raw = std::filesystem::is_regular_file(raw, ignored),
              has_gz = std::filesystem::is_regular_file(gz, ignored);
-  if (has_raw && has_gz)
+  // torchvision's MNIST/raw keeps both, the same data: the raw one is read. Two that differ (an
+  // older copy, another dataset of the same sizes, as MNIST and Fashion-MNIST are) are refused.
+  if (has_raw && has_gz && !torch::equal(read_idx(raw), read_idx(gz)))
     fail_idx(dir, "holds both " + stem + " and " + stem +
-                      ".gz: which one holds the data meant is not for ddprun to "
-                      "guess; remove the other (they may differ: an older copy, another download)");
+                      ".gz, and they differ: which one holds the data meant is "
+                      "not for ddprun to guess; remove the other");
   return has_raw ? raw : has_gz ? gz : "";
 }
 

@@ -14,8 +14,8 @@ namespace ddp {
 /// and the cause: missing, not IDX, unsupported type, truncated, trailing garbage, corrupt gzip.
 torch::Tensor read_idx(const std::string& path);
 
-/// The file of `stem` in `dir`: `stem` or `stem`.gz, "" when neither is there. Both there is a
-/// FileError: which of them holds the data meant is not for a reader to guess.
+/// The file of `stem` in `dir`: `stem` or `stem`.gz, "" when neither is there. Both there: `stem`
+/// where they hold the same data (torchvision's layout), else a FileError.
 std::string find_idx_file(const std::string& dir, const std::string& stem);
 
 /// Loads `split` ("train" or "test") from `dir`: {train,t10k}-images-idx3-ubyte and

@@ -105,7 +105,8 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
   // Stages run a replica's share as microbatches: the statistics are one microbatch's over the
   // replicas, as with train.grad_accum_steps (docs/parallelism.md), not the global batch's.
   schema.notice("model.sync_batchnorm", [&config]() -> std::string {
-    return config.model.convnet.sync_batchnorm && config.model.convnet.batchnorm && config.mesh.pipeline > 1
+    return config.model.name == "convnet" && config.model.convnet.sync_batchnorm && config.model.convnet.batchnorm &&
+                   config.mesh.pipeline > 1
                ? "with dist.pipeline " + std::to_string(config.mesh.pipeline) +
                      ", the BatchNorm statistics are each microbatch's over the replicas, not the step's global "
                      "batch's (as with train.grad_accum_steps)"

@@ -174,7 +174,8 @@ Trainer::Trainer(TrainConfig config, WorkerIdentity env, c10::intrusive_ptr<c10d
         config_.model.init_from);
     // Its config.json's other keys (a Hugging Face directory's bos_token_id, ...) reach the end's
     // config.json from the run's own, which only an earlier end wrote.
-    if (!std::filesystem::exists(std::filesystem::path(config_.model.init_from_gone_run_dir) / "config.json"))
+    if (init_from_hugging_face_directory(config_.model) &&
+        !std::filesystem::exists(std::filesystem::path(config_.model.init_from_gone_run_dir) / "config.json"))
       spdlog::warn(
           "{} has no config.json of its own yet (no earlier end wrote one): the config.json this run "
           "ends with has the model's own keys only, not the others of {}'s",

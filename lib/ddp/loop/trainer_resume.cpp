@@ -207,7 +207,7 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
                      : fmt::format(", written by {} replica{} of batch {}{}: the same {} samples per step",
                                    loaded.world_size, loaded.world_size == 1 ? "" : "s", loaded.batch_size,
                                    loaded.accum_steps > 1 ? fmt::format(" × {} micro-steps", loaded.accum_steps) : "",
-                                   loaded.world_size * loaded.batch_size * std::max<int64_t>(1, loaded.accum_steps)),
+                                   step_shape_.samples()),  // check_resume_layout made them this run's
                  changed_since_.empty() ? "" : "; changed since that run: " + changed_since_);
   warn_if_lr_rises(loaded.lr);
 }

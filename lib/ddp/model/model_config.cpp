@@ -1,5 +1,6 @@
 #include "ddp/model/model_config.h"
 
+#include <filesystem>
 #include <regex>
 
 #include "ddp/config/config_schema.h"
@@ -67,6 +68,12 @@ void declare_keys(ConfigSchema& schema, ModelConfig& config, const std::vector<s
 }
 
 }  // namespace
+
+bool init_from_hugging_face_directory(const ModelConfig& config) {
+  if (config.init_from.empty() || (config.name != "gpt" && config.name != "llama")) return false;
+  const std::string extension = std::filesystem::path(config.init_from).extension().string();
+  return extension != ".pt" && extension != ".pth" && extension != ".bin" && extension != ".safetensors";
+}
 
 void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector<std::string>& task_models) {
   declare_keys(schema, config, task_models);

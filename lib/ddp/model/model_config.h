@@ -59,4 +59,9 @@ void declare_config(ConfigSchema& schema, ModelConfig& config, const std::vector
 /// Every registered model name, sorted (defined by the registry, so the config's choices follow it).
 std::vector<std::string> model_names();
 
+/// Whether model.init_from names (or, gone, named) a Hugging Face directory whose config.json's
+/// other keys a gpt or llama run carries to its own: a family with that form, and a path with no
+/// weights file's extension (.pt, .pth, .bin, .safetensors).
+bool init_from_hugging_face_directory(const ModelConfig& config);
+
 }  // namespace ddp

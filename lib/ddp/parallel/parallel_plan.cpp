@@ -134,17 +134,20 @@ int rank_0_local_world_size(const Communicator& world, int local_world_size) {
 void ParallelPlan::warn_of_groups_across_nodes(const MeshConfig& config, int node_ranks) const {
   const int world = world_.world_size;
   if (node_ranks <= 0 || world <= node_ranks) return;  // one node, or unknown
-  // A group lies within an aligned block of neighbouring ranks, rank 0's group's span.
+  // A group lies within an aligned block of neighbouring ranks, rank 0's group's span. Where the
+  // nodes differ in size (rank 0's does not divide the world), only rank 0's node is known here:
+  // the tensor groups may or may not span, and are not warned of; the default data_shard group is
+  // then every rank (device_mesh.cpp), which does.
+  const bool equal_nodes = world % node_ranks == 0;
   auto spans = [&](MeshDim dim) {
     if (mesh_.size(dim) == 1) return false;
     const auto ranks = mesh_.group_ranks(0, dim);
     const int block = ranks.back() + ranks[1];
-    return world % node_ranks != 0 || node_ranks % block != 0;
+    return equal_nodes ? node_ranks % block != 0 : dim == MeshDim::kDataShard;
   };
-  const std::string nodes = world % node_ranks == 0
-                                ? "nodes of " + std::to_string(node_ranks) + " rank(s)"
-                                : "nodes of unequal sizes (rank 0's has " + std::to_string(node_ranks) + " of " +
-                                      std::to_string(world) + " ranks)";
+  const std::string nodes = equal_nodes ? "nodes of " + std::to_string(node_ranks) + " rank(s)"
+                                        : "nodes of unequal sizes (rank 0's has " + std::to_string(node_ranks) +
+                                              " of " + std::to_string(world) + " ranks)";
   if (spans(MeshDim::kTensor))
     spdlog::warn(
         "dist.tensor {}: tensor groups span {}, so every layer's all-reduces cross the network; a tensor "
