@@ -383,6 +383,11 @@ TEST_CASE(
                 "model.n_embd: does nothing with model.name llama (gpt reads it)"});
   CHECK(ddp::config_notices(parse(lm + "model: {name: gpt, n_layer: 3, n_embd: 64, n_head: 4, dropout: 0.2}")) ==
         Notices{});
+  // rope_scaling llama3's numbers without it (was: unread without a word); dropout 1 zeroes everything.
+  CHECK(ddp::config_notices(parse(lm + "model: {name: llama, rope_factor: 32}")) ==
+        Notices{"model.rope_factor: does nothing with model.rope_scaling none (llama3 reads it)"});
+  CHECK(ddp::config_notices(parse(lm + "model: {name: llama, rope_scaling: llama3, rope_factor: 32}")) == Notices{});
+  REQUIRE_THROWS_WITH(parse(lm + "model: {name: gpt, dropout: 1}"), Contains("model.dropout:"));
   // Keys another dataset or model reads (were: taken without a word).
   CHECK(ddp::config_notices(parse("data: {dataset: idx, path: /d, eval_fraction: 0.5, eval_path: /e}\n"
                                   "model: {name: mlp, path: /m.pt}")) ==

@@ -287,10 +287,11 @@ void declare_config(ConfigSchema& schema, GptConfig& config, const std::string& 
       .min(2)
       .max(1e9);
   schema.add("model.bias", &config.bias, "gpt: biases in the Linear and LayerNorm layers (nanoGPT's bias)");
-  schema.add("model.dropout", &config.dropout,
-             "gpt: after the embeddings, on the attention weights and after each residual branch, as nanoGPT")
+  schema
+      .add("model.dropout", &config.dropout,
+           "gpt: after the embeddings, on the attention weights and after each residual branch, as nanoGPT")
       .min(0)
-      .max(1);
+      .less_than(1);  // 1 zeroes every activation
   schema.rule("model.n_head", [&config, &model_name]() -> std::string {
     return model_name == "gpt" && config.n_head > 0 && config.n_embd % config.n_head != 0
                ? "model.n_embd " + std::to_string(config.n_embd) + " must divide by it (" + std::to_string(config.n_head) +

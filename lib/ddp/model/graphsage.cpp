@@ -103,7 +103,7 @@ void declare_config(ConfigSchema& schema, GraphSageConfig& config) {
   schema.add("model.aggregation", &config.aggregation, "graphsage: how a node combines its neighbours' features")
       .choices({"mean", "max", "sum"});
   schema.add("model.normalize", &config.normalize, "graphsage: L2-normalise each layer's output");
-  schema.add("model.dropout", &config.dropout, "graphsage: dropout between layers").min(0).max(1);
+  schema.add("model.dropout", &config.dropout, "graphsage: dropout between layers").min(0).less_than(1);
 }
 
 }  // namespace ddp

@@ -429,6 +429,19 @@ void declare_config(ConfigSchema& schema, LlamaConfig& config, const std::string
              "llama: rope_scaling llama3's original_max_position_embeddings")
       .min(1)
       .max(1e9);
+  // rope_scaling's numbers without it: unread (was: without a word).
+  const LlamaConfig defaults;
+  auto unread_without_llama3 = [&schema, &config, &model_name](const char* key, const auto* value, auto by_default) {
+    schema.notice(key, [&config, &model_name, value, by_default]() -> std::string {
+      return model_name == "llama" && config.rope_scaling != "llama3" && *value != by_default
+                 ? "does nothing with model.rope_scaling " + config.rope_scaling + " (llama3 reads it)"
+                 : "";
+    });
+  };
+  unread_without_llama3("model.rope_factor", &config.rope_factor, defaults.rope_factor);
+  unread_without_llama3("model.rope_low_freq_factor", &config.rope_low_freq_factor, defaults.rope_low_freq_factor);
+  unread_without_llama3("model.rope_high_freq_factor", &config.rope_high_freq_factor, defaults.rope_high_freq_factor);
+  unread_without_llama3("model.rope_original_context", &config.rope_original_context, defaults.rope_original_context);
   schema.add("model.norm_eps", &config.norm_eps, "llama: RMSNorm's epsilon (HF rms_norm_eps)").greater_than(0).max(1);
   schema.add("model.vocab_size", &config.vocab_size, "llama: the same");
   schema.add("model.tie_embeddings", &config.tie_embeddings,
