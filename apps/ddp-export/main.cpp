@@ -1,10 +1,8 @@
 // ddp-export: any checkpoint of a run (or its model.pt) as a Hugging Face model directory:
 // model.safetensors (shards above --max-shard-size), config.json, model.pt, the run's config.yaml
 // (which says the model) and the tokenizer.model the run's tokens were made with.
-#include <fcntl.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -14,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <thread>
 
 #include "ddp/checkpoint/checkpoint_format.h"
