@@ -25,6 +25,7 @@
 #include "ddp/loop/train_config.h"
 #include "ddp/model/model_registry.h"
 #include "ddp/optim/optimizer_factory.h"
+#include "ddp/text/tokenizer_ids.h"
 #include "export_options.h"
 #include "export_staging.h"
 #include "tool_command_line.h"
@@ -267,6 +268,7 @@ int main(int argc, char** argv) {
           config.data.path.empty() ? std::string() : ddp::tokenizer_beside(config.data.path)})
       if (!tokenizer.empty() && fs::is_regular_file(tokenizer)) {
         ddp::write_file_atomically((fs::path(into) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
+        ddp::write_tokenizer_ids(into);
         break;
       }
     // What this export wrote, before the earlier directory's other files join it.

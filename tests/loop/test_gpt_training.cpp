@@ -851,6 +851,10 @@ TEST_CASE("text to text with no Python: ddp-tokenize's SentencePiece shards trai
   INFO(exported.out << exported.err);
   REQUIRE(exported.exit_code == 0);
   CHECK(read_file(dir.file("exported/tokenizer.model")) == kept);
+  // config.json names the tokenizer's own <s> and </s> (ids 1 and 2), for transformers' generate:
+  // were absent, which reads as the family's defaults (GPT-2's 50256, past a vocabulary of 400).
+  for (const std::string written : {"out/config.json", "exported/config.json"})
+    CHECK_THAT(read_file(dir.file(written)), Contains("\"bos_token_id\": 1,") && Contains("\"eos_token_id\": 2,"));
 
   // A tokenizer of more pieces than the model has is not the one it was trained with.
   auto other = run_command({bin("ddp-tokenize"), dir.file("other"), "--text", kText, "--vocab-size", "600"},
@@ -909,6 +913,33 @@ TEST_CASE("a GPT's run directory is a Hugging Face GPT-2 directory: an independe
     REQUIRE(std::regex_search(part_log, first, std::regex("eval at step 0[^\n]*loss ([0-9.]+)")));
     CHECK(std::stod(first[1]) == Approx(loss).margin(1e-4));
   }
+
+  // Fine-tuning at a shorter context and another dropout, as nanoGPT's crop_block_size and
+  // override_args allow (were refused): wpe's first rows, read by each rank for its share.
+  auto wpe_of = [](const std::string& path) {
+    ddp::SafetensorsFile file(path);
+    for (const auto& entry : file.entries())
+      if (entry.name == "transformer.wpe.weight") return file.read(entry);
+    FAIL("no transformer.wpe.weight in " << path);
+    return torch::Tensor();
+  };
+  const torch::Tensor wpe = wpe_of(dir.file("out/model.safetensors"));
+  for (const std::string layout : {"shard=none", "shard=parameters"}) {
+    const std::string out = again.file("cropped_" + layout.substr(6));
+    auto cropped = ddprun(2, again.file("config.yaml"),
+                          {"model.block_size=16", "model.dropout=0.2", "train.max_steps=1", "optim.lr=1e-9",
+                           "dist." + layout, "run.output_dir=" + out});
+    INFO(layout << "\n" << cropped.out << cropped.err);
+    REQUIRE(cropped.exit_code == 0);
+    const torch::Tensor kept = wpe_of(out + "/model.safetensors");
+    REQUIRE(kept.sizes() == torch::IntArrayRef({16, 32}));
+    CHECK(torch::allclose(kept, wpe.narrow(0, 0, 16), 0, 1e-6));
+    CHECK_THAT(read_file(out + "/config.json"), Contains("\"n_positions\": 16") && Contains("\"resid_pdrop\": 0.2"));
+  }
+  auto longer = ddprun(1, again.file("config.yaml"), {"model.block_size=64", "run.output_dir=" + again.file("longer")});
+  CHECK(longer.exit_code == 2);
+  CHECK_THAT(longer.err, Contains("model.block_size: 64 here, but " + dir.file("out") +
+                                  "/config.json (model.init_from) makes it at most 32; set it lower, or leave it out"));
 
   // GPT-2's own activation is refused, not approximated; a bias the model cannot hold is named.
   TempDir broken;

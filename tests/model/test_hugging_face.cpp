@@ -60,7 +60,7 @@ std::string weights_refusal(const std::string& dir) { return refusal(ddp::read_s
 TEST_CASE("Hugging Face: Llama 3.1's config.json reads as the model.* keys of its architecture", "[model][hugging_face]") {
   TempDir dir;
   write_file(dir.file("config.json"), kLlama31);
-  CHECK(ddp::hugging_face_model_keys(dir.path()) ==
+  CHECK(ddp::hugging_face_model_keys(dir.path()).assignments ==
         std::vector<std::string>{"model.name=llama", "model.n_layer=32", "model.n_head=32", "model.n_kv_heads=8",
                                  "model.dim=4096", "model.ffn_dim=14336", "model.vocab_size=128256",
                                  "model.rope_theta=500000", "model.norm_eps=1.0000000000000001e-05",
@@ -70,11 +70,12 @@ TEST_CASE("Hugging Face: Llama 3.1's config.json reads as the model.* keys of it
   // What transformers' LlamaConfig defaults, this does too: no rope_scaling, no num_key_value_heads.
   write_file(dir.file("config.json"), R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                                          "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 300})");
-  auto keys = ddp::hugging_face_model_keys(dir.path());
+  auto keys = ddp::hugging_face_model_keys(dir.path()).assignments;
   CHECK(std::find(keys.begin(), keys.end(), "model.n_kv_heads=4") != keys.end());
   CHECK(std::find(keys.begin(), keys.end(), "model.rope_scaling=none") != keys.end());
   CHECK(std::find(keys.begin(), keys.end(), "model.norm_eps=9.9999999999999995e-07") != keys.end());
-  CHECK(ddp::hugging_face_model_keys(dir.file("config.json")).empty());  // a file is weights, not a directory
+  CHECK(
+      ddp::hugging_face_model_keys(dir.file("config.json")).assignments.empty());  // a file is weights, not a directory
 
   // transformers 5 writes rope_theta and the scaling as one rope_parameters object: the same keys.
   std::string v5 = kLlama31;
@@ -83,13 +84,13 @@ TEST_CASE("Hugging Face: Llama 3.1's config.json reads as the model.* keys of it
   v5.replace(v5.find("\"rope_type\": \"llama3\"}"), std::string("\"rope_type\": \"llama3\"}").size(),
              "\"rope_type\": \"llama3\", \"rope_theta\": 500000.0}");
   write_file(dir.file("config.json"), kLlama31);
-  const auto v4_keys = ddp::hugging_face_model_keys(dir.path());
+  const auto v4_keys = ddp::hugging_face_model_keys(dir.path()).assignments;
   write_file(dir.file("config.json"), v5);
   INFO(v5);
-  CHECK(ddp::hugging_face_model_keys(dir.path()) == v4_keys);
+  CHECK(ddp::hugging_face_model_keys(dir.path()).assignments == v4_keys);
   write_file(dir.file("config.json"), R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                                          "rope_parameters": {"rope_type": "default", "rope_theta": 250000.0}})");
-  keys = ddp::hugging_face_model_keys(dir.path());
+  keys = ddp::hugging_face_model_keys(dir.path()).assignments;
   CHECK(std::find(keys.begin(), keys.end(), "model.rope_theta=250000") != keys.end());
   CHECK(std::find(keys.begin(), keys.end(), "model.rope_scaling=none") != keys.end());
 }
@@ -110,7 +111,7 @@ TEST_CASE("Hugging Face: a Llama's config.json, written at the end of a run, rea
   CHECK(written["intermediate_size"] == 96);  // Llama's rule, stated outright
   CHECK(written["max_position_embeddings"] == 64);
   CHECK(written["torch_dtype"] == "float32");
-  CHECK(ddp::hugging_face_model_keys(dir.path()) ==
+  CHECK(ddp::hugging_face_model_keys(dir.path()).assignments ==
         std::vector<std::string>{"model.name=llama", "model.n_layer=2", "model.n_head=4", "model.n_kv_heads=2",
                                  "model.dim=32", "model.ffn_dim=96", "model.vocab_size=300", "model.rope_theta=500000",
                                  "model.norm_eps=9.9999999999999995e-07", "model.tie_embeddings=true",
@@ -180,9 +181,13 @@ TEST_CASE("Hugging Face: a GPT-2 config.json reads as the GPT's keys, and what n
   const std::string base = R"("model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32, )"
                            R"("vocab_size": 300, "activation_function": "gelu")";
   write_file(file, "{" + base + ", \"resid_pdrop\": 0, \"embd_pdrop\": 0, \"attn_pdrop\": 0, \"bias\": false}");
-  CHECK(ddp::hugging_face_model_keys(dir.path()) ==
-        std::vector<std::string>{"model.name=gpt", "model.n_layer=2", "model.n_head=4", "model.n_embd=64",
-                                 "model.block_size=32", "model.vocab_size=300", "model.bias=false", "model.dropout=0"});
+  const ddp::HuggingFaceKeys keys = ddp::hugging_face_model_keys(dir.path());
+  CHECK(keys.assignments == std::vector<std::string>{"model.name=gpt", "model.n_layer=2", "model.n_head=4",
+                                                     "model.n_embd=64", "model.block_size=32", "model.vocab_size=300",
+                                                     "model.bias=false", "model.dropout=0"});
+  // Fine-tuning may change the dropout, and shorten the context (nanoGPT's override_args, crop_block_size).
+  CHECK(keys.free == std::vector<std::string>{"model.dropout"});
+  CHECK(keys.at_most == std::vector<std::string>{"model.block_size"});
   for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
            {R"({"model_type": "gpt2"})", R"(: activation_function "gelu_new" (GPT-2's own tanh approximation), which)"},
            {"{" + base + ", \"n_inner\": 100}", ": n_inner 100, which ddprun's GPT (nanoGPT's) does not have"},

@@ -230,19 +230,19 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
   // Note [Hugging Face directories]: model.init_from's config.json, under the file and the overrides.
   const std::string directory = config.model.init_from;
   if (!directory.empty()) schema.throw_collected();  // before what the import could throw instead
-  std::vector<std::string> imported;
+  HuggingFaceKeys imported;
   try {
     imported = hugging_face_model_keys(directory);
   } catch (const FileError& e) {
     throw ConfigError(std::string("model.init_from: ") + e.what());
   }
-  if (!imported.empty()) {
+  if (!imported.assignments.empty()) {
     TrainConfig alone, merged;
     ConfigSchema alone_schema, merged_schema;
     declare_all(alone_schema, alone);
     declare_all(merged_schema, merged);
-    for (const auto& assignment : imported) alone_schema.apply_override(assignment);
-    layer(merged_schema, imported, root, source, file_dir, overrides, recorded);
+    for (const auto& assignment : imported.assignments) alone_schema.apply_override(assignment);
+    layer(merged_schema, imported.assignments, root, source, file_dir, overrides, recorded);
     // A key the file or an override set to another value than config.json's: which one is meant?
     const YAML::Node ours = YAML::Load(merged_schema.to_yaml()), theirs = YAML::Load(alone_schema.to_yaml());
     // Values that say the same model differently: the Llama's n_kv_heads 0 is "as many as n_head",
@@ -253,13 +253,20 @@ TrainConfig build(const YAML::Node& root, const std::string& source, const std::
       if (key == "model.ffn_dim") return std::to_string(llama_ffn_dim(llama));
       return value_of(node, key);
     };
+    auto among = [](const std::vector<std::string>& keys, const std::string& key) {
+      return std::find(keys.begin(), keys.end(), key) != keys.end();
+    };
     std::string conflicts;
-    for (const auto& assignment : imported) {
+    for (const auto& assignment : imported.assignments) {
       const std::string key = assignment.substr(0, assignment.find('='));
-      if (meant(ours, merged, key) != meant(theirs, alone, key))
-        conflicts += (conflicts.empty() ? "" : "\n") + key + ": " + value_of(ours, key) + " here, but " +
-                     directory + "/config.json (model.init_from) makes it " + value_of(theirs, key) +
-                     "; leave it out, or train another architecture without model.init_from";
+      const std::string here = meant(ours, merged, key), there = meant(theirs, alone, key);
+      if (here == there || among(imported.free, key)) continue;
+      const bool lower = among(imported.at_most, key);
+      if (lower && std::stod(here) <= std::stod(there)) continue;
+      conflicts += (conflicts.empty() ? "" : "\n") + key + ": " + value_of(ours, key) + " here, but " + directory +
+                   "/config.json (model.init_from) makes it " + (lower ? "at most " : "") + value_of(theirs, key) +
+                   (lower ? "; set it lower, or leave it out" : "; leave it out") +
+                   ", or train another architecture without model.init_from";
     }
     if (!conflicts.empty()) throw ConfigError(conflicts);
     if (validate) merged_schema.validate();

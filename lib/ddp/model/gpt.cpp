@@ -148,6 +148,26 @@ class Block : public torch::nn::Module {
   std::shared_ptr<GptMlp> mlp;
 };
 
+// nanoGPT's crop_block_size: weights made for more positions than model.block_size keep wpe's first
+// rows (model.init_from of GPT-2's 1024 for fine-tuning at 256, say). A run's share of the kept rows
+// is the same box, or the same run of elements, of the whole.
+StoredTensors keep_first_positions(StoredTensors file, int64_t block_size) {
+  for (auto& [name, tensor] : file) {
+    if (name != "transformer.wpe.weight" || tensor.shape.size() != 2 || tensor.shape[0] <= block_size) continue;
+    const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+    auto read_kept = [read = tensor.read, block_size] { return read().narrow(0, 0, block_size).contiguous(); };
+    MakePart read_part;
+    if (tensor.read_part)
+      read_part = [whole = tensor.read_part, read_kept, rows, cols](at::IntArrayRef view, const TensorPart& part) {
+        if (view.size() == 2 && view[1] == cols) return whole({rows, cols}, part);
+        if (view.size() == 1) return whole({rows * cols}, part);
+        return cut_part(read_kept(), view, part);
+      };
+    tensor = StoredTensor{{block_size, cols}, tensor.dtype, read_kept, read_part};
+  }
+  return file;
+}
+
 }  // namespace
 
 class GptTransformer : public torch::nn::Module {
@@ -219,6 +239,7 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
 void Gpt::load_weights(const std::string& path) {
   auto file = open_state_dict_file(path);
   if (is_gpt2_layout(file)) file = gpt_from_gpt2_layout(file, options_.bias, path);
+  file = keep_first_positions(std::move(file), options_.block_size);
   // The mask buffer only one attention form keeps; lm_head, tied to wte, which GPT-2's files leave out.
   const std::string buffer = ".attn.bias";
   load_state_dict_entries(*this, file, path, [&buffer](const std::string& name) {
@@ -233,9 +254,12 @@ std::vector<std::pair<std::string, torch::Tensor>> Gpt::hugging_face_state_dict(
 
 void Gpt::save_extras(const std::string& output_dir) const {
   const GptOptions& o = options_;
-  write_hugging_face_config(output_dir, gpt2_config(o.n_layer, o.n_head, o.n_embd, o.block_size, o.vocab_size, o.bias,
-                                                    o.dropout, head_weight_.scalar_type()),
-                            carried_hugging_face_config(hugging_face_config()));
+  nlohmann::json carried = carried_hugging_face_config(hugging_face_config());
+  carried.erase("n_ctx");  // older GPT-2 files' n_positions, which a shorter block_size would contradict
+  write_hugging_face_config(output_dir,
+                            gpt2_config(o.n_layer, o.n_head, o.n_embd, o.block_size, o.vocab_size, o.bias, o.dropout,
+                                        head_weight_.scalar_type()),
+                            carried);
 }
 
 std::unique_ptr<TokenStepper> Gpt::token_stepper() {

@@ -123,7 +123,7 @@ nlohmann::json gpt2_config(int64_t n_layer, int64_t n_head, int64_t n_embd, int6
           {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32"}};
 }
 
-std::vector<std::string> gpt_keys_from_hugging_face(const nlohmann::json& config, const std::string& file) {
+HuggingFaceKeys gpt_keys_from_hugging_face(const nlohmann::json& config, const std::string& file) {
   auto lacks = [&file](const std::string& what) {
     return FileError(file + ": " + what + ", which ddprun's GPT (nanoGPT's) does not have (exact GELU, an MLP of "
                      "4·n_embd, LayerNorm epsilon 1e-5, attention scaled by 1/sqrt(head width), one dropout rate, a "
@@ -146,14 +146,15 @@ std::vector<std::string> gpt_keys_from_hugging_face(const nlohmann::json& config
   for (const char* key : {"embd_pdrop", "attn_pdrop"})
     if (hugging_face_number(config, key, 0.1, file) != dropout)
       throw lacks(std::string(key) + " other than resid_pdrop's " + dropout);
-  return {"model.name=gpt",
-          "model.n_layer=" + hugging_face_integer(config, "n_layer", 12, file),
-          "model.n_head=" + hugging_face_integer(config, "n_head", 12, file),
-          "model.n_embd=" + width,
-          "model.block_size=" + hugging_face_integer(config, "n_positions", 1024, file),
-          "model.vocab_size=" + hugging_face_integer(config, "vocab_size", 50257, file),
-          "model.bias=" + hugging_face_bool(config, "bias", true, file),
-          "model.dropout=" + dropout};
+  // Fine-tuning may use another dropout, and a shorter context (nanoGPT's override_args and
+  // crop_block_size): wpe's first rows are the positions it keeps.
+  return {{"model.name=gpt", "model.n_layer=" + hugging_face_integer(config, "n_layer", 12, file),
+           "model.n_head=" + hugging_face_integer(config, "n_head", 12, file), "model.n_embd=" + width,
+           "model.block_size=" + hugging_face_integer(config, "n_positions", 1024, file),
+           "model.vocab_size=" + hugging_face_integer(config, "vocab_size", 50257, file),
+           "model.bias=" + hugging_face_bool(config, "bias", true, file), "model.dropout=" + dropout},
+          {"model.dropout"},
+          {"model.block_size"}};
 }
 
 }  // namespace ddp

@@ -23,7 +23,7 @@ constexpr const char* kConfig = "config.json";
 constexpr const char* kWeights = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
 
-using KeysReader = std::vector<std::string> (*)(const Json&, const std::string&);
+using KeysReader = HuggingFaceKeys (*)(const Json&, const std::string&);
 
 // model_type → the family that reads it (Note [Hugging Face directories]).
 const std::map<std::string, KeysReader>& readers() {
@@ -76,7 +76,7 @@ std::string hugging_face_bool(const Json& config, const std::string& key, bool f
   return (value ? value->get<bool>() : fallback) ? "true" : "false";
 }
 
-std::vector<std::string> hugging_face_model_keys(const std::string& path) {
+HuggingFaceKeys hugging_face_model_keys(const std::string& path) {
   std::error_code error;
   if (path.empty() || !fs::is_directory(path, error)) return {};
   const std::string file = (fs::path(path) / kConfig).string();

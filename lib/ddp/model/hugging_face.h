@@ -17,17 +17,26 @@ namespace ddp {
 // weights, one model.safetensors or shards that model.safetensors.index.json's weight_map lists.
 // - model.init_from: DIR reads config.json as model.* keys, applied under the YAML and --set: a key
 //   they leave out comes from config.json, and one they set to another value is refused, naming both
-//   (train_config.cpp). A feature the family does not have (biases, another activation, another rope
-//   type) is refused, not ignored.
+//   (train_config.cpp), unless the family says a run may (HuggingFaceKeys). A feature the family does
+//   not have (biases, another activation, another rope type) is refused, not ignored.
 // - The shards are read as one state dict, in the index's order, each name from the file the index
 //   says holds it.
 // - A family with a Hugging Face twin writes config.json beside model.safetensors (save_extras), so a
 //   run's output directory is itself such a directory: from_pretrained, or model.init_from, reads it.
 
-/// The `model.KEY=VALUE` assignments (as --set takes them) that DIR/config.json describes, in the
-/// config's order; empty when `path` is not a directory. FileError naming config.json and the fault
-/// (missing, not JSON, a model_type no family here has, a value of the wrong type, a feature the family lacks).
-std::vector<std::string> hugging_face_model_keys(const std::string& path);
+/// The model keys a config.json describes, and which of them a run may set otherwise.
+struct HuggingFaceKeys {
+  std::vector<std::string> assignments;  ///< `model.KEY=VALUE`, as --set takes them, in the config's order
+  std::vector<std::string> free;         ///< keys of training, not of the weights (a dropout rate)
+  /// Keys a run may set lower: a GPT's block_size, whose positions are wpe's first rows (as nanoGPT's
+  /// crop_block_size keeps them).
+  std::vector<std::string> at_most;
+};
+
+/// The model keys that DIR/config.json describes; no assignments when `path` is not a directory.
+/// FileError naming config.json and the fault (missing, not JSON, a model_type no family here has, a
+/// value of the wrong type, a feature the family lacks).
+HuggingFaceKeys hugging_face_model_keys(const std::string& path);
 
 /// Where a Hugging Face directory's weights are.
 struct WeightFiles {
@@ -60,9 +69,9 @@ std::string hugging_face_config_text(const std::string& source);
 nlohmann::json carried_hugging_face_config(const std::string& text);
 
 // Each family with a Hugging Face twin reads its config.json, in its own .cpp (hugging_face.cpp
-// chooses by model_type): the model.* assignments, FileError naming `file` and the fault.
-std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& config, const std::string& file);
-std::vector<std::string> gpt_keys_from_hugging_face(const nlohmann::json& config, const std::string& file);
+// chooses by model_type): the model.* keys, FileError naming `file` and the fault.
+HuggingFaceKeys llama_keys_from_hugging_face(const nlohmann::json& config, const std::string& file);
+HuggingFaceKeys gpt_keys_from_hugging_face(const nlohmann::json& config, const std::string& file);
 
 /// One value of config.json as --set writes it: FileError naming `file` and `key` unless it holds
 /// what is `expected` (an integer, a number, a boolean); `fallback` when absent or null (the

@@ -467,7 +467,7 @@ void declare_config(ConfigSchema& schema, LlamaConfig& config, const std::string
   });
 }
 
-std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& config, const std::string& file) {
+HuggingFaceKeys llama_keys_from_hugging_face(const nlohmann::json& config, const std::string& file) {
   // What transformers' LlamaConfig can say that this Llama does not do is refused, never ignored.
   auto lacks = [&file](const std::string& what) {
     return FileError(file + ": " + what + ", which ddprun's Llama does not have (no biases, SiLU, heads of "
@@ -521,7 +521,7 @@ std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& conf
   }
   if (!grouped && !legacy) {
     keys.push_back("model.rope_scaling=none");
-    return keys;
+    return {keys, {}, {}};
   }
   const std::string name = grouped ? "rope_parameters" : "rope_scaling";
   const nlohmann::json& scale = grouped ? *parameters : *scaling;
@@ -548,7 +548,7 @@ std::vector<std::string> llama_keys_from_hugging_face(const nlohmann::json& conf
   } else {
     throw lacks(name + " of type " + type.dump());
   }
-  return keys;
+  return {keys, {}, {}};
 }
 
 /// Registers "llama"; called from model_registry.cpp (Note [Registries]).

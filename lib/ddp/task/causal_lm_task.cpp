@@ -13,6 +13,7 @@
 #include "ddp/model/routed_layers.h"
 #include "ddp/task/chunked_cross_entropy.h"
 #include "ddp/task/task_registry.h"
+#include "ddp/text/tokenizer_ids.h"
 
 namespace ddp {
 namespace {
@@ -177,7 +178,9 @@ void CausalLmTask::add_derived_metrics(std::vector<std::pair<std::string, double
 
 void CausalLmTask::save_model(const std::string& output_dir) const {
   ddp::save_model(*model_, output_dir);
-  if (!tokenizer_model_.empty()) write_file_atomically(output_dir + "/tokenizer.model", tokenizer_model_);
+  if (tokenizer_model_.empty()) return;
+  write_file_atomically(output_dir + "/tokenizer.model", tokenizer_model_);
+  write_tokenizer_ids(output_dir);
 }
 
 void register_causal_lm_tasks(TaskRegistrations& tasks) {

@@ -145,6 +145,10 @@ std::string Tokenizer::train(const std::vector<std::string_view>& lines, const T
 
 int64_t Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
 
+int Tokenizer::bos_id() const { return processor_->bos_id(); }
+
+int Tokenizer::eos_id() const { return processor_->eos_id(); }
+
 bool Tokenizer::same_pieces(const Tokenizer& other) const {
   if (vocab_size() != other.vocab_size()) return false;
   for (int id = 0; id < processor_->GetPieceSize(); ++id)

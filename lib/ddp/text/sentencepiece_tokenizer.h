@@ -38,6 +38,8 @@ class Tokenizer : public TextTokenizer {
 
   int64_t vocab_size() const override;
   int line_start_id() const override { return line_start_; }
+  int bos_id() const override;
+  int eos_id() const override;
   std::vector<int> encode_line(std::string_view line) const override;
   std::string decode_line(const std::vector<int>& ids) const override;
   /// The same pieces with the same scores, id for id: they encode alike, whatever else the two

@@ -1,0 +1,34 @@
+#include "ddp/text/tokenizer_ids.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ddp/common/atomic_file.h"
+#include "ddp/common/error.h"
+#include "ddp/text/sentencepiece_plugin.h"
+
+namespace ddp {
+
+void write_tokenizer_ids(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path config_path = fs::path(dir) / "config.json", tokenizer_path = fs::path(dir) / "tokenizer.model";
+  std::error_code error;
+  if (!fs::is_regular_file(config_path, error) || !fs::is_regular_file(tokenizer_path, error)) return;
+  std::unique_ptr<TextTokenizer> tokenizer;
+  try {
+    tokenizer = load_sentencepiece(tokenizer_path.string());
+  } catch (const UserError& e) {
+    spdlog::warn("{}: its bos_token_id and eos_token_id are not the tokenizer's, which does not load ({})",
+                 config_path.string(), e.what());
+    return;
+  }
+  nlohmann::json config = nlohmann::json::parse(read_whole_file(config_path.string()), nullptr, false);
+  if (!config.is_object()) return;  // written by save_extras a moment ago
+  for (const auto& [key, id] : {std::pair{"bos_token_id", tokenizer->bos_id()}, {"eos_token_id", tokenizer->eos_id()}})
+    if (id >= 0) config[key] = id;
+  write_file_atomically(config_path.string(), config.dump(2) + "\n");
+}
+
+}  // namespace ddp
