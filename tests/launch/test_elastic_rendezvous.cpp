@@ -54,8 +54,8 @@ TEST_CASE("elastic: a joiner that has counted itself in but not yet written its 
   CHECK_FALSE(a.check_membership());  // ... and is not announced while its arrival is unwritten
   CHECK_FALSE(b.check_membership());
 
-  // Its second: launcher number, previous rank, host, workers, pid.
-  joiner->set("ddprun/elastic/round_1/arrival/0", "3 -1 node-c 1 4242");
+  // Its second: launcher number, previous rank, host, workers, pid, role.
+  joiner->set("ddprun/elastic/round_1/arrival/0", "3 -1 node-c 1 4242 " + ddp::role_word("default"));
   auto change = a.check_membership();
   REQUIRE(change);
   CHECK(change->kind == ddp::MembershipChange::Kind::kJoined);
@@ -63,6 +63,33 @@ TEST_CASE("elastic: a joiner that has counted itself in but not yet written its 
   auto seen_by_b = b.check_membership();  // the first announcement stands for every node
   REQUIRE(seen_by_b);
   CHECK(seen_by_b->description == change->description);
+}
+
+TEST_CASE("elastic: ROLE_RANK counts the workers of a node's --role on the nodes before it, as torchrun's",
+          "[launch][elastic]") {
+  // Node a (node 0, the host) and b, with 2 and 1 workers: of one role, then of two.
+  for (const bool same : {true, false}) {
+    INFO("same role: " << same);
+    int port = free_port();
+    auto options_a = elastic_node(port, "node-a"), options_b = elastic_node(port, "node-b");
+    options_a.nproc_per_node = 2;
+    options_a.role = "trainer";
+    options_b.nproc_per_node = 1;
+    options_b.role = same ? "trainer" : "parameter server";
+    ddp::ElasticRendezvous a(options_a);
+    ddp::ElasticRendezvous b(options_b);
+    auto never = [] { return false; };
+    auto joined_b = std::async(std::launch::async, [&] { return b.join_round(0, never); });
+    auto layout_a = a.join_round(0, never);
+    auto layout_b = joined_b.get();
+    REQUIRE(layout_a);
+    REQUIRE(layout_b);
+    REQUIRE(layout_a->node_rank == 0);
+    CHECK(layout_a->role_rank_offset == 0);
+    CHECK(layout_a->role_world_size == (same ? 3 : 2));
+    CHECK(layout_b->role_rank_offset == (same ? 2 : 0));
+    CHECK(layout_b->role_world_size == (same ? 3 : 1));
+  }
 }
 
 }  // namespace DDP_TEST_FILE

@@ -261,6 +261,27 @@ TEST_CASE("two launchers with --nnodes 2 run ranks 0-3 once each") {
   }
 }
 
+TEST_CASE("ROLE_RANK and ROLE_WORLD_SIZE count the workers of each --role, as torchrun's (were RANK and WORLD_SIZE)") {
+  // Node 0 and node 2 train, node 1 (between them) serves parameters.
+  std::string port = std::to_string(free_port());
+  auto node = [&](int rank, int nproc, const std::string& role) {
+    return ddprun() + " --nnodes 3 --node-rank " + std::to_string(rank) + " --nproc-per-node " + std::to_string(nproc) +
+           " --role '" + role + "' --master-port " + port +
+           " --rdzv-timeout 30 -- sh -c 'echo rank=$RANK role=$ROLE_NAME:$ROLE_RANK/$ROLE_WORLD_SIZE'";
+  };
+  auto r = run_shell(node(2, 2, "trainer") + " & C=$!; " + node(1, 1, "parameter server") + " & B=$!; " +
+                         node(0, 1, "trainer") + "; A=$?; wait $B; b=$?; wait $C; echo statuses=$A,$b,$?",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "statuses=0,0,0") == 1);
+  const std::string host = ddp::host_name();
+  for (const auto& [rank, role] : std::vector<std::pair<int, std::string>>{
+           {0, "trainer:0/3"}, {1, "parameter server:0/1"}, {2, "trainer:1/3"}, {3, "trainer:2/3"}}) {
+    const std::string r_ = std::to_string(rank);
+    CHECK(count_lines(r.out, "[" + host + ":rank " + r_ + "] rank=" + r_ + " role=" + role) == 1);
+  }
+}
+
 TEST_CASE("with --rdzv-backend c10d and no node ranks, three launchers take 0, 1 and 2 by arrival, once each") {
   // torchrun's line; every launcher here owns the endpoint's address, so the first to bind hosts.
   std::string common = " --nnodes 3 --nproc_per_node 1 --rdzv_backend c10d --rdzv_id arrival --rdzv_endpoint "

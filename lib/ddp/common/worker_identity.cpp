@@ -120,8 +120,6 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id) {
       {env::kLocalWorldSize, str(id.local_world_size)},
       {env::kGroupRank, str(id.node_rank)},
       {env::kGroupWorldSize, str(id.node_count)},
-      {env::kRoleRank, str(id.rank)},
-      {env::kRoleWorldSize, str(id.world_size)},
       {env::kMasterAddr, id.master_addr},
       {env::kMasterPort, str(id.master_port)},
       {env::kRunId, id.run_id},

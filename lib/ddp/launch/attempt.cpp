@@ -154,7 +154,11 @@ class Attempt {
       bool stdout_redirected = torchrun_logs() && (options_.redirects[local] & 1);
       bool progress = to_console && !stdout_redirected && isatty(STDOUT_FILENO);
       if (progress) variables[env::kProgress] = "1";
+      // Note [Role ranks]; one node's workers all have its role.
       variables[env::kRoleName] = options_.role;
+      variables[env::kRoleRank] = std::to_string(layout_.role_rank_offset + local);
+      variables[env::kRoleWorldSize] =
+          std::to_string(layout_.role_world_size > 0 ? layout_.role_world_size : layout_.world_size);
       if (!std::getenv(env::kOmpNumThreads))
         variables[env::kOmpNumThreads] = std::to_string(threads_per_worker(options_.nproc_per_node));
 

@@ -127,9 +127,9 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
     round = std::max(round, open);
     int64_t index = store_->add(round_key(round, "arrivals"), 1) - 1;
     std::string key = round_key(round, "arrival/" + std::to_string(index));
-    store_->set(key, tagged(key, std::to_string(launcher_) + " " + std::to_string(previous_rank) + " " +
-                                     o.local_addr + " " + std::to_string(o.nproc_per_node) + " " +
-                                     std::to_string(getpid())));
+    store_->set(key, tagged(key, std::to_string(launcher_) + " " + std::to_string(previous_rank) + " " + o.local_addr +
+                                     " " + std::to_string(o.nproc_per_node) + " " + std::to_string(getpid()) + " " +
+                                     role_word(o.role)));
     if (hosts_store_ && !close_round(round, interrupted)) return std::nullopt;
     // Wait for node 0 to publish the members, beating meanwhile.
     std::string members_key = round_key(round, "members");
@@ -165,13 +165,14 @@ std::optional<WorldLayout> ElasticRendezvous::join_round(int round, const std::f
       std::string member_key = round_key(round, "arrival/" + std::to_string(chosen[i]));
       auto value = read_verified(member_key);
       auto fields = value ? split(*value, ' ') : std::vector<std::string>{};
-      if (fields.size() != 5)
+      if (fields.size() != 6)
         throw UserError("rendezvous round " + std::to_string(round) + ": a member's registration does not verify");
       Member m{parse_int(fields[0]).value_or(0), static_cast<int>(parse_int(fields[1]).value_or(-1)), printable(fields[2]),
                static_cast<int>(parse_int(fields[3]).value_or(0)), parse_int(fields[4]).value_or(0)};
       if (chosen[i] == index) layout.node_rank = static_cast<int>(i);
       if (layout.node_rank < 0) layout.rank_offset += m.nproc;  // the nodes before this one
       layout.world_size += m.nproc;
+      layout.count_role(fields[5], m.nproc, layout.node_rank < 0, o.role);
       members_.push_back(m);
     }
     for (const auto& m : members_) layout.hosts.push_back(label(m));
@@ -278,7 +279,7 @@ bool ElasticRendezvous::close_round(int round, const std::function<bool()>& inte
   for (int64_t i = 0; i < seen; ++i) {
     auto value = read_verified(keys[i]);
     auto fields = value ? split(*value, ' ') : std::vector<std::string>{};
-    if (fields.size() != 5) continue;  // written from outside the job: not a member
+    if (fields.size() != 6) continue;  // written from outside the job: not a member
     arrived.push_back({i, static_cast<int>(parse_int(fields[1]).value_or(-1)),
                        parse_int(fields[0]).value_or(0) == launcher_});
   }
@@ -447,7 +448,7 @@ std::optional<MembershipChange> ElasticRendezvous::check_membership() {
     std::string who = "a node";
     if (auto value = read_verified(first)) {
       auto fields = split(*value, ' ');
-      if (fields.size() == 5) who = "a node (" + printable(fields[2]) + ")";
+      if (fields.size() == 6) who = "a node (" + printable(fields[2]) + ")";
       // A member of this round restarting after its failure, which it reported before it came:
       // that report ends the round (as a failure, on every node), not a join.
       const auto launcher = fields.empty() ? std::nullopt : parse_int(fields[0]);

@@ -137,6 +137,19 @@ PrivateStoreDir::~PrivateStoreDir() {
   close(lock_fd_);
 }
 
+std::string role_word(const std::string& role) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string word;
+  for (unsigned char c : role) word += {kDigits[c >> 4], kDigits[c & 15]};
+  return word.empty() ? "-" : word;
+}
+
+void WorldLayout::count_role(const std::string& role, int nproc, bool before, const std::string& mine) {
+  if (role != role_word(mine)) return;
+  if (before) role_rank_offset += nproc;
+  role_world_size += nproc;
+}
+
 std::string generate_run_id() {
   std::random_device device;
   static const char kHex[] = "0123456789abcdef";
@@ -244,9 +257,9 @@ WorldLayout Rendezvous::join_store() {
                       "and every node of a job the same id");
   }
   run_id_ = layout.run_id;  // registrations are tagged with it (Note [Secret check at join])
-  // "host nproc nnodes pid": the pid tells two launchers on one host apart.
+  // "host nproc nnodes pid role": the pid tells two launchers on one host apart (Note [Role ranks]).
   std::string me = o.local_addr + " " + std::to_string(o.nproc_per_node) + " " + std::to_string(o.nnodes) + " " +
-                   std::to_string(getpid());
+                   std::to_string(getpid()) + " " + role_word(o.role);
   auto node_key = [](int r) { return kPrefix + "node/" + std::to_string(r); };
   if (options_.node_rank < 0) {
     for (int r = 1; r < o.nnodes && options_.node_rank < 0; ++r)
@@ -334,6 +347,7 @@ void Rendezvous::check_registrations(const std::vector<std::string>& keys, World
                       printable(fields[2]) + " but this node with --nnodes " + std::to_string(o.nnodes));
     if (r < options_.node_rank) layout.rank_offset += nproc;
     layout.world_size += nproc;
+    layout.count_role(fields.size() > 4 ? fields[4] : role_word("default"), nproc, r < options_.node_rank, o.role);
     layout.hosts.push_back(printable(fields[0], 255));
     layout.node_count += 1;
   }

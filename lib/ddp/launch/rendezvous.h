@@ -27,7 +27,25 @@ struct WorldLayout {
   int node_count = 0;      ///< the nodes of this layout (an elastic round's may be fewer than --nnodes)
   int failures = 0;        ///< elastic: rounds that ended in a failure before this one (the restart count)
   std::string store_path;  ///< the private FileStore directory (single-node trainer runs)
+  /// torchrun's role ranks (Note [Role ranks]): the workers of this node's --role on the nodes
+  /// before it, and on all nodes; role_world_size 0 is every worker's role (one node).
+  int role_rank_offset = 0;
+  int role_world_size = 0;
+
+  /// Counts a node of `nproc` workers with `role` (as a registration's role_word carries it) into
+  /// the role ranks of a node whose role is `mine`; `before`: the node comes before this one.
+  void count_role(const std::string& role, int nproc, bool before, const std::string& mine);
 };
+
+// Note [Role ranks]
+// torchrun numbers workers within their role as well: ROLE_RANK counts the workers of the same
+// --role by node rank, then local rank, and ROLE_WORLD_SIZE is how many there are (its agent's
+// _assign_worker_ranks), so that a job of parameter servers on some nodes and trainers on others
+// shards by role. Each node's registration carries its role as one word (hex: a role may hold a
+// space), and each node counts the others' as it counts their workers.
+
+/// A --role as one word of a registration.
+std::string role_word(const std::string& role);
 
 /// A failure reported by some node, seen by all.
 struct RemoteFailure {
