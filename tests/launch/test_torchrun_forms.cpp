@@ -175,6 +175,17 @@ TEST_CASE("torchrun's --redirects and --tee by local rank: 0 sends stdout to its
                                                    {"RUN/attempt_0/0/stderr.log", "err 0\n"},
                                                    {"RUN/attempt_0/1/stdout.log", "out 1\n"},
                                                    {"RUN/attempt_0/1/stderr.log", "err 1\n"}});
+  // Redirecting stdout alone keeps stderr too (torchrun keeps only the streams named: `-r 1` lost
+  // it, and a failed rank's "full logs" was an empty directory).
+  auto failed = ddprun({"--log-dir", dir.file("failed"), "--nproc-per-node", "2", "-r", "1", "--", "sh", "-c",
+                        "echo out $RANK; echo err $RANK >&2; exit $RANK"});
+  INFO(failed.out << failed.err);
+  CHECK(failed.exit_code == 1);
+  CHECK(files(dir.file("failed")) == std::map<std::string, std::string>{{"RUN/attempt_0/0/stdout.log", "out 0\n"},
+                                                                        {"RUN/attempt_0/0/stderr.log", "err 0\n"},
+                                                                        {"RUN/attempt_0/1/stdout.log", "out 1\n"},
+                                                                        {"RUN/attempt_0/1/stderr.log", "err 1\n"}});
+  CHECK_THAT(failed.err, Contains("/attempt_0/1/"));
 }
 
 TEST_CASE("torchrun's options that mean nothing here are accepted with one line each", "[launch][torchrun]") {

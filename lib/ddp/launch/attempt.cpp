@@ -109,16 +109,16 @@ class Attempt {
 
  private:
   // Note [Log layout]: one layout, torchrun's: LOG_DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log.
-  // --log-dir alone keeps both streams of every rank there (and on the console); torchrun's
-  // --redirects and --tee choose the streams (without --log-dir, LOG_DIR is a fresh
-  // $TMPDIR/ddprun_XXXXXX, as torchrun's torchelastic_XXXXXX). Unlike torchrun, RUN_ID has no random
-  // suffix and RANK is the global rank (the local one on a single node, as torchrun numbers them):
-  // nodes can share LOG_DIR, and a run id that comes back finds its earlier logs kept beside the
-  // new ones (Note [Earlier launches' logs]).
+  // Both streams of every rank are kept there (and on the console); torchrun's --redirects take
+  // streams off the console (without --log-dir, LOG_DIR is a fresh $TMPDIR/ddprun_XXXXXX, as
+  // torchrun's torchelastic_XXXXXX). torchrun keeps only the streams --redirects and --tee name,
+  // so `-r 1` lost stderr, and a failed rank's "full logs" could be an empty directory. Unlike torchrun, RUN_ID has no
+  // random suffix and RANK is the global rank (the local one on a single node, as torchrun numbers them): nodes can
+  // share LOG_DIR, and a run id that comes back finds its earlier logs kept beside the new ones (Note [Earlier
+  // launches' logs]).
   bool torchrun_logs() const { return !options_.redirects.empty(); }
-  std::string log_path(int rank, int local_rank, int stream_bit) const {
+  std::string log_path(int rank, int stream_bit) const {
     if (options_.log_dir.empty()) return "";
-    if (torchrun_logs() && !((options_.redirects[local_rank] | options_.tees[local_rank]) & stream_bit)) return "";
     return rank_log_dir(rank) + (stream_bit == 1 ? "/stdout.log" : "/stderr.log");
   }
   std::string attempt_dir() const { return options_.log_dir + "/" + layout_.run_id + "/attempt_" + std::to_string(attempt_); }
@@ -167,8 +167,8 @@ class Attempt {
                                  : "[rank " + std::to_string(id.rank) + "] ";
       target.to_console = to_console;
       target.progress = progress;
-      target.stdout_log = log_path(id.rank, local, 1);
-      target.stderr_log = log_path(id.rank, local, 2);
+      target.stdout_log = log_path(id.rank, 1);
+      target.stderr_log = log_path(id.rank, 2);
       if (torchrun_logs()) target.redirected = options_.redirects[local];
       if (!options_.log_dir.empty()) make_log_directory(rank_log_dir(id.rank));
 
