@@ -47,6 +47,11 @@ TEST_CASE("imports_torch finds an import of torch anywhere in an import list, an
   // Later in an import list (was: passed over, and every rank failed with ModuleNotFoundError).
   CHECK(ddp::imports_torch("import os, sys, torch, torch.distributed as dist\n"));
   CHECK(ddp::imports_torch("import numpy as np, torch\n"));
+  // Guarded by try or except, the script may do without torch (was refused as one that needs it).
+  CHECK_FALSE(ddp::imports_torch("try:\n    import torch\nexcept ImportError:\n    torch = None\n"));
+  CHECK_FALSE(ddp::imports_torch("try:\n  import numpy\nexcept ImportError:\n  if True:\n    from torch import nn\n"));
+  CHECK(ddp::imports_torch("try:\n    import os\nexcept ImportError:\n    pass\n\n# comment\nimport torch\n"));
+  CHECK(ddp::imports_torch("def main():\n    import torch\n"));
   CHECK_FALSE(ddp::imports_torch("import os, torchvision\n"));
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include "ddp/common/error.h"
 #include "ddp/common/worker_contract.h"
@@ -59,8 +60,29 @@ bool imports_torch(const std::string& text) {
   // `import torch`, `import os, torch.distributed as dist`, `from torch import nn`: torch anywhere
   // in an import list (was: only first in it).
   static const std::regex import_line(
-      R"((^|\n)[ \t]*(import[ \t]+([\w.]+([ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*torch\b|from[ \t]+torch\b))");
-  return std::regex_search(text, import_line);
+      R"(^[ \t]*(import[ \t]+([\w.]+([ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*torch\b|from[ \t]+torch\b))");
+  static const std::regex guard(R"(^(try|except\b[^:]*)[ \t]*:)");
+  // Each line's indentation and text, comments and blank lines left out: a block's header is the
+  // nearest line above it indented less.
+  std::vector<std::pair<std::size_t, std::string>> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t indent = line.find_first_not_of(" \t");
+    if (indent != std::string::npos && line[indent] != '#') lines.emplace_back(indent, line.substr(indent));
+  }
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (!std::regex_search(lines[i].second, import_line)) continue;
+    // One inside a try or an except block is a guarded import (`try: import torch` with a fallback):
+    // the script may run without torch.
+    bool guarded = false;
+    for (std::size_t j = i, indent = lines[i].first; j-- > 0 && indent > 0 && !guarded;)
+      if (lines[j].first < indent) {
+        indent = lines[j].first;
+        guarded = std::regex_search(lines[j].second, guard);
+      }
+    if (!guarded) return true;
+  }
+  return false;
 }
 
 std::string check_python(const std::string& python, const std::string& script) {

@@ -17,7 +17,8 @@ struct PythonFacts {
 /// Asks `python` (a path) without importing torch, which takes seconds: about 0.1 s.
 PythonFacts probe_python(const std::string& python);
 
-/// Whether the Python source `text` imports torch (import torch, from torch... at a line's start).
+/// Whether the Python source `text` imports torch (import torch, from torch... at a line's start),
+/// outside a try or except block (a guarded import may do without it).
 bool imports_torch(const std::string& text);
 
 /// The line naming `python` for the launcher's log ("Python: PATH (3.11.2, torch 1.13.0)"); throws

@@ -447,7 +447,7 @@ bool Rendezvous::barrier_before(int attempt, const std::function<bool()>& interr
       const std::string status = store_->get(finished + std::to_string(r));
       gone += (gone.empty() ? "node " : "; node ") + std::to_string(r) +
               (status == "0" ? " finished it (its workers exited 0)"
-                             : " ended it with exit status " + printable(status, 8) + ", not restarting");
+                             : " ended it with exit status " + printable(status, 8) + " and does not restart");
     }
     if (!gone.empty())
       throw RestartCannotForm("restart attempt " + std::to_string(attempt) + " cannot form: of attempt " +
