@@ -14,7 +14,7 @@ void declare_export_options(CLI::App& app, ExportArguments& args) {
   app.add_option("run", args.run, "The run directory (its config.yaml says the model)")->required();
   app.add_option("--checkpoint", args.checkpoint,
                  "A checkpoint of the run, any layout (its manifest, data file or their stem); default: the newest "
-                 "that verifies, or model.pt when the run kept none")
+                 "that verifies, or model.pt when the run kept none or finished after it")
       ->check(not_empty());
   app.add_option("-o,--output", args.output, "Where the Hugging Face directory goes (default: RUN/export-step-N)")
       ->check(not_empty());

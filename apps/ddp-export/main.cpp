@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "ddp/checkpoint/checkpoint_format.h"
@@ -140,7 +141,16 @@ int main(int argc, char** argv) {
       for (const auto& listed : listing.list()) steps.push_back(listed.step);
       return steps;
     };
-    for (int look = 1; step < 0 && look <= kLooks; ++look) {
+    // A finished run whose last step was no checkpoint step ended newer than its checkpoints: its
+    // end (model.pt) is the model it trained, not its newest checkpoint (was: that, older, silently).
+    const std::optional<int64_t> finished =
+        args.checkpoint.empty() && fs::is_regular_file(fs::path(args.run) / "model.pt")
+            ? ddp::finished_at_step(args.run)
+            : std::nullopt;
+    auto end_is_newer = [&finished](int64_t than) { return finished && *finished > than; };
+    const auto listed_first = listing.list();
+    for (int look = 1;
+         step < 0 && !end_is_newer(listed_first.empty() ? -1 : listed_first.front().step) && look <= kLooks; ++look) {
       const std::vector<int64_t> listed = steps_listed();
       bool rotated = false;
       for (int64_t older_than = INT64_MAX;
@@ -177,20 +187,33 @@ int main(int argc, char** argv) {
       }
       if (step < 0 && !rotated && steps_listed() == listed) break;  // nothing changed: no other to find
     }
-    if (step >= 0) {
+    const std::optional<int64_t> end_step = end_is_newer(step) ? finished : std::nullopt;
+    if (step >= 0 && !end_step) {
       source = "the checkpoint of step " + std::to_string(step) + " (" + checkpoint->manifest_path + ")";
     } else {
+      if (end_step) {
+        model = ddp::make_model(config.model);  // what a checkpoint put in it goes
+        model->set_hugging_face_source(started_from);
+      }
       const std::string weights = (fs::path(args.run) / "model.pt").string();
       if (!fs::exists(weights))
         throw ddp::FileError(args.run + " has neither a checkpoint nor model.pt to export (checkpoint.every_steps or "
                              "every_epochs keeps checkpoints; a finished run writes model.pt)");
-      if (!ddp::Checkpointer(config.checkpoint, (fs::path(args.run) / "checkpoints").string()).list().empty())
+      const auto listed = listing.list();
+      if (!end_step && !listed.empty())
         spdlog::warn("no checkpoint in {} could be read; exporting {}", (fs::path(args.run) / "checkpoints").string(),
                      weights);
       model->load_weights(weights);
       source = weights;
+      if (end_step)
+        source = "the end of the run, step " + std::to_string(*end_step) + " (" + weights + "; " +
+                 (step >= 0 ? "its newest checkpoint that reads is of step " + std::to_string(step)
+                  : listed.empty() || listed.front().step < 0
+                      ? std::string("it kept no checkpoint that reads")
+                      : "its newest checkpoint is of step " + std::to_string(listed.front().step)) +
+                 ")";
     }
-    const std::string name = step >= 0 ? "export-step-" + std::to_string(step) : "export";
+    const std::string name = step >= 0 && !end_step ? "export-step-" + std::to_string(step) : "export";
     const std::string output = !args.output.empty() ? args.output : (fs::path(args.run) / name).string();
     if (fs::exists(output) && fs::equivalent(output, args.run))
       throw ddp::UserError("-o " + output + " is the run directory itself, whose model.pt and model.safetensors are "

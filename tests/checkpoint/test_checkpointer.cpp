@@ -323,6 +323,14 @@ TEST_CASE("resume=auto skips a torn or corrupt newest checkpoint and takes the p
     CHECK(log.count("skipping checkpoint") == 3);
     CHECK(log.count("afresh") == 0);
   }
+  SECTION("a manifest copied over a newer one's name: said and skipped (was: resumed as that step, at the older one)") {
+    fs::copy_file(info_for(dir, 2).manifest_path, newest.manifest_path, fs::copy_options::overwrite_existing);
+    LogCapture log;
+    CHECK(resume_step() == 2);
+    CHECK(log.count("ignoring " + newest.manifest_path +
+                    ": it records step 2 but is named for step 3 (copied or "
+                    "renamed by hand?)") == 1);
+  }
   SECTION("data file missing") {
     fs::remove(newest.data_path);
     CHECK_THAT(verify_checkpoint(newest), Contains(newest.data_path));

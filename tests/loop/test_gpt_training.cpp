@@ -1192,7 +1192,27 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK(size.exit_code == 2);
   CHECK_THAT(size.err, Contains("--max-shard-size: expected a size such as 5GB, 500MB or 100KB, got '5 parsecs'"));
 
-  // A newest manifest whose step disagrees with its files is skipped once, and the one before it exported.
+  // A finished run whose newest checkpoint is older than its end: the end is exported, the weights
+  // it trained (was: the older checkpoint, without a word).
+  fs::create_directories(dir.file("aside"));
+  for (const auto& entry : fs::directory_iterator(dir.file("out/checkpoints")))
+    if (entry.path().filename().string().rfind("step_0000000040", 0) == 0)
+      fs::rename(entry.path(), dir.file("aside") / entry.path().filename());
+  auto end = run_command({bin("ddp-export"), dir.file("out"), "-o", dir.file("end")}, std::chrono::seconds(120));
+  INFO(end.out << end.err);
+  CHECK(end.exit_code == 0);
+  CHECK_THAT(end.out, Contains("exported the end of the run, step 40 (" + dir.file("out/model.pt") +
+                               "; its newest checkpoint is of step 20)"));
+  CHECK(read_file(dir.file("end/model.safetensors")) == read_file(dir.file("out/model.safetensors")));
+  for (const auto& entry : fs::directory_iterator(dir.file("aside")))
+    fs::rename(entry.path(), dir.file("out/checkpoints") / entry.path().filename());
+  // Below, a run that did not finish (its end record gone): checkpoints are what there is.
+  const std::string metrics = read_file(dir.file("out/metrics.jsonl"));
+  const std::size_t last = metrics.rfind('\n', metrics.size() - 2);
+  REQUIRE(metrics.substr(last).find("exit_status") != std::string::npos);
+  write_file(dir.file("out/metrics.jsonl"), metrics.substr(0, last + 1));
+
+  // A newest manifest whose step disagrees with its name is ignored, and the one before it exported.
   const std::string manifest = dir.file("out/checkpoints/step_0000000040.json");
   const std::string as_written = read_file(manifest);
   REQUIRE(as_written.find("step: 40\n") != std::string::npos);
@@ -1202,7 +1222,7 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   INFO(disagreeing.out << disagreeing.err);
   CHECK(disagreeing.exit_code == 0);
   CHECK_THAT(disagreeing.out, Contains("exported the checkpoint of step 20"));
-  CHECK_THAT(disagreeing.err, Contains("skipping checkpoint " + manifest) && Contains("says step 38, but"));
+  CHECK_THAT(disagreeing.err, Contains("ignoring " + manifest + ": it records step 38 but is named for step 40"));
   write_file(manifest, as_written);
 
   // A damaged newest checkpoint: the one before it is exported, and the warning is the tool's line on stderr.

@@ -147,6 +147,16 @@ std::vector<CheckpointInfo> Checkpointer::list() const {
     } catch (const std::exception&) {
       info.step = -1;  // unreadable manifest: listed so verify can report it
     }
+    // A manifest is named for its step. One that says another (copied or renamed by hand) would stand
+    // for a checkpoint it is not, and the run's next save at its name's step would write over the
+    // files it hid, without a word.
+    const std::string digits = name.substr(5, name.find('.') - 5);
+    if (info.step >= 0 && !digits.empty() && digits.size() <= 18 &&
+        digits.find_first_not_of("0123456789") == std::string::npos && std::stoll(digits) != info.step) {
+      info.damage = "it records step " + std::to_string(info.step) + " but is named for step " +
+                    std::to_string(std::stoll(digits)) + " (copied or renamed by hand?)";
+      info.step = -1;
+    }
     found.push_back(info);
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
@@ -272,7 +282,8 @@ std::optional<CheckpointInfo> Checkpointer::find_resume_point(int64_t older_than
   auto candidates = list();
   for (const auto& candidate : candidates)  // listed last, but it may have been the newest
     if (candidate.step < 0)
-      spdlog::warn("ignoring {}: not a readable manifest (a damaged checkpoint)", candidate.manifest_path);
+      spdlog::warn("ignoring {}: {}", candidate.manifest_path,
+                   candidate.damage.empty() ? "not a readable manifest (a damaged checkpoint)" : candidate.damage);
   for (const auto& candidate : candidates) {
     if (candidate.step < 0 || candidate.step >= older_than) continue;
     auto problem = verify_checkpoint(candidate);

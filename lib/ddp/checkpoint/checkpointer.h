@@ -43,6 +43,7 @@ struct CheckpointInfo {
   int64_t step = 0;
   int64_t world_size = 0;
   bool sharded = false;  ///< its manifest lists shard files (checkpoint_format.h), not one data file
+  std::string damage;    ///< list(): why its manifest is not read (step -1); "" for an unreadable one
 };
 
 /// Saves, finds and loads checkpoints in one directory.

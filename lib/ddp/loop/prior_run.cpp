@@ -87,6 +87,24 @@ bool may_change_on_resume(const std::string& key) {
   return false;
 }
 
+std::optional<int64_t> finished_at_step(const std::string& dir) {
+  if (!std::filesystem::exists(dir + "/metrics.jsonl")) return std::nullopt;
+  RunRecords run;
+  try {
+    run = read_run(dir);
+  } catch (const UserError&) {  // no record in it: it never finished
+    return std::nullopt;
+  }
+  if (run.records.empty()) return std::nullopt;
+  std::optional<double> exit_status, step;
+  for (const auto& [name, value] : run.records.back()) {
+    if (name == "exit_status") exit_status = value;
+    if (name == "step") step = value;
+  }
+  if (!exit_status || *exit_status != 0 || !step) return std::nullopt;
+  return static_cast<int64_t>(*step);
+}
+
 PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config, const std::string& new_run) {
   std::string config_path = dir + "/config.yaml";
   if (!std::filesystem::exists(config_path)) return {};

@@ -8,6 +8,7 @@
 // say that the run finished and do nothing, or refuse, naming the keys that differ and the ways out.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ std::string describe_changes(const std::vector<KeyChange>& changes);
 
 /// "optim.lr, model.hidden".
 std::string changed_keys(const std::vector<KeyChange>& changes);
+
+/// The step at which the run in DIR finished, when its last metrics record says it ended with exit
+/// status 0 (its model.pt is then that step's weights); nullopt otherwise.
+std::optional<int64_t> finished_at_step(const std::string& dir);
 
 /// What to do with a run directory, given this run's resolved config.
 struct PriorRunVerdict {
