@@ -137,7 +137,8 @@ TEST_CASE("train.global_batch_size: worlds 1, 2 and 3 take the same steps, and a
   // 10 steps at world 3, the other 10 at world 2 (6 samples a rank: 2 micro-steps of 3).
   train(3, "synthetic_mlp.yaml", sets("moved", 10));
   auto resumed = train(2, "synthetic_mlp.yaml", sets("moved", 20));
-  CHECK_THAT(resumed.err + resumed.out, Contains("written by 3 replicas of batch 4: the same 12 samples per step"));
+  CHECK_THAT(resumed.err + resumed.out,
+             Contains("written by 3 replicas of batch 4: the same 12 samples per step") && !Contains("BatchNorm"));
   CHECK(max_difference(load_weights(dir.file("moved/model.pt")), w1) < 1e-5);
   // The same with sharded optimizer state and sharded checkpoints: the shards are taken apart anew.
   auto sharded = [&](const std::string& out, int steps) {
@@ -182,6 +183,19 @@ TEST_CASE("the ConvNet with SyncBatchNorm: world 2 with batch 32 equals world 1 
   CHECK(max_difference(load_weights(dir.file("w1_plain/model.pt")), w1) < 1e-4);
   // The comparison can fail: per-rank statistics of 32 samples end elsewhere.
   CHECK(max_difference(load_weights(dir.file("w2_local/model.pt")), w1) > 1e-3);
+  // So a resume that groups a step's samples otherwise says that it trains otherwise (was: "the same
+  // 64 samples per step", and nothing more).
+  auto resumable = [&](int batch, int steps) {
+    auto s = sets("moved", batch, false);
+    s.insert(s.end(), {"train.max_steps=" + std::to_string(steps), "checkpoint.every_steps=2"});
+    return s;
+  };
+  train(2, "synthetic_mlp.yaml", resumable(32, 2));
+  auto moved = train(1, "synthetic_mlp.yaml", resumable(64, 3));
+  CHECK_THAT(moved.out + moved.err,
+             Contains("normalises each micro-batch by its own statistics (BatchNorm), and this run groups the samples "
+                      "of a step otherwise than the checkpoint's run (2 replica(s) × batch 32 × 1 micro-step(s), now "
+                      "1 × 64 × 1)"));
 }
 
 TEST_CASE("overlapping all-reduce with backward gives the same weights as not overlapping", "[trainer]") {

@@ -59,6 +59,9 @@ class Trainer {
   /// On rank 0, a warning when this run's schedule gives the next step a higher lr than `last_lr`,
   /// the saved run's last step's (negative: unknown), after warmup.
   void warn_if_lr_rises(double last_lr) const;
+  /// On rank 0, a warning when the model keeps batch statistics and `loaded` grouped a step's samples
+  /// into other micro-batches than this run does.
+  void warn_if_batch_statistics_regrouped(const TrainProgress& loaded) const;
   int64_t batches_per_epoch() const;
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;

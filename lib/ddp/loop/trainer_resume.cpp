@@ -210,6 +210,28 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
                                    step_shape_.samples()),  // check_resume_layout made them this run's
                  changed_since_.empty() ? "" : "; changed since that run: " + changed_since_);
   warn_if_lr_rises(loaded.lr);
+  warn_if_batch_statistics_regrouped(loaded);
+}
+
+void Trainer::warn_if_batch_statistics_regrouped(const TrainProgress& loaded) const {
+  // BatchNorm normalises by each micro-batch's statistics (over the replicas with SyncBatchNorm):
+  // the same samples a step, grouped into other micro-batches, train otherwise. Any module that
+  // keeps running statistics (a TorchScript model's too) has a running_mean buffer.
+  const bool regrouped = loaded.world_size != replicas() || loaded.batch_size != config_.train.batch_size ||
+                         (loaded.accum_steps > 0 && loaded.accum_steps != config_.train.grad_accum_steps);
+  if (plan_->world().rank != 0 || loaded.world_size <= 0 || !regrouped) return;
+  for (const auto& buffer : task_->model().named_buffers())
+    if (const std::string& key = buffer.key(); key.ends_with("running_mean")) {
+      const std::string suffix = ".running_mean";
+      spdlog::warn(
+          "the model's {} normalises each micro-batch by its own statistics (BatchNorm), and this run groups the "
+          "samples of a step otherwise than the checkpoint's run ({} replica(s) × batch {} × {} micro-step(s), now "
+          "{} × {} × {}): it trains on, but not to the weights that run would have reached",
+          key.size() > suffix.size() ? key.substr(0, key.size() - suffix.size()) : "BatchNorm", loaded.world_size,
+          loaded.batch_size, std::max<int64_t>(loaded.accum_steps, 1), replicas(), config_.train.batch_size,
+          config_.train.grad_accum_steps);
+      return;
+    }
 }
 
 void Trainer::warn_if_lr_rises(double last_lr) const {
