@@ -594,6 +594,11 @@ TEST_CASE("a pipeline's default microbatches keep the stages busy and are never 
   CHECK(share_pipeline_batch(64, 1, 2, 0, 8).grad_accum_steps == 8);
   CHECK(share_pipeline_batch(64, 1, 2, 0, 8).batch_size == 8);
   CHECK(share_pipeline_batch(60, 1, 2, 0, 8).grad_accum_steps == 10);  // the first count past 2P that divides 60
+  // Neither 2P nor P divides the share: the fewest from P on that do (were refused, naming
+  // dist.microbatches, which was not set); a share smaller than P, one sample each.
+  CHECK(share_pipeline_batch(40, 1, 3, 0, 7).grad_accum_steps == 8);
+  CHECK(share_pipeline_batch(8, 1, 3, 0, 8).grad_accum_steps == 4);
+  CHECK(share_pipeline_batch(2, 1, 3, 0, 8).grad_accum_steps == 2);
   CHECK(share_pipeline_batch(64, 1, 2, 2, 8).batch_size == 32);        // dist.microbatches given: as given, and said
   CHECK_THAT(share_pipeline_batch(64, 1, 2, 2, 8).formation,
              Catch::Contains("2 microbatches of 32 (above train.batch_size 8, as dist.microbatches 2 asks) a step"));

@@ -63,8 +63,10 @@ GlobalBatchShare share_pipeline_batch(int64_t global_batch, int replicas, int st
     // Enough microbatches to keep the stages busy (2P fills a 1F1B pipeline), and more where the
     // share (grown by train.grad_accum_steps) would make them larger than train.batch_size.
     count = share % (2 * stages) == 0 || share % stages != 0 ? 2 * stages : stages;
-    if (share % count == 0)
-      while (share / count > std::max<int64_t>(max_batch, 1) || share % count != 0) ++count;
+    // Where neither 2P nor P divides the share (40 over 3 stages), the fewest that do, from P on
+    // (was: refused, blaming dist.microbatches, which was not set); a share below P, one each.
+    if (share % count != 0) count = std::min<int64_t>(stages, share);
+    while (share / count > std::max<int64_t>(max_batch, 1) || share % count != 0) ++count;
   }
   if (share % count != 0)
     throw UserError(fmt::format("{}: {} samples do not split into {} replica(s) × {} microbatches (dist.microbatches); "
