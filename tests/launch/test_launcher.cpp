@@ -670,4 +670,56 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
   CHECK_THAT(piped.out, Contains("[rank 0] progress=none"));
 }
 
+TEST_CASE("workers read ddprun's standard input, as under torchrun, but for a terminal's") {
+  auto piped = run_shell("printf 'p x\\nc\\n' | " + ddprun() +
+                             " --nproc-per-node 1 -- sh -c 'read a; read b; "
+                             "echo \"got $a then $b\"'",
+                         std::chrono::seconds(60));
+  INFO(piped.out << piped.err);
+  CHECK(piped.exit_code == 0);
+  CHECK(count_lines(piped.out, "[rank 0] got p x then c") == 1);
+  if (run_shell("command -v script >/dev/null").exit_code != 0) {
+    WARN("skipped: no script(1) (util-linux) to give ddprun a terminal");
+    return;
+  }
+  // A terminal's would stop the worker, whose process group is not the terminal's: it reads none.
+  auto tty =
+      run_shell("script -q -c \"" + ddprun() + " --nproc-per-node 1 -- sh -c 'read a; echo read=\\$?'\" /dev/null",
+                std::chrono::seconds(60));
+  INFO(tty.out << tty.err);
+  CHECK(tty.exit_code == 0);
+  CHECK_THAT(tty.out, Contains("[rank 0] read=1"));
+}
+
+TEST_CASE(
+    "on a terminal a line a worker leaves unfinished is shown as far as it goes: a prompt, a bar redrawn with "
+    "carriage returns, each behind the prefix") {
+  if (run_shell("command -v script >/dev/null").exit_code != 0) {
+    WARN("skipped: no script(1) (util-linux) to give ddprun a terminal");
+    return;
+  }
+  TempDir dir;
+  // Rank 0 writes a bar as tqdm does, then a prompt, each piece left until the launcher's console
+  // (the file script writes) shows it; rank 1 writes a line while the prompt waits, and rank 0
+  // answers once that line is shown.
+  const std::string console = dir.file("console");
+  write_file(dir.file("worker.sh"), "shown() { for i in $(seq 200); do grep -q \"$1\" " + console +
+                                        " && return; sleep 0.05; done; }\n"
+                                        "if [ \"$RANK\" = 1 ]; then shown Continue; echo rank one; exit 0; fi\n"
+                                        "printf '\\r 10%%'; shown ' 10%'; printf '\\r 20%%'; shown ' 20%'; echo\n"
+                                        "printf 'Continue? '; shown 'rank one'; echo yes\n");
+  auto tty = run_shell("script -q -f -c \"" + ddprun() + " --nproc-per-node 2 --log-dir " + dir.path() +
+                           " --run-id tty -- sh " + dir.file("worker.sh") + "\" " + console,
+                       std::chrono::seconds(60));
+  INFO(tty.out << tty.err);
+  CHECK(tty.exit_code == 0);
+  // Each piece as it came (a wait that never saw its piece would take 10 s and fail below), the
+  // prefix kept after each carriage return (a return went back over it), the prompt's line ended
+  // by rank 1's, and its answer behind the prefix again.
+  CHECK_THAT(tty.out, Contains("[rank 0] \r[rank 0]  10%\r[rank 0]  20%\r\n"));
+  CHECK_THAT(tty.out, Contains("[rank 0] Continue? \r\n[rank 1] rank one\r\n[rank 0] yes\r\n"));
+  // The log keeps the worker's bytes as written.
+  CHECK(read_file(dir.file("tty/attempt_0/0/stdout.log")) == "\r 10%\r 20%\nContinue? yes\n");
+}
+
 }  // namespace DDP_TEST_FILE

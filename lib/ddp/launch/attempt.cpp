@@ -34,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 // How often the monitor asks the store about other nodes.
 constexpr auto kRemoteCheckEvery = std::chrono::seconds(1);
+constexpr auto kUnfinishedLineAfter = std::chrono::milliseconds(100);  // Note [Unfinished lines]: a pause, not a flush
 // Elastic: how often a launcher beats and reads the others' beats (well inside --node-timeout).
 constexpr auto kMembershipCheckEvery = std::chrono::milliseconds(500);
 
@@ -207,6 +208,7 @@ class Attempt {
         for (int sig : signals_.take())
           if (sig != SIGCHLD) on_launcher_signal(sig);
       }
+      relay_.show_unfinished_lines(kUnfinishedLineAfter);
       read_heartbeats();
       if (rendezvous_ && multi_node()) rendezvous_->beat_alive();  // Note [Silent nodes]
       reap();

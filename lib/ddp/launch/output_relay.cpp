@@ -1,14 +1,15 @@
 #include "ddp/launch/output_relay.h"
 
-#include <cctype>
-
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
@@ -64,6 +65,34 @@ bool is_backtrace_line(const std::string& line) {
 // Whether a progress line is on the terminal now: one per process, as the terminal is.
 bool progress_on_screen = false;
 
+// Note [Unfinished lines]: lines are shown whole behind their rank's prefix, so that ranks never
+// interleave mid-line. But a prompt ("(Pdb) ", "Continue? ") or a progress bar redrawn with
+// carriage returns (tqdm) finishes its line late or never: held whole, it showed nothing until its
+// newline, and a bar's returns overwrote the prefix. So on a terminal, a line a worker has begun
+// and left for a moment is shown as far as it goes, each return followed by the prefix again, and
+// stays open for that worker to go on; any other output first ends it with a newline, and the
+// worker's next bytes start a new line behind the prefix. The log files still get whole lines.
+// The stream whose line is open on the console (null: none), and the console's descriptor.
+const void* open_line_owner = nullptr;
+int open_line_console = -1;
+
+void end_open_line() {
+  if (!open_line_owner) return;
+  write_all(open_line_console, "\n");
+  open_line_owner = nullptr;
+}
+
+// `text` for the console behind `prefix`: a carriage return brings the prefix back with it, but for
+// one that ends a line (`line_ends`: a CRLF's).
+std::string with_prefix_after_returns(const std::string& text, const std::string& prefix, bool line_ends) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    out += text[i];
+    if (text[i] == '\r' && (i + 1 < text.size() || !line_ends)) out += prefix;
+  }
+  return out;
+}
+
 // The terminal's width, for cutting a progress line that would wrap (a wrapped line cannot be
 // redrawn in place); 0 when unknown.
 std::size_t terminal_columns() {
@@ -74,6 +103,7 @@ std::size_t terminal_columns() {
 }  // namespace
 
 void clear_progress_line() {
+  end_open_line();  // whatever comes next starts on a line of its own
   if (!progress_on_screen) return;
   write_all(1, "\r\x1b[K");
   progress_on_screen = false;
@@ -92,8 +122,12 @@ void OutputRelay::add_worker(int worker, int stdout_fd, int stderr_fd, const Rel
   int stdout_log = open_log(target.stdout_log);
   int stderr_log = open_log(target.stderr_log);
   for (int fd : {stdout_fd, stderr_fd}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  streams_[stdout_fd] = Stream{worker, false, stdout_log, {}, {}};
-  streams_[stderr_fd] = Stream{worker, true, stderr_log, {}, {}};
+  for (auto [fd, is_stderr, log_fd] : {std::tuple{stdout_fd, false, stdout_log}, {stderr_fd, true, stderr_log}}) {
+    Stream& stream = streams_[fd];
+    stream.worker = worker;
+    stream.is_stderr = is_stderr;
+    stream.log_fd = log_fd;
+  }
 }
 
 std::vector<int> OutputRelay::open_fds() const {
@@ -117,6 +151,7 @@ void OutputRelay::on_readable(int fd) {
       return;
     }
     stream.partial.append(buffer, n);
+    stream.last_read = std::chrono::steady_clock::now();
     std::size_t start = 0, newline;
     while ((newline = stream.partial.find('\n', start)) != std::string::npos) {
       emit(stream, stream.partial.substr(start, newline - start), true);
@@ -185,11 +220,55 @@ std::optional<int> OutputRelay::usage_error_shown_by(const std::string& line) co
   return found == usage_errors_shown_.end() ? std::nullopt : std::optional<int>(found->second);
 }
 
-bool OutputRelay::to_console(const Stream& stream, const std::string& line) {
+bool OutputRelay::shows_on_terminal(const Stream& stream) {
+  const RelayTarget& target = targets_[stream.worker];
+  return target.to_console && !(target.redirected & (stream.is_stderr ? 2 : 1)) &&
+         isatty(stream.is_stderr ? STDERR_FILENO : STDOUT_FILENO);
+}
+
+void OutputRelay::show_unfinished_lines(std::chrono::milliseconds idle) {
+  const auto now = std::chrono::steady_clock::now();
+  static const std::string marker = kProgressMarker;
+  for (auto& [fd, stream] : streams_) {
+    if (stream.partial.size() <= stream.shown || now - stream.last_read < idle || !shows_on_terminal(stream)) continue;
+    // What may yet be a line held whole (Note [One usage error], Note [Progress lines]) waits for its end.
+    const std::string& begun = stream.partial;
+    auto may_become = [&begun](const std::string& start) {
+      return begun.compare(0, std::min(begun.size(), start.size()), start, 0, std::min(begun.size(), start.size())) ==
+             0;
+    };
+    if (stream.is_stderr ? may_become(kUsageErrorStart) : targets_[stream.worker].progress && may_become(marker))
+      continue;
+    const std::string& prefix = targets_[stream.worker].prefix;
+    const int console = stream.is_stderr ? STDERR_FILENO : STDOUT_FILENO;
+    std::string text;
+    if (open_line_owner != &stream) {
+      clear_progress_line();  // ends another's open line
+      text = prefix;
+    }
+    text += with_prefix_after_returns(begun.substr(stream.shown), prefix, /*line_ends=*/false);
+    write_all(console, text);
+    stream.shown = begun.size();
+    open_line_owner = &stream;
+    open_line_console = console;
+  }
+}
+
+bool OutputRelay::to_console(const Stream& stream, const std::string& line, std::size_t shown) {
   const RelayTarget& target = targets_[stream.worker];
   if (!target.to_console || (target.redirected & (stream.is_stderr ? 2 : 1))) return false;
-  clear_progress_line();
-  write_all(stream.is_stderr ? 2 : 1, target.prefix + line + "\n");
+  const int console = stream.is_stderr ? STDERR_FILENO : STDOUT_FILENO;
+  // Note [Unfinished lines]: the rest of a line shown in part, behind the prefix again where other
+  // output came between.
+  std::string rest = line.substr(std::min(shown, line.size()));
+  if (isatty(console)) rest = with_prefix_after_returns(rest, target.prefix, /*line_ends=*/true);
+  if (shown > 0 && open_line_owner == &stream) {
+    open_line_owner = nullptr;
+    write_all(console, rest + "\n");
+  } else {
+    clear_progress_line();
+    write_all(console, target.prefix + rest + "\n");
+  }
   if (!progress_.empty()) {
     write_all(1, progress_);
     progress_on_screen = true;
@@ -199,6 +278,7 @@ bool OutputRelay::to_console(const Stream& stream, const std::string& line) {
 
 void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
   const RelayTarget& target = targets_[stream.worker];
+  const std::size_t shown = std::exchange(stream.shown, 0);  // of this line, which ends here
   // Note [Progress lines]: a worker given DDPRUN_PROGRESS (only when the console is a terminal) may
   // write progress lines to stdout, starting with kProgressMarker. Each is drawn in place of the
   // previous one, cut to the terminal's width, taken off the screen before any other line and
@@ -229,13 +309,14 @@ void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
     }
     release_held(stream);
   }
-  to_console(stream, line);
+  to_console(stream, line, shown);
 }
 
 void OutputRelay::close_stream(int fd) {
   auto it = streams_.find(fd);
   if (it == streams_.end()) return;
   if (!it->second.partial.empty()) emit(it->second, it->second.partial, false);
+  if (open_line_owner == &it->second) end_open_line();  // its worker is gone: nothing more comes
   release_held(it->second);
   if (it->second.log_fd >= 0) close(it->second.log_fd);
   if (!it->second.is_stderr && it->second.worker == progress_worker_) {

@@ -2,6 +2,7 @@
 // Relays every worker's output to the console as whole lines behind a rank prefix, to per-rank
 // log files, and keeps each worker's last stderr lines for the failure summary.
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
@@ -60,6 +61,10 @@ class OutputRelay {
   /// Reads what `fd` has now and emits its complete lines; closes it at end of file.
   void on_readable(int fd);
 
+  /// Shows on a terminal the line each worker has begun and left unfinished for `idle` (a prompt, a
+  /// progress bar redrawn with carriage returns): Note [Unfinished lines].
+  void show_unfinished_lines(std::chrono::milliseconds idle);
+
   /// Reads whatever every pipe holds without waiting, then closes them all, flushing partial lines.
   void drain_and_close();
 
@@ -76,12 +81,17 @@ class OutputRelay {
     bool is_stderr = false;
     int log_fd = -1;
     std::string partial;
+    std::size_t shown = 0;  // bytes of `partial` on the console (Note [Unfinished lines])
+    std::chrono::steady_clock::time_point last_read{};
     std::vector<std::string> held;  // Note [One usage error]
   };
   /// One line (`ended`: it had its newline) to the console and the log; see Note [Progress lines].
   void emit(Stream& stream, const std::string& line, bool ended);
-  /// Whether it was written: a filtered or redirected stream's lines are not.
-  bool to_console(const Stream& stream, const std::string& line);
+  /// Whether it was written: a filtered or redirected stream's lines are not. `shown`: the bytes of
+  /// `line` already on the console.
+  bool to_console(const Stream& stream, const std::string& line, std::size_t shown = 0);
+  /// Whether `stream`'s lines reach a terminal.
+  bool shows_on_terminal(const Stream& stream);
   void release_held(Stream& stream);
   void close_stream(int fd);
 

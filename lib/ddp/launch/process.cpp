@@ -82,6 +82,7 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
   for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   pid_t parent = getpid();
+  const bool stdin_is_terminal = isatty(STDIN_FILENO);  // asked before fork: the child calls only what is safe there
   const std::string oom_score_adj = worker_oom_score_adj();
 
   // Signals stay blocked across fork until the child has dropped the launcher's handlers: a
@@ -110,8 +111,12 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
       write_all(adj, oom_score_adj.c_str());
       close(adj);
     }
-    int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    dup2(null_in, 0);
+    // Standard input is the launcher's, as under torchrun (commands piped to pdb), but for a
+    // terminal: the worker's process group is not the terminal's, and a read would stop it (SIGTTIN).
+    if (stdin_is_terminal) {
+      int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      dup2(null_in, 0);
+    }
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
     if (beat_pipe[1] == kWorkerHeartbeatFd)
