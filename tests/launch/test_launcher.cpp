@@ -477,12 +477,17 @@ TEST_CASE("a port in use is named at once") {
   CHECK_THAT(r.err, Contains("--master-port 0"));
 }
 
-TEST_CASE("an unreachable master times out with a message naming it") {
+TEST_CASE("an unreachable master times out with a message naming it, after one line that says it waits") {
   std::string port = std::to_string(free_port());
-  auto r = launch({"--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "2", "--", "true"}, 30);
+  auto r =
+      launch({"--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "5", "--", "true"}, 30);
   INFO(r.err);
-  CHECK(r.exit_code == 2);  // after --rdzv-timeout 2, not the default's 900 s (the harness stops it at 30)
-  CHECK_THAT(r.err, Contains("cannot reach the rendezvous at 127.0.0.1:" + port));
+  CHECK(r.exit_code == 2);  // after --rdzv-timeout 5, not the default's 900 s (the harness stops it at 30)
+  // Said while it waits (was: nothing until the time-out), and without c10d's glog lines.
+  CHECK(count_lines(r.err, "ddprun: waiting for the rendezvous at 127.0.0.1:" + port +
+                               ", which node 0's ddprun hosts (up to --rdzv-timeout, 5 s)") == 1);
+  CHECK_THAT(r.err, Contains("cannot reach the rendezvous at 127.0.0.1:" + port) && !Contains("InitGoogleLogging") &&
+                        !Contains("socket"));
 }
 
 TEST_CASE("bad command lines exit 2 with one line") {

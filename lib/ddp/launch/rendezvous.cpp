@@ -168,7 +168,10 @@ Rendezvous::Rendezvous(const LaunchOptions& options)
   bool host = options.node_rank_by_arrival
                   ? is_local_address(options.master_addr) && !port_in_use(options.master_port)
                   : options.node_rank == 0;
-  if (!host) refuse_foreign_service(options);
+  if (!host) {
+    wait_for_store_host();
+    refuse_foreign_service(options);
+  }
   if (host && !options.node_rank_by_arrival && port_in_use(options.master_port))
     throw UserError("port " + std::to_string(options.master_port) + " on " + options.master_addr +
                     " is already in use (another ddprun or torchrun?); choose another with --master-port, or "
@@ -190,6 +193,23 @@ Rendezvous::Rendezvous(const LaunchOptions& options)
                          "and stop the job; set %s (or --rdzv-secret-file) to the same secret on every node, and keep "
                          "the port off untrusted networks (docs/faults.md)\n",
                  options.master_port, env::kRdzvSecret);
+}
+
+void Rendezvous::wait_for_store_host() const {
+  // A node started before node 0 waits for it, and says so after a moment (was: silent up to
+  // --rdzv-timeout, then c10d's time-out through glog before ddprun's own words).
+  const auto& o = options_;
+  const auto first_look = std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3));
+  if (accepts_within(o.master_addr, o.master_port, first_look)) return;
+  std::fprintf(stderr, "ddprun: waiting for the rendezvous at %s, which %s hosts (up to --rdzv-timeout, %lld s)\n",
+               endpoint(o).c_str(),
+               o.node_rank_by_arrival ? "a ddprun on the host of --rdzv-endpoint" : "node 0's ddprun",
+               static_cast<long long>(timeout_.count() / 1000));
+  if (accepts_within(o.master_addr, o.master_port, timeout_ - first_look)) return;
+  throw UserError(
+      "cannot reach the rendezvous at " + endpoint(o) + " within " + std::to_string(timeout_.count() / 1000) + " s: " +
+      (o.node_rank_by_arrival ? "is a ddprun running on the host of --rdzv-endpoint, with the same port?"
+                              : "is node 0's ddprun running there with the same --master-addr/--master-port?"));
 }
 
 std::unique_ptr<KvStore> Rendezvous::open_store(bool host) {
@@ -282,7 +302,21 @@ WorldLayout Rendezvous::join_store() {
   for (int r = 0; r < o.nnodes; ++r) keys.push_back(node_key(r));
   keys.push_back(kPrefix + "run_id");
   try {
+    // Node 0's --nnodes first: a node started with more would wait for nodes that never come, and
+    // learn only that node 0 went away (node 0 finds the mismatch once its own count has come).
+    if (options_.node_rank != 0) {
+      store_->wait({keys[0]}, timeout_);
+      const std::string value = store_->get(keys[0]);
+      const auto fields = split(value.substr(0, value.rfind(kTagMarker)), ' ');
+      if (fields.size() >= 4 && parse_int(fields[2]).value_or(o.nnodes) != o.nnodes) {
+        store_->set(kPrefix + "checked/" + std::to_string(options_.node_rank), "1");  // node 0 need not wait for it
+        throw UserError("node 0 (" + printable(fields[0]) + ") was started with --nnodes " + printable(fields[2]) +
+                        " but this node with --nnodes " + std::to_string(o.nnodes));
+      }
+    }
     store_->wait(keys, timeout_);
+  } catch (const UserError&) {
+    throw;
   } catch (const std::exception&) {
     std::vector<long long> missing;
     for (int r = 0; r < o.nnodes; ++r)

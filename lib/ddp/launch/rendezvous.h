@@ -101,6 +101,9 @@ class Rendezvous {
   void beat_alive();
 
  protected:
+  /// Waits (up to --rdzv-timeout) until something accepts at the store's endpoint, saying so when it
+  /// is not at once; UserError naming the endpoint when nothing does.
+  void wait_for_store_host() const;
   /// Hosts or connects to the store; UserError naming the endpoint, except that a lost race to bind
   /// (by arrival) is rethrown as is.
   std::unique_ptr<KvStore> open_store(bool host);
