@@ -322,6 +322,11 @@ TEST_CASE("a finished run run again does nothing, says so once, and leaves its o
   INFO(fewer.out << fewer.err);
   CHECK(fewer.exit_code == 2);
   CHECK_THAT(fewer.err, Contains("train.epochs 1 ends before step 8, where run " + by_epochs + " finished"));
+  // The same with a train.max_steps at its last step: the epochs still end first (was: "already finished").
+  auto capped_fewer = train(by_epochs, {"train.max_steps=8", "data.synthetic_train_samples=256", "train.epochs=1"});
+  INFO(capped_fewer.out << capped_fewer.err);
+  CHECK(capped_fewer.exit_code == 2);
+  CHECK_THAT(capped_fewer.err, Contains("train.epochs 1 ends before step 8, where run " + by_epochs + " finished"));
   auto capped = train(by_epochs, {"train.max_steps=20", "data.synthetic_train_samples=256"});
   INFO(capped.out << capped.err);
   CHECK(capped.exit_code == 0);

@@ -119,6 +119,7 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
   // Finished: its last metrics record says it ended with exit status 0.
   std::optional<double> exit_status, step;
   double trained_to = 0;  // the furthest step any record reached: later runs append theirs
+  double epoch_reached = 0;  // the furthest epoch a record names (begun, counted from 1)
   if (std::filesystem::exists(dir + "/metrics.jsonl")) {
     RunRecords run;
     try {
@@ -131,8 +132,10 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
         if (name == "step") step = value;
       }
     for (const auto& record : run.records)
-      for (const auto& [name, value] : record)
+      for (const auto& [name, value] : record) {
         if (name == "step") trained_to = std::max(trained_to, value);
+        if (name == "epoch") epoch_reached = std::max(epoch_reached, value);
+      }
   }
   std::error_code ec;
   const bool checkpointed = !std::filesystem::is_empty(dir + "/checkpoints", ec) && !ec;
@@ -163,6 +166,12 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
     } else if (ended_by_epochs && epochs_now <= epochs_then) {
       lengthened = false;  // its epochs end where they did, or before
       if (epochs_now < epochs_then) behind = "train.epochs " + std::to_string(epochs_now);
+    }
+    // Fewer epochs than the run had begun end before its last step, whatever train.max_steps says
+    // (was: "already finished" where max_steps was its end, though the epochs now end earlier).
+    if (behind.empty() && epochs_now > 0 && epochs_now < epoch_reached) {
+      lengthened = false;
+      behind = "train.epochs " + std::to_string(epochs_now);
     }
     if (!behind.empty())
       return {PriorRunVerdict::Action::kRefuse,
