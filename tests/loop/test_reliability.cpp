@@ -214,6 +214,18 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
     CHECK_THAT(metrics, Contains("\"loss\": null}") && EndsWith("\"exit_status\": 2}\n"));
     CHECK_THAT(read_file(out + "/report.html"), Contains("<td>nan</td>") && Contains(">exit 2</span>"));
   }
+  // The same command again: its checkpoints of steps 4 and 8 hold the diverged weights, and are
+  // passed over, said, to none (was: resumed from step 8, to diverge again at its next log step).
+  auto again = run_shell(ddprun_command(2, {"train.max_steps=30", "train.log_every=10", "data.eval_split=none",
+                                            "model.init_from=" + dir.file("nan.safetensors"),
+                                            "checkpoint.every_steps=4", "run.output_dir=" + dir.file("run30")}));
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(
+      again.out + again.err,
+      Contains("skipping checkpoint " + dir.file("run30/checkpoints/step_0000000008.json") +
+               ": its weights are not all finite (the run diverged before step 8); trying the previous one") &&
+          Contains("none of the 2 checkpoint(s) in " + dir.file("run30/checkpoints") + " could be resumed from"));
 }
 
 TEST_CASE("a model.pt with one bit flipped is refused as model.init_from, naming the damaged record, where LibTorch "

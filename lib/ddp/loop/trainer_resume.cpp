@@ -161,6 +161,19 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   reader.restore(layout, task_->model(), *optimizer_, world.rank);
   plan_->after_restore(*optimizer_);
   plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
+  // A run that diverged wrote checkpoints of non-finite weights before its loss said so (it reads the
+  // loss at log steps): resumed, it would only diverge again. Each rank looks at what it holds.
+  auto non_finite = torch::zeros({1}, torch::kDouble);
+  for (const auto& parameter : task_->model().parameters())
+    if (!torch::isfinite(parameter.detach()).all().item<bool>()) non_finite[0] = 1;
+  if (all_reduce_sum(world, non_finite)[0].item<double>() > 0) {
+    const std::string problem =
+        "its weights are not all finite (the run diverged before step " + std::to_string(reader.progress().step) + ")";
+    if (config_.checkpoint.resume != "auto")
+      throw UserError("checkpoint.resume: " + reader.source() + ": " + problem + "; name an earlier one");
+    if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
+    return false;
+  }
   resumed(reader.progress(), reader.source(), reader.single_file() ? "" : ", " + reader.describe());
   return true;
 }
