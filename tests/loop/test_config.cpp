@@ -387,6 +387,12 @@ TEST_CASE(
   CHECK(ddp::config_notices(parse(lm + "model: {name: llama, rope_factor: 32}")) ==
         Notices{"model.rope_factor: does nothing with model.rope_scaling none (llama3 reads it)"});
   CHECK(ddp::config_notices(parse(lm + "model: {name: llama, rope_scaling: llama3, rope_factor: 32}")) == Notices{});
+  // Llama's rule for the MLP's width with a width given (model.init_from's intermediate_size): unread.
+  CHECK(ddp::config_notices(parse(lm + "model: {name: llama, ffn_dim: 96, multiple_of: 32}")) ==
+        Notices{"model.multiple_of: does nothing with model.ffn_dim 96 (Llama's rule for the MLP's width reads it "
+                "where model.ffn_dim is 0; a model.init_from directory's config.json gives the width as "
+                "intermediate_size)"});
+  CHECK(ddp::config_notices(parse(lm + "model: {name: llama, multiple_of: 32, ffn_dim_multiplier: 1.3}")) == Notices{});
   REQUIRE_THROWS_WITH(parse(lm + "model: {name: gpt, dropout: 1}"), Contains("model.dropout:"));
   // Keys another dataset or model reads (were: taken without a word).
   CHECK(ddp::config_notices(parse("data: {dataset: idx, path: /d, eval_fraction: 0.5, eval_path: /e}\n"

@@ -442,6 +442,19 @@ void declare_config(ConfigSchema& schema, LlamaConfig& config, const std::string
   unread_without_llama3("model.rope_low_freq_factor", &config.rope_low_freq_factor, defaults.rope_low_freq_factor);
   unread_without_llama3("model.rope_high_freq_factor", &config.rope_high_freq_factor, defaults.rope_high_freq_factor);
   unread_without_llama3("model.rope_original_context", &config.rope_original_context, defaults.rope_original_context);
+  // Llama's rule for the MLP's width reads these only where model.ffn_dim leaves it to the rule: a
+  // width given, as model.init_from's config.json gives intermediate_size, leaves them unread.
+  auto unread_with_width = [&schema, &config, &model_name](const char* key, const auto* value, auto by_default) {
+    schema.notice(key, [&config, &model_name, value, by_default]() -> std::string {
+      return model_name == "llama" && config.ffn_dim > 0 && *value != by_default
+                 ? "does nothing with model.ffn_dim " + std::to_string(config.ffn_dim) +
+                       " (Llama's rule for the MLP's width reads it where model.ffn_dim is 0; a model.init_from "
+                       "directory's config.json gives the width as intermediate_size)"
+                 : "";
+    });
+  };
+  unread_with_width("model.multiple_of", &config.multiple_of, defaults.multiple_of);
+  unread_with_width("model.ffn_dim_multiplier", &config.ffn_dim_multiplier, defaults.ffn_dim_multiplier);
   schema.add("model.norm_eps", &config.norm_eps, "llama: RMSNorm's epsilon (HF rms_norm_eps)").greater_than(0).max(1);
   schema.add("model.vocab_size", &config.vocab_size, "llama: the same");
   schema.add("model.tie_embeddings", &config.tie_embeddings,
