@@ -3,11 +3,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <charconv>
-#include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -15,16 +10,10 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "ddp/config/config_value.h"
 
 namespace ddp {
 namespace {
-
-// Shortest text that reads back as exactly the same double, so to_yaml() round-trips.
-std::string format_double(double value) {
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
-}
 
 std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   std::string out;
@@ -41,169 +30,6 @@ std::string trim(std::string_view text) {
   if (begin == std::string_view::npos) return {};
   std::size_t end = text.find_last_not_of(space);
   return std::string(text.substr(begin, end - begin + 1));
-}
-
-std::optional<bool> read_bool_word(std::string_view text) {
-  if (text == "true" || text == "True" || text == "TRUE") return true;
-  if (text == "false" || text == "False" || text == "FALSE") return false;
-  return std::nullopt;
-}
-
-// Base 10 with an optional sign; YAML allows a leading '+', from_chars does not.
-std::optional<long long> read_int_text(std::string_view text) {
-  if (text.size() > 1 && text[0] == '+' && text[1] != '-' && text[1] != '+') text.remove_prefix(1);
-  return parse_int(text);
-}
-
-bool is_digits(std::string_view text) {
-  if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::string double_quoted(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escape[8];
-          std::snprintf(escape, sizeof(escape), "\\x%02x", static_cast<unsigned char>(c));
-          out += escape;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-// Plain where YAML reads it back as the same string; quoted where it would read as something else.
-std::string yaml_string(const std::string& text) {
-  static const std::set<std::string> kSpecialWords = {"null", "Null", "NULL", "~", "yes", "Yes", "YES",
-                                                      "no",   "No",   "NO",   "on", "On",  "ON",
-                                                      "off",  "Off",  "OFF",  "y",  "n",   "Y", "N"};
-  auto safe = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_-./+").find(c) != std::string_view::npos;
-  };
-  bool plain = !text.empty() && !kSpecialWords.count(text) && !read_bool_word(text) && !parse_double(text) &&
-               !read_int_text(text) &&
-               (std::isalnum(static_cast<unsigned char>(text[0])) || text[0] == '_' || text[0] == '/') &&
-               std::all_of(text.begin(), text.end(), safe);
-  return plain ? text : double_quoted(text);
-}
-
-std::string format_target(const ConfigSchema::Target& target) {
-  if (auto* p = std::get_if<bool*>(&target)) return **p ? "true" : "false";
-  if (auto* p = std::get_if<int64_t*>(&target)) return std::to_string(**p);
-  if (auto* p = std::get_if<double*>(&target)) return format_double(**p);
-  if (auto* p = std::get_if<std::string*>(&target)) return yaml_string(**p);
-  std::vector<std::string> items;
-  for (int64_t item : *std::get<std::vector<int64_t>*>(target)) items.push_back(std::to_string(item));
-  return "[" + join(items, ", ") + "]";
-}
-
-std::string type_name(const ConfigSchema::Target& target) {
-  switch (target.index()) {
-    case 0: return "bool";
-    case 1: return "integer";
-    case 2: return "number";
-    case 3: return "string";
-    default: return "list of integers";
-  }
-}
-
-// How a value the user wrote is echoed in an error: numbers and booleans bare, other text quoted.
-std::string describe(const YAML::Node& node) {
-  if (node.IsNull()) return "null";
-  if (node.IsSequence()) return "a list";
-  if (node.IsMap()) return "a map";
-  const std::string& text = node.Scalar();
-  bool bare = node.Tag() != "!" && (parse_double(text) || read_int_text(text) || read_bool_word(text));
-  return bare ? text : double_quoted(text);
-}
-
-[[noreturn]] void type_error(const std::string& path, const std::string& expected, const YAML::Node& node,
-                             const std::string& note = "") {
-  throw ConfigError(path + ": expected " + expected + ", got " + describe(node) + note);
-}
-
-// A hexadecimal number is refused with a hint, as strtod alone would take a float's (0x1p-3).
-std::string hex_note(const std::string& text) { return is_hex_number(text) ? " (write it in decimal)" : ""; }
-
-int64_t read_int(const std::string& path, const YAML::Node& node) {
-  if (node.IsScalar()) {
-    if (auto value = read_int_text(node.Scalar())) return *value;
-    if (is_digits(node.Scalar())) type_error(path, "an integer", node, " (out of range)");
-    type_error(path, "an integer", node, hex_note(node.Scalar()));
-  }
-  type_error(path, "an integer", node);
-}
-
-// Whether `text` is a number beyond a double's range (1e400): strtod reads all of it as an infinity
-// and says ERANGE.
-bool overflows_double(const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  return !text.empty() && end == text.c_str() + text.size() && errno == ERANGE && std::isinf(value);
-}
-
-// Whether `text` is a number too small for a double (1e-400), which strtod reads as 0: taken, a
-// range check would then say "got 0" of a value the user wrote as not 0.
-bool underflows_double(const std::string& text, double value) {
-  if (value != 0) return false;
-  const std::size_t exponent = text.find_first_of("eE");
-  const std::string mantissa = text.substr(0, exponent);
-  return mantissa.find_first_of("123456789") != std::string::npos;
-}
-
-double read_double(const std::string& path, const YAML::Node& node) {
-  if (node.IsScalar()) {
-    const std::string& text = node.Scalar();
-    if (auto value = parse_double(text)) {
-      if (underflows_double(text, *value))
-        type_error(path, "a number", node, " (out of range: too small, it reads as 0)");
-      return *value;
-    }
-    if (overflows_double(text)) type_error(path, "a number", node, " (out of range)");
-    type_error(path, "a number", node, hex_note(text));
-  }
-  type_error(path, "a number", node);
-}
-
-bool read_bool(const std::string& path, const YAML::Node& node) {
-  if (node.IsScalar()) {
-    if (auto value = read_bool_word(node.Scalar())) return *value;
-  }
-  type_error(path, "true or false", node);
-}
-
-std::string read_string(const std::string& path, const YAML::Node& node) {
-  if (node.IsScalar()) return node.Scalar();
-  if (node.IsNull()) throw ConfigError(path + ": expected a string, got null (write \"\" for an empty string)");
-  type_error(path, "a string", node);
-}
-
-std::vector<int64_t> read_int_list(const std::string& path, const YAML::Node& node) {
-  if (!node.IsSequence()) type_error(path, "a list of integers like [256, 128]", node);
-  std::vector<int64_t> values;
-  for (std::size_t i = 0; i < node.size(); ++i) {
-    values.push_back(read_int(path + "[" + std::to_string(i) + "]", node[i]));
-  }
-  return values;
-}
-
-// Reads the whole value before writing, so a failed read leaves the member as it was.
-void write(const std::string& path, const ConfigSchema::Target& target, const YAML::Node& node) {
-  if (auto* p = std::get_if<bool*>(&target)) **p = read_bool(path, node);
-  else if (auto* p = std::get_if<int64_t*>(&target)) **p = read_int(path, node);
-  else if (auto* p = std::get_if<double*>(&target)) **p = read_double(path, node);
-  else if (auto* p = std::get_if<std::string*>(&target)) **p = read_string(path, node);
-  else *std::get<std::vector<int64_t>*>(target) = read_int_list(path, node);
 }
 
 // Calls fn(path, value) for each entry of a YAML map, rejecting duplicates (yaml-cpp keeps both).
@@ -229,8 +55,9 @@ void for_each_entry(const YAML::Node& map, const std::string& prefix, const std:
   };
   for (const auto& entry : map) {
     if (!entry.first.IsScalar()) {
-      refuse(located((prefix.empty() ? "config" : prefix) + ": keys must be names, got " + describe(entry.first),
-                     entry.first));
+      refuse(located(
+          (prefix.empty() ? "config" : prefix) + ": keys must be names, got " + describe_yaml_value(entry.first),
+          entry.first));
       continue;
     }
     const std::string& key = entry.first.Scalar();
@@ -262,7 +89,7 @@ std::string escape_cell(const std::string& text) {
 // --- Field ---
 
 ConfigSchema::Field::Field(std::string path, Target target, std::string doc)
-    : path_(std::move(path)), target_(target), doc_(std::move(doc)), default_text_(format_target(target)) {}
+    : path_(std::move(path)), target_(target), doc_(std::move(doc)), default_text_(format_value(target)) {}
 
 bool ConfigSchema::Field::is_number() const {
   return std::holds_alternative<int64_t*>(target_) || std::holds_alternative<double*>(target_) ||
@@ -406,7 +233,7 @@ void ConfigSchema::notice_unread(const std::string& chooser, std::function<std::
         {field.path_, [key, chooser, chosen, by_default = default_field->default_text_]() -> std::string {
            const std::string choice = chosen();
            const auto& readers = key->readers_;
-           if (format_target(key->target_) == by_default ||
+           if (format_value(key->target_) == by_default ||
                std::find(readers.begin(), readers.end(), choice) != readers.end())
              return "";
            std::string names;
@@ -460,7 +287,8 @@ ConfigSchema::Field* ConfigSchema::find_field(std::string_view path) {
 
 void ConfigSchema::load(const YAML::Node& root, const std::string& source) {
   if (!root.IsDefined() || root.IsNull()) return;
-  if (!root.IsMap()) throw ConfigError("config: expected a map of sections (run:, train:, ...), got " + describe(root));
+  if (!root.IsMap())
+    throw ConfigError("config: expected a map of sections (run:, train:, ...), got " + describe_yaml_value(root));
   source_ = source;
   std::set<std::string> written;  // a key's two spellings in one file (train: {epochs: 3} and train.epochs: 5)
   written_in_load_ = &written;
@@ -533,8 +361,8 @@ void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
   if (Field* field = find_field(path)) {
     if (written_in_load_ && !written_in_load_->insert(path).second)
       throw ConfigError(path + ": duplicate key (written both in its section and as " + path + ")");
-    write(path, field->target_, value);
-    for (auto& shared : field->shared_) write(path, shared, value);
+    read_into(path, field->target_, value);
+    for (auto& shared : field->shared_) read_into(path, shared, value);
   } else if (Section* section = find_section(path)) {
     load_section(*section, value);
   } else {
@@ -544,7 +372,8 @@ void ConfigSchema::assign(const std::string& path, const YAML::Node& value) {
 
 void ConfigSchema::load_section(const Section& section, const YAML::Node& node) {
   if (node.IsNull()) return;  // `train:` with every key commented out
-  if (!node.IsMap()) throw ConfigError(section.name + ": expected a map of keys (a section), got " + describe(node));
+  if (!node.IsMap())
+    throw ConfigError(section.name + ": expected a map of keys (a section), got " + describe_yaml_value(node));
   for_each_entry(node, section.name, source_, collected_ptr(),
                  [&](const std::string& path, const YAML::Node& value) { assign(path, value); });
 }
@@ -625,8 +454,8 @@ std::vector<std::string> ConfigSchema::notices() const {
 std::vector<std::string> ConfigSchema::shared_disagreements() const {
   std::vector<std::string> found;
   for (const auto& field : fields_) {
-    std::vector<std::string> values = {format_target(field.target_)};
-    for (const auto& shared : field.shared_) values.push_back(format_target(shared));
+    std::vector<std::string> values = {format_value(field.target_)};
+    for (const auto& shared : field.shared_) values.push_back(format_value(shared));
     if (std::any_of(values.begin(), values.end(), [&](const std::string& v) { return v != values.front(); }))
       found.push_back(field.path_ + ": " + join(values, " against "));
   }
@@ -659,7 +488,7 @@ std::string ConfigSchema::to_yaml() const {
       for (const auto& f : fields_) {
         if (f.path_ == section.name + "." + key) field = &f;
       }
-      out << "  " << key << ": " << format_target(field->target_) << "\n";
+      out << "  " << key << ": " << format_value(field->target_) << "\n";
     }
   }
   return out.str();
@@ -691,7 +520,7 @@ std::vector<ConfigSchema::SectionReference> ConfigSchema::reference() const {
       }
       std::vector<std::string> choices = field.choices_;
       if (std::holds_alternative<bool*>(field.target_)) choices = {"true", "false"};
-      entry.keys.push_back({field.path_, type_name(field.target_), field.default_text_, meaning, choices});
+      entry.keys.push_back({field.path_, value_type_name(field.target_), field.default_text_, meaning, choices});
     }
     sections.push_back(std::move(entry));
   }
