@@ -32,6 +32,17 @@ ddp::LaunchOptions elastic_node(int port, const std::string& name) {
   return o;
 }
 
+// Round 0 of `a` (constructed first: the host, node 0) and `b`, joined at once.
+std::pair<ddp::WorldLayout, ddp::WorldLayout> join_round_0(ddp::ElasticRendezvous& a, ddp::ElasticRendezvous& b) {
+  auto never = [] { return false; };
+  auto joined_b = std::async(std::launch::async, [&] { return b.join_round(0, never); });
+  auto layout_a = a.join_round(0, never);
+  auto layout_b = joined_b.get();
+  REQUIRE(layout_a);
+  REQUIRE(layout_b);
+  return {*layout_a, *layout_b};
+}
+
 }  // namespace
 
 TEST_CASE("elastic: a joiner that has counted itself in but not yet written its arrival is named once it has",
@@ -39,12 +50,7 @@ TEST_CASE("elastic: a joiner that has counted itself in but not yet written its 
   int port = free_port();
   ddp::ElasticRendezvous a(elastic_node(port, "node-a"));
   ddp::ElasticRendezvous b(elastic_node(port, "node-b"));
-  auto never = [] { return false; };
-  auto joined_b = std::async(std::launch::async, [&] { return b.join_round(0, never); });
-  auto layout_a = a.join_round(0, never);
-  auto layout_b = joined_b.get();
-  REQUIRE(layout_a);
-  REQUIRE(layout_b);
+  join_round_0(a, b);
   CHECK(a.round() == 0);
   CHECK_FALSE(a.check_membership());
 
@@ -78,17 +84,12 @@ TEST_CASE("elastic: ROLE_RANK counts the workers of a node's --role on the nodes
     options_b.role = same ? "trainer" : "parameter server";
     ddp::ElasticRendezvous a(options_a);
     ddp::ElasticRendezvous b(options_b);
-    auto never = [] { return false; };
-    auto joined_b = std::async(std::launch::async, [&] { return b.join_round(0, never); });
-    auto layout_a = a.join_round(0, never);
-    auto layout_b = joined_b.get();
-    REQUIRE(layout_a);
-    REQUIRE(layout_b);
-    REQUIRE(layout_a->node_rank == 0);
-    CHECK(layout_a->role_rank_offset == 0);
-    CHECK(layout_a->role_world_size == (same ? 3 : 2));
-    CHECK(layout_b->role_rank_offset == (same ? 2 : 0));
-    CHECK(layout_b->role_world_size == (same ? 3 : 1));
+    const auto [layout_a, layout_b] = join_round_0(a, b);
+    REQUIRE(layout_a.node_rank == 0);
+    CHECK(layout_a.role_rank_offset == 0);
+    CHECK(layout_a.role_world_size == (same ? 3 : 2));
+    CHECK(layout_b.role_rank_offset == (same ? 2 : 0));
+    CHECK(layout_b.role_world_size == (same ? 3 : 1));
   }
 }
 
