@@ -91,10 +91,10 @@ ExportSource read_export_source(const ExportArguments& args, const TrainConfig& 
   };
   // A finished run whose last step was no checkpoint step ended newer than its checkpoints: its
   // end (model.pt) is the model it trained, not its newest checkpoint (was: that, older, silently).
-  const std::optional<int64_t> finished =
-      args.checkpoint.empty() && fs::is_regular_file(fs::path(args.run) / "model.pt") ? finished_at_step(args.run)
-                                                                                      : std::nullopt;
-  auto end_is_newer = [&finished](int64_t than) { return finished && *finished > than; };
+  const int64_t finished = args.checkpoint.empty() && fs::is_regular_file(fs::path(args.run) / "model.pt")
+                               ? finished_at_step(args.run).value_or(-1)
+                               : -1;  // -1: not a finished run, or --checkpoint named one
+  auto end_is_newer = [finished](int64_t than) { return finished >= 0 && finished > than; };
   const auto listed_first = listing.list();
   for (int look = 1; step < 0 && !end_is_newer(listed_first.empty() ? -1 : listed_first.front().step) && look <= kLooks;
        ++look) {
@@ -112,10 +112,16 @@ ExportSource read_export_source(const ExportArguments& args, const TrainConfig& 
         if (!fs::exists(checkpoint->manifest_path)) throw FileError(checkpoint->manifest_path + ": no such file");
         const std::string manifest = read_whole_file(checkpoint->manifest_path);  // gone since: caught below
         check_same_model(checkpoint->manifest_path, manifest, config, config_path, !args.checkpoint.empty());
-        step =
+        const int64_t loaded =
             load_whole_checkpoint(manifest, checkpoint->manifest_path,
                                   read_whole_file(common_file(manifest, checkpoint->manifest_path)), *model, *optimizer)
                 .step;
+        // A diverged run's checkpoint (its resume is refused too), not a model to hand out.
+        for (const auto& parameter : model->parameters())
+          if (!torch::isfinite(parameter.detach()).all().item<bool>())
+            throw FileError("its weights are not all finite (the run diverged before step " + std::to_string(loaded) +
+                            ")");
+        step = loaded;
       } catch (const FileError& e) {
         if (!args.checkpoint.empty()) throw;
         model = fresh();  // nothing half-read goes out
@@ -132,31 +138,31 @@ ExportSource read_export_source(const ExportArguments& args, const TrainConfig& 
     }
     if (step < 0 && !rotated && steps_listed() == listed) break;  // nothing changed: no other to find
   }
-  const std::optional<int64_t> end_step = end_is_newer(step) ? finished : std::nullopt;
-  if (step >= 0 && !end_step) {
+  const bool from_end = end_is_newer(step);
+  if (step >= 0 && !from_end) {
     source = "the checkpoint of step " + std::to_string(step) + " (" + checkpoint->manifest_path + ")";
   } else {
-    if (end_step) model = fresh();  // what a checkpoint put in it goes
+    if (from_end) model = fresh();  // what a checkpoint put in it goes
     const std::string weights = (fs::path(args.run) / "model.pt").string();
     if (!fs::exists(weights))
       throw FileError(args.run +
                       " has neither a checkpoint nor model.pt to export (checkpoint.every_steps or "
                       "every_epochs keeps checkpoints; a finished run writes model.pt)");
     const auto listed = listing.list();
-    if (!end_step && !listed.empty())
+    if (!from_end && !listed.empty())
       spdlog::warn("no checkpoint in {} could be read; exporting {}", (fs::path(args.run) / "checkpoints").string(),
                    weights);
     model->load_weights(weights);
     source = weights;
-    if (end_step)
-      source = "the end of the run, step " + std::to_string(*end_step) + " (" + weights + "; " +
+    if (from_end)
+      source = "the end of the run, step " + std::to_string(finished) + " (" + weights + "; " +
                (step >= 0 ? "its newest checkpoint that reads is of step " + std::to_string(step)
                 : listed.empty() || listed.front().step < 0
                     ? std::string("it kept no checkpoint that reads")
                     : "its newest checkpoint is of step " + std::to_string(listed.front().step)) +
                ")";
   }
-  return {model, end_step ? -1 : step, source};
+  return {model, from_end ? finished : step, source};
 }
 
 }  // namespace ddp

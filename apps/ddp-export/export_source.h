@@ -15,7 +15,7 @@ namespace ddp {
 /// The weights an export takes.
 struct ExportSource {
   std::shared_ptr<Model> model;  ///< holding them
-  int64_t step = -1;             ///< the checkpoint's; -1 for model.pt
+  int64_t step = -1;             ///< the checkpoint's, or the finished run's end's; -1 for another model.pt
   std::string description;       ///< "the checkpoint of step 40 (RUN/checkpoints/step_0000000040.json)"
 };
 

@@ -482,7 +482,7 @@ TEST_CASE("an unreachable master times out with a message naming it, after one l
   auto r =
       launch({"--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "5", "--", "true"}, 30);
   INFO(r.err);
-  CHECK(r.exit_code == 2);  // after --rdzv-timeout 5, not the default's 900 s (the harness stops it at 30)
+  CHECK(r.exit_code == 2);  // after --rdzv-timeout 5, not the default's 300 s (the harness stops it at 30)
   // Said while it waits (was: nothing until the time-out), and without c10d's glog lines.
   CHECK(count_lines(r.err, "ddprun: waiting for the rendezvous at 127.0.0.1:" + port +
                                ", which node 0's ddprun hosts (up to --rdzv-timeout, 5 s)") == 1);
@@ -677,7 +677,7 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
 
 TEST_CASE("workers read ddprun's standard input, as under torchrun, but for a terminal's") {
   auto piped = run_shell("printf 'p x\\nc\\n' | " + ddprun() +
-                             " --nproc-per-node 1 -- sh -c 'read a; read b; "
+                             " --standalone --nproc-per-node 1 -- sh -c 'read a; read b; "
                              "echo \"got $a then $b\"'",
                          std::chrono::seconds(60));
   INFO(piped.out << piped.err);
@@ -688,9 +688,9 @@ TEST_CASE("workers read ddprun's standard input, as under torchrun, but for a te
     return;
   }
   // A terminal's would stop the worker, whose process group is not the terminal's: it reads none.
-  auto tty =
-      run_shell("script -q -c \"" + ddprun() + " --nproc-per-node 1 -- sh -c 'read a; echo read=\\$?'\" /dev/null",
-                std::chrono::seconds(60));
+  auto tty = run_shell(
+      "script -q -c \"" + ddprun() + " --standalone --nproc-per-node 1 -- sh -c 'read a; echo read=\\$?'\" /dev/null",
+      std::chrono::seconds(60));
   INFO(tty.out << tty.err);
   CHECK(tty.exit_code == 0);
   CHECK_THAT(tty.out, Contains("[rank 0] read=1"));
@@ -713,7 +713,7 @@ TEST_CASE(
                                         "if [ \"$RANK\" = 1 ]; then shown Continue; echo rank one; exit 0; fi\n"
                                         "printf '\\r 10%%'; shown ' 10%'; printf '\\r 20%%'; shown ' 20%'; echo\n"
                                         "printf 'Continue? '; shown 'rank one'; echo yes\n");
-  auto tty = run_shell("script -q -f -c \"" + ddprun() + " --nproc-per-node 2 --log-dir " + dir.path() +
+  auto tty = run_shell("script -q -f -c \"" + ddprun() + " --standalone --nproc-per-node 2 --log-dir " + dir.path() +
                            " --run-id tty -- sh " + dir.file("worker.sh") + "\" " + console,
                        std::chrono::seconds(60));
   INFO(tty.out << tty.err);
@@ -725,6 +725,25 @@ TEST_CASE(
   CHECK_THAT(tty.out, Contains("[rank 0] Continue? \r\n[rank 1] rank one\r\n[rank 0] yes\r\n"));
   // The log keeps the worker's bytes as written.
   CHECK(read_file(dir.file("tty/attempt_0/0/stdout.log")) == "\r 10%\r 20%\nContinue? yes\n");
+
+  // A progress line drawn while another rank's line is unfinished ends that line first (it was
+  // drawn over it, and the rest glued to the bar), and a line ended by others leaves no empty one.
+  const std::string console_2 = dir.file("console_2");
+  write_file(dir.file("progress.sh"),
+             "shown() { for i in $(seq 200); do grep -q \"$1\" " + console_2 +
+                 " && return; sleep 0.05; done; }\n"
+                 "if [ \"$RANK\" = 1 ]; then printf 'Continue? '; shown 'step 1'; echo yes; printf 'Again? ';\n"
+                 "  shown other; exit 0; fi\n"
+                 "shown Continue; printf '\\r\\033[ddprun-progress]step 1\\n'; shown Again; echo other; shown other\n");
+  auto drawn = run_shell("script -q -f -c \"" + ddprun() + " --standalone --nproc-per-node 2 -- sh " +
+                             dir.file("progress.sh") + "\" " + console_2,
+                         std::chrono::seconds(60));
+  INFO(drawn.out << drawn.err);
+  CHECK(drawn.exit_code == 0);
+  CHECK_THAT(drawn.out, Contains("[rank 1] Continue? \r\n\r\x1b[K[rank 0] step 1") && Contains("[rank 1] yes\r\n") &&
+                            !Contains("step 1yes"));
+  CHECK_THAT(drawn.out,
+             Contains("[rank 1] Again? \r\n") && Contains("[rank 0] other\r\n") && !Contains("[rank 1] \r\n"));
 }
 
 }  // namespace DDP_TEST_FILE

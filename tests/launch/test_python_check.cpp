@@ -47,9 +47,12 @@ TEST_CASE("imports_torch finds an import of torch anywhere in an import list, an
   // Later in an import list (was: passed over, and every rank failed with ModuleNotFoundError).
   CHECK(ddp::imports_torch("import os, sys, torch, torch.distributed as dist\n"));
   CHECK(ddp::imports_torch("import numpy as np, torch\n"));
-  // Guarded by try or except, the script may do without torch (was refused as one that needs it).
+  // Guarded by try, the script may do without torch (was refused as one that needs it); a fallback
+  // in an except block is not guarded by its try.
   CHECK_FALSE(ddp::imports_torch("try:\n    import torch\nexcept ImportError:\n    torch = None\n"));
-  CHECK_FALSE(ddp::imports_torch("try:\n  import numpy\nexcept ImportError:\n  if True:\n    from torch import nn\n"));
+  CHECK_FALSE(
+      ddp::imports_torch("try:\n  import numpy\n  if True:\n    from torch import nn\nexcept ImportError:\n  pass\n"));
+  CHECK(ddp::imports_torch("try:\n  from apex import amp\nexcept ImportError:\n  from torch.cuda import amp\n"));
   CHECK(ddp::imports_torch("try:\n    import os\nexcept ImportError:\n    pass\n\n# comment\nimport torch\n"));
   CHECK(ddp::imports_torch("def main():\n    import torch\n"));
   CHECK_FALSE(ddp::imports_torch("import os, torchvision\n"));

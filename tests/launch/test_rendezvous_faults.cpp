@@ -91,24 +91,33 @@ TEST_CASE("nodes started with different --nnodes are refused at the rendezvous, 
           "[launch][rendezvous]") {
   TempDir dir;
   std::string port = std::to_string(free_port());
-  // Node 1 counted 3 nodes: it waited for node 2 until node 0 gave up, and then said only that node
-  // 0 went away (or timed out waiting for node 2).
+  // The node that counted 3 waited for node 2 until the other gave up, and then said only that node
+  // 0 went away, or timed out waiting for node 2.
   std::string common = " --nproc-per-node 1 --master-port " + port + " --rdzv-timeout 300 -- sh -c 'echo ran'";
-  for (const bool node_1_first : {true, false}) {
-    const std::string node_1 = ddprun() + " --nnodes 3 --node-rank 1" + common + " 2>" + dir.file("b.err");
-    const std::string node_0 = ddprun() + " --nnodes 2 --node-rank 0" + common + " 2>" + dir.file("a.err");
-    auto r = run_shell(node_1_first ? node_1 + " & B=$!; sleep 0.5; " + node_0 + "; a=$?; wait $B; echo statuses=$a,$?"
-                                    : node_0 + " & A=$!; sleep 0.5; " + node_1 + "; b=$?; wait $A; echo statuses=$?,$b",
-                       std::chrono::seconds(60));
-    std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
-    INFO("node 1 first: " << node_1_first << "\n" << r.out << "\nnode 0:\n" << a << "node 1:\n" << b);
-    CHECK(count_lines(r.out, "statuses=2,2") == 1);
-    CHECK_THAT(r.out, !Contains("ran"));
-    CHECK_THAT(a, Contains("ddprun: error: node 1 (") && Contains(") was started with --nnodes 3 but this node with "
-                                                                  "--nnodes 2"));
-    CHECK_THAT(b, Contains("ddprun: error: node 0 (") && Contains(") was started with --nnodes 2 but this node with "
-                                                                  "--nnodes 3"));
-  }
+  for (const auto& [count_0, count_1] : {std::pair{2, 3}, std::pair{3, 2}})
+    for (const bool node_1_first : {true, false}) {
+      const std::string node_1 =
+          ddprun() + " --nnodes " + std::to_string(count_1) + " --node-rank 1" + common + " 2>" + dir.file("b.err");
+      const std::string node_0 =
+          ddprun() + " --nnodes " + std::to_string(count_0) + " --node-rank 0" + common + " 2>" + dir.file("a.err");
+      auto r =
+          run_shell(node_1_first ? node_1 + " & B=$!; sleep 0.5; " + node_0 + "; a=$?; wait $B; echo statuses=$a,$?"
+                                 : node_0 + " & A=$!; sleep 0.5; " + node_1 + "; b=$?; wait $A; echo statuses=$?,$b",
+                    std::chrono::seconds(60));
+      std::string a = read_file(dir.file("a.err")), b = read_file(dir.file("b.err"));
+      INFO("--nnodes " << count_0 << " and " << count_1 << ", node 1 first: " << node_1_first << "\n"
+                       << r.out << "\nnode 0:\n"
+                       << a << "node 1:\n"
+                       << b);
+      CHECK(count_lines(r.out, "statuses=2,2") == 1);
+      CHECK_THAT(r.out, !Contains("ran"));
+      CHECK_THAT(a, Contains("ddprun: error: node 1 (") &&
+                        Contains(") was started with --nnodes " + std::to_string(count_1) +
+                                 " but this node with --nnodes " + std::to_string(count_0)));
+      CHECK_THAT(b, Contains("ddprun: error: node 0 (") &&
+                        Contains(") was started with --nnodes " + std::to_string(count_0) +
+                                 " but this node with --nnodes " + std::to_string(count_1)));
+    }
 }
 
 TEST_CASE("elastic: a node whose workers finish first is done, not lost: the others' workers run to their end and "

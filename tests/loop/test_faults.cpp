@@ -356,17 +356,19 @@ TEST_CASE("one SIGINT sent twice at once, by two senders, stops with the checkpo
 
 TEST_CASE("a newest manifest whose step disagrees with its file is skipped once, and the previous checkpoint is used",
           "[faults][checkpoint]") {
-  // The manifest says 38 where its file holds 40. Resume used to try "older than 40" again, which
-  // its step of 38 is, and looped on it with a warning a millisecond.
+  // The manifest says 38 where its file holds 40 (renamed to match: one named for another step than
+  // it says is ignored before it is read). Resume used to try "older than 40" again, which its step
+  // of 38 is, and looped on it with a warning a millisecond.
   TempDir dir;
   std::string out = dir.file("run");
   auto sets = [&](int steps) { return checkpointed_every_20(out, steps); };
   REQUIRE(run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(40))).exit_code == 0);
-  const std::string manifest = out + "/checkpoints/step_0000000040.json";
-  std::string text = read_file(manifest);
+  const std::string manifest = out + "/checkpoints/step_0000000038.json";
+  std::string text = read_file(out + "/checkpoints/step_0000000040.json");
   REQUIRE(text.find("step: 40\n") != std::string::npos);
   text.replace(text.find("step: 40\n"), 9, "step: 38\n");
   write_file(manifest, text);
+  std::filesystem::remove(out + "/checkpoints/step_0000000040.json");
   auto resumed = run_shell(ddprun_command(2, "synthetic_mlp.yaml", sets(60)), std::chrono::seconds(60));
   INFO(resumed.out << resumed.err);
   CHECK_FALSE(resumed.timed_out);

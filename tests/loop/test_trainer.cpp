@@ -185,17 +185,21 @@ TEST_CASE("the ConvNet with SyncBatchNorm: world 2 with batch 32 equals world 1 
   CHECK(max_difference(load_weights(dir.file("w2_local/model.pt")), w1) > 1e-3);
   // So a resume that groups a step's samples otherwise says that it trains otherwise (was: "the same
   // 64 samples per step", and nothing more).
-  auto resumable = [&](int batch, int steps) {
-    auto s = sets("moved", batch, false);
+  auto resumable = [&](const std::string& out, int batch, int steps, bool sync) {
+    auto s = sets(out, batch, sync);
     s.insert(s.end(), {"train.max_steps=" + std::to_string(steps), "checkpoint.every_steps=2"});
     return s;
   };
-  train(2, "synthetic_mlp.yaml", resumable(32, 2));
-  auto moved = train(1, "synthetic_mlp.yaml", resumable(64, 3));
+  train(2, "synthetic_mlp.yaml", resumable("moved", 32, 2, false));
+  auto moved = train(1, "synthetic_mlp.yaml", resumable("moved", 64, 3, false));
   CHECK_THAT(moved.out + moved.err,
              Contains("normalises each micro-batch by its own statistics (BatchNorm), and this run groups the samples "
                       "of a step otherwise than the checkpoint's run (2 replica(s) × batch 32 × 1 micro-step(s), now "
                       "1 × 64 × 1)"));
+  // SyncBatchNorm's statistics are the replicas' together: 2 × 32 and 1 × 64 group alike, unsaid.
+  train(2, "synthetic_mlp.yaml", resumable("moved_sync", 32, 2, true));
+  auto moved_sync = train(1, "synthetic_mlp.yaml", resumable("moved_sync", 64, 3, true));
+  CHECK_THAT(moved_sync.out + moved_sync.err, Contains("resumed from") && !Contains("BatchNorm"));
 }
 
 TEST_CASE("overlapping all-reduce with backward gives the same weights as not overlapping", "[trainer]") {

@@ -113,10 +113,10 @@ class Attempt {
   // Both streams of every rank are kept there (and on the console); torchrun's --redirects take
   // streams off the console (without --log-dir, LOG_DIR is a fresh $TMPDIR/ddprun_XXXXXX, as
   // torchrun's torchelastic_XXXXXX). torchrun keeps only the streams --redirects and --tee name,
-  // so `-r 1` lost stderr, and a failed rank's "full logs" could be an empty directory. Unlike torchrun, RUN_ID has no
-  // random suffix and RANK is the global rank (the local one on a single node, as torchrun numbers them): nodes can
-  // share LOG_DIR, and a run id that comes back finds its earlier logs kept beside the new ones (Note [Earlier
-  // launches' logs]).
+  // so `-r 1` lost stderr, and a failed rank's "full logs" could be an empty directory. Unlike
+  // torchrun, RUN_ID has no random suffix and RANK is the global rank (the local one on a single
+  // node, as torchrun numbers them): nodes can share LOG_DIR, and a run id that comes back finds its
+  // earlier logs kept beside the new ones (Note [Earlier launches' logs]).
   bool torchrun_logs() const { return !options_.redirects.empty(); }
   std::string log_path(int rank, int stream_bit) const {
     if (options_.log_dir.empty()) return "";

@@ -10,6 +10,7 @@
 #include "ddp/common/master_address.h"
 #include "ddp/common/port_probe.h"
 #include "ddp/common/text.h"
+#include "ddp/launch/output_relay.h"
 #include "ddp/launch/store_probe.h"
 
 namespace ddp {
@@ -309,6 +310,7 @@ bool ElasticRendezvous::close_round(int round, const std::function<bool()>& inte
 std::optional<std::string> ElasticRendezvous::take_over_store(bool round_failed,
                                                               const std::function<bool()>& interrupted) {
   if (round_ < 0 || members_.size() < 2 || members_.front().launcher == launcher_) return std::nullopt;
+  clear_progress_line();  // its lines below start on a line of their own (Note [Unfinished lines])
   const Member& lost = members_[0];
   const Member& successor = members_[1];
   const bool host = successor.launcher == launcher_;

@@ -65,6 +65,8 @@ bool is_backtrace_line(const std::string& line) {
 // Whether a progress line is on the terminal now: one per process, as the terminal is.
 bool progress_on_screen = false;
 
+const std::string kMarker = kProgressMarker;  // Note [Progress lines]
+
 // Note [Unfinished lines]: lines are shown whole behind their rank's prefix, so that ranks never
 // interleave mid-line. But a prompt ("(Pdb) ", "Continue? ") or a progress bar redrawn with
 // carriage returns (tqdm) finishes its line late or never: held whole, it showed nothing until its
@@ -150,6 +152,7 @@ void OutputRelay::on_readable(int fd) {
       close_stream(fd);
       return;
     }
+    if (stream.partial.size() <= stream.shown) stream.unshown_since = std::chrono::steady_clock::now();
     stream.partial.append(buffer, n);
     stream.last_read = std::chrono::steady_clock::now();
     std::size_t start = 0, newline;
@@ -228,16 +231,19 @@ bool OutputRelay::shows_on_terminal(const Stream& stream) {
 
 void OutputRelay::show_unfinished_lines(std::chrono::milliseconds idle) {
   const auto now = std::chrono::steady_clock::now();
-  static const std::string marker = kProgressMarker;
   for (auto& [fd, stream] : streams_) {
-    if (stream.partial.size() <= stream.shown || now - stream.last_read < idle || !shows_on_terminal(stream)) continue;
+    // A pause in the writing shows the line; so does a line written on without one (a bar redrawn
+    // faster than `idle`), at least every other `idle`.
+    if (stream.partial.size() <= stream.shown || !shows_on_terminal(stream) ||
+        (now - stream.last_read < idle && now - stream.unshown_since < 2 * idle))
+      continue;
     // What may yet be a line held whole (Note [One usage error], Note [Progress lines]) waits for its end.
     const std::string& begun = stream.partial;
     auto may_become = [&begun](const std::string& start) {
       return begun.compare(0, std::min(begun.size(), start.size()), start, 0, std::min(begun.size(), start.size())) ==
              0;
     };
-    if (stream.is_stderr ? may_become(kUsageErrorStart) : targets_[stream.worker].progress && may_become(marker))
+    if (stream.is_stderr ? may_become(kUsageErrorStart) : targets_[stream.worker].progress && may_become(kMarker))
       continue;
     const std::string& prefix = targets_[stream.worker].prefix;
     const int console = stream.is_stderr ? STDERR_FILENO : STDOUT_FILENO;
@@ -265,6 +271,8 @@ bool OutputRelay::to_console(const Stream& stream, const std::string& line, std:
   if (shown > 0 && open_line_owner == &stream) {
     open_line_owner = nullptr;
     write_all(console, rest + "\n");
+  } else if (shown > 0 && rest.empty()) {
+    // Its line was shown whole and ended by other output: only the newline is left, said already.
   } else {
     clear_progress_line();
     write_all(console, target.prefix + rest + "\n");
@@ -283,12 +291,12 @@ void OutputRelay::emit(Stream& stream, const std::string& line, bool ended) {
   // write progress lines to stdout, starting with kProgressMarker. Each is drawn in place of the
   // previous one, cut to the terminal's width, taken off the screen before any other line and
   // drawn again after it, and never reaches a log file.
-  static const std::string marker = kProgressMarker;
-  if (target.progress && !stream.is_stderr && line.compare(0, marker.size(), marker) == 0) {
+  if (target.progress && !stream.is_stderr && line.compare(0, kMarker.size(), kMarker) == 0) {
     if (!target.to_console) return;
-    progress_ = target.prefix + line.substr(marker.size());
+    progress_ = target.prefix + line.substr(kMarker.size());
     if (std::size_t columns = terminal_columns(); columns > 1 && progress_.size() >= columns)
       progress_.resize(columns - 1);
+    end_open_line();  // another rank's unfinished line stays on the screen
     write_all(1, "\r\x1b[K" + progress_);
     progress_on_screen = true;
     progress_worker_ = stream.worker;

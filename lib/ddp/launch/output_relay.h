@@ -83,6 +83,7 @@ class OutputRelay {
     std::string partial;
     std::size_t shown = 0;  // bytes of `partial` on the console (Note [Unfinished lines])
     std::chrono::steady_clock::time_point last_read{};
+    std::chrono::steady_clock::time_point unshown_since{};  // when `partial` last grew past `shown`
     std::vector<std::string> held;  // Note [One usage error]
   };
   /// One line (`ended`: it had its newline) to the console and the log; see Note [Progress lines].

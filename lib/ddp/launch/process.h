@@ -22,9 +22,9 @@ struct SpawnedProcess {
 /// The worker's end of its heartbeat pipe (DDPRUN_HEARTBEAT_FD).
 constexpr int kWorkerHeartbeatFd = 3;
 
-/// Starts argv with exactly `environment`; stdin is /dev/null, stdout and stderr are pipes, and fd 3
-/// is the write end of a heartbeat pipe. An exec failure shows up as exit status 127 with the
-/// reason on the worker's stderr.
+/// Starts argv with exactly `environment`; stdin is the launcher's (/dev/null where that is a
+/// terminal), stdout and stderr are pipes, and fd 3 is the write end of a heartbeat pipe. An exec failure shows up as
+/// exit status 127 with the reason on the worker's stderr.
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
 
 /// The kernel's state letter for a process (R running, S sleeping, T stopped, t traced, Z zombie,

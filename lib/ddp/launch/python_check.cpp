@@ -61,7 +61,7 @@ bool imports_torch(const std::string& text) {
   // in an import list (was: only first in it).
   static const std::regex import_line(
       R"(^[ \t]*(import[ \t]+([\w.]+([ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*torch\b|from[ \t]+torch\b))");
-  static const std::regex guard(R"(^(try|except\b[^:]*)[ \t]*:)");
+  static const std::regex guard(R"(^try[ \t]*:)");
   // Each line's indentation and text, comments and blank lines left out: a block's header is the
   // nearest line above it indented less.
   std::vector<std::pair<std::size_t, std::string>> lines;
@@ -72,8 +72,8 @@ bool imports_torch(const std::string& text) {
   }
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (!std::regex_search(lines[i].second, import_line)) continue;
-    // One inside a try or an except block is a guarded import (`try: import torch` with a fallback):
-    // the script may run without torch.
+    // One inside a try block is a guarded import (`try: import torch` with a fallback): the script
+    // may run without torch. One in an except block is the fallback, which nothing catches.
     bool guarded = false;
     for (std::size_t j = i, indent = lines[i].first; j-- > 0 && indent > 0 && !guarded;)
       if (lines[j].first < indent) {

@@ -18,7 +18,7 @@ struct PythonFacts {
 PythonFacts probe_python(const std::string& python);
 
 /// Whether the Python source `text` imports torch (import torch, from torch... at a line's start),
-/// outside a try or except block (a guarded import may do without it).
+/// outside a try block (a guarded import may do without it).
 bool imports_torch(const std::string& text);
 
 /// The line naming `python` for the launcher's log ("Python: PATH (3.11.2, torch 1.13.0)"); throws

@@ -9,10 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -25,6 +25,7 @@
 #include "ddp/launch/hmac_sha256.h"
 #include "ddp/launch/launch_options.h"
 #include "ddp/launch/machine.h"
+#include "ddp/launch/output_relay.h"
 #include "ddp/launch/store_probe.h"
 
 namespace ddp {
@@ -201,10 +202,9 @@ void Rendezvous::wait_for_store_host() const {
   const auto& o = options_;
   const auto first_look = std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3));
   if (accepts_within(o.master_addr, o.master_port, first_look)) return;
-  std::fprintf(stderr, "ddprun: waiting for the rendezvous at %s, which %s hosts (up to --rdzv-timeout, %lld s)\n",
-               endpoint(o).c_str(),
-               o.node_rank_by_arrival ? "a ddprun on the host of --rdzv-endpoint" : "node 0's ddprun",
-               static_cast<long long>(timeout_.count() / 1000));
+  say("waiting for the rendezvous at " + endpoint(o) + ", which " +
+      (o.node_rank_by_arrival ? "a ddprun on the host of --rdzv-endpoint" : "node 0's ddprun") +
+      " hosts (up to --rdzv-timeout, " + std::to_string(timeout_.count() / 1000) + " s)");
   if (accepts_within(o.master_addr, o.master_port, timeout_ - first_look)) return;
   throw UserError(
       "cannot reach the rendezvous at " + endpoint(o) + " within " + std::to_string(timeout_.count() / 1000) + " s: " +
@@ -301,48 +301,60 @@ WorldLayout Rendezvous::join_store() {
   std::vector<std::string> keys;
   for (int r = 0; r < o.nnodes; ++r) keys.push_back(node_key(r));
   keys.push_back(kPrefix + "run_id");
-  try {
-    // Node 0's --nnodes first: a node started with more would wait for nodes that never come, and
-    // learn only that node 0 went away (node 0 finds the mismatch once its own count has come).
-    if (options_.node_rank != 0) {
-      store_->wait({keys[0]}, timeout_);
-      const std::string value = store_->get(keys[0]);
-      const auto fields = split(value.substr(0, value.rfind(kTagMarker)), ' ');
-      if (fields.size() >= 4 && parse_int(fields[2]).value_or(o.nnodes) != o.nnodes) {
-        store_->set(kPrefix + "checked/" + std::to_string(options_.node_rank), "1");  // node 0 need not wait for it
-        throw UserError("node 0 (" + printable(fields[0]) + ") was started with --nnodes " + printable(fields[2]) +
-                        " but this node with --nnodes " + std::to_string(o.nnodes));
-      }
-    }
-    store_->wait(keys, timeout_);
-  } catch (const UserError&) {
-    throw;
-  } catch (const std::exception&) {
-    std::vector<long long> missing;
-    for (int r = 0; r < o.nnodes; ++r)
-      if (!store_->check(keys[r])) missing.push_back(r);
-    throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(timeout_.count() / 1000) +
-                    " s waiting for node(s) " + number_runs(missing) + " of " + std::to_string(o.nnodes) +
-                    " (never started, or cannot reach " + endpoint(o) + "? see their output)");
-  }
   // Note [Checked before the store closes]: every node checks what the others registered, and a
   // mismatch fails every node. Node 0 may find it first, but its store must stay up until the others
   // have read what they need to find it too, or they would only see the connection drop.
   std::string checked = kPrefix + "checked/";
-  try {
-    check_registrations(keys, layout);
-  } catch (const UserError&) {
+  auto fail = [&](const UserError& error) {
     store_->set(checked + std::to_string(options_.node_rank), "1");
     if (options_.node_rank == 0) {
       std::vector<std::string> others;
-      for (int r = 1; r < o.nnodes; ++r) others.push_back(checked + std::to_string(r));
+      for (int r = 1; r < o.nnodes; ++r)
+        if (store_->check(keys[r])) others.push_back(checked + std::to_string(r));
       try {
         store_->wait(others, std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10)));
       } catch (const std::exception&) {
         // A node that never checks has its own trouble; this node's error says enough.
       }
     }
-    throw;
+    throw error;
+  };
+  // Another node's --nnodes is named as soon as its registration is in, by every node: one that
+  // counted more nodes would wait for some that never come, and learn only that the others left.
+  auto other_count = [&]() -> std::optional<UserError> {
+    for (int r = 0; r < o.nnodes; ++r) {
+      if (r == options_.node_rank || !store_->check(keys[r])) continue;
+      const std::string value = store_->get(keys[r]);
+      const auto fields = split(value.substr(0, value.rfind(kTagMarker)), ' ');
+      if (fields.size() >= 4 && parse_int(fields[2]).value_or(o.nnodes) != o.nnodes)
+        return UserError("node " + std::to_string(r) + " (" + printable(fields[0]) + ") was started with --nnodes " +
+                         printable(fields[2]) + " but this node with --nnodes " + std::to_string(o.nnodes));
+    }
+    return std::nullopt;
+  };
+  for (const auto deadline = std::chrono::steady_clock::now() + timeout_;;) {
+    if (auto mismatch = other_count()) fail(*mismatch);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      store_->wait(keys,
+                   std::clamp<std::chrono::milliseconds>(left, std::chrono::milliseconds(1), std::chrono::seconds(1)));
+      break;
+    } catch (const StoreError& e) {
+      if (e.kind() != StoreError::Kind::kTimedOut) throw;  // the store gone: join() says who left
+      if (std::chrono::steady_clock::now() < deadline) continue;
+      std::vector<long long> missing;
+      for (int r = 0; r < o.nnodes; ++r)
+        if (!store_->check(keys[r])) missing.push_back(r);
+      throw UserError("rendezvous at " + endpoint(o) + " timed out after " + std::to_string(timeout_.count() / 1000) +
+                      " s waiting for node(s) " + number_runs(missing) + " of " + std::to_string(o.nnodes) +
+                      " (never started, or cannot reach " + endpoint(o) + "? see their output)");
+    }
+  }
+  try {
+    check_registrations(keys, layout);
+  } catch (const UserError& e) {
+    fail(e);
   }
   store_->set(checked + std::to_string(options_.node_rank), "1");
   return layout;
@@ -424,8 +436,10 @@ std::optional<std::string> Rendezvous::verified(const std::string& key, const st
       return value;
   }
   if (!quiet && ignored_.insert(key).second)
-    std::fprintf(stderr, "ddprun: ignoring %s in the rendezvous store: it has no valid tag for this job's secret "
-                         "(written from outside the job?): %s\n", key.c_str(), printable(stored, 200).c_str());
+    say("ignoring " + key +
+        " in the rendezvous store: it has no valid tag for this job's secret (written from "
+        "outside the job?): " +
+        printable(stored, 200));
   return std::nullopt;
 }
 

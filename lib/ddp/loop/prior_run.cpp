@@ -87,22 +87,45 @@ bool may_change_on_resume(const std::string& key) {
   return false;
 }
 
-std::optional<int64_t> finished_at_step(const std::string& dir) {
-  if (!std::filesystem::exists(dir + "/metrics.jsonl")) return std::nullopt;
+namespace {
+
+// What DIR/metrics.jsonl says of the runs there: its last record's step and exit status (the run's
+// end, when it finished), the furthest step any record reached (later runs append theirs), and the
+// epoch of its last record that names one (begun, counted from 1: epochs only grow within a run).
+struct RecordedRun {
+  std::optional<double> exit_status, step;
+  double trained_to = 0;
+  double last_epoch = 0;
+};
+
+RecordedRun recorded_run(const std::string& dir) {
+  RecordedRun recorded;
+  if (!std::filesystem::exists(dir + "/metrics.jsonl")) return recorded;
   RunRecords run;
   try {
     run = read_run(dir);
-  } catch (const UserError&) {  // no record in it: it never finished
-    return std::nullopt;
+  } catch (const UserError&) {  // no record in it (its one line cut short by a crash): it never finished
+    return recorded;
   }
-  if (run.records.empty()) return std::nullopt;
-  std::optional<double> exit_status, step;
-  for (const auto& [name, value] : run.records.back()) {
-    if (name == "exit_status") exit_status = value;
-    if (name == "step") step = value;
-  }
-  if (!exit_status || *exit_status != 0 || !step) return std::nullopt;
-  return static_cast<int64_t>(*step);
+  if (!run.records.empty())
+    for (const auto& [name, value] : run.records.back()) {
+      if (name == "exit_status") recorded.exit_status = value;
+      if (name == "step") recorded.step = value;
+    }
+  for (const auto& record : run.records)
+    for (const auto& [name, value] : record) {
+      if (name == "step") recorded.trained_to = std::max(recorded.trained_to, value);
+      if (name == "epoch") recorded.last_epoch = value;
+    }
+  return recorded;
+}
+
+}  // namespace
+
+std::optional<int64_t> finished_at_step(const std::string& dir) {
+  const RecordedRun recorded = recorded_run(dir);
+  if (!recorded.exit_status || *recorded.exit_status != 0 || !recorded.step) return std::nullopt;
+  return static_cast<int64_t>(*recorded.step);
 }
 
 PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resolved_config, const std::string& new_run) {
@@ -117,26 +140,10 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
     if (change.key == "train.epochs" || change.key == "train.max_steps") lengthened = true;
 
   // Finished: its last metrics record says it ended with exit status 0.
-  std::optional<double> exit_status, step;
-  double trained_to = 0;  // the furthest step any record reached: later runs append theirs
-  double epoch_reached = 0;  // the furthest epoch a record names (begun, counted from 1)
-  if (std::filesystem::exists(dir + "/metrics.jsonl")) {
-    RunRecords run;
-    try {
-      run = read_run(dir);
-    } catch (const UserError&) {  // no record in it (its one line cut short by a crash): it never finished
-    }
-    if (!run.records.empty())
-      for (const auto& [name, value] : run.records.back()) {
-        if (name == "exit_status") exit_status = value;
-        if (name == "step") step = value;
-      }
-    for (const auto& record : run.records)
-      for (const auto& [name, value] : record) {
-        if (name == "step") trained_to = std::max(trained_to, value);
-        if (name == "epoch") epoch_reached = std::max(epoch_reached, value);
-      }
-  }
+  const RecordedRun recorded = recorded_run(dir);
+  const std::optional<double>& exit_status = recorded.exit_status;
+  const std::optional<double>& step = recorded.step;
+  const double trained_to = recorded.trained_to;
   std::error_code ec;
   const bool checkpointed = !std::filesystem::is_empty(dir + "/checkpoints", ec) && !ec;
   // A config.yaml with no keys (edited into something that is not YAML) compares as the same
@@ -169,7 +176,7 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
     }
     // Fewer epochs than the run had begun end before its last step, whatever train.max_steps says
     // (was: "already finished" where max_steps was its end, though the epochs now end earlier).
-    if (behind.empty() && epochs_now > 0 && epochs_now < epoch_reached) {
+    if (behind.empty() && epochs_now > 0 && epochs_now < recorded.last_epoch) {
       lengthened = false;
       behind = "train.epochs " + std::to_string(epochs_now);
     }

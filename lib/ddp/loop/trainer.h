@@ -99,6 +99,7 @@ class Trainer {
   ValueSlots side_values_;  // before their participants: the recorder's monitor, the stop vote, the gradient sync
   std::unique_ptr<RunRecorder> recorder_;
   bool already_finished_ = false;  ///< Note [Re-running a run]: fit() does nothing
+  bool holds_diverged_state_ = false;  ///< a checkpoint restored, then passed over for non-finite weights
   std::string changed_since_;      ///< keys that steer the run and changed since the run being resumed
   std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<Task> task_;

@@ -100,6 +100,10 @@ bool Trainer::resume() {
     broadcast_bytes(world, path, 0);
     broadcast_bytes(world, manifest, 0);
     broadcast_bytes(world, bytes, 0);
+    if (bytes.empty() && holds_diverged_state_)  // no step 0 from a diverged checkpoint's weights
+      throw UserError("every checkpoint of " + output_dir_of(config_.run) +
+                      " that could be read holds weights that are not all finite (the run diverged; each is said "
+                      "above): start a new run (another run.output_dir), or remove its checkpoints to start afresh");
     if (bytes.empty()) return false;
     if (resume_from(path, manifest, bytes, rewind_to)) return true;
   }
@@ -155,25 +159,30 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
     return false;
   }
   check_not_behind(reader.progress(), reader.source());
-  // After every check (a refused or unreadable checkpoint leaves the directory as it was), before
-  // the restore: a job that fails in it must not find the old history on its restart.
-  if (rewind_to >= 0) set_aside_checkpoints_after(rewind_to);
   reader.restore(layout, task_->model(), *optimizer_, world.rank);
   plan_->after_restore(*optimizer_);
   plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
   // A run that diverged wrote checkpoints of non-finite weights before its loss said so (it reads the
-  // loss at log steps): resumed, it would only diverge again. Each rank looks at what it holds.
+  // loss at log steps): resumed, it would only diverge again. Each rank looks at what its optimizer
+  // steps: the model's own tensors may be shards' views without storage (dist.shard parameters).
   auto non_finite = torch::zeros({1}, torch::kDouble);
-  for (const auto& parameter : task_->model().parameters())
-    if (!torch::isfinite(parameter.detach()).all().item<bool>()) non_finite[0] = 1;
+  for (const auto& group : optimizer_->param_groups())
+    for (const auto& parameter : group.params())
+      if (parameter.defined() && parameter.numel() > 0 && !torch::isfinite(parameter.detach()).all().item<bool>())
+        non_finite[0] = 1;
   if (all_reduce_sum(world, non_finite)[0].item<double>() > 0) {
     const std::string problem =
         "its weights are not all finite (the run diverged before step " + std::to_string(reader.progress().step) + ")";
     if (config_.checkpoint.resume != "auto")
       throw UserError("checkpoint.resume: " + reader.source() + ": " + problem + "; name an earlier one");
     if (world.rank == 0) spdlog::warn("skipping checkpoint {}: {}; trying the previous one", path, problem);
+    holds_diverged_state_ = true;  // restored: only another checkpoint's restore replaces it
     return false;
   }
+  holds_diverged_state_ = false;
+  // After every check (a refused or unreadable checkpoint leaves the directory as it was), before
+  // training: a job that fails from here on must not find the old history on its restart.
+  if (rewind_to >= 0) set_aside_checkpoints_after(rewind_to);
   resumed(reader.progress(), reader.source(), reader.single_file() ? "" : ", " + reader.describe());
   return true;
 }
@@ -227,24 +236,29 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
 }
 
 void Trainer::warn_if_batch_statistics_regrouped(const TrainProgress& loaded) const {
-  // BatchNorm normalises by each micro-batch's statistics (over the replicas with SyncBatchNorm):
-  // the same samples a step, grouped into other micro-batches, train otherwise. Any module that
-  // keeps running statistics (a TorchScript model's too) has a running_mean buffer.
-  const bool regrouped = loaded.world_size != replicas() || loaded.batch_size != config_.train.batch_size ||
-                         (loaded.accum_steps > 0 && loaded.accum_steps != config_.train.grad_accum_steps);
-  if (plan_->world().rank != 0 || loaded.world_size <= 0 || !regrouped) return;
-  for (const auto& buffer : task_->model().named_buffers())
-    if (const std::string& key = buffer.key(); key.ends_with("running_mean")) {
-      const std::string suffix = ".running_mean";
-      spdlog::warn(
-          "the model's {} normalises each micro-batch by its own statistics (BatchNorm), and this run groups the "
-          "samples of a step otherwise than the checkpoint's run ({} replica(s) × batch {} × {} micro-step(s), now "
-          "{} × {} × {}): it trains on, but not to the weights that run would have reached",
-          key.size() > suffix.size() ? key.substr(0, key.size() - suffix.size()) : "BatchNorm", loaded.world_size,
-          loaded.batch_size, std::max<int64_t>(loaded.accum_steps, 1), replicas(), config_.train.batch_size,
-          config_.train.grad_accum_steps);
-      return;
+  // BatchNorm normalises by each micro-batch's statistics: the same samples a step, grouped into
+  // other micro-batches, train otherwise. SyncBatchNorm's are the replicas' micro-batches together,
+  // which the same replicas × batch groups alike. A module that keeps running statistics (a
+  // TorchScript model's too) has a running_mean buffer; one that keeps none is not seen.
+  std::string layer;
+  bool synced = true;
+  for (const auto& module : task_->model().named_modules())
+    if (module.value()->named_buffers(/*recurse=*/false).contains("running_mean")) {
+      if (layer.empty()) layer = module.key().empty() ? "BatchNorm" : module.key();
+      synced = synced && module.value()->name().find("SyncBatchNorm") != std::string::npos;
     }
+  const int64_t accum = std::max<int64_t>(loaded.accum_steps, 1);
+  const bool regrouped =
+      (loaded.accum_steps > 0 && loaded.accum_steps != config_.train.grad_accum_steps) ||  // 0: not recorded
+      (synced ? loaded.world_size * loaded.batch_size != replicas() * config_.train.batch_size
+              : loaded.world_size != replicas() || loaded.batch_size != config_.train.batch_size);
+  if (plan_->world().rank != 0 || loaded.world_size <= 0 || layer.empty() || !regrouped) return;
+  spdlog::warn(
+      "the model's {} normalises each micro-batch by its own statistics (BatchNorm), and this run groups the "
+      "samples of a step otherwise than the checkpoint's run ({} replica(s) × batch {} × {} micro-step(s), now {} × "
+      "{} × {}): it trains on, but not to the weights that run would have reached",
+      layer, loaded.world_size, loaded.batch_size, accum, replicas(), config_.train.batch_size,
+      config_.train.grad_accum_steps);
 }
 
 void Trainer::warn_if_lr_rises(double last_lr) const {

@@ -1,10 +1,11 @@
 #include "ddp/model/gpt.h"
 
-#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <torch/nn.h>
 #include <torch/version.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "ddp/common/error.h"
 #include "ddp/config/config_schema.h"
@@ -151,10 +152,14 @@ class Block : public torch::nn::Module {
 // nanoGPT's crop_block_size: weights made for more positions than model.block_size keep wpe's first
 // rows (model.init_from of GPT-2's 1024 for fine-tuning at 256, say). A run's share of the kept rows
 // is the same box, or the same run of elements, of the whole.
-StoredTensors keep_first_positions(StoredTensors file, int64_t block_size) {
+StoredTensors keep_first_positions(StoredTensors file, int64_t block_size, const std::string& source) {
   for (auto& [name, tensor] : file) {
     if (name != "transformer.wpe.weight" || tensor.shape.size() != 2 || tensor.shape[0] <= block_size) continue;
     const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+    spdlog::info(
+        "{}: its {} positions (wpe) are more than model.block_size {}: the first {} are kept, as nanoGPT's "
+        "crop_block_size keeps them",
+        source, rows, block_size, block_size);
     auto read_kept = [read = tensor.read, block_size] { return read().narrow(0, 0, block_size).contiguous(); };
     MakePart read_part;
     if (tensor.read_part)
@@ -239,7 +244,7 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
 void Gpt::load_weights(const std::string& path) {
   auto file = open_state_dict_file(path);
   if (is_gpt2_layout(file)) file = gpt_from_gpt2_layout(file, options_.bias, path);
-  file = keep_first_positions(std::move(file), options_.block_size);
+  file = keep_first_positions(std::move(file), options_.block_size, path);
   // The mask buffer only one attention form keeps; lm_head, tied to wte, which GPT-2's files leave out.
   const std::string buffer = ".attn.bias";
   load_state_dict_entries(*this, file, path, [&buffer](const std::string& name) {

@@ -24,13 +24,13 @@ class TextTokenizer {
   virtual int64_t vocab_size() const = 0;
   /// The id that starts each line: BOS, or EOS for a model without one.
   virtual int line_start_id() const = 0;
-  /// The model's BOS and EOS ids; -1 for one it lacks.
-  virtual int bos_id() const = 0;
-  virtual int eos_id() const = 0;
   /// The line's ids, without the line-start id. Thread-safe.
   virtual std::vector<int> encode_line(std::string_view line) const = 0;
   /// The text of one line's ids.
   virtual std::string decode_line(const std::vector<int>& ids) const = 0;
+  /// The model's BOS and EOS ids; -1 for one it lacks. (Last: the plugin's table grows at its end.)
+  virtual int bos_id() const = 0;
+  virtual int eos_id() const = 0;
 };
 
 /// A text's ids: each of its lines as the line-start id, then the line's ids.

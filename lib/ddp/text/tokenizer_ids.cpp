@@ -26,8 +26,10 @@ void write_tokenizer_ids(const std::string& dir) {
   }
   nlohmann::json config = nlohmann::json::parse(read_whole_file(config_path.string()), nullptr, false);
   if (!config.is_object()) return;  // written by save_extras a moment ago
+  // A piece the tokenizer lacks is null, not left to a family's default (GPT-2's 50256) or the
+  // starting model's, which name another tokenizer's piece.
   for (const auto& [key, id] : {std::pair{"bos_token_id", tokenizer->bos_id()}, {"eos_token_id", tokenizer->eos_id()}})
-    if (id >= 0) config[key] = id;
+    config[key] = id >= 0 ? nlohmann::json(id) : nlohmann::json(nullptr);
   write_file_atomically(config_path.string(), config.dump(2) + "\n");
 }
 
