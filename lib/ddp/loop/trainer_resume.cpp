@@ -164,7 +164,7 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   plan_->after_optimizer_step();  // the restored runs where the layout wants them: every rank's whole parameters
   // A run that diverged wrote checkpoints of non-finite weights before its loss said so (it reads the
   // loss at log steps): resumed, it would only diverge again. Each rank looks at what its optimizer
-  // steps: the model's own tensors may be shards' views without storage (dist.shard parameters).
+  // steps: under a layout that splits the model, the model's own tensors may hold no values here.
   auto non_finite = torch::zeros({1}, torch::kDouble);
   for (const auto& group : optimizer_->param_groups())
     for (const auto& parameter : group.params())
