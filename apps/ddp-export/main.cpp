@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
           config.data.path.empty() ? std::string() : ddp::tokenizer_beside(config.data.path)})
       if (!tokenizer.empty() && fs::is_regular_file(tokenizer)) {
         ddp::write_file_atomically((fs::path(into) / "tokenizer.model").string(), ddp::read_whole_file(tokenizer));
-        ddp::write_tokenizer_ids(into);
+        ddp::write_tokenizer_ids(into, output);
         break;
       }
     // What this export wrote, before the earlier directory's other files join it.

@@ -931,6 +931,8 @@ TEST_CASE("a GPT's run directory is a Hugging Face GPT-2 directory: an independe
                            "dist." + layout, "run.output_dir=" + out});
     INFO(layout << "\n" << cropped.out << cropped.err);
     REQUIRE(cropped.exit_code == 0);
+    CHECK_THAT(cropped.out + cropped.err, Contains("its 32 positions (wpe) are more than model.block_size 16: the "
+                                                   "first 16 are kept, as nanoGPT's crop_block_size keeps them"));
     const torch::Tensor kept = wpe_of(out + "/model.safetensors");
     REQUIRE(kept.sizes() == torch::IntArrayRef({16, 32}));
     CHECK(torch::allclose(kept, wpe.narrow(0, 0, 16), 0, 1e-6));
@@ -979,6 +981,9 @@ TEST_CASE("ddp-export writes a sharded run's checkpoint as a Hugging Face direct
   CHECK_THAT(read_file(out + "/model.safetensors.index.json"), Contains("\"total_size\"") && Contains("\"weight_map\""));
   CHECK_THAT(read_file(out + "/config.json"), Contains("\"LlamaForCausalLM\""));
   CHECK(read_file(out + "/tokenizer.model") == "the tokenizer the shards were made with");
+  // No SentencePiece model: config.json keeps its ids, and the export says why.
+  CHECK_THAT(exported.err, Contains(out + "/config.json: its bos_token_id and eos_token_id are not the tokenizer's, "
+                                          "which does not load"));
   CHECK(read_file(out + "/config.yaml") == read_file(dir.file("out/config.yaml")));
   // The checkpoint of the last step holds what the run saved at its end, tensor for tensor.
   auto ended = load_weights(dir.file("out/model.pt")), checkpoint = load_weights(out + "/model.pt");

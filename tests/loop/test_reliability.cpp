@@ -226,6 +226,22 @@ TEST_CASE("a loss that is no number stops the run at the next log step: exit 2, 
       Contains("skipping checkpoint " + dir.file("run30/checkpoints/step_0000000008.json") +
                ": its weights are not all finite (the run diverged before step 8); trying the previous one") &&
           Contains("none of the 2 checkpoint(s) in " + dir.file("run30/checkpoints") + " could be resumed from"));
+  // Named, it is refused; ddp-export passes over both, and the run left no model.pt to fall back on.
+  auto named =
+      run_shell(ddprun_command(2, {"train.max_steps=30", "train.log_every=10", "data.eval_split=none",
+                                   "model.init_from=" + dir.file("nan.safetensors"), "checkpoint.every_steps=4",
+                                   "run.output_dir=" + dir.file("run30"),
+                                   "checkpoint.resume=" + dir.file("run30/checkpoints/step_0000000004.json")}));
+  INFO(named.out << named.err);
+  CHECK(named.exit_code == 2);
+  CHECK_THAT(named.err, Contains("checkpoint.resume: ") &&
+                            Contains(": its weights are not all finite (the run diverged before step 4); name an "
+                                     "earlier one"));
+  auto exported = run_command({bin("ddp-export"), dir.file("run30"), "-o", dir.file("export")});
+  INFO(exported.out << exported.err);
+  CHECK(exported.exit_code == 2);
+  CHECK(count_occurrences(exported.err, "its weights are not all finite") == 2);
+  CHECK_THAT(exported.err, Contains("has neither a checkpoint nor model.pt to export"));
 }
 
 TEST_CASE("a model.pt with one bit flipped is refused as model.init_from, naming the damaged record, where LibTorch "

@@ -11,7 +11,7 @@
 
 namespace ddp {
 
-void write_tokenizer_ids(const std::string& dir) {
+void write_tokenizer_ids(const std::string& dir, const std::string& shown_as) {
   namespace fs = std::filesystem;
   const fs::path config_path = fs::path(dir) / "config.json", tokenizer_path = fs::path(dir) / "tokenizer.model";
   std::error_code error;
@@ -20,8 +20,13 @@ void write_tokenizer_ids(const std::string& dir) {
   try {
     tokenizer = load_sentencepiece(tokenizer_path.string());
   } catch (const UserError& e) {
-    spdlog::warn("{}: its bos_token_id and eos_token_id are not the tokenizer's, which does not load ({})",
-                 config_path.string(), e.what());
+    const std::string shown = shown_as.empty() ? dir : shown_as;
+    std::string reason = e.what();  // it names the file where it is read, which `shown` stands for
+    for (auto at = reason.find(dir); !shown_as.empty() && at != std::string::npos;
+         at = reason.find(dir, at + shown.size()))
+      reason.replace(at, dir.size(), shown);
+    spdlog::warn("{}/config.json: its bos_token_id and eos_token_id are not the tokenizer's, which does not load ({})",
+                 shown, reason);
     return;
   }
   nlohmann::json config = nlohmann::json::parse(read_whole_file(config_path.string()), nullptr, false);

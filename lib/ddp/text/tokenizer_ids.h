@@ -9,7 +9,8 @@ namespace ddp {
 
 /// Sets DIR/config.json's bos_token_id and eos_token_id to those of DIR/tokenizer.model (through the
 /// plugin: Note [SentencePiece's protobuf]), where both files are there; warns, leaving config.json
-/// as it is, when the tokenizer does not load.
-void write_tokenizer_ids(const std::string& dir);
+/// as it is, when the tokenizer does not load, naming the directory as `shown_as` (where a staging
+/// directory will be: "" for DIR itself).
+void write_tokenizer_ids(const std::string& dir, const std::string& shown_as = "");
 
 }  // namespace ddp
