@@ -319,21 +319,31 @@ WorldLayout Rendezvous::join_store() {
     }
     throw error;
   };
-  // Another node's --nnodes is named as soon as its registration is in, by every node: one that
-  // counted more nodes would wait for some that never come, and learn only that the others left.
-  auto other_count = [&]() -> std::optional<UserError> {
-    for (int r = 0; r < o.nnodes; ++r) {
-      if (r == options_.node_rank || !store_->check(keys[r])) continue;
-      const std::string value = store_->get(keys[r]);
-      const auto fields = split(value.substr(0, value.rfind(kTagMarker)), ' ');
-      if (fields.size() >= 4 && parse_int(fields[2]).value_or(o.nnodes) != o.nnodes)
-        return UserError("node " + std::to_string(r) + " (" + printable(fields[0]) + ") was started with --nnodes " +
-                         printable(fields[2]) + " but this node with --nnodes " + std::to_string(o.nnodes));
-    }
-    return std::nullopt;
+  // Note [Node counts]: a node started with another --nnodes than node 0's would wait for nodes that
+  // never come (or node 0 would), and learn only that the others went away. Each node compares its
+  // count with node 0's as soon as node 0 has registered, and one that differs says so in a key
+  // every node looks at while it waits (one look a second each, however many nodes).
+  const std::string count_mismatch = kPrefix + "count_mismatch";
+  auto count_of = [&](int r) {
+    const std::string value = store_->get(keys[r]);
+    const auto fields = split(value.substr(0, value.rfind(kTagMarker)), ' ');
+    return fields.size() >= 4 ? std::pair{printable(fields[0]), printable(fields[2])}
+                              : std::pair{std::string(), std::string()};
   };
-  for (const auto deadline = std::chrono::steady_clock::now() + timeout_;;) {
-    if (auto mismatch = other_count()) fail(*mismatch);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (bool compared = options_.node_rank == 0;;) {
+    if (!compared && store_->check(keys[0])) {
+      compared = true;
+      if (const auto [host, count] = count_of(0); !count.empty() && count != std::to_string(o.nnodes)) {
+        store_->set(count_mismatch, "node " + std::to_string(options_.node_rank) + " (" + o.local_addr +
+                                        ") was started with --nnodes " + std::to_string(o.nnodes));
+        fail(UserError("node 0 (" + host + ") was started with --nnodes " + count + " but this node with --nnodes " +
+                       std::to_string(o.nnodes)));
+      }
+    }
+    if (store_->check(count_mismatch))
+      fail(UserError(printable(store_->get(count_mismatch)) + " but this node with --nnodes " +
+                     std::to_string(o.nnodes)));
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
