@@ -15,6 +15,7 @@
 #include "ddp/common/atomic_file.h"
 #include "ddp/common/error.h"
 #include "ddp/loop/prior_run.h"
+#include "ddp/model/finite_weights.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -117,10 +118,9 @@ ExportSource read_export_source(const ExportArguments& args, const TrainConfig& 
                                   read_whole_file(common_file(manifest, checkpoint->manifest_path)), *model, *optimizer)
                 .step;
         // A diverged run's checkpoint (its resume is refused too), not a model to hand out.
-        for (const auto& parameter : model->parameters())
-          if (!torch::isfinite(parameter.detach()).all().item<bool>())
-            throw FileError("its weights are not all finite (the run diverged before step " + std::to_string(loaded) +
-                            ")");
+        if (!all_finite(model->parameters()))
+          throw FileError("its weights are not all finite (the run diverged before step " + std::to_string(loaded) +
+                          ")");
         step = loaded;
       } catch (const FileError& e) {
         if (!args.checkpoint.empty()) throw;

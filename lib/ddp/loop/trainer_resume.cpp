@@ -12,6 +12,8 @@
 #include "ddp/loop/prior_run.h"
 #include "ddp/loop/resume_check.h"
 #include "ddp/loop/trainer.h"
+#include "ddp/model/batch_statistics.h"
+#include "ddp/model/finite_weights.h"
 #include "ddp/optim/optimizer_factory.h"
 
 namespace ddp {
@@ -165,11 +167,10 @@ bool Trainer::resume_from(const std::string& path, const std::string& manifest, 
   // A run that diverged wrote checkpoints of non-finite weights before its loss said so (it reads the
   // loss at log steps): resumed, it would only diverge again. Each rank looks at what its optimizer
   // steps: under a layout that splits the model, the model's own tensors may hold no values here.
-  auto non_finite = torch::zeros({1}, torch::kDouble);
+  std::vector<torch::Tensor> stepped;
   for (const auto& group : optimizer_->param_groups())
-    for (const auto& parameter : group.params())
-      if (parameter.defined() && parameter.numel() > 0 && !torch::isfinite(parameter.detach()).all().item<bool>())
-        non_finite[0] = 1;
+    stepped.insert(stepped.end(), group.params().begin(), group.params().end());
+  auto non_finite = torch::full({1}, all_finite(stepped) ? 0.0 : 1.0, torch::kDouble);
   if (all_reduce_sum(world, non_finite)[0].item<double>() > 0) {
     const std::string problem =
         "its weights are not all finite (the run diverged before step " + std::to_string(reader.progress().step) + ")";
@@ -238,26 +239,20 @@ void Trainer::resumed(const TrainProgress& loaded, const std::string& path, cons
 void Trainer::warn_if_batch_statistics_regrouped(const TrainProgress& loaded) const {
   // BatchNorm normalises by each micro-batch's statistics: the same samples a step, grouped into
   // other micro-batches, train otherwise. SyncBatchNorm's are the replicas' micro-batches together,
-  // which the same replicas × batch groups alike. A module that keeps running statistics (a
-  // TorchScript model's too) has a running_mean buffer; one that keeps none is not seen.
-  std::string layer;
-  bool synced = true;
-  for (const auto& module : task_->model().named_modules())
-    if (module.value()->named_buffers(/*recurse=*/false).contains("running_mean")) {
-      if (layer.empty()) layer = module.key().empty() ? "BatchNorm" : module.key();
-      synced = synced && module.value()->name().find("SyncBatchNorm") != std::string::npos;
-    }
+  // which the same replicas × batch groups alike.
+  const BatchStatistics batch_norms = batch_statistics_of(task_->model());
+  const bool synced = batch_norms.all_synced;
   const int64_t accum = std::max<int64_t>(loaded.accum_steps, 1);
   const bool regrouped =
       (loaded.accum_steps > 0 && loaded.accum_steps != config_.train.grad_accum_steps) ||  // 0: not recorded
       (synced ? loaded.world_size * loaded.batch_size != replicas() * config_.train.batch_size
               : loaded.world_size != replicas() || loaded.batch_size != config_.train.batch_size);
-  if (plan_->world().rank != 0 || loaded.world_size <= 0 || layer.empty() || !regrouped) return;
+  if (plan_->world().rank != 0 || loaded.world_size <= 0 || !batch_norms.any() || !regrouped) return;
   spdlog::warn(
       "the model's {} normalises each micro-batch by its own statistics (BatchNorm), and this run groups the "
       "samples of a step otherwise than the checkpoint's run ({} replica(s) × batch {} × {} micro-step(s), now {} × "
       "{} × {}): it trains on, but not to the weights that run would have reached",
-      layer, loaded.world_size, loaded.batch_size, accum, replicas(), config_.train.batch_size,
+      batch_norms.first_layer, loaded.world_size, loaded.batch_size, accum, replicas(), config_.train.batch_size,
       config_.train.grad_accum_steps);
 }
 
