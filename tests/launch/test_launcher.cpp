@@ -490,6 +490,27 @@ TEST_CASE("an unreachable master times out with a message naming it, after one l
                         !Contains("socket"));
 }
 
+TEST_CASE("a stop signal while the nodes meet says so in one line, exits 128 + the signal and leaves no process") {
+  // Was: the default action, exit 143 without a word (the handlers came after the rendezvous).
+  TempDir dir;
+  for (const auto& [node_rank, waiting_line] :
+       {std::pair{"1", "waiting for the rendezvous"}, {"0", "warning: anyone"}}) {
+    std::string port = std::to_string(free_port()), err = dir.path() + "/err" + node_rank;
+    auto r =
+        run_shell(ddprun() + " --nnodes 2 --node-rank " + node_rank + " --master-port " + port + " -- true 2> " + err +
+                      " & A=$!; until grep -q '" + waiting_line + "' " + err +
+                      "; do sleep 0.05; done; kill -TERM $A; wait $A; echo rc=$?; sleep 0.5; pgrep -f '^" + ddprun() +
+                      " --nnodes 2 --node-rank " + node_rank + " --master-port " + port + "' || echo no-process-left",
+                  std::chrono::seconds(30));
+    const std::string said = read_file(err);
+    INFO("node " << node_rank << ": " << r.out << said);
+    CHECK(count_lines(r.out, "rc=143") == 1);
+    CHECK(count_lines(r.out, "no-process-left") == 1);
+    CHECK(count_lines(said, "ddprun: received SIGTERM while waiting for the rendezvous at 127.0.0.1:" + port +
+                                " (no worker had started)") == 1);
+  }
+}
+
 TEST_CASE("bad command lines exit 2 with one line") {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"--nproc-per-node", "0", "--", "true"},

@@ -149,8 +149,10 @@ TEST_CASE(
   INFO(r.out << r.err);
   CHECK(count_lines(r.out, "status=143") == 1);
   CHECK_THAT(r.out, Contains("another rank was asked to stop, and every rank stops with it"));
-  CHECK_THAT(r.err, Contains("stopped: rank ") &&
-                        Contains("exit code 143: a worker was asked to stop (SIGTERM), and its ranks stopped"));
+  CHECK_THAT(r.err,
+             Contains("stopped: rank ") &&
+                 Contains("exit code 143: taken as a stop request (128 + SIGTERM, as a program stopped by SIGTERM "
+                          "exits), and its ranks stopped"));
   CHECK_THAT(r.err, !Contains("failed first") && !Contains("restarting the workers"));
   CHECK(!fs::is_empty(out + "/checkpoints"));
   CHECK(metric_value(out + "/metrics.jsonl", "exit_status") == 143);

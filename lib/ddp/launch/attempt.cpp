@@ -359,7 +359,13 @@ class Attempt {
       Failure failure{
           exit_code_of(status), w.local_rank,
           "rank " + std::to_string(w.rank) + " on " + options_.local_addr + ": " + describe_wait_status(status) +
-              (asked ? ": a worker was asked to stop (" + signal_name(asked) + "), and its ranks stopped" : ""),
+              (!asked ? ""
+               : WIFSIGNALED(status)
+                   ? ": a worker was asked to stop (" + signal_name(asked) + "), and its ranks stopped"
+                   // An exit status, which says no more than that: a wrapper whose child was
+                   // stopped, ddp-train once stopped, or a program that exits so of its own.
+                   : ": taken as a stop request (128 + " + signal_name(asked) + ", as a program stopped by " +
+                         signal_name(asked) + " exits), and its ranks stopped"),
           restartable_failure(status) && !asked, asked != 0};
       if (w.state == WorkerState::kFailed)
         apply(state_.on_worker_failed(failure, Clock::now()));

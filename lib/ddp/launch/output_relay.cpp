@@ -128,6 +128,7 @@ void OutputRelay::add_worker(int worker, int stdout_fd, int stderr_fd, const Rel
     Stream& stream = streams_[fd];
     stream.worker = worker;
     stream.is_stderr = is_stderr;
+    stream.console_is_terminal = isatty(is_stderr ? STDERR_FILENO : STDOUT_FILENO);
     stream.log_fd = log_fd;
   }
 }
@@ -225,8 +226,7 @@ std::optional<int> OutputRelay::usage_error_shown_by(const std::string& line) co
 
 bool OutputRelay::shows_on_terminal(const Stream& stream) {
   const RelayTarget& target = targets_[stream.worker];
-  return target.to_console && !(target.redirected & (stream.is_stderr ? 2 : 1)) &&
-         isatty(stream.is_stderr ? STDERR_FILENO : STDOUT_FILENO);
+  return target.to_console && !(target.redirected & (stream.is_stderr ? 2 : 1)) && stream.console_is_terminal;
 }
 
 void OutputRelay::show_unfinished_lines(std::chrono::milliseconds idle) {
@@ -267,7 +267,7 @@ bool OutputRelay::to_console(const Stream& stream, const std::string& line, std:
   // Note [Unfinished lines]: the rest of a line shown in part, behind the prefix again where other
   // output came between.
   std::string rest = line.substr(std::min(shown, line.size()));
-  if (isatty(console)) rest = with_prefix_after_returns(rest, target.prefix, /*line_ends=*/true);
+  if (stream.console_is_terminal) rest = with_prefix_after_returns(rest, target.prefix, /*line_ends=*/true);
   if (shown > 0 && open_line_owner == &stream) {
     open_line_owner = nullptr;
     write_all(console, rest + "\n");

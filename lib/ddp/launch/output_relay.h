@@ -79,6 +79,7 @@ class OutputRelay {
   struct Stream {
     int worker = 0;
     bool is_stderr = false;
+    bool console_is_terminal = false;  // looked at once: the launcher's own streams stay what they are
     int log_fd = -1;
     std::string partial;
     std::size_t shown = 0;  // bytes of `partial` on the console (Note [Unfinished lines])

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <iterator>
 #include <stdexcept>
 
 #include "ddp/common/stop_request.h"
+#include "ddp/launch/process.h"
 
 namespace ddp {
 namespace {
@@ -30,7 +32,37 @@ void on_signal(int sig, siginfo_t* info, void*) {
   errno = saved;
 }
 
+// ExitOnStopSignal's lines, one a stop signal, written before any handler may run: a handler may
+// only write and exit.
+char g_exit_lines[std::size(kStopSignals)][512];
+
+void exit_on_signal(int sig) {
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    if (kStopSignals[i] == sig) {
+      const char* line = g_exit_lines[i];
+      std::size_t length = 0;
+      while (line[length] != '\0') ++length;
+      [[maybe_unused]] ssize_t n = write(STDERR_FILENO, line, length);
+    }
+  _exit(128 + sig);
+}
+
 }  // namespace
+
+ExitOnStopSignal::ExitOnStopSignal(const std::string& while_doing) {
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    std::snprintf(g_exit_lines[i], sizeof g_exit_lines[i], "ddprun: received %s %s\n",
+                  signal_name(kStopSignals[i]).c_str(), while_doing.c_str());
+  struct sigaction action = {};
+  action.sa_handler = exit_on_signal;
+  sigemptyset(&action.sa_mask);
+  for (int sig : kStopSignals) sigaddset(&action.sa_mask, sig);
+  for (int sig : kStopSignals) sigaction(sig, &action, nullptr);
+}
+
+ExitOnStopSignal::~ExitOnStopSignal() {
+  for (int sig : kStopSignals) signal(sig, SIG_DFL);
+}
 
 SignalPipe::SignalPipe() {
   int fds[2];

@@ -2,6 +2,7 @@
 // Turns SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGCHLD into bytes on a pipe the monitor loop polls (the self-pipe trick).
 
 #include <csignal>
+#include <string>
 #include <vector>
 
 namespace ddp {
@@ -28,6 +29,19 @@ class SignalPipe {
 
  private:
   int read_fd_ = -1;
+};
+
+/// Before the SignalPipe, while the nodes meet: a stop signal ends the launcher at once with one
+/// line, "ddprun: received SIGTERM <while>", and exit 128 + the signal (was: the default action, no
+/// word). No worker has started, so none is left to stop; the watchdog cleans up as after a SIGKILL.
+/// One instance at a time, gone before the SignalPipe is made; restores the default actions.
+class ExitOnStopSignal {
+ public:
+  /// `while_doing`: "while waiting for the rendezvous at HOST:PORT (no worker had started)".
+  explicit ExitOnStopSignal(const std::string& while_doing);
+  ~ExitOnStopSignal();
+  ExitOnStopSignal(const ExitOnStopSignal&) = delete;
+  ExitOnStopSignal& operator=(const ExitOnStopSignal&) = delete;
 };
 
 }  // namespace ddp

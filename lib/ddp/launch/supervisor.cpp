@@ -71,6 +71,7 @@ int run_launcher(const LaunchOptions& requested) {
   Watchdog watchdog(store_dir ? store_dir->path() : "");  // before the store starts threads
 
   std::unique_ptr<JobMembership> job;
+  std::optional<ExitOnStopSignal> meeting;  // until the SignalPipe: the rendezvous is waited for here
   if (private_store) {
     WorldLayout layout;
     layout.world_size = options.nproc_per_node;
@@ -86,6 +87,9 @@ int run_launcher(const LaunchOptions& requested) {
                                          "MASTER_ADDR, or the host of --rdzv-endpoint)");
     if (!master.note.empty()) say(master.note);
     options.master_addr = master.address;
+    meeting.emplace("while waiting for the rendezvous at " + options.master_addr +
+                    (options.master_port > 0 ? ":" + std::to_string(options.master_port) : "") +
+                    " (no worker had started)");
     if (options.elastic()) {
       job = elastic_job(options);
     } else {
@@ -99,6 +103,7 @@ int run_launcher(const LaunchOptions& requested) {
       job = static_job(options, std::move(layout), std::move(rendezvous));
     }
   }
+  meeting.reset();
   SignalPipe signals;
   return supervise(*job, options.max_restarts, watchdog, signals);
 }
