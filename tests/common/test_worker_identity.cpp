@@ -228,6 +228,16 @@ TEST_CASE("a Slurm job step's variables give the layout, step values before job 
                       "`srun --ntasks-per-node=N ddp-train CONFIG`"));
   CHECK(identity_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})
             .outside_slurm_step.empty());
+  // sbatch --nodes=2 without --ntasks: no SLURM_NTASKS, but two nodes.
+  CHECK_THAT(identity_of({{"SLURM_JOB_ID", "9"},
+                          {"SLURM_PROCID", "0"},
+                          {"SLURM_NNODES", "2"},
+                          {"SLURM_TASKS_PER_NODE", "1(x2)"},
+                          {"SLURM_JOB_NODELIST", "a[1-2]"}})
+                 .outside_slurm_step,
+             Contains("while the job has 2 nodes (SLURM_NNODES): start one per node or task with srun"));
+  CHECK(identity_of({{"SLURM_JOB_ID", "9"}, {"SLURM_PROCID", "0"}, {"SLURM_NNODES", "1"}, {"SLURM_NTASKS", "1"}})
+            .outside_slurm_step.empty());
   CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "x"}, {"SLURM_NODEID", "0"}}),
                     Contains("SLURM_JOB_ID=x is not a count Slurm would set"));
   CHECK_THROWS_WITH(layout_of({{"SLURM_JOB_ID", "1"}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"}}),

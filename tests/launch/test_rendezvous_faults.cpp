@@ -476,4 +476,23 @@ TEST_CASE("rank 0 started by hand on a port in use says so, checked by binding i
   CHECK_THAT(r.err, !Contains("c10d") && !Contains("InitGoogleLogging"));  // was: four glog lines first
 }
 
+TEST_CASE("ddp-train alone in its world binds no port: it trains beside a process that holds MASTER_PORT",
+          "[launch][rendezvous]") {
+  // Was: a TCPStore on MASTER_PORT (29500 unless set) on every interface, so two runs side by side
+  // (`ddp-train a.yaml & ddp-train b.yaml`) failed on the port.
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  auto r = run_shell(bin("ddprun") + " --nnodes 2 --node-rank 0 --master-port " + port +
+                         " --rdzv-timeout 30 -- true "
+                         "2>/dev/null & H=$!; " +
+                         until_accepts(std::stoi(port)) + "OMP_NUM_THREADS=1 MASTER_PORT=" + port + " " +
+                         bin("ddp-train") + " " + std::string(DDP_SOURCE_DIR) +
+                         "/configs/synthetic_mlp.yaml --set train.max_steps=2 --set run.output_dir=" + dir.file("run") +
+                         "; echo status=$?; kill $H; wait $H",
+                     std::chrono::seconds(60));
+  INFO(r.out << r.err);
+  CHECK(count_lines(r.out, "status=0") == 1);
+  CHECK_THAT(r.err, !Contains("cannot host the store"));
+}
+
 }  // namespace DDP_TEST_FILE

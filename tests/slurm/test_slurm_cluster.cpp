@@ -280,10 +280,10 @@ TEST_CASE("with node names only Slurm knows, srun ddprun and srun ddp-train trai
   // Note [Slurm's batch step]: a batch script that starts ddprun or ddp-train itself, without srun,
   // runs once, on the first node; it fails at once, naming srun, rather than after the rendezvous
   // time-out (300 s) waiting for nodes or tasks nobody started.
-  for (const auto& [name, layout, program] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{
+  for (const auto& [name, layout, program] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"batch_a", "--nodes=2", bin("ddprun") + " --nproc-per-node 1 " + train},
-           {"batch_b", "--nodes=1 --ntasks=2", bin("ddp-train") + " " + train}}) {
+           {"batch_b", "--nodes=1 --ntasks=2", bin("ddp-train") + " " + train},
+           {"batch_c", "--nodes=2", bin("ddp-train") + " " + train}}) {  // no SLURM_NTASKS: trained alone
     auto batch = cluster.shell("sbatch --wait " + layout + " --output=" + cluster.file(name + ".out") + " --wrap '" +
                                    program + cluster.file(name) + "'; echo status=$?",
                                120);
@@ -292,7 +292,7 @@ TEST_CASE("with node names only Slurm knows, srun ddprun and srun ddp-train trai
     CHECK_FALSE(batch.timed_out);
     CHECK_THAT(batch.out, Contains("status=2"));  // sbatch --wait exits with the job's status
     CHECK_THAT(log, Contains("but in no job step (no SLURM_STEP_ID: its batch script or an salloc shell)") &&
-                        Contains(name == "batch_a" ? "while the job has 2 nodes" : "while the job has 2 tasks"));
+                        Contains(name == "batch_b" ? "while the job has 2 tasks" : "while the job has 2 nodes"));
   }
 }
 

@@ -1,6 +1,7 @@
 #include "ddp/comm/process_group.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -277,8 +278,13 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
     master = resolved.address;
   }
   std::string endpoint = master + ":" + std::to_string(env.master_port);
-  // The store is this process's own (ranks as threads) or a file: no host to lose, nor to wait for.
-  const bool own_store_only = shared_store || !env.store_path.empty();
+  // A process alone in its world (ddp-train started by hand, a Slurm step of one task) meets nobody:
+  // an in-process store, no port (was: a TCPStore on MASTER_PORT, 29500 by default, on every
+  // interface, so that a second run beside it failed, and an unresolvable Slurm node name was
+  // retried for dist.timeout_s).
+  const bool alone = !shared_store && env.store_path.empty() && !env.launcher_store && env.world_size == 1;
+  // The store is this process's own (ranks as threads, or one alone) or a file: no host to lose, nor to wait for.
+  const bool own_store_only = shared_store || !env.store_path.empty() || alone;
   std::optional<WaitingNotice> waiting;
   if (!own_store_only && !env.launcher_store && env.world_size > 1) {
     const auto after = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), timeout / 3);
@@ -293,7 +299,7 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
 
   // A port in use is found by binding it, before c10d, which would log its failed binds through
   // glog (raw lines before this one) and say it in words that differ between LibTorch versions.
-  const bool hosts_store = !shared_store && env.store_path.empty() && options.isServer;
+  const bool hosts_store = !own_store_only && options.isServer;
   if (hosts_store && port_in_use(env.master_port))
     throw UserError("rank 0 cannot host the store at " + endpoint +
                     ": the port is in use (choose another --master-port or $MASTER_PORT)");
@@ -301,6 +307,8 @@ Communicator connect(const WorkerIdentity& env, const DistConfig& config, c10::i
   try {
     if (shared_store) {
       base_store = std::move(shared_store);
+    } else if (alone) {
+      base_store = c10::make_intrusive<c10d::HashStore>();
     } else if (!env.store_path.empty()) {
       auto file = env.store_path + "/attempt_" + std::to_string(env.round);
       base_store = c10::make_intrusive<c10d::FileStore>(file, env.world_size);

@@ -100,9 +100,13 @@ WorkerIdentity worker_identity_from(const EnvironmentLookup& lookup) {
   // Under ddprun (RANK set), Slurm's variables are the launcher's business, not the worker's.
   if (lookup(env::kRank) || !lookup(slurm::kProcId) || !lookup(slurm::kJobId)) return from_launcher(lookup);
   WorkerIdentity id = from_slurm_task(lookup);
-  if (!lookup(slurm::kStepId) && id.world_size > 1)
-    id.outside_slurm_step = outside_a_step(lookup(slurm::kJobId), std::to_string(id.world_size) + " tasks (" +
-                                           slurm::kNtasks + ")", "srun --ntasks-per-node=N ddp-train CONFIG") +
+  // `sbatch --nodes=2` without --ntasks sets no SLURM_NTASKS: its node count says it as well (was:
+  // this process trained alone, as a world of 1, and exited 0).
+  const std::string count = id.world_size > 1   ? std::to_string(id.world_size) + " tasks (" + slurm::kNtasks + ")"
+                            : id.node_count > 1 ? std::to_string(id.node_count) + " nodes (" + slurm::kNnodes + ")"
+                                                : "";
+  if (!lookup(slurm::kStepId) && !count.empty())
+    id.outside_slurm_step = outside_a_step(lookup(slurm::kJobId), count, "srun --ntasks-per-node=N ddp-train CONFIG") +
                             "; or give --world-size 1 --rank 0 for this process alone";
   if (const char* addr = lookup(env::kMasterAddr)) id.master_addr = addr;
   id.master_port = small_variable(lookup, env::kMasterPort, id.master_port);
