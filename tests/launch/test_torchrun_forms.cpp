@@ -128,6 +128,44 @@ TEST_CASE("ddprun runs a torch.distributed script, a module and a program as tor
   }
 }
 
+TEST_CASE(
+    "a torch 1.13 script sees torchrun's NCCL error handling and error file, and a failed rank's @record "
+    "report is said",
+    "[launch][torchrun][python]") {
+  if (!python_has_torch()) {
+    WARN("skipped: " << kPython << " has no torch (Debian's python3-torch): nothing to compare with");
+    return;
+  }
+  TempDir dir;
+  write_file(dir.file("env.py"),
+             "import os\n"
+             "for name in ('NCCL_ASYNC_ERROR_HANDLING', 'TORCH_NCCL_ASYNC_ERROR_HANDLING'):\n"
+             "    print('seen', name, os.environ.get(name))\n"
+             "f = os.environ.get('TORCHELASTIC_ERROR_FILE', '')\n"
+             "print('seen error file', os.path.basename(f), os.path.isdir(os.path.dirname(f) or '/none'))\n");
+  auto theirs = torchrun_teeing({"--nproc_per_node", "1", dir.file("env.py")}, dir.file("theirs"));
+  INFO("torchrun: " << theirs.out << theirs.err);
+  REQUIRE(theirs.exit_code == 0);
+  auto ours = ddprun({"--log-dir", dir.file("ours"), dir.file("env.py")});
+  INFO("ddprun: " << ours.out << ours.err);
+  REQUIRE(ours.exit_code == 0);
+  CHECK(rank_lines(ours.out, "seen") == rank_lines(theirs.out, "seen"));
+  CHECK(count_lines(ours.out, "[rank 0] seen NCCL_ASYNC_ERROR_HANDLING 1") == 1);  // torch 1.13's name
+
+  write_file(dir.file("fails.py"),
+             "import os\n"
+             "from torch.distributed.elastic.multiprocessing.errors import record\n"
+             "@record\n"
+             "def main():\n"
+             "    if os.environ['RANK'] == '1': raise RuntimeError('boom on rank one')\n"
+             "main()\n");
+  auto failed = ddprun({"--nproc-per-node", "2", "--log-dir", dir.file("failed"), dir.file("fails.py")});
+  INFO("ddprun: " << failed.out << failed.err);
+  CHECK(failed.exit_code == 1);
+  CHECK_THAT(failed.err,
+             Contains("ddprun: rank 1's error file (@record): RuntimeError: boom on rank one (" + dir.file("failed")));
+}
+
 TEST_CASE("torchrun's --redirects and --tee lay out the same log files as torchrun's and keep redirected streams off the console",
           "[launch][torchrun][logs]") {
   if (!python_has_torch()) {

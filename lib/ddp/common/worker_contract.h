@@ -99,6 +99,14 @@ inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kElasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";
+/// Where torch.distributed.elastic's @record writes a failed rank's exception (JSON), which the
+/// launcher's summary then names; set under --log-dir.
+inline constexpr const char* kElasticErrorFile = "TORCHELASTIC_ERROR_FILE";
+/// What torchrun's agent sets unless set: a hung NCCL collective aborts at the process group's
+/// time-out, where it would hang. torch 2.2 and later read the first name (and warn of the second);
+/// earlier ones only the second.
+inline constexpr const char* kNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr const char* kNcclAsyncErrorHandlingBefore22 = "NCCL_ASYNC_ERROR_HANDLING";
 }  // namespace env
 
 /// Slurm's names, which neither program sets: ddprun reads a job step's layout from them (mode A,
@@ -120,6 +128,8 @@ inline constexpr const char* kJobNodeList = "SLURM_JOB_NODELIST";
 inline constexpr const char* kStepTasksPerNode = "SLURM_STEP_TASKS_PER_NODE";
 inline constexpr const char* kTasksPerNode = "SLURM_TASKS_PER_NODE";
 inline constexpr const char* kRestartCount = "SLURM_RESTART_COUNT";  ///< how often the job was requeued
+inline constexpr const char* kCpusPerTask = "SLURM_CPUS_PER_TASK";   ///< set with --cpus-per-task
+inline constexpr const char* kCpusOnNode = "SLURM_CPUS_ON_NODE";     ///< the job's CPUs on this node
 }  // namespace slurm
 
 /// What starts a progress line (see env::kProgress): a carriage return, then a tag no ordinary
@@ -132,9 +142,9 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kLocalRank, VariableReader::kTrainer},
     {env::kWorldSize, VariableReader::kTrainer},
     {env::kLocalWorldSize, VariableReader::kTrainer},
-    {env::kGroupRank, VariableReader::kTrainer},  // the node, for the hierarchical all-reduce
+    {env::kGroupRank, VariableReader::kTrainer},       // the node, for the hierarchical all-reduce
     {env::kGroupWorldSize, VariableReader::kTrainer},  // read into WorkerIdentity::node_count
-    {env::kRoleName, VariableReader::kTorchPython},  // --role
+    {env::kRoleName, VariableReader::kTorchPython},    // --role
     {env::kRoleRank, VariableReader::kTorchPython},
     {env::kRoleWorldSize, VariableReader::kTorchPython},
     {env::kMasterAddr, VariableReader::kTrainer},
@@ -151,6 +161,9 @@ inline constexpr WorkerVariable kWorkerVariables[] = {
     {env::kElasticRestartCount, VariableReader::kTrainer},
     {env::kElasticMaxRestarts, VariableReader::kTrainer},  // under torchrun, for WorkerIdentity::max_restarts
     {env::kElasticRunId, VariableReader::kTorchPython},
+    {env::kElasticErrorFile, VariableReader::kTorchPython},                // under --log-dir
+    {env::kNcclAsyncErrorHandling, VariableReader::kTorchPython},          // unless set
+    {env::kNcclAsyncErrorHandlingBefore22, VariableReader::kTorchPython},  // for a script's torch before 2.2
 };
 
 }  // namespace ddp

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "ddp/launch/machine.h"
 #include "ddp/launch/output_relay.h"
 #include "ddp/launch/process.h"
+#include "ddp/launch/recorded_error.h"
 #include "ddp/launch/signals.h"
 #include "ddp/launch/watchdog.h"
 #include "ddp/launch/worker_env.h"
@@ -124,6 +126,7 @@ class Attempt {
   }
   std::string attempt_dir() const { return options_.log_dir + "/" + layout_.run_id + "/attempt_" + std::to_string(attempt_); }
   std::string rank_log_dir(int rank) const { return attempt_dir() + "/" + std::to_string(rank); }
+  std::string error_file(int rank) const { return rank_log_dir(rank) + "/error.json"; }
 
   void start_workers() {
     oom_kills_at_start_ = out_of_memory_kills();
@@ -162,6 +165,13 @@ class Attempt {
           std::to_string(layout_.role_world_size > 0 ? layout_.role_world_size : layout_.world_size);
       if (!std::getenv(env::kOmpNumThreads))
         variables[env::kOmpNumThreads] = std::to_string(threads_per_worker(options_.nproc_per_node));
+      variables.merge(torchrun_defaults(options_.python_torch_version, std::getenv));
+      // As torchrun's: @record's report of a failed rank, which the summary names (stale ones removed).
+      if (!options_.log_dir.empty()) {
+        variables[env::kElasticErrorFile] = error_file(id.rank);
+        std::error_code ignored;
+        std::filesystem::remove(error_file(id.rank), ignored);
+      }
 
       RelayTarget target;
       target.prefix = multi_node() ? "[" + host + ":rank " + std::to_string(id.rank) + "] "
@@ -518,6 +528,9 @@ class Attempt {
       say("the kernel's out-of-memory killer ended " + std::to_string(*oom_kills - *oom_kills_at_start_) +
           " process(es) while the workers ran (oom_kill in /proc/vmstat; dmesg names them): most likely " + who +
           ", the node (or its memory cgroup) out of memory");
+    if (!options_.log_dir.empty())
+      if (auto recorded = recorded_error(error_file(w.rank)))
+        say(who + "'s error file (@record): " + *recorded + " (" + error_file(w.rank) + ")");
     if (tail.empty()) {
       say(who + " wrote nothing to stderr");
     } else {

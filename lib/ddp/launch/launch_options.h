@@ -51,6 +51,8 @@ struct LaunchOptions {
   std::string python;
   /// The script it runs, which the launcher reads for an import of torch; empty for a module.
   std::string python_script;
+  /// That Python's torch ("1.13.0"), once probed at start; empty when unknown or none.
+  std::string python_torch_version;
 
   /// --nnodes MIN:MAX with MIN < MAX: nodes may leave and join between rendezvous rounds.
   bool elastic() const { return min_nodes < nnodes; }

@@ -85,8 +85,9 @@ bool imports_torch(const std::string& text) {
   return false;
 }
 
-std::string check_python(const std::string& python, const std::string& script) {
+std::string check_python(const std::string& python, const std::string& script, std::string* torch_version) {
   const PythonFacts facts = probe_python(python);
+  if (torch_version) *torch_version = facts.torch_version;
   const std::string choose = "set $" + std::string(env::kPython) + " to the Python to use";
   if (facts.version.empty()) throw UserError(python + " did not run as a Python (" + choose + ")");
   if (!facts.has_torch && !script.empty() && imports_torch(read_text(script)))

@@ -24,6 +24,7 @@ bool imports_torch(const std::string& text);
 /// The line naming `python` for the launcher's log ("Python: PATH (3.11.2, torch 1.13.0)"); throws
 /// UserError, naming it and $DDPRUN_PYTHON, when it has no torch and `script` (a file; empty for a
 /// module) imports it, or when it does not run.
-std::string check_python(const std::string& python, const std::string& script);
+/// `torch_version`, when given, gets the torch it found ("" for none).
+std::string check_python(const std::string& python, const std::string& script, std::string* torch_version = nullptr);
 
 }  // namespace ddp

@@ -59,7 +59,7 @@ int run_launcher(const LaunchOptions& requested) {
   LaunchOptions options = requested;  // node_rank: as the rendezvous agreed
   become_subreaper();  // a worker's setsid child comes back here when the worker ends, not to init
   // Before any rank starts: a Python without torch fails here once, not in every rank.
-  if (!options.python.empty()) say(check_python(options.python, options.python_script));
+  if (!options.python.empty()) say(check_python(options.python, options.python_script, &options.python_torch_version));
   if (options.local_addr.empty()) options.local_addr = host_name();
   // One node running ddp-train needs no network rendezvous: a private FileStore keeps the run
   // off every interface. Several nodes, or any other program (torch's env:// expects
