@@ -557,6 +557,46 @@ TEST_CASE("a buffer forward replaces is saved with its trained value, as in PyTo
                                     "[1, 32]; a buffer may get new values but must keep its shape and dtype"));
 }
 
+TEST_CASE(
+    "a buffer a training forward reads is rank 0's on every rank before each step, as under DDP: the weights "
+    "equal DDP's and do not depend on evaluations",
+    "[torchscript][python]") {
+  // Was: shared at evaluations only, so at world 2 the weights moved with eval.every_steps (3.6e-3)
+  // and a resume was not the run that went on.
+  TempDir dir;
+  auto ours = ddprun(2, write_config(dir, "running_center.pt"),
+                     {"train.max_steps=10", "train.batch_size=16", "sampler.shuffle=false", "data.eval_split=none",
+                      "optim.momentum=0", "schedule.name=constant", "schedule.warmup_steps=0"});
+  INFO(ours.out << ours.err);
+  REQUIRE(ours.exit_code == 0);
+  auto reference =
+      run_shell("OMP_NUM_THREADS=1 DDPRUN_PYTHON=/usr/bin/python3 " + bin("ddprun") +
+                    " --standalone --nproc-per-node 2 " + std::string(DDP_SOURCE_DIR) + "/tests/support/ddp_steps.py " +
+                    python_fixture("running_center.pt") + " " + python_fixture("train_x.npy") + " " +
+                    python_fixture("train_y.npy") + " 16 10 0.05 " + dir.file("out/model.pt"),
+                std::chrono::seconds(120));
+  INFO(reference.out << reference.err);
+  REQUIRE(reference.exit_code == 0);
+  CHECK(max_diff(reference.out) < 1e-6);
+
+  // A buffer forward replaces (Note [Reassigned buffers]): the same weights however often the run
+  // evaluates, each evaluation sharing rank 0's buffers too.
+  std::map<std::string, Weights> trained;
+  for (const char* every : {"0", "3"}) {
+    TempDir run;
+    auto r = ddprun(
+        2, write_config(run, "reassign.pt"),
+        {"train.max_steps=12", "train.batch_size=16", "eval.every_steps=" + std::string(every), "eval.at_end=false"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    trained[every] = load_weights(run.file("out/model.pt"));
+  }
+  for (const auto& [name, weight] : trained["0"]) {
+    INFO(name);
+    CHECK(torch::equal(weight, trained["3"].at(name)));
+  }
+}
+
 TEST_CASE("scripted modules users write: .view under channels_last, init_from Python's state_dict(), wrong outputs",
           "[torchscript][python]") {
   TempDir dir;

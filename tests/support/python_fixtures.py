@@ -97,6 +97,22 @@ class Branchy(nn.Module):
         return y
 
 
+class RunningCenter(nn.Module):
+    """Subtracts a running mean of its inputs, updated in place in training: a buffer a training
+    forward reads, which each rank's own batches change (DDP shares rank 0's before each forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 32)
+        self.fc2 = nn.Linear(32, 4)
+        self.register_buffer("center", torch.zeros(20))
+
+    def forward(self, x):
+        if self.training:
+            self.center.mul_(0.9).add_(0.1 * x.detach().mean(0))
+        return self.fc2(torch.relu(self.fc1(x - self.center)))
+
+
 class Reassign(nn.Module):
     """Replaces its buffer in forward, as hand-written running statistics do (issue 22, item 2)."""
 
@@ -336,6 +352,7 @@ def modules(out):
     torch.jit.script(Unused()).save(f"{out}/unused.pt")
     torch.jit.script(Branchy()).save(f"{out}/branchy.pt")
     torch.jit.script(Reassign()).save(f"{out}/reassign.pt")
+    torch.jit.script(RunningCenter()).save(f"{out}/running_center.pt")
     torch.jit.script(Reassign(keepdim=True)).save(f"{out}/reassign_shape.pt")
     torch.jit.script(ViewCnn()).save(f"{out}/view_cnn.pt")
     torch.jit.script(ReturnsInt()).save(f"{out}/returns_int.pt")

@@ -264,6 +264,7 @@ int Trainer::train_to_the_end() {
 }
 
 StepStats Trainer::train_step(int64_t micro_batches) {
+  plan_->before_step();
   if (graph_) return graphed_step(micro_batches);
   return eager_step(micro_batches, [this] { return prefetcher_->next(); });
 }

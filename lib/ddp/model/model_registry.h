@@ -76,6 +76,12 @@ class Model : public torch::nn::Module {
   /// it runs; 0 when only an output shows it (TorchScript).
   virtual int64_t output_width() const { return 0; }
 
+  /// Buffers a training forward may read, by name, which the ranks' own batches may have changed
+  /// (a TorchScript module's `self.ema = 0.9 * self.ema + ...`): a pass keeps them equal on every
+  /// replica before each step, as DDP's broadcast_buffers does. Not BatchNorm's running statistics,
+  /// which training does not read (Note [Lazy buffer broadcast]); none for a built-in family.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> buffers_read_in_training() const { return {}; }
+
   /// Loads a state_dict file (model.pt, or Python's torch.save of one) into the parameters and
   /// buffers; FileError naming what does not match. A family whose files may lack a buffer says so.
   virtual void load_weights(const std::string& path);

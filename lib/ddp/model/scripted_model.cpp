@@ -460,6 +460,21 @@ class ScriptedModel : public Model {
 
   std::string code_fingerprint() const override { return code_fingerprint_; }
 
+  // Python code may read any buffer of its own in training; torch.nn's norms read their running
+  // statistics only in eval mode.
+  std::vector<std::pair<std::string, torch::Tensor>> buffers_read_in_training() const override {
+    std::vector<std::pair<std::string, torch::Tensor>> read;
+    for (const auto& buffer : buffers_) {
+      const auto type = buffer.owner.type()->name();
+      const std::string owner = type ? type->qualifiedName() : "";
+      if (owner.rfind("__torch__.torch.nn.modules.batchnorm.", 0) == 0 ||
+          owner.rfind("__torch__.torch.nn.modules.instancenorm.", 0) == 0)
+        continue;
+      read.emplace_back(buffer.path, buffer.tensor);
+    }
+    return read;
+  }
+
   void save_extras(const std::string& output_dir) const override {
     std::ostringstream bytes;
     module_.save(bytes);

@@ -147,6 +147,11 @@ class ParallelPlan {
 
   /// Before evaluation: rank 0's buffers (BatchNorm statistics) on every replica (Note [Lazy buffer broadcast]).
   void share_buffers();
+  /// The buffers a training forward reads (Model::buffers_read_in_training), which before_step shares.
+  void watch_buffers_read_in_training(std::vector<torch::Tensor> buffers);
+  /// Before a training step's first forward: rank 0's values of those of the watched buffers that
+  /// changed on any replica since they were last shared (Note [Lazy buffer broadcast]).
+  void before_step();
 
   /// Whether this rank writes checkpoints and model files: every parameter and optimizer state is
   /// here already (replicas), so rank 0 alone.
@@ -173,6 +178,8 @@ class ParallelPlan {
   void place(const std::vector<torch::Tensor>& held);
 
   std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
+  std::vector<torch::Tensor> read_in_training_;  // of buffers_, those a training forward reads
+  std::vector<int64_t> shared_versions_;         // their version counters when last shared
   Placements placements_;
   bool side_values_after_sync_ = false;  // pipeline stages: the sync carries no side values
   std::unique_ptr<OptimizerShards> shards_;  // dist.shard: optimizer
