@@ -365,7 +365,14 @@ TEST_CASE(
   CHECK_THROWS_WITH(ddp::load_dataset_splits(config, 2),
                     Equals(dir.file("y_multi.npy") + " holds labels of [2] a sample, " + dir.file("y.npy") +
                            " of one value: the splits' targets must be of one shape"));
+  // A column ([N, 1]) beside [N] is one value a sample in both (was: refused as [1] against one value).
+  write_npy(dir.file("y_column.npy"), torch::zeros({8, 1}, torch::kLong));
+  config.eval_labels = dir.file("y_column.npy");
+  CHECK_NOTHROW(ddp::load_dataset_splits(config, 2));
+  config.labels = dir.file("y_column.npy");
   config.eval_labels = dir.file("y.npy");
+  CHECK_NOTHROW(ddp::load_dataset_splits(config, 2));
+  config.labels = dir.file("y.npy");
 
   // float64 labels stay float64 (the loss checks for whole numbers before any rounding).
   write_npy(dir.file("y_f8.npy"), torch::tensor({0.0, 1.00000001, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0}, torch::kDouble));

@@ -400,6 +400,19 @@ TEST_CASE(
         Notices{"data.eval_path: does nothing with data.dataset idx (npy, csv, criteo and tokens read it)",
                 "data.eval_fraction: does nothing with data.dataset idx (npy, csv and criteo split by it)",
                 "model.path: does nothing with model.name mlp (torchscript reads it)"});
+  // An optimizer's or a schedule's key set for another (were: taken without a word).
+  CHECK(ddp::config_notices(parse("optim: {name: adam, momentum: 0.5}\nschedule: {gamma: 0.5, min_lr: 0.001}")) ==
+        Notices{"optim.momentum: does nothing with optim.name adam (sgd reads it)",
+                "schedule.gamma: does nothing with schedule.name constant (step reads it)",
+                "schedule.min_lr: does nothing with schedule.name constant (cosine reads it)"});
+  CHECK(ddp::config_notices(parse("optim: {name: sgd, beta1: 0.5}")) ==
+        Notices{"optim.beta1: does nothing with optim.name sgd (adam and adamw read it)"});
+  CHECK(ddp::config_notices(parse("optim: {name: adamw, beta1: 0.5}\nschedule: {name: step, gamma: 0.5}")) ==
+        Notices{});
+  // A cosine's floor above the lr it decays from would climb (was: lr 4.8 and a diverged run, exit 0).
+  REQUIRE_THROWS_WITH(parse("optim: {lr: 0.01}\nschedule: {name: cosine, min_lr: 5}"),
+                      Contains("schedule.min_lr: 5 is above optim.lr 0.01, the lr the cosine decays from"));
+  CHECK_NOTHROW(parse("optim: {lr: 0.01}\nschedule: {name: cosine, min_lr: 0.01}"));
 }
 
 TEST_CASE("set overrides use the same paths and messages", "[config]") {

@@ -204,14 +204,14 @@ ConfigSchema::Field& ConfigSchema::add_field(const std::string& path, Target tar
       throw std::logic_error("config key declared twice with another type: " + path);
     declared->shared_.push_back(target);
     if (!doc.empty()) declared->doc_ += (declared->doc_.empty() ? "" : "; ") + doc;
-    if (!reader_.empty()) declared->readers_.push_back(reader_);
+    declared->readers_.insert(declared->readers_.end(), readers_now_.begin(), readers_now_.end());
     return *declared;
   }
   std::string section_name = path.substr(0, dot);
   if (!find_section(section_name)) section(section_name, "");
   find_section(section_name)->keys.push_back(path.substr(dot + 1));
   fields_.push_back(Field(path, target, doc));
-  if (!reader_.empty()) fields_.back().readers_.push_back(reader_);
+  fields_.back().readers_ = readers_now_;
   return fields_.back();
 }
 

@@ -103,7 +103,12 @@ class ConfigSchema {
 
   /// Note [Keys a choice reads]: the keys declared from now on are read by `reader` (a model family,
   /// as model.name names it), added to its other readers for a shared key; "" ends it.
-  void set_reader(std::string reader) { reader_ = std::move(reader); }
+  void set_reader(std::string reader) {
+    readers_now_.clear();
+    if (!reader.empty()) readers_now_.push_back(std::move(reader));
+  }
+  /// The same for keys that several choices read (optim.beta1: adam and adamw); {} ends it.
+  void set_readers(std::vector<std::string> readers) { readers_now_ = std::move(readers); }
 
   /// A notice for every key with readers (set_reader) that holds other than its value in `fresh`
   /// (the same keys declared on a default config: this schema's may have been declared on loaded
@@ -196,7 +201,7 @@ class ConfigSchema {
   std::vector<Section> sections_;
   std::vector<Rule> rules_;
   std::vector<Rule> notices_;
-  std::string reader_;  // set_reader()
+  std::vector<std::string> readers_now_;         // set_reader(), set_readers()
   std::map<std::string, std::string> known_as_;  // known_as()
   std::vector<std::string>* collected_ptr() { return collected_ ? &*collected_ : nullptr; }
   std::vector<std::string> field_problems() const;  // each key's own range, choice and emptiness checks

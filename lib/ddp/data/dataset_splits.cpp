@@ -83,7 +83,12 @@ DatasetSplits load_file_splits(const DataConfig& config, const FileLoader& load,
                       config.path + " of shape " + format_shape(splits.train.sample_shape()));
     // Targets of one shape per sample: a multi-label file beside classes failed in the loss after
     // a whole epoch (the evaluation's shape), or at the first step, in LibTorch's words.
-    auto per_sample = [](const Dataset& split) { return split.labels.sizes().slice(1).vec(); };
+    // A column ([N, 1], as np.save writes y.reshape(-1, 1)) is one value a sample, as [N] is: every
+    // loss takes it so (cross_entropy flattens it, mse and bce reshape the output to the targets).
+    auto per_sample = [](const Dataset& split) {
+      auto dims = split.labels.sizes().slice(1).vec();
+      return dims == std::vector<int64_t>{1} ? std::vector<int64_t>{} : dims;
+    };
     if (per_sample(*splits.eval) != per_sample(splits.train)) {
       auto named = [](const std::string& labels, const std::string& features) {
         return labels.empty() ? features : labels;

@@ -1,5 +1,6 @@
 #include "ddp/loop/train_config.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -45,6 +46,15 @@ void declare_all(ConfigSchema& schema, TrainConfig& config) {
                ? "must be none with train.global_batch_size: the global batch is the same at every world size, "
                  "so optim.lr is its rate as given"
                : "";
+  });
+  // A cosine decays from the lr to min_lr: above it, it would climb instead, and silently (a run at
+  // lr 4.8 that diverged, exit 0). optim.lr_scaling raises the lr it starts from, at any world size by 1 or more.
+  schema.rule("schedule.min_lr", [&config]() -> std::string {
+    if (config.schedule.name != "cosine" || config.schedule.min_lr <= config.optim.lr ||
+        config.optim.lr_scaling != "none")
+      return "";
+    return fmt::format("{} is above optim.lr {}, the lr the cosine decays from: it would take the lr up instead",
+                       config.schedule.min_lr, config.optim.lr);
   });
   // Note [Sharded tables]: what the table passes compose with so far.
   schema.rule("model.embedding_sharding", [&config]() -> std::string {

@@ -4,21 +4,28 @@
 
 namespace ddp {
 
-void declare_config(ConfigSchema& schema, OptimConfig& config) {
+namespace {
+
+void declare_keys(ConfigSchema& schema, OptimConfig& config) {
   schema.section("optim", "The optimizer.");
   schema.add("optim.name", &config.name, "optimizer").choices({"sgd", "adam", "adamw"});
   schema.add("optim.lr", &config.lr, "base learning rate, before lr_scaling").greater_than(0)
       .max(1e6);
+  // Note [Keys a choice reads]: one set for another optimizer is said.
+  schema.set_reader("sgd");
   schema.add("optim.momentum", &config.momentum, "sgd").min(0).less_than(1);
   schema.add("optim.nesterov", &config.nesterov, "sgd: Nesterov momentum (needs momentum > 0)");
+  schema.set_reader("");
   schema.add("optim.weight_decay", &config.weight_decay, "weight decay; adamw decouples it from the gradient").min(0)
       .max(1e6);
   schema.add("optim.decay_params", &config.decay_params,
              "which parameters weight_decay applies to: all (torch.optim's default), or matrices: those of two or "
              "more dimensions (weights and embeddings), not biases or norm gains (nanoGPT's grouping)")
       .choices({"all", "matrices"});
+  schema.set_readers({"adam", "adamw"});
   schema.add("optim.beta1", &config.beta1, "adam, adamw").min(0).less_than(1);
   schema.add("optim.beta2", &config.beta2, "adam, adamw").min(0).less_than(1);
+  schema.set_readers({});
   schema.add("optim.eps", &config.eps, "adam, adamw, and optim.embeddings rowwise_adagrad").greater_than(0)
       .max(1);
   schema.add("optim.embeddings", &config.embeddings,
@@ -41,17 +48,19 @@ void declare_config(ConfigSchema& schema, OptimConfig& config) {
   });
 }
 
-void declare_config(ConfigSchema& schema, ScheduleConfig& config) {
+void declare_keys(ConfigSchema& schema, ScheduleConfig& config) {
   schema.section("schedule", "The learning-rate schedule, in optimizer steps.");
   schema.add("schedule.name", &config.name, "shape after warmup").choices({"constant", "step", "cosine"});
   schema.add("schedule.warmup_steps", &config.warmup_steps, "linear ramp from 0 to lr over this many steps").min(0)
       .max(kMaxSteps);
+  schema.set_reader("step");
   schema.add("schedule.step_size", &config.step_size, "step: multiply the lr by gamma every step_size steps").min(1)
       .max(kMaxSteps);
   schema.add("schedule.gamma", &config.gamma, "step: the factor").greater_than(0)
       .max(1e6);
-  schema.add("schedule.min_lr", &config.min_lr, "cosine: the final lr").min(0)
-      .max(1e6);
+  schema.set_reader("cosine");
+  schema.add("schedule.min_lr", &config.min_lr, "cosine: the final lr, at most the lr it decays from").min(0).max(1e6);
+  schema.set_reader("");
   schema.add("schedule.decay_steps", &config.decay_steps,
              "cosine: the step by which the lr reaches min_lr, warmup included, and stays there (nanoGPT's "
              "lr_decay_iters); 0: the run's last step, so a resume with a larger train.max_steps stretches the "
@@ -65,6 +74,26 @@ void declare_config(ConfigSchema& schema, ScheduleConfig& config) {
                ? ""
                : "must be larger than schedule.warmup_steps (" + std::to_string(config.warmup_steps) + ")";
   });
+}
+
+}  // namespace
+
+void declare_config(ConfigSchema& schema, OptimConfig& config) {
+  declare_keys(schema, config);
+  OptimConfig fresh;  // the defaults: `config` may hold loaded values
+  ConfigSchema defaults;
+  declare_keys(defaults, fresh);
+  schema.notice_unread(
+      "optim.name", [&config] { return config.name; }, defaults);
+}
+
+void declare_config(ConfigSchema& schema, ScheduleConfig& config) {
+  declare_keys(schema, config);
+  ScheduleConfig fresh;
+  ConfigSchema defaults;
+  declare_keys(defaults, fresh);
+  schema.notice_unread(
+      "schedule.name", [&config] { return config.name; }, defaults);
 }
 
 }  // namespace ddp
