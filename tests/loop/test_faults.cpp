@@ -187,8 +187,14 @@ TEST_CASE("a rank that fails is named by its last collective, not by a count pub
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
   // Steps are milliseconds: the count published every 200 ms said "none #0 at step 0".
-  CHECK(std::regex_search(r.out + r.err, std::regex(R"(never arrived: rank 1 \(its last collective is gradient )"
+  CHECK(std::regex_search(r.out + r.err, std::regex(R"(never arrived: rank 1 \(its last published count is gradient )"
                                                     R"(all_reduce #(\d+) at step [45]\))")));
+  // Rank 0's exit record names the rank whose failure its own followed, and the report says so
+  // (was: "exit 1", rank 0's, where the job's was another's).
+  CHECK(metric_value(dir.file("run/metrics.jsonl"), "failed_first_rank") == 1);
+  CHECK_THAT(read_file(dir.file("run/report.html")),
+             Contains(R"(<span class="failed">rank 1 failed</span> (rank 0 then exited 1; ddprun's summary gives rank )"
+                      R"(1's exit status))"));
 }
 
 TEST_CASE("a rank that skips an all-reduce of a sub-group is named by its world rank, at the trainer's step", "[faults]") {
@@ -201,7 +207,7 @@ TEST_CASE("a rank that skips an all-reduce of a sub-group is named by its world 
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("all_reduce #3 at step 3 failed on rank 1 after 3 s: never arrived: rank 3 (its last "
-                             "collective is all_reduce #2"));
+                             "published count is all_reduce #2"));
 }
 
 TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that skips one or leaves is named", "[faults][shm]") {
@@ -225,7 +231,7 @@ TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that s
   // The op's name has a space, as the gradients' has: the other ranks' counts are read whole, and
   // rank 2, which arrived, is not named.
   CHECK_THAT(skipped.err, Contains("gradient all_reduce #2 at step 2 failed on rank 0 after 3 s: never arrived: rank 1 "
-                                   "(its last collective is gradient all_reduce #1 at step 2) [shared-memory"));
+                                   "(its last published count is gradient all_reduce #1 at step 2) [shared-memory"));
 
   // A rank that leaves early (exit 0) is named as soon as the others wait for it, not after the time-out.
   // The time-out outlasts the harness's limit (60 s): only the early naming ends the run in time.
@@ -233,7 +239,8 @@ TEST_CASE("the shared-memory all-reduce sums over 3 processes, and a rank that s
   INFO(left.out << left.err);
   CHECK(left.exit_code == 1);
   CHECK_THAT(left.err, Contains("rank 1 exited while the others waited for it"));
-  CHECK_THAT(left.err, Contains("never arrived: rank 1 (its last collective is gradient all_reduce #1 at step 2)"));
+  CHECK_THAT(left.err,
+             Contains("never arrived: rank 1 (its last published count is gradient all_reduce #1 at step 2)"));
 }
 
 TEST_CASE("a truncated newest checkpoint is reported and the previous one is used", "[faults][checkpoint]") {
@@ -303,7 +310,8 @@ TEST_CASE("a run that fails renders its report of what it recorded, not the one 
   const std::string html = read_file(out + "/report.html");
   CHECK_THAT(html, Contains("<td>run</td><td>29</td>") || Contains("<td>run</td><td>30</td>"));  // the summary's step
   // Rank 0 fails on its peer's loss, or is stopped by its launcher: either way the page says it ended.
-  CHECK_THAT(html, !Contains("no exit recorded") && (Contains(">exit 1</span>") || Contains(">stopped by signal 15</span>")));
+  CHECK_THAT(html, !Contains("no exit recorded") &&
+                       (Contains(">rank 1 failed</span>") || Contains(">stopped by signal 15</span>")));
   CHECK_THAT(html, !Contains("No all-reduce") && !Contains("monitor recorded nothing"));
 }
 

@@ -102,9 +102,11 @@ void CollectiveTracker::wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t
     cause = cause.substr(0, cause.find('\n'));
     double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::ostringstream message;
-    message << op_.load() << " #" << seq << " at step " << step_->load() << " failed on " << rank_name(rank_) << " after "
-            << static_cast<int>(waited + 0.5) << " s: " << diagnose(seq, cause);
-    throw CollectiveError(message.str());
+    message << op_.load() << " #" << seq << " at step " << step_->load() << " failed on " << rank_name(rank_)
+            << " after " << static_cast<int>(waited + 0.5) << " s: ";
+    std::vector<int> missing;
+    message << diagnose(seq, cause, missing);
+    throw CollectiveError(message.str(), std::move(missing));
   }
 }
 
@@ -112,7 +114,7 @@ std::string CollectiveTracker::rank_name(int position) const {
   return "rank " + std::to_string(world_rank(position));
 }
 
-std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause) {
+std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause, std::vector<int>& missing) {
   if (world_size_ == 1) return cause;
   // Let every rank's latest count reach the store first.
   std::this_thread::sleep_for(3 * kPublishEvery);
@@ -134,12 +136,16 @@ std::string CollectiveTracker::diagnose(int64_t seq, const std::string& cause) {
     const bool whole = first != std::string::npos && last > first;
     const std::string their_op = whole ? text.substr(first + 1, last - first - 1) : "";
     int64_t their_seq = whole ? parse_int(text.substr(0, first)).value_or(0) : 0;
-    std::string where = whole ? "its last collective is " + their_op + " #" + text.substr(0, first) + " at step " +
+    // A count is published every kPublishEvery: a rank that stopped (killed, frozen) may have gone
+    // further than its last published one, by as many steps as that time held (was: "its last
+    // collective is", 47 steps behind).
+    std::string where = whole ? "its last published count is " + their_op + " #" + text.substr(0, first) + " at step " +
                                     text.substr(last + 1)
                               : "it started no collective";
-    if (their_seq < seq)
+    if (their_seq < seq) {
       behind.push_back(rank_name(r) + " (" + where + ")");
-    else if (their_seq == seq && their_op != my_op)
+      missing.push_back(world_rank(r));
+    } else if (their_seq == seq && their_op != my_op)
       different.push_back(rank_name(r) + " (" + where + ")");
   }
   std::string report;

@@ -20,7 +20,13 @@ namespace ddp {
 /// A collective that failed or timed out; what() names the operation and the missing ranks.
 class CollectiveError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CollectiveError(const std::string& what, std::vector<int> missing = {})
+      : std::runtime_error(what), missing_(std::move(missing)) {}
+  /// The world ranks that never arrived at it, as far as their counts in the store tell.
+  const std::vector<int>& missing() const { return missing_; }
+
+ private:
+  std::vector<int> missing_;
 };
 
 /// Counts this rank's collectives and lets the others see the count.
@@ -62,7 +68,7 @@ class CollectiveTracker {
   void publish_now();
   void publish_loop();
   std::string record() const;
-  std::string diagnose(int64_t seq, const std::string& cause);
+  std::string diagnose(int64_t seq, const std::string& cause, std::vector<int>& missing);
   /// "rank N" for group position `position`, N its world rank: what a user finds in the logs.
   std::string rank_name(int position) const;
 

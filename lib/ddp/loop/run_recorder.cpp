@@ -546,7 +546,7 @@ void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason 
   }
 }
 
-void RunRecorder::failed(const TrainProgress& progress, int exit_status) {
+void RunRecorder::failed(const TrainProgress& progress, int exit_status, int failed_first_rank) {
   // ddp-train leaves at once after a failure's message (run_main's exit_at_once), with no
   // destructor run: the directory this run made, holding nothing trained, goes here.
   if (world_.rank == 0 && !created_dir_.empty() && !stepped_) {
@@ -554,16 +554,20 @@ void RunRecorder::failed(const TrainProgress& progress, int exit_status) {
     return;
   }
   try {
-    write_report(progress, exit_status, /*last=*/true);
+    write_report(progress, exit_status, /*last=*/true, failed_first_rank);
   } catch (const std::exception& e) {  // the failure's own message is the one that matters
     spdlog::warn("the failure is not recorded in metrics.jsonl: {}", e.what());
   }
 }
 
-void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status, bool last) {
+void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status, bool last,
+                               int failed_first_rank) {
   if (world_.rank != 0 || !metrics_) return;
-  if (exit_status)
-    metrics_->write({{"step", static_cast<double>(progress.step)}, {"exit_status", static_cast<double>(*exit_status)}});
+  if (exit_status) {
+    MetricsRecord end{{"step", static_cast<double>(progress.step)}, {"exit_status", static_cast<double>(*exit_status)}};
+    if (failed_first_rank >= 0) end.emplace_back("failed_first_rank", static_cast<double>(failed_first_rank));
+    metrics_->write(end);
+  }
   if (!config_.logging.report) return;
   auto start = Clock::now();
   if (!exit_status && !last && !report_pacer_.due(start)) return;  // the last render is never skipped

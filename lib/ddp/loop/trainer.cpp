@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "ddp/comm/collective_tracker.h"
 #include "ddp/comm/collectives.h"
 #include "ddp/common/directory_lock.h"
 #include "ddp/common/error.h"
@@ -219,7 +220,16 @@ int Trainer::fit() {
   try {
     return train_to_the_end();
   } catch (...) {
-    recorder_->failed(progress_, exit_status_of(std::current_exception()));  // and the report of what was recorded
+    // A collective that another rank never arrived at: that rank failed first (its status, 2 or a
+    // signal's, is ddprun's; this one's is 1), and the record names it.
+    int failed_first = -1;
+    try {
+      throw;
+    } catch (const CollectiveError& e) {
+      if (!e.missing().empty()) failed_first = e.missing().front();
+    } catch (...) {
+    }
+    recorder_->failed(progress_, exit_status_of(std::current_exception()), failed_first);  // and the report
     throw;
   }
 }

@@ -82,6 +82,13 @@ std::optional<double> RunRecords::exit_status() const {
   return std::nullopt;
 }
 
+std::optional<double> RunRecords::failed_first_rank() const {
+  if (!exit_status()) return std::nullopt;
+  for (const auto& [key, value] : records.back())
+    if (key == "failed_first_rank") return value;
+  return std::nullopt;
+}
+
 std::string read_run_name(const std::string& dir) {
   // Absolute first: "." and "run/" are named by the directory they are.
   const std::filesystem::path whole = std::filesystem::absolute(dir).lexically_normal();
