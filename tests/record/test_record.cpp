@@ -558,6 +558,16 @@ TEST_CASE("the report's numbers: the median of an even count, the eval metrics o
               .exit_code == 0);
   CHECK_THAT(page("early_stop"), Contains("the run ended before it logged a training step") &&
                                      !Contains("one rank, or one replica"));
+  // Diverged at its first logged step: that record is there, with a loss of null (was: "ended before
+  // it logged a training step", against its own records).
+  REQUIRE(report("diverged", "{\"step\": 5, \"epoch\": 1, \"loss\": null}\n{\"step\": 5, \"exit_status\": 2}\n")
+              .exit_code == 0);
+  CHECK_THAT(page("diverged"), Contains("the run's first logged loss was no number (it diverged)") &&
+                                   !Contains("ended before it logged"));
+  // Rank 0's exit 1 after another rank's failure names that rank.
+  REQUIRE(report("peer", "{\"step\": 3, \"loss\": 1}\n{\"step\": 3, \"exit_status\": 1, \"failed_first_rank\": 2}\n")
+              .exit_code == 0);
+  CHECK_THAT(page("peer"), Contains(">rank 2 failed</span> (rank 0 then exited 1;"));
 }
 
 namespace {

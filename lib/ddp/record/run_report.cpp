@@ -320,10 +320,17 @@ std::string render_report(const std::vector<RunRecords>& runs) {
   const bool stepped = std::any_of(runs.begin(), runs.end(), [](const RunRecords& run) { return run.last("loss").has_value(); });
   // Only a run that logged a loss without one ran with no gradients to exchange; one that ended
   // before its first logged step (stopped, or failed) says nothing of that.
+  // A run that diverged at its first logged step logged a loss of null (NaN), and stopped there.
+  const bool diverged = !stepped && std::any_of(runs.begin(), runs.end(),
+                                                [](const RunRecords& run) { return !run.points("loss").empty(); });
   if (!all_reduced)
-    html += stepped ? "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has no gradients to exchange.</p>"
-                    : ended ? "<p class=\"meta\">No all-reduce was recorded: the run ended before it logged a training step.</p>"
-                            : "<p class=\"meta\">No all-reduce has been recorded yet: no training step was logged.</p>";
+    html += stepped ? "<p class=\"meta\">No all-reduce was recorded: one rank, or one replica per pipeline stage, has "
+                      "no gradients to exchange.</p>"
+            : diverged ? "<p class=\"meta\">No all-reduce was recorded: the run's first logged loss was no number (it "
+                         "diverged), and it stopped there.</p>"
+            : ended
+                ? "<p class=\"meta\">No all-reduce was recorded: the run ended before it logged a training step.</p>"
+                : "<p class=\"meta\">No all-reduce has been recorded yet: no training step was logged.</p>";
   if (!monitored) html += "<p class=\"meta\">" + unmonitored_text(runs, ended) + "</p>";
   if (monitored && runs.size() > 1) {  // a comparison: the runs the rank panels cannot show, named
     std::string missing;
