@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
     std::string model_bytes;
     std::string how;
     if (!args.tokenizer.empty()) {
+      if (fs::is_directory(args.tokenizer))
+        throw ddp::FileError(args.tokenizer + ": is a directory (--tokenizer names a SentencePiece tokenizer.model)");
       if (!fs::is_regular_file(args.tokenizer)) throw ddp::FileError(args.tokenizer + ": no such file (--tokenizer)");
       model_bytes = ddp::read_whole_file(args.tokenizer);
       how = "from " + args.tokenizer;

@@ -17,6 +17,10 @@ TEST_CASE("nearest suggests plausible typos only") {
   CHECK(nearest("bach_size", keys) == std::optional<std::string>("batch_size"));
   CHECK(nearest("epoch", keys) == std::optional<std::string>("epochs"));
   CHECK_FALSE(nearest("learning_rate", keys).has_value());
+  // Case is no typo: the candidate that differs only in case, not the nearest spelling.
+  CHECK(nearest("AdamW", {"sgd", "adam", "adamw"}) == std::optional<std::string>("adamw"));
+  CHECK(nearest("NCCL", {"auto", "gloo", "nccl"}) == std::optional<std::string>("nccl"));
+  CHECK(nearest("Adam", {"sgd", "adam", "adamw"}) == std::optional<std::string>("adam"));
 }
 
 TEST_CASE("parse_int and parse_double reject junk") {

@@ -125,6 +125,14 @@ TEST_CASE("broken NPY files are refused naming the file and the cause", "[data][
   CHECK_THROWS_WITH(ddp::open_npy_samples(no_order),
                     Contains("the NPY header has no 'fortran_order' (header: {'descr': '<f4', 'shape': (2,), })") &&
                         !Contains("\n"));
+  // What numpy's literal_eval reads besides its own writer's form: double-quoted keys and values,
+  // Python 2's longs (were: "has no 'fortran_order'", "malformed shape").
+  const std::string quoted =
+      npy("quoted.npy", "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2, 1), }", std::string(8, '\0'));
+  CHECK(ddp::read_npy(quoted).sizes() == torch::IntArrayRef({2, 1}));
+  const std::string longs =
+      npy("longs.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 1L), }", std::string(8, '\0'));
+  CHECK(ddp::read_npy(longs).sizes() == torch::IntArrayRef({2, 1}));
   REQUIRE(mkfifo(dir.file("pipe.npy").c_str(), 0600) == 0);  // its open used to wait for a writer
   refused(dir.file("pipe.npy"), "is not a regular file");
 }

@@ -266,6 +266,13 @@ TEST_CASE("load_idx_split checks the pair of files", "[data][idx]") {
     REQUIRE_FILE_ERROR(ddp::load_idx_split(dir.path(), "train"),
                        Contains(dir.path()) && Contains("train-labels-idx1-ubyte and train-labels-idx1-ubyte.gz"));
   }
+  SECTION("labels a directory: said so, not missing") {
+    write_file(images, idx_u8({5, 2, 2}));
+    std::filesystem::create_directories(labels);
+    REQUIRE_FILE_ERROR(ddp::load_idx_split(dir.path(), "train"),
+                       Contains(dir.path()) && Contains("its train labels train-labels-idx1-ubyte.gz is a directory, "
+                                                        "not a file"));
+  }
   SECTION("both a raw file and its .gz: the same data read (torchvision's layout), other data refused") {
     write_file(images, idx_u8({5, 2, 3}));
     write_file(images + ".gz", gzip(idx_u8({5, 2, 3})));

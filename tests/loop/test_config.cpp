@@ -120,6 +120,11 @@ TEST_CASE("unknown keys are errors with a hint", "[config]") {
   REQUIRE_THROWS_WITH(parse("train: {xyz: 1}"),
                       Contains("train.xyz: unknown key (valid keys of train: epochs, max_steps, batch_size"));
   REQUIRE_THROWS_WITH(parse("train: {epochs: 1, epochs: 2}"), Equals("train.epochs: duplicate key"));
+  // A YAML merge key, which YAML 1.2 (yaml-cpp) does not have: said as such (was: the valid keys).
+  REQUIRE_THROWS_WITH(parse("defaults: &d {epochs: 2}\ntrain:\n  <<: *d\n"),
+                      Contains("train.<<: unknown key (YAML merge keys, `<<: *anchor`, are not read here"));
+  // A choice in other case: the one it spells (was: "did you mean adam?" for AdamW).
+  REQUIRE_THROWS_WITH(parse("optim: {name: AdamW}"), Contains("(did you mean adamw?)"));
   // One key spelled both ways in one file: the last one silently won.
   for (const char* twice : {"train: {epochs: 3}\ntrain.epochs: 5\n", "train.epochs: 5\ntrain: {epochs: 3}\n"})
     REQUIRE_THROWS_WITH(parse(twice), Equals("train.epochs: duplicate key (written both in its section and as "

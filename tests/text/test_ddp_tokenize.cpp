@@ -162,6 +162,8 @@ TEST_CASE("ddp-tokenize: each bad input is one line naming it, exit 2, and nothi
            {{"--text", dir.file("blank.txt")}, dir.file("blank.txt") + ": no text, only blank lines"},
            {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model")},
             dir.file("garbage.model") + ": not a SentencePiece model"},
+           {{"--text", dir.file("words.txt"), "--tokenizer", dir.path()},
+            dir.path() + ": is a directory (--tokenizer names a SentencePiece tokenizer.model)"},
            {{"--text", dir.file("words.txt"), "--vocab-size", "5000"}, "Vocabulary size too high (5000)"},
            {{"--text", dir.file("words.txt"), "--tokenizer", dir.file("garbage.model"), "--vocab-size", "500"},
             "--tokenizer excludes --vocab-size"},

@@ -25,10 +25,17 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::optional<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  // Case is no typo's measure: "AdamW" is adamw, not adam; "NCCL" is nccl (was: no guess at all).
+  auto lower = [](std::string_view text) {
+    std::string folded(text);
+    for (char& c : folded) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return folded;
+  };
+  const std::string folded = lower(word);
   std::optional<std::string> best;
   std::size_t best_distance = 0;
   for (const auto& candidate : candidates) {
-    std::size_t d = edit_distance(word, candidate);
+    std::size_t d = edit_distance(folded, lower(candidate));
     if (!best || d < best_distance) {
       best = candidate;
       best_distance = d;

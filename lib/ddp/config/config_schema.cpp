@@ -380,6 +380,11 @@ void ConfigSchema::load_section(const Section& section, const YAML::Node& node) 
 
 std::string ConfigSchema::unknown_key(const std::string& path) const {
   std::string message = path + ": unknown key";
+  // yaml-cpp reads YAML 1.2, which has no merge key: `<<: *defaults` is a key named "<<".
+  if (path == "<<" || path.ends_with(".<<"))
+    return message +
+           " (YAML merge keys, `<<: *anchor`, are not read here: write the keys out, or use an "
+           "alias for a whole section or value, `train: *defaults`)";
   std::vector<std::string> section_names, leaf_paths;
   for (const auto& section : sections_) section_names.push_back(section.name);
   for (const auto& field : fields_) leaf_paths.push_back(field.path_);

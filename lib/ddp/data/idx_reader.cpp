@@ -264,6 +264,10 @@ namespace {
 
 std::string find_split_file(const std::string& dir, const std::string& stem, const std::string& what) {
   std::string path = find_idx_file(dir, stem);
+  std::error_code ignored;
+  for (const std::string& name : {stem, stem + ".gz"})  // was: said missing, as a directory is no file
+    if (path.empty() && std::filesystem::is_directory(dir + "/" + name, ignored))
+      fail_idx(dir, "its " + what + " " + name + " is a directory, not a file");
   if (path.empty()) fail_idx(dir, "missing " + what + ": looked for " + stem + " and " + stem + ".gz");
   return path;
 }

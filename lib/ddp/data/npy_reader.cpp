@@ -27,14 +27,16 @@ constexpr std::size_t kMaxHeader = 1 << 20;  // numpy writes a few hundred bytes
 std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
   // Without numpy's padding and closing newline, which split the message over two lines.
   const std::string shown = header.substr(0, header.find_last_not_of(" \n") + 1);
+  // numpy reads the header as a Python literal: a key in either quotes (a writer other than numpy's).
   auto at = header.find("'" + key + "'");
+  if (at == std::string::npos) at = header.find('"' + key + '"');
   if (at == std::string::npos) fail_npy(path, "the NPY header has no '" + key + "' (header: " + shown + ")");
   at = header.find(':', at);
   if (at == std::string::npos) fail_npy(path, "malformed NPY header: " + shown);
   auto start = header.find_first_not_of(' ', at + 1);
   if (start == std::string::npos) fail_npy(path, "malformed NPY header: " + shown);
   char open = header[start];
-  char close = open == '(' ? ')' : open == '[' ? ']' : open == '\'' ? '\'' : 0;
+  char close = open == '(' ? ')' : open == '[' ? ']' : open == '\'' || open == '"' ? open : 0;
   if (close) {
     auto end = header.find(close, start + 1);
     if (end == std::string::npos) fail_npy(path, "malformed NPY header: " + shown);
@@ -46,8 +48,9 @@ std::string dict_value(const std::string& header, const std::string& key, const 
 
 // descr is e.g. '<f4': byte order, then kind and item size ("f4"), returned without the order.
 std::string element_kind(const std::string& descr, const std::string& path) {
-  if (descr.size() < 4 || descr.front() != '\'' || descr.back() != '\'')
-    fail_npy(path, "structured dtype " + descr + " is not supported (use a plain numeric array)");
+  const bool quoted =
+      descr.size() >= 4 && (descr.front() == '\'' || descr.front() == '"') && descr.back() == descr.front();
+  if (!quoted) fail_npy(path, "structured dtype " + descr + " is not supported (use a plain numeric array)");
   std::string text = descr.substr(1, descr.size() - 2);
   char order = text[0];
   std::string kind = text.substr(1);
@@ -82,6 +85,7 @@ std::vector<int64_t> npy_shape(const std::string& tuple, const std::string& path
     item.erase(0, item.find_first_not_of(' '));
     item.erase(item.find_last_not_of(' ') + 1);
     if (!item.empty()) {
+      if (item.back() == 'L') item.pop_back();  // Python 2's long, as numpy of then wrote (4000L, 784L)
       auto value = parse_int(item);
       if (!value || *value < 0) fail_npy(path, "malformed shape " + tuple + " in the NPY header");
       shape.push_back(*value);
