@@ -261,7 +261,9 @@ TEST_CASE("a run resumed with train.max_steps or train.epochs behind its checkpo
                       "to 2 or more"},
         // Finished (its exit recorded): refused before its checkpoint is read, as the end it reached.
         Shortened{epochs, "train.epochs=1",
-                  "train.epochs 1 ends before step 64, where run " + epochs + " finished: it has trained past it"}}) {
+                  "train.epochs 1 ends before its 2 epochs, at step 64, where run " + epochs +
+                      " finished: it has trained "
+                      "past it"}}) {
     if (run == steps) {  // as if it crashed after its last checkpoint: no exit recorded, so it resumes
       std::string records = read_file(run + "/metrics.jsonl");
       records.erase(records.rfind("{\"step\": 10, \"exit_status\": 0}\n"));
@@ -321,12 +323,16 @@ TEST_CASE("a finished run run again does nothing, says so once, and leaves its o
   auto fewer = train(by_epochs, {"train.max_steps=0", "data.synthetic_train_samples=256", "train.epochs=1"});
   INFO(fewer.out << fewer.err);
   CHECK(fewer.exit_code == 2);
-  CHECK_THAT(fewer.err, Contains("train.epochs 1 ends before step 8, where run " + by_epochs + " finished"));
+  CHECK_THAT(fewer.err,
+             Contains("train.epochs 1 ends before its 2 epochs, at step 8, where run " + by_epochs + " finished"));
   // The same with a train.max_steps at its last step: the epochs still end first (was: "already finished").
   auto capped_fewer = train(by_epochs, {"train.max_steps=8", "data.synthetic_train_samples=256", "train.epochs=1"});
   INFO(capped_fewer.out << capped_fewer.err);
   CHECK(capped_fewer.exit_code == 2);
-  CHECK_THAT(capped_fewer.err, Contains("train.epochs 1 ends before step 8, where run " + by_epochs + " finished"));
+  CHECK_THAT(capped_fewer.err,
+             Contains("train.epochs 1 ends before epoch 2, which that run trained in, at step 8, where "
+                      "run " +
+                      by_epochs + " finished"));
   auto capped = train(by_epochs, {"train.max_steps=20", "data.synthetic_train_samples=256"});
   INFO(capped.out << capped.err);
   CHECK(capped.exit_code == 0);

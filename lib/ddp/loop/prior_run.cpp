@@ -166,26 +166,31 @@ PriorRunVerdict judge_prior_run(const std::string& dir, const std::string& resol
     const int64_t steps_then = number(keys_before, "train.max_steps"), steps_now = number(keys_now, "train.max_steps");
     const int64_t epochs_then = number(keys_before, "train.epochs"), epochs_now = number(keys_now, "train.epochs");
     const bool ended_by_epochs = steps_then == 0 || steps_then > finished;  // its epochs came first
+    // Epochs are said as epochs: a step is not one at another world size or batch, an epoch is the data.
     std::string behind;
     if (steps_now > 0 && steps_now <= finished) {
       lengthened = false;
-      if (steps_now < finished) behind = "train.max_steps " + std::to_string(steps_now);
+      if (steps_now < finished) behind = "train.max_steps " + std::to_string(steps_now) + " ends before step";
     } else if (ended_by_epochs && epochs_now <= epochs_then) {
       lengthened = false;  // its epochs end where they did, or before
-      if (epochs_now < epochs_then) behind = "train.epochs " + std::to_string(epochs_now);
+      if (epochs_now < epochs_then)
+        behind = "train.epochs " + std::to_string(epochs_now) + " ends before its " + std::to_string(epochs_then) +
+                 " epochs, at step";
     }
     // Fewer epochs than the run had begun end before its last step, whatever train.max_steps says
     // (was: "already finished" where max_steps was its end, though the epochs now end earlier).
-    if (behind.empty() && epochs_now > 0 && epochs_now < recorded.last_epoch) {
+    const auto begun = static_cast<int64_t>(recorded.last_epoch);
+    if (behind.empty() && epochs_now > 0 && epochs_now < begun) {
       lengthened = false;
-      behind = "train.epochs " + std::to_string(epochs_now);
+      behind = "train.epochs " + std::to_string(epochs_now) + " ends before epoch " + std::to_string(begun) +
+               ", which that run trained in, at step";
     }
     if (!behind.empty())
       return {PriorRunVerdict::Action::kRefuse,
-              behind + " ends before step " + std::to_string(finished) + ", where run " + dir +
+              behind + " " + std::to_string(finished) + ", where run " + dir +
                   " finished: it has trained past it, and resuming an earlier checkpoint would replace its outputs "
-                  "with an earlier model's. To train less, start a new run beside it with " + new_run +
-                  "; to go on, lengthen it past step " + std::to_string(finished)};
+                  "with an earlier model's. To train less, start a new run beside it with " +
+                  new_run + "; to go on, lengthen it past step " + std::to_string(finished)};
   }
   if (exit_status && *exit_status == 0 && refused.empty() && !lengthened)
     return {PriorRunVerdict::Action::kFinished,
