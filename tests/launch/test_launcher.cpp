@@ -696,7 +696,9 @@ TEST_CASE("on a terminal a worker's progress lines are redrawn in place, and nev
   CHECK_THAT(piped.out, Contains("[rank 0] progress=none"));
 }
 
-TEST_CASE("workers read ddprun's standard input, as under torchrun, but for a terminal's") {
+TEST_CASE(
+    "workers read ddprun's standard input, as under torchrun; on a terminal local rank 0 reads what is typed "
+    "there, and a breakpoint() is answered") {
   auto piped = run_shell("printf 'p x\\nc\\n' | " + ddprun() +
                              " --standalone --nproc-per-node 1 -- sh -c 'read a; read b; "
                              "echo \"got $a then $b\"'",
@@ -708,13 +710,32 @@ TEST_CASE("workers read ddprun's standard input, as under torchrun, but for a te
     WARN("skipped: no script(1) (util-linux) to give ddprun a terminal");
     return;
   }
-  // A terminal's would stop the worker, whose process group is not the terminal's: it reads none.
-  auto tty = run_shell(
-      "script -q -c \"" + ddprun() + " --standalone --nproc-per-node 1 -- sh -c 'read a; echo read=\\$?'\" /dev/null",
-      std::chrono::seconds(60));
+  // Note [Terminal input]: a terminal's would stop the worker, whose process group is not the
+  // terminal's; the launcher reads it for local rank 0 (was: no worker read any, so a breakpoint()'s
+  // prompt could not be answered). The other ranks read /dev/null; end of input ends rank 0's.
+  auto tty = run_shell("(sleep 1; printf 'typed here\\n'; sleep 2) | script -q -c \"" + ddprun() +
+                           " --standalone --nproc-per-node 2 -- sh -c 'read a; echo rank \\$RANK read=\\$? got=\\$a; "
+                           "read b; echo rank \\$RANK then=\\$?'\" /dev/null",
+                       std::chrono::seconds(60));
   INFO(tty.out << tty.err);
   CHECK(tty.exit_code == 0);
-  CHECK_THAT(tty.out, Contains("[rank 0] read=1"));
+  // A terminal's lines end in "\r\n".
+  CHECK_THAT(tty.out, Contains("\n[rank 0] rank 0 read=0 got=typed here\r\n"));
+  CHECK_THAT(tty.out, Contains("\n[rank 1] rank 1 read=1 got=\r\n"));
+  CHECK_THAT(tty.out, Contains("\n[rank 0] rank 0 then=1\r\n"));  // Ctrl-D, as script(1) sends at its input's end
+  // pdb at a breakpoint(), answered from the terminal, its replies behind the prefix (the echo of a
+  // typed line ended the prompt's line on the screen).
+  TempDir dir;
+  write_file(dir.file("bp.py"), "x = 41\nbreakpoint()\nprint('after', x + 1)\n");
+  auto pdb = run_shell(
+      "(sleep 2; printf 'p x\\n'; sleep 1; printf 'c\\n'; sleep 2) | PYTHONBREAKPOINT= "
+      "DDPRUN_PYTHON=/usr/bin/python3 script -q -c \"" +
+          ddprun() + " --standalone " + dir.file("bp.py") + "\" /dev/null",
+      std::chrono::seconds(60));
+  INFO(pdb.out << pdb.err);
+  CHECK(pdb.exit_code == 0);
+  CHECK_THAT(pdb.out, Contains("(Pdb) p x\r\n[rank 0] 41\r\n"));
+  CHECK_THAT(pdb.out, Contains("\n[rank 0] after 42\r\n"));
 }
 
 TEST_CASE(

@@ -25,6 +25,7 @@
 #include "ddp/launch/process.h"
 #include "ddp/launch/recorded_error.h"
 #include "ddp/launch/signals.h"
+#include "ddp/launch/terminal_input.h"
 #include "ddp/launch/watchdog.h"
 #include "ddp/launch/worker_env.h"
 #include "ddp/launch/worker_state.h"
@@ -183,7 +184,9 @@ class Attempt {
       if (torchrun_logs()) target.redirected = options_.redirects[local];
       if (!options_.log_dir.empty()) make_log_directory(rank_log_dir(id.rank));
 
-      SpawnedProcess process = spawn_process(options_.program, merge_environment(base, variables));
+      SpawnedProcess process =
+          spawn_process(options_.program, merge_environment(base, variables), local == 0 ? terminal_.worker_end() : -1);
+      if (local == 0) terminal_.worker_started();
       watchdog_.watch(process.pid);
       Worker worker;
       worker.local_rank = local;
@@ -210,11 +213,16 @@ class Attempt {
     while (!all_exited() || state_.holding()) {
       std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
       for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
+      const int typed = terminal_.poll_fd();  // Note [Terminal input]
+      if (typed >= 0) fds.push_back({typed, POLLIN, 0});
       int ready = poll(fds.data(), fds.size(), tick_ms);
       if (elastic_ && was_frozen()) continue;
       if (ready > 0) {
         for (std::size_t i = 1; i < fds.size(); ++i)
-          if (fds[i].revents) relay_.on_readable(fds[i].fd);
+          if (fds[i].revents && fds[i].fd == typed) {
+            if (terminal_.on_readable()) relay_.line_ended_by_echo();
+          } else if (fds[i].revents)
+            relay_.on_readable(fds[i].fd);
         for (int sig : signals_.take())
           if (sig != SIGCHLD) on_launcher_signal(sig);
       }
@@ -559,6 +567,7 @@ class Attempt {
   Clock::time_point last_tick_;  // elastic: when the monitor loop last checked it was not stopped (was_frozen)
   std::optional<int64_t> oom_kills_at_start_;  // out_of_memory_kills() as the workers started
   OutputRelay relay_;
+  TerminalInput terminal_;  // Note [Terminal input]
   std::vector<Worker> workers_;
   std::optional<Clock::time_point> stop_deadline_;
 };

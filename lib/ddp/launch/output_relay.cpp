@@ -260,6 +260,8 @@ void OutputRelay::show_unfinished_lines(std::chrono::milliseconds idle) {
   }
 }
 
+void OutputRelay::line_ended_by_echo() { open_line_owner = nullptr; }
+
 bool OutputRelay::to_console(const Stream& stream, const std::string& line, std::size_t shown) {
   const RelayTarget& target = targets_[stream.worker];
   if (!target.to_console || (target.redirected & (stream.is_stderr ? 2 : 1))) return false;

@@ -64,6 +64,9 @@ class OutputRelay {
   /// Shows on a terminal the line each worker has begun and left unfinished for `idle` (a prompt, a
   /// progress bar redrawn with carriage returns): Note [Unfinished lines].
   void show_unfinished_lines(std::chrono::milliseconds idle);
+  /// The terminal's echo of a typed line ended the line open on the screen (Note [Terminal input]):
+  /// its worker's next bytes start a new line behind the prefix.
+  void line_ended_by_echo();
 
   /// Reads whatever every pipe holds without waiting, then closes them all, flushing partial lines.
   void drain_and_close();

@@ -62,7 +62,8 @@ std::string worker_oom_score_adj() {
 
 }  // namespace
 
-SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+                             int stdin_fd) {
   int out_pipe[2], err_pipe[2], beat_pipe[2];
   std::vector<int> opened;
   for (int* fds : {out_pipe, err_pipe, beat_pipe}) {
@@ -99,7 +100,7 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
   }
   if (pid == 0) {
     for (int sig : kStopSignals) signal(sig, SIG_DFL);
-    for (int sig : {SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+    for (int sig : {SIGCHLD, SIGPIPE, SIGTTIN}) signal(sig, SIG_DFL);  // ignored ones would stay so across exec
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -113,7 +114,9 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     }
     // Standard input is the launcher's, as under torchrun (commands piped to pdb), but for a
     // terminal: the worker's process group is not the terminal's, and a read would stop it (SIGTTIN).
-    if (stdin_is_terminal) {
+    if (stdin_fd >= 0) {
+      dup2(stdin_fd, 0);
+    } else if (stdin_is_terminal) {
       int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
       dup2(null_in, 0);
     }

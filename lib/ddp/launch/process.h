@@ -22,10 +22,12 @@ struct SpawnedProcess {
 /// The worker's end of its heartbeat pipe (DDPRUN_HEARTBEAT_FD).
 constexpr int kWorkerHeartbeatFd = 3;
 
-/// Starts argv with exactly `environment`; stdin is the launcher's (/dev/null where that is a
-/// terminal), stdout and stderr are pipes, and fd 3 is the write end of a heartbeat pipe. An exec failure shows up as
-/// exit status 127 with the reason on the worker's stderr.
-SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
+/// Starts argv with exactly `environment`; stdin is `stdin_fd` where given (Note [Terminal input]),
+/// else the launcher's (/dev/null where that is a terminal), stdout and stderr are pipes, and fd 3 is
+/// the write end of a heartbeat pipe. An exec failure shows up as exit status 127 with the reason on
+/// the worker's stderr.
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+                             int stdin_fd = -1);
 
 /// The kernel's state letter for a process (R running, S sleeping, T stopped, t traced, Z zombie,
 /// ...), from /proc/<pid>/stat; '?' when it cannot be read (the process is gone).
