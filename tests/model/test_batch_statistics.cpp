@@ -38,6 +38,12 @@ TEST_CASE("batch statistics: BatchNorm with and without running statistics, Sync
     root->register_module("bn", std::make_shared<torch::nn::Module>("BatchNorm2d"));
     root->register_module("head", std::make_shared<torch::nn::Module>("MyBatchNormalizer"));
     CHECK(batch_statistics_of(*root).first_layer == "bn");
+    // A Python subclass of nn.BatchNorm2d: its own class name, BatchNorm's running statistics.
+    auto subclass = std::make_shared<torch::nn::Module>("Net");
+    auto mine = subclass->register_module("norm", std::make_shared<torch::nn::Module>("MyBN"));
+    mine->register_buffer("running_mean", torch::zeros({4}));
+    CHECK(batch_statistics_of(*subclass).first_layer == "norm");
+    CHECK_FALSE(batch_statistics_of(*subclass).all_synced);
   }
 }
 

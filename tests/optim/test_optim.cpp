@@ -71,6 +71,9 @@ TEST_CASE("LrSchedule: warmup, constant, step and cosine values", "[optim][sched
   CHECK(cosine.lr_at(35) == Approx(0.01 + 0.05 * (1 + std::cos(M_PI / 4))).epsilon(1e-12));
   CHECK(cosine.lr_at(110) == Approx(0.01).epsilon(1e-12));            // the end
   CHECK(cosine.lr_at(1000) == Approx(0.01).epsilon(1e-12));           // and after it
+  // A floor above the lr the cosine decays from (optim.lr as optim.lr_scaling made it) would climb.
+  CHECK_THROWS_WITH(LrSchedule(cosine_config, 0.005, 110),
+                    Catch::Contains("schedule.min_lr: 0.01 is above the lr the cosine decays from, 0.005"));
 
   // schedule.decay_steps fixes the cosine's end whatever the run's length: a longer run's lr at
   // each step is a shorter one's, and stays at min_lr after the end.

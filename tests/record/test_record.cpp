@@ -565,9 +565,9 @@ TEST_CASE("the report's numbers: the median of an even count, the eval metrics o
   CHECK_THAT(page("diverged"), Contains("the run's first logged loss was no number (it diverged)") &&
                                    !Contains("ended before it logged"));
   // Rank 0's exit 1 after another rank's failure names that rank.
-  REQUIRE(report("peer", "{\"step\": 3, \"loss\": 1}\n{\"step\": 3, \"exit_status\": 1, \"failed_first_rank\": 2}\n")
+  REQUIRE(report("peer", "{\"step\": 3, \"loss\": 1}\n{\"step\": 3, \"exit_status\": 1, \"never_arrived_rank\": 2}\n")
               .exit_code == 0);
-  CHECK_THAT(page("peer"), Contains(">rank 2 failed</span> (rank 0 then exited 1;"));
+  CHECK_THAT(page("peer"), Contains(">rank 2 never arrived</span> at a collective, and rank 0 exited 1"));
 }
 
 namespace {

@@ -166,7 +166,7 @@ class Attempt {
           std::to_string(layout_.role_world_size > 0 ? layout_.role_world_size : layout_.world_size);
       if (!std::getenv(env::kOmpNumThreads))
         variables[env::kOmpNumThreads] = std::to_string(threads_per_worker(options_.nproc_per_node));
-      variables.merge(torchrun_defaults(options_.python_torch_version, std::getenv));
+      if (!options_.runs_trainer) variables.merge(torchrun_defaults(options_.python_torch_version, std::getenv));
       // As torchrun's: @record's report of a failed rank, which the summary names (stale ones removed).
       if (!options_.log_dir.empty()) {
         variables[env::kElasticErrorFile] = error_file(id.rank);

@@ -35,6 +35,7 @@ void on_signal(int sig, siginfo_t* info, void*) {
 // ExitOnStopSignal's lines, one a stop signal, written before any handler may run: a handler may
 // only write and exit.
 char g_exit_lines[std::size(kStopSignals)][512];
+struct sigaction g_previous[std::size(kStopSignals)];
 
 void exit_on_signal(int sig) {
   for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
@@ -50,18 +51,22 @@ void exit_on_signal(int sig) {
 }  // namespace
 
 ExitOnStopSignal::ExitOnStopSignal(const std::string& while_doing) {
-  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
-    std::snprintf(g_exit_lines[i], sizeof g_exit_lines[i], "ddprun: received %s %s\n",
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)  // the line's end kept, however long the rest
+    std::snprintf(g_exit_lines[i], sizeof g_exit_lines[i], "ddprun: received %s %.400s\n",
                   signal_name(kStopSignals[i]).c_str(), while_doing.c_str());
   struct sigaction action = {};
   action.sa_handler = exit_on_signal;
   sigemptyset(&action.sa_mask);
   for (int sig : kStopSignals) sigaddset(&action.sa_mask, sig);
-  for (int sig : kStopSignals) sigaction(sig, &action, nullptr);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+    sigaction(kStopSignals[i], nullptr, &g_previous[i]);
+    // One ignored when ddprun started (nohup's SIGHUP) stays ignored.
+    if (g_previous[i].sa_handler != SIG_IGN) sigaction(kStopSignals[i], &action, nullptr);
+  }
 }
 
 ExitOnStopSignal::~ExitOnStopSignal() {
-  for (int sig : kStopSignals) signal(sig, SIG_DFL);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
 }
 
 SignalPipe::SignalPipe() {

@@ -18,7 +18,7 @@ std::vector<std::string> current_environment();
 /// What torchrun's agent sets for its workers unless the launcher's environment (`lookup`) has it:
 /// NCCL's asynchronous error handling, under the name the workers' torch reads. `torch_version`:
 /// a Python script's torch ("1.13.0"), as probed; empty when unknown (any other program), which gets
-/// only the newer name, as an older torch on ddp-train's side is never NCCL's.
+/// the newer name. Not for ddp-train, which sets the name its own LibTorch reads.
 std::map<std::string, std::string> torchrun_defaults(const std::string& torch_version,
                                                      const std::function<const char*(const char*)>& lookup);
 

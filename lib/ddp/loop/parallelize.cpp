@@ -155,10 +155,8 @@ std::unique_ptr<ParallelModel> parallelize(Task& task, ParallelPlan& plan, const
   std::vector<torch::Tensor> weights;
   for (const auto& t : tables) weights.push_back(t.weight);
   parallel->parameters = plan.prepare_model(task.model(), sharded_tables ? weights : std::vector<torch::Tensor>{});
-  std::vector<torch::Tensor> read_in_training;
   if (const auto* model = dynamic_cast<const Model*>(&task.model()))  // a graph task's is a plain module
-    for (const auto& [name, buffer] : model->buffers_read_in_training()) read_in_training.push_back(buffer);
-  plan.watch_buffers_read_in_training(std::move(read_in_training));
+    plan.watch_buffers_read_in_training(model->buffers_read_in_training());
   // A deferred build's parameters get their values from the pass that keeps them: the tensor pass
   // its slices, the sharding engine unit by unit (under stage 3 each rank its share alone), the
   // all-reduce the rest (a stage's own) whole (Note [Deferred initialisation]).

@@ -546,7 +546,7 @@ void RunRecorder::stopped(const TrainProgress& progress, int signal, StopReason 
   }
 }
 
-void RunRecorder::failed(const TrainProgress& progress, int exit_status, int failed_first_rank) {
+void RunRecorder::failed(const TrainProgress& progress, int exit_status, int never_arrived_rank) {
   // ddp-train leaves at once after a failure's message (run_main's exit_at_once), with no
   // destructor run: the directory this run made, holding nothing trained, goes here.
   if (world_.rank == 0 && !created_dir_.empty() && !stepped_) {
@@ -554,18 +554,18 @@ void RunRecorder::failed(const TrainProgress& progress, int exit_status, int fai
     return;
   }
   try {
-    write_report(progress, exit_status, /*last=*/true, failed_first_rank);
+    write_report(progress, exit_status, /*last=*/true, never_arrived_rank);
   } catch (const std::exception& e) {  // the failure's own message is the one that matters
     spdlog::warn("the failure is not recorded in metrics.jsonl: {}", e.what());
   }
 }
 
 void RunRecorder::write_report(const TrainProgress& progress, std::optional<int> exit_status, bool last,
-                               int failed_first_rank) {
+                               int never_arrived_rank) {
   if (world_.rank != 0 || !metrics_) return;
   if (exit_status) {
     MetricsRecord end{{"step", static_cast<double>(progress.step)}, {"exit_status", static_cast<double>(*exit_status)}};
-    if (failed_first_rank >= 0) end.emplace_back("failed_first_rank", static_cast<double>(failed_first_rank));
+    if (never_arrived_rank >= 0) end.emplace_back("never_arrived_rank", static_cast<double>(never_arrived_rank));
     metrics_->write(end);
   }
   if (!config_.logging.report) return;

@@ -109,9 +109,9 @@ class RunRecorder {
   /// The run failed at `progress` (an exception leaves the loop) and ends with `exit_status`: rank
   /// 0 records it and renders the report of what was recorded, which its pacer may have left behind
   /// by several evaluations; or, before a step ended, removes the directory this run created.
-  /// `failed_first_rank`: the rank whose failure this one's followed (-1: its own), recorded beside
-  /// the exit status so that the report names it.
-  void failed(const TrainProgress& progress, int exit_status, int failed_first_rank = -1);
+  /// `never_arrived_rank`: a rank that never arrived at the collective this one's failure was (-1:
+  /// none), recorded beside the exit status so that the report names it.
+  void failed(const TrainProgress& progress, int exit_status, int never_arrived_rank = -1);
 
  private:
   /// On rank 0, the directory this run created and any parents it made, when no step has ended.
@@ -123,7 +123,7 @@ class RunRecorder {
   void show_progress_line(const TrainProgress& progress);
   double eta_seconds(const TrainProgress& progress) const;
   void write_report(const TrainProgress& progress, std::optional<int> exit_status, bool last = false,
-                    int failed_first_rank = -1);
+                    int never_arrived_rank = -1);
 
   // Sums since the last log line, added up over ranks by name.
   struct LogWindow {

@@ -220,16 +220,16 @@ int Trainer::fit() {
   try {
     return train_to_the_end();
   } catch (...) {
-    // A collective that another rank never arrived at: that rank failed first (its status, 2 or a
-    // signal's, is ddprun's; this one's is 1), and the record names it.
-    int failed_first = -1;
+    // A collective that another rank never arrived at (it failed, was killed or hung: its status
+    // is its own, this one's is 1): the record names it.
+    int never_arrived = -1;
     try {
       throw;
     } catch (const CollectiveError& e) {
-      if (!e.missing().empty()) failed_first = e.missing().front();
+      if (!e.missing().empty()) never_arrived = e.missing().front();
     } catch (...) {
     }
-    recorder_->failed(progress_, exit_status_of(std::current_exception()), failed_first);  // and the report
+    recorder_->failed(progress_, exit_status_of(std::current_exception()), never_arrived);  // and the report
     throw;
   }
 }

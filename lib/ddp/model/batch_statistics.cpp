@@ -24,7 +24,11 @@ BatchStatistics batch_statistics_of(const torch::nn::Module& model) {
   BatchStatistics found;
   for (const auto& module : model.named_modules()) {
     const std::string name = bare_class(module.value()->name());
-    if (!is_batch_norm(name)) continue;
+    // A class of its own that keeps running statistics (a Python subclass of nn.BatchNorm2d) counts
+    // too; InstanceNorm's are per sample.
+    const bool keeps_statistics = module.value()->named_buffers(/*recurse=*/false).contains("running_mean") &&
+                                  name.find("InstanceNorm") == std::string::npos;
+    if (!is_batch_norm(name) && !keeps_statistics) continue;
     if (found.first_layer.empty()) found.first_layer = module.key().empty() ? name : module.key();
     found.all_synced = found.all_synced && name.starts_with("Sync");
   }

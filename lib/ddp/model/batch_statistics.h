@@ -18,7 +18,8 @@ struct BatchStatistics {
 
 /// A built-in model's BatchNorm and SyncBatchNorm layers, and a TorchScript model's torch.nn
 /// BatchNorm{1,2,3}d and SyncBatchNorm (its mirrors carry the class name), with running statistics or
-/// without; InstanceNorm, LayerNorm and GroupNorm normalise each sample alone and are not counted.
+/// without, and any other module with a running_mean buffer (a subclass of them); InstanceNorm,
+/// LayerNorm and GroupNorm normalise each sample alone and are not counted.
 BatchStatistics batch_statistics_of(const torch::nn::Module& model);
 
 }  // namespace ddp

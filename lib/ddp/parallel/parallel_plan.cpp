@@ -417,37 +417,11 @@ void ParallelPlan::share_buffers() {
   // every rank before each forward. In training mode BatchNorm reads none of them, and rank 0's own
   // never depend on the other ranks', so copying them only when they are read (before evaluation;
   // rank 0 writes checkpoints and model.pt from its own) gives exactly DDP's values, without a
-  // collective per step. A buffer that a training forward reads (a TorchScript module's running
-  // average of its inputs, Model::buffers_read_in_training) is shared before each step as well, as
-  // DDP would: once changed on any replica, rank 0's values go to all. Which changed is told by its
-  // version counter (bumped by every in-place write, the scripted mirror's copy of a reassigned one
-  // too) and agreed by one small all-reduce, so a constant table or mask costs no broadcast.
-  // Was: shared at evaluations only, so the weights depended on how often the run evaluated, and a
-  // resume (every rank from rank 0's buffers) was not the run that went on.
+  // collective per step. Buffers that a training forward does read: Note [Buffers read in training].
   const Communicator& replicas = data_parallel();
+  training_buffers_.before_share();
   if (!buffers_.empty() && replicas.world_size > 1) broadcast_coalesced(replicas, buffers_, 0);
-  for (std::size_t i = 0; i < read_in_training_.size(); ++i) shared_versions_[i] = read_in_training_[i]._version();
-}
-
-void ParallelPlan::watch_buffers_read_in_training(std::vector<torch::Tensor> buffers) {
-  read_in_training_ = std::move(buffers);
-  shared_versions_.clear();
-  for (const auto& buffer : read_in_training_)
-    shared_versions_.push_back(buffer._version());  // shared by prepare_model
-}
-
-void ParallelPlan::before_step() {
-  const Communicator& replicas = data_parallel();
-  if (read_in_training_.empty() || replicas.world_size == 1) return;
-  auto changed = torch::zeros({static_cast<int64_t>(read_in_training_.size())}, torch::kDouble);
-  for (std::size_t i = 0; i < read_in_training_.size(); ++i)
-    if (read_in_training_[i]._version() != shared_versions_[i]) changed[static_cast<int64_t>(i)] = 1;
-  changed = all_reduce_sum(replicas, changed);
-  std::vector<torch::Tensor> stale;
-  for (std::size_t i = 0; i < read_in_training_.size(); ++i)
-    if (changed[static_cast<int64_t>(i)].item<double>() > 0) stale.push_back(read_in_training_[i]);
-  if (!stale.empty()) broadcast_coalesced(replicas, stale, 0);
-  for (std::size_t i = 0; i < read_in_training_.size(); ++i) shared_versions_[i] = read_in_training_[i]._version();
+  training_buffers_.shared();
 }
 
 std::vector<torch::Tensor> ParallelPlan::gather_checkpoint_state() const {

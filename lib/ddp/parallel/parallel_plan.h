@@ -23,6 +23,7 @@
 #include "ddp/parallel/sharded_data_parallel.h"
 #include "ddp/parallel/stage_parameters.h"
 #include "ddp/parallel/tensor_shards.h"
+#include "ddp/parallel/training_buffers.h"
 
 namespace ddp {
 
@@ -147,11 +148,13 @@ class ParallelPlan {
 
   /// Before evaluation: rank 0's buffers (BatchNorm statistics) on every replica (Note [Lazy buffer broadcast]).
   void share_buffers();
-  /// The buffers a training forward reads (Model::buffers_read_in_training), which before_step shares.
-  void watch_buffers_read_in_training(std::vector<torch::Tensor> buffers);
-  /// Before a training step's first forward: rank 0's values of those of the watched buffers that
-  /// changed on any replica since they were last shared (Note [Lazy buffer broadcast]).
-  void before_step();
+  /// The buffers a training forward reads (Model::buffers_read_in_training), by name, which
+  /// before_step shares (Note [Buffers read in training]).
+  void watch_buffers_read_in_training(std::vector<std::pair<std::string, torch::Tensor>> buffers) {
+    training_buffers_.watch(std::move(buffers));
+  }
+  /// Before a training step's first forward: rank 0's values of those buffers on every replica.
+  void before_step() { training_buffers_.before_step(data_parallel()); }
 
   /// Whether this rank writes checkpoints and model files: every parameter and optimizer state is
   /// here already (replicas), so rank 0 alone.
@@ -178,8 +181,7 @@ class ParallelPlan {
   void place(const std::vector<torch::Tensor>& held);
 
   std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
-  std::vector<torch::Tensor> read_in_training_;  // of buffers_, those a training forward reads
-  std::vector<int64_t> shared_versions_;         // their version counters when last shared
+  TrainingBuffers training_buffers_;    // of buffers_, those a training forward reads
   Placements placements_;
   bool side_values_after_sync_ = false;  // pipeline stages: the sync carries no side values
   std::unique_ptr<OptimizerShards> shards_;  // dist.shard: optimizer

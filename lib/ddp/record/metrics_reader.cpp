@@ -82,10 +82,10 @@ std::optional<double> RunRecords::exit_status() const {
   return std::nullopt;
 }
 
-std::optional<double> RunRecords::failed_first_rank() const {
+std::optional<double> RunRecords::never_arrived_rank() const {
   if (!exit_status()) return std::nullopt;
   for (const auto& [key, value] : records.back())
-    if (key == "failed_first_rank") return value;
+    if (key == "never_arrived_rank") return value;
   return std::nullopt;
 }
 

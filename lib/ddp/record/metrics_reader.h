@@ -30,9 +30,9 @@ struct RunRecords {
   /// How the run ended: the exit status in its last record; none while it runs (an exit status
   /// followed by other records is an earlier attempt's, which the run went on from).
   std::optional<double> exit_status() const;
-  /// With a failed exit status: the rank whose failure rank 0's followed (a collective it never
-  /// arrived at), whose own status ddprun's summary gives; none when rank 0's was its own.
-  std::optional<double> failed_first_rank() const;
+  /// With a failed exit status: a rank that never arrived at the collective rank 0's failure was
+  /// (it failed, was killed, or hung), as its count in the store told; none otherwise.
+  std::optional<double> never_arrived_rank() const;
   /// The keys that occur, each once, in order of first occurrence.
   std::vector<std::string> keys() const;
 

@@ -47,12 +47,11 @@ std::string exit_text(const RunRecords& run) {
   if (code == 0) return R"(<span class="ok">finished</span> (exit 0))";
   if (code > 128) return fmt::format(R"(<span class="failed">stopped by signal {}</span> (exit {}); a checkpoint was saved)",
                                      code - 128, code);
-  // Rank 0's status, which the job's is not where another rank failed first (2, or 137 for a
-  // SIGKILL, while rank 0 exits 1 when the collective fails): that rank is named.
-  if (auto first = run.failed_first_rank(); first && std::isfinite(*first))
-    return fmt::format(R"(<span class="failed">rank {} failed</span> (rank 0 then exited {}; ddprun's summary )"
-                       R"(gives rank {}'s exit status))",
-                       static_cast<int64_t>(*first), code, static_cast<int64_t>(*first));
+  // Rank 0's status, which is not the job's where another rank went first (its exit 2, or 137 for
+  // a SIGKILL, while rank 0 exits 1 when the collective fails): that rank is named.
+  if (auto other = run.never_arrived_rank(); other && std::isfinite(*other))
+    return fmt::format(R"(<span class="failed">rank {} never arrived</span> at a collective, and rank 0 exited {})",
+                       static_cast<int64_t>(*other), code);
   return fmt::format(R"(<span class="failed">exit {}</span>)", code);
 }
 
