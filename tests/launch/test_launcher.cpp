@@ -718,29 +718,45 @@ TEST_CASE(
   // Note [Terminal input]: a terminal's would stop the worker, whose process group is not the
   // terminal's; the launcher reads it for local rank 0 (was: no worker read any, so a breakpoint()'s
   // prompt could not be answered). The other ranks read /dev/null; end of input ends rank 0's.
-  auto tty = run_shell("(sleep 1; printf 'typed here\\n'; sleep 2) | script -q -c \"" + ddprun() +
+  // What script(1) shows goes to a file too (-f: as written), which the typing waits on: each line is
+  // typed once its prompt is there, not after a guess at how long a start takes. Ctrl-D (\004) ends
+  // the input, as a user's would.
+  TempDir dir;
+  struct Answer {
+    std::string prompt;  // typed once it has been shown `times` times
+    int times;
+    std::string line;
+  };
+  auto typed = [&dir](const std::string& name, const std::vector<Answer>& answers) {
+    std::string feed = "(";
+    for (const auto& [prompt, times, line] : answers)
+      feed += "i=0; until [ $(grep -o '" + prompt + "' " + dir.file(name) + " 2>/dev/null | wc -l) -ge " +
+              std::to_string(times) + " ] || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done; printf '" + line + "'; ";
+    return feed + "sleep 1)";
+  };
+  auto tty = run_shell(typed("tty", {{"OMP_NUM_THREADS", 1, "typed here\\n"}, {"rank 1 then", 1, "\\004"}}) +
+                           " | script -q -f -c \"unset OMP_NUM_THREADS; " + ddprun() +
                            " --standalone --nproc-per-node 2 -- sh -c 'read a; echo rank \\$RANK read=\\$? got=\\$a; "
-                           "read b; echo rank \\$RANK then=\\$?'\" /dev/null",
+                           "read b; echo rank \\$RANK then=\\$?'\" " +
+                           dir.file("tty"),
                        std::chrono::seconds(60));
   INFO(tty.out << tty.err);
   CHECK(tty.exit_code == 0);
   // A terminal's lines end in "\r\n".
-  CHECK_THAT(tty.out, Contains("\n[rank 0] rank 0 read=0 got=typed here\r\n"));
-  CHECK_THAT(tty.out, Contains("\n[rank 1] rank 1 read=1 got=\r\n"));
-  CHECK_THAT(tty.out, Contains("\n[rank 0] rank 0 then=1\r\n"));  // Ctrl-D, as script(1) sends at its input's end
+  CHECK_THAT(tty.out, Contains("[rank 0] rank 0 read=0 got=typed here\r\n"));
+  CHECK_THAT(tty.out, Contains("[rank 1] rank 1 read=1 got=\r\n"));
+  CHECK_THAT(tty.out, Contains("[rank 0] rank 0 then=1\r\n"));  // Ctrl-D
   // pdb at a breakpoint(), answered from the terminal, its replies behind the prefix (the echo of a
   // typed line ended the prompt's line on the screen).
-  TempDir dir;
   write_file(dir.file("bp.py"), "x = 41\nbreakpoint()\nprint('after', x + 1)\n");
-  auto pdb = run_shell(
-      "(sleep 2; printf 'p x\\n'; sleep 1; printf 'c\\n'; sleep 2) | PYTHONBREAKPOINT= "
-      "DDPRUN_PYTHON=/usr/bin/python3 script -q -c \"" +
-          ddprun() + " --standalone " + dir.file("bp.py") + "\" /dev/null",
-      std::chrono::seconds(60));
+  auto pdb = run_shell(typed("pdb", {{"(Pdb)", 1, "p x\\n"}, {"(Pdb)", 2, "c\\n"}}) +
+                           " | PYTHONBREAKPOINT= DDPRUN_PYTHON=/usr/bin/python3 script -q -f -c \"" + ddprun() +
+                           " --standalone " + dir.file("bp.py") + "\" " + dir.file("pdb"),
+                       std::chrono::seconds(60));
   INFO(pdb.out << pdb.err);
   CHECK(pdb.exit_code == 0);
   CHECK_THAT(pdb.out, Contains("(Pdb) p x\r\n[rank 0] 41\r\n"));
-  CHECK_THAT(pdb.out, Contains("\n[rank 0] after 42\r\n"));
+  CHECK_THAT(pdb.out, Contains("[rank 0] after 42\r\n"));
 }
 
 TEST_CASE(

@@ -408,11 +408,15 @@ void connect_group(Communicator& comm, const WorkerIdentity& env, const DistConf
     // A hung collective aborts at dist.timeout_s rather than hangs, as torchrun's agent has it: the
     // name this LibTorch reads, unless either is set (2.2 and later read the first and warn of the
     // second; earlier ones read only the second). The launcher leaves it to ddp-train.
-    if (!std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") && !std::getenv("NCCL_ASYNC_ERROR_HANDLING"))
-      setenv(TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
-                 ? "TORCH_NCCL_ASYNC_ERROR_HANDLING"
-                 : "NCCL_ASYNC_ERROR_HANDLING",
-             "1", /*overwrite=*/0);
+    // Once: ranks as threads connect at once, and the environment is no place for a race.
+    static std::once_flag error_handling;
+    std::call_once(error_handling, [] {
+      if (!std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") && !std::getenv("NCCL_ASYNC_ERROR_HANDLING"))
+        setenv(TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+                   ? "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+                   : "NCCL_ASYNC_ERROR_HANDLING",
+               "1", /*overwrite=*/0);
+    });
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout;
     comm.make_group = [nccl_options](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {

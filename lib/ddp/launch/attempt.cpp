@@ -212,9 +212,10 @@ class Attempt {
     // A failure held back (Note [Failure or membership change]) is decided even after every worker exited.
     while (!all_exited() || state_.holding()) {
       std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
-      for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
-      const int typed = terminal_.poll_fd();  // Note [Terminal input]
+      // Note [Terminal input]: first, so that a typed line's echo is taken before other output.
+      const int typed = terminal_.poll_fd();
       if (typed >= 0) fds.push_back({typed, POLLIN, 0});
+      for (int fd : relay_.open_fds()) fds.push_back({fd, POLLIN, 0});
       int ready = poll(fds.data(), fds.size(), tick_ms);
       if (elastic_ && was_frozen()) continue;
       if (ready > 0) {

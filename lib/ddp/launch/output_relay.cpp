@@ -260,7 +260,10 @@ void OutputRelay::show_unfinished_lines(std::chrono::milliseconds idle) {
   }
 }
 
-void OutputRelay::line_ended_by_echo() { open_line_owner = nullptr; }
+void OutputRelay::line_ended_by_echo() {
+  open_line_owner = nullptr;
+  progress_on_screen = false;  // the echo went after it: a redraw's "\r\x1b[K" would clear the wrong line
+}
 
 bool OutputRelay::to_console(const Stream& stream, const std::string& line, std::size_t shown) {
   const RelayTarget& target = targets_[stream.worker];

@@ -113,7 +113,8 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
       close(adj);
     }
     // Standard input is the launcher's, as under torchrun (commands piped to pdb), but for a
-    // terminal: the worker's process group is not the terminal's, and a read would stop it (SIGTTIN).
+    // terminal: the worker's process group is not the terminal's, and a read would stop it (SIGTTIN);
+    // local rank 0 then reads a pipe the launcher feeds from it (Note [Terminal input]).
     if (stdin_fd >= 0) {
       dup2(stdin_fd, 0);
     } else if (stdin_is_terminal) {

@@ -32,6 +32,14 @@ void on_signal(int sig, siginfo_t* info, void*) {
   errno = saved;
 }
 
+// nohup's SIGHUP, ignored when ddprun started, stays ignored: a logout must not stop the run that
+// nohup was to keep going (was: taken as a stop request). Other signals ignored on entry (a
+// non-interactive shell's background job ignores SIGINT) are still the stop requests they ask for.
+bool hangup_ignored_by_nohup(int sig) {
+  struct sigaction now = {};
+  return sig == SIGHUP && sigaction(SIGHUP, nullptr, &now) == 0 && now.sa_handler == SIG_IGN;
+}
+
 // ExitOnStopSignal's lines, one a stop signal, written before any handler may run: a handler may
 // only write and exit.
 char g_exit_lines[std::size(kStopSignals)][512];
@@ -60,8 +68,7 @@ ExitOnStopSignal::ExitOnStopSignal(const std::string& while_doing) {
   for (int sig : kStopSignals) sigaddset(&action.sa_mask, sig);
   for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
     sigaction(kStopSignals[i], nullptr, &g_previous[i]);
-    // One ignored when ddprun started (nohup's SIGHUP) stays ignored.
-    if (g_previous[i].sa_handler != SIG_IGN) sigaction(kStopSignals[i], &action, nullptr);
+    if (!hangup_ignored_by_nohup(kStopSignals[i])) sigaction(kStopSignals[i], &action, nullptr);
   }
 }
 
@@ -79,7 +86,8 @@ SignalPipe::SignalPipe() {
   sigemptyset(&action.sa_mask);
   for (int sig : kSignals) sigaddset(&action.sa_mask, sig);  // one handler at a time on a thread
   action.sa_flags = SA_RESTART | SA_SIGINFO;
-  for (int sig : kSignals) sigaction(sig, &action, nullptr);
+  for (int sig : kSignals)
+    if (!hangup_ignored_by_nohup(sig)) sigaction(sig, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the supervisor
 }
 

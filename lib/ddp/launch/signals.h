@@ -34,8 +34,8 @@ class SignalPipe {
 /// Before the SignalPipe, while the nodes meet: a stop signal ends the launcher at once with one
 /// line, "ddprun: received SIGTERM <while>", and exit 128 + the signal (was: the default action, no
 /// word). No worker has started, so none is left to stop; the watchdog cleans up as after a SIGKILL.
-/// A signal ignored when it is made (nohup's SIGHUP) stays ignored. One instance at a time, gone
-/// before the SignalPipe is made; restores the actions it found.
+/// nohup's SIGHUP stays ignored, as the SignalPipe leaves it. One instance at a time, gone before the
+/// SignalPipe is made; restores the actions it found.
 class ExitOnStopSignal {
  public:
   /// `while_doing`: "while waiting for the rendezvous at HOST:PORT (no worker had started)".

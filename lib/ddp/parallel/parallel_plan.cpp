@@ -317,7 +317,11 @@ std::vector<OwnedRange> ParallelPlan::owned_ranges(std::size_t* restored_only) c
 void ParallelPlan::gather_parameters() const {
   if (auto* engine = parameter_shards()) engine->gather_parameters();  // the stage's own, whole
   if (tensor_) tensor_->materialize();  // the stage's own whole, then every stage's from its own
-  if (stage_) stage_->materialize();
+  if (stage_) {
+    training_buffers_.before_share();  // its broadcast of every stage's buffers is no change
+    stage_->materialize();
+    training_buffers_.shared();
+  }
 }
 
 void ParallelPlan::gather_parameters_for_writer() const {
@@ -425,7 +429,11 @@ void ParallelPlan::share_buffers() {
 }
 
 std::vector<torch::Tensor> ParallelPlan::gather_checkpoint_state() const {
-  if (stage_) stage_->share_buffers();
+  if (stage_) {
+    training_buffers_.before_share();
+    stage_->share_buffers();
+    training_buffers_.shared();
+  }
   // The rank's own, never a tensor region's that a forward may have left set (Note [Tensor parallelism]).
   torch::Tensor mine = rank_cpu_generator().get_state();
   auto all = torch::zeros({world_.world_size, mine.numel()}, torch::kDouble);

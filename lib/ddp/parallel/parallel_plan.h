@@ -181,7 +181,7 @@ class ParallelPlan {
   void place(const std::vector<torch::Tensor>& held);
 
   std::vector<torch::Tensor> buffers_;  // from prepare_model, each once
-  TrainingBuffers training_buffers_;    // of buffers_, those a training forward reads
+  mutable TrainingBuffers training_buffers_;  // of buffers_, those a training forward reads (told of every share)
   Placements placements_;
   bool side_values_after_sync_ = false;  // pipeline stages: the sync carries no side values
   std::unique_ptr<OptimizerShards> shards_;  // dist.shard: optimizer

@@ -48,9 +48,8 @@ void TrainingBuffers::before_step(const Communicator& replicas) {
     } else if (buffer.changed && !buffer.said) {
       buffer.said = true;
       spdlog::warn(
-          "rank {}: the model's buffer {} changed in training after the first step, in which it did not: it "
-          "is taken as constant, and shared from rank 0 at evaluations only (Note [Buffers read in "
-          "training])",
+          "rank {}: the model's buffer {} changed after the first step, in which it did not: it is taken as "
+          "constant, and shared from rank 0 at evaluations only (Note [Buffers read in training])",
           replicas.rank, buffer.name);
     }
   }

@@ -10,7 +10,8 @@
 // counters, bumped by every in-place write and by the scripted mirror's copy of a reassigned one;
 // agreed in one all-reduce) are shared before every later step, as DDP would, with no collective
 // but the broadcast; the others (a causal mask, a table) are taken as constant. One of those that
-// changes later is said once, and shared at evaluations only.
+// changes later is said once, and shared at evaluations only. The choice is made again by a resumed
+// run, at its own first step: a buffer that changes only now and then may be chosen otherwise.
 
 #include <torch/types.h>
 
