@@ -9,6 +9,7 @@
 
 #include "ddp/comm/collectives.h"
 #include "ddp/parallel/training_buffers.h"
+#include "support/log_capture.h"
 #include "support/thread_ranks.h"
 
 namespace DDP_TEST_FILE {  // unity batches: Note [Test files] in tests/CMakeLists.txt
@@ -20,6 +21,7 @@ TEST_CASE(
   constexpr int kWorld = 2, kSteps = 5;
   std::mutex mutex;
   std::array<std::vector<torch::Tensor>, kWorld> ends;
+  ddp::test::LogCapture log;
   const auto errors = ddp::test::run_ranks(kWorld, [&](int rank, const ddp::Communicator& group) {
     // Equal on every rank at the start, as the plan's first broadcast leaves them.
     auto running = torch::zeros({3}), mask = torch::ones({4}), late = torch::zeros({2});
@@ -51,6 +53,11 @@ TEST_CASE(
   CHECK(torch::equal(ends[0][2], torch::full({2}, 3.0f)));  // steps 3, 4 and 5 added 1 each after step 2's evaluation
   CHECK(torch::equal(ends[1][2], torch::full({2}, 6.0f)));
   CHECK(torch::equal(ends[0][1], ends[1][1]));
+  // Said once by each rank, naming the buffer; the live and constant ones say nothing.
+  CHECK(log.count("the model's buffer late changed after the first step, in which it did not: it is taken as "
+                  "constant, and shared from rank 0 at evaluations only") == kWorld);
+  CHECK(log.count("buffer running") == 0);
+  CHECK(log.count("buffer mask") == 0);
 }
 
 }  // namespace DDP_TEST_FILE
